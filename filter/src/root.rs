@@ -1,0 +1,62 @@
+//! The filter's root context: configuration in, one shared [`Worker`] out.
+
+use std::rc::Rc;
+
+use picker::config::{parse_json, FilterConfig};
+use picker::inflight::InflightCounts;
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{BufferType, ContextType};
+use wasm_epp_host::ProxyStore;
+
+use crate::routing::RoutingContext;
+use crate::worker::Worker;
+
+#[derive(Default)]
+pub struct FilterRoot {
+    worker: Option<Rc<Worker>>,
+}
+
+impl Context for FilterRoot {}
+
+impl RootContext for FilterRoot {
+    fn on_configure(&mut self, size: usize) -> bool {
+        let bytes = match hostcalls::get_buffer(BufferType::PluginConfiguration, 0, size) {
+            Ok(bytes) => bytes.unwrap_or_default(),
+            Err(status) => {
+                log::error!("wasm-epp filter: cannot read plugin configuration: {status:?}");
+                return false;
+            }
+        };
+        let config: FilterConfig = match parse_json(&bytes) {
+            Ok(config) => config,
+            Err(reason) => {
+                log::error!("wasm-epp filter: {reason}");
+                return false;
+            }
+        };
+        let pool = match config.validate() {
+            Ok(pool) => pool,
+            Err(reason) => {
+                log::error!("wasm-epp filter: invalid configuration: {reason}");
+                return false;
+            }
+        };
+        if let Err(error) = InflightCounts::ensure_key(&ProxyStore) {
+            log::warn!("wasm-epp filter: in-flight key not initialised: {error:?}");
+        }
+        log::info!("wasm-epp filter configured: fallback pool of {} pods, weights {:?}", pool.len(), config.weights);
+        self.worker = Some(Rc::new(Worker::new(config, pool)));
+        true
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        // Without a worker the plugin failed to configure and Envoy will not call us.
+        let worker = self.worker.clone()?;
+        Some(Box::new(RoutingContext::new(worker)))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}

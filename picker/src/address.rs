@@ -1,0 +1,62 @@
+//! A pod address as the filter writes it into the destination header.
+//!
+//! Every address the filter can ever emit passes through [`PodAddress::parse`], so a
+//! malformed or hostile string from configuration or from a client can never become a
+//! destination: only literal `ip:port` pairs with a non-zero port exist as values.
+
+use std::fmt;
+use std::net::SocketAddr;
+
+/// A literal `ip:port` of a pod, in canonical text form (`[v6]:port` for IPv6).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodAddress(String);
+
+impl PodAddress {
+    /// Parses `ip:port`; host names are refused because ORIGINAL_DST needs a literal address.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let socket: SocketAddr = text.trim().parse().map_err(|_| format!("'{text}' is not a literal ip:port"))?;
+        if socket.port() == 0 {
+            return Err(format!("'{text}' has port 0"));
+        }
+        Ok(Self(socket.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A form safe inside an Envoy stat name: dots and colons become underscores.
+    pub fn stat_label(&self) -> String {
+        self.0.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+    }
+}
+
+impl fmt::Display for PodAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonicalises_literal_addresses() {
+        assert_eq!(PodAddress::parse(" 10.0.0.7:8000 ").map(|a| a.0), Ok("10.0.0.7:8000".into()));
+        assert_eq!(PodAddress::parse("[::1]:80").map(|a| a.0), Ok("[::1]:80".into()));
+    }
+
+    #[test]
+    fn refuses_names_ports_and_garbage() {
+        for bad in ["pod-1:8000", "10.0.0.7", "10.0.0.7:0", "10.0.0.7:99999", "", "1.2.3.4:80,5.6.7.8:80"] {
+            assert!(PodAddress::parse(bad).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn stat_label_has_no_separators() {
+        let address = PodAddress::parse("127.0.0.1:8001").unwrap();
+        assert_eq!(address.stat_label(), "127_0_0_1_8001");
+    }
+}

@@ -1,0 +1,113 @@
+//! The HTTP filter's configuration.
+
+use serde::Deserialize;
+
+use super::{check_range, parse_pool};
+use crate::address::PodAddress;
+
+/// What to do with a body that is not the OpenAI JSON we expect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum InvalidBodyPolicy {
+    /// Route it by load anyway and let the engine answer it (the engine's 400 is clearer).
+    #[default]
+    Route,
+    /// Answer 400 with an OpenAI-shaped error without touching a pod.
+    Reject,
+}
+
+/// Relative weights of the scorers; each scorer gives 0..1 per pod.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScorerWeights {
+    /// Fewer requests waiting in the engine's queue (polled, so slightly stale).
+    pub queue: f64,
+    /// More free KV-cache (polled).
+    pub kv_cache: f64,
+    /// Fewer requests this proxy has in flight to the pod (exact, across workers).
+    pub inflight: f64,
+}
+
+impl Default for ScorerWeights {
+    fn default() -> Self {
+        Self { queue: 1.0, kv_cache: 1.0, inflight: 2.0 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FilterConfig {
+    /// Pool used when the singleton has published no table yet (or at all).
+    pub pool: Vec<String>,
+    /// Header the ORIGINAL_DST cluster follows. Client copies are always removed.
+    pub destination_header: String,
+    pub weights: ScorerWeights,
+    /// Bodies larger than this are routed by load without being parsed.
+    pub max_body_bytes: u64,
+    pub invalid_body: InvalidBodyPolicy,
+    /// Pod data older than this is not trusted: the pod counts as unknown.
+    pub stale_after_ms: u64,
+    /// In-flight counts older than this are presumed leaked (a stream whose end was never
+    /// seen) and ignored.
+    pub inflight_expiry_ms: u64,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        Self {
+            pool: Vec::new(),
+            destination_header: "x-gateway-destination-endpoint".into(),
+            weights: ScorerWeights::default(),
+            max_body_bytes: 4 * 1024 * 1024,
+            invalid_body: InvalidBodyPolicy::Route,
+            stale_after_ms: 5_000,
+            inflight_expiry_ms: 15 * 60 * 1000,
+        }
+    }
+}
+
+impl FilterConfig {
+    /// Checks every bound and returns the validated fallback pool.
+    pub fn validate(&self) -> Result<Vec<PodAddress>, String> {
+        let header = &self.destination_header;
+        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
+            return Err(format!("destination_header '{header}' must be a lower-case header name"));
+        }
+        for (name, weight) in
+            [("queue", self.weights.queue), ("kv_cache", self.weights.kv_cache), ("inflight", self.weights.inflight)]
+        {
+            if !weight.is_finite() || !(0.0..=100.0).contains(&weight) {
+                return Err(format!("weights.{name} = {weight}, must be within 0..=100"));
+            }
+        }
+        check_range("max_body_bytes", self.max_body_bytes, 1024, 1 << 30)?;
+        check_range("stale_after_ms", self.stale_after_ms, 100, 3_600_000)?;
+        check_range("inflight_expiry_ms", self.inflight_expiry_ms, 1_000, 86_400_000)?;
+        parse_pool(&self.pool)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_json;
+
+    #[test]
+    fn empty_configuration_is_all_defaults() {
+        let config: FilterConfig = parse_json(b"  ").unwrap();
+        assert_eq!(config, FilterConfig::default());
+        assert!(config.validate().unwrap().is_empty());
+    }
+
+    #[test]
+    fn typos_and_bad_values_are_refused_with_the_field_named() {
+        let typo = parse_json::<FilterConfig>(br#"{"weigths": {}}"#).unwrap_err();
+        assert!(typo.contains("weigths"), "{typo}");
+        let bad: FilterConfig = parse_json(br#"{"weights": {"queue": -1}}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("weights.queue"));
+        let bad: FilterConfig = parse_json(br#"{"pool": ["10.0.0.1:80", "10.0.0.1:80"]}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("twice"));
+        let bad: FilterConfig = parse_json(br#"{"destination_header": "X-Bad Header"}"#).unwrap();
+        assert!(bad.validate().is_err());
+    }
+}

@@ -1,0 +1,43 @@
+//! Plugin configuration: parsed with serde, then validated once in `on_configure`.
+//!
+//! A bad configuration fails the plugin at start with a message naming the field, never on
+//! the first request. Unknown fields are errors, so a typo is caught instead of ignored.
+
+mod filter;
+mod poller;
+
+pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
+pub use poller::PollerConfig;
+
+use crate::address::PodAddress;
+
+/// Parses a JSON configuration; empty configuration means all defaults.
+pub fn parse_json<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> Result<T, String> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| format!("configuration is not valid: {e}"))
+}
+
+/// Validates a list of pod addresses from configuration.
+pub fn parse_pool(entries: &[String]) -> Result<Vec<PodAddress>, String> {
+    let mut pool = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let address = PodAddress::parse(entry).map_err(|e| format!("pool: {e}"))?;
+        if pool.contains(&address) {
+            return Err(format!("pool: {address} is listed twice"));
+        }
+        pool.push(address);
+    }
+    if pool.len() > crate::pod_table::MAX_PODS {
+        return Err(format!("pool: {} pods, at most {}", pool.len(), crate::pod_table::MAX_PODS));
+    }
+    Ok(pool)
+}
+
+fn check_range(name: &str, value: u64, min: u64, max: u64) -> Result<(), String> {
+    if value < min || value > max {
+        return Err(format!("{name} = {value}, must be within {min}..={max}"));
+    }
+    Ok(())
+}

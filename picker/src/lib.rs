@@ -1,0 +1,23 @@
+//! wasm-epp's routing logic, in plain Rust.
+//!
+//! Everything the Envoy plugin decides is decided here, with no proxy-wasm dependency, so
+//! it is unit-tested and benchmarked natively. The request path reads top to bottom:
+//! [`request`] parses the body, [`pod_table`] and [`inflight`] say what each pod carries,
+//! [`scheduler`] picks. The singleton's side: [`metrics_text`] reads scrapes, [`poller`]
+//! turns them into the [`pod_table`]. [`store`] is the one seam to Envoy's shared data.
+
+#![forbid(unsafe_code)]
+
+pub mod address;
+pub mod config;
+pub mod inflight;
+pub mod keys;
+pub mod metrics_text;
+pub mod pod_table;
+pub mod poller;
+mod prometheus_line;
+pub mod random;
+pub mod request;
+pub mod route;
+pub mod scheduler;
+pub mod store;

@@ -1,0 +1,181 @@
+//! Reads the few numbers the picker needs out of an engine's Prometheus `/metrics` text.
+//!
+//! Engines differ in names (vLLM V1, vLLM's older `gpu_*` names, SGLang, trtllm-serve), and
+//! a vLLM pod with data parallelism emits one series per engine, which we sum. A pod may
+//! lie or break: NaN, infinite or negative samples are ignored, never trusted, and a text
+//! with none of the load metrics is an error rather than an idle-looking pod.
+
+use crate::prometheus_line::{parse_sample, Sample};
+
+/// Lines read at most: a real vLLM `/metrics` has about a thousand; more is not a pod.
+pub const MAX_METRIC_LINES: usize = 50_000;
+
+/// What one scrape tells about a pod's load and capacity.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EngineMetrics {
+    pub waiting: f64,
+    pub running: f64,
+    /// KV-cache usage, 0..1, averaged over the pod's engines.
+    pub kv_usage: Option<f64>,
+    pub block_size: Option<u32>,
+    pub num_gpu_blocks: Option<u64>,
+    /// Prefix-cache lookups and hits, in tokens, since the engine started.
+    pub prefix_queries: Option<f64>,
+    pub prefix_hits: Option<f64>,
+    pub lora: Option<LoraState>,
+}
+
+/// The newest `vllm:lora_requests_info` series.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoraState {
+    pub max_loras: u32,
+    pub running: Vec<String>,
+    pub waiting: Vec<String>,
+}
+
+#[derive(Default)]
+struct Totals {
+    waiting: Option<f64>,
+    running: Option<f64>,
+    kv_sum: f64,
+    kv_series: u32,
+    prefix_queries: Option<f64>,
+    prefix_hits: Option<f64>,
+    lora_timestamp: f64,
+}
+
+/// Parses a scrape. Errors name why the text is not usable engine metrics.
+pub fn parse_engine_metrics(text: &str) -> Result<EngineMetrics, String> {
+    let mut totals = Totals::default();
+    let mut metrics = EngineMetrics::default();
+    for line in text.lines().take(MAX_METRIC_LINES) {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some(sample) = parse_sample(line) else {
+            continue;
+        };
+        apply_sample(&sample, &mut totals, &mut metrics);
+    }
+    match (totals.waiting, totals.running) {
+        (None, None) => return Err("no queue or running-request metric in the scrape".into()),
+        (waiting, running) => {
+            metrics.waiting = waiting.unwrap_or(0.0);
+            metrics.running = running.unwrap_or(0.0);
+        }
+    }
+    if totals.kv_series > 0 {
+        metrics.kv_usage = Some((totals.kv_sum / f64::from(totals.kv_series)).clamp(0.0, 1.0));
+    }
+    metrics.prefix_queries = totals.prefix_queries;
+    metrics.prefix_hits = totals.prefix_hits;
+    Ok(metrics)
+}
+
+fn add(slot: &mut Option<f64>, value: f64) {
+    *slot = Some(slot.unwrap_or(0.0) + value);
+}
+
+fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMetrics) {
+    let value = sample.value;
+    // Info series carry their data in labels; their value is 1 or a timestamp.
+    match sample.name {
+        "vllm:cache_config_info" => {
+            metrics.block_size = sample.label("block_size").and_then(|v| v.parse().ok());
+            metrics.num_gpu_blocks = sample.label("num_gpu_blocks").and_then(|v| v.parse().ok());
+            return;
+        }
+        "vllm:lora_requests_info" => {
+            if value.is_finite() && value >= totals.lora_timestamp {
+                totals.lora_timestamp = value;
+                metrics.lora = Some(LoraState {
+                    max_loras: sample.label("max_lora").and_then(|v| v.parse().ok()).unwrap_or(0),
+                    running: split_list(sample.label("running_lora_adapters")),
+                    waiting: split_list(sample.label("waiting_lora_adapters")),
+                });
+            }
+            return;
+        }
+        _ => {}
+    }
+    if !value.is_finite() || value < 0.0 {
+        return; // A pod that reports NaN or a negative load is not believed.
+    }
+    match sample.name {
+        "vllm:num_requests_waiting" | "sglang:num_queue_reqs" | "trtllm_num_requests_waiting" => {
+            add(&mut totals.waiting, value)
+        }
+        "vllm:num_requests_running" | "sglang:num_running_reqs" | "trtllm_num_requests_running" => {
+            add(&mut totals.running, value)
+        }
+        "vllm:kv_cache_usage_perc"
+        | "vllm:gpu_cache_usage_perc"
+        | "sglang:token_usage"
+        | "trtllm_kv_cache_utilization" => {
+            totals.kv_sum += value.min(1.0);
+            totals.kv_series += 1;
+        }
+        "vllm:prefix_cache_queries_total" | "vllm:gpu_prefix_cache_queries_total" => {
+            add(&mut totals.prefix_queries, value)
+        }
+        "vllm:prefix_cache_hits_total" | "vllm:gpu_prefix_cache_hits_total" => add(&mut totals.prefix_hits, value),
+        _ => {}
+    }
+}
+
+fn split_list(value: Option<&str>) -> Vec<String> {
+    value.unwrap_or("").split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VLLM_TWO_ENGINES: &str = r#"
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 3.0
+vllm:num_requests_waiting{engine="1",model_name="m"} 2.0
+vllm:num_requests_running{engine="0",model_name="m"} 4.0
+vllm:num_requests_running{engine="1",model_name="m"} 1.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25
+vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 640.0
+vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="27000"} 1.0
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="a",waiting_lora_adapters=""} 1.7e9
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"} 1.8e9
+"#;
+
+    #[test]
+    fn sums_engines_and_reads_info_labels() {
+        let m = parse_engine_metrics(VLLM_TWO_ENGINES).unwrap();
+        assert_eq!((m.waiting, m.running), (5.0, 5.0));
+        assert_eq!(m.kv_usage, Some(0.375));
+        assert_eq!((m.block_size, m.num_gpu_blocks), (Some(16), Some(27000)));
+        assert_eq!((m.prefix_queries, m.prefix_hits), (Some(1000.0), Some(640.0)));
+        let lora = m.lora.unwrap();
+        assert_eq!((lora.max_loras, lora.running, lora.waiting), (2, vec!["a".into(), "b".into()], vec!["c".into()]));
+    }
+
+    #[test]
+    fn reads_legacy_sglang_and_trtllm_names() {
+        let legacy = "vllm:num_requests_waiting 1\nvllm:gpu_cache_usage_perc 0.9\n";
+        assert_eq!(parse_engine_metrics(legacy).unwrap().kv_usage, Some(0.9));
+        let sglang = "sglang:num_queue_reqs{model_name=\"m\"} 7\nsglang:num_running_reqs 2\nsglang:token_usage 0.1\n";
+        let m = parse_engine_metrics(sglang).unwrap();
+        assert_eq!((m.waiting, m.running, m.kv_usage), (7.0, 2.0, Some(0.1)));
+        let trt = "trtllm_num_requests_waiting 0\ntrtllm_num_requests_running 3\ntrtllm_kv_cache_utilization 0.2\n";
+        assert_eq!(parse_engine_metrics(trt).unwrap().running, 3.0);
+    }
+
+    #[test]
+    fn distrusts_lies_and_refuses_foreign_text() {
+        let lies = "vllm:num_requests_waiting NaN\nvllm:num_requests_waiting -4\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc +Inf\n";
+        let m = parse_engine_metrics(lies).unwrap();
+        assert_eq!((m.waiting, m.running, m.kv_usage), (0.0, 2.0, None));
+        assert!(parse_engine_metrics("<html>not found</html>").is_err());
+        assert!(parse_engine_metrics("").is_err());
+    }
+}

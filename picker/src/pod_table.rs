@@ -1,0 +1,126 @@
+//! The pod table: what the singleton knows about every pod, as the filter reads it.
+//!
+//! Published as one JSON value under [`crate::keys::POD_TABLE`] with its version under
+//! [`crate::keys::POD_TABLE_VERSION`], so a worker reads the tiny version key per request
+//! and decodes the table only when it changed. Decoding trusts nothing: an entry whose
+//! address is not a literal `ip:port` is dropped, so it can never become a destination.
+
+use serde::{Deserialize, Serialize};
+
+use crate::address::PodAddress;
+use crate::metrics_text::LoraState;
+
+/// Pods in one pool at most. Bounds the table, the in-flight map and the stats names.
+pub const MAX_PODS: usize = 1024;
+
+/// One pod as last seen by the poller.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PodState {
+    pub address: String,
+    /// Last poll succeeded recently enough and the failure threshold was not reached.
+    pub healthy: bool,
+    pub waiting: f64,
+    pub running: f64,
+    pub kv_usage: Option<f64>,
+    pub block_size: Option<u32>,
+    pub num_gpu_blocks: Option<u64>,
+    /// Host time of the last successful scrape, ms since the epoch; 0 = never.
+    pub last_success_ms: u64,
+    pub consecutive_failures: u32,
+    /// Bumped when the pod restarts (its counters went backwards) or rejoins the pool:
+    /// anything remembered about its cache under an older epoch is void.
+    pub epoch: u32,
+    #[serde(default)]
+    pub max_loras: u32,
+    #[serde(default)]
+    pub running_loras: Vec<String>,
+    #[serde(default)]
+    pub waiting_loras: Vec<String>,
+}
+
+impl PodState {
+    /// A pod nobody has scraped yet.
+    pub fn unknown(address: &PodAddress) -> Self {
+        Self {
+            address: address.as_str().to_string(),
+            healthy: false,
+            waiting: 0.0,
+            running: 0.0,
+            kv_usage: None,
+            block_size: None,
+            num_gpu_blocks: None,
+            last_success_ms: 0,
+            consecutive_failures: 0,
+            epoch: 0,
+            max_loras: 0,
+            running_loras: Vec::new(),
+            waiting_loras: Vec::new(),
+        }
+    }
+
+    pub fn set_lora(&mut self, lora: Option<LoraState>) {
+        let lora = lora.unwrap_or_default();
+        self.max_loras = lora.max_loras;
+        self.running_loras = lora.running;
+        self.waiting_loras = lora.waiting;
+    }
+}
+
+/// The whole pool, as published.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodTable {
+    pub version: u64,
+    pub published_at_ms: u64,
+    pub poll_interval_ms: u64,
+    pub pods: Vec<PodState>,
+}
+
+impl PodTable {
+    pub fn encode(&self) -> Vec<u8> {
+        // Serialising plain structs of numbers and strings cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decodes a published table, dropping entries that are not literal pod addresses.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        let mut table: PodTable =
+            serde_json::from_slice(bytes).map_err(|e| format!("pod table does not decode: {e}"))?;
+        table.pods.retain(|pod| PodAddress::parse(&pod.address).is_ok());
+        table.pods.truncate(MAX_PODS);
+        Ok(table)
+    }
+}
+
+/// Encodes a version number for [`crate::keys::POD_TABLE_VERSION`].
+pub fn encode_version(version: u64) -> [u8; 8] {
+    version.to_le_bytes()
+}
+
+/// Decodes [`encode_version`]; anything else reads as "no table".
+pub fn decode_version(bytes: &[u8]) -> Option<u64> {
+    bytes.try_into().ok().map(u64::from_le_bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_drops_hostile_addresses() {
+        let good = PodState::unknown(&PodAddress::parse("10.0.0.1:8000").unwrap());
+        let mut bad = good.clone();
+        bad.address = "evil.example.com:80".into();
+        let table = PodTable { version: 3, published_at_ms: 5, poll_interval_ms: 100, pods: vec![good.clone(), bad] };
+        let decoded = PodTable::decode(&table.encode()).unwrap();
+        assert_eq!(decoded.pods, vec![good]);
+        assert_eq!(decoded.version, 3);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_table() {
+        assert!(PodTable::decode(b"{\"pods\": 7}").is_err());
+        assert!(PodTable::decode(&[0xff, 0x00]).is_err());
+        assert_eq!(decode_version(&encode_version(42)), Some(42));
+        assert_eq!(decode_version(b"abc"), None);
+    }
+}

@@ -1,0 +1,286 @@
+//! The singleton's bookkeeping: which pods to scrape, what their answers mean, and the
+//! table to publish.
+//!
+//! Time comes in as a parameter (`now_ms`) so the health rules are tested without a clock.
+//! Health flips to bad only after `unhealthy_after_failures` consecutive failed scrapes (one
+//! slow answer must not empty the pool), and back to good on the first good scrape.
+
+use crate::address::PodAddress;
+use crate::config::PollerConfig;
+use crate::metrics_text::{parse_engine_metrics, EngineMetrics};
+use crate::pod_table::{PodState, PodTable};
+
+/// The outcome of one scrape, as the host reported it.
+pub enum ScrapeResult<'a> {
+    Answered {
+        status: u16,
+        body: &'a [u8],
+    },
+    /// No answer (timeout, reset, no upstream): the host gave no status.
+    NoAnswer,
+}
+
+struct PodRecord {
+    address: PodAddress,
+    state: PodState,
+    /// The host's token for the scrape in flight; one at a time per pod.
+    call: Option<u32>,
+    call_started_ms: u64,
+    last_prefix_queries: Option<f64>,
+}
+
+pub struct PoolPoller {
+    config: PollerConfig,
+    pods: Vec<PodRecord>,
+    version: u64,
+    dirty: bool,
+}
+
+/// What [`PoolPoller::on_scrape`] learned, for stats and logs.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ScrapeOutcome {
+    Success,
+    Failure(String),
+    /// The token matches no scrape in flight (a pod that left the pool meanwhile).
+    Unknown,
+}
+
+impl PoolPoller {
+    pub fn new(config: PollerConfig, pool: Vec<PodAddress>) -> Self {
+        let mut poller = Self { config, pods: Vec::new(), version: 0, dirty: true };
+        poller.set_pool(pool);
+        poller
+    }
+
+    pub fn config(&self) -> &PollerConfig {
+        &self.config
+    }
+
+    /// Replaces the pool, keeping what is known about pods that stay. A pod that joins
+    /// starts unknown (it is scraped before the table calls it healthy).
+    pub fn set_pool(&mut self, pool: Vec<PodAddress>) {
+        let mut old: Vec<PodRecord> = std::mem::take(&mut self.pods);
+        for address in pool {
+            let record = match old.iter().position(|r| r.address == address) {
+                Some(index) => old.swap_remove(index),
+                None => PodRecord {
+                    state: PodState::unknown(&address),
+                    address,
+                    call: None,
+                    call_started_ms: 0,
+                    last_prefix_queries: None,
+                },
+            };
+            self.pods.push(record);
+        }
+        self.dirty = true;
+    }
+
+    /// Pods due for a scrape now: every pod without a scrape in flight, plus pods whose
+    /// scrape has outlived its timeout (the host should have answered; never wait forever).
+    pub fn due(&self, now_ms: u64) -> Vec<PodAddress> {
+        let grace = self.config.timeout_ms.saturating_mul(2);
+        self.pods
+            .iter()
+            .filter(|r| r.call.is_none() || now_ms.saturating_sub(r.call_started_ms) > grace)
+            .map(|r| r.address.clone())
+            .collect()
+    }
+
+    pub fn scrape_started(&mut self, address: &PodAddress, token: u32, now_ms: u64) {
+        if let Some(record) = self.pods.iter_mut().find(|r| &r.address == address) {
+            record.call = Some(token);
+            record.call_started_ms = now_ms;
+        }
+    }
+
+    /// A scrape could not even be dispatched: count it as a failed scrape.
+    pub fn scrape_not_sent(&mut self, address: &PodAddress, reason: &str) {
+        if let Some(index) = self.pods.iter().position(|r| &r.address == address) {
+            self.record_failure(index, reason.to_string());
+        }
+    }
+
+    pub fn on_scrape(&mut self, token: u32, result: ScrapeResult<'_>, now_ms: u64) -> ScrapeOutcome {
+        let Some(index) = self.pods.iter().position(|r| r.call == Some(token)) else {
+            return ScrapeOutcome::Unknown;
+        };
+        if let Some(record) = self.pods.get_mut(index) {
+            record.call = None;
+        }
+        let parsed = match result {
+            ScrapeResult::NoAnswer => Err("no answer".to_string()),
+            ScrapeResult::Answered { status, .. } if status != 200 => Err(format!("status {status}")),
+            ScrapeResult::Answered { body, .. } if body.len() as u64 > self.config.max_metrics_bytes => {
+                Err(format!("scrape of {} bytes is over max_metrics_bytes", body.len()))
+            }
+            ScrapeResult::Answered { body, .. } => {
+                std::str::from_utf8(body).map_err(|_| "scrape is not UTF-8".to_string()).and_then(parse_engine_metrics)
+            }
+        };
+        match parsed {
+            Ok(metrics) => {
+                self.record_success(index, metrics, now_ms);
+                ScrapeOutcome::Success
+            }
+            Err(reason) => self.record_failure(index, reason),
+        }
+    }
+
+    fn record_success(&mut self, index: usize, metrics: EngineMetrics, now_ms: u64) {
+        let Some(record) = self.pods.get_mut(index) else { return };
+        let state = &mut record.state;
+        // Counters only grow while an engine lives; going backwards means it restarted and
+        // its KV cache is empty. Coming back from unhealthy may also hide a restart.
+        let restarted =
+            matches!((record.last_prefix_queries, metrics.prefix_queries), (Some(before), Some(now)) if now < before);
+        if restarted || !state.healthy {
+            state.epoch = state.epoch.wrapping_add(1);
+        }
+        record.last_prefix_queries = metrics.prefix_queries;
+        state.healthy = true;
+        state.waiting = metrics.waiting;
+        state.running = metrics.running;
+        state.kv_usage = metrics.kv_usage;
+        state.block_size = metrics.block_size.or(state.block_size);
+        state.num_gpu_blocks = metrics.num_gpu_blocks.or(state.num_gpu_blocks);
+        state.last_success_ms = now_ms;
+        state.consecutive_failures = 0;
+        state.set_lora(metrics.lora);
+        self.dirty = true;
+    }
+
+    fn record_failure(&mut self, index: usize, reason: String) -> ScrapeOutcome {
+        let threshold = self.config.unhealthy_after_failures;
+        if let Some(record) = self.pods.get_mut(index) {
+            let state = &mut record.state;
+            state.consecutive_failures = state.consecutive_failures.saturating_add(1);
+            if state.healthy && state.consecutive_failures >= threshold {
+                state.healthy = false;
+            }
+            self.dirty = true;
+        }
+        ScrapeOutcome::Failure(reason)
+    }
+
+    /// True when no scrape is in flight: a round is complete and worth publishing.
+    pub fn round_complete(&self) -> bool {
+        self.pods.iter().all(|r| r.call.is_none())
+    }
+
+    /// The table to publish, or `None` when nothing changed since the last one.
+    pub fn take_table(&mut self, now_ms: u64) -> Option<PodTable> {
+        if !self.dirty {
+            return None;
+        }
+        self.dirty = false;
+        self.version = self.version.wrapping_add(1);
+        Some(PodTable {
+            version: self.version,
+            published_at_ms: now_ms,
+            poll_interval_ms: self.config.poll_interval_ms,
+            pods: self.pods.iter().map(|r| r.state.clone()).collect(),
+        })
+    }
+
+    /// Marks the table changed so the next publish happens even without news (a heartbeat:
+    /// the filter judges staleness by `published_at_ms`).
+    pub fn touch(&mut self) {
+        self.dirty = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(text: &str) -> PodAddress {
+        PodAddress::parse(text).unwrap()
+    }
+
+    fn poller() -> PoolPoller {
+        let config = PollerConfig { unhealthy_after_failures: 2, ..PollerConfig::default() };
+        PoolPoller::new(config, vec![addr("10.0.0.1:80"), addr("10.0.0.2:80")])
+    }
+
+    const SCRAPE: &[u8] =
+        b"vllm:num_requests_waiting 4\nvllm:num_requests_running 2\nvllm:prefix_cache_queries_total 100\n";
+
+    #[test]
+    fn scrape_success_makes_pod_healthy_with_its_numbers() {
+        let mut p = poller();
+        assert_eq!(p.due(0).len(), 2);
+        p.scrape_started(&addr("10.0.0.1:80"), 7, 0);
+        assert_eq!(p.due(1), vec![addr("10.0.0.2:80")]);
+        assert_eq!(p.on_scrape(7, ScrapeResult::Answered { status: 200, body: SCRAPE }, 10), ScrapeOutcome::Success);
+        let table = p.take_table(10).unwrap();
+        let pod = &table.pods[0];
+        assert!(pod.healthy && pod.waiting == 4.0 && pod.last_success_ms == 10);
+        assert!(!table.pods[1].healthy, "never scraped is not healthy");
+        assert!(p.take_table(11).is_none(), "nothing new to publish");
+    }
+
+    #[test]
+    fn health_flips_after_threshold_and_back_on_success() {
+        let mut p = poller();
+        let a = addr("10.0.0.1:80");
+        p.scrape_started(&a, 1, 0);
+        p.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 0);
+        p.scrape_started(&a, 2, 100);
+        assert!(matches!(p.on_scrape(2, ScrapeResult::NoAnswer, 100), ScrapeOutcome::Failure(_)));
+        assert!(p.take_table(100).unwrap().pods[0].healthy, "one failure is not enough");
+        p.scrape_started(&a, 3, 200);
+        p.on_scrape(3, ScrapeResult::Answered { status: 503, body: b"" }, 200);
+        let table = p.take_table(200).unwrap();
+        assert!(!table.pods[0].healthy);
+        let epoch = table.pods[0].epoch;
+        p.scrape_started(&a, 4, 300);
+        p.on_scrape(4, ScrapeResult::Answered { status: 200, body: SCRAPE }, 300);
+        let pod = p.take_table(300).unwrap().pods[0].clone();
+        assert!(pod.healthy && pod.epoch == epoch + 1, "a pod that comes back gets a new epoch");
+    }
+
+    #[test]
+    fn counters_going_backwards_mean_a_restart() {
+        let mut p = poller();
+        let a = addr("10.0.0.1:80");
+        p.scrape_started(&a, 1, 0);
+        p.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 0);
+        let epoch = p.take_table(0).unwrap().pods[0].epoch;
+        p.scrape_started(&a, 2, 100);
+        let restarted = b"vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total 3\n";
+        p.on_scrape(2, ScrapeResult::Answered { status: 200, body: restarted }, 100);
+        assert_eq!(p.take_table(100).unwrap().pods[0].epoch, epoch + 1);
+    }
+
+    #[test]
+    fn pool_changes_keep_known_pods_and_ignore_late_answers() {
+        let mut p = poller();
+        p.scrape_started(&addr("10.0.0.2:80"), 9, 0);
+        p.set_pool(vec![addr("10.0.0.1:80"), addr("10.0.0.3:80")]);
+        assert_eq!(p.on_scrape(9, ScrapeResult::NoAnswer, 5), ScrapeOutcome::Unknown);
+        let table = p.take_table(5).unwrap();
+        let addresses: Vec<_> = table.pods.iter().map(|pod| pod.address.as_str()).collect();
+        assert_eq!(addresses, ["10.0.0.1:80", "10.0.0.3:80"]);
+    }
+
+    #[test]
+    fn garbage_and_oversized_scrapes_are_failures() {
+        let mut p = PoolPoller::new(
+            PollerConfig { max_metrics_bytes: 1024, ..PollerConfig::default() },
+            vec![addr("10.0.0.1:80")],
+        );
+        let a = addr("10.0.0.1:80");
+        p.scrape_started(&a, 1, 0);
+        assert!(matches!(
+            p.on_scrape(1, ScrapeResult::Answered { status: 200, body: b"\xff\xfe" }, 0),
+            ScrapeOutcome::Failure(_)
+        ));
+        p.scrape_started(&a, 2, 0);
+        let huge = vec![b'#'; 2048];
+        assert!(matches!(
+            p.on_scrape(2, ScrapeResult::Answered { status: 200, body: &huge }, 0),
+            ScrapeOutcome::Failure(_)
+        ));
+    }
+}

@@ -1,0 +1,102 @@
+//! One sample line of the Prometheus text exposition format, parsed without allocating.
+//!
+//! `name{label="value",...} value [timestamp]`. Escaped quotes inside label values are
+//! honoured; anything malformed yields `None` and the line is skipped.
+
+/// Labels read per series at most; vLLM's widest info series has about a dozen.
+const MAX_LABELS: usize = 32;
+
+#[derive(Debug, PartialEq)]
+pub struct Sample<'a> {
+    pub name: &'a str,
+    labels: [(&'a str, &'a str); MAX_LABELS],
+    label_count: usize,
+    pub value: f64,
+}
+
+impl<'a> Sample<'a> {
+    /// A label's raw value (escapes left as written; metric labels we read have none).
+    pub fn label(&self, key: &str) -> Option<&'a str> {
+        self.labels.iter().take(self.label_count).find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+}
+
+pub fn parse_sample(line: &str) -> Option<Sample<'_>> {
+    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+    let name = line.get(..name_end)?;
+    if name.is_empty() {
+        return None;
+    }
+    let mut sample = Sample { name, labels: [("", ""); MAX_LABELS], label_count: 0, value: 0.0 };
+    let mut rest = line.get(name_end..)?;
+    if let Some(after_brace) = rest.strip_prefix('{') {
+        rest = parse_labels(after_brace, &mut sample)?;
+    }
+    let value_text = rest.split_whitespace().next()?;
+    sample.value = parse_value(value_text)?;
+    Some(sample)
+}
+
+/// Parses `k="v",...}` and returns the text after the closing brace.
+fn parse_labels<'a>(mut text: &'a str, sample: &mut Sample<'a>) -> Option<&'a str> {
+    loop {
+        text = text.trim_start_matches([' ', ',']);
+        if let Some(after) = text.strip_prefix('}') {
+            return Some(after);
+        }
+        let eq = text.find('=')?;
+        let key = text.get(..eq)?.trim();
+        let quoted = text.get(eq + 1..)?.strip_prefix('"')?;
+        let close = closing_quote(quoted)?;
+        let value = quoted.get(..close)?;
+        if let Some(slot) = sample.labels.get_mut(sample.label_count) {
+            *slot = (key, value);
+            sample.label_count += 1;
+        }
+        text = quoted.get(close + 1..)?;
+    }
+}
+
+fn closing_quote(text: &str) -> Option<usize> {
+    let mut escaped = false;
+    for (index, byte) in text.bytes().enumerate() {
+        match byte {
+            b'\\' if !escaped => escaped = true,
+            b'"' if !escaped => return Some(index),
+            _ => escaped = false,
+        }
+    }
+    None
+}
+
+fn parse_value(text: &str) -> Option<f64> {
+    match text {
+        "+Inf" | "Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        "NaN" => Some(f64::NAN),
+        other => other.parse().ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_labels_values() {
+        let s = parse_sample(r#"vllm:x{a="1",b="q\"uote",c="" } 2.5 1700000000"#).unwrap();
+        assert_eq!((s.name, s.value), ("vllm:x", 2.5));
+        assert_eq!(
+            (s.label("a"), s.label("b"), s.label("c"), s.label("d")),
+            (Some("1"), Some(r#"q\"uote"#), Some(""), None)
+        );
+        assert_eq!(parse_sample("plain 3").unwrap().value, 3.0);
+    }
+
+    #[test]
+    fn rejects_broken_lines() {
+        for bad in ["x{a=\"1\" 2", "x{a=1} 2", "x", "x{} notanumber", "{a=\"b\"} 1"] {
+            assert!(parse_sample(bad).is_none(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! The few fields of an OpenAI-style request body that routing needs.
+//!
+//! Only `model`, `stream`, the prompt (`prompt` or `messages`, plus `tools`) and
+//! `cache_salt` are read; everything else is skipped unparsed. The prompt parts are kept as
+//! borrowed raw JSON: prefix hashing reads their bytes directly, with no copy and no tree.
+//! Raw values are skipped by serde_json without recursion, so a 10,000-deep body costs no
+//! stack; it is forwarded as it is for the engine to judge.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Which OpenAI endpoint a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    ChatCompletions,
+    /// Anything else: routed by load, body not read for a prompt.
+    Other,
+}
+
+impl Endpoint {
+    pub fn from_path(path: &str) -> Self {
+        let path = path.split('?').next().unwrap_or(path);
+        match path.trim_end_matches('/') {
+            "/v1/completions" => Self::Completions,
+            "/v1/chat/completions" => Self::ChatCompletions,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// The routing-relevant view of a request body, borrowing from it.
+#[derive(Debug, Deserialize)]
+pub struct InferenceRequest<'a> {
+    #[serde(borrow, default)]
+    pub model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(borrow, default)]
+    pub prompt: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub messages: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub tools: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub cache_salt: Option<Cow<'a, str>>,
+}
+
+/// Why a body could not be read as an inference request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// Not JSON, or a field of the wrong type; the text is serde's description.
+    Invalid(String),
+    /// Valid JSON without the prompt field its endpoint needs.
+    MissingPrompt(&'static str),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid(reason) => write!(f, "request body is not valid JSON for this endpoint: {reason}"),
+            Self::MissingPrompt(field) => write!(f, "request body has no '{field}' field"),
+        }
+    }
+}
+
+pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest<'_>, BodyError> {
+    let request: InferenceRequest<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
+    match endpoint {
+        Endpoint::Completions if request.prompt.is_none() => Err(BodyError::MissingPrompt("prompt")),
+        Endpoint::ChatCompletions if request.messages.is_none() => Err(BodyError::MissingPrompt("messages")),
+        _ => Ok(request),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_completions_and_chat() {
+        let body = br#"{"model":"m","prompt":"hi there","stream":true,"max_tokens":5,"extra":{"a":[1,2]}}"#;
+        let request = parse_request(body, Endpoint::Completions).unwrap();
+        assert_eq!((request.model.as_deref(), request.stream), (Some("m"), Some(true)));
+        assert_eq!(request.prompt.map(RawValue::get), Some("\"hi there\""));
+        let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"cache_salt":"s"}"#;
+        let request = parse_request(chat, Endpoint::ChatCompletions).unwrap();
+        assert!(request.messages.is_some() && request.cache_salt.as_deref() == Some("s"));
+    }
+
+    #[test]
+    fn refuses_broken_bodies_with_a_reason() {
+        assert!(matches!(parse_request(b"{\"model\":", Endpoint::Completions), Err(BodyError::Invalid(_))));
+        assert!(matches!(parse_request(b"", Endpoint::Completions), Err(BodyError::Invalid(_))));
+        assert!(matches!(parse_request(b"\xff\xfe", Endpoint::Completions), Err(BodyError::Invalid(_))));
+        assert!(matches!(
+            parse_request(br#"{"model":3,"prompt":"x"}"#, Endpoint::Completions),
+            Err(BodyError::Invalid(_))
+        ));
+        assert_eq!(
+            parse_request(br#"{"model":"m"}"#, Endpoint::ChatCompletions).unwrap_err(),
+            BodyError::MissingPrompt("messages")
+        );
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let deep_body = format!("{{\"prompt\":{deep}}}");
+        // Skipped values are walked iteratively by serde_json: deep nesting is no stack risk.
+        let request = parse_request(deep_body.as_bytes(), Endpoint::Completions).unwrap();
+        assert_eq!(request.prompt.map(|p| p.get().len()), Some(20_000));
+    }
+
+    #[test]
+    fn names_endpoints_by_path() {
+        assert_eq!(Endpoint::from_path("/v1/chat/completions?x=1"), Endpoint::ChatCompletions);
+        assert_eq!(Endpoint::from_path("/v1/completions/"), Endpoint::Completions);
+        assert_eq!(Endpoint::from_path("/v1/models"), Endpoint::Other);
+    }
+}

@@ -1,0 +1,65 @@
+//! Scorers: each maps every candidate to 0..1, higher is better.
+
+use super::Candidate;
+
+/// Score used when a scorer has no data for a pod: neither favoured nor avoided.
+const NEUTRAL: f64 = 0.5;
+
+pub trait Scorer {
+    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64>;
+}
+
+/// Fewer waiting requests is better, min-max normalised over the candidates (as llm-d's
+/// queue scorer does): the emptiest queue scores 1, the longest 0.
+pub struct QueueScorer;
+
+/// More free KV cache is better: `1 - usage`.
+pub struct KvCacheScorer;
+
+/// Fewer requests in flight from this proxy is better, min-max normalised.
+pub struct InflightScorer;
+
+fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
+    let min = values.clone().fold(f64::INFINITY, f64::min);
+    let max = values.clone().fold(f64::NEG_INFINITY, f64::max);
+    let range = max - min;
+    values.map(|v| if range > 0.0 { (max - v) / range } else { 1.0 }).collect()
+}
+
+impl Scorer for QueueScorer {
+    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
+        min_max_lower_is_better(candidates.iter().map(|c| c.waiting))
+    }
+}
+
+impl Scorer for KvCacheScorer {
+    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
+        candidates.iter().map(|c| c.kv_usage.map_or(NEUTRAL, |u| 1.0 - u.clamp(0.0, 1.0))).collect()
+    }
+}
+
+impl Scorer for InflightScorer {
+    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
+        min_max_lower_is_better(candidates.iter().map(|c| f64::from(c.inflight)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn candidate(waiting: f64, kv: Option<f64>, inflight: u32) -> Candidate<'static> {
+        Candidate { address: "x", usable: true, waiting, running: 0.0, kv_usage: kv, inflight }
+    }
+
+    #[test]
+    fn scores_are_normalised() {
+        let pods = [candidate(0.0, Some(0.2), 4), candidate(10.0, None, 0), candidate(5.0, Some(1.5), 2)];
+        let refs: Vec<_> = pods.iter().collect();
+        assert_eq!(QueueScorer.score(&refs), vec![1.0, 0.0, 0.5]);
+        assert_eq!(KvCacheScorer.score(&refs), vec![0.8, NEUTRAL, 0.0]);
+        assert_eq!(InflightScorer.score(&refs), vec![0.0, 1.0, 0.5]);
+        let equal = [candidate(3.0, None, 1), candidate(3.0, None, 1)];
+        assert_eq!(QueueScorer.score(&equal.iter().collect::<Vec<_>>()), vec![1.0, 1.0]);
+    }
+}
