@@ -1,0 +1,69 @@
+//! `make run`: four simulated vLLM pods and Envoy with wasm-epp, until Ctrl-C.
+//!
+//! Ports come from the environment: `POD_PORTS` (default `8001,8002,8003,8004`),
+//! `LISTEN_PORT` (10000), `ADMIN_PORT` (9901); `SIM_ARGS` adds simulator flags.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use launcher::envoy::{Envoy, EnvoyOptions};
+use launcher::pods::Pod;
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+fn parse_port(name: &str, text: &str) -> Result<u16, String> {
+    text.trim().parse().map_err(|_| format!("{name}: '{text}' is not a port"))
+}
+
+fn run() -> Result<(), String> {
+    let pod_ports: Vec<u16> =
+        env_or("POD_PORTS", "8001,8002,8003,8004").split(',').map(|p| parse_port("POD_PORTS", p)).collect::<Result<_, _>>()?;
+    let listen_port = parse_port("LISTEN_PORT", &env_or("LISTEN_PORT", "10000"))?;
+    let admin_port = parse_port("ADMIN_PORT", &env_or("ADMIN_PORT", "9901"))?;
+    let sim_args = env_or("SIM_ARGS", "");
+    let sim_args: Vec<&str> = sim_args.split_whitespace().collect();
+    let dir = launcher::paths::workspace_root().join(".run");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+
+    let mut pods = Vec::new();
+    for port in &pod_ports {
+        pods.push(Pod::start(*port, &sim_args, &dir)?);
+        println!("pod      127.0.0.1:{port}  (simulated vLLM, log .run/pod-{port}.log)");
+    }
+    let pool: Vec<String> = pods.iter().map(Pod::address).collect();
+    let options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
+    let envoy = Envoy::start(&options, &dir)?;
+    println!("envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)");
+    println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
+    if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
+        println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
+    }
+    println!();
+    println!("try:");
+    println!(
+        "  curl -si http://127.0.0.1:{listen_port}/v1/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"sim-model\",\"prompt\":\"Hello, my name is\",\"max_tokens\":16}}'"
+    );
+    println!("  (the x-served-by response header names the pod that answered)");
+    println!();
+    println!("Ctrl-C stops everything.");
+
+    let (stop_tx, stop_rx) = mpsc::channel();
+    ctrlc::set_handler(move || {
+        let _ = stop_tx.send(());
+    })
+    .map_err(|e| format!("cannot install Ctrl-C handler: {e}"))?;
+    let _ = stop_rx.recv();
+    println!("stopping envoy and {} pods", pods.len());
+    drop(envoy);
+    drop(pods);
+    Ok(())
+}
+
+fn main() {
+    if let Err(error) = run() {
+        eprintln!("wasm-epp-launch: {error}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,47 @@
+//! The docker-compose variant of the Envoy configuration, rendered from the same template
+//! as the native one so the two cannot drift: a unit test fails when the committed
+//! `envoy/compose/envoy.yaml` differs from a fresh render (`UPDATE_COMPOSE=1` rewrites it).
+
+use crate::envoy::EnvoyOptions;
+
+/// Fixed addresses on the compose network (ORIGINAL_DST needs literal IPs).
+pub const COMPOSE_PODS: [&str; 4] = ["172.28.0.11:8000", "172.28.0.12:8000", "172.28.0.13:8000", "172.28.0.14:8000"];
+
+pub fn compose_options() -> EnvoyOptions {
+    let pool: Vec<String> = COMPOSE_PODS.iter().map(|p| p.to_string()).collect();
+    let mut options = EnvoyOptions::for_pool(&pool, 10000, 9901);
+    options.listen_address = "0.0.0.0".into();
+    options.admin_address = "0.0.0.0".into();
+    options.filter_wasm = "/etc/envoy/wasm_epp_filter.wasm".into();
+    options.singleton_wasm = "/etc/envoy/wasm_epp_shared_state.wasm".into();
+    options
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compose_config_is_rendered_from_the_native_template() {
+        let template = std::fs::read_to_string(crate::paths::envoy_template()).unwrap();
+        let rendered = crate::envoy::render(&template, &compose_options());
+        let path = crate::paths::workspace_root().join("envoy/compose/envoy.yaml");
+        let header = "# GENERATED from envoy/envoy.yaml.template by the launcher crate; do not edit.\n";
+        let expected = format!("{header}{rendered}");
+        if std::env::var_os("UPDATE_COMPOSE").is_some() {
+            std::fs::write(&path, &expected).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(committed == expected, "envoy/compose/envoy.yaml is out of step: run UPDATE_COMPOSE=1 cargo test -p launcher");
+    }
+
+    #[test]
+    fn no_singleton_render_drops_the_bootstrap_extension() {
+        let template = std::fs::read_to_string(crate::paths::envoy_template()).unwrap();
+        let mut options = compose_options();
+        options.poller_config = None;
+        let rendered = crate::envoy::render(&template, &options);
+        assert!(!rendered.contains("bootstrap_extensions") && rendered.contains("envoy.filters.http.wasm"));
+        assert!(!rendered.contains("{{"), "every placeholder filled");
+    }
+}

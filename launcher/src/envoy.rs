@@ -1,0 +1,160 @@
+//! Renders `envoy/envoy.yaml.template` and runs the real Envoy binary with wasm-epp.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::http;
+use crate::process::ManagedProcess;
+
+/// Everything that differs between one local Envoy and another.
+#[derive(Debug, Clone)]
+pub struct EnvoyOptions {
+    pub admin_address: String,
+    pub listen_address: String,
+    pub listen_port: u16,
+    pub admin_port: u16,
+    /// The filter's JSON configuration (see docs/configuration.md).
+    pub filter_config: serde_json::Value,
+    /// The singleton's JSON configuration; `None` runs Envoy without the singleton.
+    pub poller_config: Option<serde_json::Value>,
+    /// Worker threads; 2 exercises the cross-worker paths on every machine.
+    pub concurrency: u32,
+    pub filter_wasm: PathBuf,
+    pub singleton_wasm: PathBuf,
+}
+
+impl EnvoyOptions {
+    /// A setup where both the filter and the singleton know `pool` statically.
+    pub fn for_pool(pool: &[String], listen_port: u16, admin_port: u16) -> Self {
+        Self {
+            admin_address: "127.0.0.1".into(),
+            listen_address: "127.0.0.1".into(),
+            listen_port,
+            admin_port,
+            filter_config: serde_json::json!({ "pool": pool }),
+            poller_config: Some(serde_json::json!({ "pool": pool, "poll_interval_ms": 100 })),
+            concurrency: 2,
+            filter_wasm: crate::paths::filter_wasm(),
+            singleton_wasm: crate::paths::singleton_wasm(),
+        }
+    }
+}
+
+/// Lines between these markers are dropped when there is no singleton.
+const SINGLETON_BEGIN: &str = "# BEGIN singleton";
+const SINGLETON_END: &str = "# END singleton";
+
+/// Fills the template's `{{NAME}}` placeholders.
+pub fn render(template: &str, options: &EnvoyOptions) -> String {
+    let mut kept = String::with_capacity(template.len());
+    let mut skipping = false;
+    for line in template.lines() {
+        if line.trim() == SINGLETON_BEGIN {
+            skipping = options.poller_config.is_none();
+            continue;
+        }
+        if line.trim() == SINGLETON_END {
+            skipping = false;
+            continue;
+        }
+        if !skipping {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    let poller = options.poller_config.as_ref().map(|c| c.to_string()).unwrap_or_default();
+    kept.replace("{{ADMIN_ADDRESS}}", &options.admin_address)
+        .replace("{{ADMIN_PORT}}", &options.admin_port.to_string())
+        .replace("{{LISTEN_ADDRESS}}", &options.listen_address)
+        .replace("{{LISTEN_PORT}}", &options.listen_port.to_string())
+        .replace("{{FILTER_WASM}}", &options.filter_wasm.display().to_string())
+        .replace("{{SINGLETON_WASM}}", &options.singleton_wasm.display().to_string())
+        .replace("{{FILTER_CONFIG}}", &options.filter_config.to_string())
+        .replace("{{POLLER_CONFIG}}", &poller)
+}
+
+pub struct Envoy {
+    process: ManagedProcess,
+    pub listen_port: u16,
+    pub admin_port: u16,
+    pub config_path: PathBuf,
+}
+
+impl Envoy {
+    /// Writes the rendered configuration into `dir`, starts Envoy, and waits until the
+    /// admin endpoint says it is live.
+    pub fn start(options: &EnvoyOptions, dir: &Path) -> Result<Self, String> {
+        let template = std::fs::read_to_string(crate::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
+        let config_path = dir.join("envoy.yaml");
+        std::fs::write(&config_path, render(&template, options)).map_err(|e| format!("write config: {e}"))?;
+        let mut command = Command::new(crate::paths::envoy_binary());
+        command
+            .arg("-c")
+            .arg(&config_path)
+            .arg("--concurrency")
+            .arg(options.concurrency.to_string())
+            .arg("--disable-hot-restart")
+            .arg("--log-level")
+            .arg("info");
+        let process = ManagedProcess::spawn("envoy", command, &dir.join("envoy.log"))?;
+        let mut envoy = Self { process, listen_port: options.listen_port, admin_port: options.admin_port, config_path };
+        let ready = crate::wait_until(Duration::from_secs(30), || {
+            envoy.process.has_exited()
+                || http::get(&envoy.admin_url("/ready"), Duration::from_secs(1)).is_ok_and(|r| r.status == 200)
+        });
+        if !ready || envoy.process.has_exited() {
+            return Err(format!("envoy did not become ready:\n{}", envoy.process.log_tail(40)));
+        }
+        Ok(envoy)
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.listen_port)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.admin_port)
+    }
+
+    /// One value from `/stats/prometheus`: `name` with an optional `{labels}` selector,
+    /// e.g. `wasm_epp_picks{pod="127_0_0_1_8001"}`. Absent stats read as `None`.
+    pub fn stat(&self, name: &str) -> Option<f64> {
+        let reply = http::get(&self.admin_url("/stats/prometheus"), Duration::from_secs(5)).ok()?;
+        reply.body.lines().find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let matches = series == name || (!name.contains('{') && series == format!("{name}{{}}"));
+            if matches {
+                value.parse().ok()
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Waits until the singleton reports `count` healthy pods.
+    pub fn wait_for_healthy_pods(&self, count: u64, timeout: Duration) -> bool {
+        crate::wait_until(timeout, || self.stat("wasm_epp_pods_healthy") == Some(count as f64))
+    }
+
+    pub fn has_exited(&mut self) -> bool {
+        self.process.has_exited()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process.log_tail(lines)
+    }
+
+    /// Reads the whole Envoy log (for checks such as "the VM never crashed").
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.process.log_path()).unwrap_or_default()
+    }
+
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+}

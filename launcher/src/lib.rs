@@ -1,0 +1,34 @@
+//! Starts and stops the pieces of a local wasm-epp setup as plain processes.
+//!
+//! No Docker engine exists on the machines this project is built on, so `make run`, the
+//! end-to-end tests and the benchmarks all start the simulated pods ([`pods`]) and the
+//! real Envoy binary ([`envoy`]) themselves on 127.0.0.1, and stop them by process id when
+//! the handle is dropped ([`process`]). [`http`] is a small blocking client for checks.
+
+#![forbid(unsafe_code)]
+
+pub mod compose;
+pub mod envoy;
+pub mod http;
+pub mod paths;
+pub mod pods;
+pub mod process;
+
+/// A free TCP port on 127.0.0.1 (the OS picks it; it is free when this returns).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
+}
+
+/// Polls `check` every 50 ms until it is true or `timeout` passes.
+pub fn wait_until(timeout: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,37 @@
+//! A stopped pod leaves the rotation within a few poll periods and returns when it does.
+
+use std::time::{Duration, Instant};
+
+use e2e::Cluster;
+
+#[test]
+fn a_stopped_pod_leaves_the_rotation_and_comes_back() {
+    let mut cluster = Cluster::start_ready("pod-failure", 3, &["--time-scale", "0"]);
+    let poll_start = cluster.envoy.stat("wasm_epp_poll_success").unwrap_or(0.0);
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs(2));
+    let polls = cluster.envoy.stat("wasm_epp_poll_success").unwrap_or(0.0) - poll_start;
+    let poll_period_ms = started.elapsed().as_millis() as f64 * 3.0 / polls.max(1.0);
+    eprintln!("MEASURED poll period per pod: {poll_period_ms:.0} ms ({polls} scrapes of 3 pods in 2 s)");
+
+    let victim = cluster.pods[0].address();
+    cluster.pods[0].kill();
+    let killed = Instant::now();
+    let left = launcher::wait_until(Duration::from_secs(5), || cluster.envoy.stat("wasm_epp_pods_healthy") == Some(2.0));
+    let removal_ms = killed.elapsed().as_millis();
+    assert!(left, "the dead pod is still counted healthy after 5 s");
+    eprintln!("MEASURED time for a killed pod to leave the rotation: {removal_ms} ms");
+
+    for i in 0..30 {
+        let reply = cluster.complete(&format!("after kill {i}"));
+        assert_eq!(reply.status, 200, "request {i} failed after the pod left: {}", reply.body);
+        assert_ne!(cluster.served_by_pool(&reply), victim);
+    }
+
+    cluster.pods[0].restart().unwrap();
+    let back = Instant::now();
+    assert!(cluster.envoy.wait_for_healthy_pods(3, Duration::from_secs(5)), "the pod did not come back");
+    eprintln!("MEASURED time for a restarted pod to rejoin: {} ms", back.elapsed().as_millis());
+    let served: Vec<String> = (0..40).map(|i| cluster.served_by_pool(&cluster.complete(&format!("back {i}")))).collect();
+    assert!(served.contains(&victim), "the restarted pod is used again");
+}

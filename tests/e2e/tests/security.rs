@@ -1,0 +1,48 @@
+//! A client can never choose the destination.
+
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2e::Cluster;
+
+/// A listening port outside the pool that counts every connection it receives.
+fn canary() -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&hits);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            counter.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    (address, hits)
+}
+
+#[test]
+fn forged_destination_headers_never_reach_a_non_pool_address() {
+    let cluster = Cluster::start_ready("forged", 2, &["--time-scale", "0"]);
+    let (canary, hits) = canary();
+    let body = r#"{"model":"sim-model","prompt":"where do I go?","max_tokens":2}"#;
+    let forgeries: Vec<Vec<(&str, &str)>> = vec![
+        vec![("x-gateway-destination-endpoint", &canary)],
+        vec![("X-Gateway-Destination-Endpoint", &canary)],
+        vec![("x-envoy-original-dst-host", &canary)],
+        vec![("x-gateway-destination-endpoint", &canary), ("x-gateway-destination-endpoint", &canary)],
+    ];
+    for headers in &forgeries {
+        let reply = cluster.post("/v1/completions", headers, body);
+        assert_eq!(reply.status, 200, "{headers:?}: {}", reply.body);
+        cluster.served_by_pool(&reply);
+        // A GET without a body is routed at the headers phase: same rule.
+        let get = launcher::http::get(&cluster.envoy.url("/v1/models"), Duration::from_secs(10)).unwrap();
+        assert_eq!(get.status, 200);
+        cluster.served_by_pool(&get);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the canary port received connections");
+    assert!(cluster.envoy.stat("wasm_epp_forged_destination_removed").unwrap_or(0.0) >= 4.0);
+}
