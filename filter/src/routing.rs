@@ -8,6 +8,7 @@
 
 use std::rc::Rc;
 
+use picker::address::PodAddress;
 use picker::config::InvalidBodyPolicy;
 use picker::inflight::InflightCounts;
 use picker::request::{parse_request, Endpoint};
@@ -67,16 +68,17 @@ impl RoutingContext {
             inflight_expiry_ms: worker.config.inflight_expiry_ms,
         };
         let route = match worker.random.try_borrow_mut() {
-            Ok(mut random) => choose(&view, &worker.config.weights, &mut random),
+            Ok(mut random) => {
+                choose(&view, &worker.config.weights, &mut random, worker.config.fallback_destinations as usize)
+            }
             Err(_) => None,
         };
         drop(cache);
-        let Some(Route { address, fail_open, .. }) = route else { return self.no_pod("no pod in the pool") };
-        if let Err(error) = hostcalls::set_map_value(
-            MapType::HttpRequestHeaders,
-            &worker.config.destination_header,
-            Some(address.as_str()),
-        ) {
+        let Some(Route { address, fallbacks, fail_open, .. }) = route else { return self.no_pod("no pod in the pool") };
+        let destination = destination_value(&address, &fallbacks);
+        if let Err(error) =
+            hostcalls::set_map_value(MapType::HttpRequestHeaders, &worker.config.destination_header, Some(&destination))
+        {
             log::error!("wasm-epp: cannot set destination header: {error:?}");
             return self.no_pod("destination header refused");
         }
@@ -103,6 +105,17 @@ impl RoutingContext {
     fn body_over_limit(&self, declared: Option<u64>) -> bool {
         declared.is_some_and(|len| len > self.worker.config.max_body_bytes)
     }
+}
+
+/// `chosen[,fallback...]`: override_host tries them in order on retries.
+fn destination_value(chosen: &PodAddress, fallbacks: &[PodAddress]) -> String {
+    let mut value = String::with_capacity(24 * (1 + fallbacks.len()));
+    value.push_str(chosen.as_str());
+    for fallback in fallbacks {
+        value.push(',');
+        value.push_str(fallback.as_str());
+    }
+    value
 }
 
 impl Context for RoutingContext {}

@@ -32,7 +32,10 @@ mod tests {
             std::fs::write(&path, &expected).unwrap();
         }
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(committed == expected, "envoy/compose/envoy.yaml is out of step: run UPDATE_COMPOSE=1 cargo test -p launcher");
+        assert!(
+            committed == expected,
+            "envoy/compose/envoy.yaml is out of step: run UPDATE_COMPOSE=1 cargo test -p launcher"
+        );
     }
 
     #[test]

@@ -7,10 +7,22 @@ use std::time::Duration;
 use crate::http;
 use crate::process::ManagedProcess;
 
+/// How the `pool` cluster follows the filter's choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterMode {
+    /// A STATIC cluster of the pool with the override_host policy (the default).
+    OverrideHost,
+    /// An ORIGINAL_DST cluster that connects to whatever the header names.
+    OriginalDst,
+}
+
 /// Everything that differs between one local Envoy and another.
 #[derive(Debug, Clone)]
 pub struct EnvoyOptions {
     pub admin_address: String,
+    pub cluster_mode: ClusterMode,
+    /// The pool's pods, for the override_host cluster's endpoints.
+    pub pool: Vec<String>,
     pub listen_address: String,
     pub listen_port: u16,
     pub admin_port: u16,
@@ -29,6 +41,8 @@ impl EnvoyOptions {
     pub fn for_pool(pool: &[String], listen_port: u16, admin_port: u16) -> Self {
         Self {
             admin_address: "127.0.0.1".into(),
+            cluster_mode: ClusterMode::OverrideHost,
+            pool: pool.to_vec(),
             listen_address: "127.0.0.1".into(),
             listen_port,
             admin_port,
@@ -39,22 +53,38 @@ impl EnvoyOptions {
             singleton_wasm: crate::paths::singleton_wasm(),
         }
     }
+
+    /// Switches to the ORIGINAL_DST cluster, which follows one address only.
+    pub fn with_original_dst(mut self) -> Self {
+        self.cluster_mode = ClusterMode::OriginalDst;
+        if let Some(config) = self.filter_config.as_object_mut() {
+            config.insert("fallback_destinations".into(), 0.into());
+        }
+        self
+    }
 }
 
-/// Lines between these markers are dropped when there is no singleton.
-const SINGLETON_BEGIN: &str = "# BEGIN singleton";
-const SINGLETON_END: &str = "# END singleton";
+/// Returns the name of a `# BEGIN name` / `# END name` marker line.
+fn marker<'a>(line: &'a str, kind: &str) -> Option<&'a str> {
+    line.trim().strip_prefix("# ")?.strip_prefix(kind)?.strip_prefix(' ')
+}
 
-/// Fills the template's `{{NAME}}` placeholders.
+/// Fills the template's placeholders and drops the sections this setup does not use.
 pub fn render(template: &str, options: &EnvoyOptions) -> String {
+    let section_on = |name: &str| match name {
+        "singleton" => options.poller_config.is_some(),
+        "override_host" => options.cluster_mode == ClusterMode::OverrideHost,
+        "original_dst" => options.cluster_mode == ClusterMode::OriginalDst,
+        _ => true,
+    };
     let mut kept = String::with_capacity(template.len());
     let mut skipping = false;
     for line in template.lines() {
-        if line.trim() == SINGLETON_BEGIN {
-            skipping = options.poller_config.is_none();
+        if let Some(name) = marker(line, "BEGIN") {
+            skipping = !section_on(name);
             continue;
         }
-        if line.trim() == SINGLETON_END {
+        if marker(line, "END").is_some() {
             skipping = false;
             continue;
         }
@@ -63,8 +93,18 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
             kept.push('\n');
         }
     }
+    let endpoints: Vec<String> = options
+        .pool
+        .iter()
+        .filter_map(|address| address.rsplit_once(':'))
+        .map(|(host, port)| {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            format!("              - endpoint: {{ address: {{ socket_address: {{ address: \"{host}\", port_value: {port} }} }} }}")
+        })
+        .collect();
     let poller = options.poller_config.as_ref().map(|c| c.to_string()).unwrap_or_default();
-    kept.replace("{{ADMIN_ADDRESS}}", &options.admin_address)
+    kept.replace("{{POOL_ENDPOINTS}}", &endpoints.join("\n"))
+        .replace("{{ADMIN_ADDRESS}}", &options.admin_address)
         .replace("{{ADMIN_PORT}}", &options.admin_port.to_string())
         .replace("{{LISTEN_ADDRESS}}", &options.listen_address)
         .replace("{{LISTEN_PORT}}", &options.listen_port.to_string())

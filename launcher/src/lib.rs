@@ -7,11 +7,13 @@
 
 #![forbid(unsafe_code)]
 
+pub mod baseline;
 pub mod compose;
 pub mod envoy;
 pub mod http;
 pub mod paths;
 pub mod pods;
+pub mod proc_stats;
 pub mod process;
 
 /// A free TCP port on 127.0.0.1 (the OS picks it; it is free when this returns).

@@ -18,7 +18,12 @@ pub struct Pod {
 impl Pod {
     /// Starts a pod on 127.0.0.1:`port` with extra simulator flags and waits for /health.
     pub fn start(port: u16, extra_args: &[&str], dir: &Path) -> Result<Self, String> {
-        let mut pod = Self { process: None, port, extra_args: extra_args.iter().map(|s| s.to_string()).collect(), dir: dir.to_path_buf() };
+        let mut pod = Self {
+            process: None,
+            port,
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            dir: dir.to_path_buf(),
+        };
         pod.restart()?;
         Ok(pod)
     }

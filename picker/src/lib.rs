@@ -10,11 +10,14 @@
 
 pub mod address;
 pub mod config;
+pub mod discovery;
 pub mod inflight;
 pub mod keys;
+pub mod lease;
 pub mod metrics_text;
 pub mod pod_table;
 pub mod poller;
+pub mod prefix;
 mod prometheus_line;
 pub mod random;
 pub mod request;

@@ -55,6 +55,8 @@ pub enum BodyError {
     Invalid(String),
     /// Valid JSON without the prompt field its endpoint needs.
     MissingPrompt(&'static str),
+    /// A prompt field of the wrong JSON type (e.g. `messages` that is not a list).
+    WrongType(&'static str),
 }
 
 impl std::fmt::Display for BodyError {
@@ -62,6 +64,7 @@ impl std::fmt::Display for BodyError {
         match self {
             Self::Invalid(reason) => write!(f, "request body is not valid JSON for this endpoint: {reason}"),
             Self::MissingPrompt(field) => write!(f, "request body has no '{field}' field"),
+            Self::WrongType(field) => write!(f, "request body field '{field}' has the wrong type"),
         }
     }
 }
@@ -71,8 +74,16 @@ pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest
     match endpoint {
         Endpoint::Completions if request.prompt.is_none() => Err(BodyError::MissingPrompt("prompt")),
         Endpoint::ChatCompletions if request.messages.is_none() => Err(BodyError::MissingPrompt("messages")),
+        _ if !raw_starts_with(request.prompt, b"\"[") => Err(BodyError::WrongType("prompt")),
+        _ if !raw_starts_with(request.messages, b"[") => Err(BodyError::WrongType("messages")),
         _ => Ok(request),
     }
+}
+
+/// A present raw value begins with one of `allowed` (absent values pass): a string or a
+/// list for `prompt`, a list for `messages`. Raw values carry no leading white space.
+fn raw_starts_with(value: Option<&RawValue>, allowed: &[u8]) -> bool {
+    value.is_none_or(|raw| raw.get().as_bytes().first().is_some_and(|b| allowed.contains(b)))
 }
 
 #[cfg(test)]

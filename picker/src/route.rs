@@ -27,13 +27,20 @@ pub struct RoutingView<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Route {
     pub address: PodAddress,
+    /// Runners-up, best first: Envoy's override_host policy retries on them in order.
+    pub fallbacks: Vec<PodAddress>,
     /// No pod had fresh, healthy data: chosen by in-flight counts alone.
     pub fail_open: bool,
     pub score: f64,
 }
 
 /// Chooses a pod, or `None` when the pool is empty (the caller answers 503).
-pub fn choose(view: &RoutingView<'_>, weights: &ScorerWeights, random: &mut TieBreaker) -> Option<Route> {
+pub fn choose(
+    view: &RoutingView<'_>,
+    weights: &ScorerWeights,
+    random: &mut TieBreaker,
+    fallbacks: usize,
+) -> Option<Route> {
     let inflight = |address: &str| view.inflight.count(address, view.now_ms, view.inflight_expiry_ms);
     let from_table: Vec<Candidate<'_>> = view
         .table
@@ -67,10 +74,16 @@ pub fn choose(view: &RoutingView<'_>, weights: &ScorerWeights, random: &mut TieB
     } else {
         from_table
     };
-    let decision = pick(&candidates, weights, random)?;
+    let decision = pick(&candidates, weights, random, fallbacks)?;
     let chosen = candidates.get(decision.index)?;
     let address = PodAddress::parse(chosen.address).ok()?;
-    Some(Route { address, fail_open: decision.fail_open, score: decision.score })
+    let fallbacks = decision
+        .fallbacks
+        .iter()
+        .filter_map(|&i| candidates.get(i))
+        .filter_map(|c| PodAddress::parse(c.address).ok())
+        .collect();
+    Some(Route { address, fallbacks, fail_open: decision.fail_open, score: decision.score })
 }
 
 #[cfg(test)]
@@ -103,10 +116,11 @@ mod tests {
         };
         let counts = InflightCounts::default();
         let fresh =
-            choose(&view(Some(&table), &[], &counts, 500), &ScorerWeights::default(), &mut TieBreaker::new(1)).unwrap();
+            choose(&view(Some(&table), &[], &counts, 500), &ScorerWeights::default(), &mut TieBreaker::new(1), 0)
+                .unwrap();
         assert_eq!((fresh.address.as_str(), fresh.fail_open), ("10.0.0.2:80", false));
         let stale =
-            choose(&view(Some(&table), &[], &counts, 5_000), &ScorerWeights::default(), &mut TieBreaker::new(1))
+            choose(&view(Some(&table), &[], &counts, 5_000), &ScorerWeights::default(), &mut TieBreaker::new(1), 0)
                 .unwrap();
         assert!(stale.fail_open, "data 5 s old is not trusted");
     }
@@ -115,8 +129,9 @@ mod tests {
     fn falls_back_to_the_configured_pool_and_never_invents_pods() {
         let pool = [PodAddress::parse("10.0.0.9:80").unwrap()];
         let counts = InflightCounts::default();
-        let route = choose(&view(None, &pool, &counts, 0), &ScorerWeights::default(), &mut TieBreaker::new(3)).unwrap();
+        let route =
+            choose(&view(None, &pool, &counts, 0), &ScorerWeights::default(), &mut TieBreaker::new(3), 1).unwrap();
         assert_eq!((route.address.as_str(), route.fail_open), ("10.0.0.9:80", true));
-        assert!(choose(&view(None, &[], &counts, 0), &ScorerWeights::default(), &mut TieBreaker::new(3)).is_none());
+        assert!(choose(&view(None, &[], &counts, 0), &ScorerWeights::default(), &mut TieBreaker::new(3), 1).is_none());
     }
 }

@@ -18,8 +18,10 @@ fn parse_port(name: &str, text: &str) -> Result<u16, String> {
 }
 
 fn run() -> Result<(), String> {
-    let pod_ports: Vec<u16> =
-        env_or("POD_PORTS", "8001,8002,8003,8004").split(',').map(|p| parse_port("POD_PORTS", p)).collect::<Result<_, _>>()?;
+    let pod_ports: Vec<u16> = env_or("POD_PORTS", "8001,8002,8003,8004")
+        .split(',')
+        .map(|p| parse_port("POD_PORTS", p))
+        .collect::<Result<_, _>>()?;
     let listen_port = parse_port("LISTEN_PORT", &env_or("LISTEN_PORT", "10000"))?;
     let admin_port = parse_port("ADMIN_PORT", &env_or("ADMIN_PORT", "9901"))?;
     let sim_args = env_or("SIM_ARGS", "");
@@ -35,7 +37,9 @@ fn run() -> Result<(), String> {
     let pool: Vec<String> = pods.iter().map(Pod::address).collect();
     let options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
     let envoy = Envoy::start(&options, &dir)?;
-    println!("envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)");
+    println!(
+        "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
+    );
     println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
     if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
         println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");

@@ -47,6 +47,10 @@ pub struct FilterConfig {
     pub invalid_body: InvalidBodyPolicy,
     /// Pod data older than this is not trusted: the pod counts as unknown.
     pub stale_after_ms: u64,
+    /// Runners-up written after the chosen pod (`ip:port,ip:port,...`) for Envoy's
+    /// override_host policy to retry on. Must be 0 with an ORIGINAL_DST cluster, which
+    /// follows a single address only.
+    pub fallback_destinations: u32,
     /// In-flight counts older than this are presumed leaked (a stream whose end was never
     /// seen) and ignored.
     pub inflight_expiry_ms: u64,
@@ -61,6 +65,7 @@ impl Default for FilterConfig {
             max_body_bytes: 4 * 1024 * 1024,
             invalid_body: InvalidBodyPolicy::Route,
             stale_after_ms: 5_000,
+            fallback_destinations: 2,
             inflight_expiry_ms: 15 * 60 * 1000,
         }
     }
@@ -82,6 +87,7 @@ impl FilterConfig {
         }
         check_range("max_body_bytes", self.max_body_bytes, 1024, 1 << 30)?;
         check_range("stale_after_ms", self.stale_after_ms, 100, 3_600_000)?;
+        check_range("fallback_destinations", u64::from(self.fallback_destinations), 0, 8)?;
         check_range("inflight_expiry_ms", self.inflight_expiry_ms, 1_000, 86_400_000)?;
         parse_pool(&self.pool)
     }

@@ -4,12 +4,15 @@ use serde::Deserialize;
 
 use super::{check_range, parse_pool};
 use crate::address::PodAddress;
+use crate::discovery::KubernetesConfig;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PollerConfig {
-    /// The pods of the pool, as literal `ip:port`.
+    /// The pods of the pool, as literal `ip:port`. Exactly one of `pool` and `kubernetes`.
     pub pool: Vec<String>,
+    /// Discover the pool from the Kubernetes API instead (see `discovery::KubernetesConfig`).
+    pub kubernetes: Option<KubernetesConfig>,
     /// An ORIGINAL_DST cluster that follows `destination_header`, used to reach each pod.
     pub metrics_cluster: String,
     pub destination_header: String,
@@ -26,6 +29,7 @@ impl Default for PollerConfig {
     fn default() -> Self {
         Self {
             pool: Vec::new(),
+            kubernetes: None,
             metrics_cluster: "wasm_epp_metrics".into(),
             destination_header: "x-gateway-destination-endpoint".into(),
             metrics_path: "/metrics".into(),
@@ -49,7 +53,14 @@ impl PollerConfig {
         check_range("timeout_ms", self.timeout_ms, 10, 60_000)?;
         check_range("unhealthy_after_failures", u64::from(self.unhealthy_after_failures), 1, 100)?;
         check_range("max_metrics_bytes", self.max_metrics_bytes, 1024, 64 * 1024 * 1024)?;
-        parse_pool(&self.pool)
+        let pool = parse_pool(&self.pool)?;
+        // The initial pool: the static one, or empty until the first list arrives.
+        match (&self.kubernetes, pool.is_empty()) {
+            (Some(kubernetes), true) => kubernetes.validate().map(|_| pool),
+            (None, false) => Ok(pool),
+            (Some(_), false) => Err("set one of pool and kubernetes, not both".into()),
+            (None, true) => Err("the pool is empty: set pool (ip:port list) or kubernetes".into()),
+        }
     }
 }
 
@@ -66,5 +77,19 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("localhost"));
         let bad: PollerConfig = parse_json(br#"{"poll_interval_ms": 1}"#).unwrap();
         assert!(bad.validate().unwrap_err().contains("poll_interval_ms"));
+    }
+
+    #[test]
+    fn exactly_one_of_pool_and_kubernetes() {
+        let kubernetes = r#""kubernetes": {"namespace": "llm", "label_selector": "app=vllm", "target_port": 8000}"#;
+        let ok: PollerConfig = parse_json(format!("{{{kubernetes}}}").as_bytes()).unwrap();
+        assert_eq!(ok.validate().unwrap(), vec![], "the pool starts empty and is discovered");
+        let both: PollerConfig =
+            parse_json(format!(r#"{{"pool": ["10.0.0.1:80"], {kubernetes}}}"#).as_bytes()).unwrap();
+        assert!(both.validate().unwrap_err().contains("not both"));
+        let neither: PollerConfig = parse_json(b"").unwrap();
+        assert!(neither.validate().unwrap_err().contains("kubernetes"));
+        let bad: PollerConfig = parse_json(br#"{"kubernetes": {"namespace": "llm"}}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("exactly one of label_selector"));
     }
 }

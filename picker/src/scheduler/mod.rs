@@ -39,10 +39,18 @@ pub struct Decision {
     pub fail_open: bool,
     /// How many candidates were tied at the best score.
     pub tied: usize,
+    /// Next-best candidates, best first, for Envoy to retry on when the first choice
+    /// cannot be reached (override_host follows a comma-separated list in order).
+    pub fallbacks: Vec<usize>,
 }
 
-/// Picks one candidate, or `None` when there is none at all.
-pub fn pick(candidates: &[Candidate<'_>], weights: &ScorerWeights, random: &mut TieBreaker) -> Option<Decision> {
+/// Picks one candidate and up to `fallbacks` runners-up, or `None` when there is none at all.
+pub fn pick(
+    candidates: &[Candidate<'_>],
+    weights: &ScorerWeights,
+    random: &mut TieBreaker,
+    fallbacks: usize,
+) -> Option<Decision> {
     let usable: Vec<usize> = (0..candidates.len()).filter(|&i| candidates.get(i).is_some_and(|c| c.usable)).collect();
     let fail_open = usable.is_empty();
     let eligible: Vec<&Candidate<'_>> = if fail_open {
@@ -75,8 +83,16 @@ pub fn pick(candidates: &[Candidate<'_>], weights: &ScorerWeights, random: &mut 
     let tied: Vec<usize> =
         (0..totals.len()).filter(|&i| totals.get(i).is_some_and(|&t| best - t <= TIE_EPSILON)).collect();
     let chosen = *tied.get(random.below(tied.len()))?;
-    let index = if fail_open { chosen } else { *usable.get(chosen)? };
-    Some(Decision { index, score: best, fail_open, tied: tied.len() })
+    let to_candidate =
+        |eligible_index: usize| if fail_open { Some(eligible_index) } else { usable.get(eligible_index).copied() };
+    let index = to_candidate(chosen)?;
+    let mut runners_up: Vec<usize> = (0..totals.len()).filter(|&i| i != chosen).collect();
+    runners_up.sort_by(|&a, &b| {
+        let (a, b) = (totals.get(a).copied().unwrap_or(0.0), totals.get(b).copied().unwrap_or(0.0));
+        b.total_cmp(&a)
+    });
+    let fallbacks = runners_up.into_iter().take(fallbacks).filter_map(to_candidate).collect();
+    Some(Decision { index, score: best, fail_open, tied: tied.len(), fallbacks })
 }
 
 #[cfg(test)]
@@ -88,7 +104,7 @@ mod tests {
     }
 
     fn pick_address<'a>(pods: &[Candidate<'a>], seed: u64) -> (&'a str, bool) {
-        let decision = pick(pods, &ScorerWeights::default(), &mut TieBreaker::new(seed)).unwrap();
+        let decision = pick(pods, &ScorerWeights::default(), &mut TieBreaker::new(seed), 0).unwrap();
         (pods[decision.index].address, decision.fail_open)
     }
 
@@ -104,7 +120,7 @@ mod tests {
     fn in_flight_requests_spread_a_burst() {
         let mut pods = vec![pod("a", 0.0, 0.1, 0), pod("b", 0.0, 0.1, 0), pod("c", 0.0, 0.1, 0), pod("d", 0.0, 0.1, 0)];
         for seed in 0..8 {
-            let decision = pick(&pods, &ScorerWeights::default(), &mut TieBreaker::new(seed)).unwrap();
+            let decision = pick(&pods, &ScorerWeights::default(), &mut TieBreaker::new(seed), 0).unwrap();
             pods[decision.index].inflight += 1;
         }
         assert!(pods.iter().all(|p| p.inflight == 2), "{pods:?}");
@@ -124,6 +140,15 @@ mod tests {
         assert_eq!(pick_address(&pods, 1), ("b", false));
         pods[1].usable = false;
         assert_eq!(pick_address(&pods, 1), ("a", true), "fail open by in-flight only");
-        assert!(pick(&[], &ScorerWeights::default(), &mut TieBreaker::new(0)).is_none());
+        assert!(pick(&[], &ScorerWeights::default(), &mut TieBreaker::new(0), 2).is_none());
+    }
+
+    #[test]
+    fn fallbacks_are_the_next_best_usable_pods_in_order() {
+        let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 10.0, 0.1, 0), pod("c", 5.0, 0.1, 0), pod("d", 0.0, 0.1, 0)];
+        pods[3].usable = false;
+        let decision = pick(&pods, &ScorerWeights::default(), &mut TieBreaker::new(1), 3).unwrap();
+        assert_eq!(decision.index, 0);
+        assert_eq!(decision.fallbacks, vec![2, 1], "c before b; d is not usable");
     }
 }

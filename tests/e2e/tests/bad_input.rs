@@ -3,11 +3,14 @@
 
 use e2e::Cluster;
 
+/// Path, extra headers, body.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, String);
+
 #[test]
 fn malformed_bodies_are_routed_and_the_vm_survives() {
     let cluster = Cluster::start_ready("bad-input", 2, &["--time-scale", "0"]);
     let deep = format!("{{\"prompt\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000));
-    let cases: Vec<(&str, Vec<(&str, &str)>, String)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("/v1/completions", vec![], "{\"model\": \"sim-model\", \"prompt\": ".into()),
         ("/v1/completions", vec![], String::new()),
         ("/v1/completions", vec![("content-type", "text/plain")], "just words".into()),

@@ -24,7 +24,8 @@ fn no_singleton_at_all_fails_open_to_the_configured_pool() {
     let cluster = Cluster::start("fail-open-no-singleton", 2, &["--time-scale", "0"], |options| {
         options.poller_config = None;
     });
-    let served: Vec<String> = (0..20).map(|i| cluster.served_by_pool(&cluster.complete(&format!("alone {i}")))).collect();
+    let served: Vec<String> =
+        (0..20).map(|i| cluster.served_by_pool(&cluster.complete(&format!("alone {i}")))).collect();
     assert_eq!(e2e::tally(served.iter().map(String::as_str)).len(), 2, "both pods used");
     assert!(cluster.envoy.stat("wasm_epp_fail_open").unwrap_or(0.0) >= 20.0);
 }

@@ -6,7 +6,8 @@ use e2e::Cluster;
 
 #[test]
 fn a_stopped_pod_leaves_the_rotation_and_comes_back() {
-    let mut cluster = Cluster::start_ready("pod-failure", 3, &["--time-scale", "0"]);
+    let mut owned = Cluster::start_ready("pod-failure", 3, &["--time-scale", "0"]);
+    let cluster = &mut owned;
     let poll_start = cluster.envoy.stat("wasm_epp_poll_success").unwrap_or(0.0);
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
@@ -17,8 +18,23 @@ fn a_stopped_pod_leaves_the_rotation_and_comes_back() {
     let victim = cluster.pods[0].address();
     cluster.pods[0].kill();
     let killed = Instant::now();
-    let left = launcher::wait_until(Duration::from_secs(5), || cluster.envoy.stat("wasm_epp_pods_healthy") == Some(2.0));
-    let removal_ms = killed.elapsed().as_millis();
+    let shared = &*cluster;
+    let (left, removal_ms) = std::thread::scope(|scope| {
+        // Before the singleton notices, Envoy retries connection failures on the filter's
+        // fallback choices (override_host): no request is lost to the dead pod.
+        let requests = scope.spawn(|| {
+            for i in 0..10 {
+                let reply = shared.complete(&format!("right after kill {i}"));
+                assert_eq!(reply.status, 200, "request {i} right after the kill failed: {}", reply.body);
+                assert_ne!(shared.served_by_pool(&reply), victim);
+            }
+        });
+        let left =
+            launcher::wait_until(Duration::from_secs(5), || shared.envoy.stat("wasm_epp_pods_healthy") == Some(2.0));
+        let removal_ms = killed.elapsed().as_millis();
+        requests.join().unwrap();
+        (left, removal_ms)
+    });
     assert!(left, "the dead pod is still counted healthy after 5 s");
     eprintln!("MEASURED time for a killed pod to leave the rotation: {removal_ms} ms");
 
@@ -28,10 +44,11 @@ fn a_stopped_pod_leaves_the_rotation_and_comes_back() {
         assert_ne!(cluster.served_by_pool(&reply), victim);
     }
 
-    cluster.pods[0].restart().unwrap();
     let back = Instant::now();
+    cluster.pods[0].restart().unwrap();
     assert!(cluster.envoy.wait_for_healthy_pods(3, Duration::from_secs(5)), "the pod did not come back");
     eprintln!("MEASURED time for a restarted pod to rejoin: {} ms", back.elapsed().as_millis());
-    let served: Vec<String> = (0..40).map(|i| cluster.served_by_pool(&cluster.complete(&format!("back {i}")))).collect();
+    let served: Vec<String> =
+        (0..40).map(|i| cluster.served_by_pool(&cluster.complete(&format!("back {i}")))).collect();
     assert!(served.contains(&victim), "the restarted pod is used again");
 }

@@ -7,7 +7,8 @@ use e2e::{tally, Cluster};
 #[test]
 fn sequential_requests_spread_over_every_pod() {
     let cluster = Cluster::start_ready("spread", 4, &["--time-scale", "0"]);
-    let served: Vec<String> = (0..60).map(|i| cluster.served_by_pool(&cluster.complete(&format!("hello {i}")))).collect();
+    let served: Vec<String> =
+        (0..60).map(|i| cluster.served_by_pool(&cluster.complete(&format!("hello {i}")))).collect();
     let counts = tally(served.iter().map(String::as_str));
     assert_eq!(counts.len(), 4, "every pod serves some: {counts:?}");
     assert!(counts.values().all(|&n| n >= 5), "ties break at random, not by order: {counts:?}");

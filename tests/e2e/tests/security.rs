@@ -23,15 +23,29 @@ fn canary() -> (String, Arc<AtomicUsize>) {
 }
 
 #[test]
-fn forged_destination_headers_never_reach_a_non_pool_address() {
-    let cluster = Cluster::start_ready("forged", 2, &["--time-scale", "0"]);
+fn forged_destination_headers_never_reach_a_non_pool_address_override_host() {
+    let cluster = Cluster::start("forged-override-host", 2, &["--time-scale", "0"], |_| {});
+    assert_forgeries_fail(&cluster);
+}
+
+#[test]
+fn forged_destination_headers_never_reach_a_non_pool_address_original_dst() {
+    let cluster = Cluster::start("forged-original-dst", 2, &["--time-scale", "0"], |options| {
+        *options = options.clone().with_original_dst();
+    });
+    assert_forgeries_fail(&cluster);
+}
+
+fn assert_forgeries_fail(cluster: &Cluster) {
     let (canary, hits) = canary();
     let body = r#"{"model":"sim-model","prompt":"where do I go?","max_tokens":2}"#;
+    let list = format!("{canary},{canary}");
     let forgeries: Vec<Vec<(&str, &str)>> = vec![
         vec![("x-gateway-destination-endpoint", &canary)],
         vec![("X-Gateway-Destination-Endpoint", &canary)],
         vec![("x-envoy-original-dst-host", &canary)],
         vec![("x-gateway-destination-endpoint", &canary), ("x-gateway-destination-endpoint", &canary)],
+        vec![("x-gateway-destination-endpoint", &list)],
     ];
     for headers in &forgeries {
         let reply = cluster.post("/v1/completions", headers, body);

@@ -1,0 +1,538 @@
+//! Which pods probably hold which prompt blocks: one worker's replica of the prefix index.
+//!
+//! An entry says "pod P holds block hash H". Each pod's entries are bounded by its real KV
+//! capacity in blocks and evicted least recently used first, as the engine evicts; all entries
+//! together are bounded by `max_entries`, evicting the globally oldest. A pod is known under an
+//! epoch: a different epoch means it restarted with an empty cache, so its entries are void.
+//!
+//! Layout, chosen so every operation is O(1) per block with no lazy garbage:
+//! - a slab of slots `(hash, pod, 4 links)`: 32 bytes each. Every slot is on two intrusive
+//!   doubly-linked recency lists, its pod's and the global one, so a touch moves it to the front
+//!   of both and eviction pops a back, with no timestamps to compare and no compaction.
+//! - a `HashTable<u32>` of slot ids keyed by `(hash, pod)`: 4 bytes plus 1 control byte per
+//!   bucket. Buckets are a power of two at most 7/8 full, and under steady churn hashbrown
+//!   doubles the table once more to make room for tombstones: 1.14 to 4.6 buckets per entry.
+//!
+//! So one entry costs 38 to 55 bytes, and the index at most about `max_entries × 56` bytes plus
+//! ~100 bytes per pod ([`PrefixIndex::approx_bytes`] measures it). A lookup for one pod walks its
+//! leading blocks until the first miss, so matching a request against many pods costs one probe
+//! per pod plus one per block each pod actually holds: O(pods + blocks × matching pods).
+
+use hashbrown::{HashMap, HashTable};
+
+use crate::pod_table::MAX_PODS;
+
+/// Entries at most, whatever the configuration says: 16M entries are ~700 MB per worker, far
+/// past any sane setting, and keep slot ids in a `u32` with room for [`NIL`].
+pub const MAX_ENTRIES_LIMIT: usize = 1 << 24;
+
+/// "No slot": the end of a list.
+const NIL: u32 = u32::MAX;
+
+/// Mixes the pod into a block hash for the table. Block hashes are already uniform (xxh3), so a
+/// multiply-xor is all the table needs.
+fn key_hash(hash: u64, pod: u16) -> u64 {
+    hash ^ u64::from(pod).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// One entry, on its pod's recency list and on the global one (front = most recent).
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    hash: u64,
+    pod: u16,
+    pod_newer: u32,
+    pod_older: u32,
+    newer: u32,
+    /// Also links the free list while the slot is unused.
+    older: u32,
+}
+
+/// Ends of a doubly-linked recency list.
+#[derive(Debug, Clone, Copy)]
+struct Ends {
+    newest: u32,
+    oldest: u32,
+}
+
+const EMPTY: Ends = Ends { newest: NIL, oldest: NIL };
+
+#[derive(Debug, Clone)]
+struct Pod {
+    address: Box<str>,
+    epoch: u32,
+    len: usize,
+    list: Ends,
+    /// When the pod was last recorded, to reclaim the stalest pod id when all are taken.
+    last_record: u64,
+}
+
+/// The prefix index of one worker. See the module doc for its layout and cost.
+#[derive(Debug)]
+pub struct PrefixIndex {
+    max_entries: usize,
+    slots: Vec<Slot>,
+    free: u32,
+    table: HashTable<u32>,
+    global: Ends,
+    len: usize,
+    pods: Vec<Option<Pod>>,
+    pod_ids: HashMap<Box<str>, u16>,
+    records: u64,
+}
+
+impl PrefixIndex {
+    /// An empty index holding at most `max_entries` (clamped to 1..=[`MAX_ENTRIES_LIMIT`]).
+    /// Memory grows with use, never past the bound.
+    pub fn new(max_entries: usize) -> Self {
+        Self {
+            max_entries: max_entries.clamp(1, MAX_ENTRIES_LIMIT),
+            slots: Vec::new(),
+            free: NIL,
+            table: HashTable::new(),
+            global: EMPTY,
+            len: 0,
+            pods: Vec::new(),
+            pod_ids: HashMap::new(),
+            records: 0,
+        }
+    }
+
+    /// Entries held, over all pods.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn max_entries(&self) -> usize {
+        self.max_entries
+    }
+
+    /// Entries held for `pod`.
+    pub fn pod_len(&self, pod: &str) -> usize {
+        self.pod(pod).map_or(0, |(_, p)| p.len)
+    }
+
+    /// Pods the index knows, with or without entries.
+    pub fn pod_count(&self) -> usize {
+        self.pod_ids.len()
+    }
+
+    /// Heap bytes in use now (slab, table, pod records), to report as a gauge.
+    pub fn approx_bytes(&self) -> usize {
+        let addresses: usize = self.pod_ids.keys().map(|a| a.len() * 2).sum();
+        self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.table.allocation_size()
+            + self.pods.capacity() * std::mem::size_of::<Option<Pod>>()
+            + self.pod_ids.allocation_size()
+            + addresses
+    }
+
+    /// Records that `pod` (under `epoch`) now holds the chain `hashes`. Its first
+    /// `pod_capacity_blocks` blocks are touched, last block first, so the chain's first block is
+    /// the most recent and a later eviction takes the tail of a chain before its head, as vLLM
+    /// does. Returns false if the pod could not be given an id (an empty address).
+    pub fn record(&mut self, pod: &str, epoch: u32, hashes: &[u64], pod_capacity_blocks: usize) -> bool {
+        let Some(id) = self.intern(pod, epoch) else { return false };
+        self.records += 1;
+        let capacity = pod_capacity_blocks.clamp(1, self.max_entries);
+        if let Some(Some(entry)) = self.pods.get_mut(usize::from(id)) {
+            entry.last_record = self.records;
+        }
+        // The capacity may have shrunk since the last record: trim to it first.
+        while self.pod_len_by_id(id) > capacity {
+            self.evict_oldest_of(id);
+        }
+        let hashes = hashes.get(..capacity).unwrap_or(hashes);
+        for &hash in hashes.iter().rev() {
+            if let Some(slot) = self.find(hash, id) {
+                self.touch(slot);
+                continue;
+            }
+            // Each check evicts at most one: the count only grew by one since it last held.
+            if self.pod_len_by_id(id) >= capacity {
+                self.evict_oldest_of(id);
+            }
+            if self.len >= self.max_entries {
+                self.evict_globally_oldest();
+            }
+            self.insert(hash, id);
+        }
+        true
+    }
+
+    /// How many leading blocks of `hashes` `pod` holds under `epoch` (0 if it restarted since).
+    pub fn matched_blocks(&self, hashes: &[u64], pod: &str, epoch: u32) -> usize {
+        match self.pod(pod) {
+            Some((id, entry)) if entry.epoch == epoch => {
+                hashes.iter().take_while(|&&h| self.find(h, id).is_some()).count()
+            }
+            _ => 0,
+        }
+    }
+
+    /// [`Self::matched_blocks`] for each of `pods` (address, epoch), into `out` (cleared first),
+    /// in the same order. One probe per pod plus one per block a pod holds.
+    pub fn matched_blocks_each(&self, hashes: &[u64], pods: &[(&str, u32)], out: &mut Vec<usize>) {
+        out.clear();
+        if self.is_empty() || hashes.is_empty() {
+            out.resize(pods.len(), 0);
+            return;
+        }
+        out.extend(pods.iter().map(|&(pod, epoch)| self.matched_blocks(hashes, pod, epoch)));
+    }
+
+    /// Drops everything held for `pod` (it left the pool) and frees its id. Returns the
+    /// number of entries dropped.
+    pub fn flush_pod(&mut self, pod: &str) -> usize {
+        let Some(id) = self.pod_ids.remove(pod) else { return 0 };
+        let dropped = self.pod_len_by_id(id);
+        self.clear_pod(id);
+        if let Some(slot) = self.pods.get_mut(usize::from(id)) {
+            *slot = None;
+        }
+        dropped
+    }
+
+    /// Flushes every pod for which `keep` says false, e.g. pods no longer in the pod table.
+    pub fn retain_pods(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        let gone: Vec<Box<str>> = self.pod_ids.keys().filter(|a| !keep(a)).cloned().collect();
+        for pod in gone {
+            self.flush_pod(&pod);
+        }
+    }
+
+    fn pod(&self, pod: &str) -> Option<(u16, &Pod)> {
+        let id = *self.pod_ids.get(pod)?;
+        Some((id, self.pods.get(usize::from(id))?.as_ref()?))
+    }
+
+    fn pod_len_by_id(&self, id: u16) -> usize {
+        self.pods.get(usize::from(id)).and_then(Option::as_ref).map_or(0, |p| p.len)
+    }
+
+    /// The pod's id, made if new; a different epoch voids what it held.
+    fn intern(&mut self, pod: &str, epoch: u32) -> Option<u16> {
+        if pod.is_empty() {
+            return None;
+        }
+        if let Some(&id) = self.pod_ids.get(pod) {
+            let stale = self.pods.get(usize::from(id)).and_then(Option::as_ref).is_some_and(|p| p.epoch != epoch);
+            if stale {
+                self.clear_pod(id);
+                if let Some(Some(entry)) = self.pods.get_mut(usize::from(id)) {
+                    entry.epoch = epoch;
+                }
+            }
+            return Some(id);
+        }
+        let id = match self.pods.iter().position(Option::is_none) {
+            Some(free) => free,
+            None if self.pods.len() < MAX_PODS => {
+                self.pods.push(None);
+                self.pods.len() - 1
+            }
+            None => {
+                // Every id is taken: the pool churned through MAX_PODS addresses. Reclaim the
+                // id of the pod recorded longest ago; it is most likely gone.
+                let stalest = self.pods.iter().flatten().min_by_key(|p| p.last_record)?.address.clone();
+                self.flush_pod(&stalest);
+                self.pods.iter().position(Option::is_none)?
+            }
+        };
+        let short_id = u16::try_from(id).ok()?;
+        let address: Box<str> = pod.into();
+        *self.pods.get_mut(id)? =
+            Some(Pod { address: address.clone(), epoch, len: 0, list: EMPTY, last_record: self.records });
+        self.pod_ids.insert(address, short_id);
+        Some(short_id)
+    }
+
+    fn find(&self, hash: u64, pod: u16) -> Option<u32> {
+        let slots = &self.slots;
+        let same = |&i: &u32| slots.get(i as usize).is_some_and(|s| s.hash == hash && s.pod == pod);
+        self.table.find(key_hash(hash, pod), same).copied()
+    }
+
+    fn insert(&mut self, hash: u64, pod: u16) {
+        let slot = Slot { hash, pod, pod_newer: NIL, pod_older: NIL, newer: NIL, older: NIL };
+        let id = if self.free != NIL {
+            let id = self.free;
+            self.free = self.slots.get(id as usize).map_or(NIL, |s| s.older);
+            if let Some(free) = self.slots.get_mut(id as usize) {
+                *free = slot;
+            }
+            id
+        } else {
+            let Ok(id) = u32::try_from(self.slots.len()) else { return };
+            if self.slots.len() == self.slots.capacity() {
+                // Double as a Vec would, but never past the bound.
+                let room = self.max_entries.saturating_sub(self.slots.len());
+                self.slots.reserve_exact(self.slots.len().max(64).min(room).max(1));
+            }
+            self.slots.push(slot);
+            id
+        };
+        let slots = &self.slots;
+        self.table
+            .insert_unique(key_hash(hash, pod), id, |&i| slots.get(i as usize).map_or(0, |s| key_hash(s.hash, s.pod)));
+        self.link_front(id);
+        self.len += 1;
+        if let Some(Some(entry)) = self.pods.get_mut(usize::from(pod)) {
+            entry.len += 1;
+        }
+    }
+
+    fn remove(&mut self, id: u32) {
+        let Some(slot) = self.slots.get(id as usize).copied() else { return };
+        if let Ok(entry) = self.table.find_entry(key_hash(slot.hash, slot.pod), |&i| i == id) {
+            entry.remove();
+        }
+        self.unlink(id);
+        if let Some(free) = self.slots.get_mut(id as usize) {
+            free.older = self.free;
+        }
+        self.free = id;
+        self.len = self.len.saturating_sub(1);
+        if let Some(Some(entry)) = self.pods.get_mut(usize::from(slot.pod)) {
+            entry.len = entry.len.saturating_sub(1);
+        }
+    }
+
+    fn touch(&mut self, id: u32) {
+        self.unlink(id);
+        self.link_front(id);
+    }
+
+    fn evict_oldest_of(&mut self, pod: u16) {
+        let oldest = self.pods.get(usize::from(pod)).and_then(Option::as_ref).map_or(NIL, |p| p.list.oldest);
+        if oldest != NIL {
+            self.remove(oldest);
+        }
+    }
+
+    fn evict_globally_oldest(&mut self) {
+        if self.global.oldest != NIL {
+            self.remove(self.global.oldest);
+        }
+    }
+
+    /// Removes all of a pod's entries, walking its own list: O(its entries).
+    fn clear_pod(&mut self, pod: u16) {
+        loop {
+            let oldest = self.pods.get(usize::from(pod)).and_then(Option::as_ref).map_or(NIL, |p| p.list.oldest);
+            if oldest == NIL {
+                break;
+            }
+            self.remove(oldest);
+        }
+    }
+
+    /// Puts a detached slot at the front of its pod's list and of the global list.
+    fn link_front(&mut self, id: u32) {
+        let Some(slot) = self.slots.get(id as usize).copied() else { return };
+        let Some(Some(pod)) = self.pods.get_mut(usize::from(slot.pod)) else { return };
+        let (pod_next, next) = (pod.list.newest, self.global.newest);
+        pod.list.newest = id;
+        if pod.list.oldest == NIL {
+            pod.list.oldest = id;
+        }
+        self.global.newest = id;
+        if self.global.oldest == NIL {
+            self.global.oldest = id;
+        }
+        if let Some(s) = self.slots.get_mut(id as usize) {
+            (s.pod_newer, s.pod_older, s.newer, s.older) = (NIL, pod_next, NIL, next);
+        }
+        if let Some(s) = self.slots.get_mut(pod_next as usize) {
+            s.pod_newer = id;
+        }
+        if let Some(s) = self.slots.get_mut(next as usize) {
+            s.newer = id;
+        }
+    }
+
+    /// Takes a slot off both of its lists.
+    fn unlink(&mut self, id: u32) {
+        let Some(slot) = self.slots.get(id as usize).copied() else { return };
+        match self.slots.get_mut(slot.pod_newer as usize) {
+            Some(s) => s.pod_older = slot.pod_older,
+            None => {
+                if let Some(Some(pod)) = self.pods.get_mut(usize::from(slot.pod)) {
+                    pod.list.newest = slot.pod_older;
+                }
+            }
+        }
+        match self.slots.get_mut(slot.pod_older as usize) {
+            Some(s) => s.pod_newer = slot.pod_newer,
+            None => {
+                if let Some(Some(pod)) = self.pods.get_mut(usize::from(slot.pod)) {
+                    pod.list.oldest = slot.pod_newer;
+                }
+            }
+        }
+        match self.slots.get_mut(slot.newer as usize) {
+            Some(s) => s.older = slot.older,
+            None => self.global.newest = slot.older,
+        }
+        match self.slots.get_mut(slot.older as usize) {
+            Some(s) => s.newer = slot.newer,
+            None => self.global.oldest = slot.newer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Walks every list and checks it against the counts and the bounds.
+    fn check(index: &PrefixIndex, capacity: usize) {
+        let mut seen = 0;
+        let mut at = index.global.newest;
+        while at != NIL {
+            let slot = index.slots[at as usize];
+            assert_eq!(index.find(slot.hash, slot.pod), Some(at));
+            at = slot.older;
+            seen += 1;
+            assert!(seen <= index.len);
+        }
+        assert_eq!(seen, index.len);
+        assert_eq!(index.table.len(), index.len);
+        assert!(index.len <= index.max_entries);
+        assert!(index.slots.capacity() <= index.max_entries);
+        let mut per_pod = 0;
+        for pod in index.pods.iter().flatten() {
+            let mut at = pod.list.newest;
+            let mut count = 0;
+            while at != NIL {
+                at = index.slots[at as usize].pod_older;
+                count += 1;
+            }
+            assert_eq!(count, pod.len);
+            assert!(pod.len <= capacity);
+            per_pod += count;
+        }
+        assert_eq!(per_pod, index.len);
+    }
+
+    fn pod(i: usize) -> String {
+        format!("10.0.{}.{}:8000", i / 250, i % 250)
+    }
+
+    #[test]
+    fn chain_semantics_stop_at_the_first_missing_block() {
+        let mut index = PrefixIndex::new(1000);
+        index.record("a:1", 0, &[1, 2, 3, 4], 100);
+        index.record("b:1", 0, &[1, 2], 100);
+        index.record("c:1", 0, &[2, 3, 4], 100);
+        let mut out = vec![9];
+        index.matched_blocks_each(&[1, 2, 3, 9], &[("a:1", 0), ("b:1", 0), ("c:1", 0), ("d:1", 0)], &mut out);
+        assert_eq!(out, vec![3, 2, 0, 0]);
+        assert_eq!(index.matched_blocks(&[], "a:1", 0), 0);
+        check(&index, 100);
+    }
+
+    #[test]
+    fn pod_lru_evicts_oldest_first_and_chain_tails_first() {
+        let mut index = PrefixIndex::new(1000);
+        index.record("a:1", 0, &[1, 2, 3], 4);
+        index.record("a:1", 0, &[10, 11], 4);
+        // Full at 4 with 5 wanted: the oldest is chain [1,2,3]'s tail, block 3.
+        assert_eq!(index.pod_len("a:1"), 4);
+        assert_eq!(index.matched_blocks(&[1, 2, 3], "a:1", 0), 2);
+        index.record("a:1", 0, &[1], 4); // Touch 1: now 2 is the oldest.
+        index.record("a:1", 0, &[20], 4);
+        assert_eq!(index.matched_blocks(&[1, 2], "a:1", 0), 1);
+        assert_eq!(index.matched_blocks(&[10, 11], "a:1", 0), 2);
+        index.record("a:1", 0, &[30, 31, 32, 33, 34, 35], 2);
+        assert_eq!(index.pod_len("a:1"), 2, "a smaller capacity trims the pod");
+        assert_eq!(index.matched_blocks(&[30, 31, 32], "a:1", 0), 2);
+        check(&index, 4);
+    }
+
+    #[test]
+    fn global_bound_evicts_the_globally_oldest() {
+        let mut index = PrefixIndex::new(3);
+        index.record("a:1", 0, &[1, 2], 10);
+        index.record("b:1", 0, &[5], 10);
+        index.record("b:1", 0, &[6], 10);
+        assert_eq!(index.len(), 3);
+        assert_eq!(index.matched_blocks(&[1, 2], "a:1", 0), 1, "a's block 2 was the oldest");
+        assert_eq!(index.matched_blocks(&[5], "b:1", 0), 1);
+        check(&index, 10);
+    }
+
+    #[test]
+    fn a_new_epoch_voids_and_flush_forgets() {
+        let mut index = PrefixIndex::new(100);
+        index.record("a:1", 1, &[1, 2], 10);
+        assert_eq!(index.matched_blocks(&[1, 2], "a:1", 2), 0, "queried under a newer epoch");
+        index.record("a:1", 2, &[7], 10);
+        assert_eq!(index.matched_blocks(&[1, 2], "a:1", 1), 0);
+        assert_eq!(index.matched_blocks(&[1, 2], "a:1", 2), 0);
+        assert_eq!(index.matched_blocks(&[7], "a:1", 2), 1);
+        index.record("b:1", 0, &[1], 10);
+        assert_eq!(index.flush_pod("a:1"), 1);
+        assert_eq!((index.pod_len("a:1"), index.len(), index.pod_count()), (0, 1, 1));
+        index.retain_pods(|a| a != "b:1");
+        assert!(index.is_empty() && index.pod_count() == 0);
+        check(&index, 10);
+    }
+
+    #[test]
+    fn many_pods_reuse_ids_and_share_blocks() {
+        let mut index = PrefixIndex::new(100_000);
+        let pods: Vec<String> = (0..MAX_PODS + 200).map(pod).collect();
+        for (i, address) in pods.iter().enumerate() {
+            assert!(index.record(address, 0, &[1, 2, i as u64 + 100], 10));
+        }
+        assert_eq!(index.pod_count(), MAX_PODS, "the stalest pods' ids were reclaimed");
+        assert_eq!(index.matched_blocks(&[1, 2], &pods[0], 0), 0);
+        let last = &pods[MAX_PODS + 199];
+        assert_eq!(index.matched_blocks(&[1, 2, MAX_PODS as u64 + 299], last, 0), 3);
+        let queries: Vec<(&str, u32)> = pods.iter().map(|p| (p.as_str(), 0)).collect();
+        let mut out = Vec::new();
+        index.matched_blocks_each(&[1, 2, 3], &queries, &mut out);
+        assert_eq!(out.iter().filter(|&&n| n == 2).count(), MAX_PODS);
+        assert!(!index.record("", 0, &[1], 10));
+        check(&index, 10);
+    }
+
+    #[test]
+    fn bounds_hold_under_a_million_random_inserts() {
+        let (max_entries, capacity) = (50_000, 2_000);
+        let mut index = PrefixIndex::new(max_entries);
+        let pods: Vec<String> = (0..64).map(pod).collect();
+        let mut state = 0x1234_5678_9abc_def0u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut chain = Vec::new();
+        let mut inserted = 0;
+        while inserted < 1_000_000 {
+            let pod = &pods[(next() % 64) as usize];
+            chain.clear();
+            // Chains often share a hot prefix, as real prompts do.
+            let shared = next() % 8;
+            chain.extend((0..shared).map(|i| i + 1));
+            chain.extend((0..next() % 100).map(|_| next()));
+            let epoch = u32::from(next() % 1000 == 0);
+            index.record(pod, epoch, &chain, capacity);
+            inserted += chain.len();
+            assert!(index.len() <= max_entries);
+            if inserted % 97 == 0 {
+                check(&index, capacity);
+            }
+        }
+        check(&index, capacity);
+        assert!(index.len() > max_entries / 2);
+        // 32-byte slots plus 5 bytes per table bucket, at 1.14 to 4.6 buckets per entry.
+        assert!(index.approx_bytes() <= max_entries * 56 + 64 * 200, "{}", index.approx_bytes());
+    }
+}
