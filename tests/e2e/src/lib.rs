@@ -5,8 +5,6 @@
 //! which builds the `.wasm` modules, the simulator and installs Envoy first.
 
 #![forbid(unsafe_code)]
-// Test support: a failed set-up is a failed test, so panicking with context is the point.
-#![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
