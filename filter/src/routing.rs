@@ -30,11 +30,13 @@ pub struct RoutingContext {
     endpoint: Endpoint,
     /// The pod this request was sent to, once routed (decremented in `on_log`).
     routed_to: Option<String>,
+    /// The client marked the request sheddable (negative priority).
+    sheddable: bool,
 }
 
 impl RoutingContext {
     pub fn new(worker: Rc<Worker>) -> Self {
-        Self { worker, endpoint: Endpoint::Other, routed_to: None }
+        Self { worker, endpoint: Endpoint::Other, routed_to: None, sheddable: false }
     }
 
     fn remove_client_destination(&self) {
@@ -69,12 +71,25 @@ impl RoutingContext {
         };
         let route = match worker.random.try_borrow_mut() {
             Ok(mut random) => {
-                choose(&view, &worker.config.weights, &mut random, worker.config.fallback_destinations as usize)
+                let fallbacks = worker.config.fallback_destinations as usize;
+                choose(&view, &worker.config.weights, &worker.config.saturation, &mut random, fallbacks)
             }
             Err(_) => None,
         };
         drop(cache);
-        let Some(Route { address, fallbacks, fail_open, .. }) = route else { return self.no_pod("no pod in the pool") };
+        let Some(Route { address, fallbacks, fail_open, pool_saturated, .. }) = route else {
+            return self.no_pod("no pod in the pool");
+        };
+        worker.note_fail_open(fail_open);
+        if self.sheddable && pool_saturated {
+            worker.stats.shed.increment();
+            send_error(
+                429,
+                "rate_limit_exceeded",
+                "wasm-epp: every inference pod is saturated; sheddable request refused",
+            );
+            return Action::Pause;
+        }
         let destination = destination_value(&address, &fallbacks);
         if let Err(error) =
             hostcalls::set_map_value(MapType::HttpRequestHeaders, &worker.config.destination_header, Some(&destination))
@@ -123,6 +138,11 @@ impl Context for RoutingContext {}
 impl HttpContext for RoutingContext {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
         self.remove_client_destination();
+        self.sheddable = hostcalls::get_map_value(MapType::HttpRequestHeaders, &self.worker.config.priority_header)
+            .ok()
+            .flatten()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .is_some_and(|priority| priority < 0);
         let path = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path").ok().flatten().unwrap_or_default();
         self.endpoint = Endpoint::from_path(&path);
         let declared_length = hostcalls::get_map_value(MapType::HttpRequestHeaders, "content-length")

@@ -1,7 +1,7 @@
 //! What every request on one worker thread shares: the validated configuration, the
 //! decoded pod table, the tie-breaker and the stats.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use picker::address::PodAddress;
 use picker::config::FilterConfig;
@@ -14,6 +14,7 @@ pub struct Stats {
     pub routed: Counter,
     pub fail_open: Counter,
     pub no_pod: Counter,
+    pub shed: Counter,
     pub body_invalid: Counter,
     pub body_rejected: Counter,
     pub body_over_limit: Counter,
@@ -29,6 +30,7 @@ impl Stats {
             routed: Counter::define("wasm_epp.requests_routed"),
             fail_open: Counter::define("wasm_epp.fail_open"),
             no_pod: Counter::define("wasm_epp.no_pod"),
+            shed: Counter::define("wasm_epp.shed"),
             body_invalid: Counter::define("wasm_epp.body_invalid"),
             body_rejected: Counter::define("wasm_epp.body_rejected"),
             body_over_limit: Counter::define("wasm_epp.body_over_limit"),
@@ -46,6 +48,8 @@ pub struct Worker {
     pub table: RefCell<TableCache>,
     pub random: RefCell<TieBreaker>,
     pub stats: Stats,
+    /// Whether the last pick failed open, so the change is logged once, not per request.
+    failing_open: Cell<bool>,
 }
 
 impl Worker {
@@ -56,6 +60,19 @@ impl Worker {
             table: RefCell::new(TableCache::default()),
             random: RefCell::new(TieBreaker::new(wasm_epp_host::clock::seed())),
             stats: Stats::define(),
+            failing_open: Cell::new(false),
+        }
+    }
+
+    /// Logs when picking starts or stops failing open (no usable pod data).
+    pub fn note_fail_open(&self, fail_open: bool) {
+        if self.failing_open.replace(fail_open) == fail_open {
+            return;
+        }
+        if fail_open {
+            log::warn!("wasm-epp: no fresh pod data (singleton absent, stale or every scrape failing): routing by in-flight counts only");
+        } else {
+            log::info!("wasm-epp: fresh pod data again: routing by load");
         }
     }
 }

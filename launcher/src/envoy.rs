@@ -30,6 +30,8 @@ pub struct EnvoyOptions {
     pub filter_config: serde_json::Value,
     /// The singleton's JSON configuration; `None` runs Envoy without the singleton.
     pub poller_config: Option<serde_json::Value>,
+    /// Envoy duration string for the route's `per_try_idle_timeout` (`0s` = off).
+    pub per_try_idle_timeout: String,
     /// Worker threads; 2 exercises the cross-worker paths on every machine.
     pub concurrency: u32,
     pub filter_wasm: PathBuf,
@@ -49,6 +51,7 @@ impl EnvoyOptions {
             filter_config: serde_json::json!({ "pool": pool }),
             poller_config: Some(serde_json::json!({ "pool": pool, "poll_interval_ms": 100 })),
             concurrency: 2,
+            per_try_idle_timeout: "0s".into(),
             filter_wasm: crate::paths::filter_wasm(),
             singleton_wasm: crate::paths::singleton_wasm(),
         }
@@ -104,6 +107,7 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         .collect();
     let poller = options.poller_config.as_ref().map(|c| c.to_string()).unwrap_or_default();
     kept.replace("{{POOL_ENDPOINTS}}", &endpoints.join("\n"))
+        .replace("{{PER_TRY_IDLE_TIMEOUT}}", &options.per_try_idle_timeout)
         .replace("{{ADMIN_ADDRESS}}", &options.admin_address)
         .replace("{{ADMIN_PORT}}", &options.admin_port.to_string())
         .replace("{{LISTEN_ADDRESS}}", &options.listen_address)

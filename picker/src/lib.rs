@@ -3,6 +3,7 @@
 //! Everything the Envoy plugin decides is decided here, with no proxy-wasm dependency, so
 //! it is unit-tested and benchmarked natively. The request path reads top to bottom:
 //! [`request`] parses the body, [`pod_table`] and [`inflight`] say what each pod carries,
+//! [`prefix`] hashes the prompt into blocks and says which pods probably cache them,
 //! [`scheduler`] picks. The singleton's side: [`metrics_text`] reads scrapes, [`poller`]
 //! turns them into the [`pod_table`]. [`store`] is the one seam to Envoy's shared data.
 
@@ -22,5 +23,6 @@ mod prometheus_line;
 pub mod random;
 pub mod request;
 pub mod route;
+pub mod saturation;
 pub mod scheduler;
 pub mod store;

@@ -9,6 +9,7 @@ use crate::config::ScorerWeights;
 use crate::inflight::InflightCounts;
 use crate::pod_table::PodTable;
 use crate::random::TieBreaker;
+use crate::saturation::SaturationLimits;
 use crate::scheduler::{pick, Candidate};
 
 /// Everything one routing decision reads.
@@ -31,6 +32,8 @@ pub struct Route {
     pub fallbacks: Vec<PodAddress>,
     /// No pod had fresh, healthy data: chosen by in-flight counts alone.
     pub fail_open: bool,
+    /// Every pod with usable data is saturated (see [`SaturationLimits`]).
+    pub pool_saturated: bool,
     pub score: f64,
 }
 
@@ -38,6 +41,7 @@ pub struct Route {
 pub fn choose(
     view: &RoutingView<'_>,
     weights: &ScorerWeights,
+    limits: &SaturationLimits,
     random: &mut TieBreaker,
     fallbacks: usize,
 ) -> Option<Route> {
@@ -83,7 +87,8 @@ pub fn choose(
         .filter_map(|&i| candidates.get(i))
         .filter_map(|c| PodAddress::parse(c.address).ok())
         .collect();
-    Some(Route { address, fallbacks, fail_open: decision.fail_open, score: decision.score })
+    let pool_saturated = limits.pool_saturated(&candidates);
+    Some(Route { address, fallbacks, fail_open: decision.fail_open, pool_saturated, score: decision.score })
 }
 
 #[cfg(test)]
@@ -115,23 +120,72 @@ mod tests {
             ..PodTable::default()
         };
         let counts = InflightCounts::default();
-        let fresh =
-            choose(&view(Some(&table), &[], &counts, 500), &ScorerWeights::default(), &mut TieBreaker::new(1), 0)
-                .unwrap();
+        let fresh = choose(
+            &view(Some(&table), &[], &counts, 500),
+            &ScorerWeights::default(),
+            &SaturationLimits::default(),
+            &mut TieBreaker::new(1),
+            0,
+        )
+        .unwrap();
         assert_eq!((fresh.address.as_str(), fresh.fail_open), ("10.0.0.2:80", false));
-        let stale =
-            choose(&view(Some(&table), &[], &counts, 5_000), &ScorerWeights::default(), &mut TieBreaker::new(1), 0)
-                .unwrap();
+        let stale = choose(
+            &view(Some(&table), &[], &counts, 5_000),
+            &ScorerWeights::default(),
+            &SaturationLimits::default(),
+            &mut TieBreaker::new(1),
+            0,
+        )
+        .unwrap();
         assert!(stale.fail_open, "data 5 s old is not trusted");
+    }
+
+    #[test]
+    fn reports_a_saturated_pool() {
+        let table = PodTable {
+            pods: vec![healthy("10.0.0.1:80", 20.0, 0), healthy("10.0.0.2:80", 6.0, 0)],
+            ..PodTable::default()
+        };
+        let counts = InflightCounts::default();
+        let limits = SaturationLimits::default();
+        let route = choose(
+            &view(Some(&table), &[], &counts, 0),
+            &ScorerWeights::default(),
+            &limits,
+            &mut TieBreaker::new(1),
+            0,
+        );
+        assert!(route.unwrap().pool_saturated);
+        let stale = choose(
+            &view(Some(&table), &[], &counts, 9_000),
+            &ScorerWeights::default(),
+            &limits,
+            &mut TieBreaker::new(1),
+            0,
+        );
+        assert!(!stale.unwrap().pool_saturated, "no usable data: never shed");
     }
 
     #[test]
     fn falls_back_to_the_configured_pool_and_never_invents_pods() {
         let pool = [PodAddress::parse("10.0.0.9:80").unwrap()];
         let counts = InflightCounts::default();
-        let route =
-            choose(&view(None, &pool, &counts, 0), &ScorerWeights::default(), &mut TieBreaker::new(3), 1).unwrap();
+        let route = choose(
+            &view(None, &pool, &counts, 0),
+            &ScorerWeights::default(),
+            &SaturationLimits::default(),
+            &mut TieBreaker::new(3),
+            1,
+        )
+        .unwrap();
         assert_eq!((route.address.as_str(), route.fail_open), ("10.0.0.9:80", true));
-        assert!(choose(&view(None, &[], &counts, 0), &ScorerWeights::default(), &mut TieBreaker::new(3), 1).is_none());
+        assert!(choose(
+            &view(None, &[], &counts, 0),
+            &ScorerWeights::default(),
+            &SaturationLimits::default(),
+            &mut TieBreaker::new(3),
+            1
+        )
+        .is_none());
     }
 }

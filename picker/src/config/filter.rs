@@ -4,6 +4,7 @@ use serde::Deserialize;
 
 use super::{check_range, parse_pool};
 use crate::address::PodAddress;
+use crate::saturation::SaturationLimits;
 
 /// What to do with a body that is not the OpenAI JSON we expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -47,6 +48,11 @@ pub struct FilterConfig {
     pub invalid_body: InvalidBodyPolicy,
     /// Pod data older than this is not trusted: the pod counts as unknown.
     pub stale_after_ms: u64,
+    /// When a pod, and the pool, count as saturated (for shedding and affinity).
+    pub saturation: SaturationLimits,
+    /// Request header carrying an integer priority; below 0 means sheddable: answered 429
+    /// when the whole pool is saturated instead of queueing behind everyone.
+    pub priority_header: String,
     /// Runners-up written after the chosen pod (`ip:port,ip:port,...`) for Envoy's
     /// override_host policy to retry on. Must be 0 with an ORIGINAL_DST cluster, which
     /// follows a single address only.
@@ -66,6 +72,8 @@ impl Default for FilterConfig {
             invalid_body: InvalidBodyPolicy::Route,
             stale_after_ms: 5_000,
             fallback_destinations: 2,
+            saturation: SaturationLimits::default(),
+            priority_header: "x-gateway-inference-priority".into(),
             inflight_expiry_ms: 15 * 60 * 1000,
         }
     }
@@ -74,10 +82,14 @@ impl Default for FilterConfig {
 impl FilterConfig {
     /// Checks every bound and returns the validated fallback pool.
     pub fn validate(&self) -> Result<Vec<PodAddress>, String> {
-        let header = &self.destination_header;
-        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
-            return Err(format!("destination_header '{header}' must be a lower-case header name"));
+        for (field, header) in
+            [("destination_header", &self.destination_header), ("priority_header", &self.priority_header)]
+        {
+            if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
+                return Err(format!("{field} '{header}' must be a lower-case header name"));
+            }
         }
+        self.saturation.validate()?;
         for (name, weight) in
             [("queue", self.weights.queue), ("kv_cache", self.weights.kv_cache), ("inflight", self.weights.inflight)]
         {

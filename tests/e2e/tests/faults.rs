@@ -1,0 +1,71 @@
+//! Failing pods: Envoy retries on the filter's fallback choices; shedding under saturation;
+//! a clear 503 when nothing can serve.
+
+use std::time::{Duration, Instant};
+
+use e2e::Cluster;
+
+#[test]
+fn a_pod_answering_500_is_retried_on_another_member() {
+    let cluster = Cluster::start_ready("pod-500", 3, &["--time-scale", "0"]);
+    let broken = cluster.pods[0].address();
+    cluster.pods[0].set_faults(&serde_json::json!({"fail_fraction": 1.0, "fail_status": 500})).unwrap();
+    for i in 0..20 {
+        let reply = cluster.complete(&format!("five hundred {i}"));
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+        assert_ne!(cluster.served_by_pool(&reply), broken);
+    }
+    assert!(cluster.envoy.stat("envoy_cluster_upstream_rq_retry{envoy_cluster_name=\"pool\"}").unwrap_or(0.0) > 0.0);
+}
+
+#[test]
+fn a_hanging_pod_is_abandoned_after_the_idle_timeout() {
+    let cluster = Cluster::start("pod-hang", 3, &["--time-scale", "0"], |options| {
+        options.per_try_idle_timeout = "1s".into();
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(3, Duration::from_secs(15)));
+    let stuck = cluster.pods[0].address();
+    cluster.pods[0].set_faults(&serde_json::json!({"hang": true})).unwrap();
+    for i in 0..9 {
+        let started = Instant::now();
+        let reply = cluster.complete(&format!("hang {i}"));
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+        assert_ne!(cluster.served_by_pool(&reply), stuck);
+        assert!(started.elapsed() < Duration::from_secs(5), "one idle timeout at most");
+    }
+    cluster.pods[0].clear_faults().unwrap();
+}
+
+#[test]
+fn sheddable_requests_get_429_when_every_pod_is_saturated() {
+    let cluster = Cluster::start_ready("shed", 2, &["--time-scale", "0"]);
+    for pod in &cluster.pods {
+        pod.set_faults(&serde_json::json!({"report": {"waiting": 40}})).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    let body = r#"{"model":"sim-model","prompt":"can wait","max_tokens":2}"#;
+    let shed = cluster.post("/v1/completions", &[("x-gateway-inference-priority", "-1")], body);
+    assert_eq!(shed.status, 429, "{}", shed.body);
+    let error: serde_json::Value = serde_json::from_str(&shed.body).unwrap();
+    assert_eq!(error["error"]["type"], "rate_limit_exceeded");
+    let normal = cluster.post("/v1/completions", &[("x-gateway-inference-priority", "0")], body);
+    assert_eq!(normal.status, 200, "only sheddable requests are refused");
+    assert_eq!(cluster.envoy.stat("wasm_epp_shed"), Some(1.0));
+}
+
+#[test]
+fn every_pod_dead_gives_a_prompt_503_in_openai_shape() {
+    let mut cluster = Cluster::start_ready("all-dead", 2, &["--time-scale", "0"]);
+    for pod in &mut cluster.pods {
+        pod.kill();
+    }
+    for _ in 0..3 {
+        let started = Instant::now();
+        let reply = cluster.complete("anyone there?");
+        assert_eq!(reply.status, 503, "{}", reply.body);
+        let error: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        assert!(error["error"]["message"].is_string(), "{}", reply.body);
+        assert!(started.elapsed() < Duration::from_secs(5), "no hang");
+    }
+    cluster.envoy.stop();
+}
