@@ -56,6 +56,24 @@ pub fn post(url: &str, headers: &[(&str, &str)], body: &str, timeout: Duration) 
     into_reply(request.send_string(body))
 }
 
+/// POSTs raw bytes (for bodies that are not valid UTF-8) with the given headers.
+pub fn post_bytes(url: &str, headers: &[(&str, &str)], body: &[u8], timeout: Duration) -> Result<Reply, String> {
+    let mut request = agent(timeout).post(url);
+    for (name, value) in headers {
+        request = request.set(name, value);
+    }
+    into_reply(request.send_bytes(body))
+}
+
+/// Sends `method` with an optional body.
+pub fn request(method: &str, url: &str, body: Option<&str>, timeout: Duration) -> Result<Reply, String> {
+    let request = agent(timeout).request(method, url);
+    into_reply(match body {
+        Some(body) => request.set("content-type", "application/json").send_string(body),
+        None => request.call(),
+    })
+}
+
 pub fn delete(url: &str, timeout: Duration) -> Result<Reply, String> {
     into_reply(agent(timeout).delete(url).call())
 }

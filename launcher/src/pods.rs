@@ -3,13 +3,17 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::http;
 use crate::process::ManagedProcess;
 
 pub struct Pod {
-    process: Option<ManagedProcess>,
+    /// Behind a lock so a test can kill or restart a pod while other threads send to it.
+    process: Mutex<Option<ManagedProcess>>,
+    /// The loopback address the pod binds (127.0.0.1 unless started with [`Pod::start_on`]).
+    pub host: String,
     pub port: u16,
     extra_args: Vec<String>,
     dir: std::path::PathBuf,
@@ -18,8 +22,15 @@ pub struct Pod {
 impl Pod {
     /// Starts a pod on 127.0.0.1:`port` with extra simulator flags and waits for /health.
     pub fn start(port: u16, extra_args: &[&str], dir: &Path) -> Result<Self, String> {
-        let mut pod = Self {
-            process: None,
+        Self::start_on("127.0.0.1", port, extra_args, dir)
+    }
+
+    /// Starts a pod on `host:port`. Linux routes all of 127.0.0.0/8 to loopback, so pods
+    /// on 127.0.0.2, 127.0.0.3, ... share one port as pods of a Kubernetes pool do.
+    pub fn start_on(host: &str, port: u16, extra_args: &[&str], dir: &Path) -> Result<Self, String> {
+        let pod = Self {
+            process: Mutex::new(None),
+            host: host.to_string(),
             port,
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             dir: dir.to_path_buf(),
@@ -29,37 +40,45 @@ impl Pod {
     }
 
     /// (Re)starts the process on the same port, like a pod coming back.
-    pub fn restart(&mut self) -> Result<(), String> {
-        if let Some(mut old) = self.process.take() {
-            old.stop();
-        }
+    pub fn restart(&self) -> Result<(), String> {
+        self.kill_with(ManagedProcess::stop);
         let mut command = Command::new(crate::paths::simulator_binary());
-        command.arg("--host").arg("127.0.0.1").arg("--port").arg(self.port.to_string()).args(&self.extra_args);
-        let log = self.dir.join(format!("pod-{}.log", self.port));
-        let process = ManagedProcess::spawn(&format!("pod {}", self.port), command, &log)?;
-        self.process = Some(process);
+        command.arg("--host").arg(&self.host).arg("--port").arg(self.port.to_string()).args(&self.extra_args);
+        let log = match self.host.as_str() {
+            "127.0.0.1" => self.dir.join(format!("pod-{}.log", self.port)),
+            host => self.dir.join(format!("pod-{host}-{}.log", self.port)),
+        };
+        let process = ManagedProcess::spawn(&format!("pod {}", self.address()), command, &log)?;
+        let tail = || std::fs::read_to_string(&log).unwrap_or_default();
+        if let Ok(mut slot) = self.process.lock() {
+            *slot = Some(process);
+        }
         let healthy = crate::wait_until(Duration::from_secs(15), || {
             http::get(&self.url("/health"), Duration::from_secs(1)).is_ok_and(|r| r.status == 200)
         });
         if !healthy {
-            let tail = self.process.as_ref().map(|p| p.log_tail(20)).unwrap_or_default();
-            return Err(format!("pod {} did not become healthy:\n{tail}", self.port));
+            return Err(format!("pod {} did not become healthy:\n{}", self.address(), tail()));
         }
         Ok(())
     }
 
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!("http://{}:{}{path}", self.host, self.port)
     }
 
     /// Stops the pod as a crash would (SIGKILL): connections drop, the port closes.
-    pub fn kill(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            process.kill();
+    pub fn kill(&self) {
+        self.kill_with(ManagedProcess::kill);
+    }
+
+    fn kill_with(&self, how: fn(&mut ManagedProcess)) {
+        let old = self.process.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(mut process) = old {
+            how(&mut process);
         }
     }
 

@@ -1,0 +1,281 @@
+//! Kubernetes discovery end to end: the real Envoy, the singleton listing pods from a fake
+//! API server, simulated vLLM pods on distinct loopback addresses sharing one port (as a
+//! pool's pods share a containerPort), and the bearer token injected by Envoy from a
+//! watched service-account directory.
+//!
+//! Each test uses its own 127.0.N.0/24 block, so tests running side by side never share
+//! an address.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use launcher::envoy::EnvoyOptions;
+use launcher::fake_kube::envoy::{kubernetes_overlay, write_token_sds, KubeEnvoy, TokenDir};
+use launcher::fake_kube::{FakeKube, FakePod, Outage};
+use launcher::http::{self, Reply};
+use launcher::pods::Pod;
+use serde_json::{json, Value};
+
+const WAIT: Duration = Duration::from_secs(15);
+const SIM_ARGS: [&str; 2] = ["--time-scale", "0"];
+
+struct KubeSetup {
+    kube: FakeKube,
+    pods: Vec<Pod>,
+    envoy: KubeEnvoy,
+    tokens: TokenDir,
+    port: u16,
+    block: u8,
+    dir: PathBuf,
+}
+
+impl KubeSetup {
+    /// `pods` simulated pods on 127.0.`block`.1.. (all listed Ready with `app=vllm` unless
+    /// `prepare` changes the fake cluster), and Envoy discovering them with `discovery`
+    /// merged over a label-selector configuration.
+    fn start(name: &str, block: u8, pods: usize, discovery: Value, prepare: impl FnOnce(&FakeKube)) -> Self {
+        let dir = launcher::paths::run_dir(name).unwrap();
+        let port = launcher::free_port().unwrap();
+        let pods: Vec<Pod> =
+            (1..=pods).map(|i| Pod::start_on(&format!("127.0.{block}.{i}"), port, &SIM_ARGS, &dir).unwrap()).collect();
+        let kube = FakeKube::start("llm").unwrap();
+        kube.update(|state| {
+            for (i, pod) in pods.iter().enumerate() {
+                state.put_pod(FakePod::ready(&format!("vllm-{}", i + 1), &pod.host, &[("app", "vllm")]));
+            }
+        });
+        prepare(&kube);
+        let tokens = TokenDir::create(&dir.join("serviceaccount"), "token-1").unwrap();
+        let sds = dir.join("kubernetes-token-sds.yaml");
+        write_token_sds(&sds, &tokens.token_path()).unwrap();
+
+        let mut kubernetes = json!({
+            "namespace": "llm", "label_selector": "app=vllm", "target_port": port,
+            "relist_interval_ms": 200, "timeout_ms": 500
+        });
+        if let (Some(base), Value::Object(extra)) = (kubernetes.as_object_mut(), discovery) {
+            base.extend(extra);
+        }
+        let listen = launcher::free_port().unwrap();
+        let admin = launcher::free_port().unwrap();
+        let mut options = EnvoyOptions::for_pool(&[], listen, admin).with_original_dst();
+        options.poller_config = Some(json!({ "kubernetes": kubernetes, "poll_interval_ms": 100 }));
+        let overlay = kubernetes_overlay(kube.port(), &sds, tokens.dir());
+        let envoy = KubeEnvoy::start(&options, &overlay, &dir).unwrap_or_else(|e| panic!("envoy: {e}"));
+        Self { kube, pods, envoy, tokens, port, block, dir }
+    }
+
+    fn address(&self, host: u8) -> String {
+        format!("127.0.{}.{host}:{}", self.block, self.port)
+    }
+
+    fn stat(&self, name: &str) -> f64 {
+        self.envoy.stat(name).unwrap_or(0.0)
+    }
+
+    fn wait_for(&self, what: &str, check: impl FnMut() -> bool) {
+        assert!(launcher::wait_until(WAIT, check), "timed out waiting for {what}:\n{}", self.envoy.log_tail(30));
+    }
+
+    /// Waits until the published table has `total` pods, `healthy` of them scraped.
+    fn wait_for_pool(&self, total: u64, healthy: u64) {
+        self.wait_for(&format!("{total} pods, {healthy} healthy"), || {
+            self.stat("wasm_epp_pods_total") == total as f64 && self.stat("wasm_epp_pods_healthy") == healthy as f64
+        });
+    }
+
+    fn complete(&self, prompt: &str) -> Reply {
+        let body = json!({"model": "sim-model", "prompt": prompt, "max_tokens": 4}).to_string();
+        http::post(&self.envoy.url("/v1/completions"), &[], &body, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("request failed: {e}\n{}", self.envoy.log_tail(20)))
+    }
+
+    /// Sends `count` requests and returns who served each (all must succeed).
+    fn served(&self, count: usize, tag: &str) -> Vec<String> {
+        (0..count)
+            .map(|i| {
+                let reply = self.complete(&format!("{tag} {i}"));
+                assert_eq!(reply.status, 200, "{tag} {i}: {}", reply.body);
+                reply.served_by().unwrap_or_default().to_string()
+            })
+            .collect()
+    }
+
+    fn log_count(&self, needle: &str) -> usize {
+        self.envoy.log().matches(needle).count()
+    }
+}
+
+#[test]
+fn follows_pods_turning_ready_terminating_and_moving() {
+    let mut setup = KubeSetup::start("kube-follow", 21, 3, json!({}), |kube| {
+        kube.update(|state| state.update_pod("vllm-3", |pod| pod.ready = false));
+    });
+    setup.wait_for_pool(2, 2);
+    let served = setup.served(20, "two ready");
+    assert!(served.iter().all(|pod| *pod == setup.address(1) || *pod == setup.address(2)), "{served:?}");
+
+    setup.kube.update(|state| state.update_pod("vllm-3", |pod| pod.ready = true));
+    setup.wait_for_pool(3, 3);
+    let served = setup.served(60, "three ready");
+    assert!(served.contains(&setup.address(3)), "the pod that turned Ready gets traffic: {served:?}");
+
+    // Terminating pods stay Ready while they drain; they must get no new requests.
+    setup.kube.update(|state| state.update_pod("vllm-1", |pod| pod.terminating = true));
+    setup.wait_for_pool(2, 2);
+    let served = setup.served(30, "one terminating");
+    assert!(!served.contains(&setup.address(1)), "{served:?}");
+
+    // vllm-2 is rescheduled: same name, new IP.
+    let moved = Pod::start_on(&format!("127.0.{}.9", setup.block), setup.port, &SIM_ARGS, &setup.dir).unwrap();
+    setup.pods[1].kill();
+    setup.kube.update(|state| state.update_pod("vllm-2", |pod| pod.ip = moved.host.clone()));
+    setup.wait_for("the moved pod to be scraped", || {
+        setup.stat("wasm_epp_pods_healthy") == 2.0 && setup.log_count(&format!("joined {}", setup.address(9))) > 0
+    });
+    let served = setup.served(40, "moved");
+    assert!(served.contains(&setup.address(9)) && !served.contains(&setup.address(2)), "{served:?}");
+
+    setup.kube.update(|state| state.delete_pod("vllm-3"));
+    setup.wait_for_pool(1, 1);
+    assert!(setup.served(10, "one left").iter().all(|pod| *pod == setup.address(9)));
+    assert_eq!(setup.stat("wasm_epp_discovery_failure"), 0.0);
+    assert!(setup.stat("wasm_epp_discovery_pool_changes") >= 5.0);
+}
+
+#[test]
+fn pages_through_the_list_restarts_on_410_and_skips_unchanged_snapshots() {
+    let setup = KubeSetup::start("kube-pages", 22, 3, json!({"page_size": 500}), |kube| {
+        kube.update(|state| state.page_size_cap = Some(1));
+    });
+    setup.wait_for_pool(3, 3);
+    let continued = || setup.kube.requests().iter().filter(|r| r.path.contains("continue=")).count();
+    assert!(continued() >= 2, "three pods, one per page");
+
+    // Nothing changes: each relist reads one page and stops (same resourceVersion).
+    let lists = setup.stat("wasm_epp_discovery_success");
+    let before = continued();
+    setup.wait_for("five more lists", || setup.stat("wasm_epp_discovery_success") >= lists + 5.0);
+    assert_eq!(continued(), before, "an unchanged snapshot is not paged through again");
+
+    // A change, and the next continued page finds its snapshot compacted: 410, restart.
+    setup.kube.update(|state| {
+        state.put_pod(FakePod::ready("vllm-4", "127.0.22.200", &[("app", "vllm")]));
+        state.expire_next_continue = true;
+    });
+    setup.wait_for("the fourth pod", || setup.stat("wasm_epp_pods_total") == 4.0);
+    assert!(setup.kube.requests().iter().any(|r| r.status == 410), "a 410 was served");
+    assert_eq!(setup.stat("wasm_epp_discovery_failure"), 0.0, "a restarted list is not a failure");
+    // Pods in other phases and with other labels are never listed as members.
+    setup.kube.update(|state| {
+        state.put_pod(FakePod::ready("other-app", "127.0.22.201", &[("app", "other")]));
+        let mut pending = FakePod::ready("pending", "127.0.22.202", &[("app", "vllm")]);
+        pending.phase = "Pending";
+        state.put_pod(pending);
+    });
+    let lists = setup.stat("wasm_epp_discovery_success");
+    setup.wait_for("two more lists", || setup.stat("wasm_epp_discovery_success") >= lists + 2.0);
+    assert_eq!(setup.stat("wasm_epp_pods_total"), 4.0);
+}
+
+#[test]
+fn the_token_comes_from_a_watched_file_and_rotates() {
+    let mut setup = KubeSetup::start("kube-token", 23, 2, json!({}), |kube| {
+        kube.update(|state| state.required_token = Some("token-1".into()));
+    });
+    setup.wait_for_pool(2, 2);
+    let seen = setup.kube.requests();
+    assert!(seen.iter().all(|r| r.authorization.as_deref() == Some("Bearer token-1")), "{:?}", seen.first());
+
+    // The API server moves on to a new token before Envoy has it: lists fail, the pool stays.
+    setup.kube.update(|state| state.required_token = Some("token-2".into()));
+    setup.wait_for("401s", || setup.stat("wasm_epp_discovery_failure") >= 2.0);
+    assert_eq!(setup.stat("wasm_epp_discovery_failing"), 1.0);
+    assert_eq!(setup.served(10, "during 401").len(), 10, "the last known pool still serves");
+
+    // The kubelet rotates the projected token: Envoy re-reads it, no restart, no plugin change.
+    setup.tokens.rotate("token-2").unwrap();
+    setup.wait_for("discovery to recover", || setup.stat("wasm_epp_discovery_failing") == 0.0);
+    assert!(setup
+        .kube
+        .requests()
+        .iter()
+        .any(|r| r.authorization.as_deref() == Some("Bearer token-2") && r.status == 200));
+    assert_eq!(setup.log_count("kubernetes discovery failing"), 1, "logged once, not per tick");
+    assert_eq!(setup.log_count("kubernetes discovery working again"), 1);
+}
+
+#[test]
+fn a_token_the_api_server_refuses_means_no_pool_and_a_clear_503() {
+    let setup = KubeSetup::start("kube-401", 24, 1, json!({}), |kube| {
+        kube.update(|state| state.required_token = Some("not-what-envoy-has".into()));
+    });
+    setup.wait_for("failures", || setup.stat("wasm_epp_discovery_failure") >= 5.0);
+    assert_eq!(setup.stat("wasm_epp_discovery_pods"), 0.0);
+    let reply = setup.complete("nobody home");
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert!(setup.envoy.log().contains("401 Unauthorized"));
+    assert_eq!(setup.log_count("kubernetes discovery failing"), 1, "one line for many failed lists");
+}
+
+#[test]
+fn an_api_server_outage_keeps_the_last_known_pool() {
+    let setup = KubeSetup::start("kube-outage", 25, 2, json!({}), |_| {});
+    setup.wait_for_pool(2, 2);
+    let outages = [
+        Outage::Status(503),
+        Outage::Garbage,
+        Outage::Status(403),
+        Outage::Hang(Duration::from_secs(3)),
+        Outage::Close,
+    ];
+    for (i, outage) in outages.into_iter().enumerate() {
+        let failures = setup.stat("wasm_epp_discovery_failure");
+        setup.kube.update(|state| state.outage = Some(outage.clone()));
+        setup.wait_for(&format!("{outage:?} to be noticed"), || {
+            setup.stat("wasm_epp_discovery_failure") >= failures + 2.0
+        });
+        assert_eq!(setup.stat("wasm_epp_pods_total"), 2.0, "{outage:?}: the pool is kept");
+        let served = setup.served(10, &format!("outage {i}"));
+        assert!(served.iter().all(|pod| *pod == setup.address(1) || *pod == setup.address(2)));
+    }
+    // Each kind of failure is one log line; so is the recovery.
+    assert_eq!(setup.log_count("kubernetes discovery failing"), 5, "{}", setup.envoy.log_tail(30));
+    let third = Pod::start_on("127.0.25.3", setup.port, &SIM_ARGS, &setup.dir).unwrap();
+    setup.kube.update(|state| {
+        state.outage = None;
+        state.put_pod(FakePod::ready("vllm-3", &third.host, &[("app", "vllm")]));
+    });
+    setup.wait_for_pool(3, 3);
+    assert_eq!(setup.stat("wasm_epp_discovery_failing"), 0.0);
+}
+
+#[test]
+fn an_inference_pool_names_the_selector_and_the_port() {
+    let setup = KubeSetup::start(
+        "kube-inference-pool",
+        26,
+        2,
+        json!({"label_selector": null, "target_port": null, "inference_pool": "qwen-pool"}),
+        |kube| {
+            kube.update(|state| {
+                state.update_pod("vllm-2", |pod| {
+                    pod.labels.insert("pool".into(), "qwen".into());
+                });
+                state.put_pod(FakePod::ready("unrelated", "127.0.26.50", &[("app", "vllm")]));
+            });
+        },
+    );
+    setup.wait_for("404s for the missing pool", || setup.stat("wasm_epp_discovery_failure") >= 2.0);
+    assert!(setup.envoy.log().contains("404 Not Found"));
+    let pool = json!({
+        "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+        "metadata": {"name": "qwen-pool", "namespace": "llm"},
+        "spec": {"selector": {"matchLabels": {"app": "vllm", "pool": "qwen"}},
+                 "targetPorts": [{"number": setup.port}],
+                 "endpointPickerRef": {"name": "unused-epp", "portNumber": 9002}}
+    });
+    setup.kube.update(|state| state.put_inference_pool("inference.networking.k8s.io/v1", "qwen-pool", pool));
+    setup.wait_for_pool(1, 1);
+    assert!(setup.served(10, "pool").iter().all(|pod| *pod == setup.address(2)));
+}
