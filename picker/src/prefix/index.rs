@@ -14,16 +14,17 @@
 //!   doubles the table once more to make room for tombstones: 1.14 to 4.6 buckets per entry.
 //!
 //! So one entry costs 38 to 55 bytes, and the index at most about `max_entries × 56` bytes plus
-//! ~100 bytes per pod ([`PrefixIndex::approx_bytes`] measures it). A lookup for one pod walks its
-//! leading blocks until the first miss, so matching a request against many pods costs one probe
-//! per pod plus one per block each pod actually holds: O(pods + blocks × matching pods).
+//! ~100 bytes per pod ([`PrefixIndex::approx_bytes`] measures it). Matching a request costs one
+//! probe for a pod without its first block and a binary search over the blocks for a pod with
+//! it: O(pods + matching pods × log blocks) (see [`PrefixIndex::matched_blocks`] for why a binary
+//! search gives the chain's answer).
 
 use hashbrown::{HashMap, HashTable};
 
 use crate::pod_table::MAX_PODS;
 
 /// Entries at most, whatever the configuration says: 16M entries are ~700 MB per worker, far
-/// past any sane setting, and keep slot ids in a `u32` with room for [`NIL`].
+/// past any sane setting, and keep slot ids in a `u32` with room for an end-of-list marker.
 pub const MAX_ENTRIES_LIMIT: usize = 1 << 24;
 
 /// "No slot": the end of a list.
@@ -164,17 +165,25 @@ impl PrefixIndex {
     }
 
     /// How many leading blocks of `hashes` `pod` holds under `epoch` (0 if it restarted since).
+    ///
+    /// A binary search, not a walk: a pod's blocks of one chain always form a prefix of it.
+    /// Block k's hash names the whole chain up to k, so every record of block k also records
+    /// blocks 0..k, touching them after it ([`Self::record`] touches tails first); block k is
+    /// thus never more recent than an earlier block, and LRU eviction never takes an earlier
+    /// block while a later one stays. Only a hash collision could break that, and then the count
+    /// is merely off. So a pod holding the whole of a 256-block chain costs 9 probes, not 256,
+    /// and a pod without its first block costs one.
     pub fn matched_blocks(&self, hashes: &[u64], pod: &str, epoch: u32) -> usize {
-        match self.pod(pod) {
-            Some((id, entry)) if entry.epoch == epoch => {
-                hashes.iter().take_while(|&&h| self.find(h, id).is_some()).count()
-            }
-            _ => 0,
+        let Some((id, entry)) = self.pod(pod) else { return 0 };
+        let holds = |hash: &u64| self.find(*hash, id).is_some();
+        if entry.epoch != epoch || !hashes.first().is_some_and(holds) {
+            return 0;
         }
+        hashes.partition_point(holds)
     }
 
     /// [`Self::matched_blocks`] for each of `pods` (address, epoch), into `out` (cleared first),
-    /// in the same order. One probe per pod plus one per block a pod holds.
+    /// in the same order.
     pub fn matched_blocks_each(&self, hashes: &[u64], pods: &[(&str, u32)], out: &mut Vec<usize>) {
         out.clear();
         if self.is_empty() || hashes.is_empty() {
@@ -418,6 +427,16 @@ mod tests {
         assert_eq!(per_pod, index.len);
     }
 
+    /// The chain's answer by walking every block, to hold the binary search to.
+    fn linear_match(index: &PrefixIndex, hashes: &[u64], pod: &str, epoch: u32) -> usize {
+        match index.pod(pod) {
+            Some((id, entry)) if entry.epoch == epoch => {
+                hashes.iter().take_while(|&&h| index.find(h, id).is_some()).count()
+            }
+            _ => 0,
+        }
+    }
+
     fn pod(i: usize) -> String {
         format!("10.0.{}.{}:8000", i / 250, i % 250)
     }
@@ -526,6 +545,11 @@ mod tests {
             index.record(pod, epoch, &chain, capacity);
             inserted += chain.len();
             assert!(index.len() <= max_entries);
+            // Eviction keeps every pod's blocks of a chain a prefix of it, as the search needs.
+            let other = &pods[(next() % 64) as usize];
+            for (pod, epoch) in [(pod, epoch), (other, 0), (other, 1)] {
+                assert_eq!(index.matched_blocks(&chain, pod, epoch), linear_match(&index, &chain, pod, epoch));
+            }
             if inserted % 97 == 0 {
                 check(&index, capacity);
             }

@@ -21,9 +21,11 @@
 //! costs some cache hits, never a wrong destination (addresses are validated on decode, and
 //! the filter only routes to pods in its pool).
 
+mod chat;
 pub mod events;
 pub mod hash;
 pub mod index;
+mod json;
 pub mod ring;
 
 pub use events::RoutingEvent;

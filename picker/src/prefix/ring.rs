@@ -67,7 +67,8 @@ impl RingWriter {
             value.extend_from_slice(&seq.to_le_bytes());
             value.push(BATCH_VERSION);
             value.extend_from_slice(run);
-            store.set(segment_key(seq), &value, None)?;
+            let key = segment_key(seq).ok_or_else(|| StoreError::Host(format!("no ring key for segment {seq}")))?;
+            store.set(key, &value, None)?;
             segments += 1;
             written += run.len();
         }
@@ -145,7 +146,10 @@ impl RingReader {
         }
         let until = head.min(last.saturating_add(max_segments.min(RING_SEGMENTS) as u64));
         for seq in last + 1..=until {
-            let (value, _) = store.get(segment_key(seq))?;
+            let value = match segment_key(seq) {
+                Some(key) => store.get(key)?.0,
+                None => None,
+            };
             match value.as_deref().and_then(split_segment) {
                 Some((stored, batch)) if stored == seq => {
                     result.events.extend(decode_batch(batch));
@@ -161,10 +165,10 @@ impl RingReader {
     }
 }
 
-/// The key of segment `seq`.
-fn segment_key(seq: u64) -> &'static str {
-    let slot = (seq % RING_SEGMENTS as u64) as usize;
-    RING_SEGMENT_KEYS.get(slot).copied().unwrap_or(RING_HEAD_KEY)
+/// The key of segment `seq`; always `Some`, as `seq % RING_SEGMENTS` indexes the key list.
+fn segment_key(seq: u64) -> Option<&'static str> {
+    let slot = usize::try_from(seq % RING_SEGMENTS as u64).ok()?;
+    RING_SEGMENT_KEYS.get(slot).copied()
 }
 
 /// The head's sequence number, 0 if never written; `None` if the value is not one (then the
@@ -311,10 +315,10 @@ mod tests {
         for i in 0..3 {
             writer.append(&store, &batch(i, 1)).unwrap();
         }
-        store.set(segment_key(2), b"xyz", None).unwrap();
+        store.set(segment_key(2).unwrap(), b"xyz", None).unwrap();
         let mut bad_payload = 3u64.to_le_bytes().to_vec();
         bad_payload.extend_from_slice(&[BATCH_VERSION, 200, 1, 2]);
-        store.set(segment_key(3), &bad_payload, None).unwrap();
+        store.set(segment_key(3).unwrap(), &bad_payload, None).unwrap();
         let result = reader.poll(&store, 64).unwrap();
         assert_eq!((epochs(&result), result.lost, result.segments), (vec![0], 1, 2));
         store.set(RING_HEAD_KEY, b"not a seq", None).unwrap();

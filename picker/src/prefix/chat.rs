@@ -1,0 +1,192 @@
+//! The bytes a chat request hashes as: `tools`, then every message as written, with media parts
+//! replaced by placeholders.
+//!
+//! Whole message objects are hashed, role included, because the engine's chat template puts
+//! role tokens into the prompt too: a chat and a completions request of the same words never
+//! share blocks, there or here. A message whose `content` is a list of parts is spliced: the
+//! object's bytes around the list, then each part; a text part as written, a media part
+//! (image, audio, video, file) as `NUL type NUL hash(url or data)`. So a 1 MB base64 image costs
+//! one short placeholder, not the whole block budget, and its JSON whitespace does not matter.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::hash::{BlockChain, ShapeError, SEPARATOR};
+use super::json::{for_each_element, span_of, string_contents};
+
+/// Fields of a content part that carry media rather than text (OpenAI and vLLM's extensions).
+const MEDIA_FIELDS: [&str; 6] = ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil"];
+
+/// `tools` (as written) then every message, in order.
+pub(super) fn hash_chat(
+    messages: &RawValue,
+    tools: Option<&RawValue>,
+    chain: &mut BlockChain<'_>,
+) -> Result<(), ShapeError> {
+    let messages = messages.get().trim_ascii();
+    if !messages.starts_with('[') {
+        return Err(ShapeError("messages is not a list"));
+    }
+    if let Some(tools) = tools.map(|t| t.get().trim_ascii()).filter(|t| *t != "null") {
+        chain.feed(tools.as_bytes());
+    }
+    for_each_element(messages, |message: &RawValue| hash_message(message.get(), chain))
+}
+
+/// The message object as written, except a list `content`, whose parts are hashed one by one
+/// so media parts become placeholders.
+fn hash_message(message: &str, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError> {
+    #[derive(Deserialize)]
+    struct MessageView<'a> {
+        #[serde(borrow, default)]
+        content: Option<&'a RawValue>,
+    }
+    if !message.starts_with('{') {
+        return Err(ShapeError("a message is not an object"));
+    }
+    // Without a `[` the content cannot be a list: skip the parse, which would read a long
+    // message to its end although hashing may stop long before.
+    if !message.contains('[') {
+        return Ok(chain.feed(message.as_bytes()));
+    }
+    let view: MessageView<'_> = serde_json::from_str(message).map_err(|_| ShapeError("a message is not an object"))?;
+    let parts = view.content.map(RawValue::get).filter(|c| c.starts_with('['));
+    let Some((parts, (start, end))) = parts.and_then(|p| Some((p, span_of(message, p)?))) else {
+        return Ok(chain.feed(message.as_bytes()));
+    };
+    if !chain.feed(message.get(..start).unwrap_or_default().as_bytes()) {
+        return Ok(false);
+    }
+    let mut more = true;
+    for_each_element(parts, |part: &RawValue| {
+        more = hash_part(part.get(), chain)?;
+        Ok(more)
+    })?;
+    Ok(more && chain.feed(message.get(end..).unwrap_or_default().as_bytes()))
+}
+
+/// A text part as written; a media part as `NUL type NUL hash(url or data)`.
+fn hash_part(part: &str, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError> {
+    #[derive(Deserialize)]
+    struct PartView<'a> {
+        #[serde(rename = "type", borrow, default)]
+        kind: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        image_url: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        input_audio: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        video_url: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        audio_url: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        file: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        image_pil: Option<&'a RawValue>,
+    }
+    let view: PartView<'_> = serde_json::from_str(part).map_err(|_| ShapeError("a content part is not an object"))?;
+    let media = [view.image_url, view.input_audio, view.video_url, view.audio_url, view.file, view.image_pil];
+    let Some((field, payload)) = MEDIA_FIELDS.iter().zip(media).find_map(|(name, value)| Some((*name, value?))) else {
+        return Ok(chain.feed(part.as_bytes()));
+    };
+    let kind = view.kind.as_deref().unwrap_or(field);
+    Ok(chain.feed(&[SEPARATOR])
+        && chain.feed(kind.as_bytes())
+        && chain.feed(&[SEPARATOR])
+        && chain.feed(&media_identity(payload.get()).to_le_bytes()))
+}
+
+/// What names a media payload: its URL or inline data, whichever it carries, so the same image
+/// sent with other whitespace or another `detail` hashes the same.
+fn media_identity(payload: &str) -> u64 {
+    #[derive(Deserialize)]
+    struct MediaView<'a> {
+        #[serde(borrow, default)]
+        url: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        data: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        file_data: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        file_id: Option<&'a RawValue>,
+    }
+    if let Some(contents) = string_contents(payload) {
+        return xxh3_64(contents.as_bytes());
+    }
+    let identity = serde_json::from_str::<MediaView<'_>>(payload)
+        .ok()
+        .and_then(|v| v.url.or(v.data).or(v.file_data).or(v.file_id))
+        .and_then(|v| string_contents(v.get()));
+    xxh3_64(identity.unwrap_or(payload).as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::prefix::hash::{hash_prompt, HashParams};
+    use crate::request::{Endpoint, InferenceRequest};
+
+    fn chat(body: &str) -> Vec<u64> {
+        let request: InferenceRequest<'_> = serde_json::from_str(body).unwrap();
+        let mut out = Vec::new();
+        hash_prompt(&request, Endpoint::ChatCompletions, &HashParams::default(), &mut out).unwrap();
+        out
+    }
+
+    fn completion(prompt: &str) -> Vec<u64> {
+        let body = format!(r#"{{"model":"m","prompt":"{prompt}"}}"#);
+        let request: InferenceRequest<'_> = serde_json::from_str(&body).unwrap();
+        let mut out = Vec::new();
+        hash_prompt(&request, Endpoint::Completions, &HashParams::default(), &mut out).unwrap();
+        out
+    }
+
+    fn text(len: usize, seed: u8) -> String {
+        (0..len).map(|i| char::from(b'a' + ((i * 7 + usize::from(seed)) % 26) as u8)).collect()
+    }
+
+    #[test]
+    fn chat_and_completions_of_the_same_words_differ() {
+        // Chat hashes whole message objects: the engine's chat template adds role tokens too.
+        let words = text(256, 6);
+        let chat = chat(&format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{words}"}}]}}"#));
+        let plain = completion(&words);
+        assert!(!chat.is_empty() && !plain.is_empty());
+        assert!(chat.iter().all(|h| !plain.contains(h)));
+    }
+
+    #[test]
+    fn chat_shares_the_prefix_of_a_longer_conversation() {
+        let system = format!(r#"{{"role":"system","content":"{}"}}"#, text(300, 7));
+        let turn = |seed| format!(r#"{{"role":"user","content":"{}"}}"#, text(300, seed));
+        let body = |messages: String| format!(r#"{{"model":"m","tools":[{{"x":1}}],"messages":[{messages}]}}"#);
+        let short = chat(&body(format!("{system},{}", turn(8))));
+        let long = chat(&body(format!("{system},{},{}", turn(8), turn(9))));
+        assert_eq!(long[..short.len()], short[..]);
+        assert!(long.len() > short.len());
+    }
+
+    #[test]
+    fn media_parts_hash_by_content_not_whitespace() {
+        let message = |space: &str, data: &str| {
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":[{{"type":"text","text":"{}"}},
+                {{"type":"image_url",{space}"image_url":{space}{{"url":"data:image/png;base64,{data}",
+                    "detail":"low"}}}},
+                {{"type":"text","text":"{}"}}]}}]}}"#,
+                text(100, 10),
+                text(300, 11)
+            )
+        };
+        let big_image = "QUJD".repeat(50_000);
+        let a = chat(&message("", &big_image));
+        let b = chat(&message("   ", &big_image));
+        let other = chat(&message("", "RUZH"));
+        assert_eq!(a, b, "whitespace around an image does not matter");
+        assert!(a.len() < 20, "a 200 KB image is one placeholder, not 3,000 blocks: {}", a.len());
+        assert_eq!(a[0], other[0], "the text before the image is shared");
+        assert_ne!(a.last(), other.last(), "another image is another prefix");
+    }
+}
