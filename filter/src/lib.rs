@@ -1,15 +1,18 @@
 //! wasm-epp's HTTP filter, loaded by Envoy as a Proxy-Wasm module (one VM per worker).
 //!
 //! Read in request order: [`root`] validates the configuration and makes one
-//! [`worker::Worker`] per VM; [`routing`] holds each request's headers, buffers its body,
-//! asks `picker` for a pod and writes the destination header; [`reply`] shapes the few
-//! answers the filter gives itself.
+//! [`worker::Worker`] per VM; [`routing`] holds each request's headers and buffers its body;
+//! [`decide`] asks `picker` for a pod and records the pick; [`reply`] shapes the few answers
+//! the filter gives itself. [`sync`] runs on the root's tick: it shares this worker's
+//! decisions with the others and learns theirs.
 
 #![forbid(unsafe_code)]
 
+mod decide;
 mod reply;
 mod root;
 mod routing;
+mod sync;
 mod table_cache;
 mod worker;
 

@@ -1,6 +1,7 @@
 //! The filter's root context: configuration in, one shared [`Worker`] out.
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use picker::config::{parse_json, FilterConfig};
 use picker::inflight::InflightCounts;
@@ -11,6 +12,16 @@ use wasm_epp_host::ProxyStore;
 
 use crate::routing::RoutingContext;
 use crate::worker::Worker;
+
+/// The VM id this plugin runs under (the singleton's must be the same); Envoy's default.
+fn vm_id() -> String {
+    hostcalls::get_property(vec!["plugin_vm_id"])
+        .ok()
+        .flatten()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| "wasm-epp".to_string())
+}
 
 #[derive(Default)]
 pub struct FilterRoot {
@@ -45,9 +56,28 @@ impl RootContext for FilterRoot {
         if let Err(error) = InflightCounts::ensure_key(&ProxyStore) {
             log::warn!("wasm-epp filter: in-flight key not initialised: {error:?}");
         }
-        log::info!("wasm-epp filter configured: fallback pool of {} pods, weights {:?}", pool.len(), config.weights);
-        self.worker = Some(Rc::new(Worker::new(config, pool)));
+        if config.prefix.enabled {
+            let period = Duration::from_millis(config.prefix.sync_interval_ms);
+            if let Err(status) = hostcalls::set_tick_period(period) {
+                log::error!("wasm-epp filter: cannot set tick period: {status:?}");
+                return false;
+            }
+        }
+        let vm_id = vm_id();
+        log::info!(
+            "wasm-epp filter configured: fallback pool of {} pods, weights {:?}, prefix affinity {}, vm_id {vm_id}",
+            pool.len(),
+            config.weights,
+            if config.prefix.enabled { "on" } else { "off" },
+        );
+        self.worker = Some(Rc::new(Worker::new(config, pool, vm_id)));
         true
+    }
+
+    fn on_tick(&mut self) {
+        if let Some(worker) = &self.worker {
+            crate::sync::on_tick(worker);
+        }
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {

@@ -4,22 +4,21 @@
 //! (`Pause`) while the body is buffered (`Pause` until end of stream), then the header is
 //! set and both continue. Requests with no body, or a body over the configured limit, are
 //! routed by load at once without reading it. A client's own destination header is always
-//! removed first, so only the picker's choice can reach the ORIGINAL_DST cluster.
+//! removed first, so only the picker's choice can reach the pool cluster.
 
 use std::rc::Rc;
 
-use picker::address::PodAddress;
 use picker::config::InvalidBodyPolicy;
 use picker::inflight::InflightCounts;
-use picker::request::{parse_request, Endpoint};
-use picker::route::{choose, Route, RoutingView};
+use picker::prefix::session_key;
+use picker::request::{parse_request, Endpoint, InferenceRequest};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, BufferType, MapType};
 use wasm_epp_host::{now_ms, ProxyStore};
 
+use crate::decide::{decide, Outcome, Prompt};
 use crate::reply::send_error;
-use crate::table_cache::Refresh;
 use crate::worker::Worker;
 
 /// Headers Envoy's ORIGINAL_DST load balancer can follow; none may come from a client.
@@ -32,83 +31,48 @@ pub struct RoutingContext {
     routed_to: Option<String>,
     /// The client marked the request sheddable (negative priority).
     sheddable: bool,
+    /// Key of the request's session header, if it had one.
+    session: Option<u64>,
+}
+
+fn request_header(name: &str) -> Option<String> {
+    hostcalls::get_map_value(MapType::HttpRequestHeaders, name).ok().flatten()
 }
 
 impl RoutingContext {
     pub fn new(worker: Rc<Worker>) -> Self {
-        Self { worker, endpoint: Endpoint::Other, routed_to: None, sheddable: false }
+        Self { worker, endpoint: Endpoint::Other, routed_to: None, sheddable: false, session: None }
     }
 
     fn remove_client_destination(&self) {
         let configured = self.worker.config.destination_header.as_str();
         for name in std::iter::once(configured).chain(ENVOY_DESTINATION_HEADERS) {
-            if let Ok(Some(_)) = hostcalls::get_map_value(MapType::HttpRequestHeaders, name) {
+            if request_header(name).is_some() {
                 self.worker.stats.forged_destination.increment();
                 let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
             }
         }
     }
 
-    /// Picks a pod and sets the header; on an empty pool answers 503. Returns the action
-    /// for the callback that asked.
-    fn route(&mut self) -> Action {
-        let worker = Rc::clone(&self.worker);
-        let store = ProxyStore;
-        let now = now_ms();
-        let Ok(mut cache) = worker.table.try_borrow_mut() else { return self.no_pod("worker state busy") };
-        if let Refresh::DecodeFailed(reason) = cache.refresh(&store) {
-            worker.stats.table_decode_failed.increment();
-            log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
-        }
-        let inflight = InflightCounts::read(&store).unwrap_or_default();
-        let view = RoutingView {
-            table: cache.table(),
-            fallback_pool: &worker.fallback_pool,
-            inflight: &inflight,
-            now_ms: now,
-            stale_after_ms: worker.config.stale_after_ms,
-            inflight_expiry_ms: worker.config.inflight_expiry_ms,
-        };
-        let route = match worker.random.try_borrow_mut() {
-            Ok(mut random) => {
-                let fallbacks = worker.config.fallback_destinations as usize;
-                choose(&view, &worker.config.weights, &worker.config.saturation, &mut random, fallbacks)
+    /// Decides, then acts: sets the header and continues, or answers locally.
+    fn route(&mut self, request: Option<&InferenceRequest<'_>>) -> Action {
+        let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
+        match decide(&self.worker, &prompt) {
+            Outcome::Routed { address, destination } => {
+                let header = &self.worker.config.destination_header;
+                if let Err(error) = hostcalls::set_map_value(MapType::HttpRequestHeaders, header, Some(&destination)) {
+                    log::error!("wasm-epp: cannot set destination header: {error:?}");
+                    return self.no_pod("destination header refused");
+                }
+                self.routed_to = Some(address.as_str().to_string());
+                Action::Continue
             }
-            Err(_) => None,
-        };
-        drop(cache);
-        let Some(Route { address, fallbacks, fail_open, pool_saturated, .. }) = route else {
-            return self.no_pod("no pod in the pool");
-        };
-        worker.note_fail_open(fail_open);
-        if self.sheddable && pool_saturated {
-            worker.stats.shed.increment();
-            send_error(
-                429,
-                "rate_limit_exceeded",
-                "wasm-epp: every inference pod is saturated; sheddable request refused",
-            );
-            return Action::Pause;
+            Outcome::Shed => {
+                send_error(429, "rate_limit_exceeded", "wasm-epp: every inference pod is saturated; sheddable request refused");
+                Action::Pause
+            }
+            Outcome::NoPod(why) => self.no_pod(why),
         }
-        let destination = destination_value(&address, &fallbacks);
-        if let Err(error) =
-            hostcalls::set_map_value(MapType::HttpRequestHeaders, &worker.config.destination_header, Some(&destination))
-        {
-            log::error!("wasm-epp: cannot set destination header: {error:?}");
-            return self.no_pod("destination header refused");
-        }
-        if inflight.update(&store, address.as_str(), 1, now, worker.config.inflight_expiry_ms).is_err() {
-            worker.stats.inflight_update_failed.increment();
-        }
-        worker.stats.routed.increment();
-        if fail_open {
-            worker.stats.fail_open.increment();
-        }
-        if let Ok(mut picks) = worker.stats.picks.try_borrow_mut() {
-            picks.increment(&address.stat_label());
-        }
-        self.routed_to = Some(address.as_str().to_string());
-        Action::Continue
     }
 
     fn no_pod(&self, why: &str) -> Action {
@@ -116,21 +80,6 @@ impl RoutingContext {
         send_error(503, "service_unavailable", &format!("wasm-epp: no inference pod available ({why})"));
         Action::Pause
     }
-
-    fn body_over_limit(&self, declared: Option<u64>) -> bool {
-        declared.is_some_and(|len| len > self.worker.config.max_body_bytes)
-    }
-}
-
-/// `chosen[,fallback...]`: override_host tries them in order on retries.
-fn destination_value(chosen: &PodAddress, fallbacks: &[PodAddress]) -> String {
-    let mut value = String::with_capacity(24 * (1 + fallbacks.len()));
-    value.push_str(chosen.as_str());
-    for fallback in fallbacks {
-        value.push(',');
-        value.push_str(fallback.as_str());
-    }
-    value
 }
 
 impl Context for RoutingContext {}
@@ -138,23 +87,19 @@ impl Context for RoutingContext {}
 impl HttpContext for RoutingContext {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
         self.remove_client_destination();
-        self.sheddable = hostcalls::get_map_value(MapType::HttpRequestHeaders, &self.worker.config.priority_header)
-            .ok()
-            .flatten()
+        let config = &self.worker.config;
+        self.sheddable = request_header(&config.priority_header)
             .and_then(|v| v.trim().parse::<i64>().ok())
             .is_some_and(|priority| priority < 0);
-        let path = hostcalls::get_map_value(MapType::HttpRequestHeaders, ":path").ok().flatten().unwrap_or_default();
-        self.endpoint = Endpoint::from_path(&path);
-        let declared_length = hostcalls::get_map_value(MapType::HttpRequestHeaders, "content-length")
-            .ok()
-            .flatten()
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        self.session = request_header(&config.prefix.session_header).map(|id| session_key(id.trim()));
+        self.endpoint = Endpoint::from_path(&request_header(":path").unwrap_or_default());
+        let declared_length = request_header("content-length").and_then(|v| v.trim().parse::<u64>().ok());
         if end_of_stream || self.endpoint == Endpoint::Other {
-            return self.route();
+            return self.route(None);
         }
-        if self.body_over_limit(declared_length) {
+        if declared_length.is_some_and(|len| len > config.max_body_bytes) {
             self.worker.stats.body_over_limit.increment();
-            return self.route();
+            return self.route(None);
         }
         Action::Pause
     }
@@ -166,7 +111,7 @@ impl HttpContext for RoutingContext {
         if body_size as u64 > self.worker.config.max_body_bytes {
             // Streamed without a declared length and grew past the limit: stop buffering.
             self.worker.stats.body_over_limit.increment();
-            return self.route();
+            return self.route(None);
         }
         if !end_of_stream {
             return Action::Pause;
@@ -178,15 +123,18 @@ impl HttpContext for RoutingContext {
                 Vec::new()
             }
         };
-        if let Err(error) = parse_request(&body, self.endpoint) {
-            self.worker.stats.body_invalid.increment();
-            if self.worker.config.invalid_body == InvalidBodyPolicy::Reject {
-                self.worker.stats.body_rejected.increment();
-                send_error(400, "invalid_request_error", &error.to_string());
-                return Action::Pause;
+        match parse_request(&body, self.endpoint) {
+            Ok(request) => self.route(Some(&request)),
+            Err(error) => {
+                self.worker.stats.body_invalid.increment();
+                if self.worker.config.invalid_body == InvalidBodyPolicy::Reject {
+                    self.worker.stats.body_rejected.increment();
+                    send_error(400, "invalid_request_error", &error.to_string());
+                    return Action::Pause;
+                }
+                self.route(None)
             }
         }
-        self.route()
     }
 
     fn on_log(&mut self) {

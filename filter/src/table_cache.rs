@@ -11,6 +11,8 @@ use picker::store::SharedStore;
 pub struct TableCache {
     version: Option<u64>,
     table: Option<PodTable>,
+    /// A table arrived whose pod list the prefix index has not been trimmed to yet.
+    pods_changed: bool,
 }
 
 /// What a refresh found, for the caller's stats.
@@ -37,6 +39,9 @@ impl TableCache {
         match PodTable::decode(&bytes) {
             Ok(table) => {
                 self.version = version;
+                let old_pods = self.table.as_ref().map(|t| t.pods.iter().map(|p| p.address.clone()).collect::<Vec<_>>());
+                let new_pods: Vec<String> = table.pods.iter().map(|p| p.address.clone()).collect();
+                self.pods_changed |= old_pods.is_some_and(|old| old != new_pods);
                 self.table = Some(table);
                 Refresh::Updated
             }
@@ -50,5 +55,13 @@ impl TableCache {
 
     pub fn table(&self) -> Option<&PodTable> {
         self.table.as_ref()
+    }
+
+    /// The pool's addresses, once after each change of membership (not of load).
+    pub fn take_new_pod_list(&mut self) -> Option<Vec<String>> {
+        if !std::mem::take(&mut self.pods_changed) {
+            return None;
+        }
+        self.table.as_ref().map(|t| t.pods.iter().map(|p| p.address.clone()).collect())
     }
 }

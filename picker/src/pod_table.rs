@@ -91,6 +91,22 @@ impl PodTable {
     }
 }
 
+impl PodTable {
+    /// The `block_size` every healthy pod that reports one agrees on; `None` if none reports
+    /// or they differ (then the filter's configured block size is used).
+    pub fn common_block_size(&self) -> Option<u32> {
+        let mut sizes = self.pods.iter().filter(|p| p.healthy).filter_map(|p| p.block_size);
+        let first = sizes.next()?;
+        sizes.all(|size| size == first).then_some(first)
+    }
+
+    /// A pod's KV capacity in blocks, if it reported one.
+    pub fn capacity_blocks(&self, address: &str) -> Option<usize> {
+        let pod = self.pods.iter().find(|p| p.address == address)?;
+        pod.num_gpu_blocks.and_then(|blocks| usize::try_from(blocks).ok())
+    }
+}
+
 /// Encodes a version number for [`crate::keys::POD_TABLE_VERSION`].
 pub fn encode_version(version: u64) -> [u8; 8] {
     version.to_le_bytes()

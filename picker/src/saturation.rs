@@ -52,7 +52,7 @@ mod tests {
     use super::*;
 
     fn pod(usable: bool, waiting: f64, kv: f64) -> Candidate<'static> {
-        Candidate { address: "x", usable, waiting, running: 0.0, kv_usage: Some(kv), inflight: 0 }
+        Candidate::with_load("x", usable, waiting, Some(kv), 0)
     }
 
     #[test]

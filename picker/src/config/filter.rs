@@ -5,6 +5,7 @@ use serde::Deserialize;
 use super::{check_range, parse_pool};
 use crate::address::PodAddress;
 use crate::saturation::SaturationLimits;
+use super::PrefixConfig;
 
 /// What to do with a body that is not the OpenAI JSON we expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -27,11 +28,13 @@ pub struct ScorerWeights {
     pub kv_cache: f64,
     /// Fewer requests this proxy has in flight to the pod (exact, across workers).
     pub inflight: f64,
+    /// More of the prompt's prefix probably in the pod's KV cache.
+    pub prefix: f64,
 }
 
 impl Default for ScorerWeights {
     fn default() -> Self {
-        Self { queue: 1.0, kv_cache: 1.0, inflight: 2.0 }
+        Self { queue: 1.0, kv_cache: 1.0, inflight: 2.0, prefix: 3.0 }
     }
 }
 
@@ -48,6 +51,8 @@ pub struct FilterConfig {
     pub invalid_body: InvalidBodyPolicy,
     /// Pod data older than this is not trusted: the pod counts as unknown.
     pub stale_after_ms: u64,
+    /// Prefix-cache affinity: hashing, the per-worker index, stickiness.
+    pub prefix: PrefixConfig,
     /// When a pod, and the pool, count as saturated (for shedding and affinity).
     pub saturation: SaturationLimits,
     /// Request header carrying an integer priority; below 0 means sheddable: answered 429
@@ -73,6 +78,7 @@ impl Default for FilterConfig {
             stale_after_ms: 5_000,
             fallback_destinations: 2,
             saturation: SaturationLimits::default(),
+            prefix: PrefixConfig::default(),
             priority_header: "x-gateway-inference-priority".into(),
             inflight_expiry_ms: 15 * 60 * 1000,
         }
@@ -80,6 +86,16 @@ impl Default for FilterConfig {
 }
 
 impl FilterConfig {
+    /// The scheduling policy this configuration asks for.
+    pub fn policy(&self) -> crate::scheduler::Policy {
+        crate::scheduler::Policy {
+            weights: self.weights.clone(),
+            saturation: self.saturation.clone(),
+            affinity_threshold: if self.prefix.enabled { self.prefix.affinity_threshold } else { 0.0 },
+            fallbacks: self.fallback_destinations as usize,
+        }
+    }
+
     /// Checks every bound and returns the validated fallback pool.
     pub fn validate(&self) -> Result<Vec<PodAddress>, String> {
         for (field, header) in
@@ -90,9 +106,12 @@ impl FilterConfig {
             }
         }
         self.saturation.validate()?;
-        for (name, weight) in
-            [("queue", self.weights.queue), ("kv_cache", self.weights.kv_cache), ("inflight", self.weights.inflight)]
-        {
+        self.prefix.validate()?;
+        if self.prefix.session_header == self.destination_header {
+            return Err("prefix.session_header must differ from destination_header".into());
+        }
+        let w = &self.weights;
+        for (name, weight) in [("queue", w.queue), ("kv_cache", w.kv_cache), ("inflight", w.inflight), ("prefix", w.prefix)] {
             if !weight.is_finite() || !(0.0..=100.0).contains(&weight) {
                 return Err(format!("weights.{name} = {weight}, must be within 0..=100"));
             }

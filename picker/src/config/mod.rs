@@ -5,9 +5,11 @@
 
 mod filter;
 mod poller;
+mod prefix;
 
 pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
 pub use poller::PollerConfig;
+pub use prefix::PrefixConfig;
 
 use crate::address::PodAddress;
 

@@ -47,6 +47,15 @@ impl DiscoveryError {
         }
     }
 
+    /// Two failures are one state for logging when they are the same kind and, for a
+    /// status, the same code (a 503 outage that turns into 504 timeouts is news).
+    pub fn same_state(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Status(a), Self::Status(b)) => a == b,
+            _ => self.kind() == other.kind(),
+        }
+    }
+
     /// The error for a non-200 status.
     pub fn from_status(status: u16) -> Self {
         match status {
@@ -68,6 +77,9 @@ impl fmt::Display for DiscoveryError {
             Self::Forbidden => f.write_str("403 Forbidden: the service account may not list pods / read the pool"),
             Self::NotFound => f.write_str("404 Not Found: no such namespace resource or InferencePool"),
             Self::Expired => f.write_str("410 Gone: the list snapshot kept expiring"),
+            // Envoy answers 503 itself when it cannot connect and 504 when the call times out.
+            Self::Status(503) => f.write_str("503: the API server is unreachable or unavailable"),
+            Self::Status(504) => f.write_str("504: the API call timed out"),
             Self::Status(status) => write!(f, "the API server answered {status}"),
             Self::Invalid(reason) => write!(f, "unexpected answer: {reason}"),
             Self::ResponseTooLarge(bytes) => write!(f, "answer of {bytes} bytes is over max_response_bytes"),
@@ -88,7 +100,7 @@ pub enum HealthChange {
 /// Discovery's state as logged.
 #[derive(Debug, Default)]
 pub struct Health {
-    failing: Option<&'static str>,
+    failing: Option<DiscoveryError>,
     started: bool,
     failures_in_a_row: u64,
     pending: Option<HealthChange>,
@@ -106,10 +118,10 @@ impl Health {
 
     pub fn failure(&mut self, error: &DiscoveryError) {
         self.failures_in_a_row = self.failures_in_a_row.saturating_add(1);
-        if self.failing != Some(error.kind()) {
+        if !self.failing.as_ref().is_some_and(|last| last.same_state(error)) {
             self.pending = Some(HealthChange::Failing(error.clone()));
         }
-        self.failing = Some(error.kind());
+        self.failing = Some(error.clone());
     }
 
     /// True while the last list failed (the pool in use is the last known one).
@@ -131,12 +143,14 @@ mod tests {
         let mut health = Health::default();
         health.failure(&DiscoveryError::Status(503));
         assert_eq!(health.take_change(), Some(HealthChange::Failing(DiscoveryError::Status(503))));
-        health.failure(&DiscoveryError::Status(502));
-        assert_eq!(health.take_change(), None, "same kind, no new line");
+        health.failure(&DiscoveryError::Status(503));
+        assert_eq!(health.take_change(), None, "same state, no new line");
+        health.failure(&DiscoveryError::Status(504));
+        assert_eq!(health.take_change(), Some(HealthChange::Failing(DiscoveryError::Status(504))), "timeouts now");
         health.failure(&DiscoveryError::Unauthorized);
         assert_eq!(health.take_change(), Some(HealthChange::Failing(DiscoveryError::Unauthorized)));
         health.success();
-        assert_eq!(health.take_change(), Some(HealthChange::Up { failures: 3 }));
+        assert_eq!(health.take_change(), Some(HealthChange::Up { failures: 4 }));
         health.success();
         assert_eq!(health.take_change(), None);
         assert!(!health.is_failing());

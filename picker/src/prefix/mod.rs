@@ -27,11 +27,13 @@ pub mod hash;
 pub mod index;
 mod json;
 pub mod ring;
+pub mod worker;
 
 pub use events::RoutingEvent;
 pub use hash::{hash_prompt, HashParams};
 pub use index::PrefixIndex;
 pub use ring::{RingReader, RingWriter, StartAt};
+pub use worker::{session_key, WorkerPrefix};
 
 /// Segments in the ring. The writer appends about once per singleton tick (a large batch takes
 /// a few segments) and each worker reads on its own tick, so a reader is normally one or two
@@ -39,6 +41,9 @@ pub use ring::{RingReader, RingWriter, StartAt};
 /// starting worker that much history to replay, and keeps the worst-case shared memory at
 /// 64 × 64 KiB = 4 MiB, in 65 keys that exist forever.
 pub const RING_SEGMENTS: usize = 64;
+
+/// The shared queue on which workers send their decisions to the singleton.
+pub const EVENT_QUEUE: &str = "wasm-epp/v1/prefix-events";
 
 /// The ring's head: the sequence number of the newest segment (see [`ring`]).
 pub const RING_HEAD_KEY: &str = "wasm-epp/v1/prefix-ring/head";

@@ -1,33 +1,26 @@
 //! Filter → Score → Pick, as in llm-d's scheduler.
 //!
-//! Filter keeps the pods whose data is trustworthy (healthy and fresh). Each scorer gives
-//! every remaining pod a score in 0..1; the weighted mean decides and ties break at random,
-//! so equal pods share traffic instead of the first one taking it all. If no pod passes the
+//! Filters: keep the pods whose data is trustworthy (healthy and fresh); leave out saturated
+//! pods while any other remains; then, "sticky until saturated", keep the pods this request
+//! has affinity to (its session's pod, or pods holding at least `affinity_threshold` of its
+//! prefix) if any of them is left. Each
+//! scorer gives every remaining pod a score in 0..1; the weighted mean decides. Ties break at
+//! random, or, for a cold request that matches nothing anywhere, by least recently picked, so
+//! new prefixes spread over the pool instead of piling on one pod. If no pod passes the first
 //! filter, the picker fails open: every pool member stays a candidate, scored only by what
 //! this proxy knows exactly (its own requests in flight), and the decision says so.
 
+mod candidates;
 mod scorers;
 
-pub use scorers::{InflightScorer, KvCacheScorer, QueueScorer, Scorer};
+pub use candidates::{Candidate, Policy};
+pub use scorers::{InflightScorer, KvCacheScorer, PrefixScorer, QueueScorer, Scorer};
 
 use crate::config::ScorerWeights;
 use crate::random::TieBreaker;
 
 /// Scores within this distance of the best count as a tie.
 const TIE_EPSILON: f64 = 1e-9;
-
-/// One pod as the scheduler sees it for one request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Candidate<'a> {
-    pub address: &'a str,
-    /// Polled data is recent and the pod answered its last scrapes.
-    pub usable: bool,
-    pub waiting: f64,
-    pub running: f64,
-    pub kv_usage: Option<f64>,
-    /// Requests this proxy (all workers) has in flight to the pod now.
-    pub inflight: u32,
-}
 
 /// The outcome of one pick.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +30,8 @@ pub struct Decision {
     pub score: f64,
     /// No pod had usable data; the pick used in-flight counts only.
     pub fail_open: bool,
+    /// The affinity filter narrowed the choice (session or prefix).
+    pub affinity: bool,
     /// How many candidates were tied at the best score.
     pub tied: usize,
     /// Next-best candidates, best first, for Envoy to retry on when the first choice
@@ -44,29 +39,52 @@ pub struct Decision {
     pub fallbacks: Vec<usize>,
 }
 
-/// Picks one candidate and up to `fallbacks` runners-up, or `None` when there is none at all.
-pub fn pick(
-    candidates: &[Candidate<'_>],
-    weights: &ScorerWeights,
-    random: &mut TieBreaker,
-    fallbacks: usize,
-) -> Option<Decision> {
+/// The candidates that pass the filters, as indices into the candidate list, and whether
+/// the pick fails open or was narrowed by affinity.
+fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> (Vec<usize>, bool, bool) {
     let usable: Vec<usize> = (0..candidates.len()).filter(|&i| candidates.get(i).is_some_and(|c| c.usable)).collect();
-    let fail_open = usable.is_empty();
-    let eligible: Vec<&Candidate<'_>> = if fail_open {
-        candidates.iter().collect()
-    } else {
-        usable.iter().filter_map(|&i| candidates.get(i)).collect()
+    if usable.is_empty() {
+        return ((0..candidates.len()).collect(), true, false);
+    }
+    // Saturated pods are left out while any other can take the request.
+    let open: Vec<usize> = usable
+        .iter()
+        .copied()
+        .filter(|&i| candidates.get(i).is_some_and(|c| !policy.saturation.is_saturated(c)))
+        .collect();
+    let base = if open.is_empty() { usable } else { open };
+    let having = |keep: &dyn Fn(&Candidate<'_>) -> bool| -> Vec<usize> {
+        base.iter().copied().filter(|&i| candidates.get(i).is_some_and(keep)).collect()
     };
+    let session = having(&|c| c.session_match);
+    if !session.is_empty() {
+        return (session, false, true);
+    }
+    if policy.affinity_threshold > 0.0 {
+        let warm = having(&|c| c.prefix_match >= policy.affinity_threshold);
+        if !warm.is_empty() {
+            return (warm, false, true);
+        }
+    }
+    (base, false, false)
+}
+
+/// Picks one candidate and up to `policy.fallbacks` runners-up; `None` when there is none.
+pub fn pick(candidates: &[Candidate<'_>], policy: &Policy, random: &mut TieBreaker) -> Option<Decision> {
+    let (eligible_indices, fail_open, affinity) = filtered(candidates, policy);
+    let eligible: Vec<&Candidate<'_>> = eligible_indices.iter().filter_map(|&i| candidates.get(i)).collect();
     if eligible.is_empty() {
         return None;
     }
-    let fail_open_weights = ScorerWeights { queue: 0.0, kv_cache: 0.0, inflight: 1.0 };
-    let weights = if fail_open { &fail_open_weights } else { weights };
-    let scorers: [(&dyn Scorer, f64); 3] =
-        [(&QueueScorer, weights.queue), (&KvCacheScorer, weights.kv_cache), (&InflightScorer, weights.inflight)];
+    let fail_open_weights = ScorerWeights { queue: 0.0, kv_cache: 0.0, inflight: 1.0, prefix: 0.0 };
+    let weights = if fail_open { &fail_open_weights } else { &policy.weights };
+    let scorers: [(&dyn Scorer, f64); 4] = [
+        (&QueueScorer, weights.queue),
+        (&KvCacheScorer, weights.kv_cache),
+        (&InflightScorer, weights.inflight),
+        (&PrefixScorer, weights.prefix),
+    ];
     let total_weight: f64 = scorers.iter().map(|(_, w)| w).sum();
-
     let mut totals = vec![0.0; eligible.len()];
     for (scorer, weight) in scorers {
         if weight <= 0.0 {
@@ -82,73 +100,29 @@ pub fn pick(
     let best = totals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let tied: Vec<usize> =
         (0..totals.len()).filter(|&i| totals.get(i).is_some_and(|&t| best - t <= TIE_EPSILON)).collect();
-    let chosen = *tied.get(random.below(tied.len()))?;
-    let to_candidate =
-        |eligible_index: usize| if fail_open { Some(eligible_index) } else { usable.get(eligible_index).copied() };
-    let index = to_candidate(chosen)?;
+    let cold = candidates.iter().all(|c| c.prefix_match <= 0.0 && !c.session_match);
+    let chosen = if cold && !fail_open {
+        // Least recently picked among the tied; random among those equally old.
+        let oldest = tied.iter().filter_map(|&i| eligible.get(i)).map(|c| c.last_picked).min().unwrap_or(0);
+        let old: Vec<usize> = tied.iter().copied().filter(|&i| eligible.get(i).is_some_and(|c| c.last_picked == oldest)).collect();
+        *old.get(random.below(old.len()))?
+    } else {
+        *tied.get(random.below(tied.len()))?
+    };
+    let index = *eligible_indices.get(chosen)?;
     let mut runners_up: Vec<usize> = (0..totals.len()).filter(|&i| i != chosen).collect();
     runners_up.sort_by(|&a, &b| {
         let (a, b) = (totals.get(a).copied().unwrap_or(0.0), totals.get(b).copied().unwrap_or(0.0));
         b.total_cmp(&a)
     });
-    let fallbacks = runners_up.into_iter().take(fallbacks).filter_map(to_candidate).collect();
-    Some(Decision { index, score: best, fail_open, tied: tied.len(), fallbacks })
+    let mut fallbacks: Vec<usize> = runners_up.into_iter().filter_map(|i| eligible_indices.get(i).copied()).collect();
+    // Filters narrowed the field for the first choice; a retry may go to any usable pod.
+    let others =
+        (0..candidates.len()).filter(|i| !eligible_indices.contains(i) && candidates.get(*i).is_some_and(|c| c.usable));
+    fallbacks.extend(others);
+    fallbacks.truncate(policy.fallbacks);
+    Some(Decision { index, score: best, fail_open, affinity, tied: tied.len(), fallbacks })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(address: &str, waiting: f64, kv: f64, inflight: u32) -> Candidate<'_> {
-        Candidate { address, usable: true, waiting, running: 0.0, kv_usage: Some(kv), inflight }
-    }
-
-    fn pick_address<'a>(pods: &[Candidate<'a>], seed: u64) -> (&'a str, bool) {
-        let decision = pick(pods, &ScorerWeights::default(), &mut TieBreaker::new(seed), 0).unwrap();
-        (pods[decision.index].address, decision.fail_open)
-    }
-
-    #[test]
-    fn avoids_the_pod_with_a_long_queue() {
-        let pods = [pod("a", 30.0, 0.2, 0), pod("b", 0.0, 0.2, 0), pod("c", 0.0, 0.2, 0)];
-        for seed in 0..50 {
-            assert_ne!(pick_address(&pods, seed).0, "a");
-        }
-    }
-
-    #[test]
-    fn in_flight_requests_spread_a_burst() {
-        let mut pods = vec![pod("a", 0.0, 0.1, 0), pod("b", 0.0, 0.1, 0), pod("c", 0.0, 0.1, 0), pod("d", 0.0, 0.1, 0)];
-        for seed in 0..8 {
-            let decision = pick(&pods, &ScorerWeights::default(), &mut TieBreaker::new(seed), 0).unwrap();
-            pods[decision.index].inflight += 1;
-        }
-        assert!(pods.iter().all(|p| p.inflight == 2), "{pods:?}");
-    }
-
-    #[test]
-    fn ties_break_at_random_not_by_order() {
-        let pods = [pod("a", 1.0, 0.5, 0), pod("b", 1.0, 0.5, 0)];
-        let firsts = (0..200).filter(|&seed| pick_address(&pods, seed).0 == "a").count();
-        assert!((60..140).contains(&firsts), "a chosen {firsts}/200");
-    }
-
-    #[test]
-    fn unusable_pods_are_filtered_and_all_unusable_fails_open() {
-        let mut pods = [pod("a", 0.0, 0.0, 0), pod("b", 50.0, 0.9, 9)];
-        pods[0].usable = false;
-        assert_eq!(pick_address(&pods, 1), ("b", false));
-        pods[1].usable = false;
-        assert_eq!(pick_address(&pods, 1), ("a", true), "fail open by in-flight only");
-        assert!(pick(&[], &ScorerWeights::default(), &mut TieBreaker::new(0), 2).is_none());
-    }
-
-    #[test]
-    fn fallbacks_are_the_next_best_usable_pods_in_order() {
-        let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 10.0, 0.1, 0), pod("c", 5.0, 0.1, 0), pod("d", 0.0, 0.1, 0)];
-        pods[3].usable = false;
-        let decision = pick(&pods, &ScorerWeights::default(), &mut TieBreaker::new(1), 3).unwrap();
-        assert_eq!(decision.index, 0);
-        assert_eq!(decision.fallbacks, vec![2, 1], "c before b; d is not usable");
-    }
-}
+mod tests;

@@ -19,6 +19,9 @@ pub struct KvCacheScorer;
 /// Fewer requests in flight from this proxy is better, min-max normalised.
 pub struct InflightScorer;
 
+/// More of the prompt's prefix probably cached on the pod is better: matched share, 0..1.
+pub struct PrefixScorer;
+
 fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
     let min = values.clone().fold(f64::INFINITY, f64::min);
     let max = values.clone().fold(f64::NEG_INFINITY, f64::max);
@@ -44,12 +47,18 @@ impl Scorer for InflightScorer {
     }
 }
 
+impl Scorer for PrefixScorer {
+    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
+        candidates.iter().map(|c| c.prefix_match.clamp(0.0, 1.0)).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn candidate(waiting: f64, kv: Option<f64>, inflight: u32) -> Candidate<'static> {
-        Candidate { address: "x", usable: true, waiting, running: 0.0, kv_usage: kv, inflight }
+        Candidate::with_load("x", true, waiting, kv, inflight)
     }
 
     #[test]

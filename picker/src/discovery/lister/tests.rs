@@ -142,7 +142,7 @@ fn failures_keep_the_last_pool_and_log_once_per_kind() {
     let unauthorized = br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}"#;
     let cases: [(u16, &[u8], DiscoveryError); 5] = [
         (503, b"upstream connect error or disconnect/reset before headers", DiscoveryError::Status(503)),
-        (500, b"", DiscoveryError::Status(500)),
+        (503, b"", DiscoveryError::Status(503)),
         (401, unauthorized, DiscoveryError::Unauthorized),
         (403, b"{}", DiscoveryError::Forbidden),
         (200, b"<html>login</html>", DiscoveryError::Invalid(String::new())),
@@ -160,7 +160,7 @@ fn failures_keep_the_last_pool_and_log_once_per_kind() {
             logged.push(change);
         }
     }
-    assert_eq!(logged.len(), 4, "503 then 500 is one state: {logged:?}");
+    assert_eq!(logged.len(), 4, "503 twice is one state: {logged:?}");
     fetch(d.tick(6 * INTERVAL), &mut d, 20);
     assert_eq!(d.on_response(20, ApiResponse::NoAnswer, 6 * INTERVAL), Progress::Failed(DiscoveryError::NoAnswer));
     fetch(d.tick(7 * INTERVAL), &mut d, 21);

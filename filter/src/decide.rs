@@ -1,0 +1,107 @@
+//! The decision for one request, from everything the worker knows.
+//!
+//! Refreshes the pod table if a new one was published, hashes the prompt with the pool's
+//! block size, reads the in-flight counts, asks `picker::route::choose`, then records the
+//! pick: in the prefix index (at once, for this worker; on the next tick, for the others)
+//! and in the shared in-flight counts.
+
+use picker::address::PodAddress;
+use picker::inflight::InflightCounts;
+use picker::prefix::hash_prompt;
+use picker::request::{Endpoint, InferenceRequest};
+use picker::route::{choose, PrefixQuery, Route, RoutingView};
+use wasm_epp_host::{now_ms, ProxyStore};
+
+use crate::table_cache::Refresh;
+use crate::worker::Worker;
+
+/// What the filter should do with the request.
+pub enum Outcome {
+    /// Send it to `address`; `destination` is the header value (with fallbacks).
+    Routed { address: PodAddress, destination: String },
+    /// Answer 429: the request is sheddable and every pod is saturated.
+    Shed,
+    /// Answer 503: there is no pod at all (the text says why).
+    NoPod(&'static str),
+}
+
+/// The prompt as far as routing reads it.
+pub struct Prompt<'a> {
+    pub request: Option<&'a InferenceRequest<'a>>,
+    pub endpoint: Endpoint,
+    pub session: Option<u64>,
+    pub sheddable: bool,
+}
+
+pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
+    let store = ProxyStore;
+    let now = now_ms();
+    let Ok(mut cache) = worker.table.try_borrow_mut() else { return Outcome::NoPod("worker state busy") };
+    if let Refresh::DecodeFailed(reason) = cache.refresh(&store) {
+        worker.stats.table_decode_failed.increment();
+        log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+    }
+    let table = cache.table();
+    let prefix_config = &worker.config.prefix;
+    let mut hashes = Vec::new();
+    if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
+        let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
+        if hash_prompt(request, prompt.endpoint, &params, &mut hashes).is_err() {
+            worker.stats.prompt_unhashable.increment();
+        }
+    }
+    let inflight = InflightCounts::read(&store).unwrap_or_default();
+    let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod("worker state busy") };
+    let last_picked = |pod: &str| prefix.last_picked(pod);
+    let query = prefix_config.enabled.then(|| PrefixQuery {
+        index: prefix.index(),
+        hashes: &hashes,
+        session: prompt.session,
+        last_picked: &last_picked,
+    });
+    let view = RoutingView {
+        table,
+        fallback_pool: &worker.fallback_pool,
+        inflight: &inflight,
+        prefix: query,
+        now_ms: now,
+        stale_after_ms: worker.config.stale_after_ms,
+        inflight_expiry_ms: worker.config.inflight_expiry_ms,
+    };
+    let route = match worker.random.try_borrow_mut() {
+        Ok(mut random) => choose(&view, &worker.policy, &mut random),
+        Err(_) => None,
+    };
+    let Some(Route { address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, .. }) = route
+    else {
+        return Outcome::NoPod("no pod in the pool");
+    };
+    worker.note_fail_open(fail_open);
+    if prompt.sheddable && pool_saturated {
+        worker.stats.shed.increment();
+        return Outcome::Shed;
+    }
+    if prefix_config.enabled {
+        let capacity = table.and_then(|t| t.capacity_blocks(address.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
+        prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity);
+    }
+    drop(prefix);
+    drop(cache);
+    if inflight.update(&store, address.as_str(), 1, now, worker.config.inflight_expiry_ms).is_err() {
+        worker.stats.inflight_update_failed.increment();
+    }
+    worker.stats.count_pick(&address, fail_open, affinity, prefix_match > 0.0);
+    let destination = destination_value(&address, &fallbacks);
+    Outcome::Routed { address, destination }
+}
+
+/// `chosen[,fallback...]`: override_host tries them in order on retries.
+fn destination_value(chosen: &PodAddress, fallbacks: &[PodAddress]) -> String {
+    let mut value = String::with_capacity(24 * (1 + fallbacks.len()));
+    value.push_str(chosen.as_str());
+    for fallback in fallbacks {
+        value.push(',');
+        value.push_str(fallback.as_str());
+    }
+    value
+}

@@ -1,0 +1,173 @@
+//! One worker's prefix state: its index replica, the decisions it has yet to share, and its
+//! reader of the ring that carries every worker's decisions back.
+//!
+//! The filter's root context drives it on a tick ([`WorkerPrefix::take_batch`] to send,
+//! [`WorkerPrefix::sync_from_ring`] to learn); each request reads it ([`WorkerPrefix::index`])
+//! and writes it ([`WorkerPrefix::record_pick`]). Plain Rust, so the cross-worker behaviour is
+//! tested natively with two of these and a [`super::RingWriter`] over a `MemoryStore`.
+
+use hashbrown::HashMap;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use super::events::{encode_batch, RoutingEvent};
+use super::ring::{RingReader, StartAt};
+use super::{PrefixIndex, RING_SEGMENTS};
+use crate::pod_table::MAX_PODS;
+use crate::store::{SharedStore, StoreError};
+
+/// Decisions kept for the next send at most. At the default 20 ms tick this is ~50k picks/s;
+/// past it the oldest are dropped (costing other workers some hits, never a wrong route).
+pub const MAX_PENDING_EVENTS: usize = 1024;
+
+/// Seed that keeps session keys apart from prompt block hashes.
+const SESSION_SEED: u64 = 0x5e55_1011_0000_0001;
+
+/// The index key of a session id: recorded for the session's pod like a one-block chain.
+pub fn session_key(session_id: &str) -> u64 {
+    xxh3_64_with_seed(session_id.as_bytes(), SESSION_SEED)
+}
+
+/// What a sync with the ring did, for stats.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SyncReport {
+    pub events: usize,
+    pub lost_segments: u64,
+}
+
+pub struct WorkerPrefix {
+    index: PrefixIndex,
+    reader: RingReader,
+    pending: Vec<RoutingEvent>,
+    dropped: u64,
+    pick_clock: u64,
+    last_picked: HashMap<String, u64>,
+}
+
+impl WorkerPrefix {
+    /// A replica bounded to `max_entries`; a new worker replays the ring's recent history.
+    pub fn new(max_entries: usize) -> Self {
+        Self {
+            index: PrefixIndex::new(max_entries),
+            reader: RingReader::new(StartAt::Oldest),
+            pending: Vec::new(),
+            dropped: 0,
+            pick_clock: 0,
+            last_picked: HashMap::new(),
+        }
+    }
+
+    pub fn index(&self) -> &PrefixIndex {
+        &self.index
+    }
+
+    /// When this worker last picked `pod` (pick counter; 0 = never).
+    pub fn last_picked(&self, pod: &str) -> u64 {
+        self.last_picked.get(pod).copied().unwrap_or(0)
+    }
+
+    /// Decisions dropped because the pending list was full.
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped
+    }
+
+    /// Records this worker's decision at once, and keeps it to share on the next tick.
+    pub fn record_pick(&mut self, pod: &str, epoch: u32, hashes: &[u64], session: Option<u64>, capacity: usize) {
+        self.pick_clock += 1;
+        if self.last_picked.len() < MAX_PODS || self.last_picked.contains_key(pod) {
+            self.last_picked.insert(pod.to_string(), self.pick_clock);
+        }
+        let mut chains: [Option<&[u64]>; 2] = [None, None];
+        if !hashes.is_empty() {
+            chains[0] = Some(hashes);
+        }
+        let session = session.map(|s| [s]);
+        if let Some(key) = session.as_ref() {
+            chains[1] = Some(key.as_slice());
+        }
+        for chain in chains.into_iter().flatten() {
+            self.index.record(pod, epoch, chain, capacity);
+            if self.pending.len() >= MAX_PENDING_EVENTS {
+                self.pending.remove(0);
+                self.dropped += 1;
+            }
+            self.pending.push(RoutingEvent { pod: pod.to_string(), epoch, hashes: chain.to_vec() });
+        }
+    }
+
+    /// The decisions since the last call, encoded for the singleton's queue.
+    pub fn take_batch(&mut self) -> Option<Vec<u8>> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        let batch = encode_batch(&self.pending);
+        self.pending.clear();
+        Some(batch)
+    }
+
+    /// Learns every worker's decisions from the ring (this worker's own come back too: a second
+    /// touch, harmless). `capacity_of` gives a pod's KV capacity in blocks.
+    pub fn sync_from_ring(
+        &mut self,
+        store: &dyn SharedStore,
+        capacity_of: &dyn Fn(&str) -> usize,
+    ) -> Result<SyncReport, StoreError> {
+        let result = self.reader.poll(store, RING_SEGMENTS)?;
+        for event in &result.events {
+            self.index.record(&event.pod, event.epoch, &event.hashes, capacity_of(&event.pod));
+        }
+        Ok(SyncReport { events: result.events.len(), lost_segments: result.lost })
+    }
+
+    /// Forgets pods that left the pool.
+    pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
+        self.index.retain_pods(&keep);
+        self.last_picked.retain(|pod, _| keep(pod));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prefix::RingWriter;
+    use crate::store::MemoryStore;
+
+    /// The singleton's part: relay every worker's batch into the ring.
+    fn relay(store: &MemoryStore, writer: &mut RingWriter, workers: &mut [&mut WorkerPrefix]) {
+        for worker in workers.iter_mut() {
+            if let Some(batch) = worker.take_batch() {
+                writer.append(store, &batch).unwrap();
+            }
+        }
+    }
+
+    #[test]
+    fn a_decision_on_one_worker_reaches_the_other_after_one_sync() {
+        let store = MemoryStore::new();
+        let mut writer = RingWriter::resume(&store).unwrap();
+        let (mut a, mut b) = (WorkerPrefix::new(4096), WorkerPrefix::new(4096));
+        a.record_pick("10.0.0.1:80", 0, &[1, 2, 3], Some(session_key("s1")), 1000);
+        assert_eq!(a.index().matched_blocks(&[1, 2, 3], "10.0.0.1:80", 0), 3, "own decision at once");
+        assert_eq!(b.index().matched_blocks(&[1, 2, 3], "10.0.0.1:80", 0), 0);
+        relay(&store, &mut writer, &mut [&mut a, &mut b]);
+        let report = b.sync_from_ring(&store, &|_| 1000).unwrap();
+        assert_eq!(report.events, 2);
+        assert_eq!(b.index().matched_blocks(&[1, 2, 3], "10.0.0.1:80", 0), 3);
+        assert_eq!(b.index().matched_blocks(&[session_key("s1")], "10.0.0.1:80", 0), 1);
+    }
+
+    #[test]
+    fn pending_decisions_are_bounded_and_pick_order_is_remembered() {
+        let mut worker = WorkerPrefix::new(4096);
+        for i in 0..(MAX_PENDING_EVENTS as u64 + 10) {
+            worker.record_pick("10.0.0.1:80", 0, &[i], None, 100);
+        }
+        assert_eq!(worker.dropped_events(), 10);
+        worker.record_pick("10.0.0.2:80", 0, &[], None, 100);
+        assert!(worker.last_picked("10.0.0.2:80") > worker.last_picked("10.0.0.1:80"));
+        assert_eq!(worker.last_picked("10.0.0.3:80"), 0);
+        assert!(worker.take_batch().is_some());
+        assert!(worker.take_batch().is_none());
+        worker.retain_pods(|pod| pod != "10.0.0.1:80");
+        assert_eq!(worker.index().pod_len("10.0.0.1:80"), 0);
+    }
+}

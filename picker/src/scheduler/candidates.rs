@@ -1,0 +1,62 @@
+//! What the scheduler knows about each pod for one request, and the policy it applies.
+
+use crate::config::ScorerWeights;
+use crate::saturation::SaturationLimits;
+
+/// One pod as the scheduler sees it for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Candidate<'a> {
+    pub address: &'a str,
+    /// Polled data is recent and the pod answered its last scrapes.
+    pub usable: bool,
+    pub waiting: f64,
+    pub running: f64,
+    pub kv_usage: Option<f64>,
+    /// Requests this proxy (all workers) has in flight to the pod now.
+    pub inflight: u32,
+    /// Share of the request's prefix blocks the pod probably holds (0..1).
+    pub prefix_match: f64,
+    /// The request's session was last sent to this pod.
+    pub session_match: bool,
+    /// When this worker last picked the pod (a pick counter; 0 = never). Spreads cold requests.
+    pub last_picked: u64,
+}
+
+impl<'a> Candidate<'a> {
+    /// A pod with load data only: no prefix, session or pick history.
+    pub fn with_load(address: &'a str, usable: bool, waiting: f64, kv_usage: Option<f64>, inflight: u32) -> Self {
+        Self {
+            address,
+            usable,
+            waiting,
+            running: 0.0,
+            kv_usage,
+            inflight,
+            prefix_match: 0.0,
+            session_match: false,
+            last_picked: 0,
+        }
+    }
+}
+
+/// How to choose, compiled once from the filter configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    pub weights: ScorerWeights,
+    pub saturation: SaturationLimits,
+    /// Prefix share at which a pod is preferred over all others unless saturated; 0 = off.
+    pub affinity_threshold: f64,
+    /// Runners-up to return for retries.
+    pub fallbacks: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            weights: ScorerWeights::default(),
+            saturation: SaturationLimits::default(),
+            affinity_threshold: 0.5,
+            fallbacks: 0,
+        }
+    }
+}

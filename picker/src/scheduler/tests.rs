@@ -1,0 +1,100 @@
+use super::*;
+use crate::saturation::SaturationLimits;
+
+fn pod(address: &str, waiting: f64, kv: f64, inflight: u32) -> Candidate<'_> {
+    Candidate::with_load(address, true, waiting, Some(kv), inflight)
+}
+
+fn policy() -> Policy {
+    Policy::default()
+}
+
+fn pick_address<'a>(pods: &[Candidate<'a>], seed: u64) -> (&'a str, bool) {
+    let decision = pick(pods, &policy(), &mut TieBreaker::new(seed)).unwrap();
+    (pods[decision.index].address, decision.fail_open)
+}
+
+#[test]
+fn avoids_the_pod_with_a_long_queue() {
+    let pods = [pod("a", 30.0, 0.2, 0), pod("b", 0.0, 0.2, 0), pod("c", 0.0, 0.2, 0)];
+    for seed in 0..50 {
+        assert_ne!(pick_address(&pods, seed).0, "a");
+    }
+}
+
+#[test]
+fn in_flight_requests_spread_a_burst() {
+    let mut pods = vec![pod("a", 0.0, 0.1, 0), pod("b", 0.0, 0.1, 0), pod("c", 0.0, 0.1, 0), pod("d", 0.0, 0.1, 0)];
+    for seed in 0..8 {
+        let decision = pick(&pods, &policy(), &mut TieBreaker::new(seed)).unwrap();
+        pods[decision.index].inflight += 1;
+    }
+    assert!(pods.iter().all(|p| p.inflight == 2), "{pods:?}");
+}
+
+#[test]
+fn ties_break_at_random_not_by_order() {
+    let mut pods = [pod("a", 1.0, 0.5, 0), pod("b", 1.0, 0.5, 0)];
+    pods[0].prefix_match = 0.1; // warm, so the least-recently-picked rule is not in play
+    pods[1].prefix_match = 0.1;
+    let firsts = (0..200).filter(|&seed| pick_address(&pods, seed).0 == "a").count();
+    assert!((60..140).contains(&firsts), "a chosen {firsts}/200");
+}
+
+#[test]
+fn cold_requests_go_to_the_least_recently_picked() {
+    let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 0.0, 0.1, 0), pod("c", 0.0, 0.1, 0)];
+    pods[0].last_picked = 7;
+    pods[1].last_picked = 3;
+    pods[2].last_picked = 9;
+    for seed in 0..20 {
+        assert_eq!(pick_address(&pods, seed).0, "b");
+    }
+}
+
+#[test]
+fn unusable_pods_are_filtered_and_all_unusable_fails_open() {
+    let mut pods = [pod("a", 0.0, 0.0, 0), pod("b", 50.0, 0.9, 9)];
+    pods[0].usable = false;
+    assert_eq!(pick_address(&pods, 1), ("b", false));
+    pods[1].usable = false;
+    assert_eq!(pick_address(&pods, 1), ("a", true), "fail open by in-flight only");
+    assert!(pick(&[], &policy(), &mut TieBreaker::new(0)).is_none());
+}
+
+#[test]
+fn fallbacks_are_the_next_best_usable_pods_in_order() {
+    let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 10.0, 0.1, 0), pod("c", 5.0, 0.1, 0), pod("d", 0.0, 0.1, 0)];
+    pods[3].usable = false;
+    let decision = pick(&pods, &Policy { fallbacks: 3, ..policy() }, &mut TieBreaker::new(1)).unwrap();
+    assert_eq!(decision.index, 0);
+    assert_eq!(decision.fallbacks, vec![2, 1], "c before b; d is not usable");
+}
+
+#[test]
+fn prefix_affinity_is_sticky_until_saturated() {
+    // b holds the prefix but is busier: it still wins while under the saturation limits.
+    let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 3.0, 0.5, 3), pod("c", 0.0, 0.1, 0)];
+    pods[1].prefix_match = 0.9;
+    for seed in 0..20 {
+        assert_eq!(pick_address(&pods, seed).0, "b");
+    }
+    let decision = pick(&pods, &Policy { fallbacks: 2, ..policy() }, &mut TieBreaker::new(1)).unwrap();
+    assert!(decision.affinity);
+    assert_eq!(decision.fallbacks.len(), 2, "retries may leave the affinity set");
+    // Saturated (queue at the limit): affinity is released and load decides.
+    pods[1].waiting = SaturationLimits::default().queue_threshold;
+    for seed in 0..20 {
+        assert_ne!(pick_address(&pods, seed).0, "b");
+    }
+}
+
+#[test]
+fn a_session_beats_a_prefix_until_saturated() {
+    let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 0.0, 0.1, 0)];
+    pods[0].prefix_match = 1.0;
+    pods[1].session_match = true;
+    assert_eq!(pick_address(&pods, 3).0, "b");
+    pods[1].kv_usage = Some(0.99);
+    assert_eq!(pick_address(&pods, 3).0, "a", "a saturated session pod is left");
+}

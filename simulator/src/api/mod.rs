@@ -1,0 +1,7 @@
+//! The OpenAI-compatible surface: request parsing, response shapes, streaming, and errors.
+//! Plain data in and out; the HTTP layer (`crate::http`) wires it to sockets.
+
+pub mod errors;
+pub mod request;
+pub mod responses;
+pub mod sse;

@@ -1,0 +1,230 @@
+//! Parsing of OpenAI request bodies into prompts the engine understands.
+//!
+//! Accepts what vLLM accepts: `prompt` as a string, a list of strings (one choice each), a list
+//! of token ids, or a list of lists of token ids; `messages` with string content or a list of
+//! `text` / `image_url` parts. Fields the simulator does not model (temperature, `n`, stop, ...)
+//! are ignored, as sampling does not change timing; `n` in particular always yields one choice
+//! per prompt.
+
+use serde::Deserialize;
+
+use super::errors::ApiError;
+use crate::chat_template::{render_chat, ChatMessage, ContentPart};
+use crate::tokenizer::{tokenize, VOCAB_SIZE};
+
+/// Most prompts in one batched completion request.
+pub const MAX_BATCH_PROMPTS: usize = 256;
+/// Most messages in one chat request.
+pub const MAX_MESSAGES: usize = 4096;
+
+/// One prompt, as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptInput {
+    /// Text, tokenized by the simulator's tokenizer.
+    Text(String),
+    /// Token ids, used as given.
+    TokenIds(Vec<u32>),
+}
+
+impl PromptInput {
+    /// The prompt's tokens.
+    pub fn tokens(&self) -> Vec<u32> {
+        match self {
+            PromptInput::Text(text) => tokenize(text),
+            PromptInput::TokenIds(ids) => ids.clone(),
+        }
+    }
+}
+
+/// Options shared by both endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommonOptions {
+    /// Requested model: base model or LoRA adapter; `None` means the base model.
+    pub model: Option<String>,
+    /// Tokens to generate, if given.
+    pub max_tokens: Option<usize>,
+    /// Server-sent events instead of one JSON body.
+    pub stream: bool,
+    /// Final usage chunk when streaming (`stream_options.include_usage`).
+    pub include_usage: bool,
+}
+
+/// A parsed `POST /v1/completions` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletionRequest {
+    /// Prompts, one choice each.
+    pub prompts: Vec<PromptInput>,
+    /// Model, length and streaming options.
+    pub options: CommonOptions,
+}
+
+/// A parsed `POST /v1/chat/completions` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatRequest {
+    /// The conversation.
+    pub messages: Vec<ChatMessage>,
+    /// Whether to append the assistant generation prompt (default true).
+    pub add_generation_prompt: bool,
+    /// Model, length and streaming options.
+    pub options: CommonOptions,
+}
+
+impl ChatRequest {
+    /// The prompt text after the chat template.
+    pub fn rendered_prompt(&self) -> String {
+        render_chat(&self.messages, self.add_generation_prompt)
+    }
+}
+
+#[derive(Deserialize)]
+struct RawStreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawPrompt {
+    Text(String),
+    Texts(Vec<String>),
+    TokenIds(Vec<i64>),
+    TokenIdLists(Vec<Vec<i64>>),
+}
+
+#[derive(Deserialize)]
+struct RawCompletion {
+    model: Option<String>,
+    prompt: Option<RawPrompt>,
+    max_tokens: Option<i64>,
+    stream: Option<bool>,
+    stream_options: Option<RawStreamOptions>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawImageUrl {
+    Url(String),
+    Object { url: String },
+}
+
+#[derive(Deserialize)]
+struct RawPart {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    image_url: Option<RawImageUrl>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawContent {
+    Text(String),
+    Parts(Vec<RawPart>),
+}
+
+#[derive(Deserialize)]
+struct RawMessage {
+    role: String,
+    content: Option<RawContent>,
+}
+
+#[derive(Deserialize)]
+struct RawChat {
+    model: Option<String>,
+    messages: Option<Vec<RawMessage>>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    stream: Option<bool>,
+    stream_options: Option<RawStreamOptions>,
+    add_generation_prompt: Option<bool>,
+}
+
+/// Parses a completions body.
+pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
+    let raw: RawCompletion = parse_json(body)?;
+    let prompts = match raw.prompt {
+        None => return Err(ApiError::bad_param("prompt", "Field 'prompt' is required.")),
+        Some(RawPrompt::Text(text)) => vec![PromptInput::Text(text)],
+        Some(RawPrompt::Texts(texts)) => texts.into_iter().map(PromptInput::Text).collect(),
+        Some(RawPrompt::TokenIds(ids)) => vec![PromptInput::TokenIds(token_ids(&ids)?)],
+        Some(RawPrompt::TokenIdLists(lists)) => {
+            lists.iter().map(|ids| token_ids(ids).map(PromptInput::TokenIds)).collect::<Result<_, _>>()?
+        }
+    };
+    if prompts.is_empty() {
+        return Err(ApiError::bad_param("prompt", "The prompt list must not be empty."));
+    }
+    if prompts.len() > MAX_BATCH_PROMPTS {
+        return Err(ApiError::bad_param("prompt", format!("At most {MAX_BATCH_PROMPTS} prompts per request.")));
+    }
+    let options = common_options(raw.model, raw.max_tokens, "max_tokens", raw.stream, raw.stream_options)?;
+    Ok(CompletionRequest { prompts, options })
+}
+
+/// Parses a chat completions body.
+pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let raw: RawChat = parse_json(body)?;
+    let raw_messages = raw.messages.ok_or_else(|| ApiError::bad_param("messages", "Field 'messages' is required."))?;
+    if raw_messages.is_empty() || raw_messages.len() > MAX_MESSAGES {
+        return Err(ApiError::bad_param("messages", format!("Between 1 and {MAX_MESSAGES} messages are required.")));
+    }
+    let messages = raw_messages.into_iter().map(message).collect::<Result<Vec<_>, _>>()?;
+    // vLLM prefers max_completion_tokens (the newer OpenAI name) when both are given.
+    let (max_tokens, param) = match raw.max_completion_tokens {
+        Some(value) => (Some(value), "max_completion_tokens"),
+        None => (raw.max_tokens, "max_tokens"),
+    };
+    let options = common_options(raw.model, max_tokens, param, raw.stream, raw.stream_options)?;
+    Ok(ChatRequest { messages, add_generation_prompt: raw.add_generation_prompt.unwrap_or(true), options })
+}
+
+fn parse_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|error| ApiError::bad_request(format!("Invalid request body: {error}")))
+}
+
+fn common_options(
+    model: Option<String>,
+    max_tokens: Option<i64>,
+    param: &str,
+    stream: Option<bool>,
+    stream_options: Option<RawStreamOptions>,
+) -> Result<CommonOptions, ApiError> {
+    let max_tokens = match max_tokens {
+        None => None,
+        Some(value) if value >= 1 => Some(usize::try_from(value).unwrap_or(usize::MAX)),
+        Some(value) => return Err(ApiError::bad_param(param, format!("{param} must be at least 1, got {value}."))),
+    };
+    let stream = stream.unwrap_or(false);
+    let include_usage = stream_options.and_then(|options| options.include_usage).unwrap_or(false);
+    Ok(CommonOptions { model, max_tokens, stream, include_usage })
+}
+
+fn token_ids(ids: &[i64]) -> Result<Vec<u32>, ApiError> {
+    ids.iter()
+        .map(|id| match u32::try_from(*id) {
+            Ok(valid) if valid < VOCAB_SIZE => Ok(valid),
+            _ => Err(ApiError::bad_param("prompt", format!("Token id {id} is out of vocabulary"))),
+        })
+        .collect()
+}
+
+fn message(raw: RawMessage) -> Result<ChatMessage, ApiError> {
+    let content = match raw.content {
+        None => Vec::new(),
+        Some(RawContent::Text(text)) => vec![ContentPart::Text(text)],
+        Some(RawContent::Parts(parts)) => parts.into_iter().map(content_part).collect::<Result<_, _>>()?,
+    };
+    Ok(ChatMessage { role: raw.role, content })
+}
+
+fn content_part(part: RawPart) -> Result<ContentPart, ApiError> {
+    match (part.kind.as_str(), part.text, part.image_url) {
+        ("text", Some(text), _) => Ok(ContentPart::Text(text)),
+        ("image_url", _, Some(RawImageUrl::Url(url) | RawImageUrl::Object { url })) => Ok(ContentPart::Image(url)),
+        (kind, _, _) => {
+            Err(ApiError::bad_param("messages", format!("Unsupported or incomplete content part {kind:?}.")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

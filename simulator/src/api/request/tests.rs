@@ -1,0 +1,89 @@
+//! Every prompt shape vLLM accepts, and the errors it gives for the rest.
+
+use super::*;
+
+fn completion(body: &str) -> Result<CompletionRequest, ApiError> {
+    parse_completion(body.as_bytes())
+}
+
+fn chat(body: &str) -> Result<ChatRequest, ApiError> {
+    parse_chat(body.as_bytes())
+}
+
+#[test]
+fn completion_prompt_shapes() {
+    let text = completion(r#"{"prompt": "hi all"}"#).unwrap();
+    assert_eq!(text.prompts, vec![PromptInput::Text("hi all".to_owned())]);
+    assert_eq!(text.prompts[0].tokens().len(), 2);
+
+    let batch = completion(r#"{"prompt": ["a", "b c"]}"#).unwrap();
+    assert_eq!(batch.prompts.len(), 2);
+
+    let ids = completion(r#"{"prompt": [1, 2, 3]}"#).unwrap();
+    assert_eq!(ids.prompts, vec![PromptInput::TokenIds(vec![1, 2, 3])]);
+
+    let id_lists = completion(r#"{"prompt": [[1, 2], [3]]}"#).unwrap();
+    assert_eq!(id_lists.prompts, vec![PromptInput::TokenIds(vec![1, 2]), PromptInput::TokenIds(vec![3])]);
+}
+
+#[test]
+fn completion_options() {
+    let request =
+        completion(r#"{"model": "m", "prompt": "x", "max_tokens": 7, "stream": true, "stream_options": {"include_usage": true}, "temperature": 0.2, "n": 3, "ignore_eos": true}"#)
+            .unwrap();
+    assert_eq!(
+        request.options,
+        CommonOptions { model: Some("m".to_owned()), max_tokens: Some(7), stream: true, include_usage: true }
+    );
+    let defaults = completion(r#"{"prompt": "x", "max_tokens": null}"#).unwrap();
+    assert_eq!(defaults.options, CommonOptions { model: None, max_tokens: None, stream: false, include_usage: false });
+}
+
+#[test]
+fn completion_errors_are_400_with_the_field_named() {
+    for (body, param) in [
+        (r#"{"model": "m"}"#, Some("prompt")),
+        (r#"{"prompt": []}"#, Some("prompt")),
+        (r#"{"prompt": [-1]}"#, Some("prompt")),
+        (r#"{"prompt": [999999999]}"#, Some("prompt")),
+        (r#"{"prompt": "x", "max_tokens": 0}"#, Some("max_tokens")),
+        (r#"{"prompt": ["a", 1]}"#, None),
+        (r#"{"prompt": "x""#, None),
+        ("not json", None),
+    ] {
+        let error = completion(body).unwrap_err();
+        assert_eq!(error.status, 400, "{body}");
+        assert_eq!(error.param.as_deref(), param, "{body}");
+    }
+    let too_many = format!(r#"{{"prompt": [{}]}}"#, vec!["\"x\""; MAX_BATCH_PROMPTS + 1].join(","));
+    assert_eq!(completion(&too_many).unwrap_err().status, 400);
+}
+
+#[test]
+fn chat_content_shapes_and_template() {
+    let request = chat(
+        r#"{"messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "data:x"}}]},
+            {"role": "assistant", "content": null}
+        ], "max_completion_tokens": 5, "max_tokens": 9}"#,
+    )
+    .unwrap();
+    assert_eq!(request.messages.len(), 3);
+    assert_eq!(request.messages[1].content[1], ContentPart::Image("data:x".to_owned()));
+    assert!(request.messages[2].content.is_empty());
+    assert_eq!(request.options.max_tokens, Some(5), "max_completion_tokens wins");
+    assert!(request.rendered_prompt().starts_with("<|system|>\nbe brief\n<|user|>\nlook\n"));
+    assert!(request.rendered_prompt().ends_with("<|assistant|>\n"));
+}
+
+#[test]
+fn chat_errors() {
+    assert_eq!(chat(r#"{"model": "m"}"#).unwrap_err().param.as_deref(), Some("messages"));
+    assert_eq!(chat(r#"{"messages": []}"#).unwrap_err().status, 400);
+    assert_eq!(chat(r#"{"messages": [{"content": "x"}]}"#).unwrap_err().status, 400);
+    let audio = r#"{"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}"#;
+    assert_eq!(chat(audio).unwrap_err().status, 400);
+    let zero = r#"{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0}"#;
+    assert_eq!(chat(zero).unwrap_err().param.as_deref(), Some("max_completion_tokens"));
+}

@@ -1,0 +1,179 @@
+//! OpenAI response bodies and stream chunks, in the exact shapes vLLM sends.
+//!
+//! Completions: `object: "text_completion"` with `choices[].text`. Chat: `object:
+//! "chat.completion"` with `choices[].message`, and in streams `"chat.completion.chunk"` with
+//! `choices[].delta`, the first delta of a choice carrying `role: "assistant"`. `usage` always
+//! includes `prompt_tokens_details.cached_tokens`, which vLLM shows when prompt token details
+//! are enabled; the simulator always enables them because benchmarks read them.
+
+use serde_json::{json, Value};
+
+use crate::pod::Usage;
+
+/// Which API a response belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiKind {
+    /// `/v1/completions`.
+    Completion,
+    /// `/v1/chat/completions`.
+    Chat,
+}
+
+/// Fields every body and chunk of one response repeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseMeta {
+    /// Completions or chat.
+    pub kind: ApiKind,
+    /// `cmpl-...` or `chatcmpl-...`.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model (or adapter) name as requested.
+    pub model: String,
+}
+
+impl ResponseMeta {
+    /// Metadata with an id derived from `request_number`.
+    pub fn new(kind: ApiKind, request_number: u64, created: u64, model: &str) -> Self {
+        let prefix = match kind {
+            ApiKind::Completion => "cmpl",
+            ApiKind::Chat => "chatcmpl",
+        };
+        Self { kind, id: format!("{prefix}-{request_number:016x}"), created, model: model.to_owned() }
+    }
+}
+
+/// A finished choice of a non-streamed response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChoiceText {
+    /// Generated text.
+    pub text: String,
+    /// `length` (max_tokens reached) or `stop`.
+    pub finish_reason: &'static str,
+}
+
+/// The `usage` object.
+pub fn usage_json(usage: &Usage) -> Value {
+    json!({
+        "prompt_tokens": usage.prompt_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    })
+}
+
+/// A complete (non-streamed) response.
+pub fn full_response(meta: &ResponseMeta, choices: &[ChoiceText], usage: &Usage) -> Value {
+    let choices: Vec<Value> = choices
+        .iter()
+        .enumerate()
+        .map(|(index, choice)| match meta.kind {
+            ApiKind::Completion => json!({
+                "index": index, "text": choice.text, "logprobs": null,
+                "finish_reason": choice.finish_reason, "stop_reason": null, "prompt_logprobs": null,
+            }),
+            ApiKind::Chat => json!({
+                "index": index,
+                "message": {"role": "assistant", "content": choice.text, "reasoning_content": null, "tool_calls": []},
+                "logprobs": null, "finish_reason": choice.finish_reason, "stop_reason": null,
+            }),
+        })
+        .collect();
+    json!({
+        "id": meta.id,
+        "object": object_name(meta.kind, false),
+        "created": meta.created,
+        "model": meta.model,
+        "choices": choices,
+        "usage": usage_json(usage),
+    })
+}
+
+/// The chunk announcing the assistant role (chat streams only, before a choice's first token).
+pub fn role_chunk(meta: &ResponseMeta, index: usize) -> Value {
+    chunk(
+        meta,
+        json!([{
+            "index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null,
+        }]),
+    )
+}
+
+/// The chunk carrying one token; the last token of a choice also carries its finish reason.
+pub fn token_chunk(meta: &ResponseMeta, index: usize, text: &str, finish_reason: Option<&str>) -> Value {
+    let choice = match meta.kind {
+        ApiKind::Completion => json!({
+            "index": index, "text": text, "logprobs": null, "finish_reason": finish_reason, "stop_reason": null,
+        }),
+        ApiKind::Chat => json!({
+            "index": index, "delta": {"content": text}, "logprobs": null, "finish_reason": finish_reason,
+        }),
+    };
+    chunk(meta, json!([choice]))
+}
+
+/// The final usage chunk (`stream_options.include_usage`): no choices, only usage.
+pub fn usage_chunk(meta: &ResponseMeta, usage: &Usage) -> Value {
+    let mut value = chunk(meta, json!([]));
+    if let Some(object) = value.as_object_mut() {
+        object.insert("usage".to_owned(), usage_json(usage));
+    }
+    value
+}
+
+fn chunk(meta: &ResponseMeta, choices: Value) -> Value {
+    json!({
+        "id": meta.id,
+        "object": object_name(meta.kind, true),
+        "created": meta.created,
+        "model": meta.model,
+        "choices": choices,
+    })
+}
+
+fn object_name(kind: ApiKind, streamed: bool) -> &'static str {
+    match (kind, streamed) {
+        (ApiKind::Completion, _) => "text_completion",
+        (ApiKind::Chat, false) => "chat.completion",
+        (ApiKind::Chat, true) => "chat.completion.chunk",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage() -> Usage {
+        Usage { prompt_tokens: 10, completion_tokens: 3, cached_tokens: 8 }
+    }
+
+    #[test]
+    fn completion_shapes() {
+        let meta = ResponseMeta::new(ApiKind::Completion, 1, 5, "m");
+        let body = full_response(&meta, &[ChoiceText { text: " a b".to_owned(), finish_reason: "length" }], &usage());
+        assert_eq!(body["object"], "text_completion");
+        assert_eq!(body["choices"][0]["text"], " a b");
+        assert_eq!(body["usage"]["total_tokens"], 13);
+        assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+        let chunk = token_chunk(&meta, 0, " a", None);
+        assert_eq!(chunk["object"], "text_completion");
+        assert_eq!(chunk["choices"][0]["text"], " a");
+        assert!(meta.id.starts_with("cmpl-"));
+    }
+
+    #[test]
+    fn chat_shapes() {
+        let meta = ResponseMeta::new(ApiKind::Chat, 2, 5, "m");
+        let body = full_response(&meta, &[ChoiceText { text: " x".to_owned(), finish_reason: "length" }], &usage());
+        assert_eq!(body["object"], "chat.completion");
+        assert_eq!(body["choices"][0]["message"]["role"], "assistant");
+        assert_eq!(role_chunk(&meta, 0)["choices"][0]["delta"]["role"], "assistant");
+        let last = token_chunk(&meta, 0, " x", Some("length"));
+        assert_eq!(last["object"], "chat.completion.chunk");
+        assert_eq!(last["choices"][0]["delta"]["content"], " x");
+        assert_eq!(last["choices"][0]["finish_reason"], "length");
+        let usage_only = usage_chunk(&meta, &usage());
+        assert_eq!(usage_only["choices"], json!([]));
+        assert_eq!(usage_only["usage"]["completion_tokens"], 3);
+    }
+}

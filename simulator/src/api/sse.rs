@@ -1,0 +1,181 @@
+//! The streamed response body: generation events in, server-sent events out.
+//!
+//! Each token becomes `data: {chunk}\n\n` as soon as its generation task sends it, so the
+//! client sees the pacing of the latency model. When every choice has finished, an optional
+//! usage chunk and `data: [DONE]\n\n` end the stream. A failure mid-stream sends one
+//! `data: {"error": ...}` event and ends the stream without `[DONE]`, so clients notice.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::responses::{role_chunk, token_chunk, usage_chunk, ApiKind, ResponseMeta};
+use crate::pod::{ChoiceEvent, GenerationEvent, Usage};
+
+/// A streaming body fed by the generation tasks of one request.
+#[derive(Debug)]
+pub struct SseBody {
+    events: mpsc::Receiver<ChoiceEvent>,
+    meta: ResponseMeta,
+    include_usage: bool,
+    /// Per choice: whether its role chunk was sent (chat only).
+    role_sent: Vec<bool>,
+    finished_choices: usize,
+    usage: Usage,
+    done: bool,
+}
+
+impl SseBody {
+    /// A body for `choices` choices fed by `events`.
+    pub fn new(events: mpsc::Receiver<ChoiceEvent>, meta: ResponseMeta, choices: usize, include_usage: bool) -> Self {
+        Self {
+            events,
+            meta,
+            include_usage,
+            role_sent: vec![false; choices],
+            finished_choices: 0,
+            usage: Usage::default(),
+            done: false,
+        }
+    }
+
+    /// Turns one event into SSE bytes; `None` when the event produces no output yet.
+    fn render(&mut self, choice_event: ChoiceEvent) -> Option<Bytes> {
+        let choice = choice_event.choice;
+        match choice_event.event {
+            GenerationEvent::Token { text, last } => {
+                let mut out = String::new();
+                if self.meta.kind == ApiKind::Chat {
+                    if let Some(sent) = self.role_sent.get_mut(choice) {
+                        if !*sent {
+                            *sent = true;
+                            push_event(&mut out, &role_chunk(&self.meta, choice));
+                        }
+                    }
+                }
+                let finish_reason = last.then_some("length");
+                push_event(&mut out, &token_chunk(&self.meta, choice, &text, finish_reason));
+                Some(Bytes::from(out))
+            }
+            GenerationEvent::Finished(usage) => {
+                self.usage.add(usage);
+                self.finished_choices += 1;
+                if self.finished_choices < self.role_sent.len() {
+                    return None;
+                }
+                self.done = true;
+                let mut out = String::new();
+                if self.include_usage {
+                    push_event(&mut out, &usage_chunk(&self.meta, &self.usage));
+                }
+                out.push_str("data: [DONE]\n\n");
+                Some(Bytes::from(out))
+            }
+            GenerationEvent::Failed(error) => {
+                self.done = true;
+                let mut out = String::new();
+                push_event(&mut out, &error.to_json());
+                Some(Bytes::from(out))
+            }
+        }
+    }
+}
+
+fn push_event(out: &mut String, value: &Value) {
+    out.push_str("data: ");
+    out.push_str(&value.to_string());
+    out.push_str("\n\n");
+}
+
+impl Body for SseBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        // Each pass consumes one event; only `Finished` of a non-final choice loops, so the
+        // number of passes is bounded by the number of choices plus one.
+        loop {
+            if this.done {
+                return Poll::Ready(None);
+            }
+            match this.events.poll_recv(context) {
+                Poll::Ready(Some(event)) => {
+                    if let Some(bytes) = this.render(event) {
+                        return Poll::Ready(Some(Ok(Frame::data(bytes))));
+                    }
+                }
+                // Every task is gone without finishing (cannot happen unless one was cancelled).
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::errors::ApiError;
+
+    fn token(choice: usize, text: &str, last: bool) -> ChoiceEvent {
+        ChoiceEvent { choice, event: GenerationEvent::Token { text: text.to_owned(), last } }
+    }
+
+    fn finished(choice: usize) -> ChoiceEvent {
+        let usage = Usage { prompt_tokens: 4, completion_tokens: 1, cached_tokens: 0 };
+        ChoiceEvent { choice, event: GenerationEvent::Finished(usage) }
+    }
+
+    fn collect(body: &mut SseBody, events: Vec<ChoiceEvent>) -> String {
+        events
+            .into_iter()
+            .filter_map(|event| body.render(event))
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn chat_stream_sends_role_then_tokens_then_usage_and_done() {
+        let (_sender, receiver) = mpsc::channel(1);
+        let meta = ResponseMeta::new(ApiKind::Chat, 1, 0, "m");
+        let mut body = SseBody::new(receiver, meta, 2, true);
+        let text = collect(&mut body, vec![token(0, " a", true), token(1, " b", true), finished(0), finished(1)]);
+        let events: Vec<&str> = text.split("\n\n").filter(|event| !event.is_empty()).collect();
+        assert_eq!(events.len(), 6, "{text}");
+        assert!(events[0].contains("\"role\":\"assistant\""));
+        assert!(events[1].contains("\"content\":\" a\""));
+        assert!(events[4].contains("\"prompt_tokens\":8"), "usage sums the choices");
+        assert_eq!(events[5], "data: [DONE]");
+        assert!(body.is_end_stream());
+    }
+
+    #[test]
+    fn completion_stream_without_usage_and_a_failure_ends_it() {
+        let (_sender, receiver) = mpsc::channel(1);
+        let meta = ResponseMeta::new(ApiKind::Completion, 1, 0, "m");
+        let mut body = SseBody::new(receiver, meta.clone(), 1, false);
+        let text = collect(&mut body, vec![token(0, " a", true), finished(0)]);
+        assert!(!text.contains("usage"));
+        assert!(!text.contains("role"));
+        assert!(text.ends_with("data: [DONE]\n\n"));
+        let (_sender, receiver) = mpsc::channel(1);
+        let mut failing = SseBody::new(receiver, meta, 1, false);
+        let failure = ChoiceEvent { choice: 0, event: GenerationEvent::Failed(ApiError::unavailable("gone")) };
+        let text = collect(&mut failing, vec![failure]);
+        assert!(text.starts_with("data: {\"error\""));
+        assert!(!text.contains("[DONE]"));
+    }
+}

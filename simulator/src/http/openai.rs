@@ -1,0 +1,173 @@
+//! `POST /v1/completions` and `POST /v1/chat/completions`: validate, apply faults, queue every
+//! prompt, then stream tokens as they are generated or answer once all are done.
+//!
+//! Admission to the waiting queue happens before the response starts, so an overloaded pod
+//! answers a proper 503 status rather than a stream that fails.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::header::{HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use hyper::Response;
+use tokio::sync::mpsc;
+
+use super::body::{error_response, json_response, SimBody};
+use crate::api::errors::ApiError;
+use crate::api::request::{parse_chat, parse_completion, CommonOptions};
+use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
+use crate::api::sse::SseBody;
+use crate::hashing::StableHasher;
+use crate::metrics::FinishReason;
+use crate::pod::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Pod, Usage};
+use crate::tokenizer::tokenize;
+
+/// Generation events buffered per choice before a slow client slows its generation task down.
+const EVENTS_BUFFERED_PER_CHOICE: usize = 64;
+
+/// Handles `POST /v1/completions`.
+pub async fn completions(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<Response<SimBody>, ApiError> {
+    let request = parse_completion(body)?;
+    let prompts = request.prompts.iter().map(|prompt| prompt.tokens()).collect();
+    generate(pod, ApiKind::Completion, prompts, request.options, arrival).await
+}
+
+/// Handles `POST /v1/chat/completions`.
+pub async fn chat_completions(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<Response<SimBody>, ApiError> {
+    let request = parse_chat(body)?;
+    let prompts = vec![tokenize(&request.rendered_prompt())];
+    generate(pod, ApiKind::Chat, prompts, request.options, arrival).await
+}
+
+async fn generate(
+    pod: &Arc<Pod>,
+    kind: ApiKind,
+    prompts: Vec<Vec<u32>>,
+    options: CommonOptions,
+    arrival: Instant,
+) -> Result<Response<SimBody>, ApiError> {
+    let adapter = pod.lock().lora.resolve(options.model.as_deref())?;
+    let max_tokens = prompts
+        .iter()
+        .map(|prompt| output_length(pod, prompt.len(), options.max_tokens))
+        .collect::<Result<Vec<_>, _>>()?;
+    let faults = pod.faults();
+    if faults.fail_fraction > 0.0 && pod.fault_draw() < faults.fail_fraction {
+        return Err(ApiError::new(faults.fail_status, "Injected failure (fault injection)."));
+    }
+    pod.wait_while_hung().await?;
+
+    let mut jobs = Vec::with_capacity(prompts.len());
+    for (choice, (prompt, max_tokens)) in prompts.into_iter().zip(max_tokens).enumerate() {
+        let prompt_tokens = prompt.len();
+        let stream_seed = stream_seed(&prompt, adapter.as_deref());
+        match pod.submit(prompt, adapter.clone()) {
+            Ok(ticket) => jobs.push(GenerationJob { choice, ticket, prompt_tokens, max_tokens, stream_seed, arrival }),
+            Err(error) => {
+                for job in &jobs {
+                    pod.end_request(job.ticket.id, FinishReason::Abort, arrival.elapsed());
+                }
+                return Err(error);
+            }
+        }
+    }
+    let request_number = jobs.first().map(|job| job.ticket.id).unwrap_or_default();
+    let model = options.model.clone().unwrap_or_else(|| pod.config().model.clone());
+    let meta = ResponseMeta::new(kind, request_number, unix_seconds(), &model);
+    let choices = jobs.len();
+    let (sender, receiver) = mpsc::channel(EVENTS_BUFFERED_PER_CHOICE * choices.max(1));
+    for job in jobs {
+        tokio::spawn(run_generation(Arc::clone(pod), job, sender.clone()));
+    }
+    drop(sender);
+    if options.stream {
+        let body = SseBody::new(receiver, meta, choices, options.include_usage);
+        let mut response = Response::new(body.boxed_unsync());
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return Ok(response);
+    }
+    collect_response(receiver, &meta, choices).await
+}
+
+/// Tokens to generate: as asked if it fits `max_model_len` (else 400, as vLLM), or the default
+/// clamped to what fits.
+fn output_length(pod: &Pod, prompt_tokens: usize, requested: Option<usize>) -> Result<usize, ApiError> {
+    let max_model_len = pod.config().max_model_len;
+    if prompt_tokens == 0 {
+        return Err(ApiError::bad_param("prompt", "The prompt cannot be empty."));
+    }
+    if prompt_tokens >= max_model_len {
+        return Err(ApiError::bad_param(
+            "prompt",
+            format!(
+                "The prompt (total length {prompt_tokens}) is too long to fit into the model (context length {max_model_len})."
+            ),
+        ));
+    }
+    match requested {
+        Some(max_tokens) if prompt_tokens.saturating_add(max_tokens) > max_model_len => Err(ApiError::bad_param(
+            "max_tokens",
+            format!(
+                "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
+                 ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the \
+                 messages or completion.",
+                prompt_tokens.saturating_add(max_tokens)
+            ),
+        )),
+        Some(max_tokens) => Ok(max_tokens),
+        None => Ok(pod.config().default_max_tokens.min(max_model_len - prompt_tokens)),
+    }
+}
+
+async fn collect_response(
+    mut receiver: mpsc::Receiver<ChoiceEvent>,
+    meta: &ResponseMeta,
+    choices: usize,
+) -> Result<Response<SimBody>, ApiError> {
+    let mut texts = vec![String::new(); choices];
+    let mut usage = Usage::default();
+    let mut finished = 0;
+    // Each event is a token, a finish or a failure; the tasks send a bounded number of them.
+    while let Some(ChoiceEvent { choice, event }) = receiver.recv().await {
+        match event {
+            GenerationEvent::Token { text, .. } => {
+                if let Some(accumulated) = texts.get_mut(choice) {
+                    accumulated.push_str(&text);
+                }
+            }
+            GenerationEvent::Finished(choice_usage) => {
+                usage.add(choice_usage);
+                finished += 1;
+            }
+            GenerationEvent::Failed(error) => return Err(error),
+        }
+    }
+    if finished < choices {
+        return Err(ApiError::new(500, "Generation ended before every choice finished."));
+    }
+    let choice_texts: Vec<ChoiceText> =
+        texts.into_iter().map(|text| ChoiceText { text, finish_reason: "length" }).collect();
+    Ok(json_response(200, &full_response(meta, &choice_texts, &usage)))
+}
+
+/// Seeds generated words from the prompt, so the same prompt yields the same answer.
+fn stream_seed(prompt: &[u32], adapter: Option<&str>) -> u64 {
+    let mut hasher = StableHasher::with_seed(0x6f75_7470_7574); // "output"
+    hasher.write_bytes(adapter.unwrap_or("").as_bytes());
+    for token in prompt {
+        hasher.write_u32(*token);
+    }
+    hasher.finish()
+}
+
+fn unix_seconds() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_secs()).unwrap_or(0)
+}
+
+/// Renders an error for handlers that return `Result`.
+pub fn answer(result: Result<Response<SimBody>, ApiError>) -> Response<SimBody> {
+    result.unwrap_or_else(|error| error_response(&error))
+}

@@ -1,0 +1,81 @@
+//! Request dispatch: path and method to handler, per-endpoint counters, and the `x-served-by`
+//! header on every answer (errors and `/metrics` included), which is how end-to-end tests learn
+//! which pod Envoy chose.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use hyper::body::Incoming;
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Method, Request, Response};
+
+use super::body::{error_response, read_body, SimBody};
+use super::openai::answer;
+use super::{admin, metrics_endpoint, misc, openai};
+use crate::api::errors::ApiError;
+use crate::pod::Pod;
+
+/// The header naming the pod that answered.
+pub const SERVED_BY_HEADER: &str = "x-served-by";
+
+/// Endpoint name used for counters when the path is unknown.
+const UNKNOWN_ENDPOINT: &str = "other";
+
+/// Known paths and the methods they accept.
+const ROUTES: &[(&str, &[Method])] = &[
+    ("/v1/completions", &[Method::POST]),
+    ("/v1/chat/completions", &[Method::POST]),
+    ("/v1/models", &[Method::GET]),
+    ("/health", &[Method::GET]),
+    ("/tokenize", &[Method::POST]),
+    ("/v1/completions/render", &[Method::POST]),
+    ("/v1/chat/completions/render", &[Method::POST]),
+    ("/v1/load_lora_adapter", &[Method::POST]),
+    ("/v1/unload_lora_adapter", &[Method::POST]),
+    ("/metrics", &[Method::GET]),
+    ("/sim/faults", &[Method::GET, Method::POST, Method::DELETE]),
+    ("/sim/restart", &[Method::POST]),
+    ("/sim/stats", &[Method::GET]),
+];
+
+/// Serves one HTTP request.
+pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBody> {
+    let arrival = Instant::now();
+    let method = request.method().clone();
+    let route = ROUTES.iter().find(|(path, _)| *path == request.uri().path());
+    let endpoint = route.map_or(UNKNOWN_ENDPOINT, |(path, _)| *path);
+    pod.lock().stats.record_received(endpoint);
+    let mut response = match route {
+        None => error_response(&ApiError::not_found(format!("Not Found: {}", request.uri().path()))),
+        Some((_, methods)) if !methods.contains(&method) => error_response(&ApiError::method_not_allowed()),
+        Some((path, _)) => match read_body(request.into_body()).await {
+            Ok(body) => dispatch(&pod, path, &method, &body, arrival).await,
+            Err(error) => error_response(&error),
+        },
+    };
+    pod.lock().stats.record_answer(endpoint, response.status().as_u16());
+    if let Ok(value) = HeaderValue::from_str(pod.served_by()) {
+        response.headers_mut().insert(HeaderName::from_static(SERVED_BY_HEADER), value);
+    }
+    response
+}
+
+async fn dispatch(pod: &Arc<Pod>, path: &str, method: &Method, body: &Bytes, arrival: Instant) -> Response<SimBody> {
+    match path {
+        "/v1/completions" => answer(openai::completions(pod, body, arrival).await),
+        "/v1/chat/completions" => answer(openai::chat_completions(pod, body, arrival).await),
+        "/v1/models" => misc::models(pod),
+        "/health" => misc::health(pod),
+        "/tokenize" => answer(misc::tokenize_endpoint(pod, body)),
+        "/v1/completions/render" => answer(misc::render_completion(pod, body)),
+        "/v1/chat/completions/render" => answer(misc::render_chat(pod, body)),
+        "/v1/load_lora_adapter" => answer(misc::load_lora(pod, body)),
+        "/v1/unload_lora_adapter" => answer(misc::unload_lora(pod, body)),
+        "/metrics" => metrics_endpoint::metrics(pod).await,
+        "/sim/faults" => answer(admin::faults(pod, method, body)),
+        "/sim/restart" => admin::restart(pod),
+        "/sim/stats" => admin::stats(pod),
+        _ => error_response(&ApiError::not_found(format!("Not Found: {path}"))),
+    }
+}

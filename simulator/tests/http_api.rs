@@ -1,0 +1,147 @@
+//! The OpenAI surface end to end over real sockets: JSON, streams, errors, and side endpoints.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+
+mod common;
+
+use bytes::Bytes;
+use common::{completion_body, start_pod, stats};
+use serde_json::json;
+use vllm_sim::client::{sum_metric, Method};
+use vllm_sim::{text_of_tokens, SimClient};
+
+#[tokio::test]
+async fn json_completion_has_openai_shape_usage_and_served_by() {
+    let pod = start_pod(|_| {}).await;
+    let client = SimClient::new();
+    let url = format!("{}/v1/completions", pod.base_url());
+    let prompt = text_of_tokens(40, 1);
+    let body = Bytes::from(completion_body(&prompt, 5).to_string());
+    let first = client.request(Method::POST, &url, body.clone()).await.unwrap();
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.served_by(), Some(pod.addr.to_string().as_str()));
+    let answer = first.json();
+    assert_eq!(answer["object"], "text_completion");
+    assert_eq!(answer["choices"][0]["finish_reason"], "length");
+    assert_eq!(
+        answer["usage"],
+        json!({"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45,
+                                       "prompt_tokens_details": {"cached_tokens": 0}})
+    );
+    let second = client.request(Method::POST, &url, body).await.unwrap().json();
+    assert_eq!(second["usage"]["prompt_tokens_details"]["cached_tokens"], 32, "two full blocks, last token recomputed");
+    assert_eq!(second["choices"][0]["text"], answer["choices"][0]["text"], "same prompt, same words");
+
+    let batch = json!({"prompt": [text_of_tokens(3, 2), text_of_tokens(4, 3)], "max_tokens": 2});
+    let batch = client.post_json(&url, &batch).await.unwrap().1;
+    assert_eq!(batch["choices"].as_array().unwrap().len(), 2);
+    assert_eq!(batch["choices"][1]["index"], 1);
+    assert_eq!(batch["usage"]["prompt_tokens"], 7);
+    let id_batch = client.post_json(&url, &json!({"prompt": [[1, 2], [3, 4, 5]], "max_tokens": 1})).await.unwrap().1;
+    assert_eq!(id_batch["usage"]["prompt_tokens"], 5);
+    pod.shutdown().await;
+}
+
+#[tokio::test]
+async fn streamed_chat_paces_tokens_and_ends_with_done() {
+    let pod = start_pod(|config| config.latency.time_scale = 0.05).await;
+    let client = SimClient::new();
+    let url = format!("{}/v1/chat/completions", pod.base_url());
+    let body = json!({"model": "sim-model", "max_completion_tokens": 8, "stream": true,
+                      "stream_options": {"include_usage": true},
+                      "messages": [{"role": "user", "content": "hello there"}]});
+    let raw = client.request(Method::POST, &url, Bytes::from(body.to_string())).await.unwrap();
+    assert_eq!(raw.status, 200);
+    assert!(raw.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert_eq!(raw.served_by(), Some(pod.addr.to_string().as_str()));
+    let events: Vec<&str> = raw.body.split("\n\n").filter(|event| !event.is_empty()).collect();
+    assert_eq!(*events.last().unwrap(), "data: [DONE]");
+    assert!(events[0].contains("\"role\":\"assistant\""));
+    assert!(events[1].contains("chat.completion.chunk"));
+    assert!(events[events.len() - 2].contains("\"usage\""));
+
+    let timing = client.stream_completion(&url, &body).await.unwrap();
+    assert_eq!(timing.output_tokens, 8);
+    assert_eq!(timing.served_by.as_deref(), Some(pod.addr.to_string().as_str()));
+    // TTFT is at least the scaled API overhead plus a step; decode adds 7 more steps.
+    assert!(timing.ttft.as_secs_f64() >= 0.05 * 0.043, "{timing:?}");
+    assert!(timing.e2e > timing.ttft);
+    pod.shutdown().await;
+}
+
+#[tokio::test]
+async fn errors_use_openai_shape_and_vllm_status_codes() {
+    let pod = start_pod(|config| config.max_model_len = 100).await;
+    let client = SimClient::new();
+    let base = pod.base_url();
+    let post = |path: &str, body: &str| {
+        let url = format!("{base}{path}");
+        let client = client.clone();
+        let body = Bytes::from(body.to_owned());
+        async move { client.request(Method::POST, &url, body).await.unwrap() }
+    };
+    let unknown_model = post("/v1/completions", r#"{"model": "nope", "prompt": "x"}"#).await;
+    assert_eq!(unknown_model.status, 404);
+    assert_eq!(unknown_model.json()["error"]["type"], "NotFoundError");
+    assert!(unknown_model.served_by().is_some(), "errors carry x-served-by too");
+    assert_eq!(post("/v1/completions", "{not json").await.status, 400);
+    assert_eq!(post("/v1/chat/completions", r#"{"model": "sim-model"}"#).await.status, 400);
+    let too_long = post("/v1/completions", &json!({"prompt": text_of_tokens(100, 1)}).to_string()).await;
+    assert_eq!(too_long.status, 400);
+    let too_many = post("/v1/completions", &json!({"prompt": "a b", "max_tokens": 99}).to_string()).await;
+    assert_eq!(too_many.json()["error"]["param"], "max_tokens");
+    assert_eq!(post("/nowhere", "").await.status, 404);
+    let wrong_method = client.request(Method::GET, &format!("{base}/v1/completions"), Bytes::new()).await.unwrap();
+    assert_eq!(wrong_method.status, 405);
+    assert_eq!(wrong_method.json()["error"]["code"], 405);
+    let counts = stats(&client, &pod).await;
+    assert_eq!(counts["endpoints"]["/v1/completions"]["failed"], 5);
+    pod.shutdown().await;
+}
+
+#[tokio::test]
+async fn side_endpoints_models_health_tokenize_render_and_lora() {
+    let pod = start_pod(|config| {
+        config.lora_adapters = vec!["a".to_owned()];
+        config.lora_enabled = true;
+    })
+    .await;
+    let client = SimClient::new();
+    let base = pod.base_url();
+    let health = client.request(Method::GET, &format!("{base}/health"), Bytes::new()).await.unwrap();
+    assert_eq!((health.status, health.body.as_str()), (200, ""));
+    let tokenized = client.post_json(&format!("{base}/tokenize"), &json!({"prompt": "one two"})).await.unwrap().1;
+    assert_eq!(tokenized["count"], 2);
+    assert_eq!(tokenized["tokens"], json!(vllm_sim::tokenize("one two")));
+    let rendered = client
+        .post_json(
+            &format!("{base}/v1/chat/completions/render"),
+            &json!({"messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await
+        .unwrap()
+        .1;
+    assert_eq!(rendered["prompt"], "<|user|>\nhi\n<|assistant|>\n");
+    assert_eq!(rendered["token_ids"], json!(vllm_sim::tokenize("<|user|>\nhi\n<|assistant|>\n")));
+    let rendered =
+        client.post_json(&format!("{base}/v1/completions/render"), &json!({"prompt": [[5, 6], [7]]})).await.unwrap().1;
+    assert_eq!(rendered[0]["token_ids"], json!([5, 6]));
+    assert_eq!(rendered[1]["prompt"], json!(null));
+
+    let load = json!({"lora_name": "b", "lora_path": "/tmp/b"});
+    assert_eq!(client.post_json(&format!("{base}/v1/load_lora_adapter"), &load).await.unwrap().0, 200);
+    assert_eq!(client.post_json(&format!("{base}/v1/load_lora_adapter"), &load).await.unwrap().0, 400);
+    let models = client.get_text(&format!("{base}/v1/models")).await.unwrap().1;
+    let models: serde_json::Value = serde_json::from_str(&models).unwrap();
+    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|model| model["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec!["sim-model", "a", "b"]);
+    assert_eq!(models["data"][2]["parent"], "sim-model");
+    let on_adapter = json!({"model": "b", "prompt": "x y", "max_tokens": 2});
+    assert_eq!(client.post_json(&format!("{base}/v1/completions"), &on_adapter).await.unwrap().0, 200);
+    let unload = json!({"lora_name": "b"});
+    assert_eq!(client.post_json(&format!("{base}/v1/unload_lora_adapter"), &unload).await.unwrap().0, 200);
+    assert_eq!(client.post_json(&format!("{base}/v1/completions"), &on_adapter).await.unwrap().0, 404);
+    let metrics = client.get_text(&format!("{base}/metrics")).await.unwrap().1;
+    assert!(metrics.contains("vllm:lora_requests_info{max_lora=\"1\""));
+    assert_eq!(sum_metric(&metrics, "vllm:request_success_total"), 1.0);
+    pod.shutdown().await;
+}

@@ -1,0 +1,97 @@
+//! Prefix-cache affinity end to end: shared prefixes stick to one pod across worker threads,
+//! sessions stick, affinity is released under saturation and forgotten when a pod restarts.
+
+use std::time::{Duration, Instant};
+
+use e2e::{tally, Cluster};
+
+/// About 2 KB of text that a group of prompts shares (≈ 32 blocks of 64 bytes).
+fn shared_prefix(group: usize) -> String {
+    (0..300).map(|i| format!("g{group}w{i}")).collect::<Vec<_>>().join(" ")
+}
+
+fn prompt(group: usize, suffix: usize) -> String {
+    format!("{} question {suffix} please answer briefly", shared_prefix(group))
+}
+
+#[test]
+fn prompts_sharing_a_prefix_go_to_one_pod_and_groups_spread() {
+    let cluster = Cluster::start_ready("prefix-groups", 4, &["--time-scale", "0"]);
+    let mut homes = Vec::new();
+    for group in 0..8 {
+        // Each request is a new connection, so both Envoy workers serve the group.
+        let first = cluster.served_by_pool(&cluster.complete(&prompt(group, 0)));
+        std::thread::sleep(Duration::from_millis(150)); // let the other worker learn it
+        let served: Vec<String> = (1..10).map(|i| cluster.served_by_pool(&cluster.complete(&prompt(group, i)))).collect();
+        assert!(served.iter().all(|pod| *pod == first), "group {group} left its pod {first}: {served:?}");
+        homes.push(first);
+    }
+    let spread = tally(homes.iter().map(String::as_str));
+    assert!(spread.len() >= 3, "8 new prefixes spread over the pool: {spread:?}");
+    assert!(cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0) >= 72.0);
+}
+
+#[test]
+fn a_decision_on_one_worker_is_visible_to_the_other_within_a_bounded_time() {
+    let cluster = Cluster::start_ready("prefix-visibility", 4, &["--time-scale", "0"]);
+    let mut worst_ms = 0u128;
+    for group in 0..12 {
+        let home = cluster.served_by_pool(&cluster.complete(&prompt(100 + group, 0)));
+        let decided = Instant::now();
+        // Poll on fresh connections (either worker) until 6 in a row agree.
+        let mut agreeing = 0;
+        while agreeing < 6 {
+            assert!(decided.elapsed() < Duration::from_secs(2), "group {group} never converged");
+            let pod = cluster.served_by_pool(&cluster.complete(&prompt(100 + group, 1 + agreeing)));
+            agreeing = if pod == home { agreeing + 1 } else { 0 };
+        }
+        worst_ms = worst_ms.max(decided.elapsed().as_millis());
+    }
+    eprintln!("MEASURED cross-worker prefix visibility: all 12 groups converged within {worst_ms} ms");
+}
+
+#[test]
+fn sessions_stick_to_their_pod() {
+    let cluster = Cluster::start_ready("sessions", 4, &["--time-scale", "0"]);
+    for session in ["alice", "bob", "carol"] {
+        let mut pods = Vec::new();
+        for turn in 0..8 {
+            let body = serde_json::json!({"model": "sim-model", "prompt": format!("turn {turn} unrelated words {session}"), "max_tokens": 2});
+            let reply = cluster.post("/v1/completions", &[("x-session-id", session)], &body.to_string());
+            pods.push(cluster.served_by_pool(&reply));
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        assert!(pods.iter().all(|p| *p == pods[0]), "session {session} moved: {pods:?}");
+    }
+}
+
+#[test]
+fn affinity_is_released_when_the_pod_is_saturated() {
+    let cluster = Cluster::start_ready("prefix-saturated", 3, &["--time-scale", "0"]);
+    let home = cluster.served_by_pool(&cluster.complete(&prompt(7, 0)));
+    std::thread::sleep(Duration::from_millis(150));
+    let pod = cluster.pods.iter().find(|p| p.address() == home).unwrap();
+    pod.set_faults(&serde_json::json!({"report": {"waiting": 30}})).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let served: Vec<String> = (1..10).map(|i| cluster.served_by_pool(&cluster.complete(&prompt(7, i)))).collect();
+    assert!(!served.contains(&home), "the saturated pod kept its prefix traffic: {served:?}");
+}
+
+#[test]
+fn a_restarted_pod_loses_its_prefix_affinity() {
+    let cluster = Cluster::start_ready("prefix-restart", 3, &["--time-scale", "0"]);
+    let home = cluster.served_by_pool(&cluster.complete(&prompt(9, 0)));
+    std::thread::sleep(Duration::from_millis(150));
+    let before = cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0);
+    cluster.served_by_pool(&cluster.complete(&prompt(9, 1)));
+    assert_eq!(cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0), before + 1.0, "warm before the restart");
+    // A restart empties the engine's cache; its counters go back to zero and the singleton
+    // gives the pod a new epoch, which voids what the index remembers of it.
+    let pod = cluster.pods.iter().find(|p| p.address() == home).unwrap();
+    let reply = launcher::http::post(&pod.url("/sim/restart"), &[], "{}", Duration::from_secs(5)).unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    std::thread::sleep(Duration::from_millis(500));
+    let before = cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0);
+    cluster.served_by_pool(&cluster.complete(&prompt(9, 2)));
+    assert_eq!(cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0), before, "affinity survived a restart");
+}
