@@ -67,9 +67,11 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
         .enumerate()
         .map(|(i, pod)| {
             let address = pod.address.as_str();
-            let session_match = view.prefix.as_ref().and_then(|q| q.session.map(|s| (q, s))).is_some_and(|(q, s)| {
-                q.index.matched_blocks(std::slice::from_ref(&s), address, pod.epoch) == 1
-            });
+            let session_match = view
+                .prefix
+                .as_ref()
+                .and_then(|q| q.session.map(|s| (q, s)))
+                .is_some_and(|(q, s)| q.index.matched_blocks(std::slice::from_ref(&s), address, pod.epoch) == 1);
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,

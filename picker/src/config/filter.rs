@@ -2,10 +2,10 @@
 
 use serde::Deserialize;
 
+use super::PrefixConfig;
 use super::{check_range, parse_pool};
 use crate::address::PodAddress;
 use crate::saturation::SaturationLimits;
-use super::PrefixConfig;
 
 /// What to do with a body that is not the OpenAI JSON we expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -111,7 +111,9 @@ impl FilterConfig {
             return Err("prefix.session_header must differ from destination_header".into());
         }
         let w = &self.weights;
-        for (name, weight) in [("queue", w.queue), ("kv_cache", w.kv_cache), ("inflight", w.inflight), ("prefix", w.prefix)] {
+        for (name, weight) in
+            [("queue", w.queue), ("kv_cache", w.kv_cache), ("inflight", w.inflight), ("prefix", w.prefix)]
+        {
             if !weight.is_finite() || !(0.0..=100.0).contains(&weight) {
                 return Err(format!("weights.{name} = {weight}, must be within 0..=100"));
             }

@@ -58,7 +58,12 @@ impl PrefixConfig {
         self.hash_params(None).validate().map_err(|e| format!("prefix: {e}"))?;
         check_range("prefix.max_blocks", self.max_blocks as u64, 1, MAX_BLOCKS as u64)?;
         check_range("prefix.max_index_entries", self.max_index_entries as u64, 1024, MAX_ENTRIES_LIMIT as u64)?;
-        check_range("prefix.default_capacity_blocks", self.default_capacity_blocks as u64, 1, MAX_ENTRIES_LIMIT as u64)?;
+        check_range(
+            "prefix.default_capacity_blocks",
+            self.default_capacity_blocks as u64,
+            1,
+            MAX_ENTRIES_LIMIT as u64,
+        )?;
         check_range("prefix.sync_interval_ms", self.sync_interval_ms, 5, 10_000)?;
         if !(0.0..=1.0).contains(&self.affinity_threshold) {
             return Err(format!("prefix.affinity_threshold = {}, must be within 0..=1", self.affinity_threshold));

@@ -32,7 +32,8 @@ fn choose_with(view: &RoutingView<'_>, seed: u64) -> Route {
 
 #[test]
 fn routes_by_table_and_fails_open_when_stale() {
-    let table = PodTable { pods: vec![healthy("10.0.0.1:80", 20.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
+    let table =
+        PodTable { pods: vec![healthy("10.0.0.1:80", 20.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
     let counts = InflightCounts::default();
     let fresh = choose_with(&view(Some(&table), &[], &counts, 500), 1);
     assert_eq!((fresh.address.as_str(), fresh.fail_open), ("10.0.0.2:80", false));
@@ -41,7 +42,8 @@ fn routes_by_table_and_fails_open_when_stale() {
 
 #[test]
 fn reports_a_saturated_pool() {
-    let table = PodTable { pods: vec![healthy("10.0.0.1:80", 20.0, 0), healthy("10.0.0.2:80", 6.0, 0)], ..PodTable::default() };
+    let table =
+        PodTable { pods: vec![healthy("10.0.0.1:80", 20.0, 0), healthy("10.0.0.2:80", 6.0, 0)], ..PodTable::default() };
     let counts = InflightCounts::default();
     assert!(choose_with(&view(Some(&table), &[], &counts, 0), 1).pool_saturated);
     assert!(!choose_with(&view(Some(&table), &[], &counts, 9_000), 1).pool_saturated, "no usable data: never shed");
@@ -80,7 +82,8 @@ fn the_pod_holding_the_prefix_wins_and_a_session_sticks() {
 
 #[test]
 fn a_restarted_pod_has_no_prefix() {
-    let mut table = PodTable { pods: vec![healthy("10.0.0.1:80", 0.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
+    let mut table =
+        PodTable { pods: vec![healthy("10.0.0.1:80", 0.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
     let counts = InflightCounts::default();
     let mut index = PrefixIndex::new(4096);
     index.record("10.0.0.2:80", 0, &[1, 2], 1000);

@@ -104,7 +104,8 @@ pub fn pick(candidates: &[Candidate<'_>], policy: &Policy, random: &mut TieBreak
     let chosen = if cold && !fail_open {
         // Least recently picked among the tied; random among those equally old.
         let oldest = tied.iter().filter_map(|&i| eligible.get(i)).map(|c| c.last_picked).min().unwrap_or(0);
-        let old: Vec<usize> = tied.iter().copied().filter(|&i| eligible.get(i).is_some_and(|c| c.last_picked == oldest)).collect();
+        let old: Vec<usize> =
+            tied.iter().copied().filter(|&i| eligible.get(i).is_some_and(|c| c.last_picked == oldest)).collect();
         *old.get(random.below(old.len()))?
     } else {
         *tied.get(random.below(tied.len()))?

@@ -64,7 +64,7 @@ fn unusable_pods_are_filtered_and_all_unusable_fails_open() {
 
 #[test]
 fn fallbacks_are_the_next_best_usable_pods_in_order() {
-    let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 10.0, 0.1, 0), pod("c", 5.0, 0.1, 0), pod("d", 0.0, 0.1, 0)];
+    let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 4.0, 0.1, 0), pod("c", 2.0, 0.1, 0), pod("d", 0.0, 0.1, 0)];
     pods[3].usable = false;
     let decision = pick(&pods, &Policy { fallbacks: 3, ..policy() }, &mut TieBreaker::new(1)).unwrap();
     assert_eq!(decision.index, 0);
@@ -97,4 +97,12 @@ fn a_session_beats_a_prefix_until_saturated() {
     assert_eq!(pick_address(&pods, 3).0, "b");
     pods[1].kv_usage = Some(0.99);
     assert_eq!(pick_address(&pods, 3).0, "a", "a saturated session pod is left");
+}
+
+#[test]
+fn saturated_pods_are_left_out_but_remain_fallbacks() {
+    let pods = [pod("a", 9.0, 0.1, 0), pod("b", 0.0, 0.1, 5), pod("c", 0.0, 0.95, 0)];
+    let decision = pick(&pods, &Policy { fallbacks: 2, ..policy() }, &mut TieBreaker::new(4)).unwrap();
+    assert_eq!(pods[decision.index].address, "b", "the only pod under the limits, despite its in-flight load");
+    assert_eq!(decision.fallbacks.len(), 2);
 }
