@@ -12,8 +12,10 @@ use serde_json::Value;
 
 use crate::api::errors::ApiError;
 
-/// Largest request body read (long prompts as JSON token lists reach several MiB).
-pub const MAX_REQUEST_BODY_BYTES: usize = 64 << 20;
+/// Largest request body read. vLLM's server sets no body limit and answers an overlong prompt
+/// with 400; this bound only keeps a simulated pod's memory finite, well above what routers
+/// are tested with (a 100 MB body must reach the prompt-length check, as on vLLM).
+pub const MAX_REQUEST_BODY_BYTES: usize = 256 << 20;
 
 /// Every response body: a full buffer or a stream of server-sent events.
 pub type SimBody = UnsyncBoxBody<Bytes, Infallible>;
