@@ -72,8 +72,7 @@ pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
         Ok(mut random) => choose(&view, &worker.policy, &mut random),
         Err(_) => None,
     };
-    let Some(Route { address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, .. }) = route
-    else {
+    let Some(Route { address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, .. }) = route else {
         return Outcome::NoPod("no pod in the pool");
     };
     worker.note_fail_open(fail_open);
@@ -82,7 +81,8 @@ pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
         return Outcome::Shed;
     }
     if prefix_config.enabled {
-        let capacity = table.and_then(|t| t.capacity_blocks(address.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
+        let capacity =
+            table.and_then(|t| t.capacity_blocks(address.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
         prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity);
     }
     drop(prefix);

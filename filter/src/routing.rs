@@ -68,7 +68,11 @@ impl RoutingContext {
                 Action::Continue
             }
             Outcome::Shed => {
-                send_error(429, "rate_limit_exceeded", "wasm-epp: every inference pod is saturated; sheddable request refused");
+                send_error(
+                    429,
+                    "rate_limit_exceeded",
+                    "wasm-epp: every inference pod is saturated; sheddable request refused",
+                );
                 Action::Pause
             }
             Outcome::NoPod(why) => self.no_pod(why),

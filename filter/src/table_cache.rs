@@ -39,7 +39,8 @@ impl TableCache {
         match PodTable::decode(&bytes) {
             Ok(table) => {
                 self.version = version;
-                let old_pods = self.table.as_ref().map(|t| t.pods.iter().map(|p| p.address.clone()).collect::<Vec<_>>());
+                let old_pods =
+                    self.table.as_ref().map(|t| t.pods.iter().map(|p| p.address.clone()).collect::<Vec<_>>());
                 let new_pods: Vec<String> = table.pods.iter().map(|p| p.address.clone()).collect();
                 self.pods_changed |= old_pods.is_some_and(|old| old != new_pods);
                 self.table = Some(table);

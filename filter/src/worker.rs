@@ -59,7 +59,9 @@ impl Stats {
 
     pub fn count_pick(&self, pod: &PodAddress, fail_open: bool, affinity: bool, prefix_matched: bool) {
         self.routed.increment();
-        for (happened, counter) in [(fail_open, self.fail_open), (affinity, self.affinity), (prefix_matched, self.prefix_matched)] {
+        for (happened, counter) in
+            [(fail_open, self.fail_open), (affinity, self.affinity), (prefix_matched, self.prefix_matched)]
+        {
             if happened {
                 counter.increment();
             }

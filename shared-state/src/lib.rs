@@ -7,7 +7,9 @@
 
 #![forbid(unsafe_code)]
 
+mod discovery;
 mod publish;
+mod relay;
 mod service;
 
 use proxy_wasm::traits::RootContext;

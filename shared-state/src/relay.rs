@@ -22,7 +22,8 @@ pub struct EventRelay {
 impl EventRelay {
     /// Registers the queue and resumes the ring after any head already in shared data.
     pub fn start() -> Result<Self, String> {
-        let queue = hostcalls::register_shared_queue(EVENT_QUEUE).map_err(|e| format!("register {EVENT_QUEUE}: {e:?}"))?;
+        let queue =
+            hostcalls::register_shared_queue(EVENT_QUEUE).map_err(|e| format!("register {EVENT_QUEUE}: {e:?}"))?;
         let writer = RingWriter::resume(&ProxyStore).map_err(|e| format!("prefix ring: {e:?}"))?;
         Ok(Self {
             queue,

@@ -9,7 +9,9 @@ use proxy_wasm::traits::{Context, RootContext};
 use proxy_wasm::types::{BufferType, ContextType, MapType};
 use wasm_epp_host::{now_ms, Counter, Gauge, ProxyStore};
 
+use crate::discovery::Discovery;
 use crate::publish::publish;
+use crate::relay::EventRelay;
 
 struct Stats {
     scrapes_ok: Counter,
@@ -36,7 +38,11 @@ impl Stats {
 #[derive(Default)]
 pub struct PollerService {
     poller: Option<PoolPoller>,
+    /// Carries the workers' routing decisions into the prefix ring.
+    relay: Option<EventRelay>,
     stats: Option<Stats>,
+    /// Set when the pool comes from Kubernetes instead of the static `pool`.
+    discovery: Option<Discovery>,
 }
 
 impl PollerService {
@@ -45,6 +51,10 @@ impl PollerService {
         let pool = config.validate().map_err(|e| format!("invalid configuration: {e}"))?;
         hostcalls::set_tick_period(Duration::from_millis(config.poll_interval_ms))
             .map_err(|e| format!("cannot set tick period: {e:?}"))?;
+        self.discovery = config.kubernetes.clone().map(Discovery::new).transpose()?;
+        if let Some(discovery) = &self.discovery {
+            log::info!("wasm-epp singleton: pool from kubernetes: {}", discovery.describe());
+        }
         log::info!(
             "wasm-epp singleton configured: {} pods, scrape {} every {} ms via cluster {}",
             pool.len(),
@@ -54,6 +64,13 @@ impl PollerService {
         );
         self.stats = Some(Stats::define());
         self.poller = Some(PoolPoller::new(config, pool));
+        if self.relay.is_none() {
+            // Without the relay, workers still route on their own decisions: not fatal.
+            match EventRelay::start() {
+                Ok(relay) => self.relay = Some(relay),
+                Err(reason) => log::warn!("wasm-epp singleton: prefix decisions not shared between workers: {reason}"),
+            }
+        }
         Ok(())
     }
 
@@ -103,6 +120,10 @@ impl Context for PollerService {
     fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
         let now = now_ms();
         let Some(poller) = self.poller.as_mut() else { return };
+        if let Some(discovery) = self.discovery.as_mut().filter(|d| d.owns(token)) {
+            discovery.on_response(token, body_size, now, poller);
+            return;
+        }
         let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
             .ok()
             .flatten()
@@ -138,6 +159,12 @@ impl Context for PollerService {
 }
 
 impl RootContext for PollerService {
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        if let Some(relay) = self.relay.as_mut().filter(|r| r.queue() == queue_id) {
+            relay.drain();
+        }
+    }
+
     fn on_vm_start(&mut self, _size: usize) -> bool {
         true
     }
@@ -155,6 +182,9 @@ impl RootContext for PollerService {
 
     fn on_tick(&mut self) {
         let now = now_ms();
+        if let (Some(discovery), Some(poller)) = (self.discovery.as_mut(), self.poller.as_mut()) {
+            discovery.on_tick(now, poller);
+        }
         // Publish what the last round learned even if a scrape is still outstanding.
         self.publish_if_changed(now);
         self.dispatch_scrapes(now);

@@ -108,7 +108,7 @@ impl KubeSetup {
 
 #[test]
 fn follows_pods_turning_ready_terminating_and_moving() {
-    let mut setup = KubeSetup::start("kube-follow", 21, 3, json!({}), |kube| {
+    let setup = KubeSetup::start("kube-follow", 21, 3, json!({}), |kube| {
         kube.update(|state| state.update_pod("vllm-3", |pod| pod.ready = false));
     });
     setup.wait_for_pool(2, 2);
@@ -278,4 +278,22 @@ fn an_inference_pool_names_the_selector_and_the_port() {
     setup.kube.update(|state| state.put_inference_pool("inference.networking.k8s.io/v1", "qwen-pool", pool));
     setup.wait_for_pool(1, 1);
     assert!(setup.served(10, "pool").iter().all(|pod| *pod == setup.address(2)));
+}
+
+#[test]
+fn a_joining_pod_gets_no_traffic_until_it_is_scraped() {
+    let setup = KubeSetup::start("kube-joining", 27, 3, json!({}), |kube| {
+        kube.update(|state| state.update_pod("vllm-3", |pod| pod.ready = false));
+    });
+    setup.wait_for_pool(2, 2);
+    // vllm-3 turns Ready in Kubernetes, but its /metrics fails: listed, never scraped.
+    setup.pods[2].set_faults(&json!({"metrics_fail": true})).unwrap();
+    setup.kube.update(|state| state.update_pod("vllm-3", |pod| pod.ready = true));
+    setup.wait_for("the third pod in the table", || setup.stat("wasm_epp_pods_total") == 3.0);
+    let served = setup.served(40, "joining");
+    assert!(!served.contains(&setup.address(3)), "an unscraped pod got traffic while others were healthy");
+    assert_eq!(setup.stat("wasm_epp_pods_healthy"), 2.0);
+    setup.pods[2].clear_faults().unwrap();
+    setup.wait_for_pool(3, 3);
+    assert!(setup.served(60, "scraped").contains(&setup.address(3)));
 }

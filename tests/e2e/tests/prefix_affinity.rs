@@ -22,7 +22,8 @@ fn prompts_sharing_a_prefix_go_to_one_pod_and_groups_spread() {
         // Each request is a new connection, so both Envoy workers serve the group.
         let first = cluster.served_by_pool(&cluster.complete(&prompt(group, 0)));
         std::thread::sleep(Duration::from_millis(150)); // let the other worker learn it
-        let served: Vec<String> = (1..10).map(|i| cluster.served_by_pool(&cluster.complete(&prompt(group, i)))).collect();
+        let served: Vec<String> =
+            (1..10).map(|i| cluster.served_by_pool(&cluster.complete(&prompt(group, i)))).collect();
         assert!(served.iter().all(|pod| *pod == first), "group {group} left its pod {first}: {served:?}");
         homes.push(first);
     }

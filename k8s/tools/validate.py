@@ -1,0 +1,512 @@
+#!/usr/bin/env python3
+"""`make validate`: every deployment file in the repository, checked with the real tools.
+
+1. Kubernetes manifests (k8s/**): core resources against the Kubernetes OpenAPI schema
+   (PyPI `kubernetes-validate`, strict: unknown fields are errors). Custom resources
+   (EnvoyFilter, WasmPlugin, Istio Gateway/VirtualService, InferencePool) have no schema
+   there: they are parsed and their required fields checked here. Kustomizations must
+   name files that exist, and the wasm ConfigMaps `k8s/tools/wasm-configmaps.py` writes
+   are validated and measured against the 1 MiB ConfigMap limit.
+2. Every Envoy configuration: envoy/envoy.yaml.template rendered for each variant, the
+   compose configuration, the one in the standalone ConfigMap, and bootstraps assembled
+   from the Istio EnvoyFilter patches. Each passes `envoy --mode validate`, which loads the
+   filter's .wasm and runs its configuration check, so file paths are rewritten to the
+   built modules and to a scratch service-account folder. Validate mode skips bootstrap
+   extensions, so configurations with the singleton are also started for real for a
+   moment (ports 0, no listener conflicts) until the singleton logs that it is configured.
+3. The docker-compose file parses and agrees with its Envoy configuration.
+
+Run by `make validate` (part of `make test`) with the Makefile's .venv python.
+"""
+
+import copy
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+import kubernetes_validate
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "k8s"
+ENVOY = Path(os.environ.get("ENVOY_BIN", ROOT / ".venv/bin/envoy"))
+WASM_DIR = Path(os.environ.get("WASM_DIR", ROOT / "target/wasm32-wasip1/release"))
+ENVOY_VERSION = os.environ.get("ENVOY_VERSION", "1.40.0")
+KUBERNETES_VERSION = os.environ.get("KUBERNETES_VERSION", "1.33.0")
+# Files a kustomization deliberately leaves out (documented alternatives).
+OPTIONAL_MANIFESTS = {"k8s/standalone/inference-pool.yaml", "k8s/istio/no-singleton/wasmplugin.yaml"}
+SINGLETON_CONFIGURED = "wasm-epp singleton configured"
+SMOKE_SECONDS = 20
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+failures = []
+
+
+def fail(where, message):
+    failures.append(f"{where}: {message}")
+
+
+def rel(path):
+    return str(Path(path).resolve().relative_to(ROOT))
+
+
+# --- 1. Kubernetes manifests ----------------------------------------------------------------
+
+def dig(doc, *keys):
+    for key in keys:
+        if not isinstance(doc, dict) or key not in doc:
+            return None
+        doc = doc[key]
+    return doc
+
+
+def check_envoy_filter(where, doc):
+    patches = dig(doc, "spec", "configPatches") or []
+    if not patches:
+        fail(where, "EnvoyFilter has no configPatches")
+    if not dig(doc, "spec", "workloadSelector", "labels") and not dig(doc, "spec", "targetRefs"):
+        fail(where, "EnvoyFilter selects no workload (it would apply to every proxy)")
+    apply_to = {"BOOTSTRAP", "CLUSTER", "LISTENER", "FILTER_CHAIN", "NETWORK_FILTER", "HTTP_FILTER",
+                "ROUTE_CONFIGURATION", "VIRTUAL_HOST", "HTTP_ROUTE", "EXTENSION_CONFIG", "LISTENER_FILTER"}
+    operations = {"MERGE", "ADD", "REMOVE", "INSERT_BEFORE", "INSERT_AFTER", "INSERT_FIRST", "REPLACE"}
+    for i, patch in enumerate(patches):
+        target, operation = patch.get("applyTo"), dig(patch, "patch", "operation")
+        if target not in apply_to:
+            fail(where, f"configPatches[{i}].applyTo {target!r} is not an EnvoyFilter target")
+        if operation not in operations:
+            fail(where, f"configPatches[{i}].patch.operation {operation!r} is unknown")
+        if operation != "REMOVE" and not isinstance(dig(patch, "patch", "value"), dict):
+            fail(where, f"configPatches[{i}] has no patch.value")
+        if target == "BOOTSTRAP" and operation != "MERGE":
+            fail(where, "BOOTSTRAP patches only support MERGE")
+
+
+def check_wasm_plugin(where, doc):
+    url = dig(doc, "spec", "url") or ""
+    if not re.match(r"^(oci|file|https?)://", url):
+        fail(where, f"WasmPlugin url {url!r} needs an oci://, file:// or http(s):// scheme")
+    if not dig(doc, "spec", "selector") and not dig(doc, "spec", "targetRefs"):
+        fail(where, "WasmPlugin selects no workload")
+    if not isinstance(dig(doc, "spec", "pluginConfig"), dict):
+        fail(where, "WasmPlugin has no pluginConfig object")
+
+
+def check_inference_pool(where, doc):
+    version = doc.get("apiVersion")
+    if version == "inference.networking.k8s.io/v1":
+        labels, ports = dig(doc, "spec", "selector", "matchLabels"), dig(doc, "spec", "targetPorts")
+        if not isinstance(ports, list) or len(ports) != 1 or not 0 < (ports[0] or {}).get("number", 0) < 65536:
+            fail(where, "InferencePool v1 needs exactly one spec.targetPorts[].number")
+        if not dig(doc, "spec", "endpointPickerRef", "name"):
+            fail(where, "InferencePool v1 needs spec.endpointPickerRef.name")
+    elif version == "inference.networking.x-k8s.io/v1alpha2":
+        labels = dig(doc, "spec", "selector")
+        if not 0 < (dig(doc, "spec", "targetPortNumber") or 0) < 65536:
+            fail(where, "InferencePool v1alpha2 needs spec.targetPortNumber")
+    else:
+        return fail(where, f"unknown InferencePool apiVersion {version}")
+    if not isinstance(labels, dict) or not labels:
+        fail(where, "InferencePool selects no label")
+
+
+def check_istio_gateway(where, doc):
+    if not dig(doc, "spec", "selector") or not dig(doc, "spec", "servers"):
+        fail(where, "Gateway needs spec.selector and spec.servers")
+
+
+def check_virtual_service(where, doc):
+    if not dig(doc, "spec", "hosts") or not dig(doc, "spec", "http"):
+        fail(where, "VirtualService needs spec.hosts and spec.http")
+
+
+CUSTOM = {
+    ("networking.istio.io/v1alpha3", "EnvoyFilter"): check_envoy_filter,
+    ("extensions.istio.io/v1alpha1", "WasmPlugin"): check_wasm_plugin,
+    ("inference.networking.k8s.io/v1", "InferencePool"): check_inference_pool,
+    ("inference.networking.x-k8s.io/v1alpha2", "InferencePool"): check_inference_pool,
+    ("networking.istio.io/v1", "Gateway"): check_istio_gateway,
+    ("networking.istio.io/v1", "VirtualService"): check_virtual_service,
+}
+
+
+def check_kustomization(where, path, doc):
+    listed = set()
+    for entry in doc.get("resources") or []:
+        target = (path.parent / entry).resolve()
+        if target.is_dir():
+            if not (target / "kustomization.yaml").exists():
+                fail(where, f"resource {entry} is a folder without kustomization.yaml")
+        elif not target.exists():
+            fail(where, f"resource {entry} does not exist")
+        listed.add(target)
+    for sibling in sorted(path.parent.glob("*.yaml")):
+        if sibling != path and sibling.resolve() not in listed and rel(sibling) not in OPTIONAL_MANIFESTS:
+            fail(where, f"{sibling.name} is neither in the kustomization nor a documented optional file")
+
+
+def validate_documents(where, documents):
+    """Returns the parsed documents that are Kubernetes resources."""
+    resources = []
+    for index, doc in enumerate(documents):
+        if doc is None:
+            continue
+        name = f"{where}[{index}] {doc.get('kind')}/{dig(doc, 'metadata', 'name')}"
+        key = (doc.get("apiVersion"), doc.get("kind"))
+        if key in CUSTOM:
+            CUSTOM[key](name, doc)
+        else:
+            try:
+                kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                fail(name, f"schema: {error.message} at {'.'.join(str(p) for p in error.path)}")
+            except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as error:
+                fail(name, f"no schema for {key}: {error}")
+        resources.append(doc)
+    return resources
+
+
+def check_manifests():
+    resources = []
+    for path in sorted(K8S.rglob("*.yaml")):
+        where = rel(path)
+        try:
+            documents = list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError as error:
+            fail(where, f"not YAML: {error}")
+            continue
+        if path.name == "kustomization.yaml":
+            check_kustomization(where, path, documents[0] or {})
+            continue
+        resources += validate_documents(where, documents)
+    return resources
+
+
+def check_wasm_configmaps(scratch):
+    sys.path.insert(0, str(K8S / "tools"))
+    generator = __import__("wasm-configmaps")
+    try:
+        text, sizes = generator.render(WASM_DIR, "llm")
+    except (OSError, ValueError) as error:
+        return fail("k8s/tools/wasm-configmaps.py", str(error))
+    (scratch / "wasm-epp-modules.yaml").write_text(text)
+    documents = validate_documents("generated wasm ConfigMaps", yaml.safe_load_all(text))
+    print(f"  wasm ConfigMaps: {', '.join(f'{k} {v} bytes' for k, v in sizes.items())} (limit 1048576 each)")
+    return documents
+
+
+def check_coherence(resources):
+    """The manifests agree with each other: names, namespaces, selectors, ports."""
+    by_kind = {}
+    for doc in resources:
+        by_kind.setdefault(doc["kind"], []).append(doc)
+    configmaps = {(dig(d, "metadata", "namespace"), dig(d, "metadata", "name")) for d in by_kind.get("ConfigMap", [])}
+    for deployment in by_kind.get("Deployment", []):
+        namespace = dig(deployment, "metadata", "namespace")
+        for volume in dig(deployment, "spec", "template", "spec", "volumes") or []:
+            names = [dig(volume, "configMap", "name")]
+            names += [dig(s, "configMap", "name") for s in dig(volume, "projected", "sources") or []]
+            for name in filter(None, names):
+                if (namespace, name) not in configmaps:
+                    fail(f"Deployment/{deployment['metadata']['name']}", f"mounts ConfigMap {name} that nothing provides")
+    # Every singleton configuration's selector and port match a Deployment of the pool.
+    pods = [(dig(d, "spec", "template", "metadata", "labels") or {},
+             [p.get("containerPort") for c in dig(d, "spec", "template", "spec", "containers") or []
+              for p in c.get("ports") or []], dig(d, "metadata", "namespace"))
+            for d in by_kind.get("Deployment", [])]
+    for where, config in SINGLETON_CONFIGS:
+        kubernetes = config.get("kubernetes") or {}
+        selector = kubernetes.get("label_selector")
+        if not selector:
+            continue
+        wanted = dict(term.split("=", 1) for term in selector.split(","))
+        matches = [p for p in pods if p[2] == kubernetes.get("namespace")
+                   and all(p[0].get(k) == v for k, v in wanted.items())]
+        if not matches:
+            fail(where, f"no Deployment in {kubernetes.get('namespace')} has pods labelled {selector}")
+        elif not any(kubernetes.get("target_port") in p[1] for p in matches):
+            fail(where, f"target_port {kubernetes.get('target_port')} is not a containerPort of {selector}")
+
+
+# --- 2. Envoy configurations ----------------------------------------------------------------
+
+SINGLETON_CONFIGS = []  # (where, parsed singleton JSON), for the coherence check.
+
+
+def render_template(cluster_mode, singleton):
+    """envoy/envoy.yaml.template as the launcher renders it (launcher/src/envoy.rs)."""
+    sections = {"singleton": singleton, "override_host": cluster_mode == "override_host",
+                "original_dst": cluster_mode == "original_dst"}
+    kept, skipping = [], False
+    for line in (ROOT / "envoy/envoy.yaml.template").read_text().splitlines():
+        marker = re.match(r"^\s*# (BEGIN|END) (\S+)\s*$", line)
+        if marker:
+            skipping = marker.group(1) == "BEGIN" and not sections.get(marker.group(2), True)
+            continue
+        if not skipping:
+            kept.append(line)
+    pool = ["127.0.0.1:8001", "127.0.0.1:8002"]
+    filter_config = {"pool": pool} if cluster_mode == "override_host" else {"pool": pool, "fallback_destinations": 0}
+    values = {
+        "ADMIN_ADDRESS": "127.0.0.1", "ADMIN_PORT": "9901", "LISTEN_ADDRESS": "127.0.0.1", "LISTEN_PORT": "10000",
+        "FILTER_WASM": "/etc/wasm-epp/wasm_epp_filter.wasm", "SINGLETON_WASM": "/etc/wasm-epp/wasm_epp_shared_state.wasm",
+        "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps({"pool": pool}),
+        "PER_TRY_IDLE_TIMEOUT": "0s",
+        "POOL_ENDPOINTS": "\n".join(
+            f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '
+            f'port_value: {a.split(":")[1]} }} }} }}' for a in pool),
+    }
+    text = "\n".join(kept) + "\n"
+    for name, value in values.items():
+        text = text.replace("{{" + name + "}}", value)
+    left = sorted(set(re.findall(r"\{\{([A-Z_]+)\}\}", text)))
+    if left:
+        fail("envoy/envoy.yaml.template", f"placeholders this check does not know: {left} (update k8s/tools/validate.py)")
+    return yaml.safe_load(text)
+
+
+def singleton_configs(config):
+    for extension in config.get("bootstrap_extensions") or []:
+        value = dig(extension, "typed_config", "config", "configuration", "value")
+        if value is not None:
+            yield extension, value
+
+
+def assemble_istio(patch_files, where):
+    """A bootstrap built from EnvoyFilter patches the way Istio would apply them to a
+    gateway: bootstrap MERGE, clusters ADDed, the filter inserted before the router of an
+    HTTP listener, the listener and route MERGEd."""
+    config = {
+        "node": {"id": "router~10.0.0.1~istio-ingressgateway.istio-system~istio-system.svc.cluster.local",
+                 "cluster": "istio-ingressgateway.istio-system"},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 15000}}},
+        "static_resources": {"clusters": [], "listeners": []},
+    }
+    filters, listener_merge, route_merge = [], {}, {}
+    for path in patch_files:
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not doc or doc.get("kind") != "EnvoyFilter":
+                continue
+            for patch in dig(doc, "spec", "configPatches") or []:
+                value = copy.deepcopy(dig(patch, "patch", "value"))
+                target = patch.get("applyTo")
+                if target == "BOOTSTRAP":
+                    config.setdefault("stats_config", {}).update(value.get("stats_config", {}))
+                    config.setdefault("bootstrap_extensions", []).extend(value.get("bootstrap_extensions", []))
+                    config["static_resources"]["clusters"] += dig(value, "static_resources", "clusters") or []
+                elif target == "CLUSTER":
+                    config["static_resources"]["clusters"].append(value)
+                elif target == "HTTP_FILTER":
+                    filters.append(value)
+                elif target == "LISTENER":
+                    listener_merge.update(value)
+                elif target == "HTTP_ROUTE":
+                    route_merge.update(value.get("route", {}))
+    route = {"cluster": "outbound|8000||vllm-qwen.llm.svc.cluster.local"}
+    route.update(route_merge)
+    hcm = {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": "outbound_0.0.0.0_8080",
+        "route_config": {"virtual_hosts": [{"name": "llm.example.com:80", "domains": ["*"],
+                                            "routes": [{"name": "wasm-epp", "match": {"prefix": "/"}, "route": route}]}]},
+        "http_filters": filters + [{"name": "envoy.filters.http.router", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+    }
+    listener = {"name": "0.0.0.0_8080", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 8080}},
+                "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                                                "typed_config": hcm}]}]}
+    listener.update(listener_merge)
+    config["static_resources"]["listeners"].append(listener)
+    if not any(c.get("name") == route.get("cluster") for c in config["static_resources"]["clusters"]):
+        fail(where, f"the route goes to {route.get('cluster')}, which no patch adds")
+    # The no-singleton filter carries the poller's configuration in its own (lease mode,
+    # not wired into the filter yet): check it as the singleton's, check the rest as the filter's.
+    for wasm_filter in filters:
+        holder = dig(wasm_filter, "typed_config", "config", "configuration")
+        plugin = json.loads(holder["value"]) if holder and holder.get("value") else {}
+        if "poller" in plugin:
+            poller = plugin.pop("poller")
+            holder["value"] = json.dumps(plugin)
+            config.setdefault("bootstrap_extensions", []).append({"name": "envoy.bootstrap.wasm", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.wasm.v3.WasmService", "singleton": True,
+                "config": {"name": "lease-mode-poller", "root_id": "wasm-epp-singleton",
+                           "vm_config": {"vm_id": "wasm-epp", "runtime": "envoy.wasm.runtime.v8",
+                                         "code": {"local": {"filename": "/etc/wasm-epp/wasm_epp_shared_state.wasm"}}},
+                           "configuration": {"@type": "type.googleapis.com/google.protobuf.StringValue",
+                                             "value": json.dumps(poller)}}}})
+    return config
+
+
+def envoy_configs():
+    """(where, parsed config, {file name: text} of sibling files the config reads)."""
+    configs = []
+    for mode in ("override_host", "original_dst"):
+        configs.append((f"envoy/envoy.yaml.template ({mode})", render_template(mode, True), {}))
+    configs.append(("envoy/envoy.yaml.template (no singleton)", render_template("override_host", False), {}))
+    configs.append(("envoy/compose/envoy.yaml", yaml.safe_load((ROOT / "envoy/compose/envoy.yaml").read_text()), {}))
+    for path in sorted(K8S.rglob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "ConfigMap" and isinstance(doc.get("data"), dict):
+                for key, text in doc["data"].items():
+                    parsed = yaml.safe_load(text)
+                    if isinstance(parsed, dict) and "static_resources" in parsed:
+                        configs.append((f"{rel(path)} data.{key}", parsed, dict(doc["data"])))
+    istio_sds = {}
+    for doc in yaml.safe_load_all((K8S / "istio/common/sds.yaml").read_text()):
+        istio_sds.update(doc.get("data") or {})
+    configs.append(("k8s/istio/singleton (assembled)",
+                    assemble_istio([K8S / "istio/singleton/envoyfilter.yaml"], "k8s/istio/singleton"), istio_sds))
+    no_singleton = [K8S / "istio/no-singleton/clusters.yaml", K8S / "istio/no-singleton/filter.yaml"]
+    configs.append(("k8s/istio/no-singleton (assembled)", assemble_istio(no_singleton, "k8s/istio/no-singleton"),
+                    istio_sds))
+    return configs
+
+
+def localise(text, scratch, files):
+    """Points every path a deployment uses at the built modules and a scratch folder."""
+    text = re.sub(r"[^\s\"'{},]*/(wasm_epp_(?:filter|shared_state)\.wasm)", lambda m: str(WASM_DIR / m.group(1)), text)
+    text = text.replace(SERVICE_ACCOUNT, str(scratch / "serviceaccount"))
+    for directory in ("/etc/envoy/", "/etc/wasm-epp-sds/"):
+        text = text.replace(directory, f"{scratch}/files/")
+    for name, content in files.items():
+        if name.endswith("-sds.yaml"):
+            (scratch / "files" / name).write_text(localise(content, scratch, {}))
+    return text
+
+
+def set_ports_to_zero(config):
+    config["admin"]["address"]["socket_address"]["port_value"] = 0
+    for listener in dig(config, "static_resources", "listeners") or []:
+        listener["address"]["socket_address"].update({"address": "127.0.0.1", "port_value": 0})
+
+
+def run_envoy_checks(where, config, files, scratch):
+    for extension, value in singleton_configs(config):
+        try:
+            SINGLETON_CONFIGS.append((where, json.loads(value)))
+        except json.JSONDecodeError as error:
+            fail(where, f"singleton configuration is not JSON: {error}")
+    path = scratch / "envoy.yaml"
+    path.write_text(localise(yaml.safe_dump(config, sort_keys=False), scratch, files))
+    started = time.monotonic()
+    result = subprocess.run([str(ENVOY), "--mode", "validate", "-c", str(path), "-l", "warn"],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0 or "OK" not in result.stdout + result.stderr:
+        tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+        return fail(where, "envoy --mode validate: " + " | ".join(tail))
+    note = ""
+    if config.get("bootstrap_extensions"):
+        smoke = copy.deepcopy(config)
+        set_ports_to_zero(smoke)
+        smoke_path = scratch / "envoy-smoke.yaml"
+        smoke_path.write_text(localise(yaml.safe_dump(smoke, sort_keys=False), scratch, files))
+        note = smoke_start(where, smoke_path, len(list(singleton_configs(config))))
+    print(f"  ok  {where} ({time.monotonic() - started:.1f} s{note})")
+
+
+def smoke_start(where, path, singletons):
+    """Starts Envoy for real until every singleton logs that it is configured."""
+    process = subprocess.Popen([str(ENVOY), "-c", str(path), "--disable-hot-restart", "--concurrency", "1",
+                                "-l", "info"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen, log = 0, []
+    deadline = time.monotonic() + SMOKE_SECONDS
+    try:
+        while time.monotonic() < deadline and seen < singletons and process.poll() is None:
+            ready, _, _ = select.select([process.stdout], [], [], 0.2)
+            if not ready:
+                continue
+            line = process.stdout.readline()
+            log.append(line)
+            seen += SINGLETON_CONFIGURED in line
+            if "wasm-epp singleton:" in line and ("invalid" in line or "error" in line):
+                break
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    if seen < singletons:
+        lines = [l.strip() for l in log if "wasm-epp singleton" in l or "critical" in l][-3:]
+        fail(where, "the singleton did not configure in a real start: " + " | ".join(lines))
+        return ""
+    return ", singleton configured in a real start"
+
+
+def check_envoy_configs(scratch_root):
+    if not ENVOY.exists():
+        return fail("envoy", f"{ENVOY} not found (make envoy)")
+    for module in ("wasm_epp_filter.wasm", "wasm_epp_shared_state.wasm"):
+        if not (WASM_DIR / module).exists():
+            return fail("wasm", f"{WASM_DIR / module} not built (make wasm)")
+    jobs = []
+    for index, (where, config, files) in enumerate(envoy_configs()):
+        scratch = scratch_root / f"envoy-{index}"
+        (scratch / "files").mkdir(parents=True)
+        (scratch / "serviceaccount").mkdir()
+        (scratch / "serviceaccount" / "token").write_text("validate-token")
+        (scratch / "serviceaccount" / "ca.crt").write_text("not a certificate: validation does not connect\n")
+        jobs.append((where, config, files, scratch))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(lambda job: run_envoy_checks(*job), jobs))
+
+
+# --- 3. docker compose ------------------------------------------------------------------------
+
+def check_compose():
+    where = "envoy/compose/docker-compose.yaml"
+    compose_dir = ROOT / "envoy/compose"
+    compose = yaml.safe_load((compose_dir / "docker-compose.yaml").read_text())
+    services = compose.get("services") or {}
+    envoy = services.get("envoy")
+    if not envoy:
+        return fail(where, "no envoy service")
+    if not str(envoy.get("image", "")).endswith(f":v{ENVOY_VERSION}"):
+        fail(where, f"envoy image {envoy.get('image')} is not v{ENVOY_VERSION}, the version tested here")
+    for volume in envoy.get("volumes") or []:
+        source = volume.split(":")[0]
+        if not (compose_dir / source).resolve().exists():
+            fail(where, f"volume source {source} does not exist (build first: make wasm)")
+    addresses = {dig(s, "networks", "pool", "ipv4_address") for s in services.values()}
+    config = yaml.safe_load((compose_dir / "envoy.yaml").read_text())
+    for _, value in singleton_configs(config):
+        for pod in json.loads(value).get("pool") or []:
+            if pod.split(":")[0] not in addresses:
+                fail(where, f"the singleton's pod {pod} is no compose service address")
+    published = {str(p).split(":")[-1] for p in envoy.get("ports") or []}
+    for listener in dig(config, "static_resources", "listeners") or []:
+        port = str(listener["address"]["socket_address"]["port_value"])
+        if port not in published:
+            fail(where, f"Envoy listens on {port} but compose does not publish it")
+    print(f"  ok  {where} ({len(services)} services)")
+
+
+def main():
+    started = time.monotonic()
+    print(f"Kubernetes manifests (schema {KUBERNETES_VERSION}, strict; custom resources by field checks)")
+    resources = check_manifests()
+    with tempfile.TemporaryDirectory(prefix="wasm-epp-validate-") as scratch:
+        resources += check_wasm_configmaps(Path(scratch)) or []
+        print(f"  {len(resources)} resources checked")
+        print(f"Envoy configurations ({ENVOY})")
+        check_envoy_configs(Path(scratch))
+    check_coherence(resources)
+    print("docker compose")
+    check_compose()
+    if failures:
+        print(f"\nvalidate: {len(failures)} problem(s):")
+        for problem in failures:
+            print(f"  - {problem}")
+        sys.exit(1)
+    print(f"validate: all good in {time.monotonic() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
