@@ -7,7 +7,7 @@ VENV := .venv
 ENVOY := $(VENV)/bin/envoy
 WASM_TARGET := wasm32-wasip1
 WASM_CRATES := -p wasm-epp-filter -p wasm-epp-shared-state
-WASM_LINT_CRATES := -p picker -p wasm-epp-host $(WASM_CRATES)
+WASM_LINT_CRATES := -p picker -p wasm-epp-host -p wasm-epp-poller $(WASM_CRATES)
 CARGO ?= cargo
 
 
@@ -41,7 +41,7 @@ native:
 run: tools wasm native
 	./target/release/wasm-epp-launch
 
-test: tools lint unit wasm native e2e
+test: tools lint unit fuzz-smoke wasm native validate e2e
 
 # --- checks ------------------------------------------------------------------------------
 
@@ -64,6 +64,30 @@ soak: envoy wasm native
 
 clean:
 	rm -rf target/runs .run
+
+# --- fuzzing (fuzz/, fuzz/README.md) -----------------------------------------------------
+# cargo fuzz on the one stable toolchain: RUSTC_BOOTSTRAP=1 lets rustc accept the nightly-only
+# sanitizer flag (fuzz/ is its own workspace; nothing else is built that way).
+# `make fuzz-smoke` (part of `make test`, ~2-3 minutes with the build) runs every target for
+# FUZZ_SMOKE_SECONDS; `make fuzz` runs each for FUZZ_SECONDS (5 minutes: ~35 minutes in all
+# on 2 cores). FUZZ_TARGETS picks targets (default: all); a crash is saved in fuzz/artifacts/.
+
+CARGO_FUZZ_VERSION := 0.13.2
+FUZZ_SMOKE_SECONDS ?= 10
+FUZZ_SECONDS ?= 300
+FUZZ_JOBS ?= 2
+FUZZ_TARGETS ?=
+
+.PHONY: fuzz fuzz-smoke fuzz-tools
+
+fuzz-tools:
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
+
+fuzz-smoke: fuzz-tools
+	RUSTC_BOOTSTRAP=1 fuzz/run.sh --seconds $(FUZZ_SMOKE_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_TARGETS)
+
+fuzz: fuzz-tools
+	RUSTC_BOOTSTRAP=1 fuzz/run.sh --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_TARGETS)
 
 # --- routing-quality benchmark (bench/quality, bench/README.md) ---------------------------
 # `make bench` (about 15 minutes on 2 cores) or `BENCH_QUICK=1 make bench` (a few minutes);
@@ -91,3 +115,25 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
 	./target/release/wasm-epp-bench-quality $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results
+
+# --- deployment files (k8s/tools/validate.py, docs/deployment.md) -------------------------
+# `make validate`: Kubernetes manifests against the Kubernetes schema (custom resources by
+# field checks), every Envoy configuration with `envoy --mode validate` (plus a short real
+# start where a singleton runs), the compose file. About 20-30 s. `make k8s-wasm` writes the
+# ConfigMaps carrying the .wasm modules (K8S_NAMESPACE=llm by default).
+
+KUBERNETES_VALIDATE_VERSION := 1.37.0
+KUBERNETES_VALIDATE_STAMP := $(VENV)/.kubernetes-validate-$(KUBERNETES_VALIDATE_VERSION)
+K8S_NAMESPACE ?= llm
+
+.PHONY: validate k8s-wasm
+
+$(KUBERNETES_VALIDATE_STAMP): $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)
+	touch $@
+
+validate: envoy wasm $(KUBERNETES_VALIDATE_STAMP)
+	ENVOY_VERSION=$(ENVOY_VERSION) $(VENV)/bin/python k8s/tools/validate.py
+
+k8s-wasm: wasm
+	python3 k8s/tools/wasm-configmaps.py --namespace $(K8S_NAMESPACE) --out target/k8s/wasm-epp-modules.yaml

@@ -4,11 +4,13 @@
 //! [`worker::Worker`] per VM; [`routing`] holds each request's headers and buffers its body;
 //! [`decide`] asks `picker` for a pod and records the pick; [`reply`] shapes the few answers
 //! the filter gives itself. [`sync`] runs on the root's tick: it shares this worker's
-//! decisions with the others and learns theirs.
+//! decisions with the others and learns theirs. [`election`] runs the pool service in one
+//! elected root context when there is no singleton.
 
 #![forbid(unsafe_code)]
 
 mod decide;
+mod election;
 mod reply;
 mod root;
 mod routing;
@@ -21,5 +23,5 @@ use proxy_wasm::types::LogLevel;
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(root::FilterRoot::default()) });
+    proxy_wasm::set_root_context(|context_id| -> Box<dyn RootContext> { Box::new(root::FilterRoot::new(context_id)) });
 }}

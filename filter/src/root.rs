@@ -10,6 +10,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{BufferType, ContextType};
 use wasm_epp_host::ProxyStore;
 
+use crate::election::ElectedPoller;
 use crate::routing::RoutingContext;
 use crate::worker::Worker;
 
@@ -23,12 +24,33 @@ fn vm_id() -> String {
         .unwrap_or_else(|| "wasm-epp".to_string())
 }
 
-#[derive(Default)]
 pub struct FilterRoot {
+    context_id: u32,
     worker: Option<Rc<Worker>>,
+    /// Set in no-singleton mode (a `poller` section in the configuration).
+    elected: Option<ElectedPoller>,
 }
 
-impl Context for FilterRoot {}
+impl FilterRoot {
+    pub fn new(context_id: u32) -> Self {
+        Self { context_id, worker: None, elected: None }
+    }
+}
+
+impl Context for FilterRoot {
+    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        if let Some(elected) = self.elected.as_mut() {
+            elected.http_response(token, body_size);
+        }
+    }
+
+    fn on_done(&mut self) -> bool {
+        if let Some(elected) = &self.elected {
+            elected.release();
+        }
+        true
+    }
+}
 
 impl RootContext for FilterRoot {
     fn on_configure(&mut self, size: usize) -> bool {
@@ -56,12 +78,20 @@ impl RootContext for FilterRoot {
         if let Err(error) = InflightCounts::ensure_key(&ProxyStore) {
             log::warn!("wasm-epp filter: in-flight key not initialised: {error:?}");
         }
-        if config.prefix.enabled {
-            let period = Duration::from_millis(config.prefix.sync_interval_ms);
-            if let Err(status) = hostcalls::set_tick_period(period) {
+        // The tick serves the prefix sync and, in no-singleton mode, the pool service.
+        let periods = [
+            config.prefix.enabled.then_some(config.prefix.sync_interval_ms),
+            config.poller.as_ref().map(|p| p.poll_interval_ms),
+        ];
+        if let Some(period) = periods.into_iter().flatten().min() {
+            if let Err(status) = hostcalls::set_tick_period(Duration::from_millis(period)) {
                 log::error!("wasm-epp filter: cannot set tick period: {status:?}");
                 return false;
             }
+        }
+        if let Some(poller) = config.poller.clone() {
+            let me = wasm_epp_host::clock::seed() ^ (u64::from(self.context_id) << 48) | 1;
+            self.elected = Some(ElectedPoller::new(me, poller));
         }
         let vm_id = vm_id();
         log::info!(
@@ -75,8 +105,17 @@ impl RootContext for FilterRoot {
     }
 
     fn on_tick(&mut self) {
+        if let Some(elected) = self.elected.as_mut() {
+            elected.tick(wasm_epp_host::now_ms());
+        }
         if let Some(worker) = &self.worker {
             crate::sync::on_tick(worker);
+        }
+    }
+
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        if let Some(elected) = self.elected.as_mut() {
+            elected.queue_ready(queue_id);
         }
     }
 

@@ -34,6 +34,10 @@ pub struct PoolPoller {
     pods: Vec<PodRecord>,
     version: u64,
     dirty: bool,
+    /// Epochs are drawn from one counter for all pods, so a pod that leaves and a new pod
+    /// that later reuses its address never share an epoch (the prefix index would think the
+    /// newcomer's cache holds the old pod's blocks).
+    next_epoch: u32,
 }
 
 /// What [`PoolPoller::on_scrape`] learned, for stats and logs.
@@ -47,9 +51,15 @@ pub enum ScrapeOutcome {
 
 impl PoolPoller {
     pub fn new(config: PollerConfig, pool: Vec<PodAddress>) -> Self {
-        let mut poller = Self { config, pods: Vec::new(), version: 0, dirty: true };
+        let mut poller = Self { config, pods: Vec::new(), version: 0, dirty: true, next_epoch: 1 };
         poller.set_pool(pool);
         poller
+    }
+
+    fn take_epoch(&mut self) -> u32 {
+        let epoch = self.next_epoch;
+        self.next_epoch = self.next_epoch.wrapping_add(1).max(1);
+        epoch
     }
 
     pub fn config(&self) -> &PollerConfig {
@@ -63,13 +73,11 @@ impl PoolPoller {
         for address in pool {
             let record = match old.iter().position(|r| r.address == address) {
                 Some(index) => old.swap_remove(index),
-                None => PodRecord {
-                    state: PodState::unknown(&address),
-                    address,
-                    call: None,
-                    call_started_ms: 0,
-                    last_prefix_queries: None,
-                },
+                None => {
+                    let mut state = PodState::unknown(&address);
+                    state.epoch = self.take_epoch();
+                    PodRecord { state, address, call: None, call_started_ms: 0, last_prefix_queries: None }
+                }
             };
             self.pods.push(record);
         }
@@ -128,14 +136,16 @@ impl PoolPoller {
     }
 
     fn record_success(&mut self, index: usize, metrics: EngineMetrics, now_ms: u64) {
+        let fresh_epoch = self.next_epoch;
         let Some(record) = self.pods.get_mut(index) else { return };
         let state = &mut record.state;
         // Counters only grow while an engine lives; going backwards means it restarted and
         // its KV cache is empty. Coming back from unhealthy may also hide a restart.
         let restarted =
             matches!((record.last_prefix_queries, metrics.prefix_queries), (Some(before), Some(now)) if now < before);
-        if restarted || !state.healthy {
-            state.epoch = state.epoch.wrapping_add(1);
+        let new_epoch = restarted || !state.healthy;
+        if new_epoch {
+            state.epoch = fresh_epoch;
         }
         record.last_prefix_queries = metrics.prefix_queries;
         state.healthy = true;
@@ -148,6 +158,9 @@ impl PoolPoller {
         state.consecutive_failures = 0;
         state.set_lora(metrics.lora);
         self.dirty = true;
+        if new_epoch {
+            self.take_epoch();
+        }
     }
 
     fn record_failure(&mut self, index: usize, reason: String) -> ScrapeOutcome {
@@ -161,6 +174,11 @@ impl PoolPoller {
             self.dirty = true;
         }
         ScrapeOutcome::Failure(reason)
+    }
+
+    /// Whether `token` is a scrape this poller is waiting for.
+    pub fn owns_scrape(&self, token: u32) -> bool {
+        self.pods.iter().any(|r| r.call == Some(token))
     }
 
     /// True when no scrape is in flight: a round is complete and worth publishing.
@@ -237,7 +255,7 @@ mod tests {
         p.scrape_started(&a, 4, 300);
         p.on_scrape(4, ScrapeResult::Answered { status: 200, body: SCRAPE }, 300);
         let pod = p.take_table(300).unwrap().pods[0].clone();
-        assert!(pod.healthy && pod.epoch == epoch + 1, "a pod that comes back gets a new epoch");
+        assert!(pod.healthy && pod.epoch > epoch, "a pod that comes back gets a new epoch");
     }
 
     #[test]
@@ -250,7 +268,7 @@ mod tests {
         p.scrape_started(&a, 2, 100);
         let restarted = b"vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total 3\n";
         p.on_scrape(2, ScrapeResult::Answered { status: 200, body: restarted }, 100);
-        assert_eq!(p.take_table(100).unwrap().pods[0].epoch, epoch + 1);
+        assert!(p.take_table(100).unwrap().pods[0].epoch > epoch);
     }
 
     #[test]
@@ -262,6 +280,11 @@ mod tests {
         let table = p.take_table(5).unwrap();
         let addresses: Vec<_> = table.pods.iter().map(|pod| pod.address.as_str()).collect();
         assert_eq!(addresses, ["10.0.0.1:80", "10.0.0.3:80"]);
+        // 10.0.0.2 left; if it (or a new pod on its address) comes back, its epoch is new.
+        let epochs: Vec<u32> = table.pods.iter().map(|pod| pod.epoch).collect();
+        p.set_pool(vec![addr("10.0.0.1:80"), addr("10.0.0.2:80")]);
+        let again = p.take_table(6).unwrap();
+        assert!(again.pods[1].epoch > epochs[1], "a returning address never reuses an old epoch");
     }
 
     #[test]

@@ -2,8 +2,8 @@
 
 use serde::Deserialize;
 
-use super::PrefixConfig;
 use super::{check_range, parse_pool};
+use super::{PollerConfig, PrefixConfig};
 use crate::address::PodAddress;
 use crate::saturation::SaturationLimits;
 
@@ -62,6 +62,9 @@ pub struct FilterConfig {
     /// override_host policy to retry on. Must be 0 with an ORIGINAL_DST cluster, which
     /// follows a single address only.
     pub fallback_destinations: u32,
+    /// No-singleton mode: the filter's root contexts elect one of themselves to run the pool
+    /// service with this configuration (the singleton's, see `PollerConfig`).
+    pub poller: Option<PollerConfig>,
     /// In-flight counts older than this are presumed leaked (a stream whose end was never
     /// seen) and ignored.
     pub inflight_expiry_ms: u64,
@@ -77,6 +80,7 @@ impl Default for FilterConfig {
             invalid_body: InvalidBodyPolicy::Route,
             stale_after_ms: 5_000,
             fallback_destinations: 2,
+            poller: None,
             saturation: SaturationLimits::default(),
             prefix: PrefixConfig::default(),
             priority_header: "x-gateway-inference-priority".into(),
@@ -107,6 +111,9 @@ impl FilterConfig {
         }
         self.saturation.validate()?;
         self.prefix.validate()?;
+        if let Some(poller) = &self.poller {
+            poller.validate().map_err(|e| format!("poller: {e}"))?;
+        }
         if self.prefix.session_header == self.destination_header {
             return Err("prefix.session_header must differ from destination_header".into());
         }

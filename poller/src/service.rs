@@ -1,4 +1,9 @@
-//! The singleton's root context: configure, tick, scrape, publish.
+//! The pool service's root-context logic: configure, tick, scrape, publish, relay.
+//!
+//! As the singleton it is the root context itself. Embedded in the filter (no singleton),
+//! the elected root calls [`PoolService::configure_embedded`], [`PoolService::tick`] and
+//! forwards its HTTP-call answers and queue wake-ups; its tick may then run faster than
+//! `poll_interval_ms`, so scrape rounds are gated by time, not by tick count.
 
 use std::time::Duration;
 
@@ -36,21 +41,30 @@ impl Stats {
 }
 
 #[derive(Default)]
-pub struct PollerService {
+pub struct PoolService {
     poller: Option<PoolPoller>,
     /// Carries the workers' routing decisions into the prefix ring.
     relay: Option<EventRelay>,
     stats: Option<Stats>,
     /// Set when the pool comes from Kubernetes instead of the static `pool`.
     discovery: Option<Discovery>,
+    /// When the next scrape round may start (host ms): rounds follow `poll_interval_ms`
+    /// whatever the tick period of the root context running this service.
+    next_round_ms: u64,
 }
 
-impl PollerService {
+impl PoolService {
     fn configure(&mut self, bytes: &[u8]) -> Result<(), String> {
         let config: PollerConfig = parse_json(bytes)?;
-        let pool = config.validate().map_err(|e| format!("invalid configuration: {e}"))?;
         hostcalls::set_tick_period(Duration::from_millis(config.poll_interval_ms))
             .map_err(|e| format!("cannot set tick period: {e:?}"))?;
+        self.configure_embedded(config)
+    }
+
+    /// Starts the service from a parsed configuration without touching the tick period (the
+    /// root context running it owns that; tick at least every `poll_interval_ms`).
+    pub fn configure_embedded(&mut self, config: PollerConfig) -> Result<(), String> {
+        let pool = config.validate().map_err(|e| format!("invalid configuration: {e}"))?;
         self.discovery = config.kubernetes.clone().map(Discovery::new).transpose()?;
         if let Some(discovery) = &self.discovery {
             log::info!("wasm-epp singleton: pool from kubernetes: {}", discovery.describe());
@@ -116,8 +130,38 @@ impl PollerService {
     }
 }
 
-impl Context for PollerService {
-    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+impl PoolService {
+    /// One tick: re-list the pool when due, publish what the last round learned (even if a
+    /// scrape is still outstanding), start the next round when `poll_interval_ms` has passed.
+    pub fn tick(&mut self, now: u64) {
+        if let (Some(discovery), Some(poller)) = (self.discovery.as_mut(), self.poller.as_mut()) {
+            discovery.on_tick(now, poller);
+        }
+        self.publish_if_changed(now);
+        let Some(interval) = self.poller.as_ref().map(|p| p.config().poll_interval_ms) else { return };
+        if now < self.next_round_ms {
+            return;
+        }
+        // A tick a little early (timer jitter) still starts the round: 10% slack.
+        self.next_round_ms = now.saturating_add(interval - interval / 10);
+        self.dispatch_scrapes(now);
+    }
+
+    /// Routes a queue wake-up to the relay, if it is the relay's queue.
+    pub fn queue_ready(&mut self, queue_id: u32) {
+        if let Some(relay) = self.relay.as_mut().filter(|r| r.queue() == queue_id) {
+            relay.drain();
+        }
+    }
+
+    /// Whether an HTTP-call token belongs to this service (a scrape or an API server list).
+    pub fn owns_call(&self, token: u32) -> bool {
+        self.poller.as_ref().is_some_and(|p| p.owns_scrape(token))
+            || self.discovery.as_ref().is_some_and(|d| d.owns(token))
+    }
+
+    /// An HTTP call's answer arrived (its headers and body are readable now).
+    pub fn http_response(&mut self, token: u32, body_size: usize) {
         let now = now_ms();
         let Some(poller) = self.poller.as_mut() else { return };
         if let Some(discovery) = self.discovery.as_mut().filter(|d| d.owns(token)) {
@@ -158,11 +202,15 @@ impl Context for PollerService {
     }
 }
 
-impl RootContext for PollerService {
+impl Context for PoolService {
+    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        self.http_response(token, body_size);
+    }
+}
+
+impl RootContext for PoolService {
     fn on_queue_ready(&mut self, queue_id: u32) {
-        if let Some(relay) = self.relay.as_mut().filter(|r| r.queue() == queue_id) {
-            relay.drain();
-        }
+        self.queue_ready(queue_id);
     }
 
     fn on_vm_start(&mut self, _size: usize) -> bool {
@@ -181,13 +229,7 @@ impl RootContext for PollerService {
     }
 
     fn on_tick(&mut self) {
-        let now = now_ms();
-        if let (Some(discovery), Some(poller)) = (self.discovery.as_mut(), self.poller.as_mut()) {
-            discovery.on_tick(now, poller);
-        }
-        // Publish what the last round learned even if a scrape is still outstanding.
-        self.publish_if_changed(now);
-        self.dispatch_scrapes(now);
+        self.tick(now_ms());
     }
 
     fn get_type(&self) -> Option<ContextType> {

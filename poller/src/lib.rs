@@ -1,0 +1,17 @@
+//! The pool service: what wasm-epp's singleton does, as a component any root context can run.
+//!
+//! [`service::PoolService`] ticks, discovers the pool ([`discovery`], Kubernetes) or takes it
+//! from configuration, dispatches a scrape of `/metrics` to each pod through an ORIGINAL_DST
+//! cluster, hands answers to `picker::poller::PoolPoller`, publishes the pod table when a
+//! round completes ([`publish`]) and relays the workers' prefix decisions into the ring
+//! ([`relay`]). The singleton (`shared-state/`) runs it on Envoy's main thread; where no
+//! singleton can be installed, the filter's root contexts elect one of themselves to run it.
+
+#![forbid(unsafe_code)]
+
+mod discovery;
+mod publish;
+mod relay;
+pub mod service;
+
+pub use service::PoolService;
