@@ -54,6 +54,14 @@ pub struct Route {
     pub score: f64,
 }
 
+/// The pod's queue as best known now. The polled `waiting` is up to a poll interval old; a
+/// burst dispatched since then is in this proxy's exact in-flight count. What this proxy has in
+/// flight beyond what the engine reported running is, at least, waiting: so a burst saturates a
+/// pod (and releases its affinity) at once, not a poll later.
+fn estimated_waiting(waiting: f64, running: f64, inflight: u32) -> f64 {
+    waiting.max(f64::from(inflight) - running)
+}
+
 fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Candidate<'a>> {
     let mut matched = Vec::new();
     if let Some(query) = &view.prefix {
@@ -72,13 +80,14 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 .as_ref()
                 .and_then(|q| q.session.map(|s| (q, s)))
                 .is_some_and(|(q, s)| q.index.matched_blocks(std::slice::from_ref(&s), address, pod.epoch) == 1);
+            let inflight = view.inflight.count(address, view.now_ms, view.inflight_expiry_ms);
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,
-                waiting: pod.waiting,
+                waiting: estimated_waiting(pod.waiting, pod.running, inflight),
                 running: pod.running,
                 kv_usage: pod.kv_usage,
-                inflight: view.inflight.count(address, view.now_ms, view.inflight_expiry_ms),
+                inflight,
                 prefix_match: match (matched.get(i), blocks) {
                     (Some(&m), b) if b > 0 => m as f64 / b as f64,
                     _ => 0.0,
@@ -128,3 +137,13 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod estimate_tests {
+    #[test]
+    fn in_flight_beyond_running_counts_as_waiting() {
+        assert_eq!(super::estimated_waiting(0.0, 4.0, 20), 16.0, "a burst the poll has not seen");
+        assert_eq!(super::estimated_waiting(3.0, 4.0, 5), 3.0, "the engine's own queue when larger");
+        assert_eq!(super::estimated_waiting(0.0, 10.0, 2), 0.0, "other clients' load is not ours");
+    }
+}
