@@ -118,6 +118,37 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         .replace("{{POLLER_CONFIG}}", &poller)
 }
 
+/// Starts Envoy on `config_path` and waits until its admin endpoint on `admin_port` says it
+/// is ready. Every Envoy the launcher starts (wasm-epp, baselines, Kubernetes mode) goes here.
+pub fn launch(
+    config_path: &Path,
+    extra_args: &[String],
+    concurrency: u32,
+    name: &str,
+    log: &Path,
+    admin_port: u16,
+) -> Result<ManagedProcess, String> {
+    let mut command = Command::new(crate::paths::envoy_binary());
+    command
+        .arg("-c")
+        .arg(config_path)
+        .args(extra_args)
+        .arg("--concurrency")
+        .arg(concurrency.to_string())
+        .arg("--disable-hot-restart")
+        .arg("--log-level")
+        .arg("info");
+    let mut process = ManagedProcess::spawn(name, command, log)?;
+    let ready_url = format!("http://127.0.0.1:{admin_port}/ready");
+    let ready = crate::wait_until(Duration::from_secs(30), || {
+        process.has_exited() || http::get(&ready_url, Duration::from_secs(1)).is_ok_and(|r| r.status == 200)
+    });
+    if !ready || process.has_exited() {
+        return Err(format!("{name} did not become ready:\n{}", process.log_tail(40)));
+    }
+    Ok(process)
+}
+
 pub struct Envoy {
     process: ManagedProcess,
     pub listen_port: u16,
@@ -129,28 +160,17 @@ impl Envoy {
     /// Writes the rendered configuration into `dir`, starts Envoy, and waits until the
     /// admin endpoint says it is live.
     pub fn start(options: &EnvoyOptions, dir: &Path) -> Result<Self, String> {
+        Self::start_with(options, &[], dir)
+    }
+
+    /// As [`Envoy::start`], with extra command-line arguments (e.g. `--config-yaml` overlays).
+    pub fn start_with(options: &EnvoyOptions, extra_args: &[String], dir: &Path) -> Result<Self, String> {
         let template = std::fs::read_to_string(crate::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, render(&template, options)).map_err(|e| format!("write config: {e}"))?;
-        let mut command = Command::new(crate::paths::envoy_binary());
-        command
-            .arg("-c")
-            .arg(&config_path)
-            .arg("--concurrency")
-            .arg(options.concurrency.to_string())
-            .arg("--disable-hot-restart")
-            .arg("--log-level")
-            .arg("info");
-        let process = ManagedProcess::spawn("envoy", command, &dir.join("envoy.log"))?;
-        let mut envoy = Self { process, listen_port: options.listen_port, admin_port: options.admin_port, config_path };
-        let ready = crate::wait_until(Duration::from_secs(30), || {
-            envoy.process.has_exited()
-                || http::get(&envoy.admin_url("/ready"), Duration::from_secs(1)).is_ok_and(|r| r.status == 200)
-        });
-        if !ready || envoy.process.has_exited() {
-            return Err(format!("envoy did not become ready:\n{}", envoy.process.log_tail(40)));
-        }
-        Ok(envoy)
+        let process =
+            launch(&config_path, extra_args, options.concurrency, "envoy", &dir.join("envoy.log"), options.admin_port)?;
+        Ok(Self { process, listen_port: options.listen_port, admin_port: options.admin_port, config_path })
     }
 
     pub fn url(&self, path: &str) -> String {

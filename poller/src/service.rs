@@ -166,6 +166,8 @@ impl PoolService {
         let Some(poller) = self.poller.as_mut() else { return };
         if let Some(discovery) = self.discovery.as_mut().filter(|d| d.owns(token)) {
             discovery.on_response(token, body_size, now, poller);
+            // A pod that left must stop getting requests now, not at the next tick.
+            self.publish_if_changed(now);
             return;
         }
         let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")

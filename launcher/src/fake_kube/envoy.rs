@@ -6,12 +6,8 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
 
-use crate::envoy::{render, EnvoyOptions};
-use crate::http;
-use crate::process::ManagedProcess;
+use crate::envoy::{Envoy, EnvoyOptions};
 
 /// A service-account token directory: `token -> ..data/token`, `..data -> ..<generation>`.
 pub struct TokenDir {
@@ -106,66 +102,10 @@ static_resources:
     )
 }
 
-/// Envoy started with the template's configuration plus an overlay.
-pub struct KubeEnvoy {
-    process: ManagedProcess,
-    pub listen_port: u16,
-    pub admin_port: u16,
-}
-
-impl KubeEnvoy {
-    pub fn start(options: &EnvoyOptions, overlay: &str, dir: &Path) -> Result<Self, String> {
-        let template = std::fs::read_to_string(crate::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
-        let config_path = dir.join("envoy.yaml");
-        std::fs::write(&config_path, render(&template, options)).map_err(|e| format!("write config: {e}"))?;
-        std::fs::write(dir.join("envoy-overlay.yaml"), overlay).map_err(|e| format!("write overlay: {e}"))?;
-        let mut command = Command::new(crate::paths::envoy_binary());
-        command
-            .arg("-c")
-            .arg(&config_path)
-            .arg("--config-yaml")
-            .arg(overlay)
-            .arg("--concurrency")
-            .arg(options.concurrency.to_string())
-            .arg("--disable-hot-restart")
-            .arg("--log-level")
-            .arg("info");
-        let process = ManagedProcess::spawn("envoy", command, &dir.join("envoy.log"))?;
-        let mut envoy = Self { process, listen_port: options.listen_port, admin_port: options.admin_port };
-        let ready = crate::wait_until(Duration::from_secs(30), || {
-            envoy.process.has_exited()
-                || http::get(&envoy.admin_url("/ready"), Duration::from_secs(1)).is_ok_and(|r| r.status == 200)
-        });
-        if !ready || envoy.process.has_exited() {
-            return Err(format!("envoy did not become ready:\n{}", envoy.process.log_tail(40)));
-        }
-        Ok(envoy)
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.listen_port)
-    }
-
-    pub fn admin_url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.admin_port)
-    }
-
-    /// One value from `/stats/prometheus` (exact series name, or a name without labels).
-    pub fn stat(&self, name: &str) -> Option<f64> {
-        let reply = http::get(&self.admin_url("/stats/prometheus"), Duration::from_secs(5)).ok()?;
-        reply.body.lines().find_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            (series == name || series == format!("{name}{{}}")).then(|| value.parse().ok()).flatten()
-        })
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.process.log_path()).unwrap_or_default()
-    }
-
-    pub fn log_tail(&self, lines: usize) -> String {
-        self.process.log_tail(lines)
-    }
+/// Envoy started with the template's configuration plus the Kubernetes overlay.
+pub fn start_kube_envoy(options: &EnvoyOptions, overlay: &str, dir: &Path) -> Result<Envoy, String> {
+    std::fs::write(dir.join("envoy-overlay.yaml"), overlay).map_err(|e| format!("write overlay: {e}"))?;
+    Envoy::start_with(options, &["--config-yaml".to_string(), overlay.to_string()], dir)
 }
 
 #[cfg(test)]

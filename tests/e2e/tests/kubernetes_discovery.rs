@@ -9,8 +9,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use launcher::envoy::Envoy;
 use launcher::envoy::EnvoyOptions;
-use launcher::fake_kube::envoy::{kubernetes_overlay, write_token_sds, KubeEnvoy, TokenDir};
+use launcher::fake_kube::envoy::{kubernetes_overlay, start_kube_envoy, write_token_sds, TokenDir};
 use launcher::fake_kube::{FakeKube, FakePod, Outage};
 use launcher::http::{self, Reply};
 use launcher::pods::Pod;
@@ -22,7 +23,7 @@ const SIM_ARGS: [&str; 2] = ["--time-scale", "0"];
 struct KubeSetup {
     kube: FakeKube,
     pods: Vec<Pod>,
-    envoy: KubeEnvoy,
+    envoy: Envoy,
     tokens: TokenDir,
     port: u16,
     block: u8,
@@ -61,7 +62,7 @@ impl KubeSetup {
         let mut options = EnvoyOptions::for_pool(&[], listen, admin).with_original_dst();
         options.poller_config = Some(json!({ "kubernetes": kubernetes, "poll_interval_ms": 100 }));
         let overlay = kubernetes_overlay(kube.port(), &sds, tokens.dir());
-        let envoy = KubeEnvoy::start(&options, &overlay, &dir).unwrap_or_else(|e| panic!("envoy: {e}"));
+        let envoy = start_kube_envoy(&options, &overlay, &dir).unwrap_or_else(|e| panic!("envoy: {e}"));
         Self { kube, pods, envoy, tokens, port, block, dir }
     }
 
