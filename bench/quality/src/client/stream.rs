@@ -1,0 +1,125 @@
+//! What an OpenAI streaming response says, chunk by chunk: when the first content token came,
+//! how many tokens arrived, the text (a chat needs it for its next turn), and how it ended.
+//!
+//! TTFT is the first chunk with non-empty content (`choices[0].text` for completions,
+//! `choices[0].delta.content` for chat); a chat's role-only chunk does not count.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A reply's text is kept up to this many bytes (chat replies here are a few hundred bytes).
+const MAX_REPLY_TEXT_BYTES: usize = 1 << 20;
+
+/// A streamed request that completed.
+#[derive(Debug, Clone)]
+pub struct Success {
+    pub ttft: Duration,
+    pub e2e: Duration,
+    pub output_tokens: u64,
+    /// The `x-served-by` response header: the pod that answered.
+    pub served_by: Option<String>,
+    pub text: String,
+}
+
+#[derive(Debug)]
+pub struct StreamProgress {
+    started: Instant,
+    first_token: Option<Duration>,
+    content_chunks: u64,
+    usage_tokens: Option<u64>,
+    text: String,
+    done: bool,
+}
+
+impl StreamProgress {
+    pub fn new(started: Instant) -> Self {
+        Self { started, first_token: None, content_chunks: 0, usage_tokens: None, text: String::new(), done: false }
+    }
+
+    /// Applies one `data:` payload received at `now`.
+    pub fn apply(&mut self, payload: &str, now: Instant) -> Result<(), String> {
+        if payload.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let chunk: Value = serde_json::from_str(payload).map_err(|e| format!("chunk is not JSON: {e}"))?;
+        if let Some(error) = chunk.get("error") {
+            return Err(format!("error event: {error}"));
+        }
+        let choice = chunk.get("choices").and_then(|choices| choices.get(0));
+        let content = choice.and_then(|c| c.get("text").or_else(|| c.get("delta").and_then(|d| d.get("content"))));
+        if let Some(text) = content.and_then(Value::as_str).filter(|text| !text.is_empty()) {
+            if self.first_token.is_none() {
+                self.first_token = Some(now.saturating_duration_since(self.started));
+            }
+            self.content_chunks += 1;
+            if self.text.len() + text.len() <= MAX_REPLY_TEXT_BYTES {
+                self.text.push_str(text);
+            }
+        }
+        if let Some(tokens) = chunk.get("usage").and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64) {
+            self.usage_tokens = Some(tokens);
+        }
+        Ok(())
+    }
+
+    /// The result once the body ended at `now`.
+    pub fn finish(self, now: Instant, served_by: Option<String>) -> Result<Success, String> {
+        if !self.done {
+            return Err("stream ended without [DONE]".to_string());
+        }
+        let ttft = self.first_token.ok_or_else(|| "stream had no content token".to_string())?;
+        Ok(Success {
+            ttft,
+            e2e: now.saturating_duration_since(self.started),
+            output_tokens: self.usage_tokens.unwrap_or(self.content_chunks),
+            served_by,
+            text: self.text,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_stream_times_the_first_content_not_the_role_chunk() {
+        let started = Instant::now();
+        let mut progress = StreamProgress::new(started);
+        let later = |ms| started + Duration::from_millis(ms);
+        progress.apply(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#, later(5)).unwrap();
+        progress.apply(r#"{"choices":[{"delta":{"content":" the"}}]}"#, later(40)).unwrap();
+        progress.apply(r#"{"choices":[{"delta":{"content":" of"}}]}"#, later(60)).unwrap();
+        progress.apply(r#"{"choices":[],"usage":{"completion_tokens":2}}"#, later(61)).unwrap();
+        progress.apply("[DONE]", later(62)).unwrap();
+        let success = progress.finish(later(63), Some("127.0.0.1:1".into())).unwrap();
+        assert_eq!(success.ttft, Duration::from_millis(40));
+        assert_eq!(success.e2e, Duration::from_millis(63));
+        assert_eq!(success.output_tokens, 2);
+        assert_eq!(success.text, " the of");
+    }
+
+    #[test]
+    fn completion_chunks_count_without_usage() {
+        let started = Instant::now();
+        let mut progress = StreamProgress::new(started);
+        for _ in 0..3 {
+            progress.apply(r#"{"choices":[{"text":" a"}]}"#, started).unwrap();
+        }
+        progress.apply("[DONE]", started).unwrap();
+        assert_eq!(progress.finish(started, None).unwrap().output_tokens, 3);
+    }
+
+    #[test]
+    fn errors_truncation_and_garbage_fail() {
+        let started = Instant::now();
+        let mut progress = StreamProgress::new(started);
+        assert!(progress.apply(r#"{"error":{"message":"gone"}}"#, started).is_err());
+        assert!(progress.apply("not json", started).is_err());
+        let mut truncated = StreamProgress::new(started);
+        truncated.apply(r#"{"choices":[{"text":" a"}]}"#, started).unwrap();
+        assert!(truncated.finish(started, None).is_err());
+    }
+}

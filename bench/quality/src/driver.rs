@@ -1,0 +1,102 @@
+//! Replays a workload's jobs against one target with a fixed number of client slots.
+//!
+//! Closed loop: each slot takes the next job, runs it to the end (every turn of a
+//! conversation, one after the other) and takes another. A burst gives every job its own
+//! slot, so all requests leave at once. Outcomes are kept per request in completion order.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::client::{StreamingClient, Success};
+use crate::workload::{Job, MODEL};
+
+/// One request's result: the stream's measurements, or why it failed.
+pub type Outcome = Result<Success, String>;
+
+/// Everything one replay produced.
+#[derive(Debug)]
+pub struct Replay {
+    pub outcomes: Vec<Outcome>,
+    /// From the first request sent to the last response ended.
+    pub wall: Duration,
+}
+
+/// Runs `jobs` against `base_url` (e.g. `http://127.0.0.1:10000`) with `concurrency` slots.
+pub async fn replay(client: &StreamingClient, base_url: &str, jobs: Vec<Job>, concurrency: usize) -> Replay {
+    let queue = Arc::new(Mutex::new(jobs.into_iter().collect::<VecDeque<Job>>()));
+    let started = Instant::now();
+    let mut slots = Vec::with_capacity(concurrency);
+    for _ in 0..concurrency.max(1) {
+        let queue = Arc::clone(&queue);
+        let client = client.clone();
+        let base_url = base_url.to_string();
+        slots.push(tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            loop {
+                let next = queue.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
+                let Some(job) = next else { break };
+                run_job(&client, &base_url, job, &mut outcomes).await;
+            }
+            outcomes
+        }));
+    }
+    let mut outcomes = Vec::new();
+    for slot in slots {
+        match slot.await {
+            Ok(mut slot_outcomes) => outcomes.append(&mut slot_outcomes),
+            Err(error) => outcomes.push(Err(format!("client task failed: {error}"))),
+        }
+    }
+    Replay { outcomes, wall: started.elapsed() }
+}
+
+async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &mut Vec<Outcome>) {
+    match job {
+        Job::Completion { prompt, max_tokens } => {
+            let body = completion_body(&prompt, max_tokens);
+            outcomes.push(client.post_streaming(&format!("{base_url}/v1/completions"), body).await);
+        }
+        Job::Chat { system, user_turns, think_ms, max_tokens } => {
+            let url = format!("{base_url}/v1/chat/completions");
+            let mut messages = vec![json!({"role": "system", "content": system})];
+            for (turn, user_turn) in user_turns.into_iter().enumerate() {
+                let pause = turn.checked_sub(1).and_then(|previous| think_ms.get(previous)).copied().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                messages.push(json!({"role": "user", "content": user_turn}));
+                let outcome = client.post_streaming(&url, chat_body(&messages, max_tokens)).await;
+                // A conversation whose turn failed has no reply to build on: it ends there.
+                let reply = outcome.as_ref().ok().map(|success| success.text.trim().to_string());
+                outcomes.push(outcome);
+                match reply {
+                    Some(text) => messages.push(json!({"role": "assistant", "content": text})),
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+fn completion_body(prompt: &str, max_tokens: usize) -> String {
+    json!({
+        "model": MODEL,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    })
+    .to_string()
+}
+
+fn chat_body(messages: &[Value], max_tokens: usize) -> String {
+    json!({
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    })
+    .to_string()
+}

@@ -1,0 +1,44 @@
+//! Command-line options of `wasm-epp-bench-quality`.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::targets::TargetName;
+use crate::workload::WorkloadName;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "wasm-epp-bench-quality",
+    about = "Routing quality of wasm-epp against Envoy round robin, Envoy least-request and vllm-router on the same simulated vLLM pool"
+)]
+pub struct Options {
+    /// Smoke run: fewer requests per workload (about 4 minutes in all instead of about 11).
+    #[arg(long)]
+    pub quick: bool,
+    /// Workloads to run: a (shared prefix), b (multi-turn), c (no prefix), d (burst).
+    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
+    pub workloads: Vec<WorkloadName>,
+    /// Targets to run, in this order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "wasm-epp,envoy-round-robin,envoy-least-request,vllm-router-cache-aware,vllm-router-power-of-two"
+    )]
+    pub targets: Vec<TargetName>,
+    /// Folder for quality.json and quality.md (relative paths are from the workspace root).
+    #[arg(long, default_value = "bench/results")]
+    pub out_dir: PathBuf,
+    /// The simulator's --time-scale (1 = the preset's real-GPU timings).
+    #[arg(long, default_value_t = 1.0)]
+    pub time_scale: f64,
+    /// Each request gives up after this many seconds (counted as an error).
+    #[arg(long, default_value_t = 120)]
+    pub request_timeout_s: u64,
+    /// Seed of every prompt and draw; the same seed replays the same requests.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// The vllm-router executable (default: $VLLM_ROUTER_BIN, else .venv-vllm-router/bin/vllm-router).
+    #[arg(long)]
+    pub vllm_router: Option<PathBuf>,
+}

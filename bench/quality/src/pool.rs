@@ -1,0 +1,73 @@
+//! The simulated vLLM pool one workload runs on: started once per workload, emptied between
+//! targets with the simulator's `POST /sim/restart` (KV cache emptied, counters reset), so
+//! every target starts cold on identical pods.
+
+use std::path::Path;
+use std::time::Duration;
+
+use launcher::http;
+use launcher::pods::{start_pool, Pod};
+
+use crate::prometheus::{sum_of, PREFIX_HITS, PREFIX_QUERIES};
+
+const ADMIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Prefix-cache counters summed over the pool, in tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PrefixCounters {
+    pub queries: f64,
+    pub hits: f64,
+}
+
+impl PrefixCounters {
+    /// Hits over queries between `self` (before) and `after`; `None` without queries.
+    pub fn hit_rate_until(&self, after: &PrefixCounters) -> Option<f64> {
+        let queries = after.queries - self.queries;
+        (queries > 0.0).then(|| (after.hits - self.hits) / queries)
+    }
+}
+
+pub struct SimulatedPool {
+    pods: Vec<Pod>,
+}
+
+impl SimulatedPool {
+    /// Starts `count` pods with the simulator flags `args` on free ports.
+    pub fn start(count: usize, args: &[String], dir: &Path) -> Result<Self, String> {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Ok(Self { pods: start_pool(count, &args, dir)? })
+    }
+
+    /// `ip:port` of every pod, as `x-served-by` names them.
+    pub fn addresses(&self) -> Vec<String> {
+        self.pods.iter().map(Pod::address).collect()
+    }
+
+    pub fn metrics_urls(&self) -> Vec<String> {
+        self.pods.iter().map(|pod| pod.url("/metrics")).collect()
+    }
+
+    /// Empties every pod's cache and resets its counters.
+    pub fn restart_all(&self) -> Result<(), String> {
+        for pod in &self.pods {
+            let reply = http::post(&pod.url("/sim/restart"), &[], "", ADMIN_TIMEOUT)?;
+            if reply.status != 200 {
+                return Err(format!("{}: /sim/restart answered {} {}", pod.address(), reply.status, reply.body));
+            }
+        }
+        Ok(())
+    }
+
+    /// The pool's prefix-cache counters now.
+    pub fn prefix_counters(&self) -> Result<PrefixCounters, String> {
+        let mut total = PrefixCounters::default();
+        for pod in &self.pods {
+            let reply = http::get(&pod.url("/metrics"), ADMIN_TIMEOUT)?;
+            let queries = sum_of(&reply.body, PREFIX_QUERIES)
+                .ok_or_else(|| format!("{}: no {PREFIX_QUERIES} in /metrics", pod.address()))?;
+            total.queries += queries;
+            total.hits += sum_of(&reply.body, PREFIX_HITS).unwrap_or(0.0);
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,192 @@
+//! The benchmark's outer loop: workloads, then targets on each workload's pool, then the report.
+//!
+//! Orchestration is blocking (processes, admin calls); only the replay itself runs on the
+//! tokio runtime. A target that cannot start, or a pool that cannot, is recorded in the
+//! report and skipped: the other results are still worth having.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tokio::runtime::Runtime;
+use tokio::sync::watch;
+
+use crate::balance::sample_until;
+use crate::client::StreamingClient;
+use crate::driver::replay;
+use crate::options::Options;
+use crate::pool::SimulatedPool;
+use crate::report::{markdown, table, write_json, RunContext};
+use crate::summary::{summarize, QualityRow, RunNotes};
+use crate::targets::{self, TargetName};
+use crate::workload::{Size, Workload};
+
+/// The balance sampler's scrapes must not hang a run; a pod that slow is skipped for a round.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What stays the same across all runs of one invocation.
+struct Bench {
+    runtime: Runtime,
+    request_timeout: Duration,
+    vllm_router: PathBuf,
+    dir: PathBuf,
+}
+
+pub fn run(options: &Options) -> Result<(), String> {
+    let started = Instant::now();
+    let started_at = utc_now();
+    let root = launcher::paths::workspace_root();
+    let out_dir = if options.out_dir.is_absolute() { options.out_dir.clone() } else { root.join(&options.out_dir) };
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let bench = Bench {
+        runtime,
+        request_timeout: Duration::from_secs(options.request_timeout_s),
+        vllm_router: options.vllm_router.clone().unwrap_or_else(targets::default_vllm_router),
+        dir: launcher::paths::run_dir("bench-quality").map_err(|e| format!("run dir: {e}"))?,
+    };
+    println!("logs and configurations: {}", bench.dir.display());
+    let size = if options.quick { Size::Quick } else { Size::Full };
+
+    let mut rows: Vec<(QualityRow, RunNotes)> = Vec::new();
+    let mut failures = Vec::new();
+    let mut workloads = Vec::new();
+    let mut names = options.workloads.clone();
+    names.dedup();
+    for name in names {
+        let workload = Workload::build(name, size, options.seed);
+        println!(
+            "\n== workload {}: {} pods, {} requests, {} client slots",
+            name.label(),
+            workload.pods,
+            workload.request_count(),
+            workload.concurrency
+        );
+        let mut pod_args = workload.pod_args.clone();
+        pod_args.extend(["--time-scale".to_string(), options.time_scale.to_string()]);
+        let pool = match SimulatedPool::start(workload.pods, &pod_args, &bench.dir) {
+            Ok(pool) => pool,
+            Err(reason) => {
+                eprintln!("  pool did not start: {reason}");
+                for target in &options.targets {
+                    failures.push((name.label().to_string(), target.label().to_string(), reason.clone()));
+                }
+                workloads.push(workload);
+                continue;
+            }
+        };
+        for target in &options.targets {
+            match run_one(&bench, &workload, &pool, *target) {
+                Ok((row, notes)) => {
+                    println!("  {}", one_line(&row, &notes));
+                    rows.push((row, notes));
+                }
+                Err(reason) => {
+                    eprintln!("  {}: did not run: {reason}", target.label());
+                    failures.push((name.label().to_string(), target.label().to_string(), reason));
+                }
+            }
+        }
+        workloads.push(workload);
+    }
+
+    let context = RunContext {
+        started_at,
+        quick: options.quick,
+        time_scale: options.time_scale,
+        seed: options.seed,
+        cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        runtime_s: started.elapsed().as_secs_f64(),
+        workloads,
+        failures,
+    };
+    let plain_rows: Vec<QualityRow> = rows.iter().map(|(row, _)| row.clone()).collect();
+    write_json(&plain_rows, &out_dir.join("quality.json"))?;
+    let markdown_path = out_dir.join("quality.md");
+    std::fs::write(&markdown_path, markdown(&rows, &context))
+        .map_err(|e| format!("{}: {e}", markdown_path.display()))?;
+    println!("\n{}", table(&rows));
+    println!(
+        "wrote {} and {} in {:.0} s",
+        out_dir.join("quality.json").display(),
+        markdown_path.display(),
+        context.runtime_s
+    );
+    Ok(())
+}
+
+/// One target on one workload, from cold pods to a summarized row.
+fn run_one(
+    bench: &Bench,
+    workload: &Workload,
+    pool: &SimulatedPool,
+    target: TargetName,
+) -> Result<(QualityRow, RunNotes), String> {
+    pool.restart_all()?;
+    let mut running =
+        targets::start(target, &pool.addresses(), &target_dir(&bench.dir, workload, target)?, &bench.vllm_router)?;
+    let before = pool.prefix_counters();
+    let base_url = running.base_url();
+    let client = StreamingClient::new(bench.request_timeout);
+    let probe = StreamingClient::new(PROBE_TIMEOUT);
+    let (replay, balance) = bench.runtime.block_on(async {
+        let (stop, stopped) = watch::channel(false);
+        let sampler = tokio::spawn(sample_until(probe, pool.metrics_urls(), stopped));
+        let replay = replay(&client, &base_url, workload.jobs.clone(), workload.concurrency).await;
+        let _ = stop.send(true);
+        let balance = sampler.await.unwrap_or_default();
+        (replay, balance)
+    });
+    let after = pool.prefix_counters();
+    let crashed = running.has_exited();
+    drop(running);
+    if crashed {
+        return Err(format!("{} exited during the run; see its log under {}", target.label(), bench.dir.display()));
+    }
+    let counters = match (before, after) {
+        (Ok(before), Ok(after)) => Some((before, after)),
+        (Err(reason), _) | (_, Err(reason)) => {
+            eprintln!("  warning: no prefix-cache counters: {reason}");
+            None
+        }
+    };
+    Ok(summarize(workload.name.label(), target.label(), &replay, counters, &pool.addresses(), balance))
+}
+
+/// A folder per workload and target, so every Envoy and router log is kept apart.
+fn target_dir(dir: &Path, workload: &Workload, target: TargetName) -> Result<PathBuf, String> {
+    let path = dir.join(format!("{}-{}", workload.name.label(), target.label()));
+    std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+fn one_line(row: &QualityRow, notes: &RunNotes) -> String {
+    let ms = |value: Option<f64>| value.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
+    format!(
+        "{:<26} hit {:>6}  TTFT p50 {:>6} p99 {:>6} ms  E2E p50 {:>6} p99 {:>6} ms  {:>5.2} req/s  errors {}  ({} requests, {:.1} s)",
+        row.target,
+        row.hit_rate.map(|rate| format!("{:.1}%", rate * 100.0)).unwrap_or_else(|| "-".into()),
+        ms(row.ttft_p50_ms),
+        ms(row.ttft_p99_ms),
+        ms(row.e2e_p50_ms),
+        ms(row.e2e_p99_ms),
+        row.requests_per_s,
+        row.errors,
+        notes.requests,
+        notes.wall_s,
+    )
+}
+
+/// The current UTC time for the report (`date` is on every machine this runs on).
+fn utc_now() -> String {
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .filter(|text| !text.is_empty())
+        .unwrap_or_else(|| "at an unknown time".to_string())
+}

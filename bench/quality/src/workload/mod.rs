@@ -1,0 +1,144 @@
+//! The four workloads, each a pool shape plus a fixed list of jobs built from one seed.
+//!
+//! A workload is data, not behaviour: every target replays exactly the same jobs on a pool of
+//! the same shape, so differences in the results come from the routing alone. Pod flags that
+//! shape the pressure (KV blocks, running-sequence limit) live with the workload that needs
+//! them, with the reason for each number beside it.
+
+mod burst;
+mod multi_turn;
+mod no_prefix;
+mod shared_prefix;
+
+/// Which workload; the short names are the `--workloads` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum WorkloadName {
+    /// 2 pods, 5 shared 512-token prefixes, 100 prompts, 8 concurrent.
+    #[value(name = "a", alias = "shared-prefix")]
+    SharedPrefix,
+    /// 8 pods, 64 Zipf-popular system prompts, multi-turn chats, 16 concurrent, KV pressure.
+    #[value(name = "b", alias = "multi-turn")]
+    MultiTurn,
+    /// 4 pods, unrelated random prompts, 16 concurrent: pure load balancing.
+    #[value(name = "c", alias = "no-prefix")]
+    NoPrefix,
+    /// 4 pods, every request released at once: more work than the pool can drain.
+    #[value(name = "d", alias = "burst")]
+    Burst,
+}
+
+impl WorkloadName {
+    /// The name used in results.
+    pub fn label(self) -> &'static str {
+        match self {
+            WorkloadName::SharedPrefix => "a-shared-prefix",
+            WorkloadName::MultiTurn => "b-multi-turn",
+            WorkloadName::NoPrefix => "c-no-prefix",
+            WorkloadName::Burst => "d-burst",
+        }
+    }
+}
+
+/// Full size for the report, or a smoke run of a few minutes (`BENCH_QUICK=1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Size {
+    Full,
+    Quick,
+}
+
+impl Size {
+    /// `full` or `quick` depending on the size.
+    pub fn pick(self, full: usize, quick: usize) -> usize {
+        match self {
+            Size::Full => full,
+            Size::Quick => quick,
+        }
+    }
+}
+
+/// The model name every pod serves and every request asks for.
+pub const MODEL: &str = "sim-model";
+
+/// One unit of closed-loop work: a client slot is busy until the whole job is done.
+#[derive(Debug, Clone)]
+pub enum Job {
+    /// One `/v1/completions` request.
+    Completion { prompt: String, max_tokens: usize },
+    /// A conversation on `/v1/chat/completions`: each turn re-sends the whole history (system
+    /// prompt, earlier user turns and the replies the pod gave), as chat clients do. The user
+    /// "thinks" `think_ms[i]` before turn `i + 1`.
+    Chat { system: String, user_turns: Vec<String>, think_ms: Vec<u64>, max_tokens: usize },
+}
+
+/// A pool shape and the jobs to replay on it.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub name: WorkloadName,
+    pub pods: usize,
+    /// Simulator flags besides host, port and time scale.
+    pub pod_args: Vec<String>,
+    /// Client slots; equal to the number of jobs for a burst (everything released at once).
+    pub concurrency: usize,
+    pub jobs: Vec<Job>,
+}
+
+impl Workload {
+    /// The workload `name` at `size`, fixed by `seed`.
+    pub fn build(name: WorkloadName, size: Size, seed: u64) -> Self {
+        match name {
+            WorkloadName::SharedPrefix => shared_prefix::build(size, seed),
+            WorkloadName::MultiTurn => multi_turn::build(size, seed),
+            WorkloadName::NoPrefix => no_prefix::build(size, seed),
+            WorkloadName::Burst => burst::build(size, seed),
+        }
+    }
+
+    /// Requests the workload sends when nothing fails.
+    pub fn request_count(&self) -> usize {
+        self.jobs
+            .iter()
+            .map(|job| match job {
+                Job::Completion { .. } => 1,
+                Job::Chat { user_turns, .. } => user_turns.len(),
+            })
+            .sum()
+    }
+}
+
+/// Simulator flags every workload shares: the small preset (Qwen3-0.6B on one GPU) and vLLM's
+/// block size, plus the workload's own pressure settings.
+fn pod_args(max_num_seqs: usize, num_gpu_blocks: usize, max_model_len: usize) -> Vec<String> {
+    [
+        "--preset",
+        "small",
+        "--model",
+        MODEL,
+        "--block-size",
+        "16",
+        "--max-num-seqs",
+        &max_num_seqs.to_string(),
+        "--num-gpu-blocks",
+        &num_gpu_blocks.to_string(),
+        "--max-model-len",
+        &max_model_len.to_string(),
+    ]
+    .iter()
+    .map(|flag| flag.to_string())
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workloads_are_reproducible_and_sized() {
+        for name in [WorkloadName::SharedPrefix, WorkloadName::MultiTurn, WorkloadName::NoPrefix, WorkloadName::Burst] {
+            let first = Workload::build(name, Size::Quick, 7);
+            let again = Workload::build(name, Size::Quick, 7);
+            assert_eq!(format!("{:?}", first.jobs), format!("{:?}", again.jobs));
+            assert!(first.request_count() < Workload::build(name, Size::Full, 7).request_count());
+            assert!(first.pods >= 2 && first.concurrency >= 1);
+        }
+    }
+}
