@@ -56,7 +56,7 @@ pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
     let query = prefix_config.enabled.then(|| PrefixQuery {
         index: prefix.index(),
         hashes: &hashes,
-        session: prompt.session,
+        session_pod: prompt.session.and_then(|key| prefix.session_pod(key)),
         last_picked: &last_picked,
     });
     let view = RoutingView {

@@ -16,8 +16,8 @@ pub struct PrefixQuery<'a> {
     pub index: &'a PrefixIndex,
     /// The prompt's chained block hashes (may be empty: a cold or unhashable request).
     pub hashes: &'a [u64],
-    /// The session's key, if the request named one.
-    pub session: Option<u64>,
+    /// The pod (and its epoch then) the request's session last went to, if any.
+    pub session_pod: Option<(&'a str, u32)>,
     /// This worker's pick counter per pod (see [`Candidate::last_picked`]).
     pub last_picked: &'a dyn Fn(&str) -> u64,
 }
@@ -78,8 +78,8 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
             let session_match = view
                 .prefix
                 .as_ref()
-                .and_then(|q| q.session.map(|s| (q, s)))
-                .is_some_and(|(q, s)| q.index.matched_blocks(std::slice::from_ref(&s), address, pod.epoch) == 1);
+                .and_then(|q| q.session_pod)
+                .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
             let inflight = view.inflight.count(address, view.now_ms, view.inflight_expiry_ms);
             Candidate {
                 address,

@@ -22,6 +22,13 @@ pub const MAX_PENDING_EVENTS: usize = 1024;
 /// Seed that keeps session keys apart from prompt block hashes.
 const SESSION_SEED: u64 = 0x5e55_1011_0000_0001;
 
+/// First hash of a routing event that carries a session (`[SESSION_MARKER, key]`), not a
+/// prompt chain: a chain starting with this exact value is a 1-in-2^64 accident.
+const SESSION_MARKER: u64 = 0x5e55_1011_ffff_fffe;
+
+/// Sessions remembered per worker; the oldest is forgotten past this (~100 bytes each).
+pub const MAX_SESSIONS: usize = 65_536;
+
 /// The index key of a session id: recorded for the session's pod like a one-block chain.
 pub fn session_key(session_id: &str) -> u64 {
     xxh3_64_with_seed(session_id.as_bytes(), SESSION_SEED)
@@ -34,8 +41,29 @@ pub struct SyncReport {
     pub lost_segments: u64,
 }
 
+/// Where each session last went. Last writer wins, in ring order, so every worker converges on
+/// the same pod for a session (the index would keep every pod a session ever visited).
+#[derive(Default)]
+struct Sessions {
+    pods: HashMap<u64, (String, u32)>,
+    order: std::collections::VecDeque<u64>,
+}
+
+impl Sessions {
+    fn set(&mut self, key: u64, pod: &str, epoch: u32) {
+        if self.pods.insert(key, (pod.to_string(), epoch)).is_none() {
+            self.order.push_back(key);
+        }
+        while self.pods.len() > MAX_SESSIONS {
+            let Some(oldest) = self.order.pop_front() else { break };
+            self.pods.remove(&oldest);
+        }
+    }
+}
+
 pub struct WorkerPrefix {
     index: PrefixIndex,
+    sessions: Sessions,
     reader: RingReader,
     pending: Vec<RoutingEvent>,
     dropped: u64,
@@ -48,6 +76,7 @@ impl WorkerPrefix {
     pub fn new(max_entries: usize) -> Self {
         Self {
             index: PrefixIndex::new(max_entries),
+            sessions: Sessions::default(),
             reader: RingReader::new(StartAt::Oldest),
             pending: Vec::new(),
             dropped: 0,
@@ -58,6 +87,11 @@ impl WorkerPrefix {
 
     pub fn index(&self) -> &PrefixIndex {
         &self.index
+    }
+
+    /// The pod (and its epoch then) that session `key` last went to.
+    pub fn session_pod(&self, key: u64) -> Option<(&str, u32)> {
+        self.sessions.pods.get(&key).map(|(pod, epoch)| (pod.as_str(), *epoch))
     }
 
     /// When this worker last picked `pod` (pick counter; 0 = never).
@@ -76,22 +110,22 @@ impl WorkerPrefix {
         if self.last_picked.len() < MAX_PODS || self.last_picked.contains_key(pod) {
             self.last_picked.insert(pod.to_string(), self.pick_clock);
         }
-        let mut chains: [Option<&[u64]>; 2] = [None, None];
         if !hashes.is_empty() {
-            chains[0] = Some(hashes);
+            self.index.record(pod, epoch, hashes, capacity);
+            self.queue_event(RoutingEvent { pod: pod.to_string(), epoch, hashes: hashes.to_vec() });
         }
-        let session = session.map(|s| [s]);
-        if let Some(key) = session.as_ref() {
-            chains[1] = Some(key.as_slice());
+        if let Some(key) = session {
+            self.sessions.set(key, pod, epoch);
+            self.queue_event(RoutingEvent { pod: pod.to_string(), epoch, hashes: vec![SESSION_MARKER, key] });
         }
-        for chain in chains.into_iter().flatten() {
-            self.index.record(pod, epoch, chain, capacity);
-            if self.pending.len() >= MAX_PENDING_EVENTS {
-                self.pending.remove(0);
-                self.dropped += 1;
-            }
-            self.pending.push(RoutingEvent { pod: pod.to_string(), epoch, hashes: chain.to_vec() });
+    }
+
+    fn queue_event(&mut self, event: RoutingEvent) {
+        if self.pending.len() >= MAX_PENDING_EVENTS {
+            self.pending.remove(0);
+            self.dropped += 1;
         }
+        self.pending.push(event);
     }
 
     /// The decisions since the last call, encoded for the singleton's queue.
@@ -113,7 +147,12 @@ impl WorkerPrefix {
     ) -> Result<SyncReport, StoreError> {
         let result = self.reader.poll(store, RING_SEGMENTS)?;
         for event in &result.events {
-            self.index.record(&event.pod, event.epoch, &event.hashes, capacity_of(&event.pod));
+            match event.hashes.as_slice() {
+                [SESSION_MARKER, key] => self.sessions.set(*key, &event.pod, event.epoch),
+                chain => {
+                    self.index.record(&event.pod, event.epoch, chain, capacity_of(&event.pod));
+                }
+            }
         }
         Ok(SyncReport { events: result.events.len(), lost_segments: result.lost })
     }
@@ -122,6 +161,7 @@ impl WorkerPrefix {
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
         self.index.retain_pods(&keep);
         self.last_picked.retain(|pod, _| keep(pod));
+        self.sessions.pods.retain(|_, (pod, _)| keep(pod));
     }
 }
 
@@ -152,7 +192,32 @@ mod tests {
         let report = b.sync_from_ring(&store, &|_| 1000).unwrap();
         assert_eq!(report.events, 2);
         assert_eq!(b.index().matched_blocks(&[1, 2, 3], "10.0.0.1:80", 0), 3);
-        assert_eq!(b.index().matched_blocks(&[session_key("s1")], "10.0.0.1:80", 0), 1);
+        assert_eq!(b.session_pod(session_key("s1")), Some(("10.0.0.1:80", 0)));
+    }
+
+    #[test]
+    fn a_session_follows_its_latest_pick_on_every_worker() {
+        let store = MemoryStore::new();
+        let mut writer = RingWriter::resume(&store).unwrap();
+        let (mut a, mut b) = (WorkerPrefix::new(4096), WorkerPrefix::new(4096));
+        let key = session_key("chat-7");
+        a.record_pick("10.0.0.1:80", 0, &[], Some(key), 100);
+        b.record_pick("10.0.0.2:80", 0, &[], Some(key), 100); // b had not heard of it yet
+        relay(&store, &mut writer, &mut [&mut a, &mut b]);
+        a.sync_from_ring(&store, &|_| 100).unwrap();
+        b.sync_from_ring(&store, &|_| 100).unwrap();
+        assert_eq!(a.session_pod(key), b.session_pod(key), "both converge on the same pod");
+        assert_eq!(a.session_pod(key), Some(("10.0.0.2:80", 0)));
+    }
+
+    #[test]
+    fn sessions_are_bounded() {
+        let mut worker = WorkerPrefix::new(1024);
+        for i in 0..(MAX_SESSIONS as u64 + 5) {
+            worker.sessions.set(i, "10.0.0.1:80", 0);
+        }
+        assert_eq!(worker.sessions.pods.len(), MAX_SESSIONS);
+        assert_eq!(worker.session_pod(0), None, "the oldest went first");
     }
 
     #[test]

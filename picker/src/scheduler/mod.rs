@@ -54,7 +54,12 @@ struct Filtered {
 fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     let usable: Vec<usize> = (0..candidates.len()).filter(|&i| candidates.get(i).is_some_and(|c| c.usable)).collect();
     if usable.is_empty() {
-        return Filtered { indices: (0..candidates.len()).collect(), fail_open: true, pool_busy: false, affinity: false };
+        return Filtered {
+            indices: (0..candidates.len()).collect(),
+            fail_open: true,
+            pool_busy: false,
+            affinity: false,
+        };
     }
     // Pods with a full queue are left out while any other can take the request.
     let open: Vec<usize> = usable

@@ -60,7 +60,9 @@ fn sessions_stick_to_their_pod() {
             let body = serde_json::json!({"model": "sim-model", "prompt": format!("turn {turn} unrelated words {session}"), "max_tokens": 2});
             let reply = cluster.post("/v1/completions", &[("x-session-id", session)], &body.to_string());
             pods.push(cluster.served_by_pool(&reply));
-            std::thread::sleep(Duration::from_millis(30));
+            // A user reads and types between turns; the other worker hears of a session's pod
+            // within a sync interval or two (see the visibility test).
+            std::thread::sleep(Duration::from_millis(150));
         }
         assert!(pods.iter().all(|p| *p == pods[0]), "session {session} moved: {pods:?}");
     }
