@@ -76,6 +76,19 @@ impl RunningTarget {
     }
 }
 
+/// `WASM_EPP_FILTER_CONFIG`, a JSON object, is merged over wasm-epp's filter configuration
+/// (top-level fields replace), to measure a tuning without editing code.
+fn merge_filter_overrides(options: &mut EnvoyOptions) -> Result<(), String> {
+    let Ok(text) = std::env::var("WASM_EPP_FILTER_CONFIG") else { return Ok(()) };
+    let overrides: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("WASM_EPP_FILTER_CONFIG is not JSON: {e}"))?;
+    let (Some(config), Some(overrides)) = (options.filter_config.as_object_mut(), overrides.as_object()) else {
+        return Err("WASM_EPP_FILTER_CONFIG must be a JSON object".into());
+    };
+    config.extend(overrides.clone());
+    Ok(())
+}
+
 fn free_port() -> Result<u16, String> {
     launcher::free_port().map_err(|e| format!("no free port: {e}"))
 }
@@ -84,7 +97,8 @@ fn free_port() -> Result<u16, String> {
 pub fn start(name: TargetName, pool: &[String], dir: &Path, vllm_router: &Path) -> Result<RunningTarget, String> {
     match name {
         TargetName::WasmEpp => {
-            let options = EnvoyOptions::for_pool(pool, free_port()?, free_port()?);
+            let mut options = EnvoyOptions::for_pool(pool, free_port()?, free_port()?);
+            merge_filter_overrides(&mut options)?;
             let envoy = Envoy::start(&options, dir)?;
             if !envoy.wait_for_healthy_pods(pool.len() as u64, SINGLETON_READY_TIMEOUT) {
                 eprintln!(
