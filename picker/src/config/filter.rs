@@ -96,6 +96,7 @@ impl FilterConfig {
             weights: self.weights.clone(),
             saturation: self.saturation.clone(),
             affinity_threshold: if self.prefix.enabled { self.prefix.affinity_threshold } else { 0.0 },
+            affinity_slack: self.prefix.affinity_slack,
             fallbacks: self.fallback_destinations as usize,
         }
     }

@@ -23,6 +23,10 @@ pub struct PrefixConfig {
     /// Share of the prompt's blocks a pod must hold to be preferred over all others unless
     /// saturated ("sticky until saturated"); 0 turns the affinity filter off (scoring stays).
     pub affinity_threshold: f64,
+    /// Of the pods over `affinity_threshold`, only those whose share is within this of the
+    /// best pod's stay candidates, so the pod with the whole conversation wins over pods with
+    /// only its system prompt.
+    pub affinity_slack: f64,
     /// Requests with this header stick to the pod their session last went to, unless saturated.
     pub session_header: String,
     /// How often each worker sends its decisions to the singleton and reads the others'.
@@ -39,6 +43,7 @@ impl Default for PrefixConfig {
             max_index_entries: 262_144,
             default_capacity_blocks: 16_384,
             affinity_threshold: 0.5,
+            affinity_slack: 0.05,
             session_header: "x-session-id".into(),
             sync_interval_ms: 20,
         }
@@ -65,6 +70,9 @@ impl PrefixConfig {
             MAX_ENTRIES_LIMIT as u64,
         )?;
         check_range("prefix.sync_interval_ms", self.sync_interval_ms, 5, 10_000)?;
+        if !(0.0..=1.0).contains(&self.affinity_slack) {
+            return Err(format!("prefix.affinity_slack = {}, must be within 0..=1", self.affinity_slack));
+        }
         if !(0.0..=1.0).contains(&self.affinity_threshold) {
             return Err(format!("prefix.affinity_threshold = {}, must be within 0..=1", self.affinity_threshold));
         }

@@ -46,6 +46,8 @@ pub struct Policy {
     pub saturation: SaturationLimits,
     /// Prefix share at which a pod is preferred over all others unless saturated; 0 = off.
     pub affinity_threshold: f64,
+    /// Of the pods over the threshold, those within this share of the best match stay.
+    pub affinity_slack: f64,
     /// Runners-up to return for retries.
     pub fallbacks: usize,
 }
@@ -56,6 +58,7 @@ impl Default for Policy {
             weights: ScorerWeights::default(),
             saturation: SaturationLimits::default(),
             affinity_threshold: 0.5,
+            affinity_slack: 0.05,
             fallbacks: 0,
         }
     }

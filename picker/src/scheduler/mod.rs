@@ -78,7 +78,11 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         return Filtered { indices: session, fail_open: false, pool_busy: false, affinity: true };
     }
     if policy.affinity_threshold > 0.0 {
-        let warm = having(&|c| c.prefix_match >= policy.affinity_threshold);
+        // Only the longest matches: a pod holding the whole conversation beats one holding
+        // just its system prompt, or the conversation's history is computed twice.
+        let best = open.iter().filter_map(|&i| candidates.get(i)).map(|c| c.prefix_match).fold(0.0, f64::max);
+        let floor = policy.affinity_threshold.max(best - policy.affinity_slack);
+        let warm = having(&|c| c.prefix_match >= floor);
         if !warm.is_empty() {
             return Filtered { indices: warm, fail_open: false, pool_busy: false, affinity: true };
         }

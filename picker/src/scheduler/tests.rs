@@ -116,3 +116,14 @@ fn saturated_pods_are_left_out_but_remain_fallbacks() {
     assert_eq!(pods[decision.index].address, "b", "the only queue not full, despite its in-flight load");
     assert_eq!(decision.fallbacks.len(), 2);
 }
+
+#[test]
+fn the_longest_match_wins_over_a_shorter_one_above_the_threshold() {
+    let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 0.0, 0.1, 4), pod("c", 0.0, 0.1, 0)];
+    pods[0].prefix_match = 0.6; // the system prompt only
+    pods[1].prefix_match = 0.95; // the whole conversation, though busier
+    pods[2].prefix_match = 0.6;
+    for seed in 0..20 {
+        assert_eq!(pick_address(&pods, seed).0, "b");
+    }
+}
