@@ -84,7 +84,7 @@ fuzz-tools:
 	@command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked --version $(CARGO_FUZZ_VERSION)
 
 fuzz-smoke: fuzz-tools
-	RUSTC_BOOTSTRAP=1 fuzz/run.sh --seconds $(FUZZ_SMOKE_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_TARGETS)
+	RUSTC_BOOTSTRAP=1 fuzz/run.sh --scratch --seconds $(FUZZ_SMOKE_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_TARGETS)
 
 fuzz: fuzz-tools
 	RUSTC_BOOTSTRAP=1 fuzz/run.sh --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_TARGETS)
@@ -137,3 +137,16 @@ validate: envoy wasm $(KUBERNETES_VALIDATE_STAMP)
 
 k8s-wasm: wasm
 	python3 k8s/tools/wasm-configmaps.py --namespace $(K8S_NAMESPACE) --out target/k8s/wasm-epp-modules.yaml
+
+# --- cost benchmark (bench/cost/README.md) --------------------------------------------------
+# `make bench-cost`: added latency and CPU per request inside Envoy (plain Envoy, a header-only
+# Wasm filter, wasm-epp), throughput, scrape cost and memory; figures into
+# bench/results/cost.json. About 6 minutes on 2 cores after the builds; BENCH_QUICK=1: ~1 minute, into target/.
+# The native decision cost is criterion's: `cargo bench -p bench-cost` (~4 minutes).
+
+.PHONY: bench-cost
+
+bench-cost: tools wasm
+	$(CARGO) build --release --target $(WASM_TARGET) -p header-only-filter
+	$(CARGO) build --release -p bench-cost
+	./target/release/wasm-epp-bench-cost $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) all

@@ -1,6 +1,6 @@
 //! The decision for one request, from everything the worker knows.
 //!
-//! Refreshes the pod table if a new one was published, hashes the prompt with the pool's
+//! Reads the worker's pod table (refreshed on the tick), hashes the prompt with the pool's
 //! block size, reads the in-flight counts, asks `picker::route::choose`, then records the
 //! pick: in the prefix index (at once, for this worker; on the next tick, for the others)
 //! and in the shared in-flight counts.
@@ -37,9 +37,12 @@ pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
     let store = ProxyStore;
     let now = now_ms();
     let Ok(mut cache) = worker.table.try_borrow_mut() else { return Outcome::NoPod("worker state busy") };
-    if let Refresh::DecodeFailed(reason) = cache.refresh(&store) {
-        worker.stats.table_decode_failed.increment();
-        log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+    // The tick keeps the table fresh; only a worker that has none yet looks per request.
+    if cache.table().is_none() {
+        if let Refresh::DecodeFailed(reason) = cache.refresh(&store) {
+            worker.stats.table_decode_failed.increment();
+            log::warn!("wasm-epp: pod table not usable: {reason}");
+        }
     }
     let table = cache.table();
     let prefix_config = &worker.config.prefix;

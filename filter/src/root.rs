@@ -79,10 +79,7 @@ impl RootContext for FilterRoot {
             log::warn!("wasm-epp filter: in-flight key not initialised: {error:?}");
         }
         // The tick serves the prefix sync and, in no-singleton mode, the pool service.
-        let periods = [
-            config.prefix.enabled.then_some(config.prefix.sync_interval_ms),
-            config.poller.as_ref().map(|p| p.poll_interval_ms),
-        ];
+        let periods = [Some(config.prefix.sync_interval_ms), config.poller.as_ref().map(|p| p.poll_interval_ms)];
         if let Some(period) = periods.into_iter().flatten().min() {
             if let Err(status) = hostcalls::set_tick_period(Duration::from_millis(period)) {
                 log::error!("wasm-epp filter: cannot set tick period: {status:?}");
@@ -122,6 +119,7 @@ impl RootContext for FilterRoot {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         // Without a worker the plugin failed to configure and Envoy will not call us.
         let worker = self.worker.clone()?;
+        worker.serving.set(true);
         Some(Box::new(RoutingContext::new(worker)))
     }
 

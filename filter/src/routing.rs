@@ -35,19 +35,16 @@ pub struct RoutingContext {
     session: Option<u64>,
 }
 
-fn request_header(name: &str) -> Option<String> {
-    hostcalls::get_map_value(MapType::HttpRequestHeaders, name).ok().flatten()
-}
-
 impl RoutingContext {
     pub fn new(worker: Rc<Worker>) -> Self {
         Self { worker, endpoint: Endpoint::Other, routed_to: None, sheddable: false, session: None }
     }
 
-    fn remove_client_destination(&self) {
+    /// Removes every client copy of a header the pool cluster could follow.
+    fn remove_client_destination(&self, headers: &[(String, String)]) {
         let configured = self.worker.config.destination_header.as_str();
         for name in std::iter::once(configured).chain(ENVOY_DESTINATION_HEADERS) {
-            if request_header(name).is_some() {
+            if headers.iter().any(|(key, _)| key == name) {
                 self.worker.stats.forged_destination.increment();
                 let _ = hostcalls::remove_map_value(MapType::HttpRequestHeaders, name);
             }
@@ -90,14 +87,17 @@ impl Context for RoutingContext {}
 
 impl HttpContext for RoutingContext {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
-        self.remove_client_destination();
+        // One host call for every header, instead of one per header looked at.
+        let headers = hostcalls::get_map(MapType::HttpRequestHeaders).unwrap_or_default();
+        let header = |name: &str| headers.iter().find(|(key, _)| key == name).map(|(_, value)| value.as_str());
+        self.remove_client_destination(&headers);
         let config = &self.worker.config;
-        self.sheddable = request_header(&config.priority_header)
+        self.sheddable = header(&config.priority_header)
             .and_then(|v| v.trim().parse::<i64>().ok())
             .is_some_and(|priority| priority < 0);
-        self.session = request_header(&config.prefix.session_header).map(|id| session_key(id.trim()));
-        self.endpoint = Endpoint::from_path(&request_header(":path").unwrap_or_default());
-        let declared_length = request_header("content-length").and_then(|v| v.trim().parse::<u64>().ok());
+        self.session = header(&config.prefix.session_header).map(|id| session_key(id.trim()));
+        self.endpoint = Endpoint::from_path(header(":path").unwrap_or_default());
+        let declared_length = header("content-length").and_then(|v| v.trim().parse::<u64>().ok());
         if end_of_stream || self.endpoint == Endpoint::Other {
             return self.route(None);
         }

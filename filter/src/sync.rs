@@ -1,4 +1,5 @@
-//! The worker's tick: share this worker's routing decisions, learn everyone's.
+//! The worker's tick: refresh the pod table, share this worker's routing decisions, learn
+//! everyone's.
 //!
 //! Decisions go to the singleton over a shared queue, one batch per tick (each enqueue wakes
 //! Envoy's main thread, so never one per request). The singleton appends them to the ring in
@@ -13,12 +14,20 @@ use wasm_epp_host::ProxyStore;
 use crate::worker::Worker;
 
 pub fn on_tick(worker: &Worker) {
-    if !worker.config.prefix.enabled {
+    if !worker.serving.get() {
         return;
     }
     let store = ProxyStore;
     let Ok(mut cache) = worker.table.try_borrow_mut() else { return };
-    let _ = cache.refresh(&store);
+    // The table is refreshed here, not per request: a new one is published at most once per
+    // poll interval, and a tick is shorter than that.
+    if let crate::table_cache::Refresh::DecodeFailed(reason) = cache.refresh(&store) {
+        worker.stats.table_decode_failed.increment();
+        log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+    }
+    if !worker.config.prefix.enabled {
+        return;
+    }
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return };
     if let Some(pods) = cache.take_new_pod_list() {
         prefix.retain_pods(|pod| pods.iter().any(|p| p == pod));

@@ -86,6 +86,9 @@ pub struct Worker {
     pub vm_id: String,
     /// Whether the last pick failed open, so the change is logged once, not per request.
     failing_open: Cell<bool>,
+    /// This root has created an HTTP context: it serves requests. Envoy's main-thread root
+    /// never does, and must not keep (and sync) a prefix replica for nothing.
+    pub serving: Cell<bool>,
 }
 
 impl Worker {
@@ -101,6 +104,7 @@ impl Worker {
             event_queue: Cell::new(None),
             vm_id,
             failing_open: Cell::new(false),
+            serving: Cell::new(false),
         }
     }
 

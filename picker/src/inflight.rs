@@ -46,6 +46,15 @@ impl InflightCounts {
         }
     }
 
+    /// Every live count at once, for one lookup per pod instead of a scan per pod.
+    pub fn live_counts(&self, now_ms: u64, expiry_ms: u64) -> hashbrown::HashMap<&str, u32> {
+        self.entries
+            .iter()
+            .filter(|e| now_ms.saturating_sub(e.updated_ms) <= expiry_ms)
+            .map(|e| (e.address.as_str(), e.count))
+            .collect()
+    }
+
     /// Requests in flight to `address`, ignoring counts not touched for `expiry_ms`.
     pub fn count(&self, address: &str, now_ms: u64, expiry_ms: u64) -> u32 {
         self.entries

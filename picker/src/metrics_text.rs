@@ -10,6 +10,10 @@ use crate::prometheus_line::{parse_sample, Sample};
 /// Lines read at most: a real vLLM `/metrics` has about a thousand; more is not a pod.
 pub const MAX_METRIC_LINES: usize = 50_000;
 
+/// Larger samples are not believed: no engine has a billion requests queued, and summing a
+/// few huge ones would overflow to infinity, which JSON cannot carry in the pod table.
+const MAX_SANE_SAMPLE: f64 = 1e9;
+
 /// What one scrape tells about a pod's load and capacity.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EngineMetrics {
@@ -99,8 +103,8 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
         }
         _ => {}
     }
-    if !value.is_finite() || value < 0.0 {
-        return; // A pod that reports NaN or a negative load is not believed.
+    if !value.is_finite() || !(0.0..=MAX_SANE_SAMPLE).contains(&value) {
+        return; // A pod that reports NaN, a negative or an absurd load is not believed.
     }
     match sample.name {
         "vllm:num_requests_waiting" | "sglang:num_queue_reqs" | "trtllm_num_requests_waiting" => {
@@ -172,6 +176,8 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
 
     #[test]
     fn distrusts_lies_and_refuses_foreign_text() {
+        let huge = "vllm:num_requests_waiting 1e308\nvllm:num_requests_waiting 1e308\nvllm:num_requests_running 1\n";
+        assert_eq!(parse_engine_metrics(huge).unwrap().waiting, 0.0, "sums of absurd samples never reach infinity");
         let lies = "vllm:num_requests_waiting NaN\nvllm:num_requests_waiting -4\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc +Inf\n";
         let m = parse_engine_metrics(lies).unwrap();
         assert_eq!((m.waiting, m.running, m.kv_usage), (0.0, 2.0, None));

@@ -85,7 +85,16 @@ impl PodTable {
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
         let mut table: PodTable =
             serde_json::from_slice(bytes).map_err(|e| format!("pod table does not decode: {e}"))?;
-        table.pods.retain(|pod| PodAddress::parse(&pod.address).is_ok());
+        // Canonical addresses only, once each: in-flight counts and the prefix index are keyed
+        // by this text, so " 10.0.0.4:8000" and "10.0.0.4:8000" must not be two pods.
+        let mut seen = hashbrown::HashSet::new();
+        table.pods.retain_mut(|pod| match PodAddress::parse(&pod.address) {
+            Ok(address) => {
+                pod.address = address.as_str().to_string();
+                seen.insert(pod.address.clone())
+            }
+            Err(_) => false,
+        });
         table.pods.truncate(MAX_PODS);
         Ok(table)
     }
@@ -130,6 +139,15 @@ mod tests {
         let decoded = PodTable::decode(&table.encode()).unwrap();
         assert_eq!(decoded.pods, vec![good]);
         assert_eq!(decoded.version, 3);
+    }
+
+    #[test]
+    fn addresses_are_canonical_and_listed_once() {
+        let pod = PodState::unknown(&PodAddress::parse("10.0.0.4:8000").unwrap());
+        let mut padded = pod.clone();
+        padded.address = " 10.0.0.4:8000\r\n".into();
+        let table = PodTable { pods: vec![padded, pod.clone()], ..PodTable::default() };
+        assert_eq!(PodTable::decode(&table.encode()).unwrap().pods, vec![pod]);
     }
 
     #[test]

@@ -71,6 +71,9 @@ impl PoolPoller {
     pub fn set_pool(&mut self, pool: Vec<PodAddress>) {
         let mut old: Vec<PodRecord> = std::mem::take(&mut self.pods);
         for address in pool {
+            if self.pods.iter().any(|r| r.address == address) {
+                continue; // Listed twice (two discovered pods on one address): one pod.
+            }
             let record = match old.iter().position(|r| r.address == address) {
                 Some(index) => old.swap_remove(index),
                 None => {

@@ -69,6 +69,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
         query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
     }
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
+    let live = view.inflight.live_counts(view.now_ms, view.inflight_expiry_ms);
     table
         .pods
         .iter()
@@ -80,7 +81,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 .as_ref()
                 .and_then(|q| q.session_pod)
                 .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
-            let inflight = view.inflight.count(address, view.now_ms, view.inflight_expiry_ms);
+            let inflight = live.get(address).copied().unwrap_or(0);
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,

@@ -62,7 +62,7 @@ impl RingWriter {
         let (mut segments, mut written) = (0, 0);
         let mut value = Vec::new();
         for run in split_batch(batch, MAX_SEGMENT_BYTES - SEQ_BYTES).take(MAX_SEGMENTS_PER_APPEND) {
-            seq += 1;
+            seq = seq.checked_add(1).ok_or_else(|| StoreError::Host("ring sequence exhausted".into()))?;
             value.clear();
             value.extend_from_slice(&seq.to_le_bytes());
             value.push(BATCH_VERSION);
@@ -145,7 +145,7 @@ impl RingReader {
             last = oldest_kept;
         }
         let until = head.min(last.saturating_add(max_segments.min(RING_SEGMENTS) as u64));
-        for seq in last + 1..=until {
+        for seq in last.saturating_add(1)..=until {
             let value = match segment_key(seq) {
                 Some(key) => store.get(key)?.0,
                 None => None,
@@ -173,10 +173,16 @@ fn segment_key(seq: u64) -> Option<&'static str> {
 
 /// The head's sequence number, 0 if never written; `None` if the value is not one (then the
 /// reader trusts nothing in the ring, and a resuming writer starts over).
+/// Heads above this are not sequence numbers (a writer appending a segment a microsecond
+/// would need 500,000 years to reach it); refusing them keeps every `seq + 1` from overflowing.
+const MAX_HEAD: u64 = u64::MAX / 2;
+
 fn read_head(store: &dyn SharedStore) -> Result<Option<u64>, StoreError> {
     Ok(match store.get(RING_HEAD_KEY)?.0 {
         None => Some(0),
-        Some(value) => <[u8; SEQ_BYTES]>::try_from(value.as_slice()).ok().map(u64::from_le_bytes),
+        Some(value) => {
+            <[u8; SEQ_BYTES]>::try_from(value.as_slice()).ok().map(u64::from_le_bytes).filter(|&head| head <= MAX_HEAD)
+        }
     })
 }
 
@@ -346,5 +352,15 @@ mod tests {
         writer = RingWriter::resume(&store).unwrap();
         writer.append(&store, &batch(51, 1)).unwrap();
         assert_eq!(epochs(&reader.poll(&store, 64).unwrap()), vec![51]);
+    }
+
+    #[test]
+    fn a_head_near_the_end_of_u64_is_not_a_sequence_number() {
+        let store = MemoryStore::new();
+        store.set(RING_HEAD_KEY, &u64::MAX.to_le_bytes(), None).unwrap();
+        let mut reader = RingReader::new(StartAt::Oldest);
+        for _ in 0..2 {
+            assert!(reader.poll(&store, RING_SEGMENTS).unwrap().events.is_empty());
+        }
     }
 }

@@ -6,6 +6,8 @@
 //! and writes it ([`WorkerPrefix::record_pick`]). Plain Rust, so the cross-worker behaviour is
 //! tested natively with two of these and a [`super::RingWriter`] over a `MemoryStore`.
 
+use std::collections::VecDeque;
+
 use hashbrown::HashMap;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -46,7 +48,7 @@ pub struct SyncReport {
 #[derive(Default)]
 struct Sessions {
     pods: HashMap<u64, (String, u32)>,
-    order: std::collections::VecDeque<u64>,
+    order: VecDeque<u64>,
 }
 
 impl Sessions {
@@ -65,7 +67,7 @@ pub struct WorkerPrefix {
     index: PrefixIndex,
     sessions: Sessions,
     reader: RingReader,
-    pending: Vec<RoutingEvent>,
+    pending: VecDeque<RoutingEvent>,
     dropped: u64,
     pick_clock: u64,
     last_picked: HashMap<String, u64>,
@@ -78,7 +80,7 @@ impl WorkerPrefix {
             index: PrefixIndex::new(max_entries),
             sessions: Sessions::default(),
             reader: RingReader::new(StartAt::Oldest),
-            pending: Vec::new(),
+            pending: VecDeque::new(),
             dropped: 0,
             pick_clock: 0,
             last_picked: HashMap::new(),
@@ -107,8 +109,14 @@ impl WorkerPrefix {
     /// Records this worker's decision at once, and keeps it to share on the next tick.
     pub fn record_pick(&mut self, pod: &str, epoch: u32, hashes: &[u64], session: Option<u64>, capacity: usize) {
         self.pick_clock += 1;
-        if self.last_picked.len() < MAX_PODS || self.last_picked.contains_key(pod) {
-            self.last_picked.insert(pod.to_string(), self.pick_clock);
+        // Per pick: update in place; a pod's name is copied only the first time it is picked.
+        let known = self.last_picked.len();
+        match self.last_picked.get_mut(pod) {
+            Some(last) => *last = self.pick_clock,
+            None if known < MAX_PODS => {
+                self.last_picked.insert(pod.to_string(), self.pick_clock);
+            }
+            None => {}
         }
         if !hashes.is_empty() {
             self.index.record(pod, epoch, hashes, capacity);
@@ -122,10 +130,10 @@ impl WorkerPrefix {
 
     fn queue_event(&mut self, event: RoutingEvent) {
         if self.pending.len() >= MAX_PENDING_EVENTS {
-            self.pending.remove(0);
+            self.pending.pop_front();
             self.dropped += 1;
         }
-        self.pending.push(event);
+        self.pending.push_back(event);
     }
 
     /// The decisions since the last call, encoded for the singleton's queue.
@@ -133,7 +141,7 @@ impl WorkerPrefix {
         if self.pending.is_empty() {
             return None;
         }
-        let batch = encode_batch(&self.pending);
+        let batch = encode_batch(self.pending.make_contiguous());
         self.pending.clear();
         Some(batch)
     }
@@ -162,6 +170,8 @@ impl WorkerPrefix {
         self.index.retain_pods(&keep);
         self.last_picked.retain(|pod, _| keep(pod));
         self.sessions.pods.retain(|_, (pod, _)| keep(pod));
+        let sessions = &self.sessions.pods;
+        self.sessions.order.retain(|key| sessions.contains_key(key));
     }
 }
 
@@ -208,6 +218,18 @@ mod tests {
         b.sync_from_ring(&store, &|_| 100).unwrap();
         assert_eq!(a.session_pod(key), b.session_pod(key), "both converge on the same pod");
         assert_eq!(a.session_pod(key), Some(("10.0.0.2:80", 0)));
+    }
+
+    #[test]
+    fn forgetting_a_pod_keeps_the_session_order_true() {
+        let mut worker = WorkerPrefix::new(1024);
+        worker.sessions.set(1, "10.0.0.1:80", 0);
+        worker.retain_pods(|pod| pod != "10.0.0.1:80");
+        for key in 2..(MAX_SESSIONS as u64 + 2) {
+            worker.sessions.set(key, "10.0.0.2:80", 0);
+        }
+        assert_eq!(worker.sessions.order.len(), MAX_SESSIONS);
+        assert!(worker.session_pod(MAX_SESSIONS as u64 + 1).is_some(), "the newest session is kept");
     }
 
     #[test]

@@ -140,17 +140,35 @@ pub fn pick(candidates: &[Candidate<'_>], policy: &Policy, random: &mut TieBreak
         *tied.get(random.below(tied.len()))?
     };
     let index = *eligible_indices.get(chosen)?;
-    let mut runners_up: Vec<usize> = (0..totals.len()).filter(|&i| i != chosen).collect();
-    runners_up.sort_by(|&a, &b| {
-        let (a, b) = (totals.get(a).copied().unwrap_or(0.0), totals.get(b).copied().unwrap_or(0.0));
-        b.total_cmp(&a)
-    });
-    let mut fallbacks: Vec<usize> = runners_up.into_iter().filter_map(|i| eligible_indices.get(i).copied()).collect();
-    // Filters narrowed the field for the first choice; a retry may go to any usable pod.
-    let others =
-        (0..candidates.len()).filter(|i| !eligible_indices.contains(i) && candidates.get(*i).is_some_and(|c| c.usable));
-    fallbacks.extend(others);
-    fallbacks.truncate(policy.fallbacks);
+    // Top-k runners-up by selection and eligibility by mask: O(n·k), not a sort and O(n²).
+    let k = policy.fallbacks;
+    let mut fallbacks: Vec<usize> = Vec::with_capacity(k);
+    if k > 0 {
+        let mut best: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
+        for (i, &t) in totals.iter().enumerate() {
+            if i == chosen {
+                continue;
+            }
+            let at = best.iter().position(|&(b, _)| t > b).unwrap_or(best.len());
+            if at < k {
+                best.insert(at, (t, i));
+                best.truncate(k);
+            }
+        }
+        fallbacks.extend(best.iter().filter_map(|&(_, i)| eligible_indices.get(i).copied()));
+        if fallbacks.len() < k {
+            let mut is_eligible = vec![false; candidates.len()];
+            for &i in &eligible_indices {
+                if let Some(slot) = is_eligible.get_mut(i) {
+                    *slot = true;
+                }
+            }
+            let others = (0..candidates.len()).filter(|&i| {
+                !is_eligible.get(i).copied().unwrap_or(true) && candidates.get(i).is_some_and(|c| c.usable)
+            });
+            fallbacks.extend(others.take(k - fallbacks.len()));
+        }
+    }
     Some(Decision { index, score: best, fail_open, affinity, tied: tied.len(), fallbacks })
 }
 

@@ -1,0 +1,256 @@
+//! One routing decision, natively: what wasm-epp's filter computes per request, without Envoy.
+//!
+//! `decision` is parse → prefix block hashes → Filter → Score → Pick with a warm prefix index
+//! (a lookup for every pod), for completions and chat prompts of 1, 4, 32 and 128 KB and pools
+//! of 8, 64 and 256 pods. `filter_path` adds what the filter also does per request around the
+//! decision (read and decode the in-flight counts, record the pick in the prefix replica, count
+//! it in flight and count its completion) on a `MemoryStore`. `step` times each step alone, to
+//! show where the time goes. The state is built by `bench_cost::native`.
+//!
+//! A counting global allocator reports allocations per decision; the medians and allocation
+//! counts are merged into `bench/results/cost.json` (benchmark `native_decision`).
+//! Run: `cargo bench -p bench-cost` (filter: `cargo bench -p bench-cost -- decision/chat`).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+
+use bench_cost::native::{self, Case, NOW_MS};
+use bench_cost::results::Results;
+use criterion::{BenchmarkId, Criterion};
+use picker::inflight::InflightCounts;
+use picker::prefix::hash_prompt;
+use picker::random::TieBreaker;
+use picker::request::{parse_request, Endpoint};
+
+/// Counts every allocation (and reallocation) made by the bench process.
+struct CountingAllocator;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counters are atomics.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Allocations and bytes allocated by one call of `f`.
+fn allocations_of(f: &mut dyn FnMut()) -> (u64, u64) {
+    f(); // Once first, so lazily grown buffers do not count.
+    let (count, bytes) = (ALLOCATIONS.load(Ordering::Relaxed), ALLOCATED_BYTES.load(Ordering::Relaxed));
+    f();
+    (ALLOCATIONS.load(Ordering::Relaxed) - count, ALLOCATED_BYTES.load(Ordering::Relaxed) - bytes)
+}
+
+const PROMPT_KB: [usize; 4] = [1, 4, 32, 128];
+const POOLS: [usize; 3] = [8, 64, 256];
+const ENDPOINTS: [(Endpoint, &str); 2] = [(Endpoint::Completions, "completions"), (Endpoint::ChatCompletions, "chat")];
+
+/// Where criterion writes its estimates.
+fn criterion_dir() -> std::path::PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return home.into();
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| launcher::paths::workspace_root().join("target"));
+    target.join("criterion")
+}
+
+/// The median of one benchmark, in µs, if criterion measured it in this run. Criterion keeps
+/// it under `<group>/<id with / and other unsafe characters as _>/new/estimates.json`.
+fn criterion_median_us(group: &str, id: &str, since: SystemTime) -> Option<f64> {
+    let safe: String = id.chars().map(|c| if "?\"/\\*<>:|^".contains(c) { '_' } else { c }).collect();
+    let path = criterion_dir().join(group).join(safe).join("new/estimates.json");
+    let fresh = std::fs::metadata(&path).and_then(|m| m.modified()).is_ok_and(|m| m >= since);
+    if !fresh {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
+    Some(json.pointer("/median/point_estimate")?.as_f64()? / 1000.0)
+}
+
+struct Measured {
+    group: &'static str,
+    id: String,
+    allocations: (u64, u64),
+}
+
+fn bench_decisions(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
+    let mut group = c.benchmark_group("decision");
+    for (endpoint, endpoint_name) in ENDPOINTS {
+        for kb in PROMPT_KB {
+            for pods in POOLS {
+                let case = Case::new(endpoint, kb, pods)?;
+                let inflight = case.inflight().ok_or("in-flight counts unreadable")?;
+                let mut random = TieBreaker::new(7);
+                let id = format!("{endpoint_name}/{kb}KB/{pods}pods");
+                if case.decide(&inflight, &mut random).is_none() {
+                    return Err(format!("decision {id} chose nothing"));
+                }
+                let allocations = allocations_of(&mut || {
+                    black_box(case.decide(&inflight, &mut random));
+                });
+                group.bench_function(BenchmarkId::from_parameter(&id), |b| {
+                    b.iter(|| black_box(case.decide(&inflight, &mut random)))
+                });
+                measured.push(Measured { group: "decision", id, allocations });
+            }
+        }
+    }
+    group.finish();
+    Ok(())
+}
+
+fn bench_filter_path(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
+    let mut group = c.benchmark_group("filter_path");
+    for kb in PROMPT_KB {
+        for pods in [16, 64] {
+            let case = Case::new(Endpoint::Completions, kb, pods)?;
+            let mut random = TieBreaker::new(7);
+            let id = format!("completions/{kb}KB/{pods}pods");
+            if case.filter_path(&mut random).is_none() {
+                return Err(format!("filter path {id} failed"));
+            }
+            let allocations = allocations_of(&mut || {
+                black_box(case.filter_path(&mut random));
+            });
+            group.bench_function(BenchmarkId::from_parameter(&id), |b| {
+                b.iter(|| black_box(case.filter_path(&mut random)))
+            });
+            measured.push(Measured { group: "filter_path", id, allocations });
+        }
+    }
+    group.finish();
+    Ok(())
+}
+
+/// Each step alone, at 64 pods: parse, hash, choose (with the prefix lookup), in-flight
+/// read and update; choose also at 8 and 256 pods.
+fn bench_steps(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
+    let mut group = c.benchmark_group("step");
+    let mut step = |group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+                    id: String,
+                    f: &mut dyn FnMut()| {
+        let allocations = allocations_of(&mut *f);
+        group.bench_function(&id, |b| b.iter(&mut *f));
+        measured.push(Measured { group: "step", id, allocations });
+    };
+    for (endpoint, endpoint_name) in ENDPOINTS {
+        for kb in PROMPT_KB {
+            let case = Case::new(endpoint, kb, 64)?;
+            let body = case.body.as_bytes();
+            step(&mut group, format!("parse/{endpoint_name}/{kb}KB"), &mut || {
+                black_box(parse_request(body, endpoint).is_ok());
+            });
+            let request = parse_request(body, endpoint).map_err(|e| e.to_string())?;
+            step(&mut group, format!("hash/{endpoint_name}/{kb}KB"), &mut || {
+                let mut hashes = Vec::new();
+                black_box(hash_prompt(&request, endpoint, &case.params, &mut hashes).ok());
+            });
+            let mut hashes = Vec::new();
+            let _ = hash_prompt(&request, endpoint, &case.params, &mut hashes);
+            let inflight = case.inflight().ok_or("in-flight counts unreadable")?;
+            let prefix = case.prefix.try_borrow().map_err(|e| e.to_string())?;
+            let mut random = TieBreaker::new(7);
+            let id = format!("choose/{endpoint_name}/{kb}KB/64pods/{}blocks", hashes.len());
+            step(&mut group, id, &mut || {
+                black_box(case.choose(&prefix, &hashes, &inflight, &mut random));
+            });
+        }
+    }
+    for pods in POOLS {
+        let case = Case::new(Endpoint::Completions, 4, pods)?;
+        let request = parse_request(case.body.as_bytes(), case.endpoint).map_err(|e| e.to_string())?;
+        let mut hashes = Vec::new();
+        let _ = hash_prompt(&request, case.endpoint, &case.params, &mut hashes);
+        let inflight = case.inflight().ok_or("in-flight counts unreadable")?;
+        let prefix = case.prefix.try_borrow().map_err(|e| e.to_string())?;
+        let mut random = TieBreaker::new(7);
+        step(&mut group, format!("choose_by_pool/completions/4KB/{pods}pods/{}blocks", hashes.len()), &mut || {
+            black_box(case.choose(&prefix, &hashes, &inflight, &mut random));
+        });
+        let store = &case.store;
+        let address = native::pod_address(0);
+        let expiry = case.config.inflight_expiry_ms;
+        step(&mut group, format!("inflight_read_update/{pods}pods"), &mut || {
+            let counts = InflightCounts::read(store).ok();
+            let counts = counts.and_then(|c| c.update(store, &address, 1, NOW_MS, expiry).ok());
+            let counts = counts.and_then(|c| c.update(store, &address, -1, NOW_MS, expiry).ok());
+            black_box(counts.is_some());
+        });
+    }
+    // The singleton's side: one scrape of a vLLM-shaped page, parsed.
+    let page = bench_cost::metrics_page::vllm_page(3);
+    step(&mut group, format!("metrics_parse/vllm_page_{}B", page.len()), &mut || {
+        black_box(picker::metrics_text::parse_engine_metrics(&page).is_ok());
+    });
+    group.finish();
+    Ok(())
+}
+
+fn summarise(measured: &[Measured], since: SystemTime) -> Result<(), String> {
+    let mut results = Results::default();
+    println!("\nnative decision cost (median from criterion, allocations of one call):");
+    println!("  {:<58} {:>10} {:>8} {:>10}", "case (measured in this run)", "median µs", "allocs", "bytes");
+    for m in measured {
+        let Some(median) = criterion_median_us(m.group, &m.id, since) else { continue };
+        let case = format!("{}/{}", m.group, m.id);
+        let (count, bytes) = m.allocations;
+        println!("  {case:<58} {median:>10.2} {count:>8} {bytes:>10}");
+        results.push("native_decision", &case, "median_time", median, "us");
+        results.push("native_decision", &case, "allocations", count as f64, "count");
+        results.push("native_decision", &case, "allocated_bytes", bytes as f64, "bytes");
+    }
+    let path = bench_cost::results::default_path();
+    results.merge_into(&path)?;
+    println!("  merged into {}; reproduce: cargo bench -p bench-cost", path.display());
+    Ok(())
+}
+
+fn main() {
+    let since = SystemTime::now() - Duration::from_secs(1);
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_millis(700))
+        .measurement_time(Duration::from_millis(1500))
+        .sample_size(30)
+        .configure_from_args();
+    let mut measured = Vec::new();
+    let outcome = bench_decisions(&mut criterion, &mut measured)
+        .and_then(|()| bench_filter_path(&mut criterion, &mut measured))
+        .and_then(|()| bench_steps(&mut criterion, &mut measured));
+    criterion.final_summary();
+    let outcome = outcome.and_then(|()| summarise(&measured, since));
+    if let Err(error) = outcome {
+        eprintln!("decision bench: {error}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,25 @@
+//! What wasm-epp costs, measured against what it replaces.
+//!
+//! Two halves. The criterion bench (`benches/decision.rs`) times one routing decision natively:
+//! parse, prefix hashing and index lookup, Filter → Score → Pick, with its allocations. The
+//! binary (`wasm-epp-bench-cost`) runs the real Envoy: the same requests, interleaved, through
+//! plain Envoy, Envoy with a header-only Wasm filter and Envoy with wasm-epp, against pods
+//! that answer at once ([`upstream`]), so every difference is Envoy-side work. It measures
+//! added latency and CPU ([`latency`]), throughput ([`throughput`]), the singleton's scrape
+//! cost ([`scrape`]) and memory while distinct prefixes are routed ([`memory`]), and writes
+//! every figure into `bench/results/cost.json` ([`results`]).
+
+#![deny(unsafe_code)]
+
+pub mod client;
+pub mod envoys;
+pub mod latency;
+pub mod memory;
+pub mod metrics_page;
+pub mod native;
+pub mod results;
+pub mod sampling;
+pub mod scrape;
+pub mod throughput;
+pub mod upstream;
+pub mod workload;
