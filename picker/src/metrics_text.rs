@@ -5,7 +5,27 @@
 //! lie or break: NaN, infinite or negative samples are ignored, never trusted, and a text
 //! with none of the load metrics is an error rather than an idle-looking pod.
 
-use crate::prometheus_line::{parse_sample, Sample};
+use crate::prometheus_line::{parse_sample, sample_name, Sample};
+
+/// Every metric name [`apply_sample`] reads; other lines are skipped unparsed.
+const WANTED: [&str; 16] = [
+    "vllm:cache_config_info",
+    "vllm:lora_requests_info",
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_running",
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",
+    "vllm:prefix_cache_queries_total",
+    "vllm:gpu_prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:gpu_prefix_cache_hits_total",
+    "sglang:num_queue_reqs",
+    "sglang:num_running_reqs",
+    "sglang:token_usage",
+    "trtllm_num_requests_waiting",
+    "trtllm_num_requests_running",
+    "trtllm_kv_cache_utilization",
+];
 
 /// Lines read at most: a real vLLM `/metrics` has about a thousand; more is not a pod.
 pub const MAX_METRIC_LINES: usize = 50_000;
@@ -53,11 +73,13 @@ pub fn parse_engine_metrics(text: &str) -> Result<EngineMetrics, String> {
     let mut totals = Totals::default();
     let mut metrics = EngineMetrics::default();
     for line in text.lines().take(MAX_METRIC_LINES) {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
+        let line = line.trim_start();
+        // Most of a vLLM scrape is comments and histogram buckets: skip them by name alone,
+        // before any label is parsed (the singleton parses every pod's page every interval).
+        if line.is_empty() || line.starts_with('#') || !WANTED.contains(&sample_name(line)) {
             continue;
         }
-        let Some(sample) = parse_sample(line) else {
+        let Some(sample) = parse_sample(line.trim_end()) else {
             continue;
         };
         apply_sample(&sample, &mut totals, &mut metrics);

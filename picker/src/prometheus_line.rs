@@ -21,6 +21,12 @@ impl<'a> Sample<'a> {
     }
 }
 
+/// The metric name at the start of a sample line (up to `{` or white space).
+pub fn sample_name(line: &str) -> &str {
+    let end = line.bytes().position(|b| b == b'{' || b == b' ' || b == b'\t').unwrap_or(line.len());
+    line.get(..end).unwrap_or(line)
+}
+
 pub fn parse_sample(line: &str) -> Option<Sample<'_>> {
     let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
     let name = line.get(..name_end)?;
