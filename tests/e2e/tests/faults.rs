@@ -69,3 +69,33 @@ fn every_pod_dead_gives_a_prompt_503_in_openai_shape() {
     }
     cluster.envoy.stop();
 }
+
+#[test]
+fn pods_whose_metrics_lie_are_distrusted_and_slow_metrics_do_not_stall_routing() {
+    let cluster = Cluster::start_ready("metrics-lie", 4, &["--time-scale", "0"]);
+    // One pod per kind of lie; the fourth tells the truth, slowly.
+    for (pod, faults) in cluster.pods.iter().zip([
+        serde_json::json!({"metrics_garbage": "nan"}),
+        serde_json::json!({"metrics_garbage": "text"}),
+        serde_json::json!({"metrics_garbage": "negative"}),
+        serde_json::json!({"metrics_delay_ms": 2000}),
+    ]) {
+        pod.set_faults(&faults).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let started = Instant::now();
+    for i in 0..30 {
+        let reply = cluster.complete(&format!("lies {i}"));
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+        cluster.served_by_pool(&reply);
+    }
+    assert!(started.elapsed() < Duration::from_secs(10), "slow scrapes never hold a request");
+    // The text and NaN pages carry no usable load metric: those pods fail their scrapes.
+    assert!(cluster.envoy.stat("wasm_epp_pods_healthy").unwrap_or(4.0) <= 3.0);
+    assert!(cluster.envoy.stat("wasm_epp_poll_failure").unwrap_or(0.0) > 0.0);
+    for pod in &cluster.pods {
+        pod.clear_faults().unwrap();
+    }
+    assert!(cluster.envoy.wait_for_healthy_pods(4, Duration::from_secs(10)), "honest again, back in rotation");
+    cluster.assert_plugin_healthy();
+}
