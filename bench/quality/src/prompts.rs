@@ -5,23 +5,19 @@
 //! "512 tokens" here is 512 tokens in the pod's prefix cache too, and shared prefixes end on
 //! known token boundaries. Nothing depends on the simulator crate being built.
 
-/// SplitMix64: tiny and reproducible across builds (`std` promises neither).
+/// Reproducible across builds (`std` promises no such thing): the picker's SplitMix64.
 #[derive(Debug, Clone)]
 pub struct SeededRandom {
-    state: u64,
+    inner: picker::random::TieBreaker,
 }
 
 impl SeededRandom {
     pub fn new(seed: u64) -> Self {
-        Self { state: seed }
+        Self { inner: picker::random::TieBreaker::new(seed) }
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.inner.next_u64()
     }
 
     /// Uniform in `[0, 1)`.
