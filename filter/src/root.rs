@@ -119,7 +119,11 @@ impl RootContext for FilterRoot {
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
         // Without a worker the plugin failed to configure and Envoy will not call us.
         let worker = self.worker.clone()?;
-        worker.serving.set(true);
+        if !worker.serving.replace(true) {
+            // First request on this worker: catch up at once (pod table, the ring's history)
+            // rather than routing it cold; until now this root only idled.
+            crate::sync::on_tick(&worker);
+        }
         Some(Box::new(RoutingContext::new(worker)))
     }
 
