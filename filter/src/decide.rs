@@ -12,7 +12,6 @@ use picker::request::{Endpoint, InferenceRequest};
 use picker::route::{choose, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::{now_ms, ProxyStore};
 
-use crate::table_cache::Refresh;
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
@@ -39,10 +38,7 @@ pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
     let Ok(mut cache) = worker.table.try_borrow_mut() else { return Outcome::NoPod("worker state busy") };
     // The tick keeps the table fresh; only a worker that has none yet looks per request.
     if cache.table().is_none() {
-        if let Refresh::DecodeFailed(reason) = cache.refresh(&store) {
-            worker.stats.table_decode_failed.increment();
-            log::warn!("wasm-epp: pod table not usable: {reason}");
-        }
+        cache.refresh_counted(&store, worker.stats.table_decode_failed);
     }
     let table = cache.table();
     let prefix_config = &worker.config.prefix;

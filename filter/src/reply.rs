@@ -22,7 +22,7 @@ mod tests {
     #[test]
     fn error_body_is_openai_shaped_json() {
         let body: serde_json::Value =
-            serde_json::from_str(&error_body(400, "invalid_request_error", "bad \"json\"")).unwrap();
+            serde_json::from_str(&error_body(400, "invalid_request_error", "bad \"json\"")).unwrap_or_default();
         assert_eq!(body["error"]["message"], "bad \"json\"");
         assert_eq!(body["error"]["code"], 400);
     }

@@ -21,10 +21,7 @@ pub fn on_tick(worker: &Worker) {
     let Ok(mut cache) = worker.table.try_borrow_mut() else { return };
     // The table is refreshed here, not per request: a new one is published at most once per
     // poll interval, and a tick is shorter than that.
-    if let crate::table_cache::Refresh::DecodeFailed(reason) = cache.refresh(&store) {
-        worker.stats.table_decode_failed.increment();
-        log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
-    }
+    cache.refresh_counted(&store, worker.stats.table_decode_failed);
     if !worker.config.prefix.enabled {
         return;
     }

@@ -16,14 +16,14 @@ pub struct TableCache {
 }
 
 /// What a refresh found, for the caller's stats.
-pub enum Refresh {
+enum Refresh {
     Unchanged,
     Updated,
     DecodeFailed(String),
 }
 
 impl TableCache {
-    pub fn refresh(&mut self, store: &dyn SharedStore) -> Refresh {
+    fn refresh(&mut self, store: &dyn SharedStore) -> Refresh {
         let version = match store.get(keys::POD_TABLE_VERSION) {
             Ok((Some(bytes), _)) => decode_version(&bytes),
             _ => None,
@@ -51,6 +51,15 @@ impl TableCache {
                 self.version = version;
                 Refresh::DecodeFailed(reason)
             }
+        }
+    }
+
+    /// [`Self::refresh`], counting and logging a table that does not decode (the last good
+    /// one is kept). The one place both the tick and a table-less request refresh through.
+    pub fn refresh_counted(&mut self, store: &dyn SharedStore, decode_failed: wasm_epp_host::Counter) {
+        if let Refresh::DecodeFailed(reason) = self.refresh(store) {
+            decode_failed.increment();
+            log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
         }
     }
 

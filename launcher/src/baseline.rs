@@ -6,10 +6,7 @@
 //! measured is who picks the pod. A unit test keeps the shared settings in step.
 
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
 
-use crate::http;
 use crate::process::ManagedProcess;
 
 /// Envoy's built-in policies a baseline can use (the `lb_policy` enum of the cluster).
@@ -128,25 +125,16 @@ impl BaselineEnvoy {
         let name = options.lb_policy.envoy_name().to_ascii_lowercase();
         let config_path = dir.join(format!("envoy-{name}.yaml"));
         std::fs::write(&config_path, render_baseline(options)).map_err(|e| format!("write config: {e}"))?;
-        let mut command = Command::new(crate::paths::envoy_binary());
-        command
-            .arg("-c")
-            .arg(&config_path)
-            .arg("--concurrency")
-            .arg(options.concurrency.to_string())
-            .arg("--disable-hot-restart")
-            .arg("--log-level")
-            .arg("warning");
         let log = dir.join(format!("envoy-{name}.log"));
-        let process = ManagedProcess::spawn(&format!("envoy {name}"), command, &log)?;
-        let mut envoy = Self { process, listen_port: options.listen_port, admin_port: options.admin_port };
-        let admin_ready = format!("http://127.0.0.1:{}/ready", options.admin_port);
-        let ready = crate::wait_until(Duration::from_secs(30), || {
-            envoy.process.has_exited() || http::get(&admin_ready, Duration::from_secs(1)).is_ok_and(|r| r.status == 200)
-        });
-        if !ready || envoy.process.has_exited() {
-            return Err(format!("baseline envoy did not become ready:\n{}", envoy.process.log_tail(40)));
-        }
+        let process = crate::envoy::launch(
+            &config_path,
+            &[],
+            options.concurrency,
+            &format!("envoy {name}"),
+            &log,
+            options.admin_port,
+        )?;
+        let envoy = Self { process, listen_port: options.listen_port, admin_port: options.admin_port };
         Ok(envoy)
     }
 

@@ -4,7 +4,6 @@
 //! machine noise (other builds on the 2 cores) lands on every variant alike.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use launcher::envoy::{Envoy, EnvoyOptions};
@@ -194,24 +193,8 @@ impl RunningEnvoy {
             let config_path = dir.join("envoy.yaml");
             std::fs::write(&config_path, render_baseline(&template, listen_port, admin_port, wasm))
                 .map_err(|e| e.to_string())?;
-            let mut command = Command::new(launcher::paths::envoy_binary());
-            command.arg("-c").arg(&config_path).args([
-                "--concurrency",
-                "2",
-                "--disable-hot-restart",
-                "--log-level",
-                "info",
-            ]);
-            let mut process =
-                ManagedProcess::spawn(&format!("envoy {}", variant.name()), command, &dir.join("envoy.log"))?;
-            let admin = format!("http://127.0.0.1:{admin_port}/ready");
-            let ready = launcher::wait_until(READY_TIMEOUT, || {
-                process.has_exited()
-                    || launcher::http::get(&admin, Duration::from_secs(1)).is_ok_and(|r| r.status == 200)
-            });
-            if !ready || process.has_exited() {
-                return Err(format!("{} did not become ready:\n{}", variant.name(), process.log_tail(30)));
-            }
+            let name = format!("envoy {}", variant.name());
+            let process = launcher::envoy::launch(&config_path, &[], 2, &name, &dir.join("envoy.log"), admin_port)?;
             Handle::Baseline(process)
         };
         Ok(Self { variant, listen_port, admin_port, pool: pool.to_vec(), handle })
