@@ -7,7 +7,7 @@ VENV := .venv
 ENVOY := $(VENV)/bin/envoy
 WASM_TARGET := wasm32-wasip1
 WASM_CRATES := -p wasm-epp-filter -p wasm-epp-shared-state
-WASM_LINT_CRATES := -p picker -p wasm-epp-host -p wasm-epp-poller $(WASM_CRATES)
+WASM_LINT_CRATES := -p picker -p wasm-epp-host -p wasm-epp-poller -p wasm-epp-router $(WASM_CRATES)
 CARGO ?= cargo
 
 

@@ -1,15 +1,73 @@
-//! The one module family that calls `proxy_wasm::hostcalls`.
+//! The seam between wasm-epp and its host: every Proxy-Wasm call goes through [`Host`].
 //!
-//! Every call here returns the host's `Result` and is mapped to a value with context; the
-//! SDK's trait helpers (which unwrap host results and would kill the VM on an error) are
-//! not used. The filter and the singleton both build on this crate, so neither repeats it.
+//! [`proxy::ProxyHost`] implements it over the raw ABI ([`abi`], the only module that talks to
+//! Envoy, and the only `unsafe` code in the project); [`mock::MockHost`] implements it in
+//! memory with the host's real semantics (shared-data CAS, queues, local replies recorded),
+//! so the request path and the pool service run natively in tests and benchmarks.
+//!
+//! No call here can panic: the SDK's `hostcalls` wrappers `panic!` on statuses they did not
+//! expect and unwrap UTF-8 in header values, so they are not used (see [`abi`]). Header
+//! values stay bytes ([`HeaderMap`]).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
-pub mod clock;
-pub mod stats;
-pub mod store;
+pub mod abi;
+pub mod error;
+pub mod headers;
+pub mod metrics;
+pub mod mock;
+pub mod proxy;
 
-pub use clock::now_ms;
-pub use stats::{Counter, Gauge, LabelledCounters};
-pub use store::ProxyStore;
+pub use error::{HostError, HostResult};
+pub use headers::HeaderMap;
+pub use metrics::{Counter, Gauge, Metrics};
+pub use mock::MockHost;
+pub use picker::store::{SharedStore, StoreError, Versioned};
+pub use proxy::ProxyHost;
+
+/// Kinds of Envoy stat a plugin can define.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+}
+
+/// Everything wasm-epp asks of its host. Stream calls act on the HTTP stream whose callback
+/// is running; call-response calls on the outgoing call whose answer is being delivered.
+pub trait Host: SharedStore {
+    /// Wall clock in ms since the epoch; 0 if the host cannot tell (read as "long ago").
+    fn now_ms(&self) -> u64;
+    /// A value that differs between VMs and starts, to seed tie-breaking and keyed hashing.
+    fn random_seed(&self) -> u64;
+    fn set_tick_period_ms(&self, period_ms: u64) -> HostResult<()>;
+    /// The plugin's configuration bytes (`size` as the host announced it).
+    fn plugin_configuration(&self, size: usize) -> HostResult<Vec<u8>>;
+    /// The VM id this plugin runs under, if the host says.
+    fn vm_id(&self) -> Option<String>;
+
+    /// The current request's headers, as bytes.
+    fn request_headers(&self) -> HostResult<HeaderMap>;
+    fn set_request_header(&self, name: &str, value: &[u8]) -> HostResult<()>;
+    fn remove_request_header(&self, name: &str) -> HostResult<()>;
+    /// The buffered request body, at most `size` bytes.
+    fn request_body(&self, size: usize) -> HostResult<Vec<u8>>;
+    /// Answers the current request locally; the caller then pauses the stream.
+    fn send_reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) -> HostResult<()>;
+
+    fn register_queue(&self, name: &str) -> HostResult<u32>;
+    /// `Ok(None)` until the queue's owner has registered it.
+    fn resolve_queue(&self, vm_id: &str, name: &str) -> HostResult<Option<u32>>;
+    fn enqueue(&self, queue: u32, message: &[u8]) -> HostResult<()>;
+    fn dequeue(&self, queue: u32) -> HostResult<Option<Vec<u8>>>;
+
+    /// Sends a bodiless request to `cluster`; the answer arrives with the returned token.
+    fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u64) -> HostResult<u32>;
+    /// The answered call's `:status`, if it has one (none: the call failed or timed out).
+    fn call_response_status(&self) -> Option<u16>;
+    /// The answered call's body, at most `max` bytes.
+    fn call_response_body(&self, size: usize, max: usize) -> HostResult<Vec<u8>>;
+
+    fn define_metric(&self, kind: MetricKind, name: &str) -> HostResult<u32>;
+    fn increment_metric(&self, id: u32, by: u64) -> HostResult<()>;
+    fn record_metric(&self, id: u32, value: u64) -> HostResult<()>;
+}

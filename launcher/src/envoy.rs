@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+/// Longer than the plugin's stat flush periods (filter tick 20 ms, default poll 100 ms).
+const PLUGIN_STATS_FLUSH: Duration = Duration::from_millis(150);
+
 use crate::http;
 use crate::process::ManagedProcess;
 
@@ -184,6 +187,11 @@ impl Envoy {
     /// One value from `/stats/prometheus`: `name` with an optional `{labels}` selector,
     /// e.g. `wasm_epp_picks{pod="127_0_0_1_8001"}`. Absent stats read as `None`.
     pub fn stat(&self, name: &str) -> Option<f64> {
+        if name.starts_with("wasm_epp") {
+            // The plugin counts in Wasm memory and flushes on its tick (20 ms in the filter,
+            // the poll interval in the singleton): let what just happened reach Envoy.
+            std::thread::sleep(PLUGIN_STATS_FLUSH);
+        }
         let reply = http::get(&self.admin_url("/stats/prometheus"), Duration::from_secs(5)).ok()?;
         reply.body.lines().find_map(|line| {
             let (series, value) = line.rsplit_once(' ')?;

@@ -3,6 +3,7 @@
 //! Envoy's shared data has no delete: every key ever written stays until the VM id goes
 //! away. So the key set is a short, fixed list, never a key per request, pod or prefix.
 //! The `v1` in every key lets a future layout live beside this one during an upgrade.
+//! This module is the whole list: every key and queue either side uses is named here.
 
 /// The pod table published by the singleton (see [`crate::pod_table`]).
 pub const POD_TABLE: &str = "wasm-epp/v1/pod-table";
@@ -10,3 +11,90 @@ pub const POD_TABLE: &str = "wasm-epp/v1/pod-table";
 pub const POD_TABLE_VERSION: &str = "wasm-epp/v1/pod-table-version";
 /// Requests in flight per pod, summed over every worker (see [`crate::inflight`]).
 pub const INFLIGHT: &str = "wasm-epp/v1/inflight";
+
+/// Milliseconds since the epoch at which the pool service last ran its tick (8 bytes, LE):
+/// workers stop queueing decisions when it is old (nobody drains the queue) and bound how
+/// long they fail open on a table nobody refreshes.
+pub const SERVICE_HEARTBEAT: &str = "wasm-epp/v1/service-heartbeat";
+
+/// The no-singleton lease: who runs the pool service, until when (see [`crate::lease`]).
+pub const LEASE_KEY: &str = "wasm-epp/v1/poller-lease";
+
+/// A counter every contending root increments by CAS once, to get a lease id no other VM
+/// of this Envoy holds.
+pub const LEASE_IDS: &str = "wasm-epp/v1/lease-ids";
+
+/// The shared queue on which workers send their decisions to the singleton.
+pub const EVENT_QUEUE: &str = "wasm-epp/v1/prefix-events";
+
+/// The ring's head: the sequence number of the newest segment (see `crate::prefix::ring`).
+pub const RING_HEAD_KEY: &str = "wasm-epp/v1/prefix-ring/head";
+
+/// The ring's segments; segment `s` lives at `RING_SEGMENT_KEYS[s % crate::prefix::RING_SEGMENTS]`. Spelled out,
+/// so the whole key set can be read in one place.
+pub const RING_SEGMENT_KEYS: [&str; crate::prefix::RING_SEGMENTS] = [
+    "wasm-epp/v1/prefix-ring/0",
+    "wasm-epp/v1/prefix-ring/1",
+    "wasm-epp/v1/prefix-ring/2",
+    "wasm-epp/v1/prefix-ring/3",
+    "wasm-epp/v1/prefix-ring/4",
+    "wasm-epp/v1/prefix-ring/5",
+    "wasm-epp/v1/prefix-ring/6",
+    "wasm-epp/v1/prefix-ring/7",
+    "wasm-epp/v1/prefix-ring/8",
+    "wasm-epp/v1/prefix-ring/9",
+    "wasm-epp/v1/prefix-ring/10",
+    "wasm-epp/v1/prefix-ring/11",
+    "wasm-epp/v1/prefix-ring/12",
+    "wasm-epp/v1/prefix-ring/13",
+    "wasm-epp/v1/prefix-ring/14",
+    "wasm-epp/v1/prefix-ring/15",
+    "wasm-epp/v1/prefix-ring/16",
+    "wasm-epp/v1/prefix-ring/17",
+    "wasm-epp/v1/prefix-ring/18",
+    "wasm-epp/v1/prefix-ring/19",
+    "wasm-epp/v1/prefix-ring/20",
+    "wasm-epp/v1/prefix-ring/21",
+    "wasm-epp/v1/prefix-ring/22",
+    "wasm-epp/v1/prefix-ring/23",
+    "wasm-epp/v1/prefix-ring/24",
+    "wasm-epp/v1/prefix-ring/25",
+    "wasm-epp/v1/prefix-ring/26",
+    "wasm-epp/v1/prefix-ring/27",
+    "wasm-epp/v1/prefix-ring/28",
+    "wasm-epp/v1/prefix-ring/29",
+    "wasm-epp/v1/prefix-ring/30",
+    "wasm-epp/v1/prefix-ring/31",
+    "wasm-epp/v1/prefix-ring/32",
+    "wasm-epp/v1/prefix-ring/33",
+    "wasm-epp/v1/prefix-ring/34",
+    "wasm-epp/v1/prefix-ring/35",
+    "wasm-epp/v1/prefix-ring/36",
+    "wasm-epp/v1/prefix-ring/37",
+    "wasm-epp/v1/prefix-ring/38",
+    "wasm-epp/v1/prefix-ring/39",
+    "wasm-epp/v1/prefix-ring/40",
+    "wasm-epp/v1/prefix-ring/41",
+    "wasm-epp/v1/prefix-ring/42",
+    "wasm-epp/v1/prefix-ring/43",
+    "wasm-epp/v1/prefix-ring/44",
+    "wasm-epp/v1/prefix-ring/45",
+    "wasm-epp/v1/prefix-ring/46",
+    "wasm-epp/v1/prefix-ring/47",
+    "wasm-epp/v1/prefix-ring/48",
+    "wasm-epp/v1/prefix-ring/49",
+    "wasm-epp/v1/prefix-ring/50",
+    "wasm-epp/v1/prefix-ring/51",
+    "wasm-epp/v1/prefix-ring/52",
+    "wasm-epp/v1/prefix-ring/53",
+    "wasm-epp/v1/prefix-ring/54",
+    "wasm-epp/v1/prefix-ring/55",
+    "wasm-epp/v1/prefix-ring/56",
+    "wasm-epp/v1/prefix-ring/57",
+    "wasm-epp/v1/prefix-ring/58",
+    "wasm-epp/v1/prefix-ring/59",
+    "wasm-epp/v1/prefix-ring/60",
+    "wasm-epp/v1/prefix-ring/61",
+    "wasm-epp/v1/prefix-ring/62",
+    "wasm-epp/v1/prefix-ring/63",
+];

@@ -6,14 +6,10 @@
 //! The bearer token never passes through here: Envoy's credential injector on the API
 //! server's cluster adds it, from a file Envoy watches (see docs/deployment.md).
 
-use std::time::Duration;
-
 use picker::address::PodAddress;
 use picker::discovery::{ApiResponse, HealthChange, KubernetesConfig, PoolDiscovery, Progress};
 use picker::poller::PoolPoller;
-use proxy_wasm::hostcalls;
-use proxy_wasm::types::{BufferType, MapType};
-use wasm_epp_host::{Counter, Gauge};
+use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
 /// Pods named in one "pool changed" log line; the rest are counted.
 const MAX_PODS_LOGGED: usize = 8;
@@ -33,15 +29,21 @@ pub struct Discovery {
     stats: Stats,
 }
 
+/// Everything a discovery step needs from its caller.
+pub struct Env<'a> {
+    pub host: &'a dyn Host,
+    pub metrics: &'a Metrics,
+}
+
 impl Discovery {
-    pub fn new(config: KubernetesConfig) -> Result<Self, String> {
+    pub fn new(config: KubernetesConfig, metrics: &Metrics) -> Result<Self, String> {
         let lister = PoolDiscovery::new(config).map_err(|e| format!("invalid configuration: {e}"))?;
         let stats = Stats {
-            lists: Counter::define("wasm_epp.discovery_success"),
-            failures: Counter::define("wasm_epp.discovery_failure"),
-            pool_changes: Counter::define("wasm_epp.discovery_pool_changes"),
-            pods: Gauge::define("wasm_epp.discovery_pods"),
-            failing: Gauge::define("wasm_epp.discovery_failing"),
+            lists: metrics.counter("wasm_epp.discovery_success"),
+            failures: metrics.counter("wasm_epp.discovery_failure"),
+            pool_changes: metrics.counter("wasm_epp.discovery_pool_changes"),
+            pods: metrics.gauge("wasm_epp.discovery_pods"),
+            failing: metrics.gauge("wasm_epp.discovery_failing"),
         };
         Ok(Self { lister, given: Vec::new(), stats })
     }
@@ -63,20 +65,17 @@ impl Discovery {
         self.lister.owns(token)
     }
 
-    pub fn on_tick(&mut self, now: u64, poller: &mut PoolPoller) {
+    pub fn on_tick(&mut self, env: &Env<'_>, now: u64, poller: &mut PoolPoller) {
         let progress = self.lister.tick(now);
-        self.advance(progress, poller);
+        self.advance(env, progress, poller);
     }
 
-    pub fn on_response(&mut self, token: u32, body_size: usize, now: u64, poller: &mut PoolPoller) {
-        let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
-            .ok()
-            .flatten()
-            .and_then(|s| s.parse::<u16>().ok());
+    pub fn on_response(&mut self, env: &Env<'_>, token: u32, body_size: usize, now: u64, poller: &mut PoolPoller) {
+        let status = env.host.call_response_status();
         let limit = usize::try_from(self.lister.config().max_response_bytes).unwrap_or(usize::MAX);
         let body = match status {
             Some(_) if body_size > limit => None,
-            Some(_) => hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, body_size).ok().flatten(),
+            Some(_) => env.host.call_response_body(body_size, limit).ok(),
             None => None,
         };
         let response = match (status, &body) {
@@ -85,14 +84,15 @@ impl Discovery {
             (Some(status), body) => ApiResponse::Answered { status, body: body.as_deref().unwrap_or_default() },
         };
         let progress = self.lister.on_response(token, response, now);
-        self.advance(progress, poller);
+        self.advance(env, progress, poller);
     }
 
     /// Acts on what the lister asked for. A fetch whose dispatch is refused turns into a
     /// failure, never into another fetch, so this ends after at most two steps.
-    fn advance(&mut self, progress: Progress, poller: &mut PoolPoller) {
+    fn advance(&mut self, env: &Env<'_>, progress: Progress, poller: &mut PoolPoller) {
+        let metrics = env.metrics;
         let progress = match progress {
-            Progress::Fetch(request) => match self.dispatch(&request.path) {
+            Progress::Fetch(request) => match self.dispatch(env.host, &request.path) {
                 Ok(token) => {
                     self.lister.sent(token);
                     Progress::Idle
@@ -104,32 +104,32 @@ impl Discovery {
         match progress {
             Progress::Idle | Progress::Fetch(_) => {}
             Progress::Listed { changed } => {
-                self.stats.lists.increment();
+                metrics.increment(self.stats.lists);
                 if let Some(pool) = changed {
-                    self.stats.pool_changes.increment();
+                    metrics.increment(self.stats.pool_changes);
                     log_pool_change(&self.given, &pool);
                     self.given.clone_from(&pool);
                     poller.set_pool(pool);
                 }
             }
-            Progress::Failed(_) => self.stats.failures.increment(),
+            Progress::Failed(_) => metrics.increment(self.stats.failures),
         }
-        self.stats.pods.set(self.lister.pool().len() as u64);
-        self.stats.failing.set(u64::from(self.lister.is_failing()));
+        metrics.set(self.stats.pods, self.lister.pool().len() as u64);
+        metrics.set(self.stats.failing, u64::from(self.lister.is_failing()));
         match self.lister.take_health_change() {
             Some(HealthChange::Failing(error)) => log::warn!(
-                "wasm-epp singleton: kubernetes discovery failing, keeping the last known pool of {} pods: {error}",
+                "wasm-epp pool service: kubernetes discovery failing, keeping the last known pool of {} pods: {error}",
                 self.lister.pool().len()
             ),
-            Some(HealthChange::Up { failures: 0 }) => log::info!("wasm-epp singleton: kubernetes discovery working"),
+            Some(HealthChange::Up { failures: 0 }) => log::info!("wasm-epp pool service: kubernetes discovery working"),
             Some(HealthChange::Up { failures }) => {
-                log::info!("wasm-epp singleton: kubernetes discovery working again after {failures} failed lists")
+                log::info!("wasm-epp pool service: kubernetes discovery working again after {failures} failed lists")
             }
             None => {}
         }
     }
 
-    fn dispatch(&self, path: &str) -> Result<u32, String> {
+    fn dispatch(&self, host: &dyn Host, path: &str) -> Result<u32, String> {
         let config = self.lister.config();
         let headers = vec![
             (":method", "GET"),
@@ -138,9 +138,8 @@ impl Discovery {
             ("accept", "application/json"),
             ("user-agent", "wasm-epp"),
         ];
-        let timeout = Duration::from_millis(config.timeout_ms);
-        hostcalls::dispatch_http_call(&config.cluster, headers, None, vec![], timeout)
-            .map_err(|status| format!("dispatch to cluster {} refused: {status:?}", config.cluster))
+        host.dispatch_call(&config.cluster, &headers, config.timeout_ms)
+            .map_err(|error| format!("dispatch to cluster {} refused: {error}", config.cluster))
     }
 }
 
@@ -148,7 +147,7 @@ fn log_pool_change(before: &[PodAddress], pool: &[PodAddress]) {
     let joined: Vec<&str> = pool.iter().filter(|a| !before.contains(a)).map(PodAddress::as_str).collect();
     let left: Vec<&str> = before.iter().filter(|a| !pool.contains(a)).map(PodAddress::as_str).collect();
     log::info!(
-        "wasm-epp singleton: pool is now {} pods; joined {}; left {}",
+        "wasm-epp pool service: pool is now {} pods; joined {}; left {}",
         pool.len(),
         summarise(&joined),
         summarise(&left)

@@ -48,6 +48,18 @@ pub struct FilterConfig {
     pub weights: ScorerWeights,
     /// Bodies larger than this are routed by load without being parsed.
     pub max_body_bytes: u64,
+    /// Request body bytes all streams of one worker may hold buffered together; a stream
+    /// that would pass it is routed by load at once and its body streamed on unread, so
+    /// slow or huge uploads cannot pin unbounded memory in the plugin.
+    pub max_buffered_bytes: u64,
+    /// How long the filter keeps failing open on the last table after the pool service
+    /// stopped ticking (its heartbeat in shared data). Past it the table's pods are not
+    /// trusted any more (pods move, addresses are reused): the static `pool` is used if
+    /// there is one, else requests get 503.
+    pub fail_open_max_age_ms: u64,
+    /// `GET` on this path is answered 200 by the filter itself while its VM runs: a
+    /// liveness probe through the filter, which fails when the plugin cannot run.
+    pub health_path: String,
     pub invalid_body: InvalidBodyPolicy,
     /// Pod data older than this is not trusted: the pod counts as unknown.
     pub stale_after_ms: u64,
@@ -77,6 +89,9 @@ impl Default for FilterConfig {
             destination_header: "x-gateway-destination-endpoint".into(),
             weights: ScorerWeights::default(),
             max_body_bytes: 4 * 1024 * 1024,
+            max_buffered_bytes: 256 * 1024 * 1024,
+            fail_open_max_age_ms: 5 * 60 * 1000,
+            health_path: "/wasm-epp/healthz".into(),
             invalid_body: InvalidBodyPolicy::Route,
             stale_after_ms: 5_000,
             fallback_destinations: 2,
@@ -127,6 +142,11 @@ impl FilterConfig {
             }
         }
         check_range("max_body_bytes", self.max_body_bytes, 1024, 1 << 30)?;
+        check_range("max_buffered_bytes", self.max_buffered_bytes, self.max_body_bytes, 1 << 34)?;
+        check_range("fail_open_max_age_ms", self.fail_open_max_age_ms, 1_000, 86_400_000)?;
+        if !self.health_path.starts_with('/') || self.health_path.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+            return Err(format!("health_path '{}' must be an absolute path of visible ASCII", self.health_path));
+        }
         check_range("stale_after_ms", self.stale_after_ms, 100, 3_600_000)?;
         check_range("fallback_destinations", u64::from(self.fallback_destinations), 0, 8)?;
         check_range("inflight_expiry_ms", self.inflight_expiry_ms, 1_000, 86_400_000)?;

@@ -22,6 +22,7 @@
 use hashbrown::{HashMap, HashTable};
 
 use crate::pod_table::MAX_PODS;
+use crate::prefix::keyed::HashKey;
 
 /// Entries at most, whatever the configuration says: 16M entries are ~700 MB per worker, far
 /// past any sane setting, and keep slot ids in a `u32` with room for an end-of-list marker.
@@ -29,12 +30,6 @@ pub const MAX_ENTRIES_LIMIT: usize = 1 << 24;
 
 /// "No slot": the end of a list.
 const NIL: u32 = u32::MAX;
-
-/// Mixes the pod into a block hash for the table. Block hashes are already uniform (xxh3), so a
-/// multiply-xor is all the table needs.
-fn key_hash(hash: u64, pod: u16) -> u64 {
-    hash ^ u64::from(pod).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
 
 /// One entry, on its pod's recency list and on the global one (front = most recent).
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +73,8 @@ pub struct PrefixIndex {
     len: usize,
     pods: Vec<Option<Pod>>,
     pod_ids: HashMap<Box<str>, u16>,
+    /// Keys the table's buckets: block hashes are client-chosen (see [`crate::prefix::keyed`]).
+    key: HashKey,
     records: u64,
 }
 
@@ -85,7 +82,13 @@ impl PrefixIndex {
     /// An empty index holding at most `max_entries` (clamped to 1..=[`MAX_ENTRIES_LIMIT`]).
     /// Memory grows with use, never past the bound.
     pub fn new(max_entries: usize) -> Self {
+        Self::with_key(max_entries, HashKey::default())
+    }
+
+    /// As [`Self::new`], with the table keyed by `key` (use a per-VM secret in production).
+    pub fn with_key(max_entries: usize, key: HashKey) -> Self {
         Self {
+            key,
             max_entries: max_entries.clamp(1, MAX_ENTRIES_LIMIT),
             slots: Vec::new(),
             free: NIL,
@@ -262,7 +265,7 @@ impl PrefixIndex {
     fn find(&self, hash: u64, pod: u16) -> Option<u32> {
         let slots = &self.slots;
         let same = |&i: &u32| slots.get(i as usize).is_some_and(|s| s.hash == hash && s.pod == pod);
-        self.table.find(key_hash(hash, pod), same).copied()
+        self.table.find(self.key.hash(hash, u64::from(pod)), same).copied()
     }
 
     fn insert(&mut self, hash: u64, pod: u16) {
@@ -284,9 +287,10 @@ impl PrefixIndex {
             self.slots.push(slot);
             id
         };
-        let slots = &self.slots;
-        self.table
-            .insert_unique(key_hash(hash, pod), id, |&i| slots.get(i as usize).map_or(0, |s| key_hash(s.hash, s.pod)));
+        let (slots, key) = (&self.slots, self.key);
+        self.table.insert_unique(key.hash(hash, u64::from(pod)), id, |&i| {
+            slots.get(i as usize).map_or(0, |s| key.hash(s.hash, u64::from(s.pod)))
+        });
         self.link_front(id);
         self.len += 1;
         if let Some(Some(entry)) = self.pods.get_mut(usize::from(pod)) {
@@ -296,7 +300,7 @@ impl PrefixIndex {
 
     fn remove(&mut self, id: u32) {
         let Some(slot) = self.slots.get(id as usize).copied() else { return };
-        if let Ok(entry) = self.table.find_entry(key_hash(slot.hash, slot.pod), |&i| i == id) {
+        if let Ok(entry) = self.table.find_entry(self.key.hash(slot.hash, u64::from(slot.pod)), |&i| i == id) {
             entry.remove();
         }
         self.unlink(id);

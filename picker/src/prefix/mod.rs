@@ -26,6 +26,7 @@ pub mod events;
 pub mod hash;
 pub mod index;
 mod json;
+pub mod keyed;
 pub mod ring;
 pub mod worker;
 
@@ -42,80 +43,7 @@ pub use worker::{session_key, WorkerPrefix};
 /// 64 × 64 KiB = 4 MiB, in 65 keys that exist forever.
 pub const RING_SEGMENTS: usize = 64;
 
-/// The shared queue on which workers send their decisions to the singleton.
-pub const EVENT_QUEUE: &str = "wasm-epp/v1/prefix-events";
-
-/// The ring's head: the sequence number of the newest segment (see [`ring`]).
-pub const RING_HEAD_KEY: &str = "wasm-epp/v1/prefix-ring/head";
-
-/// The ring's segments; segment `s` lives at `RING_SEGMENT_KEYS[s % RING_SEGMENTS]`. Spelled out,
-/// like the keys in [`crate::keys`], so the whole key set can be read in one place.
-pub const RING_SEGMENT_KEYS: [&str; RING_SEGMENTS] = [
-    "wasm-epp/v1/prefix-ring/0",
-    "wasm-epp/v1/prefix-ring/1",
-    "wasm-epp/v1/prefix-ring/2",
-    "wasm-epp/v1/prefix-ring/3",
-    "wasm-epp/v1/prefix-ring/4",
-    "wasm-epp/v1/prefix-ring/5",
-    "wasm-epp/v1/prefix-ring/6",
-    "wasm-epp/v1/prefix-ring/7",
-    "wasm-epp/v1/prefix-ring/8",
-    "wasm-epp/v1/prefix-ring/9",
-    "wasm-epp/v1/prefix-ring/10",
-    "wasm-epp/v1/prefix-ring/11",
-    "wasm-epp/v1/prefix-ring/12",
-    "wasm-epp/v1/prefix-ring/13",
-    "wasm-epp/v1/prefix-ring/14",
-    "wasm-epp/v1/prefix-ring/15",
-    "wasm-epp/v1/prefix-ring/16",
-    "wasm-epp/v1/prefix-ring/17",
-    "wasm-epp/v1/prefix-ring/18",
-    "wasm-epp/v1/prefix-ring/19",
-    "wasm-epp/v1/prefix-ring/20",
-    "wasm-epp/v1/prefix-ring/21",
-    "wasm-epp/v1/prefix-ring/22",
-    "wasm-epp/v1/prefix-ring/23",
-    "wasm-epp/v1/prefix-ring/24",
-    "wasm-epp/v1/prefix-ring/25",
-    "wasm-epp/v1/prefix-ring/26",
-    "wasm-epp/v1/prefix-ring/27",
-    "wasm-epp/v1/prefix-ring/28",
-    "wasm-epp/v1/prefix-ring/29",
-    "wasm-epp/v1/prefix-ring/30",
-    "wasm-epp/v1/prefix-ring/31",
-    "wasm-epp/v1/prefix-ring/32",
-    "wasm-epp/v1/prefix-ring/33",
-    "wasm-epp/v1/prefix-ring/34",
-    "wasm-epp/v1/prefix-ring/35",
-    "wasm-epp/v1/prefix-ring/36",
-    "wasm-epp/v1/prefix-ring/37",
-    "wasm-epp/v1/prefix-ring/38",
-    "wasm-epp/v1/prefix-ring/39",
-    "wasm-epp/v1/prefix-ring/40",
-    "wasm-epp/v1/prefix-ring/41",
-    "wasm-epp/v1/prefix-ring/42",
-    "wasm-epp/v1/prefix-ring/43",
-    "wasm-epp/v1/prefix-ring/44",
-    "wasm-epp/v1/prefix-ring/45",
-    "wasm-epp/v1/prefix-ring/46",
-    "wasm-epp/v1/prefix-ring/47",
-    "wasm-epp/v1/prefix-ring/48",
-    "wasm-epp/v1/prefix-ring/49",
-    "wasm-epp/v1/prefix-ring/50",
-    "wasm-epp/v1/prefix-ring/51",
-    "wasm-epp/v1/prefix-ring/52",
-    "wasm-epp/v1/prefix-ring/53",
-    "wasm-epp/v1/prefix-ring/54",
-    "wasm-epp/v1/prefix-ring/55",
-    "wasm-epp/v1/prefix-ring/56",
-    "wasm-epp/v1/prefix-ring/57",
-    "wasm-epp/v1/prefix-ring/58",
-    "wasm-epp/v1/prefix-ring/59",
-    "wasm-epp/v1/prefix-ring/60",
-    "wasm-epp/v1/prefix-ring/61",
-    "wasm-epp/v1/prefix-ring/62",
-    "wasm-epp/v1/prefix-ring/63",
-];
+pub use crate::keys::{EVENT_QUEUE, RING_HEAD_KEY, RING_SEGMENT_KEYS};
 
 #[cfg(test)]
 mod tests {

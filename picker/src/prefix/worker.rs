@@ -9,6 +9,8 @@
 use std::collections::VecDeque;
 
 use hashbrown::HashMap;
+
+use crate::prefix::keyed::{HashKey, KeyedState};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::events::{encode_batch, RoutingEvent};
@@ -32,8 +34,8 @@ const SESSION_MARKER: u64 = 0x5e55_1011_ffff_fffe;
 pub const MAX_SESSIONS: usize = 65_536;
 
 /// The index key of a session id: recorded for the session's pod like a one-block chain.
-pub fn session_key(session_id: &str) -> u64 {
-    xxh3_64_with_seed(session_id.as_bytes(), SESSION_SEED)
+pub fn session_key(session_id: impl AsRef<[u8]>) -> u64 {
+    xxh3_64_with_seed(session_id.as_ref(), SESSION_SEED)
 }
 
 /// What a sync with the ring did, for stats.
@@ -47,7 +49,8 @@ pub struct SyncReport {
 /// the same pod for a session (the index would keep every pod a session ever visited).
 #[derive(Default)]
 struct Sessions {
-    pods: HashMap<u64, (String, u32)>,
+    /// Keyed: session keys are hashes of a client's header (see [`crate::prefix::keyed`]).
+    pods: HashMap<u64, (String, u32), KeyedState>,
     order: VecDeque<u64>,
 }
 
@@ -76,9 +79,16 @@ pub struct WorkerPrefix {
 impl WorkerPrefix {
     /// A replica bounded to `max_entries`; a new worker replays the ring's recent history.
     pub fn new(max_entries: usize) -> Self {
+        Self::with_seed(max_entries, 0)
+    }
+
+    /// As [`Self::new`], with client-keyed tables keyed by a secret derived from `seed`
+    /// (give each VM its own: the host clock at start).
+    pub fn with_seed(max_entries: usize, seed: u64) -> Self {
+        let key = HashKey::from_seed(seed);
         Self {
-            index: PrefixIndex::new(max_entries),
-            sessions: Sessions::default(),
+            index: PrefixIndex::with_key(max_entries, key),
+            sessions: Sessions { pods: HashMap::with_hasher(KeyedState(key)), order: VecDeque::new() },
             reader: RingReader::new(StartAt::Oldest),
             pending: VecDeque::new(),
             dropped: 0,

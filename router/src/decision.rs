@@ -10,18 +10,43 @@ use picker::inflight::InflightCounts;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::{choose, PrefixQuery, Route, RoutingView};
-use wasm_epp_host::{now_ms, ProxyStore};
+use wasm_epp_host::Host;
 
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
+#[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Send it to `address`; `destination` is the header value (with fallbacks).
     Routed { address: PodAddress, destination: String },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
-    /// Answer 503: there is no pod at all (the text says why).
-    NoPod(&'static str),
+    /// Answer 503: there is no pod to send it to.
+    NoPod(NoPodReason),
+}
+
+/// Why there is no pod; each is a different operator problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoPodReason {
+    /// Neither a table nor a static pool names any pod.
+    EmptyPool,
+    /// The pool service stopped long ago and there is no static pool to fall back on.
+    DataExpired,
+    /// Worker state was borrowed re-entrantly (cannot happen on one thread; never panic).
+    Busy,
+    /// The host refused the destination header.
+    HeaderRefused,
+}
+
+impl NoPodReason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::EmptyPool => "no pod in the pool",
+            Self::DataExpired => "pod data expired: the pool service has not run for fail_open_max_age_ms",
+            Self::Busy => "worker state busy",
+            Self::HeaderRefused => "destination header refused",
+        }
+    }
 }
 
 /// The prompt as far as routing reads it.
@@ -32,25 +57,28 @@ pub struct Prompt<'a> {
     pub sheddable: bool,
 }
 
-pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
-    let store = ProxyStore;
-    let now = now_ms();
-    let Ok(mut cache) = worker.table.try_borrow_mut() else { return Outcome::NoPod("worker state busy") };
+pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome {
+    let now = host.now_ms();
+    let Ok(mut cache) = worker.table.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     // The tick keeps the table fresh; only a worker that has none yet looks per request.
     if cache.table().is_none() {
-        cache.refresh_counted(&store, worker.stats.table_decode_failed);
+        worker.refresh_table(&mut cache, host);
     }
-    let table = cache.table();
+    // Fail open is bounded in time: a table the pool service stopped refreshing long ago no
+    // longer says who is in the pool.
+    let expired =
+        cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) > worker.config.fail_open_max_age_ms);
+    let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
     let mut hashes = Vec::new();
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
         let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
         if hash_prompt(request, prompt.endpoint, &params, &mut hashes).is_err() {
-            worker.stats.prompt_unhashable.increment();
+            worker.stats.increment(worker.stats.prompt_unhashable);
         }
     }
-    let inflight = InflightCounts::read(&store).unwrap_or_default();
-    let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod("worker state busy") };
+    let inflight = InflightCounts::read(host).unwrap_or_default();
+    let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let last_picked = |pod: &str| prefix.last_picked(pod);
     let query = prefix_config.enabled.then(|| PrefixQuery {
         index: prefix.index(),
@@ -69,14 +97,17 @@ pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
     };
     let route = match worker.random.try_borrow_mut() {
         Ok(mut random) => choose(&view, &worker.policy, &mut random),
-        Err(_) => None,
+        Err(_) => return Outcome::NoPod(NoPodReason::Busy),
     };
+    if expired {
+        worker.stats.increment(worker.stats.fail_open_expired);
+    }
     let Some(Route { address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, .. }) = route else {
-        return Outcome::NoPod("no pod in the pool");
+        return Outcome::NoPod(if expired { NoPodReason::DataExpired } else { NoPodReason::EmptyPool });
     };
-    worker.note_fail_open(fail_open);
+    worker.note_fail_open(fail_open || expired);
     if prompt.sheddable && pool_saturated {
-        worker.stats.shed.increment();
+        worker.stats.increment(worker.stats.shed);
         return Outcome::Shed;
     }
     if prefix_config.enabled {
@@ -86,10 +117,10 @@ pub fn decide(worker: &Worker, prompt: &Prompt<'_>) -> Outcome {
     }
     drop(prefix);
     drop(cache);
-    if inflight.update(&store, address.as_str(), 1, now, worker.config.inflight_expiry_ms).is_err() {
-        worker.stats.inflight_update_failed.increment();
+    if inflight.update(host, address.as_str(), 1, now, worker.config.inflight_expiry_ms).is_err() {
+        worker.stats.increment(worker.stats.inflight_update_failed);
     }
-    worker.stats.count_pick(&address, fail_open, affinity, prefix_match > 0.0);
+    worker.stats.count_pick(&address, fail_open || expired, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
     Outcome::Routed { address, destination }
 }

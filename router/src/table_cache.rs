@@ -1,7 +1,8 @@
-//! A worker's decoded copy of the pod table, refreshed only when its version changes.
+//! A worker's decoded copy of the pod table, refreshed only when its version changes, and
+//! when the pool service was last seen alive.
 //!
-//! The version lives in its own 8-byte key, so the per-request cost is one tiny shared-data
-//! read; the table itself is copied and decoded once per publish, not once per request.
+//! The version lives in its own 8-byte key, so a refresh that finds nothing new costs one
+//! tiny shared-data read; the table itself is copied and decoded once per publish.
 
 use picker::keys;
 use picker::pod_table::{decode_version, PodTable};
@@ -13,17 +14,24 @@ pub struct TableCache {
     table: Option<PodTable>,
     /// A table arrived whose pod list the prefix index has not been trimmed to yet.
     pods_changed: bool,
+    /// The pool service's last heartbeat (host ms); `None` if it never wrote one.
+    service_seen_ms: Option<u64>,
 }
 
-/// What a refresh found, for the caller's stats.
-enum Refresh {
+/// What a refresh found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refresh {
     Unchanged,
     Updated,
+    /// A new version whose table could not be used; the last good table is kept.
     DecodeFailed(String),
 }
 
 impl TableCache {
-    fn refresh(&mut self, store: &dyn SharedStore) -> Refresh {
+    pub fn refresh(&mut self, store: &dyn SharedStore) -> Refresh {
+        if let Ok((Some(bytes), _)) = store.get(keys::SERVICE_HEARTBEAT) {
+            self.service_seen_ms = decode_version(&bytes).or(self.service_seen_ms);
+        }
         let version = match store.get(keys::POD_TABLE_VERSION) {
             Ok((Some(bytes), _)) => decode_version(&bytes),
             _ => None,
@@ -36,35 +44,30 @@ impl TableCache {
             Ok((None, _)) => return Refresh::DecodeFailed("version published without a table".into()),
             Err(error) => return Refresh::DecodeFailed(format!("{error:?}")),
         };
+        // Whatever happens below, this version has been seen: a bad table is not re-read
+        // every tick; a newer publish replaces it.
+        self.version = version;
         match PodTable::decode(&bytes) {
             Ok(table) => {
-                self.version = version;
-                let old_pods =
-                    self.table.as_ref().map(|t| t.pods.iter().map(|p| p.address.clone()).collect::<Vec<_>>());
-                let new_pods: Vec<String> = table.pods.iter().map(|p| p.address.clone()).collect();
-                self.pods_changed |= old_pods.is_some_and(|old| old != new_pods);
+                let same_pods = self.table.as_ref().is_some_and(|old| {
+                    old.pods.len() == table.pods.len()
+                        && old.pods.iter().zip(&table.pods).all(|(a, b)| a.address == b.address)
+                });
+                self.pods_changed |= self.table.is_some() && !same_pods;
                 self.table = Some(table);
                 Refresh::Updated
             }
-            Err(reason) => {
-                // Keep the last good table; a newer publish will replace it.
-                self.version = version;
-                Refresh::DecodeFailed(reason)
-            }
-        }
-    }
-
-    /// [`Self::refresh`], counting and logging a table that does not decode (the last good
-    /// one is kept). The one place both the tick and a table-less request refresh through.
-    pub fn refresh_counted(&mut self, store: &dyn SharedStore, decode_failed: wasm_epp_host::Counter) {
-        if let Refresh::DecodeFailed(reason) = self.refresh(store) {
-            decode_failed.increment();
-            log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+            Err(reason) => Refresh::DecodeFailed(reason),
         }
     }
 
     pub fn table(&self) -> Option<&PodTable> {
         self.table.as_ref()
+    }
+
+    /// When the pool service last ticked, if it ever wrote a heartbeat.
+    pub fn service_seen_ms(&self) -> Option<u64> {
+        self.service_seen_ms
     }
 
     /// The pool's addresses, once after each change of membership (not of load).

@@ -1,0 +1,228 @@
+//! [`MockHost`]: the host in memory, recording what the code under test asked of it.
+//!
+//! It keeps the real semantics where logic depends on them: shared data has CAS and no
+//! delete ([`picker::store::MemoryStore`]), queues are FIFO and resolvable only once
+//! registered, metric values accumulate. Tests set the request (headers, body), the clock
+//! and a call's answer, then read back headers written, replies sent, calls dispatched and
+//! metric values.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+
+use picker::store::{MemoryStore, SharedStore, StoreError, Versioned};
+
+use crate::error::{HostError, HostResult};
+use crate::headers::HeaderMap;
+use crate::{Host, MetricKind};
+
+/// A local reply the code sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u32,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// An outgoing call the code dispatched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub token: u32,
+    pub cluster: String,
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Default)]
+pub struct MockHost {
+    pub clock_ms: Cell<u64>,
+    pub seed: Cell<u64>,
+    pub store: MemoryStore,
+    pub configuration: RefCell<Vec<u8>>,
+    pub headers: RefCell<HeaderMap>,
+    pub body: RefCell<Vec<u8>>,
+    pub replies: RefCell<Vec<Reply>>,
+    pub queues: RefCell<BTreeMap<String, u32>>,
+    pub queue_messages: RefCell<BTreeMap<u32, VecDeque<Vec<u8>>>>,
+    pub calls: RefCell<Vec<Call>>,
+    /// The answer the next `call_response_*` reads: `(status, body)`; `None` = no answer.
+    pub call_answer: RefCell<Option<(u16, Vec<u8>)>>,
+    /// Refuse every dispatch (an unknown cluster, as Envoy answers BadArgument).
+    pub refuse_calls: Cell<bool>,
+    /// Fail every shared-data access (a host in trouble).
+    pub fail_store: Cell<bool>,
+    pub metric_names: RefCell<Vec<(String, MetricKind)>>,
+    pub metric_values: RefCell<Vec<u64>>,
+    pub tick_period_ms: Cell<Option<u64>>,
+}
+
+impl MockHost {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the current request's headers and body.
+    pub fn set_request(&self, headers: &[(&str, &str)], body: &[u8]) {
+        *self.headers.borrow_mut() = HeaderMap::from_pairs(headers);
+        *self.body.borrow_mut() = body.to_vec();
+    }
+
+    /// The current value of the request header `name` as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.borrow().get(name).map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// A metric's value by name (summed if defined twice, as Envoy shares one stat).
+    pub fn metric(&self, name: &str) -> u64 {
+        let names = self.metric_names.borrow();
+        let values = self.metric_values.borrow();
+        names.iter().zip(values.iter()).filter(|((n, _), _)| n == name).map(|(_, v)| *v).sum()
+    }
+
+    pub fn advance(&self, ms: u64) {
+        self.clock_ms.set(self.clock_ms.get() + ms);
+    }
+
+    fn store_check(&self) -> Result<(), StoreError> {
+        if self.fail_store.get() {
+            return Err(StoreError::Host("mock: store failing".into()));
+        }
+        Ok(())
+    }
+}
+
+impl SharedStore for MockHost {
+    fn get(&self, key: &str) -> Result<Versioned, StoreError> {
+        self.store_check()?;
+        self.store.get(key)
+    }
+
+    fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
+        self.store_check()?;
+        self.store.set(key, value, cas)
+    }
+}
+
+fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs.iter().map(|(n, v)| ((*n).to_string(), (*v).to_string())).collect()
+}
+
+impl Host for MockHost {
+    fn now_ms(&self) -> u64 {
+        self.clock_ms.get()
+    }
+
+    fn random_seed(&self) -> u64 {
+        self.seed.get()
+    }
+
+    fn set_tick_period_ms(&self, period_ms: u64) -> HostResult<()> {
+        self.tick_period_ms.set(Some(period_ms));
+        Ok(())
+    }
+
+    fn plugin_configuration(&self, _size: usize) -> HostResult<Vec<u8>> {
+        Ok(self.configuration.borrow().clone())
+    }
+
+    fn vm_id(&self) -> Option<String> {
+        Some("wasm-epp".into())
+    }
+
+    fn request_headers(&self) -> HostResult<HeaderMap> {
+        Ok(self.headers.borrow().clone())
+    }
+
+    fn set_request_header(&self, name: &str, value: &[u8]) -> HostResult<()> {
+        let mut headers = self.headers.borrow_mut();
+        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> =
+            headers.iter().filter(|(n, _)| *n != name.as_bytes()).map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+        pairs.push((name.as_bytes().to_vec(), value.to_vec()));
+        *headers = HeaderMap::new(pairs);
+        Ok(())
+    }
+
+    fn remove_request_header(&self, name: &str) -> HostResult<()> {
+        let mut headers = self.headers.borrow_mut();
+        let pairs = headers.iter().filter(|(n, _)| *n != name.as_bytes()).map(|(n, v)| (n.to_vec(), v.to_vec()));
+        *headers = HeaderMap::new(pairs.collect());
+        Ok(())
+    }
+
+    fn request_body(&self, size: usize) -> HostResult<Vec<u8>> {
+        let body = self.body.borrow();
+        Ok(body.get(..size.min(body.len())).unwrap_or_default().to_vec())
+    }
+
+    fn send_reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) -> HostResult<()> {
+        self.replies.borrow_mut().push(Reply { status, headers: owned(headers), body: body.to_vec() });
+        Ok(())
+    }
+
+    fn register_queue(&self, name: &str) -> HostResult<u32> {
+        let mut queues = self.queues.borrow_mut();
+        let next = u32::try_from(queues.len()).unwrap_or(u32::MAX).saturating_add(1);
+        let id = *queues.entry(name.to_string()).or_insert(next);
+        self.queue_messages.borrow_mut().entry(id).or_default();
+        Ok(id)
+    }
+
+    fn resolve_queue(&self, _vm_id: &str, name: &str) -> HostResult<Option<u32>> {
+        Ok(self.queues.borrow().get(name).copied())
+    }
+
+    fn enqueue(&self, queue: u32, message: &[u8]) -> HostResult<()> {
+        match self.queue_messages.borrow_mut().get_mut(&queue) {
+            Some(messages) => {
+                messages.push_back(message.to_vec());
+                Ok(())
+            }
+            None => Err(HostError { call: "enqueue_shared_queue", status: 1 }),
+        }
+    }
+
+    fn dequeue(&self, queue: u32) -> HostResult<Option<Vec<u8>>> {
+        match self.queue_messages.borrow_mut().get_mut(&queue) {
+            Some(messages) => Ok(messages.pop_front()),
+            None => Err(HostError { call: "dequeue_shared_queue", status: 1 }),
+        }
+    }
+
+    fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], _timeout_ms: u64) -> HostResult<u32> {
+        if self.refuse_calls.get() {
+            return Err(HostError { call: "http_call", status: 2 });
+        }
+        let mut calls = self.calls.borrow_mut();
+        let token = u32::try_from(calls.len()).unwrap_or(u32::MAX).saturating_add(1);
+        calls.push(Call { token, cluster: cluster.to_string(), headers: owned(headers) });
+        Ok(token)
+    }
+
+    fn call_response_status(&self) -> Option<u16> {
+        self.call_answer.borrow().as_ref().map(|(status, _)| *status)
+    }
+
+    fn call_response_body(&self, size: usize, max: usize) -> HostResult<Vec<u8>> {
+        let answer = self.call_answer.borrow();
+        let body = answer.as_ref().map(|(_, body)| body.as_slice()).unwrap_or_default();
+        Ok(body.get(..size.min(max).min(body.len())).unwrap_or_default().to_vec())
+    }
+
+    fn define_metric(&self, kind: MetricKind, name: &str) -> HostResult<u32> {
+        let mut names = self.metric_names.borrow_mut();
+        names.push((name.to_string(), kind));
+        self.metric_values.borrow_mut().push(0);
+        Ok(u32::try_from(names.len() - 1).unwrap_or(u32::MAX))
+    }
+
+    fn increment_metric(&self, id: u32, by: u64) -> HostResult<()> {
+        let mut values = self.metric_values.borrow_mut();
+        let slot = values.get_mut(id as usize).ok_or(HostError { call: "increment_metric", status: 2 })?;
+        *slot = slot.saturating_add(by);
+        Ok(())
+    }
+
+    fn record_metric(&self, id: u32, value: u64) -> HostResult<()> {
+        let mut values = self.metric_values.borrow_mut();
+        *values.get_mut(id as usize).ok_or(HostError { call: "record_metric", status: 2 })? = value;
+        Ok(())
+    }
+}

@@ -1,0 +1,54 @@
+//! From the plugin's configuration bytes to a [`Worker`], or a reason to refuse to start.
+
+use picker::config::{parse_json, FilterConfig};
+use picker::inflight::InflightCounts;
+use wasm_epp_host::{Host, HostError};
+
+use crate::worker::Worker;
+
+/// Why the filter refuses to start (logged by the glue; Envoy then fails the plugin).
+#[derive(Debug)]
+pub enum ConfigureError {
+    /// The configuration could not be read from the host.
+    Unreadable(HostError),
+    /// Not JSON, or a field unknown or of the wrong type.
+    Parse(String),
+    /// A value out of its bounds.
+    Invalid(String),
+    /// The tick that refreshes tables and shares decisions could not be started.
+    Tick(HostError),
+}
+
+impl std::fmt::Display for ConfigureError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unreadable(error) => write!(f, "cannot read plugin configuration: {error}"),
+            Self::Parse(reason) => write!(f, "{reason}"),
+            Self::Invalid(reason) => write!(f, "invalid configuration: {reason}"),
+            Self::Tick(error) => write!(f, "cannot set tick period: {error}"),
+        }
+    }
+}
+
+/// Reads, parses and validates the configuration, starts the tick (at the shorter of the
+/// prefix sync interval and, in no-singleton mode, the poll interval) and builds the worker.
+pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, ConfigureError> {
+    let bytes = host.plugin_configuration(size).map_err(ConfigureError::Unreadable)?;
+    let config: FilterConfig = parse_json(&bytes).map_err(ConfigureError::Parse)?;
+    let pool = config.validate().map_err(ConfigureError::Invalid)?;
+    if let Err(error) = InflightCounts::ensure_key(host) {
+        log::warn!("wasm-epp filter: in-flight key not initialised: {error:?}");
+    }
+    let periods = [Some(config.prefix.sync_interval_ms), config.poller.as_ref().map(|p| p.poll_interval_ms)];
+    if let Some(period) = periods.into_iter().flatten().min() {
+        host.set_tick_period_ms(period).map_err(ConfigureError::Tick)?;
+    }
+    let vm_id = host.vm_id().unwrap_or_else(|| "wasm-epp".to_string());
+    log::info!(
+        "wasm-epp filter configured: fallback pool of {} pods, weights {:?}, prefix affinity {}, vm_id {vm_id}",
+        pool.len(),
+        config.weights,
+        if config.prefix.enabled { "on" } else { "off" },
+    );
+    Ok(Worker::new(config, pool, vm_id, seed))
+}

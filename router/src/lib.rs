@@ -1,0 +1,29 @@
+//! The request path of one Envoy worker, in request order:
+//!
+//! 1. [`configure`]: the plugin configuration is parsed and validated into a [`Worker`]
+//!    (or refused with the reason: the plugin then fails to start, never on a request).
+//! 2. [`stream::RequestStream`]: one per request. Headers: client destination headers
+//!    removed, health probe answered, the request held; body: buffered (bounded per stream
+//!    and per worker), parsed; then [`decision`] picks a pod and the destination header is
+//!    written, or [`reply`] answers 400/429/503 itself. At the end of the stream its
+//!    in-flight count is released.
+//! 3. [`tick`]: every `prefix.sync_interval_ms`, the worker refreshes its pod table, shares
+//!    its decisions with the other workers and learns theirs, and flushes its stats.
+//!
+//! Every host call goes through [`wasm_epp_host::Host`]: in Envoy the `filter` crate passes
+//! the real host; tests and benchmarks pass a `MockHost`.
+
+#![forbid(unsafe_code)]
+
+pub mod configure;
+pub mod decision;
+pub mod reply;
+pub mod stats;
+pub mod stream;
+pub mod table_cache;
+pub mod tick;
+pub mod worker;
+
+pub use configure::{configure, ConfigureError};
+pub use stream::{RequestStream, Step};
+pub use worker::Worker;

@@ -1,0 +1,86 @@
+//! The filter's stats, counted in Wasm memory and flushed on the tick (see
+//! `wasm_epp_host::metrics`). Names are `wasm_epp.*` (`wasm_epp_*` in Prometheus).
+
+use picker::address::PodAddress;
+use wasm_epp_host::{Counter, Metrics};
+
+/// Per-pod pick counters: `wasm_epp.picks.pod.<ip_port>` -> `wasm_epp_picks{pod=...}`.
+const PICKS_FAMILY: &str = "wasm_epp.picks.pod";
+
+pub struct Stats {
+    pub metrics: Metrics,
+    pub routed: Counter,
+    pub fail_open: Counter,
+    pub fail_open_expired: Counter,
+    pub affinity: Counter,
+    pub prefix_matched: Counter,
+    pub no_pod: Counter,
+    pub shed: Counter,
+    pub body_invalid: Counter,
+    pub body_rejected: Counter,
+    pub body_over_limit: Counter,
+    pub buffer_cap_reached: Counter,
+    pub header_read_failed: Counter,
+    pub prompt_unhashable: Counter,
+    pub forged_destination: Counter,
+    pub inflight_update_failed: Counter,
+    pub table_decode_failed: Counter,
+    pub prefix_events_sent: Counter,
+    pub prefix_events_learned: Counter,
+    pub prefix_send_failed: Counter,
+    pub prefix_send_skipped: Counter,
+    pub prefix_ring_lost: Counter,
+    pub health_probes: Counter,
+}
+
+impl Stats {
+    pub fn define() -> Self {
+        let metrics = Metrics::new();
+        let c = |name: &str| metrics.counter(name);
+        Self {
+            routed: c("wasm_epp.requests_routed"),
+            fail_open: c("wasm_epp.fail_open"),
+            fail_open_expired: c("wasm_epp.fail_open_expired"),
+            affinity: c("wasm_epp.affinity_picks"),
+            prefix_matched: c("wasm_epp.prefix_matched_picks"),
+            no_pod: c("wasm_epp.no_pod"),
+            shed: c("wasm_epp.shed"),
+            body_invalid: c("wasm_epp.body_invalid"),
+            body_rejected: c("wasm_epp.body_rejected"),
+            body_over_limit: c("wasm_epp.body_over_limit"),
+            buffer_cap_reached: c("wasm_epp.buffer_cap_reached"),
+            header_read_failed: c("wasm_epp.header_read_failed"),
+            prompt_unhashable: c("wasm_epp.prompt_unhashable"),
+            forged_destination: c("wasm_epp.forged_destination_removed"),
+            inflight_update_failed: c("wasm_epp.inflight_update_failed"),
+            table_decode_failed: c("wasm_epp.table_decode_failed"),
+            prefix_events_sent: c("wasm_epp.prefix_events_sent"),
+            prefix_events_learned: c("wasm_epp.prefix_events_learned"),
+            prefix_send_failed: c("wasm_epp.prefix_send_failed"),
+            prefix_send_skipped: c("wasm_epp.prefix_send_skipped"),
+            prefix_ring_lost: c("wasm_epp.prefix_ring_segments_lost"),
+            health_probes: c("wasm_epp.health_probes"),
+            metrics,
+        }
+    }
+
+    pub fn increment(&self, counter: Counter) {
+        self.metrics.increment(counter);
+    }
+
+    pub fn add(&self, counter: Counter, by: u64) {
+        self.metrics.add(counter, by);
+    }
+
+    pub fn count_pick(&self, pod: &PodAddress, fail_open: bool, affinity: bool, prefix_matched: bool) {
+        self.increment(self.routed);
+        for (happened, counter) in
+            [(fail_open, self.fail_open), (affinity, self.affinity), (prefix_matched, self.prefix_matched)]
+        {
+            if happened {
+                self.increment(counter);
+            }
+        }
+        self.metrics.add_labelled(PICKS_FAMILY, &pod.stat_label(), 1);
+    }
+}

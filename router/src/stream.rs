@@ -1,0 +1,230 @@
+//! One request: hold the headers, buffer the body, pick a pod, write the destination.
+//!
+//! Envoy needs `allow_on_headers_stop_iteration: true` for this: headers are held
+//! ([`Step::Pause`]) while the body is buffered (paused until end of stream), then the
+//! header is set and both continue. Requests with no body, or a body over the configured
+//! limits, are routed by load at once without reading it. A client's own destination
+//! headers are always removed first, so only the picker's choice can reach the pool.
+//! Header values are bytes: a value that is not UTF-8 is simply not a number or a session.
+
+use std::rc::Rc;
+
+use picker::address::PodAddress;
+use picker::config::InvalidBodyPolicy;
+use picker::inflight::InflightCounts;
+use picker::prefix::session_key;
+use picker::request::{parse_request, Endpoint, InferenceRequest};
+use wasm_epp_host::{HeaderMap, Host};
+
+use crate::decision::{decide, NoPodReason, Outcome, Prompt};
+use crate::reply::{send_error, send_json};
+use crate::worker::Worker;
+
+/// Headers a pool cluster could follow besides the configured one; none may come from a
+/// client: the protocol's default name, ORIGINAL_DST's own, and P/D's prefill address.
+const CLIENT_FORBIDDEN_HEADERS: [&str; 3] =
+    ["x-gateway-destination-endpoint", "x-envoy-original-dst-host", "x-prefiller-host-port"];
+
+/// What the glue should answer Envoy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Continue,
+    Pause,
+}
+
+pub struct RequestStream {
+    worker: Rc<Worker>,
+    endpoint: Endpoint,
+    /// The pod this request was sent to, once routed (its in-flight count is released at the end).
+    routed_to: Option<PodAddress>,
+    /// Answered locally or routed: later body chunks just pass.
+    decided: bool,
+    /// The client marked the request sheddable (negative priority).
+    sheddable: bool,
+    /// Key of the request's session header, if it had one.
+    session: Option<u64>,
+    /// Bytes of this stream counted in the worker's buffered total.
+    buffered: u64,
+}
+
+impl RequestStream {
+    pub fn new(worker: Rc<Worker>) -> Self {
+        Self {
+            worker,
+            endpoint: Endpoint::Other,
+            routed_to: None,
+            decided: false,
+            sheddable: false,
+            session: None,
+            buffered: 0,
+        }
+    }
+
+    pub fn on_request_headers(&mut self, host: &dyn Host, end_of_stream: bool) -> Step {
+        let headers = match host.request_headers() {
+            Ok(headers) => headers,
+            Err(error) => {
+                // Nothing read, so nothing to trust: route by load, and still strip.
+                self.worker.stats.increment(self.worker.stats.header_read_failed);
+                log::warn!("wasm-epp: cannot read request headers: {error}");
+                HeaderMap::default()
+            }
+        };
+        self.remove_client_destination(host, &headers);
+        let config = &self.worker.config;
+        let path = headers.get_text(":path").unwrap_or_default();
+        if end_of_stream && path == config.health_path && headers.get_text(":method") == Some("GET") {
+            return self.answer_health(host);
+        }
+        self.sheddable =
+            headers.get_text(&config.priority_header).and_then(|v| v.parse::<i64>().ok()).is_some_and(|p| p < 0);
+        self.session = headers.get(&config.prefix.session_header).map(|id| session_key(trim_bytes(id)));
+        self.endpoint = Endpoint::from_path(path);
+        let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
+        if end_of_stream || self.endpoint == Endpoint::Other {
+            return self.route(host, None);
+        }
+        if declared_length.is_some_and(|len| len > config.max_body_bytes) {
+            self.worker.stats.increment(self.worker.stats.body_over_limit);
+            return self.route(host, None);
+        }
+        Step::Pause
+    }
+
+    pub fn on_request_body(&mut self, host: &dyn Host, body_size: usize, end_of_stream: bool) -> Step {
+        if self.decided {
+            return Step::Continue;
+        }
+        let size = body_size as u64;
+        if size > self.worker.config.max_body_bytes {
+            // Streamed without a declared length and grew past the limit: stop buffering.
+            self.worker.stats.increment(self.worker.stats.body_over_limit);
+            return self.route(host, None);
+        }
+        self.account_buffered(size);
+        if self.worker.buffered_bytes.get() > self.worker.config.max_buffered_bytes {
+            // Every stream of this worker together holds too much: this one goes on unread.
+            self.worker.stats.increment(self.worker.stats.buffer_cap_reached);
+            return self.route(host, None);
+        }
+        if !end_of_stream {
+            return Step::Pause;
+        }
+        let body = match host.request_body(body_size) {
+            Ok(body) => body,
+            Err(error) => {
+                log::warn!("wasm-epp: cannot read request body: {error}");
+                Vec::new()
+            }
+        };
+        match parse_request(&body, self.endpoint) {
+            Ok(request) => self.route(host, Some(&request)),
+            Err(error) => {
+                self.worker.stats.increment(self.worker.stats.body_invalid);
+                if self.worker.config.invalid_body == InvalidBodyPolicy::Reject {
+                    self.worker.stats.increment(self.worker.stats.body_rejected);
+                    self.finish_buffering();
+                    self.decided = true;
+                    send_error(host, 400, "invalid_request_error", &error.to_string());
+                    return Step::Pause;
+                }
+                self.route(host, None)
+            }
+        }
+    }
+
+    /// The stream ended (completed, failed or reset): release what it held.
+    pub fn on_log(&mut self, host: &dyn Host) {
+        self.finish_buffering();
+        let Some(address) = self.routed_to.take() else { return };
+        let expiry = self.worker.config.inflight_expiry_ms;
+        let now = host.now_ms();
+        let done = InflightCounts::read(host).and_then(|c| c.update(host, address.as_str(), -1, now, expiry));
+        if done.is_err() {
+            self.worker.stats.increment(self.worker.stats.inflight_update_failed);
+        }
+    }
+
+    /// Removes every client copy of a header the pool cluster could follow.
+    fn remove_client_destination(&self, host: &dyn Host, headers: &HeaderMap) {
+        let configured = self.worker.config.destination_header.as_str();
+        for name in std::iter::once(configured).chain(CLIENT_FORBIDDEN_HEADERS) {
+            if headers.contains(name) {
+                self.worker.stats.increment(self.worker.stats.forged_destination);
+                if let Err(error) = host.remove_request_header(name) {
+                    log::warn!("wasm-epp: cannot remove client header {name}: {error}");
+                }
+            }
+        }
+    }
+
+    fn account_buffered(&mut self, size: u64) {
+        let total = &self.worker.buffered_bytes;
+        total.set(total.get().saturating_sub(self.buffered).saturating_add(size));
+        self.buffered = size;
+    }
+
+    fn finish_buffering(&mut self) {
+        let total = &self.worker.buffered_bytes;
+        total.set(total.get().saturating_sub(std::mem::take(&mut self.buffered)));
+    }
+
+    /// Decides, then acts: sets the header and continues, or answers locally.
+    fn route(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>) -> Step {
+        self.finish_buffering();
+        self.decided = true;
+        let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
+        match decide(&self.worker, host, &prompt) {
+            Outcome::Routed { address, destination } => {
+                let header = &self.worker.config.destination_header;
+                if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
+                    log::error!("wasm-epp: cannot set destination header: {error}");
+                    // Counted as in flight by the decision: release it now.
+                    self.routed_to = Some(address);
+                    self.on_log(host);
+                    return self.no_pod(host, NoPodReason::HeaderRefused);
+                }
+                self.routed_to = Some(address);
+                Step::Continue
+            }
+            Outcome::Shed => {
+                send_error(
+                    host,
+                    429,
+                    "rate_limit_exceeded",
+                    "wasm-epp: every inference pod is saturated; sheddable request refused",
+                );
+                Step::Pause
+            }
+            Outcome::NoPod(why) => self.no_pod(host, why),
+        }
+    }
+
+    fn no_pod(&self, host: &dyn Host, why: NoPodReason) -> Step {
+        self.worker.stats.increment(self.worker.stats.no_pod);
+        send_error(
+            host,
+            503,
+            "service_unavailable",
+            &format!("wasm-epp: no inference pod available ({})", why.describe()),
+        );
+        Step::Pause
+    }
+
+    fn answer_health(&mut self, host: &dyn Host) -> Step {
+        self.decided = true;
+        self.worker.stats.increment(self.worker.stats.health_probes);
+        let (pods, healthy) = match self.worker.table.try_borrow() {
+            Ok(cache) => cache.table().map_or((0, 0), |t| (t.pods.len(), t.pods.iter().filter(|p| p.healthy).count())),
+            Err(_) => (0, 0),
+        };
+        send_json(host, &serde_json::json!({"status": "ok", "pods": pods, "healthy_pods": healthy}));
+        Step::Pause
+    }
+}
+
+fn trim_bytes(value: &[u8]) -> &[u8] {
+    let start = value.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(value.len());
+    let end = value.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |i| i + 1);
+    value.get(start..end).unwrap_or_default()
+}

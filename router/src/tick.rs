@@ -1,0 +1,81 @@
+//! The worker's tick: refresh the pod table, share this worker's routing decisions, learn
+//! everyone's, flush the stats.
+//!
+//! Decisions go to the pool service over a shared queue, one batch per tick (each enqueue
+//! wakes Envoy's main thread, so never one per request). The service appends them to the
+//! ring in shared data, which every worker reads here. A shared queue has no bound of its
+//! own, so a worker queues only while the service's heartbeat is recent: with the service
+//! gone, batches are dropped and counted, and the worker routes on its own decisions.
+
+use picker::prefix::EVENT_QUEUE;
+use wasm_epp_host::{Host, HostError, HostResult};
+
+use crate::worker::Worker;
+
+/// A heartbeat older than this means nobody drains the queue: stop adding to it. Twenty
+/// poll intervals of the default 100 ms: a busy main thread does not trip it.
+pub const QUEUE_STALE_AFTER_MS: u64 = 2_000;
+
+pub fn on_tick(worker: &Worker, host: &dyn Host) {
+    sync(worker, host);
+    worker.stats.metrics.flush(host);
+}
+
+fn sync(worker: &Worker, host: &dyn Host) {
+    if !worker.serving.get() {
+        return;
+    }
+    let Ok(mut cache) = worker.table.try_borrow_mut() else { return };
+    // The table is refreshed here, not per request: a new one is published at most once per
+    // poll interval, and a tick is shorter than that.
+    worker.refresh_table(&mut cache, host);
+    if !worker.config.prefix.enabled {
+        return;
+    }
+    let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return };
+    if let Some(pods) = cache.take_new_pod_list() {
+        prefix.retain_pods(|pod| pods.iter().any(|p| p == pod));
+    }
+    let now = host.now_ms();
+    let service_alive = cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) <= QUEUE_STALE_AFTER_MS);
+    if let Some(batch) = prefix.take_batch() {
+        if !service_alive {
+            worker.stats.increment(worker.stats.prefix_send_skipped);
+        } else {
+            match send(worker, host, &batch) {
+                Ok(()) => worker.stats.increment(worker.stats.prefix_events_sent),
+                Err(_) => worker.stats.increment(worker.stats.prefix_send_failed),
+            }
+        }
+    }
+    let default_capacity = worker.config.prefix.default_capacity_blocks;
+    let table = cache.table();
+    let capacity_of = |pod: &str| table.and_then(|t| t.capacity_blocks(pod)).unwrap_or(default_capacity);
+    match prefix.sync_from_ring(host, &capacity_of) {
+        Ok(report) => {
+            worker.stats.add(worker.stats.prefix_events_learned, report.events as u64);
+            worker.stats.add(worker.stats.prefix_ring_lost, report.lost_segments);
+        }
+        Err(error) => log::debug!("wasm-epp: prefix ring not readable: {error:?}"),
+    }
+}
+
+/// Enqueues a batch for the pool service, resolving its queue on first use.
+fn send(worker: &Worker, host: &dyn Host, batch: &[u8]) -> HostResult<()> {
+    let queue = match worker.event_queue.get() {
+        Some(queue) => queue,
+        None => {
+            let queue = host
+                .resolve_queue(&worker.vm_id, EVENT_QUEUE)?
+                .ok_or(HostError { call: "resolve_shared_queue (not registered yet)", status: 1 })?;
+            worker.event_queue.set(Some(queue));
+            queue
+        }
+    };
+    let result = host.enqueue(queue, batch);
+    if result.is_err() {
+        // The service may have restarted with a new queue: resolve again next time.
+        worker.event_queue.set(None);
+    }
+    result
+}

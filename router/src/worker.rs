@@ -1,0 +1,76 @@
+//! What every request on one worker thread shares: the validated configuration, the
+//! decoded pod table, the prefix index replica, the tie-breaker, the stats and the bytes
+//! all its streams hold buffered.
+
+use std::cell::{Cell, RefCell};
+
+use picker::address::PodAddress;
+use picker::config::FilterConfig;
+use picker::prefix::WorkerPrefix;
+use picker::random::TieBreaker;
+use picker::scheduler::Policy;
+
+use crate::stats::Stats;
+use crate::table_cache::{Refresh, TableCache};
+
+pub struct Worker {
+    pub config: FilterConfig,
+    pub policy: Policy,
+    pub fallback_pool: Vec<PodAddress>,
+    pub table: RefCell<TableCache>,
+    pub prefix: RefCell<WorkerPrefix>,
+    pub random: RefCell<TieBreaker>,
+    pub stats: Stats,
+    /// The pool service's event queue, once resolved (it may register after us).
+    pub event_queue: Cell<Option<u32>>,
+    /// The `vm_id` shared with the pool service (queues are resolved by it).
+    pub vm_id: String,
+    /// Request body bytes held by all of this worker's streams together.
+    pub buffered_bytes: Cell<u64>,
+    /// Whether the last pick failed open, so the change is logged once, not per request.
+    failing_open: Cell<bool>,
+    /// This root has created an HTTP context: it serves requests. Envoy's main-thread root
+    /// never does, and must not keep (and sync) a prefix replica for nothing.
+    pub serving: Cell<bool>,
+}
+
+impl Worker {
+    /// `seed` differs per VM: it seeds tie-breaking and the prefix index's keyed hashing.
+    pub fn new(config: FilterConfig, fallback_pool: Vec<PodAddress>, vm_id: String, seed: u64) -> Self {
+        Self {
+            policy: config.policy(),
+            prefix: RefCell::new(WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)),
+            config,
+            fallback_pool,
+            table: RefCell::new(TableCache::default()),
+            random: RefCell::new(TieBreaker::new(seed)),
+            stats: Stats::define(),
+            event_queue: Cell::new(None),
+            vm_id,
+            buffered_bytes: Cell::new(0),
+            failing_open: Cell::new(false),
+            serving: Cell::new(false),
+        }
+    }
+
+    /// Refreshes the table, counting and logging one that does not decode (the last good
+    /// one is kept). The one place both the tick and a table-less request refresh through.
+    pub fn refresh_table(&self, cache: &mut TableCache, store: &dyn picker::store::SharedStore) {
+        if let Refresh::DecodeFailed(reason) = cache.refresh(store) {
+            self.stats.increment(self.stats.table_decode_failed);
+            log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+        }
+    }
+
+    /// Logs when picking starts or stops failing open (no usable pod data).
+    pub fn note_fail_open(&self, fail_open: bool) {
+        if self.failing_open.replace(fail_open) == fail_open {
+            return;
+        }
+        if fail_open {
+            log::warn!("wasm-epp: no fresh pod data (singleton absent, stale or every scrape failing): routing by in-flight counts only");
+        } else {
+            log::info!("wasm-epp: fresh pod data again: routing by load");
+        }
+    }
+}
