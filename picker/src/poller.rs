@@ -87,6 +87,23 @@ impl PoolPoller {
         self.dirty = true;
     }
 
+    /// Continues after a table someone published before us (a previous leader, the
+    /// singleton before a VM reload): versions go on from its version, so workers do not
+    /// mistake our first table for one they already have, and pods it knew keep their
+    /// state (epoch, health, last load), so what the workers learned about their caches
+    /// stays valid; the first round of scrapes then updates it. A restart during the
+    /// handover itself is not seen (no counter to compare with yet).
+    pub fn resume_from(&mut self, published: &PodTable) {
+        self.version = self.version.max(published.version);
+        for record in &mut self.pods {
+            if let Some(old) = published.pods.iter().find(|p| p.address == record.state.address) {
+                record.state = old.clone();
+            }
+        }
+        let highest = published.pods.iter().map(|p| p.epoch).chain(self.pods.iter().map(|r| r.state.epoch)).max();
+        self.next_epoch = self.next_epoch.max(highest.unwrap_or(0).saturating_add(1));
+    }
+
     /// Pods due for a scrape now: every pod without a scrape in flight, plus pods whose
     /// scrape has outlived its timeout (the host should have answered; never wait forever).
     pub fn due(&self, now_ms: u64) -> Vec<PodAddress> {

@@ -8,7 +8,7 @@
 
 use picker::config::{parse_json, PollerConfig};
 use picker::keys;
-use picker::pod_table::encode_version;
+use picker::pod_table::{encode_version, PodTable};
 use picker::poller::{PoolPoller, ScrapeOutcome, ScrapeResult};
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
@@ -36,6 +36,12 @@ impl Stats {
             data_age_ms: metrics.gauge("wasm_epp.data_age_ms"),
         }
     }
+}
+
+/// The table already in shared data, if any (left by a previous leader or VM).
+fn published_table(host: &dyn Host) -> Option<PodTable> {
+    let (bytes, _) = host.get(keys::POD_TABLE).ok()?;
+    PodTable::decode(&bytes?).ok()
 }
 
 #[derive(Default)]
@@ -80,7 +86,11 @@ impl PoolService {
             config.metrics_cluster
         );
         self.stats = Some(Stats::define(&self.metrics));
-        self.poller = Some(PoolPoller::new(config, pool));
+        let mut poller = PoolPoller::new(config, pool);
+        if let Some(published) = published_table(host) {
+            poller.resume_from(&published);
+        }
+        self.poller = Some(poller);
         if self.relay.is_none() {
             // Without the relay, workers still route on their own decisions: not fatal.
             match EventRelay::start(host, &self.metrics) {

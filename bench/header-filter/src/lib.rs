@@ -9,18 +9,21 @@
 //! - `buffer` — pause in headers and body until end of stream, then write the header
 //!   (the same callback pattern as wasm-epp; needs `allow_on_headers_stop_iteration`);
 //!   without it the header is written in `on_http_request_headers` and the request goes on.
-//! - `read` — with `buffer`, also copy the whole body into the VM (`get_buffer`) and
+//! - `read` — with `buffer`, also copy the whole body into the VM and
 //!   drop it: the copy wasm-epp needs before it can parse, without the parse.
 //! - every other word is a pod address; requests take them in turn (per worker).
+//!
+//! Host calls go through `wasm_epp_host::ProxyHost`, the same seam wasm-epp uses, so the
+//! two differ only in what they do, not in how they call Envoy.
 
 #![forbid(unsafe_code)]
 
 use std::cell::Cell;
 use std::rc::Rc;
 
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
-use proxy_wasm::types::{Action, BufferType, ContextType, LogLevel, MapType};
+use proxy_wasm::types::{Action, ContextType, LogLevel};
+use wasm_epp_host::{Host, ProxyHost};
 
 /// The header an ORIGINAL_DST cluster with `use_http_header: true` follows.
 const DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
@@ -70,10 +73,10 @@ impl Context for HeaderRoot {}
 
 impl RootContext for HeaderRoot {
     fn on_configure(&mut self, size: usize) -> bool {
-        let bytes = hostcalls::get_buffer(BufferType::PluginConfiguration, 0, size).ok().flatten().unwrap_or_default();
+        let bytes = ProxyHost.plugin_configuration(size).unwrap_or_default();
         let settings = Settings::parse(&String::from_utf8_lossy(&bytes));
         if settings.pool.is_empty() {
-            let _ = hostcalls::log(LogLevel::Error, "header-only-filter: configuration names no pod address");
+            log::error!("header-only-filter: configuration names no pod address");
             return false;
         }
         self.settings = Some(Rc::new(settings));
@@ -81,6 +84,7 @@ impl RootContext for HeaderRoot {
     }
 
     fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        // The SDK panics on None: a root that failed to configure never gets requests anyway.
         let settings = self.settings.clone()?;
         Some(Box::new(HeaderOnly { settings }))
     }
@@ -97,7 +101,7 @@ struct HeaderOnly {
 impl HeaderOnly {
     fn set_destination(&self) -> Action {
         if let Some(address) = self.settings.next_destination() {
-            let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, DESTINATION_HEADER, Some(address));
+            let _ = ProxyHost.set_request_header(DESTINATION_HEADER, address.as_bytes());
         }
         Action::Continue
     }
@@ -121,7 +125,7 @@ impl HttpContext for HeaderOnly {
             return Action::Pause;
         }
         if self.settings.read_body {
-            let body = hostcalls::get_buffer(BufferType::HttpRequestBody, 0, body_size).ok().flatten();
+            let body = ProxyHost.request_body(body_size).ok();
             std::hint::black_box(body);
         }
         self.set_destination()

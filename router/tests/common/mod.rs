@@ -1,0 +1,103 @@
+//! A worker on a [`MockHost`], and the pool service's side of shared data, for tests.
+
+// Test support: a failed unwrap is a failed test; each test file uses a subset.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::rc::Rc;
+
+use picker::address::PodAddress;
+use picker::keys;
+use picker::pod_table::{encode_version, PodState, PodTable};
+use wasm_epp_host::{Host, MockHost, SharedStore};
+use wasm_epp_router::{configure, RequestStream, Step, Worker};
+
+pub const NOW: u64 = 1_700_000_000_000;
+
+pub struct Bench {
+    pub host: MockHost,
+    pub worker: Rc<Worker>,
+}
+
+/// What one request ended as.
+#[derive(Debug)]
+pub struct Answer {
+    pub headers_step: Step,
+    pub body_step: Option<Step>,
+    /// The destination header written, if any.
+    pub destination: Option<String>,
+    /// The local reply's status, if the filter answered itself.
+    pub reply: Option<u32>,
+}
+
+impl Bench {
+    pub fn new(config: &str) -> Self {
+        let host = MockHost::new();
+        host.clock_ms.set(NOW);
+        *host.configuration.borrow_mut() = config.as_bytes().to_vec();
+        let worker = configure(&host, config.len(), 7).unwrap();
+        worker.serving.set(true);
+        Self { host, worker: Rc::new(worker) }
+    }
+
+    /// Publishes a table of healthy pods (`(address, waiting)`), as the pool service does,
+    /// with its heartbeat.
+    pub fn publish(&self, version: u64, pods: &[(&str, f64)]) {
+        let mut table =
+            PodTable { version, published_at_ms: self.host.now_ms(), poll_interval_ms: 100, ..PodTable::default() };
+        for (address, waiting) in pods {
+            let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+            pod.healthy = true;
+            pod.waiting = *waiting;
+            pod.kv_usage = Some(0.1);
+            pod.last_success_ms = self.host.now_ms();
+            table.pods.push(pod);
+        }
+        self.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+        self.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
+        self.heartbeat();
+    }
+
+    pub fn heartbeat(&self) {
+        self.host.set(keys::SERVICE_HEARTBEAT, &encode_version(self.host.now_ms()), None).unwrap();
+    }
+
+    pub fn tick(&self) {
+        wasm_epp_router::tick::on_tick(&self.worker, &self.host);
+    }
+
+    /// Runs one request through headers and (if held) body, without ending it.
+    pub fn request(&self, headers: &[(&str, &str)], body: &str) -> (RequestStream, Answer) {
+        self.host.replies.borrow_mut().clear();
+        self.host.set_request(headers, body.as_bytes());
+        let mut stream = RequestStream::new(self.worker.clone());
+        let headers_step = stream.on_request_headers(&self.host, body.is_empty());
+        let body_step = (headers_step == Step::Pause && self.host.replies.borrow().is_empty() && !body.is_empty())
+            .then(|| stream.on_request_body(&self.host, body.len(), true));
+        let answer = Answer {
+            headers_step,
+            body_step,
+            destination: self.host.header("x-gateway-destination-endpoint"),
+            reply: self.host.replies.borrow().last().map(|r| r.status),
+        };
+        (stream, answer)
+    }
+
+    /// One whole request: routed or answered, then ended.
+    pub fn complete(&self, headers: &[(&str, &str)], body: &str) -> Answer {
+        let (mut stream, answer) = self.request(headers, body);
+        stream.on_log(&self.host);
+        answer
+    }
+
+    /// A counter as the host will see it after the next flush.
+    pub fn stat(&self, name: &str) -> u64 {
+        self.worker.stats.metrics.pending(name) + self.host.metric(name)
+    }
+}
+
+pub fn completion(prompt: &str) -> String {
+    format!(r#"{{"model":"m","prompt":"{prompt}","max_tokens":4}}"#)
+}
+
+pub const COMPLETIONS: [(&str, &str); 3] =
+    [(":method", "POST"), (":path", "/v1/completions"), ("content-type", "application/json")];

@@ -1,0 +1,221 @@
+//! The whole request path of one worker, natively: every branch the filter takes in Envoy.
+
+mod common;
+
+use common::{completion, Bench, COMPLETIONS, NOW};
+use picker::keys;
+use wasm_epp_host::{HeaderMap, SharedStore};
+use wasm_epp_router::Step;
+
+const POOL: [(&str, f64); 3] = [("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0), ("10.0.0.3:8000", 0.0)];
+
+fn members(destination: &str) -> Vec<&str> {
+    destination.split(',').collect()
+}
+
+#[test]
+fn routes_to_a_pool_member_with_fallbacks_and_releases_in_flight_at_the_end() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &POOL);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion("hello"));
+    assert_eq!(answer.headers_step, Step::Pause, "headers held while the body is read");
+    assert_eq!(answer.body_step, Some(Step::Continue));
+    let destination = answer.destination.unwrap();
+    let chosen = members(&destination);
+    assert_eq!(chosen.len(), 3, "chosen plus two fallbacks: {destination}");
+    assert!(chosen.iter().all(|a| POOL.iter().any(|(p, _)| p == a)));
+    let inflight = picker::inflight::InflightCounts::read(&bench.host).unwrap();
+    assert_eq!(inflight.count(chosen[0], NOW, 60_000), 1);
+    stream.on_log(&bench.host);
+    let inflight = picker::inflight::InflightCounts::read(&bench.host).unwrap();
+    assert_eq!(inflight.count(chosen[0], NOW, 60_000), 0);
+    assert_eq!(bench.stat("wasm_epp.requests_routed"), 1);
+}
+
+#[test]
+fn a_request_before_any_tick_uses_the_published_table_not_the_static_pool() {
+    let bench = Bench::new(r#"{"pool": ["10.9.9.9:8000"], "fallback_destinations": 0}"#);
+    bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
+    let answer = bench.complete(&COMPLETIONS, &completion("catch up"));
+    assert_eq!(answer.destination.as_deref(), Some("10.0.0.1:8000"));
+}
+
+#[test]
+fn client_destination_headers_are_removed_and_counted_whatever_their_bytes() {
+    let bench = Bench::new(r#"{"destination_header": "x-my-destination"}"#);
+    bench.publish(1, &POOL);
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> =
+        COMPLETIONS.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())).collect();
+    for name in
+        ["x-my-destination", "x-gateway-destination-endpoint", "x-envoy-original-dst-host", "x-prefiller-host-port"]
+    {
+        pairs.push((name.as_bytes().to_vec(), b"6.6.6.6:6666".to_vec()));
+    }
+    pairs.push((b"x-anything".to_vec(), b"caf\xe9".to_vec()));
+    pairs.push((b"x-session-id".to_vec(), b"\xff\xfe\x00".to_vec()));
+    pairs.push((b"x-gateway-inference-priority".to_vec(), b"\xe9".to_vec()));
+    bench.host.set_request(&[], completion("bytes").as_bytes());
+    *bench.host.headers.borrow_mut() = HeaderMap::new(pairs);
+    let mut stream = wasm_epp_router::RequestStream::new(bench.worker.clone());
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    assert_eq!(stream.on_request_body(&bench.host, completion("bytes").len(), true), Step::Continue);
+    let headers = bench.host.headers.borrow();
+    for name in ["x-gateway-destination-endpoint", "x-envoy-original-dst-host", "x-prefiller-host-port"] {
+        assert!(headers.get(name).is_none(), "{name} survived");
+    }
+    let ours = String::from_utf8(headers.get("x-my-destination").unwrap().to_vec()).unwrap();
+    assert!(!ours.contains("6.6.6.6"), "the client's value was kept: {ours}");
+    assert_eq!(bench.stat("wasm_epp.forged_destination_removed"), 4);
+}
+
+#[test]
+fn the_health_path_is_answered_by_the_filter() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &POOL);
+    bench.tick();
+    let answer = bench.complete(&[(":method", "GET"), (":path", "/wasm-epp/healthz")], "");
+    assert_eq!(answer.reply, Some(200));
+    assert_eq!(answer.destination, None, "no pod is asked");
+    let body: serde_json::Value = serde_json::from_slice(&bench.host.replies.borrow().last().unwrap().body).unwrap();
+    assert_eq!(body["healthy_pods"], 3);
+}
+
+#[test]
+fn an_invalid_body_is_routed_by_default_and_rejected_when_configured() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &POOL);
+    let answer = bench.complete(&COMPLETIONS, "{not json");
+    assert!(answer.destination.is_some());
+    assert_eq!(bench.stat("wasm_epp.body_invalid"), 1);
+
+    let strict = Bench::new(r#"{"invalid_body": "reject"}"#);
+    strict.publish(1, &POOL);
+    let answer = strict.complete(&COMPLETIONS, "{not json");
+    assert_eq!(answer.reply, Some(400));
+    assert_eq!(answer.destination, None);
+}
+
+#[test]
+fn a_sheddable_request_gets_429_when_every_pod_is_saturated() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &[("10.0.0.1:8000", 500.0), ("10.0.0.2:8000", 500.0)]);
+    let mut headers = COMPLETIONS.to_vec();
+    headers.push(("x-gateway-inference-priority", "-1"));
+    assert_eq!(bench.complete(&headers, &completion("x")).reply, Some(429));
+    let normal = bench.complete(&COMPLETIONS, &completion("x"));
+    assert!(normal.destination.is_some(), "only sheddable requests are shed");
+}
+
+#[test]
+fn no_pod_anywhere_is_503() {
+    let bench = Bench::new("{}");
+    assert_eq!(bench.complete(&COMPLETIONS, &completion("x")).reply, Some(503));
+    assert_eq!(bench.stat("wasm_epp.no_pod"), 1);
+}
+
+#[test]
+fn stale_pod_data_fails_open_and_is_counted() {
+    let bench = Bench::new(r#"{"fallback_destinations": 0}"#);
+    bench.publish(1, &POOL);
+    bench.host.advance(10_000); // past stale_after_ms (5 s), the service still beating
+    bench.heartbeat();
+    bench.tick();
+    let answer = bench.complete(&COMPLETIONS, &completion("x"));
+    assert!(POOL.iter().any(|(p, _)| Some(*p) == answer.destination.as_deref()));
+    assert_eq!(bench.stat("wasm_epp.fail_open"), 1);
+}
+
+#[test]
+fn fail_open_ends_when_the_pool_service_has_been_gone_too_long() {
+    let bench = Bench::new(r#"{"fail_open_max_age_ms": 60000}"#);
+    bench.publish(1, &POOL);
+    bench.host.advance(59_000);
+    assert!(bench.complete(&COMPLETIONS, &completion("x")).destination.is_some(), "within the bound");
+    bench.host.advance(2_000);
+    let answer = bench.complete(&COMPLETIONS, &completion("x"));
+    assert_eq!(answer.reply, Some(503), "the last table's pods are no longer trusted");
+    assert_eq!(bench.stat("wasm_epp.fail_open_expired"), 1);
+
+    // With a static pool, that pool is what remains.
+    let with_pool = Bench::new(r#"{"fail_open_max_age_ms": 60000, "pool": ["10.9.9.9:8000"]}"#);
+    with_pool.publish(1, &POOL);
+    with_pool.host.advance(61_000);
+    let answer = with_pool.complete(&COMPLETIONS, &completion("x"));
+    assert_eq!(answer.destination.as_deref(), Some("10.9.9.9:8000"));
+}
+
+#[test]
+fn a_table_that_does_not_decode_keeps_the_last_good_one() {
+    let bench = Bench::new(r#"{"fallback_destinations": 0}"#);
+    bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
+    bench.tick();
+    bench.host.set(keys::POD_TABLE, b"\x00garbage", None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &picker::pod_table::encode_version(2), None).unwrap();
+    bench.tick();
+    assert_eq!(bench.stat("wasm_epp.table_decode_failed"), 1);
+    let answer = bench.complete(&COMPLETIONS, &completion("x"));
+    assert_eq!(answer.destination.as_deref(), Some("10.0.0.1:8000"));
+}
+
+#[test]
+fn bodies_over_the_limits_are_routed_unread() {
+    let bench = Bench::new(r#"{"max_body_bytes": 1024, "max_buffered_bytes": 4096}"#);
+    bench.publish(1, &POOL);
+    // Declared too long: routed at the headers.
+    let mut headers = COMPLETIONS.to_vec();
+    headers.push(("content-length", "5000"));
+    bench.host.set_request(&headers, b"");
+    let mut stream = wasm_epp_router::RequestStream::new(bench.worker.clone());
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Continue);
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.body_over_limit"), 1);
+
+    // Slow uploads of 1,000 bytes each: the fifth passes the worker's 4,096-byte cap.
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        bench.host.set_request(&COMPLETIONS, &[b' '; 1000]);
+        let mut stream = wasm_epp_router::RequestStream::new(bench.worker.clone());
+        assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+        let step = stream.on_request_body(&bench.host, 1000, false);
+        held.push((stream, step));
+    }
+    let steps: Vec<Step> = held.iter().map(|(_, step)| *step).collect();
+    assert_eq!(steps, [Step::Pause, Step::Pause, Step::Pause, Step::Pause, Step::Continue]);
+    assert_eq!(bench.stat("wasm_epp.buffer_cap_reached"), 1);
+    assert_eq!(bench.worker.buffered_bytes.get(), 4000);
+    for (mut stream, _) in held {
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(bench.worker.buffered_bytes.get(), 0, "every byte accounted back");
+}
+
+#[test]
+fn decisions_are_queued_only_while_the_pool_service_is_alive() {
+    let bench = Bench::new("{}");
+    let queue = wasm_epp_host::Host::register_queue(&bench.host, keys::EVENT_QUEUE).unwrap();
+    bench.publish(1, &POOL);
+    let long_prompt = "a shared system prompt that spans several blocks ".repeat(20);
+    bench.complete(&COMPLETIONS, &completion(&long_prompt));
+    bench.tick();
+    assert_eq!(bench.host.queue_messages.borrow()[&queue].len(), 1, "one batch per tick");
+    assert_eq!(bench.stat("wasm_epp.prefix_events_sent"), 1);
+
+    // The service stops beating: nobody drains the queue, so it must not grow.
+    bench.host.advance(5_000);
+    for _ in 0..10 {
+        bench.complete(&COMPLETIONS, &completion(&long_prompt));
+        bench.tick();
+    }
+    assert_eq!(bench.host.queue_messages.borrow()[&queue].len(), 1);
+    assert_eq!(bench.stat("wasm_epp.prefix_send_skipped"), 10);
+}
+
+#[test]
+fn stats_reach_the_host_on_the_tick_only() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &POOL);
+    bench.complete(&COMPLETIONS, &completion("x"));
+    assert_eq!(bench.host.metric("wasm_epp.requests_routed"), 0);
+    bench.tick();
+    assert_eq!(bench.host.metric("wasm_epp.requests_routed"), 1);
+}
