@@ -150,8 +150,25 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
     }
 }
 
+/// Adapters kept per list: vLLM's `--max-loras` is a small number (its default is 1; GPUs
+/// hold a few dozen at most), so a longer list is a pod lying or flooding.
+pub const MAX_ADAPTERS_PER_LIST: usize = 64;
+
+/// Longest adapter name kept, in bytes; longer names are dropped, not cut (a cut name
+/// would match a different adapter).
+pub const MAX_ADAPTER_NAME_BYTES: usize = 256;
+
+/// A comma-separated adapter list, bounded in count and name length: it is stored in the
+/// pod table and published to every worker, so a pod may not make it grow without limit.
 fn split_list(value: Option<&str>) -> Vec<String> {
-    value.unwrap_or("").split(',').map(str::trim).filter(|name| !name.is_empty()).map(str::to_string).collect()
+    value
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty() && name.len() <= MAX_ADAPTER_NAME_BYTES)
+        .take(MAX_ADAPTERS_PER_LIST)
+        .map(str::to_string)
+        .collect()
 }
 
 #[cfg(test)]
@@ -173,6 +190,15 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blo
 vllm:lora_requests_info{max_lora="2",running_lora_adapters="a",waiting_lora_adapters=""} 1.7e9
 vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"} 1.8e9
 "#;
+
+    #[test]
+    fn adapter_lists_from_a_lying_pod_are_bounded() {
+        let many: Vec<String> = (0..10_000).map(|i| format!("adapter-{i}")).collect();
+        let long = "x".repeat(MAX_ADAPTER_NAME_BYTES + 1);
+        let list = split_list(Some(&format!("{long},{}", many.join(","))));
+        assert_eq!(list.len(), MAX_ADAPTERS_PER_LIST);
+        assert_eq!(list.first().map(String::as_str), Some("adapter-0"), "an over-long name is dropped");
+    }
 
     #[test]
     fn sums_engines_and_reads_info_labels() {

@@ -96,6 +96,13 @@ impl PodTable {
             Err(_) => false,
         });
         table.pods.truncate(MAX_PODS);
+        for pod in &mut table.pods {
+            // Bounded again on the way in: the table crosses a trust boundary (shared data).
+            for list in [&mut pod.running_loras, &mut pod.waiting_loras] {
+                list.retain(|name| name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES);
+                list.truncate(crate::metrics_text::MAX_ADAPTERS_PER_LIST);
+            }
+        }
         Ok(table)
     }
 }
