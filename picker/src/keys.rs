@@ -7,7 +7,7 @@
 
 /// The pod table published by the singleton (see [`crate::pod_table`]).
 pub const POD_TABLE: &str = "wasm-epp/v1/pod-table";
-/// A tiny key holding the pod table's version, read per request before the large table.
+/// A tiny key holding the pod table's version, read on each worker tick before the large table.
 pub const POD_TABLE_VERSION: &str = "wasm-epp/v1/pod-table-version";
 /// Requests in flight per pod, summed over every worker (see [`crate::inflight`]).
 pub const INFLIGHT: &str = "wasm-epp/v1/inflight";

@@ -1,7 +1,7 @@
 //! The pod table: what the singleton knows about every pod, as the filter reads it.
 //!
 //! Published as one JSON value under [`crate::keys::POD_TABLE`] with its version under
-//! [`crate::keys::POD_TABLE_VERSION`], so a worker reads the tiny version key per request
+//! [`crate::keys::POD_TABLE_VERSION`], so a worker reads the tiny version key on each tick
 //! and decodes the table only when it changed. Decoding trusts nothing: an entry whose
 //! address is not a literal `ip:port` is dropped, so it can never become a destination.
 
