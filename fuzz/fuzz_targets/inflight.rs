@@ -1,105 +1,81 @@
-//! In-flight counts (`inflight::InflightCounts` over `store::MemoryStore`): arbitrary stored
-//! bytes, then arbitrary reads, updates and corruptions. Never panics; an update always lands
-//! (one writer here, so a CAS miss is only a corruption in between, fixed by the re-read); the
-//! stored value never holds more than `MAX_PODS` entries; what is written reads back as the
-//! same counts; a pod that was just sent a request counts at least one.
+//! In-flight counts (`inflight::WorkerInflight`, several workers over one `MemoryStore`):
+//! arbitrary starts, ends, ticks, clock jumps and slot corruptions. Never panics; a worker's
+//! own count of a pod is exactly its starts minus its ends (never negative) until it
+//! expires; after every worker has ticked three times with no change in between, each sees every
+//! live worker's counts; at most `MAX_SLOTS` workers hold a slot, never two the same one.
 
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use picker::inflight::InflightCounts;
-use picker::keys;
-use picker::pod_table::MAX_PODS;
+use picker::inflight::{WorkerInflight, MAX_SLOTS};
+use picker::keys::INFLIGHT_SLOT_KEYS;
 use picker::store::{MemoryStore, SharedStore};
 use picker_fuzz::ADDRESSES;
 
+/// Workers in one run: enough to see sharing, few enough to stay fast.
+const WORKERS: usize = 4;
+/// No count expires in a run (expiry has its own unit test).
+const EXPIRY_MS: u64 = u64::MAX;
+
 #[derive(Arbitrary, Debug)]
 enum Op {
-    /// Another writer (or a bug) puts these bytes in the key.
-    Corrupt(Vec<u8>),
-    EnsureKey,
-    Read,
-    Update {
-        address: u8,
-        delta: i8,
-        expiry_ms: u32,
-    },
-    /// Another writer stored counts for this many distinct pods (past `MAX_PODS` too): the
-    /// next update must bring the stored value back within the bound.
-    Fill {
-        first_port: u16,
-        count: u16,
-    },
-    Advance(u32),
-    /// The host clock jumps (backwards too).
-    SetClock(u64),
+    Start { worker: u8, address: u8 },
+    End { worker: u8, address: u8 },
+    Tick { worker: u8 },
+    /// Another writer (or a bug) puts these bytes in a slot.
+    Corrupt { slot: u8, bytes: Vec<u8> },
+    Advance(u16),
 }
 
-#[derive(Arbitrary, Debug)]
-struct Input {
-    ops: Vec<Op>,
-    initial: Vec<u8>,
-}
-
-fuzz_target!(|input: Input| {
+fuzz_target!(|ops: Vec<Op>| {
     let store = MemoryStore::new();
-    if !input.initial.is_empty() {
-        store.set(keys::INFLIGHT, &input.initial, None).expect("memory store set");
-    }
-    let mut counts = InflightCounts::read(&store).expect("memory store read");
-    let mut now: u64 = 1_000_000;
-    for op in input.ops.into_iter().take(64) {
+    let mut workers: Vec<WorkerInflight> = (0..WORKERS).map(|_| WorkerInflight::new()).collect();
+    let mut expected = [[0u32; 8]; WORKERS];
+    let mut now = 1_000_000u64;
+    let mut corrupted = false;
+    for op in ops.into_iter().take(512) {
         match op {
-            Op::Corrupt(bytes) => store.set(keys::INFLIGHT, &bytes, None).expect("memory store set"),
-            Op::EnsureKey => InflightCounts::ensure_key(&store).expect("memory store"),
-            Op::Read => counts = InflightCounts::read(&store).expect("memory store read"),
-            Op::Update { address, delta, expiry_ms } => {
-                let address = ADDRESSES[usize::from(address) % ADDRESSES.len()];
-                let expiry = u64::from(expiry_ms);
-                counts = counts
-                    .update(&store, address, i32::from(delta), now, expiry)
-                    .expect("a single writer's update always lands");
-                if delta > 0 && !address.is_empty() {
-                    assert!(counts.count(address, now, expiry) >= 1, "{address} was just sent a request");
-                }
-                check_stored(&store, &counts, now, expiry);
+            Op::Start { worker, address } => {
+                let (w, a) = (usize::from(worker) % WORKERS, usize::from(address) % ADDRESSES.len().min(8));
+                workers[w].started(ADDRESSES[a], now);
+                expected[w][a] += 1;
             }
-            Op::Fill { first_port, count } => {
-                let mut value = Vec::new();
-                for port in (0..count % 1500).map(|i| first_port.wrapping_add(i)) {
-                    let address = format!("10.1.0.1:{port}");
-                    value.push(address.len() as u8);
-                    value.extend_from_slice(address.as_bytes());
-                    value.extend_from_slice(&1u32.to_le_bytes());
-                    value.extend_from_slice(&now.to_le_bytes());
-                }
-                store.set(keys::INFLIGHT, &value, None).expect("memory store set");
+            Op::End { worker, address } => {
+                let (w, a) = (usize::from(worker) % WORKERS, usize::from(address) % ADDRESSES.len().min(8));
+                workers[w].finished(ADDRESSES[a], now);
+                expected[w][a] = expected[w][a].saturating_sub(1);
             }
-            Op::Advance(ms) => now = now.saturating_add(u64::from(ms)),
-            Op::SetClock(ms) => now = ms,
+            Op::Tick { worker } => {
+                workers[usize::from(worker) % WORKERS].sync(&store, now, EXPIRY_MS);
+            }
+            Op::Corrupt { slot, bytes } => {
+                let key = INFLIGHT_SLOT_KEYS[usize::from(slot) % MAX_SLOTS];
+                store.set(key, &bytes, None).expect("memory store set");
+                corrupted = true;
+            }
+            Op::Advance(ms) => now += u64::from(ms),
+        }
+        for (w, worker) in workers.iter().enumerate() {
+            for (a, address) in ADDRESSES.iter().take(8).enumerate() {
+                assert_eq!(worker.local_count(address), expected[w][a], "own count of {address}");
+            }
+        }
+    }
+    if corrupted {
+        return; // A corrupted slot may hide its owner's counts until the owner ticks again.
+    }
+    // Three rounds of ticks at one instant: a worker whose stale slot was taken notices and
+    // claims another, every worker publishes, then every worker reads everyone.
+    for _ in 0..3 {
+        for worker in &mut workers {
+            worker.sync(&store, now, EXPIRY_MS);
+        }
+    }
+    for (a, address) in ADDRESSES.iter().take(8).enumerate() {
+        let total: u32 = expected.iter().map(|w| w[a]).sum();
+        for worker in &workers {
+            assert_eq!(worker.count(address), total, "every worker sees every count of {address}");
         }
     }
 });
-
-/// The stored value is within its bound and reads back as the counts just written.
-fn check_stored(store: &MemoryStore, counts: &InflightCounts, now: u64, expiry: u64) {
-    let (bytes, _) = store.get(keys::INFLIGHT).expect("memory store read");
-    let entries = count_entries(bytes.as_deref().unwrap_or_default());
-    assert!(entries <= MAX_PODS, "{entries} entries stored, bound is {MAX_PODS}");
-    let read_back = InflightCounts::read(store).expect("memory store read");
-    for address in ADDRESSES {
-        assert_eq!(read_back.count(address, now, expiry), counts.count(address, now, expiry), "{address}");
-    }
-}
-
-/// Whole entries in the documented layout: `[len u8][address][count u32][updated_ms u64]`.
-fn count_entries(mut bytes: &[u8]) -> usize {
-    let mut entries = 0;
-    while let Some((&len, rest)) = bytes.split_first() {
-        let Some(after) = rest.get(usize::from(len) + 12..) else { break };
-        entries += 1;
-        bytes = after;
-    }
-    entries
-}

@@ -9,28 +9,25 @@
 use libfuzzer_sys::fuzz_target;
 use picker::address::PodAddress;
 use picker::config::ScorerWeights;
-use picker::inflight::InflightCounts;
+use picker::inflight::WorkerInflight;
 use picker::pod_table::PodTable;
 use picker::prefix::PrefixIndex;
 use picker::random::TieBreaker;
 use picker::route::{choose, PrefixQuery, RoutingView};
 use picker::scheduler::Policy;
-use picker::store::MemoryStore;
 
 const STALE_AFTER_MS: u64 = 5_000;
-const EXPIRY_MS: u64 = 60_000;
 /// The request's prompt blocks; pod `i` of the table is recorded holding the first `i % 6`.
 const HASHES: [u64; 5] = [11, 22, 33, 44, 55];
 
 fuzz_target!(|data: &[u8]| {
     let Ok(table) = PodTable::decode(data) else { return };
     let fallback_pool: Vec<PodAddress> = PodAddress::parse("10.0.0.9:80").into_iter().collect();
-    let store = MemoryStore::new();
-    let mut inflight = InflightCounts::read(&store).expect("memory store read");
+    let mut inflight = WorkerInflight::new();
     let mut index = PrefixIndex::new(4096);
     for (i, pod) in table.pods.iter().enumerate().take(16) {
         for _ in 0..i % 4 {
-            inflight = inflight.update(&store, &pod.address, 1, 0, EXPIRY_MS).expect("update lands");
+            inflight.started(&pod.address, 0);
         }
         index.record(&pod.address, pod.epoch, HASHES.get(..i % 6).unwrap_or(&HASHES), 64);
     }
@@ -74,11 +71,10 @@ fuzz_target!(|data: &[u8]| {
                 let view = RoutingView {
                     table: Some(&table),
                     fallback_pool: &fallback_pool,
-                    inflight: &inflight,
+                    inflight: &|pod: &str| inflight.count(pod),
                     prefix,
                     now_ms,
                     stale_after_ms: STALE_AFTER_MS,
-                    inflight_expiry_ms: EXPIRY_MS,
                 };
                 let Some(route) = choose(&view, policy, &mut TieBreaker::new(seed)) else {
                     panic!("no pod chosen from {} table pods and a pool of {}", table.pods.len(), fallback_pool.len())

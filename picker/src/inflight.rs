@@ -1,198 +1,205 @@
-//! Requests in flight per pod, counted exactly across every worker thread.
+//! Requests in flight per pod, as one worker sees them: its own exactly, every other
+//! worker's as of that worker's last tick.
 //!
 //! Polled metrics are ~100 ms old; a burst that arrives meanwhile would all land on the
 //! pod that looked idle. So each worker counts what it dispatches and what completes, in
-//! one shared-data key updated by compare-and-swap: every worker sees every other worker's
-//! picks at once. A count that never comes down (a stream whose end the VM never saw) is
-//! ignored after an expiry instead of weighing on its pod forever.
+//! its own memory (no host call per request), and on every tick publishes its counts in a
+//! slot of shared data and reads the other workers' slots. A pick therefore sees its own
+//! worker's burst at once and the other workers' within one tick (`prefix.sync_interval_ms`,
+//! 20 ms). A worker claims a free slot with compare-and-swap under an id no other VM has;
+//! a slot its owner stopped refreshing for [`SLOT_STALE_MS`] (the VM died or was reloaded)
+//! is ignored by readers and may be claimed again, so dead workers' counts never linger.
 
-use crate::keys;
+use hashbrown::HashMap;
+
+use crate::keys::INFLIGHT_SLOT_KEYS;
 use crate::pod_table::MAX_PODS;
 use crate::store::{SharedStore, StoreError};
 
-/// CAS retries per update. Workers collide rarely (a few µs window), so a handful is ample;
-/// past it the update is dropped and counted by the caller, never spun on.
-pub const MAX_CAS_RETRIES: usize = 16;
+/// Worker slots at most: Envoy runs one VM per worker thread (`--concurrency`, usually the
+/// core count); 32 covers any gateway we expect. Workers beyond it count only their own.
+pub const MAX_SLOTS: usize = 32;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    address: String,
+/// A slot not refreshed for this long belongs to a gone VM: 100 ticks of the default 20 ms.
+pub const SLOT_STALE_MS: u64 = 2_000;
+
+/// Slot value header: owner id (u64 LE), then refresh time in ms (u64 LE).
+const HEADER_BYTES: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Local {
     count: u32,
     updated_ms: u64,
 }
 
-/// A decoded copy of the shared counts and the version it was read at.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InflightCounts {
-    entries: Vec<Entry>,
-    cas: Option<u32>,
+/// This worker's view of the requests in flight per pod.
+#[derive(Debug, Default)]
+pub struct WorkerInflight {
+    /// This worker's own requests, exact.
+    local: HashMap<String, Local>,
+    /// The other workers' counts, summed, as of the last sync.
+    others: HashMap<String, u32>,
+    /// The slot this worker publishes in, once claimed.
+    slot: Option<usize>,
+    /// This VM's id (from [`crate::vm_id`]), once it has one.
+    owner: Option<u64>,
 }
 
-impl InflightCounts {
-    /// Reads the shared counts; a missing or corrupt value reads as all zero.
-    pub fn read(store: &dyn SharedStore) -> Result<Self, StoreError> {
-        let (bytes, cas) = store.get(keys::INFLIGHT)?;
-        let entries = bytes.as_deref().map(decode).unwrap_or_default();
-        Ok(Self { entries, cas })
+/// What one sync did, for stats.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SyncReport {
+    /// This worker has a slot (its counts reach the others).
+    pub published: bool,
+    /// Live slots of other workers read.
+    pub peers: usize,
+}
+
+impl WorkerInflight {
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    /// Writes an empty value if the key was never written. A CAS needs an existing key;
-    /// two first writers racing on a missing key could lose a count, so every worker calls
-    /// this at configure time, before it routes anything.
-    pub fn ensure_key(store: &dyn SharedStore) -> Result<(), StoreError> {
-        match store.get(keys::INFLIGHT)? {
-            (Some(_), _) => Ok(()),
-            (None, _) => store.set(keys::INFLIGHT, &[], None),
+    /// Requests in flight to `address`: this worker's plus the others'.
+    pub fn count(&self, address: &str) -> u32 {
+        let local = self.local.get(address).map_or(0, |l| l.count);
+        local.saturating_add(self.others.get(address).copied().unwrap_or(0))
+    }
+
+    /// This worker's own count for `address`.
+    pub fn local_count(&self, address: &str) -> u32 {
+        self.local.get(address).map_or(0, |l| l.count)
+    }
+
+    /// A request was sent to `address`.
+    pub fn started(&mut self, address: &str, now_ms: u64) {
+        if let Some(entry) = self.local.get_mut(address) {
+            entry.count = entry.count.saturating_add(1);
+            entry.updated_ms = now_ms;
+        } else if self.local.len() < MAX_PODS {
+            self.local.insert(address.to_string(), Local { count: 1, updated_ms: now_ms });
         }
     }
 
-    /// Every live count at once, for one lookup per pod instead of a scan per pod.
-    pub fn live_counts(&self, now_ms: u64, expiry_ms: u64) -> hashbrown::HashMap<&str, u32> {
-        self.entries
-            .iter()
-            .filter(|e| now_ms.saturating_sub(e.updated_ms) <= expiry_ms)
-            .map(|e| (e.address.as_str(), e.count))
-            .collect()
-    }
-
-    /// Requests in flight to `address`, ignoring counts not touched for `expiry_ms`.
-    pub fn count(&self, address: &str, now_ms: u64, expiry_ms: u64) -> u32 {
-        self.entries
-            .iter()
-            .find(|e| e.address == address)
-            .filter(|e| now_ms.saturating_sub(e.updated_ms) <= expiry_ms)
-            .map_or(0, |e| e.count)
-    }
-
-    fn apply(&mut self, address: &str, delta: i32, now_ms: u64, expiry_ms: u64) {
-        self.entries.retain(|e| e.count > 0 && now_ms.saturating_sub(e.updated_ms) <= expiry_ms);
-        match self.entries.iter_mut().find(|e| e.address == address) {
-            Some(entry) => {
-                entry.count = entry.count.saturating_add_signed(delta);
-                entry.updated_ms = now_ms;
+    /// A request to `address` ended (completed, failed or reset).
+    pub fn finished(&mut self, address: &str, now_ms: u64) {
+        if let Some(entry) = self.local.get_mut(address) {
+            entry.count = entry.count.saturating_sub(1);
+            entry.updated_ms = now_ms;
+            if entry.count == 0 {
+                self.local.remove(address);
             }
-            None if delta > 0 => {
-                if self.entries.len() >= MAX_PODS {
-                    // Full of live counts for other pods: forget the stalest.
-                    if let Some(oldest) =
-                        (0..self.entries.len()).min_by_key(|&i| self.entries.get(i).map_or(0, |e| e.updated_ms))
-                    {
-                        self.entries.swap_remove(oldest);
-                    }
+        }
+    }
+
+    /// On the tick: drop own counts untouched for `expiry_ms` (a stream whose end was never
+    /// seen), publish the rest in this worker's slot, and read the other workers' slots.
+    pub fn sync(&mut self, store: &dyn SharedStore, now_ms: u64, expiry_ms: u64) -> SyncReport {
+        self.local.retain(|_, l| now_ms.saturating_sub(l.updated_ms) <= expiry_ms);
+        if self.owner.is_none() {
+            self.owner = crate::vm_id::unique_vm_id(store);
+        }
+        let published = match (self.owner, self.slot) {
+            (Some(owner), Some(slot)) => self.publish(store, slot, owner, now_ms).is_ok(),
+            (Some(owner), None) => {
+                self.slot = claim_slot(store, owner, now_ms, &encode(owner, now_ms, &self.local));
+                self.slot.is_some()
+            }
+            (None, _) => false,
+        };
+        let peers = self.read_others(store, now_ms);
+        SyncReport { published, peers }
+    }
+
+    fn publish(&mut self, store: &dyn SharedStore, slot: usize, owner: u64, now_ms: u64) -> Result<(), StoreError> {
+        let key = INFLIGHT_SLOT_KEYS.get(slot).ok_or_else(|| StoreError::Host("slot out of range".into()))?;
+        // Still ours? A stall past SLOT_STALE_MS may have let another VM take it.
+        let (bytes, cas) = store.get(key)?;
+        if bytes.as_deref().and_then(decode_header).map(|(o, _)| o) != Some(owner) {
+            self.slot = None;
+            return Err(StoreError::CasMismatch);
+        }
+        store.set(key, &encode(owner, now_ms, &self.local), cas).inspect_err(|_| self.slot = None)
+    }
+
+    fn read_others(&mut self, store: &dyn SharedStore, now_ms: u64) -> usize {
+        self.others.clear();
+        let mut peers = 0;
+        for (index, key) in INFLIGHT_SLOT_KEYS.iter().enumerate() {
+            let Ok((Some(bytes), _)) = store.get(key) else {
+                break; // Slots are claimed lowest first and never deleted: none beyond.
+            };
+            if Some(index) == self.slot {
+                continue;
+            }
+            let Some((_, refreshed)) = decode_header(&bytes) else { continue };
+            if now_ms.saturating_sub(refreshed) > SLOT_STALE_MS {
+                continue;
+            }
+            peers += 1;
+            for (address, count) in decode_entries(bytes.get(HEADER_BYTES..).unwrap_or_default()) {
+                if let Some(total) = self.others.get_mut(address) {
+                    *total = total.saturating_add(count);
+                } else if self.others.len() < MAX_PODS {
+                    self.others.insert(address.to_string(), count);
                 }
-                self.entries.push(Entry {
-                    address: address.to_string(),
-                    count: delta.unsigned_abs(),
-                    updated_ms: now_ms,
-                });
-            }
-            None => {} // A completion for a count already expired or never seen.
-        }
-        self.entries.retain(|e| e.count > 0);
-    }
-
-    /// Adds `delta` to a pod's count. Tries the version this copy was read at first (the
-    /// common case: no other worker wrote since), then re-reads and retries.
-    pub fn update(
-        mut self,
-        store: &dyn SharedStore,
-        address: &str,
-        delta: i32,
-        now_ms: u64,
-        expiry_ms: u64,
-    ) -> Result<Self, StoreError> {
-        for _ in 0..MAX_CAS_RETRIES {
-            self.apply(address, delta, now_ms, expiry_ms);
-            let bytes = encode(&self.entries);
-            // A key never written has no version: write it plainly.
-            match store.set(keys::INFLIGHT, &bytes, self.cas) {
-                Ok(()) => return Ok(self),
-                Err(StoreError::CasMismatch) => self = Self::read(store)?,
-                Err(other) => return Err(other),
             }
         }
-        Err(StoreError::CasMismatch)
+        peers
     }
 }
 
-/// Layout: entries of `[len u8][address][count u32 le][updated_ms u64 le]`.
-fn encode(entries: &[Entry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(entries.len() * 36);
-    for entry in entries {
-        let address = entry.address.as_bytes();
+/// Takes the lowest slot that is free (never written) or stale, by CAS, and confirms it.
+fn claim_slot(store: &dyn SharedStore, owner: u64, now_ms: u64, value: &[u8]) -> Option<usize> {
+    for (index, key) in INFLIGHT_SLOT_KEYS.iter().enumerate() {
+        let Ok((bytes, cas)) = store.get(key) else { return None };
+        let free = match bytes.as_deref().map(decode_header) {
+            None => true,
+            Some(None) => true, // corrupt: nobody can be using it
+            Some(Some((_, refreshed))) => now_ms.saturating_sub(refreshed) > SLOT_STALE_MS,
+        };
+        if !free || store.set(key, value, cas).is_err() {
+            continue;
+        }
+        // A first write to a missing key is a plain write: re-read to be sure it is ours.
+        match store.get(key) {
+            Ok((Some(bytes), _)) if decode_header(&bytes).map(|(o, _)| o) == Some(owner) => return Some(index),
+            _ => continue,
+        }
+    }
+    None
+}
+
+fn encode(owner: u64, now_ms: u64, local: &HashMap<String, Local>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + local.len() * 24);
+    out.extend_from_slice(&owner.to_le_bytes());
+    out.extend_from_slice(&now_ms.to_le_bytes());
+    for (address, entry) in local {
         let Ok(len) = u8::try_from(address.len()) else { continue };
         out.push(len);
-        out.extend_from_slice(address);
+        out.extend_from_slice(address.as_bytes());
         out.extend_from_slice(&entry.count.to_le_bytes());
-        out.extend_from_slice(&entry.updated_ms.to_le_bytes());
     }
     out
 }
 
-fn decode(mut bytes: &[u8]) -> Vec<Entry> {
-    let mut entries = Vec::new();
-    while let Some((&len, rest)) = bytes.split_first() {
+fn decode_header(bytes: &[u8]) -> Option<(u64, u64)> {
+    let owner = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let refreshed = u64::from_le_bytes(bytes.get(8..HEADER_BYTES)?.try_into().ok()?);
+    Some((owner, refreshed))
+}
+
+/// `(address, count)` pairs; stops at the first truncated or non-UTF-8 entry.
+fn decode_entries(mut bytes: &[u8]) -> impl Iterator<Item = (&str, u32)> {
+    std::iter::from_fn(move || {
+        let (&len, rest) = bytes.split_first()?;
         let len = usize::from(len);
-        let (Some(address), Some(count), Some(updated)) =
-            (rest.get(..len), rest.get(len..len + 4), rest.get(len + 4..len + 12))
-        else {
-            break; // Truncated: keep what decoded.
-        };
-        let (Ok(address), Ok(count), Ok(updated)) =
-            (std::str::from_utf8(address), <[u8; 4]>::try_from(count), <[u8; 8]>::try_from(updated))
-        else {
-            break;
-        };
-        if entries.len() < MAX_PODS {
-            entries.push(Entry {
-                address: address.to_string(),
-                count: u32::from_le_bytes(count),
-                updated_ms: u64::from_le_bytes(updated),
-            });
-        }
-        bytes = rest.get(len + 12..).unwrap_or_default();
-    }
-    entries
+        let address = std::str::from_utf8(rest.get(..len)?).ok()?;
+        let count = u32::from_le_bytes(rest.get(len..len + 4)?.try_into().ok()?);
+        bytes = rest.get(len + 4..)?;
+        Some((address, count))
+    })
+    .take(MAX_PODS)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::MemoryStore;
-
-    const EXPIRY: u64 = 60_000;
-
-    #[test]
-    fn two_workers_see_each_others_counts() {
-        let store = MemoryStore::new();
-        InflightCounts::ensure_key(&store).unwrap();
-        let worker_a = InflightCounts::read(&store).unwrap();
-        let worker_b = InflightCounts::read(&store).unwrap();
-        worker_a.update(&store, "10.0.0.1:80", 1, 0, EXPIRY).unwrap();
-        // B read before A wrote: its first CAS fails, it re-reads and keeps A's count.
-        worker_b.update(&store, "10.0.0.1:80", 1, 0, EXPIRY).unwrap();
-        let now = InflightCounts::read(&store).unwrap();
-        assert_eq!(now.count("10.0.0.1:80", 0, EXPIRY), 2);
-        now.update(&store, "10.0.0.1:80", -1, 1, EXPIRY).unwrap();
-        assert_eq!(InflightCounts::read(&store).unwrap().count("10.0.0.1:80", 1, EXPIRY), 1);
-    }
-
-    #[test]
-    fn leaked_counts_expire_and_never_go_negative() {
-        let store = MemoryStore::new();
-        let counts = InflightCounts::read(&store).unwrap().update(&store, "a:1", 1, 0, EXPIRY).unwrap();
-        assert_eq!(counts.count("a:1", EXPIRY + 1, EXPIRY), 0);
-        let counts = counts.update(&store, "b:1", -1, 5, EXPIRY).unwrap();
-        assert_eq!(counts.count("b:1", 5, EXPIRY), 0);
-        assert_eq!(store.key_count(), 1, "one key, whatever the traffic");
-    }
-
-    #[test]
-    fn corrupt_values_decode_to_what_is_whole() {
-        let good = encode(&[Entry { address: "a:1".into(), count: 3, updated_ms: 9 }]);
-        let mut truncated = good.clone();
-        truncated.extend_from_slice(&[200, b'x']);
-        assert_eq!(decode(&truncated).len(), 1);
-        assert!(decode(&[7, 1, 2]).is_empty());
-    }
-}
+mod tests;

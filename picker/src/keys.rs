@@ -9,8 +9,42 @@
 pub const POD_TABLE: &str = "wasm-epp/v1/pod-table";
 /// A tiny key holding the pod table's version, read on each worker tick before the large table.
 pub const POD_TABLE_VERSION: &str = "wasm-epp/v1/pod-table-version";
-/// Requests in flight per pod, summed over every worker (see [`crate::inflight`]).
-pub const INFLIGHT: &str = "wasm-epp/v1/inflight";
+/// Per-worker in-flight slots: worker `i` publishes its own counts under
+/// `INFLIGHT_SLOT_KEYS[i]` on its tick and reads the others' (see [`crate::inflight`]).
+pub const INFLIGHT_SLOT_KEYS: [&str; crate::inflight::MAX_SLOTS] = [
+    "wasm-epp/v1/inflight/0",
+    "wasm-epp/v1/inflight/1",
+    "wasm-epp/v1/inflight/2",
+    "wasm-epp/v1/inflight/3",
+    "wasm-epp/v1/inflight/4",
+    "wasm-epp/v1/inflight/5",
+    "wasm-epp/v1/inflight/6",
+    "wasm-epp/v1/inflight/7",
+    "wasm-epp/v1/inflight/8",
+    "wasm-epp/v1/inflight/9",
+    "wasm-epp/v1/inflight/10",
+    "wasm-epp/v1/inflight/11",
+    "wasm-epp/v1/inflight/12",
+    "wasm-epp/v1/inflight/13",
+    "wasm-epp/v1/inflight/14",
+    "wasm-epp/v1/inflight/15",
+    "wasm-epp/v1/inflight/16",
+    "wasm-epp/v1/inflight/17",
+    "wasm-epp/v1/inflight/18",
+    "wasm-epp/v1/inflight/19",
+    "wasm-epp/v1/inflight/20",
+    "wasm-epp/v1/inflight/21",
+    "wasm-epp/v1/inflight/22",
+    "wasm-epp/v1/inflight/23",
+    "wasm-epp/v1/inflight/24",
+    "wasm-epp/v1/inflight/25",
+    "wasm-epp/v1/inflight/26",
+    "wasm-epp/v1/inflight/27",
+    "wasm-epp/v1/inflight/28",
+    "wasm-epp/v1/inflight/29",
+    "wasm-epp/v1/inflight/30",
+    "wasm-epp/v1/inflight/31",
+];
 
 /// Milliseconds since the epoch at which the pool service last ran its tick (8 bytes, LE):
 /// workers stop queueing decisions when it is old (nobody drains the queue) and bound how
@@ -20,9 +54,9 @@ pub const SERVICE_HEARTBEAT: &str = "wasm-epp/v1/service-heartbeat";
 /// The no-singleton lease: who runs the pool service, until when (see [`crate::lease`]).
 pub const LEASE_KEY: &str = "wasm-epp/v1/poller-lease";
 
-/// A counter every contending root increments by CAS once, to get a lease id no other VM
-/// of this Envoy holds.
-pub const LEASE_IDS: &str = "wasm-epp/v1/lease-ids";
+/// A counter every VM increments by CAS to get an id no other VM of this Envoy holds
+/// (lease contenders, in-flight slot owners; see [`crate::vm_id`]).
+pub const VM_IDS: &str = "wasm-epp/v1/vm-ids";
 
 /// The shared queue on which workers send their decisions to the singleton.
 pub const EVENT_QUEUE: &str = "wasm-epp/v1/prefix-events";

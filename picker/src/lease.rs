@@ -125,29 +125,7 @@ impl Lease {
     }
 }
 
-/// Attempts at the id counter's CAS before giving up for this tick: each failure means
-/// another contender got an id just now, and there are only a few contenders per Envoy.
-const ID_CAS_RETRIES: usize = 16;
-
-/// A contender id no other VM of this Envoy holds: the next value of a counter in shared
-/// data, taken by compare-and-swap. Clock-derived ids can collide between worker VMs
-/// started in the same instant; this cannot. `None` while the store refuses (try again on
-/// a later tick: never contend with an id that might be shared).
-pub fn unique_contender_id(store: &dyn SharedStore) -> Option<u64> {
-    for _ in 0..ID_CAS_RETRIES {
-        let (bytes, cas) = store.get(crate::keys::LEASE_IDS).ok()?;
-        let last = bytes.and_then(|b| b.get(..8).and_then(|b| b.try_into().ok())).map_or(0, u64::from_le_bytes);
-        let next = last.checked_add(1)?;
-        match (cas, store.set(crate::keys::LEASE_IDS, &next.to_le_bytes(), cas)) {
-            // A first write has no version to compare: re-read to be sure it was ours.
-            (None, Ok(())) => continue,
-            (Some(_), Ok(())) => return Some(next),
-            (_, Err(StoreError::CasMismatch)) => continue,
-            (_, Err(StoreError::Host(_))) => return None,
-        }
-    }
-    None
-}
+pub use crate::vm_id::unique_vm_id as unique_contender_id;
 
 #[cfg(test)]
 mod tests;

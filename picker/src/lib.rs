@@ -26,3 +26,4 @@ pub mod route;
 pub mod saturation;
 pub mod scheduler;
 pub mod store;
+pub mod vm_id;

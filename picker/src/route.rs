@@ -5,7 +5,6 @@
 //! pass [`PodAddress::parse`] on the way: only pool members, only literal `ip:port`.
 
 use crate::address::PodAddress;
-use crate::inflight::InflightCounts;
 use crate::pod_table::PodTable;
 use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
@@ -28,11 +27,11 @@ pub struct RoutingView<'a> {
     pub table: Option<&'a PodTable>,
     /// Used when there is no table or it lists no pod.
     pub fallback_pool: &'a [PodAddress],
-    pub inflight: &'a InflightCounts,
+    /// Requests this Envoy has in flight to a pod (see [`crate::inflight::WorkerInflight`]).
+    pub inflight: &'a dyn Fn(&str) -> u32,
     pub prefix: Option<PrefixQuery<'a>>,
     pub now_ms: u64,
     pub stale_after_ms: u64,
-    pub inflight_expiry_ms: u64,
 }
 
 /// Where one request goes, and how the choice was made.
@@ -69,7 +68,6 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
         query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
     }
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
-    let live = view.inflight.live_counts(view.now_ms, view.inflight_expiry_ms);
     table
         .pods
         .iter()
@@ -81,7 +79,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 .as_ref()
                 .and_then(|q| q.session_pod)
                 .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
-            let inflight = live.get(address).copied().unwrap_or(0);
+            let inflight = (view.inflight)(address);
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,
@@ -107,7 +105,7 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
         view.fallback_pool
             .iter()
             .map(|address| {
-                let inflight = view.inflight.count(address.as_str(), view.now_ms, view.inflight_expiry_ms);
+                let inflight = (view.inflight)(address.as_str());
                 Candidate::with_load(address.as_str(), false, 0.0, None, inflight)
             })
             .collect()

@@ -1,7 +1,6 @@
 //! From the plugin's configuration bytes to a [`Worker`], or a reason to refuse to start.
 
 use picker::config::{parse_json, FilterConfig};
-use picker::inflight::InflightCounts;
 use wasm_epp_host::{Host, HostError};
 
 use crate::worker::Worker;
@@ -36,9 +35,6 @@ pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, Conf
     let bytes = host.plugin_configuration(size).map_err(ConfigureError::Unreadable)?;
     let config: FilterConfig = parse_json(&bytes).map_err(ConfigureError::Parse)?;
     let pool = config.validate().map_err(ConfigureError::Invalid)?;
-    if let Err(error) = InflightCounts::ensure_key(host) {
-        log::warn!("wasm-epp filter: in-flight key not initialised: {error:?}");
-    }
     let periods = [Some(config.prefix.sync_interval_ms), config.poller.as_ref().map(|p| p.poll_interval_ms)];
     if let Some(period) = periods.into_iter().flatten().min() {
         host.set_tick_period_ms(period).map_err(ConfigureError::Tick)?;

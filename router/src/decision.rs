@@ -1,12 +1,11 @@
 //! The decision for one request, from everything the worker knows.
 //!
 //! Reads the worker's pod table (refreshed on the tick), hashes the prompt with the pool's
-//! block size, reads the in-flight counts, asks `picker::route::choose`, then records the
-//! pick: in the prefix index (at once, for this worker; on the next tick, for the others)
-//! and in the shared in-flight counts.
+//! block size, asks `picker::route::choose` with the in-flight counts, then records the
+//! pick: in the prefix index and the in-flight counts (at once, for this worker; on the
+//! next tick, for the others). No shared-data access per request once the worker has a table.
 
 use picker::address::PodAddress;
-use picker::inflight::InflightCounts;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::{choose, PrefixQuery, Route, RoutingView};
@@ -77,7 +76,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             worker.stats.increment(worker.stats.prompt_unhashable);
         }
     }
-    let inflight = InflightCounts::read(host).unwrap_or_default();
+    let Ok(mut inflight) = worker.inflight.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
+    let inflight_of = |pod: &str| inflight.count(pod);
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let last_picked = |pod: &str| prefix.last_picked(pod);
     let query = prefix_config.enabled.then(|| PrefixQuery {
@@ -89,11 +89,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let view = RoutingView {
         table,
         fallback_pool: &worker.fallback_pool,
-        inflight: &inflight,
+        inflight: &inflight_of,
         prefix: query,
         now_ms: now,
         stale_after_ms: worker.config.stale_after_ms,
-        inflight_expiry_ms: worker.config.inflight_expiry_ms,
     };
     let route = match worker.random.try_borrow_mut() {
         Ok(mut random) => choose(&view, &worker.policy, &mut random),
@@ -117,9 +116,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     drop(prefix);
     drop(cache);
-    if inflight.update(host, address.as_str(), 1, now, worker.config.inflight_expiry_ms).is_err() {
-        worker.stats.increment(worker.stats.inflight_update_failed);
-    }
+    inflight.started(address.as_str(), now);
     worker.stats.count_pick(&address, fail_open || expired, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
     Outcome::Routed { address, destination }

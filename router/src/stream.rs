@@ -11,7 +11,6 @@ use std::rc::Rc;
 
 use picker::address::PodAddress;
 use picker::config::InvalidBodyPolicy;
-use picker::inflight::InflightCounts;
 use picker::prefix::session_key;
 use picker::request::{parse_request, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
@@ -137,11 +136,9 @@ impl RequestStream {
     pub fn on_log(&mut self, host: &dyn Host) {
         self.finish_buffering();
         let Some(address) = self.routed_to.take() else { return };
-        let expiry = self.worker.config.inflight_expiry_ms;
-        let now = host.now_ms();
-        let done = InflightCounts::read(host).and_then(|c| c.update(host, address.as_str(), -1, now, expiry));
-        if done.is_err() {
-            self.worker.stats.increment(self.worker.stats.inflight_update_failed);
+        match self.worker.inflight.try_borrow_mut() {
+            Ok(mut inflight) => inflight.finished(address.as_str(), host.now_ms()),
+            Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),
         }
     }
 

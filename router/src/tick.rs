@@ -1,5 +1,5 @@
-//! The worker's tick: refresh the pod table, share this worker's routing decisions, learn
-//! everyone's, flush the stats.
+//! The worker's tick: refresh the pod table, publish this worker's in-flight counts and read
+//! the others', share this worker's routing decisions and learn everyone's, flush the stats.
 //!
 //! Decisions go to the pool service over a shared queue, one batch per tick (each enqueue
 //! wakes Envoy's main thread, so never one per request). The service appends them to the
@@ -29,6 +29,12 @@ fn sync(worker: &Worker, host: &dyn Host) {
     // The table is refreshed here, not per request: a new one is published at most once per
     // poll interval, and a tick is shorter than that.
     worker.refresh_table(&mut cache, host);
+    if let Ok(mut inflight) = worker.inflight.try_borrow_mut() {
+        let report = inflight.sync(host, host.now_ms(), worker.config.inflight_expiry_ms);
+        if !report.published {
+            worker.stats.increment(worker.stats.inflight_update_failed);
+        }
+    }
     if !worker.config.prefix.enabled {
         return;
     }

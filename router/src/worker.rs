@@ -6,6 +6,7 @@ use std::cell::{Cell, RefCell};
 
 use picker::address::PodAddress;
 use picker::config::FilterConfig;
+use picker::inflight::WorkerInflight;
 use picker::prefix::WorkerPrefix;
 use picker::random::TieBreaker;
 use picker::scheduler::Policy;
@@ -19,6 +20,8 @@ pub struct Worker {
     pub fallback_pool: Vec<PodAddress>,
     pub table: RefCell<TableCache>,
     pub prefix: RefCell<WorkerPrefix>,
+    /// Requests in flight per pod: this worker's exact, the others' as of their last tick.
+    pub inflight: RefCell<WorkerInflight>,
     pub random: RefCell<TieBreaker>,
     pub stats: Stats,
     /// The pool service's event queue, once resolved (it may register after us).
@@ -43,6 +46,7 @@ impl Worker {
             config,
             fallback_pool,
             table: RefCell::new(TableCache::default()),
+            inflight: RefCell::new(WorkerInflight::new()),
             random: RefCell::new(TieBreaker::new(seed)),
             stats: Stats::define(),
             event_queue: Cell::new(None),

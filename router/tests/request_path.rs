@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{completion, Bench, COMPLETIONS, NOW};
+use common::{completion, Bench, COMPLETIONS};
 use picker::keys;
 use wasm_epp_host::{HeaderMap, SharedStore};
 use wasm_epp_router::Step;
@@ -24,11 +24,9 @@ fn routes_to_a_pool_member_with_fallbacks_and_releases_in_flight_at_the_end() {
     let chosen = members(&destination);
     assert_eq!(chosen.len(), 3, "chosen plus two fallbacks: {destination}");
     assert!(chosen.iter().all(|a| POOL.iter().any(|(p, _)| p == a)));
-    let inflight = picker::inflight::InflightCounts::read(&bench.host).unwrap();
-    assert_eq!(inflight.count(chosen[0], NOW, 60_000), 1);
+    assert_eq!(bench.worker.inflight.borrow().count(chosen[0]), 1);
     stream.on_log(&bench.host);
-    let inflight = picker::inflight::InflightCounts::read(&bench.host).unwrap();
-    assert_eq!(inflight.count(chosen[0], NOW, 60_000), 0);
+    assert_eq!(bench.worker.inflight.borrow().count(chosen[0]), 0);
     assert_eq!(bench.stat("wasm_epp.requests_routed"), 1);
 }
 
@@ -218,4 +216,22 @@ fn stats_reach_the_host_on_the_tick_only() {
     assert_eq!(bench.host.metric("wasm_epp.requests_routed"), 0);
     bench.tick();
     assert_eq!(bench.host.metric("wasm_epp.requests_routed"), 1);
+}
+
+#[test]
+fn a_burst_spreads_and_another_workers_load_counts_after_its_tick() {
+    let pods = [("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)];
+    let first = Bench::new(r#"{"prefix": {"enabled": false}}"#);
+    first.publish(1, &pods);
+    let held: Vec<_> = (0..8).map(|i| first.request(&COMPLETIONS, &completion(&format!("burst {i}"))).0).collect();
+    let per_pod = |bench: &Bench, pod: &str| bench.worker.inflight.borrow().count(pod);
+    assert_eq!((per_pod(&first, pods[0].0), per_pod(&first, pods[1].0)), (4, 4), "spread within one tick");
+
+    // A second worker of the same Envoy (same shared data) sees them after both ticks.
+    first.tick();
+    let second_worker = wasm_epp_router::configure(&first.host, 0, 9).unwrap();
+    second_worker.serving.set(true);
+    wasm_epp_router::tick::on_tick(&second_worker, &first.host);
+    assert_eq!(second_worker.inflight.borrow().count(pods[0].0), 4);
+    drop(held);
 }

@@ -143,13 +143,3 @@ fn garbage_is_a_free_lease_and_release_hands_over() {
     assert_eq!(LeaseRecord::decode(&LeaseRecord { holder: 7, expires_ms: 9 }.encode()).holder, 7);
     assert_eq!(store.key_count(), 1, "one key, ever");
 }
-
-#[test]
-fn contender_ids_are_unique_and_never_zero() {
-    let store = MemoryStore::new();
-    let ids: Vec<u64> = (0..100).map(|_| unique_contender_id(&store).unwrap()).collect();
-    let mut sorted = ids.clone();
-    sorted.dedup();
-    assert_eq!(sorted.len(), 100);
-    assert!(ids.iter().all(|&id| id != 0));
-}

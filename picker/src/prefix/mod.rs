@@ -55,6 +55,6 @@ mod tests {
             assert_eq!(*key, format!("wasm-epp/v1/prefix-ring/{i}"));
         }
         assert!(RING_HEAD_KEY.starts_with("wasm-epp/v1/prefix-ring/"));
-        assert!(!crate::keys::INFLIGHT.starts_with("wasm-epp/v1/prefix-ring"));
+        assert!(!crate::keys::INFLIGHT_SLOT_KEYS[0].starts_with("wasm-epp/v1/prefix-ring"));
     }
 }

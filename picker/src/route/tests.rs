@@ -12,18 +12,10 @@ fn healthy(address: &str, waiting: f64, seen_ms: u64) -> PodState {
 fn view<'a>(
     table: Option<&'a PodTable>,
     pool: &'a [PodAddress],
-    inflight: &'a InflightCounts,
+    inflight: &'a dyn Fn(&str) -> u32,
     now_ms: u64,
 ) -> RoutingView<'a> {
-    RoutingView {
-        table,
-        fallback_pool: pool,
-        inflight,
-        prefix: None,
-        now_ms,
-        stale_after_ms: 1_000,
-        inflight_expiry_ms: 60_000,
-    }
+    RoutingView { table, fallback_pool: pool, inflight, prefix: None, now_ms, stale_after_ms: 1_000 }
 }
 
 fn choose_with(view: &RoutingView<'_>, seed: u64) -> Route {
@@ -34,7 +26,7 @@ fn choose_with(view: &RoutingView<'_>, seed: u64) -> Route {
 fn routes_by_table_and_fails_open_when_stale() {
     let table =
         PodTable { pods: vec![healthy("10.0.0.1:80", 20.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
-    let counts = InflightCounts::default();
+    let counts = |_: &str| 0;
     let fresh = choose_with(&view(Some(&table), &[], &counts, 500), 1);
     assert_eq!((fresh.address.as_str(), fresh.fail_open), ("10.0.0.2:80", false));
     assert!(choose_with(&view(Some(&table), &[], &counts, 5_000), 1).fail_open, "data 5 s old is not trusted");
@@ -44,7 +36,7 @@ fn routes_by_table_and_fails_open_when_stale() {
 fn reports_a_saturated_pool() {
     let table =
         PodTable { pods: vec![healthy("10.0.0.1:80", 20.0, 0), healthy("10.0.0.2:80", 6.0, 0)], ..PodTable::default() };
-    let counts = InflightCounts::default();
+    let counts = |_: &str| 0;
     assert!(choose_with(&view(Some(&table), &[], &counts, 0), 1).pool_saturated);
     assert!(!choose_with(&view(Some(&table), &[], &counts, 9_000), 1).pool_saturated, "no usable data: never shed");
 }
@@ -52,7 +44,7 @@ fn reports_a_saturated_pool() {
 #[test]
 fn falls_back_to_the_configured_pool_and_never_invents_pods() {
     let pool = [PodAddress::parse("10.0.0.9:80").unwrap()];
-    let counts = InflightCounts::default();
+    let counts = |_: &str| 0;
     let route = choose_with(&view(None, &pool, &counts, 0), 3);
     assert_eq!((route.address.as_str(), route.fail_open), ("10.0.0.9:80", true));
     assert!(choose(&view(None, &[], &counts, 0), &Policy::default(), &mut TieBreaker::new(3)).is_none());
@@ -64,7 +56,7 @@ fn the_pod_holding_the_prefix_wins_and_a_session_sticks() {
         pods: vec![healthy("10.0.0.1:80", 0.0, 0), healthy("10.0.0.2:80", 1.0, 0), healthy("10.0.0.3:80", 0.0, 0)],
         ..PodTable::default()
     };
-    let counts = InflightCounts::default();
+    let counts = |_: &str| 0;
     let mut index = PrefixIndex::new(4096);
     let hashes = [11, 12, 13, 14];
     index.record("10.0.0.2:80", 0, &hashes, 1000);
@@ -89,7 +81,7 @@ fn the_pod_holding_the_prefix_wins_and_a_session_sticks() {
 fn a_restarted_pod_has_no_prefix() {
     let mut table =
         PodTable { pods: vec![healthy("10.0.0.1:80", 0.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
-    let counts = InflightCounts::default();
+    let counts = |_: &str| 0;
     let mut index = PrefixIndex::new(4096);
     index.record("10.0.0.2:80", 0, &[1, 2], 1000);
     table.pods[1].epoch = 1; // its counters went backwards: the cache is empty

@@ -1,0 +1,88 @@
+//! Workers sharing one [`MemoryStore`], which keeps the host's semantics.
+
+use super::*;
+use crate::store::MemoryStore;
+
+const NOW: u64 = 1_000_000;
+const EXPIRY: u64 = 60_000;
+const POD: &str = "10.0.0.1:8000";
+
+#[test]
+fn own_picks_count_at_once_and_others_after_their_tick() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.started(POD, NOW);
+    a.started(POD, NOW);
+    assert_eq!(a.count(POD), 2, "a worker's own burst is seen at once");
+    b.sync(&store, NOW, EXPIRY);
+    assert_eq!(b.count(POD), 0, "not before a publishes");
+    assert!(a.sync(&store, NOW, EXPIRY).published);
+    let report = b.sync(&store, NOW, EXPIRY);
+    assert_eq!((report.peers, b.count(POD)), (1, 2));
+    b.started(POD, NOW);
+    assert_eq!(b.count(POD), 3);
+    a.finished(POD, NOW);
+    a.sync(&store, NOW + 20, EXPIRY);
+    b.sync(&store, NOW + 20, EXPIRY);
+    assert_eq!(b.count(POD), 2);
+    a.sync(&store, NOW + 40, EXPIRY);
+    assert_eq!(a.count(POD), 1 + 1, "a sees b's one and its own one");
+}
+
+#[test]
+fn a_gone_workers_counts_stop_counting_and_its_slot_is_reused() {
+    let store = MemoryStore::new();
+    let mut gone = WorkerInflight::new();
+    gone.started(POD, NOW);
+    gone.sync(&store, NOW, EXPIRY);
+    let mut alive = WorkerInflight::new();
+    alive.sync(&store, NOW + 10, EXPIRY);
+    assert_eq!(alive.count(POD), 1);
+    alive.sync(&store, NOW + SLOT_STALE_MS + 100, EXPIRY);
+    assert_eq!(alive.count(POD), 0, "a slot not refreshed is ignored");
+    let mut newcomer = WorkerInflight::new();
+    newcomer.sync(&store, NOW + SLOT_STALE_MS + 200, EXPIRY);
+    assert_eq!(newcomer.slot, Some(0), "the stale slot is taken again");
+    assert_eq!(alive.slot, Some(1));
+}
+
+#[test]
+fn leaked_counts_expire_and_never_go_negative() {
+    let store = MemoryStore::new();
+    let mut worker = WorkerInflight::new();
+    worker.finished(POD, NOW);
+    assert_eq!(worker.count(POD), 0);
+    worker.started(POD, NOW);
+    worker.sync(&store, NOW + EXPIRY + 1, EXPIRY);
+    assert_eq!(worker.count(POD), 0, "a count whose end was never seen is dropped");
+}
+
+#[test]
+fn corrupt_slots_are_skipped_and_can_be_claimed() {
+    let store = MemoryStore::new();
+    store.set(INFLIGHT_SLOT_KEYS[0], b"\x01\x02", None).unwrap();
+    let mut worker = WorkerInflight::new();
+    worker.started(POD, NOW);
+    worker.sync(&store, NOW, EXPIRY);
+    assert_eq!(worker.slot, Some(0));
+    let mut other = WorkerInflight::new();
+    let mut bytes = encode(99, NOW, &HashMap::new());
+    bytes.extend_from_slice(&[200, b'x']); // truncated entry
+    store.set(INFLIGHT_SLOT_KEYS[1], &bytes, None).unwrap();
+    other.sync(&store, NOW, EXPIRY);
+    assert_eq!(other.count(POD), 1, "whole entries of other slots still count");
+}
+
+#[test]
+fn every_worker_gets_its_own_slot() {
+    let store = MemoryStore::new();
+    let mut workers: Vec<WorkerInflight> = (0..MAX_SLOTS + 2).map(|_| WorkerInflight::new()).collect();
+    for worker in &mut workers {
+        worker.sync(&store, NOW, EXPIRY);
+    }
+    let mut slots: Vec<usize> = workers.iter().filter_map(|w| w.slot).collect();
+    assert_eq!(slots.len(), MAX_SLOTS, "workers past the bound count only their own");
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(slots.len(), MAX_SLOTS);
+}
