@@ -27,6 +27,9 @@ struct PodRecord {
     call: Option<u32>,
     call_started_ms: u64,
     last_prefix_queries: Option<f64>,
+    /// The last page parsed and what it said: an identical page is not parsed again (idle
+    /// pods answer the same bytes round after round).
+    last_page: Option<(u64, EngineMetrics)>,
 }
 
 pub struct PoolPoller {
@@ -79,7 +82,7 @@ impl PoolPoller {
                 None => {
                     let mut state = PodState::unknown(&address);
                     state.epoch = self.take_epoch();
-                    PodRecord { state, address, call: None, call_started_ms: 0, last_prefix_queries: None }
+                    PodRecord { state, address, call: None, call_started_ms: 0, last_prefix_queries: None, last_page: None }
                 }
             };
             self.pods.push(record);
@@ -142,9 +145,7 @@ impl PoolPoller {
             ScrapeResult::Answered { body, .. } if body.len() as u64 > self.config.max_metrics_bytes => {
                 Err(format!("scrape of {} bytes is over max_metrics_bytes", body.len()))
             }
-            ScrapeResult::Answered { body, .. } => {
-                std::str::from_utf8(body).map_err(|_| "scrape is not UTF-8".to_string()).and_then(parse_engine_metrics)
-            }
+            ScrapeResult::Answered { body, .. } => self.parse_page(index, body),
         };
         match parsed {
             Ok(metrics) => {
@@ -153,6 +154,21 @@ impl PoolPoller {
             }
             Err(reason) => self.record_failure(index, reason),
         }
+    }
+
+    /// Parses a page, or reuses what the same pod's identical last page said.
+    fn parse_page(&mut self, index: usize, body: &[u8]) -> Result<EngineMetrics, String> {
+        let hash = xxhash_rust::xxh3::xxh3_64(body);
+        let record = self.pods.get_mut(index).ok_or("pod left the pool")?;
+        if let Some((last, metrics)) = &record.last_page {
+            if *last == hash {
+                return Ok(metrics.clone());
+            }
+        }
+        let metrics =
+            std::str::from_utf8(body).map_err(|_| "scrape is not UTF-8".to_string()).and_then(parse_engine_metrics)?;
+        record.last_page = Some((hash, metrics.clone()));
+        Ok(metrics)
     }
 
     fn record_success(&mut self, index: usize, metrics: EngineMetrics, now_ms: u64) {
