@@ -82,7 +82,14 @@ impl PoolPoller {
                 None => {
                     let mut state = PodState::unknown(&address);
                     state.epoch = self.take_epoch();
-                    PodRecord { state, address, call: None, call_started_ms: 0, last_prefix_queries: None, last_page: None }
+                    PodRecord {
+                        state,
+                        address,
+                        call: None,
+                        call_started_ms: 0,
+                        last_prefix_queries: None,
+                        last_page: None,
+                    }
                 }
             };
             self.pods.push(record);

@@ -8,7 +8,7 @@ use crate::address::PodAddress;
 use crate::pod_table::PodTable;
 use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
-use crate::scheduler::{pick, Candidate, Policy};
+use crate::scheduler::{pick_placed, Candidate, Policy};
 
 /// The request's prefix and session, and where to look them up.
 pub struct PrefixQuery<'a> {
@@ -112,7 +112,8 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
     } else {
         from_table
     };
-    let decision = pick(&candidates, policy, random)?;
+    let placement_key = view.prefix.as_ref().and_then(|q| q.hashes.first().copied());
+    let decision = pick_placed(&candidates, policy, random, placement_key)?;
     let chosen = candidates.get(decision.index)?;
     let address = PodAddress::parse(chosen.address).ok()?;
     let fallbacks = decision

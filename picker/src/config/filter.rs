@@ -113,6 +113,8 @@ impl FilterConfig {
             affinity_threshold: if self.prefix.enabled { self.prefix.affinity_threshold } else { 0.0 },
             affinity_slack: self.prefix.affinity_slack,
             fallbacks: self.fallback_destinations as usize,
+            cold_placement: self.prefix.cold_placement,
+            placement_load_factor: self.prefix.placement_load_factor,
         }
     }
 

@@ -31,6 +31,12 @@ pub struct PrefixConfig {
     pub session_header: String,
     /// How often each worker sends its decisions to the singleton and reads the others'.
     pub sync_interval_ms: u64,
+    /// Where a prompt no pod holds goes: `rendezvous` (the same pod from every replica and
+    /// worker, load-bounded) or `least_recent` (spread by this worker's pick history).
+    pub cold_placement: crate::scheduler::ColdPlacement,
+    /// Rendezvous placement skips pods whose queue plus running requests exceed this factor
+    /// of the pool's mean (plus one).
+    pub placement_load_factor: f64,
 }
 
 impl Default for PrefixConfig {
@@ -46,6 +52,8 @@ impl Default for PrefixConfig {
             affinity_slack: 0.05,
             session_header: "x-session-id".into(),
             sync_interval_ms: 20,
+            cold_placement: crate::scheduler::ColdPlacement::default(),
+            placement_load_factor: 1.25,
         }
     }
 }
@@ -70,6 +78,12 @@ impl PrefixConfig {
             MAX_ENTRIES_LIMIT as u64,
         )?;
         check_range("prefix.sync_interval_ms", self.sync_interval_ms, 5, 10_000)?;
+        if !self.placement_load_factor.is_finite() || !(1.0..=10.0).contains(&self.placement_load_factor) {
+            return Err(format!(
+                "prefix.placement_load_factor = {}, must be within 1..=10",
+                self.placement_load_factor
+            ));
+        }
         if !(0.0..=1.0).contains(&self.affinity_slack) {
             return Err(format!("prefix.affinity_slack = {}, must be within 0..=1", self.affinity_slack));
         }

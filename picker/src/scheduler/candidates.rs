@@ -50,6 +50,24 @@ pub struct Policy {
     pub affinity_slack: f64,
     /// Runners-up to return for retries.
     pub fallbacks: usize,
+    /// Where a prompt that no pod holds goes (see [`ColdPlacement`]).
+    pub cold_placement: ColdPlacement,
+    /// Rendezvous placement skips pods loaded above this factor of the pool's mean load.
+    pub placement_load_factor: f64,
+}
+
+/// Where a request whose prefix no pod holds yet goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ColdPlacement {
+    /// Rendezvous hashing of the prompt's first block over the pods, skipping pods loaded
+    /// above `placement_load_factor` × the mean: every gateway replica (and every worker)
+    /// places the same new prefix on the same pod with no communication at all.
+    #[default]
+    Rendezvous,
+    /// The least recently picked of the best-scored pods: spreads new prefixes evenly, but
+    /// each replica on its own.
+    LeastRecent,
 }
 
 impl Default for Policy {
@@ -60,6 +78,8 @@ impl Default for Policy {
             affinity_threshold: 0.5,
             affinity_slack: 0.05,
             fallbacks: 0,
+            cold_placement: ColdPlacement::default(),
+            placement_load_factor: 1.25,
         }
     }
 }

@@ -6,15 +6,17 @@
 //! of its prefix) if any of them is left. When every queue is full, affinity and the prefix
 //! scorer step aside and load alone decides: no pod should idle while another queues. Each
 //! scorer gives every remaining pod a score in 0..1; the weighted mean decides. Ties break at
-//! random, or, for a cold request that matches nothing anywhere, by least recently picked, so
-//! new prefixes spread over the pool instead of piling on one pod. If no pod passes the first
+//! random. A cold request (its prefix matches nothing anywhere) goes by rendezvous hashing of
+//! its first block over the pods not loaded above the pool's mean by a factor, so every
+//! replica places a new prefix on the same pod without talking; or, configured so (or with
+//! nothing to hash), to the least recently picked of the best pods. If no pod passes the first
 //! filter, the picker fails open: every pool member stays a candidate, scored only by what
 //! this proxy knows exactly (its own requests in flight), and the decision says so.
 
 mod candidates;
 mod scorers;
 
-pub use candidates::{Candidate, Policy};
+pub use candidates::{Candidate, ColdPlacement, Policy};
 pub use scorers::{InflightScorer, KvCacheScorer, PrefixScorer, QueueScorer, Scorer};
 
 use crate::config::ScorerWeights;
@@ -92,6 +94,33 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
 
 /// Picks one candidate and up to `policy.fallbacks` runners-up; `None` when there is none.
 pub fn pick(candidates: &[Candidate<'_>], policy: &Policy, random: &mut TieBreaker) -> Option<Decision> {
+    pick_placed(candidates, policy, random, None)
+}
+
+/// Rendezvous weight of `pod` for `key`: stable across processes, so every replica ranks
+/// the pods alike for one prompt.
+fn rendezvous_weight(key: u64, pod: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(pod.as_bytes(), key)
+}
+
+/// The pod a cold prompt with `key` goes to: the highest rendezvous weight among the pods
+/// whose load (queue and running) is within `placement_load_factor` of the mean, or the
+/// least loaded if none is (consistent hashing with bounded loads).
+fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64) -> Option<usize> {
+    let load = |c: &Candidate<'_>| c.waiting.max(0.0) + c.running.max(0.0);
+    let mean = eligible.iter().map(|c| load(c)).sum::<f64>() / eligible.len().max(1) as f64;
+    let bound = load_factor * mean + 1.0;
+    let within = (0..eligible.len()).filter(|&i| eligible.get(i).is_some_and(|c| load(c) <= bound));
+    within.max_by_key(|&i| eligible.get(i).map_or(0, |c| rendezvous_weight(key, c.address)))
+}
+
+/// [`pick`], with the prompt's placement key (its first block hash) for cold prompts.
+pub fn pick_placed(
+    candidates: &[Candidate<'_>],
+    policy: &Policy,
+    random: &mut TieBreaker,
+    placement_key: Option<u64>,
+) -> Option<Decision> {
     let Filtered { indices: eligible_indices, fail_open, pool_busy, affinity } = filtered(candidates, policy);
     let eligible: Vec<&Candidate<'_>> = eligible_indices.iter().filter_map(|&i| candidates.get(i)).collect();
     if eligible.is_empty() {
@@ -130,7 +159,13 @@ pub fn pick(candidates: &[Candidate<'_>], policy: &Policy, random: &mut TieBreak
     let tied: Vec<usize> =
         (0..totals.len()).filter(|&i| totals.get(i).is_some_and(|&t| best - t <= TIE_EPSILON)).collect();
     let cold = candidates.iter().all(|c| c.prefix_match <= 0.0 && !c.session_match);
-    let chosen = if cold && !fail_open {
+    let placed = match (cold && !fail_open, placement_key, policy.cold_placement) {
+        (true, Some(key), ColdPlacement::Rendezvous) => rendezvous(&eligible, key, policy.placement_load_factor),
+        _ => None,
+    };
+    let chosen = if let Some(placed) = placed {
+        placed
+    } else if cold && !fail_open {
         // Least recently picked among the tied; random among those equally old.
         let oldest = tied.iter().filter_map(|&i| eligible.get(i)).map(|c| c.last_picked).min().unwrap_or(0);
         let old: Vec<usize> =

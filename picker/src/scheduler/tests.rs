@@ -127,3 +127,32 @@ fn the_longest_match_wins_over_a_shorter_one_above_the_threshold() {
         assert_eq!(pick_address(&pods, seed).0, "b");
     }
 }
+
+#[test]
+fn a_cold_prompt_lands_on_the_same_pod_from_any_replica() {
+    let pods = [pod("10.0.0.1:80", 1.0, 0.2, 0), pod("10.0.0.2:80", 1.0, 0.2, 0), pod("10.0.0.3:80", 2.0, 0.2, 0)];
+    for key in 0..50u64 {
+        // Two replicas: different random streams and pick histories, the same polled load.
+        let mut other = pods.clone();
+        other[0].last_picked = 9;
+        let a = pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap();
+        let b = pick_placed(&other, &policy(), &mut TieBreaker::new(77), Some(key)).unwrap();
+        assert_eq!(a.index, b.index, "key {key}");
+    }
+    let spread: std::collections::HashSet<usize> = (0..50u64)
+        .map(|key| pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap().index)
+        .collect();
+    assert_eq!(spread.len(), 3, "new prefixes spread over the pool");
+}
+
+#[test]
+fn rendezvous_skips_a_pod_loaded_above_the_bound() {
+    let mut pods = [pod("10.0.0.1:80", 0.0, 0.2, 0), pod("10.0.0.2:80", 0.0, 0.2, 0)];
+    let key = (0..100u64)
+        .find(|&k| pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(k)).unwrap().index == 0)
+        .unwrap();
+    pods[0].running = 12.0; // mean 6: 12 > 1.25 × 6 + 1
+    pods[1].running = 0.0;
+    let decision = pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap();
+    assert_eq!(decision.index, 1);
+}
