@@ -60,8 +60,9 @@ pub trait Host: SharedStore {
     fn enqueue(&self, queue: u32, message: &[u8]) -> HostResult<()>;
     fn dequeue(&self, queue: u32) -> HostResult<Option<Vec<u8>>>;
 
-    /// Sends a bodiless request to `cluster`; the answer arrives with the returned token.
-    fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u64) -> HostResult<u32>;
+    /// Sends a request to `cluster` (`body` may be empty); the answer arrives with the
+    /// returned token.
+    fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u64) -> HostResult<u32>;
     /// The answered call's `:status`, if it has one (none: the call failed or timed out).
     fn call_response_status(&self) -> Option<u16>;
     /// The answered call's body, at most `max` bytes.

@@ -29,6 +29,7 @@ pub struct Call {
     pub token: u32,
     pub cluster: String,
     pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -186,13 +187,13 @@ impl Host for MockHost {
         }
     }
 
-    fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], _timeout_ms: u64) -> HostResult<u32> {
+    fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], _timeout_ms: u64) -> HostResult<u32> {
         if self.refuse_calls.get() {
             return Err(HostError { call: "http_call", status: 2 });
         }
         let mut calls = self.calls.borrow_mut();
         let token = u32::try_from(calls.len()).unwrap_or(u32::MAX).saturating_add(1);
-        calls.push(Call { token, cluster: cluster.to_string(), headers: owned(headers) });
+        calls.push(Call { token, cluster: cluster.to_string(), headers: owned(headers), body: body.to_vec() });
         Ok(token)
     }
 

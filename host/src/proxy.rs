@@ -98,14 +98,15 @@ impl Host for ProxyHost {
         abi::dequeue(queue)
     }
 
-    fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], timeout_ms: u64) -> HostResult<u32> {
+    fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u64) -> HostResult<u32> {
         // The SDK's wrapper, because its dispatcher must register the token (see `abi`). It
         // panics only on statuses Envoy's http_call does not return (it returns Ok,
         // BadArgument or InternalFailure).
+        let body = (!body.is_empty()).then_some(body);
         proxy_wasm::hostcalls::dispatch_http_call(
             cluster,
             headers.to_vec(),
-            None,
+            body,
             vec![],
             Duration::from_millis(timeout_ms),
         )

@@ -9,10 +9,12 @@
 //! 20 ms). A worker claims a free slot with compare-and-swap under an id no other VM has;
 //! a slot its owner stopped refreshing for [`SLOT_STALE_MS`] (the VM died or was reloaded)
 //! is ignored by readers and may be claimed again, so dead workers' counts never linger.
+//! Other gateway replicas' counts, relayed by the pool service ([`publish_peer_counts`]),
+//! are added the same way: they are as old as the peer's last message.
 
 use hashbrown::HashMap;
 
-use crate::keys::INFLIGHT_SLOT_KEYS;
+use crate::keys::{INFLIGHT_SLOT_KEYS, PEER_INFLIGHT};
 use crate::pod_table::MAX_PODS;
 use crate::store::{SharedStore, StoreError};
 
@@ -136,16 +138,57 @@ impl WorkerInflight {
                 continue;
             }
             peers += 1;
-            for (address, count) in decode_entries(bytes.get(HEADER_BYTES..).unwrap_or_default()) {
-                if let Some(total) = self.others.get_mut(address) {
-                    *total = total.saturating_add(count);
-                } else if self.others.len() < MAX_PODS {
-                    self.others.insert(address.to_string(), count);
-                }
+            add_entries(&mut self.others, &bytes);
+        }
+        if let Ok((Some(bytes), _)) = store.get(PEER_INFLIGHT) {
+            if decode_header(&bytes).is_some_and(|(_, at)| now_ms.saturating_sub(at) <= SLOT_STALE_MS) {
+                add_entries(&mut self.others, &bytes);
             }
         }
         peers
     }
+}
+
+/// Adds a slot value's counts into `totals` (bounded to [`MAX_PODS`] pods).
+fn add_entries(totals: &mut HashMap<String, u32>, slot_value: &[u8]) {
+    for (address, count) in decode_entries(slot_value.get(HEADER_BYTES..).unwrap_or_default()) {
+        if let Some(total) = totals.get_mut(address) {
+            *total = total.saturating_add(count);
+        } else if totals.len() < MAX_PODS {
+            totals.insert(address.to_string(), count);
+        }
+    }
+}
+
+/// This Envoy's requests in flight per pod: every live worker slot, summed (what the pool
+/// service tells other replicas).
+pub fn envoy_totals(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, u32> {
+    let mut totals = HashMap::new();
+    for key in INFLIGHT_SLOT_KEYS {
+        let Ok((Some(bytes), _)) = store.get(key) else { break };
+        if decode_header(&bytes).is_some_and(|(_, at)| now_ms.saturating_sub(at) <= SLOT_STALE_MS) {
+            add_entries(&mut totals, &bytes);
+        }
+    }
+    totals
+}
+
+/// Publishes other replicas' summed counts for this Envoy's workers to add to their view.
+pub fn publish_peer_counts(
+    store: &dyn SharedStore,
+    now_ms: u64,
+    counts: &HashMap<String, u32>,
+) -> Result<(), StoreError> {
+    let mut value = Vec::with_capacity(HEADER_BYTES + counts.len() * 24);
+    value.extend_from_slice(&0u64.to_le_bytes());
+    value.extend_from_slice(&now_ms.to_le_bytes());
+    for (address, count) in counts.iter().take(MAX_PODS) {
+        let Ok(len) = u8::try_from(address.len()) else { continue };
+        value.push(len);
+        value.extend_from_slice(address.as_bytes());
+        value.extend_from_slice(&count.to_le_bytes());
+    }
+    store.set(PEER_INFLIGHT, &value, None)
 }
 
 /// Takes the lowest slot that is free (never written) or stale, by CAS, and confirms it.

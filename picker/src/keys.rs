@@ -51,6 +51,14 @@ pub const INFLIGHT_SLOT_KEYS: [&str; crate::inflight::MAX_SLOTS] = [
 /// long they fail open on a table nobody refreshes.
 pub const SERVICE_HEARTBEAT: &str = "wasm-epp/v1/service-heartbeat";
 
+/// The shared queue on which the peer listener's filter hands other replicas' messages to
+/// the pool service (see [`crate::peer`]).
+pub const PEER_INBOX: &str = "wasm-epp/v1/peer-inbox";
+
+/// Requests other gateway replicas have in flight per pod, summed, as the pool service last
+/// heard (same layout as an in-flight slot; workers add it to their view).
+pub const PEER_INFLIGHT: &str = "wasm-epp/v1/peer-inflight";
+
 /// The no-singleton lease: who runs the pool service, until when (see [`crate::lease`]).
 pub const LEASE_KEY: &str = "wasm-epp/v1/poller-lease";
 

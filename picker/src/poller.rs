@@ -249,6 +249,11 @@ impl PoolPoller {
     pub fn touch(&mut self) {
         self.dirty = true;
     }
+
+    /// Every pod's state as known now (published or not).
+    pub fn pods(&self) -> impl Iterator<Item = &PodState> {
+        self.pods.iter().map(|r| &r.state)
+    }
 }
 
 #[cfg(test)]

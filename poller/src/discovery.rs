@@ -138,7 +138,7 @@ impl Discovery {
             ("accept", "application/json"),
             ("user-agent", "wasm-epp"),
         ];
-        host.dispatch_call(&config.cluster, &headers, config.timeout_ms)
+        host.dispatch_call(&config.cluster, &headers, &[], config.timeout_ms)
             .map_err(|error| format!("dispatch to cluster {} refused: {error}", config.cluster))
     }
 }

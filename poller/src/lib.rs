@@ -4,7 +4,7 @@
 //! from configuration, dispatches a scrape of `/metrics` to each pod through an ORIGINAL_DST
 //! cluster, hands answers to `picker::poller::PoolPoller`, publishes the pod table when a
 //! round completes ([`publish`]), relays the workers' prefix decisions into the ring
-//! ([`relay`]) and writes a heartbeat. The singleton (`shared-state/`) runs it on Envoy's
+//! ([`relay`]), shares them with other gateway replicas ([`peers`]) and writes a heartbeat. The singleton (`shared-state/`) runs it on Envoy's
 //! main thread; where no singleton can be installed, the filter's root contexts elect one
 //! of themselves to run it ([`election`]). Every host call goes through
 //! `wasm_epp_host::Host`, so all of it runs natively in tests.
@@ -13,6 +13,7 @@
 
 pub mod discovery;
 pub mod election;
+pub mod peers;
 mod publish;
 mod relay;
 pub mod service;

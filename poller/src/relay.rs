@@ -1,10 +1,11 @@
-//! Relays the workers' routing decisions into the prefix ring.
+//! Relays routing decisions into the prefix ring: the workers' own (from their shared
+//! queue) and, through [`crate::peers`], other replicas'.
 //!
 //! Workers enqueue encoded batches on a shared queue registered here; each wake drains the
-//! queue (bounded), merges the batches and appends them to the ring in one go, so the ring's
+//! queue (bounded) and the service appends what it held to the ring in one go, so the ring's
 //! 64 segments hold as much history as possible. The pool service is the ring's only writer.
 
-use picker::prefix::events::{decode_batch, encode_batch, MAX_EVENTS_PER_BATCH};
+use picker::prefix::events::{decode_batch, encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH};
 use picker::prefix::{RingWriter, EVENT_QUEUE};
 use wasm_epp_host::{Counter, Host, Metrics};
 
@@ -35,8 +36,8 @@ impl EventRelay {
         self.queue
     }
 
-    /// Drains the queue and appends what it held to the ring.
-    pub fn drain(&mut self, host: &dyn Host, metrics: &Metrics) {
+    /// The workers' decisions waiting in the queue (bounded per wake).
+    pub fn take_queued(&self, host: &dyn Host) -> Vec<RoutingEvent> {
         let mut events = Vec::new();
         for _ in 0..MAX_MESSAGES_PER_WAKE {
             match host.dequeue(self.queue) {
@@ -47,10 +48,15 @@ impl EventRelay {
                 break;
             }
         }
+        events
+    }
+
+    /// Appends decisions to the ring for every worker to learn.
+    pub fn append(&mut self, host: &dyn Host, metrics: &Metrics, events: &[RoutingEvent]) {
         if events.is_empty() {
             return;
         }
-        match self.writer.append(host, &encode_batch(&events)) {
+        match self.writer.append(host, &encode_batch(events)) {
             Ok(appended) => {
                 metrics.increment(self.appended);
                 metrics.add(self.dropped, appended.dropped_bytes as u64);

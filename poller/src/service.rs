@@ -13,6 +13,7 @@ use picker::poller::{PoolPoller, ScrapeOutcome, ScrapeResult};
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
 use crate::discovery::{Discovery, Env};
+use crate::peers::PeerExchange;
 use crate::publish::publish;
 use crate::relay::EventRelay;
 
@@ -49,6 +50,8 @@ pub struct PoolService {
     poller: Option<PoolPoller>,
     /// Carries the workers' routing decisions into the prefix ring.
     relay: Option<EventRelay>,
+    /// Other gateway replicas, when configured.
+    peers: Option<PeerExchange>,
     metrics: Metrics,
     stats: Option<Stats>,
     /// Set when the pool comes from Kubernetes instead of the static `pool`.
@@ -86,6 +89,9 @@ impl PoolService {
             config.metrics_cluster
         );
         self.stats = Some(Stats::define(&self.metrics));
+        if let Some(peers) = config.peers.clone() {
+            self.peers = Some(PeerExchange::start(host, peers, &self.metrics)?);
+        }
         let mut poller = PoolPoller::new(config, pool);
         if let Some(published) = published_table(host) {
             poller.resume_from(&published);
@@ -114,7 +120,7 @@ impl PoolService {
                 (config.destination_header.as_str(), address.as_str()),
                 ("accept", "text/plain"),
             ];
-            match host.dispatch_call(&config.metrics_cluster, &headers, config.timeout_ms) {
+            match host.dispatch_call(&config.metrics_cluster, &headers, &[], config.timeout_ms) {
                 Ok(token) => poller.scrape_started(&address, token, now),
                 Err(error) => {
                     if let Some(stats) = &self.stats {
@@ -164,6 +170,9 @@ impl PoolService {
         }
         self.publish_if_changed(host, now);
         self.start_round_if_due(host, now);
+        if let (Some(peers), Some(poller)) = (self.peers.as_mut(), self.poller.as_ref()) {
+            peers.tick(host, &self.metrics, now, poller.pods());
+        }
         self.metrics.flush(host);
     }
 
@@ -177,10 +186,23 @@ impl PoolService {
         self.dispatch_scrapes(host, now);
     }
 
-    /// Routes a queue wake-up to the relay, if it is the relay's queue.
+    /// A queue woke us: the workers' decisions (into the ring, and out to peers), or a
+    /// peer's message (into the ring).
     pub fn queue_ready(&mut self, host: &dyn Host, queue_id: u32) {
-        if let Some(relay) = self.relay.as_mut().filter(|r| r.queue() == queue_id) {
-            relay.drain(host, &self.metrics);
+        let Some(relay) = self.relay.as_mut() else { return };
+        if relay.queue() == queue_id {
+            let events = relay.take_queued(host);
+            relay.append(host, &self.metrics, &events);
+            if let Some(peers) = self.peers.as_mut() {
+                peers.queue_local(&self.metrics, &events);
+            }
+            return;
+        }
+        if let (Some(peers), Some(poller)) =
+            (self.peers.as_mut().filter(|p| p.inbox() == queue_id), self.poller.as_ref())
+        {
+            let events = peers.receive(host, &self.metrics, host.now_ms(), poller.pods());
+            relay.append(host, &self.metrics, &events);
         }
     }
 
@@ -188,11 +210,16 @@ impl PoolService {
     pub fn owns_call(&self, token: u32) -> bool {
         self.poller.as_ref().is_some_and(|p| p.owns_scrape(token))
             || self.discovery.as_ref().is_some_and(|d| d.owns(token))
+            || self.peers.as_ref().is_some_and(|p| p.owns(token))
     }
 
     /// An HTTP call's answer arrived (its headers and body are readable now).
     pub fn http_response(&mut self, host: &dyn Host, token: u32, body_size: usize) {
         let now = host.now_ms();
+        if let Some(peers) = self.peers.as_mut().filter(|p| p.owns(token)) {
+            peers.on_response(host, &self.metrics, token);
+            return;
+        }
         let Some(poller) = self.poller.as_mut() else { return };
         if let Some(discovery) = self.discovery.as_mut().filter(|d| d.owns(token)) {
             discovery.on_response(&Env { host, metrics: &self.metrics }, token, body_size, now, poller);

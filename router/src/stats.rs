@@ -31,6 +31,8 @@ pub struct Stats {
     pub prefix_send_skipped: Counter,
     pub prefix_ring_lost: Counter,
     pub health_probes: Counter,
+    pub peer_accepted: Counter,
+    pub peer_refused: Counter,
 }
 
 impl Stats {
@@ -60,6 +62,8 @@ impl Stats {
             prefix_send_skipped: c("wasm_epp.prefix_send_skipped"),
             prefix_ring_lost: c("wasm_epp.prefix_ring_segments_lost"),
             health_probes: c("wasm_epp.health_probes"),
+            peer_accepted: c("wasm_epp.peer_requests_accepted"),
+            peer_refused: c("wasm_epp.peer_requests_refused"),
             metrics,
         }
     }

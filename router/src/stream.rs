@@ -44,6 +44,8 @@ pub struct RequestStream {
     session: Option<u64>,
     /// Bytes of this stream counted in the worker's buffered total.
     buffered: u64,
+    /// A request on the peer listener (see [`crate::peer_receiver`]).
+    peer: bool,
 }
 
 impl RequestStream {
@@ -56,6 +58,7 @@ impl RequestStream {
             sheddable: false,
             session: None,
             buffered: 0,
+            peer: false,
         }
     }
 
@@ -70,6 +73,11 @@ impl RequestStream {
             }
         };
         self.remove_client_destination(host, &headers);
+        if let Some(receiver) = &self.worker.config.peer_receiver {
+            self.decided = !crate::peer_receiver::accept_headers(&self.worker, host, receiver, &headers);
+            self.peer = true;
+            return Step::Pause;
+        }
         let config = &self.worker.config;
         let path = headers.get_text(":path").unwrap_or_default();
         if end_of_stream && path == config.health_path && headers.get_text(":method") == Some("GET") {
@@ -91,6 +99,14 @@ impl RequestStream {
     }
 
     pub fn on_request_body(&mut self, host: &dyn Host, body_size: usize, end_of_stream: bool) -> Step {
+        if self.peer {
+            // Answered locally in every case: nothing on the peer listener goes on.
+            if !self.decided && (end_of_stream || body_size > picker::peer::MAX_MESSAGE_BYTES) {
+                self.decided = true;
+                crate::peer_receiver::accept_body(&self.worker, host, body_size);
+            }
+            return Step::Pause;
+        }
         if self.decided {
             return Step::Continue;
         }

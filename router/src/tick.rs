@@ -22,7 +22,8 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
 }
 
 fn sync(worker: &Worker, host: &dyn Host) {
-    if !worker.serving.get() {
+    // The peer listener's filter routes nothing: no table, counts or prefix replica.
+    if !worker.serving.get() || worker.config.peer_receiver.is_some() {
         return;
     }
     let Ok(mut cache) = worker.table.try_borrow_mut() else { return };

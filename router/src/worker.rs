@@ -26,6 +26,8 @@ pub struct Worker {
     pub stats: Stats,
     /// The pool service's event queue, once resolved (it may register after us).
     pub event_queue: Cell<Option<u32>>,
+    /// The pool service's peer inbox, once resolved (peer listener only).
+    pub peer_inbox: Cell<Option<u32>>,
     /// The `vm_id` shared with the pool service (queues are resolved by it).
     pub vm_id: String,
     /// Request body bytes held by all of this worker's streams together.
@@ -50,6 +52,7 @@ impl Worker {
             random: RefCell::new(TieBreaker::new(seed)),
             stats: Stats::define(),
             event_queue: Cell::new(None),
+            peer_inbox: Cell::new(None),
             vm_id,
             buffered_bytes: Cell::new(0),
             failing_open: Cell::new(false),

@@ -235,3 +235,23 @@ fn a_burst_spreads_and_another_workers_load_counts_after_its_tick() {
     assert_eq!(second_worker.inflight.borrow().count(pods[0].0), 4);
     drop(held);
 }
+
+const SECRET: &str = "a-shared-secret-of-some-length";
+
+#[test]
+fn the_peer_listener_takes_only_authenticated_messages_and_routes_nothing() {
+    let config = format!(r#"{{"peer_receiver": {{"secret": "{SECRET}"}}}}"#);
+    let bench = Bench::new(&config);
+    let inbox = wasm_epp_host::Host::register_queue(&bench.host, keys::PEER_INBOX).unwrap();
+    let peer = |secret: &str, path: &str, body: &str| {
+        let headers = [(":method", "POST"), (":path", path), ("x-wasm-epp-peer-secret", secret)];
+        bench.complete(&headers, body)
+    };
+    assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "WEPP....").reply, Some(204));
+    assert_eq!(bench.host.queue_messages.borrow()[&inbox].len(), 1);
+    assert_eq!(peer("a-shared-secret-of-some-lengtX", "/wasm-epp/v1/peer", "WEPP").reply, Some(403));
+    assert_eq!(peer(SECRET, "/v1/completions", &completion("x")).reply, Some(404));
+    assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "garbage").reply, Some(400));
+    assert_eq!(bench.host.queue_messages.borrow()[&inbox].len(), 1, "only the good message queued");
+    assert_eq!(bench.host.header("x-gateway-destination-endpoint"), None);
+}

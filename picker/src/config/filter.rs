@@ -60,6 +60,9 @@ pub struct FilterConfig {
     /// `GET` on this path is answered 200 by the filter itself while its VM runs: a
     /// liveness probe through the filter, which fails when the plugin cannot run.
     pub health_path: String,
+    /// Set only on the internal peer listener: this filter then receives other replicas'
+    /// messages and routes nothing.
+    pub peer_receiver: Option<super::PeerReceiverConfig>,
     pub invalid_body: InvalidBodyPolicy,
     /// Pod data older than this is not trusted: the pod counts as unknown.
     pub stale_after_ms: u64,
@@ -92,6 +95,7 @@ impl Default for FilterConfig {
             max_buffered_bytes: 256 * 1024 * 1024,
             fail_open_max_age_ms: 5 * 60 * 1000,
             health_path: "/wasm-epp/healthz".into(),
+            peer_receiver: None,
             invalid_body: InvalidBodyPolicy::Route,
             stale_after_ms: 5_000,
             fallback_destinations: 2,
@@ -129,6 +133,9 @@ impl FilterConfig {
         }
         self.saturation.validate()?;
         self.prefix.validate()?;
+        if let Some(receiver) = &self.peer_receiver {
+            receiver.validate()?;
+        }
         if let Some(poller) = &self.poller {
             poller.validate().map_err(|e| format!("poller: {e}"))?;
         }

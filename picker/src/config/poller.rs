@@ -23,6 +23,8 @@ pub struct PollerConfig {
     pub unhealthy_after_failures: u32,
     /// Scrape bodies larger than this are refused (a real vLLM scrape is ~20-60 KB).
     pub max_metrics_bytes: u64,
+    /// Other gateway replicas to share routing decisions and load with (none by default).
+    pub peers: Option<super::PeersConfig>,
 }
 
 impl Default for PollerConfig {
@@ -37,6 +39,7 @@ impl Default for PollerConfig {
             timeout_ms: 1_000,
             unhealthy_after_failures: 2,
             max_metrics_bytes: 4 * 1024 * 1024,
+            peers: None,
         }
     }
 }
@@ -53,6 +56,9 @@ impl PollerConfig {
         check_range("timeout_ms", self.timeout_ms, 10, 60_000)?;
         check_range("unhealthy_after_failures", u64::from(self.unhealthy_after_failures), 1, 100)?;
         check_range("max_metrics_bytes", self.max_metrics_bytes, 1024, 64 * 1024 * 1024)?;
+        if let Some(peers) = &self.peers {
+            peers.validate()?;
+        }
         let pool = parse_pool(&self.pool)?;
         // The initial pool: the static one, or empty until the first list arrives.
         match (&self.kubernetes, pool.is_empty()) {

@@ -86,3 +86,22 @@ fn every_worker_gets_its_own_slot() {
     slots.dedup();
     assert_eq!(slots.len(), MAX_SLOTS);
 }
+
+#[test]
+fn totals_and_peer_counts_reach_every_worker() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.started(POD, NOW);
+    b.started(POD, NOW);
+    a.sync(&store, NOW, EXPIRY);
+    b.sync(&store, NOW, EXPIRY);
+    assert_eq!(envoy_totals(&store, NOW).get(POD), Some(&2));
+    let mut peers = HashMap::new();
+    peers.insert(POD.to_string(), 5);
+    publish_peer_counts(&store, NOW, &peers).unwrap();
+    a.sync(&store, NOW + 10, EXPIRY);
+    assert_eq!(a.count(POD), 1 + 1 + 5, "own, the other worker's, other replicas'");
+    a.sync(&store, NOW + SLOT_STALE_MS + 100, EXPIRY);
+    assert_eq!(a.local_count(POD), 1);
+    assert!(a.count(POD) < 7, "peer counts nobody refreshes stop counting");
+}

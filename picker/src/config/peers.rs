@@ -1,0 +1,94 @@
+//! Gateway replicas sharing what they learn: the sender's side (in the pool service) and the
+//! receiver's side (the filter on the internal peer listener).
+
+use serde::Deserialize;
+
+use super::{check_range, parse_pool};
+use crate::address::PodAddress;
+
+/// The path peer messages are posted to on the peer listener.
+pub const DEFAULT_PEER_PATH: &str = "/wasm-epp/v1/peer";
+
+/// The header that carries the shared secret.
+pub const PEER_SECRET_HEADER: &str = "x-wasm-epp-peer-secret";
+
+/// Shortest secret accepted: anything shorter can be guessed.
+const MIN_SECRET_BYTES: usize = 16;
+
+fn check_secret(secret: &str) -> Result<(), String> {
+    if secret.len() < MIN_SECRET_BYTES || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!("peers: secret must be at least {MIN_SECRET_BYTES} visible ASCII characters"));
+    }
+    Ok(())
+}
+
+/// The pool service's peers: where to send this replica's decisions and load.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PeersConfig {
+    /// The other replicas' peer listeners, as literal `ip:port` (this replica may be listed:
+    /// it recognises its own messages and ignores them).
+    pub peers: Vec<String>,
+    /// An ORIGINAL_DST cluster following `destination_header` (the pool service's), used to
+    /// reach each peer's listener.
+    pub cluster: String,
+    pub path: String,
+    /// Shared by every replica; sent in [`PEER_SECRET_HEADER`].
+    pub secret: String,
+    /// How often new decisions are sent (load is sent at least every `heartbeat_ms`).
+    pub send_interval_ms: u64,
+    pub heartbeat_ms: u64,
+    pub timeout_ms: u64,
+}
+
+impl Default for PeersConfig {
+    fn default() -> Self {
+        Self {
+            peers: Vec::new(),
+            cluster: "wasm_epp_peers".into(),
+            path: DEFAULT_PEER_PATH.into(),
+            secret: String::new(),
+            send_interval_ms: 50,
+            heartbeat_ms: 500,
+            timeout_ms: 500,
+        }
+    }
+}
+
+impl PeersConfig {
+    pub fn validate(&self) -> Result<Vec<PodAddress>, String> {
+        check_secret(&self.secret)?;
+        if self.cluster.is_empty() || !self.path.starts_with('/') {
+            return Err("peers: cluster must be set and path must start with '/'".into());
+        }
+        check_range("peers.send_interval_ms", self.send_interval_ms, 5, 10_000)?;
+        check_range("peers.heartbeat_ms", self.heartbeat_ms, self.send_interval_ms, 60_000)?;
+        check_range("peers.timeout_ms", self.timeout_ms, 10, 60_000)?;
+        parse_pool(&self.peers).map_err(|e| format!("peers: {e}"))
+    }
+}
+
+/// The filter's side, set only on the internal peer listener: every request there is a peer
+/// message (answered locally, never routed); without this section the path means nothing.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PeerReceiverConfig {
+    pub path: String,
+    pub secret: String,
+}
+
+impl Default for PeerReceiverConfig {
+    fn default() -> Self {
+        Self { path: DEFAULT_PEER_PATH.into(), secret: String::new() }
+    }
+}
+
+impl PeerReceiverConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        check_secret(&self.secret)?;
+        if !self.path.starts_with('/') {
+            return Err("peer_receiver: path must start with '/'".into());
+        }
+        Ok(())
+    }
+}

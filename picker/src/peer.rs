@@ -1,0 +1,223 @@
+//! What gateway replicas tell each other: their routing decisions, their requests in flight
+//! per pod, and the epoch they know each pod under.
+//!
+//! One message per send, little-endian, no field names:
+//!
+//! ```text
+//! message = magic:"WEPP" version:u8 replica:u64 seq:u64 sent_ms:u64
+//!           pod_count:u16 (address_len:u8 address epoch:u32 inflight:u32) × pod_count
+//!           batch (see crate::prefix::events)
+//! ```
+//!
+//! Decoding trusts nothing (a peer may be broken or hostile): sizes are bounded, addresses
+//! must be literal `ip:port`, and [`PeerLedger`] refuses replays, messages from the
+//! receiver itself and messages too old to describe the pool now.
+
+use hashbrown::HashMap;
+
+use crate::address::PodAddress;
+use crate::pod_table::MAX_PODS;
+use crate::prefix::events::{decode_batch, RoutingEvent};
+
+const MAGIC: &[u8; 4] = b"WEPP";
+const VERSION: u8 = 1;
+const HEADER_BYTES: usize = 4 + 1 + 8 + 8 + 8;
+
+/// Largest message accepted: a full batch of decisions and a full pod list fit well within.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
+
+/// Peers remembered at most (older ones are forgotten first): gateways run a few replicas.
+pub const MAX_PEERS: usize = 64;
+
+/// A message whose send time is further than this from ours is refused: a replay, or a
+/// peer whose clock is so wrong that its view of the pool cannot be placed in time.
+pub const MAX_MESSAGE_AGE_MS: u64 = 10_000;
+
+/// One pod as the sending replica sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerPod {
+    pub address: PodAddress,
+    /// The sender's epoch for the pod: events under an older one are stale.
+    pub epoch: u32,
+    /// Requests the sender has in flight to the pod.
+    pub inflight: u32,
+}
+
+/// A decoded message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerMessage {
+    pub replica: u64,
+    pub seq: u64,
+    pub sent_ms: u64,
+    pub pods: Vec<PeerPod>,
+    pub events: Vec<RoutingEvent>,
+}
+
+/// Why a message was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    Malformed,
+    TooLarge,
+    /// Sent by this replica (a peer list that includes ourselves).
+    FromSelf,
+    /// A sequence number already seen from that replica.
+    Replayed,
+    /// Sent more than [`MAX_MESSAGE_AGE_MS`] from now.
+    OutOfTime,
+}
+
+impl PeerMessage {
+    pub fn encode(&self, batch: &[u8]) -> Vec<u8> {
+        let pods = self.pods.get(..MAX_PODS).unwrap_or(&self.pods);
+        let mut out = Vec::with_capacity(HEADER_BYTES + 2 + pods.len() * 32 + batch.len());
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        out.extend_from_slice(&self.replica.to_le_bytes());
+        out.extend_from_slice(&self.seq.to_le_bytes());
+        out.extend_from_slice(&self.sent_ms.to_le_bytes());
+        out.extend_from_slice(&u16::try_from(pods.len()).unwrap_or(u16::MAX).to_le_bytes());
+        for pod in pods {
+            let address = pod.address.as_str().as_bytes();
+            out.push(u8::try_from(address.len()).unwrap_or(0));
+            out.extend_from_slice(address);
+            out.extend_from_slice(&pod.epoch.to_le_bytes());
+            out.extend_from_slice(&pod.inflight.to_le_bytes());
+        }
+        out.extend_from_slice(batch);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, Refused> {
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return Err(Refused::TooLarge);
+        }
+        let mut reader = Reader { bytes, at: 0 };
+        if reader.take(4)? != MAGIC || reader.take(1)? != [VERSION] {
+            return Err(Refused::Malformed);
+        }
+        let replica = reader.u64()?;
+        let seq = reader.u64()?;
+        let sent_ms = reader.u64()?;
+        let count = usize::from(u16::from_le_bytes(reader.take(2)?.try_into().map_err(|_| Refused::Malformed)?));
+        if count > MAX_PODS {
+            return Err(Refused::Malformed);
+        }
+        let mut pods = Vec::with_capacity(count);
+        for _ in 0..count {
+            let len = usize::from(*reader.take(1)?.first().ok_or(Refused::Malformed)?);
+            let text = std::str::from_utf8(reader.take(len)?).map_err(|_| Refused::Malformed)?;
+            let address = PodAddress::parse(text).map_err(|_| Refused::Malformed)?;
+            let epoch = reader.u32()?;
+            let inflight = reader.u32()?;
+            pods.push(PeerPod { address, epoch, inflight });
+        }
+        let events = decode_batch(bytes.get(reader.at..).unwrap_or_default());
+        Ok(Self { replica, seq, sent_ms, pods, events })
+    }
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, len: usize) -> Result<&'a [u8], Refused> {
+        let end = self.at.checked_add(len).ok_or(Refused::Malformed)?;
+        let slice = self.bytes.get(self.at..end).ok_or(Refused::Malformed)?;
+        self.at = end;
+        Ok(slice)
+    }
+
+    fn u64(&mut self) -> Result<u64, Refused> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| Refused::Malformed)?))
+    }
+
+    fn u32(&mut self) -> Result<u32, Refused> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| Refused::Malformed)?))
+    }
+}
+
+/// The last sequence number seen from each peer, to refuse replays.
+#[derive(Debug, Default)]
+pub struct PeerLedger {
+    /// `replica -> (last seq, when last heard, host ms)`.
+    peers: HashMap<u64, (u64, u64)>,
+}
+
+impl PeerLedger {
+    /// Accepts `message` from a peer (and remembers its sequence number) or says why not.
+    pub fn admit(&mut self, message: &PeerMessage, own_replica: u64, now_ms: u64) -> Result<(), Refused> {
+        if message.replica == own_replica {
+            return Err(Refused::FromSelf);
+        }
+        if now_ms.abs_diff(message.sent_ms) > MAX_MESSAGE_AGE_MS {
+            return Err(Refused::OutOfTime);
+        }
+        if let Some((last, _)) = self.peers.get(&message.replica) {
+            if message.seq <= *last {
+                return Err(Refused::Replayed);
+            }
+        } else if self.peers.len() >= MAX_PEERS {
+            let oldest = self.peers.iter().min_by_key(|(_, (_, heard))| *heard).map(|(id, _)| *id);
+            if let Some(oldest) = oldest {
+                self.peers.remove(&oldest);
+            }
+        }
+        self.peers.insert(message.replica, (message.seq, now_ms));
+        Ok(())
+    }
+
+    /// Peers heard from within `window_ms`.
+    pub fn live_peers(&self, now_ms: u64, window_ms: u64) -> usize {
+        self.peers.values().filter(|(_, heard)| now_ms.saturating_sub(*heard) <= window_ms).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::prefix::events::encode_batch;
+
+    fn message(replica: u64, seq: u64, sent_ms: u64) -> PeerMessage {
+        PeerMessage {
+            replica,
+            seq,
+            sent_ms,
+            pods: vec![PeerPod { address: PodAddress::parse("10.0.0.1:8000").unwrap(), epoch: 3, inflight: 7 }],
+            events: vec![RoutingEvent { pod: "10.0.0.1:8000".into(), epoch: 3, hashes: vec![1, 2, 3] }],
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let sent = message(5, 9, 1_000);
+        let bytes = sent.encode(&encode_batch(&sent.events));
+        assert_eq!(PeerMessage::decode(&bytes), Ok(sent));
+    }
+
+    #[test]
+    fn garbage_and_truncation_are_refused_not_panicked_on() {
+        let sent = message(5, 9, 1_000);
+        let bytes = sent.encode(&encode_batch(&sent.events));
+        for cut in 0..HEADER_BYTES + 2 + 19 {
+            assert!(PeerMessage::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        assert_eq!(PeerMessage::decode(b"GET / HTTP/1.1"), Err(Refused::Malformed));
+        assert_eq!(PeerMessage::decode(&vec![0; MAX_MESSAGE_BYTES + 1]), Err(Refused::TooLarge));
+    }
+
+    #[test]
+    fn the_ledger_refuses_replays_self_and_old_messages() {
+        let mut ledger = PeerLedger::default();
+        assert_eq!(ledger.admit(&message(5, 1, 1_000), 9, 1_000), Ok(()));
+        assert_eq!(ledger.admit(&message(5, 1, 1_000), 9, 1_001), Err(Refused::Replayed));
+        assert_eq!(ledger.admit(&message(5, 2, 1_000), 9, 1_001), Ok(()));
+        assert_eq!(ledger.admit(&message(9, 1, 1_000), 9, 1_001), Err(Refused::FromSelf));
+        assert_eq!(ledger.admit(&message(6, 1, 1_000), 9, 1_000 + MAX_MESSAGE_AGE_MS + 1), Err(Refused::OutOfTime));
+        for replica in 100..100 + MAX_PEERS as u64 * 2 {
+            let _ = ledger.admit(&message(replica, 1, 1_000), 9, 1_000);
+        }
+        assert!(ledger.peers.len() <= MAX_PEERS);
+    }
+}

@@ -1,0 +1,266 @@
+//! Gateway replicas routing as one: each replica's pool service sends its workers' new
+//! routing decisions and its requests in flight per pod to every peer, and feeds what peers
+//! send into its own ring and in-flight view. No store, no extra process: the replicas are
+//! Envoys that talk HTTP to each other's internal peer listener.
+//!
+//! Sending: every `send_interval_ms` when there are new decisions, at least every
+//! `heartbeat_ms` for the load; one POST per peer, never more than
+//! [`MAX_OUTSTANDING_PER_PEER`] unanswered, so nothing queues behind a dead peer.
+//! Receiving: the filter on the peer listener checks the secret and hands the body to this
+//! service over the `peer-inbox` queue; here each message is decoded, checked against
+//! replays ([`PeerLedger`]) and its decisions translated to this replica's epochs: an event
+//! under the peer's current epoch for a pod is recorded under ours; under an older one it
+//! is stale and dropped, so a restarted pod's empty cache is respected across replicas.
+
+use std::collections::VecDeque;
+
+use hashbrown::HashMap;
+use picker::address::PodAddress;
+use picker::config::{PeersConfig, PEER_SECRET_HEADER};
+use picker::inflight::{envoy_totals, publish_peer_counts, SLOT_STALE_MS};
+use picker::keys::PEER_INBOX;
+use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused};
+use picker::pod_table::PodState;
+use picker::prefix::events::{encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH};
+use wasm_epp_host::{Counter, Gauge, Host, Metrics};
+
+/// Decisions waiting to be sent at most; older ones are dropped first (and counted) when a
+/// send interval sees more than a full batch.
+const MAX_OUTBOX_EVENTS: usize = MAX_EVENTS_PER_BATCH;
+
+/// Unanswered sends per peer at most: a peer that does not answer gets no more until it
+/// does or the calls time out.
+pub const MAX_OUTSTANDING_PER_PEER: usize = 2;
+
+/// Inbox messages handled per wake (each POST from a peer makes one).
+const MAX_INBOX_PER_WAKE: usize = 64;
+
+struct Stats {
+    messages_sent: Counter,
+    bytes_sent: Counter,
+    events_sent: Counter,
+    send_failed: Counter,
+    send_skipped: Counter,
+    outbox_dropped: Counter,
+    messages_received: Counter,
+    events_received: Counter,
+    events_stale: Counter,
+    rejected: Counter,
+    replayed: Counter,
+    lag_ms: Gauge,
+    live_peers: Gauge,
+}
+
+impl Stats {
+    fn define(metrics: &Metrics) -> Self {
+        let c = |name: &str| metrics.counter(name);
+        Self {
+            messages_sent: c("wasm_epp.peer_messages_sent"),
+            bytes_sent: c("wasm_epp.peer_bytes_sent"),
+            events_sent: c("wasm_epp.peer_events_sent"),
+            send_failed: c("wasm_epp.peer_send_failed"),
+            send_skipped: c("wasm_epp.peer_send_skipped"),
+            outbox_dropped: c("wasm_epp.peer_outbox_dropped"),
+            messages_received: c("wasm_epp.peer_messages_received"),
+            events_received: c("wasm_epp.peer_events_received"),
+            events_stale: c("wasm_epp.peer_events_stale"),
+            rejected: c("wasm_epp.peer_messages_rejected"),
+            replayed: c("wasm_epp.peer_messages_replayed"),
+            lag_ms: metrics.gauge("wasm_epp.peer_lag_ms"),
+            live_peers: metrics.gauge("wasm_epp.peers_live"),
+        }
+    }
+}
+
+struct Call {
+    token: u32,
+    peer: usize,
+    started_ms: u64,
+}
+
+pub struct PeerExchange {
+    config: PeersConfig,
+    peers: Vec<PodAddress>,
+    /// This replica's id for this run (a restart is a new replica to its peers).
+    replica: u64,
+    seq: u64,
+    outbox: VecDeque<RoutingEvent>,
+    last_send_ms: u64,
+    calls: Vec<Call>,
+    inbox: u32,
+    ledger: PeerLedger,
+    /// What each peer last said it has in flight: `replica -> (heard at, counts)`.
+    remote_load: HashMap<u64, (u64, Vec<(String, u32)>)>,
+    stats: Stats,
+}
+
+impl PeerExchange {
+    pub fn start(host: &dyn Host, config: PeersConfig, metrics: &Metrics) -> Result<Self, String> {
+        let peers = config.validate()?;
+        let inbox = host.register_queue(PEER_INBOX).map_err(|e| format!("register {PEER_INBOX}: {e}"))?;
+        // Differs per start and per Envoy (the clock's nanoseconds, mixed with the VM's id).
+        let replica = host.random_seed() ^ picker::vm_id::unique_vm_id(host).unwrap_or(0).rotate_left(32) | 1;
+        log::info!("wasm-epp pool service: sharing decisions with {} peers as replica {replica:016x}", peers.len());
+        Ok(Self {
+            config,
+            peers,
+            replica,
+            seq: 0,
+            outbox: VecDeque::new(),
+            last_send_ms: 0,
+            calls: Vec::new(),
+            inbox,
+            ledger: PeerLedger::default(),
+            remote_load: HashMap::new(),
+            stats: Stats::define(metrics),
+        })
+    }
+
+    pub fn inbox(&self) -> u32 {
+        self.inbox
+    }
+
+    pub fn owns(&self, token: u32) -> bool {
+        self.calls.iter().any(|c| c.token == token)
+    }
+
+    /// Queues this replica's own new decisions for the next send.
+    pub fn queue_local(&mut self, metrics: &Metrics, events: &[RoutingEvent]) {
+        for event in events {
+            if self.outbox.len() >= MAX_OUTBOX_EVENTS {
+                self.outbox.pop_front();
+                metrics.increment(self.stats.outbox_dropped);
+            }
+            self.outbox.push_back(event.clone());
+        }
+    }
+
+    /// On the tick: forget calls past their timeout, publish the peers' load for the
+    /// workers, and send when due.
+    pub fn tick<'a>(&mut self, host: &dyn Host, metrics: &Metrics, now: u64, pods: impl Iterator<Item = &'a PodState>) {
+        let expiry = self.config.timeout_ms.saturating_mul(2);
+        self.calls.retain(|c| now.saturating_sub(c.started_ms) <= expiry);
+        self.publish_remote_load(host, metrics, now);
+        let since = now.saturating_sub(self.last_send_ms);
+        let due = if self.outbox.is_empty() {
+            since >= self.config.heartbeat_ms
+        } else {
+            since >= self.config.send_interval_ms
+        };
+        if !due || self.peers.is_empty() {
+            return;
+        }
+        self.last_send_ms = now;
+        self.seq = self.seq.saturating_add(1);
+        let inflight = envoy_totals(host, now);
+        let pods = pods
+            .filter_map(|pod| {
+                let address = PodAddress::parse(&pod.address).ok()?;
+                let inflight = inflight.get(pod.address.as_str()).copied().unwrap_or(0);
+                Some(PeerPod { address, epoch: pod.epoch, inflight })
+            })
+            .collect();
+        let take = self.outbox.len().min(MAX_EVENTS_PER_BATCH);
+        let events: Vec<RoutingEvent> = self.outbox.drain(..take).collect();
+        let message = PeerMessage { replica: self.replica, seq: self.seq, sent_ms: now, pods, events: Vec::new() };
+        let body = message.encode(&encode_batch(&events));
+        for (index, peer) in self.peers.iter().enumerate() {
+            if self.calls.iter().filter(|c| c.peer == index).count() >= MAX_OUTSTANDING_PER_PEER {
+                metrics.increment(self.stats.send_skipped);
+                continue;
+            }
+            let headers = [
+                (":method", "POST"),
+                (":path", self.config.path.as_str()),
+                (":authority", peer.as_str()),
+                ("x-gateway-destination-endpoint", peer.as_str()),
+                (PEER_SECRET_HEADER, self.config.secret.as_str()),
+                ("content-type", "application/octet-stream"),
+            ];
+            match host.dispatch_call(&self.config.cluster, &headers, &body, self.config.timeout_ms) {
+                Ok(token) => {
+                    self.calls.push(Call { token, peer: index, started_ms: now });
+                    metrics.increment(self.stats.messages_sent);
+                    metrics.add(self.stats.bytes_sent, body.len() as u64);
+                    metrics.add(self.stats.events_sent, events.len() as u64);
+                }
+                Err(error) => {
+                    metrics.increment(self.stats.send_failed);
+                    log::debug!("wasm-epp pool service: send to peer {peer} refused: {error}");
+                }
+            }
+        }
+    }
+
+    /// A peer answered (or the call failed).
+    pub fn on_response(&mut self, host: &dyn Host, metrics: &Metrics, token: u32) {
+        self.calls.retain(|c| c.token != token);
+        if !host.call_response_status().is_some_and(|s| (200..300).contains(&s)) {
+            metrics.increment(self.stats.send_failed);
+        }
+    }
+
+    /// Handles what peers sent: returns their decisions, in this replica's epochs, for the
+    /// ring. `pods` is this replica's current view of the pool.
+    pub fn receive<'a>(
+        &mut self,
+        host: &dyn Host,
+        metrics: &Metrics,
+        now: u64,
+        pods: impl Iterator<Item = &'a PodState>,
+    ) -> Vec<RoutingEvent> {
+        let ours: HashMap<&str, u32> = pods.map(|p| (p.address.as_str(), p.epoch)).collect();
+        let mut accepted = Vec::new();
+        for _ in 0..MAX_INBOX_PER_WAKE {
+            let Ok(Some(bytes)) = host.dequeue(self.inbox) else { break };
+            let message = match PeerMessage::decode(&bytes).and_then(|m| {
+                self.ledger.admit(&m, self.replica, now)?;
+                Ok(m)
+            }) {
+                Ok(message) => message,
+                Err(Refused::Replayed) => {
+                    metrics.increment(self.stats.replayed);
+                    continue;
+                }
+                Err(Refused::FromSelf) => continue,
+                Err(reason) => {
+                    metrics.increment(self.stats.rejected);
+                    log::debug!("wasm-epp pool service: peer message refused: {reason:?}");
+                    continue;
+                }
+            };
+            metrics.increment(self.stats.messages_received);
+            metrics.set(self.stats.lag_ms, now.saturating_sub(message.sent_ms));
+            let load = message.pods.iter().map(|p| (p.address.as_str().to_string(), p.inflight)).collect();
+            self.remote_load.insert(message.replica, (now, load));
+            for event in message.events {
+                let peer_epoch = message.pods.iter().find(|p| p.address.as_str() == event.pod).map(|p| p.epoch);
+                let ours = ours.get(event.pod.as_str()).copied();
+                match (peer_epoch, ours) {
+                    (Some(theirs), Some(ours)) if theirs == event.epoch => {
+                        metrics.increment(self.stats.events_received);
+                        accepted.push(RoutingEvent { epoch: ours, ..event });
+                    }
+                    _ => metrics.increment(self.stats.events_stale),
+                }
+            }
+        }
+        accepted
+    }
+
+    /// Sums what live peers have in flight and publishes it for the workers.
+    fn publish_remote_load(&mut self, host: &dyn Host, metrics: &Metrics, now: u64) {
+        self.remote_load.retain(|_, (heard, _)| now.saturating_sub(*heard) <= SLOT_STALE_MS);
+        metrics.set(self.stats.live_peers, self.remote_load.len() as u64);
+        let mut totals: HashMap<String, u32> = HashMap::new();
+        for (_, counts) in self.remote_load.values() {
+            for (address, count) in counts {
+                let total = totals.entry_ref(address.as_str()).or_insert(0);
+                *total = total.saturating_add(*count);
+            }
+        }
+        if let Err(error) = publish_peer_counts(host, now, &totals) {
+            log::debug!("wasm-epp pool service: peer load not published: {error:?}");
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Two gateway replicas' pool services exchanging decisions and load, natively: each on its
+//! own in-memory host; the test is the network, copying each POST body into the other's
+//! peer inbox.
+
+// Test support functions unwrap and index too: a failure is a failed test.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+use picker::inflight::WorkerInflight;
+use picker::keys;
+use picker::pod_table::PodTable;
+use picker::prefix::events::{encode_batch, RoutingEvent};
+use picker::prefix::{RingReader, StartAt};
+use wasm_epp_host::{Host, MockHost, SharedStore};
+use wasm_epp_poller::PoolService;
+
+const NOW: u64 = 1_700_000_000_000;
+const POD: &str = "10.0.0.1:8000";
+const SECRET: &str = "a-shared-secret-of-some-length";
+const METRICS: &str = "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 0.0\n\
+vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0.0\n";
+
+struct Replica {
+    host: MockHost,
+    service: PoolService,
+    /// Calls already handled (answered or delivered).
+    handled: usize,
+}
+
+impl Replica {
+    fn new(seed: u64, peer: &str) -> Self {
+        let host = MockHost::new();
+        host.clock_ms.set(NOW);
+        host.seed.set(seed);
+        let config = format!(
+            r#"{{"pool": ["{POD}"], "poll_interval_ms": 100,
+                "peers": {{"peers": ["{peer}"], "secret": "{SECRET}", "send_interval_ms": 20}}}}"#
+        );
+        let mut service = PoolService::default();
+        service.configure(&host, config.as_bytes()).unwrap();
+        let mut replica = Self { host, service, handled: 0 };
+        replica.tick(NOW);
+        replica
+    }
+
+    /// Ticks, answering every new scrape healthy; returns the peer messages it sent.
+    fn tick(&mut self, now: u64) -> Vec<Vec<u8>> {
+        self.host.clock_ms.set(now);
+        self.service.tick(&self.host, now);
+        let calls = self.host.calls.borrow().clone();
+        let mut sent = Vec::new();
+        for call in calls.iter().skip(self.handled) {
+            if call.cluster == "wasm_epp_metrics" {
+                *self.host.call_answer.borrow_mut() = Some((200, METRICS.as_bytes().to_vec()));
+                self.service.http_response(&self.host, call.token, METRICS.len());
+            } else {
+                sent.push(call.body.clone());
+                *self.host.call_answer.borrow_mut() = Some((204, Vec::new()));
+                self.service.http_response(&self.host, call.token, 0);
+            }
+        }
+        self.handled = calls.len();
+        sent
+    }
+
+    fn epoch(&self) -> u32 {
+        PodTable::decode(&self.host.get(keys::POD_TABLE).unwrap().0.unwrap()).unwrap().pods[0].epoch
+    }
+
+    /// One of this replica's workers routed a prompt with `hashes` to the pod.
+    fn decide(&mut self, hashes: &[u64]) {
+        let event = RoutingEvent { pod: POD.into(), epoch: self.epoch(), hashes: hashes.to_vec() };
+        let queue = self.host.resolve_queue("wasm-epp", keys::EVENT_QUEUE).unwrap().unwrap();
+        self.host.enqueue(queue, &encode_batch(&[event])).unwrap();
+        self.service.queue_ready(&self.host, queue);
+    }
+
+    fn receive(&mut self, messages: &[Vec<u8>]) {
+        let inbox = self.host.resolve_queue("wasm-epp", keys::PEER_INBOX).unwrap().unwrap();
+        for message in messages {
+            self.host.enqueue(inbox, message).unwrap();
+        }
+        self.service.queue_ready(&self.host, inbox);
+    }
+
+    /// Every decision in this replica's ring.
+    fn ring(&self) -> Vec<RoutingEvent> {
+        RingReader::new(StartAt::Oldest).poll(&self.host, 64).unwrap().events
+    }
+
+    fn stat(&self, name: &str) -> u64 {
+        self.service.metrics().pending(name) + self.host.metric(name)
+    }
+}
+
+#[test]
+fn a_decision_on_one_replica_reaches_the_others_ring_under_its_epochs() {
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    let mut b = Replica::new(2, "127.0.0.1:10001");
+    a.decide(&[1, 2, 3]);
+    let sent = a.tick(NOW + 50);
+    assert_eq!(sent.len(), 1, "one message per peer per send");
+    b.receive(&sent);
+    let learned = b.ring();
+    assert_eq!(learned.len(), 1);
+    assert_eq!(learned[0].hashes, [1, 2, 3]);
+    assert_eq!(learned[0].epoch, b.epoch(), "recorded under the receiver's epoch");
+    assert_eq!(b.stat("wasm_epp.peer_events_received"), 1);
+    // The receiver does not echo it back.
+    let echoed = b.tick(NOW + 100);
+    assert!(echoed.iter().all(|m| picker::peer::PeerMessage::decode(m).unwrap().events.is_empty()));
+}
+
+#[test]
+fn replays_garbage_and_stale_epochs_are_refused() {
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    let mut b = Replica::new(2, "127.0.0.1:10001");
+    a.decide(&[7]);
+    let sent = a.tick(NOW + 50);
+    b.receive(&sent);
+    b.receive(&sent);
+    assert_eq!(b.stat("wasm_epp.peer_messages_replayed"), 1);
+    b.receive(&[b"WEPP\x01garbage".to_vec(), vec![0; 3]]);
+    assert_eq!(b.stat("wasm_epp.peer_messages_rejected"), 2);
+    // A decision under an epoch the sender itself no longer holds is stale.
+    let mut message = picker::peer::PeerMessage::decode(&sent[0]).unwrap();
+    message.seq += 10;
+    message.pods[0].epoch += 1;
+    let event = RoutingEvent { pod: POD.into(), epoch: message.pods[0].epoch - 1, hashes: vec![9] };
+    b.receive(&[message.encode(&encode_batch(&[event]))]);
+    assert_eq!(b.stat("wasm_epp.peer_events_stale"), 1);
+    assert_eq!(b.ring().len(), 1, "only the first, valid decision");
+}
+
+#[test]
+fn a_peers_load_reaches_the_workers_in_flight_view() {
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    let mut b = Replica::new(2, "127.0.0.1:10001");
+    let mut worker = WorkerInflight::new();
+    for _ in 0..3 {
+        worker.started(POD, NOW);
+    }
+    worker.sync(&a.host, NOW + 40, 60_000);
+    let sent = a.tick(NOW + 600); // a heartbeat carries the load even without decisions
+    assert!(!sent.is_empty());
+    b.receive(&sent);
+    b.tick(NOW + 620);
+    let mut b_worker = WorkerInflight::new();
+    b_worker.sync(&b.host, NOW + 630, 60_000);
+    assert_eq!(b_worker.count(POD), 3, "a's three requests count on b");
+}
+
+#[test]
+fn nothing_queues_behind_a_dead_peer() {
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    for round in 0..20 {
+        a.decide(&[round]);
+        a.host.clock_ms.set(NOW + 50 * (round + 1));
+        a.service.tick(&a.host, NOW + 50 * (round + 1)); // sends, never answered
+    }
+    let sent = a.host.calls.borrow().iter().filter(|c| c.cluster == "wasm_epp_peers").count();
+    assert!(sent <= 2 + 2, "at most two unanswered sends at a time (and the first ones): {sent}");
+    assert!(a.stat("wasm_epp.peer_send_skipped") > 0);
+}
