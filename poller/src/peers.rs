@@ -19,7 +19,7 @@ use picker::address::PodAddress;
 use picker::config::{PeersConfig, PEER_SECRET_HEADER};
 use picker::inflight::{envoy_totals, publish_peer_counts, SLOT_STALE_MS};
 use picker::keys::PEER_INBOX;
-use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused};
+use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused, MAX_MESSAGE_BYTES};
 use picker::pod_table::PodState;
 use picker::prefix::events::{encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH};
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
@@ -45,6 +45,7 @@ struct Stats {
     messages_received: Counter,
     events_received: Counter,
     events_stale: Counter,
+    snapshot_events: Counter,
     rejected: Counter,
     replayed: Counter,
     lag_ms: Gauge,
@@ -64,6 +65,7 @@ impl Stats {
             messages_received: c("wasm_epp.peer_messages_received"),
             events_received: c("wasm_epp.peer_events_received"),
             events_stale: c("wasm_epp.peer_events_stale"),
+            snapshot_events: c("wasm_epp.peer_snapshot_events"),
             rejected: c("wasm_epp.peer_messages_rejected"),
             replayed: c("wasm_epp.peer_messages_replayed"),
             lag_ms: metrics.gauge("wasm_epp.peer_lag_ms"),
@@ -76,6 +78,13 @@ struct Call {
     token: u32,
     peer: usize,
     started_ms: u64,
+}
+
+/// A starting replica asks one peer after another for a snapshot of recent decisions.
+enum Snapshot {
+    Wanted { next_peer: usize, tries: usize },
+    Asked { token: u32, peer: usize, started_ms: u64, tries: usize },
+    Done,
 }
 
 pub struct PeerExchange {
@@ -91,6 +100,7 @@ pub struct PeerExchange {
     ledger: PeerLedger,
     /// What each peer last said it has in flight: `replica -> (heard at, counts)`.
     remote_load: HashMap<u64, (u64, Vec<(String, u32)>)>,
+    snapshot: Snapshot,
     stats: Stats,
 }
 
@@ -112,6 +122,7 @@ impl PeerExchange {
             inbox,
             ledger: PeerLedger::default(),
             remote_load: HashMap::new(),
+            snapshot: Snapshot::Wanted { next_peer: 0, tries: 0 },
             stats: Stats::define(metrics),
         })
     }
@@ -122,6 +133,7 @@ impl PeerExchange {
 
     pub fn owns(&self, token: u32) -> bool {
         self.calls.iter().any(|c| c.token == token)
+            || matches!(self.snapshot, Snapshot::Asked { token: asked, .. } if asked == token)
     }
 
     /// Queues this replica's own new decisions for the next send.
@@ -136,11 +148,22 @@ impl PeerExchange {
     }
 
     /// On the tick: forget calls past their timeout, publish the peers' load for the
-    /// workers, and send when due.
-    pub fn tick<'a>(&mut self, host: &dyn Host, metrics: &Metrics, now: u64, pods: impl Iterator<Item = &'a PodState>) {
+    /// workers, catch up once the pool is known (`pool_known`: this replica's first round
+    /// of scrapes is done, so its epochs are settled), and send when due.
+    pub fn tick<'a>(
+        &mut self,
+        host: &dyn Host,
+        metrics: &Metrics,
+        now: u64,
+        pods: impl Iterator<Item = &'a PodState>,
+        pool_known: bool,
+    ) {
         let expiry = self.config.timeout_ms.saturating_mul(2);
         self.calls.retain(|c| now.saturating_sub(c.started_ms) <= expiry);
         self.publish_remote_load(host, metrics, now);
+        if pool_known {
+            self.ask_for_snapshot(host, now, expiry);
+        }
         let since = now.saturating_sub(self.last_send_ms);
         let due = if self.outbox.is_empty() {
             since >= self.config.heartbeat_ms
@@ -192,12 +215,83 @@ impl PeerExchange {
         }
     }
 
-    /// A peer answered (or the call failed).
-    pub fn on_response(&mut self, host: &dyn Host, metrics: &Metrics, token: u32) {
+    /// A peer answered (or the call failed). A snapshot's decisions come back, in this
+    /// replica's epochs, for the ring.
+    pub fn on_response<'a>(
+        &mut self,
+        host: &dyn Host,
+        metrics: &Metrics,
+        token: u32,
+        body_size: usize,
+        pods: impl Iterator<Item = &'a PodState>,
+    ) -> Vec<RoutingEvent> {
+        let ok = host.call_response_status().is_some_and(|s| (200..300).contains(&s));
+        if let Snapshot::Asked { token: asked, peer, tries, .. } = self.snapshot {
+            if asked == token {
+                let body = if ok {
+                    host.call_response_body(body_size, MAX_MESSAGE_BYTES).unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                return match PeerMessage::decode(&body) {
+                    Ok(message) => {
+                        self.snapshot = Snapshot::Done;
+                        let ours: HashMap<&str, u32> = pods.map(|p| (p.address.as_str(), p.epoch)).collect();
+                        let (events, stale) = translate(message.events, &message.pods, &ours);
+                        metrics.add(self.stats.snapshot_events, events.len() as u64);
+                        metrics.add(self.stats.events_stale, stale);
+                        log::info!(
+                            "wasm-epp pool service: caught up from peer {} ({} decisions)",
+                            self.peer_name(peer),
+                            events.len()
+                        );
+                        events
+                    }
+                    Err(_) => {
+                        metrics.increment(self.stats.send_failed);
+                        self.snapshot = Snapshot::Wanted { next_peer: peer + 1, tries: tries + 1 };
+                        Vec::new()
+                    }
+                };
+            }
+        }
         self.calls.retain(|c| c.token != token);
-        if !host.call_response_status().is_some_and(|s| (200..300).contains(&s)) {
+        if !ok {
             metrics.increment(self.stats.send_failed);
         }
+        Vec::new()
+    }
+
+    fn peer_name(&self, index: usize) -> &str {
+        self.peers.get(index).map_or("?", PodAddress::as_str)
+    }
+
+    /// Asks the next peer for a snapshot, until one gives it or every peer was tried twice.
+    fn ask_for_snapshot(&mut self, host: &dyn Host, now: u64, expiry: u64) {
+        if let Snapshot::Asked { started_ms, peer, tries, .. } = self.snapshot {
+            if now.saturating_sub(started_ms) > expiry {
+                self.snapshot = Snapshot::Wanted { next_peer: peer + 1, tries: tries + 1 };
+            }
+        }
+        let Snapshot::Wanted { next_peer, tries } = self.snapshot else { return };
+        if self.peers.is_empty() || tries >= 2 * self.peers.len() {
+            self.snapshot = Snapshot::Done;
+            return;
+        }
+        let peer = next_peer % self.peers.len();
+        let Some(address) = self.peers.get(peer) else { return };
+        let path = format!("{}/snapshot", self.config.path);
+        let headers = [
+            (":method", "GET"),
+            (":path", path.as_str()),
+            (":authority", address.as_str()),
+            ("x-gateway-destination-endpoint", address.as_str()),
+            (PEER_SECRET_HEADER, self.config.secret.as_str()),
+        ];
+        self.snapshot = match host.dispatch_call(&self.config.cluster, &headers, &[], self.config.timeout_ms) {
+            Ok(token) => Snapshot::Asked { token, peer, started_ms: now, tries },
+            Err(_) => Snapshot::Wanted { next_peer: peer + 1, tries: tries + 1 },
+        };
     }
 
     /// Handles what peers sent: returns their decisions, in this replica's epochs, for the
@@ -233,17 +327,10 @@ impl PeerExchange {
             metrics.set(self.stats.lag_ms, now.saturating_sub(message.sent_ms));
             let load = message.pods.iter().map(|p| (p.address.as_str().to_string(), p.inflight)).collect();
             self.remote_load.insert(message.replica, (now, load));
-            for event in message.events {
-                let peer_epoch = message.pods.iter().find(|p| p.address.as_str() == event.pod).map(|p| p.epoch);
-                let ours = ours.get(event.pod.as_str()).copied();
-                match (peer_epoch, ours) {
-                    (Some(theirs), Some(ours)) if theirs == event.epoch => {
-                        metrics.increment(self.stats.events_received);
-                        accepted.push(RoutingEvent { epoch: ours, ..event });
-                    }
-                    _ => metrics.increment(self.stats.events_stale),
-                }
-            }
+            let (events, stale) = translate(message.events, &message.pods, &ours);
+            metrics.add(self.stats.events_received, events.len() as u64);
+            metrics.add(self.stats.events_stale, stale);
+            accepted.extend(events);
         }
         accepted
     }
@@ -263,4 +350,21 @@ impl PeerExchange {
             log::debug!("wasm-epp pool service: peer load not published: {error:?}");
         }
     }
+}
+
+/// A peer's decisions in this replica's epochs: an event under the peer's current epoch for
+/// a pod this replica also knows is kept under this replica's epoch; the rest are stale
+/// (the pod restarted since, or is not in this pool). Returns the kept events and how many
+/// were stale.
+fn translate(events: Vec<RoutingEvent>, theirs: &[PeerPod], ours: &HashMap<&str, u32>) -> (Vec<RoutingEvent>, u64) {
+    let mut kept = Vec::with_capacity(events.len());
+    let mut stale = 0;
+    for event in events {
+        let peer_epoch = theirs.iter().find(|p| p.address.as_str() == event.pod).map(|p| p.epoch);
+        match (peer_epoch, ours.get(event.pod.as_str())) {
+            (Some(peer_epoch), Some(&epoch)) if peer_epoch == event.epoch => kept.push(RoutingEvent { epoch, ..event }),
+            _ => stale += 1,
+        }
+    }
+    (kept, stale)
 }

@@ -171,7 +171,7 @@ impl PoolService {
         self.publish_if_changed(host, now);
         self.start_round_if_due(host, now);
         if let (Some(peers), Some(poller)) = (self.peers.as_mut(), self.poller.as_ref()) {
-            peers.tick(host, &self.metrics, now, poller.pods());
+            peers.tick(host, &self.metrics, now, poller.pods(), self.first_round_done);
         }
         self.metrics.flush(host);
     }
@@ -217,7 +217,11 @@ impl PoolService {
     pub fn http_response(&mut self, host: &dyn Host, token: u32, body_size: usize) {
         let now = host.now_ms();
         if let Some(peers) = self.peers.as_mut().filter(|p| p.owns(token)) {
-            peers.on_response(host, &self.metrics, token);
+            let pods = self.poller.as_ref().map(|p| p.pods().cloned().collect::<Vec<_>>()).unwrap_or_default();
+            let caught_up = peers.on_response(host, &self.metrics, token, body_size, pods.iter());
+            if let Some(relay) = self.relay.as_mut() {
+                relay.append(host, &self.metrics, &caught_up);
+            }
             return;
         }
         let Some(poller) = self.poller.as_mut() else { return };

@@ -49,9 +49,14 @@ impl Replica {
         let calls = self.host.calls.borrow().clone();
         let mut sent = Vec::new();
         for call in calls.iter().skip(self.handled) {
+            let snapshot = call.headers.iter().any(|(n, v)| n == ":method" && v == "GET");
             if call.cluster == "wasm_epp_metrics" {
                 *self.host.call_answer.borrow_mut() = Some((200, METRICS.as_bytes().to_vec()));
                 self.service.http_response(&self.host, call.token, METRICS.len());
+            } else if snapshot {
+                // No peer listener answers in these tests: the replica tries, then gives up.
+                *self.host.call_answer.borrow_mut() = Some((404, Vec::new()));
+                self.service.http_response(&self.host, call.token, 0);
             } else {
                 sent.push(call.body.clone());
                 *self.host.call_answer.borrow_mut() = Some((204, Vec::new()));
@@ -160,4 +165,37 @@ fn nothing_queues_behind_a_dead_peer() {
     let sent = a.host.calls.borrow().iter().filter(|c| c.cluster == "wasm_epp_peers").count();
     assert!(sent <= 2 + 2, "at most two unanswered sends at a time (and the first ones): {sent}");
     assert!(a.stat("wasm_epp.peer_send_skipped") > 0);
+}
+
+#[test]
+fn a_starting_replica_catches_up_from_a_peers_snapshot() {
+    // The answer a peer listener gives to GET <path>/snapshot (see router's peer_receiver).
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    a.decide(&[4, 5, 6]);
+    let events = a.ring();
+    let pods = vec![picker::peer::PeerPod {
+        address: picker::address::PodAddress::parse(POD).unwrap(),
+        epoch: a.epoch(),
+        inflight: 0,
+    }];
+    let snapshot = picker::peer::PeerMessage { replica: 0, seq: 0, sent_ms: NOW, pods, events: Vec::new() }
+        .encode(&encode_batch(&events));
+
+    let host = MockHost::new();
+    host.clock_ms.set(NOW);
+    let config = format!(
+        r#"{{"pool": ["{POD}"], "poll_interval_ms": 100, "peers": {{"peers": ["127.0.0.1:10001"], "secret": "{SECRET}"}}}}"#
+    );
+    let mut b = Replica { host, service: PoolService::default(), handled: 0 };
+    b.service.configure(&b.host, config.as_bytes()).unwrap();
+    b.tick(NOW); // first round: scrapes answered, then asks for the snapshot on the next tick
+    b.host.clock_ms.set(NOW + 10);
+    b.service.tick(&b.host, NOW + 10);
+    let ask = b.host.calls.borrow().iter().find(|c| c.headers.iter().any(|(_, v)| v.ends_with("/snapshot"))).cloned();
+    let ask = ask.expect("a snapshot is asked for once the pool is known");
+    *b.host.call_answer.borrow_mut() = Some((200, snapshot.clone()));
+    b.service.http_response(&b.host, ask.token, snapshot.len());
+    let learned = b.ring();
+    assert_eq!(learned.len(), 1);
+    assert_eq!((learned[0].hashes.clone(), learned[0].epoch), (vec![4, 5, 6], b.epoch()));
 }

@@ -1,11 +1,18 @@
 //! The filter on the internal peer listener: other replicas post their messages here; the
 //! secret is checked, the body handed to this Envoy's pool service over the `peer-inbox`
-//! queue (which decodes it and refuses replays), and the request answered at once. Nothing
-//! on this listener is ever routed to a pod.
+//! queue (which decodes it and refuses replays), and the request answered at once. A
+//! replica that starts asks a peer for a snapshot (`GET <path>/snapshot`): the newest
+//! decisions of this replica's ring, with the epochs they are under, so it does not route
+//! cold. Nothing on this listener is ever routed to a pod.
 
+use picker::address::PodAddress;
 use picker::config::{PeerReceiverConfig, PEER_SECRET_HEADER};
-use picker::keys::PEER_INBOX;
-use picker::peer::MAX_MESSAGE_BYTES;
+use picker::keys::{PEER_INBOX, POD_TABLE};
+use picker::peer::{PeerMessage, PeerPod, MAX_MESSAGE_BYTES};
+use picker::pod_table::PodTable;
+use picker::prefix::events::{encode_batch, MAX_EVENTS_PER_BATCH};
+use picker::prefix::RING_SEGMENTS;
+use picker::prefix::{RingReader, StartAt};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::reply::send_error;
@@ -23,7 +30,9 @@ fn same_secret(given: &[u8], expected: &[u8]) -> bool {
 /// Headers of a peer request: `true` to wait for the body, `false` when already answered.
 pub fn accept_headers(worker: &Worker, host: &dyn Host, config: &PeerReceiverConfig, headers: &HeaderMap) -> bool {
     let path = headers.get_text(":path").unwrap_or_default();
-    if path != config.path || headers.get_text(":method") != Some("POST") {
+    let method = headers.get_text(":method");
+    let snapshot = path.strip_prefix(config.path.as_str()) == Some("/snapshot") && method == Some("GET");
+    if !snapshot && (path != config.path || method != Some("POST")) {
         worker.stats.increment(worker.stats.peer_refused);
         send_error(host, 404, "not_found", "wasm-epp peer listener: no such endpoint");
         return false;
@@ -33,7 +42,30 @@ pub fn accept_headers(worker: &Worker, host: &dyn Host, config: &PeerReceiverCon
         send_error(host, 403, "forbidden", "wasm-epp peer listener: wrong or missing secret");
         return false;
     }
+    if snapshot {
+        send_snapshot(worker, host);
+        return false;
+    }
     true
+}
+
+/// Answers a starting replica with this replica's newest decisions and their epochs.
+fn send_snapshot(worker: &Worker, host: &dyn Host) {
+    let events = RingReader::new(StartAt::Oldest).poll(host, RING_SEGMENTS).map(|r| r.events).unwrap_or_default();
+    let newest = events.get(events.len().saturating_sub(MAX_EVENTS_PER_BATCH)..).unwrap_or_default();
+    let table = host.get(POD_TABLE).ok().and_then(|(bytes, _)| PodTable::decode(&bytes?).ok()).unwrap_or_default();
+    let pods = table
+        .pods
+        .iter()
+        .filter_map(|p| Some(PeerPod { address: PodAddress::parse(&p.address).ok()?, epoch: p.epoch, inflight: 0 }))
+        .collect();
+    // Replica 0, sequence 0: a snapshot is an answer to the asker's own call, not a message.
+    let message = PeerMessage { replica: 0, seq: 0, sent_ms: host.now_ms(), pods, events: Vec::new() };
+    let body = message.encode(&encode_batch(newest));
+    worker.stats.increment(worker.stats.peer_snapshots);
+    if let Err(error) = host.send_reply(200, &[("content-type", "application/octet-stream")], &body) {
+        log::debug!("wasm-epp peer listener: snapshot reply failed: {error}");
+    }
 }
 
 /// The whole body arrived (or grew too large): hand it over and answer.

@@ -33,6 +33,7 @@ pub struct Stats {
     pub health_probes: Counter,
     pub peer_accepted: Counter,
     pub peer_refused: Counter,
+    pub peer_snapshots: Counter,
 }
 
 impl Stats {
@@ -64,6 +65,7 @@ impl Stats {
             health_probes: c("wasm_epp.health_probes"),
             peer_accepted: c("wasm_epp.peer_requests_accepted"),
             peer_refused: c("wasm_epp.peer_requests_refused"),
+            peer_snapshots: c("wasm_epp.peer_snapshots_served"),
             metrics,
         }
     }
