@@ -9,6 +9,18 @@
 use picker::address::PodAddress;
 use picker::discovery::{ApiResponse, HealthChange, KubernetesConfig, PoolDiscovery, Progress};
 use picker::poller::PoolPoller;
+
+/// What a discovered list is given to: the pool service's poller (the pods), or the peer
+/// exchange (the other gateway replicas).
+pub trait DiscoveryTarget {
+    fn set_pool(&mut self, pool: Vec<PodAddress>);
+}
+
+impl DiscoveryTarget for PoolPoller {
+    fn set_pool(&mut self, pool: Vec<PodAddress>) {
+        PoolPoller::set_pool(self, pool);
+    }
+}
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
 /// Pods named in one "pool changed" log line; the rest are counted.
@@ -36,14 +48,15 @@ pub struct Env<'a> {
 }
 
 impl Discovery {
-    pub fn new(config: KubernetesConfig, metrics: &Metrics) -> Result<Self, String> {
+    /// `stat_prefix` names its stats (`wasm_epp.discovery` for the pool).
+    pub fn new(config: KubernetesConfig, metrics: &Metrics, stat_prefix: &str) -> Result<Self, String> {
         let lister = PoolDiscovery::new(config).map_err(|e| format!("invalid configuration: {e}"))?;
         let stats = Stats {
-            lists: metrics.counter("wasm_epp.discovery_success"),
-            failures: metrics.counter("wasm_epp.discovery_failure"),
-            pool_changes: metrics.counter("wasm_epp.discovery_pool_changes"),
-            pods: metrics.gauge("wasm_epp.discovery_pods"),
-            failing: metrics.gauge("wasm_epp.discovery_failing"),
+            lists: metrics.counter(&format!("{stat_prefix}_success")),
+            failures: metrics.counter(&format!("{stat_prefix}_failure")),
+            pool_changes: metrics.counter(&format!("{stat_prefix}_pool_changes")),
+            pods: metrics.gauge(&format!("{stat_prefix}_pods")),
+            failing: metrics.gauge(&format!("{stat_prefix}_failing")),
         };
         Ok(Self { lister, given: Vec::new(), stats })
     }
@@ -65,12 +78,19 @@ impl Discovery {
         self.lister.owns(token)
     }
 
-    pub fn on_tick(&mut self, env: &Env<'_>, now: u64, poller: &mut PoolPoller) {
+    pub fn on_tick(&mut self, env: &Env<'_>, now: u64, poller: &mut dyn DiscoveryTarget) {
         let progress = self.lister.tick(now);
         self.advance(env, progress, poller);
     }
 
-    pub fn on_response(&mut self, env: &Env<'_>, token: u32, body_size: usize, now: u64, poller: &mut PoolPoller) {
+    pub fn on_response(
+        &mut self,
+        env: &Env<'_>,
+        token: u32,
+        body_size: usize,
+        now: u64,
+        poller: &mut dyn DiscoveryTarget,
+    ) {
         let status = env.host.call_response_status();
         let limit = usize::try_from(self.lister.config().max_response_bytes).unwrap_or(usize::MAX);
         let body = match status {
@@ -89,7 +109,7 @@ impl Discovery {
 
     /// Acts on what the lister asked for. A fetch whose dispatch is refused turns into a
     /// failure, never into another fetch, so this ends after at most two steps.
-    fn advance(&mut self, env: &Env<'_>, progress: Progress, poller: &mut PoolPoller) {
+    fn advance(&mut self, env: &Env<'_>, progress: Progress, poller: &mut dyn DiscoveryTarget) {
         let metrics = env.metrics;
         let progress = match progress {
             Progress::Fetch(request) => match self.dispatch(env.host, &request.path) {

@@ -24,6 +24,8 @@ use picker::pod_table::PodState;
 use picker::prefix::events::{encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH};
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
+use crate::discovery::{Discovery, DiscoveryTarget, Env};
+
 /// Decisions waiting to be sent at most; older ones are dropped first (and counted) when a
 /// send interval sees more than a full batch.
 const MAX_OUTBOX_EVENTS: usize = MAX_EVENTS_PER_BATCH;
@@ -101,12 +103,23 @@ pub struct PeerExchange {
     /// What each peer last said it has in flight: `replica -> (heard at, counts)`.
     remote_load: HashMap<u64, (u64, Vec<(String, u32)>)>,
     snapshot: Snapshot,
+    /// Finds the peers in Kubernetes, when configured so.
+    discovery: Option<Discovery>,
     stats: Stats,
+}
+
+impl DiscoveryTarget for PeerExchange {
+    fn set_pool(&mut self, pool: Vec<PodAddress>) {
+        self.calls.clear(); // indices into the old list
+        self.peers = pool;
+    }
 }
 
 impl PeerExchange {
     pub fn start(host: &dyn Host, config: PeersConfig, metrics: &Metrics) -> Result<Self, String> {
         let peers = config.validate()?;
+        let discovery =
+            config.kubernetes.clone().map(|k| Discovery::new(k, metrics, "wasm_epp.peer_discovery")).transpose()?;
         let inbox = host.register_queue(PEER_INBOX).map_err(|e| format!("register {PEER_INBOX}: {e}"))?;
         // Differs per start and per Envoy (the clock's nanoseconds, mixed with the VM's id).
         let replica = host.random_seed() ^ picker::vm_id::unique_vm_id(host).unwrap_or(0).rotate_left(32) | 1;
@@ -123,6 +136,7 @@ impl PeerExchange {
             ledger: PeerLedger::default(),
             remote_load: HashMap::new(),
             snapshot: Snapshot::Wanted { next_peer: 0, tries: 0 },
+            discovery,
             stats: Stats::define(metrics),
         })
     }
@@ -134,6 +148,7 @@ impl PeerExchange {
     pub fn owns(&self, token: u32) -> bool {
         self.calls.iter().any(|c| c.token == token)
             || matches!(self.snapshot, Snapshot::Asked { token: asked, .. } if asked == token)
+            || self.discovery.as_ref().is_some_and(|d| d.owns(token))
     }
 
     /// Queues this replica's own new decisions for the next send.
@@ -158,6 +173,10 @@ impl PeerExchange {
         pods: impl Iterator<Item = &'a PodState>,
         pool_known: bool,
     ) {
+        if let Some(mut discovery) = self.discovery.take() {
+            discovery.on_tick(&Env { host, metrics }, now, self);
+            self.discovery = Some(discovery);
+        }
         let expiry = self.config.timeout_ms.saturating_mul(2);
         self.calls.retain(|c| now.saturating_sub(c.started_ms) <= expiry);
         self.publish_remote_load(host, metrics, now);
@@ -225,6 +244,14 @@ impl PeerExchange {
         body_size: usize,
         pods: impl Iterator<Item = &'a PodState>,
     ) -> Vec<RoutingEvent> {
+        if let Some(mut discovery) = self.discovery.take() {
+            if discovery.owns(token) {
+                discovery.on_response(&Env { host, metrics }, token, body_size, host.now_ms(), self);
+                self.discovery = Some(discovery);
+                return Vec::new();
+            }
+            self.discovery = Some(discovery);
+        }
         let ok = host.call_response_status().is_some_and(|s| (200..300).contains(&s));
         if let Snapshot::Asked { token: asked, peer, tries, .. } = self.snapshot {
             if asked == token {

@@ -199,3 +199,41 @@ fn a_starting_replica_catches_up_from_a_peers_snapshot() {
     assert_eq!(learned.len(), 1);
     assert_eq!((learned[0].hashes.clone(), learned[0].epoch), (vec![4, 5, 6], b.epoch()));
 }
+
+#[test]
+fn peers_are_found_in_kubernetes_by_label() {
+    let host = MockHost::new();
+    host.clock_ms.set(NOW);
+    let config = format!(
+        r#"{{"pool": ["{POD}"], "poll_interval_ms": 100,
+            "peers": {{"secret": "{SECRET}", "kubernetes": {{"namespace": "gw", "label_selector": "app=gateway",
+                       "target_port": 10001, "relist_interval_ms": 1000}}}}}}"#
+    );
+    let mut replica = Replica { host, service: PoolService::default(), handled: 0 };
+    replica.service.configure(&replica.host, config.as_bytes()).unwrap();
+    replica.host.clock_ms.set(NOW);
+    replica.service.tick(&replica.host, NOW);
+    let list = replica.host.calls.borrow().iter().find(|c| c.cluster == "kubernetes_api").cloned().expect("a list");
+    assert!(list.headers.iter().any(|(n, v)| n == ":path" && v.contains("namespaces/gw/pods")), "{list:?}");
+    let pods = r#"{"kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": [
+        {"metadata": {"name": "gw-a", "namespace": "gw"}, "status": {"phase": "Running", "podIP": "10.2.0.7",
+         "conditions": [{"type": "Ready", "status": "True"}]}}]}"#;
+    *replica.host.call_answer.borrow_mut() = Some((200, pods.as_bytes().to_vec()));
+    replica.service.http_response(&replica.host, list.token, pods.len());
+    replica.handled = replica.host.calls.borrow().len();
+    replica.decide_after_first_round();
+    let sent =
+        replica.host.calls.borrow().iter().filter(|c| c.cluster == "wasm_epp_peers").cloned().collect::<Vec<_>>();
+    assert!(
+        sent.iter().any(|c| c.headers.contains(&("x-gateway-destination-endpoint".into(), "10.2.0.7:10001".into()))),
+        "{sent:?}"
+    );
+}
+
+impl Replica {
+    /// Answers the first round of scrapes, then ticks until a heartbeat goes out.
+    fn decide_after_first_round(&mut self) {
+        self.tick(NOW + 100);
+        self.tick(NOW + 700);
+    }
+}

@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use super::{check_range, parse_pool};
 use crate::address::PodAddress;
+use crate::discovery::KubernetesConfig;
 
 /// The path peer messages are posted to on the peer listener.
 pub const DEFAULT_PEER_PATH: &str = "/wasm-epp/v1/peer";
@@ -29,6 +30,9 @@ pub struct PeersConfig {
     /// The other replicas' peer listeners, as literal `ip:port` (this replica may be listed:
     /// it recognises its own messages and ignores them).
     pub peers: Vec<String>,
+    /// Or find them in Kubernetes: the gateway's own pods by label selector, `target_port`
+    /// being the peer listener's port.
+    pub kubernetes: Option<KubernetesConfig>,
     /// An ORIGINAL_DST cluster following `destination_header` (the pool service's), used to
     /// reach each peer's listener.
     pub cluster: String,
@@ -45,6 +49,7 @@ impl Default for PeersConfig {
     fn default() -> Self {
         Self {
             peers: Vec::new(),
+            kubernetes: None,
             cluster: "wasm_epp_peers".into(),
             path: DEFAULT_PEER_PATH.into(),
             secret: String::new(),
@@ -64,7 +69,11 @@ impl PeersConfig {
         check_range("peers.send_interval_ms", self.send_interval_ms, 5, 10_000)?;
         check_range("peers.heartbeat_ms", self.heartbeat_ms, self.send_interval_ms, 60_000)?;
         check_range("peers.timeout_ms", self.timeout_ms, 10, 60_000)?;
-        parse_pool(&self.peers).map_err(|e| format!("peers: {e}"))
+        let peers = parse_pool(&self.peers).map_err(|e| format!("peers: {e}"))?;
+        if let Some(kubernetes) = &self.kubernetes {
+            kubernetes.validate().map_err(|e| format!("peers.kubernetes: {e}"))?;
+        }
+        Ok(peers)
     }
 }
 
