@@ -12,7 +12,7 @@ CARGO ?= cargo
 
 
 .PHONY: soak
-.PHONY: run test lint unit wasm native e2e tools envoy wasm-target clean
+.PHONY: run test lint unit wasm test-wasm native e2e tools envoy wasm-target clean
 
 # --- set-up ------------------------------------------------------------------------------
 
@@ -32,6 +32,10 @@ tools: wasm-target envoy
 
 wasm: wasm-target
 	$(CARGO) build --release --target $(WASM_TARGET) $(WASM_CRATES)
+
+# TEST ONLY: the filter that crashes on request (tests/crash-filter), for the e2e crash tests.
+test-wasm: wasm-target
+	$(CARGO) build --release --target $(WASM_TARGET) -p crash-filter
 
 native:
 	$(CARGO) build --release -p vllm-sim -p launcher
@@ -54,7 +58,7 @@ unit:
 	$(CARGO) test --workspace --exclude e2e
 
 # Two at a time: each test runs its own Envoy and pods on a 2-core machine.
-e2e: envoy wasm native
+e2e: envoy wasm test-wasm native
 	$(CARGO) test -p e2e -- --test-threads=2
 
 # The long form of the load test: 64 streaming clients, 60 s healthy + 60 s with a pod

@@ -257,7 +257,9 @@ def render_template(cluster_mode, singleton):
         "ADMIN_ADDRESS": "127.0.0.1", "ADMIN_PORT": "9901", "LISTEN_ADDRESS": "127.0.0.1", "LISTEN_PORT": "10000",
         "FILTER_WASM": "/etc/wasm-epp/wasm_epp_filter.wasm", "SINGLETON_WASM": "/etc/wasm-epp/wasm_epp_shared_state.wasm",
         "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps({"pool": pool}),
-        "PER_TRY_IDLE_TIMEOUT": "0s",
+        "PER_TRY_IDLE_TIMEOUT": "0s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
+        "DESTINATION_HEADER": "x-gateway-destination-endpoint", "MAX_HEAP_BYTES": "1073741824",
+        "MAX_CONNECTIONS": "10000", "ASYNC_RESPONSE_LIMIT_BYTES": "4194304",
         "POOL_ENDPOINTS": "\n".join(
             f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '
             f'port_value: {a.split(":")[1]} }} }} }}' for a in pool),

@@ -6,6 +6,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod hostile;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
