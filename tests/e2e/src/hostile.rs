@@ -139,3 +139,23 @@ pub fn admin_stat(envoy: &Envoy, name: &str) -> Option<f64> {
     let reply = launcher::http::get(&envoy.admin_url("/stats"), Duration::from_secs(5)).ok()?;
     reply.body.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(": ")?.trim().parse().ok())
 }
+
+/// Ordinary requests in a row that must route after hostile input.
+pub const ORDINARY_IN_A_ROW: usize = 20;
+
+/// The plugin survived: no VM failure in Envoy's log or counters, and `ORDINARY_IN_A_ROW`
+/// ordinary requests in a row are served by pool pods.
+pub fn assert_vm_never_failed(cluster: &crate::Cluster) {
+    for i in 0..ORDINARY_IN_A_ROW {
+        let reply = cluster.complete(&format!("ordinary {i}"));
+        assert_eq!(reply.status, 200, "ordinary request {i} after hostile input: {}\n{}", reply.body, cluster.envoy.log_tail(20));
+        cluster.served_by_pool(&reply);
+    }
+    let failures = wasm_failures(&cluster.envoy);
+    assert!(failures.is_empty(), "Wasm failure counters are not 0: {failures:?}\n{}", wasm_stats(&cluster.envoy));
+    let log = cluster.envoy.log();
+    for sign in ["Wasm VM failed", "panicked", "Plugin configured to fail closed"] {
+        assert!(!log.contains(sign), "Envoy's log shows a VM failure ({sign}):\n{}", cluster.envoy.log_tail(30));
+    }
+    println!("after hostile input: {ORDINARY_IN_A_ROW} ordinary requests in a row routed; Wasm failure counters 0:\n{}", wasm_stats(&cluster.envoy));
+}

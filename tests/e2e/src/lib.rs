@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod header_fuzz;
 pub mod hostile;
 
 use std::collections::BTreeMap;
