@@ -8,6 +8,7 @@
 
 pub mod header_fuzz;
 pub mod hostile;
+pub mod slow_clients;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
