@@ -3,6 +3,14 @@
 //! headers, repeated names, odd casing, and hostile values in the headers wasm-epp reads.
 //! Sent over raw TCP ([`crate::hostile::raw_exchange`]): HTTP libraries refuse most of it.
 
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::hostile::raw_exchange;
+use crate::Cluster;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Envoy's default `max_request_headers_kb` is 60: values are drawn up to a little beyond.
 pub const MAX_VALUE_BYTES: usize = 70 * 1024;
 /// Envoy's default `max_headers_count` is 100. Counts between these two bounds are skipped:
@@ -81,7 +89,9 @@ fn name(rng: &mut Rng) -> Vec<u8> {
             .bytes()
             .map(|b| if rng.chance(50) { b.to_ascii_uppercase() } else { b })
             .collect(),
-        6..=8 => (0..1 + rng.below(40)).map(|_| b"abcdefghijklmnopqrstuvwxyz0123456789-_!#$%&'*+.^`|~"[rng.below(51)]).collect(),
+        6..=8 => (0..1 + rng.below(40))
+            .map(|_| b"abcdefghijklmnopqrstuvwxyz0123456789-_!#$%&'*+.^`|~"[rng.below(51)])
+            .collect(),
         _ => (0..1 + rng.below(20)).map(|_| 0x21 + rng.below(0xde) as u8).filter(|b| *b != b':').collect(),
     }
 }
@@ -119,7 +129,8 @@ pub fn hostile_headers(rng: &mut Rng) -> Vec<u8> {
         }
         // Many headers, well under or over Envoy's count limit.
         4 => {
-            let count = if rng.chance(50) { rng.below(MANY_HEADERS_ACCEPTED) } else { MANY_HEADERS_REFUSED + rng.below(100) };
+            let count =
+                if rng.chance(50) { rng.below(MANY_HEADERS_ACCEPTED) } else { MANY_HEADERS_REFUSED + rng.below(100) };
             for i in 0..count {
                 let len = rng.below(16);
                 lines.extend(header_line(format!("x-many-{i}").as_bytes(), &value(rng, len)));
@@ -159,4 +170,27 @@ pub fn hostile_request(rng: &mut Rng, index: usize) -> Vec<u8> {
 pub fn escape(bytes: &[u8]) -> String {
     let shown: String = bytes.iter().take(600).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
     format!("{shown}{}", if bytes.len() > 600 { "..." } else { "" })
+}
+
+/// Sends `count` hostile requests (or until `seconds` pass, when set) and returns how many
+/// answers had each status.
+pub fn fuzz(cluster: &Cluster, seed: u64, count: usize, seconds: Option<u64>) -> BTreeMap<u16, usize> {
+    let mut rng = Rng::new(seed);
+    let started = Instant::now();
+    let mut statuses = BTreeMap::new();
+    for index in 0.. {
+        let done = match seconds {
+            Some(limit) => started.elapsed() >= Duration::from_secs(limit),
+            None => index >= count,
+        };
+        if done {
+            break;
+        }
+        let request = hostile_request(&mut rng, index);
+        let reply = raw_exchange(cluster.envoy.listen_port, &request, TIMEOUT).unwrap_or_else(|error| {
+            panic!("request {index} (seed {seed:#x}) got no well-formed answer: {error}\n{}", escape(&request))
+        });
+        *statuses.entry(reply.status).or_insert(0) += 1;
+    }
+    statuses
 }

@@ -91,7 +91,10 @@ pub fn raw_exchange(port: u16, request: &[u8], timeout: Duration) -> Result<RawR
 fn complete(answer: &[u8]) -> bool {
     let text = String::from_utf8_lossy(answer);
     let Some((head, body)) = text.split_once("\r\n\r\n") else { return false };
-    let length = head.to_lowercase().lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().ok()));
+    let length = head
+        .to_lowercase()
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().ok()));
     matches!(length, Some(Some(n)) if body.len() >= n)
 }
 
@@ -148,7 +151,13 @@ pub const ORDINARY_IN_A_ROW: usize = 20;
 pub fn assert_vm_never_failed(cluster: &crate::Cluster) {
     for i in 0..ORDINARY_IN_A_ROW {
         let reply = cluster.complete(&format!("ordinary {i}"));
-        assert_eq!(reply.status, 200, "ordinary request {i} after hostile input: {}\n{}", reply.body, cluster.envoy.log_tail(20));
+        assert_eq!(
+            reply.status,
+            200,
+            "ordinary request {i} after hostile input: {}\n{}",
+            reply.body,
+            cluster.envoy.log_tail(20)
+        );
         cluster.served_by_pool(&reply);
     }
     let failures = wasm_failures(&cluster.envoy);
@@ -157,5 +166,8 @@ pub fn assert_vm_never_failed(cluster: &crate::Cluster) {
     for sign in ["Wasm VM failed", "panicked", "Plugin configured to fail closed"] {
         assert!(!log.contains(sign), "Envoy's log shows a VM failure ({sign}):\n{}", cluster.envoy.log_tail(30));
     }
-    println!("after hostile input: {ORDINARY_IN_A_ROW} ordinary requests in a row routed; Wasm failure counters 0:\n{}", wasm_stats(&cluster.envoy));
+    println!(
+        "after hostile input: {ORDINARY_IN_A_ROW} ordinary requests in a row routed; Wasm failure counters 0:\n{}",
+        wasm_stats(&cluster.envoy)
+    );
 }

@@ -13,7 +13,8 @@ fn the_filter_answers_its_health_path_locally() {
         let reply = launcher::http::get(&cluster.envoy.url("/wasm-epp/healthz"), Duration::from_secs(10)).unwrap();
         assert_eq!(reply.status, 200, "{}", reply.body);
         assert_eq!(reply.served_by(), None, "a pod answered the health path");
-        let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {}", reply.body));
+        let body: serde_json::Value =
+            serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {}", reply.body));
         assert!(body.is_object(), "{}", reply.body);
     }
 }

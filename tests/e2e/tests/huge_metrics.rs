@@ -68,7 +68,8 @@ fn serve(stream: TcpStream, huge: &AtomicBool, sent: &AtomicU64) {
         }
         if !request_line.starts_with("GET /metrics ") {
             // Not a model server: anything routed here is retried on the real pod.
-            let _ = writer.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let _ =
+                writer.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
             return;
         }
         if !huge.load(Ordering::SeqCst) {
@@ -77,11 +78,13 @@ fn serve(stream: TcpStream, huge: &AtomicBool, sent: &AtomicU64) {
             }
             continue;
         }
-        let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {DECLARED_PAGE_BYTES}\r\n\r\n");
+        let head =
+            format!("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {DECLARED_PAGE_BYTES}\r\n\r\n");
         if writer.write_all(head.as_bytes()).is_err() {
             return;
         }
-        let chunk: Vec<u8> = b"vllm:num_requests_waiting{model_name=\"m\"} 0\n".iter().copied().cycle().take(CHUNK).collect();
+        let chunk: Vec<u8> =
+            b"vllm:num_requests_waiting{model_name=\"m\"} 0\n".iter().copied().cycle().take(CHUNK).collect();
         let mut written = 0;
         while written < DECLARED_PAGE_BYTES {
             if writer.write_all(&chunk).is_err() {

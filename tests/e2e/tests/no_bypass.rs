@@ -4,58 +4,12 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use e2e::h2::post_with_trailers;
 use e2e::hostile::{completion_request, raw_exchange, Canary};
 use e2e::Cluster;
-use http_body_util::BodyExt;
-use hyper::body::Frame;
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const CUSTOM_HEADER: &str = "x-wasm-epp-pod";
-
-/// One HTTP/2 (prior knowledge) POST whose body ends with trailers. Returns the status and
-/// the pod that served it.
-fn h2_post_with_trailers(port: u16, extra: &[(&str, &str)], trailers: &[(&str, &str)]) -> (u16, Option<String>) {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(async {
-        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let io = hyper_util::rt::TokioIo::new(stream);
-        let (mut sender, connection) =
-            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
-        tokio::spawn(connection);
-        let mut trailer_map = hyper::HeaderMap::new();
-        for (name, value) in trailers {
-            trailer_map.insert(hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
-        }
-        let body = r#"{"model":"sim-model","prompt":"h2 with trailers","max_tokens":2}"#;
-        let frames = Frames([Frame::data(Bytes::from_static(body.as_bytes())), Frame::trailers(trailer_map)].into());
-        let mut request = hyper::Request::post(format!("http://127.0.0.1:{port}/v1/completions"))
-            .header("content-type", "application/json");
-        for (name, value) in extra {
-            request = request.header(*name, *value);
-        }
-        let request = request.body(frames).unwrap();
-        let response = tokio::time::timeout(TIMEOUT, sender.send_request(request)).await.unwrap().unwrap();
-        let status = response.status().as_u16();
-        let served = response.headers().get("x-served-by").and_then(|v| v.to_str().ok()).map(str::to_string);
-        let _ = response.into_body().collect().await;
-        (status, served)
-    })
-}
-
-/// A request body of ready frames: data, then trailers.
-struct Frames(std::collections::VecDeque<Frame<Bytes>>);
-
-impl hyper::body::Body for Frames {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        std::task::Poll::Ready(self.0.pop_front().map(Ok))
-    }
-}
 
 /// Needs the filter to decide in `on_http_request_trailers` too: a body that ends with
 /// trailers never has `end_of_stream` set in the body callback.
@@ -68,7 +22,7 @@ fn http2_requests_with_trailers_are_routed_by_the_filter() {
     let canary = Canary::start();
     for _ in 0..10 {
         let forged = [("x-gateway-destination-endpoint", canary.address.as_str())];
-        let (status, served) = h2_post_with_trailers(cluster.envoy.listen_port, &forged, &forged);
+        let (status, served) = post_with_trailers(cluster.envoy.listen_port, &forged, &forged);
         assert_eq!(status, 200);
         let pod = served.unwrap_or_else(|| panic!("no x-served-by"));
         assert!(cluster.pool().contains(&pod), "served by {pod}");
@@ -96,11 +50,17 @@ fn a_custom_destination_header_and_the_default_one_are_removed_from_clients() {
         });
         let canary = Canary::start();
         for i in 0..10 {
-            let reply =
-                raw_exchange(cluster.envoy.listen_port, &completion_request(&forged(&canary.address), &format!("c{i}")), TIMEOUT)
-                    .unwrap();
+            let reply = raw_exchange(
+                cluster.envoy.listen_port,
+                &completion_request(&forged(&canary.address), &format!("c{i}")),
+                TIMEOUT,
+            )
+            .unwrap();
             assert_eq!(reply.status, 200, "{reply:?}");
-            assert!(reply.header("x-served-by").is_some_and(|pod| cluster.pool().iter().any(|p| p == pod)), "{reply:?}");
+            assert!(
+                reply.header("x-served-by").is_some_and(|pod| cluster.pool().iter().any(|p| p == pod)),
+                "{reply:?}"
+            );
         }
         assert_eq!(canary.hits(), 0, "original_dst={original_dst}: the canary was reached");
     }
@@ -119,8 +79,12 @@ fn a_custom_destination_header_is_harmless_with_the_vm_down_under_fail_open() {
         raw_exchange(cluster.envoy.listen_port, &completion_request(b"x-test-crash: 1\r\n", "boom"), TIMEOUT).unwrap();
     }
     for i in 0..20 {
-        raw_exchange(cluster.envoy.listen_port, &completion_request(&forged(&canary.address), &format!("d{i}")), TIMEOUT)
-            .unwrap();
+        raw_exchange(
+            cluster.envoy.listen_port,
+            &completion_request(&forged(&canary.address), &format!("d{i}")),
+            TIMEOUT,
+        )
+        .unwrap();
     }
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(canary.hits(), 0, "with the VM down, a client header reached the canary");
@@ -144,8 +108,10 @@ fn client_x_envoy_retry_and_timeout_headers_have_no_effect() {
         pod.set_faults(&serde_json::json!({"extra_latency_ms": 300})).unwrap();
     }
     for claim in INTERNAL_CLAIMS {
-        let headers = format!("{claim}x-envoy-upstream-rq-timeout-ms: 1\r\nx-envoy-upstream-rq-per-try-timeout-ms: 1\r\n");
-        let reply = raw_exchange(cluster.envoy.listen_port, &completion_request(headers.as_bytes(), "slow"), TIMEOUT).unwrap();
+        let headers =
+            format!("{claim}x-envoy-upstream-rq-timeout-ms: 1\r\nx-envoy-upstream-rq-per-try-timeout-ms: 1\r\n");
+        let reply =
+            raw_exchange(cluster.envoy.listen_port, &completion_request(headers.as_bytes(), "slow"), TIMEOUT).unwrap();
         assert_eq!(reply.status, 200, "{claim:?}: the client's timeout was honoured: {reply:?}");
     }
     // Every pod fails: the route retries twice; a client's retry headers must change nothing.
@@ -157,7 +123,8 @@ fn client_x_envoy_retry_and_timeout_headers_have_no_effect() {
         for claim in INTERNAL_CLAIMS {
             let before = pool_retries(&cluster);
             let all = format!("{claim}{headers}");
-            let reply = raw_exchange(cluster.envoy.listen_port, &completion_request(all.as_bytes(), "fail"), TIMEOUT).unwrap();
+            let reply =
+                raw_exchange(cluster.envoy.listen_port, &completion_request(all.as_bytes(), "fail"), TIMEOUT).unwrap();
             assert!(reply.status >= 500, "{reply:?}");
             std::thread::sleep(Duration::from_millis(200));
             retries_per_request.push((all, pool_retries(&cluster) - before));

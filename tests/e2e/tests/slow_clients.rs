@@ -71,7 +71,10 @@ fn slow_clients_are_cut_and_envoy_memory_stays_bounded() {
         series.join(", ")
     );
     let heap = e2e::hostile::admin_stat(&cluster.envoy, "overload.envoy.resource_monitors.fixed_heap.pressure");
-    println!("overload manager fixed-heap pressure after the run: {heap:?} (of {} B)", launcher::envoy::DEFAULT_MAX_HEAP_BYTES);
+    println!(
+        "overload manager fixed-heap pressure after the run: {heap:?} (of {} B)",
+        launcher::envoy::DEFAULT_MAX_HEAP_BYTES
+    );
     assert!(outcome.timed_out >= CLIENTS, "request_timeout did not cut every slow client: {outcome:?}");
     assert!(peak <= bound, "Envoy RSS {peak} over the bound {bound}");
     for i in 0..20 {

@@ -33,11 +33,16 @@ fn crash_cluster(name: &str, policy: &str, original_dst: bool) -> Cluster {
 /// filter (and is served), so only the other policies must answer every one with 503.
 fn crash_all_workers(cluster: &Cluster, fail_open: bool) {
     for _ in 0..CRASHES {
-        let reply = raw_exchange(cluster.envoy.listen_port, &completion_request(b"x-test-crash: 1\r\n", "boom"), TIMEOUT)
-            .unwrap_or_else(|e| panic!("crash request got no answer: {e}"));
+        let reply =
+            raw_exchange(cluster.envoy.listen_port, &completion_request(b"x-test-crash: 1\r\n", "boom"), TIMEOUT)
+                .unwrap_or_else(|e| panic!("crash request got no answer: {e}"));
         assert!(fail_open || reply.status == 503, "a crashed request was served: {reply:?}");
     }
-    assert!(cluster.envoy.log().contains("crash-filter: crashed"), "the VM did not crash:\n{}", cluster.envoy.log_tail(30));
+    assert!(
+        cluster.envoy.log().contains("crash-filter: crashed"),
+        "the VM did not crash:\n{}",
+        cluster.envoy.log_tail(30)
+    );
 }
 
 /// `IN_A_ROW` requests in a row from pool pods, waiting up to `limit` for the first.
