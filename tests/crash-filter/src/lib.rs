@@ -80,14 +80,22 @@ impl HttpContext for CrashFilter {
             panic!("crash-filter: crashed on request, as asked");
         }
         if header(":path").as_deref() == Some(HEALTH_PATH) {
-            let _ = hostcalls::send_http_response(200, vec![("content-type", "application/json")], Some(b"{\"status\":\"ok\"}"));
+            let _ = hostcalls::send_http_response(
+                200,
+                vec![("content-type", "application/json")],
+                Some(b"{\"status\":\"ok\"}"),
+            );
             return Action::Pause;
         }
         let settings = &self.settings;
         let position = settings.next.get();
         settings.next.set(position.wrapping_add(1));
         let chosen = position.checked_rem(settings.pool.len()).and_then(|i| settings.pool.get(i));
-        let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, &settings.destination_header, chosen.map(String::as_str));
+        let _ = hostcalls::set_map_value(
+            MapType::HttpRequestHeaders,
+            &settings.destination_header,
+            chosen.map(String::as_str),
+        );
         Action::Continue
     }
 }
