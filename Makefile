@@ -57,9 +57,10 @@ lint: wasm-target
 unit:
 	$(CARGO) test --workspace --exclude e2e
 
-# Two at a time: each test runs its own Envoy and pods on a 2-core machine.
+# Two at a time: each test runs its own Envoy and pods on a 2-core machine. Every test
+# file runs even when one fails (--no-fail-fast), so one report lists every failure.
 e2e: envoy wasm test-wasm native
-	$(CARGO) test -p e2e -- --test-threads=2
+	$(CARGO) test -p e2e --no-fail-fast -- --test-threads=2
 
 # The long form of the load test: 64 streaming clients, 60 s healthy + 60 s with a pod
 # killed and restored (make test runs the same test for 8 s per phase).
