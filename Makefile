@@ -12,7 +12,7 @@ CARGO ?= cargo
 
 
 .PHONY: soak
-.PHONY: run test lint unit wasm native e2e tools envoy wasm-target clean
+.PHONY: run test lint unit wasm test-wasm native e2e tools envoy wasm-target clean
 
 # --- set-up ------------------------------------------------------------------------------
 
@@ -32,6 +32,10 @@ tools: wasm-target envoy
 
 wasm: wasm-target
 	$(CARGO) build --release --target $(WASM_TARGET) $(WASM_CRATES)
+
+# TEST ONLY: the filter that crashes on request (tests/crash-filter), for the e2e crash tests.
+test-wasm: wasm-target
+	$(CARGO) build --release --target $(WASM_TARGET) -p crash-filter
 
 native:
 	$(CARGO) build --release -p vllm-sim -p launcher
@@ -53,9 +57,10 @@ lint: wasm-target
 unit:
 	$(CARGO) test --workspace --exclude e2e
 
-# Two at a time: each test runs its own Envoy and pods on a 2-core machine.
-e2e: envoy wasm native
-	$(CARGO) test -p e2e -- --test-threads=2
+# Two at a time: each test runs its own Envoy and pods on a 2-core machine. Every test
+# file runs even when one fails (--no-fail-fast), so one report lists every failure.
+e2e: envoy wasm test-wasm native
+	$(CARGO) test -p e2e --no-fail-fast -- --test-threads=2
 
 # The long form of the load test: 64 streaming clients, 60 s healthy + 60 s with a pod
 # killed and restored (make test runs the same test for 8 s per phase).
@@ -64,6 +69,18 @@ soak: envoy wasm native
 
 clean:
 	rm -rf target/runs .run
+
+# The long form of the end-to-end header fuzz (tests/e2e/tests/header_fuzz.rs; make test sends
+# 300 requests): HEADER_FUZZ_COUNT requests, or HEADER_FUZZ_SECONDS of them when > 0, from
+# HEADER_FUZZ_SEED. 200000 requests take a few minutes on 2 cores.
+HEADER_FUZZ_COUNT ?= 200000
+HEADER_FUZZ_SECONDS ?= 0
+HEADER_FUZZ_SEED ?= 1576001278
+
+.PHONY: fuzz-headers
+fuzz-headers: envoy wasm native
+	HEADER_FUZZ_COUNT=$(HEADER_FUZZ_COUNT) HEADER_FUZZ_SECONDS=$(HEADER_FUZZ_SECONDS) HEADER_FUZZ_SEED=$(HEADER_FUZZ_SEED) \
+		$(CARGO) test -p e2e --test header_fuzz -- --nocapture
 
 # --- fuzzing (fuzz/, fuzz/README.md) -----------------------------------------------------
 # cargo fuzz on the one stable toolchain: RUSTC_BOOTSTRAP=1 lets rustc accept the nightly-only

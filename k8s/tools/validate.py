@@ -188,6 +188,34 @@ def check_manifests():
     return resources
 
 
+def check_gateway_patch():
+    """The JSON patch k8s/README.md applies to istio-ingressgateway: applied to a skeleton
+    of that Deployment, the result passes the Kubernetes schema, and its liveness probe goes
+    through the filter on a listener that carries it."""
+    where = "k8s/istio/common/gateway-deployment-patch.json"
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "istio-ingressgateway", "namespace": "istio-system"},
+                  "spec": {"selector": {"matchLabels": {"istio": "ingressgateway"}}, "template": {
+                      "metadata": {"labels": {"istio": "ingressgateway"}},
+                      "spec": {"volumes": [], "containers": [{"name": "istio-proxy", "image": "istio/proxyv2",
+                                                              "volumeMounts": []}]}}}}
+    for op in json.loads((K8S / "istio/common/gateway-deployment-patch.json").read_text()):
+        *parents, last = op["path"].strip("/").split("/")
+        node = deployment
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        if op.get("op") != "add":
+            fail(where, f"unexpected op {op.get('op')}")
+        elif last == "-":
+            node.append(op["value"])
+        else:
+            node[last] = op["value"]
+    validate_documents(where, [deployment])
+    probe = dig(deployment, "spec", "template", "spec", "containers")[0].get("livenessProbe") or {}
+    if dig(probe, "httpGet", "path") != "/wasm-epp/healthz" or dig(probe, "httpGet", "port") not in GATEWAY_TARGET_PORTS.values():
+        fail(where, "the gateway's liveness probe must be GET /wasm-epp/healthz on a listener with the filter")
+
+
 def check_wasm_configmaps(scratch):
     sys.path.insert(0, str(K8S / "tools"))
     generator = __import__("wasm-configmaps")
@@ -257,7 +285,9 @@ def render_template(cluster_mode, singleton):
         "ADMIN_ADDRESS": "127.0.0.1", "ADMIN_PORT": "9901", "LISTEN_ADDRESS": "127.0.0.1", "LISTEN_PORT": "10000",
         "FILTER_WASM": "/etc/wasm-epp/wasm_epp_filter.wasm", "SINGLETON_WASM": "/etc/wasm-epp/wasm_epp_shared_state.wasm",
         "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps({"pool": pool}),
-        "PER_TRY_IDLE_TIMEOUT": "0s",
+        "PER_TRY_IDLE_TIMEOUT": "0s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
+        "DESTINATION_HEADER": "x-gateway-destination-endpoint", "MAX_HEAP_BYTES": "1073741824",
+        "MAX_CONNECTIONS": "10000", "ASYNC_RESPONSE_LIMIT_BYTES": "4194304",
         "POOL_ENDPOINTS": "\n".join(
             f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '
             f'port_value: {a.split(":")[1]} }} }} }}' for a in pool),
@@ -278,61 +308,132 @@ def singleton_configs(config):
             yield extension, value
 
 
+# The istio-ingressgateway Service maps each Gateway server port to the Envoy listener on
+# its targetPort (istioctl's defaults): patches match listeners by the latter, routes by the former.
+GATEWAY_TARGET_PORTS = {80: 8080, 443: 8443}
+STRIP_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
+WASM_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+
+
+def gateway_server_ports():
+    ports = []
+    for doc in yaml.safe_load_all((K8S / "istio/common/gateway.yaml").read_text()):
+        if doc and doc.get("kind") == "Gateway":
+            ports += [dig(server, "port", "number") for server in dig(doc, "spec", "servers") or []]
+    return ports
+
+
+def matches_port(patch, *keys_and_port):
+    *keys, port = keys_and_port
+    wanted = dig(patch, "match", *keys)
+    return wanted is None or wanted == port
+
+
+def check_gateway_coverage(where, listeners):
+    """Every server whose route reaches wasm_epp_pool carries the header-stripping filter
+    and then wasm-epp; every server carrying wasm-epp has its route patched."""
+    for server_port, (route, filters) in listeners.items():
+        types = [dig(f, "typed_config", "@type") for f in filters]
+        has_wasm = WASM_FILTER_TYPE in types
+        to_pool = route.get("cluster") == "wasm_epp_pool"
+        if to_pool and not has_wasm:
+            fail(where, f"Gateway server {server_port} routes to wasm_epp_pool without the wasm-epp filter")
+        if has_wasm and not to_pool:
+            fail(where, f"Gateway server {server_port} carries the filter but its route is not patched")
+        if to_pool and has_wasm and (STRIP_FILTER_TYPE not in types
+                                     or types.index(STRIP_FILTER_TYPE) > types.index(WASM_FILTER_TYPE)):
+            fail(where, f"Gateway server {server_port}: client destination headers are not removed before wasm-epp")
+        if has_wasm:
+            policy = dig(filters[types.index(WASM_FILTER_TYPE)], "typed_config", "config", "failure_policy")
+            if policy != "FAIL_RELOAD":
+                fail(where, f"Gateway server {server_port}: wasm-epp failure_policy is {policy}, not FAIL_RELOAD")
+
+
 def assemble_istio(patch_files, where):
     """A bootstrap built from EnvoyFilter patches the way Istio would apply them to a
-    gateway: bootstrap MERGE, clusters ADDed, the filter inserted before the router of an
-    HTTP listener, the listener and route MERGEd."""
+    gateway with one listener per Gateway server: bootstrap MERGE, clusters ADDed, filters
+    inserted first or before the router of the listener they match, the listener, its
+    connection manager and its route MERGEd when their port matches."""
     config = {
         "node": {"id": "router~10.0.0.1~istio-ingressgateway.istio-system~istio-system.svc.cluster.local",
                  "cluster": "istio-ingressgateway.istio-system"},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 15000}}},
         "static_resources": {"clusters": [], "listeners": []},
     }
-    filters, listener_merge, route_merge = [], {}, {}
+    patches = []
     for path in patch_files:
         for doc in yaml.safe_load_all(path.read_text()):
-            if not doc or doc.get("kind") != "EnvoyFilter":
+            if doc and doc.get("kind") == "EnvoyFilter":
+                patches += dig(doc, "spec", "configPatches") or []
+    for patch in patches:
+        value, target = copy.deepcopy(dig(patch, "patch", "value")), patch.get("applyTo")
+        if target == "BOOTSTRAP":
+            config.setdefault("stats_config", {}).update(value.get("stats_config", {}))
+            config.setdefault("bootstrap_extensions", []).extend(value.get("bootstrap_extensions", []))
+            layers = dig(value, "layered_runtime", "layers") or []
+            if layers:
+                config.setdefault("layered_runtime", {"layers": []})["layers"].extend(layers)
+            config["static_resources"]["clusters"] += dig(value, "static_resources", "clusters") or []
+        elif target == "CLUSTER":
+            config["static_resources"]["clusters"].append(value)
+    coverage = {}
+    for server_port in gateway_server_ports():
+        listener_port = GATEWAY_TARGET_PORTS.get(server_port)
+        if listener_port is None:
+            fail(where, f"Gateway server port {server_port} has no known gateway listener port")
+            continue
+        filters, listener_merge, hcm_merge = [], {}, {}
+        route = {"cluster": "outbound|8000||vllm-qwen.llm.svc.cluster.local"}
+        for patch in patches:
+            value, target = copy.deepcopy(dig(patch, "patch", "value")), patch.get("applyTo")
+            if target == "HTTP_ROUTE" and matches_port(patch, "routeConfiguration", "portNumber", server_port):
+                route.update(value.get("route", {}))
                 continue
-            for patch in dig(doc, "spec", "configPatches") or []:
-                value = copy.deepcopy(dig(patch, "patch", "value"))
-                target = patch.get("applyTo")
-                if target == "BOOTSTRAP":
-                    config.setdefault("stats_config", {}).update(value.get("stats_config", {}))
-                    config.setdefault("bootstrap_extensions", []).extend(value.get("bootstrap_extensions", []))
-                    config["static_resources"]["clusters"] += dig(value, "static_resources", "clusters") or []
-                elif target == "CLUSTER":
-                    config["static_resources"]["clusters"].append(value)
-                elif target == "HTTP_FILTER":
+            if not matches_port(patch, "listener", "portNumber", listener_port):
+                continue
+            if target == "HTTP_FILTER":
+                if dig(patch, "patch", "operation") == "INSERT_FIRST":
+                    filters.insert(0, value)
+                else:
                     filters.append(value)
-                elif target == "LISTENER":
-                    listener_merge.update(value)
-                elif target == "HTTP_ROUTE":
-                    route_merge.update(value.get("route", {}))
-    route = {"cluster": "outbound|8000||vllm-qwen.llm.svc.cluster.local"}
-    route.update(route_merge)
-    hcm = {
-        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": "outbound_0.0.0.0_8080",
-        "route_config": {"virtual_hosts": [{"name": "llm.example.com:80", "domains": ["*"],
-                                            "routes": [{"name": "wasm-epp", "match": {"prefix": "/"}, "route": route}]}]},
-        "http_filters": filters + [{"name": "envoy.filters.http.router", "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
-    }
-    listener = {"name": "0.0.0.0_8080", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 8080}},
-                "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
-                                                "typed_config": hcm}]}]}
-    listener.update(listener_merge)
-    config["static_resources"]["listeners"].append(listener)
-    if not any(c.get("name") == route.get("cluster") for c in config["static_resources"]["clusters"]):
-        fail(where, f"the route goes to {route.get('cluster')}, which no patch adds")
+            elif target == "LISTENER":
+                listener_merge.update(value)
+            elif target == "NETWORK_FILTER":
+                hcm_merge.update(value.get("typed_config", {}))
+        hcm = {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": f"outbound_0.0.0.0_{listener_port}",
+            "route_config": {"virtual_hosts": [{"name": f"llm.example.com:{server_port}", "domains": ["*"],
+                                                "routes": [{"name": "wasm-epp", "match": {"prefix": "/"},
+                                                            "route": route}]}]},
+            "http_filters": filters + [{"name": "envoy.filters.http.router", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
+        }
+        hcm.update(hcm_merge)
+        listener = {"name": f"0.0.0.0_{listener_port}",
+                    "address": {"socket_address": {"address": "0.0.0.0", "port_value": listener_port}},
+                    "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                                                    "typed_config": hcm}]}]}
+        listener.update(listener_merge)
+        config["static_resources"]["listeners"].append(listener)
+        coverage[server_port] = (route, filters)
+        if not any(c.get("name") == route.get("cluster") for c in config["static_resources"]["clusters"]):
+            fail(where, f"server {server_port}: the route goes to {route.get('cluster')}, which no patch adds")
+    check_gateway_coverage(where, coverage)
+    filters = [f for _, fs in coverage.values() for f in fs]
     # The no-singleton filter carries the poller's configuration in its own (lease mode,
-    # not wired into the filter yet): check it as the singleton's, check the rest as the filter's.
+    # not wired into the filter yet): check it as the singleton's (once: every listener
+    # carries the same filter), check the rest as the filter's.
+    poller_added = False
     for wasm_filter in filters:
         holder = dig(wasm_filter, "typed_config", "config", "configuration")
         plugin = json.loads(holder["value"]) if holder and holder.get("value") else {}
         if "poller" in plugin:
             poller = plugin.pop("poller")
             holder["value"] = json.dumps(plugin)
+            if poller_added:
+                continue
+            poller_added = True
             config.setdefault("bootstrap_extensions", []).append({"name": "envoy.bootstrap.wasm", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.wasm.v3.WasmService", "singleton": True,
                 "config": {"name": "lease-mode-poller", "root_id": "wasm-epp-singleton",
@@ -386,7 +487,34 @@ def set_ports_to_zero(config):
         listener["address"]["socket_address"].update({"address": "127.0.0.1", "port_value": 0})
 
 
+def check_inference_listeners(where, config):
+    """Every listener carrying wasm-epp: client destination headers removed before it, the
+    crash policy that reloads, the client treated as external, a bound on slow requests."""
+    for listener in dig(config, "static_resources", "listeners") or []:
+        for chain in listener.get("filter_chains") or []:
+            for network_filter in chain.get("filters") or []:
+                hcm = network_filter.get("typed_config") or {}
+                types = [dig(f, "typed_config", "@type") for f in hcm.get("http_filters") or []]
+                if WASM_FILTER_TYPE not in types:
+                    continue
+                name = f"{where} listener {listener.get('name')}"
+                wasm_index = types.index(WASM_FILTER_TYPE)
+                removed = set()
+                for f in (hcm.get("http_filters") or [])[:wasm_index]:
+                    for mutation in dig(f, "typed_config", "mutations", "request_mutations") or []:
+                        removed.add(mutation.get("remove"))
+                for header in ("x-gateway-destination-endpoint", "x-envoy-original-dst-host", "x-prefiller-host-port"):
+                    if header not in removed:
+                        fail(name, f"{header} is not removed before the wasm-epp filter")
+                policy = dig(hcm["http_filters"][wasm_index], "typed_config", "config", "failure_policy")
+                if policy != "FAIL_RELOAD":
+                    fail(name, f"wasm-epp failure_policy is {policy}, not FAIL_RELOAD")
+                if not hcm.get("use_remote_address") or not hcm.get("request_timeout"):
+                    fail(name, "needs use_remote_address: true and a request_timeout")
+
+
 def run_envoy_checks(where, config, files, scratch):
+    check_inference_listeners(where, config)
     for extension, value in singleton_configs(config):
         try:
             SINGLETON_CONFIGS.append((where, json.loads(value)))
@@ -480,6 +608,9 @@ def check_compose():
         for pod in json.loads(value).get("pool") or []:
             if pod.split(":")[0] not in addresses:
                 fail(where, f"the singleton's pod {pod} is no compose service address")
+    for mapping in envoy.get("ports") or []:
+        if str(mapping).endswith(":9901") and not str(mapping).startswith("127.0.0.1:"):
+            fail(where, f"the admin port is published as {mapping}: bind it to 127.0.0.1 only")
     published = {str(p).split(":")[-1] for p in envoy.get("ports") or []}
     for listener in dig(config, "static_resources", "listeners") or []:
         port = str(listener["address"]["socket_address"]["port_value"])
@@ -492,6 +623,7 @@ def main():
     started = time.monotonic()
     print(f"Kubernetes manifests (schema {KUBERNETES_VERSION}, strict; custom resources by field checks)")
     resources = check_manifests()
+    check_gateway_patch()
     with tempfile.TemporaryDirectory(prefix="wasm-epp-validate-") as scratch:
         resources += check_wasm_configmaps(Path(scratch)) or []
         print(f"  {len(resources)} resources checked")

@@ -11,6 +11,8 @@ pub fn compose_options() -> EnvoyOptions {
     let pool: Vec<String> = COMPOSE_PODS.iter().map(|p| p.to_string()).collect();
     let mut options = EnvoyOptions::for_pool(&pool, 10000, 9901);
     options.listen_address = "0.0.0.0".into();
+    // Inside the container admin must listen on every interface for Docker to forward it;
+    // docker-compose.yaml publishes it on the host's 127.0.0.1 only.
     options.admin_address = "0.0.0.0".into();
     options.filter_wasm = "/etc/envoy/wasm_epp_filter.wasm".into();
     options.singleton_wasm = "/etc/envoy/wasm_epp_shared_state.wasm".into();

@@ -4,71 +4,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// Longer than the plugin's stat flush periods (filter tick 20 ms, default poll 100 ms).
-const PLUGIN_STATS_FLUSH: Duration = Duration::from_millis(150);
-
+pub use crate::envoy_options::*;
 use crate::http;
 use crate::process::ManagedProcess;
 
-/// How the `pool` cluster follows the filter's choice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClusterMode {
-    /// A STATIC cluster of the pool with the override_host policy (the default).
-    OverrideHost,
-    /// An ORIGINAL_DST cluster that connects to whatever the header names.
-    OriginalDst,
-}
-
-/// Everything that differs between one local Envoy and another.
-#[derive(Debug, Clone)]
-pub struct EnvoyOptions {
-    pub admin_address: String,
-    pub cluster_mode: ClusterMode,
-    /// The pool's pods, for the override_host cluster's endpoints.
-    pub pool: Vec<String>,
-    pub listen_address: String,
-    pub listen_port: u16,
-    pub admin_port: u16,
-    /// The filter's JSON configuration (see docs/configuration.md).
-    pub filter_config: serde_json::Value,
-    /// The singleton's JSON configuration; `None` runs Envoy without the singleton.
-    pub poller_config: Option<serde_json::Value>,
-    /// Envoy duration string for the route's `per_try_idle_timeout` (`0s` = off).
-    pub per_try_idle_timeout: String,
-    /// Worker threads; 2 exercises the cross-worker paths on every machine.
-    pub concurrency: u32,
-    pub filter_wasm: PathBuf,
-    pub singleton_wasm: PathBuf,
-}
-
-impl EnvoyOptions {
-    /// A setup where both the filter and the singleton know `pool` statically.
-    pub fn for_pool(pool: &[String], listen_port: u16, admin_port: u16) -> Self {
-        Self {
-            admin_address: "127.0.0.1".into(),
-            cluster_mode: ClusterMode::OverrideHost,
-            pool: pool.to_vec(),
-            listen_address: "127.0.0.1".into(),
-            listen_port,
-            admin_port,
-            filter_config: serde_json::json!({ "pool": pool }),
-            poller_config: Some(serde_json::json!({ "pool": pool, "poll_interval_ms": 100 })),
-            concurrency: 2,
-            per_try_idle_timeout: "0s".into(),
-            filter_wasm: crate::paths::filter_wasm(),
-            singleton_wasm: crate::paths::singleton_wasm(),
-        }
-    }
-
-    /// Switches to the ORIGINAL_DST cluster, which follows one address only.
-    pub fn with_original_dst(mut self) -> Self {
-        self.cluster_mode = ClusterMode::OriginalDst;
-        if let Some(config) = self.filter_config.as_object_mut() {
-            config.insert("fallback_destinations".into(), 0.into());
-        }
-        self
-    }
-}
+/// Longer than the plugin's stat flush periods (filter tick 20 ms, default poll 100 ms).
+const PLUGIN_STATS_FLUSH: Duration = Duration::from_millis(150);
 
 /// Returns the name of a `# BEGIN name` / `# END name` marker line.
 fn marker<'a>(line: &'a str, kind: &str) -> Option<&'a str> {
@@ -119,6 +60,12 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         .replace("{{SINGLETON_WASM}}", &options.singleton_wasm.display().to_string())
         .replace("{{FILTER_CONFIG}}", &options.filter_config.to_string())
         .replace("{{POLLER_CONFIG}}", &poller)
+        .replace("{{FAILURE_POLICY}}", &options.failure_policy)
+        .replace("{{DESTINATION_HEADER}}", &options.destination_header)
+        .replace("{{REQUEST_TIMEOUT}}", &options.request_timeout)
+        .replace("{{MAX_HEAP_BYTES}}", &options.max_heap_bytes.to_string())
+        .replace("{{MAX_CONNECTIONS}}", &options.max_connections.to_string())
+        .replace("{{ASYNC_RESPONSE_LIMIT_BYTES}}", &options.async_response_limit_bytes.to_string())
 }
 
 /// Starts Envoy on `config_path` and waits until its admin endpoint on `admin_port` says it

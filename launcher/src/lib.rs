@@ -10,6 +10,7 @@
 pub mod baseline;
 pub mod compose;
 pub mod envoy;
+pub mod envoy_options;
 pub mod fake_kube;
 pub mod http;
 pub mod paths;

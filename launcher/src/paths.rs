@@ -35,6 +35,11 @@ pub fn singleton_wasm() -> PathBuf {
     wasm_dir().join("wasm_epp_shared_state.wasm")
 }
 
+/// TEST ONLY: the filter that crashes on request (tests/crash-filter), built by `make e2e`.
+pub fn crash_filter_wasm() -> PathBuf {
+    wasm_dir().join("crash_filter.wasm")
+}
+
 pub fn envoy_template() -> PathBuf {
     workspace_root().join("envoy/envoy.yaml.template")
 }

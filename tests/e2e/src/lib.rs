@@ -6,6 +6,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod h2;
+pub mod header_fuzz;
+pub mod hostile;
+pub mod slow_clients;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -58,5 +58,7 @@ fn assert_forgeries_fail(cluster: &Cluster) {
     }
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(hits.load(Ordering::SeqCst), 0, "the canary port received connections");
-    assert!(cluster.envoy.stat("wasm_epp_forged_destination_removed").unwrap_or(0.0) >= 4.0);
+    // Envoy's header_mutation filter removes the forgeries before the plugin runs (so they
+    // stay harmless while its VM is down, tests/wasm_crash.rs): the plugin sees none.
+    assert_eq!(cluster.envoy.stat("wasm_epp_forged_destination_removed").unwrap_or(0.0), 0.0);
 }

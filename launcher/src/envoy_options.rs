@@ -1,0 +1,107 @@
+//! What differs between one local Envoy and another: the values `envoy/envoy.yaml.template`
+//! is rendered with, and the shipped defaults of its bounds and failure policy.
+
+use std::path::PathBuf;
+
+/// How the `pool` cluster follows the filter's choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterMode {
+    /// A STATIC cluster of the pool with the override_host policy (the default).
+    OverrideHost,
+    /// An ORIGINAL_DST cluster that connects to whatever the header names.
+    OriginalDst,
+}
+
+/// Everything that differs between one local Envoy and another.
+#[derive(Debug, Clone)]
+pub struct EnvoyOptions {
+    pub admin_address: String,
+    pub cluster_mode: ClusterMode,
+    /// The pool's pods, for the override_host cluster's endpoints.
+    pub pool: Vec<String>,
+    pub listen_address: String,
+    pub listen_port: u16,
+    pub admin_port: u16,
+    /// The filter's JSON configuration (see docs/configuration.md).
+    pub filter_config: serde_json::Value,
+    /// The singleton's JSON configuration; `None` runs Envoy without the singleton.
+    pub poller_config: Option<serde_json::Value>,
+    /// Envoy duration string for the route's `per_try_idle_timeout` (`0s` = off).
+    pub per_try_idle_timeout: String,
+    /// Worker threads; 2 exercises the cross-worker paths on every machine.
+    pub concurrency: u32,
+    pub filter_wasm: PathBuf,
+    pub singleton_wasm: PathBuf,
+    /// The filter's `failure_policy` (`FAIL_RELOAD`, `FAIL_CLOSED`, `FAIL_OPEN`).
+    pub failure_policy: String,
+    /// The header the filter writes and the `pool` cluster follows (the filter's
+    /// `destination_header`; set both with [`EnvoyOptions::with_destination_header`]).
+    pub destination_header: String,
+    /// Envoy duration string: the whole request must arrive within it.
+    pub request_timeout: String,
+    /// The overload manager's fixed heap size (its actions trigger at 85-98 % of it).
+    pub max_heap_bytes: u64,
+    /// Downstream connections open at once, over all listeners.
+    pub max_connections: u64,
+    /// `http.async_response_buffer_limit`: the most a scrape's answer may buffer in Envoy.
+    pub async_response_limit_bytes: u64,
+}
+
+/// The shipped bounds (docs/configuration.md, "Resource bounds").
+pub const DEFAULT_REQUEST_TIMEOUT: &str = "60s";
+/// 1 GiB of Envoy heap (buffers, headers, connections) before overload actions start.
+pub const DEFAULT_MAX_HEAP_BYTES: u64 = 1 << 30;
+/// Enough for 256 slow clients many times over; each costs tens of KB when idle.
+pub const DEFAULT_MAX_CONNECTIONS: u64 = 10_000;
+/// The singleton's default `max_metrics_bytes` (4 MiB): a larger /metrics answer is cut
+/// by Envoy while it streams in, not after it has been buffered whole.
+pub const DEFAULT_ASYNC_RESPONSE_LIMIT_BYTES: u64 = 4 << 20;
+/// The failure policy the shipped configurations use (docs/configuration.md).
+pub const DEFAULT_FAILURE_POLICY: &str = "FAIL_RELOAD";
+/// The filter's default `destination_header`.
+pub const DEFAULT_DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+
+impl EnvoyOptions {
+    /// A setup where both the filter and the singleton know `pool` statically.
+    pub fn for_pool(pool: &[String], listen_port: u16, admin_port: u16) -> Self {
+        Self {
+            admin_address: "127.0.0.1".into(),
+            cluster_mode: ClusterMode::OverrideHost,
+            pool: pool.to_vec(),
+            listen_address: "127.0.0.1".into(),
+            listen_port,
+            admin_port,
+            filter_config: serde_json::json!({ "pool": pool }),
+            poller_config: Some(serde_json::json!({ "pool": pool, "poll_interval_ms": 100 })),
+            concurrency: 2,
+            per_try_idle_timeout: "0s".into(),
+            filter_wasm: crate::paths::filter_wasm(),
+            singleton_wasm: crate::paths::singleton_wasm(),
+            failure_policy: DEFAULT_FAILURE_POLICY.into(),
+            destination_header: DEFAULT_DESTINATION_HEADER.into(),
+            request_timeout: DEFAULT_REQUEST_TIMEOUT.into(),
+            max_heap_bytes: DEFAULT_MAX_HEAP_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            async_response_limit_bytes: DEFAULT_ASYNC_RESPONSE_LIMIT_BYTES,
+        }
+    }
+
+    /// The filter writes `header` and the `pool` cluster follows it; client copies of it
+    /// and of the default header are removed before the filter runs.
+    pub fn with_destination_header(mut self, header: &str) -> Self {
+        self.destination_header = header.to_string();
+        if let Some(config) = self.filter_config.as_object_mut() {
+            config.insert("destination_header".into(), header.into());
+        }
+        self
+    }
+
+    /// Switches to the ORIGINAL_DST cluster, which follows one address only.
+    pub fn with_original_dst(mut self) -> Self {
+        self.cluster_mode = ClusterMode::OriginalDst;
+        if let Some(config) = self.filter_config.as_object_mut() {
+            config.insert("fallback_destinations".into(), 0.into());
+        }
+        self
+    }
+}

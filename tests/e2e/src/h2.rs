@@ -1,0 +1,54 @@
+//! An HTTP/2 (prior knowledge) client that ends its request body with trailers, which
+//! curl and ureq cannot send.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Frame;
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One HTTP/2 (prior knowledge) POST whose body ends with trailers. Returns the status and
+/// the pod that served it.
+pub fn post_with_trailers(port: u16, extra: &[(&str, &str)], trailers: &[(&str, &str)]) -> (u16, Option<String>) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut sender, connection) =
+            hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
+        tokio::spawn(connection);
+        let mut trailer_map = hyper::HeaderMap::new();
+        for (name, value) in trailers {
+            trailer_map.insert(hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
+        }
+        let body = r#"{"model":"sim-model","prompt":"h2 with trailers","max_tokens":2}"#;
+        let frames = Frames([Frame::data(Bytes::from_static(body.as_bytes())), Frame::trailers(trailer_map)].into());
+        let mut request = hyper::Request::post(format!("http://127.0.0.1:{port}/v1/completions"))
+            .header("content-type", "application/json");
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(frames).unwrap();
+        let response = tokio::time::timeout(TIMEOUT, sender.send_request(request)).await.unwrap().unwrap();
+        let status = response.status().as_u16();
+        let served = response.headers().get("x-served-by").and_then(|v| v.to_str().ok()).map(str::to_string);
+        let _ = response.into_body().collect().await;
+        (status, served)
+    })
+}
+
+/// A request body of ready frames: data, then trailers.
+struct Frames(std::collections::VecDeque<Frame<Bytes>>);
+
+impl hyper::body::Body for Frames {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+    }
+}
