@@ -25,6 +25,10 @@ impl HttpContext for Http {
         action(self.0.on_request_body(&ProxyHost, body_size, end_of_stream))
     }
 
+    fn on_http_request_trailers(&mut self, _trailers: usize) -> Action {
+        action(self.0.on_request_trailers(&ProxyHost))
+    }
+
     fn on_log(&mut self) {
         self.0.on_log(&ProxyHost);
     }

@@ -46,6 +46,8 @@ pub struct RequestStream {
     buffered: u64,
     /// A request on the peer listener (see [`crate::peer_receiver`]).
     peer: bool,
+    /// Body bytes buffered so far (the size at the last body callback).
+    body_size: usize,
 }
 
 impl RequestStream {
@@ -59,6 +61,7 @@ impl RequestStream {
             session: None,
             buffered: 0,
             peer: false,
+            body_size: 0,
         }
     }
 
@@ -99,6 +102,7 @@ impl RequestStream {
     }
 
     pub fn on_request_body(&mut self, host: &dyn Host, body_size: usize, end_of_stream: bool) -> Step {
+        self.body_size = body_size;
         if self.peer {
             // Answered locally in every case: nothing on the peer listener goes on.
             if !self.decided && (end_of_stream || body_size > picker::peer::MAX_MESSAGE_BYTES) {
@@ -145,6 +149,19 @@ impl RequestStream {
                 }
                 self.route(host, None)
             }
+        }
+    }
+
+    /// Trailers end the request (HTTP/2, gRPC-style clients): the body seen so far is the
+    /// whole body, and the decision is made now. Without this a body that ends in trailers
+    /// never reaches `end_of_stream`, and the request would leave unrouted.
+    pub fn on_request_trailers(&mut self, host: &dyn Host) -> Step {
+        if self.decided && !self.peer {
+            return Step::Continue;
+        }
+        match self.on_request_body(host, self.body_size, true) {
+            Step::Continue => Step::Continue,
+            Step::Pause => Step::Pause,
         }
     }
 

@@ -255,3 +255,18 @@ fn the_peer_listener_takes_only_authenticated_messages_and_routes_nothing() {
     assert_eq!(bench.host.queue_messages.borrow()[&inbox].len(), 1, "only the good message queued");
     assert_eq!(bench.host.header("x-gateway-destination-endpoint"), None);
 }
+
+#[test]
+fn a_body_that_ends_in_trailers_is_routed_at_the_trailers() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &POOL);
+    let body = completion("with trailers");
+    bench.host.set_request(&COMPLETIONS, body.as_bytes());
+    let mut stream = wasm_epp_router::RequestStream::new(bench.worker.clone());
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    assert_eq!(stream.on_request_body(&bench.host, body.len(), false), Step::Pause);
+    assert_eq!(stream.on_request_trailers(&bench.host), Step::Continue);
+    assert!(bench.host.header("x-gateway-destination-endpoint").is_some());
+    stream.on_log(&bench.host);
+    assert_eq!(bench.worker.buffered_bytes.get(), 0);
+}
