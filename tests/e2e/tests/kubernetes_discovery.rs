@@ -131,8 +131,12 @@ fn follows_pods_turning_ready_terminating_and_moving() {
     let moved = Pod::start_on(&format!("127.0.{}.9", setup.block), setup.port, &SIM_ARGS, &setup.dir).unwrap();
     setup.pods[1].kill();
     setup.kube.update(|state| state.update_pod("vllm-2", |pod| pod.ip = moved.host.clone()));
+    setup.wait_for("the moved pod to join", || setup.log_count(&format!("joined {}", setup.address(9))) > 0);
+    // Stats are flushed on the singleton's tick, so a gauge read just after the join may
+    // still be the old pool's: wait for two more successful scrapes (the new pod's included).
+    let scrapes = setup.stat("wasm_epp_poll_success");
     setup.wait_for("the moved pod to be scraped", || {
-        setup.stat("wasm_epp_pods_healthy") == 2.0 && setup.log_count(&format!("joined {}", setup.address(9))) > 0
+        setup.stat("wasm_epp_poll_success") >= scrapes + 4.0 && setup.stat("wasm_epp_pods_healthy") == 2.0
     });
     let served = setup.served(40, "moved");
     assert!(served.contains(&setup.address(9)) && !served.contains(&setup.address(2)), "{served:?}");
