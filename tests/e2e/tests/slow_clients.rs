@@ -83,3 +83,21 @@ fn slow_clients_are_cut_and_envoy_memory_stays_bounded() {
         cluster.served_by_pool(&reply);
     }
 }
+
+/// The plugin's own bound: bodies held by all streams of a worker together stay under
+/// `max_buffered_bytes`; past it a request goes on by load, unread, and is counted.
+#[test]
+fn the_plugin_stops_buffering_past_its_per_worker_cap() {
+    let cluster = Cluster::start("buffer-cap", 2, &["--time-scale", "0"], |options| {
+        // Each client declares a 1 MiB body: under max_body_bytes, so it is buffered.
+        let cap = e2e::slow_clients::DECLARED_BODY_BYTES as u64 + 1024;
+        options.filter_config["max_body_bytes"] = cap.into();
+        options.filter_config["max_buffered_bytes"] = cap.into();
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)));
+    // 64 clients trickling 16 KB/s for 5 s hold ~5 MB: past the cap on both workers.
+    run_slow_clients(cluster.envoy.listen_port, 64, Duration::from_secs(5));
+    let capped = cluster.envoy.stat("wasm_epp_buffer_cap_reached").unwrap_or(0.0);
+    assert!(capped >= 1.0, "no stream was let go unread");
+    cluster.assert_plugin_healthy();
+}
