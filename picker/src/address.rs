@@ -31,6 +31,27 @@ impl PodAddress {
     }
 }
 
+impl serde::Serialize for PodAddress {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+/// Deserializing validates: a value that is not a literal `ip:port` is an error, so an
+/// address read from shared data is as trustworthy as one parsed from configuration.
+impl<'de> serde::Deserialize<'de> for PodAddress {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+impl PartialEq<str> for PodAddress {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
 impl fmt::Display for PodAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

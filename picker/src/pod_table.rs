@@ -16,7 +16,8 @@ pub const MAX_PODS: usize = 1024;
 /// One pod as last seen by the poller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PodState {
-    pub address: String,
+    /// Validated when the table is decoded: only literal `ip:port` values exist here.
+    pub address: PodAddress,
     /// Last poll succeeded recently enough and the failure threshold was not reached.
     pub healthy: bool,
     pub waiting: f64,
@@ -42,7 +43,7 @@ impl PodState {
     /// A pod nobody has scraped yet.
     pub fn unknown(address: &PodAddress) -> Self {
         Self {
-            address: address.as_str().to_string(),
+            address: address.clone(),
             healthy: false,
             waiting: 0.0,
             running: 0.0,
@@ -66,6 +67,23 @@ impl PodState {
     }
 }
 
+/// The table as it crosses shared data: each pod checked on its own, so one bad entry costs
+/// that entry, not the table.
+#[derive(Deserialize)]
+struct WireTable {
+    version: u64,
+    published_at_ms: u64,
+    poll_interval_ms: u64,
+    pods: Vec<MaybePod>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum MaybePod {
+    Valid(PodState),
+    Invalid(serde::de::IgnoredAny),
+}
+
 /// The whole pool, as published.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodTable {
@@ -83,19 +101,26 @@ impl PodTable {
 
     /// Decodes a published table, dropping entries that are not literal pod addresses.
     pub fn decode(bytes: &[u8]) -> Result<Self, String> {
-        let mut table: PodTable =
-            serde_json::from_slice(bytes).map_err(|e| format!("pod table does not decode: {e}"))?;
-        // Canonical addresses only, once each: in-flight counts and the prefix index are keyed
-        // by this text, so " 10.0.0.4:8000" and "10.0.0.4:8000" must not be two pods.
+        let wire: WireTable = serde_json::from_slice(bytes).map_err(|e| format!("pod table does not decode: {e}"))?;
+        // Canonical addresses (made so by `PodAddress`'s deserializer) once each: in-flight
+        // counts and the prefix index are keyed by this text, so " 10.0.0.4:8000" and
+        // "10.0.0.4:8000" must not be two pods. An entry that is not a valid pod is dropped.
         let mut seen = hashbrown::HashSet::new();
-        table.pods.retain_mut(|pod| match PodAddress::parse(&pod.address) {
-            Ok(address) => {
-                pod.address = address.as_str().to_string();
-                seen.insert(pod.address.clone())
-            }
-            Err(_) => false,
-        });
-        table.pods.truncate(MAX_PODS);
+        let pods = wire
+            .pods
+            .into_iter()
+            .filter_map(|pod| match pod {
+                MaybePod::Valid(pod) => seen.insert(pod.address.clone()).then_some(pod),
+                MaybePod::Invalid(_) => None,
+            })
+            .take(MAX_PODS)
+            .collect();
+        let mut table = PodTable {
+            version: wire.version,
+            published_at_ms: wire.published_at_ms,
+            poll_interval_ms: wire.poll_interval_ms,
+            pods,
+        };
         for pod in &mut table.pods {
             // Bounded again on the way in: the table crosses a trust boundary (shared data).
             for list in [&mut pod.running_loras, &mut pod.waiting_loras] {
@@ -118,7 +143,7 @@ impl PodTable {
 
     /// A pod's KV capacity in blocks, if it reported one.
     pub fn capacity_blocks(&self, address: &str) -> Option<usize> {
-        let pod = self.pods.iter().find(|p| p.address == address)?;
+        let pod = self.pods.iter().find(|p| p.address == *address)?;
         pod.num_gpu_blocks.and_then(|blocks| usize::try_from(blocks).ok())
     }
 }
@@ -137,24 +162,27 @@ pub fn decode_version(bytes: &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
 
+    /// A table as JSON whose first pod's address is replaced by `address` (any text).
+    fn table_with_address(address: &str) -> Vec<u8> {
+        let good = PodState::unknown(&PodAddress::parse("10.0.0.1:8000").unwrap());
+        let table = PodTable { version: 3, published_at_ms: 5, poll_interval_ms: 100, pods: vec![good.clone(), good] };
+        let text = String::from_utf8(table.encode()).unwrap();
+        text.replacen("\"10.0.0.1:8000\"", &serde_json::to_string(address).unwrap(), 1).into_bytes()
+    }
+
     #[test]
     fn round_trips_and_drops_hostile_addresses() {
         let good = PodState::unknown(&PodAddress::parse("10.0.0.1:8000").unwrap());
-        let mut bad = good.clone();
-        bad.address = "evil.example.com:80".into();
-        let table = PodTable { version: 3, published_at_ms: 5, poll_interval_ms: 100, pods: vec![good.clone(), bad] };
-        let decoded = PodTable::decode(&table.encode()).unwrap();
-        assert_eq!(decoded.pods, vec![good]);
+        let decoded = PodTable::decode(&table_with_address("evil.example.com:80")).unwrap();
+        assert_eq!(decoded.pods, vec![good], "the bad entry is dropped, the good one kept");
         assert_eq!(decoded.version, 3);
     }
 
     #[test]
     fn addresses_are_canonical_and_listed_once() {
-        let pod = PodState::unknown(&PodAddress::parse("10.0.0.4:8000").unwrap());
-        let mut padded = pod.clone();
-        padded.address = " 10.0.0.4:8000\r\n".into();
-        let table = PodTable { pods: vec![padded, pod.clone()], ..PodTable::default() };
-        assert_eq!(PodTable::decode(&table.encode()).unwrap().pods, vec![pod]);
+        let decoded = PodTable::decode(&table_with_address(" 10.0.0.1:8000\r\n")).unwrap();
+        assert_eq!(decoded.pods.len(), 1, "a padded copy of an address is the same pod");
+        assert_eq!(decoded.pods[0].address.as_str(), "10.0.0.1:8000");
     }
 
     #[test]

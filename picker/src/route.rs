@@ -98,32 +98,39 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
         .collect()
 }
 
-/// Chooses a pod, or `None` when the pool is empty (the caller answers 503).
-pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) -> Option<Route> {
+/// Why no pod could be chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoRoute {
+    /// Neither the table nor the fallback pool names any pod.
+    EmptyPool,
+}
+
+/// Chooses a pod among the table's pods (or, without any, the fallback pool's). Candidates
+/// are built in the table's (or pool's) order, so the chosen index names the pod directly:
+/// its validated address and epoch are taken, never re-parsed or searched for.
+pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) -> Result<Route, NoRoute> {
     let from_table = view.table.map(|table| table_candidates(view, table)).unwrap_or_default();
-    let candidates: Vec<Candidate<'_>> = if from_table.is_empty() {
+    let table = view.table.filter(|_| !from_table.is_empty());
+    let candidates: Vec<Candidate<'_>> = if table.is_some() {
+        from_table
+    } else {
         view.fallback_pool
             .iter()
-            .map(|address| {
-                let inflight = (view.inflight)(address.as_str());
-                Candidate::with_load(address.as_str(), false, 0.0, None, inflight)
-            })
+            .map(|address| Candidate::with_load(address.as_str(), false, 0.0, None, (view.inflight)(address.as_str())))
             .collect()
-    } else {
-        from_table
+    };
+    let pod = |index: usize| -> Option<(PodAddress, u32)> {
+        match table {
+            Some(table) => table.pods.get(index).map(|p| (p.address.clone(), p.epoch)),
+            None => view.fallback_pool.get(index).map(|a| (a.clone(), 0)),
+        }
     };
     let placement_key = view.prefix.as_ref().and_then(|q| q.hashes.first().copied());
-    let decision = pick_placed(&candidates, policy, random, placement_key)?;
-    let chosen = candidates.get(decision.index)?;
-    let address = PodAddress::parse(chosen.address).ok()?;
-    let fallbacks = decision
-        .fallbacks
-        .iter()
-        .filter_map(|&i| candidates.get(i))
-        .filter_map(|c| PodAddress::parse(c.address).ok())
-        .collect();
-    let epoch = view.table.and_then(|t| t.pods.iter().find(|p| p.address == chosen.address)).map_or(0, |p| p.epoch);
-    Some(Route {
+    let decision = pick_placed(&candidates, policy, random, placement_key).ok_or(NoRoute::EmptyPool)?;
+    let chosen = candidates.get(decision.index).ok_or(NoRoute::EmptyPool)?;
+    let (address, epoch) = pod(decision.index).ok_or(NoRoute::EmptyPool)?;
+    let fallbacks = decision.fallbacks.iter().filter_map(|&i| pod(i)).map(|(address, _)| address).collect();
+    Ok(Route {
         address,
         epoch,
         fallbacks,

@@ -196,10 +196,9 @@ impl PeerExchange {
         self.seq = self.seq.saturating_add(1);
         let inflight = envoy_totals(host, now);
         let pods = pods
-            .filter_map(|pod| {
-                let address = PodAddress::parse(&pod.address).ok()?;
+            .map(|pod| {
                 let inflight = inflight.get(pod.address.as_str()).copied().unwrap_or(0);
-                Some(PeerPod { address, epoch: pod.epoch, inflight })
+                PeerPod { address: pod.address.clone(), epoch: pod.epoch, inflight }
             })
             .collect();
         let take = self.outbox.len().min(MAX_EVENTS_PER_BATCH);

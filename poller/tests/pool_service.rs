@@ -157,7 +157,7 @@ fn a_discovered_pool_is_scraped_before_publishing_and_a_pod_that_leaves_is_dropp
     let body = pod_list(&["10.1.0.1"]);
     *host.call_answer.borrow_mut() = Some((200, body.as_bytes().to_vec()));
     service.http_response(&host, list.token, body.len());
-    let addresses: Vec<String> = table(&host).unwrap().pods.into_iter().map(|p| p.address).collect();
+    let addresses: Vec<String> = table(&host).unwrap().pods.into_iter().map(|p| p.address.to_string()).collect();
     assert_eq!(addresses, ["10.1.0.1:8000"]);
 }
 

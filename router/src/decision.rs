@@ -95,7 +95,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         stale_after_ms: worker.config.stale_after_ms,
     };
     let route = match worker.random.try_borrow_mut() {
-        Ok(mut random) => choose(&view, &worker.policy, &mut random),
+        Ok(mut random) => choose(&view, &worker.policy, &mut random).ok(),
         Err(_) => return Outcome::NoPod(NoPodReason::Busy),
     };
     if expired {

@@ -5,7 +5,6 @@
 //! decisions of this replica's ring, with the epochs they are under, so it does not route
 //! cold. Nothing on this listener is ever routed to a pod.
 
-use picker::address::PodAddress;
 use picker::config::{PeerReceiverConfig, PEER_SECRET_HEADER};
 use picker::keys::{PEER_INBOX, POD_TABLE};
 use picker::peer::{PeerMessage, PeerPod, MAX_MESSAGE_BYTES};
@@ -54,11 +53,7 @@ fn send_snapshot(worker: &Worker, host: &dyn Host) {
     let events = RingReader::new(StartAt::Oldest).poll(host, RING_SEGMENTS).map(|r| r.events).unwrap_or_default();
     let newest = events.get(events.len().saturating_sub(MAX_EVENTS_PER_BATCH)..).unwrap_or_default();
     let table = host.get(POD_TABLE).ok().and_then(|(bytes, _)| PodTable::decode(&bytes?).ok()).unwrap_or_default();
-    let pods = table
-        .pods
-        .iter()
-        .filter_map(|p| Some(PeerPod { address: PodAddress::parse(&p.address).ok()?, epoch: p.epoch, inflight: 0 }))
-        .collect();
+    let pods = table.pods.iter().map(|p| PeerPod { address: p.address.clone(), epoch: p.epoch, inflight: 0 }).collect();
     // Replica 0, sequence 0: a snapshot is an answer to the asker's own call, not a message.
     let message = PeerMessage { replica: 0, seq: 0, sent_ms: host.now_ms(), pods, events: Vec::new() };
     let body = message.encode(&encode_batch(newest));

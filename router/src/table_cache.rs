@@ -71,7 +71,7 @@ impl TableCache {
     }
 
     /// The pool's addresses, once after each change of membership (not of load).
-    pub fn take_new_pod_list(&mut self) -> Option<Vec<String>> {
+    pub fn take_new_pod_list(&mut self) -> Option<Vec<picker::address::PodAddress>> {
         if !std::mem::take(&mut self.pods_changed) {
             return None;
         }

@@ -47,7 +47,10 @@ fn falls_back_to_the_configured_pool_and_never_invents_pods() {
     let counts = |_: &str| 0;
     let route = choose_with(&view(None, &pool, &counts, 0), 3);
     assert_eq!((route.address.as_str(), route.fail_open), ("10.0.0.9:80", true));
-    assert!(choose(&view(None, &[], &counts, 0), &Policy::default(), &mut TieBreaker::new(3)).is_none());
+    assert_eq!(
+        choose(&view(None, &[], &counts, 0), &Policy::default(), &mut TieBreaker::new(3)),
+        Err(NoRoute::EmptyPool)
+    );
 }
 
 #[test]
