@@ -1,6 +1,6 @@
 //! What wasm-epp costs, measured against what it replaces.
 //!
-//! Two halves. The criterion bench (`benches/decision.rs`) times the shipped request path
+//! Two halves. The criterion bench (`benches/decision/`) times the shipped request path
 //! (`wasm_epp_router` on a `MockHost`, state from [`native`]) natively: the decision, and a
 //! whole request from headers to `on_log`, with their allocations. The
 //! binary (`wasm-epp-bench-cost`) runs the real Envoy: the same requests, interleaved, through

@@ -19,124 +19,20 @@ use std::rc::Rc;
 
 use picker::address::PodAddress;
 use picker::inflight::InflightCounts;
-use picker::pod_table::{encode_version, PodState, PodTable};
-use picker::prefix::{hash_prompt, HashParams, WorkerPrefix, EVENT_QUEUE};
+use picker::prefix::{HashParams, WorkerPrefix, EVENT_QUEUE};
 use picker::random::TieBreaker;
 use picker::request::{parse_request, Endpoint};
 use picker::route::{choose, PrefixQuery, Route, RoutingView};
-use picker::{keys, store::SharedStore};
 use wasm_epp_host::{HeaderMap, Host, MockHost};
 use wasm_epp_router::decision::{decide, Outcome, Prompt};
 use wasm_epp_router::{configure, tick, RequestStream, Step, Worker};
 
 use crate::workload;
 
-/// The host clock the decision sees; pods were scraped 40 ms before it.
-pub const NOW_MS: u64 = 1_700_000_000_000;
+mod state;
 
-/// The plugin configuration: the filter's defaults, as Envoy would pass `{}`.
-pub const FILTER_CONFIG: &str = "{}";
-
-/// Entries in the warm prefix index: most of the filter's default budget (262,144).
-pub const WARM_INDEX_ENTRIES: usize = 200_000;
-
-/// KV capacity per pod in blocks (the simulator's small preset).
-pub const POD_CAPACITY_BLOCKS: usize = 16_384;
-
-/// Block size the pods report, in tokens.
-pub const BLOCK_SIZE: u32 = 16;
-
-/// Prompts recorded at most while warming (each adds up to 64 entries).
-const MAX_WARM_PROMPTS: usize = 100_000;
-
-/// Requests between two worker ticks (the filter ticks every 20 ms; at tens of µs per request
-/// a busy worker serves far more than this in between, so this overstates the tick's share).
-pub const PICKS_PER_SYNC: u32 = 32;
-
-/// The tie-breaking and keyed-hashing seed of the benchmark's worker (fixed: runs compare).
-const WORKER_SEED: u64 = 7;
-
-/// `10.x.y.z:8000` for pod `i`: distinct literal addresses for any pool size.
-pub fn pod_address(i: usize) -> String {
-    let n = i + 1;
-    format!("10.{}.{}.{}:8000", (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff)
-}
-
-/// A table of `pods` healthy pods with queues, KV usage and running counts that differ.
-pub fn pod_table(pods: usize) -> Result<PodTable, String> {
-    let mut table = PodTable { version: 1, published_at_ms: NOW_MS, poll_interval_ms: 100, ..PodTable::default() };
-    for i in 0..pods {
-        let mut pod = PodState::unknown(&PodAddress::parse(&pod_address(i))?);
-        pod.healthy = true;
-        pod.waiting = (i % 7) as f64;
-        pod.running = (i % 13) as f64 + 1.0;
-        pod.kv_usage = Some(((i * 37) % 100) as f64 / 100.0);
-        pod.block_size = Some(BLOCK_SIZE);
-        pod.num_gpu_blocks = Some(POD_CAPACITY_BLOCKS as u64);
-        pod.last_success_ms = NOW_MS - 40;
-        table.pods.push(pod);
-    }
-    Ok(table)
-}
-
-/// Publishes `table` as the pool service does (table, then version) with its heartbeat.
-pub fn publish(store: &dyn SharedStore, table: &PodTable) -> Result<(), String> {
-    let writes = [
-        (keys::POD_TABLE, table.encode()),
-        (keys::POD_TABLE_VERSION, encode_version(table.version).to_vec()),
-        (keys::SERVICE_HEARTBEAT, encode_version(NOW_MS).to_vec()),
-    ];
-    for (key, value) in writes {
-        store.set(key, &value, None).map_err(|e| format!("publish {key}: {e:?}"))?;
-    }
-    Ok(())
-}
-
-/// In-flight counts for most pods (0..4 each), as busy workers leave them.
-fn count_inflight(store: &dyn SharedStore, pods: usize, expiry_ms: u64) -> Result<(), String> {
-    let mut counts = InflightCounts::read(store).map_err(|e| format!("{e:?}"))?;
-    for i in 0..pods {
-        let delta = (i % 5) as i32;
-        if delta > 0 {
-            counts = counts.update(store, &pod_address(i), delta, NOW_MS, expiry_ms).map_err(|e| format!("{e:?}"))?;
-        }
-    }
-    Ok(())
-}
-
-fn hashes_of(body: &str, endpoint: Endpoint, params: &HashParams) -> Result<Vec<u64>, String> {
-    let request = parse_request(body.as_bytes(), endpoint).map_err(|e| e.to_string())?;
-    let mut hashes = Vec::new();
-    hash_prompt(&request, endpoint, params, &mut hashes).map_err(|e| e.to_string())?;
-    Ok(hashes)
-}
-
-/// Warms a worker's prefix replica as the module doc says.
-fn warm_prefix(
-    prefix: &mut WorkerPrefix,
-    params: &HashParams,
-    pods: usize,
-    body: &str,
-    endpoint: Endpoint,
-) -> Result<(), String> {
-    // Small pools cannot hold the whole warm set: their pods' KV capacity bounds them.
-    let target = WARM_INDEX_ENTRIES.min(prefix.index().max_entries()).min(pods * POD_CAPACITY_BLOCKS * 9 / 10);
-    for seed in 1_000_000..1_000_000 + MAX_WARM_PROMPTS as u64 {
-        if prefix.index().len() >= target {
-            break;
-        }
-        let hashes = hashes_of(&workload::completions_body(4096, seed), Endpoint::Completions, params)?;
-        prefix.record_pick(&pod_address(seed as usize % pods.max(1)), 0, &hashes, None, POD_CAPACITY_BLOCKS);
-        prefix.take_batch();
-    }
-    let hashes = hashes_of(body, endpoint, params)?;
-    let half = hashes.get(..hashes.len() / 2).unwrap_or(&hashes);
-    for i in (0..pods).step_by(4) {
-        prefix.record_pick(&pod_address(i), 0, half, None, POD_CAPACITY_BLOCKS);
-    }
-    prefix.take_batch();
-    Ok(())
-}
+use state::{count_inflight, warm_prefix, FILTER_CONFIG, PICKS_PER_SYNC, WORKER_SEED};
+pub use state::{pod_address, pod_table, publish, BLOCK_SIZE, NOW_MS, POD_CAPACITY_BLOCKS, WARM_INDEX_ENTRIES};
 
 /// One benchmark case: a configured worker on a mock host, and the request it serves.
 pub struct Case {
@@ -279,5 +175,41 @@ impl Case {
             inflight_expiry_ms: self.worker.config.inflight_expiry_ms,
         };
         choose(&view, &self.worker.policy, random)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inflight_total(case: &Case) -> i64 {
+        let counts = case.inflight().unwrap();
+        (0..2).map(|i| i64::from(counts.count(&pod_address(i), NOW_MS, case.worker.config.inflight_expiry_ms))).sum()
+    }
+
+    #[test]
+    fn a_request_routes_to_a_pool_pod_through_the_router_and_releases_its_count() {
+        let case = Case::new(Endpoint::Completions, 1, 2).unwrap();
+        let before = inflight_total(&case);
+        for _ in 0..PICKS_PER_SYNC + 1 {
+            case.next_request();
+            case.request().unwrap();
+            let destination = case.destination().unwrap();
+            let first = destination.split(',').next().unwrap();
+            assert!([pod_address(0), pod_address(1)].iter().any(|p| p == first), "{destination}");
+            assert_eq!(inflight_total(&case), before, "on_log released the request's count");
+        }
+        assert!(case.host.replies.borrow().is_empty());
+        assert_eq!(case.worker.buffered_bytes.get(), 0);
+    }
+
+    #[test]
+    fn a_settled_decision_leaves_the_counts_as_they_were() {
+        let case = Case::new(Endpoint::ChatCompletions, 1, 2).unwrap();
+        let before = inflight_total(&case);
+        assert!(case.decide().is_some());
+        assert_eq!(inflight_total(&case), before + 1, "the decision counts its pick in flight");
+        case.settle_decision();
+        assert_eq!(inflight_total(&case), before);
     }
 }

@@ -15,116 +15,25 @@
 //! counts are merged into `bench/results/cost.json` (benchmark `native_decision`).
 //! Run: `cargo bench -p bench-cost` (filter: `cargo bench -p bench-cost -- decision/chat`).
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod measure;
+
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use bench_cost::native::{self, Case, NOW_MS};
 use bench_cost::results::Results;
-use criterion::{Bencher, BenchmarkId, Criterion};
+use criterion::{BenchmarkId, Criterion};
+use measure::{allocations_between, allocations_of, criterion_median_us, time_between};
 use picker::inflight::InflightCounts;
 use picker::prefix::hash_prompt;
 use picker::random::TieBreaker;
 use picker::request::{parse_request, Endpoint};
-
-/// Counts every allocation (and reallocation) made by the bench process.
-struct CountingAllocator;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; the counters are atomics.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        ALLOCATED_BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
-
-/// Allocations and bytes allocated by one call of `f`.
-fn allocations_of(f: &mut dyn FnMut()) -> (u64, u64) {
-    allocations_between(&mut || {}, f)
-}
-
-/// Allocations and bytes allocated by one call of `run`, `prepare` run untimed before it.
-fn allocations_between(prepare: &mut dyn FnMut(), run: &mut dyn FnMut()) -> (u64, u64) {
-    prepare();
-    run(); // Once first, so lazily grown buffers do not count.
-    prepare();
-    let (count, bytes) = (ALLOCATIONS.load(Ordering::Relaxed), ALLOCATED_BYTES.load(Ordering::Relaxed));
-    run();
-    (ALLOCATIONS.load(Ordering::Relaxed) - count, ALLOCATED_BYTES.load(Ordering::Relaxed) - bytes)
-}
-
-/// Times `run` alone, with `prepare` (resetting the mock host between requests) run before
-/// each call outside the clock.
-fn time_between(b: &mut Bencher<'_>, prepare: &mut dyn FnMut(), run: &mut dyn FnMut()) {
-    b.iter_custom(|iterations| {
-        let mut total = Duration::ZERO;
-        for _ in 0..iterations {
-            prepare();
-            let start = Instant::now();
-            run();
-            total += start.elapsed();
-        }
-        total
-    });
-}
 
 const PROMPT_KB: [usize; 4] = [1, 4, 32, 128];
 const POOLS: [usize; 3] = [8, 64, 256];
 /// 16 and 64 as in the first figures; 256 since the decision is timed at 256 too.
 const FILTER_PATH_POOLS: [usize; 3] = [16, 64, 256];
 const ENDPOINTS: [(Endpoint, &str); 2] = [(Endpoint::Completions, "completions"), (Endpoint::ChatCompletions, "chat")];
-
-/// Where criterion writes its estimates.
-fn criterion_dir() -> std::path::PathBuf {
-    if let Some(home) = std::env::var_os("CRITERION_HOME") {
-        return home.into();
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| launcher::paths::workspace_root().join("target"));
-    target.join("criterion")
-}
-
-/// The median of one benchmark, in µs, if criterion measured it in this run. Criterion keeps
-/// it under `<group>/<id with / and other unsafe characters as _>/new/estimates.json`.
-fn criterion_median_us(group: &str, id: &str, since: SystemTime) -> Option<f64> {
-    let safe: String = id.chars().map(|c| if "?\"/\\*<>:|^".contains(c) { '_' } else { c }).collect();
-    let path = criterion_dir().join(group).join(safe).join("new/estimates.json");
-    let fresh = std::fs::metadata(&path).and_then(|m| m.modified()).is_ok_and(|m| m >= since);
-    if !fresh {
-        return None;
-    }
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()?;
-    Some(json.pointer("/median/point_estimate")?.as_f64()? / 1000.0)
-}
 
 struct Measured {
     group: &'static str,
