@@ -2,11 +2,12 @@
 //! `MockHost`, driven as Envoy drives it, with everything a client or shared data can hold:
 //! header names and values as arbitrary bytes (not UTF-8 included), arbitrary bodies split
 //! into arbitrary chunks, streams reset early, pod tables published as arbitrary bytes or
-//! built from pods, corrupt in-flight counts, heartbeats and clock jumps, ticks in between.
+//! built from pods, corrupt in-flight counts, heartbeats and clock jumps, ticks in between,
+//! two requests at once (body chunks interleaved, sharing the worker's buffer cap).
 //!
-//! Properties: never panics; a destination header present after a request was written by
-//! the router in this request (never the client's) and names only pods of the worker's table
-//! or configured pool, each comma-separated entry; no client copy of
+//! Properties: never panics; a destination header present after a request alone was written
+//! by the router in this request (never the client's); any destination header names only
+//! pods of the worker's table or configured pool, each comma-separated entry; no client copy of
 //! `x-gateway-destination-endpoint`, `x-envoy-original-dst-host` or `x-prefiller-host-port`
 //! survives; a local reply is 200 (the health probe), 400, 429 or 503; the worker's buffered
 //! byte count is back to 0 once the stream has logged.
@@ -76,6 +77,7 @@ enum Op {
     Advance { ms: u32 },
     Jump { to_ms: u64 },
     Tick,
+    Overlapping(Box<(Request, Request)>),
 }
 
 #[derive(Arbitrary, Debug)]
@@ -134,50 +136,117 @@ fn request_headers(request: &Request, destination: &str) -> HeaderMap {
     HeaderMap::new(pairs)
 }
 
-fn run_request(worker: &Rc<Worker>, host: &MockHost, request: &Request) {
-    let destination = worker.config.destination_header.clone();
-    *host.headers.borrow_mut() = request_headers(request, &destination);
-    *host.body.borrow_mut() = request.body.clone();
-    host.replies.borrow_mut().clear();
-    let routed_before = routed_count(worker, host);
-    let mut stream = RequestStream::new(Rc::clone(worker));
-    let end_of_stream = request.headers_end_stream;
-    stream.on_request_headers(host, end_of_stream);
-    for name in FORBIDDEN.iter().filter(|name| **name != destination) {
-        assert!(host.headers.borrow().get(name).is_none(), "client's {name} survived the request headers");
-    }
-    if !end_of_stream {
-        let mut cuts: Vec<usize> =
-            request.cuts.iter().take(MAX_CHUNKS).map(|&c| usize::from(c).min(request.body.len())).collect();
+/// One stream in progress: what the mock shows while its callbacks run, and how far it got.
+struct Flow {
+    stream: RequestStream,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    /// Cumulative body sizes Envoy reports, the last one the whole body at end of stream.
+    cuts: Vec<usize>,
+    /// Body callbacks before the client goes away (or all of them).
+    chunks: usize,
+    fed: usize,
+    replied: bool,
+}
+
+impl Flow {
+    /// Sends the request headers; no client destination header may survive them.
+    fn start(worker: &Rc<Worker>, host: &MockHost, request: &Request) -> Self {
+        let destination = &worker.config.destination_header;
+        *host.headers.borrow_mut() = request_headers(request, destination);
+        *host.body.borrow_mut() = request.body.clone();
+        let mut stream = RequestStream::new(Rc::clone(worker));
+        let replies = host.replies.borrow().len();
+        stream.on_request_headers(host, request.headers_end_stream);
+        for name in FORBIDDEN.iter().filter(|name| *name != destination) {
+            assert!(host.headers.borrow().get(name).is_none(), "client's {name} survived the request headers");
+        }
+        let mut cuts: Vec<usize> = if request.headers_end_stream {
+            Vec::new()
+        } else {
+            let cuts = request.cuts.iter().take(MAX_CHUNKS).map(|&c| usize::from(c).min(request.body.len()));
+            cuts.chain(std::iter::once(request.body.len())).collect()
+        };
         cuts.sort_unstable();
-        cuts.push(request.body.len());
-        let chunks = request.reset_after.map_or(cuts.len(), usize::from);
-        for (index, &size) in cuts.iter().enumerate().take(chunks) {
-            // After a local reply Envoy calls nothing more but `on_log`.
-            if !host.replies.borrow().is_empty() {
-                break;
-            }
-            stream.on_request_body(host, size, index + 1 == cuts.len());
+        Self {
+            stream,
+            headers: host.headers.borrow().clone(),
+            body: request.body.clone(),
+            chunks: request.reset_after.map_or(cuts.len(), usize::from),
+            cuts,
+            fed: 0,
+            replied: host.replies.borrow().len() > replies,
         }
     }
-    let routed = routed_count(worker, host) > routed_before;
-    stream.on_log(host);
-    assert_eq!(worker.buffered_bytes.get(), 0, "bytes still counted as buffered after on_log");
-    for reply in host.replies.borrow().iter() {
-        assert!([200, 400, 429, 503].contains(&reply.status), "local reply {}", reply.status);
+
+    /// The next body callback, if Envoy would make one; `false` once there is none.
+    fn feed(&mut self, host: &MockHost) -> bool {
+        // After a local reply Envoy calls nothing more but `on_log`.
+        let Some(&size) = self.cuts.get(self.fed).filter(|_| self.fed < self.chunks && !self.replied) else {
+            return false;
+        };
+        *host.headers.borrow_mut() = self.headers.clone();
+        *host.body.borrow_mut() = self.body.clone();
+        let replies = host.replies.borrow().len();
+        self.fed += 1;
+        self.stream.on_request_body(host, size, self.fed == self.cuts.len());
+        self.replied |= host.replies.borrow().len() > replies;
+        self.headers = host.headers.borrow().clone();
+        true
     }
-    let written = host.headers.borrow().get(&destination).map(<[u8]>::to_vec);
-    match written {
-        Some(value) => {
-            assert!(routed, "destination header {value:?} present but the router routed nothing: the client's");
+
+    /// Ends the stream; a destination header left names only pool members.
+    fn finish(mut self, worker: &Worker, host: &MockHost) -> Option<Vec<u8>> {
+        self.stream.on_log(host);
+        let written = self.headers.get(&worker.config.destination_header).map(<[u8]>::to_vec);
+        if let Some(value) = &written {
             let members = members(worker);
-            let text = std::str::from_utf8(&value).unwrap_or_else(|_| panic!("destination {value:?} is not UTF-8"));
+            let text = std::str::from_utf8(value).unwrap_or_else(|_| panic!("destination {value:?} is not UTF-8"));
             for entry in text.split(',') {
                 assert!(members.iter().any(|m| m == entry), "destination entry {entry:?} is no pod of {members:?}");
             }
         }
-        None => assert!(!routed || !host.replies.borrow().is_empty(), "routed without a destination header"),
+        written
     }
+}
+
+fn check_replies_and_buffers(worker: &Worker, host: &MockHost) {
+    assert_eq!(worker.buffered_bytes.get(), 0, "bytes still counted as buffered after on_log");
+    for reply in host.replies.borrow().iter() {
+        assert!([200, 400, 429, 503].contains(&reply.status), "local reply {}", reply.status);
+    }
+    host.replies.borrow_mut().clear();
+}
+
+/// One request alone: a destination header left must be the router's, from this request.
+fn run_request(worker: &Rc<Worker>, host: &MockHost, request: &Request) {
+    let routed_before = routed_count(worker, host);
+    let mut flow = Flow::start(worker, host, request);
+    while flow.feed(host) {}
+    let routed = routed_count(worker, host) > routed_before;
+    let replied = flow.replied;
+    let written = flow.finish(worker, host);
+    check_replies_and_buffers(worker, host);
+    match written {
+        Some(value) => assert!(routed, "destination header {value:?} present but nothing was routed: the client's"),
+        None => assert!(!routed || replied, "routed without a destination header"),
+    }
+}
+
+/// Two requests at once on the worker, body chunks interleaved: they share its buffer cap.
+fn run_overlapping(worker: &Rc<Worker>, host: &MockHost, first: &Request, second: &Request) {
+    let mut flows = [Flow::start(worker, host, first), Flow::start(worker, host, second)];
+    loop {
+        let [a, b] = &mut flows;
+        let (fed_a, fed_b) = (a.feed(host), b.feed(host));
+        if !fed_a && !fed_b {
+            break;
+        }
+    }
+    for flow in flows {
+        flow.finish(worker, host);
+    }
+    check_replies_and_buffers(worker, host);
 }
 
 fuzz_target!(|input: Input| {
@@ -190,6 +259,7 @@ fuzz_target!(|input: Input| {
     for op in input.ops.into_iter().take(MAX_OPS) {
         match op {
             Op::Request(request) => run_request(&worker, &host, &request),
+            Op::Overlapping(pair) => run_overlapping(&worker, &host, &pair.0, &pair.1),
             Op::PublishBytes { table, version } => {
                 let _ = host.set(keys::POD_TABLE, &table, None);
                 let _ = host.set(keys::POD_TABLE_VERSION, &encode_version(version), None);
