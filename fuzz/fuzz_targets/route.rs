@@ -1,8 +1,11 @@
-//! A routing decision (`route::choose`) from a pod table decoded from arbitrary bytes, as a
-//! worker reads it from shared data, with in-flight counts and a prefix index that knows some
-//! of its pods. Never panics; whenever there is any pod (in the table or the configured
-//! pool) a pod is chosen; the chosen pod and every fallback are pods of the table or the
-//! pool, never anything else; usable data means no fail-open, and none means fail-open.
+//! A routing decision from a pod table decoded from arbitrary bytes, twice: `route::choose`
+//! alone under several policies, with in-flight counts and a prefix index that knows some of
+//! its pods; then the shipped decision (`wasm_epp_router::decision::decide`) of a worker
+//! configured with a pool, the same bytes published into a `MockHost`'s shared data as the
+//! pool service publishes them. Never panics; whenever there is any pod (in the table or the
+//! configured pool) a pod is chosen; the chosen pod and every fallback (every entry of the
+//! destination header) are pods of the table or the pool, never anything else; usable data
+//! means no fail-open, and none means fail-open.
 
 #![no_main]
 
@@ -10,15 +13,60 @@ use libfuzzer_sys::fuzz_target;
 use picker::address::PodAddress;
 use picker::config::ScorerWeights;
 use picker::inflight::WorkerInflight;
-use picker::pod_table::PodTable;
+use picker::keys;
+use picker::pod_table::{encode_version, PodTable};
 use picker::prefix::PrefixIndex;
 use picker::random::TieBreaker;
 use picker::route::{choose, PrefixQuery, RoutingView};
 use picker::scheduler::Policy;
+use picker::store::SharedStore;
+use wasm_epp_host::MockHost;
+use wasm_epp_router::configure;
+use wasm_epp_router::decision::{decide, Outcome, Prompt};
 
 const STALE_AFTER_MS: u64 = 5_000;
 /// The request's prompt blocks; pod `i` of the table is recorded holding the first `i % 6`.
 const HASHES: [u64; 5] = [11, 22, 33, 44, 55];
+/// The shipped worker's configuration: the pool `choose` is given above, eight fallbacks.
+const SHIPPED_CONFIG: &str = r#"{"pool": ["10.0.0.9:80"], "fallback_destinations": 8, "stale_after_ms": 5000}"#;
+
+/// The table's bytes through a configured worker's decision, as one request would take it.
+fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
+    let host = MockHost::new();
+    *host.configuration.borrow_mut() = SHIPPED_CONFIG.as_bytes().to_vec();
+    let worker = configure(&host, SHIPPED_CONFIG.len(), 7).expect("the configuration is valid");
+    host.set(keys::POD_TABLE, data, None).expect("memory store set");
+    host.set(keys::POD_TABLE_VERSION, &encode_version(1), None).expect("memory store set");
+    for (i, pod) in table.pods.iter().enumerate().take(16) {
+        let hashes = HASHES.get(..i % 6).unwrap_or(&HASHES);
+        worker.prefix.borrow_mut().record_pick(pod.address.as_str(), pod.epoch, hashes, None, 64);
+    }
+    let members: Vec<&str> = table
+        .pods
+        .iter()
+        .map(|p| p.address.as_str())
+        .chain(worker.fallback_pool.iter().map(PodAddress::as_str))
+        .collect();
+    for now_ms in [0, newest.saturating_add(1), u64::MAX] {
+        host.clock_ms.set(now_ms);
+        let fail_open_before = worker.stats.metrics.pending("wasm_epp.fail_open");
+        let prompt =
+            Prompt { request: None, endpoint: picker::request::Endpoint::Completions, session: None, sheddable: false };
+        let Outcome::Routed { address, destination } = decide(&worker, &host, &prompt) else {
+            panic!("the shipped decision routed nowhere with a pool of {}", worker.fallback_pool.len())
+        };
+        assert!(members.contains(&address.as_str()), "shipped decision chose {address}, no pod of the table or pool");
+        let entries: Vec<&str> = destination.split(',').collect();
+        assert_eq!(entries.first(), Some(&address.as_str()), "destination {destination} does not start with the pick");
+        assert!(entries.len() <= 9, "destination {destination} has more than eight fallbacks");
+        for entry in entries {
+            assert!(members.contains(&entry), "destination entry {entry} is no pod of the table or pool");
+        }
+        let usable = table.pods.iter().any(|p| p.healthy && now_ms.saturating_sub(p.last_success_ms) <= STALE_AFTER_MS);
+        let failed_open = worker.stats.metrics.pending("wasm_epp.fail_open") > fail_open_before;
+        assert_eq!(failed_open, !usable, "shipped decision: fail_open with usable pods, or the reverse");
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     let Ok(table) = PodTable::decode(data) else { return };
@@ -27,14 +75,14 @@ fuzz_target!(|data: &[u8]| {
     let mut index = PrefixIndex::new(4096);
     for (i, pod) in table.pods.iter().enumerate().take(16) {
         for _ in 0..i % 4 {
-            inflight.started(&pod.address, 0);
+            inflight.started(pod.address.as_str(), 0);
         }
-        index.record(&pod.address, pod.epoch, HASHES.get(..i % 6).unwrap_or(&HASHES), 64);
+        index.record(pod.address.as_str(), pod.epoch, HASHES.get(..i % 6).unwrap_or(&HASHES), 64);
     }
     let members: Vec<PodAddress> = table
         .pods
         .iter()
-        .filter_map(|p| PodAddress::parse(&p.address).ok())
+        .map(|p| p.address.clone())
         .chain(fallback_pool.iter().cloned())
         .collect();
     let newest = table.pods.iter().map(|p| p.last_success_ms).max().unwrap_or(0);
@@ -76,7 +124,7 @@ fuzz_target!(|data: &[u8]| {
                     now_ms,
                     stale_after_ms: STALE_AFTER_MS,
                 };
-                let Some(route) = choose(&view, policy, &mut TieBreaker::new(seed)) else {
+                let Ok(route) = choose(&view, policy, &mut TieBreaker::new(seed)) else {
                     panic!("no pod chosen from {} table pods and a pool of {}", table.pods.len(), fallback_pool.len())
                 };
                 assert!(
@@ -94,4 +142,5 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
+    shipped_decisions(data, &table, newest);
 });

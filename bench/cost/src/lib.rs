@@ -1,7 +1,8 @@
 //! What wasm-epp costs, measured against what it replaces.
 //!
-//! Two halves. The criterion bench (`benches/decision.rs`) times one routing decision natively:
-//! parse, prefix hashing and index lookup, Filter → Score → Pick, with its allocations. The
+//! Two halves. The criterion bench (`benches/decision/`) times the shipped request path
+//! (`wasm_epp_router` on a `MockHost`, state from [`native`]) natively: the decision, and a
+//! whole request from headers to `on_log`, with their allocations. The
 //! binary (`wasm-epp-bench-cost`) runs the real Envoy: the same requests, interleaved, through
 //! plain Envoy, Envoy with a header-only Wasm filter and Envoy with wasm-epp, against pods
 //! that answer at once ([`upstream`]), so every difference is Envoy-side work. It measures

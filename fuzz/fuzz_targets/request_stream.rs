@@ -1,0 +1,280 @@
+//! The shipped request path (`wasm_epp_router::RequestStream` on a configured `Worker`) on a
+//! `MockHost`, driven as Envoy drives it, with everything a client or shared data can hold:
+//! header names and values as arbitrary bytes (not UTF-8 included), arbitrary bodies split
+//! into arbitrary chunks, streams reset early, pod tables published as arbitrary bytes or
+//! built from pods, corrupt in-flight counts, heartbeats and clock jumps, ticks in between,
+//! two requests at once (body chunks interleaved, sharing the worker's buffer cap).
+//!
+//! Properties: never panics; a destination header present after a request alone was written
+//! by the router in this request (never the client's); any destination header names only
+//! pods of the worker's table or configured pool, each comma-separated entry; no client copy of
+//! `x-gateway-destination-endpoint`, `x-envoy-original-dst-host` or `x-prefiller-host-port`
+//! survives; a local reply is 200 (the health probe), 400, 429 or 503; the worker's buffered
+//! byte count is back to 0 once the stream has logged.
+
+#![no_main]
+
+use std::rc::Rc;
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use picker::keys;
+use picker::pod_table::{encode_version, PodState, PodTable};
+use picker::store::SharedStore;
+use picker_fuzz::CANONICAL_ADDRESSES;
+use wasm_epp_host::{HeaderMap, MockHost};
+use wasm_epp_router::{configure, tick, RequestStream, Worker};
+
+/// Configurations the worker may start with: defaults; small body limits that reject invalid
+/// bodies, with a static pool; prefix off, another destination header, no fallbacks.
+const CONFIGS: [&str; 3] = [
+    "{}",
+    r#"{"max_body_bytes": 1024, "max_buffered_bytes": 1536, "invalid_body": "reject",
+        "pool": ["10.0.0.9:8000", "[fd00::9]:80"], "fail_open_max_age_ms": 1000}"#,
+    r#"{"destination_header": "x-pick", "prefix": {"enabled": false}, "fallback_destinations": 0,
+        "priority_header": "x-priority"}"#,
+];
+
+/// Headers a pool cluster could follow; no client copy may survive the request headers.
+const FORBIDDEN: [&str; 3] = ["x-gateway-destination-endpoint", "x-envoy-original-dst-host", "x-prefiller-host-port"];
+
+/// Paths a request draws from (besides arbitrary bytes).
+const PATHS: [&str; 5] =
+    ["/v1/completions", "/v1/chat/completions", "/wasm-epp/healthz", "/v1/models", "/v1/completions?x=1"];
+
+/// Most operations, requests, header pairs and body chunks one input drives: enough to reach
+/// every branch, small enough that one run stays fast.
+const MAX_OPS: usize = 32;
+const MAX_EXTRA_HEADERS: usize = 16;
+const MAX_CHUNKS: usize = 8;
+
+#[derive(Arbitrary, Debug)]
+struct Request {
+    method_get: bool,
+    path: Result<u8, Vec<u8>>,
+    /// Extra headers, names and values as bytes (may repeat or forge anything).
+    headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Client copies of the forbidden headers and the configured destination header.
+    forged: [Option<Vec<u8>>; 4],
+    /// `Some(true)`: the body's real length; `Some(false)`: a made-up one.
+    content_length: Option<(bool, u64)>,
+    body: Vec<u8>,
+    /// Where the body is cut into chunks (cumulative sizes, as Envoy reports them).
+    cuts: Vec<u16>,
+    /// The headers end the stream (no body callbacks follow).
+    headers_end_stream: bool,
+    /// The client goes away after this many body chunks.
+    reset_after: Option<u8>,
+}
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Request(Request),
+    PublishBytes { table: Vec<u8>, version: u64 },
+    PublishPods { pods: Vec<(u8, bool, u8, u16)>, version: u64 },
+    Heartbeat { age_ms: u32 },
+    CorruptInflight(Vec<u8>),
+    Advance { ms: u32 },
+    Jump { to_ms: u64 },
+    Tick,
+    Overlapping(Box<(Request, Request)>),
+}
+
+#[derive(Arbitrary, Debug)]
+struct Input {
+    config: u8,
+    start_ms: u32,
+    ops: Vec<Op>,
+}
+
+fn publish_pods(host: &MockHost, pods: &[(u8, bool, u8, u16)], version: u64) {
+    let now = host.clock_ms.get();
+    let mut table = PodTable { version, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for &(which, healthy, waiting, age) in pods.iter().take(CANONICAL_ADDRESSES.len()) {
+        let address = CANONICAL_ADDRESSES[usize::from(which) % CANONICAL_ADDRESSES.len()];
+        let Ok(address) = picker::address::PodAddress::parse(address) else { continue };
+        let mut pod = PodState::unknown(&address);
+        pod.healthy = healthy;
+        pod.waiting = f64::from(waiting);
+        pod.last_success_ms = now.saturating_sub(u64::from(age));
+        table.pods.push(pod);
+    }
+    let _ = host.set(keys::POD_TABLE, &table.encode(), None);
+    let _ = host.set(keys::POD_TABLE_VERSION, &encode_version(version), None);
+}
+
+/// Every pod the worker could route to now: its table's and its configured pool.
+fn members(worker: &Worker) -> Vec<String> {
+    let cache = worker.table.borrow();
+    let table = cache.table().into_iter().flat_map(|t| t.pods.iter().map(|p| p.address.clone()));
+    table.chain(worker.fallback_pool.iter().map(|p| p.as_str().to_string())).collect()
+}
+
+fn routed_count(worker: &Worker, host: &MockHost) -> u64 {
+    worker.stats.metrics.pending("wasm_epp.requests_routed") + host.metric("wasm_epp.requests_routed")
+}
+
+fn request_headers(request: &Request, destination: &str) -> HeaderMap {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    pairs.push((b":method".to_vec(), if request.method_get { b"GET".to_vec() } else { b"POST".to_vec() }));
+    let path = match &request.path {
+        Ok(which) => PATHS[usize::from(*which) % PATHS.len()].as_bytes().to_vec(),
+        Err(bytes) => bytes.clone(),
+    };
+    pairs.push((b":path".to_vec(), path));
+    if let Some((real, made_up)) = request.content_length {
+        let length = if real { request.body.len() as u64 } else { made_up };
+        pairs.push((b"content-length".to_vec(), length.to_string().into_bytes()));
+    }
+    let forged_names = FORBIDDEN.iter().copied().chain(std::iter::once(destination));
+    for (name, value) in forged_names.zip(&request.forged) {
+        if let Some(value) = value {
+            pairs.push((name.as_bytes().to_vec(), value.clone()));
+        }
+    }
+    pairs.extend(request.headers.iter().take(MAX_EXTRA_HEADERS).cloned());
+    HeaderMap::new(pairs)
+}
+
+/// One stream in progress: what the mock shows while its callbacks run, and how far it got.
+struct Flow {
+    stream: RequestStream,
+    headers: HeaderMap,
+    body: Vec<u8>,
+    /// Cumulative body sizes Envoy reports, the last one the whole body at end of stream.
+    cuts: Vec<usize>,
+    /// Body callbacks before the client goes away (or all of them).
+    chunks: usize,
+    fed: usize,
+    replied: bool,
+}
+
+impl Flow {
+    /// Sends the request headers; no client destination header may survive them.
+    fn start(worker: &Rc<Worker>, host: &MockHost, request: &Request) -> Self {
+        let destination = &worker.config.destination_header;
+        *host.headers.borrow_mut() = request_headers(request, destination);
+        *host.body.borrow_mut() = request.body.clone();
+        let mut stream = RequestStream::new(Rc::clone(worker));
+        let replies = host.replies.borrow().len();
+        stream.on_request_headers(host, request.headers_end_stream);
+        for name in FORBIDDEN.iter().filter(|name| *name != destination) {
+            assert!(host.headers.borrow().get(name).is_none(), "client's {name} survived the request headers");
+        }
+        let mut cuts: Vec<usize> = if request.headers_end_stream {
+            Vec::new()
+        } else {
+            let cuts = request.cuts.iter().take(MAX_CHUNKS).map(|&c| usize::from(c).min(request.body.len()));
+            cuts.chain(std::iter::once(request.body.len())).collect()
+        };
+        cuts.sort_unstable();
+        Self {
+            stream,
+            headers: host.headers.borrow().clone(),
+            body: request.body.clone(),
+            chunks: request.reset_after.map_or(cuts.len(), usize::from),
+            cuts,
+            fed: 0,
+            replied: host.replies.borrow().len() > replies,
+        }
+    }
+
+    /// The next body callback, if Envoy would make one; `false` once there is none.
+    fn feed(&mut self, host: &MockHost) -> bool {
+        // After a local reply Envoy calls nothing more but `on_log`.
+        let Some(&size) = self.cuts.get(self.fed).filter(|_| self.fed < self.chunks && !self.replied) else {
+            return false;
+        };
+        *host.headers.borrow_mut() = self.headers.clone();
+        *host.body.borrow_mut() = self.body.clone();
+        let replies = host.replies.borrow().len();
+        self.fed += 1;
+        self.stream.on_request_body(host, size, self.fed == self.cuts.len());
+        self.replied |= host.replies.borrow().len() > replies;
+        self.headers = host.headers.borrow().clone();
+        true
+    }
+
+    /// Ends the stream; a destination header left names only pool members.
+    fn finish(mut self, worker: &Worker, host: &MockHost) -> Option<Vec<u8>> {
+        self.stream.on_log(host);
+        let written = self.headers.get(&worker.config.destination_header).map(<[u8]>::to_vec);
+        if let Some(value) = &written {
+            let members = members(worker);
+            let text = std::str::from_utf8(value).unwrap_or_else(|_| panic!("destination {value:?} is not UTF-8"));
+            for entry in text.split(',') {
+                assert!(members.iter().any(|m| m == entry), "destination entry {entry:?} is no pod of {members:?}");
+            }
+        }
+        written
+    }
+}
+
+fn check_replies_and_buffers(worker: &Worker, host: &MockHost) {
+    assert_eq!(worker.buffered_bytes.get(), 0, "bytes still counted as buffered after on_log");
+    for reply in host.replies.borrow().iter() {
+        assert!([200, 400, 429, 503].contains(&reply.status), "local reply {}", reply.status);
+    }
+    host.replies.borrow_mut().clear();
+}
+
+/// One request alone: a destination header left must be the router's, from this request.
+fn run_request(worker: &Rc<Worker>, host: &MockHost, request: &Request) {
+    let routed_before = routed_count(worker, host);
+    let mut flow = Flow::start(worker, host, request);
+    while flow.feed(host) {}
+    let routed = routed_count(worker, host) > routed_before;
+    let replied = flow.replied;
+    let written = flow.finish(worker, host);
+    check_replies_and_buffers(worker, host);
+    match written {
+        Some(value) => assert!(routed, "destination header {value:?} present but nothing was routed: the client's"),
+        None => assert!(!routed || replied, "routed without a destination header"),
+    }
+}
+
+/// Two requests at once on the worker, body chunks interleaved: they share its buffer cap.
+fn run_overlapping(worker: &Rc<Worker>, host: &MockHost, first: &Request, second: &Request) {
+    let mut flows = [Flow::start(worker, host, first), Flow::start(worker, host, second)];
+    loop {
+        let [a, b] = &mut flows;
+        let (fed_a, fed_b) = (a.feed(host), b.feed(host));
+        if !fed_a && !fed_b {
+            break;
+        }
+    }
+    for flow in flows {
+        flow.finish(worker, host);
+    }
+    check_replies_and_buffers(worker, host);
+}
+
+fuzz_target!(|input: Input| {
+    let host = MockHost::new();
+    host.clock_ms.set(1_700_000_000_000 + u64::from(input.start_ms));
+    let config = CONFIGS[usize::from(input.config) % CONFIGS.len()];
+    *host.configuration.borrow_mut() = config.as_bytes().to_vec();
+    let worker = Rc::new(configure(&host, config.len(), 7).expect("the fuzz configurations are valid"));
+    worker.serving.set(true);
+    for op in input.ops.into_iter().take(MAX_OPS) {
+        match op {
+            Op::Request(request) => run_request(&worker, &host, &request),
+            Op::Overlapping(pair) => run_overlapping(&worker, &host, &pair.0, &pair.1),
+            Op::PublishBytes { table, version } => {
+                let _ = host.set(keys::POD_TABLE, &table, None);
+                let _ = host.set(keys::POD_TABLE_VERSION, &encode_version(version), None);
+            }
+            Op::PublishPods { pods, version } => publish_pods(&host, &pods, version),
+            Op::Heartbeat { age_ms } => {
+                let seen = host.clock_ms.get().saturating_sub(u64::from(age_ms));
+                let _ = host.set(keys::SERVICE_HEARTBEAT, &encode_version(seen), None);
+            }
+            Op::CorruptInflight(bytes) => {
+                let _ = host.set(keys::INFLIGHT, &bytes, None);
+            }
+            Op::Advance { ms } => host.clock_ms.set(host.clock_ms.get().saturating_add(u64::from(ms))),
+            Op::Jump { to_ms } => host.clock_ms.set(to_ms),
+            Op::Tick => tick::on_tick(&worker, &host),
+        }
+    }
+});
