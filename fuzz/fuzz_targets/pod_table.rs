@@ -1,9 +1,9 @@
 //! The pod table codec. Two properties on one input:
 //! - `PodTable::decode` of arbitrary bytes never panics, keeps only pods whose address parses,
 //!   at most `MAX_PODS`, and re-encoding what it decoded decodes to the same table;
-//! - a table built from the input (finite floats, addresses good and bad) survives
-//!   encode → decode equal to itself after the decoder's filtering (bad addresses dropped,
-//!   addresses made canonical and kept once, then cut to `MAX_PODS`).
+//! - a table built from the input (finite floats, address texts good and bad written into
+//!   its JSON) decodes equal to itself after the decoder's filtering (bad addresses dropped,
+//!   addresses made canonical and kept once, then cut to `MAX_PODS`; adapter lists bounded).
 //!
 //! Also `decode_version`: a value for exactly 8 bytes, none otherwise.
 
@@ -12,6 +12,7 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use picker::address::PodAddress;
+use picker::metrics_text::{MAX_ADAPTERS_PER_LIST, MAX_ADAPTER_NAME_BYTES};
 use picker::pod_table::{decode_version, encode_version, PodState, PodTable, MAX_PODS};
 use picker_fuzz::{assert_decoded_table_is_safe, assert_same_table, ADDRESSES};
 
@@ -25,19 +26,37 @@ fuzz_target!(|data: &[u8]| {
         let again = PodTable::decode(&table.encode()).expect("a decoded table re-encodes to something decodable");
         assert_same_table(&again, &table);
     }
-    if let Ok(table) = built_table(&mut Unstructured::new(data)) {
-        // The decoder keeps each canonical address once (the first), then cuts to MAX_PODS.
-        let mut expected = table.clone();
-        let mut seen = std::collections::HashSet::new();
-        expected.pods.retain_mut(|pod| match PodAddress::parse(&pod.address) {
-            Ok(address) => {
-                pod.address = address.as_str().to_string();
-                seen.insert(pod.address.clone())
+    if let Ok((table, raw_addresses)) = built_table(&mut Unstructured::new(data)) {
+        // On the wire each pod carries an arbitrary address text (a writer's bug or a lie).
+        let mut wire: serde_json::Value = serde_json::from_slice(&table.encode()).expect("a table encodes to JSON");
+        if let Some(pods) = wire.get_mut("pods").and_then(|p| p.as_array_mut()) {
+            for (pod, raw) in pods.iter_mut().zip(&raw_addresses) {
+                pod["address"] = raw.as_str().into();
             }
-            Err(_) => false,
-        });
-        expected.pods.truncate(MAX_PODS);
-        let decoded = PodTable::decode(&table.encode()).expect("an encoded table decodes");
+        }
+        // The decoder keeps each canonical address once (the first), then cuts to MAX_PODS.
+        let mut seen = std::collections::HashSet::new();
+        let mut expected = table.clone();
+        expected.pods = table
+            .pods
+            .iter()
+            .zip(&raw_addresses)
+            .filter_map(|(pod, raw)| {
+                let address = PodAddress::parse(raw).ok()?;
+                seen.insert(address.clone()).then(|| PodState { address, ..pod.clone() })
+            })
+            .take(MAX_PODS)
+            .map(|mut pod| {
+                // Adapter lists are bounded on the way in, as a pod's own report is.
+                for list in [&mut pod.running_loras, &mut pod.waiting_loras] {
+                    list.retain(|name| name.len() <= MAX_ADAPTER_NAME_BYTES);
+                    list.truncate(MAX_ADAPTERS_PER_LIST);
+                }
+                pod
+            })
+            .collect();
+        let bytes = serde_json::to_vec(&wire).expect("JSON re-encodes");
+        let decoded = PodTable::decode(&bytes).expect("an encoded table decodes");
         assert_same_table(&decoded, &expected);
     }
 });
@@ -55,9 +74,12 @@ fn address(u: &mut Unstructured<'_>) -> Result<String> {
     })
 }
 
-fn pod(u: &mut Unstructured<'_>) -> Result<PodState> {
-    Ok(PodState {
-        address: address(u)?,
+/// A pod with a placeholder address, and the address text it will carry on the wire.
+fn pod(u: &mut Unstructured<'_>) -> Result<(PodState, String)> {
+    let raw = address(u)?;
+    let placeholder = PodAddress::parse("10.255.255.255:1").map_err(|_| arbitrary::Error::IncorrectFormat)?;
+    Ok((PodState {
+        address: placeholder,
         healthy: u.arbitrary()?,
         waiting: finite(u)?,
         running: finite(u)?,
@@ -70,10 +92,10 @@ fn pod(u: &mut Unstructured<'_>) -> Result<PodState> {
         max_loras: u.arbitrary()?,
         running_loras: u.arbitrary()?,
         waiting_loras: u.arbitrary()?,
-    })
+    }, raw))
 }
 
-fn built_table(u: &mut Unstructured<'_>) -> Result<PodTable> {
+fn built_table(u: &mut Unstructured<'_>) -> Result<(PodTable, Vec<String>)> {
     let mut table = PodTable {
         version: u.arbitrary()?,
         published_at_ms: u.arbitrary()?,
@@ -86,13 +108,15 @@ fn built_table(u: &mut Unstructured<'_>) -> Result<PodTable> {
         0xB16 => MAX_PODS + usize::from(u8::arbitrary(u)?),
         small => usize::from(small % 16),
     };
+    let mut raw_addresses = Vec::with_capacity(count);
     for _ in 0..count {
         // Once the input is used up, repeat the last pod (cheap, and still a pod to filter).
-        let pod = match table.pods.last() {
-            Some(last) if u.is_empty() => last.clone(),
+        let (pod, raw) = match (table.pods.last(), raw_addresses.last()) {
+            (Some(last), Some(raw)) if u.is_empty() => (last.clone(), String::clone(raw)),
             _ => pod(u)?,
         };
         table.pods.push(pod);
+        raw_addresses.push(raw);
     }
-    Ok(table)
+    Ok((table, raw_addresses))
 }

@@ -48,7 +48,7 @@ fuzz_target!(|data: &[u8]| {
         let outcome = poller.on_scrape(token, result, now);
         assert_ne!(outcome, ScrapeOutcome::Unknown, "the scrape just started is known");
         let table = check_table(&mut poller, now).expect("a scrape changes the table");
-        let pod = table.pods.iter().find(|p| p.address == address.as_str()).expect("the scraped pod is in the table");
+        let pod = table.pods.iter().find(|p| p.address == address).expect("the scraped pod is in the table");
         if outcome == ScrapeOutcome::Success {
             assert!(pod.healthy && pod.last_success_ms == now && pod.consecutive_failures == 0, "{pod:?}");
         } else {
@@ -78,7 +78,7 @@ fn status_and_body(text: &[u8]) -> (Option<u16>, &[u8]) {
 fn check_table(poller: &mut PoolPoller, now: u64) -> Option<PodTable> {
     let table = poller.take_table(now)?;
     for pod in &table.pods {
-        assert_canonical_address(&pod.address);
+        assert_canonical_address(pod.address.as_str());
         if pod.healthy {
             assert!(pod.consecutive_failures < UNHEALTHY_AFTER_FAILURES, "{pod:?}");
         }

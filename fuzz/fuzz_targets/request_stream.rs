@@ -73,7 +73,8 @@ enum Op {
     PublishBytes { table: Vec<u8>, version: u64 },
     PublishPods { pods: Vec<(u8, bool, u8, u16)>, version: u64 },
     Heartbeat { age_ms: u32 },
-    CorruptInflight(Vec<u8>),
+    /// Another worker's (or a bug's) bytes in an in-flight slot.
+    CorruptInflight { slot: u8, bytes: Vec<u8> },
     Advance { ms: u32 },
     Jump { to_ms: u64 },
     Tick,
@@ -106,7 +107,7 @@ fn publish_pods(host: &MockHost, pods: &[(u8, bool, u8, u16)], version: u64) {
 /// Every pod the worker could route to now: its table's and its configured pool.
 fn members(worker: &Worker) -> Vec<String> {
     let cache = worker.table.borrow();
-    let table = cache.table().into_iter().flat_map(|t| t.pods.iter().map(|p| p.address.clone()));
+    let table = cache.table().into_iter().flat_map(|t| t.pods.iter().map(|p| p.address.to_string()));
     table.chain(worker.fallback_pool.iter().map(|p| p.as_str().to_string())).collect()
 }
 
@@ -269,8 +270,9 @@ fuzz_target!(|input: Input| {
                 let seen = host.clock_ms.get().saturating_sub(u64::from(age_ms));
                 let _ = host.set(keys::SERVICE_HEARTBEAT, &encode_version(seen), None);
             }
-            Op::CorruptInflight(bytes) => {
-                let _ = host.set(keys::INFLIGHT, &bytes, None);
+            Op::CorruptInflight { slot, bytes } => {
+                let key = keys::INFLIGHT_SLOT_KEYS[usize::from(slot) % keys::INFLIGHT_SLOT_KEYS.len()];
+                let _ = host.set(key, &bytes, None);
             }
             Op::Advance { ms } => host.clock_ms.set(host.clock_ms.get().saturating_add(u64::from(ms))),
             Op::Jump { to_ms } => host.clock_ms.set(to_ms),
