@@ -29,13 +29,13 @@ pub fn write_json(rows: &[QualityRow], path: &Path) -> Result<(), String> {
 /// The results table in markdown, one line per workload and target.
 pub fn table(rows: &[(QualityRow, RunNotes)]) -> String {
     let mut out = String::new();
-    out.push_str("| workload | target | hit rate | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | out tok/s | req/s | errors | idle while queued | pod share % |\n");
-    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+    out.push_str("| workload | target | hit rate | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | E2E p99 ms | ITL p50 ms | ITL p99 ms | out tok/s | req/s | errors | idle while queued | pod share % |\n");
+    out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
     for (row, notes) in rows {
         let shares: Vec<String> = row.pod_share.values().map(|share| format!("{:.0}", share * 100.0)).collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {} |",
             row.workload,
             row.target,
             percent(row.hit_rate),
@@ -43,6 +43,8 @@ pub fn table(rows: &[(QualityRow, RunNotes)]) -> String {
             millis(row.ttft_p99_ms),
             millis(row.e2e_p50_ms),
             millis(row.e2e_p99_ms),
+            millis(row.itl_p50_ms),
+            millis(row.itl_p99_ms),
             row.output_tokens_per_s,
             row.requests_per_s,
             row.errors,

@@ -166,13 +166,16 @@ fn target_dir(dir: &Path, workload: &Workload, target: TargetName) -> Result<Pat
 fn one_line(row: &QualityRow, notes: &RunNotes) -> String {
     let ms = |value: Option<f64>| value.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
     format!(
-        "{:<26} hit {:>6}  TTFT p50 {:>6} p99 {:>6} ms  E2E p50 {:>6} p99 {:>6} ms  {:>5.2} req/s  errors {}  ({} requests, {:.1} s)",
+        "{:<26} hit {:>6}  TTFT p50 {:>6} p99 {:>6} ms  E2E p50 {:>6} p99 {:>6} ms  ITL p50 {:>4} p99 {:>5} ms  {:>6.0} out tok/s  {:>5.2} req/s  errors {}  ({} requests, {:.1} s)",
         row.target,
         row.hit_rate.map(|rate| format!("{:.1}%", rate * 100.0)).unwrap_or_else(|| "-".into()),
         ms(row.ttft_p50_ms),
         ms(row.ttft_p99_ms),
         ms(row.e2e_p50_ms),
         ms(row.e2e_p99_ms),
+        ms(row.itl_p50_ms),
+        ms(row.itl_p99_ms),
+        row.output_tokens_per_s,
         row.requests_per_s,
         row.errors,
         notes.requests,
