@@ -6,7 +6,8 @@
 //!
 //! ```sh
 //! cargo build --release -p vllm-sim
-//! cargo run --release -p vllm-sim --example serve_load -- 400 200
+//! cargo run --release -p vllm-sim --example serve_load -- 400 200            # streams, tokens
+//! cargo run --release -p vllm-sim --example serve_load -- 400 200 0 path/to/vllm-sim  # time scale, binary
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -33,12 +34,15 @@ fn cpu_ticks(pid: u32) -> f64 {
 
 #[tokio::main]
 async fn main() {
-    let arguments: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
-    let streams = arguments.first().copied().unwrap_or(400);
-    let tokens = arguments.get(1).copied().unwrap_or(200);
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let number = |index: usize, default: usize| arguments.get(index).map_or(default, |a| a.parse().unwrap());
+    let streams = number(0, 400);
+    let tokens = number(1, 200);
+    let time_scale = arguments.get(2).cloned().unwrap_or_else(|| "1".to_owned());
+    let binary = arguments.get(3).cloned().unwrap_or_else(|| "target/release/vllm-sim".to_owned());
     let ports: Vec<String> = (0..PODS).map(|index| (BASE_PORT + index).to_string()).collect();
-    let mut child = Command::new("target/release/vllm-sim")
-        .args(["--ports", &ports.join(","), "--max-num-seqs", "1024"])
+    let mut child = Command::new(&binary)
+        .args(["--ports", &ports.join(","), "--max-num-seqs", "1024", "--time-scale", &time_scale])
         .stdout(Stdio::null())
         .spawn()
         .expect("build the release binary first: cargo build --release -p vllm-sim");
@@ -70,8 +74,9 @@ async fn main() {
     child.kill().unwrap();
     let _ = child.wait();
     println!(
-        "{streams} concurrent streams × {tokens} tokens on {PODS} pods: wall {:.1} s, simulator CPU {:.1} s = {:.0} % of one core, mean TPOT {:.1} ms",
+        "{streams} concurrent streams × {tokens} tokens on {PODS} pods, time scale {time_scale}: wall {:.2} s ({:.0} tokens/s), simulator CPU {:.2} s = {:.0} % of one core, mean TPOT {:.2} ms",
         wall.as_secs_f64(),
+        (streams * tokens) as f64 / wall.as_secs_f64(),
         cpu_seconds,
         100.0 * cpu_seconds / wall.as_secs_f64(),
         tpot_total.as_secs_f64() * 1000.0 / streams as f64
