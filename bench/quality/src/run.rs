@@ -57,7 +57,10 @@ pub fn run(options: &Options) -> Result<(), String> {
     let mut names = options.workloads.clone();
     names.dedup();
     for name in names {
-        let workload = Workload::build(name, size, options.seed);
+        let mut workload = Workload::build(name, size, options.seed);
+        if options.saturate {
+            workload.concurrency = workload.jobs.len().max(1);
+        }
         println!(
             "\n== workload {}: {} pods, {} requests, {} client slots",
             name.label(),
@@ -96,6 +99,7 @@ pub fn run(options: &Options) -> Result<(), String> {
     let context = RunContext {
         started_at,
         quick: options.quick,
+        saturate: options.saturate,
         time_scale: options.time_scale,
         seed: options.seed,
         cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
