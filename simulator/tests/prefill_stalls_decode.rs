@@ -100,3 +100,18 @@ async fn uncached_prefill_slows_running_streams_and_cached_prefill_does_not() {
     assert!(uncached.mean_tpot > cached.mean_tpot * 3 / 2, "prefill steals decode time");
     assert_eq!(cached.slow_gaps, 0.0, "cached prompts prefill only their last block");
 }
+
+#[tokio::test]
+async fn an_idle_engine_runs_no_steps() {
+    let pod = start_pod(|_| {}).await;
+    let client = SimClient::new();
+    let url = format!("{}/v1/completions", pod.base_url());
+    let (status, _) = client.post_json(&url, &completion_body("one short request", 5)).await.unwrap();
+    assert_eq!(status, 200);
+    let steps_after_request = stats(&client, &pod).await["steps"]["steps"].as_u64().unwrap();
+    assert_eq!(steps_after_request, 5, "one prefill step that samples the first token, then four decodes");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let steps_later = stats(&client, &pod).await["steps"]["steps"].as_u64().unwrap();
+    assert_eq!(steps_later, steps_after_request, "the loop parks while nothing runs");
+    pod.shutdown().await;
+}
