@@ -8,6 +8,8 @@
 //!
 //! ```sh
 //! cargo run --release -p vllm-sim --example shared_prefix_ladder -- 4 8 16   # rates, req/s
+//! # the same with H100-like decode steps (3 ms + 0.05 ms per sequence):
+//! cargo run --release -p vllm-sim --example shared_prefix_ladder -- 16 32 64 --decode 3 0.05
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
 
@@ -33,10 +35,19 @@ enum Placement {
     RoundRobin,
 }
 
-async fn start_pods() -> Vec<RunningPod> {
+/// Decode step parameters: base and per-sequence milliseconds.
+#[derive(Clone, Copy)]
+struct Decode {
+    base_ms: f64,
+    per_seq_ms: f64,
+}
+
+async fn start_pods(decode: Decode) -> Vec<RunningPod> {
     let mut pods = Vec::new();
     for _ in 0..PODS {
         let mut config = PodConfig::for_preset(Preset::Small);
+        config.latency.decode_base_ms = decode.base_ms;
+        config.latency.decode_per_seq_ms = decode.per_seq_ms;
         config.num_gpu_blocks = GPU_BLOCKS;
         config.max_model_len = 32_768;
         pods.push(spawn_pod(config).await.unwrap());
@@ -44,8 +55,8 @@ async fn start_pods() -> Vec<RunningPod> {
     pods
 }
 
-async fn run(rate: f64, placement: Placement, prefixes: &[String]) -> String {
-    let pods = start_pods().await;
+async fn run(rate: f64, placement: Placement, prefixes: &[String], decode: Decode) -> String {
+    let pods = start_pods(decode).await;
     let client = SimClient::new();
     let requests = (rate * SECONDS_PER_RATE) as usize;
     let started = Instant::now();
@@ -96,13 +107,29 @@ async fn run(rate: f64, placement: Placement, prefixes: &[String]) -> String {
 
 #[tokio::main]
 async fn main() {
-    let rates: Vec<f64> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
+    let arguments: Vec<String> = std::env::args().skip(1).collect();
+    let preset = Preset::Small.latency();
+    let mut decode = Decode { base_ms: preset.decode_base_ms, per_seq_ms: preset.decode_per_seq_ms };
+    let mut rates = Vec::new();
+    let mut position = 0;
+    while position < arguments.len() {
+        if arguments[position] == "--decode" {
+            decode = Decode {
+                base_ms: arguments[position + 1].parse().unwrap(),
+                per_seq_ms: arguments[position + 2].parse().unwrap(),
+            };
+            position += 3;
+        } else {
+            rates.push(arguments[position].parse::<f64>().unwrap());
+            position += 1;
+        }
+    }
     let rates = if rates.is_empty() { vec![4.0, 8.0, 16.0] } else { rates };
     let prefixes: Vec<String> = (0..PREFIXES).map(|seed| text_of_tokens(PREFIX_TOKENS, seed as u64)).collect();
     println!("| rate (req/s) | perfect affinity | round robin |\n| --- | --- | --- |");
     for rate in rates {
-        let affinity = run(rate, Placement::Affinity, &prefixes).await;
-        let round_robin = run(rate, Placement::RoundRobin, &prefixes).await;
+        let affinity = run(rate, Placement::Affinity, &prefixes, decode).await;
+        let round_robin = run(rate, Placement::RoundRobin, &prefixes, decode).await;
         println!("| {rate} | {affinity} | {round_robin} |");
     }
 }
