@@ -32,6 +32,9 @@ pub struct Cli {
     /// Most running sequences [default: 256].
     #[arg(long)]
     pub max_num_seqs: Option<usize>,
+    /// Token budget of one engine step: decodes plus prefill chunks (vLLM's default on H100).
+    #[arg(long, default_value_t = crate::config::DEFAULT_MAX_NUM_BATCHED_TOKENS)]
+    pub max_num_batched_tokens: usize,
     /// Tokens per KV block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
@@ -47,7 +50,7 @@ pub struct Cli {
     /// Output tokens when a request sets no max_tokens (clamped to max_model_len).
     #[arg(long, default_value_t = 16)]
     pub default_max_tokens: usize,
-    /// Fixed time before the first token, ms [preset].
+    /// Time from a step's end to its tokens reaching the client, ms [preset].
     #[arg(long)]
     pub api_overhead_ms: Option<f64>,
     /// Prefill time per uncached prompt token, ms [preset].
@@ -56,12 +59,15 @@ pub struct Cli {
     /// Prefill time per cached prompt token, ms [preset].
     #[arg(long)]
     pub prefill_per_cached_token_ms: Option<f64>,
-    /// Decode step time with no other sequence, ms [preset].
+    /// Step time with nothing in the batch, ms [preset].
     #[arg(long)]
     pub decode_base_ms: Option<f64>,
-    /// Extra decode step time per running sequence, ms [preset].
+    /// Extra step time per sequence decoding one token, ms [preset].
     #[arg(long)]
     pub decode_per_seq_ms: Option<f64>,
+    /// Step time per 1,000 tokens of context the scheduled sequences attend over, ms [preset].
+    #[arg(long)]
+    pub context_per_ktoken_ms: Option<f64>,
     /// Seed for jitter and fault draws.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -105,6 +111,7 @@ impl Cli {
         config.port = port;
         config.model = self.model.clone();
         config.max_num_seqs = self.max_num_seqs.unwrap_or(config.max_num_seqs);
+        config.max_num_batched_tokens = self.max_num_batched_tokens;
         config.block_size = self.block_size;
         // The preset's pool is sized in 16-token blocks; keep its token capacity for other sizes.
         let preset_tokens = config.num_gpu_blocks * 16;
@@ -119,6 +126,7 @@ impl Cli {
             self.prefill_per_cached_token_ms.unwrap_or(latency.prefill_per_cached_token_ms);
         latency.decode_base_ms = self.decode_base_ms.unwrap_or(latency.decode_base_ms);
         latency.decode_per_seq_ms = self.decode_per_seq_ms.unwrap_or(latency.decode_per_seq_ms);
+        latency.context_per_ktoken_ms = self.context_per_ktoken_ms.unwrap_or(latency.context_per_ktoken_ms);
         latency.jitter = self.jitter;
         latency.time_scale = self.time_scale;
         config.seed = self.seed;

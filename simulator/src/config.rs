@@ -13,6 +13,11 @@ pub const MAX_GPU_BLOCKS: usize = 4 << 20;
 pub const MAX_NUM_SEQS: usize = 65_536;
 /// Largest waiting-queue bound accepted.
 pub const MAX_WAITING_BOUND: usize = 1 << 20;
+/// Largest step token budget accepted (vLLM's defaults are 2,048 to 16,384).
+pub const MAX_BATCHED_TOKENS: usize = 1 << 20;
+/// vLLM V1's `max_num_batched_tokens` for the OpenAI server on a GPU with at least 70 GiB
+/// (H100, A100-80G); smaller GPUs get 2,048 (`EngineArgs._set_default_args_v1`).
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 8192;
 /// Most LoRA adapters one pod knows at once (flags plus runtime loads).
 pub const MAX_LORA_ADAPTERS: usize = 64;
 
@@ -50,19 +55,21 @@ impl Preset {
         match self {
             Preset::Small => LatencyParams {
                 api_overhead_ms: 30.0,
-                prefill_per_token_ms: 0.06,
+                prefill_per_token_ms: 0.02,
                 prefill_per_cached_token_ms: 0.001,
                 decode_base_ms: 13.0,
                 decode_per_seq_ms: 0.5,
+                context_per_ktoken_ms: 0.04,
                 jitter: 0.0,
                 time_scale: 1.0,
             },
             Preset::Large => LatencyParams {
                 api_overhead_ms: 40.0,
-                prefill_per_token_ms: 0.2,
-                prefill_per_cached_token_ms: 0.004,
+                prefill_per_token_ms: 0.06,
+                prefill_per_cached_token_ms: 0.001,
                 decode_base_ms: 30.0,
                 decode_per_seq_ms: 0.25,
+                context_per_ktoken_ms: 0.03,
                 jitter: 0.0,
                 time_scale: 1.0,
             },
@@ -99,6 +106,8 @@ pub struct PodConfig {
     pub preset: Preset,
     /// Most sequences running at once.
     pub max_num_seqs: usize,
+    /// Token budget of one engine step (decodes plus prefill chunks).
+    pub max_num_batched_tokens: usize,
     /// Tokens per KV block.
     pub block_size: usize,
     /// KV pool size in blocks.
@@ -132,6 +141,7 @@ impl PodConfig {
             model: "sim-model".to_owned(),
             preset,
             max_num_seqs: 256,
+            max_num_batched_tokens: DEFAULT_MAX_NUM_BATCHED_TOKENS,
             block_size: 16,
             num_gpu_blocks: preset.num_gpu_blocks(),
             max_model_len: preset.max_model_len(),
@@ -171,6 +181,9 @@ impl PodConfig {
         if self.max_num_seqs == 0 || self.max_num_seqs > MAX_NUM_SEQS {
             return Err(format!("--max-num-seqs must be 1..={MAX_NUM_SEQS}"));
         }
+        if self.max_num_batched_tokens == 0 || self.max_num_batched_tokens > MAX_BATCHED_TOKENS {
+            return Err(format!("--max-num-batched-tokens must be 1..={MAX_BATCHED_TOKENS}"));
+        }
         if self.max_waiting > MAX_WAITING_BOUND {
             return Err(format!("--max-waiting must be at most {MAX_WAITING_BOUND}"));
         }
@@ -197,6 +210,7 @@ fn validate_latency(latency: &LatencyParams) -> Result<(), String> {
         ("--prefill-per-cached-token-ms", latency.prefill_per_cached_token_ms),
         ("--decode-base-ms", latency.decode_base_ms),
         ("--decode-per-seq-ms", latency.decode_per_seq_ms),
+        ("--context-per-ktoken-ms", latency.context_per_ktoken_ms),
         ("--jitter", latency.jitter),
         ("--time-scale", latency.time_scale),
     ];

@@ -1,22 +1,26 @@
-//! The latency model: how long prefill and each decode step take.
+//! The latency model: how long one engine step takes, given what it computes.
 //!
-//! vLLM runs one engine step at a time; a newly admitted request is prefilled inside a step that
-//! also decodes every running sequence, so its first token costs one step plus its prefill work.
-//! Formulas (milliseconds, before `time_scale` and jitter; also in the README):
+//! vLLM runs one engine step at a time over the whole batch (decodes and prefill chunks
+//! together), so every running sequence waits for the step's slowest part: a long uncached
+//! prefill in the batch raises everyone's inter-token latency. Formula (milliseconds, before
+//! `time_scale` and jitter; also in the README):
 //!
 //! ```text
-//! step(running)        = decode_base_ms + decode_per_seq_ms * running
-//! ttft_after_admission = api_overhead_ms + step(running)
-//!                        + prefill_per_token_ms * uncached_tokens
-//!                        + prefill_per_cached_token_ms * cached_tokens
-//! inter_token_gap      = step(running at that token)
+//! step = decode_base_ms
+//!      + decode_per_seq_ms           × sequences decoding one token
+//!      + prefill_per_token_ms        × prompt tokens computed (chunks longer than one token)
+//!      + prefill_per_cached_token_ms × prompt tokens found in cache by requests admitted now
+//!      + context_per_ktoken_ms       × (Σ context tokens the scheduled sequences attend over) / 1000
 //! ```
 //!
-//! Queue wait comes on top of TTFT, from the scheduler. Times are parameters, never measured
-//! here, so tests need no clock.
+//! A token sampled by a step reaches the client `api_overhead_ms` after the step ends (HTTP,
+//! detokenization, streaming), so TTFT = queue wait + steps until the prompt is computed +
+//! `api_overhead_ms`, and the gap between tokens is one step. Times are parameters, never
+//! measured here, so tests need no clock.
 
 use std::time::Duration;
 
+use crate::engine::StepWork;
 use crate::hashing::SplitMix64;
 
 /// Jitter above this fraction would let delays reach zero or double; it is clamped here.
@@ -27,16 +31,18 @@ const MAX_SIMULATED_DELAY: Duration = Duration::from_secs(3600);
 /// Every latency parameter; each one is a command-line flag.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LatencyParams {
-    /// Fixed cost before the first token (HTTP, tokenization, detokenization, scheduling).
+    /// Time from a step's end to its tokens reaching the client (HTTP, detokenization).
     pub api_overhead_ms: f64,
     /// Prefill cost per prompt token that is not in the prefix cache.
     pub prefill_per_token_ms: f64,
     /// Prefill cost per prompt token served from the prefix cache (small, not zero).
     pub prefill_per_cached_token_ms: f64,
-    /// Decode step time with no other sequence running.
+    /// Step time with nothing in the batch (launch, sampling, scheduling).
     pub decode_base_ms: f64,
-    /// Extra decode step time per running sequence (batching makes steps slower).
+    /// Extra step time per sequence decoding one token (batching makes steps slower).
     pub decode_per_seq_ms: f64,
+    /// Step time per 1,000 tokens of context attended over by the scheduled sequences.
+    pub context_per_ktoken_ms: f64,
     /// Each delay is multiplied by `1 + jitter * u`, `u` uniform in `[-1, 1)`; clamped to 0.5.
     pub jitter: f64,
     /// Multiplies every simulated delay; 0 answers as fast as the machine allows.
@@ -44,21 +50,13 @@ pub struct LatencyParams {
 }
 
 impl LatencyParams {
-    /// Duration of one engine step with `running` sequences, in milliseconds.
-    pub fn step_ms(&self, running: usize) -> f64 {
-        self.decode_base_ms + self.decode_per_seq_ms * running as f64
-    }
-
-    /// Time from admission to the first token, in milliseconds.
-    pub fn first_token_ms(&self, uncached_tokens: usize, cached_tokens: usize, running: usize) -> f64 {
-        self.api_overhead_ms + self.recompute_ms(uncached_tokens, cached_tokens, running)
-    }
-
-    /// Time to prefill again after a preemption (no API overhead: the request never left).
-    pub fn recompute_ms(&self, uncached_tokens: usize, cached_tokens: usize, running: usize) -> f64 {
-        self.step_ms(running)
-            + self.prefill_per_token_ms * uncached_tokens as f64
-            + self.prefill_per_cached_token_ms * cached_tokens as f64
+    /// Duration of one engine step doing `work`, in milliseconds.
+    pub fn step_ms(&self, work: &StepWork) -> f64 {
+        self.decode_base_ms
+            + self.decode_per_seq_ms * work.decode_seqs as f64
+            + self.prefill_per_token_ms * work.prefill_tokens as f64
+            + self.prefill_per_cached_token_ms * work.cached_tokens as f64
+            + self.context_per_ktoken_ms * work.context_tokens as f64 / 1000.0
     }
 
     /// Converts simulated milliseconds to a wall-clock delay: scaled, bounded, never negative.
@@ -105,25 +103,28 @@ mod tests {
             prefill_per_cached_token_ms: 0.01,
             decode_base_ms: 10.0,
             decode_per_seq_ms: 0.5,
+            context_per_ktoken_ms: 1.0,
             jitter: 0.0,
             time_scale: 1.0,
         }
     }
 
     #[test]
-    fn step_time_grows_with_running_sequences() {
+    fn step_time_grows_with_sequences_prefill_and_context() {
         let p = params();
-        assert!((p.step_ms(0) - 10.0).abs() < 1e-9);
-        assert!((p.step_ms(4) - 12.0).abs() < 1e-9);
+        assert!((p.step_ms(&StepWork::default()) - 10.0).abs() < 1e-9);
+        let decodes = StepWork { decode_seqs: 4, context_tokens: 2000, ..StepWork::default() };
+        assert!((p.step_ms(&decodes) - 14.0).abs() < 1e-9, "10 + 4 × 0.5 + 2 × 1");
+        let with_prefill = StepWork { prefill_tokens: 1000, context_tokens: 3000, ..decodes };
+        assert!((p.step_ms(&with_prefill) - 115.0).abs() < 1e-9, "10 + 2 + 100 + 3");
     }
 
     #[test]
-    fn ttft_charges_uncached_tokens_more_than_cached_ones() {
+    fn cached_tokens_cost_far_less_than_computed_ones() {
         let p = params();
-        // 20 overhead + 12 step + 100 * 0.1 + 500 * 0.01
-        assert!((p.first_token_ms(100, 500, 4) - 47.0).abs() < 1e-9);
-        assert!(p.first_token_ms(600, 0, 4) > p.first_token_ms(100, 500, 4));
-        assert!((p.recompute_ms(100, 500, 4) - 27.0).abs() < 1e-9);
+        let cached = StepWork { cached_tokens: 1000, context_tokens: 1000, ..StepWork::default() };
+        let computed = StepWork { prefill_tokens: 1000, context_tokens: 1000, ..StepWork::default() };
+        assert!(p.step_ms(&computed) - p.step_ms(&cached) > 80.0);
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! vllm-sim: a simulated vLLM (V1) server for wasm-epp's tests and routing benchmarks.
 //!
 //! Every routing benchmark of the project is measured on these pods, so they must cache, queue
-//! and report like vLLM: exact prefix-cache accounting in blocks, FCFS admission under
-//! `max_num_seqs` and KV pressure, a latency model paced with real timers, and vLLM's
-//! `/metrics`. Reading order follows a request: `http` (server, router, handlers) → `api`
-//! (parsing, responses, streaming) → `pod` (lifecycle, generation) → `engine` (scheduler) →
+//! and report like vLLM: exact prefix-cache accounting in blocks, vLLM V1's engine step (a
+//! token budget shared by decodes and chunked prefill, FCFS admission under `max_num_seqs` and
+//! KV pressure), step durations from a latency model on real timers, and vLLM's `/metrics`.
+//! Reading order follows a request: `http` (server, router, handlers) → `api` (parsing,
+//! responses, streaming) → `pod` (lifecycle, step loop, generation) → `engine` (scheduler, step) →
 //! `kv_cache` (blocks and hashes), with `latency`, `metrics` and `faults` beside them.
 //! `client` and `calibration` are reused by the benchmark tool.
 

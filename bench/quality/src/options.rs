@@ -16,6 +16,10 @@ pub struct Options {
     /// Smoke run: fewer requests per workload (about 4 minutes in all instead of about 11).
     #[arg(long)]
     pub quick: bool,
+    /// Release every job of each workload at once (client slots = jobs), so `out tok/s` is the
+    /// pool's output throughput at saturation. Use its own --out-dir.
+    #[arg(long)]
+    pub saturate: bool,
     /// Workloads to run: a (shared prefix), b (multi-turn), c (no prefix), d (burst).
     #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
     pub workloads: Vec<WorkloadName>,

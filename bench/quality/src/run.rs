@@ -57,7 +57,10 @@ pub fn run(options: &Options) -> Result<(), String> {
     let mut names = options.workloads.clone();
     names.dedup();
     for name in names {
-        let workload = Workload::build(name, size, options.seed);
+        let mut workload = Workload::build(name, size, options.seed);
+        if options.saturate {
+            workload.concurrency = workload.jobs.len().max(1);
+        }
         println!(
             "\n== workload {}: {} pods, {} requests, {} client slots",
             name.label(),
@@ -96,6 +99,7 @@ pub fn run(options: &Options) -> Result<(), String> {
     let context = RunContext {
         started_at,
         quick: options.quick,
+        saturate: options.saturate,
         time_scale: options.time_scale,
         seed: options.seed,
         cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
@@ -166,13 +170,16 @@ fn target_dir(dir: &Path, workload: &Workload, target: TargetName) -> Result<Pat
 fn one_line(row: &QualityRow, notes: &RunNotes) -> String {
     let ms = |value: Option<f64>| value.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into());
     format!(
-        "{:<26} hit {:>6}  TTFT p50 {:>6} p99 {:>6} ms  E2E p50 {:>6} p99 {:>6} ms  {:>5.2} req/s  errors {}  ({} requests, {:.1} s)",
+        "{:<26} hit {:>6}  TTFT p50 {:>6} p99 {:>6} ms  E2E p50 {:>6} p99 {:>6} ms  ITL p50 {:>4} p99 {:>5} ms  {:>6.0} out tok/s  {:>5.2} req/s  errors {}  ({} requests, {:.1} s)",
         row.target,
         row.hit_rate.map(|rate| format!("{:.1}%", rate * 100.0)).unwrap_or_else(|| "-".into()),
         ms(row.ttft_p50_ms),
         ms(row.ttft_p99_ms),
         ms(row.e2e_p50_ms),
         ms(row.e2e_p99_ms),
+        ms(row.itl_p50_ms),
+        ms(row.itl_p99_ms),
+        row.output_tokens_per_s,
         row.requests_per_s,
         row.errors,
         notes.requests,

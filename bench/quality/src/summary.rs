@@ -25,6 +25,9 @@ pub struct QualityRow {
     pub ttft_p99_ms: Option<f64>,
     pub e2e_p50_ms: Option<f64>,
     pub e2e_p99_ms: Option<f64>,
+    /// Inter-token latency: gaps between a stream's consecutive chunks, as the client saw them.
+    pub itl_p50_ms: Option<f64>,
+    pub itl_p99_ms: Option<f64>,
     pub output_tokens_per_s: f64,
     /// Successful requests per second of wall time.
     pub requests_per_s: f64,
@@ -54,8 +57,10 @@ pub fn summarize(
     let successes: Vec<_> = replay.outcomes.iter().filter_map(|outcome| outcome.as_ref().ok()).collect();
     let mut ttft: Vec<f64> = successes.iter().map(|s| s.ttft.as_secs_f64() * 1000.0).collect();
     let mut e2e: Vec<f64> = successes.iter().map(|s| s.e2e.as_secs_f64() * 1000.0).collect();
+    let mut itl: Vec<f64> = successes.iter().flat_map(|s| s.token_gaps_ms.iter().copied()).collect();
     ttft.sort_by(f64::total_cmp);
     e2e.sort_by(f64::total_cmp);
+    itl.sort_by(f64::total_cmp);
     let wall_s = replay.wall.as_secs_f64().max(f64::MIN_POSITIVE);
     let output_tokens: u64 = successes.iter().map(|s| s.output_tokens).sum();
 
@@ -81,6 +86,8 @@ pub fn summarize(
         ttft_p99_ms: percentile(&ttft, 0.99).map(|ms| round(ms, 1)),
         e2e_p50_ms: percentile(&e2e, 0.50).map(|ms| round(ms, 1)),
         e2e_p99_ms: percentile(&e2e, 0.99).map(|ms| round(ms, 1)),
+        itl_p50_ms: percentile(&itl, 0.50).map(|ms| round(ms, 1)),
+        itl_p99_ms: percentile(&itl, 0.99).map(|ms| round(ms, 1)),
         output_tokens_per_s: round(output_tokens as f64 / wall_s, 1),
         requests_per_s: round(successes.len() as f64 / wall_s, 2),
         errors: (replay.outcomes.len() - successes.len()) as u64,
@@ -123,6 +130,7 @@ mod tests {
             output_tokens: 10,
             served_by: Some(pod.to_string()),
             text: String::new(),
+            token_gaps_ms: vec![ttft_ms as f64 / 2.0],
         })
     }
 
@@ -147,6 +155,7 @@ mod tests {
         let (row, notes) = summarize("w", "t", &replay, Some((before, after)), &pool, Balance::default());
         assert_eq!(row.hit_rate, Some(0.5));
         assert_eq!(row.ttft_p50_ms, Some(20.0));
+        assert_eq!((row.itl_p50_ms, row.itl_p99_ms), (Some(10.0), Some(15.0)));
         assert_eq!(row.errors, 1);
         assert_eq!(row.requests_per_s, 1.5);
         assert_eq!(row.output_tokens_per_s, 15.0);
@@ -154,6 +163,6 @@ mod tests {
         assert_eq!(row.pod_share.get("p3"), Some(&0.0), "idle pods are listed");
         assert_eq!(notes.error_samples, vec!["status 503".to_string()]);
         let keys: Vec<String> = serde_json::to_value(&row).unwrap().as_object().unwrap().keys().cloned().collect();
-        assert_eq!(keys.len(), 11);
+        assert_eq!(keys.len(), 13);
     }
 }

@@ -1,50 +1,73 @@
-//! The scheduler: who runs, who waits, and what the prefix cache counters say.
+//! The scheduler: vLLM V1's engine step, who runs, who waits, and what the prefix cache
+//! counters say.
 //!
-//! Synchronous and clock-free (the async pod layer drives it), modelled on vLLM V1's scheduler:
-//! - waiting requests are admitted first come, first served while fewer than `max_num_seqs` run;
+//! Synchronous and clock-free (the pod's step loop drives it), modelled on vLLM V1's scheduler.
+//! Each step ([`Engine::plan_step`], then [`Engine::complete_step`] when its time is up) has a
+//! token budget (`max_num_batched_tokens`):
+//! - running sequences that need one token (decodes) are scheduled first, in admission order;
+//! - then running sequences still prefilling get the next chunk of their prompt (chunked
+//!   prefill), as much as the budget leaves;
+//! - then waiting requests are admitted first come, first served while fewer than
+//!   `max_num_seqs` run and budget is left, each starting with a chunk of its uncached prompt
+//!   (cached tokens are never computed: prefill starts after the hit);
 //! - the head of the queue waits, and blocks everyone behind it, while the free KV blocks cannot
-//!   hold its uncached prompt (KV pressure);
-//! - a request for a LoRA adapter that is not running is skipped (not blocking) while
-//!   `max_loras` distinct adapters are running;
+//!   hold its uncached prompt (KV pressure); a request for a LoRA adapter that is not running is
+//!   skipped (not blocking) while `max_loras` distinct adapters are running;
 //! - on admission, `queries += prompt tokens` and `hits += cached tokens` (preempted requests are
 //!   counted apart, as vLLM does, so they do not inflate the hit rate);
-//! - if a decode step needs a block and none is free, the request that needs it is preempted:
-//!   its blocks are freed (they stay cached) and it returns to the head of the queue to be
+//! - a decode that needs a new block when none is free preempts the request that needs it: its
+//!   blocks are freed (they stay cached) and it returns to the head of the queue to be
 //!   recomputed. vLLM preempts the most recently admitted request instead; this simplification
 //!   is documented in the README.
+//!
+//! A step samples one token for every sequence whose prompt is fully computed at its end; the
+//! request that reaches `max_tokens` finishes there and frees its blocks.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::kv_cache::block_hash::{extend_block_hashes, full_block_hashes, BlockHash};
 use crate::kv_cache::block_pool::BlockId;
 use crate::kv_cache::KvCacheManager;
 
+mod step;
 mod types;
-pub use types::{Admission, NewRequest, PrefixCacheStats, RequestId, StepOutcome};
+pub use types::{Admission, NewRequest, PrefixCacheStats, RequestId, ScheduledChunk, StepOutput, StepPlan, StepWork};
 
+/// One request inside the engine, waiting or running.
 #[derive(Debug, Clone)]
-struct QueuedRequest {
+struct Sequence {
     id: RequestId,
+    /// Prompt, then every sampled token (the newest has no KV until the next step computes it).
     tokens: Vec<u32>,
     lora: Option<String>,
+    /// Hashes of the full blocks of `tokens` known so far.
     hashes: Vec<BlockHash>,
+    /// KV blocks held (empty while waiting).
+    blocks: Vec<BlockId>,
+    /// Tokens whose KV is computed (or found in the cache).
+    num_computed: usize,
+    /// Tokens sampled so far (kept across preemptions).
+    generated: usize,
+    max_tokens: usize,
+    stream_seed: u64,
+    /// Whether it was preempted (its next admission is counted apart).
     resumed: bool,
 }
 
-#[derive(Debug, Clone)]
-struct RunningRequest {
-    tokens: Vec<u32>,
-    lora: Option<String>,
-    hashes: Vec<BlockHash>,
-    blocks: Vec<BlockId>,
+impl Sequence {
+    /// Tokens still to compute before the next token can be sampled.
+    fn remaining(&self) -> usize {
+        self.tokens.len().saturating_sub(self.num_computed)
+    }
 }
 
 /// One pod's scheduler and KV cache.
 #[derive(Debug, Clone)]
 pub struct Engine {
     cache: KvCacheManager,
-    waiting: VecDeque<QueuedRequest>,
-    running: HashMap<RequestId, RunningRequest>,
+    waiting: VecDeque<Sequence>,
+    /// In admission order (decodes and prefill chunks are scheduled in this order).
+    running: Vec<Sequence>,
     max_num_seqs: usize,
     max_loras: usize,
     prefix_stats: PrefixCacheStats,
@@ -57,7 +80,7 @@ impl Engine {
         Self {
             cache: KvCacheManager::new(num_gpu_blocks, block_size),
             waiting: VecDeque::new(),
-            running: HashMap::new(),
+            running: Vec::new(),
             max_num_seqs: max_num_seqs.max(1),
             max_loras: max_loras.max(1),
             prefix_stats: PrefixCacheStats::default(),
@@ -65,131 +88,77 @@ impl Engine {
         }
     }
 
-    /// Adds a request to the tail of the waiting queue (call [`Engine::schedule`] next).
+    /// Adds a request to the tail of the waiting queue (the next step may admit it).
     pub fn enqueue(&mut self, request: NewRequest) {
         let hashes = full_block_hashes(&request.tokens, self.cache.block_size(), extra_key(&request.lora));
-        self.waiting.push_back(QueuedRequest {
+        self.waiting.push_back(Sequence {
             id: request.id,
             tokens: request.tokens,
             lora: request.lora,
             hashes,
+            blocks: Vec::new(),
+            num_computed: 0,
+            generated: 0,
+            max_tokens: request.max_tokens.max(1),
+            stream_seed: request.stream_seed,
             resumed: false,
         });
     }
 
-    /// Admits waiting requests in FCFS order while seats and KV blocks allow.
-    pub fn schedule(&mut self) -> Vec<Admission> {
-        let mut admitted = Vec::new();
-        let mut skipped_for_lora = VecDeque::new();
-        let mut running_loras: BTreeSet<String> = self.running.values().filter_map(|r| r.lora.clone()).collect();
-        // Each pass admits, skips or stops, so the queue length bounds the loop.
-        for _ in 0..self.waiting.len() {
-            if self.running.len() >= self.max_num_seqs {
-                break;
-            }
-            let Some(head) = self.waiting.front() else { break };
-            if let Some(lora) = &head.lora {
-                if !running_loras.contains(lora) && running_loras.len() >= self.max_loras {
-                    skipped_for_lora.extend(self.waiting.pop_front());
-                    continue;
-                }
-            }
-            let hit = self.cache.find_longest_hit(&head.hashes, head.tokens.len());
-            let Some(blocks) = self.cache.allocate_prompt(&hit, &head.hashes, head.tokens.len()) else {
-                break; // KV pressure: the head waits and so does everyone behind it.
-            };
-            let Some(request) = self.waiting.pop_front() else { break };
-            self.record_lookup(&request, hit.tokens);
-            if let Some(lora) = &request.lora {
-                running_loras.insert(lora.clone());
-            }
-            let admission = Admission {
-                id: request.id,
-                num_tokens: request.tokens.len(),
-                cached_tokens: hit.tokens,
-                resumed: request.resumed,
-                running: self.running.len() + 1,
-            };
-            self.running.insert(
-                request.id,
-                RunningRequest { tokens: request.tokens, lora: request.lora, hashes: request.hashes, blocks },
-            );
-            admitted.push(admission);
-        }
-        // Skipped requests keep their place at the head, in their original order.
-        while let Some(request) = skipped_for_lora.pop_back() {
-            self.waiting.push_front(request);
-        }
-        admitted
+    /// Whether a request at the tail of the queue would find a seat at the next step if nothing
+    /// else changed (used to refuse requests that would really have to wait).
+    pub fn has_seat_for_one_more(&self) -> bool {
+        self.running.len() + self.waiting.len() < self.max_num_seqs
     }
 
-    /// Appends a generated token, allocating a block when the previous one is full.
-    pub fn append_token(&mut self, id: RequestId, token: u32) -> StepOutcome {
-        let Some(request) = self.running.get_mut(&id) else { return StepOutcome::Unknown };
-        request.tokens.push(token);
-        // The newest token's KV is written by the next step, so the cache holds one token less.
-        let kv_tokens = request.tokens.len() - 1;
-        if !self.cache.grow(&mut request.blocks, kv_tokens) {
-            self.preempt(id);
-            return StepOutcome::Preempted;
-        }
-        let first_new = request.hashes.len();
-        let block_size = self.cache.block_size();
-        let computed = request.tokens.get(..kv_tokens).unwrap_or_default();
-        extend_block_hashes(&mut request.hashes, computed, block_size, extra_key(&request.lora));
-        self.cache.register_full_blocks(&request.blocks, &request.hashes, first_new);
-        StepOutcome::Appended
-    }
-
-    /// Removes a finished request and frees its blocks; `false` if it was not running.
-    pub fn finish(&mut self, id: RequestId) -> bool {
-        match self.running.remove(&id) {
-            Some(request) => {
-                self.cache.free(&request.blocks);
-                true
-            }
-            None => false,
-        }
+    /// Whether `id` is in the waiting queue.
+    pub fn is_waiting(&self, id: RequestId) -> bool {
+        self.waiting.iter().any(|sequence| sequence.id == id)
     }
 
     /// Removes a request wherever it is (client gone); `false` if unknown.
     pub fn abort(&mut self, id: RequestId) -> bool {
-        if self.finish(id) {
+        if let Some(position) = self.running.iter().position(|sequence| sequence.id == id) {
+            let sequence = self.running.remove(position);
+            self.cache.free(&sequence.blocks);
             return true;
         }
         let before = self.waiting.len();
-        self.waiting.retain(|request| request.id != id);
+        self.waiting.retain(|sequence| sequence.id != id);
         self.waiting.len() != before
     }
 
-    fn preempt(&mut self, id: RequestId) {
-        let Some(request) = self.running.remove(&id) else { return };
-        self.cache.free(&request.blocks);
+    /// Moves the running sequence at `position` back to the head of the queue, freeing its blocks.
+    fn preempt(&mut self, position: usize) -> Option<RequestId> {
+        if position >= self.running.len() {
+            return None;
+        }
+        let mut sequence = self.running.remove(position);
+        self.cache.free(&sequence.blocks);
         self.num_preemptions += 1;
-        let mut hashes = request.hashes;
-        extend_block_hashes(&mut hashes, &request.tokens, self.cache.block_size(), extra_key(&request.lora));
-        self.waiting.push_front(QueuedRequest {
-            id,
-            tokens: request.tokens,
-            lora: request.lora,
-            hashes,
-            resumed: true,
-        });
+        let block_size = self.cache.block_size();
+        extend_block_hashes(&mut sequence.hashes, &sequence.tokens, block_size, extra_key(&sequence.lora));
+        sequence.blocks.clear();
+        sequence.num_computed = 0;
+        sequence.resumed = true;
+        let id = sequence.id;
+        self.waiting.push_front(sequence);
+        Some(id)
     }
 
-    fn record_lookup(&mut self, request: &QueuedRequest, hit_tokens: usize) {
+    fn record_lookup(&mut self, sequence: &Sequence, hit_tokens: usize) {
         let stats = &mut self.prefix_stats;
-        if request.resumed {
-            stats.preempted_queries += request.tokens.len() as u64;
+        if sequence.resumed {
+            stats.preempted_queries += sequence.tokens.len() as u64;
             stats.preempted_hits += hit_tokens as u64;
         } else {
             stats.requests += 1;
-            stats.queries += request.tokens.len() as u64;
+            stats.queries += sequence.tokens.len() as u64;
             stats.hits += hit_tokens as u64;
         }
     }
 
-    /// Requests in the running batch.
+    /// Requests in the running batch (prefilling or decoding).
     pub fn num_running(&self) -> usize {
         self.running.len()
     }
@@ -216,7 +185,7 @@ impl Engine {
 
     /// Distinct adapters of running requests, sorted.
     pub fn running_loras(&self) -> Vec<String> {
-        let names: BTreeSet<&String> = self.running.values().filter_map(|r| r.lora.as_ref()).collect();
+        let names: BTreeSet<&String> = self.running.iter().filter_map(|r| r.lora.as_ref()).collect();
         names.into_iter().cloned().collect()
     }
 

@@ -1,4 +1,4 @@
-//! What goes in and out of the scheduler: new requests, admissions, step outcomes, counters.
+//! What goes in and out of the scheduler: new requests, step plans and outputs, counters.
 
 /// Identifies one engine request (one prompt of one HTTP request).
 pub type RequestId = u64;
@@ -12,6 +12,10 @@ pub struct NewRequest {
     pub tokens: Vec<u32>,
     /// LoRA adapter, `None` for the base model.
     pub lora: Option<String>,
+    /// Tokens to generate (at least 1); the request finishes on its last one.
+    pub max_tokens: usize,
+    /// Seeds the generated token ids (see `tokenizer::output_word`).
+    pub stream_seed: u64,
 }
 
 /// A request that was just admitted to the running batch.
@@ -21,12 +25,87 @@ pub struct Admission {
     pub id: RequestId,
     /// Tokens it brings (prompt, plus generated tokens after a preemption).
     pub num_tokens: usize,
-    /// Tokens found in the prefix cache.
+    /// Tokens found in the prefix cache (never computed).
     pub cached_tokens: usize,
     /// Whether this is a re-admission after a preemption.
     pub resumed: bool,
     /// Running requests right after this admission.
     pub running: usize,
+}
+
+/// One sequence's share of a step: `num_tokens` new tokens computed over its context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduledChunk {
+    /// The request.
+    pub id: RequestId,
+    /// Tokens computed in this step (1 for a decode, up to the budget for a prefill chunk).
+    pub num_tokens: usize,
+    /// Tokens whose KV the chunk attends over (already computed plus this chunk).
+    pub context_tokens: usize,
+}
+
+/// What one engine step computes, decided at its start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepPlan {
+    /// Scheduled sequences: decodes first, then prefill chunks, then new admissions.
+    pub chunks: Vec<ScheduledChunk>,
+    /// Requests admitted from the waiting queue by this step.
+    pub admitted: Vec<Admission>,
+    /// Requests preempted by this step (back at the head of the waiting queue).
+    pub preempted: Vec<RequestId>,
+}
+
+/// The work of a step, as the latency model charges it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StepWork {
+    /// Sequences computing exactly one token (decodes).
+    pub decode_seqs: usize,
+    /// Tokens of chunks longer than one token (prefill).
+    pub prefill_tokens: usize,
+    /// Prompt tokens found in the prefix cache by the requests admitted in this step.
+    pub cached_tokens: usize,
+    /// Sum over scheduled sequences of the context they attend over.
+    pub context_tokens: usize,
+}
+
+impl StepPlan {
+    /// Whether the step computes nothing (the engine is idle).
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    /// Tokens computed by the step (`num_batched_tokens` in vLLM).
+    pub fn num_batched_tokens(&self) -> usize {
+        self.chunks.iter().map(|chunk| chunk.num_tokens).sum()
+    }
+
+    /// The step's work for the latency model.
+    pub fn work(&self) -> StepWork {
+        let mut work = StepWork {
+            cached_tokens: self.admitted.iter().map(|admission| admission.cached_tokens).sum(),
+            ..StepWork::default()
+        };
+        for chunk in &self.chunks {
+            if chunk.num_tokens == 1 {
+                work.decode_seqs += 1;
+            } else {
+                work.prefill_tokens += chunk.num_tokens;
+            }
+            work.context_tokens += chunk.context_tokens;
+        }
+        work
+    }
+}
+
+/// A token sampled at the end of a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepOutput {
+    /// The request.
+    pub id: RequestId,
+    /// Position of the token in the output (0 = first token).
+    pub index: usize,
+    /// Whether it is the last token (the request has finished and left the engine).
+    pub last: bool,
 }
 
 /// Prefix cache counters in tokens, as vLLM's `PrefixCacheStats`.
@@ -42,15 +121,4 @@ pub struct PrefixCacheStats {
     pub preempted_queries: u64,
     /// Tokens found by preempted requests (not part of `hits`).
     pub preempted_hits: u64,
-}
-
-/// What happened when a generated token was appended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepOutcome {
-    /// The token has its KV slot.
-    Appended,
-    /// No block was free: the request went back to the head of the waiting queue.
-    Preempted,
-    /// The request is not running (aborted, or the pod restarted).
-    Unknown,
 }

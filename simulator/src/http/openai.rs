@@ -19,8 +19,7 @@ use crate::api::request::{parse_chat, parse_completion, CommonOptions};
 use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
 use crate::api::sse::SseBody;
 use crate::hashing::StableHasher;
-use crate::metrics::FinishReason;
-use crate::pod::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Pod, Usage};
+use crate::pod::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Pod, Submission, Usage};
 use crate::tokenizer::tokenize;
 
 /// Generation events buffered per choice before a slow client slows its generation task down.
@@ -62,11 +61,12 @@ async fn generate(
     for (choice, (prompt, max_tokens)) in prompts.into_iter().zip(max_tokens).enumerate() {
         let prompt_tokens = prompt.len();
         let stream_seed = stream_seed(&prompt, adapter.as_deref());
-        match pod.submit(prompt, adapter.clone()) {
-            Ok(ticket) => jobs.push(GenerationJob { choice, ticket, prompt_tokens, max_tokens, stream_seed, arrival }),
+        let submission = Submission { tokens: prompt, lora: adapter.clone(), max_tokens, stream_seed, arrival };
+        match pod.submit_request(submission) {
+            Ok(ticket) => jobs.push(GenerationJob { choice, ticket, prompt_tokens, max_tokens, stream_seed }),
             Err(error) => {
                 for job in &jobs {
-                    pod.end_request(job.ticket.id, FinishReason::Abort, arrival.elapsed());
+                    pod.abort_request(job.ticket.id);
                 }
                 return Err(error);
             }

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use super::router;
 use crate::config::PodConfig;
-use crate::pod::Pod;
+use crate::pod::{run_step_loop, Pod};
 
 /// How long open connections may run after shutdown starts.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -67,6 +67,9 @@ pub async fn spawn_pod(mut config: PodConfig) -> Result<RunningPod, String> {
 
 async fn serve(pod: Arc<Pod>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
     let graceful = GracefulShutdown::new();
+    // The engine loop outlives the listener so open streams finish during the grace period.
+    let (stop_steps, steps_stopped) = watch::channel(false);
+    let step_loop = tokio::spawn(run_step_loop(Arc::clone(&pod), steps_stopped));
     // Runs until shutdown; each pass accepts one connection or sees the shutdown signal.
     loop {
         tokio::select! {
@@ -96,4 +99,6 @@ async fn serve(pod: Arc<Pod>, listener: TcpListener, mut shutdown: watch::Receiv
     }
     drop(listener);
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+    let _ = stop_steps.send(true);
+    let _ = step_loop.await;
 }

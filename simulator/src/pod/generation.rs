@@ -1,23 +1,20 @@
-//! One request's life as a tokio task: wait for admission, prefill, then emit tokens paced by
-//! the latency model, so clients measure TTFT and inter-token gaps as they would on vLLM.
+//! One request's life as a tokio task: forward the tokens the engine steps sample to the
+//! client, each `api_overhead_ms` after its step ended, so clients measure TTFT and inter-token
+//! gaps as they would on vLLM.
 //!
-//! Pacing uses absolute deadlines (`sleep_until`), so timer granularity does not accumulate into
-//! drift: a late wake-up shortens the next gap. If the client goes away (its channel closes),
-//! the request is aborted and its seat and blocks are freed, as vLLM aborts on disconnect.
+//! Delivery uses the step's planned end (`sleep_until`), so timer granularity does not
+//! accumulate into drift. If the client goes away (its channel closes), the request is aborted
+//! and its seat and blocks are freed, as vLLM aborts on disconnect.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::lifecycle::{TokenStep, TokenTiming};
+use super::steps::EngineEvent;
 use super::{Pod, Ticket};
 use crate::api::errors::ApiError;
-use crate::engine::Admission;
-use crate::hashing::mix64;
-use crate::latency::Jitter;
-use crate::metrics::FinishReason;
-use crate::tokenizer::{output_word, token_id};
+use crate::tokenizer::output_word;
 
 /// Token counts of one choice, for `usage`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,7 +66,7 @@ pub struct ChoiceEvent {
 pub struct GenerationJob {
     /// Choice index in the response.
     pub choice: usize,
-    /// The admission ticket from [`Pod::submit`].
+    /// The ticket from [`Pod::submit_request`].
     pub ticket: Ticket,
     /// Prompt tokens.
     pub prompt_tokens: usize,
@@ -77,82 +74,38 @@ pub struct GenerationJob {
     pub max_tokens: usize,
     /// Seeds the generated words (a hash of the prompt).
     pub stream_seed: u64,
-    /// When the HTTP request arrived (TTFT and e2e are measured from here).
-    pub arrival: Instant,
-}
-
-enum Wait {
-    Admitted(Admission),
-    Restarted,
-    ClientGone,
 }
 
 /// Runs one choice to completion, sending events to `events`.
 pub async fn run_generation(pod: Arc<Pod>, job: GenerationJob, events: mpsc::Sender<ChoiceEvent>) {
-    let id = job.ticket.id;
-    let send = |event: GenerationEvent| events.send(ChoiceEvent { choice: job.choice, event });
-    let abort = || pod.end_request(id, FinishReason::Abort, job.arrival.elapsed());
-    let latency = pod.config().latency.clone();
-    let mut jitter: Jitter = latency.jitter_source(mix64(pod.config().seed ^ mix64(id)));
-
-    let admission = match wait_for_admission(job.ticket.admission, &events).await {
-        Wait::Admitted(admission) => admission,
-        Wait::Restarted => return report_restart(&events, job.choice).await,
-        Wait::ClientGone => return abort(),
-    };
-    let queue_time = job.ticket.enqueued_at.elapsed();
-    let uncached = admission.num_tokens.saturating_sub(admission.cached_tokens);
-    let first_token_ms = jitter.apply(latency.first_token_ms(uncached, admission.cached_tokens, admission.running));
-    let extra = Duration::from_millis(pod.faults().extra_latency_ms);
-    let mut deadline = Instant::now() + latency.to_delay(first_token_ms) + extra;
-    let mut running = admission.running;
-    let mut previous_token_at: Option<Instant> = None;
-
-    for position in 0..job.max_tokens {
-        if position > 0 {
-            deadline += latency.to_delay(jitter.apply(latency.step_ms(running)));
-        }
-        if !sleep_until_or_closed(deadline, &events).await {
-            return abort();
-        }
-        let word = output_word(job.stream_seed, position as u64);
-        let timing = |now: Instant| TokenTiming {
-            since_arrival: now.duration_since(job.arrival),
-            since_previous: previous_token_at.map(|previous| now.duration_since(previous)),
-            prompt_tokens: job.prompt_tokens,
-            queue_time,
+    let GenerationJob { choice, ticket, prompt_tokens, max_tokens, stream_seed } = job;
+    let Ticket { id, events: mut engine_events, delivery_delay } = ticket;
+    let send = |event: GenerationEvent| events.send(ChoiceEvent { choice, event });
+    let mut cached_tokens = 0;
+    // The engine sends one admission and `max_tokens` tokens, then closes: the loop is bounded.
+    loop {
+        let event = tokio::select! {
+            event = engine_events.recv() => event,
+            () = events.closed() => return pod.abort_request(id),
         };
-        match pod.append_token(id, token_id(word), timing(Instant::now())) {
-            TokenStep::Appended { running: now_running } => running = now_running,
-            TokenStep::Gone => return report_restart(&events, job.choice).await,
-            TokenStep::Preempted(readmission) => {
-                let admission = match wait_for_admission(readmission, &events).await {
-                    Wait::Admitted(admission) => admission,
-                    Wait::Restarted => return report_restart(&events, job.choice).await,
-                    Wait::ClientGone => return abort(),
-                };
-                let uncached = admission.num_tokens.saturating_sub(admission.cached_tokens);
-                let recompute_ms = latency.recompute_ms(uncached, admission.cached_tokens, admission.running);
-                deadline = Instant::now() + latency.to_delay(jitter.apply(recompute_ms));
-                running = admission.running;
-                if !sleep_until_or_closed(deadline, &events).await {
-                    return abort();
+        match event {
+            None => return report_restart(&events, choice).await,
+            Some(EngineEvent::Admitted { cached_tokens: cached }) => cached_tokens = cached,
+            Some(EngineEvent::Token { index, last, at }) => {
+                if !sleep_until_or_closed(at + delivery_delay, &events).await {
+                    return pod.abort_request(id);
                 }
-                pod.record_resumed_token(timing(Instant::now()));
+                let text = format!(" {}", output_word(stream_seed, index as u64));
+                if send(GenerationEvent::Token { text, last }).await.is_err() {
+                    return pod.abort_request(id);
+                }
+                if last {
+                    break;
+                }
             }
         }
-        previous_token_at = Some(Instant::now());
-        let last = position + 1 == job.max_tokens;
-        if send(GenerationEvent::Token { text: format!(" {word}"), last }).await.is_err() {
-            return abort();
-        }
     }
-    pod.end_request(id, FinishReason::Length, job.arrival.elapsed());
-    let usage = Usage {
-        prompt_tokens: job.prompt_tokens,
-        completion_tokens: job.max_tokens,
-        cached_tokens: admission.cached_tokens,
-    };
+    let usage = Usage { prompt_tokens, completion_tokens: max_tokens, cached_tokens };
     // If the client left after the last token, there is nobody to tell.
     let _ = send(GenerationEvent::Finished(usage)).await;
 }
@@ -162,16 +115,6 @@ async fn report_restart(events: &mpsc::Sender<ChoiceEvent>, choice: usize) {
     let error = ApiError::unavailable("The pod restarted while serving the request.");
     // Nobody to tell if the client already left.
     let _ = events.send(ChoiceEvent { choice, event: GenerationEvent::Failed(error) }).await;
-}
-
-async fn wait_for_admission(admission: oneshot::Receiver<Admission>, events: &mpsc::Sender<ChoiceEvent>) -> Wait {
-    tokio::select! {
-        result = admission => match result {
-            Ok(admission) => Wait::Admitted(admission),
-            Err(_) => Wait::Restarted,
-        },
-        () = events.closed() => Wait::ClientGone,
-    }
 }
 
 /// Sleeps until `deadline` unless the client goes away first; `false` if it went away.

@@ -1,111 +1,79 @@
-//! A request's visits to the pod lock: submit, append each token, finish or abort, and the
-//! read-only views (`/metrics` snapshot, `/sim/stats`).
+//! A request's visits to the pod lock: submit, abort, and the read-only views (`/metrics`
+//! snapshot, `/sim/stats`).
 //!
-//! Every visit that frees a seat or blocks also runs the scheduler, so waiting requests are
-//! admitted the moment capacity appears, as vLLM admits them at its next step.
+//! Submitting to an idle engine starts a step at once, as vLLM's busy loop picks a request up
+//! as soon as it arrives; otherwise the request waits for the step in flight to end.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
+use tokio::sync::mpsc;
 
-use super::{unix_now, Pod, PodState, Ticket};
+use super::steps::{RequestStream, Submission};
+use super::{Pod, Ticket};
 use crate::api::errors::ApiError;
-use crate::engine::{Admission, NewRequest, RequestId, StepOutcome};
+use crate::engine::{NewRequest, RequestId};
 use crate::faults::GarbageMode;
 use crate::metrics::{FinishReason, MetricsSnapshot};
 
 /// Longest a request stays parked by the `hang` fault before it fails with 503.
 pub const MAX_HANG: Duration = Duration::from_secs(600);
 
-/// What appending a generated token did.
-#[derive(Debug)]
-pub enum TokenStep {
-    /// The token has its KV slot; `running` requests are in the batch now.
-    Appended {
-        /// Running requests (drives the next step time).
-        running: usize,
-    },
-    /// No KV block was free: wait for re-admission, then recompute.
-    Preempted(oneshot::Receiver<Admission>),
-    /// The request is no longer known (the pod restarted).
-    Gone,
-}
-
-/// Timing facts recorded with a token.
-#[derive(Debug, Clone, Copy)]
-pub struct TokenTiming {
-    /// Arrival to now.
-    pub since_arrival: Duration,
-    /// Previous token to now; `None` for the first token.
-    pub since_previous: Option<Duration>,
-    /// Prompt tokens (counted into `prompt_tokens_total` with the first token).
-    pub prompt_tokens: usize,
-    /// Time spent waiting for admission (recorded with the first token).
-    pub queue_time: Duration,
-}
-
 impl Pod {
-    /// Puts a request in the waiting queue and runs the scheduler; refuses it with 503 if it
-    /// would have to wait behind `max_waiting` others (a request admitted at once never is).
+    /// Submits `tokens` for `--default-max-tokens` tokens (see [`Pod::submit_request`]).
     pub fn submit(&self, tokens: Vec<u32>, lora: Option<String>) -> Result<Ticket, ApiError> {
+        let max_tokens = self.config.default_max_tokens;
+        self.submit_request(Submission { tokens, lora, max_tokens, stream_seed: 0, arrival: Instant::now() })
+    }
+
+    /// Puts a request in the waiting queue (starting a step if the engine is idle); refuses it
+    /// with 503 if it would have to wait behind `max_waiting` others with no seat free for it
+    /// (a request admitted at once never is).
+    pub fn submit_request(&self, submission: Submission) -> Result<Ticket, ApiError> {
+        let delivery_delay = self.config.latency.to_delay(self.config.latency.api_overhead_ms)
+            + Duration::from_millis(self.faults().extra_latency_ms);
         let mut state = self.lock();
         let id = self.next_request_id();
-        let (sender, admission) = oneshot::channel();
-        state.waiters.insert(id, sender);
-        state.engine.enqueue(NewRequest { id, tokens, lora });
-        self.run_scheduler(&mut state);
-        let waiting = state.engine.num_waiting();
-        if waiting > self.config.max_waiting && state.waiters.contains_key(&id) {
-            state.waiters.remove(&id);
+        let (sender, events) = mpsc::unbounded_channel();
+        let waiting_ahead = state.engine.num_waiting();
+        let seat_free = state.engine.has_seat_for_one_more();
+        state.streams.insert(
+            id,
+            RequestStream {
+                events: sender,
+                arrival: submission.arrival,
+                enqueued_at: Instant::now(),
+                delivery_delay,
+                prompt_tokens: submission.tokens.len(),
+                last_token_at: None,
+            },
+        );
+        state.engine.enqueue(NewRequest {
+            id,
+            tokens: submission.tokens,
+            lora: submission.lora,
+            max_tokens: submission.max_tokens,
+            stream_seed: submission.stream_seed,
+        });
+        self.start_step_if_idle(&mut state);
+        if waiting_ahead >= self.config.max_waiting && !seat_free && state.engine.is_waiting(id) {
+            state.streams.remove(&id);
             state.engine.abort(id);
             state.rejected_overload += 1;
             return Err(ApiError::unavailable(format!(
-                "The server is overloaded: {} requests are waiting (--max-waiting {}).",
-                waiting - 1,
+                "The server is overloaded: {waiting_ahead} requests are waiting (--max-waiting {}).",
                 self.config.max_waiting
             )));
         }
-        Ok(Ticket { id, admission, enqueued_at: Instant::now() })
+        Ok(Ticket { id, events, delivery_delay })
     }
 
-    /// Appends a generated token; records its metrics when it got its KV slot.
-    pub fn append_token(&self, id: RequestId, token: u32, timing: TokenTiming) -> TokenStep {
+    /// Aborts a request (client gone, or a sibling prompt refused): frees its seat and blocks.
+    pub fn abort_request(&self, id: RequestId) {
         let mut state = self.lock();
-        match state.engine.append_token(id, token) {
-            StepOutcome::Appended => {
-                record_token(&mut state, timing);
-                TokenStep::Appended { running: state.engine.num_running() }
-            }
-            StepOutcome::Preempted => {
-                let (sender, admission) = oneshot::channel();
-                state.waiters.insert(id, sender);
-                self.run_scheduler(&mut state);
-                TokenStep::Preempted(admission)
-            }
-            StepOutcome::Unknown => TokenStep::Gone,
-        }
-    }
-
-    /// Records metrics of a token emitted after a preemption (its KV slot was re-made then).
-    pub fn record_resumed_token(&self, timing: TokenTiming) {
-        record_token(&mut self.lock(), timing);
-    }
-
-    /// Ends a request (finished or aborted) and admits whoever can run now.
-    pub fn end_request(&self, id: RequestId, reason: FinishReason, since_arrival: Duration) {
-        let mut state = self.lock();
-        state.waiters.remove(&id);
-        let known = match reason {
-            FinishReason::Abort => state.engine.abort(id),
-            FinishReason::Length | FinishReason::Stop => state.engine.finish(id),
-        };
-        if known {
-            state.metrics.record_finish(reason);
-            if reason != FinishReason::Abort {
-                state.metrics.e2e.observe(since_arrival.as_secs_f64());
-            }
-            self.run_scheduler(&mut state);
+        state.streams.remove(&id);
+        if state.engine.abort(id) {
+            state.metrics.record_finish(FinishReason::Abort);
         }
     }
 
@@ -123,20 +91,6 @@ impl Pod {
                 Ok(Err(_)) => return Ok(()),
                 Err(_) => return Err(ApiError::unavailable("The request hung (fault injection) and timed out.")),
             }
-        }
-    }
-
-    fn run_scheduler(&self, state: &mut PodState) {
-        for admission in state.engine.schedule() {
-            if let Some(waiter) = state.waiters.remove(&admission.id) {
-                // A closed receiver means the client left; its task aborts the request itself.
-                let _ = waiter.send(admission);
-            }
-        }
-        if state.lora.enabled() {
-            let running = state.engine.running_loras();
-            let waiting = state.engine.waiting_loras();
-            state.metrics.record_lora_state(&running, &waiting, unix_now());
         }
     }
 
@@ -196,20 +150,9 @@ impl Pod {
             "generation_tokens": state.metrics.generation_tokens,
             "requests_finished": {"length": length, "stop": stop, "abort": abort},
             "rejected_overload": state.rejected_overload,
+            "max_num_batched_tokens": self.config.max_num_batched_tokens,
+            "steps": state.step_counters.to_json(),
             "endpoints": state.stats.to_json(),
         })
-    }
-}
-
-fn record_token(state: &mut PodState, timing: TokenTiming) {
-    let metrics = &mut state.metrics;
-    metrics.generation_tokens += 1;
-    match timing.since_previous {
-        None => {
-            metrics.ttft.observe(timing.since_arrival.as_secs_f64());
-            metrics.queue_time.observe(timing.queue_time.as_secs_f64());
-            metrics.prompt_tokens += timing.prompt_tokens as u64;
-        }
-        Some(gap) => metrics.inter_token.observe(gap.as_secs_f64()),
     }
 }

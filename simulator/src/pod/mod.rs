@@ -2,35 +2,50 @@
 //!
 //! Several pods can live in one process (`--ports`); each owns its own `Pod`, so nothing is
 //! shared between them. The lock is a `std::sync::Mutex` held only for bookkeeping (never across
-//! an `.await`): every request is its own tokio task that sleeps on timers between short visits.
+//! an `.await`). One step loop per pod (`step_loop`) runs the engine a step at a time and sleeps
+//! until each step's modelled end; every request is its own tokio task that forwards the tokens
+//! the steps sample to its client.
 
 mod generation;
 mod lifecycle;
 pub mod stats;
+mod step_loop;
+mod steps;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, watch, Notify};
 
 use crate::config::PodConfig;
-use crate::engine::{Admission, Engine, RequestId};
+use crate::engine::{Engine, RequestId};
 use crate::faults::Faults;
 use crate::hashing::mix64;
+use crate::latency::Jitter;
 use crate::lora::LoraRegistry;
 use crate::metrics::PodMetrics;
-use stats::EndpointStats;
+use stats::{EndpointStats, StepCounters};
+use steps::{InFlightStep, RequestStream};
 
 pub use generation::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Usage};
+pub use step_loop::run_step_loop;
+pub use steps::{EngineEvent, Submission};
 
 /// Mutable state of a pod (engine, metrics, counters, adapters).
 #[derive(Debug)]
 pub struct PodState {
     /// Scheduler and KV cache.
     pub engine: Engine,
-    /// Admission notifications, by waiting request.
-    waiters: std::collections::HashMap<RequestId, oneshot::Sender<Admission>>,
+    /// Where each request's sampled tokens go, and its timing facts for the metrics.
+    streams: HashMap<RequestId, RequestStream>,
+    /// The step being computed; `None` while the engine is idle.
+    step: Option<InFlightStep>,
+    /// Jitter of step durations.
+    step_jitter: Jitter,
+    /// Steps and batched tokens, for `/sim/stats`.
+    pub step_counters: StepCounters,
     /// Request metrics for `/metrics`.
     pub metrics: PodMetrics,
     /// Per-endpoint counters for `/sim/stats`.
@@ -43,15 +58,16 @@ pub struct PodState {
     pub restarts: u64,
 }
 
-/// A submitted request waiting for admission.
+/// A submitted request: its id and the engine's events about it.
 #[derive(Debug)]
 pub struct Ticket {
     /// Engine request id.
     pub id: RequestId,
-    /// Resolves when the scheduler admits the request; fails if the pod restarts first.
-    pub admission: oneshot::Receiver<Admission>,
-    /// When it entered the waiting queue.
-    pub enqueued_at: Instant,
+    /// Admission and sampled tokens; closes without a last token if the pod restarts. Holds at
+    /// most `max_tokens + 1` events, so it needs no other bound.
+    pub events: mpsc::UnboundedReceiver<EngineEvent>,
+    /// Step end to client: `api_overhead_ms` plus the `extra_latency_ms` fault.
+    pub delivery_delay: Duration,
 }
 
 /// One pod.
@@ -65,6 +81,8 @@ pub struct Pod {
     fault_changes: watch::Sender<u64>,
     next_request_id: AtomicU64,
     fault_draws: AtomicU64,
+    /// Wakes the step loop when an idle engine starts a step.
+    step_started: Notify,
 }
 
 /// Current Unix time in seconds (metric timestamps).
@@ -85,6 +103,7 @@ impl Pod {
             fault_changes,
             next_request_id: AtomicU64::new(1),
             fault_draws: AtomicU64::new(0),
+            step_started: Notify::new(),
         }
     }
 
@@ -138,7 +157,7 @@ impl Pod {
 
     /// Empties the cache and resets every counter, like a pod restart on the same port.
     ///
-    /// Waiting requests fail at once; running ones fail at their next token.
+    /// Every request fails at once (its event channel closes); the step in flight is dropped.
     pub fn restart(&self) {
         let mut state = self.lock();
         let restarts = state.restarts + 1;
@@ -155,7 +174,10 @@ fn fresh_state(config: &PodConfig, restarts: u64) -> PodState {
     }
     PodState {
         engine: Engine::new(config.num_gpu_blocks, config.block_size, config.max_num_seqs, config.max_loras),
-        waiters: std::collections::HashMap::new(),
+        streams: HashMap::new(),
+        step: None,
+        step_jitter: config.latency.jitter_source(mix64(config.seed ^ restarts)),
+        step_counters: StepCounters::default(),
         metrics,
         stats: EndpointStats::default(),
         rejected_overload: 0,

@@ -1,10 +1,13 @@
-//! Per-endpoint request counters for `GET /sim/stats`.
+//! Per-endpoint request counters and engine-step counters for `GET /sim/stats`.
 //!
 //! End-to-end tests use them to check where traffic went (received vs served per endpoint)
 //! without parsing Prometheus text. The key set is the router's fixed list of endpoint names,
 //! so the map is bounded.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::engine::StepWork;
 
 use serde_json::{json, Value};
 
@@ -57,6 +60,51 @@ impl EndpointStats {
             })
             .collect();
         Value::Object(map)
+    }
+}
+
+/// What the engine steps did since start (or restart).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepCounters {
+    /// Steps run.
+    pub steps: u64,
+    /// Tokens computed by all steps (decodes plus prefill chunks).
+    pub batched_tokens: u64,
+    /// Most tokens one step computed.
+    pub max_batched_tokens: usize,
+    /// The latest step: tokens computed.
+    pub last_batched_tokens: usize,
+    /// The latest step: sequences decoding one token.
+    pub last_decode_seqs: usize,
+    /// The latest step: prompt tokens computed in chunks.
+    pub last_prefill_tokens: usize,
+    /// The latest step: its duration (after time scale and jitter), milliseconds.
+    pub last_duration_ms: f64,
+}
+
+impl StepCounters {
+    /// Counts a step that was just planned.
+    pub fn record(&mut self, batched_tokens: usize, work: &StepWork, duration: Duration) {
+        self.steps += 1;
+        self.batched_tokens += batched_tokens as u64;
+        self.max_batched_tokens = self.max_batched_tokens.max(batched_tokens);
+        self.last_batched_tokens = batched_tokens;
+        self.last_decode_seqs = work.decode_seqs;
+        self.last_prefill_tokens = work.prefill_tokens;
+        self.last_duration_ms = duration.as_secs_f64() * 1000.0;
+    }
+
+    /// The `"steps"` object of `/sim/stats`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "steps": self.steps,
+            "batched_tokens": self.batched_tokens,
+            "max_batched_tokens": self.max_batched_tokens,
+            "last_batched_tokens": self.last_batched_tokens,
+            "last_decode_seqs": self.last_decode_seqs,
+            "last_prefill_tokens": self.last_prefill_tokens,
+            "last_duration_ms": self.last_duration_ms,
+        })
     }
 }
 

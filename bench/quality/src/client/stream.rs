@@ -2,7 +2,9 @@
 //! how many tokens arrived, the text (a chat needs it for its next turn), and how it ended.
 //!
 //! TTFT is the first chunk with non-empty content (`choices[0].text` for completions,
-//! `choices[0].delta.content` for chat); a chat's role-only chunk does not count.
+//! `choices[0].delta.content` for chat); a chat's role-only chunk does not count. Inter-token
+//! latency is the gap between consecutive content chunks as the client receives them (the
+//! simulator and vLLM send one token per chunk; chunks read together give a zero gap).
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +12,8 @@ use serde_json::Value;
 
 /// A reply's text is kept up to this many bytes (chat replies here are a few hundred bytes).
 const MAX_REPLY_TEXT_BYTES: usize = 1 << 20;
+/// Gaps kept per stream: outputs here are at most a few hundred tokens; longer ones keep the first.
+const MAX_GAPS_PER_STREAM: usize = 1 << 14;
 
 /// A streamed request that completed.
 #[derive(Debug, Clone)]
@@ -20,12 +24,16 @@ pub struct Success {
     /// The `x-served-by` response header: the pod that answered.
     pub served_by: Option<String>,
     pub text: String,
+    /// Gaps between consecutive content chunks, milliseconds.
+    pub token_gaps_ms: Vec<f64>,
 }
 
 #[derive(Debug)]
 pub struct StreamProgress {
     started: Instant,
     first_token: Option<Duration>,
+    last_content_at: Option<Instant>,
+    token_gaps_ms: Vec<f64>,
     content_chunks: u64,
     usage_tokens: Option<u64>,
     text: String,
@@ -34,7 +42,16 @@ pub struct StreamProgress {
 
 impl StreamProgress {
     pub fn new(started: Instant) -> Self {
-        Self { started, first_token: None, content_chunks: 0, usage_tokens: None, text: String::new(), done: false }
+        Self {
+            started,
+            first_token: None,
+            last_content_at: None,
+            token_gaps_ms: Vec::new(),
+            content_chunks: 0,
+            usage_tokens: None,
+            text: String::new(),
+            done: false,
+        }
     }
 
     /// Applies one `data:` payload received at `now`.
@@ -53,6 +70,12 @@ impl StreamProgress {
             if self.first_token.is_none() {
                 self.first_token = Some(now.saturating_duration_since(self.started));
             }
+            if let Some(previous) = self.last_content_at {
+                if self.token_gaps_ms.len() < MAX_GAPS_PER_STREAM {
+                    self.token_gaps_ms.push(now.saturating_duration_since(previous).as_secs_f64() * 1000.0);
+                }
+            }
+            self.last_content_at = Some(now);
             self.content_chunks += 1;
             if self.text.len() + text.len() <= MAX_REPLY_TEXT_BYTES {
                 self.text.push_str(text);
@@ -76,6 +99,7 @@ impl StreamProgress {
             output_tokens: self.usage_tokens.unwrap_or(self.content_chunks),
             served_by,
             text: self.text,
+            token_gaps_ms: self.token_gaps_ms,
         })
     }
 }
@@ -99,6 +123,7 @@ mod tests {
         assert_eq!(success.e2e, Duration::from_millis(63));
         assert_eq!(success.output_tokens, 2);
         assert_eq!(success.text, " the of");
+        assert_eq!(success.token_gaps_ms, vec![20.0], "one gap between the two content chunks");
     }
 
     #[test]
