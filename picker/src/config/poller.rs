@@ -34,7 +34,7 @@ impl Default for PollerConfig {
             kubernetes: None,
             metrics_cluster: "wasm_epp_metrics".into(),
             destination_header: "x-gateway-destination-endpoint".into(),
-            metrics_path: "/metrics".into(),
+            metrics_path: crate::metrics_text::filtered_metrics_path(),
             poll_interval_ms: 100,
             timeout_ms: 1_000,
             unhealthy_after_failures: 2,

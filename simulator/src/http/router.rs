@@ -43,6 +43,7 @@ const ROUTES: &[(&str, &[Method])] = &[
 pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBody> {
     let arrival = Instant::now();
     let method = request.method().clone();
+    let query = request.uri().query().map(str::to_owned);
     let route = ROUTES.iter().find(|(path, _)| *path == request.uri().path());
     let endpoint = route.map_or(UNKNOWN_ENDPOINT, |(path, _)| *path);
     pod.lock().stats.record_received(endpoint);
@@ -50,7 +51,7 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
         None => error_response(&ApiError::not_found(format!("Not Found: {}", request.uri().path()))),
         Some((_, methods)) if !methods.contains(&method) => error_response(&ApiError::method_not_allowed()),
         Some((path, _)) => match read_body(request.into_body()).await {
-            Ok(body) => dispatch(&pod, path, &method, &body, arrival).await,
+            Ok(body) => dispatch(&pod, path, query.as_deref(), &method, &body, arrival).await,
             Err(error) => error_response(&error),
         },
     };
@@ -61,7 +62,14 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
     response
 }
 
-async fn dispatch(pod: &Arc<Pod>, path: &str, method: &Method, body: &Bytes, arrival: Instant) -> Response<SimBody> {
+async fn dispatch(
+    pod: &Arc<Pod>,
+    path: &str,
+    query: Option<&str>,
+    method: &Method,
+    body: &Bytes,
+    arrival: Instant,
+) -> Response<SimBody> {
     match path {
         "/v1/completions" => answer(openai::completions(pod, body, arrival).await),
         "/v1/chat/completions" => answer(openai::chat_completions(pod, body, arrival).await),
@@ -72,7 +80,7 @@ async fn dispatch(pod: &Arc<Pod>, path: &str, method: &Method, body: &Bytes, arr
         "/v1/chat/completions/render" => answer(misc::render_chat(pod, body)),
         "/v1/load_lora_adapter" => answer(misc::load_lora(pod, body)),
         "/v1/unload_lora_adapter" => answer(misc::unload_lora(pod, body)),
-        "/metrics" => metrics_endpoint::metrics(pod).await,
+        "/metrics" => metrics_endpoint::metrics(pod, query).await,
         "/sim/faults" => answer(admin::faults(pod, method, body)),
         "/sim/restart" => admin::restart(pod),
         "/sim/stats" => admin::stats(pod),
