@@ -93,6 +93,9 @@ struct ScrapeArgs {
     seconds: Option<f64>,
     #[arg(long, default_value_t = 100)]
     poll_interval_ms: u64,
+    /// Also scrape whole pages (`/metrics`), as before `name[]` filtering.
+    #[arg(long)]
+    full_page_too: bool,
 }
 
 #[derive(Args, Default)]
@@ -146,6 +149,7 @@ fn scrape_options(args: &ScrapeArgs, quick: bool) -> ScrapeOptions {
     ScrapeOptions {
         pod_counts: args.pods.clone().unwrap_or_else(|| if quick { vec![100] } else { vec![100, 500] }),
         poll_interval_ms: args.poll_interval_ms,
+        full_page_too: args.full_page_too,
         window: Duration::from_secs_f64(args.seconds.unwrap_or(if quick { 6.0 } else { 11.0 })),
     }
 }
@@ -232,8 +236,11 @@ fn run() -> Result<(), String> {
             })?;
             let throughput = ThroughputArgs { body_bytes: 4096, connections: 32, ..Default::default() };
             step("throughput", quick, &out, |r| run_throughput(&throughput, quick, r))?;
-            let scrape = ScrapeArgs { poll_interval_ms: 100, ..Default::default() };
+            let scrape = ScrapeArgs { poll_interval_ms: 100, full_page_too: true, ..Default::default() };
             step("scrape", quick, &out, |r| scrape::run(&scrape_options(&scrape, quick), r))?;
+            // Issue 17's second case: 1,000 pods every second.
+            let thousand = ScrapeArgs { poll_interval_ms: 1000, pods: Some(vec![1000]), ..Default::default() };
+            step("scrape", quick, &out, |r| scrape::run(&scrape_options(&thousand, quick), r))?;
             let memory =
                 MemoryArgs { prompt_bytes: 2048, connections: 16, label: "prefix_index".into(), ..Default::default() };
             step("memory", quick, &out, |r| run_memory(&memory, quick, r))

@@ -23,8 +23,19 @@ const METRICS_CLUSTER: &str = "wasm_epp_metrics";
 pub struct ScrapeOptions {
     pub pod_counts: Vec<usize>,
     pub poll_interval_ms: u64,
+    /// Also scrape the whole page (`/metrics`, the figures before `name[]` filtering).
+    pub full_page_too: bool,
     /// Measurement window (Envoy merges histograms every 5 s: use at least 10 s).
     pub window: Duration,
+}
+
+/// How the singleton asks for a page.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PagePath {
+    /// The shipped default: only the series the picker reads (`name[]` filters).
+    Filtered,
+    /// `/metrics` whole (the earlier default; its figures keep their old keys).
+    Full,
 }
 
 /// `(lower bound, width, count)` of Envoy's cumulative histogram buckets.
@@ -94,8 +105,9 @@ fn main_thread_cpu(pid: u32) -> (Duration, Duration) {
 pub fn run(options: &ScrapeOptions, results: &mut Results) -> Result<(), String> {
     println!("\n== scrape cost: singleton polling N pods every {} ms, no request traffic ==", options.poll_interval_ms);
     println!(
-        "  {:>5} {:>12} {:>14} {:>12} {:>10} {:>14} {:>16} {:>16}",
+        "  {:>5} {:>8} {:>12} {:>14} {:>12} {:>10} {:>14} {:>16} {:>16}",
         "pods",
+        "page",
         "main thread",
         "(schedstat)",
         "process",
@@ -104,10 +116,15 @@ pub fn run(options: &ScrapeOptions, results: &mut Results) -> Result<(), String>
         "rq_time p50/p99",
         "round spread p50/p99"
     );
-    for &pods in &options.pod_counts {
+    let paths: &[PagePath] =
+        if options.full_page_too { &[PagePath::Full, PagePath::Filtered] } else { &[PagePath::Filtered] };
+    for (&pods, &path) in options.pod_counts.iter().flat_map(|p| paths.iter().map(move |path| (p, path))) {
         let upstream = Upstream::start(pods, metrics_page::vllm_page(0))?;
         let pool = upstream.addresses();
-        let poller = serde_json::json!({ "pool": pool, "poll_interval_ms": options.poll_interval_ms });
+        let mut poller = serde_json::json!({ "pool": pool, "poll_interval_ms": options.poll_interval_ms });
+        if path == PagePath::Full {
+            poller["metrics_path"] = "/metrics".into();
+        }
         let envoy = RunningEnvoy::start_configured(Variant::WasmEpp, &pool, Some(poller), None)?;
         // Let connections settle, then start a clean window.
         std::thread::sleep(Duration::from_secs(2));
@@ -138,8 +155,9 @@ pub fn run(options: &ScrapeOptions, results: &mut Results) -> Result<(), String>
         let rq99 = bucket_percentile(&buckets_before, &buckets_after, 99.0);
         let spreads = Distribution::new(round_spreads(arrivals, Duration::from_millis(options.poll_interval_ms)));
         println!(
-            "  {:>5} {:>11.2}% {:>13.2}% {:>11.2}% {:>10.0} {:>14.0} {:>8.1}/{:<7.1} {:>8.2}/{:<7.2}",
+            "  {:>5} {:>8} {:>11.2}% {:>13.2}% {:>11.2}% {:>10.0} {:>14.0} {:>8.1}/{:<7.1} {:>8.2}/{:<7.2}",
             pods,
+            if path == PagePath::Full { "full" } else { "filtered" },
             main_share,
             main_sched_share,
             process_share,
@@ -150,7 +168,11 @@ pub fn run(options: &ScrapeOptions, results: &mut Results) -> Result<(), String>
             spreads.percentile(50.0),
             spreads.percentile(99.0)
         );
-        let case = format!("{pods}_pods/{}ms", options.poll_interval_ms);
+        // The old key measured the whole page; the shipped filtered scrape gets its own.
+        let case = match path {
+            PagePath::Full => format!("{pods}_pods/{}ms", options.poll_interval_ms),
+            PagePath::Filtered => format!("{pods}_pods/{}ms/filtered", options.poll_interval_ms),
+        };
         results.push("scrape", &case, "main_thread_cpu_share", main_share, "percent_of_core");
         results.push("scrape", &case, "main_thread_cpu_share_schedstat", main_sched_share, "percent_of_core");
         results.push("scrape", &case, "process_cpu_share", process_share, "percent_of_core");
@@ -161,7 +183,16 @@ pub fn run(options: &ScrapeOptions, results: &mut Results) -> Result<(), String>
         results.push("scrape", &case, "upstream_rq_time_p99", rq99, "ms");
         results.push("scrape", &case, "round_spread_p50", spreads.percentile(50.0), "ms");
         results.push("scrape", &case, "round_spread_p99", spreads.percentile(99.0), "ms");
-        results.push("scrape", &case, "metrics_page_bytes", metrics_page::vllm_page(0).len() as f64, "bytes");
+        let page = metrics_page::vllm_page(0);
+        let filtered = picker::metrics_text::filtered_metrics_path();
+        let query = filtered.split_once('?').map(|(_, q)| q);
+        let bytes = match path {
+            PagePath::Full => page.len(),
+            PagePath::Filtered => {
+                vllm_sim::metrics::name_filter::restrict_to_query(&page, query).map_or(page.len(), |p| p.len())
+            }
+        };
+        results.push("scrape", &case, "metrics_page_bytes", bytes as f64, "bytes");
         drop(envoy);
         drop(upstream);
     }

@@ -106,6 +106,7 @@ async fn answer(
     served_by: Arc<String>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let is_metrics = request.method() == Method::GET && request.uri().path() == "/metrics";
+    let query = request.uri().query().map(str::to_owned);
     if is_metrics {
         if let Ok(mut arrivals) = page.arrivals.lock() {
             if arrivals.len() < MAX_ARRIVALS {
@@ -116,7 +117,11 @@ async fn answer(
     // Read the whole body, as a server must before it answers on a kept-alive connection.
     let _ = request.into_body().collect().await;
     let (body, content_type) = if is_metrics {
-        (page.metrics.clone(), "text/plain; version=0.0.4")
+        // `name[]` filters, answered as vLLM's prometheus_client does.
+        let filtered = std::str::from_utf8(&page.metrics)
+            .ok()
+            .and_then(|text| vllm_sim::metrics::name_filter::restrict_to_query(text, query.as_deref()));
+        (filtered.map_or_else(|| page.metrics.clone(), Bytes::from), "text/plain; version=0.0.4")
     } else {
         (page.completion.clone(), "application/json")
     };

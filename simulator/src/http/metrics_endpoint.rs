@@ -25,10 +25,7 @@ pub async fn metrics(pod: &Pod, query: Option<&str>) -> Response<SimBody> {
         return full_response(500, "text/plain; charset=utf-8", "metrics exporter failed (fault injection)");
     }
     let text = pod.metrics_snapshot().render();
-    let text = match requested_names(query) {
-        Some(names) => restrict(&text, &names),
-        None => text,
-    };
+    let text = crate::metrics::name_filter::restrict_to_query(&text, query).unwrap_or(text);
     let body = match faults.metrics_garbage {
         GarbageMode::Text => {
             "<html><body>502 Bad Gateway</body></html>\n\u{0}\u{1}garbage {{{ not prometheus\n".to_owned()
@@ -37,61 +34,6 @@ pub async fn metrics(pod: &Pod, query: Option<&str>) -> Response<SimBody> {
         GarbageMode::Off | GarbageMode::Nan | GarbageMode::Negative => text,
     };
     full_response(200, PROMETHEUS_CONTENT_TYPE, body)
-}
-
-/// The `name[]` values of a query string (percent-decoded), if any.
-fn requested_names(query: Option<&str>) -> Option<Vec<String>> {
-    let names: Vec<String> = query?
-        .split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .filter(|(key, _)| matches!(*key, "name[]" | "name%5B%5D" | "name%5b%5d"))
-        .map(|(_, value)| percent_decode(value))
-        .collect();
-    (!names.is_empty()).then_some(names)
-}
-
-fn percent_decode(value: &str) -> String {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
-        match (byte, hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(decoded)) => {
-                out.push(decoded);
-                i += 3;
-            }
-            (b'+', _) => {
-                out.push(b' ');
-                i += 1;
-            }
-            _ => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Keeps the sample lines whose name is requested, and the comment lines of their families.
-fn restrict(text: &str, names: &[String]) -> String {
-    let wanted = |name: &str| names.iter().any(|n| n == name);
-    let family_wanted = |family: &str| names.iter().any(|n| n.strip_prefix(family).is_some_and(|rest| {
-        rest.is_empty() || ["_total", "_bucket", "_sum", "_count", "_created"].contains(&rest)
-    }));
-    let mut out = String::new();
-    for line in text.lines() {
-        let keep = match line.strip_prefix("# ") {
-            Some(comment) => comment.split_whitespace().nth(1).is_some_and(family_wanted),
-            None => wanted(line.split(['{', ' ']).next().unwrap_or_default()),
-        };
-        if keep {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    out
 }
 
 /// Cuts the document in the middle of a sample line, about halfway through.
@@ -117,25 +59,5 @@ mod tests {
         assert!(cut.len() < text.len());
         assert!(!cut.ends_with('\n'));
         assert!(text.starts_with(&cut));
-    }
-}
-
-#[cfg(test)]
-mod filter_tests {
-    use super::*;
-
-    #[test]
-    fn name_filters_keep_only_the_requested_samples() {
-        let text = "# HELP vllm:num_requests_waiting W\n# TYPE vllm:num_requests_waiting gauge\n\
-vllm:num_requests_waiting{model_name=\"m\"} 2.0\nvllm:num_requests_running{model_name=\"m\"} 1.0\n\
-# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{model_name=\"m\"} 5.0\n";
-        let names = requested_names(Some("name[]=vllm:num_requests_waiting&name%5B%5D=vllm%3Aprefix_cache_hits_total")).unwrap();
-        let kept = restrict(text, &names);
-        assert!(kept.contains("vllm:num_requests_waiting{"));
-        assert!(kept.contains("vllm:prefix_cache_hits_total{"));
-        assert!(kept.contains("# TYPE vllm:prefix_cache_hits counter"));
-        assert!(!kept.contains("running"));
-        assert_eq!(requested_names(Some("other=1")), None);
-        assert_eq!(requested_names(None), None);
     }
 }

@@ -2,6 +2,7 @@
 //! is taken under the pod lock and rendered outside it (rendering is the slow part).
 
 pub mod histogram;
+pub mod name_filter;
 pub mod prom_writer;
 mod sglang_text;
 mod vllm_text;
