@@ -121,10 +121,12 @@ pub fn run(options: &ScrapeOptions, results: &mut Results) -> Result<(), String>
     for (&pods, &path) in options.pod_counts.iter().flat_map(|p| paths.iter().map(move |path| (p, path))) {
         let upstream = Upstream::start(pods, metrics_page::vllm_page(0))?;
         let pool = upstream.addresses();
-        let mut poller = serde_json::json!({ "pool": pool, "poll_interval_ms": options.poll_interval_ms });
-        if path == PagePath::Full {
-            poller["metrics_path"] = "/metrics".into();
-        }
+        let poller = match path {
+            PagePath::Full => {
+                serde_json::json!({ "pool": pool, "poll_interval_ms": options.poll_interval_ms, "metrics_path": "/metrics" })
+            }
+            PagePath::Filtered => serde_json::json!({ "pool": pool, "poll_interval_ms": options.poll_interval_ms }),
+        };
         let envoy = RunningEnvoy::start_configured(Variant::WasmEpp, &pool, Some(poller), None)?;
         // Let connections settle, then start a clean window.
         std::thread::sleep(Duration::from_secs(2));
