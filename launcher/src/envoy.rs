@@ -140,15 +140,7 @@ impl Envoy {
             std::thread::sleep(PLUGIN_STATS_FLUSH);
         }
         let reply = http::get(&self.admin_url("/stats/prometheus"), Duration::from_secs(5)).ok()?;
-        reply.body.lines().find_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let matches = series == name || (!name.contains('{') && series == format!("{name}{{}}"));
-            if matches {
-                value.parse().ok()
-            } else {
-                None
-            }
-        })
+        vllm_sim::client::series(&reply.body, name)
     }
 
     /// Waits until the singleton reports `count` healthy pods.

@@ -236,10 +236,7 @@ impl RunningEnvoy {
     /// One value from `/stats/prometheus` (exact series name, labels included if any).
     pub fn stat(&self, series: &str) -> Option<f64> {
         let text = self.admin("/stats/prometheus").ok()?;
-        text.lines().find_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            (name == series || name == format!("{series}{{}}")).then(|| value.parse().ok()).flatten()
-        })
+        vllm_sim::client::series(&text, series)
     }
 
     /// wasm-epp's own counters and gauges (per-pod series left out), for the report: they say

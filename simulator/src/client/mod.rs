@@ -6,10 +6,11 @@
 //! simulator: TTFT is the arrival of the first chunk carrying text (a chat stream's role-only
 //! chunk does not count), and token counts come from the usage chunk when the server sends one.
 
-mod prom_text;
+pub mod prom_text;
+pub mod sse_decoder;
 mod sse_reader;
 
-pub use prom_text::sum_metric;
+pub use prom_text::{series, sum_metric, sum_of};
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -27,8 +28,6 @@ pub use hyper::Method;
 
 use crate::http::SERVED_BY_HEADER;
 
-/// Largest unfinished server-sent event buffered (a chunk is normally a few hundred bytes).
-pub const MAX_SSE_EVENT_BYTES: usize = 1 << 20;
 /// Largest non-streamed response body read.
 pub const MAX_RESPONSE_BYTES: usize = 64 << 20;
 

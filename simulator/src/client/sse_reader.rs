@@ -4,13 +4,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{ClientError, ClientTiming, MAX_SSE_EVENT_BYTES};
+use super::sse_decoder::SseDecoder;
+use super::{ClientError, ClientTiming};
 
 /// Accumulates stream bytes and records when text and `[DONE]` arrived.
 #[derive(Debug)]
 pub struct SseReader {
     started: Instant,
-    buffer: Vec<u8>,
+    decoder: SseDecoder,
     first_text_after: Option<Duration>,
     done_after: Option<Duration>,
     text_chunks: u64,
@@ -20,19 +21,20 @@ pub struct SseReader {
 impl SseReader {
     /// A reader timing from `started` (when the request was sent).
     pub fn new(started: Instant) -> Self {
-        Self { started, buffer: Vec::new(), first_text_after: None, done_after: None, text_chunks: 0, usage: None }
+        Self {
+            started,
+            decoder: SseDecoder::default(),
+            first_text_after: None,
+            done_after: None,
+            text_chunks: 0,
+            usage: None,
+        }
     }
 
     /// Feeds received bytes; complete events are handled at once.
     pub fn push(&mut self, data: &[u8]) -> Result<(), ClientError> {
-        // Some servers separate events with CRLF; dropping CR keeps one separator form.
-        self.buffer.extend(data.iter().copied().filter(|byte| *byte != b'\r'));
-        while let Some(end) = self.buffer.windows(2).position(|pair| pair == b"\n\n") {
-            let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
-            self.handle_event(&String::from_utf8_lossy(&event))?;
-        }
-        if self.buffer.len() > MAX_SSE_EVENT_BYTES {
-            return Err(ClientError::Protocol(format!("an event exceeded {MAX_SSE_EVENT_BYTES} bytes")));
+        for payload in self.decoder.push(data).map_err(ClientError::Protocol)? {
+            self.handle_payload(&payload)?;
         }
         Ok(())
     }
@@ -42,9 +44,8 @@ impl SseReader {
         self.done_after.is_some()
     }
 
-    fn handle_event(&mut self, event: &str) -> Result<(), ClientError> {
-        for line in event.lines() {
-            let Some(payload) = line.strip_prefix("data:").map(str::trim_start) else { continue };
+    fn handle_payload(&mut self, payload: &str) -> Result<(), ClientError> {
+        for payload in payload.lines() {
             if payload == "[DONE]" {
                 self.done_after = Some(self.started.elapsed());
                 continue;

@@ -4,7 +4,6 @@
 //! status, broken or truncated stream, timeout) becomes an error value that is counted, so
 //! one bad target never stops or crashes the benchmark.
 
-mod sse;
 mod stream;
 
 use std::time::{Duration, Instant};
@@ -17,8 +16,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
-pub use sse::SseDecoder;
 pub use stream::{StreamProgress, Success};
+pub use vllm_sim::client::sse_decoder::SseDecoder;
 
 /// Idle keep-alive connections kept per host; above the largest burst so bursts reuse them.
 const MAX_IDLE_PER_HOST: usize = 512;

@@ -1,4 +1,6 @@
 //! Server-sent events from a byte stream: the `data:` payload of each event, as it arrives.
+//! The one SSE framer of the repository: the simulator's client and the quality benchmark's
+//! client both read streams through it.
 //!
 //! Frames from the network split events anywhere (even inside a UTF-8 character), so bytes
 //! are buffered until a blank line ends the event. The buffer is bounded: a peer that never
