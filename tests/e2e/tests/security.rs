@@ -1,26 +1,9 @@
 //! A client can never choose the destination.
 
-use std::net::TcpListener;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
+use e2e::hostile::Canary;
 use e2e::Cluster;
-
-/// A listening port outside the pool that counts every connection it receives.
-fn canary() -> (String, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&hits);
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            counter.fetch_add(1, Ordering::SeqCst);
-            drop(stream);
-        }
-    });
-    (address, hits)
-}
 
 #[test]
 fn forged_destination_headers_never_reach_a_non_pool_address_override_host() {
@@ -37,7 +20,8 @@ fn forged_destination_headers_never_reach_a_non_pool_address_original_dst() {
 }
 
 fn assert_forgeries_fail(cluster: &Cluster) {
-    let (canary, hits) = canary();
+    let canary_port = Canary::start();
+    let canary = canary_port.address.clone();
     let body = r#"{"model":"sim-model","prompt":"where do I go?","max_tokens":2}"#;
     let list = format!("{canary},{canary}");
     let forgeries: Vec<Vec<(&str, &str)>> = vec![
@@ -57,7 +41,7 @@ fn assert_forgeries_fail(cluster: &Cluster) {
         cluster.served_by_pool(&get);
     }
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(hits.load(Ordering::SeqCst), 0, "the canary port received connections");
+    assert_eq!(canary_port.hits(), 0, "the canary port received connections");
     // Envoy's header_mutation filter removes the forgeries before the plugin runs (so they
     // stay harmless while its VM is down, tests/wasm_crash.rs): the plugin sees none.
     assert_eq!(cluster.envoy.stat("wasm_epp_forged_destination_removed").unwrap_or(0.0), 0.0);
