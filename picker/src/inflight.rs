@@ -112,6 +112,21 @@ impl WorkerInflight {
         SyncReport { published, peers }
     }
 
+    /// Per request: re-reads the other workers' slots, so a decision sees their picks up to
+    /// their last publish ([`Self::publish_now`]), not up to this worker's last tick.
+    pub fn refresh_others(&mut self, store: &dyn SharedStore, now_ms: u64) {
+        self.read_others(store, now_ms);
+    }
+
+    /// Per pick and per end: publishes this worker's counts at once (a plain write of its own
+    /// slot, no compare-and-swap race: nobody else writes it), so the other workers' next
+    /// decisions see them.
+    pub fn publish_now(&mut self, store: &dyn SharedStore, now_ms: u64) {
+        if let (Some(owner), Some(slot)) = (self.owner, self.slot) {
+            let _ = self.publish(store, slot, owner, now_ms);
+        }
+    }
+
     fn publish(&mut self, store: &dyn SharedStore, slot: usize, owner: u64, now_ms: u64) -> Result<(), StoreError> {
         let key = INFLIGHT_SLOT_KEYS.get(slot).ok_or_else(|| StoreError::Host("slot out of range".into()))?;
         // Still ours? A stall past SLOT_STALE_MS may have let another VM take it.

@@ -77,6 +77,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         }
     }
     let Ok(mut inflight) = worker.inflight.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
+    inflight.refresh_others(host, now);
     let inflight_of = |pod: &str| inflight.count(pod);
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let last_picked = |pod: &str| prefix.last_picked(pod);
@@ -117,6 +118,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     drop(prefix);
     drop(cache);
     inflight.started(address.as_str(), now);
+    inflight.publish_now(host, now);
     worker.stats.count_pick(&address, fail_open || expired, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
     Outcome::Routed { address, destination }

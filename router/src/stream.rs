@@ -170,7 +170,11 @@ impl RequestStream {
         self.finish_buffering();
         let Some(address) = self.routed_to.take() else { return };
         match self.worker.inflight.try_borrow_mut() {
-            Ok(mut inflight) => inflight.finished(address.as_str(), host.now_ms()),
+            Ok(mut inflight) => {
+                let now = host.now_ms();
+                inflight.finished(address.as_str(), now);
+                inflight.publish_now(host, now);
+            }
             Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),
         }
     }

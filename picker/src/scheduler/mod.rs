@@ -6,10 +6,10 @@
 //! of its prefix) if any of them is left. When every queue is full, affinity and the prefix
 //! scorer step aside and load alone decides: no pod should idle while another queues. Each
 //! scorer gives every remaining pod a score in 0..1; the weighted mean decides. Ties break at
-//! random. A cold request (its prefix matches nothing anywhere) goes by rendezvous hashing of
-//! its first block over the pods not loaded above the pool's mean by a factor, so every
-//! replica places a new prefix on the same pod without talking; or, configured so (or with
-//! nothing to hash), to the least recently picked of the best pods. If no pod passes the first
+//! random. A cold request (its prefix matches nothing anywhere) goes to the best-scored pod,
+//! ties broken by rendezvous hashing of its first block (skipping pods loaded above the
+//! mean by a factor), so replicas that see the same load place a new prefix on the same pod
+//! without talking; or, configured so (or with nothing to hash), by least recently picked. If no pod passes the first
 //! filter, the picker fails open: every pool member stays a candidate, scored only by what
 //! this proxy knows exactly (its own requests in flight), and the decision says so.
 
@@ -159,8 +159,13 @@ pub fn pick_placed(
     let tied: Vec<usize> =
         (0..totals.len()).filter(|&i| totals.get(i).is_some_and(|&t| best - t <= TIE_EPSILON)).collect();
     let cold = candidates.iter().all(|c| c.prefix_match <= 0.0 && !c.session_match);
+    // Rendezvous only breaks ties among the best-scored pods: load decides first (an
+    // unrelated prompt must go to the least loaded pod), then every replica agrees.
     let placed = match (cold && !fail_open, placement_key, policy.cold_placement) {
-        (true, Some(key), ColdPlacement::Rendezvous) => rendezvous(&eligible, key, policy.placement_load_factor),
+        (true, Some(key), ColdPlacement::Rendezvous) => {
+            let best: Vec<&Candidate<'_>> = tied.iter().filter_map(|&i| eligible.get(i)).copied().collect();
+            rendezvous(&best, key, policy.placement_load_factor).and_then(|i| tied.get(i).copied())
+        }
         _ => None,
     };
     let chosen = if let Some(placed) = placed {

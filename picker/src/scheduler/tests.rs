@@ -130,7 +130,7 @@ fn the_longest_match_wins_over_a_shorter_one_above_the_threshold() {
 
 #[test]
 fn a_cold_prompt_lands_on_the_same_pod_from_any_replica() {
-    let pods = [pod("10.0.0.1:80", 1.0, 0.2, 0), pod("10.0.0.2:80", 1.0, 0.2, 0), pod("10.0.0.3:80", 2.0, 0.2, 0)];
+    let pods = [pod("10.0.0.1:80", 1.0, 0.2, 0), pod("10.0.0.2:80", 1.0, 0.2, 0), pod("10.0.0.3:80", 1.0, 0.2, 0)];
     for key in 0..50u64 {
         // Two replicas: different random streams and pick histories, the same polled load.
         let mut other = pods.clone();
@@ -155,4 +155,13 @@ fn rendezvous_skips_a_pod_loaded_above_the_bound() {
     pods[1].running = 0.0;
     let decision = pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap();
     assert_eq!(decision.index, 1);
+}
+
+#[test]
+fn load_decides_before_rendezvous() {
+    // A cold prompt goes to the least loaded pod whatever its hash says.
+    let pods = [pod("10.0.0.1:80", 3.0, 0.2, 0), pod("10.0.0.2:80", 0.0, 0.2, 0), pod("10.0.0.3:80", 3.0, 0.2, 0)];
+    for key in 0..50u64 {
+        assert_eq!(pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap().index, 1);
+    }
 }
