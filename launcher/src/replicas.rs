@@ -153,7 +153,8 @@ mod tests {
         assert!(!rendered.contains("{{"), "every placeholder filled");
         assert!(rendered.contains("name: wasm_epp_peer\n") && rendered.contains("name: wasm_epp_peers\n"));
         assert!(rendered.contains(&format!("port_value: {}", plan.ports[0].peer)));
-        assert!(rendered.contains(r#"{"peer_receiver":{"path":"/wasm-epp/v1/peer","secret":"local-replicas-shared-secret"}}"#));
+        assert!(rendered
+            .contains(r#"{"peer_receiver":{"path":"/wasm-epp/v1/peer","secret":"local-replicas-shared-secret"}}"#));
         for ports in &plan.ports {
             assert!(rendered.contains(&ports.peer_address()), "the singleton lists every peer");
         }
