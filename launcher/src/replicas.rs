@@ -92,9 +92,14 @@ impl ReplicaPlan {
     /// Starts the round-robin front Envoy over every replica's listener (started or not:
     /// Envoy's outlier-free round robin simply fails a request to a dead one).
     pub fn start_front(&self, dir: &Path) -> Result<BaselineEnvoy, String> {
-        let listeners: Vec<String> = self.ports.iter().map(|p| format!("127.0.0.1:{}", p.listen)).collect();
         let port = || crate::free_port().map_err(|e| format!("free port: {e}"));
-        let mut options = BaselineOptions::new(&listeners, LbPolicy::RoundRobin, port()?, port()?);
+        self.start_front_on(dir, port()?, port()?)
+    }
+
+    /// As [`ReplicaPlan::start_front`], listening on `listen_port` (admin on `admin_port`).
+    pub fn start_front_on(&self, dir: &Path, listen_port: u16, admin_port: u16) -> Result<BaselineEnvoy, String> {
+        let listeners: Vec<String> = self.ports.iter().map(|p| format!("127.0.0.1:{}", p.listen)).collect();
+        let mut options = BaselineOptions::new(&listeners, LbPolicy::RoundRobin, listen_port, admin_port);
         options.concurrency = self.concurrency;
         let folder = dir.join("front");
         std::fs::create_dir_all(&folder).map_err(|e| format!("{}: {e}", folder.display()))?;
