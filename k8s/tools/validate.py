@@ -42,7 +42,8 @@ ENVOY_VERSION = os.environ.get("ENVOY_VERSION", "1.40.0")
 KUBERNETES_VERSION = os.environ.get("KUBERNETES_VERSION", "1.33.0")
 # Files a kustomization deliberately leaves out (documented alternatives).
 OPTIONAL_MANIFESTS = {"k8s/standalone/inference-pool.yaml", "k8s/istio/no-singleton/wasmplugin.yaml"}
-SINGLETON_CONFIGURED = "wasm-epp singleton configured"
+# Logged by the pool service once its configuration is accepted (poller/src/service.rs).
+SINGLETON_CONFIGURED = "wasm-epp pool service configured"
 SMOKE_SECONDS = 20
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -571,7 +572,7 @@ def smoke_start(where, path, singletons):
         except subprocess.TimeoutExpired:
             process.kill()
     if seen < singletons:
-        lines = [l.strip() for l in log if "wasm-epp singleton" in l or "critical" in l][-3:]
+        lines = [l.strip() for l in log if "wasm-epp singleton" in l or "wasm-epp pool service" in l or "critical" in l][-3:]
         fail(where, "the singleton did not configure in a real start: " + " | ".join(lines))
         return ""
     return ", singleton configured in a real start"
