@@ -48,6 +48,12 @@ pub struct Options {
     /// Skip the replicas dimension.
     #[arg(long)]
     pub no_replicas: bool,
+    /// Skip the replicas dimension's CPU cost of peering at a high decision rate.
+    #[arg(long)]
+    pub no_peer_cost: bool,
+    /// Only measure the CPU cost of peering; the replicas table is kept from replicas.json.
+    #[arg(long)]
+    pub peer_cost_only: bool,
     /// Workloads of the replicas dimension (issue 12): e is the shared-prefix chat under pressure.
     #[arg(long, value_delimiter = ',', default_value = "a,b,e")]
     pub replica_workloads: Vec<WorkloadName>,

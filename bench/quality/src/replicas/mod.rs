@@ -4,6 +4,7 @@
 //! the peer traffic from the replicas' stats and their CPU from `/proc`, so the cost of
 //! peering is measured beside what it wins. Results: bench/results/replicas.{json,md}.
 
+mod peer_cost;
 mod report;
 pub mod targets;
 
@@ -45,9 +46,11 @@ pub fn run(options: &Options) -> Result<(), String> {
     println!("\n== replicas dimension; logs and configurations: {}", dir.display());
     let size = if options.quick { Size::Quick } else { Size::Full };
     let client = StreamingClient::new(Duration::from_secs(options.request_timeout_s));
-    let mut rows = Vec::new();
+    // --peer-cost-only keeps the table of the last run and measures the cost alone.
+    let mut rows = if options.peer_cost_only { report::read_rows(&out_dir) } else { Vec::new() };
+    let workloads = if options.peer_cost_only { &[][..] } else { options.replica_workloads.as_slice() };
     let mut failures = Vec::new();
-    for name in &options.replica_workloads {
+    for name in workloads {
         let workload = Workload::build(*name, size, options.seed);
         println!("\n== workload {} ({} pods, {} requests)", name.label(), workload.pods, workload.request_count());
         let mut pod_args = workload.pod_args.clone();
@@ -76,7 +79,19 @@ pub fn run(options: &Options) -> Result<(), String> {
             }
         }
     }
-    report::write(&rows, &failures, options, started.elapsed(), &out_dir)
+    let cost = if options.no_peer_cost {
+        None
+    } else {
+        println!("\n== CPU cost of peering at a high decision rate (2 replicas, instant pods)");
+        match peer_cost::measure(&runtime, options.quick, options.seed, &dir) {
+            Ok(cost) => Some(cost),
+            Err(reason) => {
+                failures.push(format!("peer cost: {reason}"));
+                None
+            }
+        }
+    };
+    report::write(&rows, cost.as_ref(), &failures, options, started.elapsed(), &out_dir)
 }
 
 /// Per-replica CPU time: whole process and main thread (where the pool service and its

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::peer_cost::PeerCost;
 use crate::options::Options;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -161,6 +162,7 @@ fn goals(rows: &[ReplicaRow]) -> String {
 
 pub fn write(
     rows: &[ReplicaRow],
+    cost: Option<&PeerCost>,
     failures: &[String],
     options: &Options,
     runtime: Duration,
@@ -185,6 +187,12 @@ pub fn write(
     md.push_str(&table(rows));
     md.push_str("\n## Goals (issue 12), this run\n");
     md.push_str(&goals(rows));
+    if let Some(cost) = cost {
+        md.push_str(&cost_section(cost));
+        let cost_path = out_dir.join("replicas_peer_cost.json");
+        let text = serde_json::to_string_pretty(cost).map_err(|e| e.to_string())?;
+        std::fs::write(&cost_path, text + "\n").map_err(|e| format!("{}: {e}", cost_path.display()))?;
+    }
     if !failures.is_empty() {
         md.push_str("\n## Did not run\n\n");
         for failure in failures {
@@ -196,4 +204,43 @@ pub fn write(
     println!("\n{}", table(rows));
     println!("wrote {} and {}", json_path.display(), md_path.display());
     Ok(())
+}
+
+/// The rows of the last run's replicas.json (none if absent or unreadable).
+pub fn read_rows(out_dir: &Path) -> Vec<ReplicaRow> {
+    std::fs::read_to_string(out_dir.join("replicas.json"))
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default()
+}
+
+fn cost_section(cost: &PeerCost) -> String {
+    let mut out = String::from(
+        "\n## CPU cost of peering at a high decision rate\n\n2 replicas over 4 instant pods (simulator time \
+         scale 0), short unrelated prompts as fast as the machine allows, without and with peering \
+         (replicas_peer_cost.json).\n\n| peering | decisions/s per replica | Envoy CPU/replica (cores) | main thread | peer B/s | peer events/s | errors |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for run in &cost.runs {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.3} | {:.3} | {:.0} | {:.0} | {} |",
+            if run.peering { "on" } else { "off" },
+            run.decisions_per_s,
+            run.envoy_cpu_per_replica,
+            run.main_thread_cpu_per_replica,
+            run.peer_bytes_per_s,
+            run.peer_events_per_s,
+            run.errors
+        );
+    }
+    if let Some(whole) = cost.percent_core_per_1000_decisions {
+        let main = cost.main_thread_percent_core_per_1000_decisions.unwrap_or(f64::NAN);
+        let _ = writeln!(
+            out,
+            "\nPeering's extra CPU per decision, scaled to 1,000 decisions/s per replica: {whole:.2} % of one core for the \
+             whole Envoy ({main:.2} % on its main thread, where the exchange runs); goal <= 2 %: {}.",
+            verdict(whole <= 2.0)
+        );
+    }
+    out
 }

@@ -114,7 +114,7 @@ impl Workload {
 
 /// Simulator flags every workload shares: the small preset (Qwen3-0.6B on one GPU) and vLLM's
 /// block size, plus the workload's own pressure settings.
-fn pod_args(max_num_seqs: usize, num_gpu_blocks: usize, max_model_len: usize) -> Vec<String> {
+pub(crate) fn pod_args(max_num_seqs: usize, num_gpu_blocks: usize, max_model_len: usize) -> Vec<String> {
     [
         "--preset",
         "small",
