@@ -19,9 +19,13 @@ use crate::prompts::text_of_tokens;
 use crate::workload::{pod_args, Job};
 
 const PODS: usize = 4;
-/// Requests per run: about 10-20 s of load on two shared cores.
-const REQUESTS: usize = 4000;
-const QUICK_REQUESTS: usize = 1000;
+/// Requests per run: several seconds of load at a few thousand decisions/s, long enough for
+/// CPU times counted in 10 ms ticks.
+const REQUESTS: usize = 30_000;
+const QUICK_REQUESTS: usize = 8_000;
+/// Runs alternate without and with peering this many times each, so a slow spell of the
+/// machine does not land on one side only.
+const ROUNDS: usize = 2;
 const CONCURRENCY: usize = 32;
 const PROMPT_TOKENS: usize = 48;
 
@@ -58,8 +62,9 @@ pub fn measure(runtime: &tokio::runtime::Runtime, quick: bool, seed: u64, dir: &
     let pool = SimulatedPool::start(PODS, &args, dir)?;
     let client = StreamingClient::new(Duration::from_secs(30));
     let mut runs = Vec::new();
-    for (target, peering) in [(targets::ReplicaTarget::X2NoPeering, false), (targets::ReplicaTarget::X2, true)] {
-        let target_dir = dir.join(format!("peer-cost-{}", target.label()));
+    let sides = [(targets::ReplicaTarget::X2NoPeering, false), (targets::ReplicaTarget::X2, true)];
+    for (round, (target, peering)) in (0..ROUNDS).flat_map(|round| sides.map(|side| (round, side))) {
+        let target_dir = dir.join(format!("peer-cost-{}-{round}", target.label()));
         std::fs::create_dir_all(&target_dir).map_err(|e| e.to_string())?;
         let running = targets::start(target, &pool.addresses(), &target_dir)?;
         let pids = running.replicas().map(|set| set.pids()).unwrap_or_default();
@@ -92,14 +97,18 @@ pub fn measure(runtime: &tokio::runtime::Runtime, quick: bool, seed: u64, dir: &
         );
         runs.push(run);
     }
-    let scaled = |pick: fn(&PeerCostRun) -> f64| match runs.as_slice() {
-        [off, on] if off.decisions_per_s > 0.0 && on.decisions_per_s > 0.0 => {
-            // Per decision, so the two runs' different rates do not count as peering's cost.
-            let per_decision = pick(on) / on.decisions_per_s - pick(off) / off.decisions_per_s;
-            Some(per_decision * 1000.0 * 100.0)
-        }
-        _ => None,
+    // CPU per decision on each side (mean over its runs), so the sides' different rates do
+    // not count as peering's cost; the difference, times 1,000 decisions/s, in % of a core.
+    let per_decision = |peering: bool, pick: fn(&PeerCostRun) -> f64| {
+        let side: Vec<f64> = runs
+            .iter()
+            .filter(|r| r.peering == peering && r.decisions_per_s > 0.0)
+            .map(|r| pick(r) / r.decisions_per_s)
+            .collect();
+        (!side.is_empty()).then(|| side.iter().sum::<f64>() / side.len() as f64)
     };
+    let scaled =
+        |pick: fn(&PeerCostRun) -> f64| Some((per_decision(true, pick)? - per_decision(false, pick)?) * 1000.0 * 100.0);
     Ok(PeerCost {
         percent_core_per_1000_decisions: scaled(|r| r.envoy_cpu_per_replica),
         main_thread_percent_core_per_1000_decisions: scaled(|r| r.main_thread_cpu_per_replica),

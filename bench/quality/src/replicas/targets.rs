@@ -93,6 +93,16 @@ impl Running {
     }
 }
 
+/// `WASM_EPP_PEERS_CONFIG`, a JSON object, is merged over each peering replica's `peers`
+/// section (e.g. `{"heartbeat_ms": 100}`), to measure a tuning without editing code.
+fn peer_overrides() -> Result<Option<serde_json::Map<String, serde_json::Value>>, String> {
+    let Ok(text) = std::env::var("WASM_EPP_PEERS_CONFIG") else { return Ok(None) };
+    match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(map)) => Ok(Some(map)),
+        _ => Err("WASM_EPP_PEERS_CONFIG must be a JSON object".into()),
+    }
+}
+
 fn port() -> Result<u16, String> {
     launcher::free_port().map_err(|e| format!("no free port: {e}"))
 }
@@ -106,22 +116,24 @@ pub fn start(target: ReplicaTarget, pool: &[String], dir: &Path) -> Result<Runni
         return Ok(Running::RoundRobin(BaselineEnvoy::start(&options, dir)?));
     }
     let plan = ReplicaPlan::new(pool, count, peering)?;
-    let set = if target == ReplicaTarget::X4LeastRecent {
-        let replicas = (0..count)
-            .map(|index| {
-                plan.start_replica_with(index, dir, |options| {
-                    if let Some(filter) = options.filter_config.as_object_mut() {
-                        filter.insert("prefix".into(), serde_json::json!({ "cold_placement": "least_recent" }));
-                    }
-                })
-                .map(Some)
+    let overrides = peer_overrides()?;
+    let least_recent = target == ReplicaTarget::X4LeastRecent;
+    let replicas = (0..count)
+        .map(|index| {
+            plan.start_replica_with(index, dir, |options| {
+                if let (Some(filter), true) = (options.filter_config.as_object_mut(), least_recent) {
+                    filter.insert("prefix".into(), serde_json::json!({ "cold_placement": "least_recent" }));
+                }
+                let section = options.poller_config.as_mut().and_then(|c| c.get_mut("peers"));
+                if let (Some(section), Some(overrides)) = (section.and_then(|s| s.as_object_mut()), &overrides) {
+                    section.extend(overrides.clone());
+                }
             })
-            .collect::<Result<Vec<_>, String>>()?;
-        let front = plan.start_front(dir)?;
-        Replicas { plan, replicas, front }
-    } else {
-        Replicas::start(plan, dir)?
-    };
+            .map(Some)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let front = plan.start_front(dir)?;
+    let set = Replicas { plan, replicas, front };
     for (index, replica) in set.live().enumerate() {
         if !replica.wait_for_healthy_pods(pool.len() as u64, READY_TIMEOUT) {
             eprintln!("  warning: replica {index} does not see all {} pods healthy; running anyway", pool.len());
