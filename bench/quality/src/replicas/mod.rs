@@ -23,13 +23,27 @@ use crate::workload::{Size, Workload};
 pub use report::ReplicaRow;
 use targets::{ReplicaTarget, Running};
 
-/// Peer counters read before and after each run (summed over the replicas).
-const PEER_COUNTERS: [&str; 4] = [
-    "wasm_epp_peer_bytes_sent",
-    "wasm_epp_peer_events_sent",
-    "wasm_epp_peer_messages_sent",
-    "wasm_epp_peer_send_failed",
-];
+/// What the replicas sent their peers so far (summed over the replicas).
+#[derive(Debug, Clone, Copy, Default)]
+struct PeerCounters {
+    bytes: f64,
+    events: f64,
+    messages: f64,
+    failed: f64,
+}
+
+impl PeerCounters {
+    /// `self - before`, per second of `wall_s`.
+    fn rate_since(&self, before: &PeerCounters, wall_s: f64) -> PeerCounters {
+        let rate = |now: f64, then: f64| (now - then).max(0.0) / wall_s;
+        PeerCounters {
+            bytes: rate(self.bytes, before.bytes),
+            events: rate(self.events, before.events),
+            messages: rate(self.messages, before.messages),
+            failed: rate(self.failed, before.failed),
+        }
+    }
+}
 
 /// Runs every replica target on every replica workload and writes the report.
 pub fn run(options: &Options) -> Result<(), String> {
@@ -100,14 +114,14 @@ fn cpu_of(pids: &[u32]) -> Vec<(Duration, Duration)> {
     pids.iter().map(|&pid| (process_cpu(pid).unwrap_or_default(), thread_cpu(pid, pid).unwrap_or_default())).collect()
 }
 
-fn peer_counters(running: &Running) -> [f64; 4] {
-    let mut values = [0.0; 4];
-    if let Some(set) = running.replicas() {
-        for (value, name) in values.iter_mut().zip(PEER_COUNTERS) {
-            *value = set.stat_sum(name);
-        }
+fn peer_counters(running: &Running) -> PeerCounters {
+    let Some(set) = running.replicas() else { return PeerCounters::default() };
+    PeerCounters {
+        bytes: set.stat_sum("wasm_epp_peer_bytes_sent"),
+        events: set.stat_sum("wasm_epp_peer_events_sent"),
+        messages: set.stat_sum("wasm_epp_peer_messages_sent"),
+        failed: set.stat_sum("wasm_epp_peer_send_failed"),
     }
-    values
 }
 
 /// One target on one workload, from cold pods to a row.
@@ -141,7 +155,7 @@ fn run_one(
         replay.outcomes.iter().filter_map(|o| o.as_ref().ok()).map(|s| s.ttft.as_secs_f64() * 1000.0).collect();
     ttft.sort_by(f64::total_cmp);
     let wall = notes.wall_s.max(f64::MIN_POSITIVE);
-    let per_second = |index: usize| (peers_after[index] - peers_before[index]).max(0.0) / wall;
+    let peers = peers_after.rate_since(&peers_before, wall);
     let cores = |pick: fn(&(Duration, Duration)) -> Duration| {
         let spent: Vec<f64> = cpu_before
             .iter()
@@ -163,10 +177,10 @@ fn run_one(
         output_tokens_per_s: row.output_tokens_per_s,
         requests_per_s: row.requests_per_s,
         errors: row.errors,
-        peer_bytes_per_s: per_second(0),
-        peer_events_per_s: per_second(1),
-        peer_messages_per_s: per_second(2),
-        peer_send_failed: peers_after[3] - peers_before[3],
+        peer_bytes_per_s: peers.bytes,
+        peer_events_per_s: peers.events,
+        peer_messages_per_s: peers.messages,
+        peer_send_failed: peers.failed * wall,
         envoy_cpu_per_replica: cores(|c| c.0),
         main_thread_cpu_per_replica: cores(|c| c.1),
         wall_s: wall,

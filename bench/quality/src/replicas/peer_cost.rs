@@ -86,8 +86,8 @@ pub fn measure(runtime: &tokio::runtime::Runtime, quick: bool, seed: u64, dir: &
             decisions_per_s: ok as f64 / wall / replicas,
             envoy_cpu_per_replica: mean(|c| c.0),
             main_thread_cpu_per_replica: mean(|c| c.1),
-            peer_bytes_per_s: (peers_after[0] - peers_before[0]) / wall,
-            peer_events_per_s: (peers_after[1] - peers_before[1]) / wall,
+            peer_bytes_per_s: peers_after.rate_since(&peers_before, wall).bytes,
+            peer_events_per_s: peers_after.rate_since(&peers_before, wall).events,
             errors: replayed.outcomes.len() - ok,
         };
         println!(
