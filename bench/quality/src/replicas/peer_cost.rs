@@ -6,6 +6,7 @@
 //! peering, scaled to 1,000 decisions/s. CPU time is per process, so other load on the
 //! machine slows the run but hardly changes what each replica spends.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -114,4 +115,38 @@ pub fn measure(runtime: &tokio::runtime::Runtime, quick: bool, seed: u64, dir: &
         main_thread_percent_core_per_1000_decisions: scaled(|r| r.main_thread_cpu_per_replica),
         runs,
     })
+}
+
+impl PeerCost {
+    /// The markdown section of replicas.md.
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "\n## CPU cost of peering at a high decision rate\n\n2 replicas over 4 instant pods (simulator time \
+             scale 0), short unrelated prompts as fast as the machine allows, without and with peering \
+             (replicas_peer_cost.json).\n\n| peering | decisions/s per replica | Envoy CPU/replica (cores) | main thread | peer B/s | peer events/s | errors |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        );
+        for run in &self.runs {
+            let _ = writeln!(
+                out,
+                "| {} | {:.0} | {:.3} | {:.3} | {:.0} | {:.0} | {} |",
+                if run.peering { "on" } else { "off" },
+                run.decisions_per_s,
+                run.envoy_cpu_per_replica,
+                run.main_thread_cpu_per_replica,
+                run.peer_bytes_per_s,
+                run.peer_events_per_s,
+                run.errors
+            );
+        }
+        if let Some(whole) = self.percent_core_per_1000_decisions {
+            let main = self.main_thread_percent_core_per_1000_decisions.unwrap_or(f64::NAN);
+            let _ = writeln!(
+                out,
+                "\nPeering's extra CPU per decision, scaled to 1,000 decisions/s per replica: {whole:.2} % of one core for the \
+                 whole Envoy ({main:.2} % on its main thread, where the exchange runs); goal <= 2 %: {}.",
+                if whole <= 2.0 { "met" } else { "NOT met" }
+            );
+        }
+        out
+    }
 }
