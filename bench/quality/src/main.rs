@@ -15,6 +15,7 @@ mod options;
 mod pool;
 mod prometheus;
 mod prompts;
+mod replicas;
 mod report;
 mod run;
 mod summary;

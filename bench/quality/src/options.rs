@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
+use crate::replicas::targets::ReplicaTarget;
 use crate::targets::TargetName;
 use crate::workload::WorkloadName;
 
@@ -45,4 +46,26 @@ pub struct Options {
     /// The vllm-router executable (default: $VLLM_ROUTER_BIN, else .venv-vllm-router/bin/vllm-router).
     #[arg(long)]
     pub vllm_router: Option<PathBuf>,
+    /// Run only the replicas dimension (skip the targets above; quality.json is left as is).
+    #[arg(long, conflicts_with = "no_replicas")]
+    pub replicas_only: bool,
+    /// Skip the replicas dimension.
+    #[arg(long)]
+    pub no_replicas: bool,
+    /// Skip the replicas dimension's CPU cost of peering at a high decision rate.
+    #[arg(long)]
+    pub no_peer_cost: bool,
+    /// Only measure the CPU cost of peering; the replicas table is kept from replicas.json.
+    #[arg(long)]
+    pub peer_cost_only: bool,
+    /// Workloads of the replicas dimension (issue 12): e is the shared-prefix chat under pressure.
+    #[arg(long, value_delimiter = ',', default_value = "a,b,e")]
+    pub replica_workloads: Vec<WorkloadName>,
+    /// Targets of the replicas dimension, in this order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "wasm-epp-x1,wasm-epp-x2,wasm-epp-x4,wasm-epp-x2-no-peering,wasm-epp-x4-no-peering,wasm-epp-x4-least-recent,envoy-round-robin"
+    )]
+    pub replica_targets: Vec<ReplicaTarget>,
 }

@@ -32,6 +32,9 @@ struct Bench {
 }
 
 pub fn run(options: &Options) -> Result<(), String> {
+    if options.replicas_only {
+        return crate::replicas::run(options);
+    }
     let started = Instant::now();
     let started_at = utc_now();
     let root = launcher::paths::workspace_root();
@@ -119,7 +122,10 @@ pub fn run(options: &Options) -> Result<(), String> {
         markdown_path.display(),
         context.runtime_s
     );
-    Ok(())
+    if options.no_replicas {
+        return Ok(());
+    }
+    crate::replicas::run(options)
 }
 
 /// One target on one workload, from cold pods to a summarized row.

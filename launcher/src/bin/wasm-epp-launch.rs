@@ -2,12 +2,16 @@
 //!
 //! Ports come from the environment: `POD_PORTS` (default `8001,8002,8003,8004`),
 //! `LISTEN_PORT` (10000), `ADMIN_PORT` (9901); `SIM_ARGS` adds simulator flags.
+//! `REPLICAS=N` (N > 1) runs N wasm-epp Envoys on free ports behind a round-robin front
+//! Envoy on `LISTEN_PORT`, sharing their decisions (`PEERING=0` turns that off;
+//! `PEER_SECRET` sets the shared secret, at least 16 visible ASCII characters).
 
 use std::sync::mpsc;
 use std::time::Duration;
 
 use launcher::envoy::{Envoy, EnvoyOptions};
 use launcher::pods::Pod;
+use launcher::replicas::{ReplicaPlan, Replicas};
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
@@ -15,6 +19,55 @@ fn env_or(name: &str, default: &str) -> String {
 
 fn parse_port(name: &str, text: &str) -> Result<u16, String> {
     text.trim().parse().map_err(|_| format!("{name}: '{text}' is not a port"))
+}
+
+/// What `make run` started in front of the pods; stopped (by pid) when dropped.
+enum Gateway {
+    One(Envoy),
+    Replicas(Replicas),
+}
+
+impl Gateway {
+    /// Stops every Envoy by pid (the replicas, then the front, when the set is dropped).
+    fn stop(self) {
+        match self {
+            Gateway::One(mut envoy) => envoy.stop(),
+            Gateway::Replicas(set) => drop(set),
+        }
+    }
+}
+
+/// `count` wasm-epp Envoys behind a round-robin front Envoy on `listen_port`.
+fn start_replicas(
+    pool: &[String],
+    count: usize,
+    listen_port: u16,
+    admin_port: u16,
+    dir: &std::path::Path,
+) -> Result<Replicas, String> {
+    let peering = env_or("PEERING", "1") != "0";
+    let mut plan = ReplicaPlan::new(pool, count, peering)?;
+    if let Ok(secret) = std::env::var("PEER_SECRET") {
+        plan.secret = secret;
+    }
+    let mut replicas = Vec::with_capacity(count);
+    for index in 0..count {
+        let envoy = plan.start_replica(index, dir)?;
+        let ports = plan.ports.get(index).copied().ok_or("no ports")?;
+        println!(
+            "replica  127.0.0.1:{}  admin {}  peer {}  (log .run/replica-{index}/envoy.log)",
+            ports.listen,
+            ports.admin,
+            if peering { ports.peer_address() } else { "off".into() }
+        );
+        if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
+            println!("warning: replica {index} does not see every pod healthy yet");
+        }
+        replicas.push(Some(envoy));
+    }
+    let front = plan.start_front_on(dir, listen_port, admin_port)?;
+    println!("envoy    127.0.0.1:{listen_port}  (round robin over the {count} replicas, log .run/front/)");
+    Ok(Replicas { plan, replicas, front })
 }
 
 fn run() -> Result<(), String> {
@@ -35,15 +88,21 @@ fn run() -> Result<(), String> {
         println!("pod      127.0.0.1:{port}  (simulated vLLM, log .run/pod-{port}.log)");
     }
     let pool: Vec<String> = pods.iter().map(Pod::address).collect();
-    let options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
-    let envoy = Envoy::start(&options, &dir)?;
-    println!(
-        "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
-    );
-    println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
-    if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
-        println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
-    }
+    let replicas: usize = env_or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?;
+    let gateway = if replicas > 1 {
+        Gateway::Replicas(start_replicas(&pool, replicas, listen_port, admin_port, &dir)?)
+    } else {
+        let options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
+        let envoy = Envoy::start(&options, &dir)?;
+        println!(
+            "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
+        );
+        println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
+        if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
+            println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
+        }
+        Gateway::One(envoy)
+    };
     println!();
     println!("try:");
     println!(
@@ -60,7 +119,7 @@ fn run() -> Result<(), String> {
     .map_err(|e| format!("cannot install Ctrl-C handler: {e}"))?;
     let _ = stop_rx.recv();
     println!("stopping envoy and {} pods", pods.len());
-    drop(envoy);
+    gateway.stop();
     drop(pods);
     Ok(())
 }

@@ -8,6 +8,7 @@
 mod burst;
 mod multi_turn;
 mod no_prefix;
+mod shared_chat;
 mod shared_prefix;
 
 /// Which workload; the short names are the `--workloads` values.
@@ -25,6 +26,10 @@ pub enum WorkloadName {
     /// 4 pods, every request released at once: more work than the pool can drain.
     #[value(name = "d", alias = "burst")]
     Burst,
+    /// 4 pods, 16 shared 1,000-token system prompts, 400 streaming chats, 16 concurrent, KV
+    /// pressure (the replicas dimension's workload, issue 12).
+    #[value(name = "e", alias = "shared-chat")]
+    SharedChat,
 }
 
 impl WorkloadName {
@@ -35,6 +40,7 @@ impl WorkloadName {
             WorkloadName::MultiTurn => "b-multi-turn",
             WorkloadName::NoPrefix => "c-no-prefix",
             WorkloadName::Burst => "d-burst",
+            WorkloadName::SharedChat => "e-shared-chat",
         }
     }
 }
@@ -90,6 +96,7 @@ impl Workload {
             WorkloadName::MultiTurn => multi_turn::build(size, seed),
             WorkloadName::NoPrefix => no_prefix::build(size, seed),
             WorkloadName::Burst => burst::build(size, seed),
+            WorkloadName::SharedChat => shared_chat::build(size, seed),
         }
     }
 
@@ -107,7 +114,7 @@ impl Workload {
 
 /// Simulator flags every workload shares: the small preset (Qwen3-0.6B on one GPU) and vLLM's
 /// block size, plus the workload's own pressure settings.
-fn pod_args(max_num_seqs: usize, num_gpu_blocks: usize, max_model_len: usize) -> Vec<String> {
+pub(crate) fn pod_args(max_num_seqs: usize, num_gpu_blocks: usize, max_model_len: usize) -> Vec<String> {
     [
         "--preset",
         "small",
@@ -133,7 +140,13 @@ mod tests {
 
     #[test]
     fn workloads_are_reproducible_and_sized() {
-        for name in [WorkloadName::SharedPrefix, WorkloadName::MultiTurn, WorkloadName::NoPrefix, WorkloadName::Burst] {
+        for name in [
+            WorkloadName::SharedPrefix,
+            WorkloadName::MultiTurn,
+            WorkloadName::NoPrefix,
+            WorkloadName::Burst,
+            WorkloadName::SharedChat,
+        ] {
             let first = Workload::build(name, Size::Quick, 7);
             let again = Workload::build(name, Size::Quick, 7);
             assert_eq!(format!("{:?}", first.jobs), format!("{:?}", again.jobs));
