@@ -66,7 +66,9 @@ fn serve(stream: TcpStream, huge: &AtomicBool, sent: &AtomicU64) {
                 break;
             }
         }
-        if !request_line.starts_with("GET /metrics ") {
+        // The singleton asks `/metrics?name[]=...` (filtered, as vLLM serves it); a server
+        // that ignores the query answers the whole page, as this one does.
+        if !(request_line.starts_with("GET /metrics ") || request_line.starts_with("GET /metrics?")) {
             // Not a model server: anything routed here is retried on the real pod.
             let _ =
                 writer.write_all(b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
