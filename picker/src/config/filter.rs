@@ -119,6 +119,7 @@ impl FilterConfig {
             fallbacks: self.fallback_destinations as usize,
             cold_placement: self.prefix.cold_placement,
             placement_load_factor: self.prefix.placement_load_factor,
+            placement_slack: self.prefix.placement_slack,
         }
     }
 

@@ -37,6 +37,9 @@ pub struct PrefixConfig {
     /// Rendezvous placement skips pods whose queue plus running requests exceed this factor
     /// of the pool's mean (plus one).
     pub placement_load_factor: f64,
+    /// Rendezvous placement chooses among the pods whose score is within this of the best
+    /// (scores are 0..1); 0 = it only breaks ties.
+    pub placement_slack: f64,
 }
 
 impl Default for PrefixConfig {
@@ -54,6 +57,7 @@ impl Default for PrefixConfig {
             sync_interval_ms: 20,
             cold_placement: crate::scheduler::ColdPlacement::default(),
             placement_load_factor: 1.25,
+            placement_slack: 0.0,
         }
     }
 }
@@ -83,6 +87,9 @@ impl PrefixConfig {
                 "prefix.placement_load_factor = {}, must be within 1..=10",
                 self.placement_load_factor
             ));
+        }
+        if !self.placement_slack.is_finite() || !(0.0..=1.0).contains(&self.placement_slack) {
+            return Err(format!("prefix.placement_slack = {}, must be within 0..=1", self.placement_slack));
         }
         if !(0.0..=1.0).contains(&self.affinity_slack) {
             return Err(format!("prefix.affinity_slack = {}, must be within 0..=1", self.affinity_slack));

@@ -54,6 +54,8 @@ pub struct Policy {
     pub cold_placement: ColdPlacement,
     /// Rendezvous placement skips pods loaded above this factor of the pool's mean load.
     pub placement_load_factor: f64,
+    /// Rendezvous chooses among the pods scored within this of the best (0..1 scores).
+    pub placement_slack: f64,
 }
 
 /// Where a request whose prefix no pod holds yet goes.
@@ -80,6 +82,7 @@ impl Default for Policy {
             fallbacks: 0,
             cold_placement: ColdPlacement::default(),
             placement_load_factor: 1.25,
+            placement_slack: 0.0,
         }
     }
 }

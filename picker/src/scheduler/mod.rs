@@ -163,8 +163,11 @@ pub fn pick_placed(
     // unrelated prompt must go to the least loaded pod), then every replica agrees.
     let placed = match (cold && !fail_open, placement_key, policy.cold_placement) {
         (true, Some(key), ColdPlacement::Rendezvous) => {
-            let best: Vec<&Candidate<'_>> = tied.iter().filter_map(|&i| eligible.get(i)).copied().collect();
-            rendezvous(&best, key, policy.placement_load_factor).and_then(|i| tied.get(i).copied())
+            let near: Vec<usize> = (0..totals.len())
+                .filter(|&i| totals.get(i).is_some_and(|&t| best - t <= policy.placement_slack + TIE_EPSILON))
+                .collect();
+            let best: Vec<&Candidate<'_>> = near.iter().filter_map(|&i| eligible.get(i)).copied().collect();
+            rendezvous(&best, key, policy.placement_load_factor).and_then(|i| near.get(i).copied())
         }
         _ => None,
     };
