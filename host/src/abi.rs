@@ -75,7 +75,6 @@ extern "C" {
         headers_size: usize,
         grpc_status: i32,
     ) -> u32;
-    fn proxy_continue_stream(stream: u32) -> u32;
     fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
@@ -226,12 +225,6 @@ pub fn send_local_response(status: u32, headers: &[u8], body: &[u8]) -> HostResu
         proxy_send_local_response(status, null(), 0, body.as_ptr(), body.len(), headers.as_ptr(), headers.len(), -1)
     };
     check("send_local_response", result)
-}
-
-/// Resumes a paused stream (0 = the request, 1 = the response).
-pub fn continue_stream(stream: u32) -> HostResult<()> {
-    // SAFETY: plain value argument.
-    check("continue_stream", unsafe { proxy_continue_stream(stream) })
 }
 
 pub fn define_metric(kind: u32, name: &str) -> HostResult<u32> {

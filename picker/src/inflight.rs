@@ -39,8 +39,11 @@ struct Local {
 pub struct WorkerInflight {
     /// This worker's own requests, exact.
     local: HashMap<String, Local>,
-    /// The other workers' counts, summed, as of the last sync.
+    /// The other workers' counts, summed, as of their last publish (re-read per decision).
     others: HashMap<String, u32>,
+    /// Other gateway replicas' counts, as the pool service last relayed them. They change
+    /// once per peer heartbeat, so they are read on the tick, not per decision.
+    replicas: HashMap<String, u32>,
     /// The slot this worker publishes in, once claimed.
     slot: Option<usize>,
     /// This VM's id (from [`crate::vm_id`]), once it has one.
@@ -64,7 +67,8 @@ impl WorkerInflight {
     /// Requests in flight to `address`: this worker's plus the others'.
     pub fn count(&self, address: &str) -> u32 {
         let local = self.local.get(address).map_or(0, |l| l.count);
-        local.saturating_add(self.others.get(address).copied().unwrap_or(0))
+        let others = self.others.get(address).copied().unwrap_or(0);
+        local.saturating_add(others).saturating_add(self.replicas.get(address).copied().unwrap_or(0))
     }
 
     /// This worker's own count for `address`.
@@ -103,12 +107,13 @@ impl WorkerInflight {
         let published = match (self.owner, self.slot) {
             (Some(owner), Some(slot)) => self.publish(store, slot, owner, now_ms).is_ok(),
             (Some(owner), None) => {
-                self.slot = claim_slot(store, owner, now_ms, &encode(owner, now_ms, &self.local));
+                self.slot = claim_slot(store, owner, now_ms, &encode(owner, now_ms, own_counts(&self.local)));
                 self.slot.is_some()
             }
             (None, _) => false,
         };
         let peers = self.read_others(store, now_ms);
+        self.read_replicas(store, now_ms);
         SyncReport { published, peers }
     }
 
@@ -135,7 +140,7 @@ impl WorkerInflight {
             self.slot = None;
             return Err(StoreError::CasMismatch);
         }
-        store.set(key, &encode(owner, now_ms, &self.local), cas).inspect_err(|_| self.slot = None)
+        store.set(key, &encode(owner, now_ms, own_counts(&self.local)), cas).inspect_err(|_| self.slot = None)
     }
 
     fn read_others(&mut self, store: &dyn SharedStore, now_ms: u64) -> usize {
@@ -155,12 +160,16 @@ impl WorkerInflight {
             peers += 1;
             add_entries(&mut self.others, &bytes);
         }
+        peers
+    }
+
+    fn read_replicas(&mut self, store: &dyn SharedStore, now_ms: u64) {
+        self.replicas.clear();
         if let Ok((Some(bytes), _)) = store.get(PEER_INFLIGHT) {
             if decode_header(&bytes).is_some_and(|(_, at)| now_ms.saturating_sub(at) <= SLOT_STALE_MS) {
-                add_entries(&mut self.others, &bytes);
+                add_entries(&mut self.replicas, &bytes);
             }
         }
-        peers
     }
 }
 
@@ -194,15 +203,7 @@ pub fn publish_peer_counts(
     now_ms: u64,
     counts: &HashMap<String, u32>,
 ) -> Result<(), StoreError> {
-    let mut value = Vec::with_capacity(HEADER_BYTES + counts.len() * 24);
-    value.extend_from_slice(&0u64.to_le_bytes());
-    value.extend_from_slice(&now_ms.to_le_bytes());
-    for (address, count) in counts.iter().take(MAX_PODS) {
-        let Ok(len) = u8::try_from(address.len()) else { continue };
-        value.push(len);
-        value.extend_from_slice(address.as_bytes());
-        value.extend_from_slice(&count.to_le_bytes());
-    }
+    let value = encode(0, now_ms, counts.iter().take(MAX_PODS).map(|(address, count)| (address.as_str(), *count)));
     store.set(PEER_INFLIGHT, &value, None)
 }
 
@@ -227,17 +228,22 @@ fn claim_slot(store: &dyn SharedStore, owner: u64, now_ms: u64, value: &[u8]) ->
     None
 }
 
-fn encode(owner: u64, now_ms: u64, local: &HashMap<String, Local>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_BYTES + local.len() * 24);
+/// A slot value: owner, refresh time, then `(address, count)` entries.
+fn encode<'a>(owner: u64, now_ms: u64, counts: impl Iterator<Item = (&'a str, u32)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + 24 * MAX_PODS.min(64));
     out.extend_from_slice(&owner.to_le_bytes());
     out.extend_from_slice(&now_ms.to_le_bytes());
-    for (address, entry) in local {
+    for (address, count) in counts {
         let Ok(len) = u8::try_from(address.len()) else { continue };
         out.push(len);
         out.extend_from_slice(address.as_bytes());
-        out.extend_from_slice(&entry.count.to_le_bytes());
+        out.extend_from_slice(&count.to_le_bytes());
     }
     out
+}
+
+fn own_counts(local: &HashMap<String, Local>) -> impl Iterator<Item = (&str, u32)> {
+    local.iter().map(|(address, entry)| (address.as_str(), entry.count))
 }
 
 fn decode_header(bytes: &[u8]) -> Option<(u64, u64)> {

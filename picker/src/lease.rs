@@ -125,7 +125,5 @@ impl Lease {
     }
 }
 
-pub use crate::vm_id::unique_vm_id as unique_contender_id;
-
 #[cfg(test)]
 mod tests;

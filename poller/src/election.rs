@@ -10,7 +10,8 @@
 //! scrapes is done: workers keep the last good table through the handover.
 
 use picker::config::PollerConfig;
-use picker::lease::{unique_contender_id, Lease, Role};
+use picker::lease::{Lease, Role};
+use picker::vm_id::unique_vm_id;
 use wasm_epp_host::Host;
 
 use crate::PoolService;
@@ -36,7 +37,7 @@ impl ElectedPoller {
 
     pub fn tick(&mut self, host: &dyn Host, now: u64) {
         if self.lease.is_none() {
-            self.lease = unique_contender_id(host).map(|id| Lease::new(id, self.ttl_ms));
+            self.lease = unique_vm_id(host).map(|id| Lease::new(id, self.ttl_ms));
         }
         let Some(lease) = &self.lease else { return };
         match lease.tick(host, now) {

@@ -218,8 +218,8 @@ impl PoolService {
     pub fn http_response(&mut self, host: &dyn Host, token: u32, body_size: usize) {
         let now = host.now_ms();
         if let Some(peers) = self.peers.as_mut().filter(|p| p.owns(token)) {
-            let pods = self.poller.as_ref().map(|p| p.pods().cloned().collect::<Vec<_>>()).unwrap_or_default();
-            let caught_up = peers.on_response(host, &self.metrics, token, body_size, pods.iter());
+            let pods = self.poller.as_ref().into_iter().flat_map(PoolPoller::pods);
+            let caught_up = peers.on_response(host, &self.metrics, token, body_size, pods);
             if let Some(relay) = self.relay.as_mut() {
                 relay.append(host, &self.metrics, &caught_up);
             }

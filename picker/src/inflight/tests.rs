@@ -66,7 +66,7 @@ fn corrupt_slots_are_skipped_and_can_be_claimed() {
     worker.sync(&store, NOW, EXPIRY);
     assert_eq!(worker.slot, Some(0));
     let mut other = WorkerInflight::new();
-    let mut bytes = encode(99, NOW, &HashMap::new());
+    let mut bytes = encode(99, NOW, std::iter::empty());
     bytes.extend_from_slice(&[200, b'x']); // truncated entry
     store.set(INFLIGHT_SLOT_KEYS[1], &bytes, None).unwrap();
     other.sync(&store, NOW, EXPIRY);
