@@ -37,14 +37,7 @@ pub fn run(options: &Options) -> Result<(), String> {
     }
     let started = Instant::now();
     let started_at = utc_now();
-    let root = launcher::paths::workspace_root();
-    let out_dir = if options.out_dir.is_absolute() { options.out_dir.clone() } else { root.join(&options.out_dir) };
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let (out_dir, runtime) = prepare(options)?;
     let bench = Bench {
         runtime,
         request_timeout: Duration::from_secs(options.request_timeout_s),
@@ -202,4 +195,18 @@ fn utc_now() -> String {
         .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_string())
         .filter(|text| !text.is_empty())
         .unwrap_or_else(|| "at an unknown time".to_string())
+}
+
+/// The results folder (created; relative to the workspace) and the client runtime every
+/// run uses.
+pub fn prepare(options: &Options) -> Result<(std::path::PathBuf, tokio::runtime::Runtime), String> {
+    let root = launcher::paths::workspace_root();
+    let out_dir = if options.out_dir.is_absolute() { options.out_dir.clone() } else { root.join(&options.out_dir) };
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    Ok((out_dir, runtime))
 }

@@ -48,14 +48,7 @@ impl PeerCounters {
 /// Runs every replica target on every replica workload and writes the report.
 pub fn run(options: &Options) -> Result<(), String> {
     let started = Instant::now();
-    let root = launcher::paths::workspace_root();
-    let out_dir = if options.out_dir.is_absolute() { options.out_dir.clone() } else { root.join(&options.out_dir) };
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let (out_dir, runtime) = crate::run::prepare(options)?;
     let dir = launcher::paths::run_dir("bench-replicas").map_err(|e| format!("run dir: {e}"))?;
     println!("\n== replicas dimension; logs and configurations: {}", dir.display());
     let size = if options.quick { Size::Quick } else { Size::Full };

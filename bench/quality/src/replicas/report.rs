@@ -41,19 +41,26 @@ fn cell(value: Option<f64>, scale: f64, decimals: usize) -> String {
     value.map(|v| format!("{:.*}", decimals, v * scale)).unwrap_or_else(|| "-".into())
 }
 
-pub fn one_line(row: &ReplicaRow) -> String {
-    format!(
-        "{:<26} hit {:>5}%  TTFT p50 {:>5} p90 {:>5} ms  {:>5.0} tok/s  errors {}  peers {:>7.0} B/s {:>5.0} ev/s  CPU/replica {} (main {})",
-        row.target,
+/// A row's measured fields as text, in column order (shared by the console line and the table).
+fn cells(row: &ReplicaRow) -> [String; 9] {
+    [
         cell(row.hit_rate, 100.0, 1),
         cell(row.ttft_p50_ms, 1.0, 0),
         cell(row.ttft_p90_ms, 1.0, 0),
-        row.output_tokens_per_s,
-        row.errors,
-        row.peer_bytes_per_s,
-        row.peer_events_per_s,
+        format!("{:.0}", row.output_tokens_per_s),
+        row.errors.to_string(),
+        format!("{:.0}", row.peer_bytes_per_s),
+        format!("{:.1}", row.peer_events_per_s),
         cell(row.envoy_cpu_per_replica, 1.0, 3),
         cell(row.main_thread_cpu_per_replica, 1.0, 3),
+    ]
+}
+
+pub fn one_line(row: &ReplicaRow) -> String {
+    let [hit, p50, p90, tokens, errors, bytes, events, cpu, main] = cells(row);
+    format!(
+        "{:<26} hit {hit:>5}%  TTFT p50 {p50:>5} p90 {p90:>5} ms  {tokens:>5} tok/s  errors {errors}  peers {bytes:>7} B/s {events:>5} ev/s  CPU/replica {cpu} (main {main})",
+        row.target,
     )
 }
 
@@ -61,21 +68,7 @@ fn table(rows: &[ReplicaRow]) -> String {
     let mut out = String::from("| workload | target | hit rate % | TTFT p50 ms | TTFT p90 ms | out tok/s | errors | peer B/s | peer events/s | Envoy CPU/replica (cores) | main thread |\n");
     out.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for row in rows {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | {} | {:.0} | {} | {:.0} | {:.1} | {} | {} |",
-            row.workload,
-            row.target,
-            cell(row.hit_rate, 100.0, 1),
-            cell(row.ttft_p50_ms, 1.0, 0),
-            cell(row.ttft_p90_ms, 1.0, 0),
-            row.output_tokens_per_s,
-            row.errors,
-            row.peer_bytes_per_s,
-            row.peer_events_per_s,
-            cell(row.envoy_cpu_per_replica, 1.0, 3),
-            cell(row.main_thread_cpu_per_replica, 1.0, 3),
-        );
+        let _ = writeln!(out, "| {} | {} | {} |", row.workload, row.target, cells(row).join(" | "));
     }
     out
 }
