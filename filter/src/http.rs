@@ -29,6 +29,14 @@ impl HttpContext for Http {
         action(self.0.on_request_trailers(&ProxyHost))
     }
 
+    fn on_http_response_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_response_headers(&ProxyHost, end_of_stream))
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        action(self.0.on_response_body(&ProxyHost, body_size, end_of_stream))
+    }
+
     fn on_log(&mut self) {
         self.0.on_log(&ProxyHost);
     }

@@ -75,6 +75,8 @@ extern "C" {
         headers_size: usize,
         grpc_status: i32,
     ) -> u32;
+    fn proxy_continue_stream(stream: u32) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
     fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
     fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_record_metric(id: u32, value: u64) -> u32;
@@ -242,4 +244,16 @@ pub fn increment_metric(id: u32, offset: i64) -> HostResult<()> {
 pub fn record_metric(id: u32, value: u64) -> HostResult<()> {
     // SAFETY: plain value arguments.
     check("record_metric", unsafe { proxy_record_metric(id, value) })
+}
+
+/// Resumes a paused stream (`stream`: 0 = request, 1 = response) of the effective context.
+pub fn continue_stream(stream: u32) -> HostResult<()> {
+    // SAFETY: plain value argument.
+    check("continue_stream", unsafe { proxy_continue_stream(stream) })
+}
+
+/// Makes `context_id` the context later stream calls act on (from the root context's tick).
+pub fn set_effective_context(context_id: u32) -> HostResult<()> {
+    // SAFETY: plain value argument.
+    check("set_effective_context", unsafe { proxy_set_effective_context(context_id) })
 }

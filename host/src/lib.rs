@@ -51,6 +51,18 @@ pub trait Host: SharedStore {
     fn remove_request_header(&self, name: &str) -> HostResult<()>;
     /// The buffered request body, at most `size` bytes.
     fn request_body(&self, size: usize) -> HostResult<Vec<u8>>;
+    /// The current response's headers (from the response-headers callback on), as bytes.
+    fn response_headers(&self) -> HostResult<HeaderMap>;
+    fn set_response_header(&self, name: &str, value: &[u8]) -> HostResult<()>;
+    fn remove_response_header(&self, name: &str) -> HostResult<()>;
+    /// Bytes `start..start + size` of the response body chunk being delivered (not buffered:
+    /// the filter reads each chunk as it passes).
+    fn response_body(&self, start: usize, size: usize) -> HostResult<Vec<u8>>;
+    /// An Envoy attribute by path segments (`["upstream", "address"]`); `None` if absent.
+    fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>>;
+    /// Resumes the request stream of the context `context_id` that was paused (called from
+    /// the root context, e.g. on a tick, to release a held request).
+    fn resume_request(&self, context_id: u32) -> HostResult<()>;
     /// Answers the current request locally; the caller then pauses the stream.
     fn send_reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) -> HostResult<()>;
 

@@ -53,6 +53,13 @@ pub struct MockHost {
     pub metric_names: RefCell<Vec<(String, MetricKind)>>,
     pub metric_values: RefCell<Vec<u64>>,
     pub tick_period_ms: Cell<Option<u64>>,
+    pub response_headers: RefCell<HeaderMap>,
+    /// The response body chunk being delivered.
+    pub response_body: RefCell<Vec<u8>>,
+    /// Attributes by NUL-joined path (`"upstream\0address"`).
+    pub properties: RefCell<BTreeMap<String, Vec<u8>>>,
+    /// Context ids resumed, in order.
+    pub resumed: RefCell<Vec<u32>>,
 }
 
 impl MockHost {
@@ -64,6 +71,17 @@ impl MockHost {
     pub fn set_request(&self, headers: &[(&str, &str)], body: &[u8]) {
         *self.headers.borrow_mut() = HeaderMap::from_pairs(headers);
         *self.body.borrow_mut() = body.to_vec();
+    }
+
+    /// Sets the current response's headers and the body chunk being delivered.
+    pub fn set_response(&self, headers: &[(&str, &str)], body: &[u8]) {
+        *self.response_headers.borrow_mut() = HeaderMap::from_pairs(headers);
+        *self.response_body.borrow_mut() = body.to_vec();
+    }
+
+    /// The current value of the response header `name` as text.
+    pub fn response_header(&self, name: &str) -> Option<String> {
+        self.response_headers.borrow().get(name).map(|v| String::from_utf8_lossy(v).into_owned())
     }
 
     /// The current value of the request header `name` as text.
@@ -102,6 +120,21 @@ impl SharedStore for MockHost {
     }
 }
 
+/// Replaces every value of `name` with one `value`, as Envoy's replace does.
+fn replace_in(headers: &RefCell<HeaderMap>, name: &str, value: &[u8]) {
+    let mut headers = headers.borrow_mut();
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> =
+        headers.iter().filter(|(n, _)| *n != name.as_bytes()).map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+    pairs.push((name.as_bytes().to_vec(), value.to_vec()));
+    *headers = HeaderMap::new(pairs);
+}
+
+fn remove_from(headers: &RefCell<HeaderMap>, name: &str) {
+    let mut headers = headers.borrow_mut();
+    let pairs = headers.iter().filter(|(n, _)| *n != name.as_bytes()).map(|(n, v)| (n.to_vec(), v.to_vec()));
+    *headers = HeaderMap::new(pairs.collect());
+}
+
 fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs.iter().map(|(n, v)| ((*n).to_string(), (*v).to_string())).collect()
 }
@@ -133,18 +166,41 @@ impl Host for MockHost {
     }
 
     fn set_request_header(&self, name: &str, value: &[u8]) -> HostResult<()> {
-        let mut headers = self.headers.borrow_mut();
-        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> =
-            headers.iter().filter(|(n, _)| *n != name.as_bytes()).map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
-        pairs.push((name.as_bytes().to_vec(), value.to_vec()));
-        *headers = HeaderMap::new(pairs);
+        replace_in(&self.headers, name, value);
         Ok(())
     }
 
     fn remove_request_header(&self, name: &str) -> HostResult<()> {
-        let mut headers = self.headers.borrow_mut();
-        let pairs = headers.iter().filter(|(n, _)| *n != name.as_bytes()).map(|(n, v)| (n.to_vec(), v.to_vec()));
-        *headers = HeaderMap::new(pairs.collect());
+        remove_from(&self.headers, name);
+        Ok(())
+    }
+
+    fn response_headers(&self) -> HostResult<HeaderMap> {
+        Ok(self.response_headers.borrow().clone())
+    }
+
+    fn set_response_header(&self, name: &str, value: &[u8]) -> HostResult<()> {
+        replace_in(&self.response_headers, name, value);
+        Ok(())
+    }
+
+    fn remove_response_header(&self, name: &str) -> HostResult<()> {
+        remove_from(&self.response_headers, name);
+        Ok(())
+    }
+
+    fn response_body(&self, start: usize, size: usize) -> HostResult<Vec<u8>> {
+        let body = self.response_body.borrow();
+        let end = start.saturating_add(size).min(body.len());
+        Ok(body.get(start.min(end)..end).unwrap_or_default().to_vec())
+    }
+
+    fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>> {
+        Ok(self.properties.borrow().get(&path.join("\0")).cloned())
+    }
+
+    fn resume_request(&self, context_id: u32) -> HostResult<()> {
+        self.resumed.borrow_mut().push(context_id);
         Ok(())
     }
 

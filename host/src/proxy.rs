@@ -11,6 +11,9 @@ use crate::{Host, MetricKind};
 
 // Proxy-Wasm enum values (spec 0.2.1).
 const REQUEST_HEADERS: u32 = 0;
+const RESPONSE_HEADERS: u32 = 2;
+const RESPONSE_BODY: u32 = 1;
+const REQUEST_STREAM: u32 = 0;
 const CALL_RESPONSE_HEADERS: u32 = 6;
 const REQUEST_BODY: u32 = 0;
 const CALL_RESPONSE_BODY: u32 = 4;
@@ -76,6 +79,36 @@ impl Host for ProxyHost {
 
     fn request_body(&self, size: usize) -> HostResult<Vec<u8>> {
         Ok(abi::buffer(REQUEST_BODY, 0, size)?.unwrap_or_default())
+    }
+
+    fn response_headers(&self) -> HostResult<HeaderMap> {
+        let bytes = abi::header_map(RESPONSE_HEADERS)?.unwrap_or_default();
+        if bytes.is_empty() {
+            return Ok(HeaderMap::default());
+        }
+        HeaderMap::parse(&bytes).ok_or(HostError { call: "get_header_map_pairs (malformed map)", status: 0 })
+    }
+
+    fn set_response_header(&self, name: &str, value: &[u8]) -> HostResult<()> {
+        abi::replace_header(RESPONSE_HEADERS, name, value)
+    }
+
+    fn remove_response_header(&self, name: &str) -> HostResult<()> {
+        abi::remove_header(RESPONSE_HEADERS, name)
+    }
+
+    fn response_body(&self, start: usize, size: usize) -> HostResult<Vec<u8>> {
+        Ok(abi::buffer(RESPONSE_BODY, start, size)?.unwrap_or_default())
+    }
+
+    fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>> {
+        // The ABI's path form: segments joined by NUL.
+        abi::property(path.join("\0").as_bytes())
+    }
+
+    fn resume_request(&self, context_id: u32) -> HostResult<()> {
+        abi::set_effective_context(context_id)?;
+        abi::continue_stream(REQUEST_STREAM)
     }
 
     fn send_reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) -> HostResult<()> {

@@ -165,6 +165,17 @@ impl RequestStream {
         }
     }
 
+    /// The pod's response headers arrived. Response hooks observe; they never buffer or hold
+    /// the response (each body chunk passes on as it comes).
+    pub fn on_response_headers(&mut self, _host: &dyn Host, _end_of_stream: bool) -> Step {
+        Step::Continue
+    }
+
+    /// One chunk of the response body is passing (not buffered).
+    pub fn on_response_body(&mut self, _host: &dyn Host, _chunk_size: usize, _end_of_stream: bool) -> Step {
+        Step::Continue
+    }
+
     /// The stream ended (completed, failed or reset): release what it held.
     pub fn on_log(&mut self, host: &dyn Host) {
         self.finish_buffering();
