@@ -14,7 +14,12 @@ fn action(step: Step) -> Action {
     }
 }
 
-impl Context for Http {}
+impl Context for Http {
+    fn on_done(&mut self) -> bool {
+        self.0.on_done(&ProxyHost);
+        true
+    }
+}
 
 impl HttpContext for Http {
     fn on_http_request_headers(&mut self, _headers: usize, end_of_stream: bool) -> Action {

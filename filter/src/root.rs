@@ -63,14 +63,14 @@ impl RootContext for FilterRoot {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let Some(worker) = self.worker.clone() else { return Some(Box::new(PassThrough)) };
         if !worker.serving.replace(true) {
             // First request on this worker: catch up at once (pod table, the ring's history)
             // rather than routing it cold; until now this root only idled.
             tick::on_tick(&worker, &ProxyHost);
         }
-        Some(Box::new(Http(RequestStream::new(worker))))
+        Some(Box::new(Http(RequestStream::for_context(worker, context_id))))
     }
 
     fn get_type(&self) -> Option<ContextType> {

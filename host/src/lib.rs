@@ -63,6 +63,10 @@ pub trait Host: SharedStore {
     /// Resumes the request stream of the context `context_id` that was paused (called from
     /// the root context, e.g. on a tick, to release a held request).
     fn resume_request(&self, context_id: u32) -> HostResult<()>;
+    /// Makes later stream calls of this callback (headers, local reply) act on the stream
+    /// of `context_id`, e.g. from the root context's tick on a held request. Fails if that
+    /// context is gone (its client disconnected).
+    fn set_effective_context(&self, context_id: u32) -> HostResult<()>;
     /// Answers the current request locally; the caller then pauses the stream.
     fn send_reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) -> HostResult<()>;
 

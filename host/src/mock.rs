@@ -60,6 +60,10 @@ pub struct MockHost {
     pub properties: RefCell<BTreeMap<String, Vec<u8>>>,
     /// Context ids resumed, in order.
     pub resumed: RefCell<Vec<u32>>,
+    /// The context later stream calls act on, once set (`set_effective_context`).
+    pub effective_context: Cell<Option<u32>>,
+    /// Contexts that are gone: `set_effective_context` on them fails, as Envoy's does.
+    pub gone_contexts: RefCell<Vec<u32>>,
 }
 
 impl MockHost {
@@ -197,6 +201,14 @@ impl Host for MockHost {
 
     fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>> {
         Ok(self.properties.borrow().get(&path.join("\0")).cloned())
+    }
+
+    fn set_effective_context(&self, context_id: u32) -> HostResult<()> {
+        if self.gone_contexts.borrow().contains(&context_id) {
+            return Err(HostError { call: "set_effective_context", status: 2 });
+        }
+        self.effective_context.set(Some(context_id));
+        Ok(())
     }
 
     fn resume_request(&self, context_id: u32) -> HostResult<()> {

@@ -106,6 +106,10 @@ impl Host for ProxyHost {
         abi::property(path.join("\0").as_bytes())
     }
 
+    fn set_effective_context(&self, context_id: u32) -> HostResult<()> {
+        abi::set_effective_context(context_id)
+    }
+
     fn resume_request(&self, context_id: u32) -> HostResult<()> {
         abi::set_effective_context(context_id)?;
         abi::continue_stream(REQUEST_STREAM)

@@ -35,10 +35,7 @@ pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, Conf
     let bytes = host.plugin_configuration(size).map_err(ConfigureError::Unreadable)?;
     let config: FilterConfig = parse_json(&bytes).map_err(ConfigureError::Parse)?;
     let pool = config.validate().map_err(ConfigureError::Invalid)?;
-    let periods = [Some(config.prefix.sync_interval_ms), config.poller.as_ref().map(|p| p.poll_interval_ms)];
-    if let Some(period) = periods.into_iter().flatten().min() {
-        host.set_tick_period_ms(period).map_err(ConfigureError::Tick)?;
-    }
+    host.set_tick_period_ms(tick_period_ms(&config)).map_err(ConfigureError::Tick)?;
     let vm_id = host.vm_id().unwrap_or_else(|| "wasm-epp".to_string());
     log::info!(
         "wasm-epp filter configured: fallback pool of {} pods, weights {:?}, prefix affinity {}, vm_id {vm_id}",
@@ -47,4 +44,11 @@ pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, Conf
         if config.prefix.enabled { "on" } else { "off" },
     );
     Ok(Worker::new(config, pool, vm_id, seed))
+}
+
+/// The tick period when nothing waits: the shorter of the prefix sync interval and, in
+/// no-singleton mode, the poll interval (flow control ticks faster while requests wait).
+pub fn tick_period_ms(config: &FilterConfig) -> u64 {
+    let poll = config.poller.as_ref().map_or(u64::MAX, |p| p.poll_interval_ms);
+    config.prefix.sync_interval_ms.min(poll)
 }

@@ -48,10 +48,21 @@ pub struct RequestStream {
     peer: bool,
     /// Body bytes buffered so far (the size at the last body callback).
     body_size: usize,
+    /// Envoy's id of this stream's context: a held request is resumed by it.
+    context_id: u32,
+    /// Band and flow, with flow control on (set from the headers).
+    flow_class: Option<crate::flow::RequestClass>,
+    /// Held in the wait queue (or released from it): shared with the queue entry.
+    held: Option<Rc<crate::flow::Held>>,
 }
 
 impl RequestStream {
     pub fn new(worker: Rc<Worker>) -> Self {
+        Self::for_context(worker, 0)
+    }
+
+    /// A stream Envoy knows as `context_id` (needed to hold and release it).
+    pub fn for_context(worker: Rc<Worker>, context_id: u32) -> Self {
         Self {
             worker,
             endpoint: Endpoint::Other,
@@ -62,6 +73,9 @@ impl RequestStream {
             buffered: 0,
             peer: false,
             body_size: 0,
+            context_id,
+            flow_class: None,
+            held: None,
         }
     }
 
@@ -90,6 +104,9 @@ impl RequestStream {
             headers.get_text(&config.priority_header).and_then(|v| v.parse::<i64>().ok()).is_some_and(|p| p < 0);
         self.session = headers.get(&config.prefix.session_header).map(|id| session_key(trim_bytes(id)));
         self.endpoint = Endpoint::from_path(path);
+        if config.flow_control.enabled {
+            self.flow_class = Some(crate::flow::RequestClass::from_headers(config, &headers));
+        }
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
         if end_of_stream || self.endpoint == Endpoint::Other {
             return self.route(host, None);
@@ -137,7 +154,14 @@ impl RequestStream {
             }
         };
         match parse_request(&body, self.endpoint) {
-            Ok(request) => self.route(host, Some(&request)),
+            Ok(request) => match self.flow_class {
+                Some(class) if crate::flow::admit(&self.worker, host) == crate::flow::Admitted::Wait => {
+                    let priority = class.priority(&self.worker.config.flow_control, request.model.as_deref());
+                    drop(request);
+                    self.hold(host, priority, class.flow, body)
+                }
+                _ => self.route(host, Some(&request)),
+            },
             Err(error) => {
                 self.worker.stats.increment(self.worker.stats.body_invalid);
                 if self.worker.config.invalid_body == InvalidBodyPolicy::Reject {
@@ -176,8 +200,25 @@ impl RequestStream {
         Step::Continue
     }
 
+    /// The stream is done (Envoy calls this before `on_log`): if it still waits in the
+    /// queue, its client went away, so it leaves the queue at once.
+    pub fn on_done(&mut self, _host: &dyn Host) {
+        if let Some(held) = &self.held {
+            if *held.fate.borrow() == crate::flow::Fate::Waiting {
+                *held.fate.borrow_mut() = crate::flow::Fate::Answered;
+                crate::flow::abandon(&self.worker, self.context_id);
+            }
+        }
+    }
+
     /// The stream ended (completed, failed or reset): release what it held.
     pub fn on_log(&mut self, host: &dyn Host) {
+        self.on_done(host);
+        if let Some(held) = self.held.take() {
+            if let crate::flow::Fate::Routed(address) = held.fate.replace(crate::flow::Fate::Answered) {
+                self.routed_to = Some(address);
+            }
+        }
         self.finish_buffering();
         let Some(address) = self.routed_to.take() else { return };
         match self.worker.inflight.try_borrow_mut() {
@@ -188,6 +229,25 @@ impl RequestStream {
             }
             Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),
         }
+        // A place freed up on this worker: the next waiting request may take it now.
+        crate::flow::release_ready(&self.worker, host);
+    }
+
+    /// Holds the request in the wait queue (flow control): paused until released.
+    fn hold(&mut self, host: &dyn Host, priority: i32, flow: u64, body: Vec<u8>) -> Step {
+        self.finish_buffering();
+        self.decided = true;
+        let held = Rc::new(crate::flow::Held {
+            context_id: self.context_id,
+            body,
+            endpoint: self.endpoint,
+            session: self.session,
+            fate: std::cell::RefCell::new(crate::flow::Fate::Waiting),
+        });
+        if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, flow) {
+            self.held = Some(held);
+        }
+        Step::Pause
     }
 
     /// Removes every client copy of a header the pool cluster could follow.
@@ -218,7 +278,9 @@ impl RequestStream {
     fn route(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>) -> Step {
         self.finish_buffering();
         self.decided = true;
-        let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
+        // With flow control, the queue decides who is shed (by TTL and eviction), not the pick.
+        let sheddable = self.sheddable && !self.worker.config.flow_control.enabled;
+        let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable };
         match decide(&self.worker, host, &prompt) {
             Outcome::Routed { address, destination } => {
                 let header = &self.worker.config.destination_header;

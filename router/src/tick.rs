@@ -1,5 +1,6 @@
 //! The worker's tick: refresh the pod table, publish this worker's in-flight counts and read
-//! the others', share this worker's routing decisions and learn everyone's, flush the stats.
+//! the others', share this worker's routing decisions and learn everyone's, release or
+//! expire requests waiting in the flow-control queue, flush the stats.
 //!
 //! Decisions go to the pool service over a shared queue, one batch per tick (each enqueue
 //! wakes Envoy's main thread, so never one per request). The service appends them to the
@@ -18,6 +19,8 @@ pub const QUEUE_STALE_AFTER_MS: u64 = 2_000;
 
 pub fn on_tick(worker: &Worker, host: &dyn Host) {
     sync(worker, host);
+    // After the sync: releases see the table and the other workers' counts just read.
+    crate::flow::on_tick(worker, host);
     worker.stats.metrics.flush(host);
 }
 

@@ -37,11 +37,15 @@ pub struct Worker {
     /// This root has created an HTTP context: it serves requests. Envoy's main-thread root
     /// never does, and must not keep (and sync) a prefix replica for nothing.
     pub serving: Cell<bool>,
+    /// The wait queue and its state (idle unless `flow_control.enabled`).
+    pub flow: crate::flow::FlowState,
 }
 
 impl Worker {
     /// `seed` differs per VM: it seeds tie-breaking and the prefix index's keyed hashing.
     pub fn new(config: FilterConfig, fallback_pool: Vec<PodAddress>, vm_id: String, seed: u64) -> Self {
+        let stats = Stats::define();
+        let flow = crate::flow::FlowState::new(&config.flow_control, &stats.metrics);
         Self {
             policy: config.policy(),
             prefix: RefCell::new(WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)),
@@ -50,13 +54,14 @@ impl Worker {
             table: RefCell::new(TableCache::default()),
             inflight: RefCell::new(WorkerInflight::new()),
             random: RefCell::new(TieBreaker::new(seed)),
-            stats: Stats::define(),
+            stats,
             event_queue: Cell::new(None),
             peer_inbox: Cell::new(None),
             vm_id,
             buffered_bytes: Cell::new(0),
             failing_open: Cell::new(false),
             serving: Cell::new(false),
+            flow,
         }
     }
 

@@ -1,0 +1,154 @@
+//! Flow control: when the pool is saturated, requests wait in the gateway (paused Envoy
+//! streams) and are released in priority order, fairly between tenants, instead of all
+//! piling into the engines' queues. Off unless `flow_control.enabled`.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::check_range;
+
+/// Priorities are clamped into `-MAX_PRIORITY..=MAX_PRIORITY`, so there are at most
+/// `2 * MAX_PRIORITY + 1` bands: enough for critical / standard / sheddable and the steps
+/// between, and a bound on per-band state whatever clients send.
+pub const MAX_PRIORITY: i32 = 8;
+
+/// Entries of `objective_priorities` / `model_priorities` at most (read per request).
+pub const MAX_PRIORITY_ENTRIES: usize = 256;
+
+/// What a pod whose metrics are stale (older than `stale_after_ms`) counts as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StaleMetricsPolicy {
+    /// Judge it by the in-flight counts this gateway keeps (exact) and ignore its stale
+    /// queue and KV numbers. The default: a broken scraper must not stop all traffic,
+    /// and `max_inflight_per_pod` still bounds what the pod gets.
+    #[default]
+    Ignore,
+    /// Count it as saturated: nothing is released to it until its metrics are fresh again.
+    Saturated,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FlowControlConfig {
+    pub enabled: bool,
+    /// Requests this gateway (all workers) keeps in flight to one pod at most while others
+    /// wait; with the queue and KV thresholds of `saturation`, what "the pod has room" means.
+    pub max_inflight_per_pod: u32,
+    /// How long a request may wait (priority >= 0); then 429 (503 with no pod at all).
+    /// Keep it below the listener's `request_timeout`, which also runs while a request waits.
+    pub ttl_ms: u64,
+    /// How long a sheddable request (priority < 0) may wait.
+    pub sheddable_ttl_ms: u64,
+    /// Requests one worker holds at most, all bands together (Envoy memory bound).
+    pub max_queued_requests: u32,
+    /// Body bytes one worker holds at most, all bands together.
+    pub max_queued_bytes: u64,
+    /// Requests one band of one worker holds at most.
+    pub max_band_requests: u32,
+    /// Body bytes one band of one worker holds at most.
+    pub max_band_bytes: u64,
+    /// Header naming the request's flow (tenant); requests without it share one flow.
+    pub fairness_header: String,
+    /// Distinct flows per band at most; later ones share one overflow flow.
+    pub max_flows_per_band: u32,
+    /// Header naming the request's objective, looked up in `objective_priorities`.
+    pub objective_header: String,
+    /// Priority per objective name (used when the priority header is absent).
+    pub objective_priorities: BTreeMap<String, i32>,
+    /// Priority per model name (used when neither header gives one).
+    pub model_priorities: BTreeMap<String, i32>,
+    pub stale_metrics: StaleMetricsPolicy,
+    /// Requests one worker releases per tick at most, so a burst of releases does not
+    /// overshoot before the next look at the pods.
+    pub release_per_tick: u32,
+    /// Tick period while requests wait (releases and TTLs are checked on the tick).
+    pub waiting_tick_ms: u64,
+}
+
+impl Default for FlowControlConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_inflight_per_pod: 16,
+            ttl_ms: 30_000,
+            sheddable_ttl_ms: 5_000,
+            max_queued_requests: 1_024,
+            max_queued_bytes: 64 * 1024 * 1024,
+            max_band_requests: 512,
+            max_band_bytes: 32 * 1024 * 1024,
+            fairness_header: "x-llm-d-inference-fairness-id".into(),
+            max_flows_per_band: 64,
+            objective_header: "x-gateway-inference-objective".into(),
+            objective_priorities: BTreeMap::new(),
+            model_priorities: BTreeMap::new(),
+            stale_metrics: StaleMetricsPolicy::Ignore,
+            release_per_tick: 16,
+            waiting_tick_ms: 5,
+        }
+    }
+}
+
+impl FlowControlConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        let field = |name: &str| format!("flow_control.{name}");
+        check_range(&field("max_inflight_per_pod"), u64::from(self.max_inflight_per_pod), 1, 4_096)?;
+        check_range(&field("ttl_ms"), self.ttl_ms, 1, 3_600_000)?;
+        check_range(&field("sheddable_ttl_ms"), self.sheddable_ttl_ms, 1, 3_600_000)?;
+        check_range(&field("max_queued_requests"), u64::from(self.max_queued_requests), 1, 65_536)?;
+        check_range(&field("max_queued_bytes"), self.max_queued_bytes, 1_024, 1 << 34)?;
+        check_range(&field("max_band_requests"), u64::from(self.max_band_requests), 1, 65_536)?;
+        check_range(&field("max_band_bytes"), self.max_band_bytes, 1_024, 1 << 34)?;
+        check_range(&field("max_flows_per_band"), u64::from(self.max_flows_per_band), 1, 4_096)?;
+        check_range(&field("release_per_tick"), u64::from(self.release_per_tick), 1, 4_096)?;
+        check_range(&field("waiting_tick_ms"), self.waiting_tick_ms, 1, 1_000)?;
+        for (name, header) in [("fairness_header", &self.fairness_header), ("objective_header", &self.objective_header)]
+        {
+            if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
+                return Err(format!("flow_control.{name} '{header}' must be a lower-case header name"));
+            }
+        }
+        for (name, map) in
+            [("objective_priorities", &self.objective_priorities), ("model_priorities", &self.model_priorities)]
+        {
+            if map.len() > MAX_PRIORITY_ENTRIES {
+                return Err(format!("flow_control.{name}: {} entries, at most {MAX_PRIORITY_ENTRIES}", map.len()));
+            }
+        }
+        Ok(())
+    }
+
+    /// How long a request of `priority` may wait.
+    pub fn ttl_for(&self, priority: i32) -> u64 {
+        if priority < 0 {
+            self.sheddable_ttl_ms
+        } else {
+            self.ttl_ms
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_json;
+
+    #[test]
+    fn defaults_are_valid_and_off() {
+        let config = FlowControlConfig::default();
+        assert!(!config.enabled);
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let bad: FlowControlConfig = parse_json(br#"{"max_inflight_per_pod": 0}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("max_inflight_per_pod"));
+        let bad: FlowControlConfig = parse_json(br#"{"fairness_header": "Tenant Id"}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("fairness_header"));
+        let policy: FlowControlConfig = parse_json(br#"{"stale_metrics": "saturated"}"#).unwrap();
+        assert_eq!(policy.stale_metrics, StaleMetricsPolicy::Saturated);
+        assert!(parse_json::<FlowControlConfig>(br#"{"ttl": 5}"#).is_err(), "typos are refused");
+    }
+}

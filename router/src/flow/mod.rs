@@ -1,0 +1,94 @@
+//! Flow control: when the pool is saturated, a request waits in the gateway, as a paused
+//! Envoy stream, instead of in some engine's queue where it can no longer be moved.
+//!
+//! In request order:
+//! 1. [`class`]: the request's priority (band) and flow (tenant), from its headers and model.
+//! 2. [`admit`] (from the stream, body read): sent on at once if nothing waits and the pool
+//!    has room ([`saturation`]) within this worker's share ([`share`]); else held in the
+//!    worker's [`queue`] (bounded; full → 429, or a sheddable request evicted).
+//! 3. [`release`] (from the root's tick, fast while anything waits, and when a request of
+//!    this worker ends): expired requests answered 429 (503 with no pod at all); then, while
+//!    the pool has room, the next request in release order is routed by the picker as of
+//!    now (so it still gets prefix affinity) and its stream resumed.
+//! 4. The stream's end removes it from the queue at once if it was still waiting.
+
+pub mod answer;
+pub mod class;
+pub mod pods;
+pub mod queue;
+pub mod release;
+pub mod saturation;
+pub mod share;
+pub mod stats;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use picker::address::PodAddress;
+use picker::config::FlowControlConfig;
+use picker::request::Endpoint;
+use wasm_epp_host::Metrics;
+
+use self::queue::{QueueLimits, WaitQueue};
+use self::share::WorkerShare;
+use self::stats::FlowStats;
+
+pub use self::class::RequestClass;
+pub use self::release::{abandon, admit, hold, on_tick, release_ready, Admitted};
+
+/// What became of a held request (shared by the queue entry and its stream).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    Waiting,
+    /// Released to this pod: its in-flight count is the stream's to release at the end.
+    Routed(PodAddress),
+    /// Answered locally (TTL, capacity, no route) or its client went away.
+    Answered,
+}
+
+/// A request held in the queue: what routing it at release needs (its body is kept: the
+/// prompt is hashed at release time, against the prefix index as it is then).
+#[derive(Debug)]
+pub struct Held {
+    pub context_id: u32,
+    pub body: Vec<u8>,
+    pub endpoint: Endpoint,
+    pub session: Option<u64>,
+    pub fate: RefCell<Fate>,
+}
+
+/// One worker's flow-control state.
+pub struct FlowState {
+    pub queue: RefCell<WaitQueue<Rc<Held>>>,
+    share: RefCell<WorkerShare>,
+    pub stats: FlowStats,
+    /// The tick runs at `waiting_tick_ms` (something waits or just waited).
+    fast_tick: Cell<bool>,
+    /// Requests evicted from the queue, answered on the next tick (at most the queue's
+    /// `max_queued_requests`, as each was in it).
+    pending: RefCell<Vec<(queue::Left<Rc<Held>>, stats::DropReason)>>,
+}
+
+impl FlowState {
+    pub fn new(config: &FlowControlConfig, metrics: &Metrics) -> Self {
+        let limits = QueueLimits {
+            band_requests: config.max_band_requests,
+            band_bytes: config.max_band_bytes,
+            total_requests: config.max_queued_requests,
+            total_bytes: config.max_queued_bytes,
+            flows_per_band: config.max_flows_per_band,
+        };
+        Self {
+            queue: RefCell::new(WaitQueue::new(limits)),
+            share: RefCell::new(WorkerShare::default()),
+            stats: FlowStats::define(metrics),
+            fast_tick: Cell::new(false),
+            pending: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// Requests waiting on this worker.
+    pub fn waiting(&self) -> usize {
+        self.queue.try_borrow().map_or(0, |q| q.len())
+    }
+}

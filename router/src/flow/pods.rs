@@ -1,0 +1,71 @@
+//! The pods as the saturation detector reads them: the worker's table (or, without one,
+//! the static pool, whose pods have no data) with the in-flight counts of every worker.
+
+use picker::inflight::WorkerInflight;
+use wasm_epp_host::Host;
+
+use super::saturation::{pod_saturated, pool_room, PodLoad, PoolRoom};
+use crate::worker::Worker;
+
+/// Calls `f` with every pod's load as of `now`; `None` if the worker state is busy.
+pub fn with_pods<R>(
+    worker: &Worker,
+    host: &dyn Host,
+    now: u64,
+    f: impl FnOnce(&[PodLoad<'_>], &WorkerInflight) -> R,
+) -> Option<R> {
+    let mut cache = worker.table.try_borrow_mut().ok()?;
+    if cache.table().is_none() {
+        worker.refresh_table(&mut cache, host);
+    }
+    // As the decision does: a table the pool service stopped refreshing long ago no
+    // longer says who is in the pool.
+    let expired =
+        cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) > worker.config.fail_open_max_age_ms);
+    let table = if expired { None } else { cache.table() };
+    let mut inflight = worker.inflight.try_borrow_mut().ok()?;
+    inflight.refresh_others(host, now);
+    let pods: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
+        Some(table) => table
+            .pods
+            .iter()
+            .map(|pod| PodLoad {
+                address: pod.address.as_str(),
+                known: true,
+                healthy: pod.healthy,
+                fresh: now.saturating_sub(pod.last_success_ms) <= worker.config.stale_after_ms,
+                waiting: pod.waiting,
+                kv_usage: pod.kv_usage,
+                inflight: inflight.count(pod.address.as_str()),
+            })
+            .collect(),
+        None => worker
+            .fallback_pool
+            .iter()
+            .map(|address| PodLoad {
+                address: address.as_str(),
+                known: false,
+                healthy: true,
+                fresh: false,
+                waiting: 0.0,
+                kv_usage: None,
+                inflight: inflight.count(address.as_str()),
+            })
+            .collect(),
+    };
+    Some(f(&pods, &inflight))
+}
+
+/// Sets the saturation gauges: per pod (0/1) and for the pool.
+pub fn publish_saturation(worker: &Worker, host: &dyn Host, now: u64) {
+    let metrics = &worker.stats.metrics;
+    let stats = &worker.flow.stats;
+    with_pods(worker, host, now, |pods, _| {
+        let config = &worker.config.flow_control;
+        for pod in pods {
+            stats.saturation(metrics, pod.address, pod_saturated(pod, &worker.config.saturation, config));
+        }
+        let room = pool_room(pods, &worker.config.saturation, config);
+        stats.pool_saturated(metrics, !matches!(room, PoolRoom::Free(_)));
+    });
+}

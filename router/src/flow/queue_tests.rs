@@ -1,0 +1,166 @@
+use super::*;
+
+const ROOMY: QueueLimits = QueueLimits {
+    band_requests: 100,
+    band_bytes: 1 << 20,
+    total_requests: 100,
+    total_bytes: 1 << 20,
+    flows_per_band: 8,
+};
+
+fn entry(id: u32, flow: u64, at: u64) -> Entry<()> {
+    Entry { id, flow, bytes: 10, enqueued_ms: at, deadline_ms: at + 1_000, payload: () }
+}
+
+fn drain(queue: &mut WaitQueue<()>) -> Vec<u32> {
+    std::iter::from_fn(|| queue.pop_next().map(|left| left.entry.id)).collect()
+}
+
+#[test]
+fn higher_bands_leave_first_then_fcfs() {
+    let mut queue = WaitQueue::new(ROOMY);
+    for (id, priority) in [(1, 0), (2, -1), (3, 2), (4, 0), (5, 2)] {
+        assert!(matches!(queue.push(priority, entry(id, 7, u64::from(id))), Admission::Queued));
+    }
+    assert_eq!(drain(&mut queue), [3, 5, 1, 4, 2]);
+    assert!(queue.is_empty());
+    assert_eq!(queue.bytes(), 0);
+}
+
+#[test]
+fn flows_take_turns_inside_a_band() {
+    // Tenant A queues four times as many as tenant B; while both wait they alternate.
+    let mut queue = WaitQueue::new(ROOMY);
+    let mut id = 0;
+    for round in 0..5 {
+        for _ in 0..4 {
+            id += 1;
+            queue.push(0, entry(id, 1, round));
+        }
+        id += 1;
+        queue.push(0, entry(id + 1000, 2, round));
+    }
+    let order = drain(&mut queue);
+    let tenant_b: Vec<usize> = order.iter().enumerate().filter(|(_, id)| **id > 1000).map(|(i, _)| i).collect();
+    assert_eq!(tenant_b, [1, 3, 5, 7, 9], "B gets every other turn while it waits: {order:?}");
+}
+
+#[test]
+fn caps_refuse_and_sheddable_work_is_evicted_for_higher_priority() {
+    let limits = QueueLimits { total_requests: 3, ..ROOMY };
+    let mut queue = WaitQueue::new(limits);
+    queue.push(-1, entry(1, 1, 1));
+    queue.push(-1, entry(2, 1, 2));
+    queue.push(0, entry(3, 1, 3));
+    assert!(matches!(queue.push(-1, entry(4, 1, 4)), Admission::Full(_)), "sheddable cannot evict its own band");
+    match queue.push(2, entry(5, 1, 5)) {
+        Admission::QueuedEvicting(left) => assert_eq!(left.iter().map(|l| l.entry.id).collect::<Vec<_>>(), [2]),
+        other => panic!("expected an eviction, got {other:?}"),
+    }
+    queue.push(1, entry(6, 1, 6));
+    assert!(matches!(queue.push(0, entry(7, 1, 7)), Admission::Full(_)), "no sheddable left to evict");
+    assert_eq!(drain(&mut queue), [5, 6, 3]);
+
+    let band_full = QueueLimits { band_requests: 1, ..ROOMY };
+    let mut queue = WaitQueue::new(band_full);
+    queue.push(0, entry(1, 1, 1));
+    assert!(matches!(queue.push(0, entry(2, 1, 2)), Admission::Full(_)));
+    assert!(matches!(queue.push(1, entry(3, 1, 3)), Admission::Queued), "other bands have their own cap");
+}
+
+#[test]
+fn byte_caps_hold() {
+    let limits = QueueLimits { total_bytes: 25, ..ROOMY };
+    let mut queue = WaitQueue::new(limits);
+    queue.push(0, entry(1, 1, 1));
+    queue.push(0, entry(2, 1, 2));
+    assert!(matches!(queue.push(0, entry(3, 1, 3)), Admission::Full(_)));
+    assert_eq!(queue.bytes(), 20);
+}
+
+#[test]
+fn removal_and_expiry_keep_counts_and_turns_right() {
+    let mut queue = WaitQueue::new(ROOMY);
+    queue.push(0, entry(1, 1, 0));
+    queue.push(0, entry(2, 2, 500));
+    queue.push(0, entry(3, 3, 0));
+    queue.push(-1, entry(4, 1, 0));
+    assert_eq!(queue.remove(2).map(|l| l.entry.id), Some(2));
+    assert!(queue.remove(2).is_none(), "removing twice is harmless");
+    let mut expired = Vec::new();
+    queue.expire(1_000, &mut expired);
+    let mut ids: Vec<u32> = expired.iter().map(|l| l.entry.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 3, 4]);
+    assert!(queue.is_empty());
+    assert_eq!(queue.bands().count(), 0);
+}
+
+#[test]
+fn flows_beyond_the_cap_share_one_flow() {
+    let limits = QueueLimits { flows_per_band: 2, ..ROOMY };
+    let mut queue = WaitQueue::new(limits);
+    for tenant in 0..5u64 {
+        queue.push(0, entry(tenant as u32 + 1, tenant, tenant));
+    }
+    // Flows 0 and 1 are their own; 2, 3 and 4 share the overflow flow (FCFS inside it).
+    assert_eq!(drain(&mut queue), [1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn against_a_simple_oracle_counts_never_drift() {
+    // Random pushes, pops, removals and expiries; the totals always equal the sum of what
+    // is inside, and nothing is lost or duplicated.
+    let mut queue = WaitQueue::new(QueueLimits { total_requests: 40, band_requests: 15, ..ROOMY });
+    let mut inside = std::collections::BTreeSet::new();
+    let mut seed = 0x2545_f491_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for step in 0..20_000u32 {
+        let choice = next() % 10;
+        if choice < 5 {
+            let priority = (next() % 5) as i32 - 2;
+            let e = Entry {
+                id: step,
+                flow: next() % 4,
+                bytes: 10,
+                enqueued_ms: u64::from(step),
+                deadline_ms: u64::from(step) + 50,
+                payload: (),
+            };
+            match queue.push(priority, e) {
+                Admission::Queued => {
+                    inside.insert(step);
+                }
+                Admission::QueuedEvicting(left) => {
+                    inside.insert(step);
+                    for l in left {
+                        assert!(inside.remove(&l.entry.id));
+                    }
+                }
+                Admission::Full(_) => {}
+            }
+        } else if choice < 7 {
+            if let Some(left) = queue.pop_next() {
+                assert!(inside.remove(&left.entry.id));
+            }
+        } else if choice < 9 {
+            let id = step.saturating_sub((next() % 30) as u32);
+            assert_eq!(queue.remove(id).is_some(), inside.remove(&id));
+        } else {
+            let mut out = Vec::new();
+            queue.expire(u64::from(step), &mut out);
+            for left in out {
+                assert!(inside.remove(&left.entry.id));
+            }
+        }
+        assert_eq!(queue.len(), inside.len());
+        assert_eq!(queue.bytes(), 10 * inside.len() as u64);
+        assert_eq!(queue.bands().map(|(_, n, _)| n as usize).sum::<usize>(), inside.len());
+        assert!(queue.len() <= 40);
+    }
+}

@@ -1,0 +1,221 @@
+//! Admitting, holding and releasing requests (see the module docs of [`crate::flow`]).
+//!
+//! A held request is released from a callback that is not its own: the root's tick, or
+//! the end of another request on this worker. Envoy lets that callback act on the held
+//! stream after `set_effective_context` (its headers are still held, so the destination
+//! header can be written), and defers the `continue_stream` and any local reply until the
+//! callback returns, so nothing re-enters the plugin meanwhile.
+
+use std::rc::Rc;
+
+use picker::address::PodAddress;
+use picker::request::parse_request;
+use wasm_epp_host::Host;
+
+use super::answer::{answer, answer_pending};
+use super::pods::{publish_saturation, with_pods};
+use super::queue::{Admission, Entry, Left};
+use super::saturation::{pool_room, PoolRoom};
+use super::stats::DropReason;
+use super::{Fate, Held};
+use crate::decision::{decide, Outcome, Prompt};
+use crate::worker::Worker;
+
+/// What the stream does with a request whose body has been read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// Nothing waits and the pool has room: route it now, as without flow control.
+    RouteNow,
+    /// It must wait: hold it (see [`hold`]).
+    Wait,
+}
+
+/// The pool's room and this worker's share of it, as of now.
+struct Look {
+    room: PoolRoom,
+    /// Places this worker may still fill (its share minus its own in flight).
+    local_room: u32,
+    slot: Option<usize>,
+}
+
+pub fn admit(worker: &Worker, host: &dyn Host) -> Admitted {
+    if worker.flow.waiting() > 0 {
+        // Others wait already: this one goes to the back of its line.
+        return Admitted::Wait;
+    }
+    match look(worker, host, host.now_ms()) {
+        Some(Look { room: PoolRoom::Free(_), local_room, .. }) if local_room > 0 => {
+            worker.stats.increment(worker.flow.stats.direct);
+            Admitted::RouteNow
+        }
+        _ => Admitted::Wait,
+    }
+}
+
+/// Queues `held`; answers 429 at once if its band or the queue is full. Sheddable
+/// requests evicted to make room are answered on the next tick (answering another stream
+/// from this one's callback would change how Envoy reads this callback's answer).
+pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flow: u64) -> bool {
+    let config = &worker.config.flow_control;
+    let now = host.now_ms();
+    let bytes = held.body.len() as u64;
+    let entry = Entry {
+        id: held.context_id,
+        flow,
+        bytes,
+        enqueued_ms: now,
+        deadline_ms: now + config.ttl_for(priority),
+        payload: held,
+    };
+    let Ok(mut queue) = worker.flow.queue.try_borrow_mut() else { return false };
+    let admission = queue.push(priority, entry);
+    drop(queue);
+    let metrics = &worker.stats.metrics;
+    match admission {
+        Admission::Full(entry) => {
+            let left = Left { priority, entry };
+            answer(worker, host, &left, DropReason::Capacity, false);
+            return false;
+        }
+        Admission::QueuedEvicting(evicted) => {
+            for left in &evicted {
+                worker.flow.stats.band_left(metrics, left.priority, left.entry.bytes);
+            }
+            if let Ok(mut pending) = worker.flow.pending.try_borrow_mut() {
+                pending.extend(evicted.into_iter().map(|left| (left, DropReason::Evicted)));
+            }
+        }
+        Admission::Queued => {}
+    }
+    metrics.increment(worker.flow.stats.queued);
+    worker.flow.stats.band_entered(metrics, priority, bytes);
+    set_tick(worker, host, true);
+    true
+}
+
+/// Its client went away while it waited: out of the queue at once.
+pub fn abandon(worker: &Worker, context_id: u32) {
+    let Ok(mut queue) = worker.flow.queue.try_borrow_mut() else { return };
+    if let Some(left) = queue.remove(context_id) {
+        let metrics = &worker.stats.metrics;
+        worker.flow.stats.band_left(metrics, left.priority, left.entry.bytes);
+        worker.flow.stats.dropped(metrics, DropReason::ClientGone);
+    }
+}
+
+/// The root's tick: answer evicted and expired requests, release what fits, tell the
+/// other workers whether this one waits, and set the tick period.
+pub fn on_tick(worker: &Worker, host: &dyn Host) {
+    if !worker.config.flow_control.enabled {
+        return;
+    }
+    let now = host.now_ms();
+    answer_pending(worker, host);
+    let mut expired = Vec::new();
+    if let Ok(mut queue) = worker.flow.queue.try_borrow_mut() {
+        queue.expire(now, &mut expired);
+    }
+    if !expired.is_empty() {
+        let no_pods = matches!(look(worker, host, now), Some(Look { room: PoolRoom::NoPods, .. }));
+        let reason = if no_pods { DropReason::NoPods } else { DropReason::TtlExpired };
+        for left in &expired {
+            worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
+            answer(worker, host, left, reason, true);
+        }
+    }
+    release_ready(worker, host);
+    let waiting = worker.flow.waiting();
+    let slot = worker.inflight.try_borrow().ok().and_then(|i| i.slot());
+    if let Ok(mut share) = worker.flow.share.try_borrow_mut() {
+        share.sync(host, slot, u32::try_from(waiting).unwrap_or(u32::MAX), now);
+    }
+    if waiting > 0 || worker.flow.fast_tick.get() {
+        publish_saturation(worker, host, now);
+    }
+    set_tick(worker, host, waiting > 0);
+}
+
+/// Releases waiting requests while the pool has room and this worker has share left, at
+/// most `release_per_tick` at a time.
+pub fn release_ready(worker: &Worker, host: &dyn Host) {
+    if !worker.config.flow_control.enabled || worker.flow.waiting() == 0 {
+        return;
+    }
+    let now = host.now_ms();
+    let Some(look) = look(worker, host, now) else { return };
+    let PoolRoom::Free(free) = look.room else { return };
+    let budget = free.min(look.local_room).min(worker.config.flow_control.release_per_tick);
+    for _ in 0..budget {
+        let next = worker.flow.queue.try_borrow_mut().ok().and_then(|mut q| q.pop_next());
+        let Some(left) = next else { break };
+        worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
+        release_one(worker, host, &left, now, look.slot);
+    }
+}
+
+/// Routes one held request as of now and resumes its stream.
+fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64, slot: Option<usize>) {
+    let held = &left.entry.payload;
+    if *held.fate.borrow() != Fate::Waiting {
+        return;
+    }
+    if host.set_effective_context(held.context_id).is_err() {
+        // Envoy no longer knows the stream: its client is gone.
+        *held.fate.borrow_mut() = Fate::Answered;
+        worker.flow.stats.dropped(&worker.stats.metrics, DropReason::ClientGone);
+        return;
+    }
+    let request = parse_request(&held.body, held.endpoint).ok();
+    let prompt = Prompt { request: request.as_ref(), endpoint: held.endpoint, session: held.session, sheddable: false };
+    match decide(worker, host, &prompt) {
+        Outcome::Routed { address, destination } => {
+            if let Err(error) = host.set_request_header(&worker.config.destination_header, destination.as_bytes()) {
+                log::error!("wasm-epp: cannot set destination header on a released request: {error}");
+                finish_inflight(worker, host, &address);
+                answer(worker, host, left, DropReason::NoRoute, true);
+                return;
+            }
+            *held.fate.borrow_mut() = Fate::Routed(address);
+            worker.flow.stats.released_after(&worker.stats.metrics, now.saturating_sub(left.entry.enqueued_ms), slot);
+            if let Err(error) = host.resume_request(held.context_id) {
+                log::warn!("wasm-epp: cannot resume a released request: {error}");
+            }
+        }
+        Outcome::Shed | Outcome::NoPod(_) => answer(worker, host, left, DropReason::NoRoute, true),
+    }
+}
+
+fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress) {
+    if let Ok(mut inflight) = worker.inflight.try_borrow_mut() {
+        let now = host.now_ms();
+        inflight.finished(address.as_str(), now);
+        inflight.publish_now(host, now);
+    }
+}
+
+/// The pool's room and this worker's share of it.
+fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
+    with_pods(worker, host, now, |pods, inflight| {
+        let config = &worker.config.flow_control;
+        let room = pool_room(pods, &worker.config.saturation, config);
+        let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
+        let limit = worker.flow.share.try_borrow().map_or(capacity, |share| share.local_limit(capacity, true));
+        Look { room, local_room: limit.saturating_sub(inflight.local_total()), slot: inflight.slot() }
+    })
+}
+
+/// Ticks fast while anything waits (releases and TTLs are checked on the tick), at the
+/// normal period otherwise.
+fn set_tick(worker: &Worker, host: &dyn Host, fast: bool) {
+    if worker.flow.fast_tick.get() == fast {
+        return;
+    }
+    let period = if fast {
+        worker.config.flow_control.waiting_tick_ms
+    } else {
+        crate::configure::tick_period_ms(&worker.config)
+    };
+    if host.set_tick_period_ms(period).is_ok() {
+        worker.flow.fast_tick.set(fast);
+    }
+}

@@ -1,0 +1,115 @@
+//! The saturation detector: which pods have room for one more request, and how much room
+//! the pool has in all.
+//!
+//! A pod has room when the requests this gateway has in flight to it (every worker, exact
+//! within a publish) are below `max_inflight_per_pod` and its polled metrics do not say it
+//! is saturated (queue or KV cache at the `saturation` thresholds, see
+//! `picker::saturation`). The in-flight bound is what paces releases: metrics are up to a
+//! poll interval old, so a burst released on "the queue looked short" alone would overshoot;
+//! the counts move with every release. Pods whose metrics are stale count per
+//! `flow_control.stale_metrics`; pods the pool service saw failing have no room.
+
+use picker::config::{FlowControlConfig, StaleMetricsPolicy};
+use picker::saturation::SaturationLimits;
+use picker::scheduler::Candidate;
+
+/// One pod as the detector reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct PodLoad<'a> {
+    pub address: &'a str,
+    /// The pool service has data for it (a static-pool pod without a table has none).
+    pub known: bool,
+    pub healthy: bool,
+    /// Its metrics are recent (within `stale_after_ms`).
+    pub fresh: bool,
+    pub waiting: f64,
+    pub kv_usage: Option<f64>,
+    pub inflight: u32,
+}
+
+/// What the pool can take now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolRoom {
+    /// No pod at all (scale from zero: requests wait for one to appear).
+    NoPods,
+    /// Every pod is saturated.
+    Saturated,
+    /// This many more requests fit before every pod is at its in-flight bound.
+    Free(u32),
+}
+
+/// Whether `pod` is saturated under the flow-control rules.
+pub fn pod_saturated(pod: &PodLoad<'_>, limits: &SaturationLimits, flow: &FlowControlConfig) -> bool {
+    if pod.inflight >= flow.max_inflight_per_pod {
+        return true;
+    }
+    if !pod.known {
+        // A static-pool pod without data: only the in-flight bound applies.
+        return false;
+    }
+    if !pod.healthy {
+        // The pool service saw it failing: releasing to it would only fail.
+        return true;
+    }
+    if !pod.fresh {
+        return flow.stale_metrics == StaleMetricsPolicy::Saturated;
+    }
+    let candidate = Candidate::with_load(pod.address, true, pod.waiting, pod.kv_usage, pod.inflight);
+    limits.is_saturated(&candidate)
+}
+
+/// The pool's room: the sum of the free in-flight places of every pod that has room.
+pub fn pool_room(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowControlConfig) -> PoolRoom {
+    if pods.is_empty() {
+        return PoolRoom::NoPods;
+    }
+    let free = pods
+        .iter()
+        .filter(|pod| !pod_saturated(pod, limits, flow))
+        .map(|pod| flow.max_inflight_per_pod.saturating_sub(pod.inflight))
+        .fold(0u32, u32::saturating_add);
+    if free == 0 {
+        PoolRoom::Saturated
+    } else {
+        PoolRoom::Free(free)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(fresh: bool, waiting: f64, kv: f64, inflight: u32) -> PodLoad<'static> {
+        PodLoad { address: "10.0.0.1:8000", known: true, healthy: true, fresh, waiting, kv_usage: Some(kv), inflight }
+    }
+
+    fn flow(policy: StaleMetricsPolicy) -> FlowControlConfig {
+        FlowControlConfig { max_inflight_per_pod: 4, stale_metrics: policy, ..FlowControlConfig::default() }
+    }
+
+    #[test]
+    fn room_is_the_free_inflight_places_of_unsaturated_pods() {
+        let limits = SaturationLimits::default();
+        let config = flow(StaleMetricsPolicy::Ignore);
+        let pods = [pod(true, 0.0, 0.1, 1), pod(true, 9.0, 0.1, 0), pod(true, 0.0, 0.95, 0), pod(true, 0.0, 0.1, 4)];
+        assert_eq!(pool_room(&pods, &limits, &config), PoolRoom::Free(3), "queue, KV and in-flight each saturate");
+        assert_eq!(pool_room(&pods[1..], &limits, &config), PoolRoom::Saturated);
+        assert_eq!(pool_room(&[], &limits, &config), PoolRoom::NoPods);
+    }
+
+    #[test]
+    fn stale_metrics_follow_the_policy() {
+        let limits = SaturationLimits::default();
+        let stale = [pod(false, 99.0, 1.0, 1)];
+        assert_eq!(pool_room(&stale, &limits, &flow(StaleMetricsPolicy::Ignore)), PoolRoom::Free(3));
+        assert_eq!(pool_room(&stale, &limits, &flow(StaleMetricsPolicy::Saturated)), PoolRoom::Saturated);
+        let unknown = [PodLoad { known: false, fresh: false, ..stale[0] }];
+        assert_eq!(
+            pool_room(&unknown, &limits, &flow(StaleMetricsPolicy::Saturated)),
+            PoolRoom::Free(3),
+            "a static pool without data is bounded by in-flight counts only"
+        );
+        let failing = [PodLoad { healthy: false, ..pod(false, 0.0, 0.0, 0) }];
+        assert_eq!(pool_room(&failing, &limits, &flow(StaleMetricsPolicy::Ignore)), PoolRoom::Saturated);
+    }
+}

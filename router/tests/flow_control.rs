@@ -1,0 +1,175 @@
+//! Flow control on one worker, natively: hold, release in order, TTL, disconnect, no pods.
+
+mod common;
+
+use common::{completion, Bench, COMPLETIONS};
+use wasm_epp_host::Host;
+use wasm_epp_router::{RequestStream, Step};
+
+const ONE_POD: [(&str, f64); 1] = [("10.0.0.1:8000", 0.0)];
+
+fn config(extra: &str) -> String {
+    config_with(1, extra)
+}
+
+fn config_with(max_inflight_per_pod: u32, extra: &str) -> String {
+    format!(
+        r#"{{"fallback_destinations": 0, "flow_control": {{"enabled": true,
+            "max_inflight_per_pod": {max_inflight_per_pod}, "ttl_ms": 1000, "sheddable_ttl_ms": 200 {extra}}}}}"#
+    )
+}
+
+/// Sends headers and body of a request on context `id`; returns the stream and its body step.
+fn send(bench: &Bench, id: u32, headers: &[(&str, &str)], prompt: &str) -> (RequestStream, Step) {
+    let mut all: Vec<(&str, &str)> = COMPLETIONS.to_vec();
+    all.extend_from_slice(headers);
+    let body = completion(prompt);
+    bench.host.set_request(&all, body.as_bytes());
+    let mut stream = RequestStream::for_context(bench.worker.clone(), id);
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    let step = stream.on_request_body(&bench.host, body.len(), true);
+    (stream, step)
+}
+
+fn resumed(bench: &Bench) -> Vec<u32> {
+    std::mem::take(&mut *bench.host.resumed.borrow_mut())
+}
+
+#[test]
+fn with_room_a_request_goes_on_at_once_and_without_it_waits_until_one_ends() {
+    let bench = Bench::new(&config(""));
+    bench.publish(1, &ONE_POD);
+    let (mut first, step) = send(&bench, 1, &[], "first");
+    assert_eq!(step, Step::Continue, "room: routed directly");
+    let (mut second, step) = send(&bench, 2, &[], "second");
+    assert_eq!(step, Step::Pause, "the pod has its one request in flight: held");
+    assert!(bench.host.replies.borrow().is_empty(), "held, not answered");
+    bench.host.headers.borrow_mut().clone_from(&Default::default());
+    first.on_log(&bench.host);
+    assert_eq!(resumed(&bench), [2], "the end of the first releases the second at once");
+    assert_eq!(bench.host.header("x-gateway-destination-endpoint").as_deref(), Some("10.0.0.1:8000"));
+    assert_eq!(bench.host.effective_context.get(), Some(2), "the header went to the held stream");
+    assert_eq!(bench.worker.inflight.borrow().count("10.0.0.1:8000"), 1);
+    second.on_log(&bench.host);
+    assert_eq!(bench.worker.inflight.borrow().count("10.0.0.1:8000"), 0, "the released one's count is released too");
+    assert_eq!(bench.stat("wasm_epp.flow.released"), 1);
+    assert_eq!(bench.stat("wasm_epp.flow.dispatched_directly"), 1);
+}
+
+#[test]
+fn release_order_is_priority_then_turns_between_tenants() {
+    let bench = Bench::new(&config(""));
+    bench.publish(1, &ONE_POD);
+    let (mut busy, _) = send(&bench, 1, &[], "busy");
+    let arrivals: [(u32, &str, &str); 6] =
+        [(10, "0", "a"), (11, "0", "a"), (12, "0", "a"), (13, "-1", "a"), (14, "0", "b"), (15, "2", "c")];
+    let mut streams = std::collections::BTreeMap::new();
+    for (id, priority, tenant) in arrivals {
+        let headers = [("x-gateway-inference-priority", priority), ("x-llm-d-inference-fairness-id", tenant)];
+        let (stream, step) = send(&bench, id, &headers, &format!("p{id}"));
+        assert_eq!(step, Step::Pause);
+        streams.insert(id, stream);
+    }
+    busy.on_log(&bench.host);
+    let mut order = resumed(&bench);
+    while let Some(last) = order.last().copied().filter(|_| order.len() < arrivals.len()) {
+        // The released one ends, freeing the one place: the next in line follows.
+        streams.get_mut(&last).unwrap().on_log(&bench.host);
+        let next = resumed(&bench);
+        assert_eq!(next.len(), 1, "one place, one release: {next:?}");
+        order.extend(next);
+    }
+    assert_eq!(order, [15, 10, 14, 11, 12, 13], "critical, then a and b alternate, sheddable last");
+}
+
+#[test]
+fn a_request_that_waits_its_ttl_gets_429_with_the_reason_and_sheddable_ones_go_first() {
+    let bench = Bench::new(&config(""));
+    bench.publish(1, &ONE_POD);
+    let (_busy, _) = send(&bench, 1, &[], "busy");
+    let (_standard, _) = send(&bench, 2, &[], "standard");
+    let (_sheddable, _) = send(&bench, 3, &[("x-gateway-inference-priority", "-1")], "sheddable");
+    bench.host.advance(250);
+    bench.heartbeat();
+    bench.tick();
+    let replies = bench.host.replies.borrow().clone();
+    assert_eq!(replies.len(), 1, "only the sheddable one has passed its TTL: {replies:?}");
+    assert_eq!(replies[0].status, 429);
+    assert!(replies[0].headers.contains(&("x-llm-d-request-dropped-reason".into(), "rejected-ttl-expired".into())));
+    assert_eq!(bench.host.effective_context.get(), Some(3));
+    assert_eq!(bench.host.tick_period_ms.get(), Some(5), "ticks fast while something waits");
+    bench.host.advance(800);
+    bench.heartbeat();
+    bench.tick();
+    assert_eq!(bench.host.replies.borrow().len(), 2);
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.ttl_expired"), 2);
+    assert_eq!(bench.worker.flow.waiting(), 0);
+    bench.tick();
+    assert_eq!(bench.host.tick_period_ms.get(), Some(20), "back to the normal tick when nothing waits");
+}
+
+#[test]
+fn a_client_that_goes_away_leaves_the_queue_at_once() {
+    let bench = Bench::new(&config(""));
+    bench.publish(1, &ONE_POD);
+    let (mut busy, _) = send(&bench, 1, &[], "busy");
+    let (mut gone, _) = send(&bench, 2, &[], "gone");
+    gone.on_done(&bench.host);
+    gone.on_log(&bench.host);
+    assert_eq!(bench.worker.flow.waiting(), 0);
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.client_gone"), 1);
+    busy.on_log(&bench.host);
+    assert!(resumed(&bench).is_empty(), "nothing left to release");
+    assert_eq!(bench.worker.inflight.borrow().count("10.0.0.1:8000"), 0);
+}
+
+#[test]
+fn with_no_pod_at_all_requests_wait_for_one_then_get_503() {
+    let bench = Bench::new(&config(""));
+    bench.publish(1, &[]);
+    let (_early, step) = send(&bench, 1, &[], "early");
+    assert_eq!(step, Step::Pause, "scale from zero: it waits");
+    bench.host.advance(100);
+    bench.publish(2, &ONE_POD);
+    bench.tick();
+    assert_eq!(resumed(&bench), [1], "a pod appeared: released");
+    let (_late, _) = send(&bench, 2, &[], "late");
+    bench.publish(3, &[]);
+    bench.host.advance(1_001);
+    bench.heartbeat();
+    bench.tick();
+    assert_eq!(bench.host.replies.borrow().last().map(|r| r.status), Some(503));
+}
+
+#[test]
+fn a_full_queue_refuses_and_evicts_sheddable_work_for_higher_priority() {
+    let bench = Bench::new(&config(r#", "max_queued_requests": 2"#));
+    bench.publish(1, &ONE_POD);
+    let (_busy, _) = send(&bench, 1, &[], "busy");
+    let (_s1, _) = send(&bench, 2, &[("x-gateway-inference-priority", "-1")], "s1");
+    let (_s2, _) = send(&bench, 3, &[("x-gateway-inference-priority", "-1")], "s2");
+    let (_std, step) = send(&bench, 4, &[], "standard");
+    assert_eq!(step, Step::Pause);
+    assert!(bench.host.replies.borrow().is_empty(), "the evicted one is answered on the tick");
+    bench.tick();
+    assert_eq!(bench.host.effective_context.get(), Some(3), "the newest sheddable one was evicted");
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.evicted"), 1);
+    let (_std2, _) = send(&bench, 5, &[], "standard 2");
+    let (_std3, _) = send(&bench, 6, &[], "standard 3");
+    let last = bench.host.replies.borrow().last().cloned().unwrap();
+    assert_eq!(last.status, 429);
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.capacity"), 1);
+    assert_eq!(bench.host.now_ms(), common::NOW);
+}
+
+#[test]
+fn stale_metrics_follow_the_configured_policy() {
+    for (policy, released) in [("ignore", true), ("saturated", false)] {
+        let bench = Bench::new(&config_with(4, &format!(r#", "stale_metrics": "{policy}""#)));
+        bench.publish(1, &ONE_POD);
+        bench.host.advance(6_000);
+        bench.heartbeat();
+        let (_r, step) = send(&bench, 1, &[], "stale");
+        assert_eq!(step == Step::Continue, released, "policy {policy}");
+    }
+}
