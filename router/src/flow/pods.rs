@@ -1,6 +1,7 @@
 //! The pods as the saturation detector reads them: the worker's table (or, without one,
 //! the static pool, whose pods have no data) with the in-flight counts of every worker.
 
+use picker::config::StaleMetricsPolicy;
 use picker::inflight::WorkerInflight;
 use wasm_epp_host::Host;
 
@@ -25,7 +26,7 @@ pub fn with_pods<R>(
     let table = if expired { None } else { cache.table() };
     let mut inflight = worker.inflight.try_borrow_mut().ok()?;
     inflight.refresh_others(host, now);
-    let pods: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
+    let mut pods: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
         Some(table) => table
             .pods
             .iter()
@@ -53,6 +54,16 @@ pub fn with_pods<R>(
             })
             .collect(),
     };
+    if !pods.iter().any(|pod| pod.healthy && pod.fresh) {
+        // No usable data for any pod (every scrape failing, or the pool service silent):
+        // as routing fails open, so does the detector, unless stale data means saturated.
+        let ignore = worker.config.flow_control.stale_metrics == StaleMetricsPolicy::Ignore;
+        for pod in &mut pods {
+            pod.known = !ignore;
+            pod.healthy = true;
+            pod.fresh = false;
+        }
+    }
     Some(f(&pods, &inflight))
 }
 

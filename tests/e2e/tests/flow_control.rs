@@ -1,0 +1,214 @@
+//! Flow control in a real Envoy: requests held as paused streams and released from the
+//! plugin's tick or when a request ends; priority order, TTL answers, a client leaving
+//! while it waits, fairness between tenants and between Envoy workers, staleness policy.
+//! (Scale from zero is in `flow_control_discovery.rs`.)
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use e2e::Cluster;
+use launcher::http::{self, Reply};
+use serde_json::{json, Value};
+
+const SIM: [&str; 2] = ["--time-scale", "0"];
+
+/// A cluster of `pods` pods (each answering after `latency_ms`) behind Envoy with
+/// `concurrency` workers and flow control configured with `flow` over the defaults.
+fn start(name: &str, pods: usize, concurrency: u32, latency_ms: u64, flow: Value) -> Cluster {
+    let cluster = Cluster::start(name, pods, &SIM, |options| {
+        options.concurrency = concurrency;
+        let mut flow_control = json!({"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 5000});
+        if let (Some(base), Value::Object(extra)) = (flow_control.as_object_mut(), flow) {
+            base.extend(extra);
+        }
+        options.filter_config["flow_control"] = flow_control;
+        options.filter_config["fallback_destinations"] = json!(0);
+    });
+    assert!(
+        cluster.envoy.wait_for_healthy_pods(pods as u64, Duration::from_secs(15)),
+        "{}",
+        cluster.envoy.log_tail(30)
+    );
+    for pod in &cluster.pods {
+        pod.set_faults(&json!({"extra_latency_ms": latency_ms})).unwrap();
+    }
+    cluster
+}
+
+fn send(cluster: &Cluster, headers: &[(&str, &str)], prompt: &str) -> Reply {
+    let body = json!({"model": "sim-model", "prompt": prompt, "max_tokens": 4}).to_string();
+    http::post(&cluster.envoy.url("/v1/completions"), headers, &body, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("request failed: {e}\n{}", cluster.envoy.log_tail(20)))
+}
+
+fn stat(cluster: &Cluster, name: &str) -> f64 {
+    cluster.envoy.stat(name).unwrap_or(0.0)
+}
+
+#[test]
+fn held_requests_are_released_in_priority_order_when_the_pod_frees_up() {
+    // One worker, so the one queue sees every request; one place at the pod.
+    let cluster = start("flow-priority", 1, 1, 400, json!({}));
+    let finished = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        let run = |label: &'static str, priority: &'static str, delay_ms: u64| {
+            let (cluster, finished) = (&cluster, &finished);
+            scope.spawn(move || {
+                std::thread::sleep(Duration::from_millis(delay_ms));
+                let reply = send(cluster, &[("x-gateway-inference-priority", priority)], label);
+                assert_eq!(reply.status, 200, "{label}: {}", reply.body);
+                finished.lock().unwrap().push(label);
+            });
+        };
+        run("blocker", "0", 0);
+        run("sheddable", "-1", 100);
+        run("standard", "0", 150);
+        run("critical", "2", 200);
+    });
+    let order = finished.into_inner().unwrap();
+    assert_eq!(order, ["blocker", "critical", "standard", "sheddable"], "released by priority, not arrival");
+    assert_eq!(stat(&cluster, "wasm_epp_flow_released"), 3.0);
+    assert_eq!(stat(&cluster, "wasm_epp_flow_wait_ms_count"), 3.0);
+    assert_eq!(
+        stat(&cluster, "wasm_epp_flow_band_entered{band=\"p0\"}"),
+        stat(&cluster, "wasm_epp_flow_band_left{band=\"p0\"}"),
+        "the queue is empty again"
+    );
+    cluster.assert_plugin_healthy();
+}
+
+#[test]
+fn a_request_past_its_ttl_gets_429_with_the_reason_and_sheddable_ones_expire_first() {
+    let cluster = start("flow-ttl", 1, 1, 3000, json!({"ttl_ms": 1500, "sheddable_ttl_ms": 300}));
+    std::thread::scope(|scope| {
+        scope.spawn(|| assert_eq!(send(&cluster, &[], "blocker").status, 200));
+        std::thread::sleep(Duration::from_millis(200));
+        let sheddable = scope.spawn(|| {
+            let start = Instant::now();
+            (send(&cluster, &[("x-gateway-inference-priority", "-1")], "sheddable"), start.elapsed())
+        });
+        let standard = scope.spawn(|| {
+            let start = Instant::now();
+            (send(&cluster, &[], "standard"), start.elapsed())
+        });
+        for (handle, ttl_ms, label) in [(sheddable, 300, "sheddable"), (standard, 1500, "standard")] {
+            let (reply, took) = handle.join().unwrap();
+            assert_eq!(reply.status, 429, "{label}: {}", reply.body);
+            assert_eq!(reply.header("x-llm-d-request-dropped-reason"), Some("rejected-ttl-expired"));
+            println!("{label}: 429 after {} ms (TTL {ttl_ms} ms)", took.as_millis());
+            assert!(took >= Duration::from_millis(ttl_ms), "answered before its TTL: {took:?}");
+        }
+    });
+    assert_eq!(stat(&cluster, "wasm_epp_flow_dropped{reason=\"ttl_expired\"}"), 2.0);
+}
+
+#[test]
+fn a_client_that_disconnects_while_waiting_leaves_the_queue_at_once() {
+    let cluster = start("flow-disconnect", 1, 1, 1500, json!({}));
+    std::thread::scope(|scope| {
+        let blocker = scope.spawn(|| send(&cluster, &[], "blocker"));
+        std::thread::sleep(Duration::from_millis(200));
+        let body = json!({"model": "sim-model", "prompt": "leaving", "max_tokens": 4}).to_string();
+        let mut client = TcpStream::connect(("127.0.0.1", cluster.envoy.listen_port)).unwrap();
+        let request = format!(
+            "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        client.write_all(request.as_bytes()).unwrap();
+        assert!(
+            launcher::wait_until(Duration::from_secs(2), || stat(&cluster, "wasm_epp_flow_queued") == 1.0),
+            "the request never waited"
+        );
+        drop(client);
+        assert!(
+            launcher::wait_until(Duration::from_millis(800), || {
+                stat(&cluster, "wasm_epp_flow_dropped{reason=\"client_gone\"}") == 1.0
+            }),
+            "the abandoned request was not removed while the pod was still busy"
+        );
+        assert_eq!(blocker.join().unwrap().status, 200);
+    });
+    assert_eq!(stat(&cluster, "wasm_epp_flow_released"), 0.0, "nothing was sent for the client that left");
+    cluster.assert_plugin_healthy();
+}
+
+/// Completed requests per tenant when tenant A runs `a` closed-loop clients and tenant B
+/// runs `b`, for `seconds`.
+fn closed_loop(cluster: &Cluster, a: usize, b: usize, seconds: u64) -> (usize, usize, usize) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let counts = std::sync::Mutex::new((0usize, 0usize, 0usize));
+    std::thread::scope(|scope| {
+        for (tenant, clients) in [("a", a), ("b", b)] {
+            for client in 0..clients {
+                let counts = &counts;
+                scope.spawn(move || {
+                    let mut i = 0;
+                    while Instant::now() < deadline {
+                        i += 1;
+                        let reply = send(
+                            cluster,
+                            &[("x-llm-d-inference-fairness-id", tenant)],
+                            &format!("{tenant}{client} {i}"),
+                        );
+                        let mut counts = counts.lock().unwrap();
+                        match (reply.status, tenant) {
+                            (200, "a") => counts.0 += 1,
+                            (200, _) => counts.1 += 1,
+                            _ => counts.2 += 1,
+                        }
+                    }
+                });
+            }
+        }
+    });
+    counts.into_inner().unwrap()
+}
+
+fn jain(values: &[f64]) -> f64 {
+    let sum: f64 = values.iter().sum();
+    let squares: f64 = values.iter().map(|v| v * v).sum();
+    sum * sum / (values.len() as f64 * squares)
+}
+
+#[test]
+fn backlogged_tenants_share_equally_though_one_sends_four_times_as_much() {
+    let cluster = start("flow-tenants", 1, 1, 100, json!({"max_inflight_per_pod": 2}));
+    let (a, b, failed) = closed_loop(&cluster, 12, 3, 5);
+    let index = jain(&[a as f64, b as f64]);
+    println!("tenants: a {a} completed (12 clients), b {b} (3 clients), {failed} failed; Jain's index {index:.3}");
+    assert_eq!(failed, 0, "every request answered 200");
+    assert!(index >= 0.9, "a {a} vs b {b}: Jain's index {index:.3}");
+}
+
+#[test]
+fn two_workers_with_queues_do_not_starve_each_other() {
+    // Two Envoy workers; each client opens a new connection per request, so the kernel
+    // spreads them over both workers' queues.
+    let cluster = start("flow-workers", 1, 2, 100, json!({"max_inflight_per_pod": 2}));
+    let (a, b, failed) = closed_loop(&cluster, 8, 8, 5);
+    assert_eq!(failed, 0);
+    let w0 = stat(&cluster, "wasm_epp_flow_released_by_worker{worker=\"w0\"}");
+    let w1 = stat(&cluster, "wasm_epp_flow_released_by_worker{worker=\"w1\"}");
+    let released = w0 + w1;
+    println!("workers: released w0 {w0}, w1 {w1}; completed a {a}, b {b}");
+    assert!(released > 20.0, "requests waited and were released: {released}");
+    assert!(w0.min(w1) / released >= 0.3, "both workers' queues are served: w0 {w0}, w1 {w1}");
+    assert!(jain(&[w0, w1]) >= 0.9, "w0 {w0} vs w1 {w1}");
+}
+
+#[test]
+fn stale_metrics_count_as_saturated_only_when_configured() {
+    for (policy, expected) in [("ignore", 200), ("saturated", 429)] {
+        let cluster = Cluster::start(&format!("flow-stale-{policy}"), 1, &SIM, |options| {
+            options.filter_config["flow_control"] =
+                json!({"enabled": true, "stale_metrics": policy, "ttl_ms": 500, "max_inflight_per_pod": 4});
+            if let Some(poller) = options.poller_config.as_mut() {
+                poller["metrics_path"] = "/no-metrics-here".into();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let reply = send(&cluster, &[], "no metrics");
+        assert_eq!(reply.status, expected, "policy {policy}: {}", reply.body);
+    }
+}
