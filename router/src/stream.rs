@@ -154,14 +154,15 @@ impl RequestStream {
             }
         };
         match parse_request(&body, self.endpoint) {
-            Ok(request) => match self.flow_class {
-                Some(class) if crate::flow::admit(&self.worker, host) == crate::flow::Admitted::Wait => {
-                    let priority = class.priority(&self.worker.config.flow_control, request.model.as_deref());
-                    drop(request);
-                    self.hold(host, priority, class.flow, body)
+            Ok(request) => {
+                let Some(class) = self.flow_class else { return self.route(host, Some(&request)) };
+                let priority = class.priority(&self.worker.config.flow_control, request.model.as_deref());
+                if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
+                    return self.route(host, Some(&request));
                 }
-                _ => self.route(host, Some(&request)),
-            },
+                drop(request);
+                self.hold(host, priority, class.flow, body)
+            }
             Err(error) => {
                 self.worker.stats.increment(self.worker.stats.body_invalid);
                 if self.worker.config.invalid_body == InvalidBodyPolicy::Reject {

@@ -173,3 +173,18 @@ fn stale_metrics_follow_the_configured_policy() {
         assert_eq!(step == Step::Continue, released, "policy {policy}");
     }
 }
+
+#[test]
+fn reserved_places_are_left_to_higher_priorities() {
+    let bench = Bench::new(&config_with(2, r#", "reserved_per_pod": 1, "reserved_min_priority": 1"#));
+    bench.publish(1, &ONE_POD);
+    let (_standard, step) = send(&bench, 1, &[], "standard");
+    assert_eq!(step, Step::Continue, "one place below the reserve");
+    let (mut waiting, step) = send(&bench, 2, &[], "standard 2");
+    assert_eq!(step, Step::Pause, "the last place is reserved");
+    let (mut critical, step) = send(&bench, 3, &[("x-gateway-inference-priority", "2")], "critical");
+    assert_eq!(step, Step::Continue, "a critical request takes the reserved place at once");
+    critical.on_log(&bench.host);
+    assert!(resumed(&bench).is_empty(), "the freed place is reserved again: the standard one still waits");
+    waiting.on_done(&bench.host);
+}

@@ -68,4 +68,27 @@ pub struct Options {
         default_value = "wasm-epp-x1,wasm-epp-x2,wasm-epp-x4,wasm-epp-x2-no-peering,wasm-epp-x4-no-peering,wasm-epp-x4-least-recent,envoy-round-robin"
     )]
     pub replica_targets: Vec<ReplicaTarget>,
+    /// Run only workload j, the overload with flow control (issue 16); results go to
+    /// `<out-dir>/flow-control.{json,md}`.
+    #[arg(long)]
+    pub flow_only: bool,
+    /// Seconds of overload in workload j.
+    #[arg(long, default_value_t = 60)]
+    pub flow_seconds: u64,
+    /// Offered load of workload j as a multiple of the measured capacity.
+    #[arg(long, default_value_t = 2.0)]
+    pub flow_load: f64,
+    /// Targets of workload j, in this order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "wasm-epp-flow,wasm-epp,envoy-round-robin,envoy-least-request,vllm-router-cache-aware"
+    )]
+    pub flow_targets: Vec<crate::flow::FlowTarget>,
+    /// wasm-epp's `flow_control.max_inflight_per_pod` in workload j (the pods run 8 sequences).
+    #[arg(long, default_value_t = 8)]
+    pub flow_max_inflight: usize,
+    /// wasm-epp's `flow_control.reserved_per_pod` in workload j (places kept for critical).
+    #[arg(long, default_value_t = 0)]
+    pub flow_reserved: usize,
 }

@@ -65,6 +65,11 @@ pub struct FlowControlConfig {
     pub release_per_tick: u32,
     /// Tick period while requests wait (releases and TTLs are checked on the tick).
     pub waiting_tick_ms: u64,
+    /// In-flight places per pod kept free for requests of `reserved_min_priority` and
+    /// above: lower bands fill the pool only up to `max_inflight_per_pod - reserved_per_pod`,
+    /// so a critical request finds a place at once instead of waiting for one to end.
+    pub reserved_per_pod: u32,
+    pub reserved_min_priority: i32,
 }
 
 impl Default for FlowControlConfig {
@@ -86,6 +91,8 @@ impl Default for FlowControlConfig {
             stale_metrics: StaleMetricsPolicy::Ignore,
             release_per_tick: 16,
             waiting_tick_ms: 5,
+            reserved_per_pod: 0,
+            reserved_min_priority: 1,
         }
     }
 }
@@ -103,6 +110,12 @@ impl FlowControlConfig {
         check_range(&field("max_flows_per_band"), u64::from(self.max_flows_per_band), 1, 4_096)?;
         check_range(&field("release_per_tick"), u64::from(self.release_per_tick), 1, 4_096)?;
         check_range(&field("waiting_tick_ms"), self.waiting_tick_ms, 1, 1_000)?;
+        if self.reserved_per_pod >= self.max_inflight_per_pod {
+            return Err(format!(
+                "flow_control.reserved_per_pod = {} must be below max_inflight_per_pod = {}",
+                self.reserved_per_pod, self.max_inflight_per_pod
+            ));
+        }
         for (name, header) in [("fairness_header", &self.fairness_header), ("objective_header", &self.objective_header)]
         {
             if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {

@@ -134,6 +134,11 @@ impl<T> WaitQueue<T> {
         }
     }
 
+    /// The priority of the band the next release would come from.
+    pub fn next_priority(&self) -> Option<i32> {
+        self.bands.first().map(|band| band.priority)
+    }
+
     /// The next request to release: highest band, next flow's turn, oldest in that flow.
     pub fn pop_next(&mut self) -> Option<Left<T>> {
         let band = self.bands.first_mut()?;

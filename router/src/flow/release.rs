@@ -35,16 +35,30 @@ struct Look {
     room: PoolRoom,
     /// Places this worker may still fill (its share minus its own in flight).
     local_room: u32,
+    /// Places of the pool kept for requests of `reserved_min_priority` and above.
+    reserved: u32,
     slot: Option<usize>,
 }
 
-pub fn admit(worker: &Worker, host: &dyn Host) -> Admitted {
-    if worker.flow.waiting() > 0 {
-        // Others wait already: this one goes to the back of its line.
+impl Look {
+    /// Places a request of `priority` may take now.
+    fn free_for(&self, priority: i32, config: &picker::config::FlowControlConfig) -> u32 {
+        let PoolRoom::Free(free) = self.room else { return 0 };
+        let free = if priority >= config.reserved_min_priority { free } else { free.saturating_sub(self.reserved) };
+        free.min(self.local_room)
+    }
+}
+
+/// Whether a request of `priority` goes on at once or waits.
+pub fn admit(worker: &Worker, host: &dyn Host, priority: i32) -> Admitted {
+    let first_waiting = worker.flow.queue.try_borrow().ok().and_then(|queue| queue.next_priority());
+    if first_waiting.is_some_and(|waiting| waiting >= priority) {
+        // Requests of its band or higher wait already: it takes its place in the release
+        // order (only lower bands waiting: it would be released first anyway).
         return Admitted::Wait;
     }
     match look(worker, host, host.now_ms()) {
-        Some(Look { room: PoolRoom::Free(_), local_room, .. }) if local_room > 0 => {
+        Some(look) if look.free_for(priority, &worker.config.flow_control) > 0 => {
             worker.stats.increment(worker.flow.stats.direct);
             Admitted::RouteNow
         }
@@ -142,12 +156,20 @@ pub fn release_ready(worker: &Worker, host: &dyn Host) {
         return;
     }
     let now = host.now_ms();
-    let Some(look) = look(worker, host, now) else { return };
-    let PoolRoom::Free(free) = look.room else { return };
-    let budget = free.min(look.local_room).min(worker.config.flow_control.release_per_tick);
-    for _ in 0..budget {
-        let next = worker.flow.queue.try_borrow_mut().ok().and_then(|mut q| q.pop_next());
+    let config = &worker.config.flow_control;
+    let Some(mut look) = look(worker, host, now) else { return };
+    for _ in 0..config.release_per_tick {
+        let next = worker.flow.queue.try_borrow_mut().ok().and_then(|mut queue| {
+            // The next in release order only if its band may take a place now (lower bands
+            // leave the reserved places to higher ones).
+            let priority = queue.next_priority()?;
+            (look.free_for(priority, config) > 0).then(|| queue.pop_next()).flatten()
+        });
         let Some(left) = next else { break };
+        if let PoolRoom::Free(free) = &mut look.room {
+            *free -= 1;
+        }
+        look.local_room = look.local_room.saturating_sub(1);
         worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
         release_one(worker, host, &left, now, look.slot);
     }
@@ -200,7 +222,8 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
         let room = pool_room(pods, &worker.config.saturation, config);
         let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
         let limit = worker.flow.share.try_borrow().map_or(capacity, |share| share.local_limit(capacity, true));
-        Look { room, local_room: limit.saturating_sub(inflight.local_total()), slot: inflight.slot() }
+        let reserved = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.reserved_per_pod);
+        Look { room, local_room: limit.saturating_sub(inflight.local_total()), reserved, slot: inflight.slot() }
     })
 }
 

@@ -1,0 +1,247 @@
+//! Workload j (issue 16): the pool offered twice what it can serve for a minute, three
+//! priority classes and two tenants, with wasm-epp's flow control on and off and the peers.
+//!
+//! Steps: start the pool; on wasm-epp without flow control, measure the idle TTFT (one
+//! request at a time) and the capacity (closed loop with every engine slot busy, completed
+//! requests per second); then for each target replay the same open-loop schedule at
+//! `--flow-load` × capacity and summarize (see [`summary`]). Results go to
+//! `<out-dir>/flow-control.{json,md}`; bench/quality/plot_flow.py draws them.
+
+mod client;
+mod load;
+mod summary;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use launcher::envoy::{Envoy, EnvoyOptions};
+use serde_json::json;
+
+use self::client::{http_client, send, Http, Outcome};
+use self::load::{schedule, Class};
+use self::summary::{markdown_table, p, summarize, TargetRow};
+use crate::options::Options;
+use crate::pool::SimulatedPool;
+use crate::targets::{self, RunningTarget, TargetName};
+
+/// Two pods of eight engine slots: small enough for a shared 2-core machine at 2× load.
+const PODS: usize = 2;
+const MAX_NUM_SEQS: usize = 8;
+/// Requests measured one at a time for the idle TTFT.
+const IDLE_REQUESTS: usize = 20;
+/// How long the closed loop runs to measure capacity.
+const CAPACITY_SECONDS: u64 = 15;
+/// Flow control's TTLs in this run: standard waits up to 10 s, sheddable 1 s.
+const TTL_MS: u64 = 10_000;
+const SHEDDABLE_TTL_MS: u64 = 1_000;
+
+/// The routers compared, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlowTarget {
+    #[value(name = "wasm-epp-flow")]
+    WasmEppFlow,
+    #[value(name = "wasm-epp")]
+    WasmEpp,
+    #[value(name = "envoy-round-robin")]
+    EnvoyRoundRobin,
+    #[value(name = "envoy-least-request")]
+    EnvoyLeastRequest,
+    #[value(name = "vllm-router-cache-aware")]
+    VllmRouterCacheAware,
+}
+
+impl FlowTarget {
+    fn label(self) -> &'static str {
+        match self {
+            FlowTarget::WasmEppFlow => "wasm-epp-flow",
+            FlowTarget::WasmEpp => "wasm-epp",
+            FlowTarget::EnvoyRoundRobin => "envoy-round-robin",
+            FlowTarget::EnvoyLeastRequest => "envoy-least-request",
+            FlowTarget::VllmRouterCacheAware => "vllm-router-cache-aware",
+        }
+    }
+}
+
+pub fn run(options: &Options) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let dir = launcher::paths::run_dir("bench-flow").map_err(|e| format!("run dir: {e}"))?;
+    let out_dir = launcher::paths::workspace_root().join(&options.out_dir);
+    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+    let mut pod_args = crate::workload::pod_args(MAX_NUM_SEQS, 8_192, 4_096);
+    pod_args.extend(["--time-scale".to_string(), options.time_scale.to_string()]);
+    let pool = SimulatedPool::start(PODS, &pod_args, &dir)?;
+    let timeout = Duration::from_secs(options.request_timeout_s);
+    let vllm_router = options.vllm_router.clone().unwrap_or_else(targets::default_vllm_router);
+    let http = runtime.block_on(async { http_client() });
+
+    let flow = FlowSettings { max_inflight: options.flow_max_inflight, reserved: options.flow_reserved };
+    let calibration = start(FlowTarget::WasmEpp, &pool, &dir, &vllm_router, flow)?;
+    let url = format!("{}/v1/completions", calibration.base_url());
+    let (idle_ttft_p99, capacity) = runtime.block_on(calibrate(&http, &url, timeout));
+    drop(calibration);
+    let offered = capacity * options.flow_load;
+    println!(
+        "flow: idle TTFT p99 {idle_ttft_p99:.0} ms, capacity {capacity:.1} req/s, offering {offered:.1} req/s for {} s",
+        options.flow_seconds
+    );
+    let arrivals = schedule(offered, options.flow_seconds, options.seed);
+
+    let mut rows: Vec<TargetRow> = Vec::new();
+    let mut outcomes_by_target = Vec::new();
+    for target in &options.flow_targets {
+        pool.restart_all()?;
+        let running = match start(*target, &pool, &dir, &vllm_router, flow) {
+            Ok(running) => running,
+            Err(reason) => {
+                eprintln!("  {}: did not start: {reason}", target.label());
+                continue;
+            }
+        };
+        let url = format!("{}/v1/completions", running.base_url());
+        let started = Instant::now();
+        let outcomes = runtime.block_on(replay(&http, &url, &arrivals, timeout));
+        let seconds = started.elapsed().as_secs_f64();
+        let ttl = (*target == FlowTarget::WasmEppFlow).then_some(SHEDDABLE_TTL_MS);
+        let window_ms = options.flow_seconds * 1000;
+        let row = summarize(target.label(), &outcomes, idle_ttft_p99, ttl, seconds, window_ms);
+        println!(
+            "  {}: critical TTFT p99 / idle {}, tenants Jain {:.3}, all answered {}",
+            row.target,
+            row.critical_ttft_vs_idle.map_or("-".into(), |v| format!("{v:.2}")),
+            row.tenant_jain,
+            row.all_answered
+        );
+        rows.push(row);
+        outcomes_by_target.push((target.label(), outcomes));
+        drop(running);
+    }
+    let context = json!({
+        "workload": "j-overload", "pods": PODS, "max_num_seqs": MAX_NUM_SEQS, "time_scale": options.time_scale,
+        "seconds": options.flow_seconds, "load_factor": options.flow_load, "capacity_rps": capacity,
+        "offered_rps": offered, "requests": arrivals.len(), "idle_ttft_p99_ms": idle_ttft_p99,
+        "ttl_ms": TTL_MS, "sheddable_ttl_ms": SHEDDABLE_TTL_MS, "seed": options.seed,
+        "max_inflight_per_pod": flow.max_inflight, "reserved_per_pod": flow.reserved,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "mix_percent": {"critical": load::CRITICAL_PERCENT, "standard": load::STANDARD_PERCENT,
+            "sheddable": 100 - load::CRITICAL_PERCENT - load::STANDARD_PERCENT, "tenant_a_per_b": load::TENANT_A_PER_B},
+    });
+    write(&out_dir, &context, &rows, &outcomes_by_target)
+}
+
+/// wasm-epp's flow-control settings in this run.
+#[derive(Debug, Clone, Copy)]
+struct FlowSettings {
+    max_inflight: usize,
+    reserved: usize,
+}
+
+fn start(
+    target: FlowTarget,
+    pool: &SimulatedPool,
+    dir: &Path,
+    vllm_router: &Path,
+    flow: FlowSettings,
+) -> Result<RunningTarget, String> {
+    let addresses = pool.addresses();
+    let dir = dir.join(target.label());
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let peer = match target {
+        FlowTarget::WasmEppFlow | FlowTarget::WasmEpp => None,
+        FlowTarget::EnvoyRoundRobin => Some(TargetName::EnvoyRoundRobin),
+        FlowTarget::EnvoyLeastRequest => Some(TargetName::EnvoyLeastRequest),
+        FlowTarget::VllmRouterCacheAware => Some(TargetName::VllmRouterCacheAware),
+    };
+    if let Some(peer) = peer {
+        return targets::start(peer, &addresses, &dir, vllm_router);
+    }
+    let port = || launcher::free_port().map_err(|e| format!("no free port: {e}"));
+    let mut options = EnvoyOptions::for_pool(&addresses, port()?, port()?);
+    if target == FlowTarget::WasmEppFlow {
+        let flow_control = json!({
+            "enabled": true, "max_inflight_per_pod": flow.max_inflight, "reserved_per_pod": flow.reserved,
+            "ttl_ms": TTL_MS, "sheddable_ttl_ms": SHEDDABLE_TTL_MS,
+        });
+        if let Some(config) = options.filter_config.as_object_mut() {
+            config.insert("flow_control".into(), flow_control);
+        }
+    }
+    let envoy = Envoy::start(&options, &dir)?;
+    if !envoy.wait_for_healthy_pods(PODS as u64, Duration::from_secs(20)) {
+        eprintln!("  warning: the singleton does not see every pod healthy; running anyway");
+    }
+    Ok(RunningTarget::WasmEpp(envoy))
+}
+
+/// Idle TTFT p99 (one request at a time) and capacity (completed requests per second with
+/// every engine slot of the pool busy).
+async fn calibrate(http: &Http, url: &str, timeout: Duration) -> (f64, f64) {
+    let mut idle = Vec::new();
+    for i in 0..IDLE_REQUESTS {
+        let outcome = send(http, url, Class::Critical, load::body(1_000_000 + i as u64), timeout, 0).await;
+        idle.extend(outcome.ttft_ms);
+    }
+    let deadline = Instant::now() + Duration::from_secs(CAPACITY_SECONDS);
+    let mut clients = Vec::new();
+    for client in 0..PODS * MAX_NUM_SEQS {
+        let (http, url) = (http.clone(), url.to_string());
+        clients.push(tokio::spawn(async move {
+            let mut done = 0u64;
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                i += 1;
+                let body = load::body(2_000_000 + client as u64 * 100_000 + i);
+                if send(&http, &url, Class::Critical, body, timeout, 0).await.status == 200 {
+                    done += 1;
+                }
+            }
+            done
+        }));
+    }
+    let mut completed = 0;
+    for client in clients {
+        completed += client.await.unwrap_or(0);
+    }
+    (p(&idle, 0.99).unwrap_or(0.0), completed as f64 / CAPACITY_SECONDS as f64)
+}
+
+/// Sends every arrival at its time (open loop: nothing waits for earlier answers).
+async fn replay(http: &Http, url: &str, arrivals: &[load::Arrival], timeout: Duration) -> Vec<Outcome> {
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(arrivals.len());
+    for arrival in arrivals {
+        tokio::time::sleep_until(start + Duration::from_millis(arrival.at_ms)).await;
+        let (http, url, body, class) = (http.clone(), url.to_string(), arrival.body.clone(), arrival.class);
+        let at = arrival.at_ms;
+        tasks.push(tokio::spawn(async move { send(&http, &url, class, body, timeout, at).await }));
+    }
+    let mut outcomes = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        if let Ok(outcome) = task.await {
+            outcomes.push(outcome);
+        }
+    }
+    outcomes
+}
+
+fn write(
+    out_dir: &Path,
+    context: &serde_json::Value,
+    rows: &[TargetRow],
+    outcomes: &[(&str, Vec<Outcome>)],
+) -> Result<(), String> {
+    let per_request: serde_json::Map<String, serde_json::Value> =
+        outcomes.iter().map(|(target, list)| ((*target).to_string(), json!(list))).collect();
+    let document = json!({"context": context, "rows": rows, "requests": per_request});
+    let json_path = out_dir.join("flow-control.json");
+    let text = serde_json::to_string(&document).map_err(|e| e.to_string())?;
+    std::fs::write(&json_path, text).map_err(|e| format!("{}: {e}", json_path.display()))?;
+    let markdown = format!(
+        "# Workload j: overload with flow control (issue 16)\n\nContext: `{}`\n\n{}",
+        context,
+        markdown_table(rows)
+    );
+    let md_path = out_dir.join("flow-control.md");
+    std::fs::write(&md_path, &markdown).map_err(|e| format!("{}: {e}", md_path.display()))?;
+    println!("\n{}\nwrote {} and {}", markdown_table(rows), json_path.display(), md_path.display());
+    Ok(())
+}
