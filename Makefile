@@ -136,6 +136,15 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	./target/release/wasm-epp-bench-quality $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results
 	$(VENV)/bin/python bench/quality/plot_replicas.py bench/results
+	$(MAKE) bench-flow
+
+# `make bench-flow`: workload j only (issue 16), the 2x overload with flow control on and off
+# and the peers; about 8 minutes on 2 cores. Results and plots in bench/results/flow-control/.
+.PHONY: bench-flow
+bench-flow: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
+	$(CARGO) build --release -p bench-quality
+	./target/release/wasm-epp-bench-quality --flow-only --out-dir bench/results/flow-control $(FLOW_BENCH_ARGS)
+	$(VENV)/bin/python bench/quality/plot_flow.py bench/results/flow-control
 
 # --- deployment files (k8s/tools/validate.py, docs/deployment.md) -------------------------
 # `make validate`: Kubernetes manifests against the Kubernetes schema (custom resources by
