@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 CLASSES = ["critical", "standard-a", "standard-b", "sheddable"]
 COLOURS = {
     "wasm-epp-flow": "#1b9e77",
+    "wasm-epp-flow-no-reserve": "#a6761d",
     "wasm-epp": "#7570b3",
     "envoy-round-robin": "#d95f02",
     "envoy-least-request": "#e7298a",

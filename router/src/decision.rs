@@ -78,7 +78,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     let Ok(mut inflight) = worker.inflight.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     inflight.refresh_others(host, now);
-    let inflight_of = |pod: &str| inflight.count(pod);
+    let full_at = worker.config.flow_control.enabled.then_some(worker.config.flow_control.max_inflight_per_pod);
+    let inflight_of = |pod: &str| crate::flow::routing_inflight(inflight.count(pod), full_at);
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let last_picked = |pod: &str| prefix.last_picked(pod);
     let query = prefix_config.enabled.then(|| PrefixQuery {

@@ -188,3 +188,16 @@ fn reserved_places_are_left_to_higher_priorities() {
     assert!(resumed(&bench).is_empty(), "the freed place is reserved again: the standard one still waits");
     waiting.on_done(&bench.host);
 }
+
+#[test]
+fn a_released_request_goes_to_a_pod_with_room_not_to_its_warm_but_full_pod() {
+    let bench = Bench::new(&config_with(1, ""));
+    bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)]);
+    let prompt = "the same long prompt ".repeat(40);
+    let (_first, _) = send(&bench, 1, &[], &prompt);
+    let warm = bench.host.header("x-gateway-destination-endpoint").unwrap();
+    let (_second, step) = send(&bench, 2, &[], &prompt);
+    assert_eq!(step, Step::Continue, "the other pod has room");
+    let other = bench.host.header("x-gateway-destination-endpoint").unwrap();
+    assert_ne!(warm, other, "the pod holding the prefix is at its bound: the request goes where there is room");
+}

@@ -82,13 +82,13 @@ pub struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "wasm-epp-flow,wasm-epp,envoy-round-robin,envoy-least-request,vllm-router-cache-aware"
+        default_value = "wasm-epp-flow,wasm-epp-flow-no-reserve,wasm-epp,envoy-round-robin,envoy-least-request,vllm-router-cache-aware"
     )]
     pub flow_targets: Vec<crate::flow::FlowTarget>,
     /// wasm-epp's `flow_control.max_inflight_per_pod` in workload j (the pods run 8 sequences).
     #[arg(long, default_value_t = 8)]
     pub flow_max_inflight: usize,
     /// wasm-epp's `flow_control.reserved_per_pod` in workload j (places kept for critical).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 4)]
     pub flow_reserved: usize,
 }

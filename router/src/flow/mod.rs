@@ -36,6 +36,20 @@ use self::stats::FlowStats;
 pub use self::class::RequestClass;
 pub use self::release::{abandon, admit, hold, on_tick, release_ready, Admitted};
 
+/// Added to the in-flight count of a pod at `max_inflight_per_pod` when routing reads it:
+/// the pod then looks like one with a long queue (far above any `queue_threshold`), so the
+/// pick leaves it, affinity and rendezvous placement included, while another pod has room.
+/// Without it a released request could go to a full pod and wait in its engine's queue.
+pub const FULL_POD_PENALTY: u32 = 1_000;
+
+/// A pod's in-flight count as routing reads it (`full_at`: the bound, with flow control on).
+pub fn routing_inflight(count: u32, full_at: Option<u32>) -> u32 {
+    match full_at {
+        Some(bound) if count >= bound => count.saturating_add(FULL_POD_PENALTY),
+        _ => count,
+    }
+}
+
 /// What became of a held request (shared by the queue entry and its stream).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fate {

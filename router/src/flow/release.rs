@@ -41,11 +41,16 @@ struct Look {
 }
 
 impl Look {
-    /// Places a request of `priority` may take now.
+    /// Places a request of `priority` may take now. With places reserved, the bands that
+    /// may use them are not held to this worker's share either: the share keeps workers'
+    /// backlogs from starving each other, and must not hold a critical request on one
+    /// worker behind the other worker's standard ones.
     fn free_for(&self, priority: i32, config: &picker::config::FlowControlConfig) -> u32 {
         let PoolRoom::Free(free) = self.room else { return 0 };
-        let free = if priority >= config.reserved_min_priority { free } else { free.saturating_sub(self.reserved) };
-        free.min(self.local_room)
+        if self.reserved > 0 && priority >= config.reserved_min_priority {
+            return free;
+        }
+        free.saturating_sub(self.reserved).min(self.local_room)
     }
 }
 

@@ -38,8 +38,12 @@ const SHEDDABLE_TTL_MS: u64 = 1_000;
 /// The routers compared, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FlowTarget {
+    /// Flow control with `--flow-reserved` places per pod kept for critical requests.
     #[value(name = "wasm-epp-flow")]
     WasmEppFlow,
+    /// Flow control without reserved places.
+    #[value(name = "wasm-epp-flow-no-reserve")]
+    WasmEppFlowNoReserve,
     #[value(name = "wasm-epp")]
     WasmEpp,
     #[value(name = "envoy-round-robin")]
@@ -54,6 +58,7 @@ impl FlowTarget {
     fn label(self) -> &'static str {
         match self {
             FlowTarget::WasmEppFlow => "wasm-epp-flow",
+            FlowTarget::WasmEppFlowNoReserve => "wasm-epp-flow-no-reserve",
             FlowTarget::WasmEpp => "wasm-epp",
             FlowTarget::EnvoyRoundRobin => "envoy-round-robin",
             FlowTarget::EnvoyLeastRequest => "envoy-least-request",
@@ -101,7 +106,8 @@ pub fn run(options: &Options) -> Result<(), String> {
         let started = Instant::now();
         let outcomes = runtime.block_on(replay(&http, &url, &arrivals, timeout));
         let seconds = started.elapsed().as_secs_f64();
-        let ttl = (*target == FlowTarget::WasmEppFlow).then_some(SHEDDABLE_TTL_MS);
+        let flow_on = matches!(target, FlowTarget::WasmEppFlow | FlowTarget::WasmEppFlowNoReserve);
+        let ttl = flow_on.then_some(SHEDDABLE_TTL_MS);
         let window_ms = options.flow_seconds * 1000;
         let row = summarize(target.label(), &outcomes, idle_ttft_p99, ttl, seconds, window_ms);
         println!(
@@ -146,7 +152,7 @@ fn start(
     let dir = dir.join(target.label());
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let peer = match target {
-        FlowTarget::WasmEppFlow | FlowTarget::WasmEpp => None,
+        FlowTarget::WasmEppFlow | FlowTarget::WasmEppFlowNoReserve | FlowTarget::WasmEpp => None,
         FlowTarget::EnvoyRoundRobin => Some(TargetName::EnvoyRoundRobin),
         FlowTarget::EnvoyLeastRequest => Some(TargetName::EnvoyLeastRequest),
         FlowTarget::VllmRouterCacheAware => Some(TargetName::VllmRouterCacheAware),
@@ -156,9 +162,10 @@ fn start(
     }
     let port = || launcher::free_port().map_err(|e| format!("no free port: {e}"));
     let mut options = EnvoyOptions::for_pool(&addresses, port()?, port()?);
-    if target == FlowTarget::WasmEppFlow {
+    if target != FlowTarget::WasmEpp {
+        let reserved = if target == FlowTarget::WasmEppFlow { flow.reserved } else { 0 };
         let flow_control = json!({
-            "enabled": true, "max_inflight_per_pod": flow.max_inflight, "reserved_per_pod": flow.reserved,
+            "enabled": true, "max_inflight_per_pod": flow.max_inflight, "reserved_per_pod": reserved,
             "ttl_ms": TTL_MS, "sheddable_ttl_ms": SHEDDABLE_TTL_MS,
         });
         if let Some(config) = options.filter_config.as_object_mut() {
