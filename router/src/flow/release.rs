@@ -71,7 +71,7 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32) -> Admitted {
     }
 }
 
-/// Queues `held`; answers 429 at once if its band or the queue is full. Sheddable
+/// Queues `held` (true); else it has been answered (429 if its band or the queue is full). Sheddable
 /// requests evicted to make room are answered on the next tick (answering another stream
 /// from this one's callback would change how Envoy reads this callback's answer).
 pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flow: u64) -> bool {
@@ -86,7 +86,12 @@ pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flo
         deadline_ms: now + config.ttl_for(priority),
         payload: held,
     };
-    let Ok(mut queue) = worker.flow.queue.try_borrow_mut() else { return false };
+    let Ok(mut queue) = worker.flow.queue.try_borrow_mut() else {
+        // Cannot happen on one thread; never leave the request paused unanswered.
+        let left = Left { priority, entry };
+        answer(worker, host, &left, DropReason::NoRoute, false);
+        return false;
+    };
     let admission = queue.push(priority, entry);
     drop(queue);
     let metrics = &worker.stats.metrics;
