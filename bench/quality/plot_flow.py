@@ -64,7 +64,7 @@ def ttft_chart(doc, out):
 def sheddable_chart(doc, out):
     ttl = doc["context"]["sheddable_ttl_ms"]
     fig, ax = plt.subplots(figsize=(9, 5))
-    for target, requests in doc["requests"].items():
+    for target, requests in doc["sheddable_requests"].items():
         times = sorted(r["total_ms"] for r in requests if r["class"] == "sheddable")
         if not times:
             continue

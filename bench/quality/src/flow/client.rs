@@ -34,12 +34,15 @@ pub struct Outcome {
     /// HTTP status; 0 when there was none (connection failed, timed out).
     pub status: u16,
     /// Time to the first token (200 only), ms.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_ms: Option<f64>,
     /// Time to the end of the answer, ms.
     pub total_ms: f64,
     pub tokens: u64,
     /// `x-llm-d-request-dropped-reason`, if the gateway sent one.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub dropped_reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
@@ -60,7 +63,8 @@ pub async fn send(http: &Http, url: &str, class: Class, body: String, timeout: D
         Ok(Err(error)) => outcome.error = Some(error),
         Err(_) => outcome.error = Some(format!("timed out after {} s", timeout.as_secs())),
     }
-    outcome.total_ms = started.elapsed().as_secs_f64() * 1000.0;
+    // 0.1 ms is finer than anything measured here, and keeps the results file small.
+    outcome.total_ms = (started.elapsed().as_secs_f64() * 10_000.0).round() / 10.0;
     outcome
 }
 
@@ -98,7 +102,7 @@ async fn exchange(
         }
     }
     let success = progress.finish(Instant::now(), None)?;
-    outcome.ttft_ms = Some(success.ttft.as_secs_f64() * 1000.0);
+    outcome.ttft_ms = Some((success.ttft.as_secs_f64() * 10_000.0).round() / 10.0);
     outcome.tokens = success.output_tokens;
     Ok(())
 }

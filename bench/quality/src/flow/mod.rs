@@ -236,9 +236,16 @@ fn write(
     rows: &[TargetRow],
     outcomes: &[(&str, Vec<Outcome>)],
 ) -> Result<(), String> {
-    let per_request: serde_json::Map<String, serde_json::Value> =
-        outcomes.iter().map(|(target, list)| ((*target).to_string(), json!(list))).collect();
-    let document = json!({"context": context, "rows": rows, "requests": per_request});
+    // Per request, only the sheddable class is kept (its answer-time curve is plotted); the
+    // rows summarize the rest, and all of it would make a file of megabytes.
+    let sheddable: serde_json::Map<String, serde_json::Value> = outcomes
+        .iter()
+        .map(|(target, list)| {
+            let kept: Vec<&Outcome> = list.iter().filter(|o| o.class == Class::Sheddable).collect();
+            ((*target).to_string(), json!(kept))
+        })
+        .collect();
+    let document = json!({"context": context, "rows": rows, "sheddable_requests": sheddable});
     let json_path = out_dir.join("flow-control.json");
     let text = serde_json::to_string(&document).map_err(|e| e.to_string())?;
     std::fs::write(&json_path, text).map_err(|e| format!("{}: {e}", json_path.display()))?;
