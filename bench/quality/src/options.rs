@@ -89,6 +89,6 @@ pub struct Options {
     #[arg(long, default_value_t = 8)]
     pub flow_max_inflight: usize,
     /// wasm-epp's `flow_control.reserved_per_pod` in workload j (places kept for critical).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 2)]
     pub flow_reserved: usize,
 }

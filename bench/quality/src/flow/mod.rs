@@ -103,13 +103,18 @@ pub fn run(options: &Options) -> Result<(), String> {
             }
         };
         let url = format!("{}/v1/completions", running.base_url());
+        let envoy_pid = match &running {
+            RunningTarget::WasmEpp(envoy) => Some(envoy.pid()),
+            RunningTarget::Baseline(_) | RunningTarget::VllmRouter { .. } => None,
+        };
         let started = Instant::now();
-        let outcomes = runtime.block_on(replay(&http, &url, &arrivals, timeout));
+        let (outcomes, peak_rss) = runtime.block_on(replay_sampling(&http, &url, &arrivals, timeout, envoy_pid));
         let seconds = started.elapsed().as_secs_f64();
         let flow_on = matches!(target, FlowTarget::WasmEppFlow | FlowTarget::WasmEppFlowNoReserve);
         let ttl = flow_on.then_some(SHEDDABLE_TTL_MS);
         let window_ms = options.flow_seconds * 1000;
-        let row = summarize(target.label(), &outcomes, idle_ttft_p99, ttl, seconds, window_ms);
+        let mut row = summarize(target.label(), &outcomes, idle_ttft_p99, ttl, seconds, window_ms);
+        row.envoy_peak_rss_mb = peak_rss.map(|bytes| (bytes as f64 / 1e5).round() / 10.0);
         println!(
             "  {}: critical TTFT p99 / idle {}, tenants Jain {:.3}, all answered {}",
             row.target,
@@ -209,6 +214,33 @@ async fn calibrate(http: &Http, url: &str, timeout: Duration) -> (f64, f64) {
         completed += client.await.unwrap_or(0);
     }
     (p(&idle, 0.99).unwrap_or(0.0), completed as f64 / CAPACITY_SECONDS as f64)
+}
+
+/// RSS samples of Envoy while the load runs, to show what waiting requests cost it.
+const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(500);
+
+/// [`replay`], sampling the peak resident memory of the process `pid` meanwhile.
+async fn replay_sampling(
+    http: &Http,
+    url: &str,
+    arrivals: &[load::Arrival],
+    timeout: Duration,
+    pid: Option<u32>,
+) -> (Vec<Outcome>, Option<u64>) {
+    let replay = replay(http, url, arrivals, timeout);
+    tokio::pin!(replay);
+    let mut peak: Option<u64> = None;
+    let mut tick = tokio::time::interval(RSS_SAMPLE_EVERY);
+    loop {
+        tokio::select! {
+            outcomes = &mut replay => return (outcomes, peak),
+            _ = tick.tick() => {
+                if let Some(rss) = pid.and_then(|pid| launcher::proc_stats::rss_bytes(pid).ok()) {
+                    peak = Some(peak.map_or(rss, |p| p.max(rss)));
+                }
+            }
+        }
+    }
 }
 
 /// Sends every arrival at its time (open loop: nothing waits for earlier answers).

@@ -42,6 +42,8 @@ pub struct TargetRow {
     pub all_answered: bool,
     /// Completed output tokens per second over the run.
     pub output_tokens_per_s: f64,
+    /// Envoy's peak resident memory during the run (wasm-epp targets), MB.
+    pub envoy_peak_rss_mb: Option<f64>,
 }
 
 pub fn summarize(
@@ -77,6 +79,7 @@ pub fn summarize(
         tenant_tokens_in_window,
         critical_ttft_vs_idle: critical.map(|p99| p99 / idle_ttft_p99_ms.max(1e-9)),
         sheddable_429_after_ttl_p99_ms: after_ttl,
+        envoy_peak_rss_mb: None,
     }
 }
 
@@ -130,10 +133,10 @@ pub fn markdown_table(rows: &[TargetRow]) -> String {
             ));
         }
     }
-    out.push_str("\n| target | critical TTFT p99 / idle | sheddable 429 p99 after TTL ms | tenant tokens A:B in overload | Jain (tenants) | all answered | out tok/s |\n|---|---:|---:|---:|---:|---|---:|\n");
+    out.push_str("\n| target | critical TTFT p99 / idle | sheddable 429 p99 after TTL ms | tenant tokens A:B in overload | Jain (tenants) | all answered | out tok/s | Envoy peak RSS MB |\n|---|---:|---:|---:|---:|---|---:|---:|\n");
     for row in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {}:{} | {:.3} | {} | {:.0} |\n",
+            "| {} | {} | {} | {}:{} | {:.3} | {} | {:.0} | {} |\n",
             row.target,
             row.critical_ttft_vs_idle.map_or("-".into(), |v| format!("{v:.2}")),
             show(row.sheddable_429_after_ttl_p99_ms),
@@ -141,7 +144,8 @@ pub fn markdown_table(rows: &[TargetRow]) -> String {
             row.tenant_tokens_in_window.1,
             row.tenant_jain,
             if row.all_answered { "yes" } else { "no" },
-            row.output_tokens_per_s
+            row.output_tokens_per_s,
+            row.envoy_peak_rss_mb.map_or("-".into(), |mb| format!("{mb:.1}")),
         ));
     }
     out
