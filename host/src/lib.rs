@@ -77,6 +77,8 @@ pub trait Host: SharedStore {
     fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u64) -> HostResult<u32>;
     /// The answered call's `:status`, if it has one (none: the call failed or timed out).
     fn call_response_status(&self) -> Option<u16>;
+    /// A header of the answered call's response.
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>>;
     /// The answered call's body, at most `max` bytes.
     fn call_response_body(&self, size: usize, max: usize) -> HostResult<Vec<u8>>;
 

@@ -151,6 +151,10 @@ impl Host for ProxyHost {
         std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
     }
 
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {
+        abi::header_value(CALL_RESPONSE_HEADERS, name).ok().flatten()
+    }
+
     fn call_response_body(&self, size: usize, max: usize) -> HostResult<Vec<u8>> {
         Ok(abi::buffer(CALL_RESPONSE_BODY, 0, size.min(max))?.unwrap_or_default())
     }

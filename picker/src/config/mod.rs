@@ -9,7 +9,7 @@ mod poller;
 mod prefix;
 
 pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
-pub use peers::{PeerReceiverConfig, PeersConfig, DEFAULT_PEER_PATH, PEER_SECRET_HEADER};
+pub use peers::{PeerReceiverConfig, PeersConfig, DEFAULT_PEER_PATH, PEER_REPLICA_HEADER, PEER_SECRET_HEADER};
 pub use poller::PollerConfig;
 pub use prefix::PrefixConfig;
 

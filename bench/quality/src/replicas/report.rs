@@ -173,7 +173,7 @@ pub fn write(
          Each target: pods emptied, N wasm-epp Envoys (2 workers each) behind a round-robin front Envoy, \
          the workload replayed through the front. Hit rate from the pods' own counters; peer traffic from the \
          replicas' `wasm_epp_peer_*` stats (each replica lists every replica, itself included, as a \
-         Kubernetes label selector would, so 1 of each N messages goes to its sender and is ignored there); CPU from /proc (mean per replica, in cores).\n",
+         Kubernetes label selector would; the first answer from its own listener names it, and it sends there no more); CPU from /proc (mean per replica, in cores).\n",
         if options.quick { "quick" } else { "full" },
         options.seed,
         options.time_scale,
