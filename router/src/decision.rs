@@ -86,6 +86,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         hashes: &hashes,
         session_pod: prompt.session.and_then(|key| prefix.session_pod(key)),
         last_picked: &last_picked,
+        reuse: prefix.reuse(),
     });
     let view = RoutingView {
         table,
@@ -109,6 +110,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     if prompt.sheddable && pool_saturated {
         worker.stats.increment(worker.stats.shed);
         return Outcome::Shed;
+    }
+    if prefix_config.enabled && !hashes.is_empty() {
+        prefix.note_prompt(prefix_match > 0.0 || affinity);
     }
     if prefix_config.enabled {
         let capacity =

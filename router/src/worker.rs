@@ -44,7 +44,10 @@ impl Worker {
     pub fn new(config: FilterConfig, fallback_pool: Vec<PodAddress>, vm_id: String, seed: u64) -> Self {
         Self {
             policy: config.policy(),
-            prefix: RefCell::new(WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)),
+            prefix: RefCell::new(
+                WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)
+                    .with_reuse_prior(config.prefix.reuse_prior),
+            ),
             config,
             fallback_pool,
             table: RefCell::new(TableCache::default()),

@@ -65,7 +65,7 @@ pub struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "wasm-epp-x1,wasm-epp-x2,wasm-epp-x4,wasm-epp-x2-no-peering,wasm-epp-x4-no-peering,wasm-epp-x4-least-recent,envoy-round-robin"
+        default_value = "wasm-epp-x1,wasm-epp-x2,wasm-epp-x4,wasm-epp-x2-no-peering,wasm-epp-x4-no-peering,wasm-epp-x4-no-peering-prior,wasm-epp-x4-least-recent,envoy-round-robin"
     )]
     pub replica_targets: Vec<ReplicaTarget>,
 }

@@ -118,15 +118,18 @@ fn goals(rows: &[ReplicaRow]) -> String {
                 verdict(ratio >= 0.95)
             );
         }
-        let recovery =
-            (one, find(rows, workload, "wasm-epp-x4-least-recent"), find(rows, workload, "wasm-epp-x4-no-peering"));
-        if let (Some(one), Some(before), Some(now)) = recovery {
+        for (name, label) in [
+            ("wasm-epp-x4-no-peering", "x4 without peering"),
+            ("wasm-epp-x4-no-peering-prior", "x4 without peering, reuse_prior 1"),
+        ] {
+            let recovery = (one, find(rows, workload, "wasm-epp-x4-least-recent"), find(rows, workload, name));
+            let (Some(one), Some(before), Some(now)) = recovery else { continue };
             if let (Some(a), Some(b), Some(c)) = (one.hit_rate, before.hit_rate, now.hit_rate) {
                 let loss = a - b;
                 let share = if loss > 0.0 { (c - b) / loss } else { f64::NAN };
                 let _ = writeln!(
                     out,
-                    "- x4 without peering: {:.1} % hit vs {:.1} % with least-recent placement and {:.1} % at x1: {:.0} % of the loss recovered (goal >= 50 %): {}",
+                    "- {label}: {:.1} % hit vs {:.1} % with least-recent placement and {:.1} % at x1: {:.0} % of the loss recovered (goal >= 50 %): {}",
                     c * 100.0, b * 100.0, a * 100.0, share * 100.0, verdict(share >= 0.5)
                 );
             }
