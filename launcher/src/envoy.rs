@@ -140,7 +140,7 @@ impl Envoy {
     }
 
     /// One value from `/stats/prometheus`: `name` with an optional `{labels}` selector,
-    /// e.g. `wasm_epp_picks{pod="127_0_0_1_8001"}`. Absent stats read as `None`.
+    /// e.g. `wasm_epp_picks{pod="127.0.0.1:8001"}`. Absent stats read as `None`.
     pub fn stat(&self, name: &str) -> Option<f64> {
         if name.starts_with("wasm_epp") {
             // The plugin counts in Wasm memory and flushes on its tick (20 ms in the filter,

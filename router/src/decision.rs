@@ -11,6 +11,7 @@ use picker::request::{Endpoint, InferenceRequest};
 use picker::route::{choose, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::Host;
 
+use crate::decision_stats::PickReason;
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
@@ -81,10 +82,11 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let inflight_of = |pod: &str| inflight.count(pod);
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let last_picked = |pod: &str| prefix.last_picked(pod);
+    let session_pod = prompt.session.and_then(|key| prefix.session_pod(key));
     let query = prefix_config.enabled.then(|| PrefixQuery {
         index: prefix.index(),
         hashes: &hashes,
-        session_pod: prompt.session.and_then(|key| prefix.session_pod(key)),
+        session_pod,
         last_picked: &last_picked,
     });
     let view = RoutingView {
@@ -108,8 +110,15 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     worker.note_fail_open(fail_open || expired);
     if prompt.sheddable && pool_saturated {
         worker.stats.increment(worker.stats.shed);
+        worker.stats.decisions.count_reason(&worker.stats.metrics, PickReason::Shed);
         return Outcome::Shed;
     }
+    let reason = match (fail_open || expired, affinity) {
+        (true, _) => PickReason::FailOpen,
+        (false, true) if session_pod.is_some_and(|(pod, _)| pod == address.as_str()) => PickReason::Session,
+        (false, true) => PickReason::Affinity,
+        (false, false) => PickReason::Load,
+    };
     if prefix_config.enabled {
         let capacity =
             table.and_then(|t| t.capacity_blocks(address.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
@@ -119,7 +128,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     drop(cache);
     inflight.started(address.as_str(), now);
     inflight.publish_now(host, now);
-    worker.stats.count_pick(&address, fail_open || expired, affinity, prefix_match > 0.0);
+    worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
     Outcome::Routed { address, destination }
 }

@@ -219,7 +219,11 @@ impl RequestStream {
         self.finish_buffering();
         self.decided = true;
         let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
-        match decide(&self.worker, host, &prompt) {
+        let started_us = host.now_us();
+        let outcome = decide(&self.worker, host, &prompt);
+        let stats = &self.worker.stats;
+        stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
+        match outcome {
             Outcome::Routed { address, destination } => {
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
