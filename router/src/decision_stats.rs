@@ -60,12 +60,18 @@ impl DecisionStats {
             let bound = DECISION_TIME_BOUNDS_US.get(i).map_or_else(|| "+Inf".to_string(), |b| b.to_string());
             metrics.counter(&format!("wasm_epp.decision_time_us_bucket.le.{bound}"))
         });
-        Self {
+        let stats = Self {
             by_reason,
             buckets,
             sum_us: metrics.counter("wasm_epp.decision_time_us_sum"),
             count: metrics.counter("wasm_epp.decision_time_us_count"),
+        };
+        // Every reason and bucket shows from the start, at 0: a dashboard's fail-open or shed
+        // rate is then 0, not "no data".
+        for counter in stats.by_reason.iter().chain(&stats.buckets).chain([&stats.sum_us, &stats.count]) {
+            metrics.announce(*counter);
         }
+        stats
     }
 
     pub fn count_reason(&self, metrics: &Metrics, reason: PickReason) {
@@ -122,5 +128,9 @@ mod tests {
         assert_eq!(host.metric("wasm_epp.picks_by_reason.reason.load"), 2);
         assert_eq!(host.metric("wasm_epp.picks_by_reason.reason.session"), 1);
         assert_eq!(host.metric("wasm_epp.picks_by_reason.reason.shed"), 0);
+        assert!(
+            host.metric_names.borrow().iter().any(|(name, _)| name == "wasm_epp.picks_by_reason.reason.shed"),
+            "defined at 0"
+        );
     }
 }
