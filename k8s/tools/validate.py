@@ -46,6 +46,10 @@ OPTIONAL_MANIFESTS = {"k8s/standalone/inference-pool.yaml", "k8s/istio/no-single
 SINGLETON_CONFIGURED = "wasm-epp pool service configured"
 SMOKE_SECONDS = 20
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+# The Helm chart's templates are not YAML; `make helm-check` renders them here, one folder per
+# value set, and they are checked like the hand-written manifests.
+HELM_CHART = K8S / "helm"
+HELM_RENDERED = Path(os.environ.get("HELM_RENDERED", ROOT / "target/helm"))
 
 failures = []
 
@@ -56,6 +60,12 @@ def fail(where, message):
 
 def rel(path):
     return str(Path(path).resolve().relative_to(ROOT))
+
+
+def manifest_paths():
+    """Every manifest to check: k8s/** except the chart's templates, and the rendered chart."""
+    paths = [p for p in sorted(K8S.rglob("*.yaml")) if HELM_CHART not in p.parents]
+    return paths + sorted(HELM_RENDERED.rglob("*.yaml"))
 
 
 # --- 1. Kubernetes manifests ----------------------------------------------------------------
@@ -175,7 +185,9 @@ def validate_documents(where, documents):
 
 def check_manifests():
     resources = []
-    for path in sorted(K8S.rglob("*.yaml")):
+    if not (HELM_RENDERED / "cases.json").exists():
+        fail("k8s/helm", f"chart not rendered into {HELM_RENDERED} (make helm-check)")
+    for path in manifest_paths():
         where = rel(path)
         try:
             documents = list(yaml.safe_load_all(path.read_text()))
@@ -461,7 +473,7 @@ def envoy_configs():
     configs.append(("envoy/envoy.yaml.template (no singleton)", render_template("override_host", False), {}))
     configs.append(("envoy/envoy.yaml.template (peers)", render_template("override_host", True, peers=True), {}))
     configs.append(("envoy/compose/envoy.yaml", yaml.safe_load((ROOT / "envoy/compose/envoy.yaml").read_text()), {}))
-    for path in sorted(K8S.rglob("*.yaml")):
+    for path in manifest_paths():
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "ConfigMap" and isinstance(doc.get("data"), dict):
                 for key, text in doc["data"].items():
@@ -473,6 +485,11 @@ def envoy_configs():
         istio_sds.update(doc.get("data") or {})
     configs.append(("k8s/istio/singleton (assembled)",
                     assemble_istio([K8S / "istio/singleton/envoyfilter.yaml"], "k8s/istio/singleton"), istio_sds))
+    for rendered in sorted(HELM_RENDERED.glob("*/istio/envoyfilter.yaml")):
+        # With a WasmPlugin the filter comes from Istio, not from these patches: schema only.
+        if (rendered.parent / "wasmplugin.yaml").exists():
+            continue
+        configs.append((f"{rel(rendered)} (assembled)", assemble_istio([rendered], rel(rendered)), istio_sds))
     no_singleton = [K8S / "istio/no-singleton/clusters.yaml", K8S / "istio/no-singleton/filter.yaml"]
     configs.append(("k8s/istio/no-singleton (assembled)", assemble_istio(no_singleton, "k8s/istio/no-singleton"),
                     istio_sds))
@@ -612,6 +629,11 @@ def check_compose():
         source = volume.split(":")[0]
         if not (compose_dir / source).resolve().exists():
             fail(where, f"volume source {source} does not exist (build first: make wasm)")
+    for name, service in services.items():
+        for volume in service.get("volumes") or [] if name != "envoy" else []:
+            source = volume.split(":")[0]
+            if source.startswith(".") and not (compose_dir / source).resolve().exists():
+                fail(where, f"{name}: volume source {source} does not exist")
     addresses = {dig(s, "networks", "pool", "ipv4_address") for s in services.values()}
     config = yaml.safe_load((compose_dir / "envoy.yaml").read_text())
     for _, value in singleton_configs(config):
