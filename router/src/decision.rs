@@ -8,17 +8,20 @@
 use picker::address::PodAddress;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
+use picker::route::explain::candidate_scores;
 use picker::route::{choose, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::Host;
 
+use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Send it to `address`; `destination` is the header value (with fallbacks).
-    Routed { address: PodAddress, destination: String },
+    /// Send it to `address`; `destination` is the header value (with fallbacks); `explain`
+    /// the decision header's value when `debug_decision_header` is on.
+    Routed { address: PodAddress, destination: String, explain: Option<String> },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
     /// Answer 503: there is no pod to send it to.
@@ -119,6 +122,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         (false, true) => PickReason::Affinity,
         (false, false) => PickReason::Load,
     };
+    let explain = worker
+        .config
+        .debug_decision_header
+        .then(|| describe(&address, reason, prefix_match, &candidate_scores(&view, &worker.policy)));
     if prefix_config.enabled {
         let capacity =
             table.and_then(|t| t.capacity_blocks(address.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
@@ -130,7 +137,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     inflight.publish_now(host, now);
     worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
-    Outcome::Routed { address, destination }
+    Outcome::Routed { address, destination, explain }
 }
 
 /// `chosen[,fallback...]`: override_host tries them in order on retries.

@@ -1,7 +1,8 @@
 //! Live reconfiguration under load (launcher/src/live_config.rs): five new filter
 //! configurations delivered through Envoy's watched-folder ECDS while clients keep sending,
 //! with no failed request; a refused configuration leaves the old one serving; a prompt's
-//! pod is still preferred after every change (the prefix index survives).
+//! pod is still preferred after every change (the prefix index survives); the last change
+//! turns the opt-in decision header on, and it names the pod that answered.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -64,7 +65,11 @@ fn five_reconfigurations_under_load_fail_no_request_and_keep_the_prefix_index() 
         }
         std::thread::sleep(BETWEEN_CHANGES);
         for change in 1..=RECONFIGURATIONS {
-            let config = config_with(&pool, 1.0 + change as f64, 5.0 + change as f64);
+            let mut config = config_with(&pool, 1.0 + change as f64, 5.0 + change as f64);
+            if change == RECONFIGURATIONS {
+                // The last change also turns the decision header on (checked below).
+                config["debug_decision_header"] = true.into();
+            }
             let outcome = apply(&cluster.envoy, &options, &config).unwrap();
             assert_eq!(outcome, Applied::Accepted, "change {change}");
             if change == 3 {
@@ -101,6 +106,11 @@ fn five_reconfigurations_under_load_fail_no_request_and_keep_the_prefix_index() 
     for fatal in ["panicked", "wasm trap", "Function: proxy_on"] {
         assert!(!log.contains(fatal), "Envoy log shows a Wasm failure ({fatal})");
     }
-    let reply = cluster.complete("still routing after the changes?");
+    let body = serde_json::json!({"model": "sim-model", "prompt": "still routing after the changes?", "max_tokens": 4});
+    let reply = cluster.post("/v1/completions", &[("x-wasm-epp-decision", "pod=6.6.6.6:6666")], &body.to_string());
     assert_eq!(reply.status, 200, "{}", reply.body);
+    let decision = reply.header("x-wasm-epp-decision").unwrap_or_default().to_string();
+    let served = cluster.served_by_pool(&reply);
+    assert!(decision.starts_with(&format!("pod={served}; reason=")), "decision header: {decision:?}");
+    assert!(decision.contains("candidates=") && !decision.contains("6.6.6.6"), "{decision}");
 }
