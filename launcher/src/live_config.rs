@@ -94,3 +94,34 @@ fn refusal_reason(envoy: &Envoy) -> String {
         .or_else(|| log.lines().rev().find(|l| l.contains("config update rejected")));
     line.and_then(|l| l.split("wasm-epp filter: ").nth(1).or(Some(l))).unwrap_or("refused").trim().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_live_variant_names_the_filter_by_discovery_and_the_file_carries_it() {
+        let template = std::fs::read_to_string(crate::paths::envoy_template()).unwrap();
+        let mut options = EnvoyOptions::for_pool(&["127.0.0.1:8001".to_string()], 10000, 9901);
+        let inline = render(&template, &options);
+        assert!(inline.contains("allow_on_headers_stop_iteration") && !inline.contains("config_discovery"));
+        let dir = crate::paths::run_dir("live-config-unit").unwrap();
+        options.live_filter_dir = Some(dir.clone());
+        let live = render(&template, &options);
+        assert!(live.contains("config_discovery") && live.contains(&format!("{}/filter.yaml", dir.display())));
+        assert!(live.contains("node: { id: wasm-epp"), "ECDS needs a node identity");
+        assert_eq!(
+            live.matches("envoy.filters.http.wasm\n").count(),
+            inline.matches("envoy.filters.http.wasm\n").count()
+        );
+        write_filter_config(
+            &options,
+            &dir,
+            &serde_json::json!({"pool": ["127.0.0.1:8001"], "debug_decision_header": true}),
+        )
+        .unwrap();
+        let file = std::fs::read_to_string(dir.join(FILTER_FILE)).unwrap();
+        assert!(file.contains(r#"value: '{"debug_decision_header":true,"pool":["127.0.0.1:8001"]}'"#), "{file}");
+        assert!(file.contains("allow_on_headers_stop_iteration: true") && !dir.join(STAGING_FILE).exists());
+    }
+}
