@@ -15,6 +15,9 @@
    extensions, so configurations with the singleton are also started for real for a
    moment (ports 0, no listener conflicts) until the singleton logs that it is configured.
 3. The docker-compose file parses and agrees with its Envoy configuration.
+4. The Helm chart (k8s/helm/wasm-epp), rendered by `make helm-check` into target/helm/, goes
+   through 1 and 2 too, and with its default values must render the same Envoy
+   configuration as k8s/standalone and k8s/istio/singleton (plugin configurations aside).
 
 Run by `make validate` (part of `make test`) with the Makefile's .venv python.
 """
@@ -613,6 +616,37 @@ def check_envoy_configs(scratch_root):
         list(pool.map(lambda job: run_envoy_checks(*job), jobs))
 
 
+# --- the chart against the hand-written manifests ---------------------------------------------
+
+def without_configurations(node):
+    """The structure with every plugin `configuration` blanked: those carry the values."""
+    if isinstance(node, dict):
+        return {k: "<configuration>" if k == "configuration" else without_configurations(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [without_configurations(v) for v in node]
+    return node
+
+
+def check_chart_follows_manifests():
+    """With its default values the chart renders the same Envoy configuration as the
+    hand-written manifests (plugin configurations aside, which carry the values): a change
+    to one that is not made to the other fails here."""
+    before = len(failures)
+    pairs = [("standalone/standalone/envoy-config.yaml", "standalone/envoy-config.yaml", lambda d: d["data"]),
+             ("istio/istio/envoyfilter.yaml", "istio/singleton/envoyfilter.yaml", lambda d: {"spec": d["spec"]})]
+    for rendered, manual, part in pairs:
+        if not (HELM_RENDERED / rendered).exists():
+            continue  # reported by check_manifests
+        chart = part(next(d for d in yaml.safe_load_all((HELM_RENDERED / rendered).read_text()) if d))
+        hand = part(next(d for d in yaml.safe_load_all((K8S / manual).read_text()) if d))
+        for key in hand:
+            parse = yaml.safe_load if isinstance(hand[key], str) else (lambda v: v)
+            if without_configurations(parse(chart.get(key))) != without_configurations(parse(hand[key])):
+                fail(f"k8s/helm/wasm-epp ({rendered})", f"{key} differs from k8s/{manual} beyond the plugin configurations")
+    if len(failures) == before:
+        print("  ok  the chart's default render follows k8s/standalone and k8s/istio/singleton")
+
+
 # --- 3. docker compose ------------------------------------------------------------------------
 
 def check_compose():
@@ -662,6 +696,7 @@ def main():
         print(f"Envoy configurations ({ENVOY})")
         check_envoy_configs(Path(scratch))
     check_coherence(resources)
+    check_chart_follows_manifests()
     print("docker compose")
     check_compose()
     if failures:
