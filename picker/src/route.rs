@@ -144,6 +144,8 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
     })
 }
 
+pub mod explain;
+
 #[cfg(test)]
 mod tests;
 

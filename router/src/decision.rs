@@ -8,16 +8,20 @@
 use picker::address::PodAddress;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
+use picker::route::explain::candidate_scores;
 use picker::route::{choose, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::Host;
 
+use crate::decision_header::describe;
+use crate::decision_stats::PickReason;
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Send it to `address`; `destination` is the header value (with fallbacks).
-    Routed { address: PodAddress, destination: String },
+    /// Send it to `address`; `destination` is the header value (with fallbacks); `explain`
+    /// the decision header's value when `debug_decision_header` is on.
+    Routed { address: PodAddress, destination: String, explain: Option<String> },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
     /// Answer 503: there is no pod to send it to.
@@ -81,10 +85,11 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let inflight_of = |pod: &str| inflight.count(pod);
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let last_picked = |pod: &str| prefix.last_picked(pod);
+    let session_pod = prompt.session.and_then(|key| prefix.session_pod(key));
     let query = prefix_config.enabled.then(|| PrefixQuery {
         index: prefix.index(),
         hashes: &hashes,
-        session_pod: prompt.session.and_then(|key| prefix.session_pod(key)),
+        session_pod,
         last_picked: &last_picked,
         reuse: prefix.reuse(),
     });
@@ -109,8 +114,19 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     worker.note_fail_open(fail_open || expired);
     if prompt.sheddable && pool_saturated {
         worker.stats.increment(worker.stats.shed);
+        worker.stats.decisions.count_reason(&worker.stats.metrics, PickReason::Shed);
         return Outcome::Shed;
     }
+    let reason = match (fail_open || expired, affinity) {
+        (true, _) => PickReason::FailOpen,
+        (false, true) if session_pod.is_some_and(|(pod, _)| pod == address.as_str()) => PickReason::Session,
+        (false, true) => PickReason::Affinity,
+        (false, false) => PickReason::Load,
+    };
+    let explain = worker
+        .config
+        .debug_decision_header
+        .then(|| describe(&address, reason, prefix_match, &candidate_scores(&view, &worker.policy)));
     if prefix_config.enabled && !hashes.is_empty() {
         prefix.note_prompt(prefix_match > 0.0 || affinity);
     }
@@ -123,9 +139,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     drop(cache);
     inflight.started(address.as_str(), now);
     inflight.publish_now(host, now);
-    worker.stats.count_pick(&address, fail_open || expired, affinity, prefix_match > 0.0);
+    worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
-    Outcome::Routed { address, destination }
+    Outcome::Routed { address, destination, explain }
 }
 
 /// `chosen[,fallback...]`: override_host tries them in order on retries.

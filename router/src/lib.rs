@@ -17,6 +17,8 @@
 
 pub mod configure;
 pub mod decision;
+pub mod decision_header;
+pub mod decision_stats;
 pub mod peer_receiver;
 pub mod reply;
 pub mod stats;

@@ -16,6 +16,7 @@ use picker::request::{parse_request, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
+use crate::decision_header::DECISION_HEADER;
 use crate::reply::{send_error, send_json};
 use crate::worker::Worker;
 
@@ -48,6 +49,8 @@ pub struct RequestStream {
     peer: bool,
     /// Body bytes buffered so far (the size at the last body callback).
     body_size: usize,
+    /// The decision header's value, written on the response (`debug_decision_header`).
+    explain: Option<String>,
 }
 
 impl RequestStream {
@@ -62,6 +65,7 @@ impl RequestStream {
             buffered: 0,
             peer: false,
             body_size: 0,
+            explain: None,
         }
     }
 
@@ -76,6 +80,12 @@ impl RequestStream {
             }
         };
         self.remove_client_destination(host, &headers);
+        if headers.contains(DECISION_HEADER) {
+            // Only the plugin says how it decided; a client's copy never reaches a pod.
+            if let Err(error) = host.remove_request_header(DECISION_HEADER) {
+                log::warn!("wasm-epp: cannot remove client header {DECISION_HEADER}: {error}");
+            }
+        }
         if let Some(receiver) = &self.worker.config.peer_receiver {
             self.decided = !crate::peer_receiver::accept_headers(&self.worker, host, receiver, &headers);
             self.peer = true;
@@ -167,7 +177,12 @@ impl RequestStream {
 
     /// The pod's response headers arrived. Response hooks observe; they never buffer or hold
     /// the response (each body chunk passes on as it comes).
-    pub fn on_response_headers(&mut self, _host: &dyn Host, _end_of_stream: bool) -> Step {
+    pub fn on_response_headers(&mut self, host: &dyn Host, _end_of_stream: bool) -> Step {
+        if let Some(explain) = self.explain.take() {
+            if let Err(error) = host.set_response_header(DECISION_HEADER, explain.as_bytes()) {
+                log::debug!("wasm-epp: cannot set {DECISION_HEADER}: {error}");
+            }
+        }
         Step::Continue
     }
 
@@ -219,8 +234,13 @@ impl RequestStream {
         self.finish_buffering();
         self.decided = true;
         let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
-        match decide(&self.worker, host, &prompt) {
-            Outcome::Routed { address, destination } => {
+        let started_us = host.now_us();
+        let outcome = decide(&self.worker, host, &prompt);
+        let stats = &self.worker.stats;
+        stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
+        match outcome {
+            Outcome::Routed { address, destination, explain } => {
+                self.explain = explain;
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
                     log::error!("wasm-epp: cannot set destination header: {error}");

@@ -83,6 +83,10 @@ pub struct FilterConfig {
     /// In-flight counts older than this are presumed leaked (a stream whose end was never
     /// seen) and ignored.
     pub inflight_expiry_ms: u64,
+    /// Debugging: answer each routed request with an `x-wasm-epp-decision` response header
+    /// (chosen pod, reason, prefix match, candidates' scores). Off by default: it shows the
+    /// pool's addresses and load to every client. A client's own copy is always removed.
+    pub debug_decision_header: bool,
 }
 
 impl Default for FilterConfig {
@@ -104,6 +108,7 @@ impl Default for FilterConfig {
             prefix: PrefixConfig::default(),
             priority_header: "x-gateway-inference-priority".into(),
             inflight_expiry_ms: 15 * 60 * 1000,
+            debug_decision_header: false,
         }
     }
 }
