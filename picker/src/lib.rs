@@ -23,6 +23,7 @@ pub mod prefix;
 mod prometheus_line;
 pub mod random;
 pub mod request;
+pub mod role;
 pub mod route;
 pub mod saturation;
 pub mod scheduler;
