@@ -11,6 +11,7 @@
 
 pub mod address;
 pub mod config;
+pub mod disaggregation;
 pub mod discovery;
 pub mod inflight;
 pub mod keys;

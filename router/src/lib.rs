@@ -17,6 +17,7 @@
 
 pub mod configure;
 pub mod decision;
+pub mod disaggregate;
 pub mod peer_receiver;
 pub mod reply;
 pub mod stats;

@@ -34,6 +34,9 @@ pub struct Stats {
     pub peer_accepted: Counter,
     pub peer_refused: Counter,
     pub peer_snapshots: Counter,
+    /// P/D: requests given a prefill pod, and requests a decode pod prefills itself.
+    pub pd_disaggregated: Counter,
+    pub pd_decode_only: Counter,
 }
 
 impl Stats {
@@ -66,6 +69,8 @@ impl Stats {
             peer_accepted: c("wasm_epp.peer_requests_accepted"),
             peer_refused: c("wasm_epp.peer_requests_refused"),
             peer_snapshots: c("wasm_epp.peer_snapshots_served"),
+            pd_disaggregated: c("wasm_epp.pd_disaggregated"),
+            pd_decode_only: c("wasm_epp.pd_decode_only"),
             metrics,
         }
     }

@@ -48,6 +48,8 @@ pub struct RequestStream {
     peer: bool,
     /// Body bytes buffered so far (the size at the last body callback).
     body_size: usize,
+    /// The prefill pod of a disaggregated request, in flight until the decode pod answers.
+    prefilling_at: Option<PodAddress>,
 }
 
 impl RequestStream {
@@ -62,6 +64,7 @@ impl RequestStream {
             buffered: 0,
             peer: false,
             body_size: 0,
+            prefilling_at: None,
         }
     }
 
@@ -167,7 +170,9 @@ impl RequestStream {
 
     /// The pod's response headers arrived. Response hooks observe; they never buffer or hold
     /// the response (each body chunk passes on as it comes).
-    pub fn on_response_headers(&mut self, _host: &dyn Host, _end_of_stream: bool) -> Step {
+    pub fn on_response_headers(&mut self, host: &dyn Host, _end_of_stream: bool) -> Step {
+        // The decode pod answers once its prompt is prefilled: the prefill pod is done.
+        self.release_prefill(host);
         Step::Continue
     }
 
@@ -179,7 +184,21 @@ impl RequestStream {
     /// The stream ended (completed, failed or reset): release what it held.
     pub fn on_log(&mut self, host: &dyn Host) {
         self.finish_buffering();
+        self.release_prefill(host);
         let Some(address) = self.routed_to.take() else { return };
+        match self.worker.inflight.try_borrow_mut() {
+            Ok(mut inflight) => {
+                let now = host.now_ms();
+                inflight.finished(address.as_str(), now);
+                inflight.publish_now(host, now);
+            }
+            Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),
+        }
+    }
+
+    /// Ends the prefill pod's in-flight count, once.
+    fn release_prefill(&mut self, host: &dyn Host) {
+        let Some(address) = self.prefilling_at.take() else { return };
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
                 let now = host.now_ms();
@@ -193,7 +212,9 @@ impl RequestStream {
     /// Removes every client copy of a header the pool cluster could follow.
     fn remove_client_destination(&self, host: &dyn Host, headers: &HeaderMap) {
         let configured = self.worker.config.destination_header.as_str();
-        for name in std::iter::once(configured).chain(CLIENT_FORBIDDEN_HEADERS) {
+        let prefiller = (self.worker.pd.as_ref().map(|pd| pd.config.prefiller_header.as_str()))
+            .filter(|name| !CLIENT_FORBIDDEN_HEADERS.contains(name));
+        for name in std::iter::once(configured).chain(prefiller).chain(CLIENT_FORBIDDEN_HEADERS) {
             if headers.contains(name) {
                 self.worker.stats.increment(self.worker.stats.forged_destination);
                 if let Err(error) = host.remove_request_header(name) {
@@ -220,7 +241,9 @@ impl RequestStream {
         self.decided = true;
         let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
         match decide(&self.worker, host, &prompt) {
-            Outcome::Routed { address, destination } => {
+            Outcome::Routed { address, destination, prefiller } => {
+                self.prefilling_at = prefiller;
+                self.write_prefiller(host);
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
                     log::error!("wasm-epp: cannot set destination header: {error}");
@@ -242,6 +265,16 @@ impl RequestStream {
                 Step::Pause
             }
             Outcome::NoPod(why) => self.no_pod(host, why),
+        }
+    }
+
+    /// Names the prefill pod for the decode pod's sidecar; if the header is refused, the decode
+    /// pod prefills itself (nothing is lost but the split).
+    fn write_prefiller(&mut self, host: &dyn Host) {
+        let (Some(pd), Some(prefiller)) = (&self.worker.pd, &self.prefilling_at) else { return };
+        if let Err(error) = host.set_request_header(&pd.config.prefiller_header, prefiller.as_str().as_bytes()) {
+            log::warn!("wasm-epp: cannot set {}: {error}", pd.config.prefiller_header);
+            self.release_prefill(host);
         }
     }
 
