@@ -6,6 +6,7 @@
 //! The pods are the same for every target: the simulator's role only matters to a pod that
 //! receives `x-prefiller-host-port`, which only wasm-epp with a `pd` section writes.
 
+mod paced;
 mod report;
 mod workload;
 
@@ -17,7 +18,6 @@ use launcher::http;
 use serde_json::{json, Map, Value};
 
 use crate::client::StreamingClient;
-use crate::driver::replay;
 use crate::options::Options;
 use crate::pool::{PrefixCounters, SimulatedPool};
 use crate::summary::summarize;
@@ -100,10 +100,11 @@ pub fn run(options: &Options) -> Result<(), String> {
     let dir = launcher::paths::run_dir("bench-pd").map_err(|e| format!("run dir: {e}"))?;
     let vllm_router = options.vllm_router.clone().unwrap_or_else(targets::default_vllm_router);
     let size = if options.quick { Size::Quick } else { Size::Full };
-    let mut aggregated: Vec<PdTarget> = [TargetName::WasmEpp, TargetName::EnvoyRoundRobin, TargetName::EnvoyLeastRequest]
-        .into_iter()
-        .map(PdTarget::Aggregated)
-        .collect();
+    let mut aggregated: Vec<PdTarget> =
+        [TargetName::WasmEpp, TargetName::EnvoyRoundRobin, TargetName::EnvoyLeastRequest]
+            .into_iter()
+            .map(PdTarget::Aggregated)
+            .collect();
     if vllm_router.exists() {
         aggregated.push(PdTarget::Aggregated(TargetName::VllmRouterCacheAware));
         aggregated.push(PdTarget::Aggregated(TargetName::VllmRouterPowerOfTwo));
@@ -115,7 +116,13 @@ pub fn run(options: &Options) -> Result<(), String> {
             vec![PdTarget::WasmEppPd, PdTarget::WasmEppPdNeverSplit, PdTarget::Aggregated(TargetName::WasmEpp)],
         ),
     ];
-    let client = StreamingClient::new(Duration::from_secs(options.request_timeout_s));
+    let bench = Bench {
+        runtime,
+        client: StreamingClient::new(Duration::from_secs(options.request_timeout_s)),
+        dir,
+        vllm_router,
+        time_scale: options.time_scale,
+    };
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     for (workload, plan) in &plans {
@@ -125,9 +132,9 @@ pub fn run(options: &Options) -> Result<(), String> {
             workload.jobs.len(),
             workload.concurrency
         );
-        let pool = PdPool::start(workload, options.time_scale, &dir)?;
+        let pool = PdPool::start(workload, options.time_scale, &bench.dir)?;
         for target in plan {
-            let outcome = run_one(&runtime, &client, workload, &pool, *target, &dir, &vllm_router);
+            let outcome = run_one(&bench, workload, &pool, *target);
             match outcome {
                 Ok(row) => {
                     println!("  {}", report::one_line(&row));
@@ -151,27 +158,31 @@ pub fn run(options: &Options) -> Result<(), String> {
     report::write(&rows, &context, &out_dir)
 }
 
-fn run_one(
-    runtime: &tokio::runtime::Runtime,
-    client: &StreamingClient,
-    workload: &PdWorkload,
-    pool: &PdPool,
-    target: PdTarget,
-    dir: &Path,
-    vllm_router: &Path,
-) -> Result<PdRow, String> {
+/// What stays the same across the runs of one invocation.
+struct Bench {
+    runtime: tokio::runtime::Runtime,
+    client: StreamingClient,
+    dir: std::path::PathBuf,
+    vllm_router: std::path::PathBuf,
+    time_scale: f64,
+}
+
+fn run_one(bench: &Bench, workload: &PdWorkload, pool: &PdPool, target: PdTarget) -> Result<PdRow, String> {
     pool.restart_all()?;
-    let target_dir = dir.join(format!("{}-{}", workload.label, target.label()));
+    let target_dir = bench.dir.join(format!("{}-{}", workload.label, target.label()));
     std::fs::create_dir_all(&target_dir).map_err(|e| format!("{}: {e}", target_dir.display()))?;
     let addresses = pool.addresses();
     let mut running = match target {
         PdTarget::WasmEppPd => start_pd(pool, THRESHOLD_TOKENS, &target_dir)?,
         PdTarget::WasmEppPdNeverSplit => start_pd(pool, 1 << 24, &target_dir)?,
-        PdTarget::Aggregated(name) => targets::start(name, &addresses, &target_dir, vllm_router)?,
+        PdTarget::Aggregated(name) => targets::start(name, &addresses, &target_dir, &bench.vllm_router)?,
     };
     let before = (pool.prefill.prefix_counters(), pool.decode.prefix_counters());
     let base_url = running.base_url();
-    let replayed = runtime.block_on(replay(client, &base_url, workload.jobs.clone(), workload.concurrency));
+    let stagger = Duration::from_secs_f64(workload.stagger.as_secs_f64() * bench.time_scale);
+    let jobs = workload.jobs.clone();
+    let replay = paced::replay_staggered(&bench.client, &base_url, jobs, workload.concurrency, stagger);
+    let replayed = bench.runtime.block_on(replay);
     let after = (pool.prefill.prefix_counters(), pool.decode.prefix_counters());
     let split = pool.remote_prefills();
     if running.has_exited() {

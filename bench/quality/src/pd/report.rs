@@ -62,11 +62,10 @@ pub fn one_line(row: &PdRow) -> String {
 fn goals(rows: &[PdRow]) -> String {
     let long: Vec<&PdRow> = rows.iter().filter(|r| r.quality.workload == "k-long-prompts").collect();
     let pd = long.iter().find(|r| r.quality.target == "wasm-epp-pd");
-    let best = long
-        .iter()
-        .filter(|r| r.quality.target != "wasm-epp-pd")
-        .filter(|r| r.quality.itl_p99_ms.is_some())
-        .min_by(|a, b| a.quality.itl_p99_ms.unwrap_or(f64::MAX).total_cmp(&b.quality.itl_p99_ms.unwrap_or(f64::MAX)));
+    let best =
+        long.iter().filter(|r| r.quality.target != "wasm-epp-pd").filter(|r| r.quality.itl_p99_ms.is_some()).min_by(
+            |a, b| a.quality.itl_p99_ms.unwrap_or(f64::MAX).total_cmp(&b.quality.itl_p99_ms.unwrap_or(f64::MAX)),
+        );
     let mut out = String::new();
     if let (Some(pd), Some(best)) = (pd, best) {
         let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b.max(f64::MIN_POSITIVE));
@@ -83,11 +82,7 @@ fn goals(rows: &[PdRow]) -> String {
     }
     let short: Vec<&PdRow> = rows.iter().filter(|r| r.quality.workload == "k-short-prompts").collect();
     if let Some(pd) = short.iter().find(|r| r.quality.target == "wasm-epp-pd") {
-        let _ = writeln!(
-            out,
-            "- Short prompts disaggregated: {:.1}% (goal < 5%)",
-            pd.disaggregated_share * 100.0
-        );
+        let _ = writeln!(out, "- Short prompts disaggregated: {:.1}% (goal < 5%)", pd.disaggregated_share * 100.0);
     }
     out
 }

@@ -7,6 +7,8 @@
 //! step) lands in the engine steps of the pod's running decodes: their inter-token gap jumps
 //! by about its prefill time. Disaggregated, decode pods only ever decode.
 
+use std::time::Duration;
+
 use crate::prompts::{text_of_tokens, SeededRandom};
 use crate::workload::{pod_args, Job, Size};
 
@@ -18,8 +20,10 @@ const DOCUMENT_TOKENS: usize = 2048;
 const MIN_OWN_TOKENS: usize = 2048;
 const MAX_OWN_TOKENS: usize = 6144;
 const LONG_OUTPUT_TOKENS: usize = 512;
-/// 24 streams over 4 pods: every pod runs several decodes while new prompts keep arriving.
-const LONG_CONCURRENCY: usize = 24;
+/// 32 streams over 4 pods: every pod runs several decodes while new prompts keep arriving.
+const LONG_CONCURRENCY: usize = 32;
+/// About one request's service time (512 tokens at ~35 ms) spread over the 32 slots.
+const LONG_STAGGER: Duration = Duration::from_millis(550);
 /// Prompt plus output at most 8,192 + 512 tokens, with room.
 const MAX_MODEL_LEN: usize = 10_240;
 const NUM_GPU_BLOCKS: usize = 16_384;
@@ -30,6 +34,17 @@ const MAX_SHORT_PROMPT: usize = 400;
 const MIN_SHORT_OUTPUT: usize = 32;
 const MAX_SHORT_OUTPUT: usize = 128;
 const SHORT_CONCURRENCY: usize = 16;
+const SHORT_STAGGER: Duration = Duration::from_millis(100);
+
+/// The large preset (a 70B-class model: 0.06 ms per prefill token, 30 ms decode steps), where
+/// P/D is deployed: one 8k-token prefill costs about 0.5 s, a dozen decode steps.
+fn large_pod_args() -> Vec<String> {
+    let mut args = pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN);
+    if let Some(preset) = args.iter_mut().find(|arg| *arg == "small") {
+        *preset = "large".to_string();
+    }
+    args
+}
 
 /// One P/D workload: its jobs and the simulator flags of its pods (roles added per pod).
 #[derive(Debug, Clone)]
@@ -37,6 +52,8 @@ pub struct PdWorkload {
     pub label: &'static str,
     pub pod_args: Vec<String>,
     pub concurrency: usize,
+    /// Client slot `i` starts `i ×` this late (see `paced`), in simulated time.
+    pub stagger: Duration,
     pub jobs: Vec<Job>,
 }
 
@@ -55,8 +72,9 @@ pub fn long_prompts(size: Size, seed: u64) -> PdWorkload {
         .collect();
     PdWorkload {
         label: "k-long-prompts",
-        pod_args: pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN),
+        pod_args: large_pod_args(),
         concurrency: LONG_CONCURRENCY,
+        stagger: LONG_STAGGER,
         jobs,
     }
 }
@@ -67,14 +85,16 @@ pub fn short_prompts(size: Size, seed: u64) -> PdWorkload {
     let mut random = SeededRandom::new(seed ^ 0x6b73);
     let jobs = (0..requests)
         .map(|index| {
-            let prompt = text_of_tokens(random.between(MIN_SHORT_PROMPT, MAX_SHORT_PROMPT), seed ^ (920_000 + index as u64));
+            let prompt =
+                text_of_tokens(random.between(MIN_SHORT_PROMPT, MAX_SHORT_PROMPT), seed ^ (920_000 + index as u64));
             Job::Completion { prompt, max_tokens: random.between(MIN_SHORT_OUTPUT, MAX_SHORT_OUTPUT) }
         })
         .collect();
     PdWorkload {
         label: "k-short-prompts",
-        pod_args: pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN),
+        pod_args: large_pod_args(),
         concurrency: SHORT_CONCURRENCY,
+        stagger: SHORT_STAGGER,
         jobs,
     }
 }
