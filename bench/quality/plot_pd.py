@@ -29,6 +29,21 @@ COLOURS = {
 }
 
 
+SHORT_NAMES = {
+    "wasm-epp-pd": "wasm-epp\nP/D",
+    "wasm-epp-pd-never-split": "wasm-epp P/D\nnever split",
+    "wasm-epp": "wasm-epp\naggregated",
+    "envoy-round-robin": "Envoy\nround robin",
+    "envoy-least-request": "Envoy\nleast request",
+    "vllm-router-cache-aware": "vllm-router\ncache_aware",
+    "vllm-router-power-of-two": "vllm-router\npower_of_two",
+}
+
+
+def short(name):
+    return SHORT_NAMES.get(name, name)
+
+
 def by_workload(rows):
     workloads = []
     for row in rows:
@@ -45,7 +60,7 @@ def bars(axis, rows, p50_key, p99_key, title):
     axis.bar([x + 0.2 for x in xs], [r.get(p99_key) or 0 for r in rows], 0.4, color=colours, hatch="//",
              alpha=0.6, label="p99")
     axis.set_xticks(list(xs))
-    axis.set_xticklabels([n.replace("-", "-\n", 1) for n in names], fontsize=7)
+    axis.set_xticklabels([short(n) for n in names], fontsize=7)
     axis.set_title(title, fontsize=9)
     axis.set_ylabel("ms")
     axis.legend(fontsize=7)
@@ -65,7 +80,7 @@ def main(results_dir):
     for (workload, group), (throughput_axis, split_axis) in zip(groups, axes):
         names = [r["target"] for r in group]
         colours = [COLOURS.get(n, "#333333") for n in names]
-        labels = [n.replace("-", "-\n", 1) for n in names]
+        labels = [short(n) for n in names]
         throughput_axis.bar(labels, [r["output_tokens_per_s"] for r in group], color=colours)
         throughput_axis.set_title(f"{workload}: output tokens/s", fontsize=9)
         throughput_axis.tick_params(axis="x", labelsize=7)

@@ -109,8 +109,10 @@ pub fn run(options: &Options) -> Result<(), String> {
         aggregated.push(PdTarget::Aggregated(TargetName::VllmRouterCacheAware));
         aggregated.push(PdTarget::Aggregated(TargetName::VllmRouterPowerOfTwo));
     }
+    let long_targets = [vec![PdTarget::WasmEppPd], aggregated].concat();
     let plans = [
-        (workload::long_prompts(size, options.seed), [vec![PdTarget::WasmEppPd], aggregated].concat()),
+        (workload::long_prompts(size, options.seed), long_targets.clone()),
+        (workload::long_prompts_busy(size, options.seed), long_targets),
         (
             workload::short_prompts(size, options.seed),
             vec![PdTarget::WasmEppPd, PdTarget::WasmEppPdNeverSplit, PdTarget::Aggregated(TargetName::WasmEpp)],

@@ -24,6 +24,8 @@ const LONG_OUTPUT_TOKENS: usize = 512;
 const LONG_CONCURRENCY: usize = 32;
 /// About one request's service time (512 tokens at ~35 ms) spread over the 32 slots.
 const LONG_STAGGER: Duration = Duration::from_millis(550);
+const BUSY_CONCURRENCY: usize = 48;
+const BUSY_STAGGER: Duration = Duration::from_millis(370);
 /// Prompt plus output at most 8,192 + 512 tokens, with room.
 const MAX_MODEL_LEN: usize = 10_240;
 const NUM_GPU_BLOCKS: usize = 16_384;
@@ -59,7 +61,21 @@ pub struct PdWorkload {
 
 /// (k): long prompts, long outputs.
 pub fn long_prompts(size: Size, seed: u64) -> PdWorkload {
-    let requests = size.pick(96, 32);
+    long_prompts_at(size.pick(96, 32), LONG_CONCURRENCY, LONG_STAGGER, "k-long-prompts", seed)
+}
+
+/// (k) at 1.5× the client slots: more prefills land in every aggregated pod's decode steps.
+pub fn long_prompts_busy(size: Size, seed: u64) -> PdWorkload {
+    long_prompts_at(size.pick(144, 48), BUSY_CONCURRENCY, BUSY_STAGGER, "k-long-prompts-busy", seed)
+}
+
+fn long_prompts_at(
+    requests: usize,
+    concurrency: usize,
+    stagger: Duration,
+    label: &'static str,
+    seed: u64,
+) -> PdWorkload {
     let mut random = SeededRandom::new(seed ^ 0x6b);
     let documents: Vec<String> =
         (0..SHARED_DOCUMENTS).map(|d| text_of_tokens(DOCUMENT_TOKENS, seed ^ (900_000 + d as u64))).collect();
@@ -70,13 +86,7 @@ pub fn long_prompts(size: Size, seed: u64) -> PdWorkload {
             Job::Completion { prompt: format!("{document} {own}"), max_tokens: LONG_OUTPUT_TOKENS }
         })
         .collect();
-    PdWorkload {
-        label: "k-long-prompts",
-        pod_args: large_pod_args(),
-        concurrency: LONG_CONCURRENCY,
-        stagger: LONG_STAGGER,
-        jobs,
-    }
+    PdWorkload { label, pod_args: large_pod_args(), concurrency, stagger, jobs }
 }
 
 /// (k-short): short prompts the decider should not split.
