@@ -16,6 +16,7 @@ use picker::request::{parse_request, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
+use crate::disaggregate::{release_prefill, write_prefiller};
 use crate::reply::{send_error, send_json};
 use crate::worker::Worker;
 
@@ -172,7 +173,7 @@ impl RequestStream {
     /// the response (each body chunk passes on as it comes).
     pub fn on_response_headers(&mut self, host: &dyn Host, _end_of_stream: bool) -> Step {
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
-        self.release_prefill(host);
+        release_prefill(&self.worker, host, &mut self.prefilling_at);
         Step::Continue
     }
 
@@ -184,21 +185,8 @@ impl RequestStream {
     /// The stream ended (completed, failed or reset): release what it held.
     pub fn on_log(&mut self, host: &dyn Host) {
         self.finish_buffering();
-        self.release_prefill(host);
+        release_prefill(&self.worker, host, &mut self.prefilling_at);
         let Some(address) = self.routed_to.take() else { return };
-        match self.worker.inflight.try_borrow_mut() {
-            Ok(mut inflight) => {
-                let now = host.now_ms();
-                inflight.finished(address.as_str(), now);
-                inflight.publish_now(host, now);
-            }
-            Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),
-        }
-    }
-
-    /// Ends the prefill pod's in-flight count, once.
-    fn release_prefill(&mut self, host: &dyn Host) {
-        let Some(address) = self.prefilling_at.take() else { return };
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
                 let now = host.now_ms();
@@ -242,8 +230,7 @@ impl RequestStream {
         let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
         match decide(&self.worker, host, &prompt) {
             Outcome::Routed { address, destination, prefiller } => {
-                self.prefilling_at = prefiller;
-                self.write_prefiller(host);
+                self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
                     log::error!("wasm-epp: cannot set destination header: {error}");
@@ -265,16 +252,6 @@ impl RequestStream {
                 Step::Pause
             }
             Outcome::NoPod(why) => self.no_pod(host, why),
-        }
-    }
-
-    /// Names the prefill pod for the decode pod's sidecar; if the header is refused, the decode
-    /// pod prefills itself (nothing is lost but the split).
-    fn write_prefiller(&mut self, host: &dyn Host) {
-        let (Some(pd), Some(prefiller)) = (&self.worker.pd, &self.prefilling_at) else { return };
-        if let Err(error) = host.set_request_header(&pd.config.prefiller_header, prefiller.as_str().as_bytes()) {
-            log::warn!("wasm-epp: cannot set {}: {error}", pd.config.prefiller_header);
-            self.release_prefill(host);
         }
     }
 
