@@ -19,6 +19,7 @@ pub mod configure;
 pub mod decision;
 pub mod decision_header;
 pub mod decision_stats;
+pub mod disaggregate;
 pub mod peer_receiver;
 pub mod reply;
 pub mod stats;

@@ -38,6 +38,9 @@ pub struct Stats {
     pub peer_snapshots: Counter,
     /// Picks by reason and the decision-time histogram.
     pub decisions: DecisionStats,
+    /// P/D: requests given a prefill pod, and requests a decode pod prefills itself.
+    pub pd_disaggregated: Counter,
+    pub pd_decode_only: Counter,
 }
 
 impl Stats {
@@ -71,6 +74,8 @@ impl Stats {
             peer_refused: c("wasm_epp.peer_requests_refused"),
             peer_snapshots: c("wasm_epp.peer_snapshots_served"),
             decisions: DecisionStats::define(&metrics),
+            pd_disaggregated: c("wasm_epp.pd_disaggregated"),
+            pd_decode_only: c("wasm_epp.pd_decode_only"),
             metrics,
         }
     }

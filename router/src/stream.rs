@@ -17,6 +17,7 @@ use wasm_epp_host::{HeaderMap, Host};
 
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
+use crate::disaggregate::{release_prefill, write_prefiller};
 use crate::reply::{send_error, send_json};
 use crate::worker::Worker;
 
@@ -51,6 +52,8 @@ pub struct RequestStream {
     body_size: usize,
     /// The decision header's value, written on the response (`debug_decision_header`).
     explain: Option<String>,
+    /// The prefill pod of a disaggregated request, in flight until the decode pod answers.
+    prefilling_at: Option<PodAddress>,
 }
 
 impl RequestStream {
@@ -66,6 +69,7 @@ impl RequestStream {
             peer: false,
             body_size: 0,
             explain: None,
+            prefilling_at: None,
         }
     }
 
@@ -183,6 +187,8 @@ impl RequestStream {
                 log::debug!("wasm-epp: cannot set {DECISION_HEADER}: {error}");
             }
         }
+        // The decode pod answers once its prompt is prefilled: the prefill pod is done.
+        release_prefill(&self.worker, host, &mut self.prefilling_at);
         Step::Continue
     }
 
@@ -194,6 +200,7 @@ impl RequestStream {
     /// The stream ended (completed, failed or reset): release what it held.
     pub fn on_log(&mut self, host: &dyn Host) {
         self.finish_buffering();
+        release_prefill(&self.worker, host, &mut self.prefilling_at);
         let Some(address) = self.routed_to.take() else { return };
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
@@ -208,7 +215,9 @@ impl RequestStream {
     /// Removes every client copy of a header the pool cluster could follow.
     fn remove_client_destination(&self, host: &dyn Host, headers: &HeaderMap) {
         let configured = self.worker.config.destination_header.as_str();
-        for name in std::iter::once(configured).chain(CLIENT_FORBIDDEN_HEADERS) {
+        let prefiller = (self.worker.pd.as_ref().map(|pd| pd.config.prefiller_header.as_str()))
+            .filter(|name| !CLIENT_FORBIDDEN_HEADERS.contains(name));
+        for name in std::iter::once(configured).chain(prefiller).chain(CLIENT_FORBIDDEN_HEADERS) {
             if headers.contains(name) {
                 self.worker.stats.increment(self.worker.stats.forged_destination);
                 if let Err(error) = host.remove_request_header(name) {
@@ -239,8 +248,9 @@ impl RequestStream {
         let stats = &self.worker.stats;
         stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
         match outcome {
-            Outcome::Routed { address, destination, explain } => {
+            Outcome::Routed { address, destination, explain, prefiller } => {
                 self.explain = explain;
+                self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
                     log::error!("wasm-epp: cannot set destination header: {error}");

@@ -37,13 +37,17 @@ pub struct Worker {
     /// This root has created an HTTP context: it serves requests. Envoy's main-thread root
     /// never does, and must not keep (and sync) a prefix replica for nothing.
     pub serving: Cell<bool>,
+    /// Prefill/decode disaggregation, when the configuration has a `pd` section.
+    pub pd: Option<crate::disaggregate::PdRouting>,
 }
 
 impl Worker {
     /// `seed` differs per VM: it seeds tie-breaking and the prefix index's keyed hashing.
     pub fn new(config: FilterConfig, fallback_pool: Vec<PodAddress>, vm_id: String, seed: u64) -> Self {
+        let policy = config.policy();
         Self {
-            policy: config.policy(),
+            pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),
+            policy,
             prefix: RefCell::new(
                 WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)
                     .with_reuse_prior(config.prefix.reuse_prior),

@@ -12,6 +12,7 @@ mod balance;
 mod client;
 mod driver;
 mod options;
+mod pd;
 mod pool;
 mod prometheus;
 mod prompts;

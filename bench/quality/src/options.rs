@@ -68,4 +68,8 @@ pub struct Options {
         default_value = "wasm-epp-x1,wasm-epp-x2,wasm-epp-x4,wasm-epp-x2-no-peering,wasm-epp-x4-no-peering,wasm-epp-x4-no-peering-prior,wasm-epp-x4-least-recent,envoy-round-robin"
     )]
     pub replica_targets: Vec<ReplicaTarget>,
+    /// Run only the prefill/decode dimension (issue 19): workload k and its short-prompt check,
+    /// results in bench/results/pd/ (or --out-dir).
+    #[arg(long, conflicts_with = "replicas_only")]
+    pub pd_only: bool,
 }
