@@ -59,7 +59,7 @@ unit:
 
 # Two at a time: each test runs its own Envoy and pods on a 2-core machine. Every test
 # file runs even when one fails (--no-fail-fast), so one report lists every failure.
-e2e: envoy wasm test-wasm native
+e2e: envoy wasm test-wasm native prometheus
 	$(CARGO) test -p e2e --no-fail-fast -- --test-threads=2
 
 # The long form of the load test: 64 streaming clients, 60 s healthy + 60 s with a pod
@@ -136,6 +136,7 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	./target/release/wasm-epp-bench-quality $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results
 	$(VENV)/bin/python bench/quality/plot_replicas.py bench/results
+	test ! -f bench/results/pd/pd.json || $(VENV)/bin/python bench/quality/plot_pd.py bench/results/pd
 	$(MAKE) bench-flow
 
 # `make bench-flow`: workload j only (issue 16), the 2x overload with flow control on and off
@@ -162,8 +163,24 @@ $(KUBERNETES_VALIDATE_STAMP): $(ENVOY)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)
 	touch $@
 
-validate: envoy wasm $(KUBERNETES_VALIDATE_STAMP)
+validate: envoy wasm $(KUBERNETES_VALIDATE_STAMP) helm-check
 	ENVOY_VERSION=$(ENVOY_VERSION) $(VENV)/bin/python k8s/tools/validate.py
+
+# `make helm-check`: `helm lint --strict` and `helm template` of k8s/helm/wasm-epp for each
+# mode (standalone, InferencePool, Istio, Istio + WasmPlugin) into target/helm/, which
+# `make validate` then checks. Helm is Helm's own Go SDK (v4) from PyPI's helm-python-sdk
+# (k8s/tools/helm_check.py says why not the helm binary).
+HELM_SDK_VERSION := 0.2.2
+HELM_SDK_STAMP := $(VENV)/.helm-python-sdk-$(HELM_SDK_VERSION)
+
+.PHONY: helm-check
+
+$(HELM_SDK_STAMP): $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check helm-python-sdk==$(HELM_SDK_VERSION)
+	touch $@
+
+helm-check: $(HELM_SDK_STAMP) $(KUBERNETES_VALIDATE_STAMP)
+	$(VENV)/bin/python k8s/tools/helm_check.py target/helm
 
 k8s-wasm: wasm
 	python3 k8s/tools/wasm-configmaps.py --namespace $(K8S_NAMESPACE) --out target/k8s/wasm-epp-modules.yaml
@@ -180,3 +197,23 @@ bench-cost: tools wasm
 	$(CARGO) build --release --target $(WASM_TARGET) -p header-only-filter
 	$(CARGO) build --release -p bench-cost
 	./target/release/wasm-epp-bench-cost $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) all
+
+# --- dashboard (k8s/dashboards/wasm-epp.json; docs/deployment.md, "Dashboard") ------------
+# tests/e2e/tests/dashboard.rs (part of e2e) runs Debian's Prometheus against a make-run-like
+# Envoy and pods and checks every panel's query returns data; `make dashboard-png` runs it and
+# draws docs/dashboard.png from that run's series (about 1 minute after the builds).
+
+PROMETHEUS := /usr/bin/prometheus
+
+.PHONY: prometheus dashboard-png
+
+$(PROMETHEUS):
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+
+prometheus: $(PROMETHEUS)
+
+dashboard-png: prometheus envoy wasm native $(MATPLOTLIB_STAMP)
+	mkdir -p target/dashboard
+	DASHBOARD_SERIES=$(CURDIR)/target/dashboard/series.json $(CARGO) test -p e2e --test dashboard -- --nocapture
+	$(VENV)/bin/python k8s/tools/render_dashboard.py target/dashboard/series.json k8s/dashboards/wasm-epp.json docs/dashboard.png

@@ -19,11 +19,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 ORDER = [
     "wasm-epp-x1", "wasm-epp-x2", "wasm-epp-x4", "wasm-epp-x2-no-peering", "wasm-epp-x4-no-peering",
-    "wasm-epp-x4-least-recent", "envoy-round-robin",
+    "wasm-epp-x4-no-peering-prior", "wasm-epp-x4-least-recent", "envoy-round-robin",
 ]
 SHORT = {
     "wasm-epp-x1": "x1", "wasm-epp-x2": "x2\npeers", "wasm-epp-x4": "x4\npeers",
-    "wasm-epp-x2-no-peering": "x2\nalone", "wasm-epp-x4-no-peering": "x4\nalone",
+    "wasm-epp-x2-no-peering": "x2\nalone", "wasm-epp-x4-no-peering": "x4\nalone", "wasm-epp-x4-no-peering-prior": "x4 alone\nprior 1",
     "wasm-epp-x4-least-recent": "x4 alone\nleast-recent", "envoy-round-robin": "round\nrobin",
 }
 

@@ -52,7 +52,7 @@ fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
         let fail_open_before = worker.stats.metrics.pending("wasm_epp.fail_open");
         let prompt =
             Prompt { request: None, endpoint: picker::request::Endpoint::Completions, session: None, sheddable: false };
-        let Outcome::Routed { address, destination } = decide(&worker, &host, &prompt) else {
+        let Outcome::Routed { address, destination, .. } = decide(&worker, &host, &prompt) else {
             panic!("the shipped decision routed nowhere with a pool of {}", worker.fallback_pool.len())
         };
         assert!(members.contains(&address.as_str()), "shipped decision chose {address}, no pod of the table or pool");

@@ -37,6 +37,10 @@ pub enum MetricKind {
 pub trait Host: SharedStore {
     /// Wall clock in ms since the epoch; 0 if the host cannot tell (read as "long ago").
     fn now_ms(&self) -> u64;
+    /// The same clock in µs, to time a decision (hosts that only know ms report ms x 1000).
+    fn now_us(&self) -> u64 {
+        self.now_ms().saturating_mul(1_000)
+    }
     /// A value that differs between VMs and starts, to seed tie-breaking and keyed hashing.
     fn random_seed(&self) -> u64;
     fn set_tick_period_ms(&self, period_ms: u64) -> HostResult<()>;
@@ -81,6 +85,8 @@ pub trait Host: SharedStore {
     fn dispatch_call(&self, cluster: &str, headers: &[(&str, &str)], body: &[u8], timeout_ms: u64) -> HostResult<u32>;
     /// The answered call's `:status`, if it has one (none: the call failed or timed out).
     fn call_response_status(&self) -> Option<u16>;
+    /// A header of the answered call's response.
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>>;
     /// The answered call's body, at most `max` bytes.
     fn call_response_body(&self, size: usize, max: usize) -> HostResult<Vec<u8>>;
 

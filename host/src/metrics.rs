@@ -24,7 +24,8 @@ struct Slot {
     id: Option<u32>,
     /// Counter: increments not yet flushed. Gauge: the value to record.
     pending: Cell<u64>,
-    /// Gauge: whether `pending` changed since the last flush.
+    /// Gauge: whether `pending` changed since the last flush. Counter: define it at the next
+    /// flush even at zero ([`Metrics::announce`]).
     dirty: Cell<bool>,
 }
 
@@ -73,6 +74,16 @@ impl Metrics {
 
     pub fn increment(&self, counter: Counter) {
         self.add(counter, 1);
+    }
+
+    /// Defines the counter in the host at the next flush even if nothing was counted, so a
+    /// dashboard shows a series at 0 instead of none (a fixed label set: reasons, buckets).
+    pub fn announce(&self, counter: Counter) {
+        if let Ok(slots) = self.slots.try_borrow() {
+            if let Some(slot) = slots.get(counter.0) {
+                slot.dirty.set(true);
+            }
+        }
     }
 
     pub fn set(&self, gauge: Gauge, value: u64) {
@@ -125,7 +136,7 @@ impl Metrics {
         let Ok(mut slots) = self.slots.try_borrow_mut() else { return };
         for slot in slots.iter_mut() {
             let changed = match slot.kind {
-                MetricKind::Counter => slot.pending.get() > 0,
+                MetricKind::Counter => slot.pending.get() > 0 || (slot.dirty.get() && slot.id.is_none()),
                 MetricKind::Gauge => slot.dirty.get(),
             };
             if !changed {
@@ -137,7 +148,8 @@ impl Metrics {
             let Some(id) = slot.id else { continue };
             match slot.kind {
                 MetricKind::Counter => {
-                    if host.increment_metric(id, slot.pending.get()).is_ok() {
+                    slot.dirty.set(false);
+                    if slot.pending.get() > 0 && host.increment_metric(id, slot.pending.get()).is_ok() {
                         slot.pending.set(0);
                     }
                 }
@@ -172,6 +184,18 @@ mod tests {
         metrics.flush(&host);
         assert_eq!(host.metric("wasm_epp.requests_routed"), 4);
         assert_eq!(host.metric("wasm_epp.pods_total"), 4);
+    }
+
+    #[test]
+    fn an_announced_counter_is_defined_at_zero() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let shed = metrics.counter("wasm_epp.shed");
+        let _quiet = metrics.counter("wasm_epp.quiet");
+        metrics.announce(shed);
+        metrics.flush(&host);
+        assert_eq!(host.metric_names.borrow().len(), 1, "only the announced counter is defined");
+        assert_eq!(host.metric("wasm_epp.shed"), 0);
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct MockHost {
     pub calls: RefCell<Vec<Call>>,
     /// The answer the next `call_response_*` reads: `(status, body)`; `None` = no answer.
     pub call_answer: RefCell<Option<(u16, Vec<u8>)>>,
+    /// The headers of that answer.
+    pub call_answer_headers: RefCell<Vec<(String, String)>>,
     /// Refuse every dispatch (an unknown cluster, as Envoy answers BadArgument).
     pub refuse_calls: Cell<bool>,
     /// Fail every shared-data access (a host in trouble).
@@ -267,6 +269,11 @@ impl Host for MockHost {
 
     fn call_response_status(&self) -> Option<u16> {
         self.call_answer.borrow().as_ref().map(|(status, _)| *status)
+    }
+
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {
+        let headers = self.call_answer_headers.borrow();
+        headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_bytes().to_vec())
     }
 
     fn call_response_body(&self, size: usize, max: usize) -> HostResult<Vec<u8>> {

@@ -44,6 +44,10 @@ impl Host for ProxyHost {
         abi::current_time_ns().map_or(0, |ns| ns / 1_000_000)
     }
 
+    fn now_us(&self) -> u64 {
+        abi::current_time_ns().map_or(0, |ns| ns / 1_000)
+    }
+
     fn random_seed(&self) -> u64 {
         abi::current_time_ns().unwrap_or(0x5eed)
     }
@@ -153,6 +157,10 @@ impl Host for ProxyHost {
     fn call_response_status(&self) -> Option<u16> {
         let bytes = abi::header_value(CALL_RESPONSE_HEADERS, ":status").ok().flatten()?;
         std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
+    }
+
+    fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {
+        abi::header_value(CALL_RESPONSE_HEADERS, name).ok().flatten()
     }
 
     fn call_response_body(&self, size: usize, max: usize) -> HostResult<Vec<u8>> {

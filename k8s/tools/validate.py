@@ -15,6 +15,9 @@
    extensions, so configurations with the singleton are also started for real for a
    moment (ports 0, no listener conflicts) until the singleton logs that it is configured.
 3. The docker-compose file parses and agrees with its Envoy configuration.
+4. The Helm chart (k8s/helm/wasm-epp), rendered by `make helm-check` into target/helm/, goes
+   through 1 and 2 too, and with its default values must render the same Envoy
+   configuration as k8s/standalone and k8s/istio/singleton (plugin configurations aside).
 
 Run by `make validate` (part of `make test`) with the Makefile's .venv python.
 """
@@ -41,11 +44,19 @@ WASM_DIR = Path(os.environ.get("WASM_DIR", ROOT / "target/wasm32-wasip1/release"
 ENVOY_VERSION = os.environ.get("ENVOY_VERSION", "1.40.0")
 KUBERNETES_VERSION = os.environ.get("KUBERNETES_VERSION", "1.33.0")
 # Files a kustomization deliberately leaves out (documented alternatives).
-OPTIONAL_MANIFESTS = {"k8s/standalone/inference-pool.yaml", "k8s/istio/no-singleton/wasmplugin.yaml"}
+OPTIONAL_MANIFESTS = {
+    "k8s/standalone/inference-pool.yaml",
+    "k8s/standalone/vllm-pd.yaml",
+    "k8s/istio/no-singleton/wasmplugin.yaml",
+}
 # Logged by the pool service once its configuration is accepted (poller/src/service.rs).
 SINGLETON_CONFIGURED = "wasm-epp pool service configured"
 SMOKE_SECONDS = 20
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+# The Helm chart's templates are not YAML; `make helm-check` renders them here, one folder per
+# value set, and they are checked like the hand-written manifests.
+HELM_CHART = K8S / "helm"
+HELM_RENDERED = Path(os.environ.get("HELM_RENDERED", ROOT / "target/helm"))
 
 failures = []
 
@@ -56,6 +67,12 @@ def fail(where, message):
 
 def rel(path):
     return str(Path(path).resolve().relative_to(ROOT))
+
+
+def manifest_paths():
+    """Every manifest to check: k8s/** except the chart's templates, and the rendered chart."""
+    paths = [p for p in sorted(K8S.rglob("*.yaml")) if HELM_CHART not in p.parents]
+    return paths + sorted(HELM_RENDERED.rglob("*.yaml"))
 
 
 # --- 1. Kubernetes manifests ----------------------------------------------------------------
@@ -175,7 +192,9 @@ def validate_documents(where, documents):
 
 def check_manifests():
     resources = []
-    for path in sorted(K8S.rglob("*.yaml")):
+    if not (HELM_RENDERED / "cases.json").exists():
+        fail("k8s/helm", f"chart not rendered into {HELM_RENDERED} (make helm-check)")
+    for path in manifest_paths():
         where = rel(path)
         try:
             documents = list(yaml.safe_load_all(path.read_text()))
@@ -274,7 +293,7 @@ PEER_SECRET = "validate-peer-secret-0123"
 def render_template(cluster_mode, singleton, peers=False):
     """envoy/envoy.yaml.template as the launcher renders it (launcher/src/envoy.rs)."""
     sections = {"singleton": singleton, "override_host": cluster_mode == "override_host",
-                "original_dst": cluster_mode == "original_dst", "peers": peers}
+                "original_dst": cluster_mode == "original_dst", "peers": peers, "live_filter": False}
     kept, skipping = [], False
     for line in (ROOT / "envoy/envoy.yaml.template").read_text().splitlines():
         marker = re.match(r"^\s*# (BEGIN|END) (\S+)\s*$", line)
@@ -461,7 +480,7 @@ def envoy_configs():
     configs.append(("envoy/envoy.yaml.template (no singleton)", render_template("override_host", False), {}))
     configs.append(("envoy/envoy.yaml.template (peers)", render_template("override_host", True, peers=True), {}))
     configs.append(("envoy/compose/envoy.yaml", yaml.safe_load((ROOT / "envoy/compose/envoy.yaml").read_text()), {}))
-    for path in sorted(K8S.rglob("*.yaml")):
+    for path in manifest_paths():
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "ConfigMap" and isinstance(doc.get("data"), dict):
                 for key, text in doc["data"].items():
@@ -473,6 +492,11 @@ def envoy_configs():
         istio_sds.update(doc.get("data") or {})
     configs.append(("k8s/istio/singleton (assembled)",
                     assemble_istio([K8S / "istio/singleton/envoyfilter.yaml"], "k8s/istio/singleton"), istio_sds))
+    for rendered in sorted(HELM_RENDERED.glob("*/istio/envoyfilter.yaml")):
+        # With a WasmPlugin the filter comes from Istio, not from these patches: schema only.
+        if (rendered.parent / "wasmplugin.yaml").exists():
+            continue
+        configs.append((f"{rel(rendered)} (assembled)", assemble_istio([rendered], rel(rendered)), istio_sds))
     no_singleton = [K8S / "istio/no-singleton/clusters.yaml", K8S / "istio/no-singleton/filter.yaml"]
     configs.append(("k8s/istio/no-singleton (assembled)", assemble_istio(no_singleton, "k8s/istio/no-singleton"),
                     istio_sds))
@@ -596,6 +620,37 @@ def check_envoy_configs(scratch_root):
         list(pool.map(lambda job: run_envoy_checks(*job), jobs))
 
 
+# --- the chart against the hand-written manifests ---------------------------------------------
+
+def without_configurations(node):
+    """The structure with every plugin `configuration` blanked: those carry the values."""
+    if isinstance(node, dict):
+        return {k: "<configuration>" if k == "configuration" else without_configurations(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [without_configurations(v) for v in node]
+    return node
+
+
+def check_chart_follows_manifests():
+    """With its default values the chart renders the same Envoy configuration as the
+    hand-written manifests (plugin configurations aside, which carry the values): a change
+    to one that is not made to the other fails here."""
+    before = len(failures)
+    pairs = [("standalone/standalone/envoy-config.yaml", "standalone/envoy-config.yaml", lambda d: d["data"]),
+             ("istio/istio/envoyfilter.yaml", "istio/singleton/envoyfilter.yaml", lambda d: {"spec": d["spec"]})]
+    for rendered, manual, part in pairs:
+        if not (HELM_RENDERED / rendered).exists():
+            continue  # reported by check_manifests
+        chart = part(next(d for d in yaml.safe_load_all((HELM_RENDERED / rendered).read_text()) if d))
+        hand = part(next(d for d in yaml.safe_load_all((K8S / manual).read_text()) if d))
+        for key in hand:
+            parse = yaml.safe_load if isinstance(hand[key], str) else (lambda v: v)
+            if without_configurations(parse(chart.get(key))) != without_configurations(parse(hand[key])):
+                fail(f"k8s/helm/wasm-epp ({rendered})", f"{key} differs from k8s/{manual} beyond the plugin configurations")
+    if len(failures) == before:
+        print("  ok  the chart's default render follows k8s/standalone and k8s/istio/singleton")
+
+
 # --- 3. docker compose ------------------------------------------------------------------------
 
 def check_compose():
@@ -612,6 +667,11 @@ def check_compose():
         source = volume.split(":")[0]
         if not (compose_dir / source).resolve().exists():
             fail(where, f"volume source {source} does not exist (build first: make wasm)")
+    for name, service in services.items():
+        for volume in service.get("volumes") or [] if name != "envoy" else []:
+            source = volume.split(":")[0]
+            if source.startswith(".") and not (compose_dir / source).resolve().exists():
+                fail(where, f"{name}: volume source {source} does not exist")
     addresses = {dig(s, "networks", "pool", "ipv4_address") for s in services.values()}
     config = yaml.safe_load((compose_dir / "envoy.yaml").read_text())
     for _, value in singleton_configs(config):
@@ -640,6 +700,7 @@ def main():
         print(f"Envoy configurations ({ENVOY})")
         check_envoy_configs(Path(scratch))
     check_coherence(resources)
+    check_chart_follows_manifests()
     print("docker compose")
     check_compose()
     if failures:

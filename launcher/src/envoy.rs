@@ -23,6 +23,8 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         "override_host" => options.cluster_mode == ClusterMode::OverrideHost,
         "original_dst" => options.cluster_mode == ClusterMode::OriginalDst,
         "peers" => options.peering.is_some(),
+        "inline_filter" => options.live_filter_dir.is_none(),
+        "live_filter" => options.live_filter_dir.is_some(),
         _ => true,
     };
     let mut kept = String::with_capacity(template.len());
@@ -74,6 +76,10 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         .replace("{{MAX_HEAP_BYTES}}", &options.max_heap_bytes.to_string())
         .replace("{{MAX_CONNECTIONS}}", &options.max_connections.to_string())
         .replace("{{ASYNC_RESPONSE_LIMIT_BYTES}}", &options.async_response_limit_bytes.to_string())
+        .replace(
+            "{{LIVE_FILTER_DIR}}",
+            &options.live_filter_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+        )
 }
 
 /// Starts Envoy on `config_path` and waits until its admin endpoint on `admin_port` says it
@@ -126,6 +132,9 @@ impl Envoy {
         let template = std::fs::read_to_string(crate::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, render(&template, options)).map_err(|e| format!("write config: {e}"))?;
+        if let Some(live_dir) = &options.live_filter_dir {
+            crate::live_config::write_filter_config(options, live_dir, &options.filter_config)?;
+        }
         let process =
             launch(&config_path, extra_args, options.concurrency, "envoy", &dir.join("envoy.log"), options.admin_port)?;
         Ok(Self { process, listen_port: options.listen_port, admin_port: options.admin_port, config_path })
@@ -140,7 +149,7 @@ impl Envoy {
     }
 
     /// One value from `/stats/prometheus`: `name` with an optional `{labels}` selector,
-    /// e.g. `wasm_epp_picks{pod="127_0_0_1_8001"}`. Absent stats read as `None`.
+    /// e.g. `wasm_epp_picks{pod="127.0.0.1:8001"}`. Absent stats read as `None`.
     pub fn stat(&self, name: &str) -> Option<f64> {
         if name.starts_with("wasm_epp") {
             // The plugin counts in Wasm memory and flushes on its tick (20 ms in the filter,

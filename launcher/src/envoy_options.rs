@@ -48,6 +48,9 @@ pub struct EnvoyOptions {
     /// The internal peer listener and cluster of a replica that shares its decisions
     /// (docs/design.md, "Several gateway replicas"); `None` leaves them out.
     pub peering: Option<Peering>,
+    /// The filter's configuration from this watched folder (ECDS) instead of inline, so it
+    /// can be replaced while Envoy runs (`crate::live_config`).
+    pub live_filter_dir: Option<PathBuf>,
 }
 
 /// One replica's side of peering: where its peer listener listens and what it shares.
@@ -113,6 +116,7 @@ impl EnvoyOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             async_response_limit_bytes: DEFAULT_ASYNC_RESPONSE_LIMIT_BYTES,
             peering: None,
+            live_filter_dir: None,
         }
     }
 

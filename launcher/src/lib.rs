@@ -9,10 +9,12 @@
 
 pub mod baseline;
 pub mod compose;
+pub mod config_watch;
 pub mod envoy;
 pub mod envoy_options;
 pub mod fake_kube;
 pub mod http;
+pub mod live_config;
 pub mod paths;
 pub mod pods;
 pub mod proc_stats;

@@ -24,11 +24,6 @@ impl PodAddress {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// A form safe inside an Envoy stat name: dots and colons become underscores.
-    pub fn stat_label(&self) -> String {
-        self.0.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
-    }
 }
 
 impl serde::Serialize for PodAddress {
@@ -73,11 +68,5 @@ mod tests {
         for bad in ["pod-1:8000", "10.0.0.7", "10.0.0.7:0", "10.0.0.7:99999", "", "1.2.3.4:80,5.6.7.8:80"] {
             assert!(PodAddress::parse(bad).is_err(), "{bad} accepted");
         }
-    }
-
-    #[test]
-    fn stat_label_has_no_separators() {
-        let address = PodAddress::parse("127.0.0.1:8001").unwrap();
-        assert_eq!(address.stat_label(), "127_0_0_1_8001");
     }
 }

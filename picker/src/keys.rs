@@ -53,6 +53,12 @@ pub const SERVICE_HEARTBEAT: &str = "wasm-epp/v1/service-heartbeat";
 
 /// The shared queue on which the peer listener's filter hands other replicas' messages to
 /// the pool service (see [`crate::peer`]).
+/// This Envoy's replica id in the peer exchange (hex), written by the pool service at start so
+/// the peer listener can name its replica in answers: a replica that lists itself among its
+/// peers (a label selector matches its own pod) learns so from the first answer and stops
+/// sending to itself.
+pub const REPLICA_ID: &str = "wasm-epp/v1/replica-id";
+
 pub const PEER_INBOX: &str = "wasm-epp/v1/peer-inbox";
 
 /// Requests other gateway replicas have in flight per pod, summed, as the pool service last

@@ -11,6 +11,7 @@
 
 pub mod address;
 pub mod config;
+pub mod disaggregation;
 pub mod discovery;
 pub mod inflight;
 pub mod keys;
@@ -23,6 +24,7 @@ pub mod prefix;
 mod prometheus_line;
 pub mod random;
 pub mod request;
+pub mod role;
 pub mod route;
 pub mod saturation;
 pub mod scheduler;

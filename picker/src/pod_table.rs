@@ -37,6 +37,9 @@ pub struct PodState {
     pub running_loras: Vec<String>,
     #[serde(default)]
     pub waiting_loras: Vec<String>,
+    /// Prefill, decode or both (tables published before roles existed decode as `both`).
+    #[serde(default)]
+    pub role: crate::role::PodRole,
 }
 
 impl PodState {
@@ -56,6 +59,7 @@ impl PodState {
             max_loras: 0,
             running_loras: Vec::new(),
             waiting_loras: Vec::new(),
+            role: crate::role::PodRole::Both,
         }
     }
 

@@ -41,6 +41,9 @@ pub struct PoolPoller {
     /// that later reuses its address never share an epoch (the prefix index would think the
     /// newcomer's cache holds the old pod's blocks).
     next_epoch: u32,
+    /// Roles from the configuration, and from the pods' `llm-d.ai/role` labels (which win).
+    static_roles: crate::role::RoleMap,
+    discovered_roles: crate::role::RoleMap,
 }
 
 /// What [`PoolPoller::on_scrape`] learned, for stats and logs.
@@ -54,7 +57,16 @@ pub enum ScrapeOutcome {
 
 impl PoolPoller {
     pub fn new(config: PollerConfig, pool: Vec<PodAddress>) -> Self {
-        let mut poller = Self { config, pods: Vec::new(), version: 0, dirty: true, next_epoch: 1 };
+        let static_roles = config.role_map().unwrap_or_default();
+        let mut poller = Self {
+            config,
+            pods: Vec::new(),
+            version: 0,
+            dirty: true,
+            next_epoch: 1,
+            static_roles,
+            discovered_roles: crate::role::RoleMap::default(),
+        };
         poller.set_pool(pool);
         poller
     }
@@ -94,7 +106,29 @@ impl PoolPoller {
             };
             self.pods.push(record);
         }
+        self.apply_roles();
         self.dirty = true;
+    }
+
+    /// Replaces the roles read from the pods' labels (Kubernetes discovery).
+    pub fn set_discovered_roles(&mut self, roles: crate::role::RoleMap) {
+        self.discovered_roles = roles;
+        self.apply_roles();
+    }
+
+    /// Stamps each pod's role: its label's, else the configuration's, else `both`.
+    fn apply_roles(&mut self) {
+        for record in &mut self.pods {
+            let role = self
+                .discovered_roles
+                .get(&record.address)
+                .or_else(|| self.static_roles.get(&record.address))
+                .unwrap_or_default();
+            if record.state.role != role {
+                record.state.role = role;
+                self.dirty = true;
+            }
+        }
     }
 
     /// Continues after a table someone published before us (a previous leader, the
@@ -112,6 +146,7 @@ impl PoolPoller {
         }
         let highest = published.pods.iter().map(|p| p.epoch).chain(self.pods.iter().map(|r| r.state.epoch)).max();
         self.next_epoch = self.next_epoch.max(highest.unwrap_or(0).saturating_add(1));
+        self.apply_roles();
     }
 
     /// Pods due for a scrape now: every pod without a scrape in flight, plus pods whose
@@ -260,6 +295,8 @@ impl PoolPoller {
 mod tests {
     use super::*;
 
+    use crate::role::PodRole;
+
     fn addr(text: &str) -> PodAddress {
         PodAddress::parse(text).unwrap()
     }
@@ -304,6 +341,22 @@ mod tests {
         p.on_scrape(4, ScrapeResult::Answered { status: 200, body: SCRAPE }, 300);
         let pod = p.take_table(300).unwrap().pods[0].clone();
         assert!(pod.healthy && pod.epoch > epoch, "a pod that comes back gets a new epoch");
+    }
+
+    #[test]
+    fn roles_come_from_labels_then_configuration_then_both() {
+        let config: PollerConfig = crate::config::parse_json(
+            br#"{"pool": ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"],
+                 "roles": {"10.0.0.1:80": "prefill", "10.0.0.2:80": "prefill"}}"#,
+        )
+        .unwrap();
+        let pool = config.validate().unwrap();
+        let mut p = PoolPoller::new(config, pool);
+        let roles = |p: &mut PoolPoller| -> Vec<PodRole> { p.pods().map(|pod| pod.role).collect() };
+        assert_eq!(roles(&mut p), [PodRole::Prefill, PodRole::Prefill, PodRole::Both]);
+        p.set_discovered_roles(crate::role::RoleMap::new(vec![(addr("10.0.0.2:80"), PodRole::Decode)]));
+        assert_eq!(roles(&mut p), [PodRole::Prefill, PodRole::Decode, PodRole::Both], "the label wins");
+        assert_eq!(p.take_table(0).unwrap().pods[1].role, PodRole::Decode, "and is published");
     }
 
     #[test]

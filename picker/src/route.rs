@@ -8,7 +8,7 @@ use crate::address::PodAddress;
 use crate::pod_table::PodTable;
 use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
-use crate::scheduler::{pick_placed, Candidate, Policy};
+use crate::scheduler::{pick_placed, Candidate, Placement, Policy};
 
 /// The request's prefix and session, and where to look them up.
 pub struct PrefixQuery<'a> {
@@ -19,6 +19,8 @@ pub struct PrefixQuery<'a> {
     pub session_pod: Option<(&'a str, u32)>,
     /// This worker's pick counter per pod (see [`Candidate::last_picked`]).
     pub last_picked: &'a dyn Fn(&str) -> u64,
+    /// Share of recent prompts that matched a known prefix (see [`Placement::reuse`]).
+    pub reuse: f64,
 }
 
 /// Everything one routing decision reads.
@@ -125,8 +127,8 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
             None => view.fallback_pool.get(index).map(|a| (a.clone(), 0)),
         }
     };
-    let placement_key = view.prefix.as_ref().and_then(|q| q.hashes.first().copied());
-    let decision = pick_placed(&candidates, policy, random, placement_key).ok_or(NoRoute::EmptyPool)?;
+    let placement = view.prefix.as_ref().and_then(|q| q.hashes.first().map(|&key| Placement { key, reuse: q.reuse }));
+    let decision = pick_placed(&candidates, policy, random, placement).ok_or(NoRoute::EmptyPool)?;
     let chosen = candidates.get(decision.index).ok_or(NoRoute::EmptyPool)?;
     let (address, epoch) = pod(decision.index).ok_or(NoRoute::EmptyPool)?;
     let fallbacks = decision.fallbacks.iter().filter_map(|&i| pod(i)).map(|(address, _)| address).collect();
@@ -141,6 +143,8 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
         score: decision.score,
     })
 }
+
+pub mod explain;
 
 #[cfg(test)]
 mod tests;

@@ -14,11 +14,18 @@ use picker::poller::PoolPoller;
 /// exchange (the other gateway replicas).
 pub trait DiscoveryTarget {
     fn set_pool(&mut self, pool: Vec<PodAddress>);
+
+    /// The pods' role labels (prefill/decode); only the pod poller keeps them.
+    fn set_roles(&mut self, _roles: &picker::role::RoleMap) {}
 }
 
 impl DiscoveryTarget for PoolPoller {
     fn set_pool(&mut self, pool: Vec<PodAddress>) {
         PoolPoller::set_pool(self, pool);
+    }
+
+    fn set_roles(&mut self, roles: &picker::role::RoleMap) {
+        self.set_discovered_roles(roles.clone());
     }
 }
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
@@ -129,6 +136,7 @@ impl Discovery {
                     metrics.increment(self.stats.pool_changes);
                     log_pool_change(&self.given, &pool);
                     self.given.clone_from(&pool);
+                    poller.set_roles(self.lister.roles());
                     poller.set_pool(pool);
                 }
             }

@@ -14,6 +14,7 @@
 pub mod discovery;
 pub mod election;
 pub mod peers;
+pub mod pod_gauges;
 mod publish;
 mod relay;
 pub mod service;

@@ -16,9 +16,10 @@ use std::collections::VecDeque;
 
 use hashbrown::HashMap;
 use picker::address::PodAddress;
+use picker::config::PEER_REPLICA_HEADER;
 use picker::config::{PeersConfig, PEER_SECRET_HEADER};
 use picker::inflight::{envoy_totals, publish_peer_counts, SLOT_STALE_MS};
-use picker::keys::PEER_INBOX;
+use picker::keys::{PEER_INBOX, REPLICA_ID};
 use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused, MAX_MESSAGE_BYTES};
 use picker::pod_table::PodState;
 use picker::prefix::events::{encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH};
@@ -52,6 +53,8 @@ struct Stats {
     replayed: Counter,
     lag_ms: Gauge,
     live_peers: Gauge,
+    /// 1 once this replica found itself in its peer list (and stopped sending there).
+    self_listed: Gauge,
 }
 
 impl Stats {
@@ -72,6 +75,7 @@ impl Stats {
             replayed: c("wasm_epp.peer_messages_replayed"),
             lag_ms: metrics.gauge("wasm_epp.peer_lag_ms"),
             live_peers: metrics.gauge("wasm_epp.peers_live"),
+            self_listed: metrics.gauge("wasm_epp.peer_self_listed"),
         }
     }
 }
@@ -103,6 +107,9 @@ pub struct PeerExchange {
     /// What each peer last said it has in flight: `replica -> (heard at, counts)`.
     remote_load: HashMap<u64, (u64, Vec<(String, u32)>)>,
     snapshot: Snapshot,
+    /// This replica's own address among the peers, once an answer named this replica: a
+    /// label selector lists the replica's own pod, and sending there only costs CPU.
+    own_address: Option<PodAddress>,
     /// Finds the peers in Kubernetes, when configured so.
     discovery: Option<Discovery>,
     stats: Stats,
@@ -124,6 +131,10 @@ impl PeerExchange {
         // Differs per start and per Envoy (the clock's nanoseconds, mixed with the VM's id).
         let replica = host.random_seed() ^ picker::vm_id::unique_vm_id(host).unwrap_or(0).rotate_left(32) | 1;
         log::info!("wasm-epp pool service: sharing decisions with {} peers as replica {replica:016x}", peers.len());
+        // The peer listener names this replica in its answers (see `note_answer`).
+        if let Err(error) = host.set(REPLICA_ID, format!("{replica:016x}").as_bytes(), None) {
+            log::warn!("wasm-epp pool service: replica id not published ({error:?}); it may send to itself");
+        }
         Ok(Self {
             config,
             peers,
@@ -136,6 +147,7 @@ impl PeerExchange {
             ledger: PeerLedger::default(),
             remote_load: HashMap::new(),
             snapshot: Snapshot::Wanted { next_peer: 0, tries: 0 },
+            own_address: None,
             discovery,
             stats: Stats::define(metrics),
         })
@@ -206,6 +218,9 @@ impl PeerExchange {
         let message = PeerMessage { replica: self.replica, seq: self.seq, sent_ms: now, pods, events: Vec::new() };
         let body = message.encode(&encode_batch(&events));
         for (index, peer) in self.peers.iter().enumerate() {
+            if self.own_address.as_ref() == Some(peer) {
+                continue;
+            }
             if self.calls.iter().filter(|c| c.peer == index).count() >= MAX_OUTSTANDING_PER_PEER {
                 metrics.increment(self.stats.send_skipped);
                 continue;
@@ -281,11 +296,27 @@ impl PeerExchange {
                 };
             }
         }
+        self.note_answer(host, metrics, token);
         self.calls.retain(|c| c.token != token);
         if !ok {
             metrics.increment(self.stats.send_failed);
         }
         Vec::new()
+    }
+
+    /// Remembers the peer whose answer carries this replica's own id: that address is this
+    /// Envoy, and it gets no more messages (nor snapshot requests).
+    fn note_answer(&mut self, host: &dyn Host, metrics: &Metrics, token: u32) {
+        let Some(call) = self.calls.iter().find(|c| c.token == token) else { return };
+        let Some(named) = host.call_response_header(PEER_REPLICA_HEADER) else { return };
+        if named != format!("{:016x}", self.replica).as_bytes() {
+            return;
+        }
+        if let Some(address) = self.peers.get(call.peer) {
+            log::info!("wasm-epp pool service: peer {address} is this replica; not sending there");
+            self.own_address = Some(address.clone());
+            metrics.set(self.stats.self_listed, 1);
+        }
     }
 
     fn peer_name(&self, index: usize) -> &str {
@@ -306,6 +337,10 @@ impl PeerExchange {
         }
         let peer = next_peer % self.peers.len();
         let Some(address) = self.peers.get(peer) else { return };
+        if self.own_address.as_ref() == Some(address) {
+            self.snapshot = Snapshot::Wanted { next_peer: peer + 1, tries: tries + 1 };
+            return;
+        }
         let path = format!("{}/snapshot", self.config.path);
         let headers = [
             (":method", "GET"),

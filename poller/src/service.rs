@@ -14,6 +14,7 @@ use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
 use crate::discovery::{Discovery, Env};
 use crate::peers::PeerExchange;
+use crate::pod_gauges::PodGauges;
 use crate::publish::publish;
 use crate::relay::EventRelay;
 
@@ -63,6 +64,8 @@ pub struct PoolService {
     /// it publishes nothing until its first round of scrapes is done, so workers keep
     /// routing on the last good table instead of a table of unknown pods.
     first_round_done: bool,
+    /// Per-pod gauges (`wasm_epp_pod_*{pod=...}`), set on each publish.
+    pod_gauges: Option<PodGauges>,
 }
 
 impl PoolService {
@@ -90,6 +93,9 @@ impl PoolService {
             config.metrics_cluster
         );
         self.stats = Some(Stats::define(&self.metrics));
+        if self.pod_gauges.is_none() {
+            self.pod_gauges = Some(PodGauges::define(&self.metrics));
+        }
         if let Some(peers) = config.peers.clone() {
             self.peers = Some(PeerExchange::start(host, peers, &self.metrics)?);
         }
@@ -151,6 +157,9 @@ impl PoolService {
         self.metrics.set(stats.pods_total, table.pods.len() as u64);
         let oldest = table.pods.iter().filter(|p| p.healthy).map(|p| now.saturating_sub(p.last_success_ms)).max();
         self.metrics.set(stats.data_age_ms, oldest.unwrap_or(0));
+        if let Some(gauges) = self.pod_gauges.as_mut() {
+            gauges.record(&self.metrics, &table, &picker::inflight::envoy_totals(host, now), now);
+        }
     }
 
     /// One tick: heartbeat, re-list the pool when due, publish what the last round learned

@@ -237,3 +237,51 @@ impl Replica {
         self.tick(NOW + 700);
     }
 }
+
+#[test]
+fn a_replica_that_lists_itself_stops_sending_to_itself() {
+    const ME: &str = "127.0.0.9:10001";
+    const OTHER: &str = "127.0.0.8:10001";
+    let host = MockHost::new();
+    host.clock_ms.set(NOW);
+    let config = format!(
+        r#"{{"pool": ["{POD}"], "poll_interval_ms": 100,
+            "peers": {{"peers": ["{ME}", "{OTHER}"], "secret": "{SECRET}", "send_interval_ms": 20, "heartbeat_ms": 50}}}}"#
+    );
+    let mut service = PoolService::default();
+    service.configure(&host, config.as_bytes()).unwrap();
+    // What this Envoy's peer listener would put in its answers.
+    let own_id = String::from_utf8(host.get(keys::REPLICA_ID).unwrap().0.unwrap()).unwrap();
+    let posts_to = |host: &MockHost, address: &str| {
+        host.calls
+            .borrow()
+            .iter()
+            .filter(|c| {
+                c.cluster == "wasm_epp_peers"
+                    && c.headers.iter().any(|(n, v)| n == ":authority" && v == address)
+                    && c.headers.iter().any(|(n, v)| n == ":method" && v == "POST")
+            })
+            .count()
+    };
+    let mut handled = 0;
+    for round in 0..10u64 {
+        let now = NOW + 60 * round;
+        host.clock_ms.set(now);
+        service.tick(&host, now);
+        let calls = host.calls.borrow().clone();
+        for call in calls.iter().skip(handled) {
+            let to_me = call.headers.iter().any(|(n, v)| n == ":authority" && v == ME);
+            let id = if to_me { own_id.clone() } else { "00000000000000aa".to_string() };
+            *host.call_answer_headers.borrow_mut() = vec![("x-wasm-epp-replica".into(), id)];
+            *host.call_answer.borrow_mut() =
+                Some((if call.cluster == "wasm_epp_metrics" { 200 } else { 204 }, Vec::new()));
+            service.http_response(&host, call.token, 0);
+        }
+        handled = calls.len();
+    }
+    assert_eq!(posts_to(&host, ME), 1, "one message reached itself, then no more");
+    assert!(posts_to(&host, OTHER) >= 5, "the real peer still gets every message");
+    // A gauge: the last value set, flushed to the host on a tick.
+    service.tick(&host, NOW + 1_000);
+    assert_eq!(host.metric("wasm_epp.peer_self_listed"), 1);
+}

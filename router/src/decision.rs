@@ -8,16 +8,23 @@
 use picker::address::PodAddress;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
+use picker::route::explain::candidate_scores;
 use picker::route::{choose, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::Host;
 
+use crate::decision_header::describe;
+use crate::decision_stats::PickReason;
+use crate::disaggregate::{prefill_pick, DecodeChoice};
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Send it to `address`; `destination` is the header value (with fallbacks).
-    Routed { address: PodAddress, destination: String },
+    /// Send it to `address`; `destination` is the header value (with fallbacks); `explain`
+    /// the decision header's value when `debug_decision_header` is on; `prefiller` the
+    /// prefill pod when the request is disaggregated (counted in flight until the decode pod
+    /// answers).
+    Routed { address: PodAddress, destination: String, explain: Option<String>, prefiller: Option<PodAddress> },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
     /// Answer 503: there is no pod to send it to.
@@ -69,6 +76,17 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) > worker.config.fail_open_max_age_ms);
     let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
+    let block_tokens = prefix_config.hash_params(table.and_then(|t| t.common_block_size())).block_tokens;
+    // P/D: with pods of both roles, destinations are decode pods, picked by the decode weights.
+    let mut role_tables = worker.pd.as_ref().and_then(|pd| pd.tables.try_borrow_mut().ok());
+    let split = match (role_tables.as_deref_mut(), table) {
+        (Some(tables), Some(table)) => tables.split(table),
+        _ => None,
+    };
+    let (route_table, policy) = match (&split, &worker.pd) {
+        (Some((decode, _)), Some(pd)) => (Some(*decode), &pd.decode_policy),
+        _ => (table, &worker.policy),
+    };
     let mut hashes = Vec::new();
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
         let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
@@ -82,24 +100,24 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let inflight_of = |pod: &str| crate::flow::routing_inflight(inflight.count(pod), full_at);
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let last_picked = |pod: &str| prefix.last_picked(pod);
+    let session_pod = prompt.session.and_then(|key| prefix.session_pod(key));
     let query = prefix_config.enabled.then(|| PrefixQuery {
         index: prefix.index(),
         hashes: &hashes,
-        session_pod: prompt.session.and_then(|key| prefix.session_pod(key)),
+        session_pod,
         last_picked: &last_picked,
+        reuse: prefix.reuse(),
     });
     let view = RoutingView {
-        table,
+        table: route_table,
         fallback_pool: &worker.fallback_pool,
         inflight: &inflight_of,
         prefix: query,
         now_ms: now,
         stale_after_ms: worker.config.stale_after_ms,
     };
-    let route = match worker.random.try_borrow_mut() {
-        Ok(mut random) => choose(&view, &worker.policy, &mut random).ok(),
-        Err(_) => return Outcome::NoPod(NoPodReason::Busy),
-    };
+    let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
+    let route = choose(&view, policy, &mut random).ok();
     if expired {
         worker.stats.increment(worker.stats.fail_open_expired);
     }
@@ -109,20 +127,55 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     worker.note_fail_open(fail_open || expired);
     if prompt.sheddable && pool_saturated {
         worker.stats.increment(worker.stats.shed);
+        worker.stats.decisions.count_reason(&worker.stats.metrics, PickReason::Shed);
         return Outcome::Shed;
     }
+    let reason = match (fail_open || expired, affinity) {
+        (true, _) => PickReason::FailOpen,
+        (false, true) if session_pod.is_some_and(|(pod, _)| pod == address.as_str()) => PickReason::Session,
+        (false, true) => PickReason::Affinity,
+        (false, false) => PickReason::Load,
+    };
+    let explain = worker
+        .config
+        .debug_decision_header
+        .then(|| describe(&address, reason, prefix_match, &candidate_scores(&view, &worker.policy)));
+    let prefill = match (&split, &worker.pd, prompt.request) {
+        (Some((_, prefill_table)), Some(pd), Some(request)) => {
+            let decode = DecodeChoice { request, prefix_match, hashed_blocks: hashes.len(), block_tokens };
+            let prefill = prefill_pick(pd, prefix_config, &decode, view, prefill_table, &mut random);
+            let counter = if prefill.is_some() { worker.stats.pd_disaggregated } else { worker.stats.pd_decode_only };
+            worker.stats.increment(counter);
+            prefill
+        }
+        _ => None,
+    };
+    drop(random);
+    if prefix_config.enabled && !hashes.is_empty() {
+        prefix.note_prompt(prefix_match > 0.0 || affinity);
+    }
     if prefix_config.enabled {
-        let capacity =
-            table.and_then(|t| t.capacity_blocks(address.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
-        prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity);
+        let capacity_of = |pod: &PodAddress| {
+            table.and_then(|t| t.capacity_blocks(pod.as_str())).unwrap_or(prefix_config.default_capacity_blocks)
+        };
+        prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity_of(&address));
+        // The prefill pod computed and cached the prompt too (no session: it never decodes it).
+        if let Some(prefill) = &prefill {
+            prefix.record_pick(prefill.address.as_str(), prefill.epoch, &hashes, None, capacity_of(&prefill.address));
+        }
     }
     drop(prefix);
+    drop(role_tables);
     drop(cache);
     inflight.started(address.as_str(), now);
+    let prefiller = prefill.map(|prefill| prefill.address);
+    if let Some(prefiller) = &prefiller {
+        inflight.started(prefiller.as_str(), now);
+    }
     inflight.publish_now(host, now);
-    worker.stats.count_pick(&address, fail_open || expired, affinity, prefix_match > 0.0);
+    worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
-    Outcome::Routed { address, destination }
+    Outcome::Routed { address, destination, explain, prefiller }
 }
 
 /// `chosen[,fallback...]`: override_host tries them in order on retries.

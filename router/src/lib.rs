@@ -17,6 +17,9 @@
 
 pub mod configure;
 pub mod decision;
+pub mod decision_header;
+pub mod decision_stats;
+pub mod disaggregate;
 pub mod flow;
 pub mod peer_receiver;
 pub mod reply;

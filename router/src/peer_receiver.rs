@@ -5,8 +5,8 @@
 //! decisions of this replica's ring, with the epochs they are under, so it does not route
 //! cold. Nothing on this listener is ever routed to a pod.
 
-use picker::config::{PeerReceiverConfig, PEER_SECRET_HEADER};
-use picker::keys::{PEER_INBOX, POD_TABLE};
+use picker::config::{PeerReceiverConfig, PEER_REPLICA_HEADER, PEER_SECRET_HEADER};
+use picker::keys::{PEER_INBOX, POD_TABLE, REPLICA_ID};
 use picker::peer::{PeerMessage, PeerPod, MAX_MESSAGE_BYTES};
 use picker::pod_table::PodTable;
 use picker::prefix::events::{encode_batch, MAX_EVENTS_PER_BATCH};
@@ -84,7 +84,9 @@ pub fn accept_body(worker: &Worker, host: &dyn Host, body_size: usize) {
     match queue.map(|q| host.enqueue(q, &body)) {
         Some(Ok(())) => {
             worker.stats.increment(worker.stats.peer_accepted);
-            if let Err(error) = host.send_reply(204, &[("x-wasm-epp", "peer-accepted")], &[]) {
+            let replica = own_replica(host);
+            let headers = [("x-wasm-epp", "peer-accepted"), (PEER_REPLICA_HEADER, replica.as_str())];
+            if let Err(error) = host.send_reply(204, &headers, &[]) {
                 log::debug!("wasm-epp peer listener: reply failed: {error}");
             }
         }
@@ -93,6 +95,15 @@ pub fn accept_body(worker: &Worker, host: &dyn Host, body_size: usize) {
             worker.stats.increment(worker.stats.peer_refused);
             send_error(host, 503, "service_unavailable", "wasm-epp peer listener: no pool service to take it");
         }
+    }
+}
+
+/// This Envoy's replica id as the pool service published it (empty until it has). Read per
+/// message, not cached: a restarted pool service is a new replica with a new id.
+fn own_replica(host: &dyn Host) -> String {
+    match host.get(REPLICA_ID) {
+        Ok((Some(bytes), _)) => String::from_utf8(bytes).unwrap_or_default(),
+        _ => String::new(),
     }
 }
 

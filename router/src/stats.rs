@@ -4,7 +4,9 @@
 use picker::address::PodAddress;
 use wasm_epp_host::{Counter, Metrics};
 
-/// Per-pod pick counters: `wasm_epp.picks.pod.<ip_port>` -> `wasm_epp_picks{pod=...}`.
+use crate::decision_stats::{DecisionStats, PickReason};
+
+/// Per-pod pick counters: `wasm_epp.picks.pod.<ip:port>` -> `wasm_epp_picks{pod="<ip:port>"}`.
 const PICKS_FAMILY: &str = "wasm_epp.picks.pod";
 
 pub struct Stats {
@@ -34,6 +36,11 @@ pub struct Stats {
     pub peer_accepted: Counter,
     pub peer_refused: Counter,
     pub peer_snapshots: Counter,
+    /// Picks by reason and the decision-time histogram.
+    pub decisions: DecisionStats,
+    /// P/D: requests given a prefill pod, and requests a decode pod prefills itself.
+    pub pd_disaggregated: Counter,
+    pub pd_decode_only: Counter,
 }
 
 impl Stats {
@@ -66,6 +73,9 @@ impl Stats {
             peer_accepted: c("wasm_epp.peer_requests_accepted"),
             peer_refused: c("wasm_epp.peer_requests_refused"),
             peer_snapshots: c("wasm_epp.peer_snapshots_served"),
+            decisions: DecisionStats::define(&metrics),
+            pd_disaggregated: c("wasm_epp.pd_disaggregated"),
+            pd_decode_only: c("wasm_epp.pd_decode_only"),
             metrics,
         }
     }
@@ -78,8 +88,10 @@ impl Stats {
         self.metrics.add(counter, by);
     }
 
-    pub fn count_pick(&self, pod: &PodAddress, fail_open: bool, affinity: bool, prefix_matched: bool) {
+    pub fn count_pick(&self, pod: &PodAddress, reason: PickReason, affinity: bool, prefix_matched: bool) {
         self.increment(self.routed);
+        self.decisions.count_reason(&self.metrics, reason);
+        let fail_open = reason == PickReason::FailOpen;
         for (happened, counter) in
             [(fail_open, self.fail_open), (affinity, self.affinity), (prefix_matched, self.prefix_matched)]
         {
@@ -87,6 +99,6 @@ impl Stats {
                 self.increment(counter);
             }
         }
-        self.metrics.add_labelled(PICKS_FAMILY, &pod.stat_label(), 1);
+        self.metrics.add_labelled(PICKS_FAMILY, pod.as_str(), 1);
     }
 }

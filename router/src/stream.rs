@@ -16,6 +16,8 @@ use picker::request::{parse_request, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
+use crate::decision_header::DECISION_HEADER;
+use crate::disaggregate::{release_prefill, write_prefiller};
 use crate::reply::{send_error, send_json};
 use crate::worker::Worker;
 
@@ -54,6 +56,10 @@ pub struct RequestStream {
     flow_class: Option<crate::flow::RequestClass>,
     /// Held in the wait queue (or released from it): shared with the queue entry.
     held: Option<Rc<crate::flow::Held>>,
+    /// The decision header's value, written on the response (`debug_decision_header`).
+    explain: Option<String>,
+    /// The prefill pod of a disaggregated request, in flight until the decode pod answers.
+    prefilling_at: Option<PodAddress>,
 }
 
 impl RequestStream {
@@ -76,6 +82,8 @@ impl RequestStream {
             context_id,
             flow_class: None,
             held: None,
+            explain: None,
+            prefilling_at: None,
         }
     }
 
@@ -90,6 +98,12 @@ impl RequestStream {
             }
         };
         self.remove_client_destination(host, &headers);
+        if headers.contains(DECISION_HEADER) {
+            // Only the plugin says how it decided; a client's copy never reaches a pod.
+            if let Err(error) = host.remove_request_header(DECISION_HEADER) {
+                log::warn!("wasm-epp: cannot remove client header {DECISION_HEADER}: {error}");
+            }
+        }
         if let Some(receiver) = &self.worker.config.peer_receiver {
             self.decided = !crate::peer_receiver::accept_headers(&self.worker, host, receiver, &headers);
             self.peer = true;
@@ -192,7 +206,14 @@ impl RequestStream {
 
     /// The pod's response headers arrived. Response hooks observe; they never buffer or hold
     /// the response (each body chunk passes on as it comes).
-    pub fn on_response_headers(&mut self, _host: &dyn Host, _end_of_stream: bool) -> Step {
+    pub fn on_response_headers(&mut self, host: &dyn Host, _end_of_stream: bool) -> Step {
+        if let Some(explain) = self.explain.take() {
+            if let Err(error) = host.set_response_header(DECISION_HEADER, explain.as_bytes()) {
+                log::debug!("wasm-epp: cannot set {DECISION_HEADER}: {error}");
+            }
+        }
+        // The decode pod answers once its prompt is prefilled: the prefill pod is done.
+        release_prefill(&self.worker, host, &mut self.prefilling_at);
         Step::Continue
     }
 
@@ -221,6 +242,7 @@ impl RequestStream {
             }
         }
         self.finish_buffering();
+        release_prefill(&self.worker, host, &mut self.prefilling_at);
         let Some(address) = self.routed_to.take() else { return };
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
@@ -254,7 +276,9 @@ impl RequestStream {
     /// Removes every client copy of a header the pool cluster could follow.
     fn remove_client_destination(&self, host: &dyn Host, headers: &HeaderMap) {
         let configured = self.worker.config.destination_header.as_str();
-        for name in std::iter::once(configured).chain(CLIENT_FORBIDDEN_HEADERS) {
+        let prefiller = (self.worker.pd.as_ref().map(|pd| pd.config.prefiller_header.as_str()))
+            .filter(|name| !CLIENT_FORBIDDEN_HEADERS.contains(name));
+        for name in std::iter::once(configured).chain(prefiller).chain(CLIENT_FORBIDDEN_HEADERS) {
             if headers.contains(name) {
                 self.worker.stats.increment(self.worker.stats.forged_destination);
                 if let Err(error) = host.remove_request_header(name) {
@@ -282,8 +306,14 @@ impl RequestStream {
         // With flow control, the queue decides who is shed (by TTL and eviction), not the pick.
         let sheddable = self.sheddable && !self.worker.config.flow_control.enabled;
         let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable };
-        match decide(&self.worker, host, &prompt) {
-            Outcome::Routed { address, destination } => {
+        let started_us = host.now_us();
+        let outcome = decide(&self.worker, host, &prompt);
+        let stats = &self.worker.stats;
+        stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
+        match outcome {
+            Outcome::Routed { address, destination, explain, prefiller } => {
+                self.explain = explain;
+                self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
                     log::error!("wasm-epp: cannot set destination header: {error}");

@@ -39,6 +39,8 @@ pub struct Worker {
     pub serving: Cell<bool>,
     /// The wait queue and its state (idle unless `flow_control.enabled`).
     pub flow: crate::flow::FlowState,
+    /// Prefill/decode disaggregation, when the configuration has a `pd` section.
+    pub pd: Option<crate::disaggregate::PdRouting>,
 }
 
 impl Worker {
@@ -46,9 +48,14 @@ impl Worker {
     pub fn new(config: FilterConfig, fallback_pool: Vec<PodAddress>, vm_id: String, seed: u64) -> Self {
         let stats = Stats::define();
         let flow = crate::flow::FlowState::new(&config.flow_control, &stats.metrics);
+        let policy = config.policy();
         Self {
-            policy: config.policy(),
-            prefix: RefCell::new(WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)),
+            pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),
+            policy,
+            prefix: RefCell::new(
+                WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)
+                    .with_reuse_prior(config.prefix.reuse_prior),
+            ),
             config,
             fallback_pool,
             table: RefCell::new(TableCache::default()),

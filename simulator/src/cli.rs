@@ -89,6 +89,12 @@ pub struct Cli {
     /// Multiply every simulated time (0 = answer as fast as possible).
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
+    /// Role in a prefill/decode pool; decode and both act on `x-prefiller-host-port`.
+    #[arg(long, value_enum, default_value_t = crate::pd::PodRole::Both)]
+    pub role: crate::pd::PodRole,
+    /// KV transfer time per prompt token pulled from a prefill pod, ms.
+    #[arg(long, default_value_t = crate::config::DEFAULT_KV_TRANSFER_PER_TOKEN_MS)]
+    pub kv_transfer_per_token_ms: f64,
 }
 
 impl Cli {
@@ -134,6 +140,8 @@ impl Cli {
         config.lora_enabled = self.enable_lora || !self.lora_adapters.is_empty();
         config.lora_adapters = self.lora_adapters.clone();
         config.max_loras = self.max_loras;
+        config.role = self.role;
+        config.kv_transfer_per_token_ms = self.kv_transfer_per_token_ms;
         config.validate().map(|()| config)
     }
 }

@@ -18,6 +18,9 @@ pub const MAX_BATCHED_TOKENS: usize = 1 << 20;
 /// vLLM V1's `max_num_batched_tokens` for the OpenAI server on a GPU with at least 70 GiB
 /// (H100, A100-80G); smaller GPUs get 2,048 (`EngineArgs._set_default_args_v1`).
 pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 8192;
+/// KV transfer per prompt token, ms: an 8B model's KV is about 128 KiB per token, which NIXL
+/// over a 25 GB/s RDMA link moves in about 5 µs (an 8k-token prompt in about 40 ms).
+pub const DEFAULT_KV_TRANSFER_PER_TOKEN_MS: f64 = 0.005;
 /// Most LoRA adapters one pod knows at once (flags plus runtime loads).
 pub const MAX_LORA_ADAPTERS: usize = 64;
 
@@ -130,6 +133,10 @@ pub struct PodConfig {
     pub lora_adapters: Vec<String>,
     /// Most distinct adapters in the running batch.
     pub max_loras: usize,
+    /// Role in a prefill/decode pool (`--role`).
+    pub role: crate::pd::PodRole,
+    /// KV transfer time per prompt token a decode pod pulls from a prefill pod, ms.
+    pub kv_transfer_per_token_ms: f64,
 }
 
 impl PodConfig {
@@ -153,6 +160,8 @@ impl PodConfig {
             lora_enabled: false,
             lora_adapters: Vec::new(),
             max_loras: 1,
+            role: crate::pd::PodRole::Both,
+            kv_transfer_per_token_ms: DEFAULT_KV_TRANSFER_PER_TOKEN_MS,
         }
     }
 
@@ -198,6 +207,12 @@ impl PodConfig {
         }
         if self.lora_adapters.iter().any(|name| name.is_empty() || *name == self.model) {
             return Err("LoRA adapter names must be non-empty and differ from --model".to_owned());
+        }
+        if !self.kv_transfer_per_token_ms.is_finite() || self.kv_transfer_per_token_ms < 0.0 {
+            return Err(format!(
+                "--kv-transfer-per-token-ms must be a finite number >= 0, got {}",
+                self.kv_transfer_per_token_ms
+            ));
         }
         validate_latency(&self.latency)
     }

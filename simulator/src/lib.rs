@@ -23,6 +23,7 @@ pub mod kv_cache;
 pub mod latency;
 pub mod lora;
 pub mod metrics;
+pub mod pd;
 pub mod pod;
 pub mod tokenizer;
 

@@ -13,6 +13,7 @@ mod client;
 mod driver;
 mod flow;
 mod options;
+mod pd;
 mod pool;
 mod prometheus;
 mod prompts;

@@ -65,7 +65,7 @@ pub struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "wasm-epp-x1,wasm-epp-x2,wasm-epp-x4,wasm-epp-x2-no-peering,wasm-epp-x4-no-peering,wasm-epp-x4-least-recent,envoy-round-robin"
+        default_value = "wasm-epp-x1,wasm-epp-x2,wasm-epp-x4,wasm-epp-x2-no-peering,wasm-epp-x4-no-peering,wasm-epp-x4-no-peering-prior,wasm-epp-x4-least-recent,envoy-round-robin"
     )]
     pub replica_targets: Vec<ReplicaTarget>,
     /// Run only workload j, the overload with flow control (issue 16); results go to
@@ -91,4 +91,8 @@ pub struct Options {
     /// wasm-epp's `flow_control.reserved_per_pod` in workload j (places kept for critical).
     #[arg(long, default_value_t = 2)]
     pub flow_reserved: usize,
+    /// Run only the prefill/decode dimension (issue 19): workload k and its short-prompt check,
+    /// results in bench/results/pd/ (or --out-dir).
+    #[arg(long, conflicts_with = "replicas_only")]
+    pub pd_only: bool,
 }

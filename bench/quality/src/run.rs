@@ -38,6 +38,9 @@ pub fn run(options: &Options) -> Result<(), String> {
     if options.flow_only {
         return crate::flow::run(options);
     }
+    if options.pd_only {
+        return crate::pd::run(options);
+    }
     let started = Instant::now();
     let started_at = utc_now();
     let (out_dir, runtime) = prepare(options)?;

@@ -9,9 +9,13 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
+use launcher::config_watch::ConfigWatch;
 use launcher::envoy::{Envoy, EnvoyOptions};
 use launcher::pods::Pod;
 use launcher::replicas::{ReplicaPlan, Replicas};
+
+/// How often `make run` looks at its configuration file for a change.
+const CONFIG_POLL: Duration = Duration::from_millis(500);
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
@@ -89,11 +93,19 @@ fn run() -> Result<(), String> {
     }
     let pool: Vec<String> = pods.iter().map(Pod::address).collect();
     let replicas: usize = env_or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?;
+    let mut live = None;
     let gateway = if replicas > 1 {
         Gateway::Replicas(start_replicas(&pool, replicas, listen_port, admin_port, &dir)?)
     } else {
-        let options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
+        let mut options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
+        options.live_filter_dir = Some(dir.join("live-filter"));
         let envoy = Envoy::start(&options, &dir)?;
+        let watch = ConfigWatch::create(&dir.join("filter-config.json"), &options.filter_config)?;
+        println!(
+            "config   {}  (the filter's configuration: save a change and it is applied live)",
+            watch.path().display()
+        );
+        live = Some((watch, options));
         println!(
             "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
         );
@@ -117,7 +129,14 @@ fn run() -> Result<(), String> {
         let _ = stop_tx.send(());
     })
     .map_err(|e| format!("cannot install Ctrl-C handler: {e}"))?;
-    let _ = stop_rx.recv();
+    // Until Ctrl-C: look at the configuration file twice a second.
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(CONFIG_POLL) {
+        if let (Some((watch, options)), Gateway::One(envoy)) = (live.as_mut(), &gateway) {
+            if let Some(line) = watch.poll(envoy, options) {
+                println!("{line}");
+            }
+        }
+    }
     println!("stopping envoy and {} pods", pods.len());
     gateway.stop();
     drop(pods);

@@ -38,6 +38,20 @@ impl Default for ScorerWeights {
     }
 }
 
+impl ScorerWeights {
+    /// Each weight finite and within 0..=100; the error names the weight.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, weight) in
+            [("queue", self.queue), ("kv_cache", self.kv_cache), ("inflight", self.inflight), ("prefix", self.prefix)]
+        {
+            if !weight.is_finite() || !(0.0..=100.0).contains(&weight) {
+                return Err(format!("{name} = {weight}, must be within 0..=100"));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FilterConfig {
@@ -85,6 +99,12 @@ pub struct FilterConfig {
     pub inflight_expiry_ms: u64,
     /// The wait queue: priorities, fairness between tenants, TTLs (off by default).
     pub flow_control: super::FlowControlConfig,
+    /// Debugging: answer each routed request with an `x-wasm-epp-decision` response header
+    /// (chosen pod, reason, prefix match, candidates' scores). Off by default: it shows the
+    /// pool's addresses and load to every client. A client's own copy is always removed.
+    pub debug_decision_header: bool,
+    /// Prefill/decode disaggregation (see `PdConfig`); absent = every pod alike.
+    pub pd: Option<super::PdConfig>,
 }
 
 impl Default for FilterConfig {
@@ -107,6 +127,8 @@ impl Default for FilterConfig {
             priority_header: "x-gateway-inference-priority".into(),
             inflight_expiry_ms: 15 * 60 * 1000,
             flow_control: super::FlowControlConfig::default(),
+            debug_decision_header: false,
+            pd: None,
         }
     }
 }
@@ -164,6 +186,12 @@ impl FilterConfig {
         check_range("fallback_destinations", u64::from(self.fallback_destinations), 0, 8)?;
         check_range("inflight_expiry_ms", self.inflight_expiry_ms, 1_000, 86_400_000)?;
         self.flow_control.validate()?;
+        if let Some(pd) = &self.pd {
+            pd.validate()?;
+            if pd.prefiller_header == self.destination_header {
+                return Err("pd.prefiller_header must differ from destination_header".into());
+            }
+        }
         parse_pool(&self.pool)
     }
 }

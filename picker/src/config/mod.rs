@@ -5,13 +5,15 @@
 
 mod filter;
 mod flow;
+mod pd;
 mod peers;
 mod poller;
 mod prefix;
 
 pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
 pub use flow::{FlowControlConfig, StaleMetricsPolicy, MAX_PRIORITY};
-pub use peers::{PeerReceiverConfig, PeersConfig, DEFAULT_PEER_PATH, PEER_SECRET_HEADER};
+pub use pd::PdConfig;
+pub use peers::{PeerReceiverConfig, PeersConfig, DEFAULT_PEER_PATH, PEER_REPLICA_HEADER, PEER_SECRET_HEADER};
 pub use poller::PollerConfig;
 pub use prefix::PrefixConfig;
 

@@ -13,6 +13,10 @@ pub const DEFAULT_PEER_PATH: &str = "/wasm-epp/v1/peer";
 /// The header that carries the shared secret.
 pub const PEER_SECRET_HEADER: &str = "x-wasm-epp-peer-secret";
 
+/// The header in which a peer listener names its replica (hex id) when it answers: a replica
+/// that reads its own id there is talking to itself.
+pub const PEER_REPLICA_HEADER: &str = "x-wasm-epp-replica";
+
 /// Shortest secret accepted: anything shorter can be guessed.
 const MIN_SECRET_BYTES: usize = 16;
 

@@ -25,6 +25,9 @@ pub struct PollerConfig {
     pub max_metrics_bytes: u64,
     /// Other gateway replicas to share routing decisions and load with (none by default).
     pub peers: Option<super::PeersConfig>,
+    /// Prefill/decode roles of static pods by `ip:port` (`prefill`, `decode`, `both`); pods not
+    /// named are `both`. A discovered pod's `llm-d.ai/role` label wins over this.
+    pub roles: std::collections::BTreeMap<String, crate::role::PodRole>,
 }
 
 impl Default for PollerConfig {
@@ -40,6 +43,7 @@ impl Default for PollerConfig {
             unhealthy_after_failures: 2,
             max_metrics_bytes: 4 * 1024 * 1024,
             peers: None,
+            roles: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -59,6 +63,7 @@ impl PollerConfig {
         if let Some(peers) = &self.peers {
             peers.validate()?;
         }
+        self.role_map()?;
         let pool = parse_pool(&self.pool)?;
         // The initial pool: the static one, or empty until the first list arrives.
         match (&self.kubernetes, pool.is_empty()) {
@@ -67,6 +72,23 @@ impl PollerConfig {
             (Some(_), false) => Err("set one of pool and kubernetes, not both".into()),
             (None, true) => Err("the pool is empty: set pool (ip:port list) or kubernetes".into()),
         }
+    }
+}
+
+impl PollerConfig {
+    /// The static roles, each address checked.
+    pub fn role_map(&self) -> Result<crate::role::RoleMap, String> {
+        if self.roles.len() > crate::pod_table::MAX_PODS {
+            return Err(format!("roles names more than {} pods", crate::pod_table::MAX_PODS));
+        }
+        let entries = self
+            .roles
+            .iter()
+            .map(|(address, role)| {
+                PodAddress::parse(address).map(|address| (address, *role)).map_err(|e| format!("roles: {e}"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(crate::role::RoleMap::new(entries))
     }
 }
 
@@ -83,6 +105,17 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("localhost"));
         let bad: PollerConfig = parse_json(br#"{"poll_interval_ms": 1}"#).unwrap();
         assert!(bad.validate().unwrap_err().contains("poll_interval_ms"));
+    }
+
+    #[test]
+    fn static_roles_are_checked_addresses() {
+        let ok: PollerConfig =
+            parse_json(br#"{"pool": ["10.0.0.1:80"], "roles": {"10.0.0.1:80": "prefill"}}"#).unwrap();
+        let role = ok.role_map().unwrap().get(&PodAddress::parse("10.0.0.1:80").unwrap());
+        assert_eq!(role, Some(crate::role::PodRole::Prefill));
+        let bad: PollerConfig = parse_json(br#"{"pool": ["10.0.0.1:80"], "roles": {"pod-a:80": "decode"}}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("roles"));
+        assert!(parse_json::<PollerConfig>(br#"{"roles": {"10.0.0.1:80": "leader"}}"#).is_err());
     }
 
     #[test]

@@ -38,8 +38,14 @@ pub struct PrefixConfig {
     /// of the pool's mean (plus one).
     pub placement_load_factor: f64,
     /// Rendezvous placement chooses among the pods whose score is within this of the best
-    /// (scores are 0..1); 0 = it only breaks ties.
+    /// (scores are 0..1), scaled by the share of recent prompts that matched a known prefix;
+    /// 0 = it only breaks ties.
     pub placement_slack: f64,
+    /// The reuse share assumed before a worker has seen prompts (0..1). 0: new prefixes go by
+    /// load until prompts are seen to come back; 1: by hash from the first request, so
+    /// replicas without peering agree on them from the start, at the cost of load balance
+    /// for a start of unrelated prompts.
+    pub reuse_prior: f64,
 }
 
 impl Default for PrefixConfig {
@@ -56,8 +62,9 @@ impl Default for PrefixConfig {
             session_header: "x-session-id".into(),
             sync_interval_ms: 20,
             cold_placement: crate::scheduler::ColdPlacement::default(),
-            placement_load_factor: 1.25,
-            placement_slack: 0.0,
+            placement_load_factor: 2.0,
+            placement_slack: 1.0,
+            reuse_prior: 0.0,
         }
     }
 }
@@ -90,6 +97,9 @@ impl PrefixConfig {
         }
         if !self.placement_slack.is_finite() || !(0.0..=1.0).contains(&self.placement_slack) {
             return Err(format!("prefix.placement_slack = {}, must be within 0..=1", self.placement_slack));
+        }
+        if !self.reuse_prior.is_finite() || !(0.0..=1.0).contains(&self.reuse_prior) {
+            return Err(format!("prefix.reuse_prior = {}, must be within 0..=1", self.reuse_prior));
         }
         if !(0.0..=1.0).contains(&self.affinity_slack) {
             return Err(format!("prefix.affinity_slack = {}, must be within 0..=1", self.affinity_slack));

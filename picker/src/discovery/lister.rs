@@ -12,6 +12,7 @@
 
 use crate::address::PodAddress;
 use crate::pod_table::MAX_PODS;
+use crate::role::{PodRole, RoleMap};
 
 use super::config::{KubernetesConfig, PoolSource};
 use super::health::{DiscoveryError, Health, HealthChange};
@@ -68,13 +69,24 @@ struct ListInProgress {
     /// `resourceVersion` of the first page: the snapshot every page belongs to.
     snapshot: Option<String>,
     ready: Vec<PodAddress>,
+    /// Ready pods' `llm-d.ai/role` labels (bounded with `ready`).
+    roles: Vec<(PodAddress, PodRole)>,
     pages: usize,
     restarts: u32,
 }
 
 impl ListInProgress {
     fn new(selector: String, port: u16, restarts: u32) -> Self {
-        Self { selector, port, continue_token: None, snapshot: None, ready: Vec::new(), pages: 0, restarts }
+        Self {
+            selector,
+            port,
+            continue_token: None,
+            snapshot: None,
+            ready: Vec::new(),
+            roles: Vec::new(),
+            pages: 0,
+            restarts,
+        }
     }
 }
 
@@ -105,6 +117,8 @@ pub struct PoolDiscovery {
     next_cycle_ms: u64,
     last_snapshot: Option<Snapshot>,
     pool: Vec<PodAddress>,
+    /// The last complete list's role labels.
+    roles: RoleMap,
     health: Health,
 }
 
@@ -119,6 +133,7 @@ impl PoolDiscovery {
             next_cycle_ms: 0,
             last_snapshot: None,
             pool: Vec::new(),
+            roles: RoleMap::default(),
             health: Health::default(),
         })
     }
@@ -130,6 +145,11 @@ impl PoolDiscovery {
     /// The last known pool, sorted.
     pub fn pool(&self) -> &[PodAddress] {
         &self.pool
+    }
+
+    /// The last complete list's `llm-d.ai/role` labels.
+    pub fn roles(&self) -> &RoleMap {
+        &self.roles
     }
 
     /// True while the last cycle failed: the pool in use may be out of date.
@@ -240,6 +260,7 @@ impl PoolDiscovery {
         }
         list.pages = list.pages.saturating_add(1);
         list.ready.extend(page.ready);
+        list.roles.extend(page.roles);
         if list.ready.len() > MAX_PODS {
             return self.fail(DiscoveryError::PoolTooLarge(format!("more than {MAX_PODS} ready pods match")));
         }
@@ -283,9 +304,12 @@ impl PoolDiscovery {
         });
         self.end_cycle();
         self.health.success();
-        if ready == self.pool {
+        let roles = RoleMap::new(list.roles);
+        // A relabelled pod is a change too: its role decides which requests it gets.
+        if ready == self.pool && roles == self.roles {
             return Progress::Listed { changed: None };
         }
+        self.roles = roles;
         self.pool = ready.clone();
         Progress::Listed { changed: Some(ready) }
     }

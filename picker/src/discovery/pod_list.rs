@@ -12,6 +12,7 @@ use std::net::{IpAddr, SocketAddr};
 use serde::Deserialize;
 
 use crate::address::PodAddress;
+use crate::role::PodRole;
 
 #[derive(Deserialize)]
 struct PodList<'a> {
@@ -41,6 +42,15 @@ struct Pod<'a> {
 struct PodMeta<'a> {
     #[serde(borrow, default, rename = "deletionTimestamp")]
     deletion_timestamp: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    labels: Labels<'a>,
+}
+
+/// The one label read; serde skips the others.
+#[derive(Deserialize, Default)]
+struct Labels<'a> {
+    #[serde(borrow, default, rename = "llm-d.ai/role")]
+    role: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -70,14 +80,25 @@ pub struct PodPage {
     pub ready: Vec<PodAddress>,
     /// Items on the page, ready or not (for logs).
     pub items: usize,
+    /// Ready pods with a known `llm-d.ai/role` label, and that role.
+    pub roles: Vec<(PodAddress, PodRole)>,
 }
 
 /// Parses one `PodList` page; `port` is the pool's serving port.
 pub fn parse_pod_page(body: &[u8], port: u16) -> Result<PodPage, String> {
     let list: PodList<'_> = serde_json::from_slice(body).map_err(|e| format!("pod list does not parse: {e}"))?;
     let items = list.items.ok_or("pod list has no items array")?;
-    let ready = items.iter().filter_map(|pod| ready_address(pod, port)).collect();
+    let mut ready = Vec::with_capacity(items.len());
+    let mut roles = Vec::new();
+    for pod in &items {
+        let Some(address) = ready_address(pod, port) else { continue };
+        if let Some(role) = pod.metadata.labels.role.as_deref().and_then(PodRole::from_label) {
+            roles.push((address.clone(), role));
+        }
+        ready.push(address);
+    }
     Ok(PodPage {
+        roles,
         resource_version: list.metadata.resource_version.map(Cow::into_owned).unwrap_or_default(),
         continue_token: list.metadata.continue_token.filter(|t| !t.is_empty()).map(Cow::into_owned),
         ready,
@@ -178,6 +199,23 @@ mod tests {
         let ready: Vec<&str> = page.ready.iter().map(PodAddress::as_str).collect();
         assert_eq!(ready, ["10.244.3.17:8000", "[fd00::7]:8000"]);
         assert_eq!((page.items, page.resource_version.as_str(), page.continue_token), (5, "884300", None));
+    }
+
+    #[test]
+    fn reads_the_role_label_of_ready_pods() {
+        let labelled = |ip: &str, role: &str| {
+            variant(ip, "True", false)
+                .replace(r#""pod-template-hash": "6b9f7c8d4""#, &format!(r#""llm-d.ai/role": "{role}""#))
+        };
+        let body = list(
+            &[labelled("10.0.0.1", "prefill"), labelled("10.0.0.2", "decode"), labelled("10.0.0.3", "sidecar")],
+            "7",
+            None,
+        );
+        let page = parse_pod_page(&body, 80).unwrap();
+        assert_eq!(page.ready.len(), 3, "an unknown role is still a pod");
+        let roles: Vec<(&str, PodRole)> = page.roles.iter().map(|(a, r)| (a.as_str(), *r)).collect();
+        assert_eq!(roles, [("10.0.0.1:80", PodRole::Prefill), ("10.0.0.2:80", PodRole::Decode)]);
     }
 
     #[test]

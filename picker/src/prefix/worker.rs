@@ -66,6 +66,11 @@ impl Sessions {
     }
 }
 
+/// Prompts the reuse share averages over: long enough that a few unrelated prompts among
+/// shared ones do not swing placement, short enough to follow a change of traffic within
+/// seconds.
+const REUSE_WINDOW: f64 = 16.0;
+
 pub struct WorkerPrefix {
     index: PrefixIndex,
     sessions: Sessions,
@@ -74,6 +79,9 @@ pub struct WorkerPrefix {
     dropped: u64,
     pick_clock: u64,
     last_picked: HashMap<String, u64>,
+    /// Moving share of this worker's prompts that matched a known prefix (see
+    /// [`crate::scheduler::Placement::reuse`]); starts at the configured prior.
+    reuse: f64,
 }
 
 impl WorkerPrefix {
@@ -94,6 +102,7 @@ impl WorkerPrefix {
             dropped: 0,
             pick_clock: 0,
             last_picked: HashMap::new(),
+            reuse: 0.0,
         }
     }
 
@@ -109,6 +118,25 @@ impl WorkerPrefix {
     /// When this worker last picked `pod` (pick counter; 0 = never).
     pub fn last_picked(&self, pod: &str) -> u64 {
         self.last_picked.get(pod).copied().unwrap_or(0)
+    }
+
+    /// Starts the reuse share at `prior` (`prefix.reuse_prior`): what to assume before any
+    /// prompt has been seen.
+    pub fn with_reuse_prior(mut self, prior: f64) -> Self {
+        self.reuse = prior.clamp(0.0, 1.0);
+        self
+    }
+
+    /// Share of recent prompts that matched a known prefix (0..1).
+    pub fn reuse(&self) -> f64 {
+        self.reuse
+    }
+
+    /// Counts one prompt that did (`matched`) or did not match a known prefix, into a moving
+    /// average over about the last [`REUSE_WINDOW`] prompts.
+    pub fn note_prompt(&mut self, matched: bool) {
+        let sample = if matched { 1.0 } else { 0.0 };
+        self.reuse += (sample - self.reuse) / REUSE_WINDOW;
     }
 
     /// Decisions dropped because the pending list was full.

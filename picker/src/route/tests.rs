@@ -66,7 +66,7 @@ fn the_pod_holding_the_prefix_wins_and_a_session_sticks() {
 
     let never = |_: &str| 0;
     let mut v = view(Some(&table), &[], &counts, 0);
-    v.prefix = Some(PrefixQuery { index: &index, hashes: &hashes, session_pod: None, last_picked: &never });
+    v.prefix = Some(PrefixQuery { index: &index, hashes: &hashes, session_pod: None, last_picked: &never, reuse: 1.0 });
     for seed in 0..20 {
         let route = choose_with(&v, seed);
         assert_eq!((route.address.as_str(), route.prefix_match, route.affinity), ("10.0.0.2:80", 1.0, true));
@@ -76,6 +76,7 @@ fn the_pod_holding_the_prefix_wins_and_a_session_sticks() {
         hashes: &hashes,
         session_pod: Some(("10.0.0.3:80", 0)),
         last_picked: &never,
+        reuse: 1.0,
     });
     assert_eq!(choose_with(&v, 1).address.as_str(), "10.0.0.3:80", "the session's pod first");
 }
@@ -90,6 +91,6 @@ fn a_restarted_pod_has_no_prefix() {
     table.pods[1].epoch = 1; // its counters went backwards: the cache is empty
     let never = |_: &str| 0;
     let mut v = view(Some(&table), &[], &counts, 0);
-    v.prefix = Some(PrefixQuery { index: &index, hashes: &[1, 2], session_pod: None, last_picked: &never });
+    v.prefix = Some(PrefixQuery { index: &index, hashes: &[1, 2], session_pod: None, last_picked: &never, reuse: 1.0 });
     assert!(!choose_with(&v, 1).affinity);
 }

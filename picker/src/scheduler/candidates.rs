@@ -81,8 +81,8 @@ impl Default for Policy {
             affinity_slack: 0.05,
             fallbacks: 0,
             cold_placement: ColdPlacement::default(),
-            placement_load_factor: 1.25,
-            placement_slack: 0.0,
+            placement_load_factor: 2.0,
+            placement_slack: 1.0,
         }
     }
 }

@@ -6,10 +6,12 @@
 //! of its prefix) if any of them is left. When every queue is full, affinity and the prefix
 //! scorer step aside and load alone decides: no pod should idle while another queues. Each
 //! scorer gives every remaining pod a score in 0..1; the weighted mean decides. Ties break at
-//! random. A cold request (its prefix matches nothing anywhere) goes to the best-scored pod,
-//! ties broken by rendezvous hashing of its first block (skipping pods loaded above the
-//! mean by a factor), so replicas that see the same load place a new prefix on the same pod
-//! without talking; or, configured so (or with nothing to hash), by least recently picked. If no pod passes the first
+//! random. A cold request (its prefix matches nothing anywhere) goes by rendezvous hashing
+//! of its first block among the pods scored near the best (skipping pods loaded above the
+//! mean by a factor), so replicas place a new prefix on the same pod without talking; how
+//! near is the configured slack scaled by how often prompts come back ([`Placement`]), so
+//! unrelated prompts go by load alone. Configured so (or with nothing to hash), cold
+//! requests go to the least recently picked of the best-scored pods. If no pod passes the first
 //! filter, the picker fails open: every pool member stays a candidate, scored only by what
 //! this proxy knows exactly (its own requests in flight), and the decision says so.
 
@@ -114,12 +116,31 @@ fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64) -> Option
     within.max_by_key(|&i| eligible.get(i).map_or(0, |c| rendezvous_weight(key, c.address)))
 }
 
-/// [`pick`], with the prompt's placement key (its first block hash) for cold prompts.
+/// How a cold prompt is placed by rendezvous: its key, and how often prompts come back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Placement {
+    /// The prompt's first block hash.
+    pub key: u64,
+    /// Share of this worker's recent prompts that matched a known prefix (0..1). Placing a
+    /// new prefix by hash rather than by load pays only when prefixes come back (so that
+    /// replicas agreeing on its pod saves prefills later): the slack the hash may overrule
+    /// load by is `placement_slack` × this. Unrelated prompts (share near 0) go by load.
+    pub reuse: f64,
+}
+
+impl Placement {
+    /// A key for a pool whose prompts always come back (full slack).
+    pub fn reused(key: u64) -> Self {
+        Self { key, reuse: 1.0 }
+    }
+}
+
+/// [`pick`], with the prompt's placement (its first block hash) for cold prompts.
 pub fn pick_placed(
     candidates: &[Candidate<'_>],
     policy: &Policy,
     random: &mut TieBreaker,
-    placement_key: Option<u64>,
+    placement: Option<Placement>,
 ) -> Option<Decision> {
     let Filtered { indices: eligible_indices, fail_open, pool_busy, affinity } = filtered(candidates, policy);
     let eligible: Vec<&Candidate<'_>> = eligible_indices.iter().filter_map(|&i| candidates.get(i)).collect();
@@ -161,10 +182,11 @@ pub fn pick_placed(
     let cold = candidates.iter().all(|c| c.prefix_match <= 0.0 && !c.session_match);
     // Rendezvous only breaks ties among the best-scored pods: load decides first (an
     // unrelated prompt must go to the least loaded pod), then every replica agrees.
-    let placed = match (cold && !fail_open, placement_key, policy.cold_placement) {
-        (true, Some(key), ColdPlacement::Rendezvous) => {
+    let placed = match (cold && !fail_open, placement, policy.cold_placement) {
+        (true, Some(Placement { key, reuse }), ColdPlacement::Rendezvous) => {
+            let slack = policy.placement_slack * reuse.clamp(0.0, 1.0);
             let near: Vec<usize> = (0..totals.len())
-                .filter(|&i| totals.get(i).is_some_and(|&t| best - t <= policy.placement_slack + TIE_EPSILON))
+                .filter(|&i| totals.get(i).is_some_and(|&t| best - t <= slack + TIE_EPSILON))
                 .collect();
             let best: Vec<&Candidate<'_>> = near.iter().filter_map(|&i| eligible.get(i)).copied().collect();
             rendezvous(&best, key, policy.placement_load_factor).and_then(|i| near.get(i).copied())

@@ -135,33 +135,45 @@ fn a_cold_prompt_lands_on_the_same_pod_from_any_replica() {
         // Two replicas: different random streams and pick histories, the same polled load.
         let mut other = pods.clone();
         other[0].last_picked = 9;
-        let a = pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap();
-        let b = pick_placed(&other, &policy(), &mut TieBreaker::new(77), Some(key)).unwrap();
+        let a = pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(Placement::reused(key))).unwrap();
+        let b = pick_placed(&other, &policy(), &mut TieBreaker::new(77), Some(Placement::reused(key))).unwrap();
         assert_eq!(a.index, b.index, "key {key}");
     }
     let spread: std::collections::HashSet<usize> = (0..50u64)
-        .map(|key| pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap().index)
+        .map(|key| pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(Placement::reused(key))).unwrap().index)
         .collect();
     assert_eq!(spread.len(), 3, "new prefixes spread over the pool");
 }
 
 #[test]
 fn rendezvous_skips_a_pod_loaded_above_the_bound() {
-    let mut pods = [pod("10.0.0.1:80", 0.0, 0.2, 0), pod("10.0.0.2:80", 0.0, 0.2, 0)];
-    let key = (0..100u64)
-        .find(|&k| pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(k)).unwrap().index == 0)
-        .unwrap();
-    pods[0].running = 12.0; // mean 6: 12 > 1.25 × 6 + 1
-    pods[1].running = 0.0;
-    let decision = pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap();
-    assert_eq!(decision.index, 1);
+    let mut pods = [pod("10.0.0.1:80", 0.0, 0.2, 0), pod("10.0.0.2:80", 0.0, 0.2, 0), pod("10.0.0.3:80", 0.0, 0.2, 0)];
+    let placed = |pods: &[Candidate<'_>], key| {
+        pick_placed(pods, &policy(), &mut TieBreaker::new(1), Some(Placement::reused(key))).unwrap().index
+    };
+    let key = (0..100u64).find(|&k| placed(&pods, k) == 0).unwrap();
+    pods[0].running = 12.0; // mean 4: 12 > 2 × 4 + 1
+    assert_ne!(placed(&pods, key), 0);
 }
 
 #[test]
-fn load_decides_before_rendezvous() {
-    // A cold prompt goes to the least loaded pod whatever its hash says.
+fn load_decides_for_unrelated_prompts() {
+    // Prompts that never come back (reuse 0): a cold one goes to the least loaded pod
+    // whatever its hash says.
     let pods = [pod("10.0.0.1:80", 3.0, 0.2, 0), pod("10.0.0.2:80", 0.0, 0.2, 0), pod("10.0.0.3:80", 3.0, 0.2, 0)];
     for key in 0..50u64 {
-        assert_eq!(pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(key)).unwrap().index, 1);
+        let placement = Placement { key, reuse: 0.0 };
+        assert_eq!(pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(placement)).unwrap().index, 1);
     }
+}
+
+#[test]
+fn when_prompts_come_back_the_hash_may_overrule_a_small_load_difference() {
+    // Shared prefixes (reuse 1): every replica puts a new one on its hash's pod even if it
+    // is a little busier here, so the prefix is computed once, not once per replica.
+    let pods = [pod("10.0.0.1:80", 2.0, 0.2, 0), pod("10.0.0.2:80", 0.0, 0.2, 0), pod("10.0.0.3:80", 2.0, 0.2, 0)];
+    let chosen: std::collections::HashSet<usize> = (0..50u64)
+        .map(|key| pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(Placement::reused(key))).unwrap().index)
+        .collect();
+    assert_eq!(chosen.len(), 3, "busier pods still get their share of new prefixes: {chosen:?}");
 }

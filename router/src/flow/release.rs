@@ -200,7 +200,12 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
     let request = parse_request(&held.body, held.endpoint).ok();
     let prompt = Prompt { request: request.as_ref(), endpoint: held.endpoint, session: held.session, sheddable: false };
     match decide(worker, host, &prompt) {
-        Outcome::Routed { address, destination } => {
+        Outcome::Routed { address, destination, explain: _, prefiller } => {
+            // A released request's stream is not at hand here to hold the prefill pod's
+            // in-flight count until the decode pod answers: the header is written and the count
+            // ended at once (the prefill is the short part of the request).
+            let mut prefilling_at = crate::disaggregate::write_prefiller(worker, host, prefiller);
+            crate::disaggregate::release_prefill(worker, host, &mut prefilling_at);
             if let Err(error) = host.set_request_header(&worker.config.destination_header, destination.as_bytes()) {
                 log::error!("wasm-epp: cannot set destination header on a released request: {error}");
                 finish_inflight(worker, host, &address);

@@ -113,7 +113,7 @@ impl SimClient {
             object.insert("stream_options".to_owned(), json!({"include_usage": true}));
         }
         let started = Instant::now();
-        let response = self.send(Method::POST, url, Bytes::from(body.to_string())).await?;
+        let response = self.send(Method::POST, url, &[], Bytes::from(body.to_string())).await?;
         let status = response.status().as_u16();
         let served_by = response.headers().get(SERVED_BY_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
         let mut body = response.into_body();
@@ -149,7 +149,18 @@ impl SimClient {
 
     /// Any method with a raw body (sent as `application/json`); the whole answer is read.
     pub async fn request(&self, method: Method, url: &str, body: Bytes) -> Result<RawResponse, ClientError> {
-        let response = self.send(method, url, body).await?;
+        self.request_with_headers(method, url, &[], body).await
+    }
+
+    /// [`SimClient::request`] with extra request headers (e.g. `x-prefiller-host-port`).
+    pub async fn request_with_headers(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<RawResponse, ClientError> {
+        let response = self.send(method, url, headers, body).await?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = read_limited(response.into_body()).await?;
@@ -160,12 +171,14 @@ impl SimClient {
         &self,
         method: Method,
         url: &str,
+        headers: &[(&str, &str)],
         body: Bytes,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
-        let request = Request::builder()
-            .method(method)
-            .uri(url)
-            .header(CONTENT_TYPE, "application/json")
+        let mut builder = Request::builder().method(method).uri(url).header(CONTENT_TYPE, "application/json");
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        let request = builder
             .body(Full::new(body))
             .map_err(|error| ClientError::Transport(format!("bad request for {url}: {error}")))?;
         self.inner.request(request).await.map_err(|error| ClientError::Transport(format!("{url}: {error:?}")))

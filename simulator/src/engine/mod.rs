@@ -29,6 +29,7 @@ use crate::kv_cache::block_hash::{extend_block_hashes, full_block_hashes, BlockH
 use crate::kv_cache::block_pool::BlockId;
 use crate::kv_cache::KvCacheManager;
 
+mod kv_import;
 mod step;
 mod types;
 pub use types::{Admission, NewRequest, PrefixCacheStats, RequestId, ScheduledChunk, StepOutput, StepPlan, StepWork};

@@ -24,7 +24,10 @@ pub async fn metrics(pod: &Pod, query: Option<&str>) -> Response<SimBody> {
     if faults.metrics_fail {
         return full_response(500, "text/plain; charset=utf-8", "metrics exporter failed (fault injection)");
     }
-    let text = pod.metrics_snapshot().render();
+    let snapshot = pod.metrics_snapshot();
+    let pd_counters = pod.lock().pd;
+    let text =
+        snapshot.render() + &crate::pd::metrics::render(pod.config().role, &pd_counters, snapshot.metrics.created_unix);
     let text = crate::metrics::name_filter::restrict_to_query(&text, query).unwrap_or(text);
     let body = match faults.metrics_garbage {
         GarbageMode::Text => {

@@ -19,6 +19,7 @@ use crate::api::request::{parse_chat, parse_completion, CommonOptions};
 use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
 use crate::api::sse::SseBody;
 use crate::hashing::StableHasher;
+use crate::pd::sidecar::prefill_remotely;
 use crate::pod::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Pod, Submission, Usage};
 use crate::tokenizer::tokenize;
 
@@ -26,17 +27,36 @@ use crate::tokenizer::tokenize;
 const EVENTS_BUFFERED_PER_CHOICE: usize = 64;
 
 /// Handles `POST /v1/completions`.
-pub async fn completions(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<Response<SimBody>, ApiError> {
+pub async fn completions(
+    pod: &Arc<Pod>,
+    body: &Bytes,
+    arrival: Instant,
+    prefiller: Option<&str>,
+) -> Result<Response<SimBody>, ApiError> {
     let request = parse_completion(body)?;
     let prompts = request.prompts.iter().map(|prompt| prompt.tokens()).collect();
-    generate(pod, ApiKind::Completion, prompts, request.options, arrival).await
+    let remote = prefiller.map(|prefiller| RemotePrefill { prefiller, path: "/v1/completions", body });
+    generate(pod, ApiKind::Completion, prompts, request.options, arrival, remote).await
 }
 
 /// Handles `POST /v1/chat/completions`.
-pub async fn chat_completions(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<Response<SimBody>, ApiError> {
+pub async fn chat_completions(
+    pod: &Arc<Pod>,
+    body: &Bytes,
+    arrival: Instant,
+    prefiller: Option<&str>,
+) -> Result<Response<SimBody>, ApiError> {
     let request = parse_chat(body)?;
     let prompts = vec![tokenize(&request.rendered_prompt())];
-    generate(pod, ApiKind::Chat, prompts, request.options, arrival).await
+    let remote = prefiller.map(|prefiller| RemotePrefill { prefiller, path: "/v1/chat/completions", body });
+    generate(pod, ApiKind::Chat, prompts, request.options, arrival, remote).await
+}
+
+/// A request that names a prefill pod (`x-prefiller-host-port`): where, and what to send it.
+struct RemotePrefill<'a> {
+    prefiller: &'a str,
+    path: &'static str,
+    body: &'a Bytes,
 }
 
 async fn generate(
@@ -45,6 +65,7 @@ async fn generate(
     prompts: Vec<Vec<u32>>,
     options: CommonOptions,
     arrival: Instant,
+    remote: Option<RemotePrefill<'_>>,
 ) -> Result<Response<SimBody>, ApiError> {
     let adapter = pod.lock().lora.resolve(options.model.as_deref())?;
     let max_tokens = prompts
@@ -56,6 +77,9 @@ async fn generate(
         return Err(ApiError::new(faults.fail_status, "Injected failure (fault injection)."));
     }
     pod.wait_while_hung().await?;
+    if let Some(remote) = remote.filter(|_| pod.config().role.takes_remote_prefill()) {
+        prefill_remotely(pod, remote.prefiller, remote.path, remote.body, &prompts, &adapter).await;
+    }
 
     let mut jobs = Vec::with_capacity(prompts.len());
     for (choice, (prompt, max_tokens)) in prompts.into_iter().zip(max_tokens).enumerate() {

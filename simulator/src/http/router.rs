@@ -14,6 +14,7 @@ use super::body::{error_response, read_body, SimBody};
 use super::openai::answer;
 use super::{admin, metrics_endpoint, misc, openai};
 use crate::api::errors::ApiError;
+use crate::pd::PREFILLER_HEADER;
 use crate::pod::Pod;
 
 /// The header naming the pod that answered.
@@ -44,6 +45,7 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
     let arrival = Instant::now();
     let method = request.method().clone();
     let query = request.uri().query().map(str::to_owned);
+    let prefiller = request.headers().get(PREFILLER_HEADER).and_then(|value| value.to_str().ok()).map(str::to_owned);
     let route = ROUTES.iter().find(|(path, _)| *path == request.uri().path());
     let endpoint = route.map_or(UNKNOWN_ENDPOINT, |(path, _)| *path);
     pod.lock().stats.record_received(endpoint);
@@ -51,7 +53,10 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
         None => error_response(&ApiError::not_found(format!("Not Found: {}", request.uri().path()))),
         Some((_, methods)) if !methods.contains(&method) => error_response(&ApiError::method_not_allowed()),
         Some((path, _)) => match read_body(request.into_body()).await {
-            Ok(body) => dispatch(&pod, path, query.as_deref(), &method, &body, arrival).await,
+            Ok(body) => {
+                let call = Call { path, query: query.as_deref(), method: &method, prefiller: prefiller.as_deref() };
+                dispatch(&pod, &call, &body, arrival).await
+            }
             Err(error) => error_response(&error),
         },
     };
@@ -62,17 +67,20 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
     response
 }
 
-async fn dispatch(
-    pod: &Arc<Pod>,
-    path: &str,
-    query: Option<&str>,
-    method: &Method,
-    body: &Bytes,
-    arrival: Instant,
-) -> Response<SimBody> {
+/// What the handler needs from the request line and headers.
+struct Call<'a> {
+    path: &'a str,
+    query: Option<&'a str>,
+    method: &'a Method,
+    /// `x-prefiller-host-port`: the prefill pod the picker chose, if any.
+    prefiller: Option<&'a str>,
+}
+
+async fn dispatch(pod: &Arc<Pod>, call: &Call<'_>, body: &Bytes, arrival: Instant) -> Response<SimBody> {
+    let Call { path, query, method, prefiller } = *call;
     match path {
-        "/v1/completions" => answer(openai::completions(pod, body, arrival).await),
-        "/v1/chat/completions" => answer(openai::chat_completions(pod, body, arrival).await),
+        "/v1/completions" => answer(openai::completions(pod, body, arrival, prefiller).await),
+        "/v1/chat/completions" => answer(openai::chat_completions(pod, body, arrival, prefiller).await),
         "/v1/models" => misc::models(pod),
         "/health" => misc::health(pod),
         "/tokenize" => answer(misc::tokenize_endpoint(pod, body)),

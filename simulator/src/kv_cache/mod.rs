@@ -116,6 +116,29 @@ impl KvCacheManager {
         }
     }
 
+    /// Stores blocks computed elsewhere (a KV transfer from a prefill pod) as cached and free,
+    /// so the next request with this prefix finds them; returns how many were new here.
+    ///
+    /// Blocks already cached are pinned while the rest are allocated, so importing a prompt
+    /// never evicts its own head; it stops early if the pool is full of pinned blocks.
+    pub fn import_prefix(&mut self, hashes: &[BlockHash]) -> usize {
+        let mut held = Vec::with_capacity(hashes.len());
+        let mut imported = 0;
+        for hash in hashes {
+            if let Some(block_id) = self.pool.lookup(*hash) {
+                self.pool.touch(block_id);
+                held.push(block_id);
+                continue;
+            }
+            let Some(block_id) = self.pool.allocate() else { break };
+            self.pool.register(block_id, *hash);
+            held.push(block_id);
+            imported += 1;
+        }
+        self.free(&held);
+        imported
+    }
+
     /// Releases a request's blocks, last block first, so tails are evicted before prefixes.
     pub fn free(&mut self, blocks: &[BlockId]) {
         for block_id in blocks.iter().rev() {

@@ -153,6 +153,12 @@ impl Pod {
             "max_num_batched_tokens": self.config.max_num_batched_tokens,
             "steps": state.step_counters.to_json(),
             "endpoints": state.stats.to_json(),
+            "pd": {
+                "role": self.config.role.name(),
+                "remote_prefills": state.pd.remote_prefills,
+                "prefill_fallbacks": state.pd.prefill_fallbacks,
+                "transferred_tokens": state.pd.transferred_tokens,
+            },
         })
     }
 }

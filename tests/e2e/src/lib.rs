@@ -9,6 +9,8 @@
 pub mod h2;
 pub mod header_fuzz;
 pub mod hostile;
+pub mod pd;
+pub mod prometheus;
 pub mod replicas;
 pub mod slow_clients;
 

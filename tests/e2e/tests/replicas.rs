@@ -26,6 +26,11 @@ fn a_prefix_routed_through_one_replica_is_followed_through_another() {
     let affinity = cluster.stat(1, "wasm_epp_affinity_picks") - affinity_before;
     assert!(affinity >= (groups * 3) as f64, "replica 1 made {affinity} affinity picks");
     assert!(cluster.stat(0, "wasm_epp_peer_messages_sent") > 0.0 && cluster.stat(1, "wasm_epp_peers_live") >= 1.0);
+    // Each replica lists itself among its peers (as a label selector would); the first
+    // answer from its own listener names it, and it sends there no more.
+    for replica in 0..2 {
+        assert_eq!(cluster.wait_stat(replica, "wasm_epp_peer_self_listed", 1.0), 1.0, "replica {replica}");
+    }
     let spread = e2e::tally(homes.iter().map(String::as_str));
     eprintln!(
         "MEASURED replica 1 received {received} decisions; homes {spread:?}; lag {} ms",

@@ -161,7 +161,13 @@ impl Case {
             table: cache.table(),
             fallback_pool: &self.worker.fallback_pool,
             inflight: &|pod: &str| self.inflight_of(pod),
-            prefix: Some(PrefixQuery { index: prefix.index(), hashes, session_pod: None, last_picked: &last_picked }),
+            prefix: Some(PrefixQuery {
+                index: prefix.index(),
+                hashes,
+                session_pod: None,
+                last_picked: &last_picked,
+                reuse: prefix.reuse(),
+            }),
             now_ms: NOW_MS,
             stale_after_ms: self.worker.config.stale_after_ms,
         };

@@ -118,15 +118,18 @@ fn goals(rows: &[ReplicaRow]) -> String {
                 verdict(ratio >= 0.95)
             );
         }
-        let recovery =
-            (one, find(rows, workload, "wasm-epp-x4-least-recent"), find(rows, workload, "wasm-epp-x4-no-peering"));
-        if let (Some(one), Some(before), Some(now)) = recovery {
+        for (name, label) in [
+            ("wasm-epp-x4-no-peering", "x4 without peering"),
+            ("wasm-epp-x4-no-peering-prior", "x4 without peering, reuse_prior 1"),
+        ] {
+            let recovery = (one, find(rows, workload, "wasm-epp-x4-least-recent"), find(rows, workload, name));
+            let (Some(one), Some(before), Some(now)) = recovery else { continue };
             if let (Some(a), Some(b), Some(c)) = (one.hit_rate, before.hit_rate, now.hit_rate) {
                 let loss = a - b;
                 let share = if loss > 0.0 { (c - b) / loss } else { f64::NAN };
                 let _ = writeln!(
                     out,
-                    "- x4 without peering: {:.1} % hit vs {:.1} % with least-recent placement and {:.1} % at x1: {:.0} % of the loss recovered (goal >= 50 %): {}",
+                    "- {label}: {:.1} % hit vs {:.1} % with least-recent placement and {:.1} % at x1: {:.0} % of the loss recovered (goal >= 50 %): {}",
                     c * 100.0, b * 100.0, a * 100.0, share * 100.0, verdict(share >= 0.5)
                 );
             }
@@ -173,7 +176,7 @@ pub fn write(
          Each target: pods emptied, N wasm-epp Envoys (2 workers each) behind a round-robin front Envoy, \
          the workload replayed through the front. Hit rate from the pods' own counters; peer traffic from the \
          replicas' `wasm_epp_peer_*` stats (each replica lists every replica, itself included, as a \
-         Kubernetes label selector would, so 1 of each N messages goes to its sender and is ignored there); CPU from /proc (mean per replica, in cores).\n",
+         Kubernetes label selector would; the first answer from its own listener names it, and it sends there no more); CPU from /proc (mean per replica, in cores).\n",
         if options.quick { "quick" } else { "full" },
         options.seed,
         options.time_scale,

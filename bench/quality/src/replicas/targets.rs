@@ -29,6 +29,10 @@ pub enum ReplicaTarget {
     /// (`cold_placement: least_recent`): how replicas behaved before issue 12.
     #[value(name = "wasm-epp-x4-least-recent")]
     X4LeastRecent,
+    /// Four replicas, no peering, `prefix.reuse_prior: 1`: new prefixes placed by hash from
+    /// the first request (the setting for replicas that cannot peer, on shared-prefix traffic).
+    #[value(name = "wasm-epp-x4-no-peering-prior")]
+    X4NoPeeringPrior,
     /// Envoy round robin straight over the pods: no picker at all.
     #[value(name = "envoy-round-robin")]
     RoundRobin,
@@ -43,6 +47,7 @@ impl ReplicaTarget {
             ReplicaTarget::X2NoPeering => "wasm-epp-x2-no-peering",
             ReplicaTarget::X4NoPeering => "wasm-epp-x4-no-peering",
             ReplicaTarget::X4LeastRecent => "wasm-epp-x4-least-recent",
+            ReplicaTarget::X4NoPeeringPrior => "wasm-epp-x4-no-peering-prior",
             ReplicaTarget::RoundRobin => "envoy-round-robin",
         }
     }
@@ -54,7 +59,7 @@ impl ReplicaTarget {
             ReplicaTarget::X2 => (2, true),
             ReplicaTarget::X4 => (4, true),
             ReplicaTarget::X2NoPeering => (2, false),
-            ReplicaTarget::X4NoPeering | ReplicaTarget::X4LeastRecent => (4, false),
+            ReplicaTarget::X4NoPeering | ReplicaTarget::X4LeastRecent | ReplicaTarget::X4NoPeeringPrior => (4, false),
             ReplicaTarget::RoundRobin => (0, false),
         }
     }
@@ -118,11 +123,18 @@ pub fn start(target: ReplicaTarget, pool: &[String], dir: &Path) -> Result<Runni
     let plan = ReplicaPlan::new(pool, count, peering)?;
     let overrides = peer_overrides()?;
     let least_recent = target == ReplicaTarget::X4LeastRecent;
+    let prior = target == ReplicaTarget::X4NoPeeringPrior;
     let replicas = (0..count)
         .map(|index| {
             plan.start_replica_with(index, dir, |options| {
+                if let Err(error) = crate::targets::merge_filter_overrides(options) {
+                    eprintln!("  warning: {error}");
+                }
                 if let (Some(filter), true) = (options.filter_config.as_object_mut(), least_recent) {
                     filter.insert("prefix".into(), serde_json::json!({ "cold_placement": "least_recent" }));
+                }
+                if let (Some(filter), true) = (options.filter_config.as_object_mut(), prior) {
+                    filter.insert("prefix".into(), serde_json::json!({ "reuse_prior": 1.0 }));
                 }
                 let section = options.poller_config.as_mut().and_then(|c| c.get_mut("peers"));
                 if let (Some(section), Some(overrides)) = (section.and_then(|s| s.as_object_mut()), &overrides) {

@@ -77,8 +77,9 @@ impl RunningTarget {
 }
 
 /// `WASM_EPP_FILTER_CONFIG`, a JSON object, is merged over wasm-epp's filter configuration
-/// (top-level fields replace), to measure a tuning without editing code.
-fn merge_filter_overrides(options: &mut EnvoyOptions) -> Result<(), String> {
+/// (top-level fields replace), to measure a tuning without editing code; the replicas
+/// dimension applies it to every replica too.
+pub fn merge_filter_overrides(options: &mut EnvoyOptions) -> Result<(), String> {
     let Ok(text) = std::env::var("WASM_EPP_FILTER_CONFIG") else { return Ok(()) };
     let overrides: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("WASM_EPP_FILTER_CONFIG is not JSON: {e}"))?;

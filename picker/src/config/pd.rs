@@ -1,0 +1,63 @@
+//! The filter's prefill/decode disaggregation settings (`pd` section; absent = off).
+
+use serde::Deserialize;
+
+use super::ScorerWeights;
+
+/// How requests are split between prefill and decode pods.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PdConfig {
+    /// Disaggregate when the best decode pod lacks at least this many of the prompt's tokens
+    /// (estimated from the prompt's size and the prefix index); below it, a prefill hop and a
+    /// KV transfer cost more than the decode pod prefilling itself.
+    pub threshold_tokens: u64,
+    /// Scorer weights of the prefill pick: prefix affinity and queue first (the prompt's KV is
+    /// what the prefill pod reuses; its queue is what the request waits behind).
+    pub prefill_weights: ScorerWeights,
+    /// Scorer weights of the decode pick (the destination): running load and KV space first.
+    pub decode_weights: ScorerWeights,
+    /// The header naming the prefill pod, read by the decode pod's sidecar (llm-d's name).
+    pub prefiller_header: String,
+}
+
+impl Default for PdConfig {
+    fn default() -> Self {
+        Self {
+            threshold_tokens: 1024,
+            prefill_weights: ScorerWeights { queue: 2.0, kv_cache: 0.0, inflight: 2.0, prefix: 3.0 },
+            decode_weights: ScorerWeights { queue: 1.0, kv_cache: 2.0, inflight: 2.0, prefix: 1.0 },
+            prefiller_header: "x-prefiller-host-port".into(),
+        }
+    }
+}
+
+impl PdConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        super::check_range("pd.threshold_tokens", self.threshold_tokens, 0, 1 << 24)?;
+        for (pick, weights) in [("prefill_weights", &self.prefill_weights), ("decode_weights", &self.decode_weights)] {
+            weights.validate().map_err(|e| format!("pd.{pick}.{e}"))?;
+        }
+        let header = &self.prefiller_header;
+        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
+            return Err(format!("pd.prefiller_header '{header}' must be a lower-case header name"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_json;
+
+    #[test]
+    fn defaults_validate_and_bad_values_name_their_field() {
+        assert_eq!(PdConfig::default().validate(), Ok(()));
+        let bad: PdConfig = parse_json(br#"{"prefill_weights": {"queue": -1}}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("pd.prefill_weights.queue"));
+        let bad: PdConfig = parse_json(br#"{"prefiller_header": "X Bad"}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("prefiller_header"));
+        assert!(parse_json::<PdConfig>(br#"{"treshold_tokens": 5}"#).is_err(), "typos are refused");
+    }
+}

@@ -1,0 +1,98 @@
+//! Prefill/decode disaggregation: which pods may take which half of a request, and whether a
+//! request is worth splitting.
+//!
+//! Under P/D every request's destination is a decode (or both-role) pod, chosen among those
+//! alone; a request is also given a prefill pod, chosen among the prefill pods by its own
+//! weights, when the decode pod probably lacks at least `threshold_tokens` of its prompt
+//! (llm-d's P/D decider). The prefix index is keyed by pod, so each role's pods keep their own
+//! entries: a prefill pod the prompts it computed, a decode pod the blocks transferred to it.
+
+use crate::pod_table::PodTable;
+use crate::request::InferenceRequest;
+use crate::role::PodRole;
+
+/// A table split by role, rebuilt only when the table's version changes.
+#[derive(Debug, Default)]
+pub struct RoleTables {
+    version: Option<u64>,
+    /// Decode and both-role pods: the destinations.
+    decode: PodTable,
+    /// Prefill pods: where the prompt may be computed.
+    prefill: PodTable,
+}
+
+impl RoleTables {
+    /// `(decode, prefill)` views of `table`; `None` when it lacks a prefill pod or a decode pod,
+    /// so a pool without roles routes exactly as without P/D.
+    pub fn split(&mut self, table: &PodTable) -> Option<(&PodTable, &PodTable)> {
+        if self.version != Some(table.version) {
+            let only = |keep: fn(PodRole) -> bool| PodTable {
+                version: table.version,
+                published_at_ms: table.published_at_ms,
+                poll_interval_ms: table.poll_interval_ms,
+                pods: table.pods.iter().filter(|pod| keep(pod.role)).cloned().collect(),
+            };
+            self.decode = only(PodRole::decodes);
+            self.prefill = only(|role| role == PodRole::Prefill);
+            self.version = Some(table.version);
+        }
+        (!self.decode.pods.is_empty() && !self.prefill.pods.is_empty()).then_some((&self.decode, &self.prefill))
+    }
+}
+
+/// The prompt's length in tokens, estimated from its JSON text (what the prefix hashing cuts
+/// into blocks with the same `bytes_per_token`); 0 without a prompt.
+pub fn estimated_prompt_tokens(request: &InferenceRequest<'_>, bytes_per_token: usize) -> u64 {
+    let text_bytes = request.prompt.or(request.messages).map_or(0, |raw| raw.get().len());
+    (text_bytes / bytes_per_token.max(1)) as u64
+}
+
+/// Tokens of the prompt the pod probably lacks: all but the blocks it matched of the hashed
+/// prefix (`prefix_match` is the matched share of `hashed_blocks`).
+pub fn uncached_tokens(prompt_tokens: u64, hashed_blocks: usize, prefix_match: f64, block_tokens: usize) -> u64 {
+    let matched_blocks = (prefix_match.clamp(0.0, 1.0) * hashed_blocks as f64).round() as u64;
+    prompt_tokens.saturating_sub(matched_blocks.saturating_mul(block_tokens as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::PodAddress;
+    use crate::pod_table::PodState;
+
+    fn pod(address: &str, role: PodRole) -> PodState {
+        PodState { role, ..PodState::unknown(&PodAddress::parse(address).unwrap()) }
+    }
+
+    #[test]
+    fn a_table_splits_by_role_and_a_pool_without_prefill_pods_does_not() {
+        let mut table = PodTable { version: 3, ..PodTable::default() };
+        table.pods = vec![
+            pod("10.0.0.1:80", PodRole::Prefill),
+            pod("10.0.0.2:80", PodRole::Decode),
+            pod("10.0.0.3:80", PodRole::Both),
+        ];
+        let mut split = RoleTables::default();
+        let (decode, prefill) = split.split(&table).unwrap();
+        let names = |t: &PodTable| t.pods.iter().map(|p| p.address.as_str().to_owned()).collect::<Vec<_>>();
+        assert_eq!(names(decode), ["10.0.0.2:80", "10.0.0.3:80"]);
+        assert_eq!(names(prefill), ["10.0.0.1:80"]);
+        let plain = PodTable { version: 4, pods: vec![pod("10.0.0.3:80", PodRole::Both)], ..PodTable::default() };
+        assert!(split.split(&plain).is_none(), "no prefill pod: no P/D");
+    }
+
+    #[test]
+    fn uncached_tokens_subtract_the_matched_blocks() {
+        assert_eq!(uncached_tokens(6000, 256, 0.0, 16), 6000);
+        assert_eq!(uncached_tokens(6000, 256, 1.0, 16), 6000 - 4096, "only the hashed prefix can match");
+        assert_eq!(uncached_tokens(1000, 62, 1.0, 16), 8);
+        assert_eq!(uncached_tokens(100, 6, 1.0, 16), 4);
+    }
+
+    #[test]
+    fn prompt_tokens_come_from_the_prompt_text() {
+        let body = br#"{"model": "m", "prompt": "0123456789abcdef0123456789abcdef0123"}"#;
+        let request = crate::request::parse_request(body, crate::request::Endpoint::Completions).unwrap();
+        assert_eq!(estimated_prompt_tokens(&request, 4), 9, "38 bytes with the quotes");
+    }
+}

@@ -1,0 +1,81 @@
+//! One decision explained, for the opt-in debug header (`debug_decision_header`): every
+//! candidate's score as the scorers see it, next to what was chosen and why.
+//!
+//! Computed only when asked for (it scores the pool a second time). The scores here are each
+//! pod's weighted score over every candidate in the pool; the pick itself scores only the
+//! pods its filters left (session, prefix affinity, full queues), so a pod kept by affinity
+//! can be chosen over a pod scored higher here. Both views are what an operator needs.
+
+use super::{table_candidates, RoutingView};
+use crate::scheduler::{Candidate, InflightScorer, KvCacheScorer, Policy, PrefixScorer, QueueScorer, Scorer};
+
+/// Candidates listed at most, best first: keeps the header under ~1 KiB on a large pool.
+pub const MAX_EXPLAINED_CANDIDATES: usize = 16;
+
+/// `(address, score)` of the best-scored candidates, best first, at most
+/// [`MAX_EXPLAINED_CANDIDATES`].
+pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<(String, f64)> {
+    let candidates: Vec<Candidate<'_>> = match view.table {
+        Some(table) if !table.pods.is_empty() => table_candidates(view, table),
+        _ => view
+            .fallback_pool
+            .iter()
+            .map(|address| Candidate::with_load(address.as_str(), false, 0.0, None, (view.inflight)(address.as_str())))
+            .collect(),
+    };
+    let all: Vec<&Candidate<'_>> = candidates.iter().collect();
+    let weights = &policy.weights;
+    let scorers: [(&dyn Scorer, f64); 4] = [
+        (&QueueScorer, weights.queue),
+        (&KvCacheScorer, weights.kv_cache),
+        (&InflightScorer, weights.inflight),
+        (&PrefixScorer, weights.prefix),
+    ];
+    let total_weight: f64 = scorers.iter().map(|(_, w)| w.max(0.0)).sum();
+    let mut totals = vec![0.0; all.len()];
+    for (scorer, weight) in scorers {
+        if weight > 0.0 {
+            for (total, score) in totals.iter_mut().zip(scorer.score(&all)) {
+                *total += weight * score / total_weight;
+            }
+        }
+    }
+    let mut scored: Vec<(String, f64)> = all.iter().zip(totals).map(|(c, t)| (c.address.to_string(), t)).collect();
+    scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+    scored.truncate(MAX_EXPLAINED_CANDIDATES);
+    scored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::PodAddress;
+    use crate::pod_table::{PodState, PodTable};
+
+    #[test]
+    fn the_emptier_pod_scores_higher_and_the_list_is_bounded() {
+        let pod = |i: usize, waiting: f64| PodState {
+            healthy: true,
+            waiting,
+            running: 0.0,
+            kv_usage: Some(0.1),
+            last_success_ms: 1_000,
+            ..PodState::unknown(&PodAddress::parse(&format!("10.0.0.{i}:8000")).unwrap())
+        };
+        let pods: Vec<PodState> = (0..40).map(|i| pod(i, i as f64)).collect();
+        let table = PodTable { pods, ..PodTable::default() };
+        let inflight = |_: &str| 0;
+        let view = RoutingView {
+            table: Some(&table),
+            fallback_pool: &[],
+            inflight: &inflight,
+            prefix: None,
+            now_ms: 1_000,
+            stale_after_ms: 5_000,
+        };
+        let scores = candidate_scores(&view, &crate::config::FilterConfig::default().policy());
+        assert_eq!(scores.len(), MAX_EXPLAINED_CANDIDATES);
+        assert_eq!(scores.first().map(|s| s.0.as_str()), Some("10.0.0.0:8000"), "{scores:?}");
+        assert!(scores.windows(2).all(|w| w[0].1 >= w[1].1), "best first: {scores:?}");
+    }
+}

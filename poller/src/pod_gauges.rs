@@ -1,0 +1,177 @@
+//! Per-pod gauges as the picker sees them, set each time the pool service publishes a table:
+//! queue (`waiting`, `running`), KV-cache use, this Envoy's requests in flight, age of the
+//! pod's data and whether it is in rotation.
+//!
+//! Each gauge is named `wasm_epp.<gauge>.pod.<ip:port>`; the bootstrap's `stats_tags` rule
+//! (envoy/envoy.yaml.template) turns the address into a label, so `/stats/prometheus` shows
+//! `wasm_epp_pod_waiting{pod="10.0.0.1:8000"}`. Envoy never deletes a stat, so a pod that
+//! left the pool keeps its series: its gauges are set to 0 (and `healthy` to 0) once, and a
+//! dashboard reads only pods with `wasm_epp_pod_in_pool == 1`.
+
+use hashbrown::HashMap;
+use picker::address::PodAddress;
+use picker::pod_table::PodTable;
+use wasm_epp_host::{Gauge, Metrics};
+
+/// Pods that get per-pod series, at most. A dashboard cannot show more lines usefully, a
+/// Prometheus series costs memory for as long as it is kept, and each gauge changed is one
+/// host call per publish (7 gauges x 256 pods = 1,792 calls per poll interval at worst). Pods
+/// beyond it (in table order) are counted in `wasm_epp_pod_series_omitted`.
+pub const MAX_POD_SERIES: usize = 256;
+
+/// The families, in the order [`PodValues::as_array`] gives their values.
+const FAMILIES: [&str; 7] = [
+    "wasm_epp.pod_in_pool.pod",
+    "wasm_epp.pod_healthy.pod",
+    "wasm_epp.pod_waiting.pod",
+    "wasm_epp.pod_running.pod",
+    "wasm_epp.pod_kv_usage_permille.pod",
+    "wasm_epp.pod_inflight.pod",
+    "wasm_epp.pod_data_age_ms.pod",
+];
+
+/// One pod's gauge values (integers: Envoy gauges are u64).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct PodValues {
+    in_pool: u64,
+    healthy: u64,
+    waiting: u64,
+    running: u64,
+    /// KV-cache use in thousandths (vLLM reports a fraction 0..1).
+    kv_usage_permille: u64,
+    inflight: u64,
+    data_age_ms: u64,
+}
+
+impl PodValues {
+    fn as_array(self) -> [u64; 7] {
+        [
+            self.in_pool,
+            self.healthy,
+            self.waiting,
+            self.running,
+            self.kv_usage_permille,
+            self.inflight,
+            self.data_age_ms,
+        ]
+    }
+}
+
+/// A non-negative count from the engine's float, rounded (NaN and negatives read as 0).
+fn whole(value: f64) -> u64 {
+    if value.is_finite() && value > 0.0 {
+        value.round() as u64
+    } else {
+        0
+    }
+}
+
+/// The pods with series, and what each was last set to (only changes reach the host).
+pub struct PodGauges {
+    last: HashMap<PodAddress, PodValues>,
+    omitted: Gauge,
+}
+
+impl PodGauges {
+    pub fn define(metrics: &Metrics) -> Self {
+        Self { last: HashMap::new(), omitted: metrics.gauge("wasm_epp.pod_series_omitted") }
+    }
+
+    /// Sets every pod's gauges from the table just published and `inflight` (this Envoy's
+    /// requests in flight per pod, every worker summed).
+    pub fn record(&mut self, metrics: &Metrics, table: &PodTable, inflight: &HashMap<String, u32>, now_ms: u64) {
+        let mut seen = 0usize;
+        for pod in &table.pods {
+            if !self.last.contains_key(&pod.address) && self.last.len() >= MAX_POD_SERIES {
+                continue;
+            }
+            seen += 1;
+            let values = PodValues {
+                in_pool: 1,
+                healthy: u64::from(pod.healthy),
+                waiting: whole(pod.waiting),
+                running: whole(pod.running),
+                kv_usage_permille: pod.kv_usage.map_or(0, |kv| whole(kv * 1000.0)),
+                inflight: inflight.get(pod.address.as_str()).copied().map_or(0, u64::from),
+                data_age_ms: now_ms.saturating_sub(pod.last_success_ms),
+            };
+            self.set(metrics, &pod.address, values);
+        }
+        let gone: Vec<PodAddress> = self
+            .last
+            .iter()
+            .filter(|(address, values)| values.in_pool == 1 && !table.pods.iter().any(|p| &p.address == *address))
+            .map(|(address, _)| address.clone())
+            .collect();
+        for address in gone {
+            self.set(metrics, &address, PodValues::default());
+        }
+        metrics.set(self.omitted, table.pods.len().saturating_sub(seen) as u64);
+    }
+
+    fn set(&mut self, metrics: &Metrics, address: &PodAddress, values: PodValues) {
+        let before = self.last.get(address).copied();
+        let changed = values.as_array();
+        for (index, (family, value)) in FAMILIES.iter().zip(changed).enumerate() {
+            let old = before.map(|b| b.as_array()).and_then(|a| a.get(index).copied());
+            if old != Some(value) {
+                metrics.set_labelled(family, address.as_str(), value);
+            }
+        }
+        self.last.insert(address.clone(), values);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use picker::pod_table::PodState;
+    use wasm_epp_host::MockHost;
+
+    fn pod(address: &str, waiting: f64, kv: f64) -> PodState {
+        PodState {
+            healthy: true,
+            waiting,
+            running: 2.0,
+            kv_usage: Some(kv),
+            last_success_ms: 900,
+            ..PodState::unknown(&PodAddress::parse(address).unwrap())
+        }
+    }
+
+    #[test]
+    fn gauges_carry_the_address_and_the_pickers_view() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let mut gauges = PodGauges::define(&metrics);
+        let table = PodTable { pods: vec![pod("10.0.0.1:8000", 3.4, 0.25)], ..PodTable::default() };
+        let inflight = HashMap::from([("10.0.0.1:8000".to_string(), 5)]);
+        gauges.record(&metrics, &table, &inflight, 1_000);
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.pod_waiting.pod.10.0.0.1:8000"), 3);
+        assert_eq!(host.metric("wasm_epp.pod_kv_usage_permille.pod.10.0.0.1:8000"), 250);
+        assert_eq!(host.metric("wasm_epp.pod_inflight.pod.10.0.0.1:8000"), 5);
+        assert_eq!(host.metric("wasm_epp.pod_data_age_ms.pod.10.0.0.1:8000"), 100);
+        assert_eq!(host.metric("wasm_epp.pod_healthy.pod.10.0.0.1:8000"), 1);
+    }
+
+    #[test]
+    fn a_pod_that_left_is_zeroed_and_series_are_bounded() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let mut gauges = PodGauges::define(&metrics);
+        let many: Vec<PodState> =
+            (0..MAX_POD_SERIES + 10).map(|i| pod(&format!("10.0.{}.{}:8000", i / 250, i % 250), 1.0, 0.5)).collect();
+        gauges.record(&metrics, &PodTable { pods: many, ..PodTable::default() }, &HashMap::new(), 1_000);
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.pod_series_omitted"), 10);
+        assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.0.0.0:8000"), 1);
+        let one = PodTable { pods: vec![pod("10.0.0.1:8000", 1.0, 0.5)], ..PodTable::default() };
+        gauges.record(&metrics, &one, &HashMap::new(), 2_000);
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.0.0.0:8000"), 0, "left the pool");
+        assert_eq!(host.metric("wasm_epp.pod_healthy.pod.10.0.0.0:8000"), 0);
+        assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.0.0.1:8000"), 1);
+        assert_eq!(host.metric("wasm_epp.pod_series_omitted"), 0);
+    }
+}

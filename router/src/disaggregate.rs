@@ -1,0 +1,99 @@
+//! Prefill/decode disaggregation on the request path: the second pick.
+//!
+//! `decision::decide` picks the destination among the decode pods (with the decode weights)
+//! whenever the table has pods of both roles; then [`prefill_pick`] asks whether that pod
+//! probably lacks at least `threshold_tokens` of the prompt and, if so, picks a prefill pod
+//! among the prefill pods with the prefill weights. For the stream, [`write_prefiller`] puts
+//! the prefill pod's `ip:port` into `prefiller_header` for the decode pod's sidecar and
+//! [`release_prefill`] ends its in-flight count when the decode pod answers.
+
+use std::cell::RefCell;
+
+use picker::address::PodAddress;
+use picker::config::{PdConfig, PrefixConfig};
+use picker::disaggregation::{estimated_prompt_tokens, uncached_tokens, RoleTables};
+use picker::pod_table::PodTable;
+use picker::random::TieBreaker;
+use picker::request::InferenceRequest;
+use picker::route::{choose, Route, RoutingView};
+use picker::scheduler::Policy;
+use wasm_epp_host::Host;
+
+use crate::worker::Worker;
+
+/// The compiled `pd` section: its two policies and the worker's role split of the table.
+pub struct PdRouting {
+    pub config: PdConfig,
+    /// The destination's policy: the filter's, with the decode weights.
+    pub decode_policy: Policy,
+    /// The prefill pod's policy: the prefill weights, no fallbacks (the sidecar takes one
+    /// address; if it fails, the decode pod prefills itself).
+    pub prefill_policy: Policy,
+    pub tables: RefCell<RoleTables>,
+}
+
+impl PdRouting {
+    pub fn new(config: &PdConfig, policy: &Policy) -> Self {
+        Self {
+            decode_policy: Policy { weights: config.decode_weights.clone(), ..policy.clone() },
+            prefill_policy: Policy { weights: config.prefill_weights.clone(), fallbacks: 0, ..policy.clone() },
+            config: config.clone(),
+            tables: RefCell::new(RoleTables::default()),
+        }
+    }
+}
+
+/// What the decider needs to know about the chosen decode pod and the prompt.
+pub struct DecodeChoice<'a> {
+    pub request: &'a InferenceRequest<'a>,
+    /// The decode pod's matched share of the prompt's hashed blocks.
+    pub prefix_match: f64,
+    pub hashed_blocks: usize,
+    pub block_tokens: usize,
+}
+
+/// The prefill pod for this request, or `None` when the decode pod should prefill itself.
+pub fn prefill_pick(
+    pd: &PdRouting,
+    prefix: &PrefixConfig,
+    decode: &DecodeChoice<'_>,
+    view: RoutingView<'_>,
+    prefill_table: &PodTable,
+    random: &mut TieBreaker,
+) -> Option<Route> {
+    let prompt_tokens = estimated_prompt_tokens(decode.request, prefix.bytes_per_token);
+    let lacking = uncached_tokens(prompt_tokens, decode.hashed_blocks, decode.prefix_match, decode.block_tokens);
+    if prompt_tokens == 0 || lacking < pd.config.threshold_tokens {
+        return None;
+    }
+    let view = RoutingView { table: Some(prefill_table), fallback_pool: &[], ..view };
+    let route = choose(&view, &pd.prefill_policy, random).ok()?;
+    // A prefill pod with no fresh data is a guess; a decode pod prefilling itself is not.
+    (!route.fail_open).then_some(route)
+}
+
+/// Names the prefill pod for the decode pod's sidecar and returns it (in flight until the decode
+/// pod answers); if the header is refused, the decode pod prefills itself (only the split is lost).
+pub fn write_prefiller(worker: &Worker, host: &dyn Host, prefiller: Option<PodAddress>) -> Option<PodAddress> {
+    let (Some(pd), Some(address)) = (&worker.pd, &prefiller) else { return prefiller };
+    if let Err(error) = host.set_request_header(&pd.config.prefiller_header, address.as_str().as_bytes()) {
+        log::warn!("wasm-epp: cannot set {}: {error}", pd.config.prefiller_header);
+        let mut held = prefiller;
+        release_prefill(worker, host, &mut held);
+        return None;
+    }
+    prefiller
+}
+
+/// Ends the prefill pod's in-flight count, once.
+pub fn release_prefill(worker: &Worker, host: &dyn Host, prefilling_at: &mut Option<PodAddress>) {
+    let Some(address) = prefilling_at.take() else { return };
+    match worker.inflight.try_borrow_mut() {
+        Ok(mut inflight) => {
+            let now = host.now_ms();
+            inflight.finished(address.as_str(), now);
+            inflight.publish_now(host, now);
+        }
+        Err(_) => worker.stats.increment(worker.stats.inflight_update_failed),
+    }
+}

@@ -1,0 +1,111 @@
+//! Prefill/decode disaggregation on one worker: destinations among decode pods, a prefill
+//! pod named for long uncached prompts only, the prefix recorded on both, the client's own
+//! prefill header never passed on.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use common::{completion, Bench, COMPLETIONS};
+use picker::address::PodAddress;
+use picker::keys;
+use picker::pod_table::{encode_version, PodState, PodTable};
+use picker::role::PodRole;
+use wasm_epp_host::{Host, SharedStore};
+
+const PREFILLER: &str = "x-prefiller-host-port";
+const PD_CONFIG: &str = r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 1}"#;
+const PREFILL_PODS: [&str; 2] = ["10.0.0.1:8000", "10.0.0.2:8000"];
+const DECODE_PODS: [&str; 2] = ["10.0.0.3:8000", "10.0.0.4:8000"];
+
+fn publish_roles(bench: &Bench, version: u64, pods: &[(&str, PodRole)]) {
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for (address, role) in pods {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, *role);
+        table.pods.push(pod);
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
+    bench.heartbeat();
+}
+
+fn pd_pool(bench: &Bench) {
+    let prefill = PREFILL_PODS.iter().map(|a| (*a, PodRole::Prefill));
+    let decode = DECODE_PODS.iter().map(|a| (*a, PodRole::Decode));
+    publish_roles(bench, 1, &prefill.chain(decode).collect::<Vec<_>>());
+}
+
+/// About `tokens` tokens of prompt text at the default 4 bytes per token.
+fn long_prompt(tokens: usize, seed: usize) -> String {
+    (0..tokens).map(|i| format!("w{:03}", (i * 7 + seed) % 1000)).collect()
+}
+
+#[test]
+fn a_long_prompt_gets_a_prefill_pod_and_a_decode_destination() {
+    let bench = Bench::new(PD_CONFIG);
+    pd_pool(&bench);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&long_prompt(2000, 1)));
+    let destination = answer.destination.unwrap();
+    assert!(destination.split(',').all(|a| DECODE_PODS.contains(&a)), "decode pods only: {destination}");
+    let prefiller = bench.host.header(PREFILLER).unwrap();
+    assert!(PREFILL_PODS.contains(&prefiller.as_str()), "{prefiller}");
+    assert_eq!(bench.worker.inflight.borrow().count(&prefiller), 1, "the prefill pod is busy for it");
+    stream.on_response_headers(&bench.host, false);
+    assert_eq!(bench.worker.inflight.borrow().count(&prefiller), 0, "until the decode pod answers");
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.pd_disaggregated"), 1);
+}
+
+#[test]
+fn the_decider_skips_short_prompts_and_prompts_the_decode_pod_holds() {
+    let bench = Bench::new(PD_CONFIG);
+    pd_pool(&bench);
+    let short = bench.complete(&COMPLETIONS, &completion("a short question"));
+    assert!(DECODE_PODS.contains(&short.destination.unwrap().split(',').next().unwrap()));
+    assert_eq!(bench.host.header(PREFILLER), None, "a short prompt is prefilled where it decodes");
+
+    let prompt = completion(&long_prompt(2000, 2));
+    let first = bench.complete(&COMPLETIONS, &prompt);
+    assert!(bench.host.header(PREFILLER).is_some(), "cold: disaggregated");
+    let again = bench.complete(&COMPLETIONS, &prompt);
+    assert_eq!(bench.host.header(PREFILLER), None, "the decode pod holds the transferred prompt now");
+    assert_eq!(again.destination.unwrap().split(',').next(), first.destination.unwrap().split(',').next());
+    assert_eq!((bench.stat("wasm_epp.pd_disaggregated"), bench.stat("wasm_epp.pd_decode_only")), (1, 2));
+}
+
+#[test]
+fn a_client_prefill_header_is_removed_when_the_picker_names_none() {
+    let bench = Bench::new(PD_CONFIG);
+    pd_pool(&bench);
+    let mut headers = COMPLETIONS.to_vec();
+    headers.push((PREFILLER, "6.6.6.6:6666"));
+    bench.complete(&headers, &completion("short"));
+    assert_eq!(bench.host.header(PREFILLER), None);
+    assert_eq!(bench.stat("wasm_epp.forged_destination_removed"), 1);
+}
+
+#[test]
+fn a_pool_without_prefill_pods_routes_as_without_pd() {
+    let bench = Bench::new(PD_CONFIG);
+    let pods: Vec<(&str, PodRole)> = DECODE_PODS.iter().map(|a| (*a, PodRole::Both)).collect();
+    publish_roles(&bench, 1, &pods);
+    let answer = bench.complete(&COMPLETIONS, &completion(&long_prompt(2000, 3)));
+    assert!(answer.destination.is_some());
+    assert_eq!(bench.host.header(PREFILLER), None);
+    assert_eq!(bench.stat("wasm_epp.pd_decode_only") + bench.stat("wasm_epp.pd_disaggregated"), 0);
+}
+
+#[test]
+fn with_every_prefill_pod_unhealthy_the_decode_pod_prefills_itself() {
+    let bench = Bench::new(PD_CONFIG);
+    pd_pool(&bench);
+    let mut table = PodTable::decode(&bench.host.get(keys::POD_TABLE).unwrap().0.unwrap()).unwrap();
+    table.version = 2;
+    table.pods.iter_mut().filter(|p| p.role == PodRole::Prefill).for_each(|p| p.healthy = false);
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(2), None).unwrap();
+    let answer = bench.complete(&COMPLETIONS, &completion(&long_prompt(2000, 4)));
+    assert!(DECODE_PODS.contains(&answer.destination.unwrap().split(',').next().unwrap()));
+    assert_eq!(bench.host.header(PREFILLER), None);
+}

@@ -1,0 +1,158 @@
+//! Prefill/decode disaggregation end to end: the real Envoy with wasm-epp in front of prefill
+//! and decode pods, whose simulated sidecar has the named prefill pod prefill the prompt.
+//! Roles from the static configuration and from Kubernetes labels; the decider both ways; a
+//! client's own `x-prefiller-host-port` never reaching a pod; a prefill pod killed under load.
+
+use std::time::{Duration, Instant};
+
+use e2e::pd::{prompt_of_tokens, PdCluster, PREFILLER_HEADER};
+use launcher::envoy::EnvoyOptions;
+use launcher::fake_kube::envoy::{kubernetes_overlay, start_kube_envoy, write_token_sds, TokenDir};
+use launcher::fake_kube::{FakeKube, FakePod};
+use launcher::http;
+use launcher::pods::Pod;
+use serde_json::json;
+
+const FAST: [&str; 2] = ["--time-scale", "0"];
+
+fn served_by(reply: &launcher::http::Reply) -> String {
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.served_by().unwrap_or_default().to_string()
+}
+
+#[test]
+fn roles_from_configuration_long_prompts_split_short_ones_not_and_forged_headers_go() {
+    let cluster = PdCluster::start("pd-config", 2, 2, &FAST, json!({"threshold_tokens": 512}));
+    let decode = cluster.decode_addresses();
+
+    for seed in 0..4 {
+        let pod = served_by(&cluster.complete(&prompt_of_tokens(2000, seed), 8, &[]));
+        assert!(decode.contains(&pod), "destinations are decode pods: {pod}");
+    }
+    assert_eq!(PdCluster::pd_counter(&cluster.decode, "remote_prefills"), 4, "every long prompt was split");
+    assert!(PdCluster::stat_sum(&cluster.prefill, "prompt_tokens") >= 8000, "the prefill pods computed them");
+    assert_eq!(PdCluster::stat_sum(&cluster.prefill, "generation_tokens"), 4, "one token each");
+
+    // The same prompt again: its decode pod holds it now (transferred), so no prefill hop.
+    served_by(&cluster.complete(&prompt_of_tokens(2000, 0), 8, &[]));
+    for i in 0..10 {
+        let pod = served_by(&cluster.complete(&format!("short question {i}"), 8, &[]));
+        assert!(decode.contains(&pod), "{pod}");
+    }
+    assert_eq!(PdCluster::pd_counter(&cluster.decode, "remote_prefills"), 4, "nothing else was split");
+    assert_eq!(cluster.envoy.stat("wasm_epp_pd_disaggregated"), Some(4.0));
+    assert_eq!(cluster.envoy.stat("wasm_epp_pd_decode_only"), Some(11.0));
+
+    // A client naming its own prefill pod: removed (by the template's header_mutation before
+    // the plugin, and by the plugin itself, tested in router/tests), so no pod ever calls it.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let forged = [(PREFILLER_HEADER, dead.as_str())];
+    served_by(&cluster.complete("short with a forged header", 8, &forged));
+    served_by(&cluster.complete(&prompt_of_tokens(2000, 99), 8, &forged));
+    assert_eq!(PdCluster::pd_counter(&cluster.decode, "prefill_fallbacks"), 0, "no pod saw the forged address");
+    assert_eq!(PdCluster::pd_counter(&cluster.decode, "remote_prefills"), 5, "the long one used a real prefill pod");
+}
+
+#[test]
+fn roles_from_kubernetes_labels() {
+    let dir = launcher::paths::run_dir("pd-kube").unwrap();
+    let port = launcher::free_port().unwrap();
+    let block = 77;
+    let mut args = FAST.to_vec();
+    let roles = ["prefill", "decode", "decode"];
+    let pods: Vec<Pod> = roles
+        .iter()
+        .enumerate()
+        .map(|(i, role)| {
+            args.truncate(FAST.len());
+            args.extend(["--role", role]);
+            Pod::start_on(&format!("127.0.{block}.{}", i + 1), port, &args, &dir).unwrap()
+        })
+        .collect();
+    let kube = FakeKube::start("llm").unwrap();
+    kube.update(|state| {
+        for (i, (pod, role)) in pods.iter().zip(roles).enumerate() {
+            let labels = [("app", "vllm"), ("llm-d.ai/role", role)];
+            state.put_pod(FakePod::ready(&format!("vllm-{i}"), &pod.host, &labels));
+        }
+    });
+    let tokens = TokenDir::create(&dir.join("serviceaccount"), "token-1").unwrap();
+    let sds = dir.join("kubernetes-token-sds.yaml");
+    write_token_sds(&sds, &tokens.token_path()).unwrap();
+    let (listen, admin) = (launcher::free_port().unwrap(), launcher::free_port().unwrap());
+    let mut options = EnvoyOptions::for_pool(&[], listen, admin).with_original_dst();
+    options.filter_config = json!({"fallback_destinations": 0, "pd": {"threshold_tokens": 512}});
+    let kubernetes = json!({"namespace": "llm", "label_selector": "app=vllm", "target_port": port,
+                            "relist_interval_ms": 200, "timeout_ms": 500});
+    options.poller_config = Some(json!({ "kubernetes": kubernetes, "poll_interval_ms": 100 }));
+    let overlay = kubernetes_overlay(kube.port(), &sds, tokens.dir());
+    let envoy = start_kube_envoy(&options, &overlay, &dir).unwrap_or_else(|e| panic!("envoy: {e}"));
+    assert!(envoy.wait_for_healthy_pods(3, Duration::from_secs(15)), "{}", envoy.log_tail(30));
+
+    let complete = |prompt: &str| {
+        let body = json!({"model": "sim-model", "prompt": prompt, "max_tokens": 4}).to_string();
+        http::post(&envoy.url("/v1/completions"), &[], &body, Duration::from_secs(30)).unwrap()
+    };
+    let prefill_pod = pods[0].address();
+    for seed in 0..6 {
+        assert_ne!(served_by(&complete(&prompt_of_tokens(1500, 100 + seed))), prefill_pod, "never a destination");
+        assert_ne!(served_by(&complete(&format!("short {seed}"))), prefill_pod);
+    }
+    assert_eq!(PdCluster::pd_counter(&pods[1..], "remote_prefills"), 6, "the long prompts went through it");
+    assert_eq!(PdCluster::stat_sum(&pods[..1], "generation_tokens"), 6);
+
+    // Relabelled as a decode pod, it is a destination like the others and nothing is split.
+    kube.update(|state| {
+        state.update_pod("vllm-0", |pod| {
+            pod.labels.insert("llm-d.ai/role".into(), "decode".into());
+        })
+    });
+    assert!(launcher::wait_until(Duration::from_secs(10), || {
+        (0..12).any(|i| served_by(&complete(&format!("after relabel {i}"))) == prefill_pod)
+    }));
+    let split = PdCluster::pd_counter(&pods[1..], "remote_prefills");
+    served_by(&complete(&prompt_of_tokens(1500, 200)));
+    assert_eq!(PdCluster::pd_counter(&pods, "remote_prefills"), split, "no prefill pod left: no split");
+}
+
+#[test]
+fn a_prefill_pod_killed_under_load_loses_no_request() {
+    // Real time at 1/20: prefills of 3,000 tokens take a few ms, decodes of 64 tokens ~50 ms.
+    let cluster = PdCluster::start("pd-kill", 2, 2, &["--time-scale", "0.05"], json!({"threshold_tokens": 512}));
+    let started = Instant::now();
+    let (ok, failed) = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4u64)
+            .map(|worker| {
+                let cluster = &cluster;
+                scope.spawn(move || {
+                    let (mut ok, mut failed) = (0, Vec::new());
+                    for i in 0..40u64 {
+                        let reply = cluster.complete(&prompt_of_tokens(3000, 1000 * worker + i), 64, &[]);
+                        if reply.status == 200 {
+                            ok += 1;
+                        } else {
+                            failed.push(format!("{} {}", reply.status, reply.body));
+                        }
+                    }
+                    (ok, failed)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1500));
+        cluster.prefill[0].kill();
+        workers.into_iter().map(|w| w.join().unwrap()).fold((0, Vec::new()), |(ok, mut failed), (o, f)| {
+            failed.extend(f);
+            (ok + o, failed)
+        })
+    });
+    eprintln!(
+        "MEASURED prefill pod killed under load: {ok} ok, {} failed in {} ms; decode-side fallbacks {}, split {}",
+        failed.len(),
+        started.elapsed().as_millis(),
+        PdCluster::pd_counter(&cluster.decode, "prefill_fallbacks"),
+        PdCluster::pd_counter(&cluster.decode, "remote_prefills"),
+    );
+    assert!(failed.is_empty(), "lost requests: {failed:?}");
+    assert_eq!(ok, 160);
+    assert!(PdCluster::stat_sum(&cluster.prefill[1..], "generation_tokens") > 0, "the survivor kept prefilling");
+}
