@@ -78,7 +78,8 @@ fn held_requests_are_released_in_priority_order_when_the_pod_frees_up() {
     let pod = cluster.pods[0].address().replace(['.', ':'], "_");
     let saturated = cluster.envoy.stat(&format!("wasm_epp_flow_pod_saturated{{pod=\"{pod}\"}}"));
     assert!(saturated.is_some(), "the detector's per-pod gauge is labelled by pod");
-    assert!(cluster.envoy.stat(&format!("wasm_epp_picks{{pod=\"{pod}\"}}")).is_some(), "picks keep their label");
+    let address = cluster.pods[0].address();
+    assert!(cluster.envoy.stat(&format!("wasm_epp_picks{{pod=\"{address}\"}}")).is_some(), "picks keep their label");
     cluster.assert_plugin_healthy();
 }
 
