@@ -21,6 +21,10 @@ pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 8192;
 /// Most LoRA adapters one pod knows at once (flags plus runtime loads).
 pub const MAX_LORA_ADAPTERS: usize = 64;
 
+/// Time to bring an adapter onto the GPU, ms: a rank-16 adapter of a small model is tens of
+/// MB copied from host memory; a modelling choice, not a measurement (`--lora-load-ms`).
+pub const DEFAULT_LORA_LOAD_MS: f64 = 25.0;
+
 /// Which real deployment the defaults imitate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Preset {
@@ -128,8 +132,10 @@ pub struct PodConfig {
     pub lora_enabled: bool,
     /// Adapters loaded at start.
     pub lora_adapters: Vec<String>,
-    /// Most distinct adapters in the running batch.
+    /// Most distinct adapters in the running batch, and adapters resident on the GPU.
     pub max_loras: usize,
+    /// Simulated time to load an adapter onto the GPU, charged to the step that admits it.
+    pub lora_load_ms: f64,
 }
 
 impl PodConfig {
@@ -153,6 +159,7 @@ impl PodConfig {
             lora_enabled: false,
             lora_adapters: Vec::new(),
             max_loras: 1,
+            lora_load_ms: DEFAULT_LORA_LOAD_MS,
         }
     }
 
@@ -198,6 +205,9 @@ impl PodConfig {
         }
         if self.lora_adapters.iter().any(|name| name.is_empty() || *name == self.model) {
             return Err("LoRA adapter names must be non-empty and differ from --model".to_owned());
+        }
+        if !self.lora_load_ms.is_finite() || self.lora_load_ms < 0.0 {
+            return Err("--lora-load-ms must be a finite number >= 0".to_owned());
         }
         validate_latency(&self.latency)
     }

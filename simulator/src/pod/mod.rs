@@ -56,6 +56,8 @@ pub struct PodState {
     pub lora: LoraRegistry,
     /// Times `/sim/restart` was called.
     pub restarts: u64,
+    /// Inference requests answered 404 because they named a model this pod does not serve.
+    pub model_not_found: u64,
 }
 
 /// A submitted request: its id and the engine's events about it.
@@ -183,5 +185,6 @@ fn fresh_state(config: &PodConfig, restarts: u64) -> PodState {
         rejected_overload: 0,
         lora: LoraRegistry::new(lora_enabled, &config.model, &config.lora_adapters),
         restarts,
+        model_not_found: 0,
     }
 }
