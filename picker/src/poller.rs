@@ -30,6 +30,8 @@ struct PodRecord {
     /// The last page parsed and what it said: an identical page is not parsed again (idle
     /// pods answer the same bytes round after round).
     last_page: Option<(u64, EngineMetrics)>,
+    /// The pod's last `/v1/models` answer (polled less often than `/metrics`).
+    catalog: Option<crate::models::catalog::Catalog>,
 }
 
 pub struct PoolPoller {
@@ -89,6 +91,7 @@ impl PoolPoller {
                         call_started_ms: 0,
                         last_prefix_queries: None,
                         last_page: None,
+                        catalog: None,
                     }
                 }
             };
@@ -200,6 +203,7 @@ impl PoolPoller {
         state.last_success_ms = now_ms;
         state.consecutive_failures = 0;
         state.set_lora(metrics.lora);
+        state.set_models(metrics.models, record.catalog.as_ref());
         self.dirty = true;
         if new_epoch {
             self.take_epoch();

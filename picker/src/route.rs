@@ -5,6 +5,8 @@
 //! pass [`PodAddress::parse`] on the way: only pool members, only literal `ip:port`.
 
 use crate::address::PodAddress;
+use crate::config::UnknownModelPolicy;
+use crate::models::{affinity::lora_tier, is_adapter, serves, Serving};
 use crate::pod_table::PodTable;
 use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
@@ -32,6 +34,18 @@ pub struct RoutingView<'a> {
     pub prefix: Option<PrefixQuery<'a>>,
     pub now_ms: u64,
     pub stale_after_ms: u64,
+    /// The request's model and the gateway's subset hint.
+    pub models: ModelQuery<'a>,
+}
+
+/// Which pods may serve this request at all: those serving its model, within the subset.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelQuery<'a> {
+    /// The body's `model` (after any rewrite); `None` = any pod.
+    pub model: Option<&'a str>,
+    pub unknown_model: UnknownModelPolicy,
+    /// The gateway's subset hint: only these pods; `None` = no hint.
+    pub subset: Option<&'a [PodAddress]>,
 }
 
 /// Where one request goes, and how the choice was made.
@@ -61,17 +75,47 @@ fn estimated_waiting(waiting: f64, running: f64, inflight: u32) -> f64 {
     waiting.max(f64::from(inflight) - running)
 }
 
-fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Candidate<'a>> {
+/// The table's pods this request may go to: in the subset hint, and serving its model (or, if
+/// none says it does, those that do not tell). Indices into the table, in its order.
+fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<usize>, NoRoute> {
+    let query = &view.models;
+    let in_subset: Vec<usize> = (0..table.pods.len())
+        .filter(|&i| {
+            let Some(pod) = table.pods.get(i) else { return false };
+            query.subset.is_none_or(|subset| subset.contains(&pod.address))
+        })
+        .collect();
+    if in_subset.is_empty() {
+        return Err(NoRoute::SubsetEmpty);
+    }
+    let Some(model) = query.model else { return Ok(in_subset) };
+    let serving = |wanted: Serving| -> Vec<usize> {
+        in_subset.iter().copied().filter(|&i| table.pods.get(i).is_some_and(|p| serves(p, model) == wanted)).collect()
+    };
+    let yes = serving(Serving::Yes);
+    if !yes.is_empty() {
+        return Ok(yes);
+    }
+    let unknown = serving(Serving::Unknown);
+    if !unknown.is_empty() {
+        return Ok(unknown);
+    }
+    match query.unknown_model {
+        UnknownModelPolicy::RouteByLoad => Ok(in_subset),
+        UnknownModelPolicy::Reject => Err(NoRoute::UnknownModel),
+    }
+}
+
+fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &[usize]) -> Vec<Candidate<'a>> {
     let mut matched = Vec::new();
     if let Some(query) = &view.prefix {
         let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
         query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
     }
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
-    table
-        .pods
+    eligible
         .iter()
-        .enumerate()
+        .filter_map(|&i| table.pods.get(i).map(|pod| (i, pod)))
         .map(|(i, pod)| {
             let address = pod.address.as_str();
             let session_match = view
@@ -80,6 +124,10 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 .and_then(|q| q.session_pod)
                 .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
             let inflight = (view.inflight)(address);
+            let lora_tier = match view.models.model {
+                Some(model) if is_adapter(pod, model) => lora_tier(pod, model),
+                _ => 0,
+            };
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,
@@ -93,6 +141,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 },
                 session_match,
                 last_picked: view.prefix.as_ref().map_or(0, |q| (q.last_picked)(address)),
+                lora_tier,
             }
         })
         .collect()
@@ -103,23 +152,40 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
 pub enum NoRoute {
     /// Neither the table nor the fallback pool names any pod.
     EmptyPool,
+    /// No pod serves the request's model (and the policy is to reject it).
+    UnknownModel,
+    /// The gateway's subset hint names no pool member.
+    SubsetEmpty,
 }
 
 /// Chooses a pod among the table's pods (or, without any, the fallback pool's). Candidates
 /// are built in the table's (or pool's) order, so the chosen index names the pod directly:
 /// its validated address and epoch are taken, never re-parsed or searched for.
 pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) -> Result<Route, NoRoute> {
-    let from_table = view.table.map(|table| table_candidates(view, table)).unwrap_or_default();
-    let table = view.table.filter(|_| !from_table.is_empty());
-    let candidates: Vec<Candidate<'_>> = if table.is_some() {
-        from_table
-    } else {
-        view.fallback_pool
-            .iter()
-            .map(|address| Candidate::with_load(address.as_str(), false, 0.0, None, (view.inflight)(address.as_str())))
-            .collect()
+    let table = view.table.filter(|t| !t.pods.is_empty());
+    let (candidates, indices): (Vec<Candidate<'_>>, Vec<usize>) = match table {
+        Some(table) => {
+            let eligible = eligible_pods(view, table)?;
+            (table_candidates(view, table, &eligible), eligible)
+        }
+        None => {
+            let subset = view.models.subset;
+            let allowed: Vec<usize> = (0..view.fallback_pool.len())
+                .filter(|&i| view.fallback_pool.get(i).is_some_and(|a| subset.is_none_or(|s| s.contains(a))))
+                .collect();
+            if subset.is_some() && allowed.is_empty() && !view.fallback_pool.is_empty() {
+                return Err(NoRoute::SubsetEmpty);
+            }
+            let candidates = allowed
+                .iter()
+                .filter_map(|&i| view.fallback_pool.get(i))
+                .map(|a| Candidate::with_load(a.as_str(), false, 0.0, None, (view.inflight)(a.as_str())))
+                .collect();
+            (candidates, allowed)
+        }
     };
     let pod = |index: usize| -> Option<(PodAddress, u32)> {
+        let index = *indices.get(index)?;
         match table {
             Some(table) => table.pods.get(index).map(|p| (p.address.clone(), p.epoch)),
             None => view.fallback_pool.get(index).map(|a| (a.clone(), 0)),
@@ -154,3 +220,6 @@ mod estimate_tests {
         assert_eq!(super::estimated_waiting(0.0, 10.0, 2), 0.0, "other clients' load is not ours");
     }
 }
+
+#[cfg(test)]
+mod model_tests;

@@ -8,7 +8,7 @@
 use picker::address::PodAddress;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
-use picker::route::{choose, PrefixQuery, Route, RoutingView};
+use picker::route::{choose, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::Host;
 
 use crate::worker::Worker;
@@ -22,6 +22,8 @@ pub enum Outcome {
     Shed,
     /// Answer 503: there is no pod to send it to.
     NoPod(NoPodReason),
+    /// Answer 404: no pod serves the request's model.
+    UnknownModel,
 }
 
 /// Why there is no pod; each is a different operator problem.
@@ -35,6 +37,8 @@ pub enum NoPodReason {
     Busy,
     /// The host refused the destination header.
     HeaderRefused,
+    /// The gateway's subset hint names no pod of the pool (or none serving the model).
+    SubsetEmpty,
 }
 
 impl NoPodReason {
@@ -44,6 +48,7 @@ impl NoPodReason {
             Self::DataExpired => "pod data expired: the pool service has not run for fail_open_max_age_ms",
             Self::Busy => "worker state busy",
             Self::HeaderRefused => "destination header refused",
+            Self::SubsetEmpty => "no pool member in the endpoint subset",
         }
     }
 }
@@ -54,6 +59,10 @@ pub struct Prompt<'a> {
     pub endpoint: Endpoint,
     pub session: Option<u64>,
     pub sheddable: bool,
+    /// The model to serve (the body's, or its rewrite target).
+    pub model: Option<&'a str>,
+    /// The gateway's subset hint, if it sent one.
+    pub subset: Option<&'a [PodAddress]>,
 }
 
 pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome {
@@ -94,9 +103,19 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         prefix: query,
         now_ms: now,
         stale_after_ms: worker.config.stale_after_ms,
+        models: ModelQuery {
+            model: prompt.model,
+            unknown_model: worker.config.models.unknown_model,
+            subset: prompt.subset,
+        },
     };
     let route = match worker.random.try_borrow_mut() {
-        Ok(mut random) => choose(&view, &worker.policy, &mut random).ok(),
+        Ok(mut random) => match choose(&view, &worker.policy, &mut random) {
+            Ok(route) => Some(route),
+            Err(NoRoute::EmptyPool) => None,
+            Err(NoRoute::UnknownModel) => return Outcome::UnknownModel,
+            Err(NoRoute::SubsetEmpty) => return Outcome::NoPod(NoPodReason::SubsetEmpty),
+        },
         Err(_) => return Outcome::NoPod(NoPodReason::Busy),
     };
     if expired {

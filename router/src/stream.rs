@@ -16,7 +16,7 @@ use picker::request::{parse_request, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
-use crate::reply::{send_error, send_json};
+use crate::reply::{send_dropped, send_error, send_json, DroppedReason};
 use crate::worker::Worker;
 
 /// Headers a pool cluster could follow besides the configured one; none may come from a
@@ -48,6 +48,10 @@ pub struct RequestStream {
     peer: bool,
     /// Body bytes buffered so far (the size at the last body callback).
     body_size: usize,
+    /// Priority from the priority or objective header; `None` lets the model's priority apply.
+    priority: Option<i64>,
+    /// The gateway's subset hint (`None`: no hint).
+    subset: Option<Vec<PodAddress>>,
 }
 
 impl RequestStream {
@@ -62,6 +66,8 @@ impl RequestStream {
             buffered: 0,
             peer: false,
             body_size: 0,
+            priority: None,
+            subset: None,
         }
     }
 
@@ -86,9 +92,10 @@ impl RequestStream {
         if end_of_stream && path == config.health_path && headers.get_text(":method") == Some("GET") {
             return self.answer_health(host);
         }
-        self.sheddable =
-            headers.get_text(&config.priority_header).and_then(|v| v.parse::<i64>().ok()).is_some_and(|p| p < 0);
-        self.session = headers.get(&config.prefix.session_header).map(|id| session_key(trim_bytes(id)));
+        self.priority = crate::protocol::header_priority(&headers, config);
+        self.sheddable = self.priority.is_some_and(|p| p < 0);
+        self.session = crate::protocol::session_value(&headers, config).map(|id| session_key(trim_bytes(id)));
+        self.subset = crate::protocol::subset_hint(&headers, config);
         self.endpoint = Endpoint::from_path(path);
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
         if end_of_stream || self.endpoint == Endpoint::Other {
@@ -137,7 +144,7 @@ impl RequestStream {
             }
         };
         match parse_request(&body, self.endpoint) {
-            Ok(request) => self.route(host, Some(&request)),
+            Ok(request) => self.route_model(host, &request, body.len()),
             Err(error) => {
                 self.worker.stats.increment(self.worker.stats.body_invalid);
                 if self.worker.config.invalid_body == InvalidBodyPolicy::Reject {
@@ -167,7 +174,10 @@ impl RequestStream {
 
     /// The pod's response headers arrived. Response hooks observe; they never buffer or hold
     /// the response (each body chunk passes on as it comes).
-    pub fn on_response_headers(&mut self, _host: &dyn Host, _end_of_stream: bool) -> Step {
+    pub fn on_response_headers(&mut self, host: &dyn Host, _end_of_stream: bool) -> Step {
+        if self.routed_to.is_some() {
+            crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
+        }
         Step::Continue
     }
 
@@ -216,9 +226,42 @@ impl RequestStream {
 
     /// Decides, then acts: sets the header and continues, or answers locally.
     fn route(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>) -> Step {
+        self.route_as(host, request, None)
+    }
+
+    /// Routes a parsed request as the model it names, or as its rewrite target (the body's
+    /// `model` replaced once the pod is chosen); the model's priority applies when no header
+    /// set one.
+    fn route_model(&mut self, host: &dyn Host, request: &InferenceRequest<'_>, body_size: usize) -> Step {
+        let models = &self.worker.config.models;
+        let asked = request.model.as_deref();
+        let target = asked.and_then(|name| models.rewrite(name)).and_then(|rule| {
+            let mut random = self.worker.random.try_borrow_mut().ok()?;
+            rule.target(|total| random.below(total)).map(str::to_owned)
+        });
+        let model = target.as_deref().or(asked);
+        if self.priority.is_none() {
+            self.sheddable = model.and_then(|m| models.priorities.get(m)).is_some_and(|&p| p < 0);
+        }
+        let step = self.route_as(host, Some(request), model);
+        if let (Some(target), Some(_)) = (&target, &self.routed_to) {
+            crate::rewrite::replace_model(host, target, body_size);
+        }
+        step
+    }
+
+    fn route_as(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>, model: Option<&str>) -> Step {
         self.finish_buffering();
         self.decided = true;
-        let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
+        let model = model.or_else(|| request.and_then(|r| r.model.as_deref()));
+        let prompt = Prompt {
+            request,
+            endpoint: self.endpoint,
+            session: self.session,
+            sheddable: self.sheddable,
+            model,
+            subset: self.subset.as_deref(),
+        };
         match decide(&self.worker, host, &prompt) {
             Outcome::Routed { address, destination } => {
                 let header = &self.worker.config.destination_header;
@@ -233,23 +276,31 @@ impl RequestStream {
                 Step::Continue
             }
             Outcome::Shed => {
-                send_error(
+                send_dropped(
                     host,
                     429,
+                    DroppedReason::RejectedSaturated,
                     "rate_limit_exceeded",
                     "wasm-epp: every inference pod is saturated; sheddable request refused",
                 );
                 Step::Pause
             }
             Outcome::NoPod(why) => self.no_pod(host, why),
+            Outcome::UnknownModel => {
+                // vLLM's own answer for a model it does not serve, given without touching a pod.
+                let message = format!("The model `{}` does not exist.", model.unwrap_or_default());
+                send_error(host, 404, "NotFoundError", &message);
+                Step::Pause
+            }
         }
     }
 
     fn no_pod(&self, host: &dyn Host, why: NoPodReason) -> Step {
         self.worker.stats.increment(self.worker.stats.no_pod);
-        send_error(
+        send_dropped(
             host,
             503,
+            DroppedReason::RejectedNoEndpoints,
             "service_unavailable",
             &format!("wasm-epp: no inference pod available ({})", why.describe()),
         );

@@ -83,6 +83,8 @@ pub struct FilterConfig {
     /// In-flight counts older than this are presumed leaked (a stream whose end was never
     /// seen) and ignored.
     pub inflight_expiry_ms: u64,
+    /// Many models in one pool, rewrites, and the protocol's headers.
+    pub models: super::ModelsConfig,
 }
 
 impl Default for FilterConfig {
@@ -104,6 +106,7 @@ impl Default for FilterConfig {
             prefix: PrefixConfig::default(),
             priority_header: "x-gateway-inference-priority".into(),
             inflight_expiry_ms: 15 * 60 * 1000,
+            models: super::ModelsConfig::default(),
         }
     }
 }
@@ -160,6 +163,7 @@ impl FilterConfig {
         check_range("stale_after_ms", self.stale_after_ms, 100, 3_600_000)?;
         check_range("fallback_destinations", u64::from(self.fallback_destinations), 0, 8)?;
         check_range("inflight_expiry_ms", self.inflight_expiry_ms, 1_000, 86_400_000)?;
+        self.models.validate()?;
         parse_pool(&self.pool)
     }
 }

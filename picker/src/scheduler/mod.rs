@@ -1,7 +1,8 @@
 //! Filter → Score → Pick, as in llm-d's scheduler.
 //!
 //! Filters: keep the pods whose data is trustworthy (healthy and fresh); leave out pods whose
-//! queue is full while any other remains; then, "sticky until saturated", keep the pods this
+//! queue is full while any other remains; keep the best LoRA tier (adapter resident, then a
+//! free adapter slot, then the rest: [`crate::models::affinity`]); then, "sticky until saturated", keep the pods this
 //! request has affinity to (its session's pod, or pods holding at least `affinity_threshold`
 //! of its prefix) if any of them is left. When every queue is full, affinity and the prefix
 //! scorer step aside and load alone decides: no pod should idle while another queues. Each
@@ -72,6 +73,11 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     if open.is_empty() {
         return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false };
     }
+    // LoRA affinity: the best adapter tier among pods that can take the request. A hot
+    // adapter spreads to other tiers only once its pods' queues are full.
+    let best_tier = open.iter().filter_map(|&i| candidates.get(i)).map(|c| c.lora_tier).min().unwrap_or(0);
+    let open: Vec<usize> =
+        open.into_iter().filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier == best_tier)).collect();
     let having = |keep: &dyn Fn(&Candidate<'_>) -> bool| -> Vec<usize> {
         open.iter().copied().filter(|&i| candidates.get(i).is_some_and(keep)).collect()
     };
