@@ -254,6 +254,21 @@ impl PoolPoller {
         self.dirty = true;
     }
 
+    /// A pod's `/v1/models` list arrived: kept for later scrapes and merged into its state now.
+    pub fn set_catalog(&mut self, address: &PodAddress, catalog: crate::models::catalog::Catalog) {
+        let Some(record) = self.pods.iter_mut().find(|r| &r.address == address) else { return };
+        let state = &mut record.state;
+        catalog.base.iter().for_each(|name| crate::models::push_bounded(&mut state.models, name));
+        catalog.adapters.iter().for_each(|name| crate::models::push_bounded(&mut state.adapters, name));
+        record.catalog = Some(catalog);
+        self.dirty = true;
+    }
+
+    /// Addresses of every pod in the pool.
+    pub fn addresses(&self) -> Vec<PodAddress> {
+        self.pods.iter().map(|r| r.address.clone()).collect()
+    }
+
     /// Every pod's state as known now (published or not).
     pub fn pods(&self) -> impl Iterator<Item = &PodState> {
         self.pods.iter().map(|r| &r.state)

@@ -25,6 +25,13 @@ pub struct PollerConfig {
     pub max_metrics_bytes: u64,
     /// Other gateway replicas to share routing decisions and load with (none by default).
     pub peers: Option<super::PeersConfig>,
+    /// Path listing a pod's models and adapters (vLLM's OpenAI server).
+    pub models_path: String,
+    /// How often each pod's model list is fetched; 0 = never (models then come from the
+    /// metrics' labels alone). Slower than scrapes: adapters change rarely.
+    pub models_interval_ms: u64,
+    /// Model lists larger than this are refused (a list of 64 adapters is ~20 KB).
+    pub max_models_bytes: u64,
 }
 
 impl Default for PollerConfig {
@@ -40,6 +47,9 @@ impl Default for PollerConfig {
             unhealthy_after_failures: 2,
             max_metrics_bytes: 4 * 1024 * 1024,
             peers: None,
+            models_path: "/v1/models".into(),
+            models_interval_ms: 5_000,
+            max_models_bytes: 256 * 1024,
         }
     }
 }
@@ -59,6 +69,13 @@ impl PollerConfig {
         if let Some(peers) = &self.peers {
             peers.validate()?;
         }
+        if !self.models_path.starts_with('/') {
+            return Err(format!("models_path '{}' must start with '/'", self.models_path));
+        }
+        if self.models_interval_ms != 0 {
+            check_range("models_interval_ms", self.models_interval_ms, self.poll_interval_ms, 3_600_000)?;
+        }
+        check_range("max_models_bytes", self.max_models_bytes, 1024, 16 * 1024 * 1024)?;
         let pool = parse_pool(&self.pool)?;
         // The initial pool: the static one, or empty until the first list arrives.
         match (&self.kubernetes, pool.is_empty()) {

@@ -4,11 +4,12 @@
 //! of its metrics or from `/v1/models`) and any LoRA adapters it has registered (`/v1/models`
 //! lists them with a `parent`; `vllm:lora_adapter_loaded` names them with the `level` they sit
 //! at; `vllm:lora_requests_info` names those running or waiting). [`residency`] reads the
-//! metrics, [`catalog`] reads `/v1/models`, [`affinity`] ranks pods for an adapter, and
+//! metrics, [`catalog`] reads `/v1/models` (fetched on [`catalog_poll`]'s slower schedule), [`affinity`] ranks pods for an adapter, and
 //! [`rewrite`] maps a public model name onto weighted targets.
 
 pub mod affinity;
 pub mod catalog;
+pub mod catalog_poll;
 pub mod residency;
 pub mod rewrite;
 
