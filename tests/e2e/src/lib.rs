@@ -9,6 +9,7 @@
 pub mod h2;
 pub mod header_fuzz;
 pub mod hostile;
+pub mod models;
 pub mod replicas;
 pub mod slow_clients;
 
