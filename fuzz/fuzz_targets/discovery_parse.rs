@@ -16,7 +16,7 @@ use picker_fuzz::assert_canonical_address;
 
 fuzz_target!(|body: &[u8]| {
     for port in [8000, 1, u16::MAX] {
-        let Ok(page) = parse_pod_page(body, port) else { break };
+        let Ok(page) = parse_pod_page(body, &[port]) else { break };
         assert!(page.ready.len() <= page.items, "{} ready of {} items", page.ready.len(), page.items);
         for address in &page.ready {
             assert_canonical_address(address.as_str());

@@ -72,11 +72,12 @@ pub struct PodPage {
     pub items: usize,
 }
 
-/// Parses one `PodList` page; `port` is the pool's serving port.
-pub fn parse_pod_page(body: &[u8], port: u16) -> Result<PodPage, String> {
+/// Parses one `PodList` page; `ports` are the pool's serving ports (one endpoint per ready pod
+/// and port: data-parallel ranks).
+pub fn parse_pod_page(body: &[u8], ports: &[u16]) -> Result<PodPage, String> {
     let list: PodList<'_> = serde_json::from_slice(body).map_err(|e| format!("pod list does not parse: {e}"))?;
     let items = list.items.ok_or("pod list has no items array")?;
-    let ready = items.iter().filter_map(|pod| ready_address(pod, port)).collect();
+    let ready = items.iter().flat_map(|pod| ports.iter().filter_map(move |&port| ready_address(pod, port))).collect();
     Ok(PodPage {
         resource_version: list.metadata.resource_version.map(Cow::into_owned).unwrap_or_default(),
         continue_token: list.metadata.continue_token.filter(|t| !t.is_empty()).map(Cow::into_owned),
@@ -174,31 +175,34 @@ mod tests {
             "884300",
             None,
         );
-        let page = parse_pod_page(&body, 8000).unwrap();
+        let page = parse_pod_page(&body, &[8000]).unwrap();
         let ready: Vec<&str> = page.ready.iter().map(PodAddress::as_str).collect();
         assert_eq!(ready, ["10.244.3.17:8000", "[fd00::7]:8000"]);
         assert_eq!((page.items, page.resource_version.as_str(), page.continue_token), (5, "884300", None));
+        let ranks = parse_pod_page(&body, &[8000, 8001]).unwrap();
+        let ready: Vec<&str> = ranks.ready.iter().map(PodAddress::as_str).collect();
+        assert_eq!(ready, ["10.244.3.17:8000", "10.244.3.17:8001", "[fd00::7]:8000", "[fd00::7]:8001"]);
     }
 
     #[test]
     fn reads_the_continue_token() {
         let body = list(&[variant("10.0.0.1", "True", false)], "12", Some("eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"));
-        let page = parse_pod_page(&body, 80).unwrap();
+        let page = parse_pod_page(&body, &[80]).unwrap();
         assert_eq!(page.continue_token.as_deref(), Some("eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"));
         let empty_continue = br#"{"metadata": {"resourceVersion": "1", "continue": ""}, "items": []}"#;
-        assert_eq!(parse_pod_page(empty_continue, 80).unwrap().continue_token, None);
+        assert_eq!(parse_pod_page(empty_continue, &[80]).unwrap().continue_token, None);
     }
 
     #[test]
     fn garbage_is_an_error() {
-        assert!(parse_pod_page(b"<html>502 Bad Gateway</html>", 80).is_err());
-        assert!(parse_pod_page(br#"{"kind": "Status", "status": "Failure", "code": 500}"#, 80).is_err());
-        assert!(parse_pod_page(br#"{"items": [{"status": {"podIP": 7}}]}"#, 80).is_err());
+        assert!(parse_pod_page(b"<html>502 Bad Gateway</html>", &[80]).is_err());
+        assert!(parse_pod_page(br#"{"kind": "Status", "status": "Failure", "code": 500}"#, &[80]).is_err());
+        assert!(parse_pod_page(br#"{"items": [{"status": {"podIP": 7}}]}"#, &[80]).is_err());
     }
 
     #[test]
     fn strange_ips_never_become_addresses() {
         let pod = variant("evil.example.com", "True", false);
-        assert!(parse_pod_page(&list(&[pod], "1", None), 80).unwrap().ready.is_empty());
+        assert!(parse_pod_page(&list(&[pod], "1", None), &[80]).unwrap().ready.is_empty());
     }
 }
