@@ -41,7 +41,11 @@ WASM_DIR = Path(os.environ.get("WASM_DIR", ROOT / "target/wasm32-wasip1/release"
 ENVOY_VERSION = os.environ.get("ENVOY_VERSION", "1.40.0")
 KUBERNETES_VERSION = os.environ.get("KUBERNETES_VERSION", "1.33.0")
 # Files a kustomization deliberately leaves out (documented alternatives).
-OPTIONAL_MANIFESTS = {"k8s/standalone/inference-pool.yaml", "k8s/istio/no-singleton/wasmplugin.yaml"}
+OPTIONAL_MANIFESTS = {
+    "k8s/standalone/inference-pool.yaml",
+    "k8s/standalone/vllm-adapters.yaml",
+    "k8s/istio/no-singleton/wasmplugin.yaml",
+}
 # Logged by the pool service once its configuration is accepted (poller/src/service.rs).
 SINGLETON_CONFIGURED = "wasm-epp pool service configured"
 SMOKE_SECONDS = 20
