@@ -136,6 +136,7 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	./target/release/wasm-epp-bench-quality $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results
 	$(VENV)/bin/python bench/quality/plot_replicas.py bench/results
+	$(VENV)/bin/python bench/quality/plot_models.py bench/results/models
 
 # --- deployment files (k8s/tools/validate.py, docs/deployment.md) -------------------------
 # `make validate`: Kubernetes manifests against the Kubernetes schema (custom resources by

@@ -6,7 +6,7 @@
 
 use crate::address::PodAddress;
 use crate::config::UnknownModelPolicy;
-use crate::models::{affinity::lora_tier, is_adapter, serves, Serving};
+use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
 use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
@@ -46,6 +46,8 @@ pub struct ModelQuery<'a> {
     pub unknown_model: UnknownModelPolicy,
     /// The gateway's subset hint: only these pods; `None` = no hint.
     pub subset: Option<&'a [PodAddress]>,
+    /// The table's model index (built per publish by the worker); built here when `None`.
+    pub index: Option<&'a ModelIndex>,
 }
 
 /// Where one request goes, and how the choice was made.
@@ -75,38 +77,55 @@ fn estimated_waiting(waiting: f64, running: f64, inflight: u32) -> f64 {
     waiting.max(f64::from(inflight) - running)
 }
 
-/// The table's pods this request may go to: in the subset hint, and serving its model (or, if
-/// none says it does, those that do not tell). Indices into the table, in its order.
-fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<usize>, NoRoute> {
+/// The table's pods this request may go to, with their LoRA tiers: in the subset hint, and
+/// serving its model (or, if none says it does, those that do not tell). Table order.
+fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize, u8)>, NoRoute> {
     let query = &view.models;
-    let in_subset: Vec<usize> = (0..table.pods.len())
-        .filter(|&i| {
-            let Some(pod) = table.pods.get(i) else { return false };
-            query.subset.is_none_or(|subset| subset.contains(&pod.address))
-        })
-        .collect();
-    if in_subset.is_empty() {
-        return Err(NoRoute::SubsetEmpty);
-    }
-    let Some(model) = query.model else { return Ok(in_subset) };
-    let serving = |wanted: Serving| -> Vec<usize> {
-        in_subset.iter().copied().filter(|&i| table.pods.get(i).is_some_and(|p| serves(p, model) == wanted)).collect()
+    let in_subset = |i: usize| -> bool {
+        query.subset.is_none_or(|subset| table.pods.get(i).is_some_and(|pod| subset.contains(&pod.address)))
     };
-    let yes = serving(Serving::Yes);
-    if !yes.is_empty() {
-        return Ok(yes);
+    let everyone = || -> Result<Vec<(usize, u8)>, NoRoute> {
+        let all: Vec<(usize, u8)> = (0..table.pods.len()).filter(|&i| in_subset(i)).map(|i| (i, 0)).collect();
+        if all.is_empty() {
+            return Err(NoRoute::SubsetEmpty);
+        }
+        Ok(all)
+    };
+    let Some(model) = query.model else { return everyone() };
+    let built;
+    let index = match query.index {
+        Some(index) => index,
+        None => {
+            built = ModelIndex::build(table);
+            &built
+        }
+    };
+    let serving: Vec<(usize, u8)> = index
+        .servers(model)
+        .into_iter()
+        .flatten()
+        .map(|&(i, tier)| (i as usize, tier))
+        .chain(index.silent().iter().map(|&i| (i as usize, u8::MAX)))
+        .filter(|&(i, _)| in_subset(i))
+        .collect();
+    // Pods naming the model, else those that name none (tier u8::MAX marks them).
+    let named: Vec<(usize, u8)> = serving.iter().copied().filter(|&(_, tier)| tier != u8::MAX).collect();
+    if !named.is_empty() {
+        return Ok(named);
     }
-    let unknown = serving(Serving::Unknown);
-    if !unknown.is_empty() {
-        return Ok(unknown);
+    if !serving.is_empty() {
+        return Ok(serving.into_iter().map(|(i, _)| (i, 0)).collect());
     }
     match query.unknown_model {
-        UnknownModelPolicy::RouteByLoad => Ok(in_subset),
+        UnknownModelPolicy::RouteByLoad => everyone(),
+        UnknownModelPolicy::Reject if query.subset.is_some() && index.servers(model).is_some() => {
+            Err(NoRoute::SubsetEmpty)
+        }
         UnknownModelPolicy::Reject => Err(NoRoute::UnknownModel),
     }
 }
 
-fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &[usize]) -> Vec<Candidate<'a>> {
+fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &[(usize, u8)]) -> Vec<Candidate<'a>> {
     let mut matched = Vec::new();
     if let Some(query) = &view.prefix {
         let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
@@ -115,8 +134,8 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
     eligible
         .iter()
-        .filter_map(|&i| table.pods.get(i).map(|pod| (i, pod)))
-        .map(|(i, pod)| {
+        .filter_map(|&(i, lora_tier)| table.pods.get(i).map(|pod| (i, lora_tier, pod)))
+        .map(|(i, lora_tier, pod)| {
             let address = pod.address.as_str();
             let session_match = view
                 .prefix
@@ -124,10 +143,6 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                 .and_then(|q| q.session_pod)
                 .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
             let inflight = (view.inflight)(address);
-            let lora_tier = match view.models.model {
-                Some(model) if is_adapter(pod, model) => lora_tier(pod, model),
-                _ => 0,
-            };
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,
@@ -166,7 +181,8 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
     let (candidates, indices): (Vec<Candidate<'_>>, Vec<usize>) = match table {
         Some(table) => {
             let eligible = eligible_pods(view, table)?;
-            (table_candidates(view, table, &eligible), eligible)
+            let candidates = table_candidates(view, table, &eligible);
+            (candidates, eligible.into_iter().map(|(i, _)| i).collect())
         }
         None => {
             let subset = view.models.subset;

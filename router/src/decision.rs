@@ -107,6 +107,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             model: prompt.model,
             unknown_model: worker.config.models.unknown_model,
             subset: prompt.subset,
+            index: Some(cache.models()),
         },
     };
     let route = match worker.random.try_borrow_mut() {
