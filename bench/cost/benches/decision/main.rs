@@ -181,6 +181,14 @@ fn bench_models(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), S
         case.settle_decision();
         measured.push(Measured { group: "decision_models", id: id.to_owned(), allocations });
     }
+    // Once per published table and worker (about 10 per second), not per decision.
+    let table = bench_cost::native::adapter_table(64, 32)?;
+    let mut build = || {
+        black_box(picker::models::index::ModelIndex::build(&table));
+    };
+    let allocations = allocations_of(&mut build);
+    group.bench_function("model_index_build/64pods/32adapters", |b| b.iter(&mut build));
+    measured.push(Measured { group: "decision_models", id: "model_index_build/64pods/32adapters".into(), allocations });
     group.finish();
     Ok(())
 }

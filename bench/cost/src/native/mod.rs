@@ -33,6 +33,21 @@ mod state;
 use state::{count_inflight, warm_prefix, FILTER_CONFIG, PICKS_PER_SYNC, WORKER_SEED};
 pub use state::{pod_address, pod_table, publish, BLOCK_SIZE, NOW_MS, POD_CAPACITY_BLOCKS, WARM_INDEX_ENTRIES};
 
+/// [`pod_table`] (one version later) where every pod serves the base model and `adapters`
+/// adapters, two of them resident and running (pod `i` holds adapters `i` and `i + 1`).
+pub fn adapter_table(pods: usize, adapters: usize) -> Result<picker::pod_table::PodTable, String> {
+    let mut table = pod_table(pods)?;
+    table.version += 1;
+    for (i, pod) in table.pods.iter_mut().enumerate() {
+        pod.models = vec![crate::workload::MODEL.to_owned()];
+        pod.adapters = (0..adapters).map(|a| format!("adapter-{a}")).collect();
+        pod.max_loras = 2;
+        pod.resident_loras = (0..2).map(|k| format!("adapter-{}", (i + k) % adapters.max(1))).collect();
+        pod.running_loras = pod.resident_loras.clone();
+    }
+    Ok(table)
+}
+
 /// One benchmark case: a configured worker on a mock host, and the request it serves.
 pub struct Case {
     pub host: MockHost,
@@ -94,16 +109,7 @@ impl Case {
     /// and the LoRA tiers run on every pod.
     pub fn with_adapters(endpoint: Endpoint, prompt_kb: usize, pods: usize, adapters: usize) -> Result<Self, String> {
         let mut case = Self::new(endpoint, prompt_kb, pods)?;
-        let mut table = pod_table(pods)?;
-        table.version += 1;
-        for (i, pod) in table.pods.iter_mut().enumerate() {
-            pod.models = vec![crate::workload::MODEL.to_owned()];
-            pod.adapters = (0..adapters).map(|a| format!("adapter-{a}")).collect();
-            pod.max_loras = 2;
-            pod.resident_loras = (0..2).map(|k| format!("adapter-{}", (i + k) % adapters.max(1))).collect();
-            pod.running_loras = pod.resident_loras.clone();
-        }
-        publish(&case.host, &table)?;
+        publish(&case.host, &adapter_table(pods, adapters)?)?;
         tick::on_tick(&case.worker, &case.host);
         case.model = Some(format!("adapter-{}", adapters.saturating_sub(1)));
         Ok(case)
