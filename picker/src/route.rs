@@ -67,6 +67,8 @@ pub struct Route {
     /// Session or prefix affinity decided the field.
     pub affinity: bool,
     pub score: f64,
+    /// The chosen pod's index in the table (`None` when it came from the fallback pool).
+    pub table_index: Option<usize>,
 }
 
 /// The pod's queue as best known now. The polled `waiting` is up to a poll interval old; a
@@ -104,7 +106,7 @@ fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize,
         .servers(model)
         .into_iter()
         .flatten()
-        .map(|&(i, tier)| (i as usize, tier))
+        .map(|(i, tier)| (i as usize, tier))
         .chain(index.silent().iter().map(|&i| (i as usize, u8::MAX)))
         .filter(|&(i, _)| in_subset(i))
         .collect();
@@ -118,9 +120,7 @@ fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize,
     }
     match query.unknown_model {
         UnknownModelPolicy::RouteByLoad => everyone(),
-        UnknownModelPolicy::Reject if query.subset.is_some() && index.servers(model).is_some() => {
-            Err(NoRoute::SubsetEmpty)
-        }
+        UnknownModelPolicy::Reject if query.subset.is_some() && index.knows(model) => Err(NoRoute::SubsetEmpty),
         UnknownModelPolicy::Reject => Err(NoRoute::UnknownModel),
     }
 }
@@ -221,6 +221,7 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
         prefix_match: chosen.prefix_match,
         affinity: decision.affinity,
         score: decision.score,
+        table_index: table.and(indices.get(decision.index).copied()),
     })
 }
 

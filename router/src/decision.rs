@@ -122,7 +122,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     if expired {
         worker.stats.increment(worker.stats.fail_open_expired);
     }
-    let Some(Route { address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, .. }) = route else {
+    let Some(Route {
+        address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, table_index, ..
+    }) = route
+    else {
         return Outcome::NoPod(if expired { NoPodReason::DataExpired } else { NoPodReason::EmptyPool });
     };
     worker.note_fail_open(fail_open || expired);
@@ -134,6 +137,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         let capacity =
             table.and_then(|t| t.capacity_blocks(address.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
         prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity);
+    }
+    if let (Some(model), Some(pod)) = (prompt.model, table_index) {
+        cache.note_routed(model, pod);
     }
     drop(prefix);
     drop(cache);

@@ -69,6 +69,13 @@ impl TableCache {
         self.table.as_ref()
     }
 
+    /// A request for `model` went to table pod `pod` (see `ModelIndex::note_routed`).
+    pub fn note_routed(&mut self, model: &str, pod: usize) {
+        if let Ok(pod) = u32::try_from(pod) {
+            self.models.note_routed(model, pod);
+        }
+    }
+
     /// The current table's model index (empty without a table).
     pub fn models(&self) -> &ModelIndex {
         &self.models

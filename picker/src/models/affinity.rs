@@ -21,18 +21,22 @@ pub const TIER_FREE_SLOT: u8 = 1;
 /// Loading it would evict another adapter.
 pub const TIER_SWAP: u8 = 2;
 
-/// The tier of `pod` for a request naming `adapter` (see the module docs).
-pub fn lora_tier(pod: &PodState, adapter: &str) -> u8 {
-    let named = |list: &[String]| list.iter().any(|name| name == adapter);
-    if named(&pod.running_loras) || named(&pod.waiting_loras) || named(&pod.resident_loras) {
-        return TIER_RESIDENT;
+/// Adapter slots free on `pod`: `max_loras` less the adapters resident (or, where residency is
+/// not reported, running); `u32::MAX` when the pod reports no `max_loras` (no penalty then).
+pub fn free_slots(pod: &PodState) -> u32 {
+    if pod.max_loras == 0 {
+        return u32::MAX;
     }
-    // Adapters occupying slots: resident ones, and running ones where residency is not reported.
     let occupied = pod.resident_loras.len().max(pod.running_loras.len());
-    if pod.max_loras == 0 || occupied < pod.max_loras as usize {
-        TIER_FREE_SLOT
-    } else {
-        TIER_SWAP
+    pod.max_loras.saturating_sub(u32::try_from(occupied).unwrap_or(u32::MAX))
+}
+
+/// The tier of a pod for an adapter: whether the adapter is on it, and its free slots.
+pub fn tier(on_pod: bool, free_slots: u32) -> u8 {
+    match (on_pod, free_slots) {
+        (true, _) => TIER_RESIDENT,
+        (false, 0) => TIER_SWAP,
+        (false, _) => TIER_FREE_SLOT,
     }
 }
 
@@ -51,11 +55,10 @@ mod tests {
 
     #[test]
     fn resident_beats_free_slot_beats_swap() {
-        assert_eq!(lora_tier(&pod(2, &["a"], &[]), "a"), TIER_RESIDENT);
-        assert_eq!(lora_tier(&pod(2, &[], &["a"]), "a"), TIER_RESIDENT);
-        assert_eq!(lora_tier(&pod(2, &["b"], &[]), "a"), TIER_FREE_SLOT);
-        assert_eq!(lora_tier(&pod(2, &["b", "c"], &[]), "a"), TIER_SWAP);
-        assert_eq!(lora_tier(&pod(1, &[], &["b"]), "a"), TIER_SWAP, "running adapters hold slots too");
-        assert_eq!(lora_tier(&pod(0, &[], &[]), "a"), TIER_FREE_SLOT, "no slot count reported: no penalty");
+        assert_eq!(tier(true, 0), TIER_RESIDENT);
+        assert_eq!(tier(false, free_slots(&pod(2, &["b"], &[]))), TIER_FREE_SLOT);
+        assert_eq!(tier(false, free_slots(&pod(2, &["b", "c"], &[]))), TIER_SWAP);
+        assert_eq!(tier(false, free_slots(&pod(1, &[], &["b"]))), TIER_SWAP, "running adapters hold slots too");
+        assert_eq!(free_slots(&pod(0, &[], &[])), u32::MAX, "no slot count reported: no penalty");
     }
 }

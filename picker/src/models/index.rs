@@ -9,16 +9,17 @@
 
 use hashbrown::HashMap;
 
-use super::affinity::lora_tier;
+use super::affinity::{free_slots, tier};
 use crate::pod_table::PodTable;
-
-/// Pods serving one name: (index in the table, LoRA tier: 0 for the base model).
-pub type Servers = Vec<(u32, u8)>;
 
 /// Model name → the pods that serve it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelIndex {
-    by_name: HashMap<String, Servers>,
+    /// (pod's index in the table, whether the model is on it already: its base model, or an
+    /// adapter resident, running or waiting there), in table order.
+    by_name: HashMap<String, Vec<(u32, bool)>>,
+    /// Adapter slots free per pod; `u32::MAX` when the pod does not report `max_loras`.
+    free_slots: Vec<u32>,
     /// Pods that name no model at all (they may serve anything).
     silent: Vec<u32>,
 }
@@ -28,38 +29,64 @@ impl ModelIndex {
         let mut index = Self::default();
         for (i, pod) in table.pods.iter().enumerate() {
             let Ok(i) = u32::try_from(i) else { break };
+            index.free_slots.push(free_slots(pod));
             let adapters = [&pod.adapters, &pod.running_loras, &pod.waiting_loras, &pod.resident_loras];
             if pod.models.is_empty() && adapters.iter().all(|list| list.is_empty()) {
                 index.silent.push(i);
                 continue;
             }
             for name in &pod.models {
-                index.add(name, i, 0);
+                index.add(name, i, true);
             }
+            let on_pod = [&pod.running_loras, &pod.waiting_loras, &pod.resident_loras];
             for name in adapters.into_iter().flatten() {
                 if !pod.models.contains(name) {
-                    index.add(name, i, lora_tier(pod, name));
+                    index.add(name, i, on_pod.iter().any(|list| list.contains(name)));
                 }
             }
         }
         index
     }
 
-    /// Adds (pod, tier) under `name` once per pod (pods are added in order, so the last entry
-    /// is the only one that can be this pod's).
-    fn add(&mut self, name: &str, pod: u32, tier: u8) {
+    /// Adds (pod, on it) under `name` once per pod (pods are added in order, so the last entry
+    /// is the only one that can be this pod's; adapters on the pod are listed first).
+    fn add(&mut self, name: &str, pod: u32, on_pod: bool) {
         let servers = match self.by_name.get_mut(name) {
             Some(servers) => servers,
             None => self.by_name.entry(name.to_owned()).or_default(),
         };
-        if servers.last().is_none_or(|&(last, _)| last != pod) {
-            servers.push((pod, tier));
+        match servers.last_mut() {
+            Some((last, resident)) if *last == pod => *resident |= on_pod,
+            _ => servers.push((pod, on_pod)),
         }
     }
 
-    /// The pods serving `model`, in table order.
-    pub fn servers(&self, model: &str) -> Option<&Servers> {
-        self.by_name.get(model)
+    /// The pods serving `model` with their LoRA tiers (0 for a base model), in table order.
+    pub fn servers<'a>(&'a self, model: &str) -> Option<impl Iterator<Item = (u32, u8)> + 'a> {
+        let servers = self.by_name.get(model)?;
+        Some(servers.iter().map(|&(pod, on_pod)| {
+            let free = self.free_slots.get(pod as usize).copied().unwrap_or(u32::MAX);
+            (pod, tier(on_pod, free))
+        }))
+    }
+
+    /// Whether any pod serves `model`.
+    pub fn knows(&self, model: &str) -> bool {
+        self.by_name.contains_key(model)
+    }
+
+    /// This worker just sent a request for `model` to table pod `pod`: the adapter is on its
+    /// way onto that GPU, taking a slot, so the next requests see it resident there before the
+    /// next scrape says so (without this, a burst spreads one adapter over every pod holding it).
+    pub fn note_routed(&mut self, model: &str, pod: u32) {
+        let servers = self.by_name.get_mut(model).into_iter().flatten();
+        let Some(entry) = servers.into_iter().find(|(index, _)| *index == pod) else { return };
+        if !entry.1 {
+            entry.1 = true;
+            if let Some(free) = self.free_slots.get_mut(pod as usize).filter(|free| **free != u32::MAX) {
+                *free = free.saturating_sub(1);
+            }
+        }
     }
 
     /// Pods that name no model.
@@ -85,10 +112,17 @@ mod tests {
         let silent = PodState::unknown(&PodAddress::parse("10.0.0.2:80").unwrap());
         let table = PodTable { pods: vec![a, silent], ..PodTable::default() };
         let index = ModelIndex::build(&table);
-        assert_eq!(index.servers("base"), Some(&vec![(0, 0)]));
-        assert_eq!(index.servers("x"), Some(&vec![(0, 0)]), "resident, listed once though named thrice");
-        assert_eq!(index.servers("y"), Some(&vec![(0, 2)]), "its one slot is taken");
-        assert_eq!(index.servers("z"), None);
+        let servers = |index: &ModelIndex, name: &str| index.servers(name).map(|s| s.collect::<Vec<_>>());
+        assert_eq!(servers(&index, "base"), Some(vec![(0, 0)]));
+        assert_eq!(servers(&index, "x"), Some(vec![(0, 0)]), "resident, listed once though named thrice");
+        assert_eq!(servers(&index, "y"), Some(vec![(0, 2)]), "its one slot is taken");
+        assert_eq!(servers(&index, "z"), None);
         assert_eq!(index.silent(), [1]);
+        let mut index = index;
+        index.free_slots[0] = 1;
+        assert_eq!(servers(&index, "y"), Some(vec![(0, 1)]));
+        index.note_routed("y", 0);
+        assert_eq!(servers(&index, "y"), Some(vec![(0, 0)]), "sent there: resident from now on");
+        assert_eq!(index.free_slots[0], 0, "and it took the free slot");
     }
 }
