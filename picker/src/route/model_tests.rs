@@ -87,3 +87,14 @@ fn the_subset_hint_limits_the_pick_and_an_empty_one_is_an_error() {
     let query = ModelQuery { subset: Some(&outside), ..ModelQuery::default() };
     assert_eq!(choose_for(&pool, query).unwrap_err(), NoRoute::SubsetEmpty);
 }
+
+#[test]
+fn a_saturated_holder_keeps_its_adapter_rather_than_making_another_pod_evict_one() {
+    let pool = table(vec![
+        pod("10.0.0.1:80", "base", &["a", "b", "c"], &["a", "b"], 1_000.0),
+        pod("10.0.0.2:80", "base", &["a", "b", "c"], &["b", "c"], 0.0),
+    ]);
+    for _ in 0..20 {
+        assert_eq!(choose_for(&pool, ask("a")).unwrap().address.as_str(), "10.0.0.1:80", "queue, do not swap");
+    }
+}
