@@ -9,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use picker::discovery::inference_pool::{parse_inference_pool, MAX_SELECTOR_LABELS};
+use picker::discovery::inference_pool::{parse_inference_pool, MAX_SELECTOR_LABELS, MAX_TARGET_PORTS};
 use picker::discovery::pod_list::parse_pod_page;
 use picker::discovery::query::encode;
 use picker_fuzz::assert_canonical_address;
@@ -25,7 +25,12 @@ fuzz_target!(|body: &[u8]| {
         assert!(page.continue_token.as_deref() != Some(""), "an empty continue token means no more pages");
     }
     if let Ok(pool) = parse_inference_pool(body) {
-        assert_ne!(pool.target_port, 0);
+        assert!(
+            !pool.target_ports.is_empty() && pool.target_ports.len() <= MAX_TARGET_PORTS,
+            "{:?}",
+            pool.target_ports
+        );
+        assert!(!pool.target_ports.contains(&0), "{:?}", pool.target_ports);
         let pairs: Vec<&str> = pool.selector.split(',').collect();
         assert!(!pairs.is_empty() && pairs.len() <= MAX_SELECTOR_LABELS, "{}", pool.selector);
         for pair in pairs {

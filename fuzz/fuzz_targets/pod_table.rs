@@ -48,7 +48,14 @@ fuzz_target!(|data: &[u8]| {
             .take(MAX_PODS)
             .map(|mut pod| {
                 // Adapter lists are bounded on the way in, as a pod's own report is.
-                for list in [&mut pod.running_loras, &mut pod.waiting_loras] {
+                let lists = [
+                    &mut pod.running_loras,
+                    &mut pod.waiting_loras,
+                    &mut pod.models,
+                    &mut pod.adapters,
+                    &mut pod.resident_loras,
+                ];
+                for list in lists {
                     list.retain(|name| name.len() <= MAX_ADAPTER_NAME_BYTES);
                     list.truncate(MAX_ADAPTERS_PER_LIST);
                 }
@@ -78,21 +85,27 @@ fn address(u: &mut Unstructured<'_>) -> Result<String> {
 fn pod(u: &mut Unstructured<'_>) -> Result<(PodState, String)> {
     let raw = address(u)?;
     let placeholder = PodAddress::parse("10.255.255.255:1").map_err(|_| arbitrary::Error::IncorrectFormat)?;
-    Ok((PodState {
-        address: placeholder,
-        healthy: u.arbitrary()?,
-        waiting: finite(u)?,
-        running: finite(u)?,
-        kv_usage: if u.arbitrary()? { Some(finite(u)?) } else { None },
-        block_size: u.arbitrary()?,
-        num_gpu_blocks: u.arbitrary()?,
-        last_success_ms: u.arbitrary()?,
-        consecutive_failures: u.arbitrary()?,
-        epoch: u.arbitrary()?,
-        max_loras: u.arbitrary()?,
-        running_loras: u.arbitrary()?,
-        waiting_loras: u.arbitrary()?,
-    }, raw))
+    Ok((
+        PodState {
+            address: placeholder,
+            healthy: u.arbitrary()?,
+            waiting: finite(u)?,
+            running: finite(u)?,
+            kv_usage: if u.arbitrary()? { Some(finite(u)?) } else { None },
+            block_size: u.arbitrary()?,
+            num_gpu_blocks: u.arbitrary()?,
+            last_success_ms: u.arbitrary()?,
+            consecutive_failures: u.arbitrary()?,
+            epoch: u.arbitrary()?,
+            max_loras: u.arbitrary()?,
+            running_loras: u.arbitrary()?,
+            waiting_loras: u.arbitrary()?,
+            models: u.arbitrary()?,
+            adapters: u.arbitrary()?,
+            resident_loras: u.arbitrary()?,
+        },
+        raw,
+    ))
 }
 
 fn built_table(u: &mut Unstructured<'_>) -> Result<(PodTable, Vec<String>)> {
