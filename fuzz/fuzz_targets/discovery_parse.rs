@@ -25,12 +25,8 @@ fuzz_target!(|body: &[u8]| {
         assert!(page.continue_token.as_deref() != Some(""), "an empty continue token means no more pages");
     }
     if let Ok(pool) = parse_inference_pool(body) {
-        assert!(
-            !pool.target_ports.is_empty() && pool.target_ports.len() <= MAX_TARGET_PORTS,
-            "{:?}",
-            pool.target_ports
-        );
-        assert!(!pool.target_ports.contains(&0), "{:?}", pool.target_ports);
+        let ports = &pool.target_ports;
+        assert!(!ports.is_empty() && ports.len() <= MAX_TARGET_PORTS && !ports.contains(&0), "{ports:?}");
         let pairs: Vec<&str> = pool.selector.split(',').collect();
         assert!(!pairs.is_empty() && pairs.len() <= MAX_SELECTOR_LABELS, "{}", pool.selector);
         for pair in pairs {
