@@ -99,6 +99,9 @@ fn pod(u: &mut Unstructured<'_>) -> Result<(PodState, String)> {
         max_loras: u.arbitrary()?,
         running_loras: u.arbitrary()?,
         waiting_loras: u.arbitrary()?,
+        models: u.arbitrary()?,
+        adapters: u.arbitrary()?,
+        resident_loras: u.arbitrary()?,
     }, raw))
 }
 
