@@ -34,6 +34,10 @@ pub struct Stats {
     pub peer_accepted: Counter,
     pub peer_refused: Counter,
     pub peer_snapshots: Counter,
+    /// Requests answered 404: no pod serves their model.
+    pub model_unknown: Counter,
+    /// Requests whose model was rewritten to a weighted target.
+    pub model_rewritten: Counter,
 }
 
 impl Stats {
@@ -66,6 +70,8 @@ impl Stats {
             peer_accepted: c("wasm_epp.peer_requests_accepted"),
             peer_refused: c("wasm_epp.peer_requests_refused"),
             peer_snapshots: c("wasm_epp.peer_snapshots_served"),
+            model_unknown: c("wasm_epp.model_unknown"),
+            model_rewritten: c("wasm_epp.model_rewritten"),
             metrics,
         }
     }

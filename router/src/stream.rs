@@ -245,6 +245,7 @@ impl RequestStream {
         }
         let step = self.route_as(host, Some(request), model);
         if let (Some(target), Some(_)) = (&target, &self.routed_to) {
+            self.worker.stats.increment(self.worker.stats.model_rewritten);
             crate::rewrite::replace_model(host, target, body_size);
         }
         step
@@ -287,6 +288,7 @@ impl RequestStream {
             }
             Outcome::NoPod(why) => self.no_pod(host, why),
             Outcome::UnknownModel => {
+                self.worker.stats.increment(self.worker.stats.model_unknown);
                 // vLLM's own answer for a model it does not serve, given without touching a pod.
                 let message = format!("The model `{}` does not exist.", model.unwrap_or_default());
                 send_error(host, 404, "NotFoundError", &message);

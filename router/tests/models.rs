@@ -70,6 +70,7 @@ fn an_unknown_model_is_answered_404_by_the_gateway_or_routed_by_load_if_configur
     let reply: serde_json::Value = serde_json::from_slice(&bench.host.replies.borrow()[0].body).unwrap();
     assert_eq!(reply["error"]["message"], "The model `gpt-9` does not exist.");
     assert_eq!(reply["error"]["code"], 404);
+    assert_eq!(bench.stat("wasm_epp.model_unknown"), 1);
     let lenient = Bench::new(r#"{"models": {"unknown_model": "route_by_load"}}"#);
     publish_models(&lenient, &POOL);
     assert_eq!(chosen(lenient.complete(&COMPLETIONS, &body("gpt-9")).destination), "10.0.0.1:8000");
@@ -94,6 +95,7 @@ fn a_rewritten_model_is_split_by_weight_and_the_body_carries_the_target() {
         }
     }
     assert!((750..=850).contains(&to_sql), "80 % of 1,000 within ±5 %: {to_sql}");
+    assert_eq!(bench.stat("wasm_epp.model_rewritten"), 1000);
 }
 
 #[test]
