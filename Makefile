@@ -137,6 +137,7 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(VENV)/bin/python bench/quality/plot.py bench/results
 	$(VENV)/bin/python bench/quality/plot_replicas.py bench/results
 	test ! -f bench/results/pd/pd.json || $(VENV)/bin/python bench/quality/plot_pd.py bench/results/pd
+	$(VENV)/bin/python bench/quality/plot_models.py bench/results/models
 	$(MAKE) bench-flow
 
 # `make bench-flow`: workload j only (issue 16), the 2x overload with flow control on and off

@@ -9,14 +9,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use picker::discovery::inference_pool::{parse_inference_pool, MAX_SELECTOR_LABELS};
+use picker::discovery::inference_pool::{parse_inference_pool, MAX_SELECTOR_LABELS, MAX_TARGET_PORTS};
 use picker::discovery::pod_list::parse_pod_page;
 use picker::discovery::query::encode;
 use picker_fuzz::assert_canonical_address;
 
 fuzz_target!(|body: &[u8]| {
     for port in [8000, 1, u16::MAX] {
-        let Ok(page) = parse_pod_page(body, port) else { break };
+        let Ok(page) = parse_pod_page(body, &[port]) else { break };
         assert!(page.ready.len() <= page.items, "{} ready of {} items", page.ready.len(), page.items);
         for address in &page.ready {
             assert_canonical_address(address.as_str());
@@ -25,7 +25,8 @@ fuzz_target!(|body: &[u8]| {
         assert!(page.continue_token.as_deref() != Some(""), "an empty continue token means no more pages");
     }
     if let Ok(pool) = parse_inference_pool(body) {
-        assert_ne!(pool.target_port, 0);
+        let ports = &pool.target_ports;
+        assert!(!ports.is_empty() && ports.len() <= MAX_TARGET_PORTS && !ports.contains(&0), "{ports:?}");
         let pairs: Vec<&str> = pool.selector.split(',').collect();
         assert!(!pairs.is_empty() && pairs.len() <= MAX_SELECTOR_LABELS, "{}", pool.selector);
         for pair in pairs {

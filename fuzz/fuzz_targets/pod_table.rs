@@ -48,7 +48,14 @@ fuzz_target!(|data: &[u8]| {
             .take(MAX_PODS)
             .map(|mut pod| {
                 // Adapter lists are bounded on the way in, as a pod's own report is.
-                for list in [&mut pod.running_loras, &mut pod.waiting_loras] {
+                let lists = [
+                    &mut pod.running_loras,
+                    &mut pod.waiting_loras,
+                    &mut pod.models,
+                    &mut pod.adapters,
+                    &mut pod.resident_loras,
+                ];
+                for list in lists {
                     list.retain(|name| name.len() <= MAX_ADAPTER_NAME_BYTES);
                     list.truncate(MAX_ADAPTERS_PER_LIST);
                 }
@@ -92,6 +99,9 @@ fn pod(u: &mut Unstructured<'_>) -> Result<(PodState, String)> {
         max_loras: u.arbitrary()?,
         running_loras: u.arbitrary()?,
         waiting_loras: u.arbitrary()?,
+        models: u.arbitrary()?,
+        adapters: u.arbitrary()?,
+        resident_loras: u.arbitrary()?,
     }, raw))
 }
 

@@ -51,7 +51,14 @@ fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
         host.clock_ms.set(now_ms);
         let fail_open_before = worker.stats.metrics.pending("wasm_epp.fail_open");
         let prompt =
-            Prompt { request: None, endpoint: picker::request::Endpoint::Completions, session: None, sheddable: false };
+            Prompt {
+                request: None,
+                endpoint: picker::request::Endpoint::Completions,
+                session: None,
+                sheddable: false,
+                model: None,
+                subset: None,
+            };
         let Outcome::Routed { address, destination, .. } = decide(&worker, &host, &prompt) else {
             panic!("the shipped decision routed nowhere with a pool of {}", worker.fallback_pool.len())
         };
@@ -123,6 +130,7 @@ fuzz_target!(|data: &[u8]| {
                     prefix,
                     now_ms,
                     stale_after_ms: STALE_AFTER_MS,
+                    models: picker::route::ModelQuery::default(),
                 };
                 let Ok(route) = choose(&view, policy, &mut TieBreaker::new(seed)) else {
                     panic!("no pod chosen from {} table pods and a pool of {}", table.pods.len(), fallback_pool.len())

@@ -30,6 +30,7 @@ extern "C" {
     fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
     fn proxy_get_buffer_bytes(kind: u32, start: usize, max: usize, data: *mut *mut u8, size: *mut usize) -> u32;
+    fn proxy_set_buffer_bytes(kind: u32, start: usize, size: usize, data: *const u8, data_size: usize) -> u32;
     fn proxy_get_header_map_pairs(kind: u32, data: *mut *mut u8, size: *mut usize) -> u32;
     fn proxy_get_header_map_value(
         kind: u32,
@@ -121,6 +122,13 @@ pub fn buffer(kind: u32, start: usize, max: usize) -> HostResult<Option<Vec<u8>>
         NOT_FOUND => Ok(None),
         status => Err(HostError { call: "get_buffer_bytes", status }),
     }
+}
+
+/// Replaces bytes `start..start + size` of a buffer with `data` (the whole body when `start`
+/// is 0 and `size` its length).
+pub fn set_buffer(kind: u32, start: usize, size: usize, data: &[u8]) -> HostResult<()> {
+    // SAFETY: `data` outlives the call; the host copies it.
+    check("set_buffer_bytes", unsafe { proxy_set_buffer_bytes(kind, start, size, data.as_ptr(), data.len()) })
 }
 
 /// A header map in the ABI's serialized form (parse with [`crate::HeaderMap::parse`]).

@@ -55,6 +55,8 @@ pub trait Host: SharedStore {
     fn remove_request_header(&self, name: &str) -> HostResult<()>;
     /// The buffered request body, at most `size` bytes.
     fn request_body(&self, size: usize) -> HostResult<Vec<u8>>;
+    /// Replaces the buffered request body (`replaced` bytes of it, i.e. all it held) with `body`.
+    fn set_request_body(&self, replaced: usize, body: &[u8]) -> HostResult<()>;
     /// The current response's headers (from the response-headers callback on), as bytes.
     fn response_headers(&self) -> HostResult<HeaderMap>;
     fn set_response_header(&self, name: &str, value: &[u8]) -> HostResult<()>;

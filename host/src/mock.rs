@@ -223,6 +223,15 @@ impl Host for MockHost {
         Ok(body.get(..size.min(body.len())).unwrap_or_default().to_vec())
     }
 
+    fn set_request_body(&self, replaced: usize, body: &[u8]) -> HostResult<()> {
+        let mut held = self.body.borrow_mut();
+        let keep = replaced.min(held.len());
+        let tail = held.split_off(keep);
+        *held = body.to_vec();
+        held.extend(tail);
+        Ok(())
+    }
+
     fn send_reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) -> HostResult<()> {
         self.replies.borrow_mut().push(Reply { status, headers: owned(headers), body: body.to_vec() });
         Ok(())

@@ -85,6 +85,10 @@ impl Host for ProxyHost {
         Ok(abi::buffer(REQUEST_BODY, 0, size)?.unwrap_or_default())
     }
 
+    fn set_request_body(&self, replaced: usize, body: &[u8]) -> HostResult<()> {
+        abi::set_buffer(REQUEST_BODY, 0, replaced, body)
+    }
+
     fn response_headers(&self) -> HostResult<HeaderMap> {
         let bytes = abi::header_map(RESPONSE_HEADERS)?.unwrap_or_default();
         if bytes.is_empty() {

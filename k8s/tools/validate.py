@@ -47,6 +47,7 @@ KUBERNETES_VERSION = os.environ.get("KUBERNETES_VERSION", "1.33.0")
 OPTIONAL_MANIFESTS = {
     "k8s/standalone/inference-pool.yaml",
     "k8s/standalone/vllm-pd.yaml",
+    "k8s/standalone/vllm-adapters.yaml",
     "k8s/istio/no-singleton/wasmplugin.yaml",
 }
 # Logged by the pool service once its configuration is accepted (poller/src/service.rs).

@@ -17,6 +17,7 @@ pub mod inflight;
 pub mod keys;
 pub mod lease;
 pub mod metrics_text;
+pub mod models;
 pub mod peer;
 pub mod pod_table;
 pub mod poller;

@@ -8,7 +8,9 @@
 use crate::prometheus_line::{parse_sample, sample_name, Sample};
 
 /// Every metric name [`apply_sample`] reads; other lines are skipped unparsed.
-pub const WANTED: [&str; 16] = [
+pub const WANTED: [&str; 18] = [
+    "vllm:lora_adapter_loaded",
+    "vllm:max_gpu_lora_adapters",
     "vllm:cache_config_info",
     "vllm:lora_requests_info",
     "vllm:num_requests_waiting",
@@ -62,6 +64,8 @@ pub struct EngineMetrics {
     pub prefix_queries: Option<f64>,
     pub prefix_hits: Option<f64>,
     pub lora: Option<LoraState>,
+    /// Base model and adapters the scrape names (see [`crate::models::residency`]).
+    pub models: crate::models::residency::ScrapedModels,
 }
 
 /// The newest `vllm:lora_requests_info` series.
@@ -139,6 +143,9 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
             return;
         }
         _ => {}
+    }
+    if crate::models::residency::apply(sample, &mut metrics.models) {
+        return;
     }
     if !value.is_finite() || !(0.0..=MAX_SANE_SAMPLE).contains(&value) {
         return; // A pod that reports NaN, a negative or an absurd load is not believed.

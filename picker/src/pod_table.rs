@@ -40,6 +40,15 @@ pub struct PodState {
     /// Prefill, decode or both (tables published before roles existed decode as `both`).
     #[serde(default)]
     pub role: crate::role::PodRole,
+    /// Base model names the pod serves (see [`crate::models`]); empty = not told.
+    #[serde(default)]
+    pub models: Vec<String>,
+    /// LoRA adapters the pod can serve (registered, on GPU or CPU).
+    #[serde(default)]
+    pub adapters: Vec<String>,
+    /// Adapters resident on the pod's GPU now.
+    #[serde(default)]
+    pub resident_loras: Vec<String>,
 }
 
 impl PodState {
@@ -60,6 +69,9 @@ impl PodState {
             running_loras: Vec::new(),
             waiting_loras: Vec::new(),
             role: crate::role::PodRole::Both,
+            models: Vec::new(),
+            adapters: Vec::new(),
+            resident_loras: Vec::new(),
         }
     }
 
@@ -68,6 +80,27 @@ impl PodState {
         self.max_loras = lora.max_loras;
         self.running_loras = lora.running;
         self.waiting_loras = lora.waiting;
+    }
+
+    /// Takes the models a scrape named, and those `/v1/models` listed (kept from the last
+    /// catalog poll, which runs less often than the scrape).
+    pub fn set_models(
+        &mut self,
+        scraped: crate::models::residency::ScrapedModels,
+        catalog: Option<&crate::models::catalog::Catalog>,
+    ) {
+        let mut models = scraped.base;
+        let mut adapters = scraped.adapters;
+        if let Some(catalog) = catalog {
+            catalog.base.iter().for_each(|name| crate::models::push_bounded(&mut models, name));
+            catalog.adapters.iter().for_each(|name| crate::models::push_bounded(&mut adapters, name));
+        }
+        self.models = models;
+        self.adapters = adapters;
+        self.resident_loras = scraped.resident;
+        if let Some(slots) = scraped.max_gpu_loras {
+            self.max_loras = slots;
+        }
     }
 }
 
@@ -84,7 +117,7 @@ struct WireTable {
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum MaybePod {
-    Valid(PodState),
+    Valid(Box<PodState>),
     Invalid(serde::de::IgnoredAny),
 }
 
@@ -114,7 +147,7 @@ impl PodTable {
             .pods
             .into_iter()
             .filter_map(|pod| match pod {
-                MaybePod::Valid(pod) => seen.insert(pod.address.clone()).then_some(pod),
+                MaybePod::Valid(pod) => seen.insert(pod.address.clone()).then_some(*pod),
                 MaybePod::Invalid(_) => None,
             })
             .take(MAX_PODS)
@@ -127,7 +160,14 @@ impl PodTable {
         };
         for pod in &mut table.pods {
             // Bounded again on the way in: the table crosses a trust boundary (shared data).
-            for list in [&mut pod.running_loras, &mut pod.waiting_loras] {
+            let lists = [
+                &mut pod.running_loras,
+                &mut pod.waiting_loras,
+                &mut pod.models,
+                &mut pod.adapters,
+                &mut pod.resident_loras,
+            ];
+            for list in lists {
                 list.retain(|name| name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES);
                 list.truncate(crate::metrics_text::MAX_ADAPTERS_PER_LIST);
             }

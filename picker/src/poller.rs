@@ -30,6 +30,8 @@ struct PodRecord {
     /// The last page parsed and what it said: an identical page is not parsed again (idle
     /// pods answer the same bytes round after round).
     last_page: Option<(u64, EngineMetrics)>,
+    /// The pod's last `/v1/models` answer (polled less often than `/metrics`).
+    catalog: Option<crate::models::catalog::Catalog>,
 }
 
 pub struct PoolPoller {
@@ -101,6 +103,7 @@ impl PoolPoller {
                         call_started_ms: 0,
                         last_prefix_queries: None,
                         last_page: None,
+                        catalog: None,
                     }
                 }
             };
@@ -235,6 +238,7 @@ impl PoolPoller {
         state.last_success_ms = now_ms;
         state.consecutive_failures = 0;
         state.set_lora(metrics.lora);
+        state.set_models(metrics.models, record.catalog.as_ref());
         self.dirty = true;
         if new_epoch {
             self.take_epoch();
@@ -283,6 +287,21 @@ impl PoolPoller {
     /// the filter judges staleness by `published_at_ms`).
     pub fn touch(&mut self) {
         self.dirty = true;
+    }
+
+    /// A pod's `/v1/models` list arrived: kept for later scrapes and merged into its state now.
+    pub fn set_catalog(&mut self, address: &PodAddress, catalog: crate::models::catalog::Catalog) {
+        let Some(record) = self.pods.iter_mut().find(|r| &r.address == address) else { return };
+        let state = &mut record.state;
+        catalog.base.iter().for_each(|name| crate::models::push_bounded(&mut state.models, name));
+        catalog.adapters.iter().for_each(|name| crate::models::push_bounded(&mut state.adapters, name));
+        record.catalog = Some(catalog);
+        self.dirty = true;
+    }
+
+    /// Addresses of every pod in the pool.
+    pub fn addresses(&self) -> Vec<PodAddress> {
+        self.pods.iter().map(|r| r.address.clone()).collect()
     }
 
     /// Every pod's state as known now (published or not).

@@ -5,6 +5,8 @@
 //! pass [`PodAddress::parse`] on the way: only pool members, only literal `ip:port`.
 
 use crate::address::PodAddress;
+use crate::config::UnknownModelPolicy;
+use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
 use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
@@ -34,6 +36,20 @@ pub struct RoutingView<'a> {
     pub prefix: Option<PrefixQuery<'a>>,
     pub now_ms: u64,
     pub stale_after_ms: u64,
+    /// The request's model and the gateway's subset hint.
+    pub models: ModelQuery<'a>,
+}
+
+/// Which pods may serve this request at all: those serving its model, within the subset.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ModelQuery<'a> {
+    /// The body's `model` (after any rewrite); `None` = any pod.
+    pub model: Option<&'a str>,
+    pub unknown_model: UnknownModelPolicy,
+    /// The gateway's subset hint: only these pods; `None` = no hint.
+    pub subset: Option<&'a [PodAddress]>,
+    /// The table's model index (built per publish by the worker); built here when `None`.
+    pub index: Option<&'a ModelIndex>,
 }
 
 /// Where one request goes, and how the choice was made.
@@ -53,6 +69,8 @@ pub struct Route {
     /// Session or prefix affinity decided the field.
     pub affinity: bool,
     pub score: f64,
+    /// The chosen pod's index in the table (`None` when it came from the fallback pool).
+    pub table_index: Option<usize>,
 }
 
 /// The pod's queue as best known now. The polled `waiting` is up to a poll interval old; a
@@ -63,18 +81,63 @@ fn estimated_waiting(waiting: f64, running: f64, inflight: u32) -> f64 {
     waiting.max(f64::from(inflight) - running)
 }
 
-fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Candidate<'a>> {
+/// The table's pods this request may go to, with their LoRA tiers: in the subset hint, and
+/// serving its model (or, if none says it does, those that do not tell). Table order.
+fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize, u8)>, NoRoute> {
+    let query = &view.models;
+    let in_subset = |i: usize| -> bool {
+        query.subset.is_none_or(|subset| table.pods.get(i).is_some_and(|pod| subset.contains(&pod.address)))
+    };
+    let everyone = || -> Result<Vec<(usize, u8)>, NoRoute> {
+        let all: Vec<(usize, u8)> = (0..table.pods.len()).filter(|&i| in_subset(i)).map(|i| (i, 0)).collect();
+        if all.is_empty() {
+            return Err(NoRoute::SubsetEmpty);
+        }
+        Ok(all)
+    };
+    let Some(model) = query.model else { return everyone() };
+    let built;
+    let index = match query.index {
+        Some(index) => index,
+        None => {
+            built = ModelIndex::build(table);
+            &built
+        }
+    };
+    let serving: Vec<(usize, u8)> = index
+        .servers(model)
+        .into_iter()
+        .flatten()
+        .map(|(i, tier)| (i as usize, tier))
+        .chain(index.silent().iter().map(|&i| (i as usize, u8::MAX)))
+        .filter(|&(i, _)| in_subset(i))
+        .collect();
+    // Pods naming the model, else those that name none (tier u8::MAX marks them).
+    let named: Vec<(usize, u8)> = serving.iter().copied().filter(|&(_, tier)| tier != u8::MAX).collect();
+    if !named.is_empty() {
+        return Ok(named);
+    }
+    if !serving.is_empty() {
+        return Ok(serving.into_iter().map(|(i, _)| (i, 0)).collect());
+    }
+    match query.unknown_model {
+        UnknownModelPolicy::RouteByLoad => everyone(),
+        UnknownModelPolicy::Reject if query.subset.is_some() && index.knows(model) => Err(NoRoute::SubsetEmpty),
+        UnknownModelPolicy::Reject => Err(NoRoute::UnknownModel),
+    }
+}
+
+fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &[(usize, u8)]) -> Vec<Candidate<'a>> {
     let mut matched = Vec::new();
     if let Some(query) = &view.prefix {
         let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
         query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
     }
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
-    table
-        .pods
+    eligible
         .iter()
-        .enumerate()
-        .map(|(i, pod)| {
+        .filter_map(|&(i, lora_tier)| table.pods.get(i).map(|pod| (i, lora_tier, pod)))
+        .map(|(i, lora_tier, pod)| {
             let address = pod.address.as_str();
             let session_match = view
                 .prefix
@@ -95,6 +158,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 },
                 session_match,
                 last_picked: view.prefix.as_ref().map_or(0, |q| (q.last_picked)(address)),
+                lora_tier,
             }
         })
         .collect()
@@ -105,23 +169,41 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
 pub enum NoRoute {
     /// Neither the table nor the fallback pool names any pod.
     EmptyPool,
+    /// No pod serves the request's model (and the policy is to reject it).
+    UnknownModel,
+    /// The gateway's subset hint names no pool member.
+    SubsetEmpty,
 }
 
 /// Chooses a pod among the table's pods (or, without any, the fallback pool's). Candidates
 /// are built in the table's (or pool's) order, so the chosen index names the pod directly:
 /// its validated address and epoch are taken, never re-parsed or searched for.
 pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) -> Result<Route, NoRoute> {
-    let from_table = view.table.map(|table| table_candidates(view, table)).unwrap_or_default();
-    let table = view.table.filter(|_| !from_table.is_empty());
-    let candidates: Vec<Candidate<'_>> = if table.is_some() {
-        from_table
-    } else {
-        view.fallback_pool
-            .iter()
-            .map(|address| Candidate::with_load(address.as_str(), false, 0.0, None, (view.inflight)(address.as_str())))
-            .collect()
+    let table = view.table.filter(|t| !t.pods.is_empty());
+    let (candidates, indices): (Vec<Candidate<'_>>, Vec<usize>) = match table {
+        Some(table) => {
+            let eligible = eligible_pods(view, table)?;
+            let candidates = table_candidates(view, table, &eligible);
+            (candidates, eligible.into_iter().map(|(i, _)| i).collect())
+        }
+        None => {
+            let subset = view.models.subset;
+            let allowed: Vec<usize> = (0..view.fallback_pool.len())
+                .filter(|&i| view.fallback_pool.get(i).is_some_and(|a| subset.is_none_or(|s| s.contains(a))))
+                .collect();
+            if subset.is_some() && allowed.is_empty() && !view.fallback_pool.is_empty() {
+                return Err(NoRoute::SubsetEmpty);
+            }
+            let candidates = allowed
+                .iter()
+                .filter_map(|&i| view.fallback_pool.get(i))
+                .map(|a| Candidate::with_load(a.as_str(), false, 0.0, None, (view.inflight)(a.as_str())))
+                .collect();
+            (candidates, allowed)
+        }
     };
     let pod = |index: usize| -> Option<(PodAddress, u32)> {
+        let index = *indices.get(index)?;
         match table {
             Some(table) => table.pods.get(index).map(|p| (p.address.clone(), p.epoch)),
             None => view.fallback_pool.get(index).map(|a| (a.clone(), 0)),
@@ -141,6 +223,7 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
         prefix_match: chosen.prefix_match,
         affinity: decision.affinity,
         score: decision.score,
+        table_index: table.and(indices.get(decision.index).copied()),
     })
 }
 
@@ -158,3 +241,6 @@ mod estimate_tests {
         assert_eq!(super::estimated_waiting(0.0, 10.0, 2), 0.0, "other clients' load is not ours");
     }
 }
+
+#[cfg(test)]
+mod model_tests;

@@ -3,7 +3,7 @@
 //! [`service::PoolService`] ticks, discovers the pool ([`discovery`], Kubernetes) or takes it
 //! from configuration, dispatches a scrape of `/metrics` to each pod through an ORIGINAL_DST
 //! cluster, hands answers to `picker::poller::PoolPoller`, publishes the pod table when a
-//! round completes ([`publish`]), relays the workers' prefix decisions into the ring
+//! round completes ([`publish`]), fetches each pod's `/v1/models` less often (`catalogs`), relays the workers' prefix decisions into the ring
 //! ([`relay`]), shares them with other gateway replicas ([`peers`]) and writes a heartbeat. The singleton (`shared-state/`) runs it on Envoy's
 //! main thread; where no singleton can be installed, the filter's root contexts elect one
 //! of themselves to run it ([`election`]). Every host call goes through
@@ -11,6 +11,7 @@
 
 #![forbid(unsafe_code)]
 
+mod catalogs;
 pub mod discovery;
 pub mod election;
 pub mod peers;

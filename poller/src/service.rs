@@ -66,6 +66,8 @@ pub struct PoolService {
     first_round_done: bool,
     /// Per-pod gauges (`wasm_epp_pod_*{pod=...}`), set on each publish.
     pod_gauges: Option<PodGauges>,
+    /// When each pod's `/v1/models` is fetched (slower than scrapes).
+    catalogs: picker::models::catalog_poll::CatalogSchedule,
 }
 
 impl PoolService {
@@ -99,6 +101,7 @@ impl PoolService {
         if let Some(peers) = config.peers.clone() {
             self.peers = Some(PeerExchange::start(host, peers, &self.metrics)?);
         }
+        self.catalogs = picker::models::catalog_poll::CatalogSchedule::new(config.models_interval_ms);
         let mut poller = PoolPoller::new(config, pool);
         if let Some(published) = published_table(host) {
             poller.resume_from(&published);
@@ -180,6 +183,10 @@ impl PoolService {
         }
         self.publish_if_changed(host, now);
         self.start_round_if_due(host, now);
+        // Model lists once the pods have answered their first scrape (the table is up).
+        if let Some(poller) = self.poller.as_ref().filter(|_| self.first_round_done) {
+            crate::catalogs::dispatch(host, poller, &mut self.catalogs, now);
+        }
         if let (Some(peers), Some(poller)) = (self.peers.as_mut(), self.poller.as_ref()) {
             peers.tick(host, &self.metrics, now, poller.pods(), self.first_round_done);
         }
@@ -219,6 +226,7 @@ impl PoolService {
     /// Whether an HTTP-call token belongs to this service (a scrape or an API server list).
     pub fn owns_call(&self, token: u32) -> bool {
         self.poller.as_ref().is_some_and(|p| p.owns_scrape(token))
+            || self.catalogs.owns(token)
             || self.discovery.as_ref().is_some_and(|d| d.owns(token))
             || self.peers.as_ref().is_some_and(|p| p.owns(token))
     }
@@ -235,6 +243,10 @@ impl PoolService {
             return;
         }
         let Some(poller) = self.poller.as_mut() else { return };
+        if self.catalogs.owns(token) {
+            crate::catalogs::on_answer(host, poller, &mut self.catalogs, token, body_size);
+            return;
+        }
         if let Some(discovery) = self.discovery.as_mut().filter(|d| d.owns(token)) {
             discovery.on_response(&Env { host, metrics: &self.metrics }, token, body_size, now, poller);
             // A pod that left must stop getting requests now, not at the next tick.

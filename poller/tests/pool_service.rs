@@ -195,3 +195,30 @@ fn exactly_one_root_is_elected_and_another_takes_over_when_it_goes() {
     }
     assert_eq!(roots.iter().filter(|r| r.is_leader()).count(), 1);
 }
+
+#[test]
+fn model_lists_are_fetched_after_the_first_round_and_published_with_the_pods() {
+    let host = host();
+    let mut service = service(&host, TWO_PODS);
+    let mut answered = 0;
+    service.tick(&host, NOW);
+    answer_all(&host, &mut service, &mut answered, 200, METRICS);
+    assert_eq!(table(&host).unwrap().pods[0].models, ["m"], "the base model from the metrics' labels");
+    service.tick(&host, NOW + 100);
+    let calls = host.calls.borrow().clone();
+    let lists: Vec<_> =
+        calls.iter().skip(answered).filter(|c| c.headers.contains(&(":path".into(), "/v1/models".into()))).collect();
+    assert_eq!(lists.len(), 2, "one model list per pod");
+    let catalog = r#"{"object":"list","data":[{"id":"m","parent":null},{"id":"sql-lora","parent":"m"}]}"#;
+    for call in lists {
+        *host.call_answer.borrow_mut() = Some((200, catalog.as_bytes().to_vec()));
+        service.http_response(&host, call.token, catalog.len());
+    }
+    service.tick(&host, NOW + 200);
+    let published = table(&host).unwrap();
+    assert!(published.pods.iter().all(|p| p.adapters == ["sql-lora"]), "{published:?}");
+    service.tick(&host, NOW + 300);
+    let again =
+        host.calls.borrow().iter().filter(|c| c.headers.contains(&(":path".into(), "/v1/models".into()))).count();
+    assert_eq!(again, 2, "not asked again before models_interval_ms");
+}

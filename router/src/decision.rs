@@ -9,7 +9,7 @@ use picker::address::PodAddress;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::explain::candidate_scores;
-use picker::route::{choose, PrefixQuery, Route, RoutingView};
+use picker::route::{choose, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::Host;
 
 use crate::decision_header::describe;
@@ -29,6 +29,8 @@ pub enum Outcome {
     Shed,
     /// Answer 503: there is no pod to send it to.
     NoPod(NoPodReason),
+    /// Answer 404: no pod serves the request's model.
+    UnknownModel,
 }
 
 /// Why there is no pod; each is a different operator problem.
@@ -42,6 +44,8 @@ pub enum NoPodReason {
     Busy,
     /// The host refused the destination header.
     HeaderRefused,
+    /// The gateway's subset hint names no pod of the pool (or none serving the model).
+    SubsetEmpty,
 }
 
 impl NoPodReason {
@@ -51,6 +55,7 @@ impl NoPodReason {
             Self::DataExpired => "pod data expired: the pool service has not run for fail_open_max_age_ms",
             Self::Busy => "worker state busy",
             Self::HeaderRefused => "destination header refused",
+            Self::SubsetEmpty => "no pool member in the endpoint subset",
         }
     }
 }
@@ -61,6 +66,10 @@ pub struct Prompt<'a> {
     pub endpoint: Endpoint,
     pub session: Option<u64>,
     pub sheddable: bool,
+    /// The model to serve (the body's, or its rewrite target).
+    pub model: Option<&'a str>,
+    /// The gateway's subset hint, if it sent one.
+    pub subset: Option<&'a [PodAddress]>,
 }
 
 pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome {
@@ -115,13 +124,27 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         prefix: query,
         now_ms: now,
         stale_after_ms: worker.config.stale_after_ms,
+        models: ModelQuery {
+            model: prompt.model,
+            unknown_model: worker.config.models.unknown_model,
+            subset: prompt.subset,
+            index: Some(cache.models()),
+        },
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
-    let route = choose(&view, policy, &mut random).ok();
+    let route = match choose(&view, policy, &mut random) {
+        Ok(route) => Some(route),
+        Err(NoRoute::EmptyPool) => None,
+        Err(NoRoute::UnknownModel) => return Outcome::UnknownModel,
+        Err(NoRoute::SubsetEmpty) => return Outcome::NoPod(NoPodReason::SubsetEmpty),
+    };
     if expired {
         worker.stats.increment(worker.stats.fail_open_expired);
     }
-    let Some(Route { address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, .. }) = route else {
+    let Some(Route {
+        address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, table_index, ..
+    }) = route
+    else {
         return Outcome::NoPod(if expired { NoPodReason::DataExpired } else { NoPodReason::EmptyPool });
     };
     worker.note_fail_open(fail_open || expired);
@@ -163,6 +186,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         if let Some(prefill) = &prefill {
             prefix.record_pick(prefill.address.as_str(), prefill.epoch, &hashes, None, capacity_of(&prefill.address));
         }
+    }
+    if let (Some(model), Some(pod)) = (prompt.model, table_index) {
+        cache.note_routed(model, pod);
     }
     drop(prefix);
     drop(role_tables);

@@ -5,7 +5,8 @@
 //! 2. [`stream::RequestStream`]: one per request. Headers: client destination headers
 //!    removed, health probe answered, the request held; body: buffered (bounded per stream
 //!    and per worker), parsed; then [`decision`] picks a pod and the destination header is
-//!    written, or [`reply`] answers 400/429/503 itself. At the end of the stream its
+//!    written, or [`reply`] answers 400/404/429/503 itself ([`protocol`] reads the
+//!    objective, session and subset headers; [`served`] reports the answering pod). At the end of the stream its
 //!    in-flight count is released.
 //! 3. [`tick`]: every `prefix.sync_interval_ms`, the worker refreshes its pod table, shares
 //!    its decisions with the other workers and learns theirs, and flushes its stats.
@@ -22,7 +23,10 @@ pub mod decision_stats;
 pub mod disaggregate;
 pub mod flow;
 pub mod peer_receiver;
+pub mod protocol;
 pub mod reply;
+pub mod rewrite;
+pub mod served;
 pub mod stats;
 pub mod stream;
 pub mod table_cache;

@@ -11,6 +11,37 @@ pub fn send_error(host: &dyn Host, status: u32, kind: &str, message: &str) {
     }
 }
 
+/// Header naming why a request was refused, as llm-d's gateways set it on 429 and 503.
+pub const DROPPED_REASON_HEADER: &str = "x-llm-d-request-dropped-reason";
+
+/// Why the gateway refused a request (the value of [`DROPPED_REASON_HEADER`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DroppedReason {
+    /// Every pod is saturated and the request is sheddable (429).
+    RejectedSaturated,
+    /// No pod to send it to: none in the pool, none in the subset hint, data expired (503).
+    RejectedNoEndpoints,
+}
+
+impl DroppedReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::RejectedSaturated => "rejected-saturated",
+            Self::RejectedNoEndpoints => "rejected-no-endpoints",
+        }
+    }
+}
+
+/// Sends an OpenAI-shaped error carrying [`DROPPED_REASON_HEADER`].
+pub fn send_dropped(host: &dyn Host, status: u32, reason: DroppedReason, kind: &str, message: &str) {
+    let body = error_body(status, kind, message);
+    let headers =
+        [("content-type", "application/json"), ("x-wasm-epp", "local-reply"), (DROPPED_REASON_HEADER, reason.as_str())];
+    if let Err(error) = host.send_reply(status, &headers, body.as_bytes()) {
+        log::warn!("wasm-epp: could not send local reply {status}: {error}");
+    }
+}
+
 /// Sends a small JSON document with 200 (the health probe).
 pub fn send_json(host: &dyn Host, body: &serde_json::Value) {
     let headers = [("content-type", "application/json"), ("x-wasm-epp", "local-reply"), ("cache-control", "no-store")];

@@ -41,6 +41,10 @@ pub struct Stats {
     /// P/D: requests given a prefill pod, and requests a decode pod prefills itself.
     pub pd_disaggregated: Counter,
     pub pd_decode_only: Counter,
+    /// Requests answered 404: no pod serves their model.
+    pub model_unknown: Counter,
+    /// Requests whose model was rewritten to a weighted target.
+    pub model_rewritten: Counter,
 }
 
 impl Stats {
@@ -76,6 +80,8 @@ impl Stats {
             decisions: DecisionStats::define(&metrics),
             pd_disaggregated: c("wasm_epp.pd_disaggregated"),
             pd_decode_only: c("wasm_epp.pd_decode_only"),
+            model_unknown: c("wasm_epp.model_unknown"),
+            model_rewritten: c("wasm_epp.model_rewritten"),
             metrics,
         }
     }

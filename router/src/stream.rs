@@ -18,7 +18,7 @@ use wasm_epp_host::{HeaderMap, Host};
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
 use crate::disaggregate::{release_prefill, write_prefiller};
-use crate::reply::{send_error, send_json};
+use crate::reply::{send_dropped, send_error, send_json, DroppedReason};
 use crate::worker::Worker;
 
 /// Headers a pool cluster could follow besides the configured one; none may come from a
@@ -60,6 +60,10 @@ pub struct RequestStream {
     explain: Option<String>,
     /// The prefill pod of a disaggregated request, in flight until the decode pod answers.
     prefilling_at: Option<PodAddress>,
+    /// Priority from the priority or objective header; `None` lets the model's priority apply.
+    priority: Option<i64>,
+    /// The gateway's subset hint (`None`: no hint).
+    subset: Option<Vec<PodAddress>>,
 }
 
 impl RequestStream {
@@ -84,6 +88,8 @@ impl RequestStream {
             held: None,
             explain: None,
             prefilling_at: None,
+            priority: None,
+            subset: None,
         }
     }
 
@@ -114,9 +120,10 @@ impl RequestStream {
         if end_of_stream && path == config.health_path && headers.get_text(":method") == Some("GET") {
             return self.answer_health(host);
         }
-        self.sheddable =
-            headers.get_text(&config.priority_header).and_then(|v| v.parse::<i64>().ok()).is_some_and(|p| p < 0);
-        self.session = headers.get(&config.prefix.session_header).map(|id| session_key(trim_bytes(id)));
+        self.priority = crate::protocol::header_priority(&headers, config);
+        self.sheddable = self.priority.is_some_and(|p| p < 0);
+        self.session = crate::protocol::session_value(&headers, config).map(|id| session_key(trim_bytes(id)));
+        self.subset = crate::protocol::subset_hint(&headers, config);
         self.endpoint = Endpoint::from_path(path);
         if config.flow_control.enabled {
             self.flow_class = Some(crate::flow::RequestClass::from_headers(config, &headers));
@@ -169,10 +176,10 @@ impl RequestStream {
         };
         match parse_request(&body, self.endpoint) {
             Ok(request) => {
-                let Some(class) = self.flow_class else { return self.route(host, Some(&request)) };
+                let Some(class) = self.flow_class else { return self.route_model(host, &request, body.len()) };
                 let priority = class.priority(&self.worker.config.flow_control, request.model.as_deref());
                 if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
-                    return self.route(host, Some(&request));
+                    return self.route_model(host, &request, body.len());
                 }
                 drop(request);
                 self.hold(host, priority, class.flow, body)
@@ -214,6 +221,9 @@ impl RequestStream {
         }
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
+        if self.routed_to.is_some() {
+            crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
+        }
         Step::Continue
     }
 
@@ -301,11 +311,45 @@ impl RequestStream {
 
     /// Decides, then acts: sets the header and continues, or answers locally.
     fn route(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>) -> Step {
+        self.route_as(host, request, None)
+    }
+
+    /// Routes a parsed request as the model it names, or as its rewrite target (the body's
+    /// `model` replaced once the pod is chosen); the model's priority applies when no header
+    /// set one.
+    fn route_model(&mut self, host: &dyn Host, request: &InferenceRequest<'_>, body_size: usize) -> Step {
+        let models = &self.worker.config.models;
+        let asked = request.model.as_deref();
+        let target = asked.and_then(|name| models.rewrite(name)).and_then(|rule| {
+            let mut random = self.worker.random.try_borrow_mut().ok()?;
+            rule.target(|total| random.below(total)).map(str::to_owned)
+        });
+        let model = target.as_deref().or(asked);
+        if self.priority.is_none() {
+            self.sheddable = model.and_then(|m| models.priorities.get(m)).is_some_and(|&p| p < 0);
+        }
+        let step = self.route_as(host, Some(request), model);
+        if let (Some(target), Some(_)) = (&target, &self.routed_to) {
+            self.worker.stats.increment(self.worker.stats.model_rewritten);
+            crate::rewrite::replace_model(host, target, body_size);
+        }
+        step
+    }
+
+    fn route_as(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>, model: Option<&str>) -> Step {
         self.finish_buffering();
         self.decided = true;
+        let model = model.or_else(|| request.and_then(|r| r.model.as_deref()));
         // With flow control, the queue decides who is shed (by TTL and eviction), not the pick.
         let sheddable = self.sheddable && !self.worker.config.flow_control.enabled;
-        let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable };
+        let prompt = Prompt {
+            request,
+            endpoint: self.endpoint,
+            session: self.session,
+            sheddable,
+            model,
+            subset: self.subset.as_deref(),
+        };
         let started_us = host.now_us();
         let outcome = decide(&self.worker, host, &prompt);
         let stats = &self.worker.stats;
@@ -326,23 +370,32 @@ impl RequestStream {
                 Step::Continue
             }
             Outcome::Shed => {
-                send_error(
+                send_dropped(
                     host,
                     429,
+                    DroppedReason::RejectedSaturated,
                     "rate_limit_exceeded",
                     "wasm-epp: every inference pod is saturated; sheddable request refused",
                 );
                 Step::Pause
             }
             Outcome::NoPod(why) => self.no_pod(host, why),
+            Outcome::UnknownModel => {
+                self.worker.stats.increment(self.worker.stats.model_unknown);
+                // vLLM's own answer for a model it does not serve, given without touching a pod.
+                let message = format!("The model `{}` does not exist.", model.unwrap_or_default());
+                send_error(host, 404, "NotFoundError", &message);
+                Step::Pause
+            }
         }
     }
 
     fn no_pod(&self, host: &dyn Host, why: NoPodReason) -> Step {
         self.worker.stats.increment(self.worker.stats.no_pod);
-        send_error(
+        send_dropped(
             host,
             503,
+            DroppedReason::RejectedNoEndpoints,
             "service_unavailable",
             &format!("wasm-epp: no inference pod available ({})", why.describe()),
         );

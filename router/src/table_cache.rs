@@ -5,6 +5,7 @@
 //! tiny shared-data read; the table itself is copied and decoded once per publish.
 
 use picker::keys;
+use picker::models::index::ModelIndex;
 use picker::pod_table::{decode_version, PodTable};
 use picker::store::SharedStore;
 
@@ -12,6 +13,8 @@ use picker::store::SharedStore;
 pub struct TableCache {
     version: Option<u64>,
     table: Option<PodTable>,
+    /// Which pods serve each model, built once per table (decisions look their model up).
+    models: ModelIndex,
     /// A table arrived whose pod list the prefix index has not been trimmed to yet.
     pods_changed: bool,
     /// The pool service's last heartbeat (host ms); `None` if it never wrote one.
@@ -54,6 +57,7 @@ impl TableCache {
                         && old.pods.iter().zip(&table.pods).all(|(a, b)| a.address == b.address)
                 });
                 self.pods_changed |= self.table.is_some() && !same_pods;
+                self.models = ModelIndex::build(&table);
                 self.table = Some(table);
                 Refresh::Updated
             }
@@ -63,6 +67,18 @@ impl TableCache {
 
     pub fn table(&self) -> Option<&PodTable> {
         self.table.as_ref()
+    }
+
+    /// A request for `model` went to table pod `pod` (see `ModelIndex::note_routed`).
+    pub fn note_routed(&mut self, model: &str, pod: usize) {
+        if let Ok(pod) = u32::try_from(pod) {
+            self.models.note_routed(model, pod);
+        }
+    }
+
+    /// The current table's model index (empty without a table).
+    pub fn models(&self) -> &ModelIndex {
+        &self.models
     }
 
     /// When the pool service last ticked, if it ever wrote a heartbeat.

@@ -86,6 +86,9 @@ pub struct Cli {
     /// Most distinct adapters in the running batch.
     #[arg(long, default_value_t = 1)]
     pub max_loras: usize,
+    /// Time to load a LoRA adapter onto the GPU (each load also evicts one when slots are full), ms.
+    #[arg(long, default_value_t = crate::config::DEFAULT_LORA_LOAD_MS)]
+    pub lora_load_ms: f64,
     /// Multiply every simulated time (0 = answer as fast as possible).
     #[arg(long, default_value_t = 1.0)]
     pub time_scale: f64,
@@ -142,6 +145,7 @@ impl Cli {
         config.max_loras = self.max_loras;
         config.role = self.role;
         config.kv_transfer_per_token_ms = self.kv_transfer_per_token_ms;
+        config.lora_load_ms = self.lora_load_ms;
         config.validate().map(|()| config)
     }
 }

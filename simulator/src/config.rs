@@ -24,6 +24,10 @@ pub const DEFAULT_KV_TRANSFER_PER_TOKEN_MS: f64 = 0.005;
 /// Most LoRA adapters one pod knows at once (flags plus runtime loads).
 pub const MAX_LORA_ADAPTERS: usize = 64;
 
+/// Time to bring an adapter onto the GPU, ms: a rank-16 adapter of a small model is tens of
+/// MB copied from host memory; a modelling choice, not a measurement (`--lora-load-ms`).
+pub const DEFAULT_LORA_LOAD_MS: f64 = 25.0;
+
 /// Which real deployment the defaults imitate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Preset {
@@ -131,12 +135,14 @@ pub struct PodConfig {
     pub lora_enabled: bool,
     /// Adapters loaded at start.
     pub lora_adapters: Vec<String>,
-    /// Most distinct adapters in the running batch.
+    /// Most distinct adapters in the running batch, and adapters resident on the GPU.
     pub max_loras: usize,
     /// Role in a prefill/decode pool (`--role`).
     pub role: crate::pd::PodRole,
     /// KV transfer time per prompt token a decode pod pulls from a prefill pod, ms.
     pub kv_transfer_per_token_ms: f64,
+    /// Simulated time to load an adapter onto the GPU, charged to the step that admits it.
+    pub lora_load_ms: f64,
 }
 
 impl PodConfig {
@@ -162,6 +168,7 @@ impl PodConfig {
             max_loras: 1,
             role: crate::pd::PodRole::Both,
             kv_transfer_per_token_ms: DEFAULT_KV_TRANSFER_PER_TOKEN_MS,
+            lora_load_ms: DEFAULT_LORA_LOAD_MS,
         }
     }
 
@@ -213,6 +220,9 @@ impl PodConfig {
                 "--kv-transfer-per-token-ms must be a finite number >= 0, got {}",
                 self.kv_transfer_per_token_ms
             ));
+        }
+        if !self.lora_load_ms.is_finite() || self.lora_load_ms < 0.0 {
+            return Err("--lora-load-ms must be a finite number >= 0".to_owned());
         }
         validate_latency(&self.latency)
     }

@@ -56,7 +56,11 @@ pub async fn replay(client: &StreamingClient, base_url: &str, jobs: Vec<Job>, co
 async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &mut Vec<Outcome>) {
     match job {
         Job::Completion { prompt, max_tokens } => {
-            let body = completion_body(&prompt, max_tokens);
+            let body = completion_body(MODEL, &prompt, max_tokens);
+            outcomes.push(client.post_streaming(&format!("{base_url}/v1/completions"), body).await);
+        }
+        Job::ForModel { model, prompt, max_tokens } => {
+            let body = completion_body(&model, &prompt, max_tokens);
             outcomes.push(client.post_streaming(&format!("{base_url}/v1/completions"), body).await);
         }
         Job::Chat { system, user_turns, think_ms, max_tokens } => {
@@ -79,9 +83,9 @@ async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &
     }
 }
 
-fn completion_body(prompt: &str, max_tokens: usize) -> String {
+fn completion_body(model: &str, prompt: &str, max_tokens: usize) -> String {
     json!({
-        "model": MODEL,
+        "model": model,
         "prompt": prompt,
         "max_tokens": max_tokens,
         "stream": true,

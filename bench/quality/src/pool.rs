@@ -38,6 +38,24 @@ impl SimulatedPool {
         Ok(Self { pods: start_pool(count, &args, dir)? })
     }
 
+    /// One pod per entry of `args` (each pod's own simulator flags), on free ports.
+    pub fn start_each(args: &[Vec<String>], dir: &Path) -> Result<Self, String> {
+        let pods = args
+            .iter()
+            .map(|flags| {
+                let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+                let port = launcher::free_port().map_err(|e| e.to_string())?;
+                Pod::start(port, &flags, dir)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Self { pods })
+    }
+
+    /// Every pod's `/sim/stats` document.
+    pub fn stats(&self) -> Result<Vec<serde_json::Value>, String> {
+        self.pods.iter().map(Pod::stats).collect()
+    }
+
     /// `ip:port` of every pod, as `x-served-by` names them.
     pub fn addresses(&self) -> Vec<String> {
         self.pods.iter().map(Pod::address).collect()

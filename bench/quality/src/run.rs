@@ -70,9 +70,10 @@ pub fn run(options: &Options) -> Result<(), String> {
             workload.request_count(),
             workload.concurrency
         );
-        let mut pod_args = workload.pod_args.clone();
-        pod_args.extend(["--time-scale".to_string(), options.time_scale.to_string()]);
-        let pool = match SimulatedPool::start(workload.pods, &pod_args, &bench.dir) {
+        let time_scale = ["--time-scale".to_string(), options.time_scale.to_string()];
+        let pod_args: Vec<Vec<String>> =
+            (0..workload.pods).map(|i| [workload.pod_args_of(i), time_scale.to_vec()].concat()).collect();
+        let pool = match SimulatedPool::start_each(&pod_args, &bench.dir) {
             Ok(pool) => pool,
             Err(reason) => {
                 eprintln!("  pool did not start: {reason}");
@@ -115,6 +116,9 @@ pub fn run(options: &Options) -> Result<(), String> {
     std::fs::write(&markdown_path, markdown(&rows, &context))
         .map_err(|e| format!("{}: {e}", markdown_path.display()))?;
     println!("\n{}", table(&rows));
+    if let Some(models_table) = crate::models::report::write(&rows, &out_dir)? {
+        println!("{models_table}");
+    }
     println!(
         "wrote {} and {} in {:.0} s",
         out_dir.join("quality.json").display(),
@@ -155,6 +159,7 @@ fn run_one(
     if crashed {
         return Err(format!("{} exited during the run; see its log under {}", target.label(), bench.dir.display()));
     }
+    let models = crate::models::is_models_workload(workload.name).then(|| crate::models::notes(pool, &replay));
     let counters = match (before, after) {
         (Ok(before), Ok(after)) => Some((before, after)),
         (Err(reason), _) | (_, Err(reason)) => {
@@ -162,7 +167,10 @@ fn run_one(
             None
         }
     };
-    Ok(summarize(workload.name.label(), target.label(), &replay, counters, &pool.addresses(), balance))
+    let (row, mut notes) =
+        summarize(workload.name.label(), target.label(), &replay, counters, &pool.addresses(), balance);
+    notes.models = models.transpose()?;
+    Ok((row, notes))
 }
 
 /// A folder per workload and target, so every Envoy and router log is kept apart.

@@ -44,6 +44,8 @@ pub struct RunNotes {
     /// Share of sampling rounds in which a pod was idle while another had requests waiting.
     pub idle_while_queued: Option<f64>,
     pub error_samples: Vec<String>,
+    /// Models workloads only: what the pods counted (see `crate::models`).
+    pub models: Option<crate::models::ModelNotes>,
 }
 
 pub fn summarize(
@@ -98,6 +100,7 @@ pub fn summarize(
         wall_s: round(wall_s, 1),
         idle_while_queued: balance.idle_while_queued_share(),
         error_samples,
+        models: None,
     };
     (row, notes)
 }

@@ -105,6 +105,8 @@ pub struct FilterConfig {
     pub debug_decision_header: bool,
     /// Prefill/decode disaggregation (see `PdConfig`); absent = every pod alike.
     pub pd: Option<super::PdConfig>,
+    /// Many models in one pool, rewrites, and the protocol's headers.
+    pub models: super::ModelsConfig,
 }
 
 impl Default for FilterConfig {
@@ -129,6 +131,7 @@ impl Default for FilterConfig {
             flow_control: super::FlowControlConfig::default(),
             debug_decision_header: false,
             pd: None,
+            models: super::ModelsConfig::default(),
         }
     }
 }
@@ -192,6 +195,7 @@ impl FilterConfig {
                 return Err("pd.prefiller_header must differ from destination_header".into());
             }
         }
+        self.models.validate()?;
         parse_pool(&self.pool)
     }
 }

@@ -5,6 +5,7 @@
 
 mod filter;
 mod flow;
+mod models;
 mod pd;
 mod peers;
 mod poller;
@@ -12,6 +13,7 @@ mod prefix;
 
 pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
 pub use flow::{FlowControlConfig, StaleMetricsPolicy, MAX_PRIORITY};
+pub use models::{ModelsConfig, UnknownModelPolicy};
 pub use pd::PdConfig;
 pub use peers::{PeerReceiverConfig, PeersConfig, DEFAULT_PEER_PATH, PEER_REPLICA_HEADER, PEER_SECRET_HEADER};
 pub use poller::PollerConfig;

@@ -28,6 +28,13 @@ pub struct PollerConfig {
     /// Prefill/decode roles of static pods by `ip:port` (`prefill`, `decode`, `both`); pods not
     /// named are `both`. A discovered pod's `llm-d.ai/role` label wins over this.
     pub roles: std::collections::BTreeMap<String, crate::role::PodRole>,
+    /// Path listing a pod's models and adapters (vLLM's OpenAI server).
+    pub models_path: String,
+    /// How often each pod's model list is fetched; 0 = never (models then come from the
+    /// metrics' labels alone). Slower than scrapes: adapters change rarely.
+    pub models_interval_ms: u64,
+    /// Model lists larger than this are refused (a list of 64 adapters is ~20 KB).
+    pub max_models_bytes: u64,
 }
 
 impl Default for PollerConfig {
@@ -44,6 +51,9 @@ impl Default for PollerConfig {
             max_metrics_bytes: 4 * 1024 * 1024,
             peers: None,
             roles: std::collections::BTreeMap::new(),
+            models_path: "/v1/models".into(),
+            models_interval_ms: 5_000,
+            max_models_bytes: 256 * 1024,
         }
     }
 }
@@ -64,6 +74,13 @@ impl PollerConfig {
             peers.validate()?;
         }
         self.role_map()?;
+        if !self.models_path.starts_with('/') {
+            return Err(format!("models_path '{}' must start with '/'", self.models_path));
+        }
+        if self.models_interval_ms != 0 {
+            check_range("models_interval_ms", self.models_interval_ms, self.poll_interval_ms, 3_600_000)?;
+        }
+        check_range("max_models_bytes", self.max_models_bytes, 1024, 16 * 1024 * 1024)?;
         let pool = parse_pool(&self.pool)?;
         // The initial pool: the static one, or empty until the first list arrives.
         match (&self.kubernetes, pool.is_empty()) {

@@ -47,6 +47,9 @@ pub struct KubernetesConfig {
     /// The pods' serving port (metrics are scraped on it too). Required with
     /// `label_selector`; with `inference_pool` it overrides the pool's target port.
     pub target_port: Option<u16>,
+    /// Several serving ports per pod (data-parallel ranks, at most 8), instead of
+    /// `target_port`: each `podIP:port` is its own endpoint with its own queue and cache.
+    pub target_ports: Vec<u16>,
     /// One full LIST of the pool per interval.
     pub relist_interval_ms: u64,
     /// Timeout of each API call.
@@ -67,6 +70,7 @@ impl Default for KubernetesConfig {
             inference_pool: None,
             inference_pool_api_version: InferencePoolApi::V1,
             target_port: None,
+            target_ports: Vec::new(),
             relist_interval_ms: 5_000,
             timeout_ms: 5_000,
             page_size: 500,
@@ -82,8 +86,8 @@ pub const MAX_SELECTOR_LEN: usize = 1024;
 /// Where the pool's pods come from, once validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PoolSource {
-    Selector { selector: String, port: u16 },
-    InferencePool { name: String, api: InferencePoolApi, port_override: Option<u16> },
+    Selector { selector: String, ports: Vec<u16> },
+    InferencePool { name: String, api: InferencePoolApi, port_override: Option<Vec<u16>> },
 }
 
 impl KubernetesConfig {
@@ -106,14 +110,23 @@ impl KubernetesConfig {
         check_range("kubernetes.timeout_ms", self.timeout_ms, 100, 60_000)?;
         check_range("kubernetes.page_size", u64::from(self.page_size), 1, 500)?;
         check_range("kubernetes.max_response_bytes", self.max_response_bytes, 64 * 1024, 64 * 1024 * 1024)?;
-        if self.target_port == Some(0) {
+        if self.target_port == Some(0) || self.target_ports.contains(&0) {
             return Err("kubernetes.target_port must not be 0".into());
         }
+        let max_ports = super::inference_pool::MAX_TARGET_PORTS;
+        if self.target_ports.len() > max_ports || (self.target_port.is_some() && !self.target_ports.is_empty()) {
+            return Err(format!("kubernetes: set target_port or up to {max_ports} target_ports, not both"));
+        }
+        let ports: Option<Vec<u16>> = match (self.target_port, self.target_ports.is_empty()) {
+            (Some(port), _) => Some(vec![port]),
+            (None, false) => Some(self.target_ports.clone()),
+            (None, true) => None,
+        };
         match (&self.label_selector, &self.inference_pool) {
             (Some(selector), None) => {
                 check_selector(selector)?;
-                let port = self.target_port.ok_or("kubernetes.target_port is required with label_selector")?;
-                Ok(PoolSource::Selector { selector: selector.trim().to_string(), port })
+                let ports = ports.ok_or("kubernetes.target_port is required with label_selector")?;
+                Ok(PoolSource::Selector { selector: selector.trim().to_string(), ports })
             }
             (None, Some(name)) => {
                 if !is_dns_subdomain(name) {
@@ -122,7 +135,7 @@ impl KubernetesConfig {
                 Ok(PoolSource::InferencePool {
                     name: name.clone(),
                     api: self.inference_pool_api_version,
-                    port_override: self.target_port,
+                    port_override: ports,
                 })
             }
             _ => Err("kubernetes: set exactly one of label_selector and inference_pool".into()),
@@ -181,7 +194,7 @@ mod tests {
     #[test]
     fn selector_mode_needs_a_port() {
         let source = parse(r#"{"namespace": "llm", "label_selector": "app=vllm", "target_port": 8000}"#).unwrap();
-        assert_eq!(source, PoolSource::Selector { selector: "app=vllm".into(), port: 8000 });
+        assert_eq!(source, PoolSource::Selector { selector: "app=vllm".into(), ports: vec![8000] });
         let error = parse(r#"{"namespace": "llm", "label_selector": "app=vllm"}"#).unwrap_err();
         assert!(error.contains("target_port"), "{error}");
     }

@@ -1,7 +1,8 @@
 //! An `InferencePool` (Gateway API Inference Extension), read for its selector and port.
 //!
 //! Two shapes exist in clusters today: `inference.networking.k8s.io/v1` keeps the labels
-//! in `spec.selector.matchLabels` and the port in `spec.targetPorts[0].number`; the older
+//! in `spec.selector.matchLabels` and the ports in `spec.targetPorts[].number` (up to 8, one per
+//! data-parallel rank, each rank its own endpoint with its own queue and cache); the older
 //! `inference.networking.x-k8s.io/v1alpha2` has `spec.selector` as a plain label map and
 //! `spec.targetPortNumber`. Both are accepted whichever API was asked, so a cluster that
 //! serves the pool under either version works.
@@ -12,6 +13,8 @@ use serde::Deserialize;
 
 /// Labels a pool may select on at most (the v1 CRD allows 64).
 pub const MAX_SELECTOR_LABELS: usize = 64;
+/// Ports per pod at most: the v1 CRD allows 8 `targetPorts` (data-parallel ranks).
+pub const MAX_TARGET_PORTS: usize = 8;
 
 #[derive(Deserialize)]
 struct InferencePool {
@@ -38,7 +41,8 @@ struct TargetPort {
 pub struct PoolSpec {
     /// `key=value,...` sorted by key: a label selector for the pod LIST.
     pub selector: String,
-    pub target_port: u16,
+    /// Every serving port of a pod (one per data-parallel rank; each is its own endpoint).
+    pub target_ports: Vec<u16>,
 }
 
 /// Parses an InferencePool object of either API version.
@@ -67,15 +71,25 @@ pub fn parse_inference_pool(body: &[u8]) -> Result<PoolSpec, String> {
         }
         pairs.push(format!("{key}={value}"));
     }
-    let port = spec
-        .target_ports
-        .and_then(|ports| ports.into_iter().next())
-        .and_then(|port| port.number)
-        .or(spec.target_port_number)
-        .ok_or("InferencePool has no target port")?;
-    let target_port =
-        u16::try_from(port).ok().filter(|p| *p != 0).ok_or(format!("InferencePool port {port} is out of range"))?;
-    Ok(PoolSpec { selector: pairs.join(","), target_port })
+    let numbers: Vec<i64> = match spec.target_ports {
+        Some(ports) if !ports.is_empty() => ports.iter().map(|port| port.number.unwrap_or(0)).collect(),
+        _ => spec.target_port_number.into_iter().collect(),
+    };
+    if numbers.is_empty() {
+        return Err("InferencePool has no target port".into());
+    }
+    if numbers.len() > MAX_TARGET_PORTS {
+        return Err(format!("InferencePool has more than {MAX_TARGET_PORTS} target ports"));
+    }
+    let mut target_ports = Vec::with_capacity(numbers.len());
+    for port in numbers {
+        let port =
+            u16::try_from(port).ok().filter(|p| *p != 0).ok_or(format!("InferencePool port {port} is out of range"))?;
+        if !target_ports.contains(&port) {
+            target_ports.push(port);
+        }
+    }
+    Ok(PoolSpec { selector: pairs.join(","), target_ports })
 }
 
 // Label syntax is checked so a value cannot smuggle selector operators (`,`, `!`, `in`).
@@ -126,12 +140,17 @@ mod tests {
     fn reads_both_api_versions() {
         assert_eq!(
             parse_inference_pool(V1.as_bytes()).unwrap(),
-            PoolSpec { selector: "app=vllm-qwen,app.kubernetes.io/part-of=llm".into(), target_port: 8000 }
+            PoolSpec { selector: "app=vllm-qwen,app.kubernetes.io/part-of=llm".into(), target_ports: vec![8000] }
         );
         assert_eq!(
             parse_inference_pool(V1ALPHA2.as_bytes()).unwrap(),
-            PoolSpec { selector: "app=vllm-qwen".into(), target_port: 8001 }
+            PoolSpec { selector: "app=vllm-qwen".into(), target_ports: vec![8001] }
         );
+        let ranks = V1.replace(r#"[{"number": 8000}]"#, r#"[{"number": 8000}, {"number": 8001}, {"number": 8000}]"#);
+        assert_eq!(parse_inference_pool(ranks.as_bytes()).unwrap().target_ports, [8000, 8001], "one per rank");
+        let nine: Vec<String> = (0..9).map(|i| format!(r#"{{"number": {}}}"#, 8000 + i)).collect();
+        let too_many = V1.replace(r#"[{"number": 8000}]"#, &format!("[{}]", nine.join(",")));
+        assert!(parse_inference_pool(too_many.as_bytes()).unwrap_err().contains("8 target ports"));
     }
 
     #[test]

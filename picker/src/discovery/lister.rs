@@ -64,7 +64,7 @@ pub enum Progress {
 
 struct ListInProgress {
     selector: String,
-    port: u16,
+    ports: Vec<u16>,
     continue_token: Option<String>,
     /// `resourceVersion` of the first page: the snapshot every page belongs to.
     snapshot: Option<String>,
@@ -76,10 +76,10 @@ struct ListInProgress {
 }
 
 impl ListInProgress {
-    fn new(selector: String, port: u16, restarts: u32) -> Self {
+    fn new(selector: String, ports: Vec<u16>, restarts: u32) -> Self {
         Self {
             selector,
-            port,
+            ports,
             continue_token: None,
             snapshot: None,
             ready: Vec::new(),
@@ -106,7 +106,7 @@ struct InFlight {
 struct Snapshot {
     resource_version: String,
     selector: String,
-    port: u16,
+    ports: Vec<u16>,
 }
 
 pub struct PoolDiscovery {
@@ -177,7 +177,9 @@ impl PoolDiscovery {
         }
         self.cycle_started_ms = now_ms;
         let step = match &self.source {
-            PoolSource::Selector { selector, port } => Step::Pods(ListInProgress::new(selector.clone(), *port, 0)),
+            PoolSource::Selector { selector, ports } => {
+                Step::Pods(ListInProgress::new(selector.clone(), ports.clone(), 0))
+            }
             PoolSource::InferencePool { .. } => Step::InferencePool,
         };
         self.begin(step, now_ms)
@@ -223,7 +225,7 @@ impl PoolDiscovery {
                 if list.restarts >= MAX_LIST_RESTARTS {
                     return self.fail(DiscoveryError::Expired);
                 }
-                let restarted = ListInProgress::new(list.selector, list.port, list.restarts.saturating_add(1));
+                let restarted = ListInProgress::new(list.selector, list.ports, list.restarts.saturating_add(1));
                 self.begin(Step::Pods(restarted), now_ms)
             }
             _ => self.fail(DiscoveryError::from_status(status)),
@@ -235,15 +237,15 @@ impl PoolDiscovery {
             Ok(spec) => spec,
             Err(reason) => return self.fail(DiscoveryError::Invalid(reason)),
         };
-        let port = match &self.source {
-            PoolSource::InferencePool { port_override: Some(port), .. } => *port,
-            _ => spec.target_port,
+        let ports = match &self.source {
+            PoolSource::InferencePool { port_override: Some(ports), .. } => ports.clone(),
+            _ => spec.target_ports,
         };
-        self.begin(Step::Pods(ListInProgress::new(spec.selector, port, 0)), now_ms)
+        self.begin(Step::Pods(ListInProgress::new(spec.selector, ports, 0)), now_ms)
     }
 
     fn on_page(&mut self, mut list: ListInProgress, body: &[u8], now_ms: u64) -> Progress {
-        let page = match parse_pod_page(body, list.port) {
+        let page = match parse_pod_page(body, &list.ports) {
             Ok(page) => page,
             Err(reason) => return self.fail(DiscoveryError::Invalid(reason)),
         };
@@ -251,7 +253,7 @@ impl PoolDiscovery {
             let snapshot = Snapshot {
                 resource_version: page.resource_version.clone(),
                 selector: list.selector.clone(),
-                port: list.port,
+                ports: list.ports.clone(),
             };
             if !snapshot.resource_version.is_empty() && self.last_snapshot.as_ref() == Some(&snapshot) {
                 return self.finish_unchanged();
@@ -300,7 +302,7 @@ impl PoolDiscovery {
         self.last_snapshot = list.snapshot.filter(|rv| !rv.is_empty()).map(|resource_version| Snapshot {
             resource_version,
             selector: list.selector,
-            port: list.port,
+            ports: list.ports,
         });
         self.end_cycle();
         self.health.success();

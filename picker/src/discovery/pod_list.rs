@@ -84,18 +84,22 @@ pub struct PodPage {
     pub roles: Vec<(PodAddress, PodRole)>,
 }
 
-/// Parses one `PodList` page; `port` is the pool's serving port.
-pub fn parse_pod_page(body: &[u8], port: u16) -> Result<PodPage, String> {
+/// Parses one `PodList` page; `ports` are the pool's serving ports (one endpoint per ready pod
+/// and port: data-parallel ranks).
+pub fn parse_pod_page(body: &[u8], ports: &[u16]) -> Result<PodPage, String> {
     let list: PodList<'_> = serde_json::from_slice(body).map_err(|e| format!("pod list does not parse: {e}"))?;
     let items = list.items.ok_or("pod list has no items array")?;
     let mut ready = Vec::with_capacity(items.len());
     let mut roles = Vec::new();
     for pod in &items {
-        let Some(address) = ready_address(pod, port) else { continue };
-        if let Some(role) = pod.metadata.labels.role.as_deref().and_then(PodRole::from_label) {
-            roles.push((address.clone(), role));
+        let role = pod.metadata.labels.role.as_deref().and_then(PodRole::from_label);
+        // One endpoint per data-parallel rank (target port), each with the pod's role.
+        for address in ports.iter().filter_map(|&port| ready_address(pod, port)) {
+            if let Some(role) = role {
+                roles.push((address.clone(), role));
+            }
+            ready.push(address);
         }
-        ready.push(address);
     }
     Ok(PodPage {
         roles,
@@ -195,10 +199,13 @@ mod tests {
             "884300",
             None,
         );
-        let page = parse_pod_page(&body, 8000).unwrap();
+        let page = parse_pod_page(&body, &[8000]).unwrap();
         let ready: Vec<&str> = page.ready.iter().map(PodAddress::as_str).collect();
         assert_eq!(ready, ["10.244.3.17:8000", "[fd00::7]:8000"]);
         assert_eq!((page.items, page.resource_version.as_str(), page.continue_token), (5, "884300", None));
+        let ranks = parse_pod_page(&body, &[8000, 8001]).unwrap();
+        let ready: Vec<&str> = ranks.ready.iter().map(PodAddress::as_str).collect();
+        assert_eq!(ready, ["10.244.3.17:8000", "10.244.3.17:8001", "[fd00::7]:8000", "[fd00::7]:8001"]);
     }
 
     #[test]
@@ -212,7 +219,7 @@ mod tests {
             "7",
             None,
         );
-        let page = parse_pod_page(&body, 80).unwrap();
+        let page = parse_pod_page(&body, &[80]).unwrap();
         assert_eq!(page.ready.len(), 3, "an unknown role is still a pod");
         let roles: Vec<(&str, PodRole)> = page.roles.iter().map(|(a, r)| (a.as_str(), *r)).collect();
         assert_eq!(roles, [("10.0.0.1:80", PodRole::Prefill), ("10.0.0.2:80", PodRole::Decode)]);
@@ -221,22 +228,22 @@ mod tests {
     #[test]
     fn reads_the_continue_token() {
         let body = list(&[variant("10.0.0.1", "True", false)], "12", Some("eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"));
-        let page = parse_pod_page(&body, 80).unwrap();
+        let page = parse_pod_page(&body, &[80]).unwrap();
         assert_eq!(page.continue_token.as_deref(), Some("eyJ2IjoibWV0YS5rOHMuaW8vdjEifQ"));
         let empty_continue = br#"{"metadata": {"resourceVersion": "1", "continue": ""}, "items": []}"#;
-        assert_eq!(parse_pod_page(empty_continue, 80).unwrap().continue_token, None);
+        assert_eq!(parse_pod_page(empty_continue, &[80]).unwrap().continue_token, None);
     }
 
     #[test]
     fn garbage_is_an_error() {
-        assert!(parse_pod_page(b"<html>502 Bad Gateway</html>", 80).is_err());
-        assert!(parse_pod_page(br#"{"kind": "Status", "status": "Failure", "code": 500}"#, 80).is_err());
-        assert!(parse_pod_page(br#"{"items": [{"status": {"podIP": 7}}]}"#, 80).is_err());
+        assert!(parse_pod_page(b"<html>502 Bad Gateway</html>", &[80]).is_err());
+        assert!(parse_pod_page(br#"{"kind": "Status", "status": "Failure", "code": 500}"#, &[80]).is_err());
+        assert!(parse_pod_page(br#"{"items": [{"status": {"podIP": 7}}]}"#, &[80]).is_err());
     }
 
     #[test]
     fn strange_ips_never_become_addresses() {
         let pod = variant("evil.example.com", "True", false);
-        assert!(parse_pod_page(&list(&[pod], "1", None), 80).unwrap().ready.is_empty());
+        assert!(parse_pod_page(&list(&[pod], "1", None), &[80]).unwrap().ready.is_empty());
     }
 }

@@ -16,7 +16,12 @@ pub const MAX_EXPLAINED_CANDIDATES: usize = 16;
 /// [`MAX_EXPLAINED_CANDIDATES`].
 pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<(String, f64)> {
     let candidates: Vec<Candidate<'_>> = match view.table {
-        Some(table) if !table.pods.is_empty() => table_candidates(view, table),
+        // The pods that serve the request's model (every pod, if none would).
+        Some(table) if !table.pods.is_empty() => {
+            let eligible =
+                super::eligible_pods(view, table).unwrap_or_else(|_| (0..table.pods.len()).map(|i| (i, 0)).collect());
+            table_candidates(view, table, &eligible)
+        }
         _ => view
             .fallback_pool
             .iter()
@@ -72,6 +77,7 @@ mod tests {
             prefix: None,
             now_ms: 1_000,
             stale_after_ms: 5_000,
+            models: crate::route::ModelQuery::default(),
         };
         let scores = candidate_scores(&view, &crate::config::FilterConfig::default().policy());
         assert_eq!(scores.len(), MAX_EXPLAINED_CANDIDATES);

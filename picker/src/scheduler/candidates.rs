@@ -20,6 +20,9 @@ pub struct Candidate<'a> {
     pub session_match: bool,
     /// When this worker last picked the pod (a pick counter; 0 = never). Spreads cold requests.
     pub last_picked: u64,
+    /// LoRA affinity tier for the request's adapter, 0 best (see [`crate::models::affinity`]);
+    /// 0 for every pod when the request names no adapter.
+    pub lora_tier: u8,
 }
 
 impl<'a> Candidate<'a> {
@@ -35,6 +38,7 @@ impl<'a> Candidate<'a> {
             prefix_match: 0.0,
             session_match: false,
             last_picked: 0,
+            lora_tier: 0,
         }
     }
 }

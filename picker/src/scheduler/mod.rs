@@ -1,7 +1,9 @@
 //! Filter → Score → Pick, as in llm-d's scheduler.
 //!
 //! Filters: keep the pods whose data is trustworthy (healthy and fresh); leave out pods whose
-//! queue is full while any other remains; then, "sticky until saturated", keep the pods this
+//! queue is full while any other remains; keep the best LoRA tier (adapter resident, then a
+//! free adapter slot, then the rest: [`crate::models::affinity`]; a swap is never chosen while
+//! a pod holding the adapter exists, saturated or not); then, "sticky until saturated", keep the pods this
 //! request has affinity to (its session's pod, or pods holding at least `affinity_threshold`
 //! of its prefix) if any of them is left. When every queue is full, affinity and the prefix
 //! scorer step aside and load alone decides: no pod should idle while another queues. Each
@@ -22,6 +24,7 @@ pub use candidates::{Candidate, ColdPlacement, Policy};
 pub use scorers::{InflightScorer, KvCacheScorer, PrefixScorer, QueueScorer, Scorer};
 
 use crate::config::ScorerWeights;
+use crate::models::affinity::{TIER_RESIDENT, TIER_SWAP};
 use crate::random::TieBreaker;
 
 /// Scores within this distance of the best count as a tie.
@@ -74,6 +77,18 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     if open.is_empty() {
         return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false };
     }
+    // LoRA affinity: the best adapter tier among pods that can take the request. A hot
+    // adapter spreads to a free adapter slot once its pods' queues are full, but never to a
+    // pod that must evict another adapter while a pod holding it exists: it queues there
+    // (load decides among those), since a swap costs a load now and another one later.
+    let best_tier = open.iter().filter_map(|&i| candidates.get(i)).map(|c| c.lora_tier).min().unwrap_or(0);
+    let held_by: Vec<usize> =
+        usable.iter().copied().filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier == TIER_RESIDENT)).collect();
+    if best_tier >= TIER_SWAP && !held_by.is_empty() {
+        return Filtered { indices: held_by, fail_open: false, pool_busy: true, affinity: true };
+    }
+    let open: Vec<usize> =
+        open.into_iter().filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier == best_tier)).collect();
     let having = |keep: &dyn Fn(&Candidate<'_>) -> bool| -> Vec<usize> {
         open.iter().copied().filter(|&i| candidates.get(i).is_some_and(keep)).collect()
     };

@@ -198,7 +198,17 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         return;
     }
     let request = parse_request(&held.body, held.endpoint).ok();
-    let prompt = Prompt { request: request.as_ref(), endpoint: held.endpoint, session: held.session, sheddable: false };
+    // The request's own model still filters the pods; a rewrite or a subset hint is not
+    // applied to a request that waited (docs/configuration.md, "Flow control").
+    let model = request.as_ref().and_then(|r| r.model.as_deref());
+    let prompt = Prompt {
+        request: request.as_ref(),
+        endpoint: held.endpoint,
+        session: held.session,
+        sheddable: false,
+        model,
+        subset: None,
+    };
     match decide(worker, host, &prompt) {
         Outcome::Routed { address, destination, explain: _, prefiller } => {
             // A released request's stream is not at hand here to hold the prefill pod's
@@ -218,7 +228,9 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
                 log::warn!("wasm-epp: cannot resume a released request: {error}");
             }
         }
-        Outcome::Shed | Outcome::NoPod(_) => answer(worker, host, left, DropReason::NoRoute, true),
+        Outcome::Shed | Outcome::NoPod(_) | Outcome::UnknownModel => {
+            answer(worker, host, left, DropReason::NoRoute, true)
+        }
     }
 }
 

@@ -12,7 +12,9 @@
 //!   (cached tokens are never computed: prefill starts after the hit);
 //! - the head of the queue waits, and blocks everyone behind it, while the free KV blocks cannot
 //!   hold its uncached prompt (KV pressure); a request for a LoRA adapter that is not running is
-//!   skipped (not blocking) while `max_loras` distinct adapters are running;
+//!   skipped (not blocking) while `max_loras` distinct adapters are running; admitting a request
+//!   whose adapter is not resident on the GPU loads it (evicting the least recently used idle
+//!   one, see [`LoraSlots`]), and the step pays the load time;
 //! - on admission, `queries += prompt tokens` and `hits += cached tokens` (preempted requests are
 //!   counted apart, as vLLM does, so they do not inflate the hit rate);
 //! - a decode that needs a new block when none is free preempts the request that needs it: its
@@ -30,8 +32,10 @@ use crate::kv_cache::block_pool::BlockId;
 use crate::kv_cache::KvCacheManager;
 
 mod kv_import;
+mod lora_slots;
 mod step;
 mod types;
+pub use lora_slots::{LoraSlots, SlotUse};
 pub use types::{Admission, NewRequest, PrefixCacheStats, RequestId, ScheduledChunk, StepOutput, StepPlan, StepWork};
 
 /// One request inside the engine, waiting or running.
@@ -71,6 +75,8 @@ pub struct Engine {
     running: Vec<Sequence>,
     max_num_seqs: usize,
     max_loras: usize,
+    /// Adapters resident on the GPU (at most `max_loras`), loaded and evicted on admission.
+    lora_slots: LoraSlots,
     prefix_stats: PrefixCacheStats,
     num_preemptions: u64,
 }
@@ -84,6 +90,7 @@ impl Engine {
             running: Vec::new(),
             max_num_seqs: max_num_seqs.max(1),
             max_loras: max_loras.max(1),
+            lora_slots: LoraSlots::new(max_loras),
             prefix_stats: PrefixCacheStats::default(),
             num_preemptions: 0,
         }
@@ -194,6 +201,16 @@ impl Engine {
     pub fn waiting_loras(&self) -> Vec<String> {
         let names: BTreeSet<&String> = self.waiting.iter().filter_map(|r| r.lora.as_ref()).collect();
         names.into_iter().cloned().collect()
+    }
+
+    /// The GPU's adapter slots (resident adapters, loads, evictions).
+    pub fn lora_slots(&self) -> &LoraSlots {
+        &self.lora_slots
+    }
+
+    /// Forgets an adapter the server unloaded.
+    pub fn forget_lora(&mut self, adapter: &str) {
+        self.lora_slots.forget(adapter);
     }
 
     /// The KV cache, read-only.

@@ -90,6 +90,11 @@ impl Engine {
             let Some(mut sequence) = self.waiting.pop_front() else { break };
             self.record_lookup(&sequence, hit.tokens);
             if let Some(lora) = &sequence.lora {
+                // Fewer than `max_loras` adapters run (checked above), so a slot is free or idle.
+                let in_use = |name: &str| running_loras.contains(name);
+                if self.lora_slots.acquire(lora, &in_use) == Some(super::SlotUse::Loaded) {
+                    plan.adapter_loads += 1;
+                }
                 running_loras.insert(lora.clone());
             }
             sequence.blocks = blocks;

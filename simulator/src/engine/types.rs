@@ -53,6 +53,8 @@ pub struct StepPlan {
     pub admitted: Vec<Admission>,
     /// Requests preempted by this step (back at the head of the waiting queue).
     pub preempted: Vec<RequestId>,
+    /// LoRA adapters this step loads onto the GPU (each costs `lora_load_ms`).
+    pub adapter_loads: usize,
 }
 
 /// The work of a step, as the latency model charges it.
@@ -66,6 +68,8 @@ pub struct StepWork {
     pub cached_tokens: usize,
     /// Sum over scheduled sequences of the context they attend over.
     pub context_tokens: usize,
+    /// LoRA adapters loaded onto the GPU before the step can run.
+    pub adapter_loads: usize,
 }
 
 impl StepPlan {
@@ -83,6 +87,7 @@ impl StepPlan {
     pub fn work(&self) -> StepWork {
         let mut work = StepWork {
             cached_tokens: self.admitted.iter().map(|admission| admission.cached_tokens).sum(),
+            adapter_loads: self.adapter_loads,
             ..StepWork::default()
         };
         for chunk in &self.chunks {

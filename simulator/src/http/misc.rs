@@ -113,7 +113,10 @@ pub fn load_lora(pod: &Arc<Pod>, body: &Bytes) -> Result<Response<SimBody>, ApiE
 pub fn unload_lora(pod: &Arc<Pod>, body: &Bytes) -> Result<Response<SimBody>, ApiError> {
     let request: LoraRequest =
         serde_json::from_slice(body).map_err(|error| ApiError::bad_request(error.to_string()))?;
-    pod.lock().lora.unload(&request.lora_name)?;
+    let mut state = pod.lock();
+    state.lora.unload(&request.lora_name)?;
+    state.engine.forget_lora(&request.lora_name);
+    drop(state);
     let message = format!("Success: LoRA adapter '{}' removed successfully.", request.lora_name);
     Ok(full_response(200, "text/plain; charset=utf-8", message))
 }

@@ -67,7 +67,15 @@ async fn generate(
     arrival: Instant,
     remote: Option<RemotePrefill<'_>>,
 ) -> Result<Response<SimBody>, ApiError> {
-    let adapter = pod.lock().lora.resolve(options.model.as_deref())?;
+    let adapter = {
+        let mut state = pod.lock();
+        let resolved = state.lora.resolve(options.model.as_deref());
+        if resolved.is_err() {
+            // Counted so a benchmark can read how many requests reached a pod lacking their model.
+            state.model_not_found += 1;
+        }
+        resolved?
+    };
     let max_tokens = prompts
         .iter()
         .map(|prompt| output_length(pod, prompt.len(), options.max_tokens))

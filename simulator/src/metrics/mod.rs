@@ -137,6 +137,23 @@ pub struct MetricsSnapshot {
     pub num_gpu_blocks: usize,
     /// `Some(max_loras)` when LoRA is enabled (then `vllm:lora_requests_info` is shown).
     pub max_loras: Option<usize>,
+    /// Adapters known and resident on the GPU, with load counters.
+    pub lora: LoraResidency,
+    /// Requests answered 404 for a model this pod does not serve.
+    pub model_not_found: u64,
+}
+
+/// Which adapters a pod knows and which sit on its GPU (`vllm:lora_adapter_loaded`).
+#[derive(Debug, Clone, Default)]
+pub struct LoraResidency {
+    /// Every adapter the server can serve (command line and runtime loads), sorted.
+    pub registered: Vec<String>,
+    /// Adapters on the GPU now (at most `max_loras`).
+    pub resident: Vec<String>,
+    /// GPU loads since start.
+    pub loads: u64,
+    /// Evictions (swaps) since start.
+    pub evictions: u64,
 }
 
 impl MetricsSnapshot {

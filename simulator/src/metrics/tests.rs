@@ -26,6 +26,13 @@ fn snapshot(style: MetricsStyle) -> MetricsSnapshot {
         block_size: 16,
         num_gpu_blocks: 1000,
         max_loras: Some(2),
+        lora: LoraResidency {
+            registered: vec!["a".to_owned(), "b".to_owned()],
+            resident: vec!["a".to_owned()],
+            loads: 3,
+            evictions: 1,
+        },
+        model_not_found: 4,
     }
 }
 
@@ -90,6 +97,10 @@ fn vllm_style_has_v1_names_types_and_labels() {
         ("vllm:e2e_request_latency_seconds_sum", 2.0),
         ("vllm:cache_config_info", 1.0),
         ("vllm:lora_requests_info", 1_700_000_100.0),
+        ("vllm:max_gpu_lora_adapters", 2.0),
+        ("vllm_sim:lora_adapter_loads_total", 3.0),
+        ("vllm_sim:lora_adapter_evictions_total", 1.0),
+        ("vllm_sim:model_not_found_total", 4.0),
     ] {
         assert_eq!(value_of(&samples, name), expected, "{name}");
     }
@@ -106,6 +117,12 @@ fn vllm_style_has_v1_names_types_and_labels() {
     assert_eq!(lora.1.get("max_lora").map(String::as_str), Some("2"));
     assert_eq!(lora.1.get("running_lora_adapters").map(String::as_str), Some("a"));
     assert_eq!(lora.1.get("waiting_lora_adapters").map(String::as_str), Some(""));
+    let levels: Vec<(&str, &str)> = samples
+        .iter()
+        .filter(|(name, _, _)| name == "vllm:lora_adapter_loaded")
+        .map(|(_, labels, _)| (labels["lora_name"].as_str(), labels["level"].as_str()))
+        .collect();
+    assert_eq!(levels, [("a", "gpu"), ("b", "cpu")], "resident on the GPU, or known only");
     let success = samples
         .iter()
         .find(|(name, labels, _)| name == "vllm:request_success_total" && labels["finished_reason"] == "length")

@@ -94,6 +94,8 @@ pub fn render(snapshot: &MetricsSnapshot, legacy: bool) -> String {
     );
     write_cache_config_info(&mut writer, snapshot);
     write_lora_info(&mut writer, snapshot);
+    write_lora_residency(&mut writer, snapshot);
+    write_model_not_found(&mut writer, snapshot);
     writer.finish()
 }
 
@@ -143,4 +145,44 @@ fn write_lora_info(writer: &mut PromWriter, snapshot: &MetricsSnapshot) {
         ];
         writer.sample(name, &labels, series.timestamp);
     }
+}
+
+/// vLLM's newer residency metrics: one `vllm:lora_adapter_loaded` series per known adapter,
+/// `level="gpu"` when resident on the GPU and `level="cpu"` otherwise, and the slot count;
+/// then the simulator's own load and eviction counters (vLLM has none).
+fn write_lora_residency(writer: &mut PromWriter, snapshot: &MetricsSnapshot) {
+    let Some(max_loras) = snapshot.max_loras else { return };
+    let model = snapshot.model.as_str();
+    let name = "vllm:lora_adapter_loaded";
+    writer.family(name, MetricKind::Gauge, "LoRA adapters loaded, by where they are held.");
+    let lora = &snapshot.lora;
+    for adapter in &lora.registered {
+        let level = if lora.resident.contains(adapter) { "gpu" } else { "cpu" };
+        writer.sample(name, &[("model_name", model), ("lora_name", adapter.as_str()), ("level", level)], 1.0);
+    }
+    let labels = [("model_name", model)];
+    writer.gauge("vllm:max_gpu_lora_adapters", "Most LoRA adapters held on the GPU.", &labels, max_loras as f64);
+    let created = snapshot.metrics.created_unix;
+    writer.counter(
+        "vllm_sim:lora_adapter_loads",
+        "LoRA adapters loaded onto the GPU.",
+        &labels,
+        lora.loads as f64,
+        created,
+    );
+    writer.counter(
+        "vllm_sim:lora_adapter_evictions",
+        "LoRA adapters evicted from the GPU to load another.",
+        &labels,
+        lora.evictions as f64,
+        created,
+    );
+}
+
+/// Requests that named a model this pod does not serve (answered 404); the simulator's own.
+fn write_model_not_found(writer: &mut PromWriter, snapshot: &MetricsSnapshot) {
+    let labels = [("model_name", snapshot.model.as_str())];
+    let count = snapshot.model_not_found as f64;
+    let help = "Requests answered 404 because their model is not served here.";
+    writer.counter("vllm_sim:model_not_found", help, &labels, count, snapshot.metrics.created_unix);
 }

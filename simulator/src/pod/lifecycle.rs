@@ -14,7 +14,7 @@ use super::{Pod, Ticket};
 use crate::api::errors::ApiError;
 use crate::engine::{NewRequest, RequestId};
 use crate::faults::GarbageMode;
-use crate::metrics::{FinishReason, MetricsSnapshot};
+use crate::metrics::{FinishReason, LoraResidency, MetricsSnapshot};
 
 /// Longest a request stays parked by the `hang` fault before it fails with 503.
 pub const MAX_HANG: Duration = Duration::from_secs(600);
@@ -113,6 +113,13 @@ impl Pod {
                 block_size: self.config.block_size,
                 num_gpu_blocks: self.config.num_gpu_blocks,
                 max_loras: state.lora.enabled().then_some(self.config.max_loras),
+                lora: LoraResidency {
+                    registered: state.lora.adapters().map(|(name, _)| name.clone()).collect(),
+                    resident: state.engine.lora_slots().resident().to_vec(),
+                    loads: state.engine.lora_slots().loads(),
+                    evictions: state.engine.lora_slots().evictions(),
+                },
+                model_not_found: state.model_not_found,
             }
         };
         snapshot.waiting = faults.report.waiting.unwrap_or(snapshot.waiting);
@@ -150,6 +157,10 @@ impl Pod {
             "generation_tokens": state.metrics.generation_tokens,
             "requests_finished": {"length": length, "stop": stop, "abort": abort},
             "rejected_overload": state.rejected_overload,
+            "model_not_found": state.model_not_found,
+            "lora_adapter_loads": state.engine.lora_slots().loads(),
+            "lora_adapter_evictions": state.engine.lora_slots().evictions(),
+            "lora_resident": state.engine.lora_slots().resident(),
             "max_num_batched_tokens": self.config.max_num_batched_tokens,
             "steps": state.step_counters.to_json(),
             "endpoints": state.stats.to_json(),

@@ -58,6 +58,8 @@ pub struct PodState {
     pub restarts: u64,
     /// What the P/D sidecar did.
     pub pd: crate::pd::PdCounters,
+    /// Inference requests answered 404 because they named a model this pod does not serve.
+    pub model_not_found: u64,
 }
 
 /// A submitted request: its id and the engine's events about it.
@@ -186,5 +188,6 @@ fn fresh_state(config: &PodConfig, restarts: u64) -> PodState {
         lora: LoraRegistry::new(lora_enabled, &config.model, &config.lora_adapters),
         restarts,
         pd: crate::pd::PdCounters::default(),
+        model_not_found: 0,
     }
 }

@@ -129,7 +129,8 @@ impl Pod {
         }
         let latency = &self.config.latency;
         let work = plan.work();
-        let duration = latency.to_delay(state.step_jitter.apply(latency.step_ms(&work)));
+        let load_ms = self.config.lora_load_ms * work.adapter_loads as f64;
+        let duration = latency.to_delay(state.step_jitter.apply(latency.step_ms(&work) + load_ms));
         state.step_counters.record(plan.num_batched_tokens(), &work, duration);
         state.step = Some(InFlightStep { plan, ends_at: starts_at + duration });
     }

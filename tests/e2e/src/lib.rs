@@ -9,6 +9,7 @@
 pub mod h2;
 pub mod header_fuzz;
 pub mod hostile;
+pub mod models;
 pub mod pd;
 pub mod prometheus;
 pub mod replicas;

@@ -160,6 +160,39 @@ fn bench_steps(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), St
     Ok(())
 }
 
+/// Issue 15's budget: the decision with model filtering and LoRA tiers on 64 pods serving 32
+/// adapters each, against the same decision with no model asked (today's path), same prompt.
+fn bench_models(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
+    let mut group = c.benchmark_group("decision_models");
+    let cases = [
+        ("completions/1KB/64pods/no_model", Case::new(Endpoint::Completions, 1, 64)?),
+        ("completions/1KB/64pods/32adapters", Case::with_adapters(Endpoint::Completions, 1, 64, 32)?),
+    ];
+    for (id, case) in cases {
+        if case.decide().is_none() {
+            return Err(format!("decision_models {id} chose nothing"));
+        }
+        let mut settle = || case.settle_decision();
+        let mut decide = || {
+            black_box(case.decide());
+        };
+        let allocations = allocations_between(&mut settle, &mut decide);
+        group.bench_function(BenchmarkId::from_parameter(id), |b| time_between(b, &mut settle, &mut decide));
+        case.settle_decision();
+        measured.push(Measured { group: "decision_models", id: id.to_owned(), allocations });
+    }
+    // Once per published table and worker (about 10 per second), not per decision.
+    let table = bench_cost::native::adapter_table(64, 32)?;
+    let mut build = || {
+        black_box(picker::models::index::ModelIndex::build(&table));
+    };
+    let allocations = allocations_of(&mut build);
+    group.bench_function("model_index_build/64pods/32adapters", |b| b.iter(&mut build));
+    measured.push(Measured { group: "decision_models", id: "model_index_build/64pods/32adapters".into(), allocations });
+    group.finish();
+    Ok(())
+}
+
 fn summarise(measured: &[Measured], since: SystemTime) -> Result<(), String> {
     let mut results = Results::default();
     println!("\nnative decision cost (median from criterion, allocations of one call):");
@@ -187,7 +220,8 @@ fn main() {
         .sample_size(30)
         .configure_from_args();
     let mut measured = Vec::new();
-    let outcome = bench_decisions(&mut criterion, &mut measured)
+    let outcome = bench_models(&mut criterion, &mut measured)
+        .and_then(|()| bench_decisions(&mut criterion, &mut measured))
         .and_then(|()| bench_filter_path(&mut criterion, &mut measured))
         .and_then(|()| bench_steps(&mut criterion, &mut measured));
     criterion.final_summary();

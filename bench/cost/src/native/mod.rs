@@ -33,6 +33,21 @@ mod state;
 use state::{count_inflight, warm_prefix, FILTER_CONFIG, PICKS_PER_SYNC, WORKER_SEED};
 pub use state::{pod_address, pod_table, publish, BLOCK_SIZE, NOW_MS, POD_CAPACITY_BLOCKS, WARM_INDEX_ENTRIES};
 
+/// [`pod_table`] (one version later) where every pod serves the base model and `adapters`
+/// adapters, two of them resident and running (pod `i` holds adapters `i` and `i + 1`).
+pub fn adapter_table(pods: usize, adapters: usize) -> Result<picker::pod_table::PodTable, String> {
+    let mut table = pod_table(pods)?;
+    table.version += 1;
+    for (i, pod) in table.pods.iter_mut().enumerate() {
+        pod.models = vec![crate::workload::MODEL.to_owned()];
+        pod.adapters = (0..adapters).map(|a| format!("adapter-{a}")).collect();
+        pod.max_loras = 2;
+        pod.resident_loras = (0..2).map(|k| format!("adapter-{}", (i + k) % adapters.max(1))).collect();
+        pod.running_loras = pod.resident_loras.clone();
+    }
+    Ok(table)
+}
+
 /// One benchmark case: a configured worker on a mock host, and the request it serves.
 pub struct Case {
     pub host: MockHost,
@@ -45,6 +60,8 @@ pub struct Case {
     /// The pod the last [`Case::decide`] counted in flight, not yet released.
     unreleased: RefCell<Option<PodAddress>>,
     requests: Cell<u32>,
+    /// The model the decision asks for (`None`: any pod; see [`Case::with_adapters`]).
+    pub model: Option<String>,
 }
 
 impl Case {
@@ -81,8 +98,20 @@ impl Case {
             headers,
             unreleased: RefCell::new(None),
             requests: Cell::new(0),
+            model: None,
         };
         case.next_request();
+        Ok(case)
+    }
+
+    /// [`Case::new`] on a pool where every pod serves the base model and `adapters` LoRA
+    /// adapters, two of them resident, and the decision asks for one adapter: the model filter
+    /// and the LoRA tiers run on every pod.
+    pub fn with_adapters(endpoint: Endpoint, prompt_kb: usize, pods: usize, adapters: usize) -> Result<Self, String> {
+        let mut case = Self::new(endpoint, prompt_kb, pods)?;
+        publish(&case.host, &adapter_table(pods, adapters)?)?;
+        tick::on_tick(&case.worker, &case.host);
+        case.model = Some(format!("adapter-{}", adapters.saturating_sub(1)));
         Ok(case)
     }
 
@@ -121,7 +150,14 @@ impl Case {
     /// choose, record the pick, count it in flight). Call [`Case::settle_decision`] after each.
     pub fn decide(&self) -> Option<PodAddress> {
         let request = parse_request(self.body.as_bytes(), self.endpoint).ok()?;
-        let prompt = Prompt { request: Some(&request), endpoint: self.endpoint, session: None, sheddable: false };
+        let prompt = Prompt {
+            request: Some(&request),
+            endpoint: self.endpoint,
+            session: None,
+            sheddable: false,
+            model: self.model.as_deref(),
+            subset: None,
+        };
         let Outcome::Routed { address, .. } = decide(&self.worker, &self.host, &prompt) else { return None };
         self.unreleased.replace(Some(address.clone()));
         Some(address)
@@ -170,6 +206,7 @@ impl Case {
             }),
             now_ms: NOW_MS,
             stale_after_ms: self.worker.config.stale_after_ms,
+            models: picker::route::ModelQuery { model: self.model.as_deref(), ..Default::default() },
         };
         choose(&view, &self.worker.policy, random).ok()
     }

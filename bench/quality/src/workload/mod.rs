@@ -1,4 +1,4 @@
-//! The four workloads, each a pool shape plus a fixed list of jobs built from one seed.
+//! The workloads, each a pool shape plus a fixed list of jobs built from one seed.
 //!
 //! A workload is data, not behaviour: every target replays exactly the same jobs on a pool of
 //! the same shape, so differences in the results come from the routing alone. Pod flags that
@@ -30,6 +30,13 @@ pub enum WorkloadName {
     /// pressure (the replicas dimension's workload, issue 12).
     #[value(name = "e", alias = "shared-chat")]
     SharedChat,
+    /// 4 pods each holding 4 of 8 LoRA adapters (max_loras 2), Zipf-popular adapters plus
+    /// base-model traffic (issue 15; see `crate::models`).
+    #[value(name = "h", alias = "adapters")]
+    Adapters,
+    /// 4 pods, two base models (3 pods `alpha`, 1 pod `beta`), 70/30 traffic (issue 15).
+    #[value(name = "i", alias = "two-models")]
+    TwoModels,
 }
 
 impl WorkloadName {
@@ -41,6 +48,8 @@ impl WorkloadName {
             WorkloadName::NoPrefix => "c-no-prefix",
             WorkloadName::Burst => "d-burst",
             WorkloadName::SharedChat => "e-shared-chat",
+            WorkloadName::Adapters => "h-adapters",
+            WorkloadName::TwoModels => "i-two-models",
         }
     }
 }
@@ -74,6 +83,8 @@ pub enum Job {
     /// prompt, earlier user turns and the replies the pod gave), as chat clients do. The user
     /// "thinks" `think_ms[i]` before turn `i + 1`.
     Chat { system: String, user_turns: Vec<String>, think_ms: Vec<u64>, max_tokens: usize },
+    /// One `/v1/completions` request for `model` (a base model or a LoRA adapter).
+    ForModel { model: String, prompt: String, max_tokens: usize },
 }
 
 /// A pool shape and the jobs to replay on it.
@@ -97,6 +108,8 @@ impl Workload {
             WorkloadName::NoPrefix => no_prefix::build(size, seed),
             WorkloadName::Burst => burst::build(size, seed),
             WorkloadName::SharedChat => shared_chat::build(size, seed),
+            WorkloadName::Adapters => crate::models::build_adapters(size, seed),
+            WorkloadName::TwoModels => crate::models::build_two_models(size, seed),
         }
     }
 
@@ -105,10 +118,17 @@ impl Workload {
         self.jobs
             .iter()
             .map(|job| match job {
-                Job::Completion { .. } => 1,
+                Job::Completion { .. } | Job::ForModel { .. } => 1,
                 Job::Chat { user_turns, .. } => user_turns.len(),
             })
             .sum()
+    }
+
+    /// Every pod's flags: the workload's shared ones, then pod `index`'s own (models workloads).
+    pub fn pod_args_of(&self, index: usize) -> Vec<String> {
+        let mut args = self.pod_args.clone();
+        args.extend(crate::models::per_pod_args(self, index));
+        args
     }
 }
 
@@ -146,6 +166,8 @@ mod tests {
             WorkloadName::NoPrefix,
             WorkloadName::Burst,
             WorkloadName::SharedChat,
+            WorkloadName::Adapters,
+            WorkloadName::TwoModels,
         ] {
             let first = Workload::build(name, Size::Quick, 7);
             let again = Workload::build(name, Size::Quick, 7);

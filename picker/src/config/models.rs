@@ -1,0 +1,125 @@
+//! Many models in one pool, and the Endpoint Picker Protocol's headers: unknown models, model
+//! rewrites, per-model and per-objective priorities, the subset hint, the served endpoint, and
+//! the header names llm-d's gateways send.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::models::rewrite::{ModelRewrite, MAX_REWRITES};
+
+/// Header names accepted per purpose at most (aliases are a handful).
+pub const MAX_HEADER_ALIASES: usize = 8;
+/// Priority entries (models plus objectives) at most.
+pub const MAX_PRIORITY_ENTRIES: usize = 1024;
+
+/// What to do with a request whose `model` no pod serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownModelPolicy {
+    /// Answer 404 in OpenAI's shape from the gateway (as vLLM would), touching no pod.
+    #[default]
+    Reject,
+    /// Route it by load to any pod and let the pod answer.
+    RouteByLoad,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelsConfig {
+    pub unknown_model: UnknownModelPolicy,
+    /// Public model names rewritten to weighted targets; the body's `model` is replaced.
+    pub rewrites: Vec<ModelRewrite>,
+    /// Priority per (target) model, used when the request sets none; below 0 = sheddable.
+    pub priorities: BTreeMap<String, i64>,
+    /// Priority per objective name (InferenceObjective), named by an objective header.
+    pub objectives: BTreeMap<String, i64>,
+    /// Headers naming the request's objective, first present wins.
+    pub objective_headers: Vec<String>,
+    /// More headers read as the session id, after `prefix.session_header`.
+    pub session_header_aliases: Vec<String>,
+    /// Request header listing the endpoints (`ip:port`, comma-separated) the gateway allows;
+    /// the pick is made among them only, 503 when none is a pool member.
+    pub subset_header: String,
+    /// Response header reporting the endpoint that answered (after retries); empty = off.
+    pub served_endpoint_header: String,
+}
+
+impl Default for ModelsConfig {
+    fn default() -> Self {
+        Self {
+            unknown_model: UnknownModelPolicy::Reject,
+            rewrites: Vec::new(),
+            priorities: BTreeMap::new(),
+            objectives: BTreeMap::new(),
+            objective_headers: vec!["x-llm-d-inference-objective".into(), "x-gateway-inference-objective".into()],
+            session_header_aliases: vec!["x-session-token".into()],
+            subset_header: "x-gateway-destination-endpoint-subset".into(),
+            served_endpoint_header: "x-gateway-destination-endpoint-served".into(),
+        }
+    }
+}
+
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit())
+}
+
+impl ModelsConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.rewrites.len() > MAX_REWRITES {
+            return Err(format!("models.rewrites: at most {MAX_REWRITES} rules"));
+        }
+        for (i, rule) in self.rewrites.iter().enumerate() {
+            rule.validate().map_err(|e| format!("models.rewrites: {e}"))?;
+            if self.rewrites.iter().take(i).any(|earlier| earlier.model == rule.model) {
+                return Err(format!("models.rewrites: '{}' is listed twice", rule.model));
+            }
+        }
+        if self.priorities.len() + self.objectives.len() > MAX_PRIORITY_ENTRIES {
+            return Err(format!("models.priorities and objectives: at most {MAX_PRIORITY_ENTRIES} entries"));
+        }
+        for (field, list) in
+            [("objective_headers", &self.objective_headers), ("session_header_aliases", &self.session_header_aliases)]
+        {
+            if list.len() > MAX_HEADER_ALIASES || !list.iter().all(|h| is_header_name(h)) {
+                return Err(format!("models.{field}: at most {MAX_HEADER_ALIASES} lower-case header names"));
+            }
+        }
+        for (field, header) in
+            [("subset_header", &self.subset_header), ("served_endpoint_header", &self.served_endpoint_header)]
+        {
+            if !header.is_empty() && !is_header_name(header) {
+                return Err(format!("models.{field} '{header}' must be a lower-case header name"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rewrite rule for `model`, if any.
+    pub fn rewrite(&self, model: &str) -> Option<&ModelRewrite> {
+        crate::models::rewrite::rule_for(&self.rewrites, model)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::parse_json;
+
+    #[test]
+    fn rewrites_and_headers_are_checked() {
+        let config: ModelsConfig = parse_json(
+            br#"{"rewrites":[{"model":"p","targets":[{"model":"a","weight":1}]}],"unknown_model":"route_by_load"}"#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert!(config.rewrite("p").is_some());
+        let twice: ModelsConfig = parse_json(
+            br#"{"rewrites":[{"model":"p","targets":[{"model":"a","weight":1}]},{"model":"p","targets":[{"model":"b","weight":1}]}]}"#,
+        )
+        .unwrap();
+        assert!(twice.validate().unwrap_err().contains("twice"));
+        let bad: ModelsConfig = parse_json(br#"{"subset_header":"Bad Header"}"#).unwrap();
+        assert!(bad.validate().is_err());
+    }
+}

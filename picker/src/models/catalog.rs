@@ -1,0 +1,68 @@
+//! A pod's `GET /v1/models` answer: its base model(s) and LoRA adapters.
+//!
+//! vLLM lists the base model with `"parent": null` and each adapter with its base as `parent`.
+//! The answer comes from a pod, so it is bounded: at most `max_bytes` read (the caller's
+//! limit), at most [`super::MAX_MODELS_PER_POD`] names of each kind, over-long names dropped.
+
+use serde::Deserialize;
+
+/// What `/v1/models` says a pod serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalog {
+    /// Models without a parent (base models and their served names).
+    pub base: Vec<String>,
+    /// Models with a parent (LoRA adapters).
+    pub adapters: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct ModelList<'a> {
+    #[serde(borrow)]
+    data: Vec<ModelCard<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ModelCard<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    parent: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Parses a `/v1/models` body; errors say why it is not a model list.
+pub fn parse_catalog(body: &[u8], max_bytes: usize) -> Result<Catalog, String> {
+    if body.len() > max_bytes {
+        return Err(format!("/v1/models answer of {} bytes is over {max_bytes}", body.len()));
+    }
+    let list: ModelList<'_> = serde_json::from_slice(body).map_err(|e| format!("/v1/models does not parse: {e}"))?;
+    let mut catalog = Catalog::default();
+    for card in &list.data {
+        let list = if card.parent.is_some() { &mut catalog.adapters } else { &mut catalog.base };
+        super::push_bounded(list, &card.id);
+    }
+    Ok(catalog)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_models_and_adapters_are_told_apart() {
+        let body = br#"{"object":"list","data":[
+            {"id":"base","object":"model","parent":null,"max_model_len":4096},
+            {"id":"a","object":"model","parent":"base","root":"/adapters/a"}]}"#;
+        let catalog = parse_catalog(body, 4096).unwrap();
+        assert_eq!((catalog.base, catalog.adapters), (vec!["base".to_owned()], vec!["a".to_owned()]));
+    }
+
+    #[test]
+    fn oversized_or_foreign_answers_are_errors() {
+        assert!(parse_catalog(&[b' '; 100], 10).is_err());
+        assert!(parse_catalog(b"<html>", 100).is_err());
+        let many: Vec<String> = (0..500).map(|i| format!("{{\"id\":\"m{i}\"}}")).collect();
+        let body = format!("{{\"data\":[{}]}}", many.join(","));
+        let catalog = parse_catalog(body.as_bytes(), 1 << 20).unwrap();
+        assert_eq!(catalog.base.len(), super::super::MAX_MODELS_PER_POD);
+    }
+}

@@ -1,0 +1,43 @@
+//! Which models each pod serves, and which pods a request for one model may go to.
+//!
+//! A pod serves one base model (vLLM's `--served-model-name`, read from the `model_name` label
+//! of its metrics or from `/v1/models`) and any LoRA adapters it has registered (`/v1/models`
+//! lists them with a `parent`; `vllm:lora_adapter_loaded` names them with the `level` they sit
+//! at; `vllm:lora_requests_info` names those running or waiting). [`residency`] reads the
+//! metrics, [`catalog`] reads `/v1/models` (fetched on [`catalog_poll`]'s slower schedule),
+//! [`index`] maps each name to the pods serving it (once per published table), [`affinity`]
+//! ranks pods for an adapter, and [`rewrite`] maps a public model name onto weighted targets.
+
+pub mod affinity;
+pub mod catalog;
+pub mod catalog_poll;
+pub mod index;
+pub mod residency;
+pub mod rewrite;
+
+/// Model names kept per pod: one base model and `MAX_ADAPTERS_PER_LIST` adapters cover a real
+/// pod (vLLM's `--max-cpu-loras` is a few dozen); a longer list is a pod flooding the table.
+pub const MAX_MODELS_PER_POD: usize = crate::metrics_text::MAX_ADAPTERS_PER_LIST;
+
+/// Keeps `name` in `list` if it is new, short enough and the list has room.
+pub(crate) fn push_bounded(list: &mut Vec<String>, name: &str) {
+    let fits = !name.is_empty() && name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES;
+    if fits && list.len() < MAX_MODELS_PER_POD && !list.iter().any(|known| known == name) {
+        list.push(name.to_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_stay_bounded() {
+        let mut list = Vec::new();
+        for i in 0..1000 {
+            push_bounded(&mut list, &format!("m{i}"));
+        }
+        push_bounded(&mut list, "m0");
+        assert_eq!(list.len(), MAX_MODELS_PER_POD);
+    }
+}

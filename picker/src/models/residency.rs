@@ -1,0 +1,74 @@
+//! Models and adapters as a pod's `/metrics` names them.
+//!
+//! - the base model: the `model_name` label vLLM (and SGLang) put on every load metric;
+//! - registered adapters: `vllm:lora_adapter_loaded{lora_name, level}`, one series per adapter,
+//!   `level="gpu"` when it is resident on the GPU (newer vLLM; the simulator writes them too);
+//! - GPU slots: `vllm:max_gpu_lora_adapters` (newer) or `max_lora` of `vllm:lora_requests_info`.
+
+use crate::prometheus_line::Sample;
+
+/// Metric names read here, beside the load metrics (added to the scrape filter).
+pub const RESIDENCY_METRICS: [&str; 2] = ["vllm:lora_adapter_loaded", "vllm:max_gpu_lora_adapters"];
+
+/// What one scrape says about the models a pod serves.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScrapedModels {
+    /// Base model names (`model_name` labels), bounded.
+    pub base: Vec<String>,
+    /// Every adapter named by `vllm:lora_adapter_loaded`, bounded.
+    pub adapters: Vec<String>,
+    /// Those with `level="gpu"`.
+    pub resident: Vec<String>,
+    /// `vllm:max_gpu_lora_adapters`, when reported.
+    pub max_gpu_loras: Option<u32>,
+}
+
+/// Longest slot count believed (GPUs hold a few dozen adapters at most).
+const MAX_GPU_LORAS: f64 = 4096.0;
+
+/// Reads one sample if it names a model or an adapter; `true` if it was a residency metric.
+pub fn apply(sample: &Sample<'_>, models: &mut ScrapedModels) -> bool {
+    match sample.name {
+        "vllm:lora_adapter_loaded" => {
+            if let Some(name) = sample.label("lora_name") {
+                if sample.value > 0.0 {
+                    super::push_bounded(&mut models.adapters, name);
+                    if sample.label("level") == Some("gpu") {
+                        super::push_bounded(&mut models.resident, name);
+                    }
+                }
+            }
+            true
+        }
+        "vllm:max_gpu_lora_adapters" => {
+            if sample.value.is_finite() && (0.0..=MAX_GPU_LORAS).contains(&sample.value) {
+                models.max_gpu_loras = Some(sample.value as u32);
+            }
+            true
+        }
+        _ => {
+            if let Some(name) = sample.label("model_name") {
+                super::push_bounded(&mut models.base, name);
+            }
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::metrics_text::parse_engine_metrics;
+
+    #[test]
+    fn base_model_adapters_and_slots_come_from_the_scrape() {
+        let text = "vllm:num_requests_running{model_name=\"base\"} 1\n\
+            vllm:lora_adapter_loaded{model_name=\"base\",lora_name=\"a\",level=\"gpu\"} 1\n\
+            vllm:lora_adapter_loaded{model_name=\"base\",lora_name=\"b\",level=\"cpu\"} 1\n\
+            vllm:max_gpu_lora_adapters{model_name=\"base\"} 2\n";
+        let models = parse_engine_metrics(text).unwrap().models;
+        assert_eq!(models.base, ["base"]);
+        assert_eq!(models.adapters, ["a", "b"]);
+        assert_eq!(models.resident, ["a"]);
+        assert_eq!(models.max_gpu_loras, Some(2));
+    }
+}

@@ -1,0 +1,108 @@
+//! Model rewrites: a public model name sent as one of several target models, by weight (the
+//! Inference Extension's InferenceModelRewrite; a canary rollout of a new adapter).
+
+use serde::Deserialize;
+
+/// Rewrite rules at most; each is looked up per request by a linear scan.
+pub const MAX_REWRITES: usize = 256;
+/// Targets per rule at most (a canary is two; an A/B/n test a handful).
+pub const MAX_TARGETS: usize = 16;
+
+/// One public name and where its requests go.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelRewrite {
+    /// The `model` clients send.
+    pub model: String,
+    /// Models it is rewritten to, with relative weights.
+    pub targets: Vec<WeightedTarget>,
+}
+
+/// A target model and its share.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedTarget {
+    pub model: String,
+    /// Relative weight (0 = receives nothing); the shares are weight over the rule's total.
+    pub weight: u32,
+}
+
+impl ModelRewrite {
+    /// Checks the rule: a name, 1..=MAX_TARGETS targets, a positive total weight.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.model.is_empty() || self.targets.is_empty() || self.targets.len() > MAX_TARGETS {
+            return Err(format!("rewrite '{}' needs a model name and 1..={MAX_TARGETS} targets", self.model));
+        }
+        if self.targets.iter().any(|t| t.model.is_empty()) || self.total_weight() == 0 {
+            return Err(format!("rewrite '{}': targets need names and a total weight above 0", self.model));
+        }
+        Ok(())
+    }
+
+    fn total_weight(&self) -> u64 {
+        self.targets.iter().map(|t| u64::from(t.weight)).sum()
+    }
+
+    /// The target for a uniform draw (`draw(total)` returns a value in `0..total`).
+    pub fn target(&self, draw: impl FnOnce(usize) -> usize) -> Option<&str> {
+        let total = self.total_weight();
+        let mut point = draw(total as usize) as u64;
+        for target in &self.targets {
+            if point < u64::from(target.weight) {
+                return Some(&target.model);
+            }
+            point -= u64::from(target.weight);
+        }
+        None
+    }
+}
+
+/// The rule for `model`, if any.
+pub fn rule_for<'a>(rules: &'a [ModelRewrite], model: &str) -> Option<&'a ModelRewrite> {
+    rules.iter().find(|rule| rule.model == model)
+}
+
+/// `body` with its top-level `"model"` value replaced by `model`; `None` if the body is not a
+/// JSON object. Only the value is rewritten (the rest of the body keeps its bytes and order).
+pub fn rewrite_body(body: &[u8], model: &str) -> Option<Vec<u8>> {
+    let mut object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
+    object.insert("model".to_owned(), serde_json::Value::String(model.to_owned()));
+    serde_json::to_vec(&object).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canary() -> ModelRewrite {
+        let target = |model: &str, weight| WeightedTarget { model: model.into(), weight };
+        ModelRewrite { model: "public".into(), targets: vec![target("v1", 90), target("v2", 10)] }
+    }
+
+    #[test]
+    fn draws_map_onto_targets_by_weight() {
+        let rule = canary();
+        rule.validate().unwrap();
+        let counts = (0..100).fold([0, 0], |mut counts, point| {
+            match rule.target(|total| point % total) {
+                Some("v1") => counts[0] += 1,
+                Some("v2") => counts[1] += 1,
+                other => panic!("{other:?}"),
+            }
+            counts
+        });
+        assert_eq!(counts, [90, 10]);
+        assert!(rule_for(std::slice::from_ref(&rule), "public").is_some() && rule_for(&[rule], "v1").is_none());
+    }
+
+    #[test]
+    fn bad_rules_are_refused_and_bodies_rewritten() {
+        let mut rule = canary();
+        rule.targets.iter_mut().for_each(|t| t.weight = 0);
+        assert!(rule.validate().is_err());
+        let body = rewrite_body(br#"{"model":"public","prompt":"hi","stream":true}"#, "v2").unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!((value["model"].as_str(), value["prompt"].as_str()), (Some("v2"), Some("hi")));
+        assert!(rewrite_body(b"[1]", "v2").is_none());
+    }
+}

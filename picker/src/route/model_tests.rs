@@ -1,0 +1,100 @@
+//! Model-aware candidates, LoRA tiers and the subset hint, through `choose`.
+
+use super::*;
+use crate::pod_table::PodState;
+
+fn pod(address: &str, base: &str, adapters: &[&str], resident: &[&str], waiting: f64) -> PodState {
+    let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+    pod.healthy = true;
+    pod.last_success_ms = 1_000;
+    pod.waiting = waiting;
+    pod.max_loras = 2;
+    pod.models = vec![base.to_owned()];
+    pod.adapters = adapters.iter().map(|a| a.to_string()).collect();
+    pod.resident_loras = resident.iter().map(|a| a.to_string()).collect();
+    pod
+}
+
+fn choose_for(table: &PodTable, query: ModelQuery<'_>) -> Result<Route, NoRoute> {
+    let none = |_: &str| 0;
+    let view = RoutingView {
+        table: Some(table),
+        fallback_pool: &[],
+        inflight: &none,
+        prefix: None,
+        now_ms: 1_000,
+        stale_after_ms: 1_000,
+        models: query,
+    };
+    choose(&view, &Policy::default(), &mut TieBreaker::new(7))
+}
+
+fn table(pods: Vec<PodState>) -> PodTable {
+    PodTable { version: 1, published_at_ms: 1_000, poll_interval_ms: 100, pods }
+}
+
+fn ask(model: &str) -> ModelQuery<'_> {
+    ModelQuery { model: Some(model), ..ModelQuery::default() }
+}
+
+#[test]
+fn only_pods_serving_the_model_are_candidates() {
+    let pool = table(vec![pod("10.0.0.1:80", "llama", &[], &[], 0.0), pod("10.0.0.2:80", "qwen", &["sql"], &[], 9.0)]);
+    for _ in 0..50 {
+        assert_eq!(choose_for(&pool, ask("qwen")).unwrap().address.as_str(), "10.0.0.2:80", "busier, but serves it");
+        assert_eq!(choose_for(&pool, ask("sql")).unwrap().address.as_str(), "10.0.0.2:80");
+        assert_eq!(choose_for(&pool, ask("llama")).unwrap().address.as_str(), "10.0.0.1:80");
+    }
+    assert_eq!(choose_for(&pool, ask("gpt-5")).unwrap_err(), NoRoute::UnknownModel);
+    let by_load = ModelQuery { unknown_model: UnknownModelPolicy::RouteByLoad, ..ask("gpt-5") };
+    assert_eq!(choose_for(&pool, by_load).unwrap().address.as_str(), "10.0.0.1:80", "least loaded of all");
+    assert!(choose_for(&pool, ModelQuery::default()).is_ok(), "no model: any pod");
+}
+
+#[test]
+fn pods_that_do_not_tell_their_models_still_serve_when_no_pod_claims_the_model() {
+    let mut silent = pod("10.0.0.3:80", "", &[], &[], 0.0);
+    silent.models.clear();
+    let pool = table(vec![pod("10.0.0.1:80", "llama", &[], &[], 0.0), silent]);
+    assert_eq!(choose_for(&pool, ask("mystery")).unwrap().address.as_str(), "10.0.0.3:80");
+}
+
+#[test]
+fn resident_adapters_win_then_free_slots_then_swaps() {
+    let pool = table(vec![
+        pod("10.0.0.1:80", "base", &["a", "b", "c"], &["b", "c"], 0.0),
+        pod("10.0.0.2:80", "base", &["a", "b", "c"], &["b"], 0.0),
+        pod("10.0.0.3:80", "base", &["a", "b", "c"], &["a"], 3.0),
+    ]);
+    assert_eq!(choose_for(&pool, ask("a")).unwrap().address.as_str(), "10.0.0.3:80", "resident, though busier");
+    assert_eq!(choose_for(&pool, ask("c")).unwrap().address.as_str(), "10.0.0.1:80");
+    let mut saturated = pool.clone();
+    saturated.pods[2].waiting = 1_000.0;
+    assert_eq!(
+        choose_for(&saturated, ask("a")).unwrap().address.as_str(),
+        "10.0.0.2:80",
+        "a saturated holder spills to a free slot, not to a pod that must evict"
+    );
+}
+
+#[test]
+fn the_subset_hint_limits_the_pick_and_an_empty_one_is_an_error() {
+    let pool = table(vec![pod("10.0.0.1:80", "m", &[], &[], 0.0), pod("10.0.0.2:80", "m", &[], &[], 5.0)]);
+    let subset = [PodAddress::parse("10.0.0.2:80").unwrap()];
+    let query = ModelQuery { subset: Some(&subset), ..ask("m") };
+    assert_eq!(choose_for(&pool, query).unwrap().address.as_str(), "10.0.0.2:80");
+    let outside = [PodAddress::parse("10.9.9.9:80").unwrap()];
+    let query = ModelQuery { subset: Some(&outside), ..ModelQuery::default() };
+    assert_eq!(choose_for(&pool, query).unwrap_err(), NoRoute::SubsetEmpty);
+}
+
+#[test]
+fn a_saturated_holder_keeps_its_adapter_rather_than_making_another_pod_evict_one() {
+    let pool = table(vec![
+        pod("10.0.0.1:80", "base", &["a", "b", "c"], &["a", "b"], 1_000.0),
+        pod("10.0.0.2:80", "base", &["a", "b", "c"], &["b", "c"], 0.0),
+    ]);
+    for _ in 0..20 {
+        assert_eq!(choose_for(&pool, ask("a")).unwrap().address.as_str(), "10.0.0.1:80", "queue, do not swap");
+    }
+}

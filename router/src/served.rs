@@ -1,0 +1,41 @@
+//! The served endpoint: which pod actually answered (after Envoy's retries, which may differ
+//! from the first pick), reported back to the client in a response header. Envoy's access log
+//! can then print it too (`%RESP(x-gateway-destination-endpoint-served)%`, beside
+//! `%UPSTREAM_HOST%`).
+
+use wasm_epp_host::Host;
+
+/// Longest upstream address copied into the header (an `ip:port` is at most 47 bytes).
+const MAX_ADDRESS_BYTES: usize = 64;
+
+/// Writes the upstream address Envoy connected to into `header`; nothing if the host does not
+/// tell (a local reply has no upstream) or `header` is empty (reporting is off).
+pub fn report_served_endpoint(host: &dyn Host, header: &str) {
+    if header.is_empty() {
+        return;
+    }
+    match host.property(&["upstream", "address"]) {
+        Ok(Some(address)) if !address.is_empty() && address.len() <= MAX_ADDRESS_BYTES => {
+            if let Err(error) = host.set_response_header(header, &address) {
+                log::warn!("wasm-epp: cannot set {header}: {error}");
+            }
+        }
+        Ok(_) => {}
+        Err(error) => log::debug!("wasm-epp: upstream address unknown: {error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasm_epp_host::MockHost;
+
+    #[test]
+    fn the_answering_pod_is_reported() {
+        let host = MockHost::new();
+        host.properties.borrow_mut().insert("upstream\0address".into(), b"10.0.0.7:8000".to_vec());
+        report_served_endpoint(&host, "x-served");
+        assert_eq!(host.response_header("x-served").as_deref(), Some("10.0.0.7:8000"));
+        report_served_endpoint(&MockHost::new(), "x-served");
+    }
+}

@@ -1,0 +1,136 @@
+//! Many models in one pool and the Endpoint Picker Protocol's headers, through the whole
+//! request path of one worker on a `MockHost`.
+
+mod common;
+
+use common::{Bench, COMPLETIONS};
+use picker::address::PodAddress;
+use picker::keys;
+use picker::pod_table::{encode_version, PodState, PodTable};
+use wasm_epp_host::{Host, SharedStore};
+use wasm_epp_router::Step;
+
+/// Publishes pods as `(address, base model, adapters, waiting)`.
+#[allow(clippy::unwrap_used)] // Test support: a failed unwrap is a failed test.
+fn publish_models(bench: &Bench, pods: &[(&str, &str, &[&str], f64)]) {
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for (address, base, adapters, waiting) in pods {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        pod.healthy = true;
+        pod.waiting = *waiting;
+        pod.last_success_ms = now;
+        pod.models = vec![base.to_string()];
+        pod.adapters = adapters.iter().map(|a| a.to_string()).collect();
+        table.pods.push(pod);
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(1), None).unwrap();
+    bench.heartbeat();
+}
+
+fn body(model: &str) -> String {
+    format!(r#"{{"model":"{model}","prompt":"hello","max_tokens":4}}"#)
+}
+
+fn chosen(destination: Option<String>) -> String {
+    destination.unwrap_or_default().split(',').next().unwrap_or_default().to_owned()
+}
+
+fn reply_header(bench: &Bench, name: &str) -> Option<String> {
+    let replies = bench.host.replies.borrow();
+    let reply = replies.last()?;
+    reply.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+}
+
+const POOL: [(&str, &str, &[&str], f64); 3] = [
+    ("10.0.0.1:8000", "llama", &[], 0.0),
+    ("10.0.0.2:8000", "qwen", &["sql-lora"], 5.0),
+    ("10.0.0.3:8000", "qwen", &["chat-lora"], 9.0),
+];
+
+#[test]
+fn requests_go_only_to_pods_serving_their_model() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    for _ in 0..20 {
+        assert_eq!(chosen(bench.complete(&COMPLETIONS, &body("sql-lora")).destination), "10.0.0.2:8000");
+        assert_eq!(chosen(bench.complete(&COMPLETIONS, &body("chat-lora")).destination), "10.0.0.3:8000");
+        let qwen = chosen(bench.complete(&COMPLETIONS, &body("qwen")).destination);
+        assert!(qwen == "10.0.0.2:8000" || qwen == "10.0.0.3:8000", "{qwen}");
+    }
+}
+
+#[test]
+fn an_unknown_model_is_answered_404_by_the_gateway_or_routed_by_load_if_configured() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let answer = bench.complete(&COMPLETIONS, &body("gpt-9"));
+    assert_eq!((answer.reply, answer.destination), (Some(404), None));
+    let reply: serde_json::Value = serde_json::from_slice(&bench.host.replies.borrow()[0].body).unwrap();
+    assert_eq!(reply["error"]["message"], "The model `gpt-9` does not exist.");
+    assert_eq!(reply["error"]["code"], 404);
+    assert_eq!(bench.stat("wasm_epp.model_unknown"), 1);
+    let lenient = Bench::new(r#"{"models": {"unknown_model": "route_by_load"}}"#);
+    publish_models(&lenient, &POOL);
+    assert_eq!(chosen(lenient.complete(&COMPLETIONS, &body("gpt-9")).destination), "10.0.0.1:8000");
+}
+
+#[test]
+fn a_rewritten_model_is_split_by_weight_and_the_body_carries_the_target() {
+    let config = r#"{"models": {"rewrites": [{"model": "public", "targets": [
+        {"model": "sql-lora", "weight": 80}, {"model": "chat-lora", "weight": 20}]}]}}"#;
+    let bench = Bench::new(config);
+    publish_models(&bench, &POOL);
+    let mut to_sql = 0;
+    for _ in 0..1000 {
+        let answer = bench.complete(&COMPLETIONS, &body("public"));
+        let sent: serde_json::Value = serde_json::from_slice(&bench.host.body.borrow()).unwrap();
+        let length = bench.host.header("content-length").unwrap();
+        assert_eq!(length, bench.host.body.borrow().len().to_string(), "content-length follows the new body");
+        match (sent["model"].as_str().unwrap(), chosen(answer.destination).as_str()) {
+            ("sql-lora", "10.0.0.2:8000") => to_sql += 1,
+            ("chat-lora", "10.0.0.3:8000") => {}
+            other => panic!("target and pod disagree: {other:?}"),
+        }
+    }
+    assert!((750..=850).contains(&to_sql), "80 % of 1,000 within ±5 %: {to_sql}");
+    assert_eq!(bench.stat("wasm_epp.model_rewritten"), 1000);
+}
+
+#[test]
+fn the_subset_hint_narrows_the_pick_and_an_empty_subset_is_503_with_a_reason() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let mut headers = COMPLETIONS.to_vec();
+    headers.push(("x-gateway-destination-endpoint-subset", "10.0.0.3:8000"));
+    assert_eq!(chosen(bench.complete(&headers, &body("qwen")).destination), "10.0.0.3:8000");
+    headers.pop();
+    headers.push(("x-gateway-destination-endpoint-subset", "10.0.0.9:8000"));
+    assert_eq!(bench.complete(&headers, &body("qwen")).reply, Some(503));
+    assert_eq!(reply_header(&bench, "x-llm-d-request-dropped-reason").as_deref(), Some("rejected-no-endpoints"));
+}
+
+#[test]
+fn a_sheddable_objective_is_refused_with_its_reason_when_the_pool_is_saturated() {
+    let bench = Bench::new(r#"{"models": {"objectives": {"batch": -1}}}"#);
+    publish_models(&bench, &[("10.0.0.1:8000", "llama", &[], 1_000.0)]);
+    let mut headers = COMPLETIONS.to_vec();
+    headers.push(("x-llm-d-inference-objective", "batch"));
+    assert_eq!(bench.complete(&headers, &body("llama")).reply, Some(429));
+    assert_eq!(reply_header(&bench, "x-llm-d-request-dropped-reason").as_deref(), Some("rejected-saturated"));
+    assert!(bench.complete(&COMPLETIONS, &body("llama")).destination.is_some(), "no objective: not sheddable");
+}
+
+#[test]
+fn the_answering_pod_is_reported_in_a_response_header() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &body("llama"));
+    assert_eq!(answer.body_step, Some(Step::Continue));
+    bench.host.properties.borrow_mut().insert("upstream\0address".into(), b"10.0.0.1:8000".to_vec());
+    assert_eq!(stream.on_response_headers(&bench.host, false), Step::Continue);
+    let served = bench.host.response_header("x-gateway-destination-endpoint-served");
+    assert_eq!(served.as_deref(), Some("10.0.0.1:8000"));
+    stream.on_log(&bench.host);
+}

@@ -1,0 +1,116 @@
+//! Many models and LoRA adapters in one pool, and the Endpoint Picker Protocol's headers,
+//! through a real Envoy: model filtering, adapter affinity, weighted rewrites, the subset hint,
+//! the dropped-reason header and the served endpoint.
+
+use std::time::Duration;
+
+use e2e::{tally, Cluster};
+
+/// Pod 0 serves `llama`; pods 1 and 2 serve `qwen` with adapters (pod 2 has one more).
+fn mixed_pool(name: &str, adjust: impl FnOnce(&mut launcher::envoy::EnvoyOptions)) -> Cluster {
+    let fast = ["--time-scale", "0"];
+    let llama = [&fast[..], &["--model", "llama"]].concat();
+    let qwen = [&fast[..], &["--model", "qwen", "--lora-adapters", "sql-lora,chat-lora", "--max-loras", "2"]].concat();
+    let qwen_more =
+        [&fast[..], &["--model", "qwen", "--lora-adapters", "sql-lora,chat-lora,legal-lora", "--max-loras", "2"]]
+            .concat();
+    let cluster = Cluster::start_mixed(name, &[llama, qwen, qwen_more], adjust);
+    // Base models come with the first scrape; adapter lists with the first /v1/models round.
+    std::thread::sleep(Duration::from_millis(600));
+    cluster
+}
+
+#[test]
+fn requests_reach_only_pods_serving_their_model_and_unknown_models_get_404_from_the_gateway() {
+    let cluster = mixed_pool("models-filter", |_| {});
+    let pods = cluster.pool();
+    for i in 0..20 {
+        let llama = cluster.complete_model("llama", &format!("l {i}"), &[]);
+        assert_eq!((llama.status, cluster.served_by_pool(&llama)), (200, pods[0].clone()), "{}", llama.body);
+        let legal = cluster.complete_model("legal-lora", &format!("g {i}"), &[]);
+        assert_eq!((legal.status, cluster.served_by_pool(&legal)), (200, pods[2].clone()), "{}", legal.body);
+        let qwen = cluster.complete_model("qwen", &format!("q {i}"), &[]);
+        assert_ne!(cluster.served_by_pool(&qwen), pods[0], "qwen never goes to the llama pod");
+    }
+    let unknown = cluster.complete_model("gpt-9", "x", &[]);
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert_eq!(unknown.header("x-wasm-epp"), Some("local-reply"), "answered by the gateway, not a pod");
+    assert!(unknown.body.contains("The model `gpt-9` does not exist."), "{}", unknown.body);
+    assert_eq!(cluster.pods_stat("model_not_found"), 0, "no pod ever saw a model it does not serve");
+}
+
+#[test]
+fn adapter_requests_stick_to_the_pod_holding_the_adapter() {
+    let args: Vec<&str> =
+        vec!["--time-scale", "0", "--lora-adapters", "a,b,c,d,e,f,g,h", "--max-loras", "2", "--lora-load-ms", "50"];
+    let cluster = Cluster::start_mixed("models-affinity", &[args.clone(), args.clone(), args.clone(), args], |_| {});
+    let first = cluster.complete_model("a", "first", &[]);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let holder = cluster.served_by_pool(&first);
+    // The next scrape (100 ms) shows `a` resident on its pod.
+    std::thread::sleep(Duration::from_millis(500));
+    let served: Vec<String> =
+        (0..30).map(|i| cluster.served_by_pool(&cluster.complete_model("a", &format!("again {i}"), &[]))).collect();
+    let counts = tally(served.iter().map(String::as_str));
+    assert_eq!(counts.get(&holder), Some(&30), "all on the pod holding the adapter: {counts:?}");
+    assert_eq!(cluster.pods_stat("lora_adapter_loads"), 1, "loaded once in the whole pool");
+}
+
+#[test]
+fn a_rewritten_model_is_split_by_weight_within_five_percent() {
+    let cluster = mixed_pool("models-rewrite", |options| {
+        options.filter_config["models"] = serde_json::json!({"rewrites": [{"model": "assistant", "targets": [
+            {"model": "sql-lora", "weight": 70}, {"model": "chat-lora", "weight": 30}]}]});
+    });
+    let mut answered_as = std::collections::BTreeMap::new();
+    for i in 0..1000 {
+        let reply = cluster.complete_model("assistant", &format!("split {i}"), &[]);
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let body: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        *answered_as.entry(body["model"].as_str().unwrap_or_default().to_owned()).or_insert(0) += 1;
+    }
+    let sql = answered_as.get("sql-lora").copied().unwrap_or(0);
+    println!("rewrite split over 1,000 requests: {answered_as:?}");
+    assert_eq!(answered_as.values().sum::<i32>(), 1000, "every answer names a target: {answered_as:?}");
+    assert!((650..=750).contains(&sql), "70 % ± 5 % to sql-lora: {answered_as:?}");
+    assert_eq!(cluster.pods_stat("model_not_found"), 0);
+}
+
+#[test]
+fn the_subset_hint_limits_the_pick_and_an_empty_subset_is_refused_with_its_reason() {
+    let cluster = mixed_pool("models-subset", |_| {});
+    let pods = cluster.pool();
+    let subset = [("x-gateway-destination-endpoint-subset", pods[2].as_str())];
+    for i in 0..10 {
+        let reply = cluster.complete_model("qwen", &format!("s {i}"), &subset);
+        assert_eq!(cluster.served_by_pool(&reply), pods[2]);
+    }
+    let outside = [("x-gateway-destination-endpoint-subset", "10.255.255.1:8000")];
+    let refused = cluster.complete_model("qwen", "none", &outside);
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.header("x-llm-d-request-dropped-reason"), Some("rejected-no-endpoints"));
+}
+
+#[test]
+fn a_sheddable_objective_is_refused_with_rejected_saturated_when_the_pool_is_saturated() {
+    let cluster = mixed_pool("models-dropped", |options| {
+        options.filter_config["models"] = serde_json::json!({"objectives": {"batch": -1}});
+    });
+    cluster.pods[0].set_faults(&serde_json::json!({"report": {"waiting": 500}})).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let refused = cluster.complete_model("llama", "later", &[("x-llm-d-inference-objective", "batch")]);
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.header("x-llm-d-request-dropped-reason"), Some("rejected-saturated"));
+    let normal = cluster.complete_model("llama", "now", &[]);
+    assert_eq!(normal.status, 200, "no objective: served anyway");
+}
+
+#[test]
+fn the_answering_pod_is_reported_in_the_served_endpoint_header() {
+    let cluster = mixed_pool("models-served", |_| {});
+    for i in 0..10 {
+        let reply = cluster.complete_model("qwen", &format!("who {i}"), &[]);
+        let served = reply.header("x-gateway-destination-endpoint-served");
+        assert_eq!(served, reply.served_by(), "the header names the pod that answered");
+    }
+}
