@@ -20,11 +20,22 @@ const EXPIRY_MS: u64 = u64::MAX;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Start { worker: u8, address: u8 },
-    End { worker: u8, address: u8 },
-    Tick { worker: u8 },
+    Start {
+        worker: u8,
+        address: u8,
+    },
+    End {
+        worker: u8,
+        address: u8,
+    },
+    Tick {
+        worker: u8,
+    },
     /// Another writer (or a bug) puts these bytes in a slot.
-    Corrupt { slot: u8, bytes: Vec<u8> },
+    Corrupt {
+        slot: u8,
+        bytes: Vec<u8>,
+    },
     Advance(u16),
 }
 

@@ -85,24 +85,28 @@ fn address(u: &mut Unstructured<'_>) -> Result<String> {
 fn pod(u: &mut Unstructured<'_>) -> Result<(PodState, String)> {
     let raw = address(u)?;
     let placeholder = PodAddress::parse("10.255.255.255:1").map_err(|_| arbitrary::Error::IncorrectFormat)?;
-    Ok((PodState {
-        address: placeholder,
-        healthy: u.arbitrary()?,
-        waiting: finite(u)?,
-        running: finite(u)?,
-        kv_usage: if u.arbitrary()? { Some(finite(u)?) } else { None },
-        block_size: u.arbitrary()?,
-        num_gpu_blocks: u.arbitrary()?,
-        last_success_ms: u.arbitrary()?,
-        consecutive_failures: u.arbitrary()?,
-        epoch: u.arbitrary()?,
-        max_loras: u.arbitrary()?,
-        running_loras: u.arbitrary()?,
-        waiting_loras: u.arbitrary()?,
-        models: u.arbitrary()?,
-        adapters: u.arbitrary()?,
-        resident_loras: u.arbitrary()?,
-    }, raw))
+    Ok((
+        PodState {
+            address: placeholder,
+            role: Default::default(),
+            healthy: u.arbitrary()?,
+            waiting: finite(u)?,
+            running: finite(u)?,
+            kv_usage: if u.arbitrary()? { Some(finite(u)?) } else { None },
+            block_size: u.arbitrary()?,
+            num_gpu_blocks: u.arbitrary()?,
+            last_success_ms: u.arbitrary()?,
+            consecutive_failures: u.arbitrary()?,
+            epoch: u.arbitrary()?,
+            max_loras: u.arbitrary()?,
+            running_loras: u.arbitrary()?,
+            waiting_loras: u.arbitrary()?,
+            models: u.arbitrary()?,
+            adapters: u.arbitrary()?,
+            resident_loras: u.arbitrary()?,
+        },
+        raw,
+    ))
 }
 
 fn built_table(u: &mut Unstructured<'_>) -> Result<(PodTable, Vec<String>)> {

@@ -70,13 +70,28 @@ struct Request {
 #[derive(Arbitrary, Debug)]
 enum Op {
     Request(Request),
-    PublishBytes { table: Vec<u8>, version: u64 },
-    PublishPods { pods: Vec<(u8, bool, u8, u16)>, version: u64 },
-    Heartbeat { age_ms: u32 },
+    PublishBytes {
+        table: Vec<u8>,
+        version: u64,
+    },
+    PublishPods {
+        pods: Vec<(u8, bool, u8, u16)>,
+        version: u64,
+    },
+    Heartbeat {
+        age_ms: u32,
+    },
     /// Another worker's (or a bug's) bytes in an in-flight slot.
-    CorruptInflight { slot: u8, bytes: Vec<u8> },
-    Advance { ms: u32 },
-    Jump { to_ms: u64 },
+    CorruptInflight {
+        slot: u8,
+        bytes: Vec<u8>,
+    },
+    Advance {
+        ms: u32,
+    },
+    Jump {
+        to_ms: u64,
+    },
     Tick,
     Overlapping(Box<(Request, Request)>),
 }

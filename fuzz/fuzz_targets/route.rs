@@ -50,15 +50,14 @@ fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
     for now_ms in [0, newest.saturating_add(1), u64::MAX] {
         host.clock_ms.set(now_ms);
         let fail_open_before = worker.stats.metrics.pending("wasm_epp.fail_open");
-        let prompt =
-            Prompt {
-                request: None,
-                endpoint: picker::request::Endpoint::Completions,
-                session: None,
-                sheddable: false,
-                model: None,
-                subset: None,
-            };
+        let prompt = Prompt {
+            request: None,
+            endpoint: picker::request::Endpoint::Completions,
+            session: None,
+            sheddable: false,
+            model: None,
+            subset: None,
+        };
         let Outcome::Routed { address, destination, .. } = decide(&worker, &host, &prompt) else {
             panic!("the shipped decision routed nowhere with a pool of {}", worker.fallback_pool.len())
         };
@@ -86,12 +85,8 @@ fuzz_target!(|data: &[u8]| {
         }
         index.record(pod.address.as_str(), pod.epoch, HASHES.get(..i % 6).unwrap_or(&HASHES), 64);
     }
-    let members: Vec<PodAddress> = table
-        .pods
-        .iter()
-        .map(|p| p.address.clone())
-        .chain(fallback_pool.iter().cloned())
-        .collect();
+    let members: Vec<PodAddress> =
+        table.pods.iter().map(|p| p.address.clone()).chain(fallback_pool.iter().cloned()).collect();
     let newest = table.pods.iter().map(|p| p.last_success_ms).max().unwrap_or(0);
     let policies = [
         Policy { fallbacks: 8, ..Policy::default() },
