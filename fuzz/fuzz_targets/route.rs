@@ -117,6 +117,7 @@ fuzz_target!(|data: &[u8]| {
                         _ => Some(("10.9.9.9:80", 0)),
                     },
                     last_picked: &last_picked,
+                    reuse: (seed % 3) as f64 / 2.0,
                 });
                 let view = RoutingView {
                     table: Some(&table),
