@@ -14,6 +14,7 @@ pub mod config;
 pub mod discovery;
 pub mod inflight;
 pub mod keys;
+pub mod learn;
 pub mod lease;
 pub mod metrics_text;
 pub mod peer;

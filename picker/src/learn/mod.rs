@@ -1,0 +1,153 @@
+//! Learning from every response: what each pod answered tells the picker how fast it is,
+//! how long prompts really are, and how much of a prompt it really had cached.
+//!
+//! - [`usage`]: the `usage` object, found in the answer as it streams past (never buffered).
+//! - [`tokens`]: a prompt's size in tokens from the body, corrected by reported prompt tokens.
+//! - [`ttft`]: a per-pod time-to-first-token model, fitted online.
+//! - [`Learner`]: one worker's learned state; [`Dispatch`]: what a request remembers of its
+//!   decision until its answer comes back. The prefix index's self-correction lives here too:
+//!   a pod that reports fewer cached tokens than the index predicted evicts sooner than its KV
+//!   size says, so the capacity the index grants it shrinks ([`Learner::capacity`]); as it
+//!   reports what was predicted, it grows back.
+
+pub mod tokens;
+pub mod ttft;
+pub mod usage;
+
+use hashbrown::HashMap;
+
+use crate::pod_table::MAX_PODS;
+pub use tokens::{prompt_size, PromptSize, TextRatio};
+pub use ttft::{Line, Prior, TtftModels};
+pub use usage::{Usage, UsageScanner};
+
+/// Factor applied to a pod's index capacity at each answer reporting fewer cached tokens than
+/// predicted: a few under-reports halve it, so the index forgets an evicting pod's entries
+/// within a handful of answers.
+const CAPACITY_SHRINK: f64 = 0.85;
+
+/// Factor at each answer confirming the prediction: slower than the shrink, so a pod under
+/// steady pressure settles just under its real effective capacity.
+const CAPACITY_GROW: f64 = 1.02;
+
+/// The index never grants a pod less than this share of its KV size.
+const MIN_CAPACITY_SCALE: f64 = 0.05;
+
+/// What a request remembers of its decision until its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Dispatch {
+    /// The prompt's size as estimated (for the text ratio).
+    pub prompt: PromptSize,
+    /// Prompt tokens the chosen pod was predicted to hold cached.
+    pub predicted_cached_tokens: u32,
+    /// Prompt tokens it must compute: counted in flight until its first byte.
+    pub uncached_tokens: u32,
+    /// Uncached tokens in flight to the pod when sent, this request's included (the model's x).
+    pub tokens_ahead: f64,
+    pub sent_ms: u64,
+}
+
+/// Index accuracy: predicted vs reported cached tokens, summed over answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheReport {
+    pub predicted: u64,
+    pub reported: u64,
+}
+
+/// One worker's learned state.
+#[derive(Debug, Clone)]
+pub struct Learner {
+    pub models: TtftModels,
+    pub text_ratio: TextRatio,
+    /// Share of its KV size the index grants each pod (1 unless it under-reported).
+    capacity_scale: HashMap<String, f64>,
+}
+
+impl Learner {
+    pub fn new(prior: Prior) -> Self {
+        Self { models: TtftModels::new(prior), text_ratio: TextRatio::default(), capacity_scale: HashMap::new() }
+    }
+
+    /// The pod's first response bytes arrived at `now_ms`.
+    pub fn first_byte(&mut self, pod: &str, dispatch: &Dispatch, now_ms: u64) {
+        let ttft = now_ms.saturating_sub(dispatch.sent_ms) as f64;
+        self.models.observe(pod, dispatch.tokens_ahead, ttft);
+    }
+
+    /// The pod reported `usage` for a request sent as `dispatch`. Returns the cached tokens
+    /// predicted and reported, when the pod reports cached tokens.
+    pub fn answered(
+        &mut self,
+        pod: &str,
+        dispatch: &Dispatch,
+        usage: &Usage,
+        block_tokens: u32,
+    ) -> Option<CacheReport> {
+        self.text_ratio.observe(dispatch.prompt, usage.prompt_tokens);
+        let reported = usage.cached_tokens?;
+        let predicted = u64::from(dispatch.predicted_cached_tokens);
+        if !self.capacity_scale.contains_key(pod) && self.capacity_scale.len() < MAX_PODS {
+            self.capacity_scale.insert(pod.to_string(), 1.0);
+        }
+        let Some(scale) = self.capacity_scale.get_mut(pod) else {
+            return Some(CacheReport { predicted, reported });
+        };
+        // Less than one block short is rounding (text blocks are estimated), not eviction.
+        if reported.saturating_add(u64::from(block_tokens.max(1))) <= predicted {
+            *scale = (*scale * CAPACITY_SHRINK).max(MIN_CAPACITY_SCALE);
+        } else {
+            *scale = (*scale * CAPACITY_GROW).min(1.0);
+        }
+        Some(CacheReport { predicted, reported })
+    }
+
+    /// The blocks the prefix index may hold for `pod`, given its KV size in blocks.
+    pub fn capacity(&self, pod: &str, kv_blocks: usize) -> usize {
+        let scale = self.capacity_scale.get(pod).copied().unwrap_or(1.0);
+        ((kv_blocks as f64) * scale).round().max(1.0) as usize
+    }
+
+    /// Forgets pods that left the pool.
+    pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
+        self.models.retain_pods(&keep);
+        self.capacity_scale.retain(|pod, _| keep(pod));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRIOR: Prior = Prior { overhead_ms: 30.0, ms_per_token: 0.02 };
+
+    #[test]
+    fn an_evicting_pod_loses_index_capacity_and_regains_it() {
+        let mut learner = Learner::new(PRIOR);
+        let dispatch = Dispatch { predicted_cached_tokens: 1_024, ..Dispatch::default() };
+        let evicted = Usage { prompt_tokens: 2_000, completion_tokens: 1, cached_tokens: Some(0) };
+        for _ in 0..5 {
+            let report = learner.answered("a", &dispatch, &evicted, 16);
+            assert_eq!(report, Some(CacheReport { predicted: 1_024, reported: 0 }));
+        }
+        let shrunk = learner.capacity("a", 10_000);
+        assert!(shrunk < 5_000, "{shrunk}");
+        assert_eq!(learner.capacity("b", 10_000), 10_000, "other pods keep theirs");
+        let confirmed = Usage { cached_tokens: Some(1_024), ..evicted };
+        for _ in 0..200 {
+            learner.answered("a", &dispatch, &confirmed, 16);
+        }
+        assert_eq!(learner.capacity("a", 10_000), 10_000);
+        let silent = Usage { cached_tokens: None, ..evicted };
+        assert_eq!(learner.answered("a", &dispatch, &silent, 16), None, "no cached figure, no report");
+    }
+
+    #[test]
+    fn first_bytes_feed_the_pods_model() {
+        let mut learner = Learner::new(PRIOR);
+        for i in 0..20u32 {
+            let dispatch = Dispatch { tokens_ahead: f64::from(i) * 1_000.0, sent_ms: 1_000, ..Dispatch::default() };
+            learner.first_byte("slow", &dispatch, 1_000 + 30 + u64::from(i) * 100);
+        }
+        assert!(learner.models.predict("slow", 10_000.0) > 900.0);
+    }
+}
