@@ -10,6 +10,9 @@ use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
 use crate::scheduler::{pick_placed, Candidate, Policy};
 
+mod predict;
+pub use predict::{LearningQuery, Predicted};
+
 /// The request's prefix and session, and where to look them up.
 pub struct PrefixQuery<'a> {
     pub index: &'a PrefixIndex,
@@ -32,6 +35,8 @@ pub struct RoutingView<'a> {
     pub prefix: Option<PrefixQuery<'a>>,
     pub now_ms: u64,
     pub stale_after_ms: u64,
+    /// Learning on: token load and predicted TTFT per candidate.
+    pub learning: Option<LearningQuery<'a>>,
 }
 
 /// Where one request goes, and how the choice was made.
@@ -51,6 +56,8 @@ pub struct Route {
     /// Session or prefix affinity decided the field.
     pub affinity: bool,
     pub score: f64,
+    /// Learning on: the chosen pod's predicted cache hit, work and TTFT.
+    pub predicted: Option<Predicted>,
 }
 
 /// The pod's queue as best known now. The polled `waiting` is up to a poll interval old; a
@@ -80,6 +87,8 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 .and_then(|q| q.session_pod)
                 .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
             let inflight = (view.inflight)(address);
+            let predicted =
+                view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0))));
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,
@@ -93,6 +102,8 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 },
                 session_match,
                 last_picked: view.prefix.as_ref().map_or(0, |q| (q.last_picked)(address)),
+                predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),
+                meets_slo: predicted.is_none_or(|(l, p)| l.meets_slo(p.ttft_ms)),
             }
         })
         .collect()
@@ -129,6 +140,9 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
     let decision = pick_placed(&candidates, policy, random, placement_key).ok_or(NoRoute::EmptyPool)?;
     let chosen = candidates.get(decision.index).ok_or(NoRoute::EmptyPool)?;
     let (address, epoch) = pod(decision.index).ok_or(NoRoute::EmptyPool)?;
+    let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
+    let matched = (chosen.prefix_match * blocks as f64).round() as usize;
+    let predicted = view.learning.as_ref().map(|l| l.predict(address.as_str(), matched));
     let fallbacks = decision.fallbacks.iter().filter_map(|&i| pod(i)).map(|(address, _)| address).collect();
     Ok(Route {
         address,
@@ -139,6 +153,7 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
         prefix_match: chosen.prefix_match,
         affinity: decision.affinity,
         score: decision.score,
+        predicted,
     })
 }
 

@@ -83,6 +83,8 @@ pub struct FilterConfig {
     /// In-flight counts older than this are presumed leaked (a stream whose end was never
     /// seen) and ignored.
     pub inflight_expiry_ms: u64,
+    /// Learning from responses: token load, the per-pod TTFT model, index correction.
+    pub learning: super::LearningConfig,
 }
 
 impl Default for FilterConfig {
@@ -104,6 +106,7 @@ impl Default for FilterConfig {
             prefix: PrefixConfig::default(),
             priority_header: "x-gateway-inference-priority".into(),
             inflight_expiry_ms: 15 * 60 * 1000,
+            learning: super::LearningConfig::default(),
         }
     }
 }
@@ -120,6 +123,10 @@ impl FilterConfig {
             cold_placement: self.prefix.cold_placement,
             placement_load_factor: self.prefix.placement_load_factor,
             placement_slack: self.prefix.placement_slack,
+            learning: self.learning.enabled.then(|| crate::scheduler::LearningPolicy {
+                ttft_weight: self.learning.ttft_weight,
+                release_penalty_ms: self.learning.release_penalty_ms,
+            }),
         }
     }
 
@@ -160,6 +167,7 @@ impl FilterConfig {
         check_range("stale_after_ms", self.stale_after_ms, 100, 3_600_000)?;
         check_range("fallback_destinations", u64::from(self.fallback_destinations), 0, 8)?;
         check_range("inflight_expiry_ms", self.inflight_expiry_ms, 1_000, 86_400_000)?;
+        self.learning.validate()?;
         parse_pool(&self.pool)
     }
 }

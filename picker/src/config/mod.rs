@@ -4,11 +4,13 @@
 //! the first request. Unknown fields are errors, so a typo is caught instead of ignored.
 
 mod filter;
+mod learning;
 mod peers;
 mod poller;
 mod prefix;
 
 pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
+pub use learning::LearningConfig;
 pub use peers::{PeerReceiverConfig, PeersConfig, DEFAULT_PEER_PATH, PEER_SECRET_HEADER};
 pub use poller::PollerConfig;
 pub use prefix::PrefixConfig;

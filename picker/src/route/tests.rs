@@ -15,7 +15,7 @@ fn view<'a>(
     inflight: &'a dyn Fn(&str) -> u32,
     now_ms: u64,
 ) -> RoutingView<'a> {
-    RoutingView { table, fallback_pool: pool, inflight, prefix: None, now_ms, stale_after_ms: 1_000 }
+    RoutingView { table, fallback_pool: pool, inflight, prefix: None, now_ms, stale_after_ms: 1_000, learning: None }
 }
 
 fn choose_with(view: &RoutingView<'_>, seed: u64) -> Route {

@@ -1,0 +1,70 @@
+//! What learning adds to a routing decision: per candidate, the prompt tokens it would have
+//! to compute (its predicted cache hit taken off) and the predicted time to first token
+//! behind the uncached tokens already in flight to it.
+
+use crate::learn::TtftModels;
+
+/// The learned state and the request's size, for one decision (learning on).
+pub struct LearningQuery<'a> {
+    pub models: &'a TtftModels,
+    /// The prompt's tokens (counted, or estimated and corrected).
+    pub prompt_tokens: u32,
+    /// Tokens per prefix block, to turn matched blocks into cached tokens.
+    pub block_tokens: u32,
+    /// Uncached prompt tokens in flight to a pod and not yet answered, every worker's.
+    pub tokens_in_flight: &'a dyn Fn(&str) -> u32,
+    /// The request's TTFT objective, if it has one.
+    pub slo_ttft_ms: Option<f64>,
+}
+
+/// One candidate's share of the work, as predicted.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Predicted {
+    pub cached_tokens: u32,
+    pub uncached_tokens: u32,
+    /// Uncached tokens in flight to the pod plus this request's: what its first token waits on.
+    pub tokens_ahead: f64,
+    pub ttft_ms: f64,
+}
+
+impl LearningQuery<'_> {
+    /// The prediction for `pod`, which holds `matched_blocks` of the prompt's blocks.
+    pub fn predict(&self, pod: &str, matched_blocks: usize) -> Predicted {
+        let matched = u32::try_from(matched_blocks).unwrap_or(u32::MAX);
+        let cached_tokens = matched.saturating_mul(self.block_tokens).min(self.prompt_tokens);
+        let uncached_tokens = self.prompt_tokens - cached_tokens;
+        let tokens_ahead = f64::from((self.tokens_in_flight)(pod)) + f64::from(uncached_tokens);
+        Predicted { cached_tokens, uncached_tokens, tokens_ahead, ttft_ms: self.models.predict(pod, tokens_ahead) }
+    }
+
+    /// Whether `ttft_ms` meets the request's objective (always, without one).
+    pub fn meets_slo(&self, ttft_ms: f64) -> bool {
+        self.slo_ttft_ms.is_none_or(|slo| ttft_ms <= slo)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::learn::Prior;
+
+    #[test]
+    fn cached_blocks_come_off_the_work_and_tokens_in_flight_are_waited_on() {
+        let models = TtftModels::new(Prior { overhead_ms: 10.0, ms_per_token: 0.01 });
+        let in_flight = |pod: &str| if pod == "busy" { 10_000 } else { 0 };
+        let query = LearningQuery {
+            models: &models,
+            prompt_tokens: 2_000,
+            block_tokens: 16,
+            tokens_in_flight: &in_flight,
+            slo_ttft_ms: Some(50.0),
+        };
+        let warm = query.predict("idle", 100);
+        assert_eq!((warm.cached_tokens, warm.uncached_tokens), (1_600, 400));
+        assert_eq!(warm.ttft_ms, 14.0);
+        let busy = query.predict("busy", 0);
+        assert_eq!((busy.uncached_tokens, busy.tokens_ahead), (2_000, 12_000.0));
+        assert!(query.meets_slo(warm.ttft_ms) && !query.meets_slo(busy.ttft_ms));
+        assert_eq!(query.predict("idle", 1_000).uncached_tokens, 0, "never more cached than the prompt");
+    }
+}
