@@ -51,8 +51,8 @@ fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
         host.clock_ms.set(now_ms);
         let fail_open_before = worker.stats.metrics.pending("wasm_epp.fail_open");
         let prompt =
-            Prompt { request: None, endpoint: picker::request::Endpoint::Completions, session: None, sheddable: false };
-        let Outcome::Routed { address, destination } = decide(&worker, &host, &prompt) else {
+            Prompt { request: None, endpoint: picker::request::Endpoint::Completions, session: None, sheddable: false, slo_ttft_ms: None };
+        let Outcome::Routed { address, destination, .. } = decide(&worker, &host, &prompt) else {
             panic!("the shipped decision routed nowhere with a pool of {}", worker.fallback_pool.len())
         };
         assert!(members.contains(&address.as_str()), "shipped decision chose {address}, no pod of the table or pool");
@@ -123,6 +123,7 @@ fuzz_target!(|data: &[u8]| {
                     prefix,
                     now_ms,
                     stale_after_ms: STALE_AFTER_MS,
+                    learning: None,
                 };
                 let Ok(route) = choose(&view, policy, &mut TieBreaker::new(seed)) else {
                     panic!("no pod chosen from {} table pods and a pool of {}", table.pods.len(), fallback_pool.len())

@@ -6,18 +6,20 @@
 //! next tick, for the others). No shared-data access per request once the worker has a table.
 
 use picker::address::PodAddress;
+use picker::learn::{prompt_size, Dispatch, PromptSize};
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
-use picker::route::{choose, PrefixQuery, Route, RoutingView};
+use picker::route::{choose, LearningQuery, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::Host;
 
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum Outcome {
-    /// Send it to `address`; `destination` is the header value (with fallbacks).
-    Routed { address: PodAddress, destination: String },
+    /// Send it to `address`; `destination` is the header value (with fallbacks). With
+    /// learning on, `dispatch` is what the answer will be compared with.
+    Routed { address: PodAddress, destination: String, dispatch: Option<Dispatch> },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
     /// Answer 503: there is no pod to send it to.
@@ -54,6 +56,8 @@ pub struct Prompt<'a> {
     pub endpoint: Endpoint,
     pub session: Option<u64>,
     pub sheddable: bool,
+    /// The client's TTFT objective (learning's SLO header), in ms.
+    pub slo_ttft_ms: Option<f64>,
 }
 
 pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome {
@@ -70,8 +74,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
     let mut hashes = Vec::new();
+    let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
-        let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
         if hash_prompt(request, prompt.endpoint, &params, &mut hashes).is_err() {
             worker.stats.increment(worker.stats.prompt_unhashable);
         }
@@ -87,6 +91,12 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         session_pod: prompt.session.and_then(|key| prefix.session_pod(key)),
         last_picked: &last_picked,
     });
+    let learning = worker.config.learning.enabled.then(|| worker.learning.try_borrow().ok()).flatten();
+    let size = match prompt.request {
+        Some(request) => prompt_size(request, prompt.endpoint, params.bytes_per_token),
+        None => PromptSize::default(),
+    };
+    let tokens_of = |pod: &str| inflight.tokens(pod);
     let view = RoutingView {
         table,
         fallback_pool: &worker.fallback_pool,
@@ -94,6 +104,13 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         prefix: query,
         now_ms: now,
         stale_after_ms: worker.config.stale_after_ms,
+        learning: learning.as_ref().map(|learner| LearningQuery {
+            models: &learner.models,
+            prompt_tokens: learner.text_ratio.corrected(size),
+            block_tokens: u32::try_from(params.block_tokens).unwrap_or(u32::MAX),
+            tokens_in_flight: &tokens_of,
+            slo_ttft_ms: prompt.slo_ttft_ms,
+        }),
     };
     let route = match worker.random.try_borrow_mut() {
         Ok(mut random) => choose(&view, &worker.policy, &mut random).ok(),
@@ -102,7 +119,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     if expired {
         worker.stats.increment(worker.stats.fail_open_expired);
     }
-    let Some(Route { address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, .. }) = route else {
+    drop(learning);
+    let Some(Route { address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, predicted, .. }) =
+        route
+    else {
         return Outcome::NoPod(if expired { NoPodReason::DataExpired } else { NoPodReason::EmptyPool });
     };
     worker.note_fail_open(fail_open || expired);
@@ -111,17 +131,29 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         return Outcome::Shed;
     }
     if prefix_config.enabled {
-        let capacity =
+        let kv_blocks =
             table.and_then(|t| t.capacity_blocks(address.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
+        let capacity = worker.index_capacity(address.as_str(), kv_blocks);
         prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity);
     }
     drop(prefix);
     drop(cache);
     inflight.started(address.as_str(), now);
+    let dispatch = predicted.map(|p| {
+        inflight.add_tokens(address.as_str(), p.uncached_tokens);
+        Dispatch {
+            prompt: size,
+            predicted_cached_tokens: p.cached_tokens,
+            uncached_tokens: p.uncached_tokens,
+            tokens_ahead: p.tokens_ahead,
+            sent_ms: now,
+            streamed: prompt.request.and_then(|r| r.stream).unwrap_or(false),
+        }
+    });
     inflight.publish_now(host, now);
     worker.stats.count_pick(&address, fail_open || expired, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
-    Outcome::Routed { address, destination }
+    Outcome::Routed { address, destination, dispatch }
 }
 
 /// `chosen[,fallback...]`: override_host tries them in order on retries.

@@ -19,6 +19,7 @@ pub mod configure;
 pub mod decision;
 pub mod peer_receiver;
 pub mod reply;
+pub mod response;
 pub mod stats;
 pub mod stream;
 pub mod table_cache;

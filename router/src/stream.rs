@@ -17,6 +17,7 @@ use wasm_epp_host::{HeaderMap, Host};
 
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::reply::{send_error, send_json};
+use crate::response::Observation;
 use crate::worker::Worker;
 
 /// Headers a pool cluster could follow besides the configured one; none may come from a
@@ -48,6 +49,10 @@ pub struct RequestStream {
     peer: bool,
     /// Body bytes buffered so far (the size at the last body callback).
     body_size: usize,
+    /// The client's TTFT objective (learning on, from `learning.slo_header`).
+    slo_ttft_ms: Option<f64>,
+    /// The answer being watched (learning on, once routed).
+    observed: Option<Observation>,
 }
 
 impl RequestStream {
@@ -62,6 +67,8 @@ impl RequestStream {
             buffered: 0,
             peer: false,
             body_size: 0,
+            slo_ttft_ms: None,
+            observed: None,
         }
     }
 
@@ -90,6 +97,10 @@ impl RequestStream {
             headers.get_text(&config.priority_header).and_then(|v| v.parse::<i64>().ok()).is_some_and(|p| p < 0);
         self.session = headers.get(&config.prefix.session_header).map(|id| session_key(trim_bytes(id)));
         self.endpoint = Endpoint::from_path(path);
+        let learning = &config.learning;
+        if learning.enabled && !learning.slo_header.is_empty() {
+            self.slo_ttft_ms = headers.get_text(&learning.slo_header).and_then(|v| v.trim().parse::<f64>().ok());
+        }
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
         if end_of_stream || self.endpoint == Endpoint::Other {
             return self.route(host, None);
@@ -167,18 +178,27 @@ impl RequestStream {
 
     /// The pod's response headers arrived. Response hooks observe; they never buffer or hold
     /// the response (each body chunk passes on as it comes).
-    pub fn on_response_headers(&mut self, _host: &dyn Host, _end_of_stream: bool) -> Step {
+    pub fn on_response_headers(&mut self, host: &dyn Host, _end_of_stream: bool) -> Step {
+        if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
+            observed.on_headers(&self.worker, host, pod);
+        }
         Step::Continue
     }
 
     /// One chunk of the response body is passing (not buffered).
-    pub fn on_response_body(&mut self, _host: &dyn Host, _chunk_size: usize, _end_of_stream: bool) -> Step {
+    pub fn on_response_body(&mut self, host: &dyn Host, chunk_size: usize, _end_of_stream: bool) -> Step {
+        if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
+            observed.on_body(&self.worker, host, pod, chunk_size);
+        }
         Step::Continue
     }
 
     /// The stream ended (completed, failed or reset): release what it held.
     pub fn on_log(&mut self, host: &dyn Host) {
         self.finish_buffering();
+        if let (Some(observed), Some(pod)) = (self.observed.take(), &self.routed_to) {
+            observed.on_end(&self.worker, host, pod);
+        }
         let Some(address) = self.routed_to.take() else { return };
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
@@ -218,9 +238,16 @@ impl RequestStream {
     fn route(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>) -> Step {
         self.finish_buffering();
         self.decided = true;
-        let prompt = Prompt { request, endpoint: self.endpoint, session: self.session, sheddable: self.sheddable };
+        let prompt = Prompt {
+            request,
+            endpoint: self.endpoint,
+            session: self.session,
+            sheddable: self.sheddable,
+            slo_ttft_ms: self.slo_ttft_ms,
+        };
         match decide(&self.worker, host, &prompt) {
-            Outcome::Routed { address, destination } => {
+            Outcome::Routed { address, destination, dispatch } => {
+                self.observed = dispatch.map(Observation::new);
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
                     log::error!("wasm-epp: cannot set destination header: {error}");

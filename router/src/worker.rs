@@ -11,6 +11,7 @@ use picker::prefix::WorkerPrefix;
 use picker::random::TieBreaker;
 use picker::scheduler::Policy;
 
+use crate::response::LearningStats;
 use crate::stats::Stats;
 use crate::table_cache::{Refresh, TableCache};
 
@@ -37,20 +38,27 @@ pub struct Worker {
     /// This root has created an HTTP context: it serves requests. Envoy's main-thread root
     /// never does, and must not keep (and sync) a prefix replica for nothing.
     pub serving: Cell<bool>,
+    /// What this worker learned from the answers it proxied (see [`picker::learn`]).
+    pub learning: RefCell<picker::learn::Learner>,
+    pub learning_stats: LearningStats,
 }
 
 impl Worker {
     /// `seed` differs per VM: it seeds tie-breaking and the prefix index's keyed hashing.
     pub fn new(config: FilterConfig, fallback_pool: Vec<PodAddress>, vm_id: String, seed: u64) -> Self {
+        let stats = Stats::define();
+        let learning_stats = LearningStats::define(&stats.metrics);
         Self {
             policy: config.policy(),
+            learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),
+            learning_stats,
             prefix: RefCell::new(WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)),
             config,
             fallback_pool,
             table: RefCell::new(TableCache::default()),
             inflight: RefCell::new(WorkerInflight::new()),
             random: RefCell::new(TieBreaker::new(seed)),
-            stats: Stats::define(),
+            stats,
             event_queue: Cell::new(None),
             peer_inbox: Cell::new(None),
             vm_id,
@@ -66,6 +74,16 @@ impl Worker {
         if let Refresh::DecodeFailed(reason) = cache.refresh(store) {
             self.stats.increment(self.stats.table_decode_failed);
             log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+        }
+    }
+
+    /// The prefix index's capacity for `pod` of `kv_blocks`: shrunk for a pod that evicts
+    /// sooner than its size says, when learning corrects the index.
+    pub fn index_capacity(&self, pod: &str, kv_blocks: usize) -> usize {
+        let learning = &self.config.learning;
+        match self.learning.try_borrow() {
+            Ok(learner) if learning.enabled && learning.correct_index => learner.capacity(pod, kv_blocks),
+            _ => kv_blocks,
         }
     }
 

@@ -123,7 +123,7 @@ impl FilterConfig {
             cold_placement: self.prefix.cold_placement,
             placement_load_factor: self.prefix.placement_load_factor,
             placement_slack: self.prefix.placement_slack,
-            learning: self.learning.enabled.then(|| crate::scheduler::LearningPolicy {
+            learning: self.learning.enabled.then_some(crate::scheduler::LearningPolicy {
                 ttft_weight: self.learning.ttft_weight,
                 release_penalty_ms: self.learning.release_penalty_ms,
             }),

@@ -45,6 +45,9 @@ pub struct Dispatch {
     /// Uncached tokens in flight to the pod when sent, this request's included (the model's x).
     pub tokens_ahead: f64,
     pub sent_ms: u64,
+    /// The client asked for a stream: its first byte is the first token (a whole answer's
+    /// first byte comes after the generation, so it is no TTFT sample).
+    pub streamed: bool,
 }
 
 /// Index accuracy: predicted vs reported cached tokens, summed over answers.

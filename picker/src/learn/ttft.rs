@@ -113,7 +113,7 @@ impl TtftModels {
     /// The pod answered its first byte `ttft_ms` after being sent a request with
     /// `tokens_ahead` uncached prompt tokens ahead of (and including) its own.
     pub fn observe(&mut self, pod: &str, tokens_ahead: f64, ttft_ms: f64) {
-        if !(ttft_ms.is_finite() && tokens_ahead.is_finite()) || !(0.0..=MAX_OBSERVED_MS).contains(&ttft_ms) {
+        if !(tokens_ahead.is_finite() && (0.0..=MAX_OBSERVED_MS).contains(&ttft_ms)) {
             return;
         }
         let x = tokens_ahead.max(0.0);

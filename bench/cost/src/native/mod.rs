@@ -121,7 +121,13 @@ impl Case {
     /// choose, record the pick, count it in flight). Call [`Case::settle_decision`] after each.
     pub fn decide(&self) -> Option<PodAddress> {
         let request = parse_request(self.body.as_bytes(), self.endpoint).ok()?;
-        let prompt = Prompt { request: Some(&request), endpoint: self.endpoint, session: None, sheddable: false };
+        let prompt = Prompt {
+            request: Some(&request),
+            endpoint: self.endpoint,
+            session: None,
+            sheddable: false,
+            slo_ttft_ms: None,
+        };
         let Outcome::Routed { address, .. } = decide(&self.worker, &self.host, &prompt) else { return None };
         self.unreleased.replace(Some(address.clone()));
         Some(address)
@@ -164,6 +170,7 @@ impl Case {
             prefix: Some(PrefixQuery { index: prefix.index(), hashes, session_pod: None, last_picked: &last_picked }),
             now_ms: NOW_MS,
             stale_after_ms: self.worker.config.stale_after_ms,
+            learning: None,
         };
         choose(&view, &self.worker.policy, random).ok()
     }
