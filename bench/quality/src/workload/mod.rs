@@ -6,6 +6,8 @@
 //! them, with the reason for each number beside it.
 
 mod burst;
+mod heterogeneous;
+mod mixed_lengths;
 mod multi_turn;
 mod no_prefix;
 mod shared_chat;
@@ -30,6 +32,12 @@ pub enum WorkloadName {
     /// pressure (the replicas dimension's workload, issue 12).
     #[value(name = "e", alias = "shared-chat")]
     SharedChat,
+    /// 4 pods, two 3× slower at prefill; unrelated 1k–3k-token prompts, 12 concurrent (issue 14).
+    #[value(name = "f", alias = "heterogeneous")]
+    Heterogeneous,
+    /// 4 pods, short chats and one 8k-token document in ten, 16 concurrent (issue 14).
+    #[value(name = "l", alias = "mixed-lengths")]
+    MixedLengths,
 }
 
 impl WorkloadName {
@@ -41,6 +49,8 @@ impl WorkloadName {
             WorkloadName::NoPrefix => "c-no-prefix",
             WorkloadName::Burst => "d-burst",
             WorkloadName::SharedChat => "e-shared-chat",
+            WorkloadName::Heterogeneous => "f-heterogeneous",
+            WorkloadName::MixedLengths => "l-mixed-lengths",
         }
     }
 }
@@ -97,6 +107,8 @@ impl Workload {
             WorkloadName::NoPrefix => no_prefix::build(size, seed),
             WorkloadName::Burst => burst::build(size, seed),
             WorkloadName::SharedChat => shared_chat::build(size, seed),
+            WorkloadName::Heterogeneous => heterogeneous::build(size, seed),
+            WorkloadName::MixedLengths => mixed_lengths::build(size, seed),
         }
     }
 
@@ -146,6 +158,8 @@ mod tests {
             WorkloadName::NoPrefix,
             WorkloadName::Burst,
             WorkloadName::SharedChat,
+            WorkloadName::Heterogeneous,
+            WorkloadName::MixedLengths,
         ] {
             let first = Workload::build(name, Size::Quick, 7);
             let again = Workload::build(name, Size::Quick, 7);
