@@ -7,6 +7,7 @@
 
 mod burst;
 mod heterogeneous;
+mod ladder;
 mod mixed_lengths;
 mod multi_turn;
 mod no_prefix;
@@ -38,6 +39,10 @@ pub enum WorkloadName {
     /// 4 pods, short chats and one 8k-token document in ten, 16 concurrent (issue 14).
     #[value(name = "l", alias = "mixed-lengths")]
     MixedLengths,
+    /// 4 pods, 48 shared 6k-token system prompts, 1.2k-token questions, open-loop Poisson
+    /// ladder 1 → 12 requests/s (llm-d's optimized-baseline shape, scaled; issue 14).
+    #[value(name = "g", alias = "ladder")]
+    Ladder,
 }
 
 impl WorkloadName {
@@ -51,6 +56,7 @@ impl WorkloadName {
             WorkloadName::SharedChat => "e-shared-chat",
             WorkloadName::Heterogeneous => "f-heterogeneous",
             WorkloadName::MixedLengths => "l-mixed-lengths",
+            WorkloadName::Ladder => "g-ladder",
         }
     }
 }
@@ -84,6 +90,8 @@ pub enum Job {
     /// prompt, earlier user turns and the replies the pod gave), as chat clients do. The user
     /// "thinks" `think_ms[i]` before turn `i + 1`.
     Chat { system: String, user_turns: Vec<String>, think_ms: Vec<u64>, max_tokens: usize },
+    /// `job`, sent `at_ms` after the replay starts (open loop: give every job its own slot).
+    Scheduled { at_ms: u64, job: Box<Job> },
 }
 
 /// A pool shape and the jobs to replay on it.
@@ -109,6 +117,7 @@ impl Workload {
             WorkloadName::SharedChat => shared_chat::build(size, seed),
             WorkloadName::Heterogeneous => heterogeneous::build(size, seed),
             WorkloadName::MixedLengths => mixed_lengths::build(size, seed),
+            WorkloadName::Ladder => ladder::build(size, seed),
         }
     }
 
@@ -117,8 +126,8 @@ impl Workload {
         self.jobs
             .iter()
             .map(|job| match job {
-                Job::Completion { .. } => 1,
                 Job::Chat { user_turns, .. } => user_turns.len(),
+                Job::Completion { .. } | Job::Scheduled { .. } => 1,
             })
             .sum()
     }
@@ -160,6 +169,7 @@ mod tests {
             WorkloadName::SharedChat,
             WorkloadName::Heterogeneous,
             WorkloadName::MixedLengths,
+            WorkloadName::Ladder,
         ] {
             let first = Workload::build(name, Size::Quick, 7);
             let again = Workload::build(name, Size::Quick, 7);
