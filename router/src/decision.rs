@@ -107,7 +107,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         learning: learning.as_ref().map(|learner| LearningQuery {
             models: &learner.models,
             prompt_tokens: learner.text_ratio.corrected(size),
-            block_tokens: u32::try_from(params.block_tokens).unwrap_or(u32::MAX),
+            tokens_per_block: learner.text_ratio.tokens_per_block(size, params.block_tokens),
             tokens_in_flight: &tokens_of,
             slo_ttft_ms: prompt.slo_ttft_ms,
         }),

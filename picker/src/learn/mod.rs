@@ -7,8 +7,12 @@
 //! - [`Learner`]: one worker's learned state; [`Dispatch`]: what a request remembers of its
 //!   decision until its answer comes back. The prefix index's self-correction lives here too:
 //!   a pod that reports fewer cached tokens than the index predicted evicts sooner than its KV
-//!   size says, so the capacity the index grants it shrinks ([`Learner::capacity`]); as it
-//!   reports what was predicted, it grows back.
+//!   size says (answers' own tokens and running requests take blocks the index does not
+//!   count), so the capacity the index grants it shrinks ([`Learner::capacity`]). Two parts:
+//!   the share of the pod's cached blocks that are prompt blocks (answers are cached too, and
+//!   `usage` says how long they were), and a feedback factor moved by each answer's relative
+//!   error, up when the pod reports more than predicted, down when less, so it settles where
+//!   errors balance. Never above the pod's KV size.
 
 pub mod tokens;
 pub mod ttft;
@@ -21,17 +25,20 @@ pub use tokens::{prompt_size, PromptSize, TextRatio};
 pub use ttft::{Line, Prior, TtftModels};
 pub use usage::{Usage, UsageScanner};
 
-/// Factor applied to a pod's index capacity at each answer reporting fewer cached tokens than
-/// predicted: a few under-reports halve it, so the index forgets an evicting pod's entries
-/// within a handful of answers.
-const CAPACITY_SHRINK: f64 = 0.85;
+/// Share of an answer's relative error (reported vs predicted cached tokens) applied to the
+/// pod's index capacity: an answer reporting nothing of a predicted hit takes 25 % off, so
+/// an evicting pod's entries go within a handful of answers, and one noisy answer moves little.
+const CAPACITY_STEP: f64 = 0.05;
 
-/// Factor at each answer confirming the prediction: slower than the shrink, so a pod under
-/// steady pressure settles just under its real effective capacity.
-const CAPACITY_GROW: f64 = 1.02;
+/// Weight of the newest answer in a pod's prompt share of cached tokens: ~20 answers.
+const PROMPT_SHARE_STEP: f64 = 0.05;
 
 /// The index never grants a pod less than this share of its KV size.
 const MIN_CAPACITY_SCALE: f64 = 0.05;
+
+/// The feedback factor stays within these: it corrects what the prompt share and the text
+/// ratio leave (block boundaries, pinned blocks), not orders of magnitude.
+const FEEDBACK_BOUNDS: (f64, f64) = (0.25, 2.0);
 
 /// What a request remembers of its decision until its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -63,7 +70,20 @@ pub struct Learner {
     pub models: TtftModels,
     pub text_ratio: TextRatio,
     /// Share of its KV size the index grants each pod (1 unless it under-reported).
-    capacity_scale: HashMap<String, f64>,
+    capacity_scale: HashMap<String, CapacityScale>,
+}
+
+/// Per pod: the share of its cached tokens that are prompt tokens, and the feedback factor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CapacityScale {
+    prompt_share: f64,
+    feedback: f64,
+}
+
+impl Default for CapacityScale {
+    fn default() -> Self {
+        Self { prompt_share: 1.0, feedback: 1.0 }
+    }
 }
 
 impl Learner {
@@ -90,23 +110,35 @@ impl Learner {
         let reported = usage.cached_tokens?;
         let predicted = u64::from(dispatch.predicted_cached_tokens);
         if !self.capacity_scale.contains_key(pod) && self.capacity_scale.len() < MAX_PODS {
-            self.capacity_scale.insert(pod.to_string(), 1.0);
+            self.capacity_scale.insert(pod.to_string(), CapacityScale::default());
         }
         let Some(scale) = self.capacity_scale.get_mut(pod) else {
             return Some(CacheReport { predicted, reported });
         };
-        // Less than one block short is rounding (text blocks are estimated), not eviction.
-        if reported.saturating_add(u64::from(block_tokens.max(1))) <= predicted {
-            *scale = (*scale * CAPACITY_SHRINK).max(MIN_CAPACITY_SCALE);
-        } else {
-            *scale = (*scale * CAPACITY_GROW).min(1.0);
+        // Less than a block apart is rounding (text blocks are estimated), not eviction.
+        let total = usage.prompt_tokens.saturating_add(usage.completion_tokens);
+        if total > 0 {
+            let share = usage.prompt_tokens as f64 / total as f64;
+            scale.prompt_share += PROMPT_SHARE_STEP * (share - scale.prompt_share);
+        }
+        let error = reported as f64 - predicted as f64;
+        if error.abs() >= f64::from(block_tokens.max(1)) {
+            let relative = error / (reported.max(predicted) as f64);
+            let moved = scale.feedback * (1.0 + CAPACITY_STEP * relative);
+            scale.feedback = moved.clamp(FEEDBACK_BOUNDS.0, FEEDBACK_BOUNDS.1);
         }
         Some(CacheReport { predicted, reported })
     }
 
     /// The blocks the prefix index may hold for `pod`, given its KV size in blocks.
+    ///
+    /// The index counts text in blocks of `block_tokens` *estimated* tokens, so a pod's KV
+    /// size in index blocks is its size in engine blocks ÷ the text ratio; of that, answers
+    /// take their share, and the feedback factor corrects the rest.
     pub fn capacity(&self, pod: &str, kv_blocks: usize) -> usize {
-        let scale = self.capacity_scale.get(pod).copied().unwrap_or(1.0);
+        let (share, feedback) = self.capacity_scale.get(pod).map_or((1.0, 1.0), |s| (s.prompt_share, s.feedback));
+        let text_blocks = 1.0 / self.text_ratio.value().clamp(0.25, 4.0);
+        let scale = (share * feedback * text_blocks).max(MIN_CAPACITY_SCALE);
         ((kv_blocks as f64) * scale).round().max(1.0) as usize
     }
 
@@ -128,7 +160,7 @@ mod tests {
         let mut learner = Learner::new(PRIOR);
         let dispatch = Dispatch { predicted_cached_tokens: 1_024, ..Dispatch::default() };
         let evicted = Usage { prompt_tokens: 2_000, completion_tokens: 1, cached_tokens: Some(0) };
-        for _ in 0..5 {
+        for _ in 0..30 {
             let report = learner.answered("a", &dispatch, &evicted, 16);
             assert_eq!(report, Some(CacheReport { predicted: 1_024, reported: 0 }));
         }
@@ -136,12 +168,27 @@ mod tests {
         assert!(shrunk < 5_000, "{shrunk}");
         assert_eq!(learner.capacity("b", 10_000), 10_000, "other pods keep theirs");
         let confirmed = Usage { cached_tokens: Some(1_024), ..evicted };
+        learner.answered("a", &dispatch, &confirmed, 16);
+        assert_eq!(learner.capacity("a", 10_000), shrunk, "a confirmed prediction changes nothing");
+        // The shrunk index now predicts half of what the pod holds: capacity comes back.
+        let under = Dispatch { predicted_cached_tokens: 512, ..dispatch };
         for _ in 0..200 {
-            learner.answered("a", &dispatch, &confirmed, 16);
+            learner.answered("a", &under, &confirmed, 16);
         }
-        assert_eq!(learner.capacity("a", 10_000), 10_000);
+        assert!(learner.capacity("a", 10_000) <= 20_000);
         let silent = Usage { cached_tokens: None, ..evicted };
         assert_eq!(learner.answered("a", &dispatch, &silent, 16), None, "no cached figure, no report");
+    }
+
+    #[test]
+    fn long_answers_take_index_capacity_from_prompts() {
+        let mut learner = Learner::new(PRIOR);
+        let dispatch = Dispatch { predicted_cached_tokens: 512, ..Dispatch::default() };
+        let usage = Usage { prompt_tokens: 512, completion_tokens: 512, cached_tokens: Some(512) };
+        for _ in 0..200 {
+            learner.answered("a", &dispatch, &usage, 16);
+        }
+        assert_eq!(learner.capacity("a", 10_000), 5_000, "half of what the pod caches is answers");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 
 use crate::request::{Endpoint, InferenceRequest};
 
-/// Weight of the newest answer in the text ratio's moving average: ~20 answers of memory.
+/// Weight of the newest answer in the text ratio's moving average once warmed up: ~20 answers
+/// of memory. Before that the ratio is the plain mean of the answers so far, so the first
+/// answer already corrects the configured guess.
 const RATIO_STEP: f64 = 0.05;
 
 /// The ratio is believed within these bounds: beyond them the estimate is broken, not biased.
@@ -46,11 +48,11 @@ fn token_id_count(raw: &str) -> Option<u32> {
 
 /// Reported text tokens per estimated text token, learned from the pods' answers.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TextRatio(f64);
+pub struct TextRatio(f64, u32);
 
 impl Default for TextRatio {
     fn default() -> Self {
-        Self(1.0)
+        Self(1.0, 0)
     }
 }
 
@@ -69,7 +71,20 @@ impl TextRatio {
             return;
         }
         let ratio = (reported as f64 / f64::from(size.tokens)).clamp(RATIO_BOUNDS.0, RATIO_BOUNDS.1);
-        self.0 += RATIO_STEP * (ratio - self.0);
+        self.1 = self.1.saturating_add(1);
+        let step = (1.0 / f64::from(self.1)).max(RATIO_STEP);
+        self.0 += step * (ratio - self.0);
+    }
+
+    /// Prompt tokens in one prefix block of `block_tokens`: exact for token ids; for text,
+    /// scaled by the ratio (a text block is `block_tokens` estimated tokens).
+    pub fn tokens_per_block(&self, size: PromptSize, block_tokens: usize) -> f64 {
+        let block = block_tokens as f64;
+        if size.exact {
+            block
+        } else {
+            block * self.0
+        }
     }
 
     pub fn value(&self) -> f64 {

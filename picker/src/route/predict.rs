@@ -9,8 +9,10 @@ pub struct LearningQuery<'a> {
     pub models: &'a TtftModels,
     /// The prompt's tokens (counted, or estimated and corrected).
     pub prompt_tokens: u32,
-    /// Tokens per prefix block, to turn matched blocks into cached tokens.
-    pub block_tokens: u32,
+    /// Prompt tokens per prefix block, to turn matched blocks into cached tokens: the block
+    /// size for token ids; for text, the block size × the learned text ratio (text blocks are
+    /// cut at the configured bytes per token, which the pod's tokenizer may not match).
+    pub tokens_per_block: f64,
     /// Uncached prompt tokens in flight to a pod and not yet answered, every worker's.
     pub tokens_in_flight: &'a dyn Fn(&str) -> u32,
     /// The request's TTFT objective, if it has one.
@@ -30,8 +32,8 @@ pub struct Predicted {
 impl LearningQuery<'_> {
     /// The prediction for `pod`, which holds `matched_blocks` of the prompt's blocks.
     pub fn predict(&self, pod: &str, matched_blocks: usize) -> Predicted {
-        let matched = u32::try_from(matched_blocks).unwrap_or(u32::MAX);
-        let cached_tokens = matched.saturating_mul(self.block_tokens).min(self.prompt_tokens);
+        let cached = (matched_blocks as f64 * self.tokens_per_block).round();
+        let cached_tokens = (cached.clamp(0.0, f64::from(u32::MAX)) as u32).min(self.prompt_tokens);
         let uncached_tokens = self.prompt_tokens - cached_tokens;
         let tokens_ahead = f64::from((self.tokens_in_flight)(pod)) + f64::from(uncached_tokens);
         Predicted { cached_tokens, uncached_tokens, tokens_ahead, ttft_ms: self.models.predict(pod, tokens_ahead) }
@@ -55,7 +57,7 @@ mod tests {
         let query = LearningQuery {
             models: &models,
             prompt_tokens: 2_000,
-            block_tokens: 16,
+            tokens_per_block: 16.0,
             tokens_in_flight: &in_flight,
             slo_ttft_ms: Some(50.0),
         };
