@@ -89,13 +89,13 @@ fn an_evicting_pod_loses_index_capacity() {
     bench.tick();
     let shared = "z".repeat(4_000);
     let mut pods = Vec::new();
-    for i in 0..8 {
+    for i in 0..20 {
         let (mut stream, routed) = bench.request(&COMPLETIONS, &streamed(&format!("{shared} {i}")));
         pods.push(routed.destination.unwrap());
         // The pod says it holds nothing of what the index predicted it holds.
         answer(&bench, &mut stream, 30, &usage_event(1_000, 0));
     }
-    let sticky = &pods[7];
+    let sticky = &pods[19];
     assert!(pods[1..].iter().all(|p| p == sticky), "the shared prefix kept its pod: {pods:?}");
     let capacity = bench.worker.index_capacity(sticky, 16_384);
     assert!(capacity < 16_384 / 2, "index capacity after repeated under-reports: {capacity}");
