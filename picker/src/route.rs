@@ -88,7 +88,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable) -> Vec<Cand
                 .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
             let inflight = (view.inflight)(address);
             let predicted =
-                view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0))));
+                view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0), inflight)));
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,
@@ -142,7 +142,7 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
     let (address, epoch) = pod(decision.index).ok_or(NoRoute::EmptyPool)?;
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
     let matched = (chosen.prefix_match * blocks as f64).round() as usize;
-    let predicted = view.learning.as_ref().map(|l| l.predict(address.as_str(), matched));
+    let predicted = view.learning.as_ref().map(|l| l.predict(address.as_str(), matched, chosen.inflight));
     let fallbacks = decision.fallbacks.iter().filter_map(|&i| pod(i)).map(|(address, _)| address).collect();
     Ok(Route {
         address,

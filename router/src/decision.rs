@@ -145,7 +145,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             prompt: size,
             predicted_cached_tokens: p.cached_tokens,
             uncached_tokens: p.uncached_tokens,
-            tokens_ahead: p.tokens_ahead,
+            load: p.load,
             sent_ms: now,
             streamed: prompt.request.and_then(|r| r.stream).unwrap_or(false),
         }

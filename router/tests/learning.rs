@@ -76,7 +76,8 @@ fn a_slow_pod_is_avoided_once_its_answers_show_it() {
         answer(&bench, &mut stream, if slow { 400 } else { 50 }, &usage_event(1_000, 0));
     }
     let learner = bench.worker.learning.borrow();
-    let (fast, slow) = (learner.models.predict(POOL[0].0, 1_000.0), learner.models.predict(POOL[1].0, 1_000.0));
+    let load = picker::learn::Load { tokens: 1_000.0, requests: 0.0 };
+    let (fast, slow) = (learner.models.predict(POOL[0].0, load), learner.models.predict(POOL[1].0, load));
     assert!(slow > 3.0 * fast, "slow {slow} ms vs fast {fast} ms");
     assert_eq!(to_slow_after_learning, 0, "an idle pool still prefers the pod predicted faster");
     assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 40);

@@ -22,7 +22,7 @@ use hashbrown::HashMap;
 
 use crate::pod_table::MAX_PODS;
 pub use tokens::{prompt_size, PromptSize, TextRatio};
-pub use ttft::{Line, Prior, TtftModels};
+pub use ttft::{Fit, Load, Prior, TtftModels};
 pub use usage::{Usage, UsageScanner};
 
 /// Share of an answer's relative error (reported vs predicted cached tokens) applied to the
@@ -49,8 +49,8 @@ pub struct Dispatch {
     pub predicted_cached_tokens: u32,
     /// Prompt tokens it must compute: counted in flight until its first byte.
     pub uncached_tokens: u32,
-    /// Uncached tokens in flight to the pod when sent, this request's included (the model's x).
-    pub tokens_ahead: f64,
+    /// The pod's load when sent, this request's tokens included (the model's input).
+    pub load: Load,
     pub sent_ms: u64,
     /// The client asked for a stream: its first byte is the first token (a whole answer's
     /// first byte comes after the generation, so it is no TTFT sample).
@@ -94,7 +94,7 @@ impl Learner {
     /// The pod's first response bytes arrived at `now_ms`.
     pub fn first_byte(&mut self, pod: &str, dispatch: &Dispatch, now_ms: u64) {
         let ttft = now_ms.saturating_sub(dispatch.sent_ms) as f64;
-        self.models.observe(pod, dispatch.tokens_ahead, ttft);
+        self.models.observe(pod, dispatch.load, ttft);
     }
 
     /// The pod reported `usage` for a request sent as `dispatch`. Returns the cached tokens
@@ -195,9 +195,10 @@ mod tests {
     fn first_bytes_feed_the_pods_model() {
         let mut learner = Learner::new(PRIOR);
         for i in 0..20u32 {
-            let dispatch = Dispatch { tokens_ahead: f64::from(i) * 1_000.0, sent_ms: 1_000, ..Dispatch::default() };
+            let load = Load { tokens: f64::from(i) * 1_000.0, requests: 0.0 };
+            let dispatch = Dispatch { load, sent_ms: 1_000, ..Dispatch::default() };
             learner.first_byte("slow", &dispatch, 1_000 + 30 + u64::from(i) * 100);
         }
-        assert!(learner.models.predict("slow", 10_000.0) > 900.0);
+        assert!(learner.models.predict("slow", Load { tokens: 10_000.0, requests: 0.0 }) > 900.0);
     }
 }

@@ -2,7 +2,7 @@
 //! to compute (its predicted cache hit taken off) and the predicted time to first token
 //! behind the uncached tokens already in flight to it.
 
-use crate::learn::TtftModels;
+use crate::learn::{Load, TtftModels};
 
 /// The learned state and the request's size, for one decision (learning on).
 pub struct LearningQuery<'a> {
@@ -24,19 +24,21 @@ pub struct LearningQuery<'a> {
 pub struct Predicted {
     pub cached_tokens: u32,
     pub uncached_tokens: u32,
-    /// Uncached tokens in flight to the pod plus this request's: what its first token waits on.
-    pub tokens_ahead: f64,
+    /// What its first token waits on: uncached tokens in flight plus its own, requests in flight.
+    pub load: Load,
     pub ttft_ms: f64,
 }
 
 impl LearningQuery<'_> {
-    /// The prediction for `pod`, which holds `matched_blocks` of the prompt's blocks.
-    pub fn predict(&self, pod: &str, matched_blocks: usize) -> Predicted {
+    /// The prediction for `pod`, which holds `matched_blocks` of the prompt's blocks and has
+    /// `requests` in flight.
+    pub fn predict(&self, pod: &str, matched_blocks: usize, requests: u32) -> Predicted {
         let cached = (matched_blocks as f64 * self.tokens_per_block).round();
         let cached_tokens = (cached.clamp(0.0, f64::from(u32::MAX)) as u32).min(self.prompt_tokens);
         let uncached_tokens = self.prompt_tokens - cached_tokens;
-        let tokens_ahead = f64::from((self.tokens_in_flight)(pod)) + f64::from(uncached_tokens);
-        Predicted { cached_tokens, uncached_tokens, tokens_ahead, ttft_ms: self.models.predict(pod, tokens_ahead) }
+        let tokens = f64::from((self.tokens_in_flight)(pod)) + f64::from(uncached_tokens);
+        let load = Load { tokens, requests: f64::from(requests) };
+        Predicted { cached_tokens, uncached_tokens, load, ttft_ms: self.models.predict(pod, load) }
     }
 
     /// Whether `ttft_ms` meets the request's objective (always, without one).
@@ -61,12 +63,12 @@ mod tests {
             tokens_in_flight: &in_flight,
             slo_ttft_ms: Some(50.0),
         };
-        let warm = query.predict("idle", 100);
+        let warm = query.predict("idle", 100, 0);
         assert_eq!((warm.cached_tokens, warm.uncached_tokens), (1_600, 400));
         assert_eq!(warm.ttft_ms, 14.0);
-        let busy = query.predict("busy", 0);
-        assert_eq!((busy.uncached_tokens, busy.tokens_ahead), (2_000, 12_000.0));
+        let busy = query.predict("busy", 0, 3);
+        assert_eq!((busy.uncached_tokens, busy.load), (2_000, Load { tokens: 12_000.0, requests: 3.0 }));
         assert!(query.meets_slo(warm.ttft_ms) && !query.meets_slo(busy.ttft_ms));
-        assert_eq!(query.predict("idle", 1_000).uncached_tokens, 0, "never more cached than the prompt");
+        assert_eq!(query.predict("idle", 1_000, 0).uncached_tokens, 0, "never more cached than the prompt");
     }
 }
