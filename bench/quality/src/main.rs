@@ -11,6 +11,7 @@
 mod balance;
 mod client;
 mod driver;
+mod index_accuracy;
 mod options;
 mod pool;
 mod prometheus;

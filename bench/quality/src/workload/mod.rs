@@ -36,7 +36,7 @@ pub enum WorkloadName {
     /// 4 pods, two 3× slower at prefill; unrelated 1k–3k-token prompts, 12 concurrent (issue 14).
     #[value(name = "f", alias = "heterogeneous")]
     Heterogeneous,
-    /// 4 pods, short chats and one 8k-token document in ten, 16 concurrent (issue 14).
+    /// 4 pods, short chats and one 8k-token document in twenty, 16 concurrent (issue 14).
     #[value(name = "l", alias = "mixed-lengths")]
     MixedLengths,
     /// 4 pods, 48 shared 6k-token system prompts, 1.2k-token questions, open-loop Poisson
