@@ -108,6 +108,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             models: &learner.models,
             prompt_tokens: learner.text_ratio.corrected(size),
             tokens_per_block: learner.text_ratio.tokens_per_block(size, params.block_tokens),
+            hashed_blocks: hashes.len(),
             tokens_in_flight: &tokens_of,
             slo_ttft_ms: prompt.slo_ttft_ms,
         }),
@@ -144,6 +145,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         Dispatch {
             prompt: size,
             predicted_cached_tokens: p.cached_tokens,
+            indexed_tokens: p.indexed_tokens,
             uncached_tokens: p.uncached_tokens,
             load: p.load,
             sent_ms: now,

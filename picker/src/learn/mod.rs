@@ -47,6 +47,9 @@ pub struct Dispatch {
     pub prompt: PromptSize,
     /// Prompt tokens the chosen pod was predicted to hold cached.
     pub predicted_cached_tokens: u32,
+    /// Prompt tokens the index covers (its hashed blocks): only these are compared with the
+    /// pod's report, as past them the index knows nothing.
+    pub indexed_tokens: u32,
     /// Prompt tokens it must compute: counted in flight until its first byte.
     pub uncached_tokens: u32,
     /// The pod's load when sent, this request's tokens included (the model's input).
@@ -107,8 +110,9 @@ impl Learner {
         block_tokens: u32,
     ) -> Option<CacheReport> {
         self.text_ratio.observe(dispatch.prompt, usage.prompt_tokens);
-        let reported = usage.cached_tokens?;
-        let predicted = u64::from(dispatch.predicted_cached_tokens);
+        let indexed = u64::from(dispatch.indexed_tokens);
+        let reported = usage.cached_tokens?.min(indexed);
+        let predicted = u64::from(dispatch.predicted_cached_tokens).min(indexed);
         if !self.capacity_scale.contains_key(pod) && self.capacity_scale.len() < MAX_PODS {
             self.capacity_scale.insert(pod.to_string(), CapacityScale::default());
         }
@@ -158,7 +162,7 @@ mod tests {
     #[test]
     fn an_evicting_pod_loses_index_capacity_and_regains_it() {
         let mut learner = Learner::new(PRIOR);
-        let dispatch = Dispatch { predicted_cached_tokens: 1_024, ..Dispatch::default() };
+        let dispatch = Dispatch { predicted_cached_tokens: 1_024, indexed_tokens: 4_096, ..Dispatch::default() };
         let evicted = Usage { prompt_tokens: 2_000, completion_tokens: 1, cached_tokens: Some(0) };
         for _ in 0..30 {
             let report = learner.answered("a", &dispatch, &evicted, 16);
@@ -181,9 +185,22 @@ mod tests {
     }
 
     #[test]
+    fn only_the_indexed_part_of_a_prompt_is_judged() {
+        let mut learner = Learner::new(PRIOR);
+        let dispatch = Dispatch { predicted_cached_tokens: 7_000, indexed_tokens: 4_096, ..Dispatch::default() };
+        let usage = Usage { prompt_tokens: 7_200, completion_tokens: 8, cached_tokens: Some(6_000) };
+        let report = learner.answered("a", &dispatch, &usage, 16);
+        assert_eq!(
+            report,
+            Some(CacheReport { predicted: 4_096, reported: 4_096 }),
+            "past the hashed part, nobody knows"
+        );
+    }
+
+    #[test]
     fn long_answers_take_index_capacity_from_prompts() {
         let mut learner = Learner::new(PRIOR);
-        let dispatch = Dispatch { predicted_cached_tokens: 512, ..Dispatch::default() };
+        let dispatch = Dispatch { predicted_cached_tokens: 512, indexed_tokens: 4_096, ..Dispatch::default() };
         let usage = Usage { prompt_tokens: 512, completion_tokens: 512, cached_tokens: Some(512) };
         for _ in 0..200 {
             learner.answered("a", &dispatch, &usage, 16);
