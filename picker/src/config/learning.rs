@@ -33,7 +33,7 @@ impl Default for LearningConfig {
         Self {
             enabled: false,
             ttft_weight: 4.0,
-            release_penalty_ms: 200.0,
+            release_penalty_ms: 1000.0,
             slo_header: "x-llm-d-slo-ttft-ms".into(),
             prior_overhead_ms: 30.0,
             prior_ms_per_token: 0.02,
