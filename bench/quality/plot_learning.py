@@ -1,6 +1,7 @@
 """Draws the learning benchmark (issue 14) from RESULTS_DIR/quality.json.
 
-Usage: python plot_learning.py RESULTS_DIR   (e.g. bench/results/learning)
+Usage: python plot_learning.py RESULTS_DIR   (e.g. bench/results/learning; reads every
+quality.json in it and its subfolders, one run per workload group)
 
 Writes learning_ttft.png (TTFT p50, p90, p99 per target, one panel per workload: the workloads'
 latencies differ by orders of magnitude) and learning_throughput.png (output tokens/s and
@@ -35,8 +36,10 @@ PERCENTILES = [("ttft_p50_ms", "p50", ""), ("ttft_p90_ms", "p90", "//"), ("ttft_
 
 
 def main(results_dir):
-    data = json.loads((results_dir / "quality.json").read_text())
-    rows = data["rows"] if isinstance(data, dict) else data
+    rows = []
+    for path in sorted(results_dir.rglob("quality.json")):
+        data = json.loads(path.read_text())
+        rows += data["rows"] if isinstance(data, dict) else data
     workloads = sorted({row["workload"] for row in rows})
     by_key = {(row["workload"], row["target"]): row for row in rows}
     targets = [t for t in TARGETS if any((w, t) in by_key for w in workloads)]
