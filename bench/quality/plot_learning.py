@@ -44,18 +44,24 @@ def main(results_dir):
     by_key = {(row["workload"], row["target"]): row for row in rows}
     targets = [t for t in TARGETS if any((w, t) in by_key for w in workloads)]
 
-    figure, axes = plt.subplots(1, len(workloads), figsize=(5 * len(workloads), 4.5), squeeze=False)
+    columns = min(4, len(workloads))
+    lines = (len(workloads) + columns - 1) // columns
+    figure, axes = plt.subplots(lines, columns, figsize=(4.5 * columns, 4.2 * lines), squeeze=False)
     width = 0.8 / len(PERCENTILES)
-    for axis, workload in zip(axes[0], workloads):
+    for index, workload in enumerate(workloads):
+        axis = axes[index // columns][index % columns]
+        present = [t for t in targets if (workload, t) in by_key]
         for p_index, (key, label, hatch) in enumerate(PERCENTILES):
-            values = [(by_key.get((workload, t)) or {}).get(key) or 0.0 for t in targets]
-            positions = [i + (p_index - 1) * width for i in range(len(targets))]
-            axis.bar(positions, [v / 1000 for v in values], width, color=[COLOURS[t] for t in targets],
+            values = [by_key[(workload, t)].get(key) or 0.0 for t in present]
+            positions = [i + (p_index - 1) * width for i in range(len(present))]
+            axis.bar(positions, [v / 1000 for v in values], width, color=[COLOURS[t] for t in present],
                      hatch=hatch, edgecolor="black", linewidth=0.4, label=label)
         axis.set_title(workload)
-        axis.set_xticks(range(len(targets)))
-        axis.set_xticklabels([t.replace("-", "\n", 1) for t in targets], fontsize=7)
+        axis.set_xticks(range(len(present)))
+        axis.set_xticklabels([t.replace("-", "\n", 1) for t in present], fontsize=7)
         axis.set_ylabel("TTFT (s): p50 plain, p90 //, p99 ..")
+    for index in range(len(workloads), lines * columns):
+        axes[index // columns][index % columns].axis("off")
     figure.tight_layout()
     figure.savefig(results_dir / "learning_ttft.png", dpi=120)
 
