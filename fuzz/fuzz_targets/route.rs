@@ -57,6 +57,7 @@ fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
             sheddable: false,
             model: None,
             subset: None,
+            slo_ttft_ms: None,
         };
         let Outcome::Routed { address, destination, .. } = decide(&worker, &host, &prompt) else {
             panic!("the shipped decision routed nowhere with a pool of {}", worker.fallback_pool.len())
@@ -127,6 +128,7 @@ fuzz_target!(|data: &[u8]| {
                     now_ms,
                     stale_after_ms: STALE_AFTER_MS,
                     models: picker::route::ModelQuery::default(),
+                    learning: None,
                 };
                 let Ok(route) = choose(&view, policy, &mut TieBreaker::new(seed)) else {
                     panic!("no pod chosen from {} table pods and a pool of {}", table.pods.len(), fallback_pool.len())

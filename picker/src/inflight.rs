@@ -11,6 +11,12 @@
 //! is ignored by readers and may be claimed again, so dead workers' counts never linger.
 //! Other gateway replicas' counts, relayed by the pool service ([`publish_peer_counts`]),
 //! are added the same way: they are as old as the peer's last message.
+//!
+//! Beside each request count, a slot carries the pod's *uncached prompt tokens* in flight:
+//! the prompt part of each request the pod has not started answering yet ([`WorkerInflight::add_tokens`]
+//! at the pick, [`WorkerInflight::release_tokens`] at the first response byte). Request counts
+//! mislead when one 8k-token prompt costs a pod as much prefill as a hundred short chats;
+//! tokens ahead is what its next request waits behind. Other replicas relay request counts only.
 
 use hashbrown::HashMap;
 
@@ -31,7 +37,16 @@ const HEADER_BYTES: usize = 16;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Local {
     count: u32,
+    /// Uncached prompt tokens of this worker's requests not yet answered (first byte).
+    tokens: u32,
     updated_ms: u64,
+}
+
+/// One pod's load summed over slots: requests, and uncached prompt tokens not yet answered.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Load {
+    count: u32,
+    tokens: u32,
 }
 
 /// This worker's view of the requests in flight per pod.
@@ -40,10 +55,10 @@ pub struct WorkerInflight {
     /// This worker's own requests, exact.
     local: HashMap<String, Local>,
     /// The other workers' counts, summed, as of their last publish (re-read per decision).
-    others: HashMap<String, u32>,
+    others: HashMap<String, Load>,
     /// Other gateway replicas' counts, as the pool service last relayed them. They change
     /// once per peer heartbeat, so they are read on the tick, not per decision.
-    replicas: HashMap<String, u32>,
+    replicas: HashMap<String, Load>,
     /// The slot this worker publishes in, once claimed.
     slot: Option<usize>,
     /// This VM's id (from [`crate::vm_id`]), once it has one.
@@ -67,8 +82,30 @@ impl WorkerInflight {
     /// Requests in flight to `address`: this worker's plus the others'.
     pub fn count(&self, address: &str) -> u32 {
         let local = self.local.get(address).map_or(0, |l| l.count);
-        let others = self.others.get(address).copied().unwrap_or(0);
-        local.saturating_add(others).saturating_add(self.replicas.get(address).copied().unwrap_or(0))
+        let others = self.others.get(address).map_or(0, |l| l.count);
+        local.saturating_add(others).saturating_add(self.replicas.get(address).map_or(0, |l| l.count))
+    }
+
+    /// Uncached prompt tokens in flight to `address` and not yet answered: this worker's
+    /// plus the other workers' (as of their last publish).
+    pub fn tokens(&self, address: &str) -> u32 {
+        let local = self.local.get(address).map_or(0, |l| l.tokens);
+        local.saturating_add(self.others.get(address).map_or(0, |l| l.tokens))
+    }
+
+    /// A request just [`Self::started`] to `address` carries `tokens` uncached prompt tokens.
+    pub fn add_tokens(&mut self, address: &str, tokens: u32) {
+        if let Some(entry) = self.local.get_mut(address) {
+            entry.tokens = entry.tokens.saturating_add(tokens);
+        }
+    }
+
+    /// The pod started answering a request with `tokens` uncached prompt tokens (its first
+    /// byte), or the request ended before it did.
+    pub fn release_tokens(&mut self, address: &str, tokens: u32) {
+        if let Some(entry) = self.local.get_mut(address) {
+            entry.tokens = entry.tokens.saturating_sub(tokens);
+        }
     }
 
     /// This worker's own count for `address`.
@@ -93,7 +130,7 @@ impl WorkerInflight {
             entry.count = entry.count.saturating_add(1);
             entry.updated_ms = now_ms;
         } else if self.local.len() < MAX_PODS {
-            self.local.insert(address.to_string(), Local { count: 1, updated_ms: now_ms });
+            self.local.insert(address.to_string(), Local { count: 1, tokens: 0, updated_ms: now_ms });
         }
     }
 
@@ -185,12 +222,13 @@ impl WorkerInflight {
 }
 
 /// Adds a slot value's counts into `totals` (bounded to [`MAX_PODS`] pods).
-fn add_entries(totals: &mut HashMap<String, u32>, slot_value: &[u8]) {
-    for (address, count) in decode_entries(slot_value.get(HEADER_BYTES..).unwrap_or_default()) {
+fn add_entries(totals: &mut HashMap<String, Load>, slot_value: &[u8]) {
+    for (address, load) in decode_entries(slot_value.get(HEADER_BYTES..).unwrap_or_default()) {
         if let Some(total) = totals.get_mut(address) {
-            *total = total.saturating_add(count);
+            total.count = total.count.saturating_add(load.count);
+            total.tokens = total.tokens.saturating_add(load.tokens);
         } else if totals.len() < MAX_PODS {
-            totals.insert(address.to_string(), count);
+            totals.insert(address.to_string(), load);
         }
     }
 }
@@ -205,7 +243,7 @@ pub fn envoy_totals(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, u32
             add_entries(&mut totals, &bytes);
         }
     }
-    totals
+    totals.into_iter().map(|(address, load)| (address, load.count)).collect()
 }
 
 /// Publishes other replicas' summed counts for this Envoy's workers to add to their view.
@@ -214,7 +252,8 @@ pub fn publish_peer_counts(
     now_ms: u64,
     counts: &HashMap<String, u32>,
 ) -> Result<(), StoreError> {
-    let value = encode(0, now_ms, counts.iter().take(MAX_PODS).map(|(address, count)| (address.as_str(), *count)));
+    let loads = counts.iter().take(MAX_PODS).map(|(address, &count)| (address.as_str(), Load { count, tokens: 0 }));
+    let value = encode(0, now_ms, loads);
     store.set(PEER_INFLIGHT, &value, None)
 }
 
@@ -239,22 +278,23 @@ fn claim_slot(store: &dyn SharedStore, owner: u64, now_ms: u64, value: &[u8]) ->
     None
 }
 
-/// A slot value: owner, refresh time, then `(address, count)` entries.
-fn encode<'a>(owner: u64, now_ms: u64, counts: impl Iterator<Item = (&'a str, u32)>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_BYTES + 24 * MAX_PODS.min(64));
+/// A slot value: owner, refresh time, then `(address, count, tokens)` entries.
+fn encode<'a>(owner: u64, now_ms: u64, counts: impl Iterator<Item = (&'a str, Load)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + 28 * MAX_PODS.min(64));
     out.extend_from_slice(&owner.to_le_bytes());
     out.extend_from_slice(&now_ms.to_le_bytes());
     for (address, count) in counts {
         let Ok(len) = u8::try_from(address.len()) else { continue };
         out.push(len);
         out.extend_from_slice(address.as_bytes());
-        out.extend_from_slice(&count.to_le_bytes());
+        out.extend_from_slice(&count.count.to_le_bytes());
+        out.extend_from_slice(&count.tokens.to_le_bytes());
     }
     out
 }
 
-fn own_counts(local: &HashMap<String, Local>) -> impl Iterator<Item = (&str, u32)> {
-    local.iter().map(|(address, entry)| (address.as_str(), entry.count))
+fn own_counts(local: &HashMap<String, Local>) -> impl Iterator<Item = (&str, Load)> {
+    local.iter().map(|(address, entry)| (address.as_str(), Load { count: entry.count, tokens: entry.tokens }))
 }
 
 fn decode_header(bytes: &[u8]) -> Option<(u64, u64)> {
@@ -263,15 +303,16 @@ fn decode_header(bytes: &[u8]) -> Option<(u64, u64)> {
     Some((owner, refreshed))
 }
 
-/// `(address, count)` pairs; stops at the first truncated or non-UTF-8 entry.
-fn decode_entries(mut bytes: &[u8]) -> impl Iterator<Item = (&str, u32)> {
+/// `(address, load)` pairs; stops at the first truncated or non-UTF-8 entry.
+fn decode_entries(mut bytes: &[u8]) -> impl Iterator<Item = (&str, Load)> {
     std::iter::from_fn(move || {
         let (&len, rest) = bytes.split_first()?;
         let len = usize::from(len);
         let address = std::str::from_utf8(rest.get(..len)?).ok()?;
         let count = u32::from_le_bytes(rest.get(len..len + 4)?.try_into().ok()?);
-        bytes = rest.get(len + 4..)?;
-        Some((address, count))
+        let tokens = u32::from_le_bytes(rest.get(len + 4..len + 8)?.try_into().ok()?);
+        bytes = rest.get(len + 8..)?;
+        Some((address, Load { count, tokens }))
     })
     .take(MAX_PODS)
 }

@@ -15,6 +15,7 @@ pub mod disaggregation;
 pub mod discovery;
 pub mod inflight;
 pub mod keys;
+pub mod learn;
 pub mod lease;
 pub mod metrics_text;
 pub mod models;

@@ -12,6 +12,9 @@ use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
 use crate::scheduler::{pick_placed, Candidate, Placement, Policy};
 
+mod predict;
+pub use predict::{LearningQuery, Predicted};
+
 /// The request's prefix and session, and where to look them up.
 pub struct PrefixQuery<'a> {
     pub index: &'a PrefixIndex,
@@ -36,6 +39,8 @@ pub struct RoutingView<'a> {
     pub prefix: Option<PrefixQuery<'a>>,
     pub now_ms: u64,
     pub stale_after_ms: u64,
+    /// Learning on: token load and predicted TTFT per candidate.
+    pub learning: Option<LearningQuery<'a>>,
     /// The request's model and the gateway's subset hint.
     pub models: ModelQuery<'a>,
 }
@@ -71,6 +76,8 @@ pub struct Route {
     pub score: f64,
     /// The chosen pod's index in the table (`None` when it came from the fallback pool).
     pub table_index: Option<usize>,
+    /// Learning on: the chosen pod's predicted cache hit, work and TTFT.
+    pub predicted: Option<Predicted>,
 }
 
 /// The pod's queue as best known now. The polled `waiting` is up to a poll interval old; a
@@ -145,6 +152,8 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                 .and_then(|q| q.session_pod)
                 .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
             let inflight = (view.inflight)(address);
+            let predicted =
+                view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0), inflight)));
             Candidate {
                 address,
                 usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,
@@ -159,6 +168,8 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                 session_match,
                 last_picked: view.prefix.as_ref().map_or(0, |q| (q.last_picked)(address)),
                 lora_tier,
+                predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),
+                meets_slo: predicted.is_none_or(|(l, p)| l.meets_slo(p.ttft_ms)),
             }
         })
         .collect()
@@ -213,6 +224,9 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
     let decision = pick_placed(&candidates, policy, random, placement).ok_or(NoRoute::EmptyPool)?;
     let chosen = candidates.get(decision.index).ok_or(NoRoute::EmptyPool)?;
     let (address, epoch) = pod(decision.index).ok_or(NoRoute::EmptyPool)?;
+    let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
+    let matched = (chosen.prefix_match * blocks as f64).round() as usize;
+    let predicted = view.learning.as_ref().map(|l| l.predict(address.as_str(), matched, chosen.inflight));
     let fallbacks = decision.fallbacks.iter().filter_map(|&i| pod(i)).map(|(address, _)| address).collect();
     Ok(Route {
         address,
@@ -224,6 +238,7 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
         affinity: decision.affinity,
         score: decision.score,
         table_index: table.and(indices.get(decision.index).copied()),
+        predicted,
     })
 }
 

@@ -6,10 +6,11 @@
 //! next tick, for the others). No shared-data access per request once the worker has a table.
 
 use picker::address::PodAddress;
+use picker::learn::{prompt_size, Dispatch, PromptSize};
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::explain::candidate_scores;
-use picker::route::{choose, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView};
+use picker::route::{choose, LearningQuery, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView};
 use wasm_epp_host::Host;
 
 use crate::decision_header::describe;
@@ -18,13 +19,19 @@ use crate::disaggregate::{prefill_pick, DecodeChoice};
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 pub enum Outcome {
     /// Send it to `address`; `destination` is the header value (with fallbacks); `explain`
     /// the decision header's value when `debug_decision_header` is on; `prefiller` the
     /// prefill pod when the request is disaggregated (counted in flight until the decode pod
-    /// answers).
-    Routed { address: PodAddress, destination: String, explain: Option<String>, prefiller: Option<PodAddress> },
+    /// answers); with learning on, `dispatch` is what the answer will be compared with.
+    Routed {
+        address: PodAddress,
+        destination: String,
+        explain: Option<String>,
+        prefiller: Option<PodAddress>,
+        dispatch: Option<Dispatch>,
+    },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
     /// Answer 503: there is no pod to send it to.
@@ -70,6 +77,8 @@ pub struct Prompt<'a> {
     pub model: Option<&'a str>,
     /// The gateway's subset hint, if it sent one.
     pub subset: Option<&'a [PodAddress]>,
+    /// The client's TTFT objective (learning's SLO header), in ms.
+    pub slo_ttft_ms: Option<f64>,
 }
 
 pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome {
@@ -97,8 +106,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         _ => (table, &worker.policy),
     };
     let mut hashes = Vec::new();
+    let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
-        let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
         if hash_prompt(request, prompt.endpoint, &params, &mut hashes).is_err() {
             worker.stats.increment(worker.stats.prompt_unhashable);
         }
@@ -117,6 +126,12 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         last_picked: &last_picked,
         reuse: prefix.reuse(),
     });
+    let learning = worker.config.learning.enabled.then(|| worker.learning.try_borrow().ok()).flatten();
+    let size = match prompt.request {
+        Some(request) => prompt_size(request, prompt.endpoint, params.bytes_per_token),
+        None => PromptSize::default(),
+    };
+    let tokens_of = |pod: &str| inflight.tokens(pod);
     let view = RoutingView {
         table: route_table,
         fallback_pool: &worker.fallback_pool,
@@ -130,6 +145,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             subset: prompt.subset,
             index: Some(cache.models()),
         },
+        learning: learning.as_ref().map(|learner| LearningQuery {
+            models: &learner.models,
+            prompt_tokens: learner.text_ratio.corrected(size),
+            tokens_per_block: learner.text_ratio.tokens_per_block(size, params.block_tokens),
+            hashed_blocks: hashes.len(),
+            tokens_in_flight: &tokens_of,
+            slo_ttft_ms: prompt.slo_ttft_ms,
+        }),
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let route = match choose(&view, policy, &mut random) {
@@ -142,7 +165,16 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         worker.stats.increment(worker.stats.fail_open_expired);
     }
     let Some(Route {
-        address, epoch, fallbacks, fail_open, pool_saturated, prefix_match, affinity, table_index, ..
+        address,
+        epoch,
+        fallbacks,
+        fail_open,
+        pool_saturated,
+        prefix_match,
+        affinity,
+        table_index,
+        predicted,
+        ..
     }) = route
     else {
         return Outcome::NoPod(if expired { NoPodReason::DataExpired } else { NoPodReason::EmptyPool });
@@ -179,7 +211,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     if prefix_config.enabled {
         let capacity_of = |pod: &PodAddress| {
-            table.and_then(|t| t.capacity_blocks(pod.as_str())).unwrap_or(prefix_config.default_capacity_blocks)
+            let kv_blocks =
+                table.and_then(|t| t.capacity_blocks(pod.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
+            worker.index_capacity(pod.as_str(), kv_blocks)
         };
         prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity_of(&address));
         // The prefill pod computed and cached the prompt too (no session: it never decodes it).
@@ -198,10 +232,22 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     if let Some(prefiller) = &prefiller {
         inflight.started(prefiller.as_str(), now);
     }
+    let dispatch = predicted.map(|p| {
+        inflight.add_tokens(address.as_str(), p.uncached_tokens);
+        Dispatch {
+            prompt: size,
+            predicted_cached_tokens: p.cached_tokens,
+            indexed_tokens: p.indexed_tokens,
+            uncached_tokens: p.uncached_tokens,
+            load: p.load,
+            sent_ms: now,
+            streamed: prompt.request.and_then(|r| r.stream).unwrap_or(false),
+        }
+    });
     inflight.publish_now(host, now);
     worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
-    Outcome::Routed { address, destination, explain, prefiller }
+    Outcome::Routed { address, destination, explain, prefiller, dispatch }
 }
 
 /// `chosen[,fallback...]`: override_host tries them in order on retries.

@@ -25,6 +25,7 @@ pub mod flow;
 pub mod peer_receiver;
 pub mod protocol;
 pub mod reply;
+pub mod response;
 pub mod rewrite;
 pub mod served;
 pub mod stats;

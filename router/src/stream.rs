@@ -19,6 +19,7 @@ use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
 use crate::disaggregate::{release_prefill, write_prefiller};
 use crate::reply::{send_dropped, send_error, send_json, DroppedReason};
+use crate::response::Observation;
 use crate::worker::Worker;
 
 /// Headers a pool cluster could follow besides the configured one; none may come from a
@@ -64,6 +65,10 @@ pub struct RequestStream {
     priority: Option<i64>,
     /// The gateway's subset hint (`None`: no hint).
     subset: Option<Vec<PodAddress>>,
+    /// The client's TTFT objective (learning on, from `learning.slo_header`).
+    slo_ttft_ms: Option<f64>,
+    /// The answer being watched (learning on, once routed).
+    observed: Option<Observation>,
 }
 
 impl RequestStream {
@@ -90,6 +95,8 @@ impl RequestStream {
             prefilling_at: None,
             priority: None,
             subset: None,
+            slo_ttft_ms: None,
+            observed: None,
         }
     }
 
@@ -127,6 +134,10 @@ impl RequestStream {
         self.endpoint = Endpoint::from_path(path);
         if config.flow_control.enabled {
             self.flow_class = Some(crate::flow::RequestClass::from_headers(config, &headers));
+        }
+        let learning = &config.learning;
+        if learning.enabled && !learning.slo_header.is_empty() {
+            self.slo_ttft_ms = headers.get_text(&learning.slo_header).and_then(|v| v.trim().parse::<f64>().ok());
         }
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
         if end_of_stream || self.endpoint == Endpoint::Other {
@@ -224,11 +235,17 @@ impl RequestStream {
         if self.routed_to.is_some() {
             crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
         }
+        if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
+            observed.on_headers(&self.worker, host, pod);
+        }
         Step::Continue
     }
 
     /// One chunk of the response body is passing (not buffered).
-    pub fn on_response_body(&mut self, _host: &dyn Host, _chunk_size: usize, _end_of_stream: bool) -> Step {
+    pub fn on_response_body(&mut self, host: &dyn Host, chunk_size: usize, _end_of_stream: bool) -> Step {
+        if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
+            observed.on_body(&self.worker, host, pod, chunk_size);
+        }
         Step::Continue
     }
 
@@ -253,6 +270,9 @@ impl RequestStream {
         }
         self.finish_buffering();
         release_prefill(&self.worker, host, &mut self.prefilling_at);
+        if let (Some(observed), Some(pod)) = (self.observed.take(), &self.routed_to) {
+            observed.on_end(&self.worker, host, pod);
+        }
         let Some(address) = self.routed_to.take() else { return };
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
@@ -349,15 +369,17 @@ impl RequestStream {
             sheddable,
             model,
             subset: self.subset.as_deref(),
+            slo_ttft_ms: self.slo_ttft_ms,
         };
         let started_us = host.now_us();
         let outcome = decide(&self.worker, host, &prompt);
         let stats = &self.worker.stats;
         stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
         match outcome {
-            Outcome::Routed { address, destination, explain, prefiller } => {
+            Outcome::Routed { address, destination, explain, prefiller, dispatch } => {
                 self.explain = explain;
                 self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
+                self.observed = dispatch.map(Observation::new);
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
                     log::error!("wasm-epp: cannot set destination header: {error}");

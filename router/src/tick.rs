@@ -45,6 +45,9 @@ fn sync(worker: &Worker, host: &dyn Host) {
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return };
     if let Some(pods) = cache.take_new_pod_list() {
         prefix.retain_pods(|pod| pods.iter().any(|p| p == pod));
+        if let Ok(mut learner) = worker.learning.try_borrow_mut() {
+            learner.retain_pods(|pod| pods.iter().any(|p| p == pod));
+        }
     }
     let now = host.now_ms();
     let service_alive = cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) <= QUEUE_STALE_AFTER_MS);
@@ -60,7 +63,8 @@ fn sync(worker: &Worker, host: &dyn Host) {
     }
     let default_capacity = worker.config.prefix.default_capacity_blocks;
     let table = cache.table();
-    let capacity_of = |pod: &str| table.and_then(|t| t.capacity_blocks(pod)).unwrap_or(default_capacity);
+    let capacity_of =
+        |pod: &str| worker.index_capacity(pod, table.and_then(|t| t.capacity_blocks(pod)).unwrap_or(default_capacity));
     match prefix.sync_from_ring(host, &capacity_of) {
         Ok(report) => {
             worker.stats.add(worker.stats.prefix_events_learned, report.events as u64);

@@ -11,6 +11,7 @@ use picker::prefix::WorkerPrefix;
 use picker::random::TieBreaker;
 use picker::scheduler::Policy;
 
+use crate::response::LearningStats;
 use crate::stats::Stats;
 use crate::table_cache::{Refresh, TableCache};
 
@@ -41,6 +42,9 @@ pub struct Worker {
     pub flow: crate::flow::FlowState,
     /// Prefill/decode disaggregation, when the configuration has a `pd` section.
     pub pd: Option<crate::disaggregate::PdRouting>,
+    /// What this worker learned from the answers it proxied (see [`picker::learn`]).
+    pub learning: RefCell<picker::learn::Learner>,
+    pub learning_stats: LearningStats,
 }
 
 impl Worker {
@@ -48,10 +52,13 @@ impl Worker {
     pub fn new(config: FilterConfig, fallback_pool: Vec<PodAddress>, vm_id: String, seed: u64) -> Self {
         let stats = Stats::define();
         let flow = crate::flow::FlowState::new(&config.flow_control, &stats.metrics);
+        let learning_stats = LearningStats::define(&stats.metrics);
         let policy = config.policy();
         Self {
             pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),
             policy,
+            learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),
+            learning_stats,
             prefix: RefCell::new(
                 WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)
                     .with_reuse_prior(config.prefix.reuse_prior),
@@ -78,6 +85,16 @@ impl Worker {
         if let Refresh::DecodeFailed(reason) = cache.refresh(store) {
             self.stats.increment(self.stats.table_decode_failed);
             log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+        }
+    }
+
+    /// The prefix index's capacity for `pod` of `kv_blocks`: shrunk for a pod that evicts
+    /// sooner than its size says, when learning corrects the index.
+    pub fn index_capacity(&self, pod: &str, kv_blocks: usize) -> usize {
+        let learning = &self.config.learning;
+        match self.learning.try_borrow() {
+            Ok(learner) if learning.enabled && learning.correct_index => learner.capacity(pod, kv_blocks),
+            _ => kv_blocks,
         }
     }
 

@@ -98,6 +98,10 @@ pub struct Cli {
     /// KV transfer time per prompt token pulled from a prefill pod, ms.
     #[arg(long, default_value_t = crate::config::DEFAULT_KV_TRANSFER_PER_TOKEN_MS)]
     pub kv_transfer_per_token_ms: f64,
+    /// Prefill time multiplier per pod (2.5 = a pod 2.5× slower at prefill, an older GPU or
+    /// a degraded one): one value for every port, or one per port in `--ports` order.
+    #[arg(long, value_delimiter = ',')]
+    pub prefill_slowdown: Vec<f64>,
 }
 
 impl Cli {
@@ -111,10 +115,19 @@ impl Cli {
         if ports.len() > MAX_PODS_PER_PROCESS {
             return Err(format!("at most {MAX_PODS_PER_PROCESS} ports per process"));
         }
-        ports.into_iter().map(|port| self.pod_config(port)).collect()
+        let slowdowns = match self.prefill_slowdown.as_slice() {
+            [] => vec![1.0; ports.len()],
+            [one] => vec![*one; ports.len()],
+            many if many.len() == ports.len() => many.to_vec(),
+            many => return Err(format!("--prefill-slowdown: {} values for {} ports", many.len(), ports.len())),
+        };
+        if let Some(bad) = slowdowns.iter().find(|s| !(s.is_finite() && (0.01..=100.0).contains(*s))) {
+            return Err(format!("--prefill-slowdown {bad}: must be within 0.01..=100"));
+        }
+        ports.into_iter().zip(slowdowns).map(|(port, slowdown)| self.pod_config(port, slowdown)).collect()
     }
 
-    fn pod_config(&self, port: u16) -> Result<PodConfig, String> {
+    fn pod_config(&self, port: u16, prefill_slowdown: f64) -> Result<PodConfig, String> {
         let mut config = PodConfig::for_preset(self.preset);
         config.host = self.host.clone();
         config.port = port;
@@ -136,6 +149,8 @@ impl Cli {
         latency.decode_base_ms = self.decode_base_ms.unwrap_or(latency.decode_base_ms);
         latency.decode_per_seq_ms = self.decode_per_seq_ms.unwrap_or(latency.decode_per_seq_ms);
         latency.context_per_ktoken_ms = self.context_per_ktoken_ms.unwrap_or(latency.context_per_ktoken_ms);
+        latency.prefill_per_token_ms *= prefill_slowdown;
+        latency.prefill_per_cached_token_ms *= prefill_slowdown;
         latency.jitter = self.jitter;
         latency.time_scale = self.time_scale;
         config.seed = self.seed;
@@ -167,6 +182,18 @@ mod tests {
         assert_eq!(configs[0].latency.decode_base_ms, 5.0);
         assert_eq!(configs[0].latency.prefill_per_token_ms, Preset::Large.latency().prefill_per_token_ms);
         assert_eq!(parse(&[]).unwrap()[0].port, 8001);
+    }
+
+    #[test]
+    fn a_prefill_slowdown_applies_per_port() {
+        let base = Preset::Small.latency().prefill_per_token_ms;
+        let configs = parse(&["--ports", "1,2", "--prefill-slowdown", "1,3"]).unwrap();
+        assert_eq!(configs[0].latency.prefill_per_token_ms, base);
+        assert!((configs[1].latency.prefill_per_token_ms - 3.0 * base).abs() < 1e-12);
+        let all = parse(&["--ports", "1,2", "--prefill-slowdown", "2"]).unwrap();
+        assert!(all.iter().all(|c| (c.latency.prefill_per_token_ms - 2.0 * base).abs() < 1e-12));
+        assert!(parse(&["--ports", "1,2", "--prefill-slowdown", "1,2,3"]).is_err());
+        assert!(parse(&["--prefill-slowdown", "0"]).is_err());
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub enum Variant {
     /// wasm-epp as shipped but with prefix affinity off: what hashing, the index and its
     /// cross-worker sync cost.
     WasmEppNoPrefix,
+    /// wasm-epp as shipped with `learning.enabled` (issue 14): what watching each answer
+    /// (first byte, status, usage scan) and the token accounting cost. Named explicitly
+    /// (`--variants wasm-epp,wasm-epp-learning`); not in the default runs.
+    WasmEppLearning,
 }
 
 impl Variant {
@@ -55,11 +59,12 @@ impl Variant {
             Variant::WasmEppOriginalDst => "wasm-epp-odst",
             Variant::WasmEpp => "wasm-epp",
             Variant::WasmEppNoPrefix => "wasm-epp-noprefix",
+            Variant::WasmEppLearning => "wasm-epp-learning",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|v| v.name() == name)
+        Self::ALL.into_iter().chain([Variant::WasmEppLearning]).find(|v| v.name() == name)
     }
 
     /// The client names the pod only for plain Envoy; every filter overwrites the header.
@@ -78,7 +83,10 @@ impl Variant {
 
     /// wasm-epp itself, in either cluster mode.
     pub fn is_wasm_epp(self) -> bool {
-        matches!(self, Variant::WasmEpp | Variant::WasmEppOriginalDst | Variant::WasmEppNoPrefix)
+        matches!(
+            self,
+            Variant::WasmEpp | Variant::WasmEppOriginalDst | Variant::WasmEppNoPrefix | Variant::WasmEppLearning
+        )
     }
 }
 
@@ -163,6 +171,9 @@ impl RunningEnvoy {
             let mut fields = filter_fields.and_then(|f| f.as_object().cloned()).unwrap_or_default();
             if variant == Variant::WasmEppNoPrefix {
                 fields.insert("prefix".into(), serde_json::json!({ "enabled": false }));
+            }
+            if variant == Variant::WasmEppLearning {
+                fields.insert("learning".into(), serde_json::json!({ "enabled": true }));
             }
             if let Some(config) = options.filter_config.as_object_mut() {
                 config.extend(fields);

@@ -37,7 +37,14 @@ pub async fn replay(client: &StreamingClient, base_url: &str, jobs: Vec<Job>, co
             let mut outcomes = Vec::new();
             loop {
                 let next = queue.lock().unwrap_or_else(PoisonError::into_inner).pop_front();
-                let Some(job) = next else { break };
+                let job = match next {
+                    Some(Job::Scheduled { at_ms, job }) => {
+                        tokio::time::sleep_until((started + Duration::from_millis(at_ms)).into()).await;
+                        *job
+                    }
+                    Some(job) => job,
+                    None => break,
+                };
                 run_job(&client, &base_url, job, &mut outcomes).await;
             }
             outcomes
@@ -55,6 +62,8 @@ pub async fn replay(client: &StreamingClient, base_url: &str, jobs: Vec<Job>, co
 
 async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &mut Vec<Outcome>) {
     match job {
+        // Unwrapped by the slot loop; a scheduled job inside another is sent at once.
+        Job::Scheduled { job, .. } => Box::pin(run_job(client, base_url, *job, outcomes)).await,
         Job::Completion { prompt, max_tokens } => {
             let body = completion_body(MODEL, &prompt, max_tokens);
             outcomes.push(client.post_streaming(&format!("{base_url}/v1/completions"), body).await);

@@ -12,6 +12,7 @@ mod balance;
 mod client;
 mod driver;
 mod flow;
+mod index_accuracy;
 mod models;
 mod options;
 mod pd;

@@ -31,11 +31,33 @@ pub struct SimulatedPool {
     pods: Vec<Pod>,
 }
 
+/// Where a `--prefill-slowdown` list of exactly `count` entries sits in `args`, and its values.
+fn per_pod_slowdowns(args: &[String], count: usize) -> Option<(usize, Vec<String>)> {
+    let at = args.iter().position(|arg| arg == "--prefill-slowdown")? + 1;
+    let values: Vec<String> = args.get(at)?.split(',').map(str::to_string).collect();
+    (values.len() == count && count > 1).then_some((at, values))
+}
+
 impl SimulatedPool {
-    /// Starts `count` pods with the simulator flags `args` on free ports.
+    /// Starts `count` pods with the simulator flags `args` on free ports. A list of
+    /// `--prefill-slowdown` values, one per pod, gives pod `i` the `i`-th (each pod is its
+    /// own single-port process, so the list is split here).
     pub fn start(count: usize, args: &[String], dir: &Path) -> Result<Self, String> {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Ok(Self { pods: start_pool(count, &args, dir)? })
+        let Some((list_at, slowdowns)) = per_pod_slowdowns(args, count) else {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            return Ok(Self { pods: start_pool(count, &args, dir)? });
+        };
+        let pods = slowdowns
+            .iter()
+            .map(|slowdown| {
+                let args: Vec<&str> = (args.iter().enumerate())
+                    .map(|(i, arg)| if i == list_at { slowdown.as_str() } else { arg.as_str() })
+                    .collect();
+                let port = launcher::free_port().map_err(|e| e.to_string())?;
+                Pod::start(port, &args, dir)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(Self { pods })
     }
 
     /// One pod per entry of `args` (each pod's own simulator flags), on free ports.

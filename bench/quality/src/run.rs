@@ -154,6 +154,7 @@ fn run_one(
         (replay, balance)
     });
     let after = pool.prefix_counters();
+    crate::index_accuracy::print(&running);
     let crashed = running.has_exited();
     drop(running);
     if crashed {

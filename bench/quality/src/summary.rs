@@ -34,6 +34,9 @@ pub struct QualityRow {
     pub errors: u64,
     /// Pod (`ip:port`, from `x-served-by`) -> share of the successful requests it served.
     pub pod_share: BTreeMap<String, f64>,
+    /// The figure llm-d and issue 14 compare (older result files lack it).
+    #[serde(default)]
+    pub ttft_p90_ms: Option<f64>,
 }
 
 /// What a run produced besides its row.
@@ -94,6 +97,7 @@ pub fn summarize(
         requests_per_s: round(successes.len() as f64 / wall_s, 2),
         errors: (replay.outcomes.len() - successes.len()) as u64,
         pod_share,
+        ttft_p90_ms: percentile(&ttft, 0.90).map(|ms| round(ms, 1)),
     };
     let notes = RunNotes {
         requests: replay.outcomes.len(),
@@ -166,6 +170,6 @@ mod tests {
         assert_eq!(row.pod_share.get("p3"), Some(&0.0), "idle pods are listed");
         assert_eq!(notes.error_samples, vec!["status 503".to_string()]);
         let keys: Vec<String> = serde_json::to_value(&row).unwrap().as_object().unwrap().keys().cloned().collect();
-        assert_eq!(keys.len(), 13);
+        assert_eq!(keys.len(), 14);
     }
 }

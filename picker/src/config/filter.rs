@@ -107,6 +107,8 @@ pub struct FilterConfig {
     pub pd: Option<super::PdConfig>,
     /// Many models in one pool, rewrites, and the protocol's headers.
     pub models: super::ModelsConfig,
+    /// Learning from responses: token load, the per-pod TTFT model, index correction.
+    pub learning: super::LearningConfig,
 }
 
 impl Default for FilterConfig {
@@ -132,6 +134,7 @@ impl Default for FilterConfig {
             debug_decision_header: false,
             pd: None,
             models: super::ModelsConfig::default(),
+            learning: super::LearningConfig::default(),
         }
     }
 }
@@ -148,6 +151,10 @@ impl FilterConfig {
             cold_placement: self.prefix.cold_placement,
             placement_load_factor: self.prefix.placement_load_factor,
             placement_slack: self.prefix.placement_slack,
+            learning: self.learning.enabled.then_some(crate::scheduler::LearningPolicy {
+                ttft_weight: self.learning.ttft_weight,
+                release_penalty_ms: self.learning.release_penalty_ms,
+            }),
         }
     }
 
@@ -196,6 +203,7 @@ impl FilterConfig {
             }
         }
         self.models.validate()?;
+        self.learning.validate()?;
         parse_pool(&self.pool)
     }
 }

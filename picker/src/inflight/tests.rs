@@ -105,3 +105,22 @@ fn totals_and_peer_counts_reach_every_worker() {
     assert_eq!(a.local_count(POD), 1);
     assert!(a.count(POD) < 7, "peer counts nobody refreshes stop counting");
 }
+
+#[test]
+fn prompt_tokens_in_flight_reach_the_other_workers_and_are_released_at_first_byte() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.started(POD, NOW);
+    a.add_tokens(POD, 8_000);
+    a.started(POD, NOW);
+    a.add_tokens(POD, 100);
+    a.sync(&store, NOW, EXPIRY);
+    b.sync(&store, NOW, EXPIRY);
+    assert_eq!((b.count(POD), b.tokens(POD)), (2, 8_100), "the long prompt is seen before any scrape");
+    a.release_tokens(POD, 8_000); // its first byte arrived
+    a.publish_now(&store, NOW);
+    b.refresh_others(&store, NOW);
+    assert_eq!((b.count(POD), b.tokens(POD)), (2, 100), "still in flight, no longer ahead in the queue");
+    a.release_tokens(POD, 1_000_000);
+    assert_eq!(a.tokens(POD), 0, "never below zero");
+}

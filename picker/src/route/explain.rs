@@ -78,6 +78,7 @@ mod tests {
             now_ms: 1_000,
             stale_after_ms: 5_000,
             models: crate::route::ModelQuery::default(),
+            learning: None,
         };
         let scores = candidate_scores(&view, &crate::config::FilterConfig::default().policy());
         assert_eq!(scores.len(), MAX_EXPLAINED_CANDIDATES);

@@ -25,6 +25,7 @@ fn choose_for(table: &PodTable, query: ModelQuery<'_>) -> Result<Route, NoRoute>
         now_ms: 1_000,
         stale_after_ms: 1_000,
         models: query,
+        learning: None,
     };
     choose(&view, &Policy::default(), &mut TieBreaker::new(7))
 }

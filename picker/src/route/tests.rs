@@ -23,6 +23,7 @@ fn view<'a>(
         now_ms,
         stale_after_ms: 1_000,
         models: ModelQuery::default(),
+        learning: None,
     }
 }
 

@@ -23,6 +23,11 @@ pub struct Candidate<'a> {
     /// LoRA affinity tier for the request's adapter, 0 best (see [`crate::models::affinity`]);
     /// 0 for every pod when the request names no adapter.
     pub lora_tier: u8,
+    /// This request's predicted time to first token on the pod (learning on; see
+    /// [`crate::learn::ttft`]).
+    pub predicted_ttft_ms: Option<f64>,
+    /// The prediction meets the request's TTFT objective (true when it has none).
+    pub meets_slo: bool,
 }
 
 impl<'a> Candidate<'a> {
@@ -39,6 +44,8 @@ impl<'a> Candidate<'a> {
             session_match: false,
             last_picked: 0,
             lora_tier: 0,
+            predicted_ttft_ms: None,
+            meets_slo: true,
         }
     }
 }
@@ -60,6 +67,19 @@ pub struct Policy {
     pub placement_load_factor: f64,
     /// Rendezvous chooses among the pods scored within this of the best (0..1 scores).
     pub placement_slack: f64,
+    /// Learning from responses (`None` = off): predicted TTFT scores pods and releases affinity.
+    pub learning: Option<LearningPolicy>,
+}
+
+/// How predicted TTFTs are used, when learning is on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LearningPolicy {
+    /// Weight of the TTFT scorer beside the configured ones.
+    pub ttft_weight: f64,
+    /// Affinity is released when the sticky pods' best predicted TTFT exceeds the best other
+    /// pod's by more than this. It replaces "when every queue is full, load alone decides":
+    /// whether moving buys time, not whether queues are full, decides.
+    pub release_penalty_ms: f64,
 }
 
 /// Where a request whose prefix no pod holds yet goes.
@@ -87,6 +107,7 @@ impl Default for Policy {
             cold_placement: ColdPlacement::default(),
             placement_load_factor: 2.0,
             placement_slack: 1.0,
+            learning: None,
         }
     }
 }

@@ -20,8 +20,8 @@
 mod candidates;
 mod scorers;
 
-pub use candidates::{Candidate, ColdPlacement, Policy};
-pub use scorers::{InflightScorer, KvCacheScorer, PrefixScorer, QueueScorer, Scorer};
+pub use candidates::{Candidate, ColdPlacement, LearningPolicy, Policy};
+pub use scorers::{InflightScorer, KvCacheScorer, PrefixScorer, QueueScorer, Scorer, TtftScorer};
 
 use crate::config::ScorerWeights;
 use crate::models::affinity::{TIER_RESIDENT, TIER_SWAP};
@@ -74,9 +74,13 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         .copied()
         .filter(|&i| candidates.get(i).is_some_and(|c| !policy.saturation.queue_full(c)))
         .collect();
-    if open.is_empty() {
-        return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false };
-    }
+    let pool_busy = open.is_empty();
+    let open = match (pool_busy, &policy.learning) {
+        (true, None) => return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false },
+        // Learning: a full pool keeps affinity unless moving buys time (below).
+        (true, Some(_)) => usable.clone(),
+        (false, _) => open,
+    };
     // LoRA affinity: the best adapter tier among pods that can take the request. A hot
     // adapter spreads to a free adapter slot once its pods' queues are full, but never to a
     // pod that must evict another adapter while a pod holding it exists: it queues there
@@ -89,12 +93,17 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     }
     let open: Vec<usize> =
         open.into_iter().filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier == best_tier)).collect();
+    // A TTFT objective: only the pods predicted to meet it, if any does.
+    let meeting: Vec<usize> =
+        open.iter().copied().filter(|&i| candidates.get(i).is_some_and(|c| c.meets_slo)).collect();
+    let open = if meeting.is_empty() { open } else { meeting };
+    let sticky = |set: &[usize]| !set.is_empty() && !release_affinity(candidates, set, &open, policy);
     let having = |keep: &dyn Fn(&Candidate<'_>) -> bool| -> Vec<usize> {
         open.iter().copied().filter(|&i| candidates.get(i).is_some_and(keep)).collect()
     };
     let session = having(&|c| c.session_match);
-    if !session.is_empty() {
-        return Filtered { indices: session, fail_open: false, pool_busy: false, affinity: true };
+    if sticky(&session) {
+        return Filtered { indices: session, fail_open: false, pool_busy, affinity: true };
     }
     if policy.affinity_threshold > 0.0 {
         // Only the longest matches: a pod holding the whole conversation beats one holding
@@ -102,11 +111,23 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         let best = open.iter().filter_map(|&i| candidates.get(i)).map(|c| c.prefix_match).fold(0.0, f64::max);
         let floor = policy.affinity_threshold.max(best - policy.affinity_slack);
         let warm = having(&|c| c.prefix_match >= floor);
-        if !warm.is_empty() {
-            return Filtered { indices: warm, fail_open: false, pool_busy: false, affinity: true };
+        if sticky(&warm) {
+            return Filtered { indices: warm, fail_open: false, pool_busy, affinity: true };
         }
     }
-    Filtered { indices: open, fail_open: false, pool_busy: false, affinity: false }
+    Filtered { indices: open, fail_open: false, pool_busy, affinity: false }
+}
+
+/// Learning on: the sticky pods' best predicted TTFT exceeds the best other pod's by more
+/// than the penalty, so staying costs more time than the cache saves.
+fn release_affinity(candidates: &[Candidate<'_>], sticky: &[usize], open: &[usize], policy: &Policy) -> bool {
+    let Some(learning) = &policy.learning else { return false };
+    let best = |indices: &mut dyn Iterator<Item = &usize>| {
+        indices.filter_map(|&i| candidates.get(i)?.predicted_ttft_ms).fold(f64::INFINITY, f64::min)
+    };
+    let stay = best(&mut sticky.iter());
+    let moved = best(&mut open.iter().filter(|i| !sticky.contains(i)));
+    stay.is_finite() && moved.is_finite() && stay > moved + learning.release_penalty_ms
 }
 
 /// Picks one candidate and up to `policy.fallbacks` runners-up; `None` when there is none.
@@ -165,18 +186,24 @@ pub fn pick_placed(
     let fail_open_weights = ScorerWeights { queue: 0.0, kv_cache: 0.0, inflight: 1.0, prefix: 0.0 };
     // When every queue is full, a cached prefix saves less than a queue costs: balance load.
     let busy_weights = ScorerWeights { prefix: 0.0, ..policy.weights.clone() };
+    // Learning on, the TTFT prediction weighs what a full queue costs against what the
+    // cache saves, so the prefix scorer stays.
     let weights = if fail_open {
         &fail_open_weights
-    } else if pool_busy {
+    } else if pool_busy && policy.learning.is_none() {
         &busy_weights
     } else {
         &policy.weights
     };
-    let scorers: [(&dyn Scorer, f64); 4] = [
+    // Weighed only when some pod has a prediction: otherwise it would be a constant.
+    let predicted = !fail_open && eligible.iter().any(|c| c.predicted_ttft_ms.is_some());
+    let ttft_weight = policy.learning.filter(|_| predicted).map_or(0.0, |l| l.ttft_weight);
+    let scorers: [(&dyn Scorer, f64); 5] = [
         (&QueueScorer, weights.queue),
         (&KvCacheScorer, weights.kv_cache),
         (&InflightScorer, weights.inflight),
         (&PrefixScorer, weights.prefix),
+        (&TtftScorer, ttft_weight),
     ];
     let total_weight: f64 = scorers.iter().map(|(_, w)| w).sum();
     let mut totals = vec![0.0; eligible.len()];
@@ -254,3 +281,6 @@ pub fn pick_placed(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod learning_tests;

@@ -22,6 +22,9 @@ pub struct InflightScorer;
 /// More of the prompt's prefix probably cached on the pod is better: matched share, 0..1.
 pub struct PrefixScorer;
 
+/// Lower predicted time to first token is better, min-max normalised; neutral without one.
+pub struct TtftScorer;
+
 fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
     let min = values.clone().fold(f64::INFINITY, f64::min);
     let max = values.clone().fold(f64::NEG_INFINITY, f64::max);
@@ -44,6 +47,23 @@ impl Scorer for KvCacheScorer {
 impl Scorer for InflightScorer {
     fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
         min_max_lower_is_better(candidates.iter().map(|c| f64::from(c.inflight)))
+    }
+}
+
+impl Scorer for TtftScorer {
+    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
+        let predicted = candidates.iter().filter_map(|c| c.predicted_ttft_ms);
+        let min = predicted.clone().fold(f64::INFINITY, f64::min);
+        let max = predicted.fold(f64::NEG_INFINITY, f64::max);
+        let range = max - min;
+        candidates
+            .iter()
+            .map(|c| match c.predicted_ttft_ms {
+                Some(t) if range > 0.0 => (max - t) / range,
+                Some(_) => 1.0,
+                None => NEUTRAL,
+            })
+            .collect()
     }
 }
 

@@ -208,9 +208,10 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         sheddable: false,
         model,
         subset: None,
+        slo_ttft_ms: None,
     };
     match decide(worker, host, &prompt) {
-        Outcome::Routed { address, destination, explain: _, prefiller } => {
+        Outcome::Routed { address, destination, explain: _, prefiller, dispatch: _ } => {
             // A released request's stream is not at hand here to hold the prefill pod's
             // in-flight count until the decode pod answers: the header is written and the count
             // ended at once (the prefill is the short part of the request).

@@ -157,6 +157,7 @@ impl Case {
             sheddable: false,
             model: self.model.as_deref(),
             subset: None,
+            slo_ttft_ms: None,
         };
         let Outcome::Routed { address, .. } = decide(&self.worker, &self.host, &prompt) else { return None };
         self.unreleased.replace(Some(address.clone()));
@@ -207,6 +208,7 @@ impl Case {
             now_ms: NOW_MS,
             stale_after_ms: self.worker.config.stale_after_ms,
             models: picker::route::ModelQuery { model: self.model.as_deref(), ..Default::default() },
+            learning: None,
         };
         choose(&view, &self.worker.policy, random).ok()
     }

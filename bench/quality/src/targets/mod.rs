@@ -35,6 +35,9 @@ pub enum TargetName {
     /// vllm-router `--policy power_of_two`.
     #[value(name = "vllm-router-power-of-two")]
     VllmRouterPowerOfTwo,
+    /// The same wasm-epp build with `learning.enabled` (issue 14); `wasm-epp` is it off.
+    #[value(name = "wasm-epp-learning")]
+    WasmEppLearning,
 }
 
 impl TargetName {
@@ -45,6 +48,7 @@ impl TargetName {
             TargetName::EnvoyLeastRequest => "envoy-least-request",
             TargetName::VllmRouterCacheAware => "vllm-router-cache-aware",
             TargetName::VllmRouterPowerOfTwo => "vllm-router-power-of-two",
+            TargetName::WasmEppLearning => "wasm-epp-learning",
         }
     }
 }
@@ -97,8 +101,11 @@ fn free_port() -> Result<u16, String> {
 /// Starts `name` in front of `pool`, writing configuration and logs into `dir`.
 pub fn start(name: TargetName, pool: &[String], dir: &Path, vllm_router: &Path) -> Result<RunningTarget, String> {
     match name {
-        TargetName::WasmEpp => {
+        TargetName::WasmEpp | TargetName::WasmEppLearning => {
             let mut options = EnvoyOptions::for_pool(pool, free_port()?, free_port()?);
+            if let (TargetName::WasmEppLearning, Some(config)) = (name, options.filter_config.as_object_mut()) {
+                config.insert("learning".into(), serde_json::json!({"enabled": true}));
+            }
             merge_filter_overrides(&mut options)?;
             let envoy = Envoy::start(&options, dir)?;
             if !envoy.wait_for_healthy_pods(pool.len() as u64, SINGLETON_READY_TIMEOUT) {

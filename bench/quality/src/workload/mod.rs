@@ -6,6 +6,9 @@
 //! them, with the reason for each number beside it.
 
 mod burst;
+mod heterogeneous;
+mod ladder;
+mod mixed_lengths;
 mod multi_turn;
 mod no_prefix;
 mod shared_chat;
@@ -37,6 +40,16 @@ pub enum WorkloadName {
     /// 4 pods, two base models (3 pods `alpha`, 1 pod `beta`), 70/30 traffic (issue 15).
     #[value(name = "i", alias = "two-models")]
     TwoModels,
+    /// 4 pods, two 3× slower at prefill; unrelated 1k–3k-token prompts, 12 concurrent (issue 14).
+    #[value(name = "f", alias = "heterogeneous")]
+    Heterogeneous,
+    /// 4 pods, short chats and one 8k-token document in twenty, 16 concurrent (issue 14).
+    #[value(name = "l", alias = "mixed-lengths")]
+    MixedLengths,
+    /// 4 pods, 48 shared 6k-token system prompts, 1.2k-token questions, open-loop Poisson
+    /// ladder 1 → 12 requests/s (llm-d's optimized-baseline shape, scaled; issue 14).
+    #[value(name = "g", alias = "ladder")]
+    Ladder,
 }
 
 impl WorkloadName {
@@ -50,6 +63,9 @@ impl WorkloadName {
             WorkloadName::SharedChat => "e-shared-chat",
             WorkloadName::Adapters => "h-adapters",
             WorkloadName::TwoModels => "i-two-models",
+            WorkloadName::Heterogeneous => "f-heterogeneous",
+            WorkloadName::MixedLengths => "l-mixed-lengths",
+            WorkloadName::Ladder => "g-ladder",
         }
     }
 }
@@ -85,6 +101,8 @@ pub enum Job {
     Chat { system: String, user_turns: Vec<String>, think_ms: Vec<u64>, max_tokens: usize },
     /// One `/v1/completions` request for `model` (a base model or a LoRA adapter).
     ForModel { model: String, prompt: String, max_tokens: usize },
+    /// `job`, sent `at_ms` after the replay starts (open loop: give every job its own slot).
+    Scheduled { at_ms: u64, job: Box<Job> },
 }
 
 /// A pool shape and the jobs to replay on it.
@@ -110,6 +128,9 @@ impl Workload {
             WorkloadName::SharedChat => shared_chat::build(size, seed),
             WorkloadName::Adapters => crate::models::build_adapters(size, seed),
             WorkloadName::TwoModels => crate::models::build_two_models(size, seed),
+            WorkloadName::Heterogeneous => heterogeneous::build(size, seed),
+            WorkloadName::MixedLengths => mixed_lengths::build(size, seed),
+            WorkloadName::Ladder => ladder::build(size, seed),
         }
     }
 
@@ -118,8 +139,9 @@ impl Workload {
         self.jobs
             .iter()
             .map(|job| match job {
-                Job::Completion { .. } | Job::ForModel { .. } => 1,
+                Job::ForModel { .. } => 1,
                 Job::Chat { user_turns, .. } => user_turns.len(),
+                Job::Completion { .. } | Job::Scheduled { .. } => 1,
             })
             .sum()
     }
@@ -168,6 +190,9 @@ mod tests {
             WorkloadName::SharedChat,
             WorkloadName::Adapters,
             WorkloadName::TwoModels,
+            WorkloadName::Heterogeneous,
+            WorkloadName::MixedLengths,
+            WorkloadName::Ladder,
         ] {
             let first = Workload::build(name, Size::Quick, 7);
             let again = Workload::build(name, Size::Quick, 7);

@@ -1,0 +1,86 @@
+"""Draws the learning benchmark (issue 14) from RESULTS_DIR/quality.json.
+
+Usage: python plot_learning.py RESULTS_DIR   (e.g. bench/results/learning; reads every
+quality.json in it and its subfolders, one run per workload group)
+
+Writes learning_ttft.png (TTFT p50, p90, p99 per target, one panel per workload: the workloads'
+latencies differ by orders of magnitude) and learning_throughput.png (output tokens/s and
+prefix-cache hit rate per workload and target). Same colour per target in every chart;
+wasm-epp-learning is the same build as wasm-epp with `learning.enabled`.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+TARGETS = [
+    "wasm-epp-learning",
+    "wasm-epp",
+    "envoy-round-robin",
+    "envoy-least-request",
+    "vllm-router-cache-aware",
+]
+COLOURS = {
+    "wasm-epp-learning": "#ff7f0e",
+    "wasm-epp": "#d62728",
+    "envoy-round-robin": "#7f7f7f",
+    "envoy-least-request": "#1f77b4",
+    "vllm-router-cache-aware": "#2ca02c",
+}
+PERCENTILES = [("ttft_p50_ms", "p50", ""), ("ttft_p90_ms", "p90", "//"), ("ttft_p99_ms", "p99", "..")]
+
+
+def main(results_dir):
+    rows = []
+    for path in sorted(results_dir.rglob("quality.json")):
+        data = json.loads(path.read_text())
+        rows += data["rows"] if isinstance(data, dict) else data
+    workloads = sorted({row["workload"] for row in rows})
+    by_key = {(row["workload"], row["target"]): row for row in rows}
+    targets = [t for t in TARGETS if any((w, t) in by_key for w in workloads)]
+
+    columns = min(4, len(workloads))
+    lines = (len(workloads) + columns - 1) // columns
+    figure, axes = plt.subplots(lines, columns, figsize=(4.5 * columns, 4.2 * lines), squeeze=False)
+    width = 0.8 / len(PERCENTILES)
+    for index, workload in enumerate(workloads):
+        axis = axes[index // columns][index % columns]
+        present = [t for t in targets if (workload, t) in by_key]
+        for p_index, (key, label, hatch) in enumerate(PERCENTILES):
+            values = [by_key[(workload, t)].get(key) or 0.0 for t in present]
+            positions = [i + (p_index - 1) * width for i in range(len(present))]
+            axis.bar(positions, [v / 1000 for v in values], width, color=[COLOURS[t] for t in present],
+                     hatch=hatch, edgecolor="black", linewidth=0.4, label=label)
+        axis.set_title(workload)
+        axis.set_xticks(range(len(present)))
+        axis.set_xticklabels([t.replace("-", "\n", 1) for t in present], fontsize=7)
+        axis.set_ylabel("TTFT (s): p50 plain, p90 //, p99 ..")
+    for index in range(len(workloads), lines * columns):
+        axes[index // columns][index % columns].axis("off")
+    figure.tight_layout()
+    figure.savefig(results_dir / "learning_ttft.png", dpi=120)
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    width = 0.8 / max(len(targets), 1)
+    for t_index, target in enumerate(targets):
+        positions = [w + (t_index - len(targets) / 2 + 0.5) * width for w in range(len(workloads))]
+        throughput = [(by_key.get((w, target)) or {}).get("output_tokens_per_s") or 0.0 for w in workloads]
+        hit_rate = [100 * ((by_key.get((w, target)) or {}).get("hit_rate") or 0.0) for w in workloads]
+        axes[0].bar(positions, throughput, width, color=COLOURS[target], label=target)
+        axes[1].bar(positions, hit_rate, width, color=COLOURS[target], label=target)
+    for axis, title in zip(axes, ["output tokens/s", "prefix-cache hit rate (%)"]):
+        axis.set_xticks(range(len(workloads)))
+        axis.set_xticklabels(workloads, fontsize=8)
+        axis.set_title(title)
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(results_dir / "learning_throughput.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1] if len(sys.argv) > 1 else "bench/results/learning"))

@@ -1,0 +1,221 @@
+//! Learning from every response: what each pod answered tells the picker how fast it is,
+//! how long prompts really are, and how much of a prompt it really had cached.
+//!
+//! - [`usage`]: the `usage` object, found in the answer as it streams past (never buffered).
+//! - [`tokens`]: a prompt's size in tokens from the body, corrected by reported prompt tokens.
+//! - [`ttft`]: a per-pod time-to-first-token model, fitted online.
+//! - [`Learner`]: one worker's learned state; [`Dispatch`]: what a request remembers of its
+//!   decision until its answer comes back. The prefix index's self-correction lives here too:
+//!   a pod that reports fewer cached tokens than the index predicted evicts sooner than its KV
+//!   size says (answers' own tokens and running requests take blocks the index does not
+//!   count), so the capacity the index grants it shrinks ([`Learner::capacity`]). Two parts:
+//!   the share of the pod's cached blocks that are prompt blocks (answers are cached too, and
+//!   `usage` says how long they were), and a feedback factor moved by each answer's relative
+//!   error, up when the pod reports more than predicted, down when less, so it settles where
+//!   errors balance. Never above the pod's KV size.
+
+pub mod tokens;
+pub mod ttft;
+pub mod usage;
+
+use hashbrown::HashMap;
+
+use crate::pod_table::MAX_PODS;
+pub use tokens::{prompt_size, PromptSize, TextRatio};
+pub use ttft::{Fit, Load, Prior, TtftModels};
+pub use usage::{Usage, UsageScanner};
+
+/// Share of an answer's relative error (reported vs predicted cached tokens) applied to the
+/// pod's index capacity: an answer reporting nothing of a predicted hit takes 25 % off, so
+/// an evicting pod's entries go within a handful of answers, and one noisy answer moves little.
+const CAPACITY_STEP: f64 = 0.05;
+
+/// Weight of the newest answer in a pod's prompt share of cached tokens: ~20 answers.
+const PROMPT_SHARE_STEP: f64 = 0.05;
+
+/// The index never grants a pod less than this share of its KV size.
+const MIN_CAPACITY_SCALE: f64 = 0.05;
+
+/// The feedback factor stays within these: it corrects what the prompt share and the text
+/// ratio leave (block boundaries, pinned blocks), not orders of magnitude.
+const FEEDBACK_BOUNDS: (f64, f64) = (0.25, 2.0);
+
+/// What a request remembers of its decision until its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Dispatch {
+    /// The prompt's size as estimated (for the text ratio).
+    pub prompt: PromptSize,
+    /// Prompt tokens the chosen pod was predicted to hold cached.
+    pub predicted_cached_tokens: u32,
+    /// Prompt tokens the index covers (its hashed blocks): only these are compared with the
+    /// pod's report, as past them the index knows nothing.
+    pub indexed_tokens: u32,
+    /// Prompt tokens it must compute: counted in flight until its first byte.
+    pub uncached_tokens: u32,
+    /// The pod's load when sent, this request's tokens included (the model's input).
+    pub load: Load,
+    pub sent_ms: u64,
+    /// The client asked for a stream: its first byte is the first token (a whole answer's
+    /// first byte comes after the generation, so it is no TTFT sample).
+    pub streamed: bool,
+}
+
+/// Index accuracy: predicted vs reported cached tokens, summed over answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheReport {
+    pub predicted: u64,
+    pub reported: u64,
+}
+
+/// One worker's learned state.
+#[derive(Debug, Clone)]
+pub struct Learner {
+    pub models: TtftModels,
+    pub text_ratio: TextRatio,
+    /// Share of its KV size the index grants each pod (1 unless it under-reported).
+    capacity_scale: HashMap<String, CapacityScale>,
+}
+
+/// Per pod: the share of its cached tokens that are prompt tokens, and the feedback factor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct CapacityScale {
+    prompt_share: f64,
+    feedback: f64,
+}
+
+impl Default for CapacityScale {
+    fn default() -> Self {
+        Self { prompt_share: 1.0, feedback: 1.0 }
+    }
+}
+
+impl Learner {
+    pub fn new(prior: Prior) -> Self {
+        Self { models: TtftModels::new(prior), text_ratio: TextRatio::default(), capacity_scale: HashMap::new() }
+    }
+
+    /// The pod's first response bytes arrived at `now_ms`.
+    pub fn first_byte(&mut self, pod: &str, dispatch: &Dispatch, now_ms: u64) {
+        let ttft = now_ms.saturating_sub(dispatch.sent_ms) as f64;
+        self.models.observe(pod, dispatch.load, ttft);
+    }
+
+    /// The pod reported `usage` for a request sent as `dispatch`. Returns the cached tokens
+    /// predicted and reported, when the pod reports cached tokens.
+    pub fn answered(
+        &mut self,
+        pod: &str,
+        dispatch: &Dispatch,
+        usage: &Usage,
+        block_tokens: u32,
+    ) -> Option<CacheReport> {
+        self.text_ratio.observe(dispatch.prompt, usage.prompt_tokens);
+        let indexed = u64::from(dispatch.indexed_tokens);
+        let reported = usage.cached_tokens?.min(indexed);
+        let predicted = u64::from(dispatch.predicted_cached_tokens).min(indexed);
+        if !self.capacity_scale.contains_key(pod) && self.capacity_scale.len() < MAX_PODS {
+            self.capacity_scale.insert(pod.to_string(), CapacityScale::default());
+        }
+        let Some(scale) = self.capacity_scale.get_mut(pod) else {
+            return Some(CacheReport { predicted, reported });
+        };
+        // Less than a block apart is rounding (text blocks are estimated), not eviction.
+        let total = usage.prompt_tokens.saturating_add(usage.completion_tokens);
+        if total > 0 {
+            let share = usage.prompt_tokens as f64 / total as f64;
+            scale.prompt_share += PROMPT_SHARE_STEP * (share - scale.prompt_share);
+        }
+        let error = reported as f64 - predicted as f64;
+        if error.abs() >= f64::from(block_tokens.max(1)) {
+            let relative = error / (reported.max(predicted) as f64);
+            let moved = scale.feedback * (1.0 + CAPACITY_STEP * relative);
+            scale.feedback = moved.clamp(FEEDBACK_BOUNDS.0, FEEDBACK_BOUNDS.1);
+        }
+        Some(CacheReport { predicted, reported })
+    }
+
+    /// The blocks the prefix index may hold for `pod`, given its KV size in blocks.
+    ///
+    /// The index counts text in blocks of `block_tokens` *estimated* tokens, so a pod's KV
+    /// size in index blocks is its size in engine blocks ÷ the text ratio; of that, answers
+    /// take their share, and the feedback factor corrects the rest.
+    pub fn capacity(&self, pod: &str, kv_blocks: usize) -> usize {
+        let (share, feedback) = self.capacity_scale.get(pod).map_or((1.0, 1.0), |s| (s.prompt_share, s.feedback));
+        let text_blocks = 1.0 / self.text_ratio.value().clamp(0.25, 4.0);
+        let scale = (share * feedback * text_blocks).max(MIN_CAPACITY_SCALE);
+        ((kv_blocks as f64) * scale).round().max(1.0) as usize
+    }
+
+    /// Forgets pods that left the pool.
+    pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
+        self.models.retain_pods(&keep);
+        self.capacity_scale.retain(|pod, _| keep(pod));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRIOR: Prior = Prior { overhead_ms: 30.0, ms_per_token: 0.02 };
+
+    #[test]
+    fn an_evicting_pod_loses_index_capacity_and_regains_it() {
+        let mut learner = Learner::new(PRIOR);
+        let dispatch = Dispatch { predicted_cached_tokens: 1_024, indexed_tokens: 4_096, ..Dispatch::default() };
+        let evicted = Usage { prompt_tokens: 2_000, completion_tokens: 1, cached_tokens: Some(0) };
+        for _ in 0..30 {
+            let report = learner.answered("a", &dispatch, &evicted, 16);
+            assert_eq!(report, Some(CacheReport { predicted: 1_024, reported: 0 }));
+        }
+        let shrunk = learner.capacity("a", 10_000);
+        assert!(shrunk < 5_000, "{shrunk}");
+        assert_eq!(learner.capacity("b", 10_000), 10_000, "other pods keep theirs");
+        let confirmed = Usage { cached_tokens: Some(1_024), ..evicted };
+        learner.answered("a", &dispatch, &confirmed, 16);
+        assert_eq!(learner.capacity("a", 10_000), shrunk, "a confirmed prediction changes nothing");
+        // The shrunk index now predicts half of what the pod holds: capacity comes back.
+        let under = Dispatch { predicted_cached_tokens: 512, ..dispatch };
+        for _ in 0..200 {
+            learner.answered("a", &under, &confirmed, 16);
+        }
+        assert!(learner.capacity("a", 10_000) <= 20_000);
+        let silent = Usage { cached_tokens: None, ..evicted };
+        assert_eq!(learner.answered("a", &dispatch, &silent, 16), None, "no cached figure, no report");
+    }
+
+    #[test]
+    fn only_the_indexed_part_of_a_prompt_is_judged() {
+        let mut learner = Learner::new(PRIOR);
+        let dispatch = Dispatch { predicted_cached_tokens: 7_000, indexed_tokens: 4_096, ..Dispatch::default() };
+        let usage = Usage { prompt_tokens: 7_200, completion_tokens: 8, cached_tokens: Some(6_000) };
+        let report = learner.answered("a", &dispatch, &usage, 16);
+        assert_eq!(
+            report,
+            Some(CacheReport { predicted: 4_096, reported: 4_096 }),
+            "past the hashed part, nobody knows"
+        );
+    }
+
+    #[test]
+    fn long_answers_take_index_capacity_from_prompts() {
+        let mut learner = Learner::new(PRIOR);
+        let dispatch = Dispatch { predicted_cached_tokens: 512, indexed_tokens: 4_096, ..Dispatch::default() };
+        let usage = Usage { prompt_tokens: 512, completion_tokens: 512, cached_tokens: Some(512) };
+        for _ in 0..200 {
+            learner.answered("a", &dispatch, &usage, 16);
+        }
+        assert_eq!(learner.capacity("a", 10_000), 5_000, "half of what the pod caches is answers");
+    }
+
+    #[test]
+    fn first_bytes_feed_the_pods_model() {
+        let mut learner = Learner::new(PRIOR);
+        for i in 0..20u32 {
+            let load = Load { tokens: f64::from(i) * 1_000.0, requests: 0.0 };
+            let dispatch = Dispatch { load, sent_ms: 1_000, ..Dispatch::default() };
+            learner.first_byte("slow", &dispatch, 1_000 + 30 + u64::from(i) * 100);
+        }
+        assert!(learner.models.predict("slow", Load { tokens: 10_000.0, requests: 0.0 }) > 900.0);
+    }
+}

@@ -1,0 +1,122 @@
+//! A prompt's size in tokens, from the request body, before the pod has seen it.
+//!
+//! Token ids are counted exactly. Text is estimated from its raw JSON bytes at the
+//! configured bytes per token, then corrected by what the pods report: the ratio of
+//! `usage.prompt_tokens` to the estimate, averaged over recent answers ([`TextRatio`]), so a
+//! tokenizer denser or sparser than the configured guess is learned, not assumed.
+
+use crate::request::{Endpoint, InferenceRequest};
+
+/// Weight of the newest answer in the text ratio's moving average once warmed up: ~20 answers
+/// of memory. Before that the ratio is the plain mean of the answers so far, so the first
+/// answer already corrects the configured guess.
+const RATIO_STEP: f64 = 0.05;
+
+/// The ratio is believed within these bounds: beyond them the estimate is broken, not biased.
+const RATIO_BOUNDS: (f64, f64) = (0.1, 10.0);
+
+/// A prompt's size as estimated from the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PromptSize {
+    /// Tokens: exact for token ids, the raw byte estimate for text (before correction).
+    pub tokens: u32,
+    /// Counted from token ids, not estimated from text.
+    pub exact: bool,
+}
+
+/// Counts or estimates the prompt's tokens.
+pub fn prompt_size(request: &InferenceRequest<'_>, endpoint: Endpoint, bytes_per_token: usize) -> PromptSize {
+    let per_token = bytes_per_token.max(1);
+    if endpoint == Endpoint::Completions {
+        if let Some(ids) = request.prompt.and_then(|p| token_id_count(p.get())) {
+            return PromptSize { tokens: ids, exact: true };
+        }
+    }
+    let bytes: usize =
+        [request.prompt, request.messages, request.tools].iter().flatten().map(|raw| raw.get().len()).sum();
+    PromptSize { tokens: u32::try_from(bytes / per_token).unwrap_or(u32::MAX), exact: false }
+}
+
+/// The number of ids in a JSON list of unsigned integers (`None` for anything else).
+fn token_id_count(raw: &str) -> Option<u32> {
+    let inside = raw.trim_ascii().strip_prefix('[')?.strip_suffix(']')?.trim_ascii();
+    if inside.is_empty() || !inside.bytes().all(|b| b.is_ascii_digit() || b == b',' || b.is_ascii_whitespace()) {
+        return None;
+    }
+    u32::try_from(inside.bytes().filter(|&b| b == b',').count() + 1).ok()
+}
+
+/// Reported text tokens per estimated text token, learned from the pods' answers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TextRatio(f64, u32);
+
+impl Default for TextRatio {
+    fn default() -> Self {
+        Self(1.0, 0)
+    }
+}
+
+impl TextRatio {
+    /// The prompt's tokens, corrected when estimated from text.
+    pub fn corrected(&self, size: PromptSize) -> u32 {
+        if size.exact {
+            return size.tokens;
+        }
+        (f64::from(size.tokens) * self.0).round().clamp(0.0, f64::from(u32::MAX)) as u32
+    }
+
+    /// A pod reported `reported` prompt tokens for a prompt estimated at `size`.
+    pub fn observe(&mut self, size: PromptSize, reported: u64) {
+        if size.exact || size.tokens == 0 || reported == 0 {
+            return;
+        }
+        let ratio = (reported as f64 / f64::from(size.tokens)).clamp(RATIO_BOUNDS.0, RATIO_BOUNDS.1);
+        self.1 = self.1.saturating_add(1);
+        let step = (1.0 / f64::from(self.1)).max(RATIO_STEP);
+        self.0 += step * (ratio - self.0);
+    }
+
+    /// Prompt tokens in one prefix block of `block_tokens`: exact for token ids; for text,
+    /// scaled by the ratio (a text block is `block_tokens` estimated tokens).
+    pub fn tokens_per_block(&self, size: PromptSize, block_tokens: usize) -> f64 {
+        let block = block_tokens as f64;
+        if size.exact {
+            block
+        } else {
+            block * self.0
+        }
+    }
+
+    pub fn value(&self) -> f64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::parse_request;
+
+    #[test]
+    fn token_ids_are_counted_and_text_is_estimated() {
+        let ids = parse_request(br#"{"prompt":[1, 2,3 ,4]}"#, Endpoint::Completions).unwrap();
+        assert_eq!(prompt_size(&ids, Endpoint::Completions, 4), PromptSize { tokens: 4, exact: true });
+        let text = parse_request(br#"{"prompt":"0123456789abcdef"}"#, Endpoint::Completions).unwrap();
+        assert_eq!(prompt_size(&text, Endpoint::Completions, 4), PromptSize { tokens: 4, exact: false });
+        let chat = parse_request(br#"{"messages":[{"role":"user","content":"hi"}]}"#, Endpoint::ChatCompletions);
+        assert!(prompt_size(&chat.unwrap(), Endpoint::ChatCompletions, 4).tokens > 0);
+    }
+
+    #[test]
+    fn the_text_ratio_converges_on_what_pods_report() {
+        let mut ratio = TextRatio::default();
+        let estimate = PromptSize { tokens: 1_000, exact: false };
+        for _ in 0..200 {
+            ratio.observe(estimate, 1_300);
+        }
+        assert!((ratio.corrected(estimate) as i64 - 1_300).abs() <= 5, "{ratio:?}");
+        let exact = PromptSize { tokens: 7, exact: true };
+        ratio.observe(exact, 700);
+        assert_eq!(ratio.corrected(exact), 7, "exact counts are never corrected");
+    }
+}

@@ -1,0 +1,89 @@
+//! What learning adds to a routing decision: per candidate, the prompt tokens it would have
+//! to compute (its predicted cache hit taken off) and the predicted time to first token
+//! behind the uncached tokens already in flight to it.
+
+use crate::learn::{Load, TtftModels};
+
+/// The learned state and the request's size, for one decision (learning on).
+pub struct LearningQuery<'a> {
+    pub models: &'a TtftModels,
+    /// The prompt's tokens (counted, or estimated and corrected).
+    pub prompt_tokens: u32,
+    /// Prompt tokens per prefix block, to turn matched blocks into cached tokens: the block
+    /// size for token ids; for text, the block size × the learned text ratio (text blocks are
+    /// cut at the configured bytes per token, which the pod's tokenizer may not match).
+    pub tokens_per_block: f64,
+    /// Blocks of the prompt that were hashed (at most `prefix.max_blocks`): the index knows
+    /// nothing past them.
+    pub hashed_blocks: usize,
+    /// Uncached prompt tokens in flight to a pod and not yet answered, every worker's.
+    pub tokens_in_flight: &'a dyn Fn(&str) -> u32,
+    /// The request's TTFT objective, if it has one.
+    pub slo_ttft_ms: Option<f64>,
+}
+
+/// One candidate's share of the work, as predicted.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Predicted {
+    pub cached_tokens: u32,
+    /// The prompt tokens the index covers (its hashed blocks): predictions are judged on these.
+    pub indexed_tokens: u32,
+    pub uncached_tokens: u32,
+    /// What its first token waits on: uncached tokens in flight plus its own, requests in flight.
+    pub load: Load,
+    pub ttft_ms: f64,
+}
+
+impl LearningQuery<'_> {
+    /// The prediction for `pod`, which holds `matched_blocks` of the prompt's blocks and has
+    /// `requests` in flight.
+    pub fn predict(&self, pod: &str, matched_blocks: usize, requests: u32) -> Predicted {
+        let to_tokens = |blocks: f64| (blocks * self.tokens_per_block).round().clamp(0.0, f64::from(u32::MAX)) as u32;
+        let indexed_tokens = to_tokens(self.hashed_blocks as f64).min(self.prompt_tokens);
+        // A prompt longer than its hashed part, matched to the end of it, probably matches
+        // on: the share matched stands for the whole prompt (a long shared system prompt).
+        let cached_tokens = if matched_blocks >= self.hashed_blocks && self.hashed_blocks > 0 {
+            self.prompt_tokens
+        } else {
+            to_tokens(matched_blocks as f64).min(self.prompt_tokens)
+        };
+        let uncached_tokens = self.prompt_tokens - cached_tokens;
+        let tokens = f64::from((self.tokens_in_flight)(pod)) + f64::from(uncached_tokens);
+        let load = Load { tokens, requests: f64::from(requests) };
+        Predicted { cached_tokens, indexed_tokens, uncached_tokens, load, ttft_ms: self.models.predict(pod, load) }
+    }
+
+    /// Whether `ttft_ms` meets the request's objective (always, without one).
+    pub fn meets_slo(&self, ttft_ms: f64) -> bool {
+        self.slo_ttft_ms.is_none_or(|slo| ttft_ms <= slo)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::learn::Prior;
+
+    #[test]
+    fn cached_blocks_come_off_the_work_and_tokens_in_flight_are_waited_on() {
+        let models = TtftModels::new(Prior { overhead_ms: 10.0, ms_per_token: 0.01 });
+        let in_flight = |pod: &str| if pod == "busy" { 10_000 } else { 0 };
+        let query = LearningQuery {
+            models: &models,
+            prompt_tokens: 2_000,
+            tokens_per_block: 16.0,
+            hashed_blocks: 100,
+            tokens_in_flight: &in_flight,
+            slo_ttft_ms: Some(50.0),
+        };
+        let warm = query.predict("idle", 90, 0);
+        assert_eq!((warm.cached_tokens, warm.uncached_tokens, warm.indexed_tokens), (1_440, 560, 1_600));
+        assert!((warm.ttft_ms - 15.6).abs() < 1e-9, "{}", warm.ttft_ms);
+        let whole = query.predict("idle", 100, 0);
+        assert_eq!(whole.uncached_tokens, 0, "matched to the end of the hashed part: the rest too");
+        let busy = query.predict("busy", 0, 3);
+        assert_eq!((busy.uncached_tokens, busy.load), (2_000, Load { tokens: 12_000.0, requests: 3.0 }));
+        assert!(query.meets_slo(warm.ttft_ms) && !query.meets_slo(busy.ttft_ms));
+        assert_eq!(query.predict("idle", 1_000, 0).uncached_tokens, 0, "never more cached than the prompt");
+    }
+}

@@ -1,0 +1,115 @@
+//! Learning from responses through the whole request path, natively: token load counted at
+//! the pick and released at the first byte, TTFT samples, usage read from the passing answer.
+
+mod common;
+
+use common::{Bench, COMPLETIONS};
+use wasm_epp_router::{RequestStream, Step};
+
+const POOL: [(&str, f64); 2] = [("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)];
+const LEARNING: &str = r#"{"fallback_destinations": 0, "learning": {"enabled": true}}"#;
+
+fn streamed(prompt: &str) -> String {
+    format!(
+        r#"{{"model":"m","prompt":"{prompt}","max_tokens":4,"stream":true,"stream_options":{{"include_usage":true}}}}"#
+    )
+}
+
+fn usage_event(prompt_tokens: u64, cached: u64) -> String {
+    format!(
+        "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt_tokens},\"completion_tokens\":4,\
+         \"prompt_tokens_details\":{{\"cached_tokens\":{cached}}}}}}}\n\ndata: [DONE]\n\n"
+    )
+}
+
+/// The pod answers after `ttft_ms`: headers, a first token, the usage event, the end.
+fn answer(bench: &Bench, stream: &mut RequestStream, ttft_ms: u64, usage: &str) {
+    bench.host.advance(ttft_ms);
+    bench.host.set_response(&[(":status", "200")], b"");
+    assert_eq!(stream.on_response_headers(&bench.host, false), Step::Continue);
+    let first = b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":null}\n\n";
+    bench.host.set_response(&[(":status", "200")], first);
+    assert_eq!(stream.on_response_body(&bench.host, first.len(), false), Step::Continue);
+    bench.host.set_response(&[(":status", "200")], usage.as_bytes());
+    assert_eq!(stream.on_response_body(&bench.host, usage.len(), true), Step::Continue);
+    stream.on_log(&bench.host);
+}
+
+#[test]
+fn a_burst_of_long_prompts_spreads_by_tokens_and_releases_them_at_the_first_byte() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let long = "x".repeat(32_000); // ~8k tokens at 4 bytes per token
+    let (mut first, a) = bench.request(&COMPLETIONS, &streamed(&format!("one {long}")));
+    let (mut second, b) = bench.request(&COMPLETIONS, &streamed(&format!("two {long}")));
+    let (a, b) = (a.destination.unwrap(), b.destination.unwrap());
+    assert_ne!(a, b, "the second long prompt avoids the pod already prefilling the first");
+    let tokens = bench.worker.inflight.borrow().tokens(&a);
+    assert!((7_900..8_200).contains(&tokens), "uncached prompt tokens in flight: {tokens}");
+    bench.host.advance(40);
+    bench.host.set_response(&[(":status", "200")], b"data: {}\n\n");
+    first.on_response_headers(&bench.host, false);
+    first.on_response_body(&bench.host, 10, false);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&a), 0, "released at the first byte");
+    assert_eq!(bench.worker.inflight.borrow().count(&a), 1, "the request itself is still in flight");
+    first.on_log(&bench.host);
+    second.on_log(&bench.host);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&b), 0, "a stream reset before its first byte releases too");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1);
+}
+
+#[test]
+fn a_slow_pod_is_avoided_once_its_answers_show_it() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let prompt = |i: usize| streamed(&format!("{i} {}", "y".repeat(4_000)));
+    let mut to_slow_after_learning = 0;
+    for i in 0..40 {
+        let (mut stream, routed) = bench.request(&COMPLETIONS, &prompt(i));
+        let pod = routed.destination.unwrap();
+        let slow = pod == POOL[1].0;
+        if i >= 20 && slow {
+            to_slow_after_learning += 1;
+        }
+        answer(&bench, &mut stream, if slow { 400 } else { 50 }, &usage_event(1_000, 0));
+    }
+    let learner = bench.worker.learning.borrow();
+    let load = picker::learn::Load { tokens: 1_000.0, requests: 0.0 };
+    let (fast, slow) = (learner.models.predict(POOL[0].0, load), learner.models.predict(POOL[1].0, load));
+    assert!(slow > 3.0 * fast, "slow {slow} ms vs fast {fast} ms");
+    assert_eq!(to_slow_after_learning, 0, "an idle pool still prefers the pod predicted faster");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 40);
+}
+
+#[test]
+fn an_evicting_pod_loses_index_capacity() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let shared = "z".repeat(4_000);
+    let mut pods = Vec::new();
+    for i in 0..20 {
+        let (mut stream, routed) = bench.request(&COMPLETIONS, &streamed(&format!("{shared} {i}")));
+        pods.push(routed.destination.unwrap());
+        // The pod says it holds nothing of what the index predicted it holds.
+        answer(&bench, &mut stream, 30, &usage_event(1_000, 0));
+    }
+    let sticky = &pods[19];
+    assert!(pods[1..].iter().all(|p| p == sticky), "the shared prefix kept its pod: {pods:?}");
+    let capacity = bench.worker.index_capacity(sticky, 16_384);
+    assert!(capacity < 16_384 / 2, "index capacity after repeated under-reports: {capacity}");
+    assert!(bench.stat("wasm_epp.learning.cached_tokens_predicted") > 0);
+    assert_eq!(bench.stat("wasm_epp.learning.cached_tokens_reported"), 0);
+}
+
+#[test]
+fn with_learning_off_answers_are_not_read() {
+    let bench = Bench::new(r#"{"fallback_destinations": 0}"#);
+    bench.publish(1, &POOL);
+    let (mut stream, routed) = bench.request(&COMPLETIONS, &streamed("hello"));
+    assert_eq!(bench.worker.inflight.borrow().tokens(&routed.destination.unwrap()), 0);
+    answer(&bench, &mut stream, 30, &usage_event(10, 0));
+    assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 0);
+}

@@ -1,0 +1,147 @@
+//! Learning from responses (issue 14) in a real Envoy: a burst of long prompts spreads by
+//! tokens in flight, a slow pod is avoided once its answers show it, and a pod whose answers
+//! report fewer cached tokens than predicted loses index capacity.
+
+use std::time::Duration;
+
+use e2e::{tally, Cluster};
+use launcher::envoy::EnvoyOptions;
+
+fn learning_on(options: &mut EnvoyOptions) {
+    if let Some(config) = options.filter_config.as_object_mut() {
+        config.insert("learning".into(), serde_json::json!({"enabled": true}));
+        config.insert("fallback_destinations".into(), serde_json::json!(0));
+    }
+}
+
+fn start(name: &str, pods: usize, sim_args: &[&str]) -> Cluster {
+    let cluster = Cluster::start(name, pods, sim_args, learning_on);
+    assert!(
+        cluster.envoy.wait_for_healthy_pods(pods as u64, Duration::from_secs(15)),
+        "{}",
+        cluster.envoy.log_tail(30)
+    );
+    cluster
+}
+
+fn streamed(prompt: &str, max_tokens: u32) -> String {
+    serde_json::json!({
+        "model": "sim-model", "prompt": prompt, "max_tokens": max_tokens,
+        "stream": true, "stream_options": {"include_usage": true},
+    })
+    .to_string()
+}
+
+/// `words` simulator tokens of text starting with `tag` (no two tags share a prefix block).
+fn text(tag: &str, words: usize) -> String {
+    format!("{tag} {}", vec!["abcd"; words].join(" "))
+}
+
+/// Waits until Envoy's stats reach the plugin's counter `name` (flushed on its tick).
+fn stat_at_least(cluster: &Cluster, name: &str, value: f64) -> f64 {
+    let mut seen = 0.0;
+    launcher::wait_until(Duration::from_secs(5), || {
+        seen = cluster.envoy.stat(name).unwrap_or(0.0);
+        seen >= value
+    });
+    seen
+}
+
+#[test]
+fn a_burst_of_long_prompts_spreads_and_short_ones_avoid_them() {
+    // Every answer takes a second to its first token, so all requests are in flight at once.
+    let cluster = start("learn-burst", 4, &["--time-scale", "0"]);
+    for pod in &cluster.pods {
+        pod.set_faults(&serde_json::json!({"extra_latency_ms": 1500})).unwrap();
+    }
+    let served: Vec<(bool, String)> = std::thread::scope(|scope| {
+        let cluster = &cluster;
+        let mut handles = Vec::new();
+        for i in 0..2 {
+            let body = streamed(&text(&format!("long{i}"), 6_000), 4);
+            handles.push(
+                scope.spawn(move || (true, cluster.served_by_pool(&cluster.post("/v1/completions", &[], &body)))),
+            );
+        }
+        // The two documents are in flight before the short chats arrive.
+        std::thread::sleep(Duration::from_millis(300));
+        for i in 0..4 {
+            let body = streamed(&text(&format!("short{i}"), 20), 4);
+            handles.push(
+                scope.spawn(move || (false, cluster.served_by_pool(&cluster.post("/v1/completions", &[], &body)))),
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let long_pods: Vec<&String> = served.iter().filter(|(long, _)| *long).map(|(_, pod)| pod).collect();
+    assert_ne!(long_pods[0], long_pods[1], "the two documents went to one pod: {served:?}");
+    let short_on_long = served.iter().filter(|(long, pod)| !long && long_pods.contains(&pod)).count();
+    // Counting requests alone, two of the four chats tie with the document pods; counting
+    // tokens, a pod prefilling 6,000 tokens is never the least loaded for a 20-token chat.
+    assert!(short_on_long <= 1, "short chats queued behind the documents: {served:?}");
+}
+
+#[test]
+fn a_slow_pod_is_avoided_once_its_answers_show_it() {
+    let cluster = start("learn-slow", 4, &["--time-scale", "0"]);
+    let slow = cluster.pods[0].address();
+    cluster.pods[0].set_faults(&serde_json::json!({"extra_latency_ms": 400})).unwrap();
+    let mut late = Vec::new();
+    for i in 0..48 {
+        let reply = cluster.post("/v1/completions", &[], &streamed(&text(&format!("q{i}"), 200), 4));
+        let pod = cluster.served_by_pool(&reply);
+        if i >= 24 {
+            late.push(pod);
+        }
+    }
+    let counts = tally(late.iter().map(String::as_str));
+    assert_eq!(counts.get(&slow), None, "the slow pod still got requests after 24 answers: {counts:?}");
+    assert!(stat_at_least(&cluster, "wasm_epp_learning_ttft_samples", 48.0) >= 48.0);
+}
+
+/// Cached-token prediction error (sum of |predicted − reported|) per round of the eviction
+/// scenario below, with the index correction on or off.
+fn eviction_errors(correct_index: bool) -> Vec<f64> {
+    // One pod of 128 blocks of 16 tokens; 4 prompts of 512 tokens (32 blocks each) sent round
+    // and round fill it exactly as the index counts them, but the answers' tokens take blocks
+    // too, so the pod evicts what the index still lists. The reported cached tokens teach it.
+    let cluster = Cluster::start(
+        if correct_index { "learn-evict" } else { "learn-evict-off" },
+        1,
+        &["--time-scale", "0", "--num-gpu-blocks", "128", "--max-model-len", "1024"],
+        |options| {
+            learning_on(options);
+            if let Some(config) = options.filter_config.as_object_mut() {
+                config.insert("learning".into(), serde_json::json!({"enabled": true, "correct_index": correct_index}));
+            }
+        },
+    );
+    assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
+    let prompts: Vec<String> = (0..4).map(|i| text(&format!("doc{i}"), 511)).collect();
+    let mut errors = Vec::new();
+    let mut before = 0.0;
+    for round in 1..=ROUNDS {
+        for prompt in &prompts {
+            let reply = cluster.post("/v1/completions", &[], &streamed(prompt, 64));
+            assert_eq!(reply.status, 200, "{}", reply.body);
+        }
+        let reports = stat_at_least(&cluster, "wasm_epp_learning_cached_reports", 4.0 * round as f64);
+        assert!(reports >= 4.0 * round as f64, "usage not observed: {reports}");
+        let error = cluster.envoy.stat("wasm_epp_learning_cached_tokens_error").unwrap_or(0.0);
+        errors.push(error - before);
+        before = error;
+    }
+    errors
+}
+
+const ROUNDS: usize = 6;
+
+#[test]
+fn an_evicting_pods_index_is_corrected_towards_what_it_reports() {
+    let (on, off) = (eviction_errors(true), eviction_errors(false));
+    eprintln!("cached-token prediction error per round: corrected {on:?}, uncorrected {off:?}");
+    let later = |errors: &[f64]| errors[2..].iter().sum::<f64>();
+    assert!(later(&off) > 0.0, "the pod never evicted what the index listed: {off:?}");
+    assert!(later(&on) < later(&off), "correction did not help: {on:?} vs {off:?}");
+}
