@@ -23,8 +23,8 @@ ORDER = [
 ]
 SHORT = {
     "wasm-epp-x1": "x1", "wasm-epp-x2": "x2\npeers", "wasm-epp-x4": "x4\npeers",
-    "wasm-epp-x2-no-peering": "x2\nalone", "wasm-epp-x4-no-peering": "x4\nalone", "wasm-epp-x4-no-peering-prior": "x4 alone\nprior 1",
-    "wasm-epp-x4-least-recent": "x4 alone\nleast-recent", "envoy-round-robin": "round\nrobin",
+    "wasm-epp-x2-no-peering": "x2\nalone", "wasm-epp-x4-no-peering": "x4\nalone", "wasm-epp-x4-no-peering-prior": "x4 alone\nprior=1",
+    "wasm-epp-x4-least-recent": "x4 alone\nleast-rec.", "envoy-round-robin": "round\nrobin",
 }
 
 
@@ -45,7 +45,7 @@ def main(results_dir):
     workloads = list(dict.fromkeys(row["workload"] for row in rows))
     if not workloads:
         return
-    figure, axes = plt.subplots(len(workloads), 3, figsize=(15, 3.6 * len(workloads)), squeeze=False)
+    figure, axes = plt.subplots(len(workloads), 3, figsize=(18, 3.6 * len(workloads)), squeeze=False)
     for line, workload in zip(axes, workloads):
         mine = sorted((r for r in rows if r["workload"] == workload),
                       key=lambda r: ORDER.index(r["target"]) if r["target"] in ORDER else len(ORDER))
