@@ -206,6 +206,20 @@ impl<T> WaitQueue<T> {
         }
     }
 
+    /// Moves every sheddable request (bands below 0) into `out`: when a request of priority
+    /// 0 or more runs out of time, the sheddable ones behind it go first, so no standard or
+    /// critical request is dropped while a sheddable one still waits.
+    pub fn shed_sheddable(&mut self, out: &mut Vec<Left<T>>) {
+        while self.bands.last().is_some_and(|band| band.priority < 0) {
+            let Some(band) = self.bands.pop() else { break };
+            for entry in band.flows.into_iter().flat_map(|flow| flow.entries) {
+                self.requests = self.requests.saturating_sub(1);
+                self.bytes = self.bytes.saturating_sub(entry.bytes);
+                out.push(Left { priority: band.priority, entry });
+            }
+        }
+    }
+
     fn insert(&mut self, priority: i32, entry: Entry<T>) {
         let flow = entry.flow;
         let position = self.bands.iter().position(|b| b.priority <= priority).unwrap_or(self.bands.len());

@@ -97,6 +97,24 @@ fn removal_and_expiry_keep_counts_and_turns_right() {
 }
 
 #[test]
+fn sheddable_requests_leave_before_a_standard_one_is_dropped() {
+    let mut queue = WaitQueue::new(ROOMY);
+    queue.push(2, entry(1, 1, 0));
+    queue.push(0, entry(2, 1, 0));
+    queue.push(-1, entry(3, 1, 0));
+    queue.push(-2, entry(4, 2, 0));
+    queue.push(-2, entry(5, 3, 0));
+    let mut shed = Vec::new();
+    queue.shed_sheddable(&mut shed);
+    let mut ids: Vec<u32> = shed.iter().map(|l| l.entry.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [3, 4, 5]);
+    assert!(shed.iter().all(|l| l.priority < 0));
+    assert_eq!(queue.len(), 2, "critical and standard stay");
+    assert_eq!(queue.bands().map(|(p, _, _)| p).collect::<Vec<_>>(), [2, 0]);
+}
+
+#[test]
 fn flows_beyond_the_cap_share_one_flow() {
     let limits = QueueLimits { flows_per_band: 2, ..ROOMY };
     let mut queue = WaitQueue::new(limits);

@@ -136,8 +136,16 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
     let now = host.now_ms();
     answer_pending(worker, host);
     let mut expired = Vec::new();
+    let mut shed = Vec::new();
     if let Ok(mut queue) = worker.flow.queue.try_borrow_mut() {
         queue.expire(now, &mut expired);
+        if expired.iter().any(|left| left.priority >= 0) {
+            queue.shed_sheddable(&mut shed);
+        }
+    }
+    for left in &shed {
+        worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
+        answer(worker, host, left, DropReason::Evicted, true);
     }
     if !expired.is_empty() {
         let no_pods = matches!(look(worker, host, now), Some(Look { room: PoolRoom::NoPods, .. }));
