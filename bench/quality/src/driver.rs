@@ -50,6 +50,12 @@ pub async fn replay(client: &StreamingClient, base_url: &str, jobs: Vec<Job>, co
             outcomes
         }));
     }
+    join_slots(slots, started).await
+}
+
+/// Waits for every client slot and gathers their outcomes (a slot that died counts as one
+/// failed request), timed from `started`.
+pub async fn join_slots(slots: Vec<tokio::task::JoinHandle<Vec<Outcome>>>, started: Instant) -> Replay {
     let mut outcomes = Vec::new();
     for slot in slots {
         match slot.await {

@@ -36,6 +36,11 @@ impl Cluster {
     pub fn start(name: &str, pods: usize, sim_args: &[&str], adjust: impl FnOnce(&mut EnvoyOptions)) -> Self {
         let dir = launcher::paths::run_dir(name).unwrap_or_else(|e| panic!("run dir: {e}"));
         let pods = start_pool(pods, sim_args, &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+        Self::in_front_of(pods, dir, adjust)
+    }
+
+    /// Envoy with wasm-epp in front of `pods` already started, `adjust` applied to the options.
+    pub fn in_front_of(pods: Vec<Pod>, dir: std::path::PathBuf, adjust: impl FnOnce(&mut EnvoyOptions)) -> Self {
         let pool: Vec<String> = pods.iter().map(Pod::address).collect();
         let listen = launcher::free_port().unwrap_or_else(|e| panic!("port: {e}"));
         let admin = launcher::free_port().unwrap_or_else(|e| panic!("port: {e}"));

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use launcher::envoy::{Envoy, EnvoyOptions};
+use launcher::envoy::EnvoyOptions;
 use launcher::http::Reply;
 use launcher::pods::Pod;
 
@@ -21,13 +21,7 @@ impl Cluster {
                 Pod::start(port, args, &dir).unwrap_or_else(|e| panic!("pod: {e}"))
             })
             .collect();
-        let pool: Vec<String> = pods.iter().map(Pod::address).collect();
-        let listen = launcher::free_port().unwrap_or_else(|e| panic!("port: {e}"));
-        let admin = launcher::free_port().unwrap_or_else(|e| panic!("port: {e}"));
-        let mut options = EnvoyOptions::for_pool(&pool, listen, admin);
-        adjust(&mut options);
-        let envoy = Envoy::start(&options, &dir).unwrap_or_else(|e| panic!("envoy: {e}"));
-        let cluster = Self { pods, envoy, dir };
+        let cluster = Self::in_front_of(pods, dir, adjust);
         let count = pod_args.len() as u64;
         assert!(
             cluster.envoy.wait_for_healthy_pods(count, Duration::from_secs(15)),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::client::StreamingClient;
-use crate::driver::{Outcome, Replay};
+use crate::driver::{join_slots, Outcome, Replay};
 use crate::workload::{Job, MODEL};
 
 /// Runs completion `jobs` with `concurrency` slots, slot `i` starting `i × stagger` late.
@@ -52,12 +52,5 @@ pub async fn replay_staggered(
             outcomes
         }));
     }
-    let mut outcomes = Vec::new();
-    for slot in slots {
-        match slot.await {
-            Ok(mut slot_outcomes) => outcomes.append(&mut slot_outcomes),
-            Err(error) => outcomes.push(Err(format!("client task failed: {error}"))),
-        }
-    }
-    Replay { outcomes, wall: started.elapsed() }
+    join_slots(slots, started).await
 }
