@@ -51,15 +51,20 @@ pub const INFLIGHT_SLOT_KEYS: [&str; crate::inflight::MAX_SLOTS] = [
 /// long they fail open on a table nobody refreshes.
 pub const SERVICE_HEARTBEAT: &str = "wasm-epp/v1/service-heartbeat";
 
-/// The shared queue on which the peer listener's filter hands other replicas' messages to
-/// the pool service (see [`crate::peer`]).
 /// This Envoy's replica id in the peer exchange (hex), written by the pool service at start so
 /// the peer listener can name its replica in answers: a replica that lists itself among its
 /// peers (a label selector matches its own pod) learns so from the first answer and stops
 /// sending to itself.
 pub const REPLICA_ID: &str = "wasm-epp/v1/replica-id";
 
+/// The shared queue on which the peer listener's filter hands other replicas' messages to
+/// the pool service (see [`crate::peer`]).
 pub const PEER_INBOX: &str = "wasm-epp/v1/peer-inbox";
+
+/// Flow control: how many requests each worker holds waiting, one key per in-flight slot
+/// (`<prefix><slot>`, so at most [`crate::inflight::MAX_SLOTS`] keys), read by the others to
+/// share the pool fairly (see `router/src/flow/share.rs`).
+pub const FLOW_WAITING_PREFIX: &str = "wasm-epp/v1/flow-waiting/";
 
 /// Requests other gateway replicas have in flight per pod, summed, as the pool service last
 /// heard (same layout as an in-flight slot; workers add it to their view).

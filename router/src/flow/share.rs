@@ -20,7 +20,7 @@ pub const WAITING_STALE_MS: u64 = 200;
 const RECORD_BYTES: usize = 12;
 
 fn key(slot: usize) -> String {
-    format!("wasm-epp/v1/flow-waiting/{slot}")
+    format!("{}{slot}", picker::keys::FLOW_WAITING_PREFIX)
 }
 
 /// This worker's view of who else waits.
