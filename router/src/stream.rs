@@ -133,7 +133,7 @@ impl RequestStream {
         self.subset = crate::protocol::subset_hint(&headers, config);
         self.endpoint = Endpoint::from_path(path);
         if config.flow_control.enabled {
-            self.flow_class = Some(crate::flow::RequestClass::from_headers(config, &headers));
+            self.flow_class = Some(crate::flow::RequestClass::from_headers(config, &headers, self.priority));
         }
         let learning = &config.learning;
         if learning.enabled && !learning.slo_header.is_empty() {
@@ -188,7 +188,7 @@ impl RequestStream {
         match parse_request(&body, self.endpoint) {
             Ok(request) => {
                 let Some(class) = self.flow_class else { return self.route_model(host, &request, body.len()) };
-                let priority = class.priority(&self.worker.config.flow_control, request.model.as_deref());
+                let priority = class.priority(&self.worker.config, request.model.as_deref());
                 if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
                     return self.route_model(host, &request, body.len());
                 }

@@ -2,8 +2,6 @@
 //! streams) and are released in priority order, fairly between tenants, instead of all
 //! piling into the engines' queues. Off unless `flow_control.enabled`.
 
-use std::collections::BTreeMap;
-
 use serde::Deserialize;
 
 use super::check_range;
@@ -12,9 +10,6 @@ use super::check_range;
 /// `2 * MAX_PRIORITY + 1` bands: enough for critical / standard / sheddable and the steps
 /// between, and a bound on per-band state whatever clients send.
 pub const MAX_PRIORITY: i32 = 8;
-
-/// Entries of `objective_priorities` / `model_priorities` at most (read per request).
-pub const MAX_PRIORITY_ENTRIES: usize = 256;
 
 /// What a pod whose metrics are stale (older than `stale_after_ms`) counts as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -53,12 +48,6 @@ pub struct FlowControlConfig {
     pub fairness_header: String,
     /// Distinct flows per band at most; later ones share one overflow flow.
     pub max_flows_per_band: u32,
-    /// Header naming the request's objective, looked up in `objective_priorities`.
-    pub objective_header: String,
-    /// Priority per objective name (used when the priority header is absent).
-    pub objective_priorities: BTreeMap<String, i32>,
-    /// Priority per model name (used when neither header gives one).
-    pub model_priorities: BTreeMap<String, i32>,
     pub stale_metrics: StaleMetricsPolicy,
     /// Requests one worker releases per tick at most, so a burst of releases does not
     /// overshoot before the next look at the pods.
@@ -85,9 +74,6 @@ impl Default for FlowControlConfig {
             max_band_bytes: 32 * 1024 * 1024,
             fairness_header: "x-llm-d-inference-fairness-id".into(),
             max_flows_per_band: 64,
-            objective_header: "x-gateway-inference-objective".into(),
-            objective_priorities: BTreeMap::new(),
-            model_priorities: BTreeMap::new(),
             stale_metrics: StaleMetricsPolicy::Ignore,
             release_per_tick: 16,
             waiting_tick_ms: 5,
@@ -116,18 +102,9 @@ impl FlowControlConfig {
                 self.reserved_per_pod, self.max_inflight_per_pod
             ));
         }
-        for (name, header) in [("fairness_header", &self.fairness_header), ("objective_header", &self.objective_header)]
-        {
-            if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
-                return Err(format!("flow_control.{name} '{header}' must be a lower-case header name"));
-            }
-        }
-        for (name, map) in
-            [("objective_priorities", &self.objective_priorities), ("model_priorities", &self.model_priorities)]
-        {
-            if map.len() > MAX_PRIORITY_ENTRIES {
-                return Err(format!("flow_control.{name}: {} entries, at most {MAX_PRIORITY_ENTRIES}", map.len()));
-            }
+        let header = &self.fairness_header;
+        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
+            return Err(format!("flow_control.fairness_header '{header}' must be a lower-case header name"));
         }
         Ok(())
     }
