@@ -12,7 +12,6 @@
 use arbitrary::{Arbitrary, Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use picker::address::PodAddress;
-use picker::metrics_text::{MAX_ADAPTERS_PER_LIST, MAX_ADAPTER_NAME_BYTES};
 use picker::pod_table::{decode_version, encode_version, PodState, PodTable, MAX_PODS};
 use picker_fuzz::{assert_decoded_table_is_safe, assert_same_table, ADDRESSES};
 
@@ -48,17 +47,7 @@ fuzz_target!(|data: &[u8]| {
             .take(MAX_PODS)
             .map(|mut pod| {
                 // Adapter lists are bounded on the way in, as a pod's own report is.
-                let lists = [
-                    &mut pod.running_loras,
-                    &mut pod.waiting_loras,
-                    &mut pod.models,
-                    &mut pod.adapters,
-                    &mut pod.resident_loras,
-                ];
-                for list in lists {
-                    list.retain(|name| name.len() <= MAX_ADAPTER_NAME_BYTES);
-                    list.truncate(MAX_ADAPTERS_PER_LIST);
-                }
+                pod.bound_name_lists();
                 pod
             })
             .collect();

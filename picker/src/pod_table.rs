@@ -52,6 +52,22 @@ pub struct PodState {
 }
 
 impl PodState {
+    /// Drops over-long names and keeps at most [`crate::metrics_text::MAX_ADAPTERS_PER_LIST`]
+    /// in each of the pod's model and adapter lists, as a pod's own report is bounded.
+    pub fn bound_name_lists(&mut self) {
+        let lists = [
+            &mut self.running_loras,
+            &mut self.waiting_loras,
+            &mut self.models,
+            &mut self.adapters,
+            &mut self.resident_loras,
+        ];
+        for list in lists {
+            list.retain(|name| name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES);
+            list.truncate(crate::metrics_text::MAX_ADAPTERS_PER_LIST);
+        }
+    }
+
     /// A pod nobody has scraped yet.
     pub fn unknown(address: &PodAddress) -> Self {
         Self {
@@ -158,20 +174,8 @@ impl PodTable {
             poll_interval_ms: wire.poll_interval_ms,
             pods,
         };
-        for pod in &mut table.pods {
-            // Bounded again on the way in: the table crosses a trust boundary (shared data).
-            let lists = [
-                &mut pod.running_loras,
-                &mut pod.waiting_loras,
-                &mut pod.models,
-                &mut pod.adapters,
-                &mut pod.resident_loras,
-            ];
-            for list in lists {
-                list.retain(|name| name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES);
-                list.truncate(crate::metrics_text::MAX_ADAPTERS_PER_LIST);
-            }
-        }
+        // Bounded again on the way in: the table crosses a trust boundary (shared data).
+        table.pods.iter_mut().for_each(PodState::bound_name_lists);
         Ok(table)
     }
 }
