@@ -116,3 +116,25 @@ fn percent(value: Option<f64>) -> String {
 fn millis(value: Option<f64>) -> String {
     value.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".to_string())
 }
+
+/// A target's outcome in a dimension's run: its row printed (`line`) and kept, or why it did
+/// not run printed and kept as `"<workload> / <target>: <reason>"` for the report.
+pub fn keep_outcome<R>(
+    outcome: Result<R, String>,
+    workload: &str,
+    target: &str,
+    line: impl FnOnce(&R) -> String,
+    rows: &mut Vec<R>,
+    failures: &mut Vec<String>,
+) {
+    match outcome {
+        Ok(row) => {
+            println!("  {}", line(&row));
+            rows.push(row);
+        }
+        Err(reason) => {
+            eprintln!("  {target}: did not run: {reason}");
+            failures.push(format!("{workload} / {target}: {reason}"));
+        }
+    }
+}

@@ -137,16 +137,8 @@ pub fn run(options: &Options) -> Result<(), String> {
         let pool = PdPool::start(workload, options.time_scale, &bench.dir)?;
         for target in plan {
             let outcome = run_one(&bench, workload, &pool, *target);
-            match outcome {
-                Ok(row) => {
-                    println!("  {}", report::one_line(&row));
-                    rows.push(row);
-                }
-                Err(reason) => {
-                    eprintln!("  {}: did not run: {reason}", target.label());
-                    failures.push(format!("{} / {}: {reason}", workload.label, target.label()));
-                }
-            }
+            let label = target.label();
+            crate::report::keep_outcome(outcome, workload.label, label, report::one_line, &mut rows, &mut failures);
         }
     }
     let context = report::Context {

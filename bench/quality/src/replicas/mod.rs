@@ -74,16 +74,8 @@ pub fn run(options: &Options) -> Result<(), String> {
             let outcome = std::fs::create_dir_all(&target_dir)
                 .map_err(|e| e.to_string())
                 .and_then(|()| run_one(&runtime, &client, &workload, &pool, *target, &target_dir));
-            match outcome {
-                Ok(row) => {
-                    println!("  {}", report::one_line(&row));
-                    rows.push(row);
-                }
-                Err(reason) => {
-                    eprintln!("  {}: did not run: {reason}", target.label());
-                    failures.push(format!("{} / {}: {reason}", name.label(), target.label()));
-                }
-            }
+            let label = target.label();
+            crate::report::keep_outcome(outcome, name.label(), label, report::one_line, &mut rows, &mut failures);
         }
     }
     let cost = if options.no_peer_cost {
