@@ -33,7 +33,10 @@ fn roles_from_configuration_long_prompts_split_short_ones_not_and_forged_headers
     assert!(PdCluster::stat_sum(&cluster.prefill, "prompt_tokens") >= 8000, "the prefill pods computed them");
     assert_eq!(PdCluster::stat_sum(&cluster.prefill, "generation_tokens"), 4, "one token each");
 
-    // The same prompt again: its decode pod holds it now (transferred), so no prefill hop.
+    // The same prompt again: its decode pod holds it now (transferred), so no prefill hop. The
+    // other Envoy worker learns that from the pool service's ring a few ticks later (~60 ms,
+    // more on a loaded machine), and either worker may take the repeat.
+    std::thread::sleep(Duration::from_millis(500));
     served_by(&cluster.complete(&prompt_of_tokens(2000, 0), 8, &[]));
     for i in 0..10 {
         let pod = served_by(&cluster.complete(&format!("short question {i}"), 8, &[]));
