@@ -53,6 +53,7 @@ lint: wasm-target
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --target $(WASM_TARGET) $(WASM_LINT_CRATES) -- -D warnings
+	$(CARGO) clippy --target $(WASM_TARGET) -p wasm-epp-filter --features profile -- -D warnings
 
 unit:
 	$(CARGO) test --workspace --exclude e2e
@@ -192,9 +193,14 @@ k8s-wasm: wasm
 # bench/results/cost.json. About 6 minutes on 2 cores after the builds; BENCH_QUICK=1: ~1 minute, into target/.
 # The native decision cost is criterion's: `cargo bench -p bench-cost` (~4 minutes).
 
-.PHONY: bench-cost
+.PHONY: bench-cost profile-wasm
 
-bench-cost: tools wasm
+# The filter built with its phase timers (router/src/profile.rs) for `wasm-epp-bench-cost
+# profile`, in its own target directory so the shipped module is never replaced by it.
+profile-wasm: wasm-target
+	$(CARGO) build --release --target $(WASM_TARGET) --target-dir target/profile -p wasm-epp-filter --features profile
+
+bench-cost: tools wasm profile-wasm
 	$(CARGO) build --release --target $(WASM_TARGET) -p header-only-filter
 	$(CARGO) build --release -p bench-cost
 	./target/release/wasm-epp-bench-cost $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) all

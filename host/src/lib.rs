@@ -17,6 +17,7 @@ pub mod headers;
 pub mod metrics;
 pub mod mock;
 pub mod proxy;
+pub mod tally;
 
 pub use error::{HostError, HostResult};
 pub use headers::HeaderMap;
@@ -24,6 +25,7 @@ pub use metrics::{Counter, Gauge, Metrics};
 pub use mock::MockHost;
 pub use picker::store::{SharedStore, StoreError, Versioned};
 pub use proxy::ProxyHost;
+pub use tally::{CallCount, HostCallTally};
 
 /// Kinds of Envoy stat a plugin can define.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,10 @@ pub trait Host: SharedStore {
     /// The same clock in µs, to time a decision (hosts that only know ms report ms x 1000).
     fn now_us(&self) -> u64 {
         self.now_ms().saturating_mul(1_000)
+    }
+    /// The same clock in ns, to time phases of a few µs (hosts that know less pad with zeros).
+    fn now_ns(&self) -> u64 {
+        self.now_us().saturating_mul(1_000)
     }
     /// A value that differs between VMs and starts, to seed tie-breaking and keyed hashing.
     fn random_seed(&self) -> u64;

@@ -13,6 +13,7 @@ use picker::store::{MemoryStore, SharedStore, StoreError, Versioned};
 
 use crate::error::{HostError, HostResult};
 use crate::headers::HeaderMap;
+use crate::tally::{pairs_bytes, HostCallTally};
 use crate::{Host, MetricKind};
 
 /// A local reply the code sent.
@@ -66,6 +67,8 @@ pub struct MockHost {
     pub effective_context: Cell<Option<u32>>,
     /// Contexts that are gone: `set_effective_context` on them fails, as Envoy's does.
     pub gone_contexts: RefCell<Vec<u32>>,
+    /// Every call made, by the ABI function Envoy would serve, with the bytes copied.
+    pub tally: HostCallTally,
 }
 
 impl MockHost {
@@ -117,11 +120,14 @@ impl MockHost {
 impl SharedStore for MockHost {
     fn get(&self, key: &str) -> Result<Versioned, StoreError> {
         self.store_check()?;
-        self.store.get(key)
+        let value = self.store.get(key)?;
+        self.tally.note("proxy_get_shared_data", value.0.as_ref().map_or(0, Vec::len), key.len());
+        Ok(value)
     }
 
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
         self.store_check()?;
+        self.tally.note("proxy_set_shared_data", 0, key.len() + value.len());
         self.store.set(key, value, cas)
     }
 }
@@ -147,6 +153,7 @@ fn owned(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 
 impl Host for MockHost {
     fn now_ms(&self) -> u64 {
+        self.tally.note("proxy_get_current_time_nanoseconds", 8, 0);
         self.clock_ms.get()
     }
 
@@ -155,6 +162,7 @@ impl Host for MockHost {
     }
 
     fn set_tick_period_ms(&self, period_ms: u64) -> HostResult<()> {
+        self.tally.note("proxy_set_tick_period_milliseconds", 0, 0);
         self.tick_period_ms.set(Some(period_ms));
         Ok(())
     }
@@ -168,29 +176,35 @@ impl Host for MockHost {
     }
 
     fn request_headers(&self) -> HostResult<HeaderMap> {
+        self.tally.note("proxy_get_header_map_pairs", pairs_bytes(self.headers.borrow().iter()), 0);
         Ok(self.headers.borrow().clone())
     }
 
     fn set_request_header(&self, name: &str, value: &[u8]) -> HostResult<()> {
+        self.tally.note("proxy_replace_header_map_value", 0, name.len() + value.len());
         replace_in(&self.headers, name, value);
         Ok(())
     }
 
     fn remove_request_header(&self, name: &str) -> HostResult<()> {
+        self.tally.note("proxy_remove_header_map_value", 0, name.len());
         remove_from(&self.headers, name);
         Ok(())
     }
 
     fn response_headers(&self) -> HostResult<HeaderMap> {
+        self.tally.note("proxy_get_header_map_pairs", pairs_bytes(self.response_headers.borrow().iter()), 0);
         Ok(self.response_headers.borrow().clone())
     }
 
     fn set_response_header(&self, name: &str, value: &[u8]) -> HostResult<()> {
+        self.tally.note("proxy_replace_header_map_value", 0, name.len() + value.len());
         replace_in(&self.response_headers, name, value);
         Ok(())
     }
 
     fn remove_response_header(&self, name: &str) -> HostResult<()> {
+        self.tally.note("proxy_remove_header_map_value", 0, name.len());
         remove_from(&self.response_headers, name);
         Ok(())
     }
@@ -198,14 +212,18 @@ impl Host for MockHost {
     fn response_body(&self, start: usize, size: usize) -> HostResult<Vec<u8>> {
         let body = self.response_body.borrow();
         let end = start.saturating_add(size).min(body.len());
-        Ok(body.get(start.min(end)..end).unwrap_or_default().to_vec())
+        let chunk = body.get(start.min(end)..end).unwrap_or_default().to_vec();
+        self.tally.note("proxy_get_buffer_bytes", chunk.len(), 0);
+        Ok(chunk)
     }
 
     fn property(&self, path: &[&str]) -> HostResult<Option<Vec<u8>>> {
+        self.tally.note("proxy_get_property", 0, path.iter().map(|p| p.len() + 1).sum());
         Ok(self.properties.borrow().get(&path.join("\0")).cloned())
     }
 
     fn set_effective_context(&self, context_id: u32) -> HostResult<()> {
+        self.tally.note("proxy_set_effective_context", 0, 0);
         if self.gone_contexts.borrow().contains(&context_id) {
             return Err(HostError { call: "set_effective_context", status: 2 });
         }
@@ -214,16 +232,20 @@ impl Host for MockHost {
     }
 
     fn resume_request(&self, context_id: u32) -> HostResult<()> {
+        self.tally.note("proxy_continue_stream", 0, 0);
         self.resumed.borrow_mut().push(context_id);
         Ok(())
     }
 
     fn request_body(&self, size: usize) -> HostResult<Vec<u8>> {
         let body = self.body.borrow();
-        Ok(body.get(..size.min(body.len())).unwrap_or_default().to_vec())
+        let copy = body.get(..size.min(body.len())).unwrap_or_default().to_vec();
+        self.tally.note("proxy_get_buffer_bytes", copy.len(), 0);
+        Ok(copy)
     }
 
     fn set_request_body(&self, replaced: usize, body: &[u8]) -> HostResult<()> {
+        self.tally.note("proxy_set_buffer_bytes", 0, body.len());
         let mut held = self.body.borrow_mut();
         let keep = replaced.min(held.len());
         let tail = held.split_off(keep);
@@ -233,11 +255,17 @@ impl Host for MockHost {
     }
 
     fn send_reply(&self, status: u32, headers: &[(&str, &str)], body: &[u8]) -> HostResult<()> {
+        self.tally.note(
+            "proxy_send_local_response",
+            0,
+            pairs_bytes(headers.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()))) + body.len(),
+        );
         self.replies.borrow_mut().push(Reply { status, headers: owned(headers), body: body.to_vec() });
         Ok(())
     }
 
     fn register_queue(&self, name: &str) -> HostResult<u32> {
+        self.tally.note("proxy_register_shared_queue", 0, name.len());
         let mut queues = self.queues.borrow_mut();
         let next = u32::try_from(queues.len()).unwrap_or(u32::MAX).saturating_add(1);
         let id = *queues.entry(name.to_string()).or_insert(next);
@@ -246,10 +274,12 @@ impl Host for MockHost {
     }
 
     fn resolve_queue(&self, _vm_id: &str, name: &str) -> HostResult<Option<u32>> {
+        self.tally.note("proxy_resolve_shared_queue", 0, name.len());
         Ok(self.queues.borrow().get(name).copied())
     }
 
     fn enqueue(&self, queue: u32, message: &[u8]) -> HostResult<()> {
+        self.tally.note("proxy_enqueue_shared_queue", 0, message.len());
         match self.queue_messages.borrow_mut().get_mut(&queue) {
             Some(messages) => {
                 messages.push_back(message.to_vec());
@@ -261,7 +291,11 @@ impl Host for MockHost {
 
     fn dequeue(&self, queue: u32) -> HostResult<Option<Vec<u8>>> {
         match self.queue_messages.borrow_mut().get_mut(&queue) {
-            Some(messages) => Ok(messages.pop_front()),
+            Some(messages) => {
+                let message = messages.pop_front();
+                self.tally.note("proxy_dequeue_shared_queue", message.as_ref().map_or(0, Vec::len), 0);
+                Ok(message)
+            }
             None => Err(HostError { call: "dequeue_shared_queue", status: 1 }),
         }
     }
@@ -270,6 +304,7 @@ impl Host for MockHost {
         if self.refuse_calls.get() {
             return Err(HostError { call: "http_call", status: 2 });
         }
+        self.tally.note("proxy_http_call", 0, cluster.len() + body.len());
         let mut calls = self.calls.borrow_mut();
         let token = u32::try_from(calls.len()).unwrap_or(u32::MAX).saturating_add(1);
         calls.push(Call { token, cluster: cluster.to_string(), headers: owned(headers), body: body.to_vec() });
@@ -292,6 +327,7 @@ impl Host for MockHost {
     }
 
     fn define_metric(&self, kind: MetricKind, name: &str) -> HostResult<u32> {
+        self.tally.note("proxy_define_metric", 0, name.len());
         let mut names = self.metric_names.borrow_mut();
         names.push((name.to_string(), kind));
         self.metric_values.borrow_mut().push(0);
@@ -299,6 +335,7 @@ impl Host for MockHost {
     }
 
     fn increment_metric(&self, id: u32, by: u64) -> HostResult<()> {
+        self.tally.note("proxy_increment_metric", 0, 0);
         let mut values = self.metric_values.borrow_mut();
         let slot = values.get_mut(id as usize).ok_or(HostError { call: "increment_metric", status: 2 })?;
         *slot = slot.saturating_add(by);
@@ -306,6 +343,7 @@ impl Host for MockHost {
     }
 
     fn record_metric(&self, id: u32, value: u64) -> HostResult<()> {
+        self.tally.note("proxy_record_metric", 0, 0);
         let mut values = self.metric_values.borrow_mut();
         *values.get_mut(id as usize).ok_or(HostError { call: "record_metric", status: 2 })? = value;
         Ok(())

@@ -48,6 +48,10 @@ impl Host for ProxyHost {
         abi::current_time_ns().map_or(0, |ns| ns / 1_000)
     }
 
+    fn now_ns(&self) -> u64 {
+        abi::current_time_ns().unwrap_or(0)
+    }
+
     fn random_seed(&self) -> u64 {
         abi::current_time_ns().unwrap_or(0x5eed)
     }

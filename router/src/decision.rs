@@ -16,6 +16,7 @@ use wasm_epp_host::Host;
 use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
 use crate::disaggregate::{prefill_pick, DecodeChoice};
+use crate::profile::{self, Phase};
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
@@ -108,12 +109,15 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let mut hashes = Vec::new();
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
+        let _span = profile::span(host, Phase::Hash);
         if hash_prompt(request, prompt.endpoint, &params, &mut hashes).is_err() {
             worker.stats.increment(worker.stats.prompt_unhashable);
         }
     }
     let Ok(mut inflight) = worker.inflight.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
+    let reading = profile::span(host, Phase::InflightRead);
     inflight.refresh_others(host, now);
+    reading.end();
     let full_at = worker.config.flow_control.enabled.then_some(worker.config.flow_control.max_inflight_per_pod);
     let inflight_of = |pod: &str| crate::flow::routing_inflight(inflight.count(pod), full_at);
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
@@ -155,7 +159,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         }),
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
-    let route = match choose(&view, policy, &mut random) {
+    let choosing = profile::span(host, Phase::Choose);
+    let chosen = choose(&view, policy, &mut random);
+    choosing.end();
+    let route = match chosen {
         Ok(route) => Some(route),
         Err(NoRoute::EmptyPool) => None,
         Err(NoRoute::UnknownModel) => return Outcome::UnknownModel,
@@ -210,6 +217,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         prefix.note_prompt(prefix_match > 0.0 || affinity);
     }
     if prefix_config.enabled {
+        let _span = profile::span(host, Phase::Record);
         let capacity_of = |pod: &PodAddress| {
             let kv_blocks =
                 table.and_then(|t| t.capacity_blocks(pod.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
@@ -244,7 +252,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             streamed: prompt.request.and_then(|r| r.stream).unwrap_or(false),
         }
     });
+    let publishing = profile::span(host, Phase::InflightPublish);
     inflight.publish_now(host, now);
+    publishing.end();
     worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
     Outcome::Routed { address, destination, explain, prefiller, dispatch }

@@ -23,6 +23,7 @@ pub mod decision_stats;
 pub mod disaggregate;
 pub mod flow;
 pub mod peer_receiver;
+pub mod profile;
 pub mod protocol;
 pub mod reply;
 pub mod response;

@@ -18,6 +18,7 @@ use wasm_epp_host::{HeaderMap, Host};
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
 use crate::disaggregate::{release_prefill, write_prefiller};
+use crate::profile::{self, Phase};
 use crate::reply::{send_dropped, send_error, send_json, DroppedReason};
 use crate::response::Observation;
 use crate::worker::Worker;
@@ -101,6 +102,7 @@ impl RequestStream {
     }
 
     pub fn on_request_headers(&mut self, host: &dyn Host, end_of_stream: bool) -> Step {
+        let _span = profile::span(host, Phase::Headers);
         let headers = match host.request_headers() {
             Ok(headers) => headers,
             Err(error) => {
@@ -151,6 +153,7 @@ impl RequestStream {
     }
 
     pub fn on_request_body(&mut self, host: &dyn Host, body_size: usize, end_of_stream: bool) -> Step {
+        let _span = profile::span(host, Phase::Body);
         self.body_size = body_size;
         if self.peer {
             // Answered locally in every case: nothing on the peer listener goes on.
@@ -178,6 +181,7 @@ impl RequestStream {
         if !end_of_stream {
             return Step::Pause;
         }
+        let read = profile::span(host, Phase::BodyRead);
         let body = match host.request_body(body_size) {
             Ok(body) => body,
             Err(error) => {
@@ -185,7 +189,11 @@ impl RequestStream {
                 Vec::new()
             }
         };
-        match parse_request(&body, self.endpoint) {
+        read.end();
+        let parsing = profile::span(host, Phase::Parse);
+        let parsed = parse_request(&body, self.endpoint);
+        parsing.end();
+        match parsed {
             Ok(request) => {
                 let Some(class) = self.flow_class else { return self.route_model(host, &request, body.len()) };
                 let priority = class.priority(&self.worker.config, request.model.as_deref());
@@ -225,6 +233,7 @@ impl RequestStream {
     /// The pod's response headers arrived. Response hooks observe; they never buffer or hold
     /// the response (each body chunk passes on as it comes).
     pub fn on_response_headers(&mut self, host: &dyn Host, _end_of_stream: bool) -> Step {
+        let _span = profile::span(host, Phase::ResponseHeaders);
         if let Some(explain) = self.explain.take() {
             if let Err(error) = host.set_response_header(DECISION_HEADER, explain.as_bytes()) {
                 log::debug!("wasm-epp: cannot set {DECISION_HEADER}: {error}");
@@ -233,6 +242,7 @@ impl RequestStream {
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
         if self.routed_to.is_some() {
+            let _span = profile::span(host, Phase::ServedEndpoint);
             crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
         }
         if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
@@ -243,6 +253,7 @@ impl RequestStream {
 
     /// One chunk of the response body is passing (not buffered).
     pub fn on_response_body(&mut self, host: &dyn Host, chunk_size: usize, _end_of_stream: bool) -> Step {
+        let _span = profile::span(host, Phase::ResponseBody);
         if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
             observed.on_body(&self.worker, host, pod, chunk_size);
         }
@@ -262,6 +273,7 @@ impl RequestStream {
 
     /// The stream ended (completed, failed or reset): release what it held.
     pub fn on_log(&mut self, host: &dyn Host) {
+        let _span = profile::span(host, Phase::Log);
         self.on_done(host);
         if let Some(held) = self.held.take() {
             if let crate::flow::Fate::Routed(address) = held.fate.replace(crate::flow::Fate::Answered) {
@@ -372,7 +384,9 @@ impl RequestStream {
             slo_ttft_ms: self.slo_ttft_ms,
         };
         let started_us = host.now_us();
+        let deciding = profile::span(host, Phase::Decide);
         let outcome = decide(&self.worker, host, &prompt);
+        deciding.end();
         let stats = &self.worker.stats;
         stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
         match outcome {

@@ -11,6 +11,7 @@
 use picker::prefix::EVENT_QUEUE;
 use wasm_epp_host::{Host, HostError, HostResult};
 
+use crate::profile::Phase;
 use crate::worker::Worker;
 
 /// A heartbeat older than this means nobody drains the queue: stop adding to it. Twenty
@@ -18,10 +19,15 @@ use crate::worker::Worker;
 pub const QUEUE_STALE_AFTER_MS: u64 = 2_000;
 
 pub fn on_tick(worker: &Worker, host: &dyn Host) {
+    let span = crate::profile::span(host, Phase::Tick);
     sync(worker, host);
     // After the sync: releases see the table and the other workers' counts just read.
     crate::flow::on_tick(worker, host);
+    let flushing = crate::profile::span(host, Phase::TickStats);
     worker.stats.metrics.flush(host);
+    flushing.end();
+    span.end();
+    crate::profile::flush(host);
 }
 
 fn sync(worker: &Worker, host: &dyn Host) {
@@ -32,8 +38,11 @@ fn sync(worker: &Worker, host: &dyn Host) {
     let Ok(mut cache) = worker.table.try_borrow_mut() else { return };
     // The table is refreshed here, not per request: a new one is published at most once per
     // poll interval, and a tick is shorter than that.
+    let refreshing = crate::profile::span(host, Phase::TickTable);
     worker.refresh_table(&mut cache, host);
+    refreshing.end();
     if let Ok(mut inflight) = worker.inflight.try_borrow_mut() {
+        let _span = crate::profile::span(host, Phase::TickInflight);
         let report = inflight.sync(host, host.now_ms(), worker.config.inflight_expiry_ms);
         if !report.published {
             worker.stats.increment(worker.stats.inflight_update_failed);
@@ -52,6 +61,7 @@ fn sync(worker: &Worker, host: &dyn Host) {
     let now = host.now_ms();
     let service_alive = cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) <= QUEUE_STALE_AFTER_MS);
     if let Some(batch) = prefix.take_batch() {
+        let _span = crate::profile::span(host, Phase::TickSend);
         if !service_alive {
             worker.stats.increment(worker.stats.prefix_send_skipped);
         } else {
@@ -65,7 +75,10 @@ fn sync(worker: &Worker, host: &dyn Host) {
     let table = cache.table();
     let capacity_of =
         |pod: &str| worker.index_capacity(pod, table.and_then(|t| t.capacity_blocks(pod)).unwrap_or(default_capacity));
-    match prefix.sync_from_ring(host, &capacity_of) {
+    let reading = crate::profile::span(host, Phase::TickRing);
+    let synced = prefix.sync_from_ring(host, &capacity_of);
+    reading.end();
+    match synced {
         Ok(report) => {
             worker.stats.add(worker.stats.prefix_events_learned, report.events as u64);
             worker.stats.add(worker.stats.prefix_ring_lost, report.lost_segments);

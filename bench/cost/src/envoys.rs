@@ -36,6 +36,10 @@ pub enum Variant {
     /// (first byte, status, usage scan) and the token accounting cost. Named explicitly
     /// (`--variants wasm-epp,wasm-epp-learning`); not in the default runs.
     WasmEppLearning,
+    /// wasm-epp as shipped, its filter built with the `profile` feature
+    /// ([`profile_filter_wasm`]): the same code, timing its phases into counters. For the
+    /// `profile` benchmark only (`--variants` never needs it).
+    WasmEppProfiled,
 }
 
 impl Variant {
@@ -60,11 +64,12 @@ impl Variant {
             Variant::WasmEpp => "wasm-epp",
             Variant::WasmEppNoPrefix => "wasm-epp-noprefix",
             Variant::WasmEppLearning => "wasm-epp-learning",
+            Variant::WasmEppProfiled => "wasm-epp-profiled",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().chain([Variant::WasmEppLearning]).find(|v| v.name() == name)
+        Self::ALL.into_iter().chain([Variant::WasmEppLearning, Variant::WasmEppProfiled]).find(|v| v.name() == name)
     }
 
     /// The client names the pod only for plain Envoy; every filter overwrites the header.
@@ -85,7 +90,11 @@ impl Variant {
     pub fn is_wasm_epp(self) -> bool {
         matches!(
             self,
-            Variant::WasmEpp | Variant::WasmEppOriginalDst | Variant::WasmEppNoPrefix | Variant::WasmEppLearning
+            Variant::WasmEpp
+                | Variant::WasmEppOriginalDst
+                | Variant::WasmEppNoPrefix
+                | Variant::WasmEppLearning
+                | Variant::WasmEppProfiled
         )
     }
 }
@@ -98,7 +107,13 @@ pub fn header_filter_wasm() -> PathBuf {
     dir.join("header_only_filter.wasm")
 }
 
-fn baseline_template() -> PathBuf {
+/// The filter module built with the `profile` feature, beside the shipped build: `make
+/// bench-cost` builds it with `--target-dir target/profile` so the shipped module stays as is.
+pub fn profile_filter_wasm() -> PathBuf {
+    launcher::paths::workspace_root().join("target/profile/wasm32-wasip1/release/wasm_epp_filter.wasm")
+}
+
+pub fn baseline_template() -> PathBuf {
     launcher::paths::workspace_root().join("bench/cost/envoy/baseline.yaml.template")
 }
 
@@ -164,6 +179,9 @@ impl RunningEnvoy {
             let mut options = EnvoyOptions::for_pool(pool, listen_port, admin_port);
             if variant == Variant::WasmEppOriginalDst {
                 options = options.with_original_dst();
+            }
+            if variant == Variant::WasmEppProfiled {
+                options.filter_wasm = profile_filter_wasm();
             }
             if let Some(poller) = poller {
                 options.poller_config = Some(poller);

@@ -18,6 +18,7 @@ pub mod latency;
 pub mod memory;
 pub mod metrics_page;
 pub mod native;
+pub mod profile;
 pub mod results;
 pub mod sampling;
 pub mod scrape;

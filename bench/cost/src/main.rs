@@ -12,6 +12,7 @@ use bench_cost::envoys::{start_all, Variant};
 use bench_cost::latency::{self, LatencyOptions};
 use bench_cost::memory::{self, MemoryOptions};
 use bench_cost::metrics_page;
+use bench_cost::profile::{self, ProfileOptions};
 use bench_cost::results::{self, Results};
 use bench_cost::scrape::{self, ScrapeOptions};
 use bench_cost::throughput::{self, ThroughputOptions};
@@ -47,6 +48,21 @@ enum Command {
     Scrape(ScrapeArgs),
     /// RSS while distinct prefixes are routed.
     Memory(MemoryArgs),
+    /// Where the cost inside Envoy goes: host calls per request and their cost, time per
+    /// phase (needs the `profile` build: `make bench-cost` makes it).
+    Profile(ProfileArgs),
+}
+
+#[derive(Args, Default)]
+struct ProfileArgs {
+    /// Prompt size of the completions requests, KB.
+    #[arg(long, default_value_t = 4)]
+    prompt_kb: usize,
+    #[arg(long)]
+    sequential: Option<usize>,
+    /// Seconds of 32-way load, on the profiled build and on the body-reading baseline.
+    #[arg(long)]
+    seconds: Option<f64>,
 }
 
 #[derive(Args, Default)]
@@ -169,6 +185,18 @@ fn memory_options(args: &MemoryArgs, quick: bool) -> Result<MemoryOptions, Strin
     })
 }
 
+fn run_profile(args: &ProfileArgs, quick: bool, results: &mut Results) -> Result<(), String> {
+    let pods = upstream()?;
+    let options = ProfileOptions {
+        pods: POOL_PODS,
+        prompt_kb: args.prompt_kb,
+        sequential: args.sequential.unwrap_or(if quick { 300 } else { 2000 }),
+        concurrent: Duration::from_secs_f64(args.seconds.unwrap_or(if quick { 2.0 } else { 5.0 })),
+        connections: 32,
+    };
+    profile::run(&pods.addresses(), &options, results)
+}
+
 fn upstream() -> Result<Upstream, String> {
     Upstream::start(POOL_PODS, metrics_page::vllm_page(0))
 }
@@ -249,6 +277,7 @@ fn run() -> Result<(), String> {
         Command::Throughput(args) => step("throughput", quick, &out, |r| run_throughput(&args, quick, r)),
         Command::Scrape(args) => step("scrape", quick, &out, |r| scrape::run(&scrape_options(&args, quick), r)),
         Command::Memory(args) => step("memory", quick, &out, |r| run_memory(&args, quick, r)),
+        Command::Profile(args) => step("profile", quick, &out, |r| run_profile(&args, quick, r)),
     }
 }
 

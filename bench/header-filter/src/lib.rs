@@ -11,12 +11,16 @@
 //!   without it the header is written in `on_http_request_headers` and the request goes on.
 //! - `read` — with `buffer`, also copy the whole body into the VM and
 //!   drop it: the copy wasm-epp needs before it can parse, without the parse.
+//! - `probe` — with `buffer`, answer each request locally with what every host call
+//!   costs inside Envoy ([`probe`]), instead of routing it.
 //! - every other word is a pod address; requests take them in turn (per worker).
 //!
 //! Host calls go through `wasm_epp_host::ProxyHost`, the same seam wasm-epp uses, so the
 //! two differ only in what they do, not in how they call Envoy.
 
 #![forbid(unsafe_code)]
+
+mod probe;
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -32,6 +36,8 @@ const DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
 const BUFFER_WORD: &str = "buffer";
 /// The configuration word that copies the buffered body into the VM.
 const READ_WORD: &str = "read";
+/// The configuration word that turns the host-call probe on.
+const PROBE_WORD: &str = "probe";
 
 proxy_wasm::main! {{
     proxy_wasm::set_log_level(LogLevel::Warn);
@@ -42,6 +48,7 @@ proxy_wasm::main! {{
 struct Settings {
     buffer_body: bool,
     read_body: bool,
+    probe: bool,
     pool: Vec<String>,
     /// Round-robin position in `pool`.
     next: Cell<usize>,
@@ -52,8 +59,9 @@ impl Settings {
         let words = text.split_whitespace();
         let buffer_body = words.clone().any(|w| w == BUFFER_WORD);
         let read_body = buffer_body && words.clone().any(|w| w == READ_WORD);
-        let pool = words.filter(|w| *w != BUFFER_WORD && *w != READ_WORD).map(str::to_string).collect();
-        Self { buffer_body, read_body, pool, next: Cell::new(0) }
+        let probe = buffer_body && words.clone().any(|w| w == PROBE_WORD);
+        let pool = words.filter(|w| ![BUFFER_WORD, READ_WORD, PROBE_WORD].contains(w)).map(str::to_string).collect();
+        Self { buffer_body, read_body, probe, pool, next: Cell::new(0) }
     }
 
     fn next_destination(&self) -> Option<&str> {
@@ -122,6 +130,10 @@ impl HttpContext for HeaderOnly {
             return Action::Continue;
         }
         if !end_of_stream {
+            return Action::Pause;
+        }
+        if self.settings.probe {
+            probe::run(body_size);
             return Action::Pause;
         }
         if self.settings.read_body {

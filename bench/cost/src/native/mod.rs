@@ -48,6 +48,17 @@ pub fn adapter_table(pods: usize, adapters: usize) -> Result<picker::pod_table::
     Ok(table)
 }
 
+/// One ABI function's traffic per request (averaged over many, ticks included).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTraffic {
+    pub function: &'static str,
+    pub calls: f64,
+    /// Bytes copied into the VM.
+    pub bytes_in: f64,
+    /// Bytes handed to the host.
+    pub bytes_out: f64,
+}
+
 /// One benchmark case: a configured worker on a mock host, and the request it serves.
 pub struct Case {
     pub host: MockHost,
@@ -139,6 +150,24 @@ impl Case {
             ));
         }
         Ok(())
+    }
+
+    /// Host traffic of `requests` requests as [`Case::request`] drives them (ticks included),
+    /// averaged per request, by ABI function. The setup's own calls are not counted.
+    pub fn host_traffic(&self, requests: u32) -> Result<Vec<HostTraffic>, String> {
+        self.host.tally.take();
+        for _ in 0..requests {
+            self.next_request();
+            self.request()?;
+        }
+        let n = f64::from(requests.max(1));
+        let traffic = self.host.tally.take().into_iter().map(|(function, count)| HostTraffic {
+            function,
+            calls: count.calls as f64 / n,
+            bytes_in: count.bytes_in as f64 / n,
+            bytes_out: count.bytes_out as f64 / n,
+        });
+        Ok(traffic.collect())
     }
 
     /// The destination header the last request left in the mock.
@@ -236,6 +265,19 @@ mod tests {
         }
         assert!(case.host.replies.borrow().is_empty());
         assert_eq!(case.worker.buffered_bytes.get(), 0);
+    }
+
+    #[test]
+    fn host_traffic_counts_the_request_paths_calls_per_request() {
+        let case = Case::new(Endpoint::Completions, 4, 16).unwrap();
+        let traffic = case.host_traffic(PICKS_PER_SYNC * 4).unwrap();
+        for t in &traffic {
+            eprintln!("{:40} {:8.3} {:10.1} {:10.1}", t.function, t.calls, t.bytes_in, t.bytes_out);
+        }
+        let of = |name: &str| traffic.iter().find(|t| t.function == name).map_or(0.0, |t| t.calls);
+        assert_eq!(of("proxy_get_header_map_pairs"), 1.0, "one read of the request headers");
+        let body = traffic.iter().find(|t| t.function == "proxy_get_buffer_bytes").unwrap();
+        assert_eq!(body.bytes_in, case.body.len() as f64, "the body is copied in once");
     }
 
     #[test]
