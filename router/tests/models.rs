@@ -123,8 +123,8 @@ fn a_sheddable_objective_is_refused_with_its_reason_when_the_pool_is_saturated()
 }
 
 #[test]
-fn the_answering_pod_is_reported_in_a_response_header() {
-    let bench = Bench::new("{}");
+fn the_answering_pod_is_reported_in_a_response_header_when_asked() {
+    let bench = Bench::new(r#"{"models": {"served_endpoint_header": "x-gateway-destination-endpoint-served"}}"#);
     publish_models(&bench, &POOL);
     let (mut stream, answer) = bench.request(&COMPLETIONS, &body("llama"));
     assert_eq!(answer.body_step, Some(Step::Continue));

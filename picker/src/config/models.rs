@@ -41,7 +41,10 @@ pub struct ModelsConfig {
     /// Request header listing the endpoints (`ip:port`, comma-separated) the gateway allows;
     /// the pick is made among them only, 503 when none is a pool member.
     pub subset_header: String,
-    /// Response header reporting the endpoint that answered (after retries); empty = off.
+    /// Response header the plugin writes with the endpoint that answered (after retries);
+    /// empty = off, the default: the shipped Envoy configurations have Envoy write
+    /// `x-gateway-destination-endpoint-served` itself, at no cost to the request path (the
+    /// plugin's way reads an Envoy attribute and writes a header, ~4 µs per request).
     pub served_endpoint_header: String,
 }
 
@@ -55,7 +58,7 @@ impl Default for ModelsConfig {
             objective_headers: vec!["x-llm-d-inference-objective".into(), "x-gateway-inference-objective".into()],
             session_header_aliases: vec!["x-session-token".into()],
             subset_header: "x-gateway-destination-endpoint-subset".into(),
-            served_endpoint_header: "x-gateway-destination-endpoint-served".into(),
+            served_endpoint_header: String::new(),
         }
     }
 }
