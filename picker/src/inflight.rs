@@ -61,6 +61,11 @@ pub struct WorkerInflight {
     replicas: HashMap<String, Load>,
     /// The slot this worker publishes in, once claimed.
     slot: Option<usize>,
+    /// Slots claimed so far (they are taken lowest first and never deleted), as of the last
+    /// tick: a decision reads only those, and not its own, so it makes one shared-data read
+    /// per other worker and none to find the end. A worker that claims a slot later is seen
+    /// from the next tick on.
+    claimed_slots: usize,
     /// This VM's id (from [`crate::vm_id`]), once it has one.
     owner: Option<u64>,
 }
@@ -168,15 +173,27 @@ impl WorkerInflight {
     /// Per request: re-reads the other workers' slots, so a decision sees their picks up to
     /// their last publish ([`Self::publish_now`]), not up to this worker's last tick.
     pub fn refresh_others(&mut self, store: &dyn SharedStore, now_ms: u64) {
-        self.read_others(store, now_ms);
+        self.others.values_mut().for_each(|load| *load = Load::default());
+        for (index, key) in INFLIGHT_SLOT_KEYS.iter().enumerate().take(self.claimed_slots) {
+            if Some(index) == self.slot {
+                continue;
+            }
+            if let Ok((Some(bytes), _)) = store.get(key) {
+                if decode_header(&bytes).is_some_and(|(_, at)| now_ms.saturating_sub(at) <= SLOT_STALE_MS) {
+                    add_entries(&mut self.others, &bytes);
+                }
+            }
+        }
     }
 
-    /// Per pick and per end: publishes this worker's counts at once (a plain write of its own
-    /// slot, no compare-and-swap race: nobody else writes it), so the other workers' next
-    /// decisions see them.
+    /// Per pick and per end: publishes this worker's counts at once, so the other workers'
+    /// next decisions see them. One plain write, no read: the slot is this worker's (the tick
+    /// checks that it still is, [`Self::sync`]). Should a stall past [`SLOT_STALE_MS`] have
+    /// let another VM take it, this write overwrites that VM's counts until the next tick,
+    /// where one of the two sees a foreign owner and moves to a new slot.
     pub fn publish_now(&mut self, store: &dyn SharedStore, now_ms: u64) {
-        if let (Some(owner), Some(slot)) = (self.owner, self.slot) {
-            let _ = self.publish(store, slot, owner, now_ms);
+        if let (Some(owner), Some(key)) = (self.owner, self.slot.and_then(|slot| INFLIGHT_SLOT_KEYS.get(slot))) {
+            let _ = store.set(key, &encode(owner, now_ms, own_counts(&self.local)), None);
         }
     }
 
@@ -191,13 +208,17 @@ impl WorkerInflight {
         store.set(key, &encode(owner, now_ms, own_counts(&self.local)), cas).inspect_err(|_| self.slot = None)
     }
 
+    /// On the tick: every slot up to the first never claimed, and how many are live.
     fn read_others(&mut self, store: &dyn SharedStore, now_ms: u64) -> usize {
+        // Pods that left stop costing space here once per tick, not per decision.
         self.others.clear();
         let mut peers = 0;
+        self.claimed_slots = 0;
         for (index, key) in INFLIGHT_SLOT_KEYS.iter().enumerate() {
             let Ok((Some(bytes), _)) = store.get(key) else {
                 break; // Slots are claimed lowest first and never deleted: none beyond.
             };
+            self.claimed_slots = index + 1;
             if Some(index) == self.slot {
                 continue;
             }

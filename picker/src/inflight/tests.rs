@@ -124,3 +124,28 @@ fn prompt_tokens_in_flight_reach_the_other_workers_and_are_released_at_first_byt
     a.release_tokens(POD, 1_000_000);
     assert_eq!(a.tokens(POD), 0, "never below zero");
 }
+
+#[test]
+fn a_pick_published_at_once_is_read_by_the_other_workers_next_decision() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.sync(&store, NOW, EXPIRY);
+    b.sync(&store, NOW, EXPIRY);
+    a.started(POD, NOW + 1);
+    a.publish_now(&store, NOW + 1);
+    b.refresh_others(&store, NOW + 2);
+    assert_eq!(b.count(POD), 1, "no tick between a's pick and b's decision");
+    a.finished(POD, NOW + 3);
+    a.publish_now(&store, NOW + 3);
+    b.refresh_others(&store, NOW + 4);
+    assert_eq!(b.count(POD), 0, "and its end");
+    // A third worker that claims a slot after b's last tick is read from b's next tick on.
+    let mut c = WorkerInflight::new();
+    c.sync(&store, NOW + 5, EXPIRY);
+    c.started(POD, NOW + 5);
+    c.publish_now(&store, NOW + 5);
+    b.refresh_others(&store, NOW + 6);
+    assert_eq!(b.count(POD), 0);
+    b.sync(&store, NOW + 20, EXPIRY);
+    assert_eq!(b.count(POD), 1);
+}
