@@ -46,6 +46,7 @@ fn events(spec: &[(u8, u8, Vec<u8>)]) -> Vec<RoutingEvent> {
         .map(|(pod, epoch, hashes)| RoutingEvent {
             pod: ADDRESSES[usize::from(*pod) % ADDRESSES.len()].to_string(),
             epoch: u32::from(*epoch),
+            origin: u32::from(*epoch) % 3,
             hashes: hashes.iter().map(|&h| u64::from(h)).collect(),
         })
         .collect()

@@ -47,7 +47,7 @@ fn capacity_of(pod: &str) -> usize {
 fuzz_target!(|ops: Vec<Op>| {
     let store = MemoryStore::new();
     let mut writer = RingWriter::resume(&store).expect("memory store");
-    let mut workers = [WorkerPrefix::new(512), WorkerPrefix::new(512)];
+    let mut workers = [WorkerPrefix::with_seed(512, 1), WorkerPrefix::with_seed(512, 2)];
     let mut sessions: BTreeSet<u64> = BTreeSet::new();
     // Convergence holds only while every decision reached the ring and the ring every worker.
     let mut exact = true;

@@ -185,7 +185,7 @@ mod tests {
             seq,
             sent_ms,
             pods: vec![PeerPod { address: PodAddress::parse("10.0.0.1:8000").unwrap(), epoch: 3, inflight: 7 }],
-            events: vec![RoutingEvent { pod: "10.0.0.1:8000".into(), epoch: 3, hashes: vec![1, 2, 3] }],
+            events: vec![RoutingEvent { pod: "10.0.0.1:8000".into(), epoch: 3, origin: 0, hashes: vec![1, 2, 3] }],
         }
     }
 

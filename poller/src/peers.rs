@@ -22,7 +22,7 @@ use picker::inflight::{envoy_totals, publish_peer_counts, SLOT_STALE_MS};
 use picker::keys::{PEER_INBOX, REPLICA_ID};
 use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused, MAX_MESSAGE_BYTES};
 use picker::pod_table::PodState;
-use picker::prefix::events::{encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH};
+use picker::prefix::events::{encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH, NO_ORIGIN};
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
 use crate::discovery::{Discovery, DiscoveryTarget, Env};
@@ -423,7 +423,10 @@ fn translate(events: Vec<RoutingEvent>, theirs: &[PeerPod], ours: &HashMap<&str,
     for event in events {
         let peer_epoch = theirs.iter().find(|p| p.address.as_str() == event.pod).map(|p| p.epoch);
         match (peer_epoch, ours.get(event.pod.as_str())) {
-            (Some(peer_epoch), Some(&epoch)) if peer_epoch == event.epoch => kept.push(RoutingEvent { epoch, ..event }),
+            // Not any of this Envoy's workers' own: every worker learns it.
+            (Some(peer_epoch), Some(&epoch)) if peer_epoch == event.epoch => {
+                kept.push(RoutingEvent { epoch, origin: NO_ORIGIN, ..event })
+            }
             _ => stale += 1,
         }
     }

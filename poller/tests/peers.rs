@@ -73,7 +73,7 @@ impl Replica {
 
     /// One of this replica's workers routed a prompt with `hashes` to the pod.
     fn decide(&mut self, hashes: &[u64]) {
-        let event = RoutingEvent { pod: POD.into(), epoch: self.epoch(), hashes: hashes.to_vec() };
+        let event = RoutingEvent { pod: POD.into(), epoch: self.epoch(), origin: 0, hashes: hashes.to_vec() };
         let queue = self.host.resolve_queue("wasm-epp", keys::EVENT_QUEUE).unwrap().unwrap();
         self.host.enqueue(queue, &encode_batch(&[event])).unwrap();
         self.service.queue_ready(&self.host, queue);
@@ -130,7 +130,7 @@ fn replays_garbage_and_stale_epochs_are_refused() {
     let mut message = picker::peer::PeerMessage::decode(&sent[0]).unwrap();
     message.seq += 10;
     message.pods[0].epoch += 1;
-    let event = RoutingEvent { pod: POD.into(), epoch: message.pods[0].epoch - 1, hashes: vec![9] };
+    let event = RoutingEvent { pod: POD.into(), epoch: message.pods[0].epoch - 1, origin: 0, hashes: vec![9] };
     b.receive(&[message.encode(&encode_batch(&[event]))]);
     assert_eq!(b.stat("wasm_epp.peer_events_stale"), 1);
     assert_eq!(b.ring().len(), 1, "only the first, valid decision");

@@ -166,7 +166,7 @@ fn the_relay_drains_worker_batches_into_the_ring() {
     let host = host();
     let mut service = service(&host, TWO_PODS);
     let queue = host.resolve_queue("wasm-epp", keys::EVENT_QUEUE).unwrap().expect("registered at configure");
-    let event = RoutingEvent { pod: "10.0.0.1:8000".into(), epoch: 1, hashes: vec![1, 2, 3] };
+    let event = RoutingEvent { pod: "10.0.0.1:8000".into(), epoch: 1, origin: 0, hashes: vec![1, 2, 3] };
     host.enqueue(queue, &encode_batch(&[event])).unwrap();
     service.queue_ready(&host, queue);
     let (head, _) = host.get(keys::RING_HEAD_KEY).unwrap();

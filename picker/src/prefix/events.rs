@@ -6,8 +6,12 @@
 //!
 //! ```text
 //! batch = version:u8 event*
-//! event = address_len:u8 address:utf8 epoch:u32 hash_count:u16 hash:u64 × hash_count
+//! event = address_len:u8 address:utf8 epoch:u32 origin:u32 hash_count:u16 hash:u64 × hash_count
 //! ```
+//!
+//! `origin` names the worker VM that made the decision, so it can skip its own events when
+//! they come back through the ring (it recorded them when it picked). Version 2 added it;
+//! a batch of version 1 (a gateway replica or pool service not yet upgraded) decodes empty.
 //!
 //! Events are self-delimiting, so a batch may be cut between any two events and the pieces
 //! re-headed with the version byte ([`split_batch`]). Decoding trusts nothing: it stops at the
@@ -19,7 +23,7 @@ use crate::address::PodAddress;
 use super::hash::MAX_BLOCKS;
 
 /// The layout version, first byte of every batch; a batch of another version decodes empty.
-pub const BATCH_VERSION: u8 = 1;
+pub const BATCH_VERSION: u8 = 2;
 
 /// Hashes per event at most: no request hashes more blocks than this.
 pub const MAX_HASHES_PER_EVENT: usize = MAX_BLOCKS;
@@ -29,17 +33,24 @@ pub const MAX_HASHES_PER_EVENT: usize = MAX_BLOCKS;
 pub const MAX_EVENTS_PER_BATCH: usize = 4096;
 
 /// The largest encoded event: a 255-byte address and a full chain.
-pub const MAX_EVENT_BYTES: usize = 1 + u8::MAX as usize + 4 + 2 + 8 * MAX_HASHES_PER_EVENT;
+pub const MAX_EVENT_BYTES: usize = ADDRESS_LEN_BYTES + u8::MAX as usize + FIELDS_BYTES + 8 * MAX_HASHES_PER_EVENT;
 
-/// Bytes of an event before its address, and between its address and its hashes.
+/// Bytes of an event before its address, and between its address and its hashes (epoch,
+/// origin, hash count).
 const ADDRESS_LEN_BYTES: usize = 1;
-const EPOCH_AND_COUNT_BYTES: usize = 4 + 2;
+const FIELDS_BYTES: usize = 4 + 4 + 2;
+
+/// The origin of an event no worker of this Envoy made (another replica's, relayed): never
+/// skipped.
+pub const NO_ORIGIN: u32 = 0;
 
 /// One routing decision: `pod`, under `epoch`, was sent a prompt whose block chain is `hashes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoutingEvent {
     pub pod: String,
     pub epoch: u32,
+    /// The worker VM that decided it ([`NO_ORIGIN`] when not one of this Envoy's).
+    pub origin: u32,
     pub hashes: Vec<u64>,
 }
 
@@ -48,7 +59,10 @@ pub struct RoutingEvent {
 /// left out (no pod has one). The result may be of any size: [`split_batch`] cuts it to fit.
 pub fn encode_batch(events: &[RoutingEvent]) -> Vec<u8> {
     let events = events.get(..MAX_EVENTS_PER_BATCH).unwrap_or(events);
-    let size: usize = events.iter().map(|e| 7 + e.pod.len() + 8 * e.hashes.len().min(MAX_HASHES_PER_EVENT)).sum();
+    let size: usize = events
+        .iter()
+        .map(|e| ADDRESS_LEN_BYTES + e.pod.len() + FIELDS_BYTES + 8 * e.hashes.len().min(MAX_HASHES_PER_EVENT))
+        .sum();
     let mut out = Vec::with_capacity(1 + size);
     out.push(BATCH_VERSION);
     for event in events {
@@ -68,6 +82,7 @@ fn encode_event(event: &RoutingEvent, out: &mut Vec<u8>) {
     out.push(address_len);
     out.extend_from_slice(address);
     out.extend_from_slice(&event.epoch.to_le_bytes());
+    out.extend_from_slice(&event.origin.to_le_bytes());
     out.extend_from_slice(&count.to_le_bytes());
     for hash in hashes {
         out.extend_from_slice(&hash.to_le_bytes());
@@ -98,24 +113,26 @@ fn decode_event(bytes: &[u8]) -> Option<(Option<RoutingEvent>, &[u8])> {
     let (&address_len, event) = event.split_first()?;
     let (address, event) = event.split_at_checked(usize::from(address_len))?;
     let (epoch, event) = event.split_at_checked(4)?;
+    let (origin, event) = event.split_at_checked(4)?;
     let hashes = event.get(2..)?;
     let address = std::str::from_utf8(address).ok().and_then(|a| PodAddress::parse(a).ok());
     let Some(address) = address else { return Some((None, rest)) };
     let epoch = u32::from_le_bytes(epoch.try_into().ok()?);
+    let origin = u32::from_le_bytes(origin.try_into().ok()?);
     let hashes = hashes.chunks_exact(8).filter_map(|h| h.try_into().ok().map(u64::from_le_bytes)).collect();
-    Some((Some(RoutingEvent { pod: address.as_str().to_string(), epoch, hashes }), rest))
+    Some((Some(RoutingEvent { pod: address.as_str().to_string(), epoch, origin, hashes }), rest))
 }
 
 /// The encoded length of the event at the start of `bytes`, if it is whole and within bounds.
 fn event_len(bytes: &[u8]) -> Option<usize> {
     let address_len = usize::from(*bytes.first()?);
-    let count_at = ADDRESS_LEN_BYTES + address_len + 4;
+    let count_at = ADDRESS_LEN_BYTES + address_len + 4 + 4;
     let count = u16::from_le_bytes(bytes.get(count_at..count_at + 2)?.try_into().ok()?);
     let count = usize::from(count);
     if address_len == 0 || count > MAX_HASHES_PER_EVENT {
         return None;
     }
-    let len = ADDRESS_LEN_BYTES + address_len + EPOCH_AND_COUNT_BYTES + 8 * count;
+    let len = ADDRESS_LEN_BYTES + address_len + FIELDS_BYTES + 8 * count;
     (len <= bytes.len()).then_some(len)
 }
 
@@ -165,14 +182,14 @@ mod tests {
     use super::*;
 
     fn event(pod: &str, epoch: u32, hashes: &[u64]) -> RoutingEvent {
-        RoutingEvent { pod: pod.to_string(), epoch, hashes: hashes.to_vec() }
+        RoutingEvent { pod: pod.to_string(), epoch, origin: 7, hashes: hashes.to_vec() }
     }
 
     #[test]
     fn round_trips() {
         let events = vec![event("10.0.0.1:8000", 3, &[1, u64::MAX, 42]), event("[::1]:80", 0, &[])];
         let bytes = encode_batch(&events);
-        assert_eq!(bytes.len(), 1 + (1 + 13 + 6 + 24) + (1 + 8 + 6));
+        assert_eq!(bytes.len(), 1 + (1 + 13 + 10 + 24) + (1 + 8 + 10));
         assert_eq!(decode_batch(&bytes), events);
         assert!(decode_batch(&encode_batch(&[])).is_empty());
     }
@@ -187,7 +204,7 @@ mod tests {
         }
         assert_eq!(decode_batch(&bytes[..bytes.len() - 1]), events[..1]);
         let mut wrong_version = bytes.clone();
-        wrong_version[0] = 2;
+        wrong_version[0] = 1;
         assert!(decode_batch(&wrong_version).is_empty());
         let mut state = 7u64;
         for _ in 0..2000 {

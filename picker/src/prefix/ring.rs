@@ -200,7 +200,12 @@ mod tests {
 
     fn batch(first: u32, count: u32) -> Vec<u8> {
         let events: Vec<RoutingEvent> = (first..first + count)
-            .map(|i| RoutingEvent { pod: format!("10.0.0.1:{}", 1000 + i), epoch: i, hashes: vec![u64::from(i)] })
+            .map(|i| RoutingEvent {
+                pod: format!("10.0.0.1:{}", 1000 + i),
+                epoch: i,
+                origin: 0,
+                hashes: vec![u64::from(i)],
+            })
             .collect();
         encode_batch(&events)
     }
@@ -294,7 +299,7 @@ mod tests {
         let mut writer = RingWriter::resume(&store).unwrap();
         let mut reader = RingReader::new(StartAt::Head);
         reader.poll(&store, 1).unwrap();
-        let event = |i: u32| RoutingEvent { pod: "10.0.0.1:80".into(), epoch: i, hashes: vec![7; 1000] };
+        let event = |i: u32| RoutingEvent { pod: "10.0.0.1:80".into(), epoch: i, origin: 0, hashes: vec![7; 1000] };
         let events: Vec<RoutingEvent> = (0..40).map(event).collect();
         let appended = writer.append(&store, &encode_batch(&events)).unwrap();
         assert!(appended.segments > 1 && appended.dropped_bytes == 0, "{appended:?}");

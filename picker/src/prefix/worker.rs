@@ -13,11 +13,19 @@ use hashbrown::HashMap;
 use crate::prefix::keyed::{HashKey, KeyedState};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::events::{encode_batch, RoutingEvent};
+use super::events::{encode_batch, RoutingEvent, NO_ORIGIN};
 use super::ring::{RingReader, StartAt};
 use super::{PrefixIndex, RING_SEGMENTS};
 use crate::pod_table::MAX_PODS;
 use crate::store::{SharedStore, StoreError};
+
+/// The origin mark of a worker seeded with `seed`: a 32-bit mix of it, never [`NO_ORIGIN`].
+/// Two workers of one Envoy sharing one is a 1-in-4-billion chance, and costs only that
+/// they skip each other's events (as if the ring lost them), never a wrong route.
+fn origin_of(seed: u64) -> u32 {
+    let mixed = xxh3_64_with_seed(&seed.to_le_bytes(), 0x6f72_6967);
+    (mixed as u32).max(1)
+}
 
 /// Decisions kept for the next send at most. At the default 20 ms tick this is ~50k picks/s;
 /// past it the oldest are dropped (costing other workers some hits, never a wrong route).
@@ -41,6 +49,7 @@ pub fn session_key(session_id: impl AsRef<[u8]>) -> u64 {
 /// What a sync with the ring did, for stats.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct SyncReport {
+    /// Events learned: the ring's new events less this worker's own chains.
     pub events: usize,
     pub lost_segments: u64,
 }
@@ -75,6 +84,8 @@ pub struct WorkerPrefix {
     index: PrefixIndex,
     sessions: Sessions,
     reader: RingReader,
+    /// This worker's mark on the events it sends (from its seed, never [`NO_ORIGIN`]).
+    origin: u32,
     pending: VecDeque<RoutingEvent>,
     dropped: u64,
     pick_clock: u64,
@@ -98,6 +109,7 @@ impl WorkerPrefix {
             index: PrefixIndex::with_key(max_entries, key),
             sessions: Sessions { pods: HashMap::with_hasher(KeyedState(key)), order: VecDeque::new() },
             reader: RingReader::new(StartAt::Oldest),
+            origin: origin_of(seed),
             pending: VecDeque::new(),
             dropped: 0,
             pick_clock: 0,
@@ -158,11 +170,17 @@ impl WorkerPrefix {
         }
         if !hashes.is_empty() {
             self.index.record(pod, epoch, hashes, capacity);
-            self.queue_event(RoutingEvent { pod: pod.to_string(), epoch, hashes: hashes.to_vec() });
+            self.queue_event(RoutingEvent {
+                pod: pod.to_string(),
+                epoch,
+                origin: self.origin,
+                hashes: hashes.to_vec(),
+            });
         }
         if let Some(key) = session {
             self.sessions.set(key, pod, epoch);
-            self.queue_event(RoutingEvent { pod: pod.to_string(), epoch, hashes: vec![SESSION_MARKER, key] });
+            let hashes = vec![SESSION_MARKER, key];
+            self.queue_event(RoutingEvent { pod: pod.to_string(), epoch, origin: self.origin, hashes });
         }
     }
 
@@ -184,23 +202,30 @@ impl WorkerPrefix {
         Some(batch)
     }
 
-    /// Learns every worker's decisions from the ring (this worker's own come back too: a second
-    /// touch, harmless). `capacity_of` gives a pod's KV capacity in blocks.
+    /// Learns the other workers' decisions from the ring. This worker's own come back too:
+    /// their chains are skipped (recorded at the pick), their sessions applied in ring order
+    /// like everyone's. `capacity_of` gives a pod's KV capacity in blocks.
     pub fn sync_from_ring(
         &mut self,
         store: &dyn SharedStore,
         capacity_of: &dyn Fn(&str) -> usize,
     ) -> Result<SyncReport, StoreError> {
         let result = self.reader.poll(store, RING_SEGMENTS)?;
+        let mut learned = 0;
         for event in &result.events {
             match event.hashes.as_slice() {
+                // Sessions are applied in ring order, own ones too: the ring's order is the
+                // one every worker agrees on, so all end on the same latest pod.
                 [SESSION_MARKER, key] => self.sessions.set(*key, &event.pod, event.epoch),
+                // Own chains were recorded at the pick: a second record only costs time.
+                _ if event.origin != NO_ORIGIN && event.origin == self.origin => continue,
                 chain => {
                     self.index.record(&event.pod, event.epoch, chain, capacity_of(&event.pod));
                 }
             }
+            learned += 1;
         }
-        Ok(SyncReport { events: result.events.len(), lost_segments: result.lost })
+        Ok(SyncReport { events: learned, lost_segments: result.lost })
     }
 
     /// Forgets pods that left the pool.
@@ -232,7 +257,7 @@ mod tests {
     fn a_decision_on_one_worker_reaches_the_other_after_one_sync() {
         let store = MemoryStore::new();
         let mut writer = RingWriter::resume(&store).unwrap();
-        let (mut a, mut b) = (WorkerPrefix::new(4096), WorkerPrefix::new(4096));
+        let (mut a, mut b) = (WorkerPrefix::with_seed(4096, 1), WorkerPrefix::with_seed(4096, 2));
         a.record_pick("10.0.0.1:80", 0, &[1, 2, 3], Some(session_key("s1")), 1000);
         assert_eq!(a.index().matched_blocks(&[1, 2, 3], "10.0.0.1:80", 0), 3, "own decision at once");
         assert_eq!(b.index().matched_blocks(&[1, 2, 3], "10.0.0.1:80", 0), 0);
@@ -241,13 +266,25 @@ mod tests {
         assert_eq!(report.events, 2);
         assert_eq!(b.index().matched_blocks(&[1, 2, 3], "10.0.0.1:80", 0), 3);
         assert_eq!(b.session_pod(session_key("s1")), Some(("10.0.0.1:80", 0)));
+        assert_eq!(a.sync_from_ring(&store, &|_| 1000).unwrap().events, 1, "a's own chain is skipped, its session not");
+        assert_eq!(a.index().matched_blocks(&[1, 2, 3], "10.0.0.1:80", 0), 3);
+    }
+
+    #[test]
+    fn workers_seeded_apart_mark_their_events_apart_and_never_unmarked() {
+        let origins: Vec<u32> = (0..1000).map(origin_of).collect();
+        assert!(origins.iter().all(|&o| o != NO_ORIGIN));
+        let mut distinct = origins.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), origins.len());
     }
 
     #[test]
     fn a_session_follows_its_latest_pick_on_every_worker() {
         let store = MemoryStore::new();
         let mut writer = RingWriter::resume(&store).unwrap();
-        let (mut a, mut b) = (WorkerPrefix::new(4096), WorkerPrefix::new(4096));
+        let (mut a, mut b) = (WorkerPrefix::with_seed(4096, 1), WorkerPrefix::with_seed(4096, 2));
         let key = session_key("chat-7");
         a.record_pick("10.0.0.1:80", 0, &[], Some(key), 100);
         b.record_pick("10.0.0.2:80", 0, &[], Some(key), 100); // b had not heard of it yet
