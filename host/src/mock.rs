@@ -312,10 +312,12 @@ impl Host for MockHost {
     }
 
     fn call_response_status(&self) -> Option<u16> {
+        self.tally.note("proxy_get_header_map_value", 3, 7);
         self.call_answer.borrow().as_ref().map(|(status, _)| *status)
     }
 
     fn call_response_header(&self, name: &str) -> Option<Vec<u8>> {
+        self.tally.note("proxy_get_header_map_value", 0, name.len());
         let headers = self.call_answer_headers.borrow();
         headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_bytes().to_vec())
     }
@@ -323,7 +325,9 @@ impl Host for MockHost {
     fn call_response_body(&self, size: usize, max: usize) -> HostResult<Vec<u8>> {
         let answer = self.call_answer.borrow();
         let body = answer.as_ref().map(|(_, body)| body.as_slice()).unwrap_or_default();
-        Ok(body.get(..size.min(max).min(body.len())).unwrap_or_default().to_vec())
+        let copy = body.get(..size.min(max).min(body.len())).unwrap_or_default().to_vec();
+        self.tally.note("proxy_get_buffer_bytes", copy.len(), 0);
+        Ok(copy)
     }
 
     fn define_metric(&self, kind: MetricKind, name: &str) -> HostResult<u32> {
