@@ -14,13 +14,17 @@
 
 pub mod client;
 pub mod envoys;
+pub mod goals;
 pub mod latency;
+pub mod matrix;
 pub mod memory;
 pub mod metrics_page;
 pub mod native;
 pub mod results;
+pub mod runtimes;
 pub mod sampling;
 pub mod scrape;
 pub mod throughput;
 pub mod upstream;
+pub mod variant;
 pub mod workload;
