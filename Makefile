@@ -191,7 +191,7 @@ k8s-wasm: wasm
 # then added latency and CPU per request inside Envoy (plain Envoy, a header-only Wasm filter,
 # wasm-epp), throughput, scrape cost, memory, the Wasm runtimes, the decision matrix, and issue
 # 17's goals judged on this run; figures into bench/results/cost.json. About 9 minutes on
-# 2 cores after the builds; BENCH_QUICK=1: ~2 minutes, Envoy figures into target/.
+# 2 cores after the builds; BENCH_QUICK=1: ~3 minutes, Envoy figures into target/.
 # Every native case: `cargo bench -p bench-cost` (~4 minutes).
 
 .PHONY: bench-cost
