@@ -2,7 +2,7 @@
 //! share, or a native time) computed from the run's records, so machine speed cancels out.
 //!
 //! [`evaluate`] reads the records (later ones win, so this run's figures override the file's),
-//! [`print`] shows goal, target, measured, met or missed and the records each came from, and
+//! [`print()`] shows goal, target, measured, met or missed and the records each came from, and
 //! [`record`] writes them as benchmark `goals` (case = goal name; metrics `measured`, `target`,
 //! `met`, and `missing_sources`, non-zero when a figure was absent and `measured` is stale).
 

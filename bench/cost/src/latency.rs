@@ -29,7 +29,7 @@ pub struct LatencyOptions {
     pub warmup: usize,
 }
 
-/// [`DISTINCT_BODIES`] requests to `path` for `envoy`, the bodies made by `body_of_seed`.
+/// `DISTINCT_BODIES` requests to `path` for `envoy`, the bodies made by `body_of_seed`.
 pub fn encoded(envoy: &RunningEnvoy, path: &str, body_of_seed: impl Fn(u64) -> String) -> Vec<Vec<u8>> {
     (0..DISTINCT_BODIES).map(|seed| envoy.encode(path, body_of_seed(seed).as_bytes(), seed as usize)).collect()
 }
