@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use launcher::envoy::{Envoy, EnvoyOptions};
+use launcher::envoy::EnvoyOptions;
 use launcher::process::ManagedProcess;
 
 use crate::client::{self, DESTINATION_HEADER};
@@ -14,90 +14,13 @@ use crate::client::{self, DESTINATION_HEADER};
 /// How long an Envoy may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// One way of putting Envoy in front of the pods.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Variant {
-    /// (a) No filter; the client names the pod; ORIGINAL_DST cluster.
-    Plain,
-    /// (b0) Header-only Wasm filter writing the header in `on_http_request_headers`.
-    HeaderOnly,
-    /// (b) Header-only filter that holds headers and buffers the body to end of stream first.
-    HeaderBuffered,
-    /// (b+read) As `HeaderBuffered`, plus copying the whole body into the VM.
-    HeaderRead,
-    /// (c) wasm-epp, filter + singleton, ORIGINAL_DST cluster (as plain Envoy).
-    WasmEppOriginalDst,
-    /// (c') wasm-epp as shipped: override_host cluster, two fallback destinations.
-    WasmEpp,
-    /// wasm-epp as shipped but with prefix affinity off: what hashing, the index and its
-    /// cross-worker sync cost.
-    WasmEppNoPrefix,
-    /// wasm-epp as shipped with `learning.enabled` (issue 14): what watching each answer
-    /// (first byte, status, usage scan) and the token accounting cost. Named explicitly
-    /// (`--variants wasm-epp,wasm-epp-learning`); not in the default runs.
-    WasmEppLearning,
-    /// wasm-epp as shipped, its filter built with the `profile` feature
-    /// ([`profile_filter_wasm`]): the same code, timing its phases into counters. For the
-    /// `profile` benchmark only (`--variants` never needs it).
-    WasmEppProfiled,
-}
+/// Lines of Envoy's log quoted in an error: the failure and what led to it.
+const LOG_TAIL_LINES: usize = 20;
 
-impl Variant {
-    /// Every variant, in the order reports list them.
-    pub const ALL: [Variant; 7] = [
-        Variant::Plain,
-        Variant::HeaderOnly,
-        Variant::HeaderBuffered,
-        Variant::HeaderRead,
-        Variant::WasmEppOriginalDst,
-        Variant::WasmEpp,
-        Variant::WasmEppNoPrefix,
-    ];
+pub use crate::variant::Variant;
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::Plain => "plain",
-            Variant::HeaderOnly => "header-only",
-            Variant::HeaderBuffered => "header-buffered",
-            Variant::HeaderRead => "header-buffered-read",
-            Variant::WasmEppOriginalDst => "wasm-epp-odst",
-            Variant::WasmEpp => "wasm-epp",
-            Variant::WasmEppNoPrefix => "wasm-epp-noprefix",
-            Variant::WasmEppLearning => "wasm-epp-learning",
-            Variant::WasmEppProfiled => "wasm-epp-profiled",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().chain([Variant::WasmEppLearning, Variant::WasmEppProfiled]).find(|v| v.name() == name)
-    }
-
-    /// The client names the pod only for plain Envoy; every filter overwrites the header.
-    fn client_names_pod(self) -> bool {
-        self == Variant::Plain
-    }
-
-    fn header_filter_config(self) -> Option<&'static str> {
-        match self {
-            Variant::HeaderOnly => Some(""),
-            Variant::HeaderBuffered => Some("buffer"),
-            Variant::HeaderRead => Some("buffer read"),
-            _ => None,
-        }
-    }
-
-    /// wasm-epp itself, in either cluster mode.
-    pub fn is_wasm_epp(self) -> bool {
-        matches!(
-            self,
-            Variant::WasmEpp
-                | Variant::WasmEppOriginalDst
-                | Variant::WasmEppNoPrefix
-                | Variant::WasmEppLearning
-                | Variant::WasmEppProfiled
-        )
-    }
-}
+/// The Wasm runtime every shipped and baseline configuration names.
+pub const V8_RUNTIME: &str = "envoy.wasm.runtime.v8";
 
 /// The header-only filter's module.
 pub fn header_filter_wasm() -> PathBuf {
@@ -108,7 +31,7 @@ pub fn header_filter_wasm() -> PathBuf {
 }
 
 /// The filter module built with the `profile` feature, beside the shipped build: `make
-/// bench-cost` builds it with `--target-dir target/profile` so the shipped module stays as is.
+/// profile-wasm` builds it with `--target-dir target/profile` so the shipped module stays as is.
 pub fn profile_filter_wasm() -> PathBuf {
     launcher::paths::workspace_root().join("target/profile/wasm32-wasip1/release/wasm_epp_filter.wasm")
 }
@@ -140,10 +63,89 @@ pub fn render_baseline(template: &str, listen_port: u16, admin_port: u16, wasm: 
         .replace("{{WASM_CONFIG}}", config)
 }
 
-enum Handle {
-    WasmEpp(Envoy),
-    Baseline(ManagedProcess),
+/// How to start one Envoy, beyond its variant and pool.
+#[derive(Debug, Clone, Default)]
+pub struct Setup {
+    /// Replaces wasm-epp's singleton configuration.
+    pub poller: Option<serde_json::Value>,
+    /// Merged into wasm-epp's filter configuration.
+    pub filter_fields: Option<serde_json::Value>,
+    /// The Wasm runtime of every VM (`envoy.wasm.runtime.*`); `None` is V8, as shipped.
+    pub runtime: Option<String>,
 }
+
+impl Setup {
+    /// The configuration with every VM on this setup's runtime.
+    fn with_runtime(&self, config: String) -> String {
+        match &self.runtime {
+            Some(runtime) => config.replace(V8_RUNTIME, runtime),
+            None => config,
+        }
+    }
+}
+
+/// The launcher's options for a wasm-epp variant.
+fn wasm_epp_options(
+    variant: Variant,
+    pool: &[String],
+    listen_port: u16,
+    admin_port: u16,
+    setup: &Setup,
+) -> EnvoyOptions {
+    let mut options = EnvoyOptions::for_pool(pool, listen_port, admin_port);
+    if variant == Variant::WasmEppOriginalDst {
+        options = options.with_original_dst();
+    }
+    if variant == Variant::WasmEppProfiled {
+        options.filter_wasm = profile_filter_wasm();
+    }
+    if let Some(poller) = &setup.poller {
+        options.poller_config = Some(poller.clone());
+    }
+    let mut fields = setup.filter_fields.as_ref().and_then(|f| f.as_object().cloned()).unwrap_or_default();
+    if variant == Variant::WasmEppNoPrefix {
+        fields.insert("prefix".into(), serde_json::json!({ "enabled": false }));
+    }
+    if variant == Variant::WasmEppLearning {
+        fields.insert("learning".into(), serde_json::json!({ "enabled": true }));
+    }
+    if let Some(config) = options.filter_config.as_object_mut() {
+        config.extend(fields);
+    }
+    options
+}
+
+/// The Envoy configuration of `variant` in front of `pool`: wasm-epp from the project's own
+/// template (as the launcher renders it), the baselines from `envoy/baseline.yaml.template`.
+pub fn render(
+    variant: Variant,
+    pool: &[String],
+    listen_port: u16,
+    admin_port: u16,
+    setup: &Setup,
+) -> Result<String, String> {
+    if variant.is_wasm_epp() {
+        let template =
+            std::fs::read_to_string(launcher::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
+        let options = wasm_epp_options(variant, pool, listen_port, admin_port, setup);
+        return Ok(setup.with_runtime(launcher::envoy::render(&template, &options)));
+    }
+    let template = std::fs::read_to_string(baseline_template()).map_err(|e| format!("baseline template: {e}"))?;
+    let module = header_filter_wasm();
+    if variant.header_filter_config().is_some() && !module.exists() {
+        return Err(format!(
+            "{} is missing: run `make bench-cost` (or build -p header-only-filter for wasm32-wasip1)",
+            module.display()
+        ));
+    }
+    let module = module.display().to_string();
+    let wasm_config = variant.header_filter_config().map(|words| format!("{words} {}", pool.join(" ")));
+    let wasm = wasm_config.as_deref().map(|config| (module.as_str(), config));
+    Ok(setup.with_runtime(render_baseline(&template, listen_port, admin_port, wasm)))
+}
+
+/// Envoy's worker threads in every variant (as the launcher runs wasm-epp).
+const WORKER_THREADS: u32 = 2;
 
 /// One running Envoy of one variant.
 pub struct RunningEnvoy {
@@ -151,7 +153,7 @@ pub struct RunningEnvoy {
     pub listen_port: u16,
     pub admin_port: u16,
     pub pool: Vec<String>,
-    handle: Handle,
+    process: ManagedProcess,
 }
 
 fn port() -> Result<u16, String> {
@@ -162,7 +164,7 @@ impl RunningEnvoy {
     /// Starts `variant` in front of `pool`; a wasm-epp variant also waits until its singleton
     /// reports every pod healthy, so requests are routed from a real table.
     pub fn start(variant: Variant, pool: &[String]) -> Result<Self, String> {
-        Self::start_configured(variant, pool, None, None)
+        Self::start_with(variant, pool, &Setup::default())
     }
 
     /// As [`Self::start`], with wasm-epp's fields changed: `poller` replaces the singleton's
@@ -173,67 +175,41 @@ impl RunningEnvoy {
         poller: Option<serde_json::Value>,
         filter_fields: Option<serde_json::Value>,
     ) -> Result<Self, String> {
+        Self::start_with(variant, pool, &Setup { poller, filter_fields, runtime: None })
+    }
+
+    /// As [`Self::start`], set up by `setup` (configuration fields, Wasm runtime).
+    pub fn start_with(variant: Variant, pool: &[String], setup: &Setup) -> Result<Self, String> {
         let (listen_port, admin_port) = (port()?, port()?);
-        let dir = launcher::paths::run_dir(&format!("bench-cost-{}", variant.name())).map_err(|e| e.to_string())?;
-        let handle = if variant.is_wasm_epp() {
-            let mut options = EnvoyOptions::for_pool(pool, listen_port, admin_port);
-            if variant == Variant::WasmEppOriginalDst {
-                options = options.with_original_dst();
-            }
-            if variant == Variant::WasmEppProfiled {
-                options.filter_wasm = profile_filter_wasm();
-            }
-            if let Some(poller) = poller {
-                options.poller_config = Some(poller);
-            }
-            let mut fields = filter_fields.and_then(|f| f.as_object().cloned()).unwrap_or_default();
-            if variant == Variant::WasmEppNoPrefix {
-                fields.insert("prefix".into(), serde_json::json!({ "enabled": false }));
-            }
-            if variant == Variant::WasmEppLearning {
-                fields.insert("learning".into(), serde_json::json!({ "enabled": true }));
-            }
-            if let Some(config) = options.filter_config.as_object_mut() {
-                config.extend(fields);
-            }
-            let envoy = Envoy::start(&options, &dir)?;
-            if !envoy.wait_for_healthy_pods(pool.len() as u64, READY_TIMEOUT) {
-                return Err(format!(
-                    "{}: singleton never saw {} healthy pods:\n{}",
-                    variant.name(),
-                    pool.len(),
-                    envoy.log_tail(20)
-                ));
-            }
-            Handle::WasmEpp(envoy)
-        } else {
-            let template =
-                std::fs::read_to_string(baseline_template()).map_err(|e| format!("baseline template: {e}"))?;
-            let module = header_filter_wasm();
-            if variant.header_filter_config().is_some() && !module.exists() {
-                return Err(format!(
-                    "{} is missing: run `make bench-cost` (or build -p header-only-filter for wasm32-wasip1)",
-                    module.display()
-                ));
-            }
-            let module = module.display().to_string();
-            let wasm_config = variant.header_filter_config().map(|words| format!("{words} {}", pool.join(" ")));
-            let wasm = wasm_config.as_deref().map(|config| (module.as_str(), config));
-            let config_path = dir.join("envoy.yaml");
-            std::fs::write(&config_path, render_baseline(&template, listen_port, admin_port, wasm))
-                .map_err(|e| e.to_string())?;
-            let name = format!("envoy {}", variant.name());
-            let process = launcher::envoy::launch(&config_path, &[], 2, &name, &dir.join("envoy.log"), admin_port)?;
-            Handle::Baseline(process)
-        };
-        Ok(Self { variant, listen_port, admin_port, pool: pool.to_vec(), handle })
+        let runtime = setup.runtime.as_deref().and_then(|r| r.rsplit('.').next()).unwrap_or("v8");
+        let dir =
+            launcher::paths::run_dir(&format!("bench-cost-{}-{runtime}", variant.name())).map_err(|e| e.to_string())?;
+        let config_path = dir.join("envoy.yaml");
+        std::fs::write(&config_path, render(variant, pool, listen_port, admin_port, setup)?)
+            .map_err(|e| format!("{}: {e}", config_path.display()))?;
+        let name = format!("envoy {}", variant.name());
+        let process =
+            launcher::envoy::launch(&config_path, &[], WORKER_THREADS, &name, &dir.join("envoy.log"), admin_port)?;
+        let envoy = Self { variant, listen_port, admin_port, pool: pool.to_vec(), process };
+        if variant.is_wasm_epp() && !envoy.wait_for_healthy_pods() {
+            return Err(format!(
+                "{}: singleton never saw {} healthy pods:\n{}",
+                variant.name(),
+                pool.len(),
+                envoy.log_tail()
+            ));
+        }
+        Ok(envoy)
+    }
+
+    /// Waits until the singleton reports every pod of the pool healthy.
+    fn wait_for_healthy_pods(&self) -> bool {
+        let healthy = Some(self.pool.len() as f64);
+        launcher::wait_until(READY_TIMEOUT, || self.stat("wasm_epp_pods_healthy") == healthy)
     }
 
     pub fn pid(&self) -> u32 {
-        match &self.handle {
-            Handle::WasmEpp(envoy) => envoy.pid(),
-            Handle::Baseline(process) => process.pid(),
-        }
+        self.process.pid()
     }
 
     pub fn name(&self) -> &'static str {
@@ -281,10 +257,7 @@ impl RunningEnvoy {
 
     /// The end of Envoy's log, for error messages.
     pub fn log_tail(&self) -> String {
-        match &self.handle {
-            Handle::WasmEpp(envoy) => envoy.log_tail(20),
-            Handle::Baseline(process) => process.log_tail(20),
-        }
+        self.process.log_tail(LOG_TAIL_LINES)
     }
 }
 
@@ -308,9 +281,13 @@ mod tests {
     }
 
     #[test]
-    fn variants_round_trip_by_name() {
-        for variant in Variant::ALL {
-            assert_eq!(Variant::from_name(variant.name()), Some(variant));
-        }
+    fn a_runtime_replaces_v8_in_every_vm() {
+        let pool = vec!["127.0.0.1:9".to_owned()];
+        let shipped = render(Variant::WasmEpp, &pool, 1, 2, &Setup::default()).unwrap();
+        let vms = shipped.matches(V8_RUNTIME).count();
+        assert!(vms >= 2, "filter and singleton name their runtime: {vms}");
+        let wamr = Setup { runtime: Some("envoy.wasm.runtime.wamr".into()), ..Setup::default() };
+        let other = render(Variant::WasmEpp, &pool, 1, 2, &wamr).unwrap();
+        assert_eq!((other.matches(V8_RUNTIME).count(), other.matches("envoy.wasm.runtime.wamr").count()), (0, vms));
     }
 }

@@ -29,13 +29,25 @@ pub struct LatencyOptions {
     pub warmup: usize,
 }
 
-fn encoded(envoy: &RunningEnvoy, size: usize) -> Vec<Vec<u8>> {
-    (0..DISTINCT_BODIES)
-        .map(|seed| {
-            let body = workload::completions_body_of_size(size, seed);
-            envoy.encode("/v1/completions", body.as_bytes(), seed as usize)
-        })
-        .collect()
+/// `DISTINCT_BODIES` requests to `path` for `envoy`, the bodies made by `body_of_seed`.
+pub fn encoded(envoy: &RunningEnvoy, path: &str, body_of_seed: impl Fn(u64) -> String) -> Vec<Vec<u8>> {
+    (0..DISTINCT_BODIES).map(|seed| envoy.encode(path, body_of_seed(seed).as_bytes(), seed as usize)).collect()
+}
+
+/// How long each Envoy's idle CPU is measured before the requests.
+const IDLE_WINDOW: Duration = Duration::from_secs(3);
+
+/// Each envoy's CPU rate with no request (printed), to subtract from CPU per request.
+pub fn idle_rates(envoys: &[RunningEnvoy]) -> Vec<f64> {
+    let idle = sampling::idle_rates(envoys, IDLE_WINDOW);
+    for (envoy, rate) in envoys.iter().zip(&idle) {
+        println!(
+            "  idle CPU of {:<22} {:>6.2}% of a core (subtracted from CPU per request)",
+            envoy.name(),
+            rate * 100.0
+        );
+    }
+    idle
 }
 
 /// Runs the sequential and concurrent measurements for every size, into `results`.
@@ -44,25 +56,24 @@ pub fn run(envoys: &[RunningEnvoy], options: &LatencyOptions, results: &mut Resu
         "\n== added latency inside Envoy ({} pods, upstream answers at once) ==",
         envoys.first().map_or(0, |e| e.pool.len())
     );
-    let idle = sampling::idle_rates(envoys, Duration::from_secs(3));
-    for (envoy, rate) in envoys.iter().zip(&idle) {
-        println!(
-            "  idle CPU of {:<22} {:>6.2}% of a core (subtracted from CPU per request)",
-            envoy.name(),
-            rate * 100.0
-        );
-    }
+    let idle = idle_rates(envoys);
     for &size in &options.body_sizes {
-        let requests: Vec<Vec<Vec<u8>>> = envoys.iter().map(|e| encoded(e, size)).collect();
+        let requests: Vec<Vec<Vec<u8>>> = envoys
+            .iter()
+            .map(|e| encoded(e, "/v1/completions", |seed| workload::completions_body_of_size(size, seed)))
+            .collect();
         let sequential = sequential(envoys, &requests, options)?;
-        report(envoys, "latency_sequential", size, &sequential, &idle, results);
+        report(envoys, "latency_sequential", "", size, &sequential, &idle, results);
         let concurrent = concurrent(envoys, &requests, options);
-        report(envoys, &format!("latency_concurrent{}", options.concurrency), size, &concurrent, &idle, results);
+        let benchmark = format!("latency_concurrent{}", options.concurrency);
+        report(envoys, &benchmark, "", size, &concurrent, &idle, results);
     }
     Ok(())
 }
 
-fn sequential(
+/// One request at a time, interleaved across `envoys` (the first rotates), after a warm-up;
+/// `requests[k]` are envoy `k`'s.
+pub fn sequential(
     envoys: &[RunningEnvoy],
     requests: &[Vec<Vec<u8>>],
     options: &LatencyOptions,
@@ -100,7 +111,9 @@ fn sequential(
     Ok(batches)
 }
 
-fn concurrent(envoys: &[RunningEnvoy], requests: &[Vec<Vec<u8>>], options: &LatencyOptions) -> Vec<Batch> {
+/// `options.concurrency` requests at once, variants taking turns by batches for
+/// `options.rounds` rounds; `requests[k]` are envoy `k`'s.
+pub fn concurrent(envoys: &[RunningEnvoy], requests: &[Vec<Vec<u8>>], options: &LatencyOptions) -> Vec<Batch> {
     let mut pools: Vec<Vec<Connection>> =
         envoys.iter().map(|e| (0..options.concurrency).map(|_| Connection::new(e.listen_port)).collect()).collect();
     let per_connection = options.concurrent.div_ceil(options.concurrency.max(1));
@@ -124,9 +137,12 @@ fn concurrent(envoys: &[RunningEnvoy], requests: &[Vec<Vec<u8>>], options: &Late
     batches
 }
 
-fn report(
+/// Prints one table of `batches` (one per envoy) and records it under `benchmark`, cases
+/// `{case_prefix}{variant}/{size}B`; `idle` are the envoys' idle CPU rates.
+pub fn report(
     envoys: &[RunningEnvoy],
     benchmark: &str,
+    case_prefix: &str,
     size: usize,
     batches: &[Batch],
     idle: &[f64],
@@ -134,13 +150,13 @@ fn report(
 ) {
     let dists: Vec<Distribution> = batches.iter().map(|b| Distribution::new(b.latencies_us.clone())).collect();
     let plain = envoys.iter().position(|e| e.variant == Variant::Plain).and_then(|i| dists.get(i));
-    println!("\n{benchmark}, {size} B bodies:");
+    println!("\n{benchmark}, {case_prefix}{size} B bodies:");
     println!(
         "  {:<22} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>12} {:>8}",
         "variant", "p50 µs", "p90 µs", "p99 µs", "+p50 µs", "+p90 µs", "+p99 µs", "CPU µs/req", "errors"
     );
     for (((envoy, dist), batch), rate) in envoys.iter().zip(&dists).zip(batches).zip(idle) {
-        let case = format!("{}/{size}B", envoy.name());
+        let case = format!("{case_prefix}{}/{size}B", envoy.name());
         let cpu = sampling::cpu_per_request(batch.envoy_cpu, *rate, batch.elapsed, dist.len());
         let added = |p: f64| plain.map_or(f64::NAN, |base| dist.percentile(p) - base.percentile(p));
         println!(

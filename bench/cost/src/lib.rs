@@ -7,21 +7,27 @@
 //! plain Envoy, Envoy with a header-only Wasm filter and Envoy with wasm-epp, against pods
 //! that answer at once ([`upstream`]), so every difference is Envoy-side work. It measures
 //! added latency and CPU ([`latency`]), throughput ([`throughput`]), the singleton's scrape
-//! cost ([`scrape`]) and memory while distinct prefixes are routed ([`memory`]), and writes
-//! every figure into `bench/results/cost.json` ([`results`]).
+//! cost ([`scrape`]) and memory while distinct prefixes are routed ([`memory`]), which Wasm
+//! runtimes the Envoy build runs ([`runtimes`]) and the decision's cost by pool, body and
+//! endpoint ([`matrix`]), writes every figure into `bench/results/cost.json` ([`results`]),
+//! and judges issue 17's goals on them ([`goals`]).
 
 #![deny(unsafe_code)]
 
 pub mod client;
 pub mod envoys;
+pub mod goals;
 pub mod latency;
+pub mod matrix;
 pub mod memory;
 pub mod metrics_page;
 pub mod native;
 pub mod profile;
 pub mod results;
+pub mod runtimes;
 pub mod sampling;
 pub mod scrape;
 pub mod throughput;
 pub mod upstream;
+pub mod variant;
 pub mod workload;

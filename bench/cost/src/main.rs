@@ -1,201 +1,33 @@
 //! `wasm-epp-bench-cost`: what wasm-epp costs inside the real Envoy.
 //!
-//! `all` (what `make bench-cost` runs) measures added latency and CPU, throughput, scrape
-//! cost and memory, prints each table with the command that reproduces it, and merges every
-//! figure into `bench/results/cost.json`. `BENCH_QUICK=1` (or `--quick`) runs a short
-//! version of each for a smoke check; the figures are then noisier.
+//! `all` (what `make bench-cost` runs, after criterion's native cases) measures added latency
+//! and CPU, throughput, scrape cost, memory, the Wasm runtimes and the decision matrix,
+//! prints each table with the command that reproduces it, merges every figure into
+//! `bench/results/cost.json`, and ends with issue 17's goals judged on this run's figures.
+//! `BENCH_QUICK=1` (or `--quick`) runs a short version of each for a smoke check; the figures
+//! are then noisier.
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+mod cli;
+
+use std::path::Path;
+use std::time::Instant;
 
 use bench_cost::envoys::{start_all, Variant};
-use bench_cost::latency::{self, LatencyOptions};
-use bench_cost::memory::{self, MemoryOptions};
+use bench_cost::goals;
+use bench_cost::latency;
+use bench_cost::matrix;
+use bench_cost::memory;
 use bench_cost::metrics_page;
-use bench_cost::profile::{self, ProfileOptions};
-use bench_cost::results::{self, Results};
-use bench_cost::scrape::{self, ScrapeOptions};
-use bench_cost::throughput::{self, ThroughputOptions};
+use bench_cost::results::{self, Record, Results};
+use bench_cost::runtimes;
+use bench_cost::scrape;
+use bench_cost::throughput;
 use bench_cost::upstream::Upstream;
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
+use cli::{Cli, Command, LatencyArgs, MatrixArgs, MemoryArgs, ProfileArgs, RuntimesArgs, ScrapeArgs, ThroughputArgs};
 
-/// Pods behind the Envoys in the latency, throughput and memory runs.
+/// Pods behind the Envoys in the latency, throughput, memory and runtime runs.
 const POOL_PODS: usize = 16;
-
-#[derive(Parser)]
-#[command(about = "wasm-epp cost benchmarks against plain Envoy (see bench/cost/README.md)")]
-struct Cli {
-    /// Short runs for a smoke check (also BENCH_QUICK=1).
-    #[arg(long, global = true)]
-    quick: bool,
-    /// Where the figures are merged (default bench/results/cost.json; with --quick,
-    /// target/bench-cost-quick.json).
-    #[arg(long, global = true)]
-    out: Option<PathBuf>,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Every benchmark below, in order.
-    All,
-    /// Added latency and CPU per request, sequential and concurrent.
-    Latency(LatencyArgs),
-    /// Requests per second at saturation.
-    Throughput(ThroughputArgs),
-    /// The singleton's scrape cost.
-    Scrape(ScrapeArgs),
-    /// RSS while distinct prefixes are routed.
-    Memory(MemoryArgs),
-    /// Where the cost inside Envoy goes: host calls per request and their cost, time per
-    /// phase (needs the `profile` build: `make bench-cost` makes it).
-    Profile(ProfileArgs),
-}
-
-#[derive(Args, Default)]
-struct ProfileArgs {
-    /// Prompt size of the completions requests, KB.
-    #[arg(long, default_value_t = 4)]
-    prompt_kb: usize,
-    #[arg(long)]
-    sequential: Option<usize>,
-    /// Seconds of 32-way load, on the profiled build and on the body-reading baseline.
-    #[arg(long)]
-    seconds: Option<f64>,
-}
-
-#[derive(Args, Default)]
-struct LatencyArgs {
-    /// Body sizes in bytes, comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    sizes: Option<Vec<usize>>,
-    /// Measured sequential requests per variant and size.
-    #[arg(long)]
-    sequential: Option<usize>,
-    /// Measured concurrent requests per variant, size and round.
-    #[arg(long)]
-    concurrent: Option<usize>,
-    #[arg(long)]
-    rounds: Option<usize>,
-    #[arg(long, default_value_t = 32)]
-    concurrency: usize,
-    /// Variants to run, comma-separated (default: all).
-    #[arg(long, value_delimiter = ',')]
-    variants: Option<Vec<String>>,
-}
-
-#[derive(Args, Default)]
-struct ThroughputArgs {
-    #[arg(long, default_value_t = 4096)]
-    body_bytes: usize,
-    #[arg(long)]
-    seconds: Option<f64>,
-    #[arg(long)]
-    rounds: Option<usize>,
-    #[arg(long, default_value_t = 32)]
-    connections: usize,
-    /// Variants to run, comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    variants: Option<Vec<String>>,
-}
-
-#[derive(Args, Default)]
-struct ScrapeArgs {
-    /// Pod counts, comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    pods: Option<Vec<usize>>,
-    #[arg(long)]
-    seconds: Option<f64>,
-    #[arg(long, default_value_t = 100)]
-    poll_interval_ms: u64,
-    /// Also scrape whole pages (`/metrics`), as before `name[]` filtering.
-    #[arg(long)]
-    full_page_too: bool,
-}
-
-#[derive(Args, Default)]
-struct MemoryArgs {
-    #[arg(long)]
-    prefixes: Option<usize>,
-    #[arg(long, default_value_t = 2048)]
-    prompt_bytes: usize,
-    #[arg(long, default_value_t = 16)]
-    connections: usize,
-    /// What this build does with prefixes, for the record's case name.
-    #[arg(long, default_value = "prefix_index")]
-    label: String,
-    /// The prefix-index budget in MB to judge flatness against (default: from the filter's
-    /// default configuration).
-    #[arg(long)]
-    index_budget_mb: Option<f64>,
-    /// JSON fields merged into the filter configuration (e.g. the index size).
-    #[arg(long)]
-    filter_config: Option<String>,
-}
-
-fn variants(names: Option<&Vec<String>>, default: &[Variant]) -> Result<Vec<Variant>, String> {
-    match names {
-        None => Ok(default.to_vec()),
-        Some(names) => names.iter().map(|n| Variant::from_name(n).ok_or(format!("unknown variant '{n}'"))).collect(),
-    }
-}
-
-fn latency_options(args: &LatencyArgs, quick: bool) -> LatencyOptions {
-    LatencyOptions {
-        body_sizes: args.sizes.clone().unwrap_or_else(|| vec![1024, 4096, 65_536]),
-        sequential: args.sequential.unwrap_or(if quick { 300 } else { 3000 }),
-        concurrent: args.concurrent.unwrap_or(if quick { 640 } else { 3200 }),
-        rounds: args.rounds.unwrap_or(if quick { 2 } else { 3 }),
-        concurrency: args.concurrency,
-        warmup: if quick { 200 } else { 500 },
-    }
-}
-
-fn throughput_options(args: &ThroughputArgs, quick: bool) -> ThroughputOptions {
-    ThroughputOptions {
-        body_bytes: args.body_bytes,
-        duration: Duration::from_secs_f64(args.seconds.unwrap_or(if quick { 2.0 } else { 5.0 })),
-        rounds: args.rounds.unwrap_or(if quick { 2 } else { 3 }),
-        connections: args.connections,
-    }
-}
-
-fn scrape_options(args: &ScrapeArgs, quick: bool) -> ScrapeOptions {
-    ScrapeOptions {
-        pod_counts: args.pods.clone().unwrap_or_else(|| if quick { vec![100] } else { vec![100, 500] }),
-        poll_interval_ms: args.poll_interval_ms,
-        full_page_too: args.full_page_too,
-        window: Duration::from_secs_f64(args.seconds.unwrap_or(if quick { 6.0 } else { 11.0 })),
-    }
-}
-
-fn memory_options(args: &MemoryArgs, quick: bool) -> Result<MemoryOptions, String> {
-    let filter_config = match &args.filter_config {
-        Some(text) => Some(serde_json::from_str(text).map_err(|e| format!("--filter-config: {e}"))?),
-        None => None,
-    };
-    Ok(MemoryOptions {
-        prefixes: args.prefixes.unwrap_or(if quick { 30_000 } else { 1_000_000 }),
-        prompt_bytes: args.prompt_bytes,
-        connections: args.connections,
-        label: args.label.clone(),
-        index_budget_mb: args.index_budget_mb,
-        filter_config,
-    })
-}
-
-fn run_profile(args: &ProfileArgs, quick: bool, results: &mut Results) -> Result<(), String> {
-    let pods = upstream()?;
-    let options = ProfileOptions {
-        pods: POOL_PODS,
-        prompt_kb: args.prompt_kb,
-        sequential: args.sequential.unwrap_or(if quick { 300 } else { 2000 }),
-        concurrent: Duration::from_secs_f64(args.seconds.unwrap_or(if quick { 2.0 } else { 5.0 })),
-        connections: 32,
-    };
-    profile::run(&pods.addresses(), &options, results)
-}
 
 fn upstream() -> Result<Upstream, String> {
     Upstream::start(POOL_PODS, metrics_page::vllm_page(0))
@@ -203,8 +35,8 @@ fn upstream() -> Result<Upstream, String> {
 
 fn run_latency(args: &LatencyArgs, quick: bool, results: &mut Results) -> Result<(), String> {
     let pods = upstream()?;
-    let envoys = start_all(&variants(args.variants.as_ref(), &Variant::ALL)?, &pods.addresses())?;
-    latency::run(&envoys, &latency_options(args, quick), results)
+    let envoys = start_all(&cli::variants(args.variants.as_ref(), &Variant::ALL)?, &pods.addresses())?;
+    latency::run(&envoys, &cli::latency_options(args, quick), results)
 }
 
 fn run_throughput(args: &ThroughputArgs, quick: bool, results: &mut Results) -> Result<(), String> {
@@ -216,20 +48,59 @@ fn run_throughput(args: &ThroughputArgs, quick: bool, results: &mut Results) -> 
         Variant::WasmEpp,
         Variant::WasmEppNoPrefix,
     ];
-    let envoys = start_all(&variants(args.variants.as_ref(), &default)?, &pods.addresses())?;
-    throughput::run(&envoys, &throughput_options(args, quick), results)
+    let envoys = start_all(&cli::variants(args.variants.as_ref(), &default)?, &pods.addresses())?;
+    throughput::run(&envoys, &cli::throughput_options(args, quick), results)
+}
+
+fn run_profile(args: &ProfileArgs, quick: bool, results: &mut Results) -> Result<(), String> {
+    let pods = upstream()?;
+    bench_cost::profile::run(&pods.addresses(), &cli::profile_options(args, quick, POOL_PODS), results)
 }
 
 fn run_memory(args: &MemoryArgs, quick: bool, results: &mut Results) -> Result<(), String> {
     let pods = upstream()?;
-    memory::run(&pods.addresses(), &memory_options(args, quick)?, results)
+    memory::run(&pods.addresses(), &cli::memory_options(args, quick)?, results)
 }
 
-/// Runs one benchmark, merges its figures, and prints how to run it again.
+fn run_runtimes(args: &RuntimesArgs, quick: bool, results: &mut Results) -> Result<(), String> {
+    let pods = upstream()?;
+    runtimes::run(&pods.addresses(), &cli::runtimes_options(args, quick), results)
+}
+
+/// The records already in `out`, and criterion's (always in the repository's file), for the
+/// figures this run does not measure itself.
+fn stored_records(out: &Path) -> Vec<Record> {
+    let read = |path: &Path| -> Vec<Record> {
+        std::fs::read_to_string(path).ok().and_then(|text| serde_json::from_str(&text).ok()).unwrap_or_default()
+    };
+    let mut records = read(&results::default_path());
+    if out != results::default_path() {
+        records.extend(read(out));
+    }
+    records
+}
+
+fn run_matrix(args: &MatrixArgs, quick: bool, out: &Path, results: &mut Results) -> Result<(), String> {
+    matrix::run(&cli::matrix_options(args, quick), &stored_records(out), results)
+}
+
+/// Judges the goals on the stored records followed by `measured` (this run's, which win).
+fn judge_goals(out: &Path, measured: &[Record], results: &mut Results) {
+    let mut records = stored_records(out);
+    records.extend(measured.iter().cloned());
+    let outcomes = goals::evaluate(&records);
+    goals::print(&outcomes);
+    println!("  (native figures: criterion's, as `make bench-cost` ran it just before; Envoy figures: this run's when it measured them)");
+    goals::record(&outcomes, results);
+}
+
+/// Runs one benchmark, merges its figures, keeps them in `measured`, and prints how to run it
+/// again.
 fn step(
     name: &str,
     quick: bool,
     out: &Path,
+    measured: &mut Vec<Record>,
     body: impl FnOnce(&mut Results) -> Result<(), String>,
 ) -> Result<(), String> {
     let start = Instant::now();
@@ -243,7 +114,32 @@ fn step(
         results.records.len(),
         out.display()
     );
+    measured.extend(results.records);
     outcome
+}
+
+fn all(quick: bool, out: &Path) -> Result<(), String> {
+    let mut measured = Vec::new();
+    let m = &mut measured;
+    step("latency", quick, out, m, |r| run_latency(&LatencyArgs { concurrency: 32, ..Default::default() }, quick, r))?;
+    let throughput = ThroughputArgs { body_bytes: 4096, connections: 32, ..Default::default() };
+    step("throughput", quick, out, m, |r| run_throughput(&throughput, quick, r))?;
+    let scrape = ScrapeArgs { poll_interval_ms: 100, full_page_too: true, ..Default::default() };
+    step("scrape", quick, out, m, |r| scrape::run(&cli::scrape_options(&scrape, quick), r))?;
+    // Issue 17's second case: 1,000 pods every second.
+    let thousand = ScrapeArgs { poll_interval_ms: 1000, pods: Some(vec![1000]), ..Default::default() };
+    step("scrape", quick, out, m, |r| scrape::run(&cli::scrape_options(&thousand, quick), r))?;
+    let memory = MemoryArgs { prompt_bytes: 2048, connections: 16, label: "prefix_index".into(), ..Default::default() };
+    step("memory", quick, out, m, |r| run_memory(&memory, quick, r))?;
+    step("runtimes", quick, out, m, |r| run_runtimes(&RuntimesArgs::default(), quick, r))?;
+    step("decision-matrix", quick, out, m, |r| run_matrix(&MatrixArgs::default(), quick, out, r))?;
+    let profile = ProfileArgs { prompt_kb: 4, ..Default::default() };
+    step("profile", quick, out, m, |r| run_profile(&profile, quick, r))?;
+    let judged = measured.clone();
+    step("goals", quick, out, &mut measured, |r| {
+        judge_goals(out, &judged, r);
+        Ok(())
+    })
 }
 
 fn run() -> Result<(), String> {
@@ -257,27 +153,21 @@ fn run() -> Result<(), String> {
             results::default_path()
         }
     });
+    let mut measured = Vec::new();
+    let m = &mut measured;
     match cli.command.unwrap_or(Command::All) {
-        Command::All => {
-            step("latency", quick, &out, |r| {
-                run_latency(&LatencyArgs { concurrency: 32, ..Default::default() }, quick, r)
-            })?;
-            let throughput = ThroughputArgs { body_bytes: 4096, connections: 32, ..Default::default() };
-            step("throughput", quick, &out, |r| run_throughput(&throughput, quick, r))?;
-            let scrape = ScrapeArgs { poll_interval_ms: 100, full_page_too: true, ..Default::default() };
-            step("scrape", quick, &out, |r| scrape::run(&scrape_options(&scrape, quick), r))?;
-            // Issue 17's second case: 1,000 pods every second.
-            let thousand = ScrapeArgs { poll_interval_ms: 1000, pods: Some(vec![1000]), ..Default::default() };
-            step("scrape", quick, &out, |r| scrape::run(&scrape_options(&thousand, quick), r))?;
-            let memory =
-                MemoryArgs { prompt_bytes: 2048, connections: 16, label: "prefix_index".into(), ..Default::default() };
-            step("memory", quick, &out, |r| run_memory(&memory, quick, r))
-        }
-        Command::Latency(args) => step("latency", quick, &out, |r| run_latency(&args, quick, r)),
-        Command::Throughput(args) => step("throughput", quick, &out, |r| run_throughput(&args, quick, r)),
-        Command::Scrape(args) => step("scrape", quick, &out, |r| scrape::run(&scrape_options(&args, quick), r)),
-        Command::Memory(args) => step("memory", quick, &out, |r| run_memory(&args, quick, r)),
-        Command::Profile(args) => step("profile", quick, &out, |r| run_profile(&args, quick, r)),
+        Command::All => all(quick, &out),
+        Command::Latency(args) => step("latency", quick, &out, m, |r| run_latency(&args, quick, r)),
+        Command::Throughput(args) => step("throughput", quick, &out, m, |r| run_throughput(&args, quick, r)),
+        Command::Scrape(args) => step("scrape", quick, &out, m, |r| scrape::run(&cli::scrape_options(&args, quick), r)),
+        Command::Memory(args) => step("memory", quick, &out, m, |r| run_memory(&args, quick, r)),
+        Command::Runtimes(args) => step("runtimes", quick, &out, m, |r| run_runtimes(&args, quick, r)),
+        Command::DecisionMatrix(args) => step("decision-matrix", quick, &out, m, |r| run_matrix(&args, quick, &out, r)),
+        Command::Profile(args) => step("profile", quick, &out, m, |r| run_profile(&args, quick, r)),
+        Command::Goals => step("goals", quick, &out, m, |r| {
+            judge_goals(&out, &[], r);
+            Ok(())
+        }),
     }
 }
 
