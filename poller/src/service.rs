@@ -208,10 +208,17 @@ impl PoolService {
     pub fn queue_ready(&mut self, host: &dyn Host, queue_id: u32) {
         let Some(relay) = self.relay.as_mut() else { return };
         if relay.queue() == queue_id {
-            let events = relay.take_queued(host);
-            relay.append(host, &self.metrics, &events);
-            if let Some(peers) = self.peers.as_mut() {
-                peers.queue_local(&self.metrics, &events);
+            match self.peers.as_mut() {
+                Some(peers) => {
+                    let events = relay.take_queued(host);
+                    relay.append(host, &self.metrics, &events);
+                    peers.queue_local(&self.metrics, &events);
+                }
+                // Nobody needs the events decoded: the batches go to the ring as they came.
+                None => {
+                    let batch = relay.take_queued_joined(host);
+                    relay.append_batch(host, &self.metrics, &batch);
+                }
             }
             return;
         }

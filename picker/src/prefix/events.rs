@@ -148,6 +148,16 @@ pub fn split_batch(batch: &[u8], max_bytes: usize) -> BatchRuns<'_> {
     BatchRuns { rest: events, max_run: max_bytes.max(MAX_EVENT_BYTES + 1) - 1 }
 }
 
+/// Appends the whole events of `batch` (up to any damage; nothing from a batch of another
+/// version) to `joined`, a batch being built (start it with [`BATCH_VERSION`]). No event is
+/// decoded: the relay joins the workers' batches this way, and the readers' [`decode_batch`]
+/// still checks every field.
+pub fn join_batch(joined: &mut Vec<u8>, batch: &[u8]) {
+    for run in split_batch(batch, usize::MAX) {
+        joined.extend_from_slice(run);
+    }
+}
+
 /// The iterator of [`split_batch`].
 #[derive(Debug, Clone)]
 pub struct BatchRuns<'a> {
@@ -183,6 +193,20 @@ mod tests {
 
     fn event(pod: &str, epoch: u32, hashes: &[u64]) -> RoutingEvent {
         RoutingEvent { pod: pod.to_string(), epoch, origin: 7, hashes: hashes.to_vec() }
+    }
+
+    #[test]
+    fn joined_batches_decode_as_their_events_in_order_and_damage_stays_in_its_batch() {
+        let (a, b) = (event("10.0.0.1:8000", 1, &[1, 2]), event("10.0.0.2:8000", 2, &[3]));
+        let first = encode_batch(&[a.clone(), b.clone()]);
+        let mut damaged = encode_batch(&[b.clone(), a.clone()]);
+        damaged.truncate(damaged.len() - 3);
+        let mut joined = vec![BATCH_VERSION];
+        join_batch(&mut joined, &first);
+        join_batch(&mut joined, &damaged);
+        join_batch(&mut joined, &[1, 9, 9, 9]);
+        join_batch(&mut joined, &encode_batch(&[a.clone()]));
+        assert_eq!(decode_batch(&joined), vec![a.clone(), b.clone(), b, a]);
     }
 
     #[test]
