@@ -205,7 +205,7 @@ mod tests {
         join_batch(&mut joined, &first);
         join_batch(&mut joined, &damaged);
         join_batch(&mut joined, &[1, 9, 9, 9]);
-        join_batch(&mut joined, &encode_batch(&[a.clone()]));
+        join_batch(&mut joined, &encode_batch(std::slice::from_ref(&a)));
         assert_eq!(decode_batch(&joined), vec![a.clone(), b.clone(), b, a]);
     }
 
