@@ -5,6 +5,8 @@
 //! Health flips to bad only after `unhealthy_after_failures` consecutive failed scrapes (one
 //! slow answer must not empty the pool), and back to good on the first good scrape.
 
+use hashbrown::HashMap;
+
 use crate::address::PodAddress;
 use crate::config::PollerConfig;
 use crate::metrics_text::{parse_engine_metrics, EngineMetrics};
@@ -37,6 +39,11 @@ struct PodRecord {
 pub struct PoolPoller {
     config: PollerConfig,
     pods: Vec<PodRecord>,
+    /// Where each pod is in `pods`, and which pod each scrape in flight is for: a scrape's
+    /// start and answer find their pod without a scan of the pool (1,000 pods scraped every
+    /// second are 1,000 answers a second on Envoy's main thread). Rebuilt with the pool.
+    index_of: HashMap<PodAddress, usize>,
+    in_flight: HashMap<u32, usize>,
     version: u64,
     dirty: bool,
     /// Epochs are drawn from one counter for all pods, so a pod that leaves and a new pod
@@ -63,6 +70,8 @@ impl PoolPoller {
         let mut poller = Self {
             config,
             pods: Vec::new(),
+            index_of: HashMap::new(),
+            in_flight: HashMap::new(),
             version: 0,
             dirty: true,
             next_epoch: 1,
@@ -86,13 +95,17 @@ impl PoolPoller {
     /// Replaces the pool, keeping what is known about pods that stay. A pod that joins
     /// starts unknown (it is scraped before the table calls it healthy).
     pub fn set_pool(&mut self, pool: Vec<PodAddress>) {
-        let mut old: Vec<PodRecord> = std::mem::take(&mut self.pods);
+        let old = std::mem::take(&mut self.pods);
+        let old_index = std::mem::take(&mut self.index_of);
+        let mut taken: Vec<Option<PodRecord>> = old.into_iter().map(Some).collect();
+        let mut listed: hashbrown::HashSet<PodAddress> = hashbrown::HashSet::new();
         for address in pool {
-            if self.pods.iter().any(|r| r.address == address) {
+            if !listed.insert(address.clone()) {
                 continue; // Listed twice (two discovered pods on one address): one pod.
             }
-            let record = match old.iter().position(|r| r.address == address) {
-                Some(index) => old.swap_remove(index),
+            let kept = old_index.get(&address).and_then(|&i| taken.get_mut(i)).and_then(Option::take);
+            let record = match kept {
+                Some(record) => record,
                 None => {
                     let mut state = PodState::unknown(&address);
                     state.epoch = self.take_epoch();
@@ -109,6 +122,8 @@ impl PoolPoller {
             };
             self.pods.push(record);
         }
+        self.index_of = self.pods.iter().enumerate().map(|(i, r)| (r.address.clone(), i)).collect();
+        self.in_flight = self.pods.iter().enumerate().filter_map(|(i, r)| Some((r.call?, i))).collect();
         self.apply_roles();
         self.dirty = true;
     }
@@ -164,21 +179,26 @@ impl PoolPoller {
     }
 
     pub fn scrape_started(&mut self, address: &PodAddress, token: u32, now_ms: u64) {
-        if let Some(record) = self.pods.iter_mut().find(|r| &r.address == address) {
-            record.call = Some(token);
+        let Some(&index) = self.index_of.get(address) else { return };
+        if let Some(record) = self.pods.get_mut(index) {
+            // A scrape that outlived its timeout is given up: its answer, if any, is unknown.
+            if let Some(old) = record.call.replace(token) {
+                self.in_flight.remove(&old);
+            }
             record.call_started_ms = now_ms;
+            self.in_flight.insert(token, index);
         }
     }
 
     /// A scrape could not even be dispatched: count it as a failed scrape.
     pub fn scrape_not_sent(&mut self, address: &PodAddress, reason: &str) {
-        if let Some(index) = self.pods.iter().position(|r| &r.address == address) {
+        if let Some(&index) = self.index_of.get(address) {
             self.record_failure(index, reason.to_string());
         }
     }
 
     pub fn on_scrape(&mut self, token: u32, result: ScrapeResult<'_>, now_ms: u64) -> ScrapeOutcome {
-        let Some(index) = self.pods.iter().position(|r| r.call == Some(token)) else {
+        let Some(index) = self.in_flight.remove(&token) else {
             return ScrapeOutcome::Unknown;
         };
         if let Some(record) = self.pods.get_mut(index) {
@@ -260,12 +280,12 @@ impl PoolPoller {
 
     /// Whether `token` is a scrape this poller is waiting for.
     pub fn owns_scrape(&self, token: u32) -> bool {
-        self.pods.iter().any(|r| r.call == Some(token))
+        self.in_flight.contains_key(&token)
     }
 
     /// True when no scrape is in flight: a round is complete and worth publishing.
     pub fn round_complete(&self) -> bool {
-        self.pods.iter().all(|r| r.call.is_none())
+        self.in_flight.is_empty()
     }
 
     /// The table to publish, or `None` when nothing changed since the last one.
@@ -323,6 +343,27 @@ mod tests {
     fn poller() -> PoolPoller {
         let config = PollerConfig { unhealthy_after_failures: 2, ..PollerConfig::default() };
         PoolPoller::new(config, vec![addr("10.0.0.1:80"), addr("10.0.0.2:80")])
+    }
+
+    #[test]
+    fn scrapes_in_flight_follow_their_pod_through_a_new_pool_and_a_retry() {
+        let mut p = poller();
+        let (a, b) = (addr("10.0.0.1:80"), addr("10.0.0.2:80"));
+        p.scrape_started(&a, 1, 0);
+        p.scrape_started(&b, 2, 0);
+        assert!(!p.round_complete());
+        // The pool changes order and grows: the answers still find their pods.
+        p.set_pool(vec![addr("10.0.0.3:80"), b.clone(), a.clone()]);
+        assert_eq!(p.on_scrape(2, ScrapeResult::Answered { status: 200, body: SCRAPE }, 10), ScrapeOutcome::Success);
+        // A scrape given up and sent again: the first token is no longer waited for.
+        p.scrape_started(&a, 3, 500);
+        assert!(!p.owns_scrape(1) && p.owns_scrape(3));
+        assert_eq!(p.on_scrape(1, ScrapeResult::NoAnswer, 510), ScrapeOutcome::Unknown);
+        assert_eq!(p.on_scrape(3, ScrapeResult::Answered { status: 200, body: SCRAPE }, 520), ScrapeOutcome::Success);
+        assert!(p.round_complete());
+        let table = p.take_table(600).unwrap();
+        let healthy: Vec<&str> = table.pods.iter().filter(|p| p.healthy).map(|p| p.address.as_str()).collect();
+        assert_eq!(healthy, ["10.0.0.2:80", "10.0.0.1:80"]);
     }
 
     const SCRAPE: &[u8] =
