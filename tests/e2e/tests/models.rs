@@ -117,15 +117,21 @@ fn the_answering_pod_is_reported_in_the_served_endpoint_header() {
 
 /// A Lua filter before the plugin sets the subset hint where the Endpoint Picker Protocol
 /// puts it, Envoy's dynamic metadata (namespace `envoy.lb.subset_hint`, a list of `ip:port`),
-/// from a test header, as a gateway would from its own view of the pool.
+/// from a test header, as a gateway would from its own view of the pool; from
+/// `x-test-subset-metadata-text` as one comma-separated string instead.
 fn subset_metadata_filter() -> serde_json::Value {
     let lua = r#"
+local namespace, key = "envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset"
 function envoy_on_request(handle)
+  local text = handle:headers():get("x-test-subset-metadata-text")
+  if text ~= nil then
+    handle:streamInfo():dynamicMetadata():set(namespace, key, text)
+  end
   local hint = handle:headers():get("x-test-subset-metadata")
   if hint == nil then return end
   local list = {}
   for entry in string.gmatch(hint, "[^,]+") do table.insert(list, entry) end
-  handle:streamInfo():dynamicMetadata():set("envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset", list)
+  handle:streamInfo():dynamicMetadata():set(namespace, key, list)
 end
 "#;
     serde_json::json!({"name": "envoy.filters.http.lua", "typed_config": {
@@ -149,6 +155,8 @@ fn the_subset_hint_in_envoy_metadata_limits_the_pick_and_wins_over_the_header() 
         assert_eq!(cluster.served_by_pool(&reply), pods[1], "the metadata wins over the header");
         let listed = [("x-test-subset-metadata", both.as_str())];
         assert_ne!(cluster.served_by_pool(&cluster.complete_model("qwen", &format!("b {i}"), &listed)), pods[0]);
+        let text = [("x-test-subset-metadata-text", pods[1].as_str())];
+        assert_eq!(cluster.served_by_pool(&cluster.complete_model("qwen", &format!("t {i}"), &text)), pods[1]);
     }
     let outside = [("x-test-subset-metadata", "10.255.255.1:8000")];
     let refused = cluster.complete_model("qwen", "none", &outside);
