@@ -25,6 +25,7 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         "peers" => options.peering.is_some(),
         "inline_filter" => options.live_filter_dir.is_none(),
         "live_filter" => options.live_filter_dir.is_some(),
+        "filters_before_plugin" => !options.filters_before_plugin.is_empty(),
         _ => true,
     };
     let mut kept = String::with_capacity(template.len());
@@ -57,7 +58,11 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
     let peer_address = peering.map(|p| p.listen_address.clone()).unwrap_or_default();
     let peer_port = peering.map(|p| p.port.to_string()).unwrap_or_default();
     let peer_filter = peering.map(|p| p.receiver_config().to_string()).unwrap_or_default();
+    // JSON is YAML: each filter fits on one list line.
+    let filters_before: Vec<String> =
+        options.filters_before_plugin.iter().map(|filter| format!("                  - {filter}")).collect();
     kept.replace("{{POOL_ENDPOINTS}}", &endpoints.join("\n"))
+        .replace("{{FILTERS_BEFORE_PLUGIN}}", &filters_before.join("\n"))
         .replace("{{PER_TRY_IDLE_TIMEOUT}}", &options.per_try_idle_timeout)
         .replace("{{ADMIN_ADDRESS}}", &options.admin_address)
         .replace("{{ADMIN_PORT}}", &options.admin_port.to_string())

@@ -51,6 +51,9 @@ pub struct EnvoyOptions {
     /// The filter's configuration from this watched folder (ECDS) instead of inline, so it
     /// can be replaced while Envoy runs (`crate::live_config`).
     pub live_filter_dir: Option<PathBuf>,
+    /// HTTP filters run before the plugin on the inference listener, each an Envoy
+    /// `HttpFilter` as JSON (e.g. a Lua filter setting the dynamic metadata a gateway would).
+    pub filters_before_plugin: Vec<serde_json::Value>,
 }
 
 /// One replica's side of peering: where its peer listener listens and what it shares.
@@ -117,6 +120,7 @@ impl EnvoyOptions {
             async_response_limit_bytes: DEFAULT_ASYNC_RESPONSE_LIMIT_BYTES,
             peering: None,
             live_filter_dir: None,
+            filters_before_plugin: Vec::new(),
         }
     }
 

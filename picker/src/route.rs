@@ -107,7 +107,7 @@ fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize,
     let index = match query.index {
         Some(index) => index,
         None => {
-            built = ModelIndex::build(table);
+            built = ModelIndex::build(table, &|_| true);
             &built
         }
     };

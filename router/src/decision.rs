@@ -230,7 +230,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         }
     }
     if let (Some(model), Some(pod)) = (prompt.model, table_index) {
-        cache.note_routed(model, pod);
+        cache.note_routed(model, pod, now);
     }
     drop(prefix);
     drop(role_tables);

@@ -1,10 +1,16 @@
 //! The Endpoint Picker Protocol's request headers, as llm-d's gateways send them: the
-//! objective (a priority by name), the session under its other names, and the subset hint.
+//! objective (a priority by name), the session under its other names, and the subset hint
+//! (from Envoy's dynamic metadata, where the protocol puts it, else from a header).
+//!
+//! Envoy gives dynamic metadata to Wasm as a property: the path `metadata`,
+//! `filter_metadata`, namespace, key walks the `Metadata` message into its `Struct`, and the
+//! value comes back serialized by its type: a string as its bytes, a list as the ABI's pair
+//! map with each element as a name and an empty value (Envoy's `serializeValue`).
 
 use picker::address::PodAddress;
 use picker::config::FilterConfig;
 use picker::pod_table::MAX_PODS;
-use wasm_epp_host::HeaderMap;
+use wasm_epp_host::{HeaderMap, Host};
 
 /// The request's priority: the priority header's integer, else the priority of the objective
 /// an objective header names; `None` when neither says (the model's priority may apply).
@@ -22,20 +28,66 @@ pub fn session_value<'h>(headers: &'h HeaderMap, config: &FilterConfig) -> Optio
     std::iter::once(config.prefix.session_header.as_str()).chain(aliases).find_map(|name| headers.get(name))
 }
 
-/// The subset hint: the endpoints listed (`ip:port`, comma-separated), bounded by the pool's
-/// own bound; entries that are not literal addresses are skipped. `None` without the header.
-pub fn subset_hint(headers: &HeaderMap, config: &FilterConfig) -> Option<Vec<PodAddress>> {
+/// The subset hint: from Envoy's dynamic metadata when a filter before this one set it (the
+/// protocol's place, out of clients' reach), else from the subset header. `None`: no hint.
+/// A hint whose entries are all unreadable is an empty hint (503), never no hint: the gateway
+/// meant to restrict the pick, so it must not widen to the whole pool.
+pub fn subset_hint(host: &dyn Host, headers: &HeaderMap, config: &FilterConfig) -> Option<Vec<PodAddress>> {
+    metadata_subset(host, config).or_else(|| header_subset(headers, config))
+}
+
+/// The hint in the configured metadata namespace and key, if present.
+fn metadata_subset(host: &dyn Host, config: &FilterConfig) -> Option<Vec<PodAddress>> {
+    let models = &config.models;
+    if models.subset_metadata_namespace.is_empty() {
+        return None;
+    }
+    let path = ["metadata", "filter_metadata", &models.subset_metadata_namespace, &models.subset_metadata_key];
+    match host.property(&path) {
+        Ok(Some(value)) => Some(parse_metadata_subset(&value)),
+        Ok(None) => None,
+        Err(error) => {
+            log::warn!("wasm-epp: subset hint metadata unreadable, no pod allowed: {error}");
+            Some(Vec::new())
+        }
+    }
+}
+
+/// A metadata value: a list (the ABI's pair map, elements as names) or one comma-separated
+/// string. Text never parses as a pair map: its first four bytes, read as the map's count,
+/// are far above any count the parser accepts.
+pub fn parse_metadata_subset(value: &[u8]) -> Vec<PodAddress> {
+    if let Some(list) = HeaderMap::parse(value) {
+        return list
+            .iter()
+            .take(MAX_PODS)
+            .filter_map(|(entry, _)| std::str::from_utf8(entry).ok())
+            .filter_map(|entry| PodAddress::parse(entry.trim()).ok())
+            .collect();
+    }
+    std::str::from_utf8(value).map_or_else(|_| Vec::new(), parse_list)
+}
+
+/// The hint in the subset header (`ip:port`, comma-separated), if present.
+fn header_subset(headers: &HeaderMap, config: &FilterConfig) -> Option<Vec<PodAddress>> {
     let name = config.models.subset_header.as_str();
     if name.is_empty() {
         return None;
     }
-    let value = headers.get_text(name)?;
-    Some(value.split(',').take(MAX_PODS).filter_map(|entry| PodAddress::parse(entry.trim()).ok()).collect())
+    headers.get_text(name).map(parse_list)
+}
+
+/// Endpoints listed `ip:port`, comma-separated, bounded by the pool's own bound; entries
+/// that are not literal addresses are skipped.
+fn parse_list(value: &str) -> Vec<PodAddress> {
+    value.split(',').take(MAX_PODS).filter_map(|entry| PodAddress::parse(entry.trim()).ok()).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wasm_epp_host::headers::serialize;
+    use wasm_epp_host::MockHost;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         HeaderMap::from_pairs(pairs)
@@ -57,9 +109,49 @@ mod tests {
         let config = FilterConfig::default();
         let token = headers(&[("x-session-token", "abc")]);
         assert_eq!(session_value(&token, &config), Some(&b"abc"[..]));
+        let host = MockHost::new();
         let hint = headers(&[("x-gateway-destination-endpoint-subset", "10.0.0.1:80, bad, 10.0.0.2:80")]);
-        let subset = subset_hint(&hint, &config).unwrap();
+        let subset = subset_hint(&host, &hint, &config).unwrap();
         assert_eq!(subset.len(), 2);
-        assert!(subset_hint(&headers(&[]), &config).is_none());
+        assert!(subset_hint(&host, &headers(&[]), &config).is_none());
+    }
+
+    const METADATA_PATH: &str =
+        "metadata\0filter_metadata\0envoy.lb.subset_hint\0x-gateway-destination-endpoint-subset";
+
+    fn with_metadata(value: &[u8]) -> MockHost {
+        let host = MockHost::new();
+        host.properties.borrow_mut().insert(METADATA_PATH.into(), value.to_vec());
+        host
+    }
+
+    fn addresses(list: &[PodAddress]) -> Vec<&str> {
+        list.iter().map(PodAddress::as_str).collect()
+    }
+
+    #[test]
+    fn the_metadata_hint_is_read_as_a_list_or_a_string_and_wins_over_the_header() {
+        let config = FilterConfig::default();
+        let header = headers(&[("x-gateway-destination-endpoint-subset", "10.0.0.9:80")]);
+        // A list, as Envoy serializes a `ListValue`: each element a name with an empty value.
+        let list = with_metadata(&serialize(&[("10.0.0.1:80", ""), ("10.0.0.2:80", "")]));
+        let subset = subset_hint(&list, &header, &config).unwrap();
+        assert_eq!(addresses(&subset), ["10.0.0.1:80", "10.0.0.2:80"], "the metadata wins over the header");
+        let text = with_metadata(b"10.0.0.3:80,10.0.0.4:80");
+        assert_eq!(addresses(&subset_hint(&text, &headers(&[]), &config).unwrap()), ["10.0.0.3:80", "10.0.0.4:80"]);
+        let mut off = FilterConfig::default();
+        off.models.subset_metadata_namespace.clear();
+        assert_eq!(addresses(&subset_hint(&list, &header, &off).unwrap()), ["10.0.0.9:80"], "metadata off: header");
+    }
+
+    #[test]
+    fn an_unreadable_metadata_hint_allows_no_pod_rather_than_every_pod() {
+        let config = FilterConfig::default();
+        // A number (Envoy serializes a double as its 8 bytes) and an empty list.
+        for value in [&1.5f64.to_le_bytes()[..], &serialize(&[])[..]] {
+            let subset = subset_hint(&with_metadata(value), &headers(&[]), &config);
+            assert_eq!(subset.as_deref(), Some(&[][..]), "{value:?}");
+        }
+        assert!(parse_metadata_subset(&[0xff, 0xfe]).is_empty());
     }
 }

@@ -132,7 +132,7 @@ impl RequestStream {
         self.priority = crate::protocol::header_priority(&headers, config);
         self.sheddable = self.priority.is_some_and(|p| p < 0);
         self.session = crate::protocol::session_value(&headers, config).map(|id| session_key(trim_bytes(id)));
-        self.subset = crate::protocol::subset_hint(&headers, config);
+        self.subset = crate::protocol::subset_hint(host, &headers, config);
         self.endpoint = Endpoint::from_path(path);
         if config.flow_control.enabled {
             self.flow_class = Some(crate::flow::RequestClass::from_headers(config, &headers, self.priority));
@@ -195,13 +195,15 @@ impl RequestStream {
         parsing.end();
         match parsed {
             Ok(request) => {
-                let Some(class) = self.flow_class else { return self.route_model(host, &request, body.len()) };
-                let priority = class.priority(&self.worker.config, request.model.as_deref());
+                let target = crate::rewrite::draw_target(&self.worker, request.model.as_deref());
+                let Some(class) = self.flow_class else { return self.route_model(host, &request, &body, target) };
+                let model = target.as_deref().or(request.model.as_deref());
+                let priority = class.priority(&self.worker.config, model);
                 if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
-                    return self.route_model(host, &request, body.len());
+                    return self.route_model(host, &request, &body, target);
                 }
                 drop(request);
-                self.hold(host, priority, class.flow, body)
+                self.hold(host, priority, class.flow, body, target)
             }
             Err(error) => {
                 self.worker.stats.increment(self.worker.stats.body_invalid);
@@ -299,7 +301,8 @@ impl RequestStream {
     }
 
     /// Holds the request in the wait queue (flow control): paused until released.
-    fn hold(&mut self, host: &dyn Host, priority: i32, flow: u64, body: Vec<u8>) -> Step {
+    /// It keeps what routing it needs: its rewrite target and the gateway's subset hint.
+    fn hold(&mut self, host: &dyn Host, priority: i32, flow: u64, body: Vec<u8>, target: Option<String>) -> Step {
         self.finish_buffering();
         self.decided = true;
         let held = Rc::new(crate::flow::Held {
@@ -307,6 +310,8 @@ impl RequestStream {
             body,
             endpoint: self.endpoint,
             session: self.session,
+            target,
+            subset: self.subset.take(),
             fate: std::cell::RefCell::new(crate::flow::Fate::Waiting),
         });
         if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, flow) {
@@ -346,24 +351,24 @@ impl RequestStream {
         self.route_as(host, request, None)
     }
 
-    /// Routes a parsed request as the model it names, or as its rewrite target (the body's
+    /// Routes a parsed request as the model it names, or as its rewrite `target` (the body's
     /// `model` replaced once the pod is chosen); the model's priority applies when no header
     /// set one.
-    fn route_model(&mut self, host: &dyn Host, request: &InferenceRequest<'_>, body_size: usize) -> Step {
+    fn route_model(
+        &mut self,
+        host: &dyn Host,
+        request: &InferenceRequest<'_>,
+        body: &[u8],
+        target: Option<String>,
+    ) -> Step {
         let models = &self.worker.config.models;
-        let asked = request.model.as_deref();
-        let target = asked.and_then(|name| models.rewrite(name)).and_then(|rule| {
-            let mut random = self.worker.random.try_borrow_mut().ok()?;
-            rule.target(|total| random.below(total)).map(str::to_owned)
-        });
-        let model = target.as_deref().or(asked);
+        let model = target.as_deref().or(request.model.as_deref());
         if self.priority.is_none() {
             self.sheddable = model.and_then(|m| models.priorities.get(m)).is_some_and(|&p| p < 0);
         }
         let step = self.route_as(host, Some(request), model);
         if let (Some(target), Some(_)) = (&target, &self.routed_to) {
-            self.worker.stats.increment(self.worker.stats.model_rewritten);
-            crate::rewrite::replace_model(host, target, body_size);
+            crate::rewrite::replace_model(&self.worker, host, body, target);
         }
         step
     }

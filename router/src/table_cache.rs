@@ -5,6 +5,7 @@
 //! tiny shared-data read; the table itself is copied and decoded once per publish.
 
 use picker::keys;
+use picker::models::demand::AdapterDemand;
 use picker::models::index::ModelIndex;
 use picker::pod_table::{decode_version, PodTable};
 use picker::store::SharedStore;
@@ -15,6 +16,8 @@ pub struct TableCache {
     table: Option<PodTable>,
     /// Which pods serve each model, built once per table (decisions look their model up).
     models: ModelIndex,
+    /// The models this worker routed lately (which adapters free slots are kept for).
+    demand: AdapterDemand,
     /// A table arrived whose pod list the prefix index has not been trimmed to yet.
     pods_changed: bool,
     /// The pool service's last heartbeat (host ms); `None` if it never wrote one.
@@ -57,7 +60,8 @@ impl TableCache {
                         && old.pods.iter().zip(&table.pods).all(|(a, b)| a.address == b.address)
                 });
                 self.pods_changed |= self.table.is_some() && !same_pods;
-                self.models = ModelIndex::build(&table);
+                let now = table.published_at_ms;
+                self.models = ModelIndex::build(&table, &|name| self.demand.wanted(name, now));
                 self.table = Some(table);
                 Refresh::Updated
             }
@@ -69,8 +73,9 @@ impl TableCache {
         self.table.as_ref()
     }
 
-    /// A request for `model` went to table pod `pod` (see `ModelIndex::note_routed`).
-    pub fn note_routed(&mut self, model: &str, pod: usize) {
+    /// A request for `model` went to table pod `pod` at `now_ms` (see `ModelIndex::note_routed`).
+    pub fn note_routed(&mut self, model: &str, pod: usize, now_ms: u64) {
+        self.demand.note(model, now_ms);
         if let Ok(pod) = u32::try_from(pod) {
             self.models.note_routed(model, pod);
         }

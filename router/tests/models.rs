@@ -3,31 +3,8 @@
 
 mod common;
 
-use common::{Bench, COMPLETIONS};
-use picker::address::PodAddress;
-use picker::keys;
-use picker::pod_table::{encode_version, PodState, PodTable};
-use wasm_epp_host::{Host, SharedStore};
+use common::{publish_models, Bench, COMPLETIONS};
 use wasm_epp_router::Step;
-
-/// Publishes pods as `(address, base model, adapters, waiting)`.
-#[allow(clippy::unwrap_used)] // Test support: a failed unwrap is a failed test.
-fn publish_models(bench: &Bench, pods: &[(&str, &str, &[&str], f64)]) {
-    let now = bench.host.now_ms();
-    let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
-    for (address, base, adapters, waiting) in pods {
-        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
-        pod.healthy = true;
-        pod.waiting = *waiting;
-        pod.last_success_ms = now;
-        pod.models = vec![base.to_string()];
-        pod.adapters = adapters.iter().map(|a| a.to_string()).collect();
-        table.pods.push(pod);
-    }
-    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
-    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(1), None).unwrap();
-    bench.heartbeat();
-}
 
 fn body(model: &str) -> String {
     format!(r#"{{"model":"{model}","prompt":"hello","max_tokens":4}}"#)

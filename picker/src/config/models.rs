@@ -12,6 +12,9 @@ use crate::models::rewrite::{ModelRewrite, MAX_REWRITES};
 pub const MAX_HEADER_ALIASES: usize = 8;
 /// Priority entries (models plus objectives) at most.
 pub const MAX_PRIORITY_ENTRIES: usize = 1024;
+/// Longest metadata namespace or key read for the subset hint (Envoy's filter names and
+/// the protocol's key are a few dozen bytes).
+pub const MAX_METADATA_NAME_BYTES: usize = 256;
 
 /// What to do with a request whose `model` no pod serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -41,6 +44,11 @@ pub struct ModelsConfig {
     /// Request header listing the endpoints (`ip:port`, comma-separated) the gateway allows;
     /// the pick is made among them only, 503 when none is a pool member.
     pub subset_header: String,
+    /// Namespace of Envoy's dynamic metadata holding the subset hint (set by a filter before
+    /// this one); empty = not read. When present it wins over the header.
+    pub subset_metadata_namespace: String,
+    /// Key of the subset hint in that namespace: a list of `ip:port` (or one comma-separated string).
+    pub subset_metadata_key: String,
     /// Response header the plugin writes with the endpoint that answered (after retries);
     /// empty = off, the default: the shipped Envoy configurations have Envoy write
     /// `x-gateway-destination-endpoint-served` itself, at no cost to the request path (the
@@ -58,6 +66,8 @@ impl Default for ModelsConfig {
             objective_headers: vec!["x-llm-d-inference-objective".into(), "x-gateway-inference-objective".into()],
             session_header_aliases: vec!["x-session-token".into()],
             subset_header: "x-gateway-destination-endpoint-subset".into(),
+            subset_metadata_namespace: "envoy.lb.subset_hint".into(),
+            subset_metadata_key: "x-gateway-destination-endpoint-subset".into(),
             served_endpoint_header: String::new(),
         }
     }
@@ -95,6 +105,17 @@ impl ModelsConfig {
                 return Err(format!("models.{field} '{header}' must be a lower-case header name"));
             }
         }
+        for (field, name) in [
+            ("subset_metadata_namespace", &self.subset_metadata_namespace),
+            ("subset_metadata_key", &self.subset_metadata_key),
+        ] {
+            if name.len() > MAX_METADATA_NAME_BYTES || name.contains('\0') {
+                return Err(format!("models.{field}: at most {MAX_METADATA_NAME_BYTES} bytes, no NUL"));
+            }
+        }
+        if !self.subset_metadata_namespace.is_empty() && self.subset_metadata_key.is_empty() {
+            return Err("models.subset_metadata_key: needed when subset_metadata_namespace is set".into());
+        }
         Ok(())
     }
 
@@ -124,5 +145,9 @@ mod tests {
         assert!(twice.validate().unwrap_err().contains("twice"));
         let bad: ModelsConfig = parse_json(br#"{"subset_header":"Bad Header"}"#).unwrap();
         assert!(bad.validate().is_err());
+        let no_key: ModelsConfig = parse_json(br#"{"subset_metadata_key":""}"#).unwrap();
+        assert!(no_key.validate().unwrap_err().contains("subset_metadata_key"));
+        let off: ModelsConfig = parse_json(br#"{"subset_metadata_namespace":"","subset_metadata_key":""}"#).unwrap();
+        off.validate().unwrap();
     }
 }

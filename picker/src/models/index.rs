@@ -9,65 +9,123 @@
 
 use hashbrown::HashMap;
 
-use super::affinity::{free_slots, tier};
+use super::affinity::{free_slots, tiers, weight, Server};
 use crate::pod_table::PodTable;
+
+/// One pod serving a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Entry {
+    /// The pod's index in the table.
+    pod: u32,
+    /// The model is on it already: its base model, or an adapter resident, running or waiting.
+    on_pod: bool,
+    /// The name is an adapter there (base models have no slots and no tiers).
+    adapter: bool,
+}
+
+/// The pods serving one name.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Served {
+    /// In table order, once per pod.
+    entries: Vec<Entry>,
+    /// Counted in `homeless_wanted`: an adapter in demand that is on no pod.
+    homeless_wanted: bool,
+}
 
 /// Model name → the pods that serve it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelIndex {
-    /// (pod's index in the table, whether the model is on it already: its base model, or an
-    /// adapter resident, running or waiting there), in table order.
-    by_name: HashMap<String, Vec<(u32, bool)>>,
+    by_name: HashMap<String, Served>,
     /// Adapter slots free per pod; `u32::MAX` when the pod does not report `max_loras`.
     free_slots: Vec<u32>,
+    /// Each pod's address hashed (rendezvous weights of adapter and pod).
+    pod_keys: Vec<u64>,
     /// Pods that name no model at all (they may serve anything).
     silent: Vec<u32>,
+    /// Free adapter slots on the pods that hold adapters; `None` if one of them does not
+    /// report `max_loras` (no slot is then known to be scarce).
+    free_total: Option<i64>,
+    /// Adapters in demand that are on no pod.
+    homeless_wanted: i64,
 }
 
 impl ModelIndex {
-    pub fn build(table: &PodTable) -> Self {
-        let mut index = Self::default();
+    /// Builds the index of `table`; `wanted` says which adapters are in demand.
+    pub fn build(table: &PodTable, wanted: &dyn Fn(&str) -> bool) -> Self {
+        let mut index = Self { free_total: Some(0), ..Self::default() };
         for (i, pod) in table.pods.iter().enumerate() {
             let Ok(i) = u32::try_from(i) else { break };
-            index.free_slots.push(free_slots(pod));
+            let free = free_slots(pod);
+            index.free_slots.push(free);
+            index.pod_keys.push(xxhash_rust::xxh3::xxh3_64(pod.address.as_str().as_bytes()));
             let adapters = [&pod.adapters, &pod.running_loras, &pod.waiting_loras, &pod.resident_loras];
             if pod.models.is_empty() && adapters.iter().all(|list| list.is_empty()) {
                 index.silent.push(i);
                 continue;
             }
+            if adapters.iter().any(|list| !list.is_empty()) {
+                index.free_total =
+                    index.free_total.zip((free != u32::MAX).then_some(i64::from(free))).map(|(a, b)| a + b);
+            }
             for name in &pod.models {
-                index.add(name, i, true);
+                index.add(name, Entry { pod: i, on_pod: true, adapter: false });
             }
             let on_pod = [&pod.running_loras, &pod.waiting_loras, &pod.resident_loras];
             for name in adapters.into_iter().flatten() {
                 if !pod.models.contains(name) {
-                    index.add(name, i, on_pod.iter().any(|list| list.contains(name)));
+                    index.add(
+                        name,
+                        Entry { pod: i, on_pod: on_pod.iter().any(|list| list.contains(name)), adapter: true },
+                    );
                 }
             }
+        }
+        for (name, served) in &mut index.by_name {
+            let homeless = served.entries.iter().any(|e| e.adapter) && !served.entries.iter().any(|e| e.on_pod);
+            served.homeless_wanted = homeless && wanted(name);
+            index.homeless_wanted += i64::from(served.homeless_wanted);
         }
         index
     }
 
-    /// Adds (pod, on it) under `name` once per pod (pods are added in order, so the last entry
-    /// is the only one that can be this pod's; adapters on the pod are listed first).
-    fn add(&mut self, name: &str, pod: u32, on_pod: bool) {
-        let servers = match self.by_name.get_mut(name) {
-            Some(servers) => servers,
+    /// Adds `entry` under `name` once per pod (pods are added in order, so the last entry is
+    /// the only one that can be this pod's; adapters on the pod are listed first).
+    fn add(&mut self, name: &str, entry: Entry) {
+        let served = match self.by_name.get_mut(name) {
+            Some(served) => served,
             None => self.by_name.entry(name.to_owned()).or_default(),
         };
-        match servers.last_mut() {
-            Some((last, resident)) if *last == pod => *resident |= on_pod,
-            _ => servers.push((pod, on_pod)),
+        match served.entries.last_mut() {
+            Some(last) if last.pod == entry.pod => last.on_pod |= entry.on_pod,
+            _ => served.entries.push(entry),
         }
     }
 
+    /// Whether every free adapter slot is wanted by an adapter in demand that is on no pod.
+    pub fn tight(&self) -> bool {
+        self.free_total.is_some_and(|free| free <= self.homeless_wanted)
+    }
+
     /// The pods serving `model` with their LoRA tiers (0 for a base model), in table order.
-    pub fn servers<'a>(&'a self, model: &str) -> Option<impl Iterator<Item = (u32, u8)> + 'a> {
-        let servers = self.by_name.get(model)?;
-        Some(servers.iter().map(|&(pod, on_pod)| {
-            let free = self.free_slots.get(pod as usize).copied().unwrap_or(u32::MAX);
-            (pod, tier(on_pod, free))
-        }))
+    pub fn servers(&self, model: &str) -> Option<Vec<(u32, u8)>> {
+        let served = self.by_name.get(model)?;
+        let model_key = xxhash_rust::xxh3::xxh3_64(model.as_bytes());
+        let adapter_servers: Vec<Server> = (served.entries.iter().filter(|e| e.adapter))
+            .map(|e| Server {
+                on_pod: e.on_pod,
+                free_slots: self.free_slots.get(e.pod as usize).copied().unwrap_or(u32::MAX),
+                weight: weight(model_key, self.pod_keys.get(e.pod as usize).copied().unwrap_or(0)),
+            })
+            .collect();
+        let mut adapter_tiers = tiers(&adapter_servers, self.tight()).into_iter();
+        // Adapter entries take their tiers in order; base-model entries are tier 0.
+        Some(
+            served
+                .entries
+                .iter()
+                .map(|e| (e.pod, if e.adapter { adapter_tiers.next().unwrap_or(0) } else { 0 }))
+                .collect(),
+        )
     }
 
     /// Whether any pod serves `model`.
@@ -79,13 +137,18 @@ impl ModelIndex {
     /// way onto that GPU, taking a slot, so the next requests see it resident there before the
     /// next scrape says so (without this, a burst spreads one adapter over every pod holding it).
     pub fn note_routed(&mut self, model: &str, pod: u32) {
-        let servers = self.by_name.get_mut(model).into_iter().flatten();
-        let Some(entry) = servers.into_iter().find(|(index, _)| *index == pod) else { return };
-        if !entry.1 {
-            entry.1 = true;
-            if let Some(free) = self.free_slots.get_mut(pod as usize).filter(|free| **free != u32::MAX) {
-                *free = free.saturating_sub(1);
-            }
+        let Some(served) = self.by_name.get_mut(model) else { return };
+        let Some(entry) = served.entries.iter_mut().find(|e| e.pod == pod) else { return };
+        if entry.on_pod {
+            return;
+        }
+        entry.on_pod = true;
+        if std::mem::take(&mut served.homeless_wanted) {
+            self.homeless_wanted -= 1;
+        }
+        if let Some(free) = self.free_slots.get_mut(pod as usize).filter(|free| **free != u32::MAX && **free > 0) {
+            *free -= 1;
+            self.free_total = self.free_total.map(|total| total - 1);
         }
     }
 
@@ -99,6 +162,7 @@ impl ModelIndex {
 mod tests {
     use super::*;
     use crate::address::PodAddress;
+    use crate::models::affinity::{TIER_FREE_SLOT, TIER_RESIDENT, TIER_RESIDENT_COPY, TIER_SWAP};
     use crate::pod_table::PodState;
 
     #[test]
@@ -111,18 +175,55 @@ mod tests {
         a.max_loras = 1;
         let silent = PodState::unknown(&PodAddress::parse("10.0.0.2:80").unwrap());
         let table = PodTable { pods: vec![a, silent], ..PodTable::default() };
-        let index = ModelIndex::build(&table);
-        let servers = |index: &ModelIndex, name: &str| index.servers(name).map(|s| s.collect::<Vec<_>>());
-        assert_eq!(servers(&index, "base"), Some(vec![(0, 0)]));
-        assert_eq!(servers(&index, "x"), Some(vec![(0, 0)]), "resident, listed once though named thrice");
-        assert_eq!(servers(&index, "y"), Some(vec![(0, 2)]), "its one slot is taken");
-        assert_eq!(servers(&index, "z"), None);
+        let mut index = ModelIndex::build(&table, &|_| true);
+        assert_eq!(index.servers("base"), Some(vec![(0, 0)]));
+        assert_eq!(index.servers("x"), Some(vec![(0, TIER_RESIDENT)]), "resident, listed once though named thrice");
+        assert_eq!(index.servers("y"), Some(vec![(0, TIER_SWAP)]), "its one slot is taken");
+        assert_eq!(index.servers("z"), None);
         assert_eq!(index.silent(), [1]);
-        let mut index = index;
         index.free_slots[0] = 1;
-        assert_eq!(servers(&index, "y"), Some(vec![(0, 1)]));
+        assert_eq!(index.servers("y"), Some(vec![(0, TIER_FREE_SLOT)]));
         index.note_routed("y", 0);
-        assert_eq!(servers(&index, "y"), Some(vec![(0, 0)]), "sent there: resident from now on");
+        assert_eq!(index.servers("y"), Some(vec![(0, TIER_RESIDENT)]), "sent there: resident from now on");
         assert_eq!(index.free_slots[0], 0, "and it took the free slot");
+    }
+
+    /// Two pods serving `hot` and `cold`, one slot each, `hot` on both (a copy too many).
+    fn two_copies() -> PodTable {
+        let pods = ["10.0.0.1:80", "10.0.0.2:80"].map(|address| {
+            let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+            pod.models = vec!["base".into()];
+            pod.adapters = vec!["hot".into(), "cold".into()];
+            pod.resident_loras = vec!["hot".into()];
+            pod.max_loras = 1;
+            pod
+        });
+        PodTable { pods: pods.to_vec(), ..PodTable::default() }
+    }
+
+    #[test]
+    fn when_an_adapter_in_demand_has_no_home_the_other_keeps_one_home() {
+        let index = ModelIndex::build(&two_copies(), &|name| name == "cold");
+        assert!(index.tight());
+        let mut tiers: Vec<u8> = index.servers("hot").unwrap().into_iter().map(|(_, tier)| tier).collect();
+        tiers.sort_unstable();
+        assert_eq!(tiers, [TIER_RESIDENT, TIER_RESIDENT_COPY], "one home; the copy ages out for `cold`");
+        assert_eq!(index.servers("base"), Some(vec![(0, 0), (1, 0)]), "base models are never consolidated");
+    }
+
+    #[test]
+    fn with_a_free_slot_to_spare_every_copy_is_home() {
+        let mut table = two_copies();
+        for pod in &mut table.pods {
+            pod.max_loras = 2;
+        }
+        let index = ModelIndex::build(&table, &|name| name == "cold");
+        assert!(!index.tight(), "2 free slots, 1 adapter without a home");
+        assert_eq!(index.servers("hot"), Some(vec![(0, TIER_RESIDENT), (1, TIER_RESIDENT)]));
+        let mut index = index;
+        index.note_routed("cold", 0);
+        assert!(!index.tight(), "placing the homeless adapter uses the slot kept for it");
+        index.note_routed("cold", 1);
+        assert!(index.tight(), "a second copy took the last free slot");
     }
 }

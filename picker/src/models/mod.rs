@@ -6,11 +6,13 @@
 //! at; `vllm:lora_requests_info` names those running or waiting). [`residency`] reads the
 //! metrics, [`catalog`] reads `/v1/models` (fetched on [`catalog_poll`]'s slower schedule),
 //! [`index`] maps each name to the pods serving it (once per published table), [`affinity`]
-//! ranks pods for an adapter, and [`rewrite`] maps a public model name onto weighted targets.
+//! ranks pods for an adapter (with [`demand`]: which adapters were asked for lately), and
+//! [`rewrite`] maps a public model name onto weighted targets.
 
 pub mod affinity;
 pub mod catalog;
 pub mod catalog_poll;
+pub mod demand;
 pub mod index;
 pub mod residency;
 pub mod rewrite;

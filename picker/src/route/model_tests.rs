@@ -99,3 +99,34 @@ fn a_saturated_holder_keeps_its_adapter_rather_than_making_another_pod_evict_one
         assert_eq!(choose_for(&pool, ask("a")).unwrap().address.as_str(), "10.0.0.1:80", "queue, do not swap");
     }
 }
+
+#[test]
+fn in_a_tight_pool_a_saturated_holder_keeps_its_adapter_and_leaves_the_free_slot_to_another() {
+    // One free slot in the pool, and `b` (in demand: every adapter is, without history) on no pod.
+    let mut holder = pod("10.0.0.1:80", "base", &["a", "b"], &["a"], 1_000.0);
+    holder.max_loras = 1;
+    let mut free = pod("10.0.0.2:80", "base", &["a", "b"], &[], 0.0);
+    free.max_loras = 1;
+    let pool = table(vec![holder, free]);
+    for _ in 0..20 {
+        assert_eq!(choose_for(&pool, ask("a")).unwrap().address.as_str(), "10.0.0.1:80", "the slot is b's");
+        assert_eq!(choose_for(&pool, ask("b")).unwrap().address.as_str(), "10.0.0.2:80");
+    }
+}
+
+#[test]
+fn a_cold_adapter_goes_to_the_same_free_slot_whatever_the_load() {
+    let placed = |waiting: [f64; 3]| {
+        let pool = table(vec![
+            pod("10.0.0.1:80", "base", &["a", "x"], &["x"], waiting[0]),
+            pod("10.0.0.2:80", "base", &["a", "y"], &["y"], waiting[1]),
+            pod("10.0.0.3:80", "base", &["a", "z"], &["z"], waiting[2]),
+        ]);
+        choose_for(&pool, ask("a")).unwrap().address
+    };
+    // Every worker and replica places it alike (as long as that pod's queue is not full).
+    let first = placed([0.0, 0.0, 0.0]);
+    for waiting in [[3.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 3.0]] {
+        assert_eq!(placed(waiting), first, "{waiting:?}");
+    }
+}

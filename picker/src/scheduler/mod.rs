@@ -24,7 +24,7 @@ pub use candidates::{Candidate, ColdPlacement, LearningPolicy, Policy};
 pub use scorers::{InflightScorer, KvCacheScorer, PrefixScorer, QueueScorer, Scorer, TtftScorer};
 
 use crate::config::ScorerWeights;
-use crate::models::affinity::{TIER_RESIDENT, TIER_SWAP};
+use crate::models::affinity::{TIER_RESIDENT_COPY, TIER_SWAP};
 use crate::random::TieBreaker;
 
 /// Scores within this distance of the best count as a tie.
@@ -81,13 +81,17 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         (true, Some(_)) => usable.clone(),
         (false, _) => open,
     };
-    // LoRA affinity: the best adapter tier among pods that can take the request. A hot
-    // adapter spreads to a free adapter slot once its pods' queues are full, but never to a
-    // pod that must evict another adapter while a pod holding it exists: it queues there
-    // (load decides among those), since a swap costs a load now and another one later.
+    // LoRA affinity (`models::affinity`): the best adapter tier among pods that can take the
+    // request. A hot adapter goes to a copy or a free adapter slot once its home's queue is
+    // full, but never to a pod that must evict another adapter (now, or later: a tight pool's
+    // free slot) while a pod holding it exists: it queues there (load decides among those),
+    // since a swap costs a load now and another one later.
     let best_tier = open.iter().filter_map(|&i| candidates.get(i)).map(|c| c.lora_tier).min().unwrap_or(0);
-    let held_by: Vec<usize> =
-        usable.iter().copied().filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier == TIER_RESIDENT)).collect();
+    let held_by: Vec<usize> = usable
+        .iter()
+        .copied()
+        .filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier <= TIER_RESIDENT_COPY))
+        .collect();
     if best_tier >= TIER_SWAP && !held_by.is_empty() {
         return Filtered { indices: held_by, fail_open: false, pool_busy: true, affinity: true };
     }

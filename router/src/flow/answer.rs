@@ -23,6 +23,7 @@ fn reply_for(reason: DropReason) -> (u32, &'static str, &'static str) {
         DropReason::Evicted => (429, "evicted-for-higher-priority", "sheddable request evicted for a higher priority"),
         DropReason::ClientGone => (499, "client-gone", "the client went away"),
         DropReason::NoRoute => (503, "rejected-no-route", "no inference pod available at release"),
+        DropReason::NoEndpoints => (503, "rejected-no-endpoints", "no pool member in the endpoint subset"),
     }
 }
 

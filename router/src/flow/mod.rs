@@ -9,7 +9,8 @@
 //! 3. [`release`] (from the root's tick, fast while anything waits, and when a request of
 //!    this worker ends): expired requests answered 429 (503 with no pod at all); then, while
 //!    the pool has room, the next request in release order is routed by the picker as of
-//!    now (so it still gets prefix affinity) and its stream resumed.
+//!    now (so it still gets prefix affinity), as its rewrite target and within its subset
+//!    hint, and its stream resumed.
 //! 4. The stream's end removes it from the queue at once if it was still waiting.
 
 pub mod answer;
@@ -61,13 +62,18 @@ pub enum Fate {
 }
 
 /// A request held in the queue: what routing it at release needs (its body is kept: the
-/// prompt is hashed at release time, against the prefix index as it is then).
+/// prompt is hashed at release time, against the prefix index as it is then). It is routed
+/// as a request routed at once would be: as its rewrite target, within its subset hint.
 #[derive(Debug)]
 pub struct Held {
     pub context_id: u32,
     pub body: Vec<u8>,
     pub endpoint: Endpoint,
     pub session: Option<u64>,
+    /// The rewrite target drawn when it arrived (its body's `model` is replaced at release).
+    pub target: Option<String>,
+    /// The gateway's subset hint (`None`: no hint).
+    pub subset: Option<Vec<PodAddress>>,
     pub fate: RefCell<Fate>,
 }
 

@@ -18,7 +18,7 @@ use super::queue::{Admission, Entry, Left};
 use super::saturation::{pool_room, PoolRoom};
 use super::stats::DropReason;
 use super::{Fate, Held};
-use crate::decision::{decide, Outcome, Prompt};
+use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::worker::Worker;
 
 /// What the stream does with a request whose body has been read.
@@ -206,16 +206,15 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         return;
     }
     let request = parse_request(&held.body, held.endpoint).ok();
-    // The request's own model still filters the pods; a rewrite or a subset hint is not
-    // applied to a request that waited (docs/configuration.md, "Flow control").
-    let model = request.as_ref().and_then(|r| r.model.as_deref());
+    // The same model and subset as had it been routed at once (`RequestStream::route_model`).
+    let model = held.target.as_deref().or_else(|| request.as_ref().and_then(|r| r.model.as_deref()));
     let prompt = Prompt {
         request: request.as_ref(),
         endpoint: held.endpoint,
         session: held.session,
         sheddable: false,
         model,
-        subset: None,
+        subset: held.subset.as_deref(),
         slo_ttft_ms: None,
     };
     match decide(worker, host, &prompt) {
@@ -231,12 +230,18 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
                 answer(worker, host, left, DropReason::NoRoute, true);
                 return;
             }
+            if let Some(target) = &held.target {
+                // The stream's headers and buffered body are still held: both can change.
+                crate::rewrite::replace_model(worker, host, &held.body, target);
+            }
             *held.fate.borrow_mut() = Fate::Routed(address);
             worker.flow.stats.released_after(&worker.stats.metrics, now.saturating_sub(left.entry.enqueued_ms), slot);
             if let Err(error) = host.resume_request(held.context_id) {
                 log::warn!("wasm-epp: cannot resume a released request: {error}");
             }
         }
+        // The same reason as had it been routed at once.
+        Outcome::NoPod(NoPodReason::SubsetEmpty) => answer(worker, host, left, DropReason::NoEndpoints, true),
         Outcome::Shed | Outcome::NoPod(_) | Outcome::UnknownModel => {
             answer(worker, host, left, DropReason::NoRoute, true)
         }

@@ -26,6 +26,8 @@ pub enum DropReason {
     ClientGone,
     /// Released, but no pod could take it after all (503).
     NoRoute,
+    /// Released, but the gateway's subset hint names no pod that may take it (503).
+    NoEndpoints,
 }
 
 impl DropReason {
@@ -37,6 +39,7 @@ impl DropReason {
             Self::Evicted => "evicted",
             Self::ClientGone => "client_gone",
             Self::NoRoute => "no_route",
+            Self::NoEndpoints => "no_endpoints",
         }
     }
 }

@@ -114,3 +114,88 @@ fn the_answering_pod_is_reported_in_the_served_endpoint_header() {
         assert_eq!(served, reply.served_by(), "the header names the pod that answered");
     }
 }
+
+/// A Lua filter before the plugin sets the subset hint where the Endpoint Picker Protocol
+/// puts it, Envoy's dynamic metadata (namespace `envoy.lb.subset_hint`, a list of `ip:port`),
+/// from a test header, as a gateway would from its own view of the pool; from
+/// `x-test-subset-metadata-text` as one comma-separated string instead.
+fn subset_metadata_filter() -> serde_json::Value {
+    let lua = r#"
+local namespace, key = "envoy.lb.subset_hint", "x-gateway-destination-endpoint-subset"
+function envoy_on_request(handle)
+  local text = handle:headers():get("x-test-subset-metadata-text")
+  if text ~= nil then
+    handle:streamInfo():dynamicMetadata():set(namespace, key, text)
+  end
+  local hint = handle:headers():get("x-test-subset-metadata")
+  if hint == nil then return end
+  local list = {}
+  for entry in string.gmatch(hint, "[^,]+") do table.insert(list, entry) end
+  handle:streamInfo():dynamicMetadata():set(namespace, key, list)
+end
+"#;
+    serde_json::json!({"name": "envoy.filters.http.lua", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+        "default_source_code": {"inline_string": lua}}})
+}
+
+#[test]
+fn the_subset_hint_in_envoy_metadata_limits_the_pick_and_wins_over_the_header() {
+    let cluster = mixed_pool("models-subset-metadata", |options| {
+        options.filters_before_plugin.push(subset_metadata_filter());
+    });
+    let pods = cluster.pool();
+    let both = format!("{},{}", pods[1], pods[2]);
+    for i in 0..10 {
+        let only_two = [("x-test-subset-metadata", pods[2].as_str())];
+        assert_eq!(cluster.served_by_pool(&cluster.complete_model("qwen", &format!("m {i}"), &only_two)), pods[2]);
+        let against_header =
+            [("x-test-subset-metadata", pods[1].as_str()), ("x-gateway-destination-endpoint-subset", pods[2].as_str())];
+        let reply = cluster.complete_model("qwen", &format!("h {i}"), &against_header);
+        assert_eq!(cluster.served_by_pool(&reply), pods[1], "the metadata wins over the header");
+        let listed = [("x-test-subset-metadata", both.as_str())];
+        assert_ne!(cluster.served_by_pool(&cluster.complete_model("qwen", &format!("b {i}"), &listed)), pods[0]);
+        let text = [("x-test-subset-metadata-text", pods[1].as_str())];
+        assert_eq!(cluster.served_by_pool(&cluster.complete_model("qwen", &format!("t {i}"), &text)), pods[1]);
+    }
+    let outside = [("x-test-subset-metadata", "10.255.255.1:8000")];
+    let refused = cluster.complete_model("qwen", "none", &outside);
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.header("x-llm-d-request-dropped-reason"), Some("rejected-no-endpoints"));
+}
+
+#[test]
+fn a_request_held_by_flow_control_is_rewritten_and_kept_in_its_subset_when_released() {
+    let cluster = mixed_pool("models-flow", |options| {
+        // One worker (one queue), one request in flight per pod: three fill the pool.
+        options.concurrency = 1;
+        options.filters_before_plugin.push(subset_metadata_filter());
+        options.filter_config["fallback_destinations"] = serde_json::json!(0);
+        options.filter_config["flow_control"] =
+            serde_json::json!({"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 10000});
+        options.filter_config["models"] = serde_json::json!({"rewrites": [{"model": "legal-assistant",
+            "targets": [{"model": "legal-lora", "weight": 1}]}]});
+    });
+    let pods = cluster.pool();
+    for pod in &cluster.pods {
+        pod.set_faults(&serde_json::json!({"extra_latency_ms": 600})).unwrap();
+    }
+    let (cluster, pods) = (&cluster, &pods);
+    let (rewritten, hinted) = std::thread::scope(|scope| {
+        for (i, pod) in pods.iter().enumerate() {
+            let model = if i == 0 { "llama" } else { "qwen" };
+            scope.spawn(move || cluster.complete_model(model, "blocker", &[("x-test-subset-metadata", pod)]));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let rewritten = scope.spawn(|| cluster.complete_model("legal-assistant", "waits", &[]));
+        let hinted = scope.spawn(|| cluster.complete_model("qwen", "waits", &[("x-test-subset-metadata", &pods[1])]));
+        (rewritten.join().unwrap(), hinted.join().unwrap())
+    });
+    assert!(cluster.envoy.stat("wasm_epp_flow_released").unwrap_or(0.0) >= 2.0, "both waited in the queue");
+    assert_eq!(rewritten.status, 200, "{}", rewritten.body);
+    let body: serde_json::Value = serde_json::from_str(&rewritten.body).unwrap();
+    assert_eq!(body["model"], "legal-lora", "the pod was asked for the rewrite target");
+    assert_eq!(cluster.served_by_pool(&rewritten), pods[2], "the only pod with legal-lora");
+    assert_eq!((hinted.status, cluster.served_by_pool(&hinted)), (200, pods[1].clone()), "its hint");
+    assert_eq!(cluster.pods_stat("model_not_found"), 0);
+}

@@ -184,7 +184,7 @@ fn bench_models(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), S
     // Once per published table and worker (about 10 per second), not per decision.
     let table = bench_cost::native::adapter_table(64, 32)?;
     let mut build = || {
-        black_box(picker::models::index::ModelIndex::build(&table));
+        black_box(picker::models::index::ModelIndex::build(&table, &|_| true));
     };
     let allocations = allocations_of(&mut build);
     group.bench_function("model_index_build/64pods/32adapters", |b| b.iter(&mut build));

@@ -1,0 +1,92 @@
+//! A request held by flow control is routed at release as it would have been at once: as
+//! its rewrite target (the body rewritten then) and within its subset hint, from the header
+//! or from Envoy's metadata.
+
+mod common;
+
+use common::{publish_models, Bench, COMPLETIONS};
+use wasm_epp_host::headers::serialize;
+use wasm_epp_router::{RequestStream, Step};
+
+const QWEN_A: &str = "10.0.0.1:8000";
+const QWEN_B: &str = "10.0.0.2:8000";
+const QWEN_C: &str = "10.0.0.3:8000";
+
+/// One request in flight per pod at most: three requests fill the pool.
+const CONFIG: &str = r#"{"fallback_destinations": 0,
+    "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000},
+    "models": {"rewrites": [{"model": "public", "targets": [{"model": "sql-lora", "weight": 1}]}]}}"#;
+
+const METADATA_PATH: &str = "metadata\0filter_metadata\0envoy.lb.subset_hint\0x-gateway-destination-endpoint-subset";
+
+/// Sends a request for `model` on context `id`; `metadata`: a subset hint in Envoy's metadata
+/// (as a list), present only while its headers are read.
+fn send(bench: &Bench, id: u32, model: &str, headers: &[(&str, &str)], metadata: &[&str]) -> (RequestStream, Step) {
+    let mut all: Vec<(&str, &str)> = COMPLETIONS.to_vec();
+    all.extend_from_slice(headers);
+    let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4}}"#);
+    bench.host.set_request(&all, body.as_bytes());
+    if !metadata.is_empty() {
+        let list: Vec<(&str, &str)> = metadata.iter().map(|address| (*address, "")).collect();
+        bench.host.properties.borrow_mut().insert(METADATA_PATH.into(), serialize(&list));
+    }
+    let mut stream = RequestStream::for_context(bench.worker.clone(), id);
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    bench.host.properties.borrow_mut().remove(METADATA_PATH);
+    let step = stream.on_request_body(&bench.host, body.len(), true);
+    (stream, step)
+}
+
+fn destination(bench: &Bench) -> Option<String> {
+    bench.host.header("x-gateway-destination-endpoint")
+}
+
+/// Ends `stream` with the host showing no request, so what its end releases is seen alone.
+fn end(bench: &Bench, stream: &mut RequestStream) -> Vec<u32> {
+    bench.host.set_request(&[], b"");
+    stream.on_log(&bench.host);
+    std::mem::take(&mut *bench.host.resumed.borrow_mut())
+}
+
+#[test]
+fn a_released_request_is_rewritten_and_stays_within_its_subset_hint() {
+    let bench = Bench::new(CONFIG);
+    let pool: [(&str, &str, &[&str], f64); 3] =
+        [(QWEN_A, "qwen", &[], 0.0), (QWEN_B, "qwen", &["sql-lora"], 0.0), (QWEN_C, "qwen", &["sql-lora"], 0.0)];
+    publish_models(&bench, &pool);
+    let mut busy = Vec::new();
+    for (id, pod) in [(1, QWEN_A), (2, QWEN_B), (3, QWEN_C)] {
+        let (stream, step) = send(&bench, id, "qwen", &[("x-gateway-destination-endpoint-subset", pod)], &[]);
+        assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(pod)));
+        busy.push(stream);
+    }
+    let [mut busy_a, mut busy_b, mut busy_c] = <[RequestStream; 3]>::try_from(busy).ok().unwrap();
+
+    let (_public, step) = send(&bench, 10, "public", &[], &[]);
+    assert_eq!(step, Step::Pause, "held");
+    let (mut hinted, step) = send(&bench, 11, "qwen", &[], &[QWEN_C]);
+    assert_eq!(step, Step::Pause, "held, its metadata hint kept");
+    let (_outside, step) = send(&bench, 12, "qwen", &[("x-gateway-destination-endpoint-subset", "10.0.0.9:8000")], &[]);
+    assert_eq!(step, Step::Pause, "held, its header hint kept");
+
+    assert_eq!(end(&bench, &mut busy_b), [10], "B's place goes to the first in line");
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN_B), "routed as sql-lora, which A does not serve");
+    let sent: serde_json::Value = serde_json::from_slice(&bench.host.body.borrow()).unwrap();
+    assert_eq!(sent["model"], "sql-lora", "the released request's body carries its rewrite target");
+    assert_eq!(bench.host.header("content-length"), Some(bench.host.body.borrow().len().to_string()));
+    assert_eq!(bench.stat("wasm_epp.model_rewritten"), 1);
+
+    assert_eq!(end(&bench, &mut busy_a), [11], "A's place frees the next release");
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN_C), "its metadata hint allows pod C only, full or not");
+
+    bench.host.replies.borrow_mut().clear();
+    assert!(end(&bench, &mut busy_c).is_empty(), "released, but refused: no pod of its hint");
+    let replies = bench.host.replies.borrow();
+    let refused = replies.last().unwrap();
+    assert_eq!(refused.status, 503, "never routed outside the hint");
+    assert!(refused.headers.contains(&("x-llm-d-request-dropped-reason".into(), "rejected-no-endpoints".into())));
+    assert_eq!(bench.host.effective_context.get(), Some(12));
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.no_endpoints"), 1);
+    drop(replies);
+    end(&bench, &mut hinted);
+}
