@@ -106,7 +106,7 @@ mod tests {
 
     #[test]
     fn session_aliases_and_subsets_are_read() {
-        let config = FilterConfig::default();
+        let config = metadata_config();
         let token = headers(&[("x-session-token", "abc")]);
         assert_eq!(session_value(&token, &config), Some(&b"abc"[..]));
         let host = MockHost::new();
@@ -125,13 +125,20 @@ mod tests {
         host
     }
 
+    /// The defaults with the metadata hint read (off by default) from the protocol's namespace.
+    fn metadata_config() -> FilterConfig {
+        let mut config = FilterConfig::default();
+        config.models.subset_metadata_namespace = "envoy.lb.subset_hint".into();
+        config
+    }
+
     fn addresses(list: &[PodAddress]) -> Vec<&str> {
         list.iter().map(PodAddress::as_str).collect()
     }
 
     #[test]
     fn the_metadata_hint_is_read_as_a_list_or_a_string_and_wins_over_the_header() {
-        let config = FilterConfig::default();
+        let config = metadata_config();
         let header = headers(&[("x-gateway-destination-endpoint-subset", "10.0.0.9:80")]);
         // A list, as Envoy serializes a `ListValue`: each element a name with an empty value.
         let list = with_metadata(&serialize(&[("10.0.0.1:80", ""), ("10.0.0.2:80", "")]));
@@ -139,14 +146,14 @@ mod tests {
         assert_eq!(addresses(&subset), ["10.0.0.1:80", "10.0.0.2:80"], "the metadata wins over the header");
         let text = with_metadata(b"10.0.0.3:80,10.0.0.4:80");
         assert_eq!(addresses(&subset_hint(&text, &headers(&[]), &config).unwrap()), ["10.0.0.3:80", "10.0.0.4:80"]);
-        let mut off = FilterConfig::default();
+        let mut off = metadata_config();
         off.models.subset_metadata_namespace.clear();
         assert_eq!(addresses(&subset_hint(&list, &header, &off).unwrap()), ["10.0.0.9:80"], "metadata off: header");
     }
 
     #[test]
     fn an_unreadable_metadata_hint_allows_no_pod_rather_than_every_pod() {
-        let config = FilterConfig::default();
+        let config = metadata_config();
         // A number (Envoy serializes a double as its 8 bytes) and an empty list.
         for value in [&1.5f64.to_le_bytes()[..], &serialize(&[])[..]] {
             let subset = subset_hint(&with_metadata(value), &headers(&[]), &config);

@@ -15,7 +15,8 @@ const QWEN_C: &str = "10.0.0.3:8000";
 /// One request in flight per pod at most: three requests fill the pool.
 const CONFIG: &str = r#"{"fallback_destinations": 0,
     "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000},
-    "models": {"rewrites": [{"model": "public", "targets": [{"model": "sql-lora", "weight": 1}]}]}}"#;
+    "models": {"rewrites": [{"model": "public", "targets": [{"model": "sql-lora", "weight": 1}]}],
+               "subset_metadata_namespace": "envoy.lb.subset_hint"}}"#;
 
 const METADATA_PATH: &str = "metadata\0filter_metadata\0envoy.lb.subset_hint\0x-gateway-destination-endpoint-subset";
 

@@ -143,6 +143,7 @@ end
 fn the_subset_hint_in_envoy_metadata_limits_the_pick_and_wins_over_the_header() {
     let cluster = mixed_pool("models-subset-metadata", |options| {
         options.filters_before_plugin.push(subset_metadata_filter());
+        options.filter_config["models"] = serde_json::json!({"subset_metadata_namespace": "envoy.lb.subset_hint"});
     });
     let pods = cluster.pool();
     let both = format!("{},{}", pods[1], pods[2]);
@@ -174,7 +175,7 @@ fn a_request_held_by_flow_control_is_rewritten_and_kept_in_its_subset_when_relea
         options.filter_config["flow_control"] =
             serde_json::json!({"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 10000});
         options.filter_config["models"] = serde_json::json!({"rewrites": [{"model": "legal-assistant",
-            "targets": [{"model": "legal-lora", "weight": 1}]}]});
+            "targets": [{"model": "legal-lora", "weight": 1}]}], "subset_metadata_namespace": "envoy.lb.subset_hint"});
     });
     let pods = cluster.pool();
     for pod in &cluster.pods {
