@@ -6,6 +6,7 @@
 //! next tick, for the others). No shared-data access per request once the worker has a table.
 
 use picker::address::PodAddress;
+use picker::disaggregation::estimated_prompt_tokens;
 use picker::learn::{prompt_size, Dispatch, PromptSize};
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
@@ -95,16 +96,6 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
     let block_tokens = prefix_config.hash_params(table.and_then(|t| t.common_block_size())).block_tokens;
-    // P/D: with pods of both roles, destinations are decode pods, picked by the decode weights.
-    let mut role_tables = worker.pd.as_ref().and_then(|pd| pd.tables.try_borrow_mut().ok());
-    let split = match (role_tables.as_deref_mut(), table) {
-        (Some(tables), Some(table)) => tables.split(table),
-        _ => None,
-    };
-    let (route_table, policy) = match (&split, &worker.pd) {
-        (Some((decode, _)), Some(pd)) => (Some(*decode), &pd.decode_policy),
-        _ => (table, &worker.policy),
-    };
     let mut hashes = Vec::new();
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
@@ -112,6 +103,21 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             worker.stats.increment(worker.stats.prompt_unhashable);
         }
     }
+    // P/D: with pods of both roles, destinations are decode pods, picked by the decode weights.
+    let mut role_tables = worker.pd.as_ref().and_then(|pd| pd.tables.try_borrow_mut().ok());
+    let split = match (role_tables.as_deref_mut(), table) {
+        (Some(tables), Some(table)) => tables.split(table),
+        _ => None,
+    };
+    let decode_policy;
+    let (route_table, policy) = match (&split, &worker.pd) {
+        (Some((decode, _)), Some(pd)) => {
+            let prompt_tokens = prompt.request.map_or(0, |r| estimated_prompt_tokens(r, prefix_config.bytes_per_token));
+            decode_policy = pd.decode_policy_for(prompt_tokens, hashes.len(), block_tokens);
+            (Some(*decode), &decode_policy)
+        }
+        _ => (table, &worker.policy),
+    };
     let Ok(mut inflight) = worker.inflight.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     inflight.refresh_others(host, now);
     let full_at = worker.config.flow_control.enabled.then_some(worker.config.flow_control.max_inflight_per_pod);

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 
 use picker::address::PodAddress;
 use picker::config::{PdConfig, PrefixConfig};
-use picker::disaggregation::{estimated_prompt_tokens, uncached_tokens, RoleTables};
+use picker::disaggregation::{estimated_prompt_tokens, share_skipping_prefill, uncached_tokens, RoleTables};
 use picker::pod_table::PodTable;
 use picker::random::TieBreaker;
 use picker::request::InferenceRequest;
@@ -27,7 +27,11 @@ pub struct PdRouting {
     /// The destination's policy: the filter's, with the decode weights.
     pub decode_policy: Policy,
     /// The prefill pod's policy: the prefill weights, no fallbacks (the sidecar takes one
-    /// address; if it fails, the decode pod prefills itself).
+    /// address; if it fails, the decode pod prefills itself) and no hard prefix affinity: a
+    /// prefill pod admits every prompt at once (chunked), so its queue never fills and
+    /// "sticky until saturated" would pin each shared prefix to the first pod that computed
+    /// it for good, however busy. The prefix scorer still prefers it; load can outweigh it,
+    /// and then the other prefill pod learns the prefix too.
     pub prefill_policy: Policy,
     pub tables: RefCell<RoleTables>,
 }
@@ -36,10 +40,27 @@ impl PdRouting {
     pub fn new(config: &PdConfig, policy: &Policy) -> Self {
         Self {
             decode_policy: Policy { weights: config.decode_weights.clone(), ..policy.clone() },
-            prefill_policy: Policy { weights: config.prefill_weights.clone(), fallbacks: 0, ..policy.clone() },
+            prefill_policy: Policy {
+                weights: config.prefill_weights.clone(),
+                fallbacks: 0,
+                affinity_threshold: 0.0,
+                ..policy.clone()
+            },
             config: config.clone(),
             tables: RefCell::new(RoleTables::default()),
         }
+    }
+
+    /// The decode pick's policy for this prompt: prefix affinity only to decode pods holding
+    /// enough of it to skip the prefill hop. A decode pod holding less gets the prompt's KV
+    /// from a prefill pod anyway, its cache saving only part of a transfer (milliseconds), so
+    /// sticking to it would pin a shared prefix's requests to one decode pod (and through
+    /// the prefill pick's prefix scores, to one pair) while the other idles.
+    pub fn decode_policy_for(&self, prompt_tokens: u64, hashed_blocks: usize, block_tokens: usize) -> Policy {
+        let configured = self.decode_policy.affinity_threshold;
+        let skipping = share_skipping_prefill(prompt_tokens, hashed_blocks, block_tokens, self.config.threshold_tokens);
+        let affinity_threshold = if configured > 0.0 { configured.max(skipping) } else { 0.0 };
+        Policy { affinity_threshold, ..self.decode_policy.clone() }
     }
 }
 

@@ -75,6 +75,31 @@ fn the_decider_skips_short_prompts_and_prompts_the_decode_pod_holds() {
 }
 
 #[test]
+fn a_shared_prefix_too_short_to_skip_the_hop_does_not_pin_its_requests_to_one_pair() {
+    let bench = Bench::new(PD_CONFIG);
+    pd_pool(&bench);
+    // Half of every prompt is one shared document: enough for prefix affinity (0.5), not
+    // enough for a decode pod to skip the prefill hop, and prefill pods never queue.
+    let document = long_prompt(2048, 7);
+    let (mut decode_pods, mut prefill_pods) = (Vec::new(), Vec::new());
+    let mut in_flight = Vec::new();
+    for own in 0..4 {
+        let prompt = completion(&format!("{document}{}", long_prompt(2048, 100 + own)));
+        let (stream, answer) = bench.request(&COMPLETIONS, &prompt);
+        decode_pods.push(answer.destination.unwrap().split(',').next().unwrap().to_owned());
+        prefill_pods.push(bench.host.header(PREFILLER).unwrap());
+        in_flight.push(stream);
+    }
+    let distinct = |pods: &mut Vec<String>| {
+        pods.sort();
+        pods.dedup();
+        pods.len()
+    };
+    assert_eq!(distinct(&mut decode_pods), 2, "load spreads the decode picks: {decode_pods:?}");
+    assert_eq!(distinct(&mut prefill_pods), 2, "and the prefill picks: {prefill_pods:?}");
+}
+
+#[test]
 fn a_client_prefill_header_is_removed_when_the_picker_names_none() {
     let bench = Bench::new(PD_CONFIG);
     pd_pool(&bench);
