@@ -16,7 +16,7 @@ use wasm_epp_host::Host;
 
 use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
-use crate::disaggregate::{prefill_pick, DecodeChoice};
+use crate::disaggregate::{prefill_pick, DecodeChoice, Prefill};
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
@@ -30,7 +30,7 @@ pub enum Outcome {
         address: PodAddress,
         destination: String,
         explain: Option<String>,
-        prefiller: Option<PodAddress>,
+        prefiller: Option<Prefill>,
         dispatch: Option<Dispatch>,
     },
     /// Answer 429: the request is sheddable and every pod is saturated.
@@ -234,10 +234,16 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     drop(role_tables);
     drop(cache);
     inflight.started(address.as_str(), now);
-    let prefiller = prefill.map(|prefill| prefill.address);
-    if let Some(prefiller) = &prefiller {
-        inflight.started(prefiller.as_str(), now);
-    }
+    let prefiller = prefill.map(|prefill| {
+        inflight.started(prefill.address.as_str(), now);
+        let uncached_tokens = prefill.predicted.map_or(0, |p| p.uncached_tokens);
+        inflight.add_tokens(prefill.address.as_str(), uncached_tokens);
+        Prefill { address: prefill.address, uncached_tokens }
+    });
+    // A split request is not learned from: its first token is two pods' work and the hop, and
+    // the decode pod reports the transferred blocks as cached. Its prompt tokens are the
+    // prefill pod's load (above), not the decode pod's.
+    let predicted = predicted.filter(|_| prefiller.is_none());
     let dispatch = predicted.map(|p| {
         inflight.add_tokens(address.as_str(), p.uncached_tokens);
         Dispatch {

@@ -5,7 +5,8 @@
 //! probably lacks at least `threshold_tokens` of the prompt and, if so, picks a prefill pod
 //! among the prefill pods with the prefill weights. For the stream, [`write_prefiller`] puts
 //! the prefill pod's `ip:port` into `prefiller_header` for the decode pod's sidecar and
-//! [`release_prefill`] ends its in-flight count when the decode pod answers.
+//! [`release_prefill`] ends its in-flight count (and, learning on, its uncached tokens in
+//! flight: they are the prefill pod's work, not the decode pod's) when the decode pod answers.
 
 use std::cell::RefCell;
 
@@ -93,25 +94,35 @@ pub fn prefill_pick(
     (!route.fail_open).then_some(route)
 }
 
+/// A request's prefill pod, in flight from the pick until the decode pod answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prefill {
+    pub address: PodAddress,
+    /// Uncached prompt tokens counted in flight on the prefill pod (learning on; else 0): the
+    /// prefill pod computes them, the decode pod only imports their KV.
+    pub uncached_tokens: u32,
+}
+
 /// Names the prefill pod for the decode pod's sidecar and returns it (in flight until the decode
 /// pod answers); if the header is refused, the decode pod prefills itself (only the split is lost).
-pub fn write_prefiller(worker: &Worker, host: &dyn Host, prefiller: Option<PodAddress>) -> Option<PodAddress> {
-    let (Some(pd), Some(address)) = (&worker.pd, &prefiller) else { return prefiller };
-    if let Err(error) = host.set_request_header(&pd.config.prefiller_header, address.as_str().as_bytes()) {
+pub fn write_prefiller(worker: &Worker, host: &dyn Host, prefill: Option<Prefill>) -> Option<Prefill> {
+    let (Some(pd), Some(chosen)) = (&worker.pd, &prefill) else { return prefill };
+    if let Err(error) = host.set_request_header(&pd.config.prefiller_header, chosen.address.as_str().as_bytes()) {
         log::warn!("wasm-epp: cannot set {}: {error}", pd.config.prefiller_header);
-        let mut held = prefiller;
+        let mut held = prefill;
         release_prefill(worker, host, &mut held);
         return None;
     }
-    prefiller
+    prefill
 }
 
-/// Ends the prefill pod's in-flight count, once.
-pub fn release_prefill(worker: &Worker, host: &dyn Host, prefilling_at: &mut Option<PodAddress>) {
-    let Some(address) = prefilling_at.take() else { return };
+/// Ends the prefill pod's in-flight count and token load, once.
+pub fn release_prefill(worker: &Worker, host: &dyn Host, prefilling_at: &mut Option<Prefill>) {
+    let Some(Prefill { address, uncached_tokens }) = prefilling_at.take() else { return };
     match worker.inflight.try_borrow_mut() {
         Ok(mut inflight) => {
             let now = host.now_ms();
+            inflight.release_tokens(address.as_str(), uncached_tokens);
             inflight.finished(address.as_str(), now);
             inflight.publish_now(host, now);
         }

@@ -58,6 +58,21 @@ fn a_long_prompt_gets_a_prefill_pod_and_a_decode_destination() {
 }
 
 #[test]
+fn with_learning_on_the_uncached_tokens_in_flight_are_the_prefill_pods() {
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}, "learning": {"enabled": true}}"#);
+    pd_pool(&bench);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&long_prompt(2000, 4)));
+    let decode = answer.destination.unwrap();
+    let prefiller = bench.host.header(PREFILLER).unwrap();
+    let tokens = |pod: &str| bench.worker.inflight.borrow().tokens(pod);
+    assert!(tokens(&prefiller) > 1000, "the prefill pod computes the prompt: {}", tokens(&prefiller));
+    assert_eq!(tokens(&decode), 0, "the decode pod only imports its KV");
+    stream.on_response_headers(&bench.host, false);
+    assert_eq!(tokens(&prefiller), 0, "done once the decode pod answers");
+    stream.on_log(&bench.host);
+}
+
+#[test]
 fn the_decider_skips_short_prompts_and_prompts_the_decode_pod_holds() {
     let bench = Bench::new(PD_CONFIG);
     pd_pool(&bench);
