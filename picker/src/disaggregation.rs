@@ -54,6 +54,25 @@ pub fn uncached_tokens(prompt_tokens: u64, hashed_blocks: usize, prefix_match: f
     prompt_tokens.saturating_sub(matched_blocks.saturating_mul(block_tokens as u64))
 }
 
+/// The share of the prompt's hashed blocks a decode pod must hold to lack fewer than
+/// `threshold_tokens` of it, so that the decider lets it prefill itself ([`uncached_tokens`]
+/// below the threshold); 0 for a prompt shorter than the threshold, above 1 when no pod can.
+pub fn share_skipping_prefill(
+    prompt_tokens: u64,
+    hashed_blocks: usize,
+    block_tokens: usize,
+    threshold_tokens: u64,
+) -> f64 {
+    if prompt_tokens < threshold_tokens {
+        return 0.0;
+    }
+    let needed_blocks = (prompt_tokens - threshold_tokens) / (block_tokens.max(1) as u64) + 1;
+    if hashed_blocks == 0 {
+        return f64::INFINITY;
+    }
+    needed_blocks as f64 / hashed_blocks as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +106,20 @@ mod tests {
         assert_eq!(uncached_tokens(6000, 256, 1.0, 16), 6000 - 4096, "only the hashed prefix can match");
         assert_eq!(uncached_tokens(1000, 62, 1.0, 16), 8);
         assert_eq!(uncached_tokens(100, 6, 1.0, 16), 4);
+    }
+
+    #[test]
+    fn the_share_skipping_prefill_is_where_the_decider_stops_splitting() {
+        let decider_splits = |prompt, hashed, share: f64| uncached_tokens(prompt, hashed, share, 16) >= 1024;
+        for (prompt, hashed) in [(2000, 125), (3000, 187), (1500, 93), (1024, 64)] {
+            let share = share_skipping_prefill(prompt, hashed, 16, 1024);
+            assert!(!decider_splits(prompt, hashed, share), "{prompt}: holding {share} skips the hop");
+            let one_block_less = share - 1.0 / hashed as f64;
+            assert!(decider_splits(prompt, hashed, one_block_less), "{prompt}: one block less does not");
+        }
+        assert!(share_skipping_prefill(6000, 256, 16, 1024) > 1.0, "only 4096 tokens are hashed: no pod can");
+        assert_eq!(share_skipping_prefill(900, 56, 16, 1024), 0.0, "short prompts are never split");
+        assert!(share_skipping_prefill(6000, 256, 16, 0) > 1.0, "threshold 0 splits every prompt");
     }
 
     #[test]

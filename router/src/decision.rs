@@ -6,6 +6,7 @@
 //! next tick, for the others). No shared-data access per request once the worker has a table.
 
 use picker::address::PodAddress;
+use picker::disaggregation::estimated_prompt_tokens;
 use picker::learn::{prompt_size, Dispatch, PromptSize};
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
@@ -15,7 +16,7 @@ use wasm_epp_host::Host;
 
 use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
-use crate::disaggregate::{prefill_pick, DecodeChoice};
+use crate::disaggregate::{prefill_pick, DecodeChoice, Prefill};
 use crate::profile::{self, Phase};
 use crate::worker::Worker;
 
@@ -30,7 +31,7 @@ pub enum Outcome {
         address: PodAddress,
         destination: String,
         explain: Option<String>,
-        prefiller: Option<PodAddress>,
+        prefiller: Option<Prefill>,
         dispatch: Option<Dispatch>,
     },
     /// Answer 429: the request is sheddable and every pod is saturated.
@@ -96,16 +97,6 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
     let block_tokens = prefix_config.hash_params(table.and_then(|t| t.common_block_size())).block_tokens;
-    // P/D: with pods of both roles, destinations are decode pods, picked by the decode weights.
-    let mut role_tables = worker.pd.as_ref().and_then(|pd| pd.tables.try_borrow_mut().ok());
-    let split = match (role_tables.as_deref_mut(), table) {
-        (Some(tables), Some(table)) => tables.split(table),
-        _ => None,
-    };
-    let (route_table, policy) = match (&split, &worker.pd) {
-        (Some((decode, _)), Some(pd)) => (Some(*decode), &pd.decode_policy),
-        _ => (table, &worker.policy),
-    };
     let mut hashes = Vec::new();
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
@@ -114,6 +105,21 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             worker.stats.increment(worker.stats.prompt_unhashable);
         }
     }
+    // P/D: with pods of both roles, destinations are decode pods, picked by the decode weights.
+    let mut role_tables = worker.pd.as_ref().and_then(|pd| pd.tables.try_borrow_mut().ok());
+    let split = match (role_tables.as_deref_mut(), table) {
+        (Some(tables), Some(table)) => tables.split(table),
+        _ => None,
+    };
+    let decode_policy;
+    let (route_table, policy) = match (&split, &worker.pd) {
+        (Some((decode, _)), Some(pd)) => {
+            let prompt_tokens = prompt.request.map_or(0, |r| estimated_prompt_tokens(r, prefix_config.bytes_per_token));
+            decode_policy = pd.decode_policy_for(prompt_tokens, hashes.len(), block_tokens);
+            (Some(*decode), &decode_policy)
+        }
+        _ => (table, &worker.policy),
+    };
     let Ok(mut inflight) = worker.inflight.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let reading = profile::span(host, Phase::InflightRead);
     inflight.refresh_others(host, now);
@@ -236,10 +242,16 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     drop(role_tables);
     drop(cache);
     inflight.started(address.as_str(), now);
-    let prefiller = prefill.map(|prefill| prefill.address);
-    if let Some(prefiller) = &prefiller {
-        inflight.started(prefiller.as_str(), now);
-    }
+    let prefiller = prefill.map(|prefill| {
+        inflight.started(prefill.address.as_str(), now);
+        let uncached_tokens = prefill.predicted.map_or(0, |p| p.uncached_tokens);
+        inflight.add_tokens(prefill.address.as_str(), uncached_tokens);
+        Prefill { address: prefill.address, uncached_tokens }
+    });
+    // A split request is not learned from: its first token is two pods' work and the hop, and
+    // the decode pod reports the transferred blocks as cached. Its prompt tokens are the
+    // prefill pod's load (above), not the decode pod's.
+    let predicted = predicted.filter(|_| prefiller.is_none());
     let dispatch = predicted.map(|p| {
         inflight.add_tokens(address.as_str(), p.uncached_tokens);
         Dispatch {

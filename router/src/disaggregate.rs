@@ -5,13 +5,14 @@
 //! probably lacks at least `threshold_tokens` of the prompt and, if so, picks a prefill pod
 //! among the prefill pods with the prefill weights. For the stream, [`write_prefiller`] puts
 //! the prefill pod's `ip:port` into `prefiller_header` for the decode pod's sidecar and
-//! [`release_prefill`] ends its in-flight count when the decode pod answers.
+//! [`release_prefill`] ends its in-flight count (and, learning on, its uncached tokens in
+//! flight: they are the prefill pod's work, not the decode pod's) when the decode pod answers.
 
 use std::cell::RefCell;
 
 use picker::address::PodAddress;
 use picker::config::{PdConfig, PrefixConfig};
-use picker::disaggregation::{estimated_prompt_tokens, uncached_tokens, RoleTables};
+use picker::disaggregation::{estimated_prompt_tokens, share_skipping_prefill, uncached_tokens, RoleTables};
 use picker::pod_table::PodTable;
 use picker::random::TieBreaker;
 use picker::request::InferenceRequest;
@@ -27,7 +28,11 @@ pub struct PdRouting {
     /// The destination's policy: the filter's, with the decode weights.
     pub decode_policy: Policy,
     /// The prefill pod's policy: the prefill weights, no fallbacks (the sidecar takes one
-    /// address; if it fails, the decode pod prefills itself).
+    /// address; if it fails, the decode pod prefills itself) and no hard prefix affinity: a
+    /// prefill pod admits every prompt at once (chunked), so its queue never fills and
+    /// "sticky until saturated" would pin each shared prefix to the first pod that computed
+    /// it for good, however busy. The prefix scorer still prefers it; load can outweigh it,
+    /// and then the other prefill pod learns the prefix too.
     pub prefill_policy: Policy,
     pub tables: RefCell<RoleTables>,
 }
@@ -36,10 +41,27 @@ impl PdRouting {
     pub fn new(config: &PdConfig, policy: &Policy) -> Self {
         Self {
             decode_policy: Policy { weights: config.decode_weights.clone(), ..policy.clone() },
-            prefill_policy: Policy { weights: config.prefill_weights.clone(), fallbacks: 0, ..policy.clone() },
+            prefill_policy: Policy {
+                weights: config.prefill_weights.clone(),
+                fallbacks: 0,
+                affinity_threshold: 0.0,
+                ..policy.clone()
+            },
             config: config.clone(),
             tables: RefCell::new(RoleTables::default()),
         }
+    }
+
+    /// The decode pick's policy for this prompt: prefix affinity only to decode pods holding
+    /// enough of it to skip the prefill hop. A decode pod holding less gets the prompt's KV
+    /// from a prefill pod anyway, its cache saving only part of a transfer (milliseconds), so
+    /// sticking to it would pin a shared prefix's requests to one decode pod (and through
+    /// the prefill pick's prefix scores, to one pair) while the other idles.
+    pub fn decode_policy_for(&self, prompt_tokens: u64, hashed_blocks: usize, block_tokens: usize) -> Policy {
+        let configured = self.decode_policy.affinity_threshold;
+        let skipping = share_skipping_prefill(prompt_tokens, hashed_blocks, block_tokens, self.config.threshold_tokens);
+        let affinity_threshold = if configured > 0.0 { configured.max(skipping) } else { 0.0 };
+        Policy { affinity_threshold, ..self.decode_policy.clone() }
     }
 }
 
@@ -72,25 +94,35 @@ pub fn prefill_pick(
     (!route.fail_open).then_some(route)
 }
 
+/// A request's prefill pod, in flight from the pick until the decode pod answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prefill {
+    pub address: PodAddress,
+    /// Uncached prompt tokens counted in flight on the prefill pod (learning on; else 0): the
+    /// prefill pod computes them, the decode pod only imports their KV.
+    pub uncached_tokens: u32,
+}
+
 /// Names the prefill pod for the decode pod's sidecar and returns it (in flight until the decode
 /// pod answers); if the header is refused, the decode pod prefills itself (only the split is lost).
-pub fn write_prefiller(worker: &Worker, host: &dyn Host, prefiller: Option<PodAddress>) -> Option<PodAddress> {
-    let (Some(pd), Some(address)) = (&worker.pd, &prefiller) else { return prefiller };
-    if let Err(error) = host.set_request_header(&pd.config.prefiller_header, address.as_str().as_bytes()) {
+pub fn write_prefiller(worker: &Worker, host: &dyn Host, prefill: Option<Prefill>) -> Option<Prefill> {
+    let (Some(pd), Some(chosen)) = (&worker.pd, &prefill) else { return prefill };
+    if let Err(error) = host.set_request_header(&pd.config.prefiller_header, chosen.address.as_str().as_bytes()) {
         log::warn!("wasm-epp: cannot set {}: {error}", pd.config.prefiller_header);
-        let mut held = prefiller;
+        let mut held = prefill;
         release_prefill(worker, host, &mut held);
         return None;
     }
-    prefiller
+    prefill
 }
 
-/// Ends the prefill pod's in-flight count, once.
-pub fn release_prefill(worker: &Worker, host: &dyn Host, prefilling_at: &mut Option<PodAddress>) {
-    let Some(address) = prefilling_at.take() else { return };
+/// Ends the prefill pod's in-flight count and token load, once.
+pub fn release_prefill(worker: &Worker, host: &dyn Host, prefilling_at: &mut Option<Prefill>) {
+    let Some(Prefill { address, uncached_tokens }) = prefilling_at.take() else { return };
     match worker.inflight.try_borrow_mut() {
         Ok(mut inflight) => {
             let now = host.now_ms();
+            inflight.release_tokens(address.as_str(), uncached_tokens);
             inflight.finished(address.as_str(), now);
             inflight.publish_now(host, now);
         }

@@ -61,7 +61,7 @@ pub struct RequestStream {
     /// The decision header's value, written on the response (`debug_decision_header`).
     explain: Option<String>,
     /// The prefill pod of a disaggregated request, in flight until the decode pod answers.
-    prefilling_at: Option<PodAddress>,
+    prefilling_at: Option<crate::disaggregate::Prefill>,
     /// Priority from the priority or objective header; `None` lets the model's priority apply.
     priority: Option<i64>,
     /// The gateway's subset hint (`None`: no hint).

@@ -58,6 +58,21 @@ fn a_long_prompt_gets_a_prefill_pod_and_a_decode_destination() {
 }
 
 #[test]
+fn with_learning_on_the_uncached_tokens_in_flight_are_the_prefill_pods() {
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}, "learning": {"enabled": true}}"#);
+    pd_pool(&bench);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&long_prompt(2000, 4)));
+    let decode = answer.destination.unwrap();
+    let prefiller = bench.host.header(PREFILLER).unwrap();
+    let tokens = |pod: &str| bench.worker.inflight.borrow().tokens(pod);
+    assert!(tokens(&prefiller) > 1000, "the prefill pod computes the prompt: {}", tokens(&prefiller));
+    assert_eq!(tokens(&decode), 0, "the decode pod only imports its KV");
+    stream.on_response_headers(&bench.host, false);
+    assert_eq!(tokens(&prefiller), 0, "done once the decode pod answers");
+    stream.on_log(&bench.host);
+}
+
+#[test]
 fn the_decider_skips_short_prompts_and_prompts_the_decode_pod_holds() {
     let bench = Bench::new(PD_CONFIG);
     pd_pool(&bench);
@@ -72,6 +87,31 @@ fn the_decider_skips_short_prompts_and_prompts_the_decode_pod_holds() {
     assert_eq!(bench.host.header(PREFILLER), None, "the decode pod holds the transferred prompt now");
     assert_eq!(again.destination.unwrap().split(',').next(), first.destination.unwrap().split(',').next());
     assert_eq!((bench.stat("wasm_epp.pd_disaggregated"), bench.stat("wasm_epp.pd_decode_only")), (1, 2));
+}
+
+#[test]
+fn a_shared_prefix_too_short_to_skip_the_hop_does_not_pin_its_requests_to_one_pair() {
+    let bench = Bench::new(PD_CONFIG);
+    pd_pool(&bench);
+    // Half of every prompt is one shared document: enough for prefix affinity (0.5), not
+    // enough for a decode pod to skip the prefill hop, and prefill pods never queue.
+    let document = long_prompt(2048, 7);
+    let (mut decode_pods, mut prefill_pods) = (Vec::new(), Vec::new());
+    let mut in_flight = Vec::new();
+    for own in 0..4 {
+        let prompt = completion(&format!("{document}{}", long_prompt(2048, 100 + own)));
+        let (stream, answer) = bench.request(&COMPLETIONS, &prompt);
+        decode_pods.push(answer.destination.unwrap().split(',').next().unwrap().to_owned());
+        prefill_pods.push(bench.host.header(PREFILLER).unwrap());
+        in_flight.push(stream);
+    }
+    let distinct = |pods: &mut Vec<String>| {
+        pods.sort();
+        pods.dedup();
+        pods.len()
+    };
+    assert_eq!(distinct(&mut decode_pods), 2, "load spreads the decode picks: {decode_pods:?}");
+    assert_eq!(distinct(&mut prefill_pods), 2, "and the prefill picks: {prefill_pods:?}");
 }
 
 #[test]

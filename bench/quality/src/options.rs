@@ -95,4 +95,11 @@ pub struct Options {
     /// results in bench/results/pd/ (or --out-dir).
     #[arg(long, conflicts_with = "replicas_only")]
     pub pd_only: bool,
+    /// Workloads of the P/D dimension to run, by label (k-long-prompts, k-long-prompts-busy,
+    /// k-short-prompts); empty = all. For iterating: the report then covers only these.
+    #[arg(long, value_delimiter = ',')]
+    pub pd_workloads: Vec<String>,
+    /// Targets of the P/D dimension to run, by label (wasm-epp-pd, wasm-epp, ...); empty = all.
+    #[arg(long, value_delimiter = ',')]
+    pub pd_targets: Vec<String>,
 }

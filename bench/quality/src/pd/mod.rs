@@ -80,6 +80,31 @@ impl PdPool {
         self.decode.restart_all()
     }
 
+    /// One line per pod: requests served, mean TTFT and mean queue wait as the pod measured
+    /// them (a prefill pod's TTFT is the prefill hop; a decode pod's includes it).
+    fn print_pod_timings(&self) {
+        for (role, pods) in [("prefill", &self.prefill), ("decode", &self.decode)] {
+            for url in pods.metrics_urls() {
+                let Ok(reply) = http::get(&url, ADMIN_TIMEOUT) else { continue };
+                let read = |name: &str| crate::prometheus::sum_of(&reply.body, name).unwrap_or(0.0);
+                let mean_ms = |metric: &str| {
+                    let count = read(&format!("{metric}_count"));
+                    if count > 0.0 {
+                        1000.0 * read(&format!("{metric}_sum")) / count
+                    } else {
+                        0.0
+                    }
+                };
+                println!(
+                    "    {role:<7} {url:<36} requests {:>4.0}  mean TTFT {:>5.0} ms  mean queue {:>5.0} ms",
+                    read("vllm:time_to_first_token_seconds_count"),
+                    mean_ms("vllm:time_to_first_token_seconds"),
+                    mean_ms("vllm:request_queue_time_seconds"),
+                );
+            }
+        }
+    }
+
     /// Requests the decode pods had prefilled elsewhere (`/sim/stats` `pd.remote_prefills`).
     fn remote_prefills(&self) -> u64 {
         self.decode
@@ -125,18 +150,25 @@ pub fn run(options: &Options) -> Result<(), String> {
         vllm_router,
         time_scale: options.time_scale,
     };
+    let chosen = |wanted: &[String], label: &str| wanted.is_empty() || wanted.iter().any(|w| w == label);
+    let plans = plans.into_iter().filter(|(workload, _)| chosen(&options.pd_workloads, workload.label)).map(
+        |(workload, plan)| {
+            let plan: Vec<PdTarget> = plan.into_iter().filter(|t| chosen(&options.pd_targets, t.label())).collect();
+            (workload, plan)
+        },
+    );
     let mut rows = Vec::new();
     let mut failures = Vec::new();
-    for (workload, plan) in &plans {
+    for (workload, plan) in plans {
         println!(
             "\n== {}: {PREFILL_PODS} prefill + {DECODE_PODS} decode pods, {} requests, {} client slots",
             workload.label,
             workload.jobs.len(),
             workload.concurrency
         );
-        let pool = PdPool::start(workload, options.time_scale, &bench.dir)?;
+        let pool = PdPool::start(&workload, options.time_scale, &bench.dir)?;
         for target in plan {
-            let outcome = run_one(&bench, workload, &pool, *target);
+            let outcome = run_one(&bench, &workload, &pool, target);
             let label = target.label();
             crate::report::keep_outcome(outcome, workload.label, label, report::one_line, &mut rows, &mut failures);
         }
@@ -179,6 +211,7 @@ fn run_one(bench: &Bench, workload: &PdWorkload, pool: &PdPool, target: PdTarget
     let replayed = bench.runtime.block_on(replay);
     let after = (pool.prefill.prefix_counters(), pool.decode.prefix_counters());
     let split = pool.remote_prefills();
+    pool.print_pod_timings();
     if running.has_exited() {
         return Err(format!("{} exited during the run; see {}", target.label(), target_dir.display()));
     }
