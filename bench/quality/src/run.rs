@@ -16,6 +16,7 @@ use crate::driver::replay;
 use crate::options::Options;
 use crate::pool::SimulatedPool;
 use crate::report::{markdown, table, write_json, RunContext};
+use crate::stages::StageRow;
 use crate::summary::{summarize, QualityRow, RunNotes};
 use crate::targets::{self, TargetName};
 use crate::workload::{Size, Workload};
@@ -116,6 +117,13 @@ pub fn run(options: &Options) -> Result<(), String> {
     std::fs::write(&markdown_path, markdown(&rows, &context))
         .map_err(|e| format!("{}: {e}", markdown_path.display()))?;
     println!("\n{}", table(&rows));
+    let stage_rows: Vec<StageRow> = rows.iter().flat_map(|(_, notes)| notes.stages.iter().cloned()).collect();
+    if !stage_rows.is_empty() {
+        let path = out_dir.join("stages.json");
+        let text = serde_json::to_string_pretty(&stage_rows).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("{}", crate::stages::table(&stage_rows));
+    }
     if let Some(models_table) = crate::models::report::write(&rows, &out_dir)? {
         println!("{models_table}");
     }
@@ -171,6 +179,7 @@ fn run_one(
     let (row, mut notes) =
         summarize(workload.name.label(), target.label(), &replay, counters, &pool.addresses(), balance);
     notes.models = models.transpose()?;
+    notes.stages = crate::stages::summarize(workload, target.label(), &replay);
     Ok((row, notes))
 }
 

@@ -18,6 +18,8 @@ const MAX_GAPS_PER_STREAM: usize = 1 << 14;
 /// A streamed request that completed.
 #[derive(Debug, Clone)]
 pub struct Success {
+    /// When the request was sent (per-stage figures place it by this).
+    pub started: Instant,
     pub ttft: Duration,
     pub e2e: Duration,
     pub output_tokens: u64,
@@ -94,6 +96,7 @@ impl StreamProgress {
         }
         let ttft = self.first_token.ok_or_else(|| "stream had no content token".to_string())?;
         Ok(Success {
+            started: self.started,
             ttft,
             e2e: now.saturating_duration_since(self.started),
             output_tokens: self.usage_tokens.unwrap_or(self.content_chunks),

@@ -35,5 +35,12 @@ pub fn build(size: Size, seed: u64) -> Workload {
     args.extend(
         ["--prefill-per-token-ms", PREFILL_MS_PER_TOKEN, "--prefill-slowdown", PREFILL_SLOWDOWN].map(String::from),
     );
-    Workload { name: WorkloadName::Heterogeneous, pods: PODS, pod_args: args, concurrency: CONCURRENCY, jobs }
+    Workload {
+        name: WorkloadName::Heterogeneous,
+        pods: PODS,
+        pod_args: args,
+        concurrency: CONCURRENCY,
+        jobs,
+        stages: Vec::new(),
+    }
 }
