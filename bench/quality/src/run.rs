@@ -176,11 +176,31 @@ fn run_one(
             None
         }
     };
+    write_decisions(&replay, &target_dir(&bench.dir, workload, target)?)?;
     let (row, mut notes) =
         summarize(workload.name.label(), target.label(), &replay, counters, &pool.addresses(), balance);
     notes.models = models.transpose()?;
     notes.stages = crate::stages::summarize(workload, target.label(), &replay);
     Ok((row, notes))
+}
+
+/// Every request's decision header, with its send time, pod and TTFT, one per line, into
+/// `decisions.txt` beside the target's logs (only when the run turned the header on, e.g.
+/// `WASM_EPP_FILTER_CONFIG='{"debug_decision_header": true}'`): the data to read when a
+/// router's choices need explaining.
+fn write_decisions(replay: &crate::driver::Replay, dir: &Path) -> Result<(), String> {
+    let mut lines = String::new();
+    for success in replay.outcomes.iter().filter_map(|outcome| outcome.as_ref().ok()) {
+        let Some(decision) = &success.decision else { continue };
+        let sent_ms = success.started.saturating_duration_since(replay.started).as_millis();
+        let ttft_ms = success.ttft.as_millis();
+        lines.push_str(&format!("sent_ms={sent_ms}; ttft_ms={ttft_ms}; {decision}\n"));
+    }
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let path = dir.join("decisions.txt");
+    std::fs::write(&path, lines).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A folder per workload and target, so every Envoy and router log is kept apart.

@@ -131,6 +131,7 @@ mod tests {
             served_by: None,
             text: String::new(),
             token_gaps_ms: Vec::new(),
+            decision: None,
         })
     }
 

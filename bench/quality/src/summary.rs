@@ -142,6 +142,7 @@ mod tests {
             served_by: Some(pod.to_string()),
             text: String::new(),
             token_gaps_ms: vec![ttft_ms as f64 / 2.0],
+            decision: None,
         })
     }
 

@@ -76,3 +76,18 @@ fn a_small_predicted_gain_does_not_outvote_a_full_batch() {
     pods[1].predicted_ttft_ms = Some(300.0);
     assert_eq!(chosen(&pods, &learning(1_000.0)).0, "full");
 }
+
+/// Workload g's top stage: the pod holding a 6k-token system prompt has a full queue, the
+/// others do not. Without learning the full queue drops it (and the affinity) and the prompt
+/// is prefilled again elsewhere; with learning the prediction decides, and staying is
+/// predicted faster than a cold prefill on an emptier pod.
+#[test]
+fn a_full_queue_alone_does_not_drop_the_pod_holding_the_prefix() {
+    let full = SaturationLimits::default().queue_threshold;
+    let mut pods = [pod("warm", full + 1.0, 900.0), pod("cold", 0.0, 800.0), pod("other", 1.0, 850.0)];
+    pods[0].prefix_match = 1.0;
+    assert_eq!(chosen(&pods, &Policy::default()).0, "cold", "without learning the full queue decides");
+    assert_eq!(chosen(&pods, &learning(1_000.0)), ("warm", true), "100 ms is less than the penalty");
+    pods[0].predicted_ttft_ms = Some(2_500.0);
+    assert_ne!(chosen(&pods, &learning(1_000.0)).0, "warm", "staying costs 1.7 s more: move");
+}

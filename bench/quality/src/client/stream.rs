@@ -28,6 +28,8 @@ pub struct Success {
     pub text: String,
     /// Gaps between consecutive content chunks, milliseconds.
     pub token_gaps_ms: Vec<f64>,
+    /// wasm-epp's decision header, when the run turned it on (`debug_decision_header`).
+    pub decision: Option<String>,
 }
 
 #[derive(Debug)]
@@ -103,6 +105,7 @@ impl StreamProgress {
             served_by,
             text: self.text,
             token_gaps_ms: self.token_gaps_ms,
+            decision: None,
         })
     }
 }

@@ -28,7 +28,6 @@ const PREFILL_MS_PER_TOKEN: f64 = 0.1;
 const MAX_NUM_SEQS: usize = 16;
 /// 8,192 blocks of 16 tokens: 131k tokens per pod (see the module docs).
 const NUM_GPU_BLOCKS: usize = 8192;
-const BLOCK_TOKENS: usize = 16;
 const MAX_MODEL_LEN: usize = 8192;
 /// Each stage's rate as a multiple of round robin's capacity: two stages below it (both
 /// routers keep up), one at it, one past it, and the top at 2.5 × (llm-d's top rate is where
@@ -93,6 +92,9 @@ pub fn build(size: Size, seed: u64) -> Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// vLLM's block size, as `pod_args` sets it.
+    const BLOCK_TOKENS: usize = 16;
 
     #[test]
     fn the_top_stage_saturates_round_robin_but_not_a_cache_keeping_router() {
