@@ -29,6 +29,11 @@ const MAX_NUM_SEQS: usize = 16;
 /// 8,192 blocks of 16 tokens: 131k tokens per pod (see the module docs).
 const NUM_GPU_BLOCKS: usize = 8192;
 const MAX_MODEL_LEN: usize = 8192;
+/// vLLM's block size, as `pod_args` sets it.
+const BLOCK_TOKENS: usize = 16;
+/// A full batch of distinct prompts fits the KV cache (the derivation in [`capacities`]
+/// assumes no preemption).
+const _: () = assert!(MAX_NUM_SEQS * (SYSTEM_TOKENS + QUESTION_TOKENS) < NUM_GPU_BLOCKS * BLOCK_TOKENS);
 /// Each stage's rate as a multiple of round robin's capacity: two stages below it (both
 /// routers keep up), one at it, one past it, and the top at 2.5 × (llm-d's top rate is where
 /// round robin serves ≤ 1/2.1 of what arrives; 2.5 leaves room for the noise of a shared box
@@ -93,17 +98,12 @@ pub fn build(size: Size, seed: u64) -> Workload {
 mod tests {
     use super::*;
 
-    /// vLLM's block size, as `pod_args` sets it.
-    const BLOCK_TOKENS: usize = 16;
-
     #[test]
     fn the_top_stage_saturates_round_robin_but_not_a_cache_keeping_router() {
         let (round_robin, keeping) = capacities();
         let top = RATE_MULTIPLES.iter().copied().fold(0.0, f64::max) * round_robin;
         assert!((5.0..9.0).contains(&round_robin), "round robin {round_robin:.1} req/s");
         assert!(top > 2.1 * round_robin && top < 0.85 * keeping, "top {top:.1}, keeping {keeping:.1} req/s");
-        // Running sequences of distinct prompts fit the KV cache: no preemption inflates it.
-        assert!(MAX_NUM_SEQS * (SYSTEM_TOKENS + QUESTION_TOKENS) < NUM_GPU_BLOCKS * BLOCK_TOKENS);
     }
 
     #[test]
