@@ -161,6 +161,9 @@ impl Workload {
     pub fn pod_args_of(&self, index: usize) -> Vec<String> {
         let mut args = self.pod_args.clone();
         args.extend(crate::models::per_pod_args(self, index));
+        if self.name == WorkloadName::Heterogeneous {
+            args.extend(heterogeneous::prefill_slowdown_args(index));
+        }
         args
     }
 }
