@@ -5,7 +5,8 @@ quality.json in it and its subfolders, one run per workload group)
 
 Writes learning_ttft.png (TTFT p50, p90, p99 per target, one panel per workload: the workloads'
 latencies differ by orders of magnitude) and learning_throughput.png (output tokens/s and
-prefix-cache hit rate per workload and target). Same colour per target in every chart;
+prefix-cache hit rate per workload and target), and, when a rate ladder ran (stages.json),
+learning_ladder.png (output tokens/s and TTFT p90 per stage against the stage's rate). Same colour per target in every chart;
 wasm-epp-learning is the same build as wasm-epp with `learning.enabled`.
 """
 
@@ -80,6 +81,31 @@ def main(results_dir):
     axes[0].legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(results_dir / "learning_throughput.png", dpi=120)
+    plot_ladder(results_dir)
+
+
+def plot_ladder(results_dir):
+    """Per-stage figures of the rate ladder (workload g): where the routers part."""
+    stages = []
+    for path in sorted(results_dir.rglob("stages.json")):
+        stages += json.loads(path.read_text())
+    if not stages:
+        return
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    for target in [t for t in TARGETS if any(s["target"] == t for s in stages)]:
+        mine = sorted((s for s in stages if s["target"] == target), key=lambda s: s["stage"])
+        rates = [s["rate_per_s"] for s in mine]
+        axes[0].plot(rates, [s["output_tokens_per_s"] for s in mine], "o-", color=COLOURS[target], label=target)
+        axes[1].plot(rates, [(s.get("ttft_p90_ms") or 0.0) / 1000 for s in mine], "o-", color=COLOURS[target],
+                     label=target)
+    axes[0].set_title("output tokens/s per stage")
+    axes[1].set_title("TTFT p90 per stage (s, log)")
+    axes[1].set_yscale("log")
+    for axis in axes:
+        axis.set_xlabel("arrival rate (requests/s)")
+    axes[0].legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(results_dir / "learning_ladder.png", dpi=120)
 
 
 if __name__ == "__main__":

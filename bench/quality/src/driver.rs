@@ -20,6 +20,8 @@ pub type Outcome = Result<Success, String>;
 #[derive(Debug)]
 pub struct Replay {
     pub outcomes: Vec<Outcome>,
+    /// When the replay began: scheduled jobs' `at_ms` count from here.
+    pub started: Instant,
     /// From the first request sent to the last response ended.
     pub wall: Duration,
 }
@@ -63,7 +65,7 @@ pub async fn join_slots(slots: Vec<tokio::task::JoinHandle<Vec<Outcome>>>, start
             Err(error) => outcomes.push(Err(format!("client task failed: {error}"))),
         }
     }
-    Replay { outcomes, wall: started.elapsed() }
+    Replay { outcomes, started, wall: started.elapsed() }
 }
 
 async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &mut Vec<Outcome>) {

@@ -22,6 +22,7 @@ mod prompts;
 mod replicas;
 mod report;
 mod run;
+mod stages;
 mod summary;
 mod targets;
 mod workload;

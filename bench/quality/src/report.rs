@@ -80,6 +80,13 @@ pub fn markdown(rows: &[(QualityRow, RunNotes)], context: &RunContext) -> String
     out.push_str("\nHit rate: prefix-cache hit tokens / queried tokens, summed over the pods' own counters. ");
     out.push_str("Idle while queued: share of 100 ms samples in which one pod had nothing running or waiting while another had requests waiting. ");
     out.push_str("Pod share: successful requests per pod (by `x-served-by`), pods in address order.\n\n");
+    let stage_rows: Vec<_> = rows.iter().flat_map(|(_, notes)| notes.stages.iter().cloned()).collect();
+    if !stage_rows.is_empty() {
+        out.push_str("## Per stage (rate ladders; also `stages.json`)\n\n");
+        out.push_str("A request counts in the stage it was sent in; out tok/s is its stage's output tokens over the time from the stage's start to its last answer.\n\n");
+        out.push_str(&crate::stages::table(&stage_rows));
+        out.push('\n');
+    }
     out.push_str("## Workloads as run\n\n| workload | pods | client slots | requests | simulator flags |\n| --- | ---: | ---: | ---: | --- |\n");
     for workload in &context.workloads {
         let _ = writeln!(

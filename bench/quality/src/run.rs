@@ -16,6 +16,7 @@ use crate::driver::replay;
 use crate::options::Options;
 use crate::pool::SimulatedPool;
 use crate::report::{markdown, table, write_json, RunContext};
+use crate::stages::StageRow;
 use crate::summary::{summarize, QualityRow, RunNotes};
 use crate::targets::{self, TargetName};
 use crate::workload::{Size, Workload};
@@ -116,6 +117,13 @@ pub fn run(options: &Options) -> Result<(), String> {
     std::fs::write(&markdown_path, markdown(&rows, &context))
         .map_err(|e| format!("{}: {e}", markdown_path.display()))?;
     println!("\n{}", table(&rows));
+    let stage_rows: Vec<StageRow> = rows.iter().flat_map(|(_, notes)| notes.stages.iter().cloned()).collect();
+    if !stage_rows.is_empty() {
+        let path = out_dir.join("stages.json");
+        let text = serde_json::to_string_pretty(&stage_rows).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("{}", crate::stages::table(&stage_rows));
+    }
     if let Some(models_table) = crate::models::report::write(&rows, &out_dir)? {
         println!("{models_table}");
     }
@@ -168,10 +176,31 @@ fn run_one(
             None
         }
     };
+    write_decisions(&replay, &target_dir(&bench.dir, workload, target)?)?;
     let (row, mut notes) =
         summarize(workload.name.label(), target.label(), &replay, counters, &pool.addresses(), balance);
     notes.models = models.transpose()?;
+    notes.stages = crate::stages::summarize(workload, target.label(), &replay);
     Ok((row, notes))
+}
+
+/// Every request's decision header, with its send time, pod and TTFT, one per line, into
+/// `decisions.txt` beside the target's logs (only when the run turned the header on, e.g.
+/// `WASM_EPP_FILTER_CONFIG='{"debug_decision_header": true}'`): the data to read when a
+/// router's choices need explaining.
+fn write_decisions(replay: &crate::driver::Replay, dir: &Path) -> Result<(), String> {
+    let mut lines = String::new();
+    for success in replay.outcomes.iter().filter_map(|outcome| outcome.as_ref().ok()) {
+        let Some(decision) = &success.decision else { continue };
+        let sent_ms = success.started.saturating_duration_since(replay.started).as_millis();
+        let ttft_ms = success.ttft.as_millis();
+        lines.push_str(&format!("sent_ms={sent_ms}; ttft_ms={ttft_ms}; {decision}\n"));
+    }
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let path = dir.join("decisions.txt");
+    std::fs::write(&path, lines).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A folder per workload and target, so every Envoy and router log is kept apart.

@@ -49,6 +49,8 @@ pub struct RunNotes {
     pub error_samples: Vec<String>,
     /// Models workloads only: what the pods counted (see `crate::models`).
     pub models: Option<crate::models::ModelNotes>,
+    /// Rate-ladder workloads only: figures per stage (`stages.json`).
+    pub stages: Vec<crate::stages::StageRow>,
 }
 
 pub fn summarize(
@@ -105,6 +107,7 @@ pub fn summarize(
         idle_while_queued: balance.idle_while_queued_share(),
         error_samples,
         models: None,
+        stages: Vec::new(),
     };
     (row, notes)
 }
@@ -132,12 +135,14 @@ mod tests {
 
     fn success(ttft_ms: u64, pod: &str) -> Result<Success, String> {
         Ok(Success {
+            started: std::time::Instant::now(),
             ttft: Duration::from_millis(ttft_ms),
             e2e: Duration::from_millis(ttft_ms * 10),
             output_tokens: 10,
             served_by: Some(pod.to_string()),
             text: String::new(),
             token_gaps_ms: vec![ttft_ms as f64 / 2.0],
+            decision: None,
         })
     }
 
@@ -155,6 +160,7 @@ mod tests {
         let pool = vec!["p1".to_string(), "p2".to_string(), "p3".to_string()];
         let replay = Replay {
             outcomes: vec![success(10, "p1"), success(20, "p1"), success(30, "p2"), Err("status 503".into())],
+            started: std::time::Instant::now(),
             wall: Duration::from_secs(2),
         };
         let before = PrefixCounters { queries: 100.0, hits: 10.0 };

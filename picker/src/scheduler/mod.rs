@@ -1,7 +1,8 @@
 //! Filter → Score → Pick, as in llm-d's scheduler.
 //!
 //! Filters: keep the pods whose data is trustworthy (healthy and fresh); leave out pods whose
-//! queue is full while any other remains; keep the best LoRA tier (adapter resident, then a
+//! queue is full while any other remains (learning off: with it, the predicted TTFT weighs the
+//! queue instead); keep the best LoRA tier (adapter resident, then a
 //! free adapter slot, then the rest: [`crate::models::affinity`]; a swap is never chosen while
 //! a pod holding the adapter exists, saturated or not); then, "sticky until saturated", keep the pods this
 //! request has affinity to (its session's pod, or pods holding at least `affinity_threshold`
@@ -77,9 +78,13 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     let pool_busy = open.is_empty();
     let open = match (pool_busy, &policy.learning) {
         (true, None) => return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false },
-        // Learning: a full pool keeps affinity unless moving buys time (below).
-        (true, Some(_)) => usable.clone(),
-        (false, _) => open,
+        // Learning: a full queue does not drop a pod (nor the affinity to it); the predicted
+        // TTFT, which counts the queue, decides whether moving buys time (below). Dropping it
+        // sent a 6k-token prompt's requests to pods without it whenever its pod had five
+        // waiting, at the top of workload g's ladder: 720 ms prefills instead of 120 ms, and
+        // a second copy evicting other prompts.
+        (_, Some(_)) => usable.clone(),
+        (false, None) => open,
     };
     // LoRA affinity (`models::affinity`): the best adapter tier among pods that can take the
     // request. A hot adapter goes to a copy or a free adapter slot once its home's queue is

@@ -21,6 +21,8 @@ pub use vllm_sim::client::sse_decoder::SseDecoder;
 
 /// Idle keep-alive connections kept per host; above the largest burst so bursts reuse them.
 const MAX_IDLE_PER_HOST: usize = 512;
+/// wasm-epp's decision header (`debug_decision_header`), kept per request when present.
+const DECISION_HEADER: &str = "x-wasm-epp-decision";
 /// Bytes of an error body quoted in the error message.
 const ERROR_BODY_QUOTE_BYTES: usize = 200;
 
@@ -74,7 +76,8 @@ impl StreamingClient {
             .map_err(|e| e.to_string())?;
         let response = self.http.request(request).await.map_err(|e| format!("send: {e}"))?;
         let status = response.status();
-        let served_by = response.headers().get("x-served-by").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let (served_by, decision) = (header("x-served-by"), header(DECISION_HEADER));
         let mut body = response.into_body();
         if !status.is_success() {
             let bytes = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
@@ -92,6 +95,8 @@ impl StreamingClient {
                 }
             }
         }
-        progress.finish(Instant::now(), served_by)
+        let mut success = progress.finish(Instant::now(), served_by)?;
+        success.decision = decision;
+        Ok(success)
     }
 }

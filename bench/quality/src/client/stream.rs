@@ -18,6 +18,8 @@ const MAX_GAPS_PER_STREAM: usize = 1 << 14;
 /// A streamed request that completed.
 #[derive(Debug, Clone)]
 pub struct Success {
+    /// When the request was sent (per-stage figures place it by this).
+    pub started: Instant,
     pub ttft: Duration,
     pub e2e: Duration,
     pub output_tokens: u64,
@@ -26,6 +28,8 @@ pub struct Success {
     pub text: String,
     /// Gaps between consecutive content chunks, milliseconds.
     pub token_gaps_ms: Vec<f64>,
+    /// wasm-epp's decision header, when the run turned it on (`debug_decision_header`).
+    pub decision: Option<String>,
 }
 
 #[derive(Debug)]
@@ -94,12 +98,14 @@ impl StreamProgress {
         }
         let ttft = self.first_token.ok_or_else(|| "stream had no content token".to_string())?;
         Ok(Success {
+            started: self.started,
             ttft,
             e2e: now.saturating_duration_since(self.started),
             output_tokens: self.usage_tokens.unwrap_or(self.content_chunks),
             served_by,
             text: self.text,
             token_gaps_ms: self.token_gaps_ms,
+            decision: None,
         })
     }
 }

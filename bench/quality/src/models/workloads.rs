@@ -59,7 +59,14 @@ pub fn build_adapters(size: Size, seed: u64) -> Workload {
             completion(&mut random, model, seed ^ (800_000 + index as u64))
         })
         .collect();
-    Workload { name: WorkloadName::Adapters, pods: PODS, pod_args: common_args(), concurrency: CONCURRENCY, jobs }
+    Workload {
+        name: WorkloadName::Adapters,
+        pods: PODS,
+        pod_args: common_args(),
+        concurrency: CONCURRENCY,
+        jobs,
+        stages: Vec::new(),
+    }
 }
 
 pub fn adapters_pod_args(index: usize) -> Vec<String> {
@@ -88,7 +95,14 @@ pub fn build_two_models(size: Size, seed: u64) -> Workload {
             completion(&mut random, model.to_owned(), seed ^ (900_000 + index as u64))
         })
         .collect();
-    Workload { name: WorkloadName::TwoModels, pods: PODS, pod_args: common_args(), concurrency: CONCURRENCY, jobs }
+    Workload {
+        name: WorkloadName::TwoModels,
+        pods: PODS,
+        pod_args: common_args(),
+        concurrency: CONCURRENCY,
+        jobs,
+        stages: Vec::new(),
+    }
 }
 
 pub fn two_models_pod_args(index: usize) -> Vec<String> {

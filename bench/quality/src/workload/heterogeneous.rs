@@ -8,8 +8,9 @@ use super::{pod_args, Job, Size, Workload, WorkloadName};
 use crate::prompts::{text_of_tokens, SeededRandom};
 
 const PODS: usize = 4;
-/// Per pod, in start order: two fast, two 3× slower at prefill.
-const PREFILL_SLOWDOWN: &str = "1,1,3,3";
+/// Per pod, in start order: two fast, two 3× slower at prefill. Each pod is its own
+/// simulator process, so each gets its own value ([`prefill_slowdown_args`]).
+const PREFILL_SLOWDOWN: [&str; PODS] = ["1", "1", "3", "3"];
 const PREFILL_MS_PER_TOKEN: &str = "0.1";
 const MIN_PROMPT_TOKENS: usize = 1000;
 const MAX_PROMPT_TOKENS: usize = 3000;
@@ -32,8 +33,21 @@ pub fn build(size: Size, seed: u64) -> Workload {
         })
         .collect();
     let mut args = pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN);
-    args.extend(
-        ["--prefill-per-token-ms", PREFILL_MS_PER_TOKEN, "--prefill-slowdown", PREFILL_SLOWDOWN].map(String::from),
-    );
-    Workload { name: WorkloadName::Heterogeneous, pods: PODS, pod_args: args, concurrency: CONCURRENCY, jobs }
+    args.extend(["--prefill-per-token-ms", PREFILL_MS_PER_TOKEN].map(String::from));
+    Workload {
+        name: WorkloadName::Heterogeneous,
+        pods: PODS,
+        pod_args: args,
+        concurrency: CONCURRENCY,
+        jobs,
+        stages: Vec::new(),
+    }
+}
+
+/// Pod `index`'s own slowdown flag.
+pub fn prefill_slowdown_args(index: usize) -> Vec<String> {
+    PREFILL_SLOWDOWN
+        .get(index)
+        .map(|slowdown| vec!["--prefill-slowdown".to_string(), slowdown.to_string()])
+        .unwrap_or_default()
 }

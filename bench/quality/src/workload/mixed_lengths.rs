@@ -36,5 +36,12 @@ pub fn build(size: Size, seed: u64) -> Workload {
         .collect();
     let mut args = pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN);
     args.extend(["--prefill-per-token-ms", PREFILL_MS_PER_TOKEN].map(String::from));
-    Workload { name: WorkloadName::MixedLengths, pods: PODS, pod_args: args, concurrency: CONCURRENCY, jobs }
+    Workload {
+        name: WorkloadName::MixedLengths,
+        pods: PODS,
+        pod_args: args,
+        concurrency: CONCURRENCY,
+        jobs,
+        stages: Vec::new(),
+    }
 }

@@ -47,7 +47,7 @@ pub enum WorkloadName {
     #[value(name = "l", alias = "mixed-lengths")]
     MixedLengths,
     /// 4 pods, 48 shared 6k-token system prompts, 1.2k-token questions, open-loop Poisson
-    /// ladder 1 → 12 requests/s (llm-d's optimized-baseline shape, scaled; issue 14).
+    /// ladder from ¼ to 2.5 × round robin's capacity (llm-d's optimized-baseline shape, scaled; issue 14).
     #[value(name = "g", alias = "ladder")]
     Ladder,
 }
@@ -115,6 +115,17 @@ pub struct Workload {
     /// Client slots; equal to the number of jobs for a burst (everything released at once).
     pub concurrency: usize,
     pub jobs: Vec<Job>,
+    /// Open-loop workloads whose rate steps: each stage's window, reported apart (empty for
+    /// the others).
+    pub stages: Vec<Stage>,
+}
+
+/// One step of a rate ladder: requests scheduled in `start_ms..end_ms` arrive at `rate_per_s`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stage {
+    pub rate_per_s: f64,
+    pub start_ms: u64,
+    pub end_ms: u64,
 }
 
 impl Workload {
@@ -150,6 +161,9 @@ impl Workload {
     pub fn pod_args_of(&self, index: usize) -> Vec<String> {
         let mut args = self.pod_args.clone();
         args.extend(crate::models::per_pod_args(self, index));
+        if self.name == WorkloadName::Heterogeneous {
+            args.extend(heterogeneous::prefill_slowdown_args(index));
+        }
         args
     }
 }

@@ -37,5 +37,6 @@ pub fn build(size: Size, seed: u64) -> Workload {
         pod_args: pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN),
         concurrency: CONCURRENCY,
         jobs,
+        stages: Vec::new(),
     }
 }
