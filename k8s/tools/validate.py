@@ -294,7 +294,8 @@ PEER_SECRET = "validate-peer-secret-0123"
 def render_template(cluster_mode, singleton, peers=False):
     """envoy/envoy.yaml.template as the launcher renders it (launcher/src/envoy.rs)."""
     sections = {"singleton": singleton, "override_host": cluster_mode == "override_host",
-                "original_dst": cluster_mode == "original_dst", "peers": peers, "live_filter": False}
+                "original_dst": cluster_mode == "original_dst", "peers": peers, "live_filter": False,
+                "filters_before_plugin": False}
     kept, skipping = [], False
     for line in (ROOT / "envoy/envoy.yaml.template").read_text().splitlines():
         marker = re.match(r"^\s*# (BEGIN|END) (\S+)\s*$", line)
