@@ -174,16 +174,7 @@ impl WorkerInflight {
     /// their last publish ([`Self::publish_now`]), not up to this worker's last tick.
     pub fn refresh_others(&mut self, store: &dyn SharedStore, now_ms: u64) {
         self.others.values_mut().for_each(|load| *load = Load::default());
-        for (index, key) in INFLIGHT_SLOT_KEYS.iter().enumerate().take(self.claimed_slots) {
-            if Some(index) == self.slot {
-                continue;
-            }
-            if let Ok((Some(bytes), _)) = store.get(key) {
-                if decode_header(&bytes).is_some_and(|(_, at)| now_ms.saturating_sub(at) <= SLOT_STALE_MS) {
-                    add_entries(&mut self.others, &bytes);
-                }
-            }
-        }
+        self.sum_other_slots(store, now_ms, self.claimed_slots);
     }
 
     /// Per pick and per end: publishes this worker's counts at once, so the other workers'
@@ -212,30 +203,37 @@ impl WorkerInflight {
     fn read_others(&mut self, store: &dyn SharedStore, now_ms: u64) -> usize {
         // Pods that left stop costing space here once per tick, not per decision.
         self.others.clear();
-        let mut peers = 0;
-        self.claimed_slots = 0;
-        for (index, key) in INFLIGHT_SLOT_KEYS.iter().enumerate() {
-            let Ok((Some(bytes), _)) = store.get(key) else {
-                break; // Slots are claimed lowest first and never deleted: none beyond.
-            };
-            self.claimed_slots = index + 1;
+        let (peers, claimed) = self.sum_other_slots(store, now_ms, MAX_SLOTS);
+        self.claimed_slots = claimed;
+        peers
+    }
+
+    /// Adds the live other workers' slots among the first `limit` into `others`; returns how
+    /// many were live and how many slots are claimed (up to the first never written, or
+    /// `limit`). This worker's own slot is not read.
+    fn sum_other_slots(&mut self, store: &dyn SharedStore, now_ms: u64, limit: usize) -> (usize, usize) {
+        let (mut peers, mut claimed) = (0, 0);
+        for (index, key) in INFLIGHT_SLOT_KEYS.iter().enumerate().take(limit) {
+            claimed = index + 1;
             if Some(index) == self.slot {
                 continue;
             }
-            let Some((_, refreshed)) = decode_header(&bytes) else { continue };
-            if now_ms.saturating_sub(refreshed) > SLOT_STALE_MS {
-                continue;
+            let Ok((Some(bytes), _)) = store.get(key) else {
+                claimed = index;
+                break; // Slots are claimed lowest first and never deleted: none beyond.
+            };
+            if is_live(&bytes, now_ms) {
+                peers += 1;
+                add_entries(&mut self.others, &bytes);
             }
-            peers += 1;
-            add_entries(&mut self.others, &bytes);
         }
-        peers
+        (peers, claimed)
     }
 
     fn read_replicas(&mut self, store: &dyn SharedStore, now_ms: u64) {
         self.replicas.clear();
         if let Ok((Some(bytes), _)) = store.get(PEER_INFLIGHT) {
-            if decode_header(&bytes).is_some_and(|(_, at)| now_ms.saturating_sub(at) <= SLOT_STALE_MS) {
+            if is_live(&bytes, now_ms) {
                 add_entries(&mut self.replicas, &bytes);
             }
         }
@@ -260,7 +258,7 @@ pub fn envoy_totals(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, u32
     let mut totals = HashMap::new();
     for key in INFLIGHT_SLOT_KEYS {
         let Ok((Some(bytes), _)) = store.get(key) else { break };
-        if decode_header(&bytes).is_some_and(|(_, at)| now_ms.saturating_sub(at) <= SLOT_STALE_MS) {
+        if is_live(&bytes, now_ms) {
             add_entries(&mut totals, &bytes);
         }
     }
@@ -316,6 +314,11 @@ fn encode<'a>(owner: u64, now_ms: u64, counts: impl Iterator<Item = (&'a str, Lo
 
 fn own_counts(local: &HashMap<String, Local>) -> impl Iterator<Item = (&str, Load)> {
     local.iter().map(|(address, entry)| (address.as_str(), Load { count: entry.count, tokens: entry.tokens }))
+}
+
+/// A slot value refreshed within [`SLOT_STALE_MS`] of `now_ms` (its writer is alive).
+fn is_live(slot_value: &[u8], now_ms: u64) -> bool {
+    decode_header(slot_value).is_some_and(|(_, refreshed)| now_ms.saturating_sub(refreshed) <= SLOT_STALE_MS)
 }
 
 fn decode_header(bytes: &[u8]) -> Option<(u64, u64)> {

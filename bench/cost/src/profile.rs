@@ -96,7 +96,7 @@ fn probe_costs(body_bytes: usize) -> Result<BTreeMap<String, f64>, String> {
             crate::results::median(values)
         }
     };
-    Ok(samples.into_iter().map(|(name, values)| (summary(&name, &values), name)).map(|(v, n)| (n, v)).collect())
+    Ok(samples.iter().map(|(name, values)| (name.clone(), summary(name, values))).collect())
 }
 
 /// The probe's cost for `function` at `bytes` per call: its own entry, or among its sized
