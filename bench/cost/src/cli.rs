@@ -91,6 +91,14 @@ pub struct LatencyArgs {
     /// Variants to run, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
     pub variants: Option<Vec<String>>,
+    /// Sequential requests each variant gets in a row before the next takes over (1: one by
+    /// one, as shipped; more: the caches stay warm for that Envoy's run).
+    #[arg(long, default_value_t = 1)]
+    pub sequential_burst: usize,
+    /// Put before every case name (e.g. `round3-burst1/`), so a bisection run's figures sit
+    /// beside the standard ones in cost.json instead of replacing them.
+    #[arg(long, default_value = "")]
+    pub case_prefix: String,
 }
 
 #[derive(Args, Default)]
@@ -157,6 +165,8 @@ pub fn latency_options(args: &LatencyArgs, quick: bool) -> LatencyOptions {
         rounds: args.rounds.unwrap_or(if quick { 2 } else { 3 }),
         concurrency: args.concurrency,
         warmup: if quick { 200 } else { 500 },
+        sequential_burst: args.sequential_burst.max(1),
+        case_prefix: args.case_prefix.clone(),
     }
 }
 
@@ -229,6 +239,8 @@ pub fn runtimes_options(args: &RuntimesArgs, quick: bool) -> LatencyOptions {
         rounds: 2,
         concurrency: 32,
         warmup: if quick { 200 } else { 500 },
+        sequential_burst: 1,
+        case_prefix: String::new(),
     }
 }
 
@@ -244,6 +256,8 @@ pub fn matrix_options(args: &MatrixArgs, quick: bool) -> MatrixOptions {
             rounds: 2,
             concurrency: 32,
             warmup: if quick { 100 } else { 300 },
+            sequential_burst: 1,
+            case_prefix: String::new(),
         },
     }
 }

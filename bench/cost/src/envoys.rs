@@ -84,7 +84,18 @@ impl Setup {
     }
 }
 
-/// The launcher's options for a wasm-epp variant.
+/// Where the header-only filter's plain-text configuration goes in a configuration rendered
+/// from wasm-epp's template (replaced after rendering).
+const HEADER_CONFIG_SLOT: &str = "__HEADER_FILTER_CONFIG__";
+
+/// The worker tick of `wasm-epp-slow-tick` (shipped: 20 ms).
+const SLOW_TICK_MS: u64 = 1_000;
+
+/// The singleton's poll interval in `wasm-epp-slow-poll` (shipped: 100 ms); below the
+/// filter's `stale_after_ms` (5 s), so the table stays fresh.
+const SLOW_POLL_MS: u64 = 1_000;
+
+/// The launcher's options for a variant rendered from wasm-epp's template.
 fn wasm_epp_options(
     variant: Variant,
     pool: &[String],
@@ -102,12 +113,29 @@ fn wasm_epp_options(
     if let Some(poller) = &setup.poller {
         options.poller_config = Some(poller.clone());
     }
+    if variant == Variant::WasmEppSlowPoll {
+        if let Some(poller) = options.poller_config.as_mut().and_then(|p| p.as_object_mut()) {
+            poller.insert("poll_interval_ms".into(), SLOW_POLL_MS.into());
+        }
+    }
+    if variant.header_filter_config().is_some() {
+        // The body-reading filter in wasm-epp's place; its plain-text configuration goes in
+        // after rendering (the launcher writes the filter's configuration as JSON).
+        options.filter_wasm = header_filter_wasm();
+        options.filter_config = serde_json::Value::String(HEADER_CONFIG_SLOT.into());
+        if variant != Variant::HeaderReadShippedSingleton {
+            options.poller_config = None;
+        }
+    }
     let mut fields = setup.filter_fields.as_ref().and_then(|f| f.as_object().cloned()).unwrap_or_default();
     if variant == Variant::WasmEppNoPrefix {
         fields.insert("prefix".into(), serde_json::json!({ "enabled": false }));
     }
     if variant == Variant::WasmEppLearning {
         fields.insert("learning".into(), serde_json::json!({ "enabled": true }));
+    }
+    if variant == Variant::WasmEppSlowTick {
+        fields.insert("prefix".into(), serde_json::json!({ "sync_interval_ms": SLOW_TICK_MS }));
     }
     if let Some(config) = options.filter_config.as_object_mut() {
         config.extend(fields);
@@ -124,13 +152,6 @@ pub fn render(
     admin_port: u16,
     setup: &Setup,
 ) -> Result<String, String> {
-    if variant.is_wasm_epp() {
-        let template =
-            std::fs::read_to_string(launcher::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
-        let options = wasm_epp_options(variant, pool, listen_port, admin_port, setup);
-        return Ok(setup.with_runtime(launcher::envoy::render(&template, &options)));
-    }
-    let template = std::fs::read_to_string(baseline_template()).map_err(|e| format!("baseline template: {e}"))?;
     let module = header_filter_wasm();
     if variant.header_filter_config().is_some() && !module.exists() {
         return Err(format!(
@@ -138,8 +159,21 @@ pub fn render(
             module.display()
         ));
     }
-    let module = module.display().to_string();
     let wasm_config = variant.header_filter_config().map(|words| format!("{words} {}", pool.join(" ")));
+    if variant.uses_shipped_template() {
+        let template =
+            std::fs::read_to_string(launcher::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
+        let options = wasm_epp_options(variant, pool, listen_port, admin_port, setup);
+        let rendered = launcher::envoy::render(&template, &options);
+        let slot = serde_json::Value::String(HEADER_CONFIG_SLOT.into()).to_string();
+        let mut rendered = rendered.replace(&slot, wasm_config.as_deref().unwrap_or_default());
+        if let Some(feature) = variant.left_out() {
+            rendered = crate::template_cut::without(&rendered, feature);
+        }
+        return Ok(setup.with_runtime(rendered));
+    }
+    let template = std::fs::read_to_string(baseline_template()).map_err(|e| format!("baseline template: {e}"))?;
+    let module = module.display().to_string();
     let wasm = wasm_config.as_deref().map(|config| (module.as_str(), config));
     Ok(setup.with_runtime(render_baseline(&template, listen_port, admin_port, wasm)))
 }
@@ -191,7 +225,7 @@ impl RunningEnvoy {
         let process =
             launcher::envoy::launch(&config_path, &[], WORKER_THREADS, &name, &dir.join("envoy.log"), admin_port)?;
         let envoy = Self { variant, listen_port, admin_port, pool: pool.to_vec(), process };
-        if variant.is_wasm_epp() && !envoy.wait_for_healthy_pods() {
+        if variant.runs_singleton() && !envoy.wait_for_healthy_pods() {
             return Err(format!(
                 "{}: singleton never saw {} healthy pods:\n{}",
                 variant.name(),
@@ -278,6 +312,31 @@ mod tests {
         let wasm = render_baseline(&template, 1, 2, Some(("/x.wasm", "buffer 127.0.0.1:9")));
         assert!(wasm.contains("filename: /x.wasm") && wasm.contains("value: 'buffer 127.0.0.1:9'"));
         assert!(wasm.contains("allow_on_headers_stop_iteration: true"));
+    }
+
+    #[test]
+    fn the_body_reading_filter_renders_into_the_shipped_template() {
+        let pool = vec!["127.0.0.1:9".to_owned(), "127.0.0.1:10".to_owned()];
+        let Ok(config) = render(Variant::HeaderReadShippedConfig, &pool, 1, 2, &Setup::default()) else {
+            return; // the header-only filter is not built: `make bench-cost` builds it
+        };
+        assert!(config.contains("value: 'buffer read 127.0.0.1:9 127.0.0.1:10'"), "{config}");
+        assert!(config.contains("header_only_filter.wasm") && !config.contains("wasm_epp_filter.wasm"));
+        assert!(config.contains("envoy.filters.http.header_mutation") && config.contains("overload_manager"));
+        assert!(!config.contains("bootstrap_extensions") && !config.contains(HEADER_CONFIG_SLOT));
+        let with_singleton = render(Variant::HeaderReadShippedSingleton, &pool, 1, 2, &Setup::default()).unwrap();
+        assert!(
+            with_singleton.contains("bootstrap_extensions") && with_singleton.contains("wasm_epp_shared_state.wasm")
+        );
+    }
+
+    #[test]
+    fn slowed_variants_change_only_their_interval() {
+        let pool = vec!["127.0.0.1:9".to_owned()];
+        let tick = render(Variant::WasmEppSlowTick, &pool, 1, 2, &Setup::default()).unwrap();
+        assert!(tick.contains(r#""sync_interval_ms":1000"#), "{tick}");
+        let poll = render(Variant::WasmEppSlowPoll, &pool, 1, 2, &Setup::default()).unwrap();
+        assert!(poll.contains(r#""poll_interval_ms":1000"#) && !poll.contains("sync_interval_ms"), "{poll}");
     }
 
     #[test]

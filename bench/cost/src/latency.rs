@@ -27,6 +27,11 @@ pub struct LatencyOptions {
     pub concurrency: usize,
     /// Unmeasured requests per variant and size first (connections, V8 tiering).
     pub warmup: usize,
+    /// Sequential requests a variant gets in a row before the next one's turn: 1 interleaves
+    /// one by one (every Envoy's caches cold from the others' work); more keeps them warm.
+    pub sequential_burst: usize,
+    /// Put before every case name in the records (empty for the standard cases).
+    pub case_prefix: String,
 }
 
 /// `DISTINCT_BODIES` requests to `path` for `envoy`, the bodies made by `body_of_seed`.
@@ -62,11 +67,21 @@ pub fn run(envoys: &[RunningEnvoy], options: &LatencyOptions, results: &mut Resu
             .iter()
             .map(|e| encoded(e, "/v1/completions", |seed| workload::completions_body_of_size(size, seed)))
             .collect();
+        let vm_before = in_vm_ns(envoys);
         let sequential = sequential(envoys, &requests, options)?;
-        report(envoys, "latency_sequential", "", size, &sequential, &idle, results);
+        let vm_sequential = in_vm_ns(envoys);
+        let prefix = options.case_prefix.as_str();
+        report(envoys, "latency_sequential", prefix, size, &sequential, &idle, results);
+        let readings = (vm_before.as_slice(), vm_sequential.as_slice());
+        let measured = (sequential.as_slice(), options.warmup);
+        report_in_vm(envoys, "latency_sequential", prefix, size, readings, measured, results);
         let concurrent = concurrent(envoys, &requests, options);
+        let vm_concurrent = in_vm_ns(envoys);
         let benchmark = format!("latency_concurrent{}", options.concurrency);
-        report(envoys, &benchmark, "", size, &concurrent, &idle, results);
+        report(envoys, &benchmark, prefix, size, &concurrent, &idle, results);
+        let readings = (vm_sequential.as_slice(), vm_concurrent.as_slice());
+        let warmed = concurrent_warmup(options) * options.concurrency;
+        report_in_vm(envoys, &benchmark, prefix, size, readings, (concurrent.as_slice(), warmed), results);
     }
     Ok(())
 }
@@ -91,16 +106,19 @@ pub fn sequential(
     let cpu_before: Vec<Duration> = envoys.iter().map(|e| sampling::cpu(e.pid())).collect();
     let start = Instant::now();
     let count = envoys.len();
-    for i in 0..options.sequential {
+    let burst = options.sequential_burst.max(1);
+    for turn in 0..options.sequential.div_ceil(burst) {
         for k in 0..count {
-            let which = (i + k) % count;
+            let which = (turn + k) % count;
             let (Some(connection), Some(requests), Some(batch)) =
                 (connections.get_mut(which), requests.get(which), batches.get_mut(which))
             else {
                 continue;
             };
-            let Some(request) = requests.get(i % requests.len()) else { continue };
-            batch.record(connection.exchange(request));
+            for i in turn * burst..((turn + 1) * burst).min(options.sequential) {
+                let Some(request) = requests.get(i % requests.len()) else { continue };
+                batch.record(connection.exchange(request));
+            }
         }
     }
     let elapsed = start.elapsed();
@@ -111,13 +129,18 @@ pub fn sequential(
     Ok(batches)
 }
 
+/// Unmeasured requests per connection before the concurrent batches.
+fn concurrent_warmup(options: &LatencyOptions) -> usize {
+    options.warmup.div_ceil(options.concurrency.max(1)).max(1)
+}
+
 /// `options.concurrency` requests at once, variants taking turns by batches for
 /// `options.rounds` rounds; `requests[k]` are envoy `k`'s.
 pub fn concurrent(envoys: &[RunningEnvoy], requests: &[Vec<Vec<u8>>], options: &LatencyOptions) -> Vec<Batch> {
     let mut pools: Vec<Vec<Connection>> =
         envoys.iter().map(|e| (0..options.concurrency).map(|_| Connection::new(e.listen_port)).collect()).collect();
     let per_connection = options.concurrent.div_ceil(options.concurrency.max(1));
-    let warm_per_connection = options.warmup.div_ceil(options.concurrency.max(1)).max(1);
+    let warm_per_connection = concurrent_warmup(options);
     for ((envoy, pool), requests) in envoys.iter().zip(&mut pools).zip(requests) {
         sampling::run_batch(envoy, pool, requests, warm_per_connection, None);
     }
@@ -135,6 +158,49 @@ pub fn concurrent(envoys: &[RunningEnvoy], requests: &[Vec<Vec<u8>>], options: &
         }
     }
     batches
+}
+
+/// The profiled build's VM time so far, ns: (request callbacks, ticks); `None` for the other
+/// variants.
+type VmReading = Option<(f64, f64)>;
+
+/// Per envoy, the profiled build's time in its VM callbacks so far (ns), `None` for the
+/// others. The ticks flush the counters every 20 ms: waits that long first.
+fn in_vm_ns(envoys: &[RunningEnvoy]) -> Vec<VmReading> {
+    if !envoys.iter().any(|e| e.variant == Variant::WasmEppProfiled) {
+        return envoys.iter().map(|_| None).collect();
+    }
+    std::thread::sleep(crate::profile::COUNTER_FLUSH);
+    envoys.iter().map(|e| (e.variant == Variant::WasmEppProfiled).then(|| crate::profile::in_vm_ns(e))).collect()
+}
+
+/// Prints and records the profiled build's VM time per request between two readings
+/// (before, after), over the batches' requests and the `warmed` ones before them: in the same
+/// run as the latencies, so the remainder outside the VM compares like with like.
+fn report_in_vm(
+    envoys: &[RunningEnvoy],
+    benchmark: &str,
+    case_prefix: &str,
+    size: usize,
+    (before, after): (&[VmReading], &[VmReading]),
+    (batches, warmed): (&[Batch], usize),
+    results: &mut Results,
+) {
+    for (((envoy, before), after), batch) in envoys.iter().zip(before).zip(after).zip(batches) {
+        let (Some(before), Some(after)) = (before, after) else { continue };
+        // The warm-up requests ran between the readings too.
+        let requests = (batch.latencies_us.len() + warmed).max(1) as f64;
+        let per_request = |after: f64, before: f64| (after - before) / requests / 1000.0;
+        let (callbacks, ticks) = (per_request(after.0, before.0), per_request(after.1, before.1));
+        println!(
+            "  {}, this run, µs per request in its VM (wall clock): request callbacks {callbacks:.1}, \
+             ticks {ticks:.1} (both workers)",
+            envoy.name()
+        );
+        let case = format!("{case_prefix}{}/{size}B", envoy.name());
+        results.push(benchmark, &case, "in_vm_callbacks_us_per_request", callbacks, "us");
+        results.push(benchmark, &case, "in_vm_ticks_us_per_request", ticks, "us");
+    }
 }
 
 /// Prints one table of `batches` (one per envoy) and records it under `benchmark`, cases

@@ -27,6 +27,7 @@ pub mod results;
 pub mod runtimes;
 pub mod sampling;
 pub mod scrape;
+pub mod template_cut;
 pub mod throughput;
 pub mod upstream;
 pub mod variant;

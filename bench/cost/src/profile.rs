@@ -209,7 +209,7 @@ fn phases(envoy: &RunningEnvoy, body: &str, connections: usize, load: Load) -> R
         Load::For(time) => sampling::run_batch(envoy, &mut pool, &requests, 0, Some(time)),
     };
     // The ticks flush the counters every 20 ms.
-    std::thread::sleep(Duration::from_millis(200));
+    std::thread::sleep(COUNTER_FLUSH);
     let after = profile_counters(envoy);
     let answered = batch.latencies_us.len();
     if batch.errors > 0 {
@@ -227,6 +227,18 @@ fn phases(envoy: &RunningEnvoy, body: &str, connections: usize, load: Load) -> R
         .collect();
     let cpu_us_per_request = sampling::cpu_per_request(batch.envoy_cpu, idle, batch.elapsed, answered);
     Ok(PhaseRun { requests: answered, cpu_us_per_request, phases })
+}
+
+/// How long the profiled filter takes to flush its counters (its tick, 20 ms, and margin).
+pub const COUNTER_FLUSH: Duration = Duration::from_millis(200);
+
+/// The profiled filter's time in its VM callbacks so far, every worker, from its top-level
+/// phases' counters (ns): (the request's callbacks, the ticks).
+pub fn in_vm_ns(envoy: &RunningEnvoy) -> (f64, f64) {
+    let counters = profile_counters(envoy);
+    let ns = |phase: &str| counters.get(&format!("{phase}_ns")).copied().unwrap_or(0.0);
+    let requests = ENTRY_PHASES.iter().filter(|&&phase| phase != "tick").map(|phase| ns(phase)).sum();
+    (requests, ns("tick"))
 }
 
 /// The phases `router/src/profile.rs` times, in its order.

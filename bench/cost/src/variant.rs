@@ -2,6 +2,8 @@
 //! the header-only baseline filter in three degrees of body handling, and wasm-epp in the
 //! shipped and in stripped-down configurations.
 
+pub use crate::template_cut::Feature;
+
 /// One way of putting Envoy in front of the pods.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
@@ -24,6 +26,24 @@ pub enum Variant {
     /// (first byte, status, usage scan) and the token accounting cost. Named explicitly
     /// (`--variants wasm-epp,wasm-epp-learning`); not in the default runs.
     WasmEppLearning,
+    /// The body-reading filter (`HeaderRead`) rendered inside wasm-epp's own template instead of
+    /// the baseline's (overload manager, header_mutation, retry policy, override_host cluster,
+    /// stats tags, timeouts), without the singleton: what the shipped Envoy configuration costs
+    /// apart from wasm-epp's Wasm.
+    HeaderReadShippedConfig,
+    /// As `HeaderReadShippedConfig`, plus wasm-epp's singleton polling the pods (same vm_id,
+    /// shared data and scrapes as shipped): what the singleton's main-thread work costs the
+    /// request path.
+    HeaderReadShippedSingleton,
+    /// As `HeaderReadShippedConfig` less one feature of the template: what that feature costs.
+    HeaderReadShippedWithout(Feature),
+    /// wasm-epp as shipped with its worker tick slowed from 20 ms to 1 s
+    /// (`prefix.sync_interval_ms`): what the tick (table, in-flight sync, ring replay, stats
+    /// flush) costs.
+    WasmEppSlowTick,
+    /// wasm-epp as shipped with the singleton polling every 1 s instead of 100 ms: what the
+    /// scrapes and the main thread's batch handling cost the request path.
+    WasmEppSlowPoll,
     /// wasm-epp as shipped, its filter built with the `profile` feature
     /// (`envoys::profile_filter_wasm`): the same code, timing its phases into counters. For the
     /// `profile` benchmark only.
@@ -31,6 +51,24 @@ pub enum Variant {
 }
 
 impl Variant {
+    /// The variants that split wasm-epp's cost outside its VM callbacks (issue 17, round
+    /// three); named explicitly (`--variants`), not in the default runs.
+    pub const BISECTION: [Variant; 13] = [
+        Variant::HeaderReadShippedConfig,
+        Variant::HeaderReadShippedSingleton,
+        Variant::HeaderReadShippedWithout(Feature::Overload),
+        Variant::HeaderReadShippedWithout(Feature::HeaderMutation),
+        Variant::HeaderReadShippedWithout(Feature::Retries),
+        Variant::HeaderReadShippedWithout(Feature::PreviousHosts),
+        Variant::HeaderReadShippedWithout(Feature::ServedHeader),
+        Variant::HeaderReadShippedWithout(Feature::StatsTags),
+        Variant::HeaderReadShippedWithout(Feature::Timeouts),
+        Variant::HeaderReadShippedWithout(Feature::RemoteAddress),
+        Variant::HeaderReadShippedWithout(Feature::LocalReply),
+        Variant::WasmEppSlowTick,
+        Variant::WasmEppSlowPoll,
+    ];
+
     /// Every variant, in the order reports list them.
     pub const ALL: [Variant; 7] = [
         Variant::Plain,
@@ -52,12 +90,31 @@ impl Variant {
             Variant::WasmEpp => "wasm-epp",
             Variant::WasmEppNoPrefix => "wasm-epp-noprefix",
             Variant::WasmEppLearning => "wasm-epp-learning",
+            Variant::HeaderReadShippedConfig => "header-read-shipped-config",
+            Variant::HeaderReadShippedSingleton => "header-read-shipped-singleton",
+            Variant::HeaderReadShippedWithout(feature) => match feature {
+                Feature::Overload => "header-read-shipped-no-overload",
+                Feature::HeaderMutation => "header-read-shipped-no-header-mutation",
+                Feature::Retries => "header-read-shipped-no-retries",
+                Feature::PreviousHosts => "header-read-shipped-no-previous-hosts",
+                Feature::ServedHeader => "header-read-shipped-no-served-header",
+                Feature::StatsTags => "header-read-shipped-no-stats-tags",
+                Feature::Timeouts => "header-read-shipped-no-timeouts",
+                Feature::RemoteAddress => "header-read-shipped-no-remote-address",
+                Feature::LocalReply => "header-read-shipped-no-local-reply",
+            },
+            Variant::WasmEppSlowTick => "wasm-epp-slow-tick",
+            Variant::WasmEppSlowPoll => "wasm-epp-slow-poll",
             Variant::WasmEppProfiled => "wasm-epp-profiled",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().chain([Variant::WasmEppLearning, Variant::WasmEppProfiled]).find(|v| v.name() == name)
+        Self::ALL
+            .into_iter()
+            .chain(Self::BISECTION)
+            .chain([Variant::WasmEppLearning, Variant::WasmEppProfiled])
+            .find(|v| v.name() == name)
     }
 
     /// The client names the pod only for plain Envoy; every filter overwrites the header.
@@ -69,7 +126,10 @@ impl Variant {
         match self {
             Variant::HeaderOnly => Some(""),
             Variant::HeaderBuffered => Some("buffer"),
-            Variant::HeaderRead => Some("buffer read"),
+            Variant::HeaderRead
+            | Variant::HeaderReadShippedConfig
+            | Variant::HeaderReadShippedSingleton
+            | Variant::HeaderReadShippedWithout(_) => Some("buffer read"),
             _ => None,
         }
     }
@@ -83,7 +143,34 @@ impl Variant {
                 | Variant::WasmEppNoPrefix
                 | Variant::WasmEppLearning
                 | Variant::WasmEppProfiled
+                | Variant::WasmEppSlowTick
+                | Variant::WasmEppSlowPoll
         )
+    }
+
+    /// Rendered from the project's own template (`envoy/envoy.yaml.template`) by the
+    /// launcher, whatever the filter module.
+    pub(crate) fn uses_shipped_template(self) -> bool {
+        self.is_wasm_epp()
+            || matches!(
+                self,
+                Variant::HeaderReadShippedConfig
+                    | Variant::HeaderReadShippedSingleton
+                    | Variant::HeaderReadShippedWithout(_)
+            )
+    }
+
+    /// The template feature this variant leaves out.
+    pub(crate) fn left_out(self) -> Option<Feature> {
+        match self {
+            Variant::HeaderReadShippedWithout(feature) => Some(feature),
+            _ => None,
+        }
+    }
+
+    /// Runs wasm-epp's singleton, so its start waits until every pod is seen healthy.
+    pub(crate) fn runs_singleton(self) -> bool {
+        self.is_wasm_epp() || self == Variant::HeaderReadShippedSingleton
     }
 }
 
@@ -93,7 +180,7 @@ mod tests {
 
     #[test]
     fn variants_round_trip_by_name() {
-        for variant in Variant::ALL {
+        for variant in Variant::ALL.into_iter().chain(Variant::BISECTION) {
             assert_eq!(Variant::from_name(variant.name()), Some(variant));
         }
     }
