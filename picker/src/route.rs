@@ -141,16 +141,24 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
         query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
     }
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
+    let session_match = |address: &str, epoch: u32| {
+        view.prefix
+            .as_ref()
+            .and_then(|q| q.session_pod)
+            .is_some_and(|(session_pod, session_epoch)| session_pod == address && session_epoch == epoch)
+    };
+    // Pick recency only places cold requests (no candidate holds any of the prefix or the
+    // session, see `scheduler::pick_placed`): a warm request skips its lookup per pod.
+    let cold = eligible.iter().all(|&(i, _)| {
+        let prefix_matched = blocks > 0 && matched.get(i).is_some_and(|&m| m > 0);
+        !prefix_matched && table.pods.get(i).is_none_or(|pod| !session_match(pod.address.as_str(), pod.epoch))
+    });
     eligible
         .iter()
         .filter_map(|&(i, lora_tier)| table.pods.get(i).map(|pod| (i, lora_tier, pod)))
         .map(|(i, lora_tier, pod)| {
             let address = pod.address.as_str();
-            let session_match = view
-                .prefix
-                .as_ref()
-                .and_then(|q| q.session_pod)
-                .is_some_and(|(session_pod, epoch)| session_pod == address && epoch == pod.epoch);
+            let session_match = session_match(address, pod.epoch);
             let inflight = (view.inflight)(address);
             let predicted =
                 view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0), inflight)));
@@ -166,7 +174,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                     _ => 0.0,
                 },
                 session_match,
-                last_picked: view.prefix.as_ref().map_or(0, |q| (q.last_picked)(address)),
+                last_picked: view.prefix.as_ref().filter(|_| cold).map_or(0, |q| (q.last_picked)(address)),
                 lora_tier,
                 predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),
                 meets_slo: predicted.is_none_or(|(l, p)| l.meets_slo(p.ttft_ms)),

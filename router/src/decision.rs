@@ -8,6 +8,7 @@
 use picker::address::PodAddress;
 use picker::disaggregation::estimated_prompt_tokens;
 use picker::learn::{prompt_size, Dispatch, PromptSize};
+use picker::prefix::hash::MAX_BLOCKS;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::explain::candidate_scores;
@@ -96,10 +97,12 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) > worker.config.fail_open_max_age_ms);
     let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
-    let block_tokens = prefix_config.hash_params(table.and_then(|t| t.common_block_size())).block_tokens;
-    let mut hashes = Vec::new();
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
+    let block_tokens = params.block_tokens;
+    let mut hashes = Vec::new();
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
+        // Room for every block at once: growing by doubling cost 7 allocations for 256.
+        hashes.reserve_exact(params.max_blocks.clamp(1, MAX_BLOCKS));
         let _span = profile::span(host, Phase::Hash);
         if hash_prompt(request, prompt.endpoint, &params, &mut hashes).is_err() {
             worker.stats.increment(worker.stats.prompt_unhashable);

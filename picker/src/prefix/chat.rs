@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::hash::{BlockChain, ShapeError, SEPARATOR};
-use super::json::{for_each_element, span_of, string_contents};
+use super::json::{for_each_element, span_of, string_contents, Element};
 
 /// Fields of a content part that carry media rather than text (OpenAI and vLLM's extensions).
 const MEDIA_FIELDS: [&str; 6] = ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil"];
@@ -33,23 +33,25 @@ pub(super) fn hash_chat(
     if let Some(tools) = tools.map(|t| t.get().trim_ascii()).filter(|t| *t != "null") {
         chain.feed(tools.as_bytes());
     }
-    for_each_element(messages, |message: &RawValue| hash_message(message.get(), chain))
+    for_each_element(messages, |message| hash_message(message, chain))
 }
 
 /// The message object as written, except a list `content`, whose parts are hashed one by one
 /// so media parts become placeholders.
-fn hash_message(message: &str, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError> {
+fn hash_message(element: Element<'_>, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError> {
     #[derive(Deserialize)]
     struct MessageView<'a> {
         #[serde(borrow, default)]
         content: Option<&'a RawValue>,
     }
+    let message = element.text;
     if !message.starts_with('{') {
         return Err(ShapeError("a message is not an object"));
     }
     // Without a `[` the content cannot be a list: skip the parse, which would read a long
-    // message to its end although hashing may stop long before.
-    if !message.contains('[') {
+    // message to its end although hashing may stop long before. (The scan that cut the
+    // element out saw every byte, brackets included.)
+    if !element.has_bracket {
         return Ok(chain.feed(message.as_bytes()));
     }
     let view: MessageView<'_> = serde_json::from_str(message).map_err(|_| ShapeError("a message is not an object"))?;
@@ -61,8 +63,8 @@ fn hash_message(message: &str, chain: &mut BlockChain<'_>) -> Result<bool, Shape
         return Ok(false);
     }
     let mut more = true;
-    for_each_element(parts, |part: &RawValue| {
-        more = hash_part(part.get(), chain)?;
+    for_each_element(parts, |part| {
+        more = hash_part(part.text, chain)?;
         Ok(more)
     })?;
     Ok(more && chain.feed(message.get(end..).unwrap_or_default().as_bytes()))
@@ -145,6 +147,41 @@ mod tests {
 
     fn text(len: usize, seed: u8) -> String {
         (0..len).map(|i| char::from(b'a' + ((i * 7 + usize::from(seed)) % 26) as u8)).collect()
+    }
+
+    /// What hashing a chat of plain-text messages must give: the messages' raw bytes, as
+    /// serde_json cuts them, one after another, in chained 64-byte blocks (at most 256).
+    fn reference_chat_hashes(body: &str) -> Vec<u64> {
+        use crate::prefix::hash::chain_seed;
+        use serde_json::value::RawValue;
+        use xxhash_rust::xxh3::xxh3_64_with_seed;
+        let request: InferenceRequest<'_> = serde_json::from_str(body).unwrap();
+        let messages: Vec<&RawValue> = serde_json::from_str(request.messages.unwrap().get()).unwrap();
+        let bytes: Vec<u8> = messages.iter().flat_map(|m| m.get().bytes()).collect();
+        let mut previous = chain_seed(request.model.as_deref().unwrap_or(""), "");
+        let blocks = bytes.chunks_exact(64).take(256).map(|block| {
+            previous = xxh3_64_with_seed(block, previous);
+            previous
+        });
+        blocks.collect()
+    }
+
+    #[test]
+    fn plain_messages_hash_as_their_raw_bytes_in_order() {
+        // Escapes, brackets inside text (which send a message through the content check),
+        // white space between messages, and more text than 256 blocks hold.
+        let turn = |role: &str, seed: u8| {
+            format!(r#"{{"role":"{role}","content":"{} \"[x]\" \\ \n{}"}}"#, text(900, seed), text(333, seed + 1))
+        };
+        let messages: Vec<String> = (0..24).map(|i| turn(if i % 2 == 0 { "user" } else { "assistant" }, i)).collect();
+        for separator in [",", " ,\n  "] {
+            let body = format!(r#"{{"model":"m","messages":[ {} ]}}"#, messages.join(separator));
+            let hashes = chat(&body);
+            assert_eq!(hashes.len(), 256);
+            assert_eq!(hashes, reference_chat_hashes(&body));
+        }
+        let few = format!(r#"{{"model":"m","messages":[{}]}}"#, messages[..3].join(","));
+        assert_eq!(chat(&few), reference_chat_hashes(&few));
     }
 
     #[test]

@@ -237,8 +237,8 @@ fn hash_completion(prompt: &RawValue, params: &HashParams, chain: &mut BlockChai
 /// `["a", "b"]`: the strings' contents, separated by [`SEPARATOR`].
 fn hash_string_list(list: &str, chain: &mut BlockChain<'_>) -> Result<(), ShapeError> {
     let mut first = true;
-    for_each_element(list, |element: &RawValue| {
-        let contents = string_contents(element.get()).ok_or(ShapeError("prompt list mixes strings and others"))?;
+    for_each_element(list, |element| {
+        let contents = string_contents(element.text).ok_or(ShapeError("prompt list mixes strings and others"))?;
         let separated = std::mem::take(&mut first) || chain.feed(&[SEPARATOR]);
         Ok(separated && chain.feed(contents.as_bytes()))
     })
@@ -248,9 +248,9 @@ fn hash_string_list(list: &str, chain: &mut BlockChain<'_>) -> Result<(), ShapeE
 /// Blocks line up with the engine's for the first prompt; the rest only have to be stable.
 fn hash_token_lists(lists: &str, chain: &mut BlockChain<'_>) -> Result<(), ShapeError> {
     let mut first = true;
-    for_each_element(lists, |list: &RawValue| {
+    for_each_element(lists, |list| {
         let separated = std::mem::take(&mut first) || chain.feed_token(SEPARATOR_TOKEN);
-        Ok(separated && for_each_token_id(list.get(), |id| chain.feed_token(id))?)
+        Ok(separated && for_each_token_id(list.text, |id| chain.feed_token(id))?)
     })
 }
 

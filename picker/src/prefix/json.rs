@@ -4,12 +4,6 @@
 //! helpers read inside them with no allocation per element, and stop as soon as hashing is done,
 //! so the tail of a long prompt is never read twice.
 
-use std::fmt;
-use std::marker::PhantomData;
-
-use serde::de::{SeqAccess, Visitor};
-use serde::{Deserialize, Deserializer};
-
 use super::hash::ShapeError;
 
 /// The text between the quotes of a raw JSON string, escapes as written.
@@ -25,57 +19,147 @@ pub(super) fn span_of(outer: &str, inner: &str) -> Option<(usize, usize)> {
     (end <= outer.len()).then_some((start, end))
 }
 
+/// One element of a JSON array, as [`for_each_element`] hands it over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Element<'a> {
+    /// The element's raw text: from its first byte to its last, no white space around, as
+    /// serde_json's `RawValue` for it holds.
+    pub text: &'a str,
+    /// A `[` appears anywhere in `text` (`text.contains('[')`), found by the same scan.
+    pub has_bracket: bool,
+}
+
+const NOT_A_LIST: ShapeError = ShapeError("a list holds elements of the wrong type");
+
 /// Calls `each` on the elements of the JSON array `array`, in order, without collecting them.
-/// `each` returns `Ok(false)` to stop early. Errors: `array` is not an array of `T`, or `each`'s.
-pub(super) fn for_each_element<'de, T, F>(array: &'de str, each: F) -> Result<(), ShapeError>
+/// `each` returns `Ok(false)` to stop early; the rest of the array is not read. Errors: `array`
+/// is not an array, or `each`'s.
+///
+/// `array` is a `RawValue`'s text, which serde_json has already checked is valid JSON (the body
+/// parse), so this only finds where each element ends: strings are skipped 8 bytes a step for
+/// their closing quote (escapes jump 2 bytes), nesting is counted outside them. That reads a
+/// chat request's messages once more at a fraction of what a second serde walk cost (a 6 KB
+/// message: ~0.5 µs against ~2.5 µs natively). Given text that is not valid JSON it stays
+/// bounded and never panics: each step consumes input, and it ends in an error or in elements
+/// serde would have refused.
+pub(super) fn for_each_element<'a, F>(array: &'a str, mut each: F) -> Result<(), ShapeError>
 where
-    T: Deserialize<'de>,
-    F: FnMut(T) -> Result<bool, ShapeError>,
+    F: FnMut(Element<'a>) -> Result<bool, ShapeError>,
 {
-    let mut walk = ElementWalk { each, stopped: None, element: PhantomData };
-    let mut deserializer = serde_json::Deserializer::from_str(array);
-    let parsed = (&mut deserializer).deserialize_seq(&mut walk);
-    match (walk.stopped, parsed) {
-        (Some(outcome), _) => outcome,
-        (None, Ok(())) => Ok(()),
-        (None, Err(_)) => Err(ShapeError("a list holds elements of the wrong type")),
+    let bytes = array.as_bytes();
+    let mut at = skip_white_space(bytes, 0);
+    if bytes.get(at) != Some(&b'[') {
+        return Err(NOT_A_LIST);
     }
-}
-
-/// The serde visitor behind [`for_each_element`]. An early stop leaves elements unread, which
-/// serde_json reports as an error; `stopped` tells that apart from a real one.
-struct ElementWalk<T, F> {
-    each: F,
-    stopped: Option<Result<(), ShapeError>>,
-    element: PhantomData<fn() -> T>,
-}
-
-impl<'de, T, F> Visitor<'de> for &mut ElementWalk<T, F>
-where
-    T: Deserialize<'de>,
-    F: FnMut(T) -> Result<bool, ShapeError>,
-{
-    type Value = ();
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a list")
+    at = skip_white_space(bytes, at + 1);
+    if bytes.get(at) == Some(&b']') {
+        return Ok(());
     }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(element) = seq.next_element::<T>()? {
-            match (self.each)(element) {
-                Ok(true) => {}
-                Ok(false) => {
-                    self.stopped = Some(Ok(()));
-                    break;
-                }
-                Err(error) => {
-                    self.stopped = Some(Err(error));
-                    break;
-                }
-            }
+    // Each turn consumes one element and the separator after it, so it ends.
+    loop {
+        let (end, has_bracket) = value_end(bytes, at).ok_or(NOT_A_LIST)?;
+        let text = array.get(at..end).ok_or(NOT_A_LIST)?;
+        if !each(Element { text, has_bracket })? {
+            return Ok(());
         }
-        Ok(())
+        at = skip_white_space(bytes, end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_white_space(bytes, at + 1),
+            Some(b']') => return Ok(()),
+            _ => return Err(NOT_A_LIST),
+        }
+    }
+}
+
+/// JSON's white space: space, tab, line feed, carriage return.
+fn skip_white_space(bytes: &[u8], mut at: usize) -> usize {
+    while bytes.get(at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// Where the value starting at `start` ends (one past its last byte), and whether a `[`
+/// appears in it; `None` if the input ends first.
+fn value_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
+    let mut has_bracket = false;
+    let mut at = start;
+    let mut depth = 0usize;
+    // Each turn consumes at least one byte, or returns.
+    loop {
+        let byte = *bytes.get(at)?;
+        match byte {
+            b'"' => {
+                let (end, bracket) = string_end(bytes, at + 1)?;
+                has_bracket |= bracket;
+                at = end;
+            }
+            b'[' | b'{' => {
+                has_bracket |= byte == b'[';
+                depth += 1;
+                at += 1;
+            }
+            b']' | b'}' if depth > 0 => {
+                depth -= 1;
+                at += 1;
+            }
+            // A number, `true`, `false` or `null` ends before a separator, the list's end or
+            // white space.
+            b']' | b'}' | b',' | b' ' | b'\t' | b'\n' | b'\r' if depth == 0 => return Some((at, has_bracket)),
+            _ => at += 1,
+        }
+        if depth == 0 && matches!(byte, b'"' | b']' | b'}') {
+            return Some((at, has_bracket));
+        }
+    }
+}
+
+/// Bytes of a `u64` each set to 1.
+const ONES: u64 = u64::from_le_bytes([1; 8]);
+
+/// The high bit of the first byte of `word` equal to `byte` is set (and maybe some above it,
+/// never below): the classic zero-byte test on `word ^ byte…`.
+fn bytes_equal(word: u64, byte: u8) -> u64 {
+    let x = word ^ (ONES * u64::from(byte));
+    x.wrapping_sub(ONES) & !x & (ONES << 7)
+}
+
+/// The 8 bytes at `at`, little-endian (the first byte lowest), if there are 8.
+fn word_at(bytes: &[u8], at: usize) -> Option<u64> {
+    bytes.get(at..at.checked_add(8)?)?.try_into().ok().map(u64::from_le_bytes)
+}
+
+/// Marks the bytes of `word` that stop a string scan: quote, backslash, bracket (the first
+/// marked byte is one; see [`bytes_equal`]).
+fn string_specials(word: u64) -> u64 {
+    bytes_equal(word, b'"') | bytes_equal(word, b'\\') | bytes_equal(word, b'[')
+}
+
+/// From just after a string's opening quote: one past its closing quote, and whether a `[`
+/// is in it. Sixteen bytes a step until a quote, backslash or bracket; an escape skips the byte
+/// after its backslash (a `\uXXXX`'s hex digits are never one of those three).
+fn string_end(bytes: &[u8], mut at: usize) -> Option<(usize, bool)> {
+    let mut has_bracket = false;
+    // Each turn consumes at least one byte.
+    loop {
+        // Two words a step: one test and branch per 16 bytes.
+        while let (Some(low), Some(high)) = (word_at(bytes, at), word_at(bytes, at + 8)) {
+            let (low, high) = (string_specials(low), string_specials(high));
+            if low | high != 0 {
+                at += if low != 0 { low.trailing_zeros() / 8 } else { 8 + high.trailing_zeros() / 8 } as usize;
+                break;
+            }
+            at += 16;
+        }
+        match *bytes.get(at)? {
+            b'"' => return Some((at + 1, has_bracket)),
+            b'\\' => at += 2,
+            b'[' => {
+                has_bracket = true;
+                at += 1;
+            }
+            _ => at += 1,
+        }
     }
 }
 
@@ -137,8 +221,8 @@ mod tests {
     fn walks_elements_borrowed_and_stops_early() {
         let mut seen = Vec::new();
         let list = r#"[{"a": 1}, "x", [2]]"#;
-        for_each_element(list, |element: &RawValue| {
-            seen.push(element.get());
+        for_each_element(list, |element| {
+            seen.push(element.text);
             Ok(seen.len() < 2)
         })
         .unwrap();
@@ -146,7 +230,59 @@ mod tests {
         let (outer, inner) = (list, seen[1]);
         assert_eq!(span_of(outer, inner), Some((11, 14)));
         assert_eq!(span_of(inner, outer), None);
-        assert!(for_each_element(r#"{"a": 1}"#, |_: &RawValue| Ok(true)).is_err());
+        assert!(for_each_element(r#"{"a": 1}"#, |_| Ok(true)).is_err());
         assert_eq!(string_contents(r#""a\"b""#), Some(r#"a\"b"#));
+    }
+
+    /// The elements as serde_json cuts them (what hashing walked before the byte scan), with
+    /// whether each holds a `[`.
+    fn serde_elements(array: &str) -> Vec<(&str, bool)> {
+        let elements: Vec<&RawValue> = serde_json::from_str(array).unwrap();
+        elements.into_iter().map(|e| (e.get(), e.get().contains('['))).collect()
+    }
+
+    fn scanned_elements(array: &str) -> Result<Vec<(&str, bool)>, ShapeError> {
+        let mut seen = Vec::new();
+        for_each_element(array, |e| {
+            seen.push((e.text, e.has_bracket));
+            Ok(true)
+        })
+        .map(|()| seen)
+    }
+
+    #[test]
+    fn cuts_valid_json_exactly_where_serde_does() {
+        let long_escaped = format!("\"{}\"", "ab\\\"c\\\\d\\n[é] \\u005b\\u0022 ".repeat(40));
+        let arrays = [
+            "[]".to_owned(),
+            " [ ] ".to_owned(),
+            "[1]".to_owned(),
+            "[1,2.5e-3,-7,true,false,null]".to_owned(),
+            " [ 1 , \"a\" ,\t{ } , [ ] ]\n".to_owned(),
+            r#"[{"role":"user","content":"hi [1] \"x\" \\"},{"content":[{"type":"text","text":"]}"}]}]"#.to_owned(),
+            r#"["\\", "\\\"", "\"\\", "", "}", "{", "]"]"#.to_owned(),
+            format!("[{long_escaped},{{\"k\":{long_escaped}}},[[[{long_escaped}]]]]"),
+            format!(
+                "[{}]",
+                (0..300)
+                    .map(|i| format!(r#"{{"i":{i},"s":"{}"}}"#, "x".repeat(i % 17)))
+                    .collect::<Vec<_>>()
+                    .join(" ,\n ")
+            ),
+            "[\"日本語\", {\"é\": [\"ü\"]}]".to_owned(),
+        ];
+        for array in &arrays {
+            assert_eq!(scanned_elements(array).as_deref(), Ok(&serde_elements(array)[..]), "{array}");
+        }
+    }
+
+    #[test]
+    fn stays_bounded_on_text_that_is_not_json() {
+        // Never reached from a RawValue (always valid), but no input may panic or loop.
+        for text in ["", "[", "[\"", "[\"a\\", "[{", "[1,", "[1 2]", "[}]", "[]]", "x", "[\"a\"x]", "[[1]"] {
+            let _ = scanned_elements(text);
+        }
+        assert!(scanned_elements("[1 2]").is_err());
+        assert!(scanned_elements("{}").is_err());
     }
 }
