@@ -98,7 +98,15 @@ async fn uncached_prefill_slows_running_streams_and_cached_prefill_does_not() {
     assert_eq!(uncached.max_batched_tokens, 8192, "the burst fills whole steps, chunked at the budget");
     assert!(uncached.slow_gaps >= STREAMS as f64, "every stream waits on prefill steps");
     assert!(uncached.mean_tpot > cached.mean_tpot * 3 / 2, "prefill steals decode time");
-    assert_eq!(cached.slow_gaps, 0.0, "cached prompts prefill only their last block");
+    // The gaps are wall-clock: on a machine busy with other work a few decode-only steps can be
+    // scheduled past the threshold (4 of 160 seen at load 5), so the cached burst must stall far
+    // fewer gaps than the uncached one, not exactly none.
+    assert!(
+        cached.slow_gaps * 4.0 <= uncached.slow_gaps,
+        "cached prompts prefill only their last block: {} slow gaps vs {} uncached",
+        cached.slow_gaps,
+        uncached.slow_gaps
+    );
 }
 
 #[tokio::test]
