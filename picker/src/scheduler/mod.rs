@@ -11,7 +11,8 @@
 //! scorer gives every remaining pod a score in 0..1; the weighted mean decides. Ties break at
 //! random. A cold request (its prefix matches nothing anywhere) goes by rendezvous hashing
 //! of its first block among the pods scored near the best (skipping pods loaded above the
-//! mean by a factor), so replicas place a new prefix on the same pod without talking; how
+//! mean by a factor; learning on, also pods home to more indexed blocks than the fewest by
+//! half the prompt's), so replicas place a new prefix on the same pod without talking; how
 //! near is the configured slack scaled by how often prompts come back ([`Placement`]), so
 //! unrelated prompts go by load alone. Configured so (or with nothing to hash), cold
 //! requests go to the least recently picked of the best-scored pods. If no pod passes the first
