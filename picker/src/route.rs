@@ -178,6 +178,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                 lora_tier,
                 predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),
                 meets_slo: predicted.is_none_or(|(l, p)| l.meets_slo(p.ttft_ms)),
+                indexed_blocks: view.prefix.as_ref().map_or(0, |q| q.index.pod_len(address)),
             }
         })
         .collect()
@@ -228,7 +229,10 @@ pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) 
             None => view.fallback_pool.get(index).map(|a| (a.clone(), 0)),
         }
     };
-    let placement = view.prefix.as_ref().and_then(|q| q.hashes.first().map(|&key| Placement { key, reuse: q.reuse }));
+    let placement = view
+        .prefix
+        .as_ref()
+        .and_then(|q| q.hashes.first().map(|&key| Placement { key, reuse: q.reuse, blocks: q.hashes.len() }));
     let decision = pick_placed(&candidates, policy, random, placement).ok_or(NoRoute::EmptyPool)?;
     let chosen = candidates.get(decision.index).ok_or(NoRoute::EmptyPool)?;
     let (address, epoch) = pod(decision.index).ok_or(NoRoute::EmptyPool)?;

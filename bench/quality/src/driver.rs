@@ -74,7 +74,11 @@ async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &
         Job::Scheduled { job, .. } => Box::pin(run_job(client, base_url, *job, outcomes)).await,
         Job::Completion { prompt, max_tokens } => {
             let body = completion_body(MODEL, &prompt, max_tokens);
-            outcomes.push(client.post_streaming(&format!("{base_url}/v1/completions"), body).await);
+            let mut outcome = client.post_streaming(&format!("{base_url}/v1/completions"), body).await;
+            if let Ok(success) = &mut outcome {
+                success.prompt_key = Some(prompt_key(&prompt));
+            }
+            outcomes.push(outcome);
         }
         Job::ForModel { model, prompt, max_tokens } => {
             let body = completion_body(&model, &prompt, max_tokens);
@@ -98,6 +102,19 @@ async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &
             }
         }
     }
+}
+
+/// Bytes of a prompt's head that name its shared prefix: the workloads' shared prefixes are
+/// thousands of tokens, their heads distinct.
+const PROMPT_KEY_BYTES: usize = 256;
+
+/// A hash of the prompt's head, stable within a run (for `decisions.txt`).
+fn prompt_key(prompt: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let head = prompt.as_bytes().get(..PROMPT_KEY_BYTES).unwrap_or(prompt.as_bytes());
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    head.hash(&mut hasher);
+    hasher.finish()
 }
 
 fn completion_body(model: &str, prompt: &str, max_tokens: usize) -> String {

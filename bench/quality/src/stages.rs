@@ -132,6 +132,8 @@ mod tests {
             text: String::new(),
             token_gaps_ms: Vec::new(),
             decision: None,
+            cached_tokens: None,
+            prompt_key: None,
         })
     }
 

@@ -143,6 +143,8 @@ mod tests {
             text: String::new(),
             token_gaps_ms: vec![ttft_ms as f64 / 2.0],
             decision: None,
+            cached_tokens: None,
+            prompt_key: None,
         })
     }
 

@@ -154,6 +154,7 @@ impl FilterConfig {
             learning: self.learning.enabled.then_some(crate::scheduler::LearningPolicy {
                 ttft_weight: self.learning.ttft_weight,
                 release_penalty_ms: self.learning.release_penalty_ms,
+                balance_homes: self.learning.balance_homes,
             }),
         }
     }

@@ -26,6 +26,10 @@ pub struct LearningConfig {
     /// Shrink the prefix index's capacity for a pod that reports fewer cached tokens than
     /// predicted (it evicts sooner than its KV size says).
     pub correct_index: bool,
+    /// A prompt no pod holds goes to a pod with about the fewest prompt blocks in the prefix
+    /// index (within half the prompt's blocks), rendezvous hashing among those: homes of long shared
+    /// prefixes spread evenly, so no pod gets more of the traffic that sticks to them.
+    pub balance_homes: bool,
 }
 
 impl Default for LearningConfig {
@@ -38,6 +42,7 @@ impl Default for LearningConfig {
             prior_overhead_ms: 30.0,
             prior_ms_per_token: 0.02,
             correct_index: true,
+            balance_homes: true,
         }
     }
 }

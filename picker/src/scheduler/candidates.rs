@@ -28,6 +28,10 @@ pub struct Candidate<'a> {
     pub predicted_ttft_ms: Option<f64>,
     /// The prediction meets the request's TTFT objective (true when it has none).
     pub meets_slo: bool,
+    /// Prompt blocks the prefix index holds for the pod (0 without an index): how many
+    /// prefixes call it home, weighted by their length. Balances cold placements with
+    /// learning on ([`LearningPolicy::balance_homes`]).
+    pub indexed_blocks: usize,
 }
 
 impl<'a> Candidate<'a> {
@@ -46,6 +50,7 @@ impl<'a> Candidate<'a> {
             lora_tier: 0,
             predicted_ttft_ms: None,
             meets_slo: true,
+            indexed_blocks: 0,
         }
     }
 }
@@ -80,6 +85,10 @@ pub struct LearningPolicy {
     /// pod's by more than this. It replaces "when every queue is full, load alone decides":
     /// whether moving buys time, not whether queues are full, decides.
     pub release_penalty_ms: f64,
+    /// A prompt no pod holds goes to a pod within half its blocks of the fewest indexed
+    /// blocks (rendezvous among those), so prefixes' homes, and with them the traffic that
+    /// sticks to them, spread evenly over the pods.
+    pub balance_homes: bool,
 }
 
 /// Where a request whose prefix no pod holds yet goes.

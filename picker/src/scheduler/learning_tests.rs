@@ -9,7 +9,10 @@ fn pod(address: &str, waiting: f64, ttft: f64) -> Candidate<'_> {
 }
 
 fn learning(penalty: f64) -> Policy {
-    Policy { learning: Some(LearningPolicy { ttft_weight: 4.0, release_penalty_ms: penalty }), ..Policy::default() }
+    Policy {
+        learning: Some(LearningPolicy { ttft_weight: 4.0, release_penalty_ms: penalty, balance_homes: true }),
+        ..Policy::default()
+    }
 }
 
 fn chosen<'a>(pods: &[Candidate<'a>], policy: &Policy) -> (&'a str, bool) {
@@ -90,4 +93,46 @@ fn a_full_queue_alone_does_not_drop_the_pod_holding_the_prefix() {
     assert_eq!(chosen(&pods, &learning(1_000.0)), ("warm", true), "100 ms is less than the penalty");
     pods[0].predicted_ttft_ms = Some(2_500.0);
     assert_ne!(chosen(&pods, &learning(1_000.0)).0, "warm", "staying costs 1.7 s more: move");
+}
+
+/// Workload g's placement: 48 shared 6k-token prompts over 4 pods. By rendezvous hashing
+/// alone one run homed 10 / 11 / 12 / 15 of them, and the pod with 15 got 30 % of the top
+/// stage's traffic (138 of its 148 requests above 436 ms, and its own prompts evicted). With
+/// learning's home balance a new prompt goes to a pod home to the fewest indexed blocks.
+#[test]
+fn new_prompts_go_to_the_pods_with_the_fewest_homes() {
+    const BLOCKS: usize = 256;
+    let pods: Vec<String> = (0..4).map(|i| format!("10.0.0.{i}:8000")).collect();
+    let place = |policy: &Policy, homes: &[usize], key: u64| {
+        let candidates: Vec<Candidate<'_>> = pods
+            .iter()
+            .zip(homes)
+            .map(|(address, &n)| Candidate { indexed_blocks: n * BLOCKS, ..pod(address, 0.0, 800.0) })
+            .collect();
+        let placement = Placement { key, reuse: 1.0, blocks: BLOCKS };
+        pick_placed(&candidates, policy, &mut TieBreaker::new(5), Some(placement)).unwrap().index
+    };
+    let mut homes = [0usize; 4];
+    for key in 0..48u64 {
+        let chosen = place(&learning(1_000.0), &homes, key.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        homes[chosen] += 1;
+    }
+    assert_eq!(homes, [12; 4], "homes spread evenly");
+    // Among pods with as many homes, rendezvous decides: every worker and replica agrees.
+    let key = 77;
+    let tied = place(&learning(1_000.0), &[3, 3, 3, 3], key);
+    assert_eq!(place(&learning(1_000.0), &[3, 3, 3, 3], key), tied);
+    let mut fewer = [4, 4, 4, 4];
+    fewer[tied] = 3;
+    assert_eq!(place(&learning(1_000.0), &fewer, key), tied, "the hash's pod, home to the fewest");
+    let mut more = [3, 3, 3, 3];
+    more[tied] = 4;
+    assert_ne!(place(&learning(1_000.0), &more, key), tied, "one home more than the fewest is too many");
+    // Off (or learning off), the hash alone decides, as before.
+    let off = Policy {
+        learning: Some(LearningPolicy { balance_homes: false, ..learning(1_000.0).learning.unwrap() }),
+        ..learning(1_000.0)
+    };
+    assert_eq!(place(&off, &more, key), tied);
+    assert_eq!(place(&Policy::default(), &more, key), tied);
 }

@@ -11,7 +11,8 @@
 //! scorer gives every remaining pod a score in 0..1; the weighted mean decides. Ties break at
 //! random. A cold request (its prefix matches nothing anywhere) goes by rendezvous hashing
 //! of its first block among the pods scored near the best (skipping pods loaded above the
-//! mean by a factor), so replicas place a new prefix on the same pod without talking; how
+//! mean by a factor; learning on, also pods home to more indexed blocks than the fewest by
+//! half the prompt's), so replicas place a new prefix on the same pod without talking; how
 //! near is the configured slack scaled by how often prompts come back ([`Placement`]), so
 //! unrelated prompts go by load alone. Configured so (or with nothing to hash), cold
 //! requests go to the least recently picked of the best-scored pods. If no pod passes the first
@@ -152,13 +153,22 @@ fn rendezvous_weight(key: u64, pod: &str) -> u64 {
 
 /// The pod a cold prompt with `key` goes to: the highest rendezvous weight among the pods
 /// whose load (queue and running) is within `placement_load_factor` of the mean, or the
-/// least loaded if none is (consistent hashing with bounded loads).
-fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64) -> Option<usize> {
+/// least loaded if none is (consistent hashing with bounded loads). With `home_slack`, only
+/// the pods among those whose indexed blocks are within it of the fewest take part.
+fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64, home_slack: Option<usize>) -> Option<usize> {
     let load = |c: &Candidate<'_>| c.waiting.max(0.0) + c.running.max(0.0);
     let mean = eligible.iter().map(|c| load(c)).sum::<f64>() / eligible.len().max(1) as f64;
     let bound = load_factor * mean + 1.0;
-    let within = (0..eligible.len()).filter(|&i| eligible.get(i).is_some_and(|c| load(c) <= bound));
-    within.max_by_key(|&i| eligible.get(i).map_or(0, |c| rendezvous_weight(key, c.address)))
+    let within: Vec<usize> =
+        (0..eligible.len()).filter(|&i| eligible.get(i).is_some_and(|c| load(c) <= bound)).collect();
+    let homes = |i: &usize| eligible.get(*i).map_or(usize::MAX, |c| c.indexed_blocks);
+    let fewest = within.iter().map(homes).min().unwrap_or(0);
+    let light = |i: &usize| home_slack.is_none_or(|slack| homes(i) <= fewest.saturating_add(slack));
+    within
+        .iter()
+        .copied()
+        .filter(light)
+        .max_by_key(|&i| eligible.get(i).map_or(0, |c| rendezvous_weight(key, c.address)))
 }
 
 /// How a cold prompt is placed by rendezvous: its key, and how often prompts come back.
@@ -171,12 +181,15 @@ pub struct Placement {
     /// replicas agreeing on its pod saves prefills later): the slack the hash may overrule
     /// load by is `placement_slack` × this. Unrelated prompts (share near 0) go by load.
     pub reuse: f64,
+    /// The prompt's hashed blocks: with learning's home balance, a pod may hold half this many
+    /// more indexed blocks than the emptiest and still be chosen.
+    pub blocks: usize,
 }
 
 impl Placement {
     /// A key for a pool whose prompts always come back (full slack).
     pub fn reused(key: u64) -> Self {
-        Self { key, reuse: 1.0 }
+        Self { key, reuse: 1.0, blocks: 0 }
     }
 }
 
@@ -234,13 +247,17 @@ pub fn pick_placed(
     // Rendezvous only breaks ties among the best-scored pods: load decides first (an
     // unrelated prompt must go to the least loaded pod), then every replica agrees.
     let placed = match (cold && !fail_open, placement, policy.cold_placement) {
-        (true, Some(Placement { key, reuse }), ColdPlacement::Rendezvous) => {
+        (true, Some(Placement { key, reuse, blocks }), ColdPlacement::Rendezvous) => {
             let slack = policy.placement_slack * reuse.clamp(0.0, 1.0);
             let near: Vec<usize> = (0..totals.len())
                 .filter(|&i| totals.get(i).is_some_and(|&t| best - t <= slack + TIE_EPSILON))
                 .collect();
             let best: Vec<&Candidate<'_>> = near.iter().filter_map(|&i| eligible.get(i)).copied().collect();
-            rendezvous(&best, key, policy.placement_load_factor).and_then(|i| near.get(i).copied())
+            // Half a prompt: pods home to as many prefixes as the fewest tie (rendezvous picks
+            // among them); one more prefix is too many (a full prompt's slack let 13 / 13 / 11
+            // / 11 homes through on workload g, 48 prompts over 4 pods).
+            let home_slack = policy.learning.filter(|l| l.balance_homes).map(|_| blocks / 2);
+            rendezvous(&best, key, policy.placement_load_factor, home_slack).and_then(|i| near.get(i).copied())
         }
         _ => None,
     };

@@ -162,7 +162,7 @@ fn load_decides_for_unrelated_prompts() {
     // whatever its hash says.
     let pods = [pod("10.0.0.1:80", 3.0, 0.2, 0), pod("10.0.0.2:80", 0.0, 0.2, 0), pod("10.0.0.3:80", 3.0, 0.2, 0)];
     for key in 0..50u64 {
-        let placement = Placement { key, reuse: 0.0 };
+        let placement = Placement { key, reuse: 0.0, blocks: 0 };
         assert_eq!(pick_placed(&pods, &policy(), &mut TieBreaker::new(1), Some(placement)).unwrap().index, 1);
     }
 }

@@ -30,6 +30,12 @@ pub struct Success {
     pub token_gaps_ms: Vec<f64>,
     /// wasm-epp's decision header, when the run turned it on (`debug_decision_header`).
     pub decision: Option<String>,
+    /// Prompt tokens the pod found cached (`usage.prompt_tokens_details.cached_tokens`), when
+    /// it said: tells a cold prefill from a queue wait in `decisions.txt`.
+    pub cached_tokens: Option<u64>,
+    /// A hash of the prompt's first bytes (completions only), set by the driver: names the
+    /// shared prefix a request used in `decisions.txt`.
+    pub prompt_key: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -40,6 +46,7 @@ pub struct StreamProgress {
     token_gaps_ms: Vec<f64>,
     content_chunks: u64,
     usage_tokens: Option<u64>,
+    cached_tokens: Option<u64>,
     text: String,
     done: bool,
 }
@@ -53,6 +60,7 @@ impl StreamProgress {
             token_gaps_ms: Vec::new(),
             content_chunks: 0,
             usage_tokens: None,
+            cached_tokens: None,
             text: String::new(),
             done: false,
         }
@@ -85,8 +93,13 @@ impl StreamProgress {
                 self.text.push_str(text);
             }
         }
-        if let Some(tokens) = chunk.get("usage").and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64) {
+        let usage = chunk.get("usage");
+        if let Some(tokens) = usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64) {
             self.usage_tokens = Some(tokens);
+        }
+        let details = usage.and_then(|u| u.get("prompt_tokens_details"));
+        if let Some(cached) = details.and_then(|d| d.get("cached_tokens")).and_then(Value::as_u64) {
+            self.cached_tokens = Some(cached);
         }
         Ok(())
     }
@@ -106,6 +119,8 @@ impl StreamProgress {
             text: self.text,
             token_gaps_ms: self.token_gaps_ms,
             decision: None,
+            cached_tokens: self.cached_tokens,
+            prompt_key: None,
         })
     }
 }
@@ -122,12 +137,14 @@ mod tests {
         progress.apply(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#, later(5)).unwrap();
         progress.apply(r#"{"choices":[{"delta":{"content":" the"}}]}"#, later(40)).unwrap();
         progress.apply(r#"{"choices":[{"delta":{"content":" of"}}]}"#, later(60)).unwrap();
-        progress.apply(r#"{"choices":[],"usage":{"completion_tokens":2}}"#, later(61)).unwrap();
+        let usage = r#"{"choices":[],"usage":{"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":16}}}"#;
+        progress.apply(usage, later(61)).unwrap();
         progress.apply("[DONE]", later(62)).unwrap();
         let success = progress.finish(later(63), Some("127.0.0.1:1".into())).unwrap();
         assert_eq!(success.ttft, Duration::from_millis(40));
         assert_eq!(success.e2e, Duration::from_millis(63));
         assert_eq!(success.output_tokens, 2);
+        assert_eq!(success.cached_tokens, Some(16));
         assert_eq!(success.text, " the of");
         assert_eq!(success.token_gaps_ms, vec![20.0], "one gap between the two content chunks");
     }
