@@ -134,7 +134,8 @@ pub fn prefill_pick(
     let work: Vec<PrefillWork> = ranked
         .iter()
         .map(|address| {
-            let matched = query.map_or(0, |(index, hashes)| index.matched_blocks(hashes, address.as_str(), epoch_of(address)));
+            let matched =
+                query.map_or(0, |(index, hashes)| index.matched_blocks(hashes, address.as_str(), epoch_of(address)));
             let share = if decode.hashed_blocks > 0 { matched as f64 / decode.hashed_blocks as f64 } else { 0.0 };
             PrefillWork {
                 tokens_ahead: u64::from(tokens_in_flight(address.as_str())),
@@ -143,7 +144,9 @@ pub fn prefill_pick(
         })
         .collect();
     let best = least_prefill_work(&work).unwrap_or(0);
-    let (Some(address), Some(chosen)) = (ranked.get(best), work.get(best)) else { return Err(LocalPrefill::NoPrefillPod) };
+    let (Some(address), Some(chosen)) = (ranked.get(best), work.get(best)) else {
+        return Err(LocalPrefill::NoPrefillPod);
+    };
     if prefill_pod_backed_up(*chosen, pd.config.max_prefill_tokens_ahead) {
         return Err(LocalPrefill::PrefillBackedUp);
     }
