@@ -73,6 +73,38 @@ pub fn share_skipping_prefill(
     needed_blocks as f64 / hashed_blocks as f64
 }
 
+/// One prefill pod the prefill pick may choose: its uncached prompt tokens already in flight
+/// (every worker's, not yet answered) and the tokens of this prompt it lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrefillWork {
+    pub tokens_ahead: u64,
+    pub uncached_tokens: u64,
+}
+
+impl PrefillWork {
+    /// Tokens the pod computes before this prompt's first token: what its prefill time, and
+    /// so the split request's TTFT, grows with.
+    pub fn total(self) -> u64 {
+        self.tokens_ahead.saturating_add(self.uncached_tokens)
+    }
+}
+
+/// The prefill pod with the least work before this prompt's KV is ready (the first of equals,
+/// so the scorers' order breaks ties); `None` for no pod. Request counts cannot tell a pod
+/// prefilling two 8k-token prompts from one prefilling two short ones; tokens can, and the
+/// prompt's own cached blocks count in the same unit (a pod holding its shared document
+/// saves those tokens).
+pub fn least_prefill_work(pods: &[PrefillWork]) -> Option<usize> {
+    (0..pods.len()).min_by_key(|&i| pods.get(i).map_or(u64::MAX, |work| work.total()))
+}
+
+/// Whether the prompt should wait for `work` on a prefill pod, or the decode pod prefill it
+/// itself: a prefill pod with more than `max_tokens_ahead` uncached tokens in flight would
+/// start it later than the hop is worth (0 = always wait).
+pub fn prefill_pod_backed_up(work: PrefillWork, max_tokens_ahead: u64) -> bool {
+    max_tokens_ahead > 0 && work.tokens_ahead > max_tokens_ahead
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,6 +152,26 @@ mod tests {
         assert!(share_skipping_prefill(6000, 256, 16, 1024) > 1.0, "only 4096 tokens are hashed: no pod can");
         assert_eq!(share_skipping_prefill(900, 56, 16, 1024), 0.0, "short prompts are never split");
         assert!(share_skipping_prefill(6000, 256, 16, 0) > 1.0, "threshold 0 splits every prompt");
+    }
+
+    #[test]
+    fn the_prefill_pod_with_the_least_work_ahead_and_own_wins() {
+        let work = |tokens_ahead, uncached_tokens| PrefillWork { tokens_ahead, uncached_tokens };
+        // Fewer requests is not less work: two short prompts ahead beat one long one.
+        assert_eq!(least_prefill_work(&[work(7000, 5000), work(1200, 5000)]), Some(1));
+        // The pod holding the prompt's shared document saves its tokens.
+        assert_eq!(least_prefill_work(&[work(1000, 6000), work(1000, 4000)]), Some(1));
+        assert_eq!(least_prefill_work(&[work(3000, 4000), work(0, 6000)]), Some(1), "7000 against 6000");
+        assert_eq!(least_prefill_work(&[work(0, 4000), work(0, 4000)]), Some(0), "the first of equals");
+        assert_eq!(least_prefill_work(&[]), None);
+    }
+
+    #[test]
+    fn a_prefill_pod_is_backed_up_past_the_tokens_ahead_limit() {
+        let ahead = |tokens_ahead| PrefillWork { tokens_ahead, uncached_tokens: 4000 };
+        assert!(!prefill_pod_backed_up(ahead(8192), 8192));
+        assert!(prefill_pod_backed_up(ahead(8193), 8192));
+        assert!(!prefill_pod_backed_up(ahead(1 << 30), 0), "0 turns the limit off");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use wasm_epp_host::Host;
 
 use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
-use crate::disaggregate::{prefill_pick, DecodeChoice, Prefill};
+use crate::disaggregate::{prefill_pick, DecodeChoice, LocalPrefill, Prefill};
 use crate::profile::{self, Phase};
 use crate::worker::Worker;
 
@@ -214,10 +214,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let prefill = match (&split, &worker.pd, prompt.request) {
         (Some((_, prefill_table)), Some(pd), Some(request)) => {
             let decode = DecodeChoice { request, prefix_match, hashed_blocks: hashes.len(), block_tokens };
-            let prefill = prefill_pick(pd, prefix_config, &decode, view, prefill_table, &mut random);
-            let counter = if prefill.is_some() { worker.stats.pd_disaggregated } else { worker.stats.pd_decode_only };
+            let prefill = prefill_pick(pd, prefix_config, &decode, view, prefill_table, &tokens_of, &mut random);
+            let counter = match prefill {
+                Ok(_) => worker.stats.pd_disaggregated,
+                Err(LocalPrefill::PrefillBackedUp) => worker.stats.pd_prefill_backed_up,
+                Err(LocalPrefill::Cached | LocalPrefill::NoPrefillPod) => worker.stats.pd_decode_only,
+            };
             worker.stats.increment(counter);
-            prefill
+            prefill.ok()
         }
         _ => None,
     };
@@ -247,9 +251,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     inflight.started(address.as_str(), now);
     let prefiller = prefill.map(|prefill| {
         inflight.started(prefill.address.as_str(), now);
-        let uncached_tokens = prefill.predicted.map_or(0, |p| p.uncached_tokens);
-        inflight.add_tokens(prefill.address.as_str(), uncached_tokens);
-        Prefill { address: prefill.address, uncached_tokens }
+        inflight.add_tokens(prefill.address.as_str(), prefill.uncached_tokens);
+        Prefill { address: prefill.address, uncached_tokens: prefill.uncached_tokens }
     });
     // A split request is not learned from: its first token is two pods' work and the hop, and
     // the decode pod reports the transferred blocks as cached. Its prompt tokens are the

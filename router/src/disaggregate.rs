@@ -12,11 +12,14 @@ use std::cell::RefCell;
 
 use picker::address::PodAddress;
 use picker::config::{PdConfig, PrefixConfig};
-use picker::disaggregation::{estimated_prompt_tokens, share_skipping_prefill, uncached_tokens, RoleTables};
+use picker::disaggregation::{
+    estimated_prompt_tokens, least_prefill_work, prefill_pod_backed_up, share_skipping_prefill, uncached_tokens,
+    PrefillWork, RoleTables,
+};
 use picker::pod_table::PodTable;
 use picker::random::TieBreaker;
 use picker::request::InferenceRequest;
-use picker::route::{choose, Route, RoutingView};
+use picker::route::{choose, RoutingView};
 use picker::scheduler::Policy;
 use wasm_epp_host::Host;
 
@@ -27,8 +30,9 @@ pub struct PdRouting {
     pub config: PdConfig,
     /// The destination's policy: the filter's, with the decode weights.
     pub decode_policy: Policy,
-    /// The prefill pod's policy: the prefill weights, no fallbacks (the sidecar takes one
-    /// address; if it fails, the decode pod prefills itself) and no hard prefix affinity: a
+    /// The prefill pod's policy: the prefill weights, runners-up only to compare their work
+    /// (the sidecar takes one address; if it fails, the decode pod prefills itself) and no
+    /// hard prefix affinity: a
     /// prefill pod admits every prompt at once (chunked), so its queue never fills and
     /// "sticky until saturated" would pin each shared prefix to the first pod that computed
     /// it for good, however busy. The prefix scorer still prefers it; load can outweigh it,
@@ -43,7 +47,7 @@ impl PdRouting {
             decode_policy: Policy { weights: config.decode_weights.clone(), ..policy.clone() },
             prefill_policy: Policy {
                 weights: config.prefill_weights.clone(),
-                fallbacks: 0,
+                fallbacks: PREFILL_PODS_COMPARED - 1,
                 affinity_threshold: 0.0,
                 ..policy.clone()
             },
@@ -74,32 +78,91 @@ pub struct DecodeChoice<'a> {
     pub block_tokens: usize,
 }
 
-/// The prefill pod for this request, or `None` when the decode pod should prefill itself.
+/// Most prefill pods the pick compares by work (the scorers' best and their runners-up); a
+/// bound on the per-request loop, far above llm-d's usual handful of prefill pods.
+const PREFILL_PODS_COMPARED: usize = 8;
+
+/// The chosen prefill pod and the prompt's tokens it computes (counted in flight on it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrefillChoice {
+    pub address: PodAddress,
+    pub epoch: u32,
+    pub uncached_tokens: u32,
+}
+
+/// Why the decode pod prefills a request itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalPrefill {
+    /// It lacks fewer than `threshold_tokens` of the prompt (or there is no prompt).
+    Cached,
+    /// Every prefill pod has more than `max_prefill_tokens_ahead` uncached tokens in flight.
+    PrefillBackedUp,
+    /// No prefill pod has fresh data.
+    NoPrefillPod,
+}
+
+/// The prefill pod for this request, or why the decode pod should prefill itself. The
+/// scorers (prefill weights) filter and rank the prefill pods; among their best and
+/// runners-up, the one with the least uncached work before this prompt's KV is ready wins
+/// (`picker::disaggregation::least_prefill_work`): its uncached tokens in flight plus the
+/// prompt's tokens it lacks.
 pub fn prefill_pick(
     pd: &PdRouting,
     prefix: &PrefixConfig,
     decode: &DecodeChoice<'_>,
     view: RoutingView<'_>,
     prefill_table: &PodTable,
+    tokens_in_flight: &dyn Fn(&str) -> u32,
     random: &mut TieBreaker,
-) -> Option<Route> {
+) -> Result<PrefillChoice, LocalPrefill> {
     let prompt_tokens = estimated_prompt_tokens(decode.request, prefix.bytes_per_token);
     let lacking = uncached_tokens(prompt_tokens, decode.hashed_blocks, decode.prefix_match, decode.block_tokens);
     if prompt_tokens == 0 || lacking < pd.config.threshold_tokens {
-        return None;
+        return Err(LocalPrefill::Cached);
     }
+    let query = view.prefix.as_ref().map(|q| (q.index, q.hashes));
     let view = RoutingView { table: Some(prefill_table), fallback_pool: &[], ..view };
-    let route = choose(&view, &pd.prefill_policy, random).ok()?;
+    let route = choose(&view, &pd.prefill_policy, random).map_err(|_| LocalPrefill::NoPrefillPod)?;
     // A prefill pod with no fresh data is a guess; a decode pod prefilling itself is not.
-    (!route.fail_open).then_some(route)
+    if route.fail_open {
+        return Err(LocalPrefill::NoPrefillPod);
+    }
+    let ranked: Vec<&PodAddress> =
+        std::iter::once(&route.address).chain(route.fallbacks.iter()).take(PREFILL_PODS_COMPARED).collect();
+    let epoch_of =
+        |address: &PodAddress| prefill_table.pods.iter().find(|pod| pod.address == *address).map_or(0, |pod| pod.epoch);
+    let work: Vec<PrefillWork> = ranked
+        .iter()
+        .map(|address| {
+            let matched =
+                query.map_or(0, |(index, hashes)| index.matched_blocks(hashes, address.as_str(), epoch_of(address)));
+            let share = if decode.hashed_blocks > 0 { matched as f64 / decode.hashed_blocks as f64 } else { 0.0 };
+            PrefillWork {
+                tokens_ahead: u64::from(tokens_in_flight(address.as_str())),
+                uncached_tokens: uncached_tokens(prompt_tokens, decode.hashed_blocks, share, decode.block_tokens),
+            }
+        })
+        .collect();
+    let best = least_prefill_work(&work).unwrap_or(0);
+    let (Some(address), Some(chosen)) = (ranked.get(best), work.get(best)) else {
+        return Err(LocalPrefill::NoPrefillPod);
+    };
+    if prefill_pod_backed_up(*chosen, pd.config.max_prefill_tokens_ahead) {
+        return Err(LocalPrefill::PrefillBackedUp);
+    }
+    Ok(PrefillChoice {
+        address: (*address).clone(),
+        epoch: epoch_of(address),
+        uncached_tokens: u32::try_from(chosen.uncached_tokens).unwrap_or(u32::MAX),
+    })
 }
 
 /// A request's prefill pod, in flight from the pick until the decode pod answers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prefill {
     pub address: PodAddress,
-    /// Uncached prompt tokens counted in flight on the prefill pod (learning on; else 0): the
-    /// prefill pod computes them, the decode pod only imports their KV.
+    /// Uncached prompt tokens counted in flight on the prefill pod: the prefill pod computes
+    /// them, the decode pod only imports their KV.
     pub uncached_tokens: u32,
 }
 

@@ -38,9 +38,12 @@ pub struct Stats {
     pub peer_snapshots: Counter,
     /// Picks by reason and the decision-time histogram.
     pub decisions: DecisionStats,
-    /// P/D: requests given a prefill pod, and requests a decode pod prefills itself.
+    /// P/D: requests given a prefill pod, requests a decode pod prefills itself (it lacks
+    /// little of the prompt, or no prefill pod has fresh data), and those it prefills itself
+    /// because every prefill pod has too many tokens ahead (`pd.max_prefill_tokens_ahead`).
     pub pd_disaggregated: Counter,
     pub pd_decode_only: Counter,
+    pub pd_prefill_backed_up: Counter,
     /// Requests answered 404: no pod serves their model.
     pub model_unknown: Counter,
     /// Requests whose model was rewritten to a weighted target.
@@ -80,6 +83,7 @@ impl Stats {
             decisions: DecisionStats::define(&metrics),
             pd_disaggregated: c("wasm_epp.pd_disaggregated"),
             pd_decode_only: c("wasm_epp.pd_decode_only"),
+            pd_prefill_backed_up: c("wasm_epp.pd_prefill_backed_up"),
             model_unknown: c("wasm_epp.model_unknown"),
             model_rewritten: c("wasm_epp.model_rewritten"),
             metrics,

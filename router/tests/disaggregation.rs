@@ -73,6 +73,37 @@ fn with_learning_on_the_uncached_tokens_in_flight_are_the_prefill_pods() {
 }
 
 #[test]
+fn the_prefill_pick_weighs_tokens_in_flight_not_requests() {
+    let bench = Bench::new(PD_CONFIG);
+    pd_pool(&bench);
+    let tokens = |pod: &str| bench.worker.inflight.borrow().tokens(pod);
+    // One long prompt on one prefill pod, then two short ones on the other.
+    let (_long, _) = bench.request(&COMPLETIONS, &completion(&long_prompt(6000, 11)));
+    let busy = bench.host.header(PREFILLER).unwrap();
+    assert!(tokens(&busy) > 5000, "its uncached tokens count in flight, learning off: {}", tokens(&busy));
+    let (_short_a, _) = bench.request(&COMPLETIONS, &completion(&long_prompt(1500, 12)));
+    let (_short_b, _) = bench.request(&COMPLETIONS, &completion(&long_prompt(1500, 13)));
+    let other = bench.host.header(PREFILLER).unwrap();
+    assert_ne!(other, busy);
+    assert_eq!(bench.worker.inflight.borrow().count(&other), 2, "two requests against one");
+    let (_next, _) = bench.request(&COMPLETIONS, &completion(&long_prompt(2000, 14)));
+    assert_eq!(bench.host.header(PREFILLER).unwrap(), other, "3,000 tokens ahead beat 6,000");
+}
+
+#[test]
+fn the_decode_pod_prefills_itself_when_every_prefill_pod_is_backed_up() {
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024, "max_prefill_tokens_ahead": 4000}}"#);
+    pd_pool(&bench);
+    let (_first, _) = bench.request(&COMPLETIONS, &completion(&long_prompt(6000, 21)));
+    let (_second, _) = bench.request(&COMPLETIONS, &completion(&long_prompt(6000, 22)));
+    assert_eq!(bench.stat("wasm_epp.pd_disaggregated"), 2, "each prefill pod took one");
+    let (_third, answer) = bench.request(&COMPLETIONS, &completion(&long_prompt(3000, 23)));
+    assert!(DECODE_PODS.contains(&answer.destination.unwrap().split(',').next().unwrap()));
+    assert_eq!(bench.host.header(PREFILLER), None, "6,000 tokens ahead on both: prefilled locally");
+    assert_eq!(bench.stat("wasm_epp.pd_prefill_backed_up"), 1);
+}
+
+#[test]
 fn the_decider_skips_short_prompts_and_prompts_the_decode_pod_holds() {
     let bench = Bench::new(PD_CONFIG);
     pd_pool(&bench);

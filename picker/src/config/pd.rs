@@ -12,6 +12,10 @@ pub struct PdConfig {
     /// (estimated from the prompt's size and the prefix index); below it, a prefill hop and a
     /// KV transfer cost more than the decode pod prefilling itself.
     pub threshold_tokens: u64,
+    /// The decode pod prefills itself when even the least busy prefill pod has more than this
+    /// many uncached prompt tokens in flight (its queue would cost more than the hop saves);
+    /// 0 = always split.
+    pub max_prefill_tokens_ahead: u64,
     /// Scorer weights of the prefill pick: prefix affinity and queue first (the prompt's KV is
     /// what the prefill pod reuses; its queue is what the request waits behind).
     pub prefill_weights: ScorerWeights,
@@ -25,6 +29,7 @@ impl Default for PdConfig {
     fn default() -> Self {
         Self {
             threshold_tokens: 1024,
+            max_prefill_tokens_ahead: 0,
             prefill_weights: ScorerWeights { queue: 2.0, kv_cache: 0.0, inflight: 2.0, prefix: 3.0 },
             decode_weights: ScorerWeights { queue: 1.0, kv_cache: 2.0, inflight: 2.0, prefix: 1.0 },
             prefiller_header: "x-prefiller-host-port".into(),
@@ -35,6 +40,7 @@ impl Default for PdConfig {
 impl PdConfig {
     pub fn validate(&self) -> Result<(), String> {
         super::check_range("pd.threshold_tokens", self.threshold_tokens, 0, 1 << 24)?;
+        super::check_range("pd.max_prefill_tokens_ahead", self.max_prefill_tokens_ahead, 0, 1 << 24)?;
         for (pick, weights) in [("prefill_weights", &self.prefill_weights), ("decode_weights", &self.decode_weights)] {
             weights.validate().map_err(|e| format!("pd.{pick}.{e}"))?;
         }

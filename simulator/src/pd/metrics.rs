@@ -33,7 +33,8 @@ mod tests {
 
     #[test]
     fn the_role_and_counters_are_labelled_series() {
-        let counters = PdCounters { remote_prefills: 3, prefill_fallbacks: 1, transferred_tokens: 4096 };
+        let counters =
+            PdCounters { remote_prefills: 3, prefill_fallbacks: 1, transferred_tokens: 4096, ..PdCounters::default() };
         let text = render(PodRole::Decode, &counters, 0.0);
         assert!(text.contains("vllm_sim:pd_role_info{role=\"decode\"} 1.0"), "{text}");
         assert!(text.contains("vllm_sim:pd_prefill_fallbacks_total 1.0"), "{text}");

@@ -46,4 +46,9 @@ pub struct PdCounters {
     pub prefill_fallbacks: u64,
     /// Prompt tokens whose KV was transferred in (blocks not already cached here).
     pub transferred_tokens: u64,
+    /// Wall time from asking the prefill pod to its answer, summed over remote prefills, µs
+    /// (its queue, its prefill, its API overhead and the hop): where a split TTFT goes.
+    pub prefill_wait_us: u64,
+    /// Wall time of the KV transfers, summed over remote prefills, µs.
+    pub transfer_us: u64,
 }

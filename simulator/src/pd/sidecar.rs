@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -31,6 +31,7 @@ pub async fn prefill_remotely(
     prompts: &[Vec<u32>],
     lora: &Option<String>,
 ) {
+    let asked_at = Instant::now();
     let prefilled = match (prefiller.parse::<SocketAddr>(), prefill_body(body)) {
         (Ok(address), Some(prefill_body)) => ask_prefill_pod(&address, path, prefill_body).await,
         _ => false,
@@ -43,12 +44,20 @@ pub async fn prefill_remotely(
         let state = pod.lock();
         prompts.iter().map(|prompt| state.engine.uncached_block_tokens(prompt, lora)).sum()
     };
+    let answered_at = Instant::now();
     let per_token_ms = pod.config().kv_transfer_per_token_ms;
     tokio::time::sleep(pod.config().latency.to_delay(per_token_ms * missing as f64)).await;
     let mut state = pod.lock();
     let transferred: usize = prompts.iter().map(|prompt| state.engine.import_prompt(prompt, lora)).sum();
-    state.pd.remote_prefills += 1;
-    state.pd.transferred_tokens += transferred as u64;
+    let counters = &mut state.pd;
+    counters.remote_prefills += 1;
+    counters.transferred_tokens += transferred as u64;
+    counters.prefill_wait_us += micros(answered_at.duration_since(asked_at));
+    counters.transfer_us += micros(answered_at.elapsed());
+}
+
+fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The request as the sidecar sends it to the prefill pod; `None` if the body is not an object.

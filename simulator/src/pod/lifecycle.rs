@@ -169,6 +169,8 @@ impl Pod {
                 "remote_prefills": state.pd.remote_prefills,
                 "prefill_fallbacks": state.pd.prefill_fallbacks,
                 "transferred_tokens": state.pd.transferred_tokens,
+                "prefill_wait_us": state.pd.prefill_wait_us,
+                "transfer_us": state.pd.transfer_us,
             },
         })
     }

@@ -105,15 +105,37 @@ impl PdPool {
         }
     }
 
-    /// Requests the decode pods had prefilled elsewhere (`/sim/stats` `pd.remote_prefills`).
-    fn remote_prefills(&self) -> u64 {
+    /// The decode pods' `/sim/stats` P/D sections.
+    fn decode_pd_stats(&self) -> Vec<Value> {
         self.decode
             .addresses()
             .iter()
             .filter_map(|address| http::get(&format!("http://{address}/sim/stats"), ADMIN_TIMEOUT).ok())
             .filter_map(|reply| serde_json::from_str::<Value>(&reply.body).ok())
-            .filter_map(|stats| stats.pointer("/pd/remote_prefills").and_then(Value::as_u64))
-            .sum()
+            .filter_map(|stats| stats.get("pd").cloned())
+            .collect()
+    }
+
+    /// Requests the decode pods had prefilled elsewhere (`/sim/stats` `pd.remote_prefills`).
+    fn remote_prefills(&self) -> u64 {
+        self.decode_pd_stats().iter().filter_map(|pd| pd.get("remote_prefills").and_then(Value::as_u64)).sum()
+    }
+
+    /// Where a split request's time went before the decode pod queued it, as its sidecar
+    /// measured: the wait for the prefill pod's answer and the KV transfer (means over the pool).
+    fn print_split_timings(&self) {
+        let stats = self.decode_pd_stats();
+        let sum = |field: &str| stats.iter().filter_map(|pd| pd.get(field).and_then(Value::as_u64)).sum::<u64>();
+        let split = sum("remote_prefills");
+        if split == 0 {
+            return;
+        }
+        let mean_ms = |field: &str| sum(field) as f64 / split as f64 / 1000.0;
+        println!(
+            "    split   {split:>4} requests  mean wait for the prefill pod {:>5.0} ms  mean KV transfer {:>4.0} ms",
+            mean_ms("prefill_wait_us"),
+            mean_ms("transfer_us"),
+        );
     }
 }
 
@@ -212,6 +234,7 @@ fn run_one(bench: &Bench, workload: &PdWorkload, pool: &PdPool, target: PdTarget
     let after = (pool.prefill.prefix_counters(), pool.decode.prefix_counters());
     let split = pool.remote_prefills();
     pool.print_pod_timings();
+    pool.print_split_timings();
     if running.has_exited() {
         return Err(format!("{} exited during the run; see {}", target.label(), target_dir.display()));
     }
