@@ -264,6 +264,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             prompt: size,
             predicted_cached_tokens: p.cached_tokens,
             indexed_tokens: p.indexed_tokens,
+            matched_blocks: p.matched_blocks,
+            hashed_blocks: p.hashed_blocks,
+            // The last block the pod was matched on names the prefix it is predicted to hold.
+            prefix_key: (p.matched_blocks as usize).checked_sub(1).and_then(|last| hashes.get(last)).copied(),
             uncached_tokens: p.uncached_tokens,
             load: p.load,
             sent_ms: now,

@@ -12,8 +12,11 @@
 //!   the share of the pod's cached blocks that are prompt blocks (answers are cached too, and
 //!   `usage` says how long they were), and a feedback factor moved by each answer's relative
 //!   error, up when the pod reports more than predicted, down when less, so it settles where
-//!   errors balance. Never above the pod's KV size.
+//!   errors balance. Never above the pod's KV size, and never below what the pod's own
+//!   answers prove it holds ([`held`]): misses alone would otherwise shrink a pod that only
+//!   evicts now and then until the index forgets prompts it still has.
 
+pub mod held;
 pub mod tokens;
 pub mod ttft;
 pub mod usage;
@@ -21,6 +24,7 @@ pub mod usage;
 use hashbrown::HashMap;
 
 use crate::pod_table::MAX_PODS;
+use held::{Answer, Held};
 pub use tokens::{prompt_size, PromptSize, TextRatio};
 pub use ttft::{Fit, Load, Prior, TtftModels};
 pub use usage::{Usage, UsageScanner};
@@ -50,6 +54,11 @@ pub struct Dispatch {
     /// Prompt tokens the index covers (its hashed blocks): only these are compared with the
     /// pod's report, as past them the index knows nothing.
     pub indexed_tokens: u32,
+    /// Index blocks the pod was matched on, and blocks hashed (for [`held`]).
+    pub matched_blocks: u32,
+    pub hashed_blocks: u32,
+    /// Hash of the last matched block: names the prefix the pod was predicted to hold.
+    pub prefix_key: Option<u64>,
     /// Prompt tokens it must compute: counted in flight until its first byte.
     pub uncached_tokens: u32,
     /// The pod's load when sent, this request's tokens included (the model's input).
@@ -76,16 +85,18 @@ pub struct Learner {
     capacity_scale: HashMap<String, CapacityScale>,
 }
 
-/// Per pod: the share of its cached tokens that are prompt tokens, and the feedback factor.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Per pod: the share of its cached tokens that are prompt tokens, the feedback factor, and
+/// what its answers prove it holds (the floor).
+#[derive(Debug, Clone, PartialEq)]
 struct CapacityScale {
     prompt_share: f64,
     feedback: f64,
+    held: Held,
 }
 
 impl Default for CapacityScale {
     fn default() -> Self {
-        Self { prompt_share: 1.0, feedback: 1.0 }
+        Self { prompt_share: 1.0, feedback: 1.0, held: Held::default() }
     }
 }
 
@@ -126,7 +137,14 @@ impl Learner {
             scale.prompt_share += PROMPT_SHARE_STEP * (share - scale.prompt_share);
         }
         let error = reported as f64 - predicted as f64;
-        if error.abs() >= f64::from(block_tokens.max(1)) {
+        let block = f64::from(block_tokens.max(1));
+        scale.held.answered(Answer {
+            key: dispatch.prefix_key,
+            matched_blocks: dispatch.matched_blocks,
+            hashed_blocks: dispatch.hashed_blocks,
+            confirmed: error > -block,
+        });
+        if error.abs() >= block {
             let relative = error / (reported.max(predicted) as f64);
             let moved = scale.feedback * (1.0 + CAPACITY_STEP * relative);
             scale.feedback = moved.clamp(FEEDBACK_BOUNDS.0, FEEDBACK_BOUNDS.1);
@@ -138,12 +156,16 @@ impl Learner {
     ///
     /// The index counts text in blocks of `block_tokens` *estimated* tokens, so a pod's KV
     /// size in index blocks is its size in engine blocks ÷ the text ratio; of that, answers
-    /// take their share, and the feedback factor corrects the rest.
+    /// take their share, and the feedback factor corrects the rest. Never below the blocks the
+    /// pod's answers prove it holds (see [`held`]), nor above its KV size.
     pub fn capacity(&self, pod: &str, kv_blocks: usize) -> usize {
-        let (share, feedback) = self.capacity_scale.get(pod).map_or((1.0, 1.0), |s| (s.prompt_share, s.feedback));
+        let scale = self.capacity_scale.get(pod);
+        let (share, feedback) = scale.map_or((1.0, 1.0), |s| (s.prompt_share, s.feedback));
         let text_blocks = 1.0 / self.text_ratio.value().clamp(0.25, 4.0);
-        let scale = (share * feedback * text_blocks).max(MIN_CAPACITY_SCALE);
-        ((kv_blocks as f64) * scale).round().max(1.0) as usize
+        let kv_size = (kv_blocks as f64) * text_blocks;
+        let floor = (scale.map_or(0, |s| s.held.floor()) as f64).min(kv_size);
+        let corrected = (kv_blocks as f64) * (share * feedback * text_blocks).max(MIN_CAPACITY_SCALE);
+        corrected.max(floor).round().max(1.0) as usize
     }
 
     /// Forgets pods that left the pool.
@@ -182,6 +204,31 @@ mod tests {
         assert!(learner.capacity("a", 10_000) <= 20_000);
         let silent = Usage { cached_tokens: None, ..evicted };
         assert_eq!(learner.answered("a", &dispatch, &silent, 16), None, "no cached figure, no report");
+    }
+
+    #[test]
+    fn a_pod_that_evicts_a_prompt_now_and_then_keeps_index_capacity_for_all_it_holds() {
+        // Workload (g)'s shape: 12 shared 6k-token prompts (375 blocks of 16) per pod, each
+        // request adding 5 question blocks; every 10th answer finds its prompt evicted (LRU).
+        let mut learner = Learner::new(PRIOR);
+        let (prompt_blocks, question_blocks) = (375u32, 5u32);
+        for i in 0..600u64 {
+            let dispatch = Dispatch {
+                predicted_cached_tokens: prompt_blocks * 16,
+                indexed_tokens: (prompt_blocks + question_blocks) * 16,
+                matched_blocks: prompt_blocks,
+                hashed_blocks: prompt_blocks + question_blocks,
+                prefix_key: Some(1 + i % 12),
+                ..Dispatch::default()
+            };
+            let cached = if i % 10 == 9 { 0 } else { prompt_blocks * 16 };
+            let prompt_tokens = u64::from(dispatch.indexed_tokens);
+            let usage = Usage { prompt_tokens, completion_tokens: 1, cached_tokens: Some(u64::from(cached)) };
+            learner.answered("a", &dispatch, &usage, 16);
+        }
+        let capacity = learner.capacity("a", 8_192);
+        assert!(capacity >= 12 * prompt_blocks as usize, "{capacity}: the index must keep all 12 prompts");
+        assert!(capacity < 8_192, "{capacity}: the misses still correct the index");
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct Predicted {
     pub cached_tokens: u32,
     /// The prompt tokens the index covers (its hashed blocks): predictions are judged on these.
     pub indexed_tokens: u32,
+    /// Index blocks the pod was matched on, and blocks hashed: what the capacity floor counts.
+    pub matched_blocks: u32,
+    pub hashed_blocks: u32,
     pub uncached_tokens: u32,
     /// What its first token waits on: uncached tokens in flight plus its own, requests in flight.
     pub load: Load,
@@ -50,7 +53,17 @@ impl LearningQuery<'_> {
         let uncached_tokens = self.prompt_tokens - cached_tokens;
         let tokens = f64::from((self.tokens_in_flight)(pod)) + f64::from(uncached_tokens);
         let load = Load { tokens, requests: f64::from(requests) };
-        Predicted { cached_tokens, indexed_tokens, uncached_tokens, load, ttft_ms: self.models.predict(pod, load) }
+        let hashed_blocks = u32::try_from(self.hashed_blocks).unwrap_or(u32::MAX);
+        let matched_blocks = u32::try_from(matched_blocks.min(self.hashed_blocks)).unwrap_or(u32::MAX);
+        Predicted {
+            cached_tokens,
+            indexed_tokens,
+            matched_blocks,
+            hashed_blocks,
+            uncached_tokens,
+            load,
+            ttft_ms: self.models.predict(pod, load),
+        }
     }
 
     /// Whether `ttft_ms` meets the request's objective (always, without one).
