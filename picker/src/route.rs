@@ -178,7 +178,12 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                 lora_tier,
                 predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),
                 meets_slo: predicted.is_none_or(|(l, p)| l.meets_slo(p.ttft_ms)),
-                indexed_blocks: view.prefix.as_ref().map_or(0, |q| q.index.pod_len(address)),
+                // Read only where it is used: cold placements with learning's home balance.
+                indexed_blocks: view
+                    .prefix
+                    .as_ref()
+                    .filter(|_| cold && view.learning.is_some())
+                    .map_or(0, |q| q.index.pod_len(address)),
             }
         })
         .collect()

@@ -32,10 +32,9 @@ pub struct PdRouting {
     pub decode_policy: Policy,
     /// The prefill pod's policy: the prefill weights, runners-up only to compare their work
     /// (the sidecar takes one address; if it fails, the decode pod prefills itself) and no
-    /// hard prefix affinity: a
-    /// prefill pod admits every prompt at once (chunked), so its queue never fills and
-    /// "sticky until saturated" would pin each shared prefix to the first pod that computed
-    /// it for good, however busy. The prefix scorer still prefers it; load can outweigh it,
+    /// hard prefix affinity: a prefill pod admits every prompt at once (chunked), so its
+    /// queue never fills and "sticky until saturated" would pin each shared prefix to the
+    /// first pod that computed it for good, however busy. The prefix scorer still prefers it; load can outweigh it,
     /// and then the other prefill pod learns the prefix too.
     pub prefill_policy: Policy,
     pub tables: RefCell<RoleTables>,
@@ -127,15 +126,17 @@ pub fn prefill_pick(
     if route.fail_open {
         return Err(LocalPrefill::NoPrefillPod);
     }
-    let ranked: Vec<&PodAddress> =
-        std::iter::once(&route.address).chain(route.fallbacks.iter()).take(PREFILL_PODS_COMPARED).collect();
     let epoch_of =
         |address: &PodAddress| prefill_table.pods.iter().find(|pod| pod.address == *address).map_or(0, |pod| pod.epoch);
+    let ranked: Vec<(&PodAddress, u32)> = std::iter::once(&route.address)
+        .chain(route.fallbacks.iter())
+        .take(PREFILL_PODS_COMPARED)
+        .map(|address| (address, epoch_of(address)))
+        .collect();
     let work: Vec<PrefillWork> = ranked
         .iter()
-        .map(|address| {
-            let matched =
-                query.map_or(0, |(index, hashes)| index.matched_blocks(hashes, address.as_str(), epoch_of(address)));
+        .map(|&(address, epoch)| {
+            let matched = query.map_or(0, |(index, hashes)| index.matched_blocks(hashes, address.as_str(), epoch));
             let share = if decode.hashed_blocks > 0 { matched as f64 / decode.hashed_blocks as f64 } else { 0.0 };
             PrefillWork {
                 tokens_ahead: u64::from(tokens_in_flight(address.as_str())),
@@ -144,15 +145,15 @@ pub fn prefill_pick(
         })
         .collect();
     let best = least_prefill_work(&work).unwrap_or(0);
-    let (Some(address), Some(chosen)) = (ranked.get(best), work.get(best)) else {
+    let (Some(&(address, epoch)), Some(chosen)) = (ranked.get(best), work.get(best)) else {
         return Err(LocalPrefill::NoPrefillPod);
     };
     if prefill_pod_backed_up(*chosen, pd.config.max_prefill_tokens_ahead) {
         return Err(LocalPrefill::PrefillBackedUp);
     }
     Ok(PrefillChoice {
-        address: (*address).clone(),
-        epoch: epoch_of(address),
+        address: address.clone(),
+        epoch,
         uncached_tokens: u32::try_from(chosen.uncached_tokens).unwrap_or(u32::MAX),
     })
 }
