@@ -28,7 +28,9 @@ fn prompts_sharing_a_prefix_go_to_one_pod_and_groups_spread() {
         homes.push(first);
     }
     let spread = tally(homes.iter().map(String::as_str));
-    assert!(spread.len() >= 3, "8 new prefixes spread over the pool: {spread:?}");
+    // New prefixes are placed by rendezvous hashing over pods on random ports: 8 of them land
+    // on at most 2 of 4 pods in ~2.3 % of runs (seen in CI-like runs), on one pod in 0.006 %.
+    assert!(spread.len() >= 2, "8 new prefixes spread over the pool: {spread:?}");
     // 72 follow-ups; a few may have matched their pod by load alone on a very busy machine.
     assert!(cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0) >= 64.0);
 }
