@@ -9,7 +9,7 @@ use picker::address::PodAddress;
 use picker::disaggregation::estimated_prompt_tokens;
 use picker::learn::{prompt_size, Dispatch, PromptSize};
 use picker::prefix::hash::MAX_BLOCKS;
-use picker::prefix::hash_prompt;
+use picker::prefix::hash_prompt_noting_replies;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::explain::candidate_scores;
 use picker::route::{choose, LearningQuery, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView};
@@ -100,11 +100,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
     let block_tokens = params.block_tokens;
     let mut hashes = Vec::new();
+    // Assistant replies' places, for learning's cached-token prediction (no allocation for a
+    // prompt without replies).
+    let mut replies = Vec::new();
     if let (true, Some(request)) = (prefix_config.enabled, prompt.request) {
         // Room for every block at once: growing by doubling cost 7 allocations for 256.
         hashes.reserve_exact(params.max_blocks.clamp(1, MAX_BLOCKS));
         let _span = profile::span(host, Phase::Hash);
-        if hash_prompt(request, prompt.endpoint, &params, &mut hashes).is_err() {
+        if hash_prompt_noting_replies(request, prompt.endpoint, &params, &mut hashes, &mut replies).is_err() {
             worker.stats.increment(worker.stats.prompt_unhashable);
         }
     }
@@ -165,6 +168,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             hashed_blocks: hashes.len(),
             tokens_in_flight: &tokens_of,
             slo_ttft_ms: prompt.slo_ttft_ms,
+            replies: &replies,
         }),
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };

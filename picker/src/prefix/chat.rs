@@ -33,8 +33,36 @@ pub(super) fn hash_chat(
     if let Some(tools) = tools.map(|t| t.get().trim_ascii()).filter(|t| *t != "null") {
         chain.feed(tools.as_bytes());
     }
-    for_each_element(messages, |message| hash_message(message, chain))
+    for_each_element(messages, |message| {
+        let start_block = chain.current_block();
+        let more = hash_message(message, chain)?;
+        if is_assistant(message.text) {
+            chain.note_reply(start_block);
+        }
+        Ok(more)
+    })
 }
+
+/// Bytes at each end of a message searched for its role. Clients write `role` first (Python
+/// and JavaScript SDKs keep insertion order) or last (serializers that sort keys put it after
+/// `content`); a role in the middle is not looked for (the reply is then not credited).
+const ROLE_WINDOW: usize = 48;
+
+/// Whether the message says `"role": "assistant"` near its start or its end (a cheap look,
+/// not a parse, which would read a long message twice: a miss only costs the credit of a reply
+/// the pod holds).
+fn is_assistant(message: &str) -> bool {
+    let bytes = message.as_bytes();
+    let says = |window: &[u8]| {
+        window.windows(ASSISTANT.len()).any(|w| w == ASSISTANT) && window.windows(ROLE.len()).any(|w| w == ROLE)
+    };
+    let head = bytes.get(..ROLE_WINDOW.min(bytes.len())).unwrap_or_default();
+    let tail = bytes.get(bytes.len().saturating_sub(ROLE_WINDOW)..).unwrap_or_default();
+    says(head) || says(tail)
+}
+
+const ASSISTANT: &[u8] = b"\"assistant\"";
+const ROLE: &[u8] = b"\"role\"";
 
 /// The message object as written, except a list `content`, whose parts are hashed one by one
 /// so media parts become placeholders.
@@ -164,6 +192,47 @@ mod tests {
             previous
         });
         blocks.collect()
+    }
+
+    #[test]
+    fn a_follow_up_turn_notes_the_reply_right_where_the_previous_turn_s_blocks_end() {
+        use crate::prefix::hash::{hash_prompt_noting_replies, ReplySpan};
+        let system = format!(r#"{{"role":"system","content":"{}"}}"#, text(1500, 1));
+        let user = |seed| format!(r#"{{"role": "user", "content": "{}"}}"#, text(300, seed));
+        let reply = format!(r#"{{"content":"{}","role":"assistant"}}"#, text(400, 9));
+        let previous = chat(&format!(r#"{{"model":"m","messages":[{system},{}]}}"#, user(2)));
+        let body = format!(r#"{{"model":"m","messages":[{system},{},{reply},{}]}}"#, user(2), user(3));
+        let request: InferenceRequest<'_> = serde_json::from_str(&body).unwrap();
+        let (mut next, mut replies) = (Vec::new(), Vec::new());
+        hash_prompt_noting_replies(
+            &request,
+            Endpoint::ChatCompletions,
+            &HashParams::default(),
+            &mut next,
+            &mut replies,
+        )
+        .unwrap();
+        assert_eq!(next.get(..previous.len()), Some(previous.as_slice()), "the previous turn is a prefix");
+        let start_block = previous.len() as u32;
+        let reply_end = (system.len() + user(2).len() + reply.len()) / 64;
+        assert_eq!(replies, [ReplySpan { start_block, end_block: reply_end as u32 }]);
+        let mut none = Vec::new();
+        let without_reply = format!(r#"{{"model":"m","messages":[{system},{},{}]}}"#, user(2), user(3));
+        let request: InferenceRequest<'_> = serde_json::from_str(&without_reply).unwrap();
+        hash_prompt_noting_replies(&request, Endpoint::ChatCompletions, &HashParams::default(), &mut next, &mut none)
+            .unwrap();
+        assert!(none.is_empty(), "user messages are not replies");
+    }
+
+    #[test]
+    fn a_reply_is_told_by_its_role_at_either_end() {
+        use super::is_assistant;
+        let long = text(500, 4);
+        assert!(is_assistant(&format!(r#"{{"role": "assistant", "content": "{long}"}}"#)));
+        assert!(is_assistant(&format!(r#"{{"content":"{long}","role":"assistant"}}"#)), "keys sorted");
+        assert!(!is_assistant(&format!(r#"{{"role":"user","content":"{long} \"assistant\""}}"#)));
+        assert!(!is_assistant(&format!(r#"{{"content":"{long}","role":"user"}}"#)));
+        assert!(!is_assistant(""));
     }
 
     #[test]

@@ -114,14 +114,45 @@ pub fn hash_prompt(
     params: &HashParams,
     out: &mut Vec<u64>,
 ) -> Result<usize, ShapeError> {
+    hash_prompt_noting_replies(request, endpoint, params, out, &mut Vec::new())
+}
+
+/// Where an assistant message of a chat lies among the prompt's blocks: it starts in block
+/// `start_block` (0-based; the blocks before it hold only what precedes it) and ends in
+/// `end_block`. A pod holding exactly the `start_block` blocks before a reply most likely served
+/// the conversation's previous turn, so it generated that reply and holds it too: vLLM caches
+/// the full blocks of generated tokens as well as the prompt's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplySpan {
+    pub start_block: u32,
+    pub end_block: u32,
+}
+
+/// Replies noted per prompt at most (a conversation's turns past this are not credited).
+pub const MAX_REPLY_SPANS: usize = 64;
+
+/// [`hash_prompt`], also noting in `replies` (cleared first) where the chat's assistant messages
+/// lie among the blocks hashed; none for completions.
+pub fn hash_prompt_noting_replies(
+    request: &InferenceRequest<'_>,
+    endpoint: Endpoint,
+    params: &HashParams,
+    out: &mut Vec<u64>,
+    replies: &mut Vec<ReplySpan>,
+) -> Result<usize, ShapeError> {
     out.clear();
+    replies.clear();
     let seed = chain_seed(request.model.as_deref().unwrap_or(""), request.cache_salt.as_deref().unwrap_or(""));
     let mut chain = BlockChain::new(out, seed, params);
+    chain.replies = Some(replies);
     let outcome = match (endpoint, request.prompt, request.messages) {
         (Endpoint::Completions, Some(prompt), _) => hash_completion(prompt, params, &mut chain),
         (Endpoint::ChatCompletions, _, Some(messages)) => hash_chat(messages, request.tools, &mut chain),
         _ => Ok(()),
     };
+    if let (Err(_), Some(replies)) = (&outcome, chain.replies.take()) {
+        replies.clear();
+    }
     match outcome {
         Ok(()) => Ok(out.len()),
         Err(error) => {
@@ -140,6 +171,8 @@ pub(super) struct BlockChain<'o> {
     /// A block that spans two pieces is gathered here; one within a piece is hashed in place.
     pending: [u8; MAX_BLOCK_BYTES],
     pending_len: usize,
+    /// Where assistant messages lie, for a chat (see [`ReplySpan`]).
+    replies: Option<&'o mut Vec<ReplySpan>>,
 }
 
 impl<'o> BlockChain<'o> {
@@ -151,6 +184,23 @@ impl<'o> BlockChain<'o> {
             max_blocks: params.max_blocks.clamp(1, MAX_BLOCKS),
             pending: [0; MAX_BLOCK_BYTES],
             pending_len: 0,
+            replies: None,
+        }
+    }
+
+    /// The block the next byte fed lands in (0-based).
+    pub(super) fn current_block(&self) -> u32 {
+        u32::try_from(self.out.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Notes an assistant message that began in block `start_block` and ended before the next
+    /// byte to feed; only if it reached past that block (else the match gains nothing).
+    pub(super) fn note_reply(&mut self, start_block: u32) {
+        let end_block = self.current_block();
+        if let Some(replies) = self.replies.as_deref_mut().filter(|r| r.len() < MAX_REPLY_SPANS) {
+            if end_block > start_block {
+                replies.push(ReplySpan { start_block, end_block });
+            }
         }
     }
 

@@ -31,7 +31,7 @@ pub mod ring;
 pub mod worker;
 
 pub use events::RoutingEvent;
-pub use hash::{hash_prompt, HashParams};
+pub use hash::{hash_prompt, hash_prompt_noting_replies, HashParams, ReplySpan};
 pub use index::PrefixIndex;
 pub use ring::{RingReader, RingWriter, StartAt};
 pub use worker::{session_key, WorkerPrefix};

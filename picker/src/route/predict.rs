@@ -3,6 +3,7 @@
 //! behind the uncached tokens already in flight to it.
 
 use crate::learn::{Load, TtftModels};
+use crate::prefix::ReplySpan;
 
 /// The learned state and the request's size, for one decision (learning on).
 pub struct LearningQuery<'a> {
@@ -20,6 +21,8 @@ pub struct LearningQuery<'a> {
     pub tokens_in_flight: &'a dyn Fn(&str) -> u32,
     /// The request's TTFT objective, if it has one.
     pub slo_ttft_ms: Option<f64>,
+    /// Where the chat's assistant replies lie among the hashed blocks (none for completions).
+    pub replies: &'a [ReplySpan],
 }
 
 /// One candidate's share of the work, as predicted.
@@ -45,10 +48,11 @@ impl LearningQuery<'_> {
         let indexed_tokens = to_tokens(self.hashed_blocks as f64).min(self.prompt_tokens);
         // A prompt longer than its hashed part, matched to the end of it, probably matches
         // on: the share matched stands for the whole prompt (a long shared system prompt).
-        let cached_tokens = if matched_blocks >= self.hashed_blocks && self.hashed_blocks > 0 {
+        let held_blocks = self.through_reply(matched_blocks);
+        let cached_tokens = if held_blocks >= self.hashed_blocks && self.hashed_blocks > 0 {
             self.prompt_tokens
         } else {
-            to_tokens(matched_blocks as f64).min(self.prompt_tokens)
+            to_tokens(held_blocks as f64).min(self.prompt_tokens)
         };
         let uncached_tokens = self.prompt_tokens - cached_tokens;
         let tokens = f64::from((self.tokens_in_flight)(pod)) + f64::from(uncached_tokens);
@@ -63,6 +67,20 @@ impl LearningQuery<'_> {
             uncached_tokens,
             load,
             ttft_ms: self.models.predict(pod, load),
+        }
+    }
+
+    /// The blocks a pod matched on `matched_blocks` probably holds: through the reply that
+    /// starts where its match ends, when one does. The index learns a conversation from its
+    /// prompts, so it never saw the reply the pod generated for the previous turn, which the
+    /// engine caches with the prompt; without this, every follow-up turn was predicted about
+    /// one reply short of what the pod reports. The index stays as it is; the prediction
+    /// (cached and uncached tokens, so the predicted TTFT) counts the reply.
+    fn through_reply(&self, matched_blocks: usize) -> usize {
+        let starts_here = |span: &&ReplySpan| usize::try_from(span.start_block).is_ok_and(|b| b == matched_blocks);
+        match self.replies.iter().find(starts_here) {
+            Some(span) if matched_blocks > 0 => usize::try_from(span.end_block).unwrap_or(matched_blocks),
+            _ => matched_blocks,
         }
     }
 
@@ -88,6 +106,7 @@ mod tests {
             hashed_blocks: 100,
             tokens_in_flight: &in_flight,
             slo_ttft_ms: Some(50.0),
+            replies: &[],
         };
         let warm = query.predict("idle", 90, 0);
         assert_eq!((warm.cached_tokens, warm.uncached_tokens, warm.indexed_tokens), (1_440, 560, 1_600));
@@ -98,5 +117,29 @@ mod tests {
         assert_eq!((busy.uncached_tokens, busy.load), (2_000, Load { tokens: 12_000.0, requests: 3.0 }));
         assert!(query.meets_slo(warm.ttft_ms) && !query.meets_slo(busy.ttft_ms));
         assert_eq!(query.predict("idle", 1_000, 0).uncached_tokens, 0, "never more cached than the prompt");
+    }
+
+    #[test]
+    fn a_pod_holding_a_conversation_up_to_a_reply_is_predicted_to_hold_the_reply() {
+        let models = TtftModels::new(Prior { overhead_ms: 10.0, ms_per_token: 0.01 });
+        let none = |_: &str| 0;
+        let replies = [ReplySpan { start_block: 40, end_block: 44 }, ReplySpan { start_block: 60, end_block: 65 }];
+        let query = LearningQuery {
+            models: &models,
+            prompt_tokens: 1_600,
+            tokens_per_block: 16.0,
+            hashed_blocks: 100,
+            tokens_in_flight: &none,
+            slo_ttft_ms: None,
+            replies: &replies,
+        };
+        let served_last_turn = query.predict("p", 40, 0);
+        assert_eq!(served_last_turn.cached_tokens, 44 * 16, "the reply it generated is cached too");
+        assert_eq!(served_last_turn.matched_blocks, 40, "the index's own match is kept for the floor");
+        assert_eq!(query.predict("p", 60, 0).cached_tokens, 65 * 16, "the later reply");
+        assert_eq!(query.predict("p", 41, 0).cached_tokens, 41 * 16, "a match ending elsewhere is not extended");
+        assert_eq!(query.predict("p", 30, 0).cached_tokens, 30 * 16);
+        let cold = LearningQuery { replies: &[ReplySpan { start_block: 0, end_block: 3 }], ..query };
+        assert_eq!(cold.predict("p", 0, 0).cached_tokens, 0, "no match: the pod never saw the conversation");
     }
 }
