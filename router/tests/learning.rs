@@ -113,3 +113,41 @@ fn with_learning_off_answers_are_not_read() {
     answer(&bench, &mut stream, 30, &usage_event(10, 0));
     assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 0);
 }
+
+const CHAT: [(&str, &str); 3] =
+    [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+
+fn streamed_chat(messages: &[String]) -> String {
+    format!(
+        r#"{{"model":"m","messages":[{}],"max_tokens":4,"stream":true,"stream_options":{{"include_usage":true}}}}"#,
+        messages.join(",")
+    )
+}
+
+/// Cached prompt tokens predicted for a follow-up turn whose third message has `role`, after
+/// the first turn went to a pod; the pods report exactly what was predicted.
+fn follow_up_prediction(role: &str) -> u64 {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let message =
+        |role: &str, letter: &str, len: usize| format!(r#"{{"role":"{role}","content":"{}"}}"#, letter.repeat(len));
+    let first_turn = [message("system", "s", 3_000), message("user", "u", 500)];
+    let (mut stream, _) = bench.request(&CHAT, &streamed_chat(&first_turn));
+    answer(&bench, &mut stream, 30, &usage_event(900, 0));
+    let before = bench.stat("wasm_epp.learning.cached_tokens_predicted");
+    let mut next_turn = first_turn.to_vec();
+    next_turn.extend([message(role, "r", 1_200), message("user", "v", 300)]);
+    let (mut stream, _) = bench.request(&CHAT, &streamed_chat(&next_turn));
+    answer(&bench, &mut stream, 30, &usage_event(1_300, 0));
+    bench.stat("wasm_epp.learning.cached_tokens_predicted") - before
+}
+
+#[test]
+fn a_follow_up_turn_is_predicted_to_find_the_reply_its_pod_generated_cached() {
+    // ~3,550 bytes before the reply (~55 blocks of 64 bytes), the reply ~1,225 more (~19 blocks).
+    let with_reply = follow_up_prediction("assistant");
+    let without = follow_up_prediction("user");
+    assert!((850..=900).contains(&without), "the previous turn's full blocks only: {without}");
+    assert!(with_reply >= without + 280, "the reply counts too: {with_reply} vs {without}");
+}
