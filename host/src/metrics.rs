@@ -76,6 +76,15 @@ impl Metrics {
         self.add(counter, 1);
     }
 
+    /// A counter defined in the host at the next flush whether or not anything was counted
+    /// ([`Self::announce`]): the filter's own counters, so `/stats/prometheus` lists every one
+    /// from the start (at 0 for a feature that is off), as Envoy does its own stats.
+    pub fn announced_counter(&self, name: &str) -> Counter {
+        let counter = self.counter(name);
+        self.announce(counter);
+        counter
+    }
+
     /// Defines the counter in the host at the next flush even if nothing was counted, so a
     /// dashboard shows a series at 0 instead of none (a fixed label set: reasons, buckets).
     pub fn announce(&self, counter: Counter) {

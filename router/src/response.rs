@@ -40,7 +40,7 @@ pub struct LearningStats {
 
 impl LearningStats {
     pub fn define(metrics: &Metrics) -> Self {
-        let c = |name: &str| metrics.counter(name);
+        let c = |name: &str| metrics.announced_counter(name);
         Self {
             first_bytes: c("wasm_epp.learning.first_bytes"),
             ttft_samples: c("wasm_epp.learning.ttft_samples"),

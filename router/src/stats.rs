@@ -53,7 +53,7 @@ pub struct Stats {
 impl Stats {
     pub fn define() -> Self {
         let metrics = Metrics::new();
-        let c = |name: &str| metrics.counter(name);
+        let c = |name: &str| metrics.announced_counter(name);
         Self {
             routed: c("wasm_epp.requests_routed"),
             fail_open: c("wasm_epp.fail_open"),

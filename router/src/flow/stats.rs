@@ -57,11 +57,11 @@ pub struct FlowStats {
 impl FlowStats {
     pub fn define(metrics: &Metrics) -> Self {
         Self {
-            queued: metrics.counter("wasm_epp.flow.queued"),
-            released: metrics.counter("wasm_epp.flow.released"),
-            direct: metrics.counter("wasm_epp.flow.dispatched_directly"),
-            wait_sum_ms: metrics.counter("wasm_epp.flow.wait_ms_sum"),
-            wait_count: metrics.counter("wasm_epp.flow.wait_ms_count"),
+            queued: metrics.announced_counter("wasm_epp.flow.queued"),
+            released: metrics.announced_counter("wasm_epp.flow.released"),
+            direct: metrics.announced_counter("wasm_epp.flow.dispatched_directly"),
+            wait_sum_ms: metrics.announced_counter("wasm_epp.flow.wait_ms_sum"),
+            wait_count: metrics.announced_counter("wasm_epp.flow.wait_ms_count"),
             pool_saturated: metrics.gauge("wasm_epp.flow.pool_saturated"),
         }
     }

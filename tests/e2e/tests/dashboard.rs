@@ -76,7 +76,17 @@ fn traffic(cluster: &Cluster) -> (usize, usize) {
 
 #[test]
 fn every_dashboard_panel_has_data_from_a_real_prometheus() {
-    let cluster = Cluster::start_ready("dashboard", 3, &[]);
+    // Learning on, so the prefix-index accuracy panel shows answers (the rest is `make run`).
+    let cluster = Cluster::start("dashboard", 3, &[], |options| {
+        if let Some(filter) = options.filter_config.as_object_mut() {
+            filter.insert("learning".into(), serde_json::json!({"enabled": true}));
+        }
+    });
+    assert!(
+        cluster.envoy.wait_for_healthy_pods(3, Duration::from_secs(15)),
+        "singleton never saw 3 healthy pods:\n{}",
+        cluster.envoy.log_tail(30)
+    );
     let admin = format!("127.0.0.1:{}", cluster.envoy.admin_port);
     let prometheus = Prometheus::start(&cluster.dir, &admin, &cluster.pool()).unwrap();
     let (sent, failed) = traffic(&cluster);
