@@ -177,6 +177,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                 last_picked: view.prefix.as_ref().filter(|_| cold).map_or(0, |q| (q.last_picked)(address)),
                 lora_tier,
                 predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),
+                ttft_fitted: predicted.is_some_and(|(_, p)| p.fitted),
                 meets_slo: predicted.is_none_or(|(l, p)| l.meets_slo(p.ttft_ms)),
                 // Read only where it is used: cold placements with learning's home balance.
                 indexed_blocks: view

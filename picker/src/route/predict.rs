@@ -38,6 +38,8 @@ pub struct Predicted {
     /// What its first token waits on: uncached tokens in flight plus its own, requests in flight.
     pub load: Load,
     pub ttft_ms: f64,
+    /// The pod's model has learned from enough of its answers ([`TtftModels::fitted`]).
+    pub fitted: bool,
 }
 
 impl LearningQuery<'_> {
@@ -67,6 +69,7 @@ impl LearningQuery<'_> {
             uncached_tokens,
             load,
             ttft_ms: self.models.predict(pod, load),
+            fitted: self.models.fitted(pod),
         }
     }
 

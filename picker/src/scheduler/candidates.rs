@@ -26,6 +26,10 @@ pub struct Candidate<'a> {
     /// This request's predicted time to first token on the pod (learning on; see
     /// [`crate::learn::ttft`]).
     pub predicted_ttft_ms: Option<f64>,
+    /// The pod's model has learned from enough of its own answers to be trusted with a full
+    /// queue ([`crate::learn::ttft::MIN_FITTED_ANSWERS`]); a prediction from the prior alone
+    /// has no term for queueing.
+    pub ttft_fitted: bool,
     /// The prediction meets the request's TTFT objective (true when it has none).
     pub meets_slo: bool,
     /// Prompt blocks the prefix index holds for the pod (0 without an index): how many
@@ -49,6 +53,7 @@ impl<'a> Candidate<'a> {
             last_picked: 0,
             lora_tier: 0,
             predicted_ttft_ms: None,
+            ttft_fitted: false,
             meets_slo: true,
             indexed_blocks: 0,
         }

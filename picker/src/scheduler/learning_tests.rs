@@ -4,8 +4,13 @@
 use super::*;
 use crate::saturation::SaturationLimits;
 
+/// A pod whose model has learned from its answers.
 fn pod(address: &str, waiting: f64, ttft: f64) -> Candidate<'_> {
-    Candidate { predicted_ttft_ms: Some(ttft), ..Candidate::with_load(address, true, waiting, Some(0.3), 0) }
+    Candidate {
+        predicted_ttft_ms: Some(ttft),
+        ttft_fitted: true,
+        ..Candidate::with_load(address, true, waiting, Some(0.3), 0)
+    }
 }
 
 fn learning(penalty: f64) -> Policy {
@@ -38,6 +43,25 @@ fn a_full_pool_keeps_affinity_unless_the_prediction_says_move() {
     assert_eq!(chosen(&pods, &learning(200.0)), ("warm", true), "the cache is worth more than 50 ms");
     pods[1].predicted_ttft_ms = Some(100.0);
     assert_eq!(chosen(&pods, &learning(200.0)), ("cold", false));
+}
+
+#[test]
+fn before_any_answer_full_queues_are_handled_as_without_learning() {
+    let full = SaturationLimits::default().queue_threshold;
+    // The prior's predictions: a few hundred ms apart, blind to the queue behind them.
+    let mut pods = [pod("warm", full + 6.0, 500.0), pod("cold", full, 300.0)];
+    pods[0].prefix_match = 1.0;
+    for pod in &mut pods {
+        pod.ttft_fitted = false;
+    }
+    assert_eq!(chosen(&pods, &learning(1000.0)), ("cold", false), "a burst before any answer: load decides");
+    let mut room = [pod("warm", full + 6.0, 500.0), pod("cold", 0.0, 300.0)];
+    room[0].prefix_match = 1.0;
+    room[0].ttft_fitted = false;
+    room[1].ttft_fitted = false;
+    assert_eq!(chosen(&room, &learning(1000.0)), ("cold", false), "a full queue is left for one with room");
+    room[1].ttft_fitted = true;
+    assert_eq!(chosen(&room, &learning(1000.0)), ("warm", true), "once a model has answers, it decides");
 }
 
 #[test]

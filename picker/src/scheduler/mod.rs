@@ -77,7 +77,7 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         .filter(|&i| candidates.get(i).is_some_and(|c| !policy.saturation.queue_full(c)))
         .collect();
     let pool_busy = open.is_empty();
-    let open = match (pool_busy, &policy.learning) {
+    let open = match (pool_busy, trusted_learning(candidates, policy)) {
         (true, None) => return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false },
         // Learning: a full queue does not drop a pod (nor the affinity to it); the predicted
         // TTFT, which counts the queue, decides whether moving buys time (below). Dropping it
@@ -126,6 +126,14 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         }
     }
     Filtered { indices: open, fail_open: false, pool_busy, affinity: false }
+}
+
+/// The learning policy, when its predictions can be trusted with full queues: some usable
+/// pod's model has learned from its own answers. Until then (a cold start, a burst before any
+/// answer) full queues are handled as without learning: dropped while another pod has room,
+/// load alone deciding when every queue is full.
+fn trusted_learning<'p>(candidates: &[Candidate<'_>], policy: &'p Policy) -> Option<&'p LearningPolicy> {
+    policy.learning.as_ref().filter(|_| candidates.iter().any(|c| c.usable && c.ttft_fitted))
 }
 
 /// Learning on: the sticky pods' best predicted TTFT exceeds the best other pod's by more
@@ -212,7 +220,7 @@ pub fn pick_placed(
     // cache saves, so the prefix scorer stays.
     let weights = if fail_open {
         &fail_open_weights
-    } else if pool_busy && policy.learning.is_none() {
+    } else if pool_busy && trusted_learning(candidates, policy).is_none() {
         &busy_weights
     } else {
         &policy.weights
