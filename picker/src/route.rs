@@ -96,7 +96,9 @@ fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize,
         query.subset.is_none_or(|subset| table.pods.get(i).is_some_and(|pod| subset.contains(&pod.address)))
     };
     let everyone = || -> Result<Vec<(usize, u8)>, NoRoute> {
-        let all: Vec<(usize, u8)> = (0..table.pods.len()).filter(|&i| in_subset(i)).map(|i| (i, 0)).collect();
+        // One allocation: a filter's collect would grow by doubling (five times for 64 pods).
+        let mut all: Vec<(usize, u8)> = Vec::with_capacity(table.pods.len());
+        all.extend((0..table.pods.len()).filter(|&i| in_subset(i)).map(|i| (i, 0)));
         if all.is_empty() {
             return Err(NoRoute::SubsetEmpty);
         }
@@ -138,6 +140,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
     let mut matched = Vec::new();
     if let Some(query) = &view.prefix {
         let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
+        matched.reserve_exact(pods.len());
         query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
     }
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
@@ -153,10 +156,9 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
         let prefix_matched = blocks > 0 && matched.get(i).is_some_and(|&m| m > 0);
         !prefix_matched && table.pods.get(i).is_none_or(|pod| !session_match(pod.address.as_str(), pod.epoch))
     });
-    eligible
-        .iter()
-        .filter_map(|&(i, lora_tier)| table.pods.get(i).map(|pod| (i, lora_tier, pod)))
-        .map(|(i, lora_tier, pod)| {
+    let mut candidates = Vec::with_capacity(eligible.len());
+    let built = eligible.iter().filter_map(|&(i, lora_tier)| table.pods.get(i).map(|pod| (i, lora_tier, pod))).map(
+        |(i, lora_tier, pod)| {
             let address = pod.address.as_str();
             let session_match = session_match(address, pod.epoch);
             let inflight = (view.inflight)(address);
@@ -185,8 +187,11 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                     .filter(|_| cold && view.learning.is_some())
                     .map_or(0, |q| q.index.pod_len(address)),
             }
-        })
-        .collect()
+        },
+    );
+    // Sized once: a filter_map's collect would grow by doubling.
+    candidates.extend(built);
+    candidates
 }
 
 /// Why no pod could be chosen.

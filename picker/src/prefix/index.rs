@@ -195,12 +195,37 @@ impl PrefixIndex {
     /// is merely off. So a pod holding the whole of a 256-block chain costs 9 probes, not 256,
     /// and a pod without its first block costs one.
     pub fn matched_blocks(&self, hashes: &[u64], pod: &str, epoch: u32) -> usize {
+        self.matched_blocks_near(hashes, pod, epoch, 0)
+    }
+
+    /// [`Self::matched_blocks`], trying `guess` first: pods holding one prompt's prefix mostly
+    /// hold the same length of it (the chain recorded for it), so when the previous pod's count
+    /// is this pod's too, two probes after block 0's (block `guess - 1` held, block `guess`
+    /// not) replace the binary search's eight for 256 blocks. Otherwise the search runs on the
+    /// side of `guess` the answer is on. The answer is the same whatever the guess: the held
+    /// blocks are a prefix of the chain (see [`Self::matched_blocks`]), so the first block not
+    /// held is one place however it is found (a hash collision, which alone could break the
+    /// prefix, leaves the count merely off, as it does the plain search's).
+    fn matched_blocks_near(&self, hashes: &[u64], pod: &str, epoch: u32, guess: usize) -> usize {
         let Some((id, entry)) = self.pod(pod) else { return 0 };
         let holds = |hash: &u64| self.find(*hash, id).is_some();
         if entry.epoch != epoch || !hashes.first().is_some_and(holds) {
             return 0;
         }
-        hashes.partition_point(holds)
+        // Block 0 is held: the answer is in 1..=len. Is the guess's last block held?
+        let Some(last) = guess.checked_sub(1).and_then(|i| hashes.get(i)) else {
+            return hashes.partition_point(holds);
+        };
+        if !holds(last) {
+            // The answer is in 1..guess: blocks 1..guess - 1 decide it.
+            return 1 + hashes.get(1..guess - 1).map_or(0, |middle| middle.partition_point(holds));
+        }
+        match hashes.get(guess) {
+            Some(next) if holds(next) => {
+                guess + 1 + hashes.get(guess + 1..).map_or(0, |rest| rest.partition_point(holds))
+            }
+            _ => guess,
+        }
     }
 
     /// [`Self::matched_blocks`] for each of `pods` (address, epoch), into `out` (cleared first),
@@ -211,7 +236,14 @@ impl PrefixIndex {
             out.resize(pods.len(), 0);
             return;
         }
-        out.extend(pods.iter().map(|&(pod, epoch)| self.matched_blocks(hashes, pod, epoch)));
+        let mut guess = 0;
+        for &(pod, epoch) in pods {
+            let matched = self.matched_blocks_near(hashes, pod, epoch, guess);
+            if matched > 0 {
+                guess = matched;
+            }
+            out.push(matched);
+        }
     }
 
     /// Drops everything held for `pod` (it left the pool) and frees its id. Returns the
@@ -540,6 +572,31 @@ mod tests {
         assert_eq!(out.iter().filter(|&&n| n == 2).count(), MAX_PODS);
         assert!(!index.record("", 0, &[1], 10));
         check(&index, 10);
+    }
+
+    #[test]
+    fn a_guessed_match_length_gives_the_searchs_answer_whatever_the_guess() {
+        let mut index = PrefixIndex::new(10_000);
+        let chain: Vec<u64> = (1..=40).collect();
+        for (i, held) in [0, 1, 2, 7, 39, 40].into_iter().enumerate() {
+            index.record(&pod(i), 0, chain.get(..held).unwrap_or(&chain), 1000);
+        }
+        // A pod holding a chain's later blocks without its first holds none of it.
+        index.record(&pod(9), 0, &chain[5..], 1000);
+        for i in (0..6).chain([9]) {
+            let expected = linear_match(&index, &chain, &pod(i), 0);
+            assert_eq!(index.matched_blocks(&chain, &pod(i), 0), expected);
+            for guess in 0..=chain.len() + 2 {
+                assert_eq!(index.matched_blocks_near(&chain, &pod(i), 0, guess), expected, "pod {i} guess {guess}");
+            }
+        }
+        let pods: Vec<String> = [5, 0, 3, 1, 4, 2, 9, 4].into_iter().map(pod).collect();
+        let queries: Vec<(&str, u32)> = pods.iter().map(|p| (p.as_str(), 0)).collect();
+        let mut out = Vec::new();
+        index.matched_blocks_each(&chain, &queries, &mut out);
+        let expected: Vec<usize> = queries.iter().map(|&(p, e)| linear_match(&index, &chain, p, e)).collect();
+        assert_eq!(out, expected);
+        assert_eq!(out, vec![40, 0, 7, 1, 39, 2, 0, 39]);
     }
 
     #[test]
