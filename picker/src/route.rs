@@ -136,7 +136,15 @@ fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize,
     }
 }
 
-fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &[(usize, u8)]) -> Vec<Candidate<'a>> {
+/// In-flight count of table pod `i` (whose address is given too), as [`RoutingView::inflight`] gives it.
+type InflightAt<'a> = &'a dyn Fn(usize, &str) -> u32;
+
+fn table_candidates<'a>(
+    view: &RoutingView<'a>,
+    table: &'a PodTable,
+    eligible: &[(usize, u8)],
+    inflight_at: InflightAt<'_>,
+) -> Vec<Candidate<'a>> {
     let mut matched = Vec::new();
     if let Some(query) = &view.prefix {
         let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
@@ -161,7 +169,7 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
         |(i, lora_tier, pod)| {
             let address = pod.address.as_str();
             let session_match = session_match(address, pod.epoch);
-            let inflight = (view.inflight)(address);
+            let inflight = inflight_at(i, address);
             let predicted =
                 view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0), inflight)));
             Candidate {
@@ -209,11 +217,24 @@ pub enum NoRoute {
 /// are built in the table's (or pool's) order, so the chosen index names the pod directly:
 /// its validated address and epoch are taken, never re-parsed or searched for.
 pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) -> Result<Route, NoRoute> {
+    choose_at(view, &|_, address| (view.inflight)(address), policy, random)
+}
+
+/// [`choose`], reading each table pod's in-flight count by its table position:
+/// `inflight_at(i, address)` must give what `view.inflight(address)` gives for table pod `i`
+/// (a caller that keeps counts in table order saves a lookup per pod). The fallback pool is
+/// still counted through `view.inflight`.
+pub fn choose_at(
+    view: &RoutingView<'_>,
+    inflight_at: InflightAt<'_>,
+    policy: &Policy,
+    random: &mut TieBreaker,
+) -> Result<Route, NoRoute> {
     let table = view.table.filter(|t| !t.pods.is_empty());
     let (candidates, indices): (Vec<Candidate<'_>>, Vec<usize>) = match table {
         Some(table) => {
             let eligible = eligible_pods(view, table)?;
-            let candidates = table_candidates(view, table, &eligible);
+            let candidates = table_candidates(view, table, &eligible, inflight_at);
             (candidates, eligible.into_iter().map(|(i, _)| i).collect())
         }
         None => {
