@@ -213,7 +213,7 @@ impl WorkerInflight {
     /// table position, so [`Self::count_at`] reads them without a lookup. The positions are
     /// rebuilt when another table is published (about ten times a second), not per decision.
     pub fn refresh_others_in_order(&mut self, store: &dyn SharedStore, now_ms: u64, table: &PodTable) {
-        let this_table = (table.version, table.published_at_ms, table.pods.len());
+        let this_table = table.identity();
         if self.positions_of != Some(this_table) {
             self.positions_of = Some(this_table);
             self.positions.clear();

@@ -8,6 +8,7 @@ use crate::address::PodAddress;
 use crate::config::UnknownModelPolicy;
 use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
+use crate::prefix::index::PodId;
 use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
 use crate::scheduler::{pick_placed, Candidate, Placement, Policy};
@@ -136,20 +137,39 @@ fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize,
     }
 }
 
-/// In-flight count of table pod `i` (whose address is given too), as [`RoutingView::inflight`] gives it.
-type InflightAt<'a> = &'a dyn Fn(usize, &str) -> u32;
+/// What a caller keeps of the routed table's pods in table order (built once per published
+/// table), so [`choose_at`] reads each pod's by its position instead of by its address.
+pub struct TableOrder<'a> {
+    /// In-flight count of table pod `i` (whose address is given too): what
+    /// [`RoutingView::inflight`] gives for that address.
+    pub inflight_at: &'a dyn Fn(usize, &str) -> u32,
+    /// The prefix index's id of each table pod, by position, looked up under the index's
+    /// current [`PrefixIndex::pods_generation`]; `None` (or a list of another length): the
+    /// pods are looked up by address.
+    pub index_ids: Option<&'a [Option<PodId>]>,
+}
 
 fn table_candidates<'a>(
     view: &RoutingView<'a>,
     table: &'a PodTable,
     eligible: &[(usize, u8)],
-    inflight_at: InflightAt<'_>,
+    order: &TableOrder<'_>,
 ) -> Vec<Candidate<'a>> {
+    let inflight_at = order.inflight_at;
     let mut matched = Vec::new();
     if let Some(query) = &view.prefix {
-        let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
-        matched.reserve_exact(pods.len());
-        query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
+        matched.reserve_exact(table.pods.len());
+        match order.index_ids.filter(|ids| ids.len() == table.pods.len()) {
+            Some(ids) => {
+                let pods: Vec<(Option<PodId>, u32)> =
+                    ids.iter().zip(&table.pods).map(|(&id, p)| (id, p.epoch)).collect();
+                query.index.matched_blocks_each_by_id(query.hashes, &pods, &mut matched);
+            }
+            None => {
+                let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
+                query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
+            }
+        }
     }
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
     let session_match = |address: &str, epoch: u32| {
@@ -217,16 +237,17 @@ pub enum NoRoute {
 /// are built in the table's (or pool's) order, so the chosen index names the pod directly:
 /// its validated address and epoch are taken, never re-parsed or searched for.
 pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) -> Result<Route, NoRoute> {
-    choose_at(view, &|_, address| (view.inflight)(address), policy, random)
+    let by_address = TableOrder { inflight_at: &|_, address| (view.inflight)(address), index_ids: None };
+    choose_at(view, &by_address, policy, random)
 }
 
-/// [`choose`], reading each table pod's in-flight count by its table position:
-/// `inflight_at(i, address)` must give what `view.inflight(address)` gives for table pod `i`
-/// (a caller that keeps counts in table order saves a lookup per pod). The fallback pool is
-/// still counted through `view.inflight`.
+/// [`choose`], reading what `order` keeps of each table pod by its table position (a caller
+/// that keeps counts and index ids in table order saves two lookups per pod): the same pick,
+/// provided `order` gives what the view would. The fallback pool is still counted through
+/// `view.inflight`.
 pub fn choose_at(
     view: &RoutingView<'_>,
-    inflight_at: InflightAt<'_>,
+    order: &TableOrder<'_>,
     policy: &Policy,
     random: &mut TieBreaker,
 ) -> Result<Route, NoRoute> {
@@ -234,7 +255,7 @@ pub fn choose_at(
     let (candidates, indices): (Vec<Candidate<'_>>, Vec<usize>) = match table {
         Some(table) => {
             let eligible = eligible_pods(view, table)?;
-            let candidates = table_candidates(view, table, &eligible, inflight_at);
+            let candidates = table_candidates(view, table, &eligible, order);
             (candidates, eligible.into_iter().map(|(i, _)| i).collect())
         }
         None => {

@@ -12,7 +12,7 @@ use picker::prefix::hash::MAX_BLOCKS;
 use picker::prefix::hash_prompt;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::explain::candidate_scores;
-use picker::route::{choose_at, LearningQuery, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView};
+use picker::route::{choose_at, LearningQuery, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView, TableOrder};
 use wasm_epp_host::Host;
 
 use crate::decision_header::describe;
@@ -147,6 +147,11 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         crate::flow::routing_inflight(count, full_at)
     };
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
+    // Likewise the prefix index's ids of the table's pods (looked up again only when the table
+    // or the index's pods change).
+    if let (Some(table), true) = (in_order, prefix_config.enabled) {
+        prefix.index_ids_in_order(table);
+    }
     let last_picked = |pod: &str| prefix.last_picked(pod);
     let session_pod = prompt.session.and_then(|key| prefix.session_pod(key));
     let query = prefix_config.enabled.then(|| PrefixQuery {
@@ -186,7 +191,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let choosing = profile::span(host, Phase::Choose);
-    let chosen = choose_at(&view, &inflight_at, policy, &mut random);
+    let order = TableOrder { inflight_at: &inflight_at, index_ids: in_order.and_then(|table| prefix.index_ids(table)) };
+    let chosen = choose_at(&view, &order, policy, &mut random);
     choosing.end();
     let route = match chosen {
         Ok(route) => Some(route),
