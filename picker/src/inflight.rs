@@ -21,7 +21,7 @@
 use hashbrown::HashMap;
 
 use crate::keys::{INFLIGHT_SLOT_KEYS, PEER_INFLIGHT};
-use crate::pod_table::MAX_PODS;
+use crate::pod_table::{PodTable, MAX_PODS};
 use crate::store::{SharedStore, StoreError};
 
 /// Worker slots at most: Envoy runs one VM per worker thread (`--concurrency`, usually the
@@ -54,8 +54,18 @@ struct Load {
 pub struct WorkerInflight {
     /// This worker's own requests, exact.
     local: HashMap<String, Local>,
-    /// The other workers' counts, summed, as of their last publish (re-read per decision).
+    /// The other workers' counts, summed, as of their last publish (re-read per decision), for
+    /// pods without a position in [`Self::positions`].
     others: HashMap<String, Load>,
+    /// The other workers' counts of the pods of the table this worker routes on, by table
+    /// position (see [`Self::refresh_others_in_order`]): a decision reads each pod's count
+    /// here, not by a lookup of its address.
+    others_at: Vec<Load>,
+    /// Each table pod's position in the table [`Self::positions_of`] names (empty if none, or
+    /// if the table named a pod twice: then every count is by address).
+    positions: HashMap<Box<str>, u16>,
+    /// The table the positions are of: its version, publish time and length.
+    positions_of: Option<(u64, u64, usize)>,
     /// Other gateway replicas' counts, as the pool service last relayed them. They change
     /// once per peer heartbeat, so they are read on the tick, not per decision.
     replicas: HashMap<String, Load>,
@@ -87,15 +97,36 @@ impl WorkerInflight {
     /// Requests in flight to `address`: this worker's plus the others'.
     pub fn count(&self, address: &str) -> u32 {
         let local = self.local.get(address).map_or(0, |l| l.count);
-        let others = self.others.get(address).map_or(0, |l| l.count);
+        let others = self.other_load(address).count;
         local.saturating_add(others).saturating_add(self.replicas.get(address).map_or(0, |l| l.count))
+    }
+
+    /// [`Self::count`] of the pod at `position` in the table last given to
+    /// [`Self::refresh_others_in_order`], whose address is `address`: the other workers' part
+    /// read by position (one lookup fewer per pod and decision). Falls back to
+    /// [`Self::count`] when positions are off or `position` is out of range.
+    pub fn count_at(&self, position: usize, address: &str) -> u32 {
+        let Some(others) = self.others_at.get(position).filter(|_| !self.positions.is_empty()) else {
+            return self.count(address);
+        };
+        let local = self.local.get(address).map_or(0, |l| l.count);
+        local.saturating_add(others.count).saturating_add(self.replicas.get(address).map_or(0, |l| l.count))
+    }
+
+    /// The other workers' load of `address`, wherever it is kept (by position or by address).
+    fn other_load(&self, address: &str) -> Load {
+        let at = match self.positions.is_empty() {
+            true => None,
+            false => self.positions.get(address).and_then(|&p| self.others_at.get(usize::from(p))),
+        };
+        at.or_else(|| self.others.get(address)).copied().unwrap_or_default()
     }
 
     /// Uncached prompt tokens in flight to `address` and not yet answered: this worker's
     /// plus the other workers' (as of their last publish).
     pub fn tokens(&self, address: &str) -> u32 {
         let local = self.local.get(address).map_or(0, |l| l.tokens);
-        local.saturating_add(self.others.get(address).map_or(0, |l| l.tokens))
+        local.saturating_add(self.other_load(address).tokens)
     }
 
     /// A request just [`Self::started`] to `address` carries `tokens` uncached prompt tokens.
@@ -174,7 +205,32 @@ impl WorkerInflight {
     /// their last publish ([`Self::publish_now`]), not up to this worker's last tick.
     pub fn refresh_others(&mut self, store: &dyn SharedStore, now_ms: u64) {
         self.others.values_mut().for_each(|load| *load = Load::default());
+        self.others_at.iter_mut().for_each(|load| *load = Load::default());
         self.sum_other_slots(store, now_ms, self.claimed_slots);
+    }
+
+    /// [`Self::refresh_others`], keeping the other workers' counts of `table`'s pods by their
+    /// table position, so [`Self::count_at`] reads them without a lookup. The positions are
+    /// rebuilt when another table is published (about ten times a second), not per decision.
+    pub fn refresh_others_in_order(&mut self, store: &dyn SharedStore, now_ms: u64, table: &PodTable) {
+        let this_table = table.identity();
+        if self.positions_of != Some(this_table) {
+            self.positions_of = Some(this_table);
+            self.positions.clear();
+            self.others_at.clear();
+            for (position, pod) in table.pods.iter().take(MAX_PODS).enumerate() {
+                let Ok(position) = u16::try_from(position) else { break };
+                if self.positions.insert(pod.address.as_str().into(), position).is_some() {
+                    // A pod named twice has two positions: count every pod by address.
+                    self.positions.clear();
+                    break;
+                }
+            }
+            self.others_at.resize(self.positions.len(), Load::default());
+            // Counts kept under the old positions are summed again below.
+            self.others.clear();
+        }
+        self.refresh_others(store, now_ms);
     }
 
     /// Per pick and per end: publishes this worker's counts at once, so the other workers'
@@ -203,6 +259,7 @@ impl WorkerInflight {
     fn read_others(&mut self, store: &dyn SharedStore, now_ms: u64) -> usize {
         // Pods that left stop costing space here once per tick, not per decision.
         self.others.clear();
+        self.others_at.iter_mut().for_each(|load| *load = Load::default());
         let (peers, claimed) = self.sum_other_slots(store, now_ms, MAX_SLOTS);
         self.claimed_slots = claimed;
         peers
@@ -224,7 +281,8 @@ impl WorkerInflight {
             };
             if is_live(&bytes, now_ms) {
                 peers += 1;
-                add_entries(&mut self.others, &bytes);
+                let positioned = Positioned { positions: &self.positions, at: &mut self.others_at };
+                add_entries(&mut self.others, Some(positioned), &bytes);
             }
         }
         (peers, claimed)
@@ -234,18 +292,37 @@ impl WorkerInflight {
         self.replicas.clear();
         if let Ok((Some(bytes), _)) = store.get(PEER_INFLIGHT) {
             if is_live(&bytes, now_ms) {
-                add_entries(&mut self.replicas, &bytes);
+                add_entries(&mut self.replicas, None, &bytes);
             }
         }
     }
 }
 
-/// Adds a slot value's counts into `totals` (bounded to [`MAX_PODS`] pods).
-fn add_entries(totals: &mut HashMap<String, Load>, slot_value: &[u8]) {
+/// Loads kept by table position (see [`WorkerInflight::refresh_others_in_order`]).
+struct Positioned<'a> {
+    positions: &'a HashMap<Box<str>, u16>,
+    at: &'a mut Vec<Load>,
+}
+
+impl Load {
+    fn add(&mut self, other: Load) {
+        self.count = self.count.saturating_add(other.count);
+        self.tokens = self.tokens.saturating_add(other.tokens);
+    }
+}
+
+/// Adds a slot value's counts into `totals` (bounded to [`MAX_PODS`] pods), those of pods with
+/// a position into `positioned` instead.
+fn add_entries(totals: &mut HashMap<String, Load>, mut positioned: Option<Positioned<'_>>, slot_value: &[u8]) {
     for (address, load) in decode_entries(slot_value.get(HEADER_BYTES..).unwrap_or_default()) {
-        if let Some(total) = totals.get_mut(address) {
-            total.count = total.count.saturating_add(load.count);
-            total.tokens = total.tokens.saturating_add(load.tokens);
+        let at = positioned.as_mut().filter(|p| !p.positions.is_empty()).and_then(|p| {
+            let position = usize::from(*p.positions.get(address)?);
+            p.at.get_mut(position)
+        });
+        if let Some(total) = at {
+            total.add(load);
+        } else if let Some(total) = totals.get_mut(address) {
+            total.add(load);
         } else if totals.len() < MAX_PODS {
             totals.insert(address.to_string(), load);
         }
@@ -259,7 +336,7 @@ pub fn envoy_totals(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, u32
     for key in INFLIGHT_SLOT_KEYS {
         let Ok((Some(bytes), _)) = store.get(key) else { break };
         if is_live(&bytes, now_ms) {
-            add_entries(&mut totals, &bytes);
+            add_entries(&mut totals, None, &bytes);
         }
     }
     totals.into_iter().map(|(address, load)| (address, load.count)).collect()

@@ -147,6 +147,13 @@ pub struct PodTable {
 }
 
 impl PodTable {
+    /// What tells one published table from another: its version, publish time and length. A
+    /// worker replaces its table only when the version changes, so state kept per table
+    /// position (in-flight counts, prefix index ids) is rebuilt when this changes.
+    pub fn identity(&self) -> (u64, u64, usize) {
+        (self.version, self.published_at_ms, self.pods.len())
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         // Serialising plain structs of numbers and strings cannot fail.
         serde_json::to_vec(self).unwrap_or_default()

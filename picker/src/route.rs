@@ -8,6 +8,7 @@ use crate::address::PodAddress;
 use crate::config::UnknownModelPolicy;
 use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
+use crate::prefix::index::PodId;
 use crate::prefix::PrefixIndex;
 use crate::random::TieBreaker;
 use crate::scheduler::{pick_placed, Candidate, Placement, Policy};
@@ -96,7 +97,9 @@ fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize,
         query.subset.is_none_or(|subset| table.pods.get(i).is_some_and(|pod| subset.contains(&pod.address)))
     };
     let everyone = || -> Result<Vec<(usize, u8)>, NoRoute> {
-        let all: Vec<(usize, u8)> = (0..table.pods.len()).filter(|&i| in_subset(i)).map(|i| (i, 0)).collect();
+        // One allocation: a filter's collect would grow by doubling (five times for 64 pods).
+        let mut all: Vec<(usize, u8)> = Vec::with_capacity(table.pods.len());
+        all.extend((0..table.pods.len()).filter(|&i| in_subset(i)).map(|i| (i, 0)));
         if all.is_empty() {
             return Err(NoRoute::SubsetEmpty);
         }
@@ -134,11 +137,39 @@ fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize,
     }
 }
 
-fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &[(usize, u8)]) -> Vec<Candidate<'a>> {
+/// What a caller keeps of the routed table's pods in table order (built once per published
+/// table), so [`choose_at`] reads each pod's by its position instead of by its address.
+pub struct TableOrder<'a> {
+    /// In-flight count of table pod `i` (whose address is given too): what
+    /// [`RoutingView::inflight`] gives for that address.
+    pub inflight_at: &'a dyn Fn(usize, &str) -> u32,
+    /// The prefix index's id of each table pod, by position, looked up under the index's
+    /// current [`PrefixIndex::pods_generation`]; `None` (or a list of another length): the
+    /// pods are looked up by address.
+    pub index_ids: Option<&'a [Option<PodId>]>,
+}
+
+fn table_candidates<'a>(
+    view: &RoutingView<'a>,
+    table: &'a PodTable,
+    eligible: &[(usize, u8)],
+    order: &TableOrder<'_>,
+) -> Vec<Candidate<'a>> {
+    let inflight_at = order.inflight_at;
     let mut matched = Vec::new();
     if let Some(query) = &view.prefix {
-        let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
-        query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
+        matched.reserve_exact(table.pods.len());
+        match order.index_ids.filter(|ids| ids.len() == table.pods.len()) {
+            Some(ids) => {
+                let pods: Vec<(Option<PodId>, u32)> =
+                    ids.iter().zip(&table.pods).map(|(&id, p)| (id, p.epoch)).collect();
+                query.index.matched_blocks_each_by_id(query.hashes, &pods, &mut matched);
+            }
+            None => {
+                let pods: Vec<(&str, u32)> = table.pods.iter().map(|p| (p.address.as_str(), p.epoch)).collect();
+                query.index.matched_blocks_each(query.hashes, &pods, &mut matched);
+            }
+        }
     }
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
     let session_match = |address: &str, epoch: u32| {
@@ -153,13 +184,12 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
         let prefix_matched = blocks > 0 && matched.get(i).is_some_and(|&m| m > 0);
         !prefix_matched && table.pods.get(i).is_none_or(|pod| !session_match(pod.address.as_str(), pod.epoch))
     });
-    eligible
-        .iter()
-        .filter_map(|&(i, lora_tier)| table.pods.get(i).map(|pod| (i, lora_tier, pod)))
-        .map(|(i, lora_tier, pod)| {
+    let mut candidates = Vec::with_capacity(eligible.len());
+    let built = eligible.iter().filter_map(|&(i, lora_tier)| table.pods.get(i).map(|pod| (i, lora_tier, pod))).map(
+        |(i, lora_tier, pod)| {
             let address = pod.address.as_str();
             let session_match = session_match(address, pod.epoch);
-            let inflight = (view.inflight)(address);
+            let inflight = inflight_at(i, address);
             let predicted =
                 view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0), inflight)));
             Candidate {
@@ -186,8 +216,11 @@ fn table_candidates<'a>(view: &RoutingView<'a>, table: &'a PodTable, eligible: &
                     .filter(|_| cold && view.learning.is_some())
                     .map_or(0, |q| q.index.pod_len(address)),
             }
-        })
-        .collect()
+        },
+    );
+    // Sized once: a filter_map's collect would grow by doubling.
+    candidates.extend(built);
+    candidates
 }
 
 /// Why no pod could be chosen.
@@ -205,11 +238,25 @@ pub enum NoRoute {
 /// are built in the table's (or pool's) order, so the chosen index names the pod directly:
 /// its validated address and epoch are taken, never re-parsed or searched for.
 pub fn choose(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) -> Result<Route, NoRoute> {
+    let by_address = TableOrder { inflight_at: &|_, address| (view.inflight)(address), index_ids: None };
+    choose_at(view, &by_address, policy, random)
+}
+
+/// [`choose`], reading what `order` keeps of each table pod by its table position (a caller
+/// that keeps counts and index ids in table order saves two lookups per pod): the same pick,
+/// provided `order` gives what the view would. The fallback pool is still counted through
+/// `view.inflight`.
+pub fn choose_at(
+    view: &RoutingView<'_>,
+    order: &TableOrder<'_>,
+    policy: &Policy,
+    random: &mut TieBreaker,
+) -> Result<Route, NoRoute> {
     let table = view.table.filter(|t| !t.pods.is_empty());
     let (candidates, indices): (Vec<Candidate<'_>>, Vec<usize>) = match table {
         Some(table) => {
             let eligible = eligible_pods(view, table)?;
-            let candidates = table_candidates(view, table, &eligible);
+            let candidates = table_candidates(view, table, &eligible, order);
             (candidates, eligible.into_iter().map(|(i, _)| i).collect())
         }
         None => {

@@ -12,7 +12,7 @@ use picker::prefix::hash::MAX_BLOCKS;
 use picker::prefix::hash_prompt_noting_replies;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::explain::candidate_scores;
-use picker::route::{choose, LearningQuery, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView};
+use picker::route::{choose_at, LearningQuery, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView, TableOrder};
 use wasm_epp_host::Host;
 
 use crate::decision_header::describe;
@@ -128,11 +128,33 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     };
     let Ok(mut inflight) = worker.inflight.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let reading = profile::span(host, Phase::InflightRead);
-    inflight.refresh_others(host, now);
+    // The other workers' counts of the routed table's pods are kept by table position (built
+    // once per table version), so `choose` reads each pod's without a lookup of its address.
+    // A P/D split routes on a decode table of other positions: counted by address.
+    let in_order = match (route_table, split.is_none()) {
+        (Some(table), true) => Some(table),
+        _ => None,
+    };
+    match in_order {
+        Some(table) => inflight.refresh_others_in_order(host, now, table),
+        None => inflight.refresh_others(host, now),
+    }
     reading.end();
     let full_at = worker.config.flow_control.enabled.then_some(worker.config.flow_control.max_inflight_per_pod);
     let inflight_of = |pod: &str| crate::flow::routing_inflight(inflight.count(pod), full_at);
+    let inflight_at = |position: usize, pod: &str| {
+        let count = match in_order {
+            Some(_) => inflight.count_at(position, pod),
+            None => inflight.count(pod),
+        };
+        crate::flow::routing_inflight(count, full_at)
+    };
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
+    // Likewise the prefix index's ids of the table's pods (looked up again only when the table
+    // or the index's pods change).
+    if let (Some(table), true) = (in_order, prefix_config.enabled) {
+        prefix.index_ids_in_order(table);
+    }
     let last_picked = |pod: &str| prefix.last_picked(pod);
     let session_pod = prompt.session.and_then(|key| prefix.session_pod(key));
     let query = prefix_config.enabled.then(|| PrefixQuery {
@@ -173,7 +195,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let choosing = profile::span(host, Phase::Choose);
-    let chosen = choose(&view, policy, &mut random);
+    let order = TableOrder { inflight_at: &inflight_at, index_ids: in_order.and_then(|table| prefix.index_ids(table)) };
+    let chosen = choose_at(&view, &order, policy, &mut random);
     choosing.end();
     let route = match chosen {
         Ok(route) => Some(route),

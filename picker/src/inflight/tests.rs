@@ -149,3 +149,59 @@ fn a_pick_published_at_once_is_read_by_the_other_workers_next_decision() {
     b.sync(&store, NOW + 20, EXPIRY);
     assert_eq!(b.count(POD), 1);
 }
+
+/// A table of `addresses` in that order, published at `version`.
+fn table_of(version: u64, addresses: &[&str]) -> PodTable {
+    let pods = addresses
+        .iter()
+        .map(|a| crate::pod_table::PodState::unknown(&crate::address::PodAddress::parse(a).unwrap()))
+        .collect();
+    PodTable { version, published_at_ms: version, poll_interval_ms: 100, pods }
+}
+
+#[test]
+fn counts_kept_by_table_position_equal_counts_by_address() {
+    let store = MemoryStore::new();
+    let pods = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000", "10.0.0.4:8000"];
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.sync(&store, NOW, EXPIRY);
+    b.sync(&store, NOW, EXPIRY);
+    for (i, pod) in pods.iter().enumerate() {
+        for _ in 0..=i {
+            a.started(pod, NOW);
+        }
+    }
+    a.started("10.0.0.9:8000", NOW); // not in b's table
+    a.add_tokens(pods[2], 700);
+    a.publish_now(&store, NOW);
+    b.started(pods[1], NOW);
+    let check = |b: &WorkerInflight, table: &PodTable| {
+        for (i, pod) in table.pods.iter().enumerate() {
+            let address = pod.address.as_str();
+            assert_eq!(b.count_at(i, address), b.count(address), "{address}");
+        }
+    };
+    let table = table_of(1, &pods);
+    b.refresh_others_in_order(&store, NOW + 1, &table);
+    check(&b, &table);
+    assert_eq!((b.count(pods[3]), b.count(pods[1]), b.count("10.0.0.9:8000")), (4, 3, 1));
+    assert_eq!(b.tokens(pods[2]), 700);
+    // Another table, in another order and with a pod fewer: positions follow it.
+    let reordered = table_of(2, &[pods[3], pods[0], pods[2]]);
+    b.refresh_others_in_order(&store, NOW + 2, &reordered);
+    check(&b, &reordered);
+    assert_eq!((b.count_at(0, pods[3]), b.count(pods[1]), b.tokens(pods[2])), (4, 3, 700));
+    // The tick's read and a plain refresh keep the positions' counts right.
+    a.finished(pods[3], NOW + 3);
+    a.sync(&store, NOW + 3, EXPIRY);
+    b.sync(&store, NOW + 3, EXPIRY);
+    check(&b, &reordered);
+    b.refresh_others(&store, NOW + 4);
+    check(&b, &reordered);
+    assert_eq!(b.count_at(0, pods[3]), 3);
+    // A table naming a pod twice turns positions off: every count is by address.
+    let doubled = table_of(3, &[pods[0], pods[0], pods[1]]);
+    b.refresh_others_in_order(&store, NOW + 5, &doubled);
+    check(&b, &doubled);
+    assert_eq!(b.count_at(1, pods[0]), 1);
+}

@@ -65,6 +65,11 @@ struct Pod {
     last_record: u64,
 }
 
+/// A pod's id in one index: valid while the index's [`PrefixIndex::pods_generation`] stays
+/// the same. A caller that keeps the ids of a table's pods saves a lookup of each address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodId(u16);
+
 /// The prefix index of one worker. See the module doc for its layout and cost.
 #[derive(Debug)]
 pub struct PrefixIndex {
@@ -79,6 +84,9 @@ pub struct PrefixIndex {
     /// Keys the table's buckets: block hashes are client-chosen (see [`crate::prefix::keyed`]).
     key: HashKey,
     records: u64,
+    /// Bumped whenever a pod is given an id or loses it: ids looked up under one generation
+    /// name the same pods until it changes.
+    pods_generation: u64,
 }
 
 impl PrefixIndex {
@@ -101,6 +109,7 @@ impl PrefixIndex {
             pods: Vec::new(),
             pod_ids: HashMap::new(),
             records: 0,
+            pods_generation: 0,
         }
     }
 
@@ -120,6 +129,16 @@ impl PrefixIndex {
     /// Entries held for `pod`.
     pub fn pod_len(&self, pod: &str) -> usize {
         self.pod(pod).map_or(0, |(_, p)| p.len)
+    }
+
+    /// Changes whenever a pod is given an id or loses it (see [`PodId`]).
+    pub fn pods_generation(&self) -> u64 {
+        self.pods_generation
+    }
+
+    /// `pod`'s id, if the index knows it (valid for the current [`Self::pods_generation`]).
+    pub fn pod_id(&self, pod: &str) -> Option<PodId> {
+        self.pod_ids.get(pod).map(|&id| PodId(id))
     }
 
     /// Pods the index knows, with or without entries.
@@ -195,12 +214,42 @@ impl PrefixIndex {
     /// is merely off. So a pod holding the whole of a 256-block chain costs 9 probes, not 256,
     /// and a pod without its first block costs one.
     pub fn matched_blocks(&self, hashes: &[u64], pod: &str, epoch: u32) -> usize {
-        let Some((id, entry)) = self.pod(pod) else { return 0 };
+        self.matched_blocks_near(hashes, pod, epoch, 0)
+    }
+
+    /// [`Self::matched_blocks`], trying `guess` first: pods holding one prompt's prefix mostly
+    /// hold the same length of it (the chain recorded for it), so when the previous pod's count
+    /// is this pod's too, two probes after block 0's (block `guess - 1` held, block `guess`
+    /// not) replace the binary search's eight for 256 blocks. Otherwise the search runs on the
+    /// side of `guess` the answer is on. The answer is the same whatever the guess: the held
+    /// blocks are a prefix of the chain (see [`Self::matched_blocks`]), so the first block not
+    /// held is one place however it is found (a hash collision, which alone could break the
+    /// prefix, leaves the count merely off, as it does the plain search's).
+    fn matched_blocks_near(&self, hashes: &[u64], pod: &str, epoch: u32, guess: usize) -> usize {
+        self.pod_ids.get(pod).map_or(0, |&id| self.matched_blocks_of(hashes, PodId(id), epoch, guess))
+    }
+
+    /// [`Self::matched_blocks_near`] of the pod with id `id`.
+    fn matched_blocks_of(&self, hashes: &[u64], PodId(id): PodId, epoch: u32, guess: usize) -> usize {
+        let Some(entry) = self.pods.get(usize::from(id)).and_then(Option::as_ref) else { return 0 };
         let holds = |hash: &u64| self.find(*hash, id).is_some();
         if entry.epoch != epoch || !hashes.first().is_some_and(holds) {
             return 0;
         }
-        hashes.partition_point(holds)
+        // Block 0 is held: the answer is in 1..=len. Is the guess's last block held?
+        let Some(last) = guess.checked_sub(1).and_then(|i| hashes.get(i)) else {
+            return hashes.partition_point(holds);
+        };
+        if !holds(last) {
+            // The answer is in 1..guess: blocks 1..guess - 1 decide it.
+            return 1 + hashes.get(1..guess - 1).map_or(0, |middle| middle.partition_point(holds));
+        }
+        match hashes.get(guess) {
+            Some(next) if holds(next) => {
+                guess + 1 + hashes.get(guess + 1..).map_or(0, |rest| rest.partition_point(holds))
+            }
+            _ => guess,
+        }
     }
 
     /// [`Self::matched_blocks`] for each of `pods` (address, epoch), into `out` (cleared first),
@@ -211,13 +260,40 @@ impl PrefixIndex {
             out.resize(pods.len(), 0);
             return;
         }
-        out.extend(pods.iter().map(|&(pod, epoch)| self.matched_blocks(hashes, pod, epoch)));
+        let mut guess = 0;
+        for &(pod, epoch) in pods {
+            let matched = self.matched_blocks_near(hashes, pod, epoch, guess);
+            if matched > 0 {
+                guess = matched;
+            }
+            out.push(matched);
+        }
+    }
+
+    /// [`Self::matched_blocks_each`] of pods given by id (`None`: a pod the index does not
+    /// know, which holds nothing), the ids looked up under the current
+    /// [`Self::pods_generation`]: no lookup of an address per pod.
+    pub fn matched_blocks_each_by_id(&self, hashes: &[u64], pods: &[(Option<PodId>, u32)], out: &mut Vec<usize>) {
+        out.clear();
+        if self.is_empty() || hashes.is_empty() {
+            out.resize(pods.len(), 0);
+            return;
+        }
+        let mut guess = 0;
+        for &(id, epoch) in pods {
+            let matched = id.map_or(0, |id| self.matched_blocks_of(hashes, id, epoch, guess));
+            if matched > 0 {
+                guess = matched;
+            }
+            out.push(matched);
+        }
     }
 
     /// Drops everything held for `pod` (it left the pool) and frees its id. Returns the
     /// number of entries dropped.
     pub fn flush_pod(&mut self, pod: &str) -> usize {
         let Some(id) = self.pod_ids.remove(pod) else { return 0 };
+        self.pods_generation = self.pods_generation.wrapping_add(1);
         let dropped = self.pod_len_by_id(id);
         self.clear_pod(id);
         if let Some(slot) = self.pods.get_mut(usize::from(id)) {
@@ -277,6 +353,7 @@ impl PrefixIndex {
         *self.pods.get_mut(id)? =
             Some(Pod { address: address.clone(), epoch, len: 0, list: EMPTY, last_record: self.records });
         self.pod_ids.insert(address, short_id);
+        self.pods_generation = self.pods_generation.wrapping_add(1);
         Some(short_id)
     }
 
@@ -540,6 +617,56 @@ mod tests {
         assert_eq!(out.iter().filter(|&&n| n == 2).count(), MAX_PODS);
         assert!(!index.record("", 0, &[1], 10));
         check(&index, 10);
+    }
+
+    #[test]
+    fn a_guessed_match_length_gives_the_searchs_answer_whatever_the_guess() {
+        let mut index = PrefixIndex::new(10_000);
+        let chain: Vec<u64> = (1..=40).collect();
+        for (i, held) in [0, 1, 2, 7, 39, 40].into_iter().enumerate() {
+            index.record(&pod(i), 0, chain.get(..held).unwrap_or(&chain), 1000);
+        }
+        // A pod holding a chain's later blocks without its first holds none of it.
+        index.record(&pod(9), 0, &chain[5..], 1000);
+        for i in (0..6).chain([9]) {
+            let expected = linear_match(&index, &chain, &pod(i), 0);
+            assert_eq!(index.matched_blocks(&chain, &pod(i), 0), expected);
+            for guess in 0..=chain.len() + 2 {
+                assert_eq!(index.matched_blocks_near(&chain, &pod(i), 0, guess), expected, "pod {i} guess {guess}");
+            }
+        }
+        let pods: Vec<String> = [5, 0, 3, 1, 4, 2, 9, 4].into_iter().map(pod).collect();
+        let queries: Vec<(&str, u32)> = pods.iter().map(|p| (p.as_str(), 0)).collect();
+        let mut out = Vec::new();
+        index.matched_blocks_each(&chain, &queries, &mut out);
+        let expected: Vec<usize> = queries.iter().map(|&(p, e)| linear_match(&index, &chain, p, e)).collect();
+        assert_eq!(out, expected);
+        assert_eq!(out, vec![40, 0, 7, 1, 39, 2, 0, 39]);
+    }
+
+    #[test]
+    fn matching_by_id_gives_the_answer_by_address_while_the_generation_holds() {
+        let mut index = PrefixIndex::new(10_000);
+        let chain: Vec<u64> = (1..=20).collect();
+        index.record(&pod(0), 0, &chain, 1000);
+        index.record(&pod(1), 0, &chain[..5], 1000);
+        index.record(&pod(2), 1, &chain, 1000);
+        let generation = index.pods_generation();
+        let pods: Vec<String> = (0..4).map(pod).collect();
+        let queries: Vec<(&str, u32)> = pods.iter().map(|p| (p.as_str(), 0)).collect();
+        let by_id: Vec<(Option<PodId>, u32)> = queries.iter().map(|&(p, e)| (index.pod_id(p), e)).collect();
+        let (mut expected, mut got) = (Vec::new(), Vec::new());
+        index.matched_blocks_each(&chain, &queries, &mut expected);
+        index.matched_blocks_each_by_id(&chain, &by_id, &mut got);
+        assert_eq!((got.clone(), expected), (vec![20, 5, 0, 0], vec![20, 5, 0, 0]), "pod 2 is under epoch 1");
+        index.record(&pod(1), 0, &chain, 1000);
+        assert_eq!(index.pods_generation(), generation, "recording a known pod keeps every id");
+        index.record(&pod(3), 0, &chain[..2], 1000);
+        assert_ne!(index.pods_generation(), generation, "a new pod gets an id");
+        let generation = index.pods_generation();
+        index.flush_pod(&pod(0));
+        assert_ne!(index.pods_generation(), generation, "a flushed pod loses its id");
+        assert_eq!(index.pod_id(&pod(0)), None);
     }
 
     #[test]

@@ -14,9 +14,10 @@ use crate::prefix::keyed::{HashKey, KeyedState};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::events::{encode_batch, RoutingEvent, NO_ORIGIN};
+use super::index::PodId;
 use super::ring::{RingReader, StartAt};
 use super::{PrefixIndex, RING_SEGMENTS};
-use crate::pod_table::MAX_PODS;
+use crate::pod_table::{PodTable, MAX_PODS};
 use crate::store::{SharedStore, StoreError};
 
 /// The origin mark of a worker seeded with `seed`: a 32-bit mix of it, never [`NO_ORIGIN`].
@@ -93,6 +94,10 @@ pub struct WorkerPrefix {
     /// Moving share of this worker's prompts that matched a known prefix (see
     /// [`crate::scheduler::Placement::reuse`]); starts at the configured prior.
     reuse: f64,
+    /// The index ids of the routed table's pods, by table position (see
+    /// [`Self::index_ids_in_order`]), and the table and index pods generation they are of.
+    ordered_ids: Vec<Option<PodId>>,
+    ordered_for: Option<((u64, u64, usize), u64)>,
 }
 
 impl WorkerPrefix {
@@ -115,11 +120,34 @@ impl WorkerPrefix {
             pick_clock: 0,
             last_picked: HashMap::new(),
             reuse: 0.0,
+            ordered_ids: Vec::new(),
+            ordered_for: None,
         }
     }
 
     pub fn index(&self) -> &PrefixIndex {
         &self.index
+    }
+
+    /// Looks up the index ids of `table`'s pods, by table position, if the table or the
+    /// index's pods changed since the last call (a publish, a new pod recorded: not per
+    /// decision); read them with [`Self::index_ids`].
+    pub fn index_ids_in_order(&mut self, table: &PodTable) {
+        let of = (table.identity(), self.index.pods_generation());
+        if self.ordered_for == Some(of) {
+            return;
+        }
+        self.ordered_for = Some(of);
+        self.ordered_ids.clear();
+        let index = &self.index;
+        self.ordered_ids.extend(table.pods.iter().take(MAX_PODS).map(|pod| index.pod_id(pod.address.as_str())));
+    }
+
+    /// The ids [`Self::index_ids_in_order`] looked up for `table`, if they are still valid
+    /// (the same table, the index's pods unchanged since).
+    pub fn index_ids(&self, table: &PodTable) -> Option<&[Option<PodId>]> {
+        let valid = self.ordered_for == Some((table.identity(), self.index.pods_generation()));
+        valid.then_some(self.ordered_ids.as_slice())
     }
 
     /// The pod (and its epoch then) that session `key` last went to.
@@ -251,6 +279,38 @@ mod tests {
                 writer.append(store, &batch).unwrap();
             }
         }
+    }
+
+    #[test]
+    fn index_ids_in_table_order_hold_until_the_table_or_the_pods_change() {
+        let table_of = |version: u64, addresses: &[&str]| PodTable {
+            version,
+            published_at_ms: version,
+            poll_interval_ms: 100,
+            pods: addresses
+                .iter()
+                .map(|a| crate::pod_table::PodState::unknown(&crate::address::PodAddress::parse(a).unwrap()))
+                .collect(),
+        };
+        let mut worker = WorkerPrefix::with_seed(4096, 1);
+        worker.record_pick("10.0.0.2:80", 0, &[1, 2], None, 1000);
+        worker.record_pick("10.0.0.1:80", 0, &[1], None, 1000);
+        let table = table_of(1, &["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"]);
+        assert_eq!(worker.index_ids(&table), None, "none looked up yet");
+        worker.index_ids_in_order(&table);
+        let index = worker.index();
+        let expected = vec![index.pod_id("10.0.0.1:80"), index.pod_id("10.0.0.2:80"), None];
+        assert!(expected[0].is_some() && expected[1].is_some());
+        assert_eq!(worker.index_ids(&table), Some(expected.as_slice()));
+        assert_eq!(
+            worker.index_ids(&table_of(2, &["10.0.0.2:80", "10.0.0.1:80", "10.0.0.3:80"])),
+            None,
+            "another table"
+        );
+        worker.record_pick("10.0.0.3:80", 0, &[1], None, 1000);
+        assert_eq!(worker.index_ids(&table), None, "a pod got an id since");
+        worker.index_ids_in_order(&table);
+        assert!(worker.index_ids(&table).is_some_and(|ids| ids.iter().all(Option::is_some)));
     }
 
     #[test]

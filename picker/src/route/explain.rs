@@ -20,7 +20,8 @@ pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<(String,
         Some(table) if !table.pods.is_empty() => {
             let eligible =
                 super::eligible_pods(view, table).unwrap_or_else(|_| (0..table.pods.len()).map(|i| (i, 0)).collect());
-            table_candidates(view, table, &eligible)
+            let by_address = super::TableOrder { inflight_at: &|_, address| (view.inflight)(address), index_ids: None };
+            table_candidates(view, table, &eligible, &by_address)
         }
         _ => view
             .fallback_pool

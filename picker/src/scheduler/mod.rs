@@ -60,8 +60,23 @@ struct Filtered {
     affinity: bool,
 }
 
+/// The indices `from` yields that `keep` holds for, in order, in at most one allocation, of
+/// `at_most` (a bound on how many it yields), made when the first is kept: collecting a
+/// filter grows a Vec by doubling, five allocations for 64 pods, and these filters run on
+/// every request.
+fn indices_where(from: impl Iterator<Item = usize>, at_most: usize, keep: impl Fn(usize) -> bool) -> Vec<usize> {
+    let mut kept = Vec::new();
+    for i in from.filter(|&i| keep(i)) {
+        if kept.capacity() == 0 {
+            kept.reserve_exact(at_most.max(1));
+        }
+        kept.push(i);
+    }
+    kept
+}
+
 fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
-    let usable: Vec<usize> = (0..candidates.len()).filter(|&i| candidates.get(i).is_some_and(|c| c.usable)).collect();
+    let usable = indices_where(0..candidates.len(), candidates.len(), |i| candidates.get(i).is_some_and(|c| c.usable));
     if usable.is_empty() {
         return Filtered {
             indices: (0..candidates.len()).collect(),
@@ -71,11 +86,9 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         };
     }
     // Pods with a full queue are left out while any other can take the request.
-    let open: Vec<usize> = usable
-        .iter()
-        .copied()
-        .filter(|&i| candidates.get(i).is_some_and(|c| !policy.saturation.queue_full(c)))
-        .collect();
+    let open = indices_where(usable.iter().copied(), usable.len(), |i| {
+        candidates.get(i).is_some_and(|c| !policy.saturation.queue_full(c))
+    });
     let pool_busy = open.is_empty();
     let open = match (pool_busy, trusted_learning(candidates, policy)) {
         (true, None) => return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false },
@@ -93,23 +106,20 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     // free slot) while a pod holding it exists: it queues there (load decides among those),
     // since a swap costs a load now and another one later.
     let best_tier = open.iter().filter_map(|&i| candidates.get(i)).map(|c| c.lora_tier).min().unwrap_or(0);
-    let held_by: Vec<usize> = usable
-        .iter()
-        .copied()
-        .filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier <= TIER_RESIDENT_COPY))
-        .collect();
+    let held_by = indices_where(usable.iter().copied(), usable.len(), |i| {
+        candidates.get(i).is_some_and(|c| c.lora_tier <= TIER_RESIDENT_COPY)
+    });
     if best_tier >= TIER_SWAP && !held_by.is_empty() {
         return Filtered { indices: held_by, fail_open: false, pool_busy: true, affinity: true };
     }
     let open: Vec<usize> =
         open.into_iter().filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier == best_tier)).collect();
     // A TTFT objective: only the pods predicted to meet it, if any does.
-    let meeting: Vec<usize> =
-        open.iter().copied().filter(|&i| candidates.get(i).is_some_and(|c| c.meets_slo)).collect();
+    let meeting = indices_where(open.iter().copied(), open.len(), |i| candidates.get(i).is_some_and(|c| c.meets_slo));
     let open = if meeting.is_empty() { open } else { meeting };
     let sticky = |set: &[usize]| !set.is_empty() && !release_affinity(candidates, set, &open, policy);
     let having = |keep: &dyn Fn(&Candidate<'_>) -> bool| -> Vec<usize> {
-        open.iter().copied().filter(|&i| candidates.get(i).is_some_and(keep)).collect()
+        indices_where(open.iter().copied(), open.len(), |i| candidates.get(i).is_some_and(keep))
     };
     let session = having(&|c| c.session_match);
     if sticky(&session) {
@@ -167,8 +177,8 @@ fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64, home_slac
     let load = |c: &Candidate<'_>| c.waiting.max(0.0) + c.running.max(0.0);
     let mean = eligible.iter().map(|c| load(c)).sum::<f64>() / eligible.len().max(1) as f64;
     let bound = load_factor * mean + 1.0;
-    let within: Vec<usize> =
-        (0..eligible.len()).filter(|&i| eligible.get(i).is_some_and(|c| load(c) <= bound)).collect();
+    let within =
+        indices_where(0..eligible.len(), eligible.len(), |i| eligible.get(i).is_some_and(|c| load(c) <= bound));
     let homes = |i: &usize| eligible.get(*i).map_or(usize::MAX, |c| c.indexed_blocks);
     let fewest = within.iter().map(homes).min().unwrap_or(0);
     let light = |i: &usize| home_slack.is_none_or(|slack| homes(i) <= fewest.saturating_add(slack));
@@ -209,7 +219,8 @@ pub fn pick_placed(
     placement: Option<Placement>,
 ) -> Option<Decision> {
     let Filtered { indices: eligible_indices, fail_open, pool_busy, affinity } = filtered(candidates, policy);
-    let eligible: Vec<&Candidate<'_>> = eligible_indices.iter().filter_map(|&i| candidates.get(i)).collect();
+    let mut eligible: Vec<&Candidate<'_>> = Vec::with_capacity(eligible_indices.len());
+    eligible.extend(eligible_indices.iter().filter_map(|&i| candidates.get(i)));
     if eligible.is_empty() {
         return None;
     }
@@ -249,18 +260,19 @@ pub fn pick_placed(
         totals.iter_mut().for_each(|t| *t /= total_weight);
     }
     let best = totals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let tied: Vec<usize> =
-        (0..totals.len()).filter(|&i| totals.get(i).is_some_and(|&t| best - t <= TIE_EPSILON)).collect();
+    let tied =
+        indices_where(0..totals.len(), totals.len(), |i| totals.get(i).is_some_and(|&t| best - t <= TIE_EPSILON));
     let cold = candidates.iter().all(|c| c.prefix_match <= 0.0 && !c.session_match);
     // Rendezvous only breaks ties among the best-scored pods: load decides first (an
     // unrelated prompt must go to the least loaded pod), then every replica agrees.
     let placed = match (cold && !fail_open, placement, policy.cold_placement) {
         (true, Some(Placement { key, reuse, blocks }), ColdPlacement::Rendezvous) => {
             let slack = policy.placement_slack * reuse.clamp(0.0, 1.0);
-            let near: Vec<usize> = (0..totals.len())
-                .filter(|&i| totals.get(i).is_some_and(|&t| best - t <= slack + TIE_EPSILON))
-                .collect();
-            let best: Vec<&Candidate<'_>> = near.iter().filter_map(|&i| eligible.get(i)).copied().collect();
+            let near = indices_where(0..totals.len(), totals.len(), |i| {
+                totals.get(i).is_some_and(|&t| best - t <= slack + TIE_EPSILON)
+            });
+            let mut best: Vec<&Candidate<'_>> = Vec::with_capacity(near.len());
+            best.extend(near.iter().filter_map(|&i| eligible.get(i)).copied());
             // Half a prompt: pods home to as many prefixes as the fewest tie (rendezvous picks
             // among them); one more prefix is too many (a full prompt's slack let 13 / 13 / 11
             // / 11 homes through on workload g, 48 prompts over 4 pods).
@@ -274,8 +286,9 @@ pub fn pick_placed(
     } else if cold && !fail_open {
         // Least recently picked among the tied; random among those equally old.
         let oldest = tied.iter().filter_map(|&i| eligible.get(i)).map(|c| c.last_picked).min().unwrap_or(0);
-        let old: Vec<usize> =
-            tied.iter().copied().filter(|&i| eligible.get(i).is_some_and(|c| c.last_picked == oldest)).collect();
+        let old = indices_where(tied.iter().copied(), tied.len(), |i| {
+            eligible.get(i).is_some_and(|c| c.last_picked == oldest)
+        });
         *old.get(random.below(old.len()))?
     } else {
         *tied.get(random.below(tied.len()))?
