@@ -131,10 +131,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // The other workers' counts of the routed table's pods are kept by table position (built
     // once per table version), so `choose` reads each pod's without a lookup of its address.
     // A P/D split routes on a decode table of other positions: counted by address.
-    let in_order = match (route_table, split.is_none()) {
-        (Some(table), true) => Some(table),
-        _ => None,
-    };
+    let in_order = route_table.filter(|_| split.is_none());
     match in_order {
         Some(table) => inflight.refresh_others_in_order(host, now, table),
         None => inflight.refresh_others(host, now),

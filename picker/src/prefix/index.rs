@@ -255,32 +255,32 @@ impl PrefixIndex {
     /// [`Self::matched_blocks`] for each of `pods` (address, epoch), into `out` (cleared first),
     /// in the same order.
     pub fn matched_blocks_each(&self, hashes: &[u64], pods: &[(&str, u32)], out: &mut Vec<usize>) {
-        out.clear();
-        if self.is_empty() || hashes.is_empty() {
-            out.resize(pods.len(), 0);
-            return;
-        }
-        let mut guess = 0;
-        for &(pod, epoch) in pods {
-            let matched = self.matched_blocks_near(hashes, pod, epoch, guess);
-            if matched > 0 {
-                guess = matched;
-            }
-            out.push(matched);
-        }
+        let ids = pods.iter().map(|&(pod, epoch)| (self.pod_id(pod), epoch));
+        self.matched_blocks_each_of(hashes, ids, out);
     }
 
     /// [`Self::matched_blocks_each`] of pods given by id (`None`: a pod the index does not
     /// know, which holds nothing), the ids looked up under the current
     /// [`Self::pods_generation`]: no lookup of an address per pod.
     pub fn matched_blocks_each_by_id(&self, hashes: &[u64], pods: &[(Option<PodId>, u32)], out: &mut Vec<usize>) {
+        self.matched_blocks_each_of(hashes, pods.iter().copied(), out);
+    }
+
+    /// Each pod's match, each search starting from the last pod's match (pods holding a
+    /// prompt's prefix mostly hold the same length of it).
+    fn matched_blocks_each_of(
+        &self,
+        hashes: &[u64],
+        pods: impl ExactSizeIterator<Item = (Option<PodId>, u32)>,
+        out: &mut Vec<usize>,
+    ) {
         out.clear();
         if self.is_empty() || hashes.is_empty() {
             out.resize(pods.len(), 0);
             return;
         }
         let mut guess = 0;
-        for &(id, epoch) in pods {
+        for (id, epoch) in pods {
             let matched = id.map_or(0, |id| self.matched_blocks_of(hashes, id, epoch, guess));
             if matched > 0 {
                 guess = matched;

@@ -54,8 +54,9 @@ struct Filtered {
     indices: Vec<usize>,
     /// No pod had usable data.
     fail_open: bool,
-    /// Every usable pod's queue is full: affinity is off and only load decides.
-    pool_busy: bool,
+    /// Every usable pod's queue is full and learning cannot be trusted with that (off, or no
+    /// model has learned yet): affinity is off and only load decides.
+    load_only: bool,
     /// The session's or the prefix's pods narrowed the field.
     affinity: bool,
 }
@@ -81,7 +82,7 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         return Filtered {
             indices: (0..candidates.len()).collect(),
             fail_open: true,
-            pool_busy: false,
+            load_only: false,
             affinity: false,
         };
     }
@@ -90,8 +91,10 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         candidates.get(i).is_some_and(|c| !policy.saturation.queue_full(c))
     });
     let pool_busy = open.is_empty();
-    let open = match (pool_busy, trusted_learning(candidates, policy)) {
-        (true, None) => return Filtered { indices: usable, fail_open: false, pool_busy: true, affinity: false },
+    let trusted = trusted_learning(candidates, policy);
+    let load_only = pool_busy && trusted.is_none();
+    let open = match (pool_busy, trusted) {
+        (true, None) => return Filtered { indices: usable, fail_open: false, load_only: true, affinity: false },
         // Learning: a full queue does not drop a pod (nor the affinity to it); the predicted
         // TTFT, which counts the queue, decides whether moving buys time (below). Dropping it
         // sent a 6k-token prompt's requests to pods without it whenever its pod had five
@@ -110,7 +113,7 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         candidates.get(i).is_some_and(|c| c.lora_tier <= TIER_RESIDENT_COPY)
     });
     if best_tier >= TIER_SWAP && !held_by.is_empty() {
-        return Filtered { indices: held_by, fail_open: false, pool_busy: true, affinity: true };
+        return Filtered { indices: held_by, fail_open: false, load_only: trusted.is_none(), affinity: true };
     }
     let open: Vec<usize> =
         open.into_iter().filter(|&i| candidates.get(i).is_some_and(|c| c.lora_tier == best_tier)).collect();
@@ -123,7 +126,7 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     };
     let session = having(&|c| c.session_match);
     if sticky(&session) {
-        return Filtered { indices: session, fail_open: false, pool_busy, affinity: true };
+        return Filtered { indices: session, fail_open: false, load_only, affinity: true };
     }
     if policy.affinity_threshold > 0.0 {
         // Only the longest matches: a pod holding the whole conversation beats one holding
@@ -132,10 +135,10 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         let floor = policy.affinity_threshold.max(best - policy.affinity_slack);
         let warm = having(&|c| c.prefix_match >= floor);
         if sticky(&warm) {
-            return Filtered { indices: warm, fail_open: false, pool_busy, affinity: true };
+            return Filtered { indices: warm, fail_open: false, load_only, affinity: true };
         }
     }
-    Filtered { indices: open, fail_open: false, pool_busy, affinity: false }
+    Filtered { indices: open, fail_open: false, load_only, affinity: false }
 }
 
 /// The learning policy, when its predictions can be trusted with full queues: some usable
@@ -218,7 +221,7 @@ pub fn pick_placed(
     random: &mut TieBreaker,
     placement: Option<Placement>,
 ) -> Option<Decision> {
-    let Filtered { indices: eligible_indices, fail_open, pool_busy, affinity } = filtered(candidates, policy);
+    let Filtered { indices: eligible_indices, fail_open, load_only, affinity } = filtered(candidates, policy);
     let mut eligible: Vec<&Candidate<'_>> = Vec::with_capacity(eligible_indices.len());
     eligible.extend(eligible_indices.iter().filter_map(|&i| candidates.get(i)));
     if eligible.is_empty() {
@@ -231,7 +234,7 @@ pub fn pick_placed(
     // cache saves, so the prefix scorer stays.
     let weights = if fail_open {
         &fail_open_weights
-    } else if pool_busy && trusted_learning(candidates, policy).is_none() {
+    } else if load_only {
         &busy_weights
     } else {
         &policy.weights
