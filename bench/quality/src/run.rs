@@ -184,7 +184,7 @@ fn run_one(
     Ok((row, notes))
 }
 
-/// Every request's decision header, with its send time, TTFT, cached prompt tokens and prompt
+/// Every request's decision header, with its send time, TTFT, prompt and cached prompt tokens and prompt
 /// key, one per line, into
 /// `decisions.txt` beside the target's logs (only when the run turned the header on, e.g.
 /// `WASM_EPP_FILTER_CONFIG='{"debug_decision_header": true}'`): the data to read when a
@@ -196,9 +196,12 @@ fn write_decisions(replay: &crate::driver::Replay, dir: &Path) -> Result<(), Str
         let sent_ms = success.started.saturating_duration_since(replay.started).as_millis();
         let ttft_ms = success.ttft.as_millis();
         let cached = success.cached_tokens.map_or_else(|| "-".to_string(), |c| c.to_string());
+        let prompt_tokens = success.prompt_tokens.map_or_else(|| "-".to_string(), |c| c.to_string());
         let prompt = success.prompt_key.map_or_else(|| "-".to_string(), |k| format!("{k:016x}"));
         lines
-            .push_str(&format!("sent_ms={sent_ms}; ttft_ms={ttft_ms}; cached={cached}; prompt={prompt}; {decision}\n"));
+            .push_str(&format!(
+            "sent_ms={sent_ms}; ttft_ms={ttft_ms}; prompt_tokens={prompt_tokens}; cached={cached}; prompt={prompt}; {decision}\n"
+        ));
     }
     if lines.is_empty() {
         return Ok(());

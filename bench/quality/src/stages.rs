@@ -133,6 +133,7 @@ mod tests {
             token_gaps_ms: Vec::new(),
             decision: None,
             cached_tokens: None,
+            prompt_tokens: None,
             prompt_key: None,
         })
     }

@@ -144,6 +144,7 @@ mod tests {
             token_gaps_ms: vec![ttft_ms as f64 / 2.0],
             decision: None,
             cached_tokens: None,
+            prompt_tokens: None,
             prompt_key: None,
         })
     }

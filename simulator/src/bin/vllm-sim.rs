@@ -17,9 +17,14 @@ async fn main() -> std::process::ExitCode {
     let mut pods = Vec::with_capacity(configs.len());
     for config in configs {
         let (model, preset) = (config.model.clone(), config.preset.name());
+        // Pods of one pool may differ in speed (`--prefill-slowdown`): the log says which is which.
+        let prefill_ms = config.latency.prefill_per_token_ms;
         match spawn_pod(config).await {
             Ok(pod) => {
-                println!("vllm-sim listening on {} model={model} preset={preset}", pod.addr);
+                println!(
+                    "vllm-sim listening on {} model={model} preset={preset} prefill_ms_per_token={prefill_ms}",
+                    pod.addr
+                );
                 pods.push(pod);
             }
             Err(message) => {

@@ -33,6 +33,8 @@ pub struct Success {
     /// Prompt tokens the pod found cached (`usage.prompt_tokens_details.cached_tokens`), when
     /// it said: tells a cold prefill from a queue wait in `decisions.txt`.
     pub cached_tokens: Option<u64>,
+    /// The prompt's tokens as the pod counted them (`usage.prompt_tokens`), when it said.
+    pub prompt_tokens: Option<u64>,
     /// A hash of the prompt's first bytes (completions only), set by the driver: names the
     /// shared prefix a request used in `decisions.txt`.
     pub prompt_key: Option<u64>,
@@ -47,6 +49,7 @@ pub struct StreamProgress {
     content_chunks: u64,
     usage_tokens: Option<u64>,
     cached_tokens: Option<u64>,
+    prompt_tokens: Option<u64>,
     text: String,
     done: bool,
 }
@@ -61,6 +64,7 @@ impl StreamProgress {
             content_chunks: 0,
             usage_tokens: None,
             cached_tokens: None,
+            prompt_tokens: None,
             text: String::new(),
             done: false,
         }
@@ -97,6 +101,9 @@ impl StreamProgress {
         if let Some(tokens) = usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64) {
             self.usage_tokens = Some(tokens);
         }
+        if let Some(tokens) = usage.and_then(|u| u.get("prompt_tokens")).and_then(Value::as_u64) {
+            self.prompt_tokens = Some(tokens);
+        }
         let details = usage.and_then(|u| u.get("prompt_tokens_details"));
         if let Some(cached) = details.and_then(|d| d.get("cached_tokens")).and_then(Value::as_u64) {
             self.cached_tokens = Some(cached);
@@ -120,6 +127,7 @@ impl StreamProgress {
             token_gaps_ms: self.token_gaps_ms,
             decision: None,
             cached_tokens: self.cached_tokens,
+            prompt_tokens: self.prompt_tokens,
             prompt_key: None,
         })
     }
@@ -137,7 +145,7 @@ mod tests {
         progress.apply(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#, later(5)).unwrap();
         progress.apply(r#"{"choices":[{"delta":{"content":" the"}}]}"#, later(40)).unwrap();
         progress.apply(r#"{"choices":[{"delta":{"content":" of"}}]}"#, later(60)).unwrap();
-        let usage = r#"{"choices":[],"usage":{"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":16}}}"#;
+        let usage = r#"{"choices":[],"usage":{"completion_tokens":2,"prompt_tokens":40,"prompt_tokens_details":{"cached_tokens":16}}}"#;
         progress.apply(usage, later(61)).unwrap();
         progress.apply("[DONE]", later(62)).unwrap();
         let success = progress.finish(later(63), Some("127.0.0.1:1".into())).unwrap();
@@ -145,6 +153,7 @@ mod tests {
         assert_eq!(success.e2e, Duration::from_millis(63));
         assert_eq!(success.output_tokens, 2);
         assert_eq!(success.cached_tokens, Some(16));
+        assert_eq!(success.prompt_tokens, Some(40));
         assert_eq!(success.text, " the of");
         assert_eq!(success.token_gaps_ms, vec![20.0], "one gap between the two content chunks");
     }
