@@ -7,22 +7,33 @@
 //! downstream can take a client's word for a decision.
 
 use picker::address::PodAddress;
+use picker::route::explain::Explained;
 
 use crate::decision_stats::PickReason;
 
 /// The header's name, on responses (and removed from requests).
 pub const DECISION_HEADER: &str = "x-wasm-epp-decision";
 
-/// The header's value: chosen pod, why, its share of the prompt's prefix, and each
-/// candidate's score, best first (already bounded by `picker::route::explain`).
-pub fn describe(pod: &PodAddress, reason: PickReason, prefix_match: f64, candidates: &[(String, f64)]) -> String {
-    let listed: Vec<String> = candidates.iter().map(|(address, score)| format!("{address}={score:.3}")).collect();
-    format!(
+/// The header's value: chosen pod, why, its share of the prompt's prefix, each candidate's
+/// score, best first (already bounded by `picker::route::explain`), and with learning on each
+/// candidate's predicted TTFT in the same order.
+pub fn describe(pod: &PodAddress, reason: PickReason, prefix_match: f64, candidates: &[Explained]) -> String {
+    let listed: Vec<String> = candidates.iter().map(|c| format!("{}={:.3}", c.address, c.score)).collect();
+    let mut value = format!(
         "pod={}; reason={}; prefix={prefix_match:.3}; candidates={}",
         pod.as_str(),
         reason.label(),
         listed.join(",")
-    )
+    );
+    if candidates.iter().any(|c| c.predicted_ttft_ms.is_some()) {
+        let predicted: Vec<String> = candidates
+            .iter()
+            .filter_map(|c| Some(format!("{}={:.0}", c.address, c.predicted_ttft_ms?)))
+            .collect();
+        value.push_str("; predicted_ttft_ms=");
+        value.push_str(&predicted.join(","));
+    }
+    value
 }
 
 #[cfg(test)]
@@ -32,10 +43,22 @@ mod tests {
     #[test]
     fn names_the_pod_the_reason_and_every_candidate() {
         let pod = PodAddress::parse("10.0.0.1:8000").unwrap();
-        let candidates = vec![("10.0.0.1:8000".to_string(), 0.9123), ("10.0.0.2:8000".to_string(), 0.4)];
+        let explained = |address: &str, score: f64, predicted_ttft_ms: Option<f64>| Explained {
+            address: address.to_string(),
+            score,
+            predicted_ttft_ms,
+        };
+        let candidates = vec![explained("10.0.0.1:8000", 0.9123, None), explained("10.0.0.2:8000", 0.4, None)];
         assert_eq!(
             describe(&pod, PickReason::Affinity, 0.75, &candidates),
             "pod=10.0.0.1:8000; reason=affinity; prefix=0.750; candidates=10.0.0.1:8000=0.912,10.0.0.2:8000=0.400"
+        );
+        let learned =
+            vec![explained("10.0.0.1:8000", 0.9, Some(212.4)), explained("10.0.0.2:8000", 0.4, Some(640.0))];
+        assert_eq!(
+            describe(&pod, PickReason::Load, 0.0, &learned),
+            "pod=10.0.0.1:8000; reason=load; prefix=0.000; candidates=10.0.0.1:8000=0.900,10.0.0.2:8000=0.400; \
+             predicted_ttft_ms=10.0.0.1:8000=212,10.0.0.2:8000=640"
         );
     }
 }

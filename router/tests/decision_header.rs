@@ -41,3 +41,18 @@ fn when_on_the_response_names_the_pod_the_reason_and_every_candidate() {
     }
     assert!(!value.contains("6.6.6.6"), "{value}");
 }
+
+#[test]
+fn with_learning_on_the_header_gives_each_candidates_predicted_ttft() {
+    let bench = Bench::new(r#"{"debug_decision_header": true, "learning": {"enabled": true}}"#);
+    bench.publish(1, &POOL);
+    let (mut stream, _) = bench.request(&COMPLETIONS, &completion("hello"));
+    bench.host.set_response(&[(":status", "200")], b"");
+    stream.on_response_headers(&bench.host, false);
+    let value = bench.host.response_header("x-wasm-epp-decision").unwrap();
+    let (_, predicted) = value.split_once("; predicted_ttft_ms=").unwrap_or_else(|| panic!("no predictions: {value}"));
+    for (pod, _) in POOL {
+        let ms = predicted.split(',').find_map(|p| p.strip_prefix(&format!("{pod}=")));
+        assert!(ms.and_then(|ms| ms.parse::<f64>().ok()).is_some_and(|ms| ms > 0.0), "{pod} in {value}");
+    }
+}

@@ -7,14 +7,24 @@
 //! can be chosen over a pod scored higher here. Both views are what an operator needs.
 
 use super::{table_candidates, RoutingView};
-use crate::scheduler::{Candidate, InflightScorer, KvCacheScorer, Policy, PrefixScorer, QueueScorer, Scorer};
+use crate::scheduler::{
+    Candidate, InflightScorer, KvCacheScorer, Policy, PrefixScorer, QueueScorer, Scorer, TtftScorer,
+};
 
-/// Candidates listed at most, best first: keeps the header under ~1 KiB on a large pool.
+/// Candidates listed at most, best first: keeps the header under ~1.5 KiB on a large pool
+/// (~1 KiB without learning's predicted TTFTs).
 pub const MAX_EXPLAINED_CANDIDATES: usize = 16;
 
-/// `(address, score)` of the best-scored candidates, best first, at most
-/// [`MAX_EXPLAINED_CANDIDATES`].
-pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<(String, f64)> {
+/// One candidate as explained: its address, weighted score, and predicted TTFT (learning on).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explained {
+    pub address: String,
+    pub score: f64,
+    pub predicted_ttft_ms: Option<f64>,
+}
+
+/// The best-scored candidates, best first, at most [`MAX_EXPLAINED_CANDIDATES`].
+pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<Explained> {
     let candidates: Vec<Candidate<'_>> = match view.table {
         // The pods that serve the request's model (every pod, if none would).
         Some(table) if !table.pods.is_empty() => {
@@ -31,11 +41,15 @@ pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<(String,
     };
     let all: Vec<&Candidate<'_>> = candidates.iter().collect();
     let weights = &policy.weights;
-    let scorers: [(&dyn Scorer, f64); 4] = [
+    // The TTFT scorer as the pick weighs it: only when some pod has a prediction.
+    let predicted = all.iter().any(|c| c.predicted_ttft_ms.is_some());
+    let learning = policy.learning.filter(|_| predicted);
+    let scorers: [(&dyn Scorer, f64); 5] = [
         (&QueueScorer, weights.queue),
         (&KvCacheScorer, weights.kv_cache),
         (&InflightScorer, weights.inflight),
         (&PrefixScorer, weights.prefix),
+        (&TtftScorer, learning.map_or(0.0, |l| l.ttft_weight)),
     ];
     let total_weight: f64 = scorers.iter().map(|(_, w)| w.max(0.0)).sum();
     let mut totals = vec![0.0; all.len()];
@@ -46,8 +60,12 @@ pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<(String,
             }
         }
     }
-    let mut scored: Vec<(String, f64)> = all.iter().zip(totals).map(|(c, t)| (c.address.to_string(), t)).collect();
-    scored.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let mut scored: Vec<Explained> = all
+        .iter()
+        .zip(totals)
+        .map(|(c, score)| Explained { address: c.address.to_string(), score, predicted_ttft_ms: c.predicted_ttft_ms })
+        .collect();
+    scored.sort_by(|a, b| b.score.total_cmp(&a.score));
     scored.truncate(MAX_EXPLAINED_CANDIDATES);
     scored
 }
@@ -83,7 +101,8 @@ mod tests {
         };
         let scores = candidate_scores(&view, &crate::config::FilterConfig::default().policy());
         assert_eq!(scores.len(), MAX_EXPLAINED_CANDIDATES);
-        assert_eq!(scores.first().map(|s| s.0.as_str()), Some("10.0.0.0:8000"), "{scores:?}");
-        assert!(scores.windows(2).all(|w| w[0].1 >= w[1].1), "best first: {scores:?}");
+        assert_eq!(scores.first().map(|s| s.address.as_str()), Some("10.0.0.0:8000"), "{scores:?}");
+        assert!(scores.windows(2).all(|w| w[0].score >= w[1].score), "best first: {scores:?}");
+        assert!(scores.iter().all(|s| s.predicted_ttft_ms.is_none()), "learning is off: {scores:?}");
     }
 }
