@@ -85,11 +85,16 @@ impl std::fmt::Display for BodyError {
     }
 }
 
-/// Reads `body` for `endpoint`: valid UTF-8 with the messages cut ([`cut`]) when it can, the
-/// plain way otherwise, which then decides what is refused and why. (Validating all of a
-/// valid body's bytes costs what validating its raw values did: they are most of it.)
+/// Reads `body` for `endpoint`: a chat body that is valid UTF-8 with its messages cut
+/// ([`cut`]) when it can, any other the plain way, which then decides what is refused and why.
+/// (Validating all of a chat body's bytes costs about what validating its raw values did: they
+/// are most of it. Other bodies have no messages to cut, and the plain way is ~5% faster.)
 pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest<'_>, BodyError> {
-    match std::str::from_utf8(body).ok().and_then(cut::cut_request) {
+    let cut = match endpoint {
+        Endpoint::ChatCompletions => std::str::from_utf8(body).ok().and_then(cut::cut_request),
+        Endpoint::Completions | Endpoint::Other => None,
+    };
+    match cut {
         Some(request) => check_prompt(request, endpoint),
         None => parse_request_plainly(body, endpoint),
     }
