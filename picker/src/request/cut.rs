@@ -89,7 +89,7 @@ struct CutList<'a> {
 impl<'a> CutList<'a> {
     /// The list's text as written (`[` to `]`) and, if every message was cut, each message's.
     /// `None` if the text around the pieces is not what valid JSON puts there.
-    fn locate(&self, text: &'a str) -> Option<(&'a str, Option<Vec<Message<'a>>>)> {
+    fn locate(self, text: &'a str) -> Option<(&'a str, Option<Vec<Message<'a>>>)> {
         let first = self.pieces.first()?;
         let open = before_white_space(text, object_start(text, first)?, b'[')?;
         let close = after_white_space(text, span_of(text, self.last.last_value)?.1, b'}')?;
@@ -98,13 +98,13 @@ impl<'a> CutList<'a> {
         if !self.complete {
             return Some((raw, None));
         }
-        let mut messages = Vec::with_capacity(self.pieces.len());
-        for pieces in &self.pieces {
-            let start = object_start(text, pieces)?;
+        // Into the pieces' own allocation (a Message is smaller than the Pieces it comes from).
+        let messages = self.pieces.into_iter().map(|pieces| {
+            let start = object_start(text, &pieces)?;
             let end = after_white_space(text, span_of(text, pieces.last_value)?.1, b'}')?;
-            messages.push(Message { text: text.get(start..=end)?, parts: pieces.parts });
-        }
-        Some((raw, Some(messages)))
+            Some(Message { text: text.get(start..=end)?, parts: pieces.parts })
+        });
+        Some((raw, Some(messages.collect::<Option<Vec<_>>>()?)))
     }
 }
 
