@@ -159,19 +159,16 @@ impl<'de> Visitor<'de> for ListVisitor {
     }
 
     fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<Self::Value, S::Error> {
-        let mut pieces = Vec::new();
+        let mut pieces = Vec::with_capacity(8);
         let mut last = None;
         let mut complete = true;
         // Every element is consumed (serde_json checks the list's end after it), so this ends
         // with the list; only the first MAX_CUT_MESSAGES are kept.
         while let Some(message) = seq.next_element_seed(MessageSeed)? {
-            match pieces.len() < MAX_CUT_MESSAGES {
-                true if pieces.is_empty() => {
-                    pieces.reserve_exact(8);
-                    pieces.push(message);
-                }
-                true => pieces.push(message),
-                false => complete = false,
+            if pieces.len() < MAX_CUT_MESSAGES {
+                pieces.push(message);
+            } else {
+                complete = false;
             }
             last = Some(message);
         }
