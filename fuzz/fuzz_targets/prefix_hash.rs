@@ -3,13 +3,14 @@
 //! smaller `max_blocks` only cuts the chain short (it never changes a hash).
 //!
 //! Bodies are read straight with serde, as the unit tests do, so shapes `parse_request`
-//! would refuse are hashed too.
+//! would refuse are hashed too; a body `parse_request` accepts (with its messages cut where
+//! it could) hashes as the same body read straight.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use picker::prefix::hash::{hash_prompt, HashParams, MAX_BLOCKS};
-use picker::request::{Endpoint, InferenceRequest};
+use picker::request::{parse_request, Endpoint, InferenceRequest};
 
 /// Block shapes: the default, tiny blocks (many hashes from small inputs, blocks that span
 /// JSON pieces), and absurd values that hashing must clamp.
@@ -37,6 +38,10 @@ fuzz_target!(|body: &[u8]| {
             assert!(out.len() <= params.max_blocks.clamp(1, MAX_BLOCKS), "{} blocks for {params:?}", out.len());
             assert_eq!(hash_prompt(&request, endpoint, params, &mut again), outcome, "not deterministic");
             assert_eq!(again, out, "not deterministic");
+            if let Ok(parsed) = parse_request(body, endpoint) {
+                let cut_outcome = hash_prompt(&parsed, endpoint, params, &mut again);
+                assert_eq!((cut_outcome, &again), (outcome, &out), "a parsed body hashes otherwise");
+            }
             if outcome.is_ok() {
                 let cut = HashParams { max_blocks: 3, ..*params };
                 let cut_outcome = hash_prompt(&request, endpoint, &cut, &mut short);

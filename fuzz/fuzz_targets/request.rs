@@ -1,16 +1,23 @@
-//! `parse_request` on arbitrary bodies, for each endpoint: never panics, and what it accepts
+//! `parse_request` on arbitrary bodies, for each endpoint: never panics, what it accepts
 //! has the shape it promises (the prompt field the endpoint needs, of an allowed JSON type,
-//! itself valid JSON).
+//! itself valid JSON), and it answers as the plain parse does (`parse_request_plainly`, no
+//! messages cut): the same fields, the same refusal, and messages cut where they lie.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use picker::request::{parse_request, BodyError, Endpoint};
+use picker::request::{parse_request, parse_request_plainly, BodyError, Endpoint, InferenceRequest};
 use serde_json::value::RawValue;
 
 fuzz_target!(|body: &[u8]| {
     for endpoint in [Endpoint::Completions, Endpoint::ChatCompletions, Endpoint::Other] {
-        match parse_request(body, endpoint) {
+        let answer = parse_request(body, endpoint);
+        match (&answer, parse_request_plainly(body, endpoint)) {
+            (Ok(cut), Ok(plain)) => assert_eq!(fields(cut), fields(&plain), "cut and plain parses differ"),
+            (Err(cut), Err(plain)) => assert_eq!(cut, &plain, "cut and plain parses refuse differently"),
+            (cut, plain) => panic!("cut parse {cut:?}, plain parse {plain:?}"),
+        }
+        match answer {
             Ok(request) => {
                 match endpoint {
                     Endpoint::Completions => assert!(request.prompt.is_some(), "completions without a prompt"),
@@ -19,14 +26,19 @@ fuzz_target!(|body: &[u8]| {
                 }
                 if let Some(prompt) = request.prompt {
                     assert!(matches!(prompt.get().as_bytes().first(), Some(b'"' | b'[')), "prompt {}", prompt.get());
-                    assert_valid_json(prompt);
+                    assert_valid_json(prompt.get());
                 }
                 if let Some(messages) = request.messages {
-                    assert!(messages.get().starts_with('['), "messages {}", messages.get());
+                    assert!(messages.starts_with('['), "messages {messages}");
                     assert_valid_json(messages);
+                    let listed = serde_json::from_str::<Vec<&RawValue>>(messages).ok();
+                    if let (Some(cut), Some(listed)) = (&request.messages_cut, listed) {
+                        let texts: Vec<&str> = listed.iter().map(|m| m.get()).collect();
+                        assert_eq!(cut.iter().map(|m| m.text).collect::<Vec<_>>(), texts, "messages cut elsewhere");
+                    }
                 }
                 if let Some(tools) = request.tools {
-                    assert_valid_json(tools);
+                    assert_valid_json(tools.get());
                 }
             }
             Err(error) => {
@@ -45,6 +57,21 @@ fuzz_target!(|body: &[u8]| {
 });
 
 /// A borrowed raw value re-parses on its own (without recursion: deep nesting is allowed).
-fn assert_valid_json(raw: &RawValue) {
-    assert!(serde_json::from_str::<Box<RawValue>>(raw.get()).is_ok(), "raw value is not JSON: {}", raw.get());
+fn assert_valid_json(raw: &str) {
+    assert!(serde_json::from_str::<Box<RawValue>>(raw).is_ok(), "raw value is not JSON: {raw}");
+}
+
+/// What a request says, to compare the two parses.
+#[allow(clippy::type_complexity)]
+fn fields<'a>(
+    request: &InferenceRequest<'a>,
+) -> (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>) {
+    (
+        request.model.as_deref().map(str::to_owned),
+        request.stream,
+        request.prompt.map(RawValue::get),
+        request.messages,
+        request.tools.map(RawValue::get),
+        request.cache_salt.as_deref().map(str::to_owned),
+    )
 }

@@ -4,12 +4,17 @@
 //! `cache_salt` are read; everything else is skipped unparsed. The prompt parts are kept as
 //! borrowed raw JSON: prefix hashing reads their bytes directly, with no copy and no tree.
 //! Raw values are skipped by serde_json without recursion, so a 10,000-deep body costs no
-//! stack; it is forwarded as it is for the engine to judge.
+//! stack; it is forwarded as it is for the engine to judge. A chat body's parse also notes
+//! where each message lies ([`cut`]), which spares hashing a scan of the messages.
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
+
+mod cut;
+
+pub use cut::{Message, MAX_CUT_MESSAGES};
 
 /// Which OpenAI endpoint a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,12 +45,23 @@ pub struct InferenceRequest<'a> {
     pub stream: Option<bool>,
     #[serde(borrow, default)]
     pub prompt: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    pub messages: Option<&'a RawValue>,
+    /// The list's raw JSON text, as written (a raw value's, see [`RawValue::get`]).
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    pub messages: Option<&'a str>,
     #[serde(borrow, default)]
     pub tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub cache_salt: Option<Cow<'a, str>>,
+    /// Each message of `messages` where [`parse_request`] found it, when it cut them all (up
+    /// to [`MAX_CUT_MESSAGES`] plain objects); `None` otherwise, and when deserialized
+    /// directly: hashing then finds the messages itself.
+    #[serde(skip)]
+    pub messages_cut: Option<Vec<Message<'a>>>,
+}
+
+/// A raw value's text (present fields only: an absent one is `None` by `default`).
+fn raw_text<'de: 'a, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'a str>, D::Error> {
+    Ok(Option::<&'de RawValue>::deserialize(deserializer)?.map(RawValue::get))
 }
 
 /// Why a body could not be read as an inference request.
@@ -69,12 +85,34 @@ impl std::fmt::Display for BodyError {
     }
 }
 
+/// Reads `body` for `endpoint`: a chat body that is valid UTF-8 with its messages cut
+/// ([`cut`]) when it can, any other the plain way, which then decides what is refused and why.
+/// (Validating all of a chat body's bytes costs about what validating its raw values did: they
+/// are most of it. Other bodies have no messages to cut, and the plain way is ~5% faster.)
 pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest<'_>, BodyError> {
+    let cut = match endpoint {
+        Endpoint::ChatCompletions => std::str::from_utf8(body).ok().and_then(cut::cut_request),
+        Endpoint::Completions | Endpoint::Other => None,
+    };
+    match cut {
+        Some(request) => check_prompt(request, endpoint),
+        None => parse_request_plainly(body, endpoint),
+    }
+}
+
+/// [`parse_request`] without cutting the messages (what it falls back to): for tests and the
+/// fuzz targets that hold the two to the same answers.
+pub fn parse_request_plainly(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest<'_>, BodyError> {
     let request: InferenceRequest<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
+    check_prompt(request, endpoint)
+}
+
+/// The prompt field `endpoint` needs is there, of a type it allows.
+fn check_prompt(request: InferenceRequest<'_>, endpoint: Endpoint) -> Result<InferenceRequest<'_>, BodyError> {
     match endpoint {
         Endpoint::Completions if request.prompt.is_none() => Err(BodyError::MissingPrompt("prompt")),
         Endpoint::ChatCompletions if request.messages.is_none() => Err(BodyError::MissingPrompt("messages")),
-        _ if !raw_starts_with(request.prompt, b"\"[") => Err(BodyError::WrongType("prompt")),
+        _ if !raw_starts_with(request.prompt.map(RawValue::get), b"\"[") => Err(BodyError::WrongType("prompt")),
         _ if !raw_starts_with(request.messages, b"[") => Err(BodyError::WrongType("messages")),
         _ => Ok(request),
     }
@@ -82,8 +120,8 @@ pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest
 
 /// A present raw value begins with one of `allowed` (absent values pass): a string or a
 /// list for `prompt`, a list for `messages`. Raw values carry no leading white space.
-fn raw_starts_with(value: Option<&RawValue>, allowed: &[u8]) -> bool {
-    value.is_none_or(|raw| raw.get().as_bytes().first().is_some_and(|b| allowed.contains(b)))
+fn raw_starts_with(value: Option<&str>, allowed: &[u8]) -> bool {
+    value.is_none_or(|raw| raw.as_bytes().first().is_some_and(|b| allowed.contains(b)))
 }
 
 #[cfg(test)]

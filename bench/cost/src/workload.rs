@@ -179,7 +179,7 @@ mod tests {
         }
         let chat = chat_body(32 * 1024, 1);
         let request = parse_request(chat.as_bytes(), Endpoint::ChatCompletions).unwrap();
-        assert!(request.messages.unwrap().get().len() > 32 * 1024);
+        assert!(request.messages.unwrap().len() > 32 * 1024);
     }
 
     #[test]

@@ -205,3 +205,56 @@ fn counts_kept_by_table_position_equal_counts_by_address() {
     check(&b, &doubled);
     assert_eq!(b.count_at(1, pods[0]), 1);
 }
+
+/// `b`'s counts of `pods` after a refresh equal those of a refresh that sums every slot anew.
+fn assert_same_as_summed_anew(b: &mut WorkerInflight, store: &MemoryStore, now: u64, table: &PodTable) {
+    b.refresh_others_in_order(store, now, table);
+    let kept: Vec<(u32, u32)> =
+        table.pods.iter().map(|p| (b.count(p.address.as_str()), b.tokens(p.address.as_str()))).collect();
+    b.sums_current = false;
+    b.refresh_others_in_order(store, now, table);
+    let anew: Vec<(u32, u32)> =
+        table.pods.iter().map(|p| (b.count(p.address.as_str()), b.tokens(p.address.as_str()))).collect();
+    assert_eq!(kept, anew);
+}
+
+#[test]
+fn an_unchanged_slot_keeps_its_sums_and_any_change_or_staleness_is_seen() {
+    let store = MemoryStore::new();
+    let pods = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
+    let table = table_of(1, &pods);
+    let (mut a, mut b, mut c) = (WorkerInflight::new(), WorkerInflight::new(), WorkerInflight::new());
+    for worker in [&mut a, &mut c, &mut b] {
+        worker.sync(&store, NOW, EXPIRY);
+    }
+    a.started(pods[0], NOW);
+    a.add_tokens(pods[0], 50);
+    c.started(pods[2], NOW);
+    a.publish_now(&store, NOW);
+    c.publish_now(&store, NOW);
+    b.refresh_others_in_order(&store, NOW + 1, &table);
+    assert_eq!((b.count_at(0, pods[0]), b.tokens(pods[0]), b.count_at(2, pods[2])), (1, 50, 1));
+    // Nothing written since: the sums are kept, and they are what summing anew gives.
+    assert_same_as_summed_anew(&mut b, &store, NOW + 2, &table);
+    assert_eq!(b.count_at(0, pods[0]), 1);
+    // One worker's change (the other's slot unchanged) is seen at the next decision.
+    c.started(pods[2], NOW + 3);
+    c.publish_now(&store, NOW + 3);
+    b.refresh_others_in_order(&store, NOW + 4, &table);
+    assert_eq!((b.count_at(0, pods[0]), b.count_at(2, pods[2])), (1, 2));
+    assert_same_as_summed_anew(&mut b, &store, NOW + 4, &table);
+    // Unchanged bytes that went stale stop counting: liveness is judged at every read.
+    c.publish_now(&store, NOW + SLOT_STALE_MS);
+    b.refresh_others_in_order(&store, NOW + SLOT_STALE_MS + 1, &table);
+    assert_eq!((b.count_at(0, pods[0]), b.count_at(2, pods[2])), (0, 2), "a's slot is stale, c's is not");
+    assert_same_as_summed_anew(&mut b, &store, NOW + SLOT_STALE_MS + 1, &table);
+    // A new table, a tick and a plain refresh all leave the same counts as summing anew.
+    let reordered = table_of(2, &[pods[2], pods[0]]);
+    b.refresh_others_in_order(&store, NOW + SLOT_STALE_MS + 2, &reordered);
+    assert_eq!(b.count_at(0, pods[2]), 2);
+    assert_same_as_summed_anew(&mut b, &store, NOW + SLOT_STALE_MS + 2, &reordered);
+    b.sync(&store, NOW + SLOT_STALE_MS + 3, EXPIRY);
+    b.refresh_others(&store, NOW + SLOT_STALE_MS + 4);
+    assert_eq!((b.count_at(0, pods[2]), b.count(pods[0])), (2, 0));
+    assert_same_as_summed_anew(&mut b, &store, NOW + SLOT_STALE_MS + 4, &reordered);
+}

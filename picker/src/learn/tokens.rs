@@ -32,8 +32,8 @@ pub fn prompt_size(request: &InferenceRequest<'_>, endpoint: Endpoint, bytes_per
             return PromptSize { tokens: ids, exact: true };
         }
     }
-    let bytes: usize =
-        [request.prompt, request.messages, request.tools].iter().flatten().map(|raw| raw.get().len()).sum();
+    let raw_values = [request.prompt.map(|raw| raw.get()), request.messages, request.tools.map(|raw| raw.get())];
+    let bytes: usize = raw_values.iter().flatten().map(|raw| raw.len()).sum();
     PromptSize { tokens: u32::try_from(bytes / per_token).unwrap_or(u32::MAX), exact: false }
 }
 

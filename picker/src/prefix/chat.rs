@@ -16,31 +16,45 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::hash::{BlockChain, ShapeError, SEPARATOR};
 use super::json::{for_each_element, span_of, string_contents, Element};
+use crate::request::Message;
 
 /// Fields of a content part that carry media rather than text (OpenAI and vLLM's extensions).
 const MEDIA_FIELDS: [&str; 6] = ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil"];
 
-/// `tools` (as written) then every message, in order.
+/// `tools` (as written) then every message, in order. `cut`: where the body parse found each
+/// message, if it did; otherwise the raw list is cut here (the same messages either way).
 pub(super) fn hash_chat(
-    messages: &RawValue,
+    messages: &str,
+    cut: Option<&[Message<'_>]>,
     tools: Option<&RawValue>,
     chain: &mut BlockChain<'_>,
 ) -> Result<(), ShapeError> {
-    let messages = messages.get().trim_ascii();
+    let messages = messages.trim_ascii();
     if !messages.starts_with('[') {
         return Err(ShapeError("messages is not a list"));
     }
     if let Some(tools) = tools.map(|t| t.get().trim_ascii()).filter(|t| *t != "null") {
         chain.feed(tools.as_bytes());
     }
-    for_each_element(messages, |message| {
+    let hash_one = |text: &str, parts: Option<&str>, chain: &mut BlockChain<'_>| {
         let start_block = chain.current_block();
-        let more = hash_message(message, chain)?;
-        if is_assistant(message.text) {
+        let more = feed_message(text, parts, chain)?;
+        if is_assistant(text) {
             chain.note_reply(start_block);
         }
         Ok(more)
-    })
+    };
+    match cut {
+        Some(cut) => {
+            for message in cut {
+                if !hash_one(message.text, message.parts, chain)? {
+                    break;
+                }
+            }
+            Ok(())
+        }
+        None => for_each_element(messages, |message| hash_one(message.text, message_parts(message)?, chain)),
+    }
 }
 
 /// Bytes at each end of a message searched for its role. Clients write `role` first (Python
@@ -64,9 +78,8 @@ fn is_assistant(message: &str) -> bool {
 const ASSISTANT: &[u8] = b"\"assistant\"";
 const ROLE: &[u8] = b"\"role\"";
 
-/// The message object as written, except a list `content`, whose parts are hashed one by one
-/// so media parts become placeholders.
-fn hash_message(element: Element<'_>, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError> {
+/// A message cut out of the raw list: its `content` if that is a list of parts (`None` if not).
+fn message_parts(element: Element<'_>) -> Result<Option<&str>, ShapeError> {
     #[derive(Deserialize)]
     struct MessageView<'a> {
         #[serde(borrow, default)]
@@ -80,10 +93,15 @@ fn hash_message(element: Element<'_>, chain: &mut BlockChain<'_>) -> Result<bool
     // message to its end although hashing may stop long before. (The scan that cut the
     // element out saw every byte, brackets included.)
     if !element.has_bracket {
-        return Ok(chain.feed(message.as_bytes()));
+        return Ok(None);
     }
     let view: MessageView<'_> = serde_json::from_str(message).map_err(|_| ShapeError("a message is not an object"))?;
-    let parts = view.content.map(RawValue::get).filter(|c| c.starts_with('['));
+    Ok(view.content.map(RawValue::get).filter(|c| c.starts_with('[')))
+}
+
+/// The message object as written, except a list `content` (`parts`, borrowed from `message`),
+/// whose parts are hashed one by one so media parts become placeholders.
+fn feed_message(message: &str, parts: Option<&str>, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError> {
     let Some((parts, (start, end))) = parts.and_then(|p| Some((p, span_of(message, p)?))) else {
         return Ok(chain.feed(message.as_bytes()));
     };
@@ -184,7 +202,7 @@ mod tests {
         use serde_json::value::RawValue;
         use xxhash_rust::xxh3::xxh3_64_with_seed;
         let request: InferenceRequest<'_> = serde_json::from_str(body).unwrap();
-        let messages: Vec<&RawValue> = serde_json::from_str(request.messages.unwrap().get()).unwrap();
+        let messages: Vec<&RawValue> = serde_json::from_str(request.messages.unwrap()).unwrap();
         let bytes: Vec<u8> = messages.iter().flat_map(|m| m.get().bytes()).collect();
         let mut previous = chain_seed(request.model.as_deref().unwrap_or(""), "");
         let blocks = bytes.chunks_exact(64).take(256).map(|block| {

@@ -147,7 +147,9 @@ pub fn hash_prompt_noting_replies(
     chain.replies = Some(replies);
     let outcome = match (endpoint, request.prompt, request.messages) {
         (Endpoint::Completions, Some(prompt), _) => hash_completion(prompt, params, &mut chain),
-        (Endpoint::ChatCompletions, _, Some(messages)) => hash_chat(messages, request.tools, &mut chain),
+        (Endpoint::ChatCompletions, _, Some(messages)) => {
+            hash_chat(messages, request.messages_cut.as_deref(), request.tools, &mut chain)
+        }
         _ => Ok(()),
     };
     if let (Err(_), Some(replies)) = (&outcome, chain.replies.take()) {
