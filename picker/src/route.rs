@@ -208,6 +208,7 @@ fn table_candidates<'a>(
                 lora_tier,
                 predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),
                 ttft_fitted: predicted.is_some_and(|(_, p)| p.fitted),
+                ttft_scale_ms: predicted.map_or(0.0, |(l, _)| l.ttft_scale_ms),
                 meets_slo: predicted.is_none_or(|(l, p)| l.meets_slo(p.ttft_ms)),
                 // Read only where it is used: cold placements with learning's home balance.
                 indexed_blocks: view

@@ -6,6 +6,7 @@
 //! next tick, for the others). No shared-data access per request once the worker has a table.
 
 use picker::address::PodAddress;
+use picker::config::TtftScore;
 use picker::disaggregation::estimated_prompt_tokens;
 use picker::learn::{prompt_size, Dispatch, PromptSize};
 use picker::prefix::hash::MAX_BLOCKS;
@@ -188,6 +189,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             tokens_in_flight: &tokens_of,
             slo_ttft_ms: prompt.slo_ttft_ms,
             replies: &replies,
+            ttft_scale_ms: match worker.config.learning.ttft_score {
+                TtftScore::Lead => learner.models.typical_ms().unwrap_or(0.0),
+                TtftScore::Proportional => 0.0,
+            },
         }),
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };

@@ -26,10 +26,8 @@ pub fn describe(pod: &PodAddress, reason: PickReason, prefix_match: f64, candida
         listed.join(",")
     );
     if candidates.iter().any(|c| c.predicted_ttft_ms.is_some()) {
-        let predicted: Vec<String> = candidates
-            .iter()
-            .filter_map(|c| Some(format!("{}={:.0}", c.address, c.predicted_ttft_ms?)))
-            .collect();
+        let predicted: Vec<String> =
+            candidates.iter().filter_map(|c| Some(format!("{}={:.0}", c.address, c.predicted_ttft_ms?))).collect();
         value.push_str("; predicted_ttft_ms=");
         value.push_str(&predicted.join(","));
     }
@@ -53,8 +51,7 @@ mod tests {
             describe(&pod, PickReason::Affinity, 0.75, &candidates),
             "pod=10.0.0.1:8000; reason=affinity; prefix=0.750; candidates=10.0.0.1:8000=0.912,10.0.0.2:8000=0.400"
         );
-        let learned =
-            vec![explained("10.0.0.1:8000", 0.9, Some(212.4)), explained("10.0.0.2:8000", 0.4, Some(640.0))];
+        let learned = vec![explained("10.0.0.1:8000", 0.9, Some(212.4)), explained("10.0.0.2:8000", 0.4, Some(640.0))];
         assert_eq!(
             describe(&pod, PickReason::Load, 0.0, &learned),
             "pod=10.0.0.1:8000; reason=load; prefix=0.000; candidates=10.0.0.1:8000=0.900,10.0.0.2:8000=0.400; \

@@ -10,10 +10,13 @@
 //! behaviour (a pod that degraded) outweighs old.
 //!
 //! A pod with few observations, or all at similar load, cannot pin its own slopes; so they
-//! are pulled (ridge) towards the pool's slopes scaled by the pod's speed ratio, the pod's
-//! mean observed TTFT over what the pool's fit predicts at the pod's loads. Two or three
-//! answers are enough to see that a pod is 2–3 × slower than the rest; a pod never seen is
-//! predicted by the pool's fit; a pool never seen by the configured prior.
+//! are pulled (ridge) towards the pool's slopes scaled by the pod's speed ratio: the pod's
+//! mean observed TTFT beyond the pool's fixed overhead over what the pool's slopes predict at
+//! the pod's loads. The pool's fit pools every pod's answers around that pod's own means (one
+//! intercept per pod), so pods of different speed sent different prompts do not bend its
+//! slopes. Two or three answers are enough to see that a pod is 2–3 × slower than the rest,
+//! and a slow pod seen only with short prompts is still predicted slow for a long one; a pod
+//! never seen is predicted by the pool's fit; a pool never seen by the configured prior.
 //!
 //! Observations are per worker: each Envoy worker learns from the answers it proxies (about
 //! 1/N of the traffic with N workers, plenty at any rate where routing matters) and needs no
@@ -98,18 +101,47 @@ impl Sums {
 
     /// The ridge fit of `y = a + b·tokens + c·requests`, `b` and `c` pulled towards `prior`.
     fn fit(&self, prior: Fit) -> Fit {
-        if self.weight <= 0.0 {
-            return prior;
-        }
+        self.moments().map_or(prior, |m| m.fit(prior))
+    }
+
+    /// Means and centred sums (`None` without observations).
+    fn moments(&self) -> Option<Moments> {
         let w = self.weight;
+        if w <= 0.0 {
+            return None;
+        }
         let (m1, m2, my) = (self.t / w, self.r / w, self.y / w);
-        let c11 = (self.tt - w * m1 * m1).max(0.0);
-        let c22 = (self.rr - w * m2 * m2).max(0.0);
-        let c12 = self.tr - w * m1 * m2;
-        let (c1y, c2y) = (self.ty - w * m1 * my, self.ry - w * m2 * my);
+        Some(Moments {
+            weight: w,
+            mean: [m1, m2, my],
+            c11: (self.tt - w * m1 * m1).max(0.0),
+            c22: (self.rr - w * m2 * m2).max(0.0),
+            c12: self.tr - w * m1 * m2,
+            c1y: self.ty - w * m1 * my,
+            c2y: self.ry - w * m2 * my,
+        })
+    }
+}
+
+/// Observations as a least-squares fit needs them: weight, means of tokens, requests and
+/// TTFT, and the centred sums of products.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Moments {
+    weight: f64,
+    mean: [f64; 3],
+    c11: f64,
+    c22: f64,
+    c12: f64,
+    c1y: f64,
+    c2y: f64,
+}
+
+impl Moments {
+    fn fit(&self, prior: Fit) -> Fit {
+        let [m1, m2, my] = self.mean;
         let (l1, l2) = (RIDGE_OBSERVATIONS * X_SCALE * X_SCALE, RIDGE_OBSERVATIONS * REQUEST_SCALE * REQUEST_SCALE);
-        let (a00, a11, a01) = (c11 + l1, c22 + l2, c12);
-        let (b0, b1) = (c1y + l1 * prior.ms_per_token, c2y + l2 * prior.ms_per_request);
+        let (a00, a11, a01) = (self.c11.max(0.0) + l1, self.c22.max(0.0) + l2, self.c12);
+        let (b0, b1) = (self.c1y + l1 * prior.ms_per_token, self.c2y + l2 * prior.ms_per_request);
         let det = a00 * a11 - a01 * a01;
         if det <= 0.0 || !det.is_finite() {
             return prior;
@@ -144,12 +176,64 @@ impl Fit {
         self.overhead_ms + self.ms_per_token * load.tokens.max(0.0) + self.ms_per_request * load.requests.max(0.0)
     }
 
-    fn scaled(self, ratio: f64) -> Self {
+    /// The same fixed overhead, the per-token and per-request work `ratio` × as slow.
+    fn scaled_work(self, ratio: f64) -> Self {
         Self {
-            overhead_ms: self.overhead_ms * ratio,
+            overhead_ms: self.overhead_ms,
             ms_per_token: self.ms_per_token * ratio,
             ms_per_request: self.ms_per_request * ratio,
         }
+    }
+}
+
+/// Answers between two full recomputations of [`Reference`] (its running sums are updated
+/// by subtraction, which drifts in floating point).
+const REFERENCE_REBUILD_EVERY: u32 = 1024;
+
+/// Every pod's observations pooled around each pod's own means (a regression with one
+/// intercept per pod): the slopes come from how each pod's TTFT moved with its own load, so
+/// pods of different speed sent different prompts do not bend them. A pod's answer changes
+/// only its own term, so an answer takes its old term out and puts the new one in.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reference {
+    /// Σ over pods of weight, weight × each mean, and each centred sum.
+    weight: f64,
+    weighted_means: [f64; 3],
+    centred: [f64; 5],
+    updates: u32,
+}
+
+impl Reference {
+    /// `sign` 1 adds a pod's term, -1 takes it out.
+    fn add(&mut self, term: Option<Moments>, sign: f64) {
+        let Some(m) = term else { return };
+        self.weight += sign * m.weight;
+        for (sum, mean) in self.weighted_means.iter_mut().zip(m.mean) {
+            *sum += sign * m.weight * mean;
+        }
+        for (sum, c) in self.centred.iter_mut().zip([m.c11, m.c22, m.c12, m.c1y, m.c2y]) {
+            *sum += sign * c;
+        }
+    }
+
+    /// The pooled within-pod fit, its overhead the pods' mean intercept (`None` before any
+    /// answer; below one answer's weight only drift is left).
+    fn fit(&self, prior: Fit) -> Option<Fit> {
+        if self.weight < 1.0 {
+            return None;
+        }
+        let [s1, s2, sy] = self.weighted_means;
+        let [c11, c22, c12, c1y, c2y] = self.centred;
+        let moments = Moments {
+            weight: self.weight,
+            mean: [s1 / self.weight, s2 / self.weight, sy / self.weight],
+            c11,
+            c22,
+            c12,
+            c1y,
+            c2y,
+        };
+        Some(moments.fit(prior))
     }
 }
 
@@ -159,11 +243,13 @@ pub struct TtftModels {
     prior: Prior,
     pool: Sums,
     pods: HashMap<String, Sums>,
+    /// What a pod is compared with ([`TtftModels::pool_fit`]).
+    reference: Reference,
 }
 
 impl TtftModels {
     pub fn new(prior: Prior) -> Self {
-        Self { prior, pool: Sums::default(), pods: HashMap::new() }
+        Self { prior, pool: Sums::default(), pods: HashMap::new(), reference: Reference::default() }
     }
 
     /// The pod answered its first byte `ttft_ms` after being sent a request under `load`.
@@ -175,34 +261,69 @@ impl TtftModels {
         let load = Load { tokens: load.tokens.max(0.0), requests: load.requests.max(0.0) };
         self.pool.add(load, ttft_ms);
         if let Some(sums) = self.pods.get_mut(pod) {
+            self.reference.add(sums.moments(), -1.0);
             sums.add(load, ttft_ms);
+            self.reference.add(sums.moments(), 1.0);
         } else if self.pods.len() < MAX_PODS {
             let mut sums = Sums::default();
             sums.add(load, ttft_ms);
+            self.reference.add(sums.moments(), 1.0);
             self.pods.insert(pod.to_string(), sums);
+        }
+        self.reference.updates += 1;
+        if self.reference.updates >= REFERENCE_REBUILD_EVERY {
+            self.rebuild_reference();
         }
     }
 
-    /// The pool's fit: every pod's answers, the slopes held to the prior until they pin them.
+    /// Sums every pod's term again (O(pods), every [`REFERENCE_REBUILD_EVERY`] answers and
+    /// when pods leave).
+    fn rebuild_reference(&mut self) {
+        let mut reference = Reference::default();
+        for sums in self.pods.values() {
+            reference.add(sums.moments(), 1.0);
+        }
+        self.reference = reference;
+    }
+
+    fn prior_fit(&self) -> Fit {
+        Fit { overhead_ms: self.prior.overhead_ms, ms_per_token: self.prior.ms_per_token, ms_per_request: 0.0 }
+    }
+
+    /// What the pool's pods are like: every pod's answers pooled around its own means, the
+    /// slopes held to the prior until answers pin them ([`Reference`]). One regression over
+    /// every answer instead confounds the pods' speeds with the loads they were sent: when the
+    /// slow pods get only the short prompts, their slow short answers flatten the pooled
+    /// slope (0.022 ms per token where the fast pods show 0.1, in the test below), and every
+    /// pod compared with it comes out with too little per-token cost.
     pub fn pool_fit(&self) -> Fit {
-        let prior =
-            Fit { overhead_ms: self.prior.overhead_ms, ms_per_token: self.prior.ms_per_token, ms_per_request: 0.0 };
-        self.pool.fit(prior)
+        let prior = self.prior_fit();
+        self.reference.fit(prior).unwrap_or(prior)
     }
 
     /// The pod's fit (the pool's for a pod never observed).
     pub fn fit(&self, pod: &str) -> Fit {
         let pool = self.pool_fit();
         let Some(sums) = self.pods.get(pod) else { return pool };
-        // How much slower than the pool's fit this pod was at the loads it was seen at.
-        let expected = pool.overhead_ms * sums.weight + pool.ms_per_token * sums.t + pool.ms_per_request * sums.r;
-        let speed_ratio = if expected > 0.0 { (sums.y / expected).clamp(0.05, 20.0) } else { 1.0 };
-        sums.fit(pool.scaled(speed_ratio))
+        // How much slower than the pool this pod was at the loads it was seen at, in the work
+        // beyond the fixed overhead: pods differ in how fast they compute (a GPU type, a
+        // degraded node), and a pod seen only at short prompts is extrapolated by that.
+        // Taking the overhead into the ratio made a 3 × slower pod look 1.4 × slower.
+        let work = pool.ms_per_token * sums.t + pool.ms_per_request * sums.r;
+        let beyond = sums.y - pool.overhead_ms * sums.weight;
+        let speed_ratio = if work > 0.0 && beyond > 0.0 { (beyond / work).clamp(0.05, 20.0) } else { 1.0 };
+        sums.fit(pool.scaled_work(speed_ratio))
     }
 
     /// Predicted TTFT on `pod` under `load`.
     pub fn predict(&self, pod: &str, load: Load) -> f64 {
         self.fit(pod).predict(load)
+    }
+
+    /// The pool's recent mean time to first byte (every pod's answers, discounted by age), once
+    /// some pod is fitted: the scale a prediction's lead is measured on.
+    pub fn typical_ms(&self) -> Option<f64> {
+        (self.pool.weight >= MIN_FITTED_ANSWERS).then(|| self.pool.y / self.pool.weight)
     }
 
     /// Answers observed for `pod`, discounted by age (0 for a pod never observed).
@@ -217,7 +338,11 @@ impl TtftModels {
 
     /// Forgets pods that left the pool.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
+        let before = self.pods.len();
         self.pods.retain(|pod, _| keep(pod));
+        if self.pods.len() != before {
+            self.rebuild_reference();
+        }
     }
 }
 
@@ -272,6 +397,50 @@ mod tests {
         assert!(slow > 2.0 * fast, "slow {slow} vs fast {fast}");
         let unseen = models.predict("new", tokens(4_000.0));
         assert!((unseen - fast).abs() < 0.5 * fast, "a pod never seen is predicted like the pool: {unseen}");
+    }
+
+    /// Workload (f)'s shape: the slow pods are sent only short prompts (a long one would wait
+    /// there), so their own answers span too little load to pin their slope; what they show is
+    /// how much slower they compute. Their long-prompt prediction must not assume the pool's
+    /// fixed overhead is slower too, or it comes out low and sends long prompts to them.
+    #[test]
+    fn a_pod_seen_only_at_short_prompts_is_extrapolated_by_its_speed() {
+        let mut models = TtftModels::new(PRIOR);
+        let long: Vec<f64> = (0..40).map(|i| 1_000.0 + f64::from(i % 9) * 250.0).collect();
+        for pod in ["fast-1", "fast-2"] {
+            feed(&mut models, pod, 150.0, 0.1, &long);
+        }
+        let short: Vec<f64> = (0..12).map(|i| 1_000.0 + f64::from(i % 4) * 150.0).collect();
+        feed(&mut models, "slow", 150.0, 0.3, &short);
+        let truth = 150.0 + 0.3 * 3_000.0;
+        let predicted = models.predict("slow", tokens(3_000.0));
+        // 590 ms when the slow pod was compared with one regression over every pod's answers
+        // and its overhead scaled with its speed; 946 now. What is left is the ridge, which
+        // holds every slope towards the configured prior (0.02 ms per token here).
+        assert!((predicted - truth).abs() < 0.12 * truth, "slow pod at 3,000 tokens: {predicted} vs {truth}");
+    }
+
+    #[test]
+    fn the_reference_kept_answer_by_answer_is_the_one_summed_again() {
+        let mut models = TtftModels::new(PRIOR);
+        for i in 0..300u32 {
+            let pod = format!("pod-{}", i % 7);
+            models.observe(
+                &pod,
+                tokens(f64::from(i % 13) * 300.0),
+                40.0 + f64::from(i % 7) * 0.03 * f64::from(i % 13) * 300.0,
+            );
+        }
+        let kept = models.pool_fit();
+        models.rebuild_reference();
+        let summed = models.pool_fit();
+        for (a, b) in [(kept.overhead_ms, summed.overhead_ms), (kept.ms_per_token, summed.ms_per_token)] {
+            assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{kept:?} vs {summed:?}");
+        }
+        models.retain_pods(|pod| pod == "pod-6");
+        let own = models.pods.get("pod-6").map(|sums| sums.fit(models.prior_fit())).unwrap();
+        let left = models.pool_fit();
+        assert!((left.ms_per_token - own.ms_per_token).abs() < 1e-12, "one pod left: {left:?} vs {own:?}");
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub struct Candidate<'a> {
     /// queue ([`crate::learn::ttft::MIN_FITTED_ANSWERS`]); a prediction from the prior alone
     /// has no term for queueing.
     pub ttft_fitted: bool,
+    /// The pool's typical TTFT (0 = not known yet): the TTFT scorer measures how much later a
+    /// pod is predicted to answer than the best in these, not in proportion.
+    pub ttft_scale_ms: f64,
     /// The prediction meets the request's TTFT objective (true when it has none).
     pub meets_slo: bool,
     /// Prompt blocks the prefix index holds for the pod (0 without an index): how many
@@ -54,6 +57,7 @@ impl<'a> Candidate<'a> {
             lora_tier: 0,
             predicted_ttft_ms: None,
             ttft_fitted: false,
+            ttft_scale_ms: 0.0,
             meets_slo: true,
             indexed_blocks: 0,
         }

@@ -25,7 +25,9 @@ pub struct InflightScorer;
 /// More of the prompt's prefix probably cached on the pod is better: matched share, 0..1.
 pub struct PrefixScorer;
 
-/// Lower predicted time to first token is better, in proportion (best ÷ own); neutral without one.
+/// Lower predicted time to first token is better, in proportion (best ÷ own), or with the
+/// candidates' `ttft_scale_ms` by the time lost against the best on that scale
+/// (`learning.ttft_score: lead`); neutral without a prediction.
 pub struct TtftScorer;
 
 fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
@@ -66,6 +68,9 @@ impl Scorer for TtftScorer {
         candidates
             .iter()
             .map(|c| match c.predicted_ttft_ms {
+                Some(t) if best.is_finite() && c.ttft_scale_ms > 0.0 => {
+                    (1.0 - (floor(t) - best) / c.ttft_scale_ms).max(0.0)
+                }
                 Some(t) if best.is_finite() => best / floor(t),
                 _ => NEUTRAL,
             })
@@ -85,6 +90,25 @@ mod tests {
 
     fn candidate(waiting: f64, kv: Option<f64>, inflight: u32) -> Candidate<'static> {
         Candidate::with_load("x", true, waiting, kv, inflight)
+    }
+
+    #[test]
+    fn the_ttft_lead_is_scored_on_the_pools_scale_or_in_proportion() {
+        let predicted = |ttft: f64, scale: f64| Candidate {
+            predicted_ttft_ms: Some(ttft),
+            ttft_scale_ms: scale,
+            ..Candidate::with_load("x", true, 0.0, None, 0)
+        };
+        // A short prompt: 200 ms against 300 on a pool whose answers take 400 ms.
+        let short = [predicted(200.0, 400.0), predicted(300.0, 400.0)];
+        // A long one: 600 against 1,000.
+        let long = [predicted(600.0, 400.0), predicted(1_000.0, 400.0)];
+        let score = |pods: &[Candidate<'static>]| TtftScorer.score(&pods.iter().collect::<Vec<_>>());
+        assert_eq!(score(&short), vec![1.0, 0.75]);
+        assert_eq!(score(&long), vec![1.0, 0.0]);
+        let proportional = [predicted(600.0, 0.0), predicted(1_000.0, 0.0)];
+        assert_eq!(score(&proportional), vec![1.0, 0.6]);
+        assert_eq!(score(&[predicted(600.0, 0.0), Candidate::with_load("y", true, 0.0, None, 0)]), vec![1.0, NEUTRAL]);
     }
 
     #[test]
