@@ -7,9 +7,7 @@
 //! can be chosen over a pod scored higher here. Both views are what an operator needs.
 
 use super::{table_candidates, RoutingView};
-use crate::scheduler::{
-    Candidate, InflightScorer, KvCacheScorer, Policy, PrefixScorer, QueueScorer, Scorer, TtftScorer,
-};
+use crate::scheduler::{weighted_scores, Candidate, Policy};
 
 /// Candidates listed at most, best first: keeps the header under ~1.5 KiB on a large pool
 /// (~1 KiB without learning's predicted TTFTs).
@@ -40,26 +38,10 @@ pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<Explaine
             .collect(),
     };
     let all: Vec<&Candidate<'_>> = candidates.iter().collect();
-    let weights = &policy.weights;
     // The TTFT scorer as the pick weighs it: only when some pod has a prediction.
     let predicted = all.iter().any(|c| c.predicted_ttft_ms.is_some());
     let learning = policy.learning.filter(|_| predicted);
-    let scorers: [(&dyn Scorer, f64); 5] = [
-        (&QueueScorer, weights.queue),
-        (&KvCacheScorer, weights.kv_cache),
-        (&InflightScorer, weights.inflight),
-        (&PrefixScorer, weights.prefix),
-        (&TtftScorer, learning.map_or(0.0, |l| l.ttft_weight)),
-    ];
-    let total_weight: f64 = scorers.iter().map(|(_, w)| w.max(0.0)).sum();
-    let mut totals = vec![0.0; all.len()];
-    for (scorer, weight) in scorers {
-        if weight > 0.0 {
-            for (total, score) in totals.iter_mut().zip(scorer.score(&all)) {
-                *total += weight * score / total_weight;
-            }
-        }
-    }
+    let totals = weighted_scores(&all, &policy.weights, learning.map_or(0.0, |l| l.ttft_weight));
     let mut scored: Vec<Explained> = all
         .iter()
         .zip(totals)

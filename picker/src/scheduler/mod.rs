@@ -161,6 +161,33 @@ fn release_affinity(candidates: &[Candidate<'_>], sticky: &[usize], open: &[usiz
     stay.is_finite() && moved.is_finite() && stay > moved + learning.release_penalty_ms
 }
 
+/// Each candidate's score: every scorer's, weighted (the TTFT scorer by `ttft_weight`) and
+/// divided by the weights' sum, so 0..1. What the pick ranks by, and what the decision header
+/// explains.
+pub fn weighted_scores(candidates: &[&Candidate<'_>], weights: &ScorerWeights, ttft_weight: f64) -> Vec<f64> {
+    let scorers: [(&dyn Scorer, f64); 5] = [
+        (&QueueScorer, weights.queue),
+        (&KvCacheScorer, weights.kv_cache),
+        (&InflightScorer, weights.inflight),
+        (&PrefixScorer, weights.prefix),
+        (&TtftScorer, ttft_weight),
+    ];
+    let total_weight: f64 = scorers.iter().map(|(_, w)| w.max(0.0)).sum();
+    let mut totals = vec![0.0; candidates.len()];
+    for (scorer, weight) in scorers {
+        if weight <= 0.0 {
+            continue;
+        }
+        for (total, score) in totals.iter_mut().zip(scorer.score(candidates)) {
+            *total += weight * score;
+        }
+    }
+    if total_weight > 0.0 {
+        totals.iter_mut().for_each(|t| *t /= total_weight);
+    }
+    totals
+}
+
 /// Picks one candidate and up to `policy.fallbacks` runners-up; `None` when there is none.
 pub fn pick(candidates: &[Candidate<'_>], policy: &Policy, random: &mut TieBreaker) -> Option<Decision> {
     pick_placed(candidates, policy, random, None)
@@ -242,26 +269,7 @@ pub fn pick_placed(
     // Weighed only when some pod has a prediction: otherwise it would be a constant.
     let predicted = !fail_open && eligible.iter().any(|c| c.predicted_ttft_ms.is_some());
     let ttft_weight = policy.learning.filter(|_| predicted).map_or(0.0, |l| l.ttft_weight);
-    let scorers: [(&dyn Scorer, f64); 5] = [
-        (&QueueScorer, weights.queue),
-        (&KvCacheScorer, weights.kv_cache),
-        (&InflightScorer, weights.inflight),
-        (&PrefixScorer, weights.prefix),
-        (&TtftScorer, ttft_weight),
-    ];
-    let total_weight: f64 = scorers.iter().map(|(_, w)| w).sum();
-    let mut totals = vec![0.0; eligible.len()];
-    for (scorer, weight) in scorers {
-        if weight <= 0.0 {
-            continue;
-        }
-        for (total, score) in totals.iter_mut().zip(scorer.score(&eligible)) {
-            *total += weight * score;
-        }
-    }
-    if total_weight > 0.0 {
-        totals.iter_mut().for_each(|t| *t /= total_weight);
-    }
+    let totals = weighted_scores(&eligible, weights, ttft_weight);
     let best = totals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let tied =
         indices_where(0..totals.len(), totals.len(), |i| totals.get(i).is_some_and(|&t| best - t <= TIE_EPSILON));
