@@ -26,6 +26,14 @@ $(ENVOY):
 
 envoy: $(ENVOY)
 
+# The official OpenAI Python SDK, a client of our users' (tests/e2e/tests/openai_sdk.rs).
+OPENAI_SDK_VERSION := 3.57.0
+OPENAI_SDK_STAMP := $(VENV)/.openai-$(OPENAI_SDK_VERSION)
+
+$(OPENAI_SDK_STAMP): $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check openai==$(OPENAI_SDK_VERSION)
+	touch $@
+
 tools: wasm-target envoy
 
 # --- builds ------------------------------------------------------------------------------
@@ -60,7 +68,7 @@ unit:
 
 # Two at a time: each test runs its own Envoy and pods on a 2-core machine. Every test
 # file runs even when one fails (--no-fail-fast), so one report lists every failure.
-e2e: envoy wasm test-wasm native prometheus
+e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP)
 	$(CARGO) test -p e2e --no-fail-fast -- --test-threads=2
 
 # The long form of the load test: 64 streaming clients, 60 s healthy + 60 s with a pod

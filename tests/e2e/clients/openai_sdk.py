@@ -1,0 +1,151 @@
+"""Drives Envoy with wasm-epp through the official OpenAI Python SDK (tests/e2e/tests/openai_sdk.rs).
+
+Users point their own clients at the gateway, not ours: the SDK sends its own headers
+(x-stainless-*), keeps connections alive through httpx, parses server-sent events strictly and
+maps error bodies to exception classes. Each case below checks what a user of the SDK sees; the
+script prints one JSON object (the pods that served each case) and exits non-zero with the
+failed case's name if anything is off.
+
+    python openai_sdk.py --base-url http://127.0.0.1:PORT/v1 --pool ADDR,ADDR --model sim-model
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+
+import openai
+
+FORGED_DESTINATION = "127.0.0.1:9"
+CONCURRENT_REQUESTS = 24
+
+
+def served_by(headers, pool, case):
+    pod = headers.get("x-served-by")
+    if pod not in pool:
+        raise AssertionError(f"{case}: served by {pod!r}, not a pool member {pool}")
+    return pod
+
+
+def chat_whole(client, model, pool):
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8
+    )
+    completion = raw.parse()
+    assert completion.choices[0].message.content, "chat_whole: empty content"
+    assert completion.choices[0].finish_reason in ("stop", "length"), completion.choices[0].finish_reason
+    assert completion.usage.prompt_tokens > 0 and completion.usage.completion_tokens > 0, completion.usage
+    return served_by(raw.headers, pool, "chat_whole")
+
+
+def chat_streamed(client, model, pool):
+    with client.chat.completions.with_streaming_response.create(
+        model=model,
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count to five."}],
+        max_tokens=12,
+        stream=True,
+        stream_options={"include_usage": True},
+    ) as response:
+        pod = served_by(response.headers, pool, "chat_streamed")
+        text, usage, finish = "", None, None
+        for chunk in response.parse():
+            for choice in chunk.choices:
+                text += choice.delta.content or ""
+                finish = choice.finish_reason or finish
+            usage = chunk.usage or usage
+    assert text, "chat_streamed: no content deltas"
+    assert finish in ("stop", "length"), f"chat_streamed: finish_reason {finish!r}"
+    assert usage is not None and usage.completion_tokens > 0, "chat_streamed: no usage event"
+    return pod
+
+
+def completion_whole(client, model, pool):
+    raw = client.completions.with_raw_response.create(model=model, prompt="Once upon a time", max_tokens=6)
+    completion = raw.parse()
+    assert completion.choices[0].text, "completion_whole: empty text"
+    return served_by(raw.headers, pool, "completion_whole")
+
+
+def completion_streamed(client, model, pool):
+    with client.completions.with_streaming_response.create(
+        model=model, prompt="The quick brown fox", max_tokens=10, stream=True
+    ) as response:
+        pod = served_by(response.headers, pool, "completion_streamed")
+        text = "".join(choice.text for chunk in response.parse() for choice in chunk.choices)
+    assert text, "completion_streamed: no text"
+    return pod
+
+
+def odd_text(client, model, pool):
+    """Text a tokenizer and a JSON parser must not choke on: emoji, right-to-left, NUL, lone escapes."""
+    content = "h\u00e9llo \U0001f600 \u05e9\u05dc\u05d5\u05dd \u0000 tab\t \\u0041 \"quoted\" " * 20
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": content}], max_tokens=4
+    )
+    assert raw.parse().choices, "odd_text: no choices"
+    return served_by(raw.headers, pool, "odd_text")
+
+
+def forged_destination(client, model, pool):
+    """A client naming the pod itself is not obeyed: the gateway picks from the pool."""
+    raw = client.completions.with_raw_response.create(
+        model=model,
+        prompt="route me where I say",
+        max_tokens=4,
+        extra_headers={"x-gateway-destination-endpoint": FORGED_DESTINATION},
+    )
+    raw.parse()
+    return served_by(raw.headers, pool, "forged_destination")
+
+
+def unknown_model(client):
+    """The gateway's 404 for a model no pod serves reaches the SDK as its NotFoundError."""
+    try:
+        client.chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+    except openai.NotFoundError as error:
+        assert "no-such-model" in str(error.message), f"unknown_model: message {error.message!r}"
+        return error.status_code
+    raise AssertionError("unknown_model: the request succeeded")
+
+
+async def concurrent(base_url, model, pool):
+    """Many requests at once through one async client (httpx's pool): every one answered."""
+    async with openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=30) as client:
+
+        async def one(index):
+            raw = await client.completions.with_raw_response.create(
+                model=model, prompt=f"request {index}: " + "lorem ipsum " * (index % 7 + 1), max_tokens=8
+            )
+            raw.parse()
+            return served_by(raw.headers, pool, f"concurrent[{index}]")
+
+        return await asyncio.gather(*(one(i) for i in range(CONCURRENT_REQUESTS)))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base-url", required=True)
+    parser.add_argument("--pool", required=True, help="comma-separated pod addresses")
+    parser.add_argument("--model", default="sim-model")
+    args = parser.parse_args()
+    pool = args.pool.split(",")
+    # No retries: a failure must show as one, not be hidden by the SDK's backoff.
+    client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=0, timeout=30)
+    served = {}
+    try:
+        for case in (chat_whole, chat_streamed, completion_whole, completion_streamed, odd_text, forged_destination):
+            served[case.__name__] = case(client, args.model, pool)
+        served["unknown_model_status"] = unknown_model(client)
+        served["concurrent"] = asyncio.run(concurrent(args.base_url, args.model, pool))
+    except Exception as error:  # noqa: BLE001 - report any failure as the case's
+        print(f"openai SDK case failed: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    served["sdk_version"] = openai.__version__
+    print(json.dumps(served))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
