@@ -218,6 +218,19 @@ bench-cost: tools wasm profile-wasm
 	$(CARGO) bench -p bench-cost --bench decision -- '$(BENCH_COST_NATIVE)'
 	./target/release/wasm-epp-bench-cost $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) all
 
+# `make profile-wasm-decision`: the native decision benchmark's cases timed natively and as
+# wasm32-wasip1 in node's V8 (bench/wasm-decision): the VM's cost on the plugin's own compute,
+# without Envoy's host calls. Needs node (20 or later). PROFILE_SECONDS per case.
+PROFILE_SECONDS ?= 2
+
+.PHONY: profile-wasm-decision
+profile-wasm-decision: wasm-target
+	$(CARGO) build --profile profiling -p wasm-decision
+	$(CARGO) build --profile profiling --target $(WASM_TARGET) -p wasm-decision
+	@echo "== native =="; ./target/profiling/wasm-decision $(PROFILE_SECONDS)
+	@echo "== wasm32-wasip1 in node $$(node --version) =="
+	node bench/wasm-decision/run.mjs target/$(WASM_TARGET)/profiling/wasm-decision.wasm $(PROFILE_SECONDS)
+
 # --- dashboard (k8s/dashboards/wasm-epp.json; docs/deployment.md, "Dashboard") ------------
 # tests/e2e/tests/dashboard.rs (part of e2e) runs Debian's Prometheus against a make-run-like
 # Envoy and pods and checks every panel's query returns data; `make dashboard-png` runs it and

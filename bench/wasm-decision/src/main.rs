@@ -1,0 +1,70 @@
+//! Times the cases of the native decision benchmark (`bench/cost/src/native`, the same files,
+//! not a copy) in whatever runs this binary: natively, or built for `wasm32-wasip1` and run
+//! by `bench/wasm-decision/run.mjs` in node's V8, the engine Envoy embeds. The MockHost
+//! answers the host calls in Wasm memory, so the gap between the two runs is the VM's cost on
+//! the plugin's own compute; Envoy's host calls come on top (`wasm-epp-bench-cost profile`).
+//!
+//!     wasm-decision [SECONDS_PER_CASE]        # prints one line per case: µs per call
+//!
+//! `make profile-wasm-decision` builds both and prints them side by side; with `perf` and
+//! node's `--perf-basic-prof` the Wasm functions show by name (docs/performance.md).
+
+// The bench crate's modules as files of this binary: it uses only some of their items.
+#[path = "../../cost/src/native/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod native;
+#[path = "../../cost/src/workload.rs"]
+#[allow(dead_code)]
+mod workload;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use native::Case;
+use picker::request::Endpoint;
+
+/// Each case runs at least this long (timing and a profile both want many calls).
+const DEFAULT_SECONDS: f64 = 2.0;
+
+fn main() {
+    let seconds = std::env::args().nth(1).and_then(|s| s.parse::<f64>().ok()).unwrap_or(DEFAULT_SECONDS);
+    let budget = Duration::from_secs_f64(seconds.clamp(0.01, 600.0));
+    let cases = [
+        ("filter_path/completions/4KB/16pods", Endpoint::Completions, 4, 16, true),
+        ("decision/completions/4KB/64pods", Endpoint::Completions, 4, 64, false),
+        ("decision/completions/32KB/64pods", Endpoint::Completions, 32, 64, false),
+        ("decision/chat/32KB/64pods", Endpoint::ChatCompletions, 32, 64, false),
+    ];
+    for (name, endpoint, kb, pods, whole_path) in cases {
+        match run(endpoint, kb, pods, whole_path, budget) {
+            Ok((calls, per_call)) => println!("{name:40} {:9.2} us per call ({calls} calls)", per_call * 1e6),
+            Err(reason) => {
+                eprintln!("{name}: {reason}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
+/// Calls per second of one case; the untimed step between calls is outside the clock.
+fn run(endpoint: Endpoint, kb: usize, pods: usize, whole_path: bool, budget: Duration) -> Result<(u64, f64), String> {
+    let case = Case::new(endpoint, kb, pods)?;
+    let (mut calls, mut timed) = (0u64, Duration::ZERO);
+    while timed < budget {
+        if whole_path {
+            case.next_request();
+        }
+        let started = Instant::now();
+        if whole_path {
+            black_box(case.request())?;
+        } else {
+            black_box(case.decide()).ok_or("the decision chose nothing")?;
+        }
+        timed += started.elapsed();
+        if !whole_path {
+            case.settle_decision();
+        }
+        calls += 1;
+    }
+    Ok((calls, timed.as_secs_f64() / calls as f64))
+}
