@@ -26,7 +26,8 @@ fn the_openai_sdk_gets_answers_streams_and_errors_it_understands() {
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     eprintln!("openai SDK report: {report}");
     let pool = cluster.pool();
-    for case in ["chat_whole", "chat_streamed", "completion_whole", "completion_streamed", "odd_text", "forged_destination"]
+    for case in
+        ["chat_whole", "chat_streamed", "completion_whole", "completion_streamed", "odd_text", "forged_destination"]
     {
         let pod = report[case].as_str().unwrap_or_else(|| panic!("{case} missing: {report}"));
         assert!(pool.iter().any(|p| p == pod), "{case} served by {pod}");
