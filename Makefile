@@ -220,16 +220,19 @@ bench-cost: tools wasm profile-wasm
 
 # `make profile-wasm-decision`: the native decision benchmark's cases timed natively and as
 # wasm32-wasip1 in node's V8 (bench/wasm-decision): the VM's cost on the plugin's own compute,
-# without Envoy's host calls. Needs node (20 or later). PROFILE_SECONDS per case.
-PROFILE_SECONDS ?= 2
+# without Envoy's host calls, warm and with caches swept between calls (cold). Needs node (20
+# or later). PROFILE_SECONDS of timed calls per case (cold runs take ~10x that in sweeps).
+PROFILE_SECONDS ?= 1
+WASM_DECISION := node --no-warnings bench/wasm-decision/run.mjs target/$(WASM_TARGET)/profiling/wasm-decision.wasm
 
 .PHONY: profile-wasm-decision
 profile-wasm-decision: wasm-target
 	$(CARGO) build --profile profiling -p wasm-decision
 	$(CARGO) build --profile profiling --target $(WASM_TARGET) -p wasm-decision
-	@echo "== native =="; ./target/profiling/wasm-decision $(PROFILE_SECONDS)
-	@echo "== wasm32-wasip1 in node $$(node --version) =="
-	node bench/wasm-decision/run.mjs target/$(WASM_TARGET)/profiling/wasm-decision.wasm $(PROFILE_SECONDS)
+	@echo "== native, warm =="; ./target/profiling/wasm-decision $(PROFILE_SECONDS)
+	@echo "== native, cold =="; ./target/profiling/wasm-decision $(PROFILE_SECONDS) cold
+	@echo "== wasm32-wasip1 in node $$(node --version), warm =="; $(WASM_DECISION) $(PROFILE_SECONDS)
+	@echo "== wasm32-wasip1 in node $$(node --version), cold =="; $(WASM_DECISION) $(PROFILE_SECONDS) cold
 
 # --- dashboard (k8s/dashboards/wasm-epp.json; docs/deployment.md, "Dashboard") ------------
 # tests/e2e/tests/dashboard.rs (part of e2e) runs Debian's Prometheus against a make-run-like

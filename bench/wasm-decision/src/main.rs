@@ -4,7 +4,11 @@
 //! answers the host calls in Wasm memory, so the gap between the two runs is the VM's cost on
 //! the plugin's own compute; Envoy's host calls come on top (`wasm-epp-bench-cost profile`).
 //!
-//!     wasm-decision [SECONDS_PER_CASE]        # prints one line per case: µs per call
+//!     wasm-decision [SECONDS_PER_CASE] [cold]  # prints one line per case: µs per call
+//!
+//! `cold` sweeps a buffer larger than the last-level cache between calls (untimed), so each
+//! call starts with the index, tables and code out of cache, as in Envoy, where a request's
+//! callbacks come between the proxy's own work on other requests.
 //!
 //! `make profile-wasm-decision` builds both and prints them side by side; with `perf` and
 //! node's `--perf-basic-prof` the Wasm functions show by name (docs/performance.md).
@@ -25,10 +29,15 @@ use picker::request::Endpoint;
 
 /// Each case runs at least this long (timing and a profile both want many calls).
 const DEFAULT_SECONDS: f64 = 2.0;
+/// Bytes swept between calls in `cold` mode: above any L3 share a 2-core VM gets.
+const SWEEP_BYTES: usize = 64 << 20;
+/// A cache line: one write per line evicts as well as touching every byte.
+const LINE_BYTES: usize = 64;
 
 fn main() {
     let seconds = std::env::args().nth(1).and_then(|s| s.parse::<f64>().ok()).unwrap_or(DEFAULT_SECONDS);
     let budget = Duration::from_secs_f64(seconds.clamp(0.01, 600.0));
+    let mut sweep = (std::env::args().nth(2).as_deref() == Some("cold")).then(|| vec![0u8; SWEEP_BYTES]);
     let cases = [
         ("filter_path/completions/4KB/16pods", Endpoint::Completions, 4, 16, true),
         ("decision/completions/4KB/64pods", Endpoint::Completions, 4, 64, false),
@@ -36,7 +45,7 @@ fn main() {
         ("decision/chat/32KB/64pods", Endpoint::ChatCompletions, 32, 64, false),
     ];
     for (name, endpoint, kb, pods, whole_path) in cases {
-        match run(endpoint, kb, pods, whole_path, budget) {
+        match run(endpoint, kb, pods, whole_path, budget, sweep.as_deref_mut()) {
             Ok((calls, per_call)) => println!("{name:40} {:9.2} us per call ({calls} calls)", per_call * 1e6),
             Err(reason) => {
                 eprintln!("{name}: {reason}");
@@ -47,10 +56,21 @@ fn main() {
 }
 
 /// Calls per second of one case; the untimed step between calls is outside the clock.
-fn run(endpoint: Endpoint, kb: usize, pods: usize, whole_path: bool, budget: Duration) -> Result<(u64, f64), String> {
+fn run(
+    endpoint: Endpoint,
+    kb: usize,
+    pods: usize,
+    whole_path: bool,
+    budget: Duration,
+    mut sweep: Option<&mut [u8]>,
+) -> Result<(u64, f64), String> {
     let case = Case::new(endpoint, kb, pods)?;
     let (mut calls, mut timed) = (0u64, Duration::ZERO);
     while timed < budget {
+        if let Some(buffer) = sweep.as_deref_mut() {
+            buffer.iter_mut().step_by(LINE_BYTES).for_each(|byte| *byte = byte.wrapping_add(1));
+            black_box(&buffer);
+        }
         if whole_path {
             case.next_request();
         }
