@@ -55,7 +55,8 @@ fn main() {
     }
 }
 
-/// Calls per second of one case; the untimed step between calls is outside the clock.
+/// Calls made and seconds per call of one case; the untimed step between calls (and the
+/// sweep) is outside the clock.
 fn run(
     endpoint: Endpoint,
     kb: usize,
