@@ -101,6 +101,10 @@ impl Host for ProxyHost {
         HeaderMap::parse(&bytes).ok_or(HostError { call: "get_header_map_pairs (malformed map)", status: 0 })
     }
 
+    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+        abi::header_value(RESPONSE_HEADERS, name)
+    }
+
     fn set_response_header(&self, name: &str, value: &[u8]) -> HostResult<()> {
         abi::replace_header(RESPONSE_HEADERS, name, value)
     }

@@ -72,10 +72,8 @@ impl Observation {
 
     /// Response headers: a failure, or an answer from a retried fallback, teaches nothing.
     pub fn on_headers(&mut self, worker: &Worker, host: &dyn Host, pod: &PodAddress) {
-        let status_ok = match host.response_headers() {
-            Ok(headers) => headers.get_text(":status").is_some_and(|s| s.starts_with('2')),
-            Err(_) => false,
-        };
+        // One header looked up, not the whole map copied out of the host and parsed.
+        let status_ok = matches!(host.response_header(":status"), Ok(Some(status)) if status.first() == Some(&b'2'));
         let upstream = host.property(&["upstream", "address"]).ok().flatten();
         let same_pod = upstream.as_deref().is_none_or(|address| address == pod.as_str().as_bytes());
         if !same_pod {

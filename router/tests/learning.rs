@@ -114,6 +114,32 @@ fn with_learning_off_answers_are_not_read() {
     assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 0);
 }
 
+/// One streamed answer with `status`, its usage event in the only body chunk.
+fn answer_with_status(bench: &Bench, stream: &mut RequestStream, status: &str) {
+    bench.host.advance(30);
+    bench.host.set_response(&[(":status", status)], b"");
+    stream.on_response_headers(&bench.host, false);
+    let usage = usage_event(10, 0);
+    bench.host.set_response(&[(":status", status)], usage.as_bytes());
+    stream.on_response_body(&bench.host, usage.len(), true);
+    stream.on_log(&bench.host);
+}
+
+#[test]
+fn an_error_answer_is_not_learned_from() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    let (mut failed, _) = bench.request(&COMPLETIONS, &streamed("hello"));
+    answer_with_status(&bench, &mut failed, "503");
+    assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 1, "its tokens are released all the same");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "a 503 is no TTFT sample");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 0, "nor a usage report");
+    let (mut served, _) = bench.request(&COMPLETIONS, &streamed("hello"));
+    answer_with_status(&bench, &mut served, "200");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1, "the same answer with 200 is learned from");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1);
+}
+
 const CHAT: [(&str, &str); 3] =
     [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
 

@@ -61,16 +61,29 @@ pub struct ProfileArgs {
     /// Seconds of 32-way load, on the profiled build and on the body-reading baseline.
     #[arg(long)]
     pub seconds: Option<f64>,
+    /// JSON fields merged into the profiled filter's configuration (e.g.
+    /// '{"learning": {"enabled": true}}'); pair it with --out, the keys are the shipped run's.
+    #[arg(long)]
+    pub filter_config: Option<String>,
 }
 
-pub fn profile_options(args: &ProfileArgs, quick: bool, pods: usize) -> bench_cost::profile::ProfileOptions {
-    bench_cost::profile::ProfileOptions {
+pub fn profile_options(
+    args: &ProfileArgs,
+    quick: bool,
+    pods: usize,
+) -> Result<bench_cost::profile::ProfileOptions, String> {
+    let filter_fields = match &args.filter_config {
+        Some(text) => Some(serde_json::from_str(text).map_err(|e| format!("--filter-config: {e}"))?),
+        None => None,
+    };
+    Ok(bench_cost::profile::ProfileOptions {
         pods,
         prompt_kb: args.prompt_kb.max(1),
         sequential: args.sequential.unwrap_or(if quick { 300 } else { 2000 }),
         concurrent: std::time::Duration::from_secs_f64(args.seconds.unwrap_or(if quick { 2.0 } else { 5.0 })),
         connections: 32,
-    }
+        filter_fields,
+    })
 }
 
 #[derive(Args, Default)]

@@ -54,7 +54,7 @@ fn run_throughput(args: &ThroughputArgs, quick: bool, results: &mut Results) -> 
 
 fn run_profile(args: &ProfileArgs, quick: bool, results: &mut Results) -> Result<(), String> {
     let pods = upstream()?;
-    bench_cost::profile::run(&pods.addresses(), &cli::profile_options(args, quick, POOL_PODS), results)
+    bench_cost::profile::run(&pods.addresses(), &cli::profile_options(args, quick, POOL_PODS)?, results)
 }
 
 fn run_memory(args: &MemoryArgs, quick: bool, results: &mut Results) -> Result<(), String> {

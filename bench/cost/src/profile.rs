@@ -44,6 +44,8 @@ pub struct ProfileOptions {
     pub sequential: usize,
     pub concurrent: Duration,
     pub connections: usize,
+    /// Fields merged into the profiled filter's configuration (none: the shipped one).
+    pub filter_fields: Option<serde_json::Value>,
 }
 
 /// Runs the three measurements against `pool` and prints their tables.
@@ -54,9 +56,10 @@ pub fn run(pool: &[String], options: &ProfileOptions, results: &mut Results) -> 
     drop(case);
     let costs = probe_costs(body.len())?;
     let host_us = print_host_calls(&traffic, &costs, results);
+    let fields = |v: Variant| options.filter_fields.clone().filter(|_| v == Variant::WasmEppProfiled);
     let envoys = [Variant::WasmEppProfiled, Variant::HeaderRead]
         .iter()
-        .map(|&v| RunningEnvoy::start(v, pool))
+        .map(|&v| RunningEnvoy::start_configured(v, pool, None, fields(v)))
         .collect::<Result<Vec<_>, _>>()?;
     let [profiled, header_read] = envoys.as_slice() else { return Err("two Envoys expected".into()) };
     let sequential = phases(profiled, &body, 1, Load::Requests(options.sequential))?;
