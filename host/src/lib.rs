@@ -66,7 +66,7 @@ pub trait Host: SharedStore {
     /// The current response's headers (from the response-headers callback on), as bytes.
     fn response_headers(&self) -> HostResult<HeaderMap>;
     /// One response header's value (`None` if absent): one lookup, not a copy of the map.
-    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>>;
+    fn response_header_value(&self, name: &str) -> HostResult<Option<Vec<u8>>>;
     fn set_response_header(&self, name: &str, value: &[u8]) -> HostResult<()>;
     fn remove_response_header(&self, name: &str) -> HostResult<()>;
     /// Bytes `start..start + size` of the response body chunk being delivered (not buffered:

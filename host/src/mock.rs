@@ -197,7 +197,7 @@ impl Host for MockHost {
         Ok(self.response_headers.borrow().clone())
     }
 
-    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+    fn response_header_value(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
         let value = self.response_headers.borrow().get(name).map(<[u8]>::to_vec);
         self.tally.note("proxy_get_header_map_value", value.as_ref().map_or(0, Vec::len), name.len());
         Ok(value)

@@ -101,7 +101,7 @@ impl Host for ProxyHost {
         HeaderMap::parse(&bytes).ok_or(HostError { call: "get_header_map_pairs (malformed map)", status: 0 })
     }
 
-    fn response_header(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
+    fn response_header_value(&self, name: &str) -> HostResult<Option<Vec<u8>>> {
         abi::header_value(RESPONSE_HEADERS, name)
     }
 

@@ -73,8 +73,9 @@ impl Observation {
     /// Response headers: a failure, or an answer from a retried fallback, teaches nothing.
     pub fn on_headers(&mut self, worker: &Worker, host: &dyn Host, pod: &PodAddress) {
         // One header looked up, not the whole map copied out of the host and parsed.
-        let status_ok = matches!(host.response_header(":status"), Ok(Some(status)) if status.first() == Some(&b'2'));
-        let upstream = host.property(&["upstream", "address"]).ok().flatten();
+        let status_ok =
+            matches!(host.response_header_value(":status"), Ok(Some(status)) if status.first() == Some(&b'2'));
+        let upstream = crate::served::answering_pod(host);
         let same_pod = upstream.as_deref().is_none_or(|address| address == pod.as_str().as_bytes());
         if !same_pod {
             worker.stats.increment(worker.learning_stats.other_upstream);
