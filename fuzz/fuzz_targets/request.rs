@@ -65,10 +65,12 @@ fn assert_valid_json(raw: &str) {
 #[allow(clippy::type_complexity)]
 fn fields<'a>(
     request: &InferenceRequest<'a>,
-) -> (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>) {
+) -> (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>)
+{
     (
         request.model.as_deref().map(str::to_owned),
         request.stream,
+        request.stream_options.map(RawValue::get),
         request.prompt.map(RawValue::get),
         request.messages,
         request.tools.map(RawValue::get),

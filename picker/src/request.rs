@@ -1,7 +1,7 @@
 //! The few fields of an OpenAI-style request body that routing needs.
 //!
-//! Only `model`, `stream`, the prompt (`prompt` or `messages`, plus `tools`) and
-//! `cache_salt` are read; everything else is skipped unparsed. The prompt parts are kept as
+//! Only `model`, `stream` (and `stream_options`, kept raw), the prompt (`prompt` or
+//! `messages`, plus `tools`) and `cache_salt` are read; everything else is skipped unparsed. The prompt parts are kept as
 //! borrowed raw JSON: prefix hashing reads their bytes directly, with no copy and no tree.
 //! Raw values are skipped by serde_json without recursion, so a 10,000-deep body costs no
 //! stack; it is forwarded as it is for the engine to judge. A chat body's parse also notes
@@ -43,6 +43,10 @@ pub struct InferenceRequest<'a> {
     pub model: Option<Cow<'a, str>>,
     #[serde(default)]
     pub stream: Option<bool>,
+    /// Kept raw, so a value of any type is forwarded for the engine to judge, as before it
+    /// was read; see [`Self::includes_usage`].
+    #[serde(borrow, default)]
+    pub stream_options: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub prompt: Option<&'a RawValue>,
     /// The list's raw JSON text, as written (a raw value's, see [`RawValue::get`]).
@@ -57,6 +61,20 @@ pub struct InferenceRequest<'a> {
     /// directly: hashing then finds the messages itself.
     #[serde(skip)]
     pub messages_cut: Option<Vec<Message<'a>>>,
+}
+
+impl InferenceRequest<'_> {
+    /// A streamed answer will end with a `usage` event: `stream_options.include_usage` is
+    /// true. (vLLM sends none otherwise, unless started with `--enable-force-include-usage`.)
+    pub fn includes_usage(&self) -> bool {
+        #[derive(Deserialize)]
+        struct StreamOptions {
+            #[serde(default)]
+            include_usage: Option<bool>,
+        }
+        let options = self.stream_options.and_then(|raw| serde_json::from_str::<StreamOptions>(raw.get()).ok());
+        options.and_then(|options| options.include_usage).unwrap_or(false)
+    }
 }
 
 /// A raw value's text (present fields only: an absent one is `None` by `default`).
@@ -134,9 +152,32 @@ mod tests {
         let request = parse_request(body, Endpoint::Completions).unwrap();
         assert_eq!((request.model.as_deref(), request.stream), (Some("m"), Some(true)));
         assert_eq!(request.prompt.map(RawValue::get), Some("\"hi there\""));
+        assert!(!request.includes_usage());
         let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"cache_salt":"s"}"#;
         let request = parse_request(chat, Endpoint::ChatCompletions).unwrap();
         assert!(request.messages.is_some() && request.cache_salt.as_deref() == Some("s"));
+    }
+
+    #[test]
+    fn stream_options_of_any_shape_are_accepted_and_only_a_true_include_usage_counts() {
+        let with = |options: &str| format!(r#"{{"prompt":"x","stream":true,"stream_options":{options}}}"#);
+        for (options, includes) in [
+            (r#"{"include_usage":true,"continuous_usage_stats":false}"#, true),
+            (r#"{"include_usage":false}"#, false),
+            (r#"{"include_usage":"yes"}"#, false),
+            ("null", false),
+            ("[1,2]", false),
+            ("\"text\"", false),
+        ] {
+            let body = with(options);
+            for endpoint in [Endpoint::Completions, Endpoint::Other] {
+                let request = parse_request(body.as_bytes(), endpoint).unwrap();
+                assert_eq!(request.includes_usage(), includes, "{options}");
+            }
+        }
+        let chat = br#"{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}"#;
+        let request = parse_request(chat, Endpoint::ChatCompletions).unwrap();
+        assert!(request.messages_cut.is_some() && request.includes_usage(), "the cut parse reads it too");
     }
 
     #[test]

@@ -42,10 +42,18 @@ pub enum Phase {
     ResponseHeaders,
     /// Reporting the answering pod in a response header.
     ServedEndpoint,
+    /// Learning's check of the pod that answered (a response header).
+    ObserveHeaders,
     /// `on_response_body`, whole (every chunk).
     ResponseBody,
+    /// Learning at the first body byte (the prompt's tokens released, a TTFT sample).
+    ObserveFirstByte,
+    /// Learning's copy of each chunk and its scan for `usage`.
+    ObserveScan,
     /// `on_log`, whole.
     Log,
+    /// Learning from the answer's `usage` at its end.
+    ObserveEnd,
     /// The worker's tick, whole.
     Tick,
     /// The tick's pod-table refresh.
@@ -62,7 +70,7 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in report order.
-    pub const ALL: [Phase; 20] = [
+    pub const ALL: [Phase; 24] = [
         Phase::Headers,
         Phase::Body,
         Phase::BodyRead,
@@ -75,8 +83,12 @@ impl Phase {
         Phase::InflightPublish,
         Phase::ResponseHeaders,
         Phase::ServedEndpoint,
+        Phase::ObserveHeaders,
         Phase::ResponseBody,
+        Phase::ObserveFirstByte,
+        Phase::ObserveScan,
         Phase::Log,
+        Phase::ObserveEnd,
         Phase::Tick,
         Phase::TickTable,
         Phase::TickInflight,
@@ -100,7 +112,11 @@ impl Phase {
             Phase::InflightPublish => "inflight_publish",
             Phase::ResponseHeaders => "response_headers",
             Phase::ResponseBody => "response_body",
+            Phase::ObserveHeaders => "observe_headers",
+            Phase::ObserveFirstByte => "observe_first_byte",
+            Phase::ObserveScan => "observe_scan",
             Phase::Log => "log",
+            Phase::ObserveEnd => "observe_end",
             Phase::Tick => "tick",
             Phase::ServedEndpoint => "served_endpoint",
             Phase::TickTable => "tick_table",

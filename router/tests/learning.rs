@@ -114,14 +114,13 @@ fn with_learning_off_answers_are_not_read() {
     assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 0);
 }
 
-/// One streamed answer with `status`, its usage event in the only body chunk.
-fn answer_with_status(bench: &Bench, stream: &mut RequestStream, status: &str) {
+/// One streamed answer with `status` and `body`, all in one chunk.
+fn answer_with(bench: &Bench, stream: &mut RequestStream, status: &str, body: &str) {
     bench.host.advance(30);
     bench.host.set_response(&[(":status", status)], b"");
     stream.on_response_headers(&bench.host, false);
-    let usage = usage_event(10, 0);
-    bench.host.set_response(&[(":status", status)], usage.as_bytes());
-    stream.on_response_body(&bench.host, usage.len(), true);
+    bench.host.set_response(&[(":status", status)], body.as_bytes());
+    stream.on_response_body(&bench.host, body.len(), true);
     stream.on_log(&bench.host);
 }
 
@@ -129,14 +128,84 @@ fn answer_with_status(bench: &Bench, stream: &mut RequestStream, status: &str) {
 fn an_error_answer_is_not_learned_from() {
     let bench = Bench::new(LEARNING);
     bench.publish(1, &POOL);
-    let (mut failed, _) = bench.request(&COMPLETIONS, &streamed("hello"));
-    answer_with_status(&bench, &mut failed, "503");
-    assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 1, "its tokens are released all the same");
-    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "a 503 is no TTFT sample");
+    // vLLM's error object, and Envoy's own local reply: neither is an event stream.
+    let error = r#"{"object":"error","message":"overloaded","type":"ServiceUnavailable","code":503}"#;
+    for (status, body) in [("503", error), ("503", "upstream connect error or disconnect/reset before headers")] {
+        let (mut failed, routed) = bench.request(&COMPLETIONS, &streamed("hello"));
+        answer_with(&bench, &mut failed, status, body);
+        assert_eq!(bench.worker.inflight.borrow().tokens(&routed.destination.unwrap()), 0, "tokens released");
+    }
+    assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 2, "its tokens are released all the same");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "an error is no TTFT sample");
     assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 0, "nor a usage report");
     let (mut served, _) = bench.request(&COMPLETIONS, &streamed("hello"));
-    answer_with_status(&bench, &mut served, "200");
-    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1, "the same answer with 200 is learned from");
+    answer_with(&bench, &mut served, "200", &usage_event(10, 0));
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1, "an event stream is learned from");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1);
+}
+
+#[test]
+fn an_answer_from_a_retried_fallback_is_not_learned_from() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    let (mut stream, routed) = bench.request(&COMPLETIONS, &streamed("hello"));
+    let picked = routed.destination.unwrap();
+    let fallback = POOL.iter().map(|(pod, _)| *pod).find(|pod| *pod != picked).unwrap();
+    // Envoy's route writes the pod that answered (`%UPSTREAM_REMOTE_ADDRESS%`).
+    let served = [(":status", "200"), ("x-gateway-destination-endpoint-served", fallback)];
+    bench.host.advance(30);
+    bench.host.set_response(&served, b"");
+    stream.on_response_headers(&bench.host, false);
+    let usage = usage_event(10, 0);
+    bench.host.set_response(&served, usage.as_bytes());
+    stream.on_response_body(&bench.host, usage.len(), true);
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.learning.other_upstream"), 1);
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "the fallback's time is not the picked pod's");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 0);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&picked), 0, "the tokens are released all the same");
+}
+
+#[test]
+fn a_stream_without_usage_is_read_no_further_than_its_first_chunk() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    let body = r#"{"model":"m","prompt":"hello","max_tokens":4,"stream":true}"#;
+    let (mut stream, _) = bench.request(&COMPLETIONS, body);
+    bench.host.tally.take();
+    bench.host.advance(30);
+    bench.host.set_response(&[(":status", "200")], b"");
+    stream.on_response_headers(&bench.host, false);
+    for _ in 0..10 {
+        let event = b"data: {\"choices\":[{\"text\":\" a\"}]}\n\n";
+        bench.host.set_response(&[(":status", "200")], event);
+        stream.on_response_body(&bench.host, event.len(), false);
+    }
+    let copies = bench.host.tally.take().get("proxy_get_buffer_bytes").map_or(0, |count| count.calls);
+    assert_eq!(copies, 1, "only the first chunk is copied (to see it is an event stream)");
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1, "its first byte is a TTFT sample all the same");
+}
+
+#[test]
+fn a_whole_answer_releases_its_tokens_at_the_end_and_reports_usage() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    let long = "x".repeat(8_000);
+    let body = format!(r#"{{"model":"m","prompt":"{long}","max_tokens":4}}"#);
+    let (mut stream, routed) = bench.request(&COMPLETIONS, &body);
+    let pod = routed.destination.unwrap();
+    assert!(bench.worker.inflight.borrow().tokens(&pod) > 1_000);
+    let answer = r#"{"choices":[{"text":" a"}],"usage":{"prompt_tokens":2000,"completion_tokens":4}}"#;
+    bench.host.advance(30);
+    bench.host.set_response(&[(":status", "200")], answer.as_bytes());
+    stream.on_response_headers(&bench.host, false);
+    stream.on_response_body(&bench.host, answer.len(), false);
+    assert!(bench.worker.inflight.borrow().tokens(&pod) > 1_000, "held until the end (one publish, not two)");
+    stream.on_response_body(&bench.host, 0, true);
+    stream.on_log(&bench.host);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0);
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "a whole answer's first byte is no TTFT");
     assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1);
 }
 

@@ -44,6 +44,10 @@ fn main() {
         ("decision/completions/32KB/64pods", Endpoint::Completions, 32, 64, false),
         ("decision/chat/32KB/64pods", Endpoint::ChatCompletions, 32, 64, false),
     ];
+    for (name, answer) in USAGE_CASES {
+        let per_call = time_usage_scan(answer.as_bytes(), budget, sweep.as_deref_mut());
+        println!("{name:40} {:9.2} us per call", per_call * 1e6);
+    }
     for (name, endpoint, kb, pods, whole_path) in cases {
         match run(endpoint, kb, pods, whole_path, budget, sweep.as_deref_mut()) {
             Ok((calls, per_call)) => println!("{name:40} {:9.2} us per call ({calls} calls)", per_call * 1e6),
@@ -53,6 +57,42 @@ fn main() {
             }
         }
     }
+}
+
+/// Answers learning scans for `usage` (the observation's compute, `router/src/response.rs`):
+/// the shape of `wasm-epp-bench-cost`'s upstream answer, and a stream's final usage event.
+const USAGE_CASES: [(&str, &str); 2] = [
+    (
+        "usage_scan/json_answer",
+        r#"{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"sim-model","choices":[{"index":0,"text":" answered at once","logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":{"prompt_tokens":256,"total_tokens":260,"completion_tokens":4}}"#,
+    ),
+    (
+        "usage_scan/sse_usage_event",
+        "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"sim-model\",\"choices\":[],\"usage\":{\"prompt_tokens\":4096,\"total_tokens\":4608,\"completion_tokens\":512,\"prompt_tokens_details\":{\"cached_tokens\":3072}}}\n\ndata: [DONE]\n\n",
+    ),
+];
+
+/// Seconds per scan of `answer` (a fresh scanner, one chunk, the usage read). A scan takes
+/// about as long as reading the clock, so warm scans are timed in batches; a cold one (the
+/// sweep between scans) alone.
+fn time_usage_scan(answer: &[u8], budget: Duration, mut sweep: Option<&mut [u8]>) -> f64 {
+    let batch = if sweep.is_some() { 1 } else { 1_000 };
+    let (mut calls, mut timed) = (0u64, Duration::ZERO);
+    while timed < budget {
+        if let Some(buffer) = sweep.as_deref_mut() {
+            buffer.iter_mut().step_by(LINE_BYTES).for_each(|byte| *byte = byte.wrapping_add(1));
+            black_box(&buffer);
+        }
+        let started = Instant::now();
+        for _ in 0..batch {
+            let mut scanner = picker::learn::UsageScanner::default();
+            scanner.feed(black_box(answer));
+            black_box(scanner.usage());
+        }
+        timed += started.elapsed();
+        calls += batch;
+    }
+    timed.as_secs_f64() / calls as f64
 }
 
 /// Calls made and seconds per call of one case; the untimed step between calls (and the

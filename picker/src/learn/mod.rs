@@ -67,6 +67,9 @@ pub struct Dispatch {
     /// The client asked for a stream: its first byte is the first token (a whole answer's
     /// first byte comes after the generation, so it is no TTFT sample).
     pub streamed: bool,
+    /// The answer will carry `usage`: always a whole answer's; a stream's only when the
+    /// client asked (`stream_options.include_usage`), else its chunks are not scanned.
+    pub usage_expected: bool,
 }
 
 /// Index accuracy: predicted vs reported cached tokens, summed over answers.

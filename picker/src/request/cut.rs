@@ -39,6 +39,8 @@ struct CutRequest<'a> {
     #[serde(default)]
     stream: Option<bool>,
     #[serde(borrow, default)]
+    stream_options: Option<&'a RawValue>,
+    #[serde(borrow, default)]
     prompt: Option<&'a RawValue>,
     #[serde(borrow, default)]
     messages: Option<CutList<'a>>,
@@ -61,6 +63,7 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
     Some(InferenceRequest {
         model: request.model,
         stream: request.stream,
+        stream_options: request.stream_options,
         prompt: request.prompt,
         messages,
         tools: request.tools,

@@ -6,12 +6,14 @@ use super::MAX_CUT_MESSAGES;
 use crate::prefix::{hash_prompt_noting_replies, HashParams};
 use serde_json::value::RawValue;
 
-type Fields<'a> = (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>);
+type Fields<'a> =
+    (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>);
 
 fn fields<'a>(request: &InferenceRequest<'a>) -> Fields<'a> {
     (
         request.model.as_deref().map(str::to_owned),
         request.stream,
+        request.stream_options.map(RawValue::get),
         request.prompt.map(RawValue::get),
         request.messages,
         request.tools.map(RawValue::get),
