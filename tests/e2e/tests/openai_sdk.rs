@@ -1,17 +1,52 @@
 //! The official OpenAI Python SDK (installed into `.venv` by `make e2e`) against Envoy with
 //! wasm-epp: chat and completions, whole and streamed (with the usage event), odd text, a forged
 //! destination header, the gateway's 404 for an unknown model, and 24 requests at once through
-//! the async client. The cases live in `tests/e2e/clients/openai_sdk.py`; this test starts the
-//! pool and Envoy, runs the script and checks what it reports.
+//! the async client. The cases live in `tests/e2e/clients/openai_sdk.py`; each test starts the
+//! pool and Envoy, runs the script and checks what it reports: once as shipped, once with
+//! learning on (which reads the SDK's answers as they pass).
 
 use std::process::Command;
+use std::time::Duration;
 
 use e2e::Cluster;
+use launcher::envoy::EnvoyOptions;
 use launcher::paths::workspace_root;
+
+/// The script's answers: whole ones (chat, completion, odd text, forged destination and the 24
+/// concurrent completions) and streams (chat with `include_usage`, completion without).
+const WHOLE_ANSWERS: f64 = 28.0;
+const STREAMS: f64 = 2.0;
 
 #[test]
 fn the_openai_sdk_gets_answers_streams_and_errors_it_understands() {
     let cluster = Cluster::start_ready("openai-sdk", 3, &["--time-scale", "0"]);
+    run_sdk_cases(&cluster);
+    cluster.assert_plugin_healthy();
+}
+
+#[test]
+fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
+    let learning_on = |options: &mut EnvoyOptions| {
+        if let Some(config) = options.filter_config.as_object_mut() {
+            config.insert("learning".into(), serde_json::json!({"enabled": true}));
+        }
+    };
+    let cluster = Cluster::start("openai-sdk-learning", 3, &["--time-scale", "0"], learning_on);
+    assert!(cluster.envoy.wait_for_healthy_pods(3, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
+    run_sdk_cases(&cluster);
+    // Every whole answer and the stream that asked for it carry usage; both streams open as
+    // event streams (their first bytes are TTFT samples); no answer came from another pod.
+    let stat = |name: &str| cluster.envoy.stat(&format!("wasm_epp_learning_{name}")).unwrap_or(0.0);
+    launcher::wait_until(Duration::from_secs(5), || stat("usage_reports") >= WHOLE_ANSWERS + 1.0);
+    assert_eq!(stat("usage_reports"), WHOLE_ANSWERS + 1.0, "usage read from the answers that carry it");
+    assert_eq!(stat("ttft_samples"), STREAMS, "one TTFT sample per stream");
+    assert_eq!(stat("first_bytes"), WHOLE_ANSWERS + STREAMS);
+    assert_eq!(stat("other_upstream"), 0.0);
+    cluster.assert_plugin_healthy();
+}
+
+/// Runs the SDK script against the cluster and checks what it reports.
+fn run_sdk_cases(cluster: &Cluster) {
     let python = workspace_root().join(".venv/bin/python");
     let script = workspace_root().join("tests/e2e/clients/openai_sdk.py");
     let output = Command::new(&python)
@@ -37,5 +72,4 @@ fn the_openai_sdk_gets_answers_streams_and_errors_it_understands() {
     assert_eq!(concurrent.len(), 24, "{report}");
     let spread = e2e::tally(concurrent.iter().copied());
     assert!(spread.len() >= 2, "24 requests at once all went to one pod: {spread:?}");
-    cluster.assert_plugin_healthy();
 }
