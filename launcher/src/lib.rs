@@ -21,26 +21,8 @@ pub mod proc_stats;
 pub mod process;
 pub mod replicas;
 
-/// Ports handed out by [`free_port`]: below Linux's ephemeral range (32768–60999 by
-/// default), so no outgoing connection's source port and no other program's "any free port"
-/// can take one between the time it is chosen and the time a server binds it (a replica
-/// cluster chooses every replica's ports before starting the first).
-const PORT_RANGE: std::ops::Range<u32> = 10_000..32_000;
-
-/// A free TCP port on 127.0.0.1: free when this returns, and not returned twice by one
-/// process (each call moves on; each process starts at its own place in [`PORT_RANGE`]).
+/// A free TCP port on 127.0.0.1 (the OS picks it; it is free when this returns).
 pub fn free_port() -> std::io::Result<u16> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let span = PORT_RANGE.end - PORT_RANGE.start;
-    let start = std::process::id().wrapping_mul(7_919) % span;
-    for _ in 0..span {
-        let offset = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span;
-        let Ok(port) = u16::try_from(PORT_RANGE.start + offset) else { continue };
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return Ok(port);
-        }
-    }
     Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
 }
 
