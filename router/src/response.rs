@@ -13,7 +13,7 @@
 //!
 //! What marks a success is the body, not `:status`: a stream's answer must begin as an SSE
 //! stream, a whole answer must carry `usage` (OpenAI-style errors and Envoy's local replies
-//! do neither). Each host call saved here is ~3 µs of a cold callback in Envoy's V8.
+//! do neither). Each host call saved here is ~3–5 µs of a callback in Envoy's V8, caches cold.
 //!
 //! The plugin does not add `stream_options.include_usage` to requests that stream without
 //! it: that would rewrite the request body, and hiding the extra event from the client would
@@ -63,9 +63,8 @@ impl LearningStats {
 #[derive(Debug, Clone)]
 pub struct Observation {
     dispatch: Dispatch,
-    /// The prompt's tokens still count as in flight (no first token seen yet).
-    holding_tokens: bool,
-    /// No body byte yet.
+    /// No body byte yet. (A stream's prompt tokens count as in flight until then; a whole
+    /// answer's until its end.)
     awaiting_first_byte: bool,
     /// The answer comes from the pod that was picked and, as far as its first bytes tell,
     /// is a success: worth learning from.
@@ -75,13 +74,7 @@ pub struct Observation {
 
 impl Observation {
     pub fn new(dispatch: Dispatch) -> Self {
-        Self {
-            dispatch,
-            holding_tokens: true,
-            awaiting_first_byte: true,
-            learnable: true,
-            scanner: UsageScanner::default(),
-        }
+        Self { dispatch, awaiting_first_byte: true, learnable: true, scanner: UsageScanner::default() }
     }
 
     /// Response headers: an answer from a retried fallback teaches nothing about the pod
@@ -132,8 +125,7 @@ impl Observation {
             worker.stats.increment(worker.learning_stats.first_bytes);
             if self.dispatch.streamed {
                 let now = host.now_ms();
-                self.release_tokens(worker, pod);
-                publish_inflight(worker, host, now);
+                self.release_tokens(worker, pod, Some((host, now)));
                 if event_stream {
                     if let Ok(mut learner) = worker.learning.try_borrow_mut() {
                         learner.first_byte(pod.as_str(), &self.dispatch, now);
@@ -145,10 +137,10 @@ impl Observation {
     }
 
     /// The caller publishes the in-flight counts next (the request itself ends).
-    pub fn on_end(mut self, worker: &Worker, host: &dyn Host, pod: &PodAddress) {
+    pub fn on_end(self, worker: &Worker, host: &dyn Host, pod: &PodAddress) {
         let _span = profile::span(host, Phase::ObserveEnd);
-        if self.holding_tokens {
-            self.release_tokens(worker, pod);
+        if self.awaiting_first_byte || !self.dispatch.streamed {
+            self.release_tokens(worker, pod, None);
         }
         let Some(usage) = self.scanner.usage().filter(|_| self.learnable) else { return };
         let stats = &worker.learning_stats;
@@ -162,20 +154,18 @@ impl Observation {
         worker.stats.add(stats.cached_error, report.predicted.abs_diff(report.reported));
     }
 
-    fn release_tokens(&mut self, worker: &Worker, pod: &PodAddress) {
-        self.holding_tokens = false;
+    /// Releases the prompt's tokens; with `publish`, the other workers see it at once rather
+    /// than at the next tick (at the end the caller publishes with the request's release).
+    fn release_tokens(&self, worker: &Worker, pod: &PodAddress, publish: Option<(&dyn Host, u64)>) {
         match worker.inflight.try_borrow_mut() {
-            Ok(mut inflight) => inflight.release_tokens(pod.as_str(), self.dispatch.uncached_tokens),
+            Ok(mut inflight) => {
+                inflight.release_tokens(pod.as_str(), self.dispatch.uncached_tokens);
+                if let Some((host, now_ms)) = publish {
+                    inflight.publish_now(host, now_ms);
+                }
+            }
             Err(_) => worker.stats.increment(worker.stats.inflight_update_failed),
         }
-    }
-}
-
-/// The other workers see the counts at once, not at the next tick.
-fn publish_inflight(worker: &Worker, host: &dyn Host, now_ms: u64) {
-    match worker.inflight.try_borrow_mut() {
-        Ok(mut inflight) => inflight.publish_now(host, now_ms),
-        Err(_) => worker.stats.increment(worker.stats.inflight_update_failed),
     }
 }
 
