@@ -3,9 +3,10 @@
 //! peering is on (docs/design.md, "Several gateway replicas"), and a plain round-robin
 //! "front" Envoy spreads clients over the replicas as a cloud load balancer would.
 //!
-//! Every port is chosen before any replica starts, so each replica's static peer list can
-//! name replicas that start later (catch-up) or die (faults). Each replica lives in its own
-//! folder (`replica-<i>/envoy.yaml`, `envoy.log`) and is stopped by pid when dropped.
+//! Every port is chosen and held ([`crate::PortReservation`]) before any replica starts, so
+//! each replica's static peer list can name replicas that start later (catch-up) or die
+//! (faults). Each replica lives in its own folder (`replica-<i>/envoy.yaml`, `envoy.log`)
+//! and is stopped by pid when dropped.
 
 use std::path::{Path, PathBuf};
 
@@ -31,11 +32,14 @@ impl ReplicaPorts {
 }
 
 /// How a set of replicas is started.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ReplicaPlan {
     /// The pool's pods, `ip:port`.
     pub pool: Vec<String>,
     pub ports: Vec<ReplicaPorts>,
+    /// Each replica's ports stay held until it starts (a later replica's could otherwise be
+    /// taken meanwhile); emptied as each starts.
+    held: std::sync::Mutex<Vec<Vec<crate::PortReservation>>>,
     /// Share decisions (peer listener, cluster and the singleton's `peers` section).
     pub peering: bool,
     pub secret: String,
@@ -46,11 +50,24 @@ pub struct ReplicaPlan {
 impl ReplicaPlan {
     /// `count` replicas over `pool` on free ports.
     pub fn new(pool: &[String], count: usize, peering: bool) -> Result<Self, String> {
-        let port = || crate::free_port().map_err(|e| format!("free port: {e}"));
-        let ports = (0..count)
-            .map(|_| Ok(ReplicaPorts { listen: port()?, admin: port()?, peer: port()? }))
-            .collect::<Result<Vec<_>, String>>()?;
-        Ok(Self { pool: pool.to_vec(), ports, peering, secret: LOCAL_PEER_SECRET.into(), concurrency: 2 })
+        let reserve = || crate::PortReservation::new().map_err(|e| format!("free port: {e}"));
+        let held =
+            (0..count).map(|_| Ok(vec![reserve()?, reserve()?, reserve()?])).collect::<Result<Vec<_>, String>>()?;
+        let ports = held
+            .iter()
+            .map(|r| {
+                let port = |i: usize| r.get(i).map_or(0, crate::PortReservation::port);
+                ReplicaPorts { listen: port(0), admin: port(1), peer: port(2) }
+            })
+            .collect();
+        Ok(Self {
+            pool: pool.to_vec(),
+            ports,
+            held: std::sync::Mutex::new(held),
+            peering,
+            secret: LOCAL_PEER_SECRET.into(),
+            concurrency: 2,
+        })
     }
 
     /// The Envoy options of replica `index`: every replica lists every peer listener (its
@@ -86,6 +103,10 @@ impl ReplicaPlan {
         let mut options = self.options(index)?;
         adjust(&mut options);
         let folder = replica_dir(dir, index)?;
+        // Freed just before Envoy binds them (a restarted replica finds them freed already).
+        if let Some(held) = self.held.lock().map_err(|_| "port reservations poisoned")?.get_mut(index) {
+            held.clear();
+        }
         Envoy::start(&options, &folder).map_err(|e| format!("replica {index}: {e}"))
     }
 
@@ -166,6 +187,23 @@ mod tests {
         // Nothing on the peer listener is routed: its only route is a direct 404.
         let listener = rendered.split_once("- name: wasm_epp_peer\n").unwrap().1.split("  clusters:").next().unwrap();
         assert!(listener.contains("direct_response: { status: 404 }") && !listener.contains("cluster: pool"));
+    }
+
+    #[test]
+    fn a_replicas_ports_are_held_until_it_starts_and_refuse_connections_meanwhile() {
+        let plan = ReplicaPlan::new(&["127.0.0.1:8001".to_string()], 2, true).unwrap();
+        let ports = plan.ports[1];
+        let all = [ports.listen, ports.admin, ports.peer];
+        for port in all {
+            assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "held, not listening: {port}");
+        }
+        // What start_replica_with does before Envoy binds them.
+        plan.held.lock().unwrap()[1].clear();
+        for port in all {
+            let listener = std::net::TcpListener::bind(("127.0.0.1", port));
+            assert!(listener.is_ok(), "free once released: {port}");
+        }
+        assert_eq!(plan.held.lock().unwrap()[0].len(), 3, "replica 0's ports are still held");
     }
 
     #[test]
