@@ -193,6 +193,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
                 TtftScore::Lead => learner.models.typical_ms().unwrap_or(0.0),
                 TtftScore::Proportional => 0.0,
             },
+            ttft_margin_ms: match worker.config.learning.ttft_score {
+                TtftScore::Lead => learner.models.typical_ms().unwrap_or(0.0) * worker.config.learning.lead_margin,
+                TtftScore::Proportional => 0.0,
+            },
         }),
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };

@@ -23,8 +23,10 @@ pub struct LearningQuery<'a> {
     pub slo_ttft_ms: Option<f64>,
     /// Where the chat's assistant replies lie among the hashed blocks (none for completions).
     pub replies: &'a [ReplySpan],
-    /// The TTFT scorer's scale (0 = in proportion); see [`crate::scheduler::Candidate`].
+    /// The TTFT scorer's scale (0 = in proportion) and the lead it ignores; see
+    /// [`crate::scheduler::Candidate`].
     pub ttft_scale_ms: f64,
+    pub ttft_margin_ms: f64,
 }
 
 /// One candidate's share of the work, as predicted.
@@ -113,6 +115,7 @@ mod tests {
             slo_ttft_ms: Some(50.0),
             replies: &[],
             ttft_scale_ms: 0.0,
+            ttft_margin_ms: 0.0,
         };
         let warm = query.predict("idle", 90, 0);
         assert_eq!((warm.cached_tokens, warm.uncached_tokens, warm.indexed_tokens), (1_440, 560, 1_600));
@@ -139,6 +142,7 @@ mod tests {
             slo_ttft_ms: None,
             replies: &replies,
             ttft_scale_ms: 0.0,
+            ttft_margin_ms: 0.0,
         };
         let served_last_turn = query.predict("p", 40, 0);
         assert_eq!(served_last_turn.cached_tokens, 44 * 16, "the reply it generated is cached too");

@@ -33,6 +33,10 @@ pub struct Candidate<'a> {
     /// The pool's typical TTFT (0 = not known yet): the TTFT scorer measures how much later a
     /// pod is predicted to answer than the best in these, not in proportion.
     pub ttft_scale_ms: f64,
+    /// A lead on the best prediction up to this counts for nothing (with a scale): the
+    /// model's error at a full running batch is about this size, and the request counts see
+    /// what it misses there.
+    pub ttft_margin_ms: f64,
     /// The prediction meets the request's TTFT objective (true when it has none).
     pub meets_slo: bool,
     /// Prompt blocks the prefix index holds for the pod (0 without an index): how many
@@ -58,6 +62,7 @@ impl<'a> Candidate<'a> {
             predicted_ttft_ms: None,
             ttft_fitted: false,
             ttft_scale_ms: 0.0,
+            ttft_margin_ms: 0.0,
             meets_slo: true,
             indexed_blocks: 0,
         }

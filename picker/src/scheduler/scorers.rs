@@ -26,8 +26,8 @@ pub struct InflightScorer;
 pub struct PrefixScorer;
 
 /// Lower predicted time to first token is better, in proportion (best ÷ own), or with the
-/// candidates' `ttft_scale_ms` by the time lost against the best on that scale
-/// (`learning.ttft_score: lead`); neutral without a prediction.
+/// candidates' `ttft_scale_ms` by the time lost against the best beyond `ttft_margin_ms`, on
+/// that scale (`learning.ttft_score: lead`); neutral without a prediction.
 pub struct TtftScorer;
 
 fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
@@ -69,7 +69,8 @@ impl Scorer for TtftScorer {
             .iter()
             .map(|c| match c.predicted_ttft_ms {
                 Some(t) if best.is_finite() && c.ttft_scale_ms > 0.0 => {
-                    (1.0 - (floor(t) - best) / c.ttft_scale_ms).max(0.0)
+                    let lead = (floor(t) - best - c.ttft_margin_ms.max(0.0)).max(0.0);
+                    (1.0 - lead / c.ttft_scale_ms).max(0.0)
                 }
                 Some(t) if best.is_finite() => best / floor(t),
                 _ => NEUTRAL,
@@ -109,6 +110,21 @@ mod tests {
         let proportional = [predicted(600.0, 0.0), predicted(1_000.0, 0.0)];
         assert_eq!(score(&proportional), vec![1.0, 0.6]);
         assert_eq!(score(&[predicted(600.0, 0.0), Candidate::with_load("y", true, 0.0, None, 0)]), vec![1.0, NEUTRAL]);
+    }
+
+    #[test]
+    fn a_lead_within_the_margin_counts_for_nothing_and_beyond_it_from_the_margin_on() {
+        let predicted = |ttft: f64| Candidate {
+            predicted_ttft_ms: Some(ttft),
+            ttft_scale_ms: 400.0,
+            ttft_margin_ms: 40.0,
+            ..Candidate::with_load("x", true, 0.0, None, 0)
+        };
+        let score = |pods: &[Candidate<'static>]| TtftScorer.score(&pods.iter().collect::<Vec<_>>());
+        // 30 ms behind: within the models' noise, request counts decide.
+        assert_eq!(score(&[predicted(200.0), predicted(230.0)]), vec![1.0, 1.0]);
+        // 240 ms behind: 200 ms past the margin, half the pool's typical TTFT.
+        assert_eq!(score(&[predicted(600.0), predicted(840.0)]), vec![1.0, 0.5]);
     }
 
     #[test]
