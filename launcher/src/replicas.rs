@@ -51,15 +51,12 @@ impl ReplicaPlan {
     /// `count` replicas over `pool` on free ports.
     pub fn new(pool: &[String], count: usize, peering: bool) -> Result<Self, String> {
         let reserve = || crate::PortReservation::new().map_err(|e| format!("free port: {e}"));
-        let held =
-            (0..count).map(|_| Ok(vec![reserve()?, reserve()?, reserve()?])).collect::<Result<Vec<_>, String>>()?;
-        let ports = held
-            .iter()
-            .map(|r| {
-                let port = |i: usize| r.get(i).map_or(0, crate::PortReservation::port);
-                ReplicaPorts { listen: port(0), admin: port(1), peer: port(2) }
-            })
-            .collect();
+        let (mut ports, mut held) = (Vec::with_capacity(count), Vec::with_capacity(count));
+        for _ in 0..count {
+            let (listen, admin, peer) = (reserve()?, reserve()?, reserve()?);
+            ports.push(ReplicaPorts { listen: listen.port(), admin: admin.port(), peer: peer.port() });
+            held.push(vec![listen, admin, peer]);
+        }
         Ok(Self {
             pool: pool.to_vec(),
             ports,

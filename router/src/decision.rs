@@ -181,22 +181,23 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             subset: prompt.subset,
             index: Some(cache.models()),
         },
-        learning: learning.as_ref().map(|learner| LearningQuery {
-            models: &learner.models,
-            prompt_tokens: learner.text_ratio.corrected(size),
-            tokens_per_block: learner.text_ratio.tokens_per_block(size, params.block_tokens),
-            hashed_blocks: hashes.len(),
-            tokens_in_flight: &tokens_of,
-            slo_ttft_ms: prompt.slo_ttft_ms,
-            replies: &replies,
-            ttft_scale_ms: match worker.config.learning.ttft_score {
+        learning: learning.as_ref().map(|learner| {
+            // `lead` scores on the pool's mean TTFT; 0 scores in proportion.
+            let lead_scale = match worker.config.learning.ttft_score {
                 TtftScore::Lead => learner.models.typical_ms().unwrap_or(0.0),
                 TtftScore::Proportional => 0.0,
-            },
-            ttft_margin_ms: match worker.config.learning.ttft_score {
-                TtftScore::Lead => learner.models.typical_ms().unwrap_or(0.0) * worker.config.learning.lead_margin,
-                TtftScore::Proportional => 0.0,
-            },
+            };
+            LearningQuery {
+                models: &learner.models,
+                prompt_tokens: learner.text_ratio.corrected(size),
+                tokens_per_block: learner.text_ratio.tokens_per_block(size, params.block_tokens),
+                hashed_blocks: hashes.len(),
+                tokens_in_flight: &tokens_of,
+                slo_ttft_ms: prompt.slo_ttft_ms,
+                replies: &replies,
+                ttft_scale_ms: lead_scale,
+                ttft_margin_ms: lead_scale * worker.config.learning.lead_margin,
+            }
         }),
     };
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };

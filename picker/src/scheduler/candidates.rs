@@ -33,9 +33,9 @@ pub struct Candidate<'a> {
     /// The pool's typical TTFT (0 = not known yet): the TTFT scorer measures how much later a
     /// pod is predicted to answer than the best in these, not in proportion.
     pub ttft_scale_ms: f64,
-    /// A lead on the best prediction up to this counts for nothing (with a scale): the
-    /// model's error at a full running batch is about this size, and the request counts see
-    /// what it misses there.
+    /// A lead on the best prediction up to this counts for nothing (with a scale): the model
+    /// cannot see a full running batch, so a lead this small is noise there, and the request
+    /// counts see what it misses.
     pub ttft_margin_ms: f64,
     /// The prediction meets the request's TTFT objective (true when it has none).
     pub meets_slo: bool,
