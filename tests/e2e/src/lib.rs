@@ -52,7 +52,18 @@ impl Cluster {
 
     /// Starts with defaults and waits until the singleton has seen every pod healthy.
     pub fn start_ready(name: &str, pods: usize, sim_args: &[&str]) -> Self {
-        let cluster = Self::start(name, pods, sim_args, |_| {});
+        Self::start_ready_with(name, pods, sim_args, |_| {})
+    }
+
+    /// [`Cluster::start`] (with `adjust`), then waits until the singleton has seen every pod
+    /// healthy.
+    pub fn start_ready_with(
+        name: &str,
+        pods: usize,
+        sim_args: &[&str],
+        adjust: impl FnOnce(&mut EnvoyOptions),
+    ) -> Self {
+        let cluster = Self::start(name, pods, sim_args, adjust);
         assert!(
             cluster.envoy.wait_for_healthy_pods(pods as u64, Duration::from_secs(15)),
             "singleton never saw {pods} healthy pods:\n{}",

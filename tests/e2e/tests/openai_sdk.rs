@@ -26,13 +26,9 @@ fn the_openai_sdk_gets_answers_streams_and_errors_it_understands() {
 
 #[test]
 fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
-    let learning_on = |options: &mut EnvoyOptions| {
-        if let Some(config) = options.filter_config.as_object_mut() {
-            config.insert("learning".into(), serde_json::json!({"enabled": true}));
-        }
-    };
-    let cluster = Cluster::start("openai-sdk-learning", 3, &["--time-scale", "0"], learning_on);
-    assert!(cluster.envoy.wait_for_healthy_pods(3, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
+    let learning_on =
+        |options: &mut EnvoyOptions| options.filter_config["learning"] = serde_json::json!({"enabled": true});
+    let cluster = Cluster::start_ready_with("openai-sdk-learning", 3, &["--time-scale", "0"], learning_on);
     run_sdk_cases(&cluster);
     // Every whole answer and the stream that asked for it carry usage; both streams open as
     // event streams (their first bytes are TTFT samples); no answer came from another pod.
