@@ -91,6 +91,12 @@ impl Pod {
         Ok(())
     }
 
+    /// The simulator's current faults (`GET /sim/faults`).
+    pub fn faults(&self) -> Result<serde_json::Value, String> {
+        let reply = http::get(&self.url("/sim/faults"), Duration::from_secs(5))?;
+        serde_json::from_str(&reply.body).map_err(|e| format!("faults: {e}"))
+    }
+
     pub fn clear_faults(&self) -> Result<(), String> {
         http::delete(&self.url("/sim/faults"), Duration::from_secs(5)).map(|_| ())
     }

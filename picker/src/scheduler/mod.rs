@@ -29,8 +29,13 @@ use crate::config::ScorerWeights;
 use crate::models::affinity::{TIER_RESIDENT_COPY, TIER_SWAP};
 use crate::random::TieBreaker;
 
-/// Scores within this distance of the best count as a tie.
-const TIE_EPSILON: f64 = 1e-9;
+/// Scores within this distance of the best count as a tie (totals are 0..1). A polled KV
+/// usage moves by a request's blocks between scrapes, and a gap that small is noise: without
+/// the tolerance, a pod scraped while one 3-token request held one block of 16,384 scored
+/// 0.000009 below its peers and got none of the next 47 idle-pool requests until the next
+/// scrape (`routing_by_load` e2e). 0.001 is 0.7 % of KV usage at the default weights, or one
+/// request in a queue range of 140: below what one request changes.
+const TIE_TOLERANCE: f64 = 1e-3;
 
 /// The outcome of one pick.
 #[derive(Debug, Clone, PartialEq)]
@@ -272,7 +277,7 @@ pub fn pick_placed(
     let totals = weighted_scores(&eligible, weights, ttft_weight);
     let best = totals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let tied =
-        indices_where(0..totals.len(), totals.len(), |i| totals.get(i).is_some_and(|&t| best - t <= TIE_EPSILON));
+        indices_where(0..totals.len(), totals.len(), |i| totals.get(i).is_some_and(|&t| best - t <= TIE_TOLERANCE));
     let cold = candidates.iter().all(|c| c.prefix_match <= 0.0 && !c.session_match);
     // Rendezvous only breaks ties among the best-scored pods: load decides first (an
     // unrelated prompt must go to the least loaded pod), then every replica agrees.
@@ -280,7 +285,7 @@ pub fn pick_placed(
         (true, Some(Placement { key, reuse, blocks }), ColdPlacement::Rendezvous) => {
             let slack = policy.placement_slack * reuse.clamp(0.0, 1.0);
             let near = indices_where(0..totals.len(), totals.len(), |i| {
-                totals.get(i).is_some_and(|&t| best - t <= slack + TIE_EPSILON)
+                totals.get(i).is_some_and(|&t| best - t <= slack + TIE_TOLERANCE)
             });
             let mut best: Vec<&Candidate<'_>> = Vec::with_capacity(near.len());
             best.extend(near.iter().filter_map(|&i| eligible.get(i)).copied());

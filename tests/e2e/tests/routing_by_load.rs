@@ -6,12 +6,24 @@ use e2e::{tally, Cluster};
 
 #[test]
 fn sequential_requests_spread_over_every_pod() {
-    let cluster = Cluster::start_ready("spread", 4, &["--time-scale", "0"]);
-    let served: Vec<String> =
-        (0..60).map(|i| cluster.served_by_pool(&cluster.complete(&format!("hello {i}")))).collect();
+    let cluster = Cluster::start_ready_with("spread", 4, &["--time-scale", "0"], |options| {
+        options.filter_config["debug_decision_header"] = serde_json::json!(true);
+    });
+    let replies: Vec<_> = (0..60).map(|i| cluster.complete(&format!("hello {i}"))).collect();
+    let served: Vec<String> = replies.iter().map(|reply| cluster.served_by_pool(reply)).collect();
     let counts = tally(served.iter().map(String::as_str));
-    assert_eq!(counts.len(), 4, "every pod serves some: {counts:?}");
-    assert!(counts.values().all(|&n| n >= 5), "ties break at random, not by order: {counts:?}");
+    // What each pod says of itself and why each pick went where it did, should this fail.
+    let explain = || {
+        let pods: Vec<String> = cluster
+            .pods
+            .iter()
+            .map(|pod| format!("{}: faults {:?} stats {:?}", pod.address(), pod.faults(), pod.stats()))
+            .collect();
+        let decisions: Vec<&str> = replies.iter().filter_map(|r| r.header("x-wasm-epp-decision")).collect();
+        format!("{counts:?}\n{}\n{}", pods.join("\n"), decisions.join("\n"))
+    };
+    assert_eq!(counts.len(), 4, "every pod serves some: {}", explain());
+    assert!(counts.values().all(|&n| n >= 5), "ties break at random, not by order: {}", explain());
 }
 
 #[test]
