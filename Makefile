@@ -34,6 +34,16 @@ $(OPENAI_SDK_STAMP): $(ENVOY)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check openai==$(OPENAI_SDK_VERSION)
 	touch $@
 
+# The official OpenAI Node.js SDK (no dependencies of its own; Node's fetch), the second SDK
+# the e2e tests drive the gateway with.
+OPENAI_NODE_SDK_VERSION := 6.49.0
+OPENAI_NODE_DIR := .node-openai
+OPENAI_NODE_STAMP := $(OPENAI_NODE_DIR)/.openai-$(OPENAI_NODE_SDK_VERSION)
+
+$(OPENAI_NODE_STAMP):
+	npm install --prefix $(OPENAI_NODE_DIR) --no-audit --no-fund --silent openai@$(OPENAI_NODE_SDK_VERSION)
+	touch $@
+
 tools: wasm-target envoy
 
 # --- builds ------------------------------------------------------------------------------
@@ -68,7 +78,7 @@ unit:
 
 # Two at a time: each test runs its own Envoy and pods on a 2-core machine. Every test
 # file runs even when one fails (--no-fail-fast), so one report lists every failure.
-e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP)
+e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP) $(OPENAI_NODE_STAMP)
 	$(CARGO) test -p e2e --no-fail-fast -- --test-threads=2
 
 # The long form of the load test: 64 streaming clients, 60 s healthy + 60 s with a pod

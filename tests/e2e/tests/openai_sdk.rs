@@ -1,9 +1,10 @@
-//! The official OpenAI Python SDK (installed into `.venv` by `make e2e`) against Envoy with
-//! wasm-epp: chat and completions, whole and streamed (with the usage event), odd text, a forged
-//! destination header, the gateway's 404 for an unknown model, and 24 requests at once through
-//! the async client. The cases live in `tests/e2e/clients/openai_sdk.py`; each test starts the
-//! pool and Envoy, runs the script and checks what it reports: once as shipped, once with
-//! learning on (which reads the SDK's answers as they pass).
+//! The official OpenAI SDKs for Python (installed into `.venv` by `make e2e`) and Node.js (into
+//! `.node-openai`) against Envoy with wasm-epp: chat and completions, whole and streamed (with
+//! the usage event), odd text, a forged destination header, the gateway's 404 for an unknown
+//! model, and 24 requests at once through one client. The cases live in
+//! `tests/e2e/clients/openai_sdk.py` and `openai_sdk_node.cjs`, alike; each test starts the pool
+//! and Envoy, runs a script and checks what it reports: the Python SDK as shipped and with
+//! learning on (which reads the SDK's answers as they pass), the Node SDK as shipped.
 
 use std::process::Command;
 use std::time::Duration;
@@ -20,7 +21,14 @@ const STREAMS: f64 = 2.0;
 #[test]
 fn the_openai_sdk_gets_answers_streams_and_errors_it_understands() {
     let cluster = Cluster::start_ready("openai-sdk", 3, &["--time-scale", "0"]);
-    run_sdk_cases(&cluster);
+    run_sdk_cases(&cluster, Sdk::Python);
+    cluster.assert_plugin_healthy();
+}
+
+#[test]
+fn the_openai_node_sdk_gets_the_same_answers_streams_and_errors() {
+    let cluster = Cluster::start_ready("openai-sdk-node", 3, &["--time-scale", "0"]);
+    run_sdk_cases(&cluster, Sdk::Node);
     cluster.assert_plugin_healthy();
 }
 
@@ -29,7 +37,7 @@ fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
     let learning_on =
         |options: &mut EnvoyOptions| options.filter_config["learning"] = serde_json::json!({"enabled": true});
     let cluster = Cluster::start_ready_with("openai-sdk-learning", 3, &["--time-scale", "0"], learning_on);
-    run_sdk_cases(&cluster);
+    run_sdk_cases(&cluster, Sdk::Python);
     // Every whole answer and the stream that asked for it carry usage; both streams open as
     // event streams (their first bytes are TTFT samples); no answer came from another pod.
     let stat = |name: &str| cluster.envoy.stat(&format!("wasm_epp_learning_{name}")).unwrap_or(0.0);
@@ -41,21 +49,46 @@ fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
     cluster.assert_plugin_healthy();
 }
 
-/// Runs the SDK script against the cluster and checks what it reports.
-fn run_sdk_cases(cluster: &Cluster) {
-    let python = workspace_root().join(".venv/bin/python");
-    let script = workspace_root().join("tests/e2e/clients/openai_sdk.py");
-    let output = Command::new(&python)
-        .arg(&script)
+/// Which SDK runs the cases.
+#[derive(Debug, Clone, Copy)]
+enum Sdk {
+    Python,
+    Node,
+}
+
+impl Sdk {
+    /// The command that runs this SDK's case script (installed by `make e2e`).
+    fn command(self) -> Command {
+        let root = workspace_root();
+        match self {
+            Sdk::Python => {
+                let mut command = Command::new(root.join(".venv/bin/python"));
+                command.arg(root.join("tests/e2e/clients/openai_sdk.py"));
+                command
+            }
+            Sdk::Node => {
+                let mut command = Command::new("node");
+                command.env("NODE_PATH", root.join(".node-openai/node_modules"));
+                command.arg(root.join("tests/e2e/clients/openai_sdk_node.cjs"));
+                command
+            }
+        }
+    }
+}
+
+/// Runs the SDK's script against the cluster and checks what it reports.
+fn run_sdk_cases(cluster: &Cluster, sdk: Sdk) {
+    let output = sdk
+        .command()
         .args(["--base-url", &cluster.envoy.url("/v1"), "--pool", &cluster.pool().join(",")])
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {} (make e2e installs the SDK): {e}", python.display()));
+        .unwrap_or_else(|e| panic!("cannot run the {sdk:?} SDK's cases (make e2e installs the SDK): {e}"));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "SDK cases failed:\n{stderr}\n{stdout}\n{}", cluster.envoy.log_tail(20));
+    assert!(output.status.success(), "{sdk:?} SDK cases failed:\n{stderr}\n{stdout}\n{}", cluster.envoy.log_tail(20));
 
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    eprintln!("openai SDK report: {report}");
+    eprintln!("openai {sdk:?} SDK report: {report}");
     let pool = cluster.pool();
     for case in
         ["chat_whole", "chat_streamed", "completion_whole", "completion_streamed", "odd_text", "forged_destination"]
