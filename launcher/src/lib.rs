@@ -29,14 +29,14 @@ const LOW_PORTS_FLOOR: u16 = 10_000;
 /// A free TCP port on 127.0.0.1 (free when this returns). Below the ephemeral range when
 /// there is room for one (see [`LOW_PORTS_FLOOR`]), else the OS's choice.
 pub fn free_port() -> std::io::Result<u16> {
-    next_low_port(|port| std::net::TcpListener::bind(("127.0.0.1", port)).map(drop))
+    next_low_port(|port| std::net::TcpListener::bind(("127.0.0.1", port)).map(|_| port))
         .map_or_else(|| Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port()), Ok)
 }
 
-/// The next port below the ephemeral range that `try_bind` can take. Each call goes on
-/// from the last, from a random start per process, so two threads of one process never get
-/// the same port and two processes rarely try the same ones.
-fn next_low_port(mut try_bind: impl FnMut(u16) -> std::io::Result<()>) -> Option<u16> {
+/// What `try_bind` makes of the next port below the ephemeral range it can take. Each call
+/// goes on from the last, from a random start per process, so two threads of one process
+/// never get the same port and two processes rarely try the same ones.
+fn next_low_port<T>(mut try_bind: impl FnMut(u16) -> std::io::Result<T>) -> Option<T> {
     use std::hash::BuildHasher;
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -46,9 +46,8 @@ fn next_low_port(mut try_bind: impl FnMut(u16) -> std::io::Result<()>) -> Option
     // RandomState's keys are random per process: a start no other process shares.
     let start = *START.get_or_init(|| (std::collections::hash_map::RandomState::new().hash_one(0u8) as u32) % span);
     (0..256).find_map(|_| {
-        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
-        let port = LOW_PORTS_FLOOR + u16::try_from(offset).ok()?;
-        try_bind(port).ok().map(|()| port)
+        let offset = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        try_bind(LOW_PORTS_FLOOR + u16::try_from(offset).ok()?).ok()
     })
 }
 
@@ -81,9 +80,8 @@ impl PortReservation {
             socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], port)).into())?;
             Ok(socket)
         };
-        let mut taken = None;
-        let socket = match next_low_port(|port| bound(port).map(|socket| taken = Some(socket))) {
-            Some(_) => taken.ok_or_else(|| std::io::Error::other("no socket"))?,
+        let socket = match next_low_port(bound) {
+            Some(socket) => socket,
             None => bound(0)?,
         };
         let port =
@@ -136,7 +134,7 @@ mod tests {
             if tried.len() < 3 {
                 Err(std::io::Error::from(std::io::ErrorKind::AddrInUse))
             } else {
-                Ok(())
+                Ok(port)
             }
         });
         if ephemeral_range_start().unwrap_or(32_768) >= LOW_PORTS_FLOOR + 1_000 {
