@@ -93,8 +93,7 @@ impl Pod {
 
     /// The simulator's current faults (`GET /sim/faults`).
     pub fn faults(&self) -> Result<serde_json::Value, String> {
-        let reply = http::get(&self.url("/sim/faults"), Duration::from_secs(5))?;
-        serde_json::from_str(&reply.body).map_err(|e| format!("faults: {e}"))
+        self.get_json("/sim/faults")
     }
 
     pub fn clear_faults(&self) -> Result<(), String> {
@@ -103,8 +102,13 @@ impl Pod {
 
     /// The pod's own counters (`/sim/stats`).
     pub fn stats(&self) -> Result<serde_json::Value, String> {
-        let reply = http::get(&self.url("/sim/stats"), Duration::from_secs(5))?;
-        serde_json::from_str(&reply.body).map_err(|e| format!("stats: {e}"))
+        self.get_json("/sim/stats")
+    }
+
+    /// One of the simulator's `/sim/` JSON answers.
+    fn get_json(&self, path: &str) -> Result<serde_json::Value, String> {
+        let reply = http::get(&self.url(path), Duration::from_secs(5))?;
+        serde_json::from_str(&reply.body).map_err(|e| format!("{path}: {e}"))
     }
 }
 

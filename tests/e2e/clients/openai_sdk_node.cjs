@@ -160,7 +160,7 @@ async function main() {
   for (const [name, run] of cases) served[name] = await run(client, model, pool);
   served.unknown_model_status = await unknownModel(client);
   served.concurrent = await concurrent(client, model, pool);
-  served.sdk_version = OpenAI.VERSION || require("openai/version").VERSION;
+  served.sdk_version = require("openai/version").VERSION;
   console.log(JSON.stringify(served));
 }
 
