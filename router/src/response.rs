@@ -1,7 +1,9 @@
 //! Watching one answer go by (learning on): its first byte, where it came from, its `usage`.
 //!
 //! Nothing is held or buffered: each body chunk is read once, scanned for `usage`
-//! ([`picker::learn::UsageScanner`], a few bytes of state), and passes on unchanged. What is
+//! ([`picker::learn::UsageScanner`], a few bytes of state), and passes on unchanged. A stream
+//! is read past its first chunk only while it holds one of its pod's few reading slots
+//! ([`picker::learn::UsageReaders`]): every chunk read is a copy into the VM. What is
 //! learned:
 //! - at a stream's first body byte (its first token), the request's uncached prompt tokens
 //!   stop counting as in flight (the pod has prefilled them) and the elapsed time is a TTFT
@@ -41,6 +43,11 @@ pub struct LearningStats {
     pub cached_error: Counter,
     /// Answers from another pod than the one picked (a retry on a fallback): not learned from.
     pub other_upstream: Counter,
+    /// Streams that asked for `usage` but were read no further than their first chunk: the
+    /// pod's reading slots were taken (`learning.usage_streams_per_pod`).
+    pub streams_not_read: Counter,
+    /// Body chunks copied into the VM and scanned (one host copy each).
+    pub chunks_read: Counter,
 }
 
 impl LearningStats {
@@ -55,6 +62,8 @@ impl LearningStats {
             cached_reported: c("wasm_epp.learning.cached_tokens_reported"),
             cached_error: c("wasm_epp.learning.cached_tokens_error"),
             other_upstream: c("wasm_epp.learning.other_upstream"),
+            streams_not_read: c("wasm_epp.learning.usage_streams_not_read"),
+            chunks_read: c("wasm_epp.learning.chunks_read"),
         }
     }
 }
@@ -69,12 +78,24 @@ pub struct Observation {
     /// The answer comes from the pod that was picked and, as far as its first bytes tell,
     /// is a success: worth learning from.
     learnable: bool,
+    /// Its next chunk is copied and scanned: it can still hold `usage` we may read.
+    reading: bool,
+    /// It holds one of the pod's stream-reading slots (`learning.usage_streams_per_pod`),
+    /// given back at its end.
+    holds_reader_slot: bool,
     scanner: UsageScanner,
 }
 
 impl Observation {
     pub fn new(dispatch: Dispatch) -> Self {
-        Self { dispatch, awaiting_first_byte: true, learnable: true, scanner: UsageScanner::default() }
+        Self {
+            dispatch,
+            awaiting_first_byte: true,
+            learnable: true,
+            reading: true,
+            holds_reader_slot: false,
+            scanner: UsageScanner::default(),
+        }
     }
 
     /// Response headers: an answer from a retried fallback teaches nothing about the pod
@@ -90,6 +111,7 @@ impl Observation {
             worker.stats.increment(worker.learning_stats.other_upstream);
         }
         self.learnable = same_pod;
+        self.reading = same_pod;
     }
 
     /// One body chunk is passing.
@@ -107,9 +129,10 @@ impl Observation {
         }
         let first_byte = std::mem::take(&mut self.awaiting_first_byte);
         let mut event_stream = false;
-        if self.learnable {
+        if self.reading {
             let _span = profile::span(host, Phase::ObserveScan);
             let chunk = host.response_body(0, chunk_size).unwrap_or_default();
+            worker.stats.increment(worker.learning_stats.chunks_read);
             if first_byte && self.dispatch.streamed {
                 event_stream = is_event_stream(&chunk);
                 self.learnable = event_stream;
@@ -118,7 +141,18 @@ impl Observation {
                 self.scanner.feed(&chunk);
             }
             // Nothing further to learn from this answer's bytes: stop copying them.
-            self.learnable &= self.dispatch.usage_expected;
+            self.reading = self.learnable && self.dispatch.usage_expected;
+            // A stream is read past its first chunk only in one of the pod's reading slots:
+            // each further chunk is one more copy, so a busy pod's streams are read a few at a
+            // time (a whole answer is one or a few chunks: always read).
+            if self.reading && first_byte && self.dispatch.streamed {
+                self.holds_reader_slot =
+                    worker.usage_readers.try_borrow_mut().is_ok_and(|mut readers| readers.try_start(pod.as_str()));
+                self.reading = self.holds_reader_slot;
+                if !self.holds_reader_slot {
+                    worker.stats.increment(worker.learning_stats.streams_not_read);
+                }
+            }
         }
         if first_byte {
             let _span = profile::span(host, Phase::ObserveFirstByte);
@@ -139,6 +173,11 @@ impl Observation {
     /// The caller publishes the in-flight counts next (the request itself ends).
     pub fn on_end(self, worker: &Worker, host: &dyn Host, pod: &PodAddress) {
         let _span = profile::span(host, Phase::ObserveEnd);
+        if self.holds_reader_slot {
+            if let Ok(mut readers) = worker.usage_readers.try_borrow_mut() {
+                readers.finish(pod.as_str());
+            }
+        }
         if self.awaiting_first_byte || !self.dispatch.streamed {
             self.release_tokens(worker, pod, None);
         }

@@ -45,6 +45,8 @@ pub struct Worker {
     /// What this worker learned from the answers it proxied (see [`picker::learn`]).
     pub learning: RefCell<picker::learn::Learner>,
     pub learning_stats: LearningStats,
+    /// Streams read for their `usage`, per pod (`learning.usage_streams_per_pod`).
+    pub usage_readers: RefCell<picker::learn::UsageReaders>,
 }
 
 impl Worker {
@@ -59,6 +61,7 @@ impl Worker {
             policy,
             learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),
             learning_stats,
+            usage_readers: RefCell::new(picker::learn::UsageReaders::new(config.learning.usage_streams_per_pod)),
             prefix: RefCell::new(
                 WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)
                     .with_reuse_prior(config.prefix.reuse_prior),

@@ -187,6 +187,73 @@ fn a_stream_without_usage_is_read_no_further_than_its_first_chunk() {
     assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1, "its first byte is a TTFT sample all the same");
 }
 
+/// Headers and a first token of a stream, without its end.
+fn open_stream(bench: &Bench, stream: &mut RequestStream) {
+    bench.host.advance(30);
+    bench.host.set_response(&[(":status", "200")], b"");
+    stream.on_response_headers(&bench.host, false);
+    let first = b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":null}\n\n";
+    bench.host.set_response(&[(":status", "200")], first);
+    stream.on_response_body(&bench.host, first.len(), false);
+}
+
+/// Ten more tokens, the usage event and the end; returns the chunks copied into the VM.
+fn finish_stream(bench: &Bench, stream: &mut RequestStream) -> u64 {
+    bench.host.tally.take();
+    for _ in 0..10 {
+        let event = b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":null}\n\n";
+        bench.host.set_response(&[(":status", "200")], event);
+        stream.on_response_body(&bench.host, event.len(), false);
+    }
+    let usage = usage_event(10, 0);
+    bench.host.set_response(&[(":status", "200")], usage.as_bytes());
+    stream.on_response_body(&bench.host, usage.len(), true);
+    stream.on_log(&bench.host);
+    bench.host.tally.take().get("proxy_get_buffer_bytes").map_or(0, |count| count.calls)
+}
+
+#[test]
+fn a_pod_has_only_so_many_streams_read_for_usage_at_once() {
+    let bench =
+        Bench::new(r#"{"fallback_destinations": 0, "learning": {"enabled": true, "usage_streams_per_pod": 1}}"#);
+    bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
+    let (mut read, _) = bench.request(&COMPLETIONS, &streamed("first"));
+    open_stream(&bench, &mut read);
+    let (mut skipped, _) = bench.request(&COMPLETIONS, &streamed("second"));
+    open_stream(&bench, &mut skipped);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_streams_not_read"), 1, "the pod's one slot is taken");
+    assert_eq!(finish_stream(&bench, &mut skipped), 0, "read no further than its first chunk");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 0);
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 2, "both first bytes are TTFT samples");
+    assert_eq!(finish_stream(&bench, &mut read), 11, "the slot's stream is read to its end");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1);
+    // Its end gave the slot back.
+    let (mut next, _) = bench.request(&COMPLETIONS, &streamed("third"));
+    open_stream(&bench, &mut next);
+    assert_eq!(finish_stream(&bench, &mut next), 11);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 2);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_streams_not_read"), 1);
+}
+
+#[test]
+fn a_pod_whose_streams_fail_gets_its_reading_slots_back() {
+    let bench =
+        Bench::new(r#"{"fallback_destinations": 0, "learning": {"enabled": true, "usage_streams_per_pod": 1}}"#);
+    bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
+    for prompt in ["reset mid-stream", "never answered"] {
+        let (mut stream, _) = bench.request(&COMPLETIONS, &streamed(prompt));
+        if prompt == "reset mid-stream" {
+            open_stream(&bench, &mut stream);
+        }
+        // The client or the pod goes away: Envoy ends the stream without its last chunk.
+        stream.on_log(&bench.host);
+    }
+    let (mut next, _) = bench.request(&COMPLETIONS, &streamed("after"));
+    open_stream(&bench, &mut next);
+    assert_eq!(finish_stream(&bench, &mut next), 11, "the reset stream's slot was given back");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_streams_not_read"), 0);
+}
+
 #[test]
 fn a_whole_answer_releases_its_tokens_at_the_end_and_reports_usage() {
     let bench = Bench::new(LEARNING);

@@ -14,7 +14,7 @@ mod prefix;
 
 pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
 pub use flow::{FlowControlConfig, StaleMetricsPolicy, MAX_PRIORITY};
-pub use learning::{LearningConfig, TtftScore};
+pub use learning::{LearningConfig, TtftScore, MAX_USAGE_STREAMS_PER_POD};
 pub use models::{ModelsConfig, UnknownModelPolicy};
 pub use pd::PdConfig;
 pub use peers::{PeerReceiverConfig, PeersConfig, DEFAULT_PEER_PATH, PEER_REPLICA_HEADER, PEER_SECRET_HEADER};

@@ -1,7 +1,8 @@
 //! Learning from every response: what each pod answered tells the picker how fast it is,
 //! how long prompts really are, and how much of a prompt it really had cached.
 //!
-//! - [`usage`]: the `usage` object, found in the answer as it streams past (never buffered).
+//! - [`usage`]: the `usage` object, found in the answer as it streams past (never buffered);
+//!   [`readers`]: which streams are read for it.
 //! - [`tokens`]: a prompt's size in tokens from the body, corrected by reported prompt tokens.
 //! - [`ttft`]: a per-pod time-to-first-token model, fitted online.
 //! - [`Learner`]: one worker's learned state; [`Dispatch`]: what a request remembers of its
@@ -17,6 +18,7 @@
 //!   evicts now and then until the index forgets prompts it still has.
 
 pub mod held;
+pub mod readers;
 pub mod tokens;
 pub mod ttft;
 pub mod usage;
@@ -25,6 +27,7 @@ use hashbrown::HashMap;
 
 use crate::pod_table::MAX_PODS;
 use held::{Answer, Held};
+pub use readers::UsageReaders;
 pub use tokens::{prompt_size, PromptSize, TextRatio};
 pub use ttft::{Fit, Load, Prior, TtftModels};
 pub use usage::{Usage, UsageScanner};

@@ -145,3 +145,41 @@ fn an_evicting_pods_index_is_corrected_towards_what_it_reports() {
     assert!(later(&off) > 0.0, "the pod never evicted what the index listed: {off:?}");
     assert!(later(&on) < later(&off), "correction did not help: {on:?} vs {off:?}");
 }
+
+#[test]
+fn a_busy_pod_has_only_a_few_streams_read_for_usage_and_every_answer_passes_whole() {
+    // Real-time steps (~15 ms a token): twelve 32-token streams overlap on the one pod.
+    let cluster = Cluster::start("learn-readers", 1, &[], |options| {
+        learning_on(options);
+        if let Some(config) = options.filter_config.as_object_mut() {
+            config.insert("learning".into(), serde_json::json!({"enabled": true, "usage_streams_per_pod": 2}));
+        }
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
+    const STREAMS: usize = 12;
+    let replies: Vec<_> = std::thread::scope(|scope| {
+        let cluster = &cluster;
+        let handles: Vec<_> = (0..STREAMS)
+            .map(|i| {
+                let body = streamed(&text(&format!("busy{i}"), 40), 32);
+                scope.spawn(move || cluster.post("/v1/completions", &[], &body))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for reply in &replies {
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        // Read or not, the client gets every event, the usage event included.
+        assert!(
+            reply.body.contains("\"completion_tokens\":32") && reply.body.ends_with("data: [DONE]\n\n"),
+            "{}",
+            reply.body
+        );
+    }
+    let not_read = stat_at_least(&cluster, "wasm_epp_learning_usage_streams_not_read", 1.0);
+    let reports = cluster.envoy.stat("wasm_epp_learning_usage_reports").unwrap_or(0.0);
+    assert!(not_read >= 1.0, "no stream was left unread with 12 at once and 2 slots per worker");
+    assert_eq!(reports + not_read, STREAMS as f64, "each stream is either read to its usage or counted unread");
+    let chunks = cluster.envoy.stat("wasm_epp_learning_chunks_read").unwrap_or(0.0);
+    assert!(chunks < (STREAMS * 32) as f64, "every chunk was copied: {chunks}");
+}
