@@ -222,11 +222,12 @@ profile-wasm: wasm-target
 
 BENCH_COST_NATIVE := ^(filter_path/completions/4KB/16pods|decision/(completions|chat)/(4|32)KB/(64|256)pods)$$
 
-bench-cost: tools wasm profile-wasm
+bench-cost: tools wasm profile-wasm $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release --target $(WASM_TARGET) -p header-only-filter
 	$(CARGO) build --release -p bench-cost
 	$(CARGO) bench -p bench-cost --bench decision -- '$(BENCH_COST_NATIVE)'
 	./target/release/wasm-epp-bench-cost $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) all
+	$(if $(filter 1 true yes,$(BENCH_QUICK)),,$(VENV)/bin/python bench/cost/plot_streams.py bench/results/cost.json bench/results/cost_streams.png)
 
 # `make profile-wasm-decision`: the native decision benchmark's cases timed natively and as
 # wasm32-wasip1 in node's V8 (bench/wasm-decision): the VM's cost on the plugin's own compute,

@@ -33,6 +33,8 @@ pub enum Command {
     All,
     /// Added latency and CPU per request, sequential and concurrent.
     Latency(LatencyArgs),
+    /// Envoy CPU per request when the pods stream their answers, with and without `usage`.
+    Streams(StreamsArgs),
     /// Requests per second at saturation.
     Throughput(ThroughputArgs),
     /// The singleton's scrape cost.
@@ -112,6 +114,41 @@ pub struct LatencyArgs {
     /// beside the standard ones in cost.json instead of replacing them.
     #[arg(long, default_value = "")]
     pub case_prefix: String,
+}
+
+#[derive(Args, Default)]
+pub struct StreamsArgs {
+    /// Measured streams per variant, kind and round.
+    #[arg(long)]
+    pub concurrent: Option<usize>,
+    #[arg(long)]
+    pub rounds: Option<usize>,
+    #[arg(long, default_value_t = 32)]
+    pub concurrency: usize,
+    /// Variants to run, comma-separated (default: plain, header-buffered-read, wasm-epp,
+    /// wasm-epp-learning, wasm-epp-learning-read-all).
+    #[arg(long, value_delimiter = ',')]
+    pub variants: Option<Vec<String>>,
+    /// Pods behind each Envoy (at most 16): fewer pods, more streams per pod at once.
+    #[arg(long)]
+    pub pods: Option<usize>,
+    /// JSON fields merged into `wasm-epp-profiled`'s filter configuration (e.g.
+    /// '{"learning": {"enabled": true}}'): its VM time per stream is then printed by phase.
+    #[arg(long)]
+    pub profiled_config: Option<String>,
+}
+
+pub fn streams_options(args: &StreamsArgs, quick: bool) -> LatencyOptions {
+    LatencyOptions {
+        body_sizes: vec![bench_cost::streams::BODY_BYTES],
+        sequential: 0,
+        concurrent: args.concurrent.unwrap_or(if quick { 320 } else { 1600 }),
+        rounds: args.rounds.unwrap_or(if quick { 2 } else { 3 }),
+        concurrency: args.concurrency.max(1),
+        warmup: if quick { 64 } else { 256 },
+        sequential_burst: 1,
+        case_prefix: String::new(),
+    }
 }
 
 #[derive(Args, Default)]

@@ -82,7 +82,8 @@ impl Connection {
     }
 }
 
-/// Reads one answer with a `content-length` body; returns (status, connection closes).
+/// Reads one answer, its body sized by `content-length` or chunked (a streamed answer);
+/// returns (status, connection closes).
 fn read_answer(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Result<(u16, bool), String> {
     let mut chunk = [0u8; 16 * 1024];
     let header_end = loop {
@@ -102,26 +103,57 @@ fn read_answer(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Result<(u16, boo
         std::str::from_utf8(buffer.get(..header_end).unwrap_or_default()).map_err(|_| "answer head not UTF-8")?;
     let status: u16 = head.get(9..12).and_then(|s| s.parse().ok()).ok_or("no status in answer")?;
     let mut length = None;
+    let mut chunked = false;
     let mut close = false;
     for line in head.lines().skip(1) {
         let Some((name, value)) = line.split_once(':') else { continue };
+        let value = value.trim();
         if name.eq_ignore_ascii_case("content-length") {
-            length = value.trim().parse::<usize>().ok();
-        } else if name.eq_ignore_ascii_case("connection") && value.trim().eq_ignore_ascii_case("close") {
+            length = value.parse::<usize>().ok();
+        } else if name.eq_ignore_ascii_case("transfer-encoding") && value.eq_ignore_ascii_case("chunked") {
+            chunked = true;
+        } else if name.eq_ignore_ascii_case("connection") && value.eq_ignore_ascii_case("close") {
             close = true;
         }
     }
-    let length = length.ok_or("answer without content-length")?;
-    let total = header_end + length;
-    while buffer.len() < total {
+    let total = loop {
+        let end = match (length, chunked) {
+            (Some(length), _) => Some(header_end + length).filter(|&end| buffer.len() >= end),
+            (None, true) => chunked_body_end(buffer, header_end)?,
+            (None, false) => return Err("answer without content-length or chunks".into()),
+        };
+        if let Some(end) = end {
+            break end;
+        }
         let read = stream.read(&mut chunk).map_err(|e| format!("read body: {e}"))?;
         if read == 0 {
             return Err("connection closed inside a body".into());
         }
         buffer.extend_from_slice(chunk.get(..read).unwrap_or_default());
-    }
+    };
     buffer.drain(..total);
     Ok((status, close))
+}
+
+/// Where a chunked body starting at `from` ends (just past its last chunk), if all of it is
+/// in `buffer`. Trailers are not expected (no pod sends them).
+fn chunked_body_end(buffer: &[u8], mut from: usize) -> Result<Option<usize>, String> {
+    loop {
+        let rest = buffer.get(from..).unwrap_or_default();
+        let Some(line_end) = rest.windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        let size_text = std::str::from_utf8(rest.get(..line_end).unwrap_or_default()).map_err(|_| "bad chunk size")?;
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16).map_err(|_| format!("bad chunk size {size_text:?}"))?;
+        // The size line, the data and the CRLF after it (the last chunk: an empty line).
+        let next = from + line_end + 2 + size + 2;
+        if buffer.len() < next {
+            return Ok(None);
+        }
+        if size == 0 {
+            return Ok(Some(next));
+        }
+        from = next;
+    }
 }
 
 /// The index just past `\r\n\r\n`, if the header block is complete.
@@ -143,5 +175,14 @@ mod tests {
         );
         assert!(text.ends_with("\r\n\r\n{}"));
         assert_eq!(find_header_end(b"HTTP/1.1 200 OK\r\n\r\nbody"), Some(19));
+    }
+
+    #[test]
+    fn a_chunked_body_ends_after_its_empty_chunk() {
+        let body = b"5\r\nhello\r\n3;ext=1\r\nabc\r\n0\r\n\r\nNEXT";
+        assert_eq!(chunked_body_end(body, 0), Ok(Some(body.len() - 4)));
+        assert_eq!(chunked_body_end(&body[..12], 0), Ok(None), "a chunk not all read yet");
+        assert_eq!(chunked_body_end(b"5\r\nhello\r\n0\r\n", 0), Ok(None), "the last CRLF missing");
+        assert!(chunked_body_end(b"zz\r\n", 0).is_err());
     }
 }

@@ -134,6 +134,10 @@ fn wasm_epp_options(
     if variant == Variant::WasmEppLearning {
         fields.insert("learning".into(), serde_json::json!({ "enabled": true }));
     }
+    if variant == Variant::WasmEppLearningReadAll {
+        let all = picker::config::MAX_USAGE_STREAMS_PER_POD;
+        fields.insert("learning".into(), serde_json::json!({ "enabled": true, "usage_streams_per_pod": all }));
+    }
     if variant == Variant::WasmEppSlowTick {
         fields.insert("prefix".into(), serde_json::json!({ "sync_interval_ms": SLOW_TICK_MS }));
     }

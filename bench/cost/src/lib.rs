@@ -6,7 +6,7 @@
 //! binary (`wasm-epp-bench-cost`) runs the real Envoy: the same requests, interleaved, through
 //! plain Envoy, Envoy with a header-only Wasm filter and Envoy with wasm-epp, against pods
 //! that answer at once ([`upstream`]), so every difference is Envoy-side work. It measures
-//! added latency and CPU ([`latency`]), throughput ([`throughput`]), the singleton's scrape
+//! added latency and CPU ([`latency`]) and with streamed answers ([`streams`]), throughput ([`throughput`]), the singleton's scrape
 //! cost ([`scrape`]) and memory while distinct prefixes are routed ([`memory`]), which Wasm
 //! runtimes the Envoy build runs ([`runtimes`]) and the decision's cost by pool, body and
 //! endpoint ([`matrix`]), writes every figure into `bench/results/cost.json` ([`results`]),
@@ -27,6 +27,7 @@ pub mod results;
 pub mod runtimes;
 pub mod sampling;
 pub mod scrape;
+pub mod streams;
 pub mod template_cut;
 pub mod throughput;
 pub mod upstream;

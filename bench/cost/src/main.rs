@@ -24,7 +24,10 @@ use bench_cost::scrape;
 use bench_cost::throughput;
 use bench_cost::upstream::Upstream;
 use clap::Parser;
-use cli::{Cli, Command, LatencyArgs, MatrixArgs, MemoryArgs, ProfileArgs, RuntimesArgs, ScrapeArgs, ThroughputArgs};
+use cli::{
+    Cli, Command, LatencyArgs, MatrixArgs, MemoryArgs, ProfileArgs, RuntimesArgs, ScrapeArgs, StreamsArgs,
+    ThroughputArgs,
+};
 
 /// Pods behind the Envoys in the latency, throughput, memory and runtime runs.
 const POOL_PODS: usize = 16;
@@ -37,6 +40,31 @@ fn run_latency(args: &LatencyArgs, quick: bool, results: &mut Results) -> Result
     let pods = upstream()?;
     let envoys = start_all(&cli::variants(args.variants.as_ref(), &Variant::ALL)?, &pods.addresses())?;
     latency::run(&envoys, &cli::latency_options(args, quick), results)
+}
+
+fn run_streams(args: &StreamsArgs, quick: bool, results: &mut Results) -> Result<(), String> {
+    let pods = upstream()?;
+    let default = [
+        Variant::Plain,
+        Variant::HeaderRead,
+        Variant::WasmEpp,
+        Variant::WasmEppLearning,
+        Variant::WasmEppLearningReadAll,
+    ];
+    let mut addresses = pods.addresses();
+    addresses.truncate(args.pods.unwrap_or(POOL_PODS).clamp(1, POOL_PODS));
+    let profiled_fields = match &args.profiled_config {
+        Some(text) => Some(serde_json::from_str(text).map_err(|e| format!("--profiled-config: {e}"))?),
+        None => None,
+    };
+    let envoys = cli::variants(args.variants.as_ref(), &default)?
+        .into_iter()
+        .map(|v| {
+            let fields = profiled_fields.clone().filter(|_| v == Variant::WasmEppProfiled);
+            bench_cost::envoys::RunningEnvoy::start_configured(v, &addresses, None, fields)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    bench_cost::streams::run(&envoys, &cli::streams_options(args, quick), results)
 }
 
 fn run_throughput(args: &ThroughputArgs, quick: bool, results: &mut Results) -> Result<(), String> {
@@ -122,6 +150,11 @@ fn all(quick: bool, out: &Path) -> Result<(), String> {
     let mut measured = Vec::new();
     let m = &mut measured;
     step("latency", quick, out, m, |r| run_latency(&LatencyArgs { concurrency: 32, ..Default::default() }, quick, r))?;
+    // 32 streams over 16 pods is one per pod and worker, under the reading bound; on one pod, 16.
+    for pods in [POOL_PODS, 1] {
+        let streams = StreamsArgs { concurrency: 32, pods: Some(pods), ..Default::default() };
+        step("streams", quick, out, m, |r| run_streams(&streams, quick, r))?;
+    }
     let throughput = ThroughputArgs { body_bytes: 4096, connections: 32, ..Default::default() };
     step("throughput", quick, out, m, |r| run_throughput(&throughput, quick, r))?;
     let scrape = ScrapeArgs { poll_interval_ms: 100, full_page_too: true, ..Default::default() };
@@ -158,6 +191,7 @@ fn run() -> Result<(), String> {
     match cli.command.unwrap_or(Command::All) {
         Command::All => all(quick, &out),
         Command::Latency(args) => step("latency", quick, &out, m, |r| run_latency(&args, quick, r)),
+        Command::Streams(args) => step("streams", quick, &out, m, |r| run_streams(&args, quick, r)),
         Command::Throughput(args) => step("throughput", quick, &out, m, |r| run_throughput(&args, quick, r)),
         Command::Scrape(args) => step("scrape", quick, &out, m, |r| scrape::run(&cli::scrape_options(&args, quick), r)),
         Command::Memory(args) => step("memory", quick, &out, m, |r| run_memory(&args, quick, r)),

@@ -188,7 +188,8 @@ struct PhaseRun {
 }
 
 /// The `wasm_epp.profile.*` counters now, by counter name suffix (`parse_ns`, ...).
-fn profile_counters(envoy: &RunningEnvoy) -> BTreeMap<String, f64> {
+/// The profiled filter's counters (`<phase>_ns`, `<phase>_calls`, every worker) so far.
+pub fn profile_counters(envoy: &RunningEnvoy) -> BTreeMap<String, f64> {
     let text = envoy.admin("/stats?filter=profile").unwrap_or_default();
     text.lines()
         .filter_map(|line| {

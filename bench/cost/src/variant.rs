@@ -26,6 +26,10 @@ pub enum Variant {
     /// (first byte, status, usage scan) and the token accounting cost. Named explicitly
     /// (`--variants wasm-epp,wasm-epp-learning`); not in the default runs.
     WasmEppLearning,
+    /// As `WasmEppLearning`, reading every stream that asks for `usage` to its end
+    /// (`learning.usage_streams_per_pod` at its maximum): the cost the per-pod bound saves
+    /// (`streams`). Named explicitly.
+    WasmEppLearningReadAll,
     /// The body-reading filter (`HeaderRead`) rendered inside wasm-epp's own template instead of
     /// the baseline's (overload manager, header_mutation, retry policy, override_host cluster,
     /// stats tags, timeouts), without the singleton: what the shipped Envoy configuration costs
@@ -90,6 +94,7 @@ impl Variant {
             Variant::WasmEpp => "wasm-epp",
             Variant::WasmEppNoPrefix => "wasm-epp-noprefix",
             Variant::WasmEppLearning => "wasm-epp-learning",
+            Variant::WasmEppLearningReadAll => "wasm-epp-learning-read-all",
             Variant::HeaderReadShippedConfig => "header-read-shipped-config",
             Variant::HeaderReadShippedSingleton => "header-read-shipped-singleton",
             Variant::HeaderReadShippedWithout(feature) => match feature {
@@ -113,7 +118,7 @@ impl Variant {
         Self::ALL
             .into_iter()
             .chain(Self::BISECTION)
-            .chain([Variant::WasmEppLearning, Variant::WasmEppProfiled])
+            .chain([Variant::WasmEppLearning, Variant::WasmEppLearningReadAll, Variant::WasmEppProfiled])
             .find(|v| v.name() == name)
     }
 
@@ -142,6 +147,7 @@ impl Variant {
                 | Variant::WasmEppOriginalDst
                 | Variant::WasmEppNoPrefix
                 | Variant::WasmEppLearning
+                | Variant::WasmEppLearningReadAll
                 | Variant::WasmEppProfiled
                 | Variant::WasmEppSlowTick
                 | Variant::WasmEppSlowPoll

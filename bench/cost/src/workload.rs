@@ -151,6 +151,15 @@ pub fn completions_body_of_size(total_bytes: usize, seed: u64) -> String {
     body
 }
 
+/// As [`completions_body_of_size`], asking for a stream (and for its final `usage` event when
+/// `with_usage`). A few bytes longer than `total_bytes`.
+pub fn streamed_body(total_bytes: usize, seed: u64, with_usage: bool) -> String {
+    let body = completions_body_of_size(total_bytes, seed);
+    let stream =
+        if with_usage { r#""stream":true,"stream_options":{"include_usage":true}"# } else { r#""stream":true"# };
+    body.replacen(r#""stream":false"#, stream, 1)
+}
+
 /// Passes [`completions_body_of_size`] makes at most.
 const SIZE_PASSES: usize = 8;
 
@@ -180,6 +189,16 @@ mod tests {
         let chat = chat_body(32 * 1024, 1);
         let request = parse_request(chat.as_bytes(), Endpoint::ChatCompletions).unwrap();
         assert!(request.messages.unwrap().len() > 32 * 1024);
+    }
+
+    #[test]
+    fn streamed_bodies_ask_for_a_stream_and_usage_as_told() {
+        for with_usage in [true, false] {
+            let body = streamed_body(4096, 3, with_usage);
+            let request = parse_request(body.as_bytes(), Endpoint::Completions).unwrap();
+            assert_eq!(request.stream, Some(true));
+            assert_eq!(request.includes_usage(), with_usage, "{body:.80}");
+        }
     }
 
     #[test]
