@@ -55,7 +55,7 @@ pub struct LearningConfig {
     pub balance_homes: bool,
     /// Streams whose chunks are read for their final `usage`, at most, per pod and worker at
     /// once; further streams to the pod give their TTFT sample (first chunk) and are read no
-    /// further. Each chunk read is a copy into the VM (~3–5 µs of Envoy CPU), so this bounds
+    /// further. Each chunk read is a copy into the VM (~2.5–4 µs), so this bounds
     /// the cost per pod whatever its concurrency, at the price of usage reports from a
     /// share of a busy pod's streams (whole answers are always read). 0: no stream is read
     /// past its first chunk.
