@@ -69,15 +69,17 @@ pub struct ProfileArgs {
     pub filter_config: Option<String>,
 }
 
+/// A JSON option's value, parsed (`None` when not given); the error names `flag`.
+pub fn json_option(text: Option<&str>, flag: &str) -> Result<Option<serde_json::Value>, String> {
+    text.map(|text| serde_json::from_str(text).map_err(|e| format!("{flag}: {e}"))).transpose()
+}
+
 pub fn profile_options(
     args: &ProfileArgs,
     quick: bool,
     pods: usize,
 ) -> Result<bench_cost::profile::ProfileOptions, String> {
-    let filter_fields = match &args.filter_config {
-        Some(text) => Some(serde_json::from_str(text).map_err(|e| format!("--filter-config: {e}"))?),
-        None => None,
-    };
+    let filter_fields = json_option(args.filter_config.as_deref(), "--filter-config")?;
     Ok(bench_cost::profile::ProfileOptions {
         pods,
         prompt_kb: args.prompt_kb.max(1),
@@ -239,10 +241,7 @@ pub fn scrape_options(args: &ScrapeArgs, quick: bool) -> ScrapeOptions {
 }
 
 pub fn memory_options(args: &MemoryArgs, quick: bool) -> Result<MemoryOptions, String> {
-    let filter_config = match &args.filter_config {
-        Some(text) => Some(serde_json::from_str(text).map_err(|e| format!("--filter-config: {e}"))?),
-        None => None,
-    };
+    let filter_config = json_option(args.filter_config.as_deref(), "--filter-config")?;
     Ok(MemoryOptions {
         prefixes: args.prefixes.unwrap_or(if quick { 30_000 } else { 1_000_000 }),
         prompt_bytes: args.prompt_bytes,

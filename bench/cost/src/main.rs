@@ -53,10 +53,7 @@ fn run_streams(args: &StreamsArgs, quick: bool, results: &mut Results) -> Result
     ];
     let mut addresses = pods.addresses();
     addresses.truncate(args.pods.unwrap_or(POOL_PODS).clamp(1, POOL_PODS));
-    let profiled_fields = match &args.profiled_config {
-        Some(text) => Some(serde_json::from_str(text).map_err(|e| format!("--profiled-config: {e}"))?),
-        None => None,
-    };
+    let profiled_fields = cli::json_option(args.profiled_config.as_deref(), "--profiled-config")?;
     let envoys = cli::variants(args.variants.as_ref(), &default)?
         .into_iter()
         .map(|v| {
