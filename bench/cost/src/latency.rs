@@ -130,7 +130,7 @@ pub fn sequential(
 }
 
 /// Unmeasured requests per connection before the concurrent batches.
-fn concurrent_warmup(options: &LatencyOptions) -> usize {
+pub fn concurrent_warmup(options: &LatencyOptions) -> usize {
     options.warmup.div_ceil(options.concurrency.max(1)).max(1)
 }
 

@@ -187,14 +187,20 @@ struct PhaseRun {
     phases: Vec<(String, f64, f64)>,
 }
 
-/// The `wasm_epp.profile.*` counters now, by counter name suffix (`parse_ns`, ...).
-/// The profiled filter's counters (`<phase>_ns`, `<phase>_calls`, every worker) so far.
+/// The `wasm_epp.profile.*` counters now, by counter name suffix (`parse_ns`, ...): the
+/// profiled filter's `<phase>_ns` and `<phase>_calls`, every worker.
 pub fn profile_counters(envoy: &RunningEnvoy) -> BTreeMap<String, f64> {
-    let text = envoy.admin("/stats?filter=profile").unwrap_or_default();
+    plugin_counters(envoy, "profile")
+}
+
+/// The plugin's `wasm_epp.<group>.*` counters now, by name suffix (`chunks_read`, ...).
+pub fn plugin_counters(envoy: &RunningEnvoy, group: &str) -> BTreeMap<String, f64> {
+    let text = envoy.admin(&format!("/stats?filter={group}")).unwrap_or_default();
+    let marker = format!(".{group}.");
     text.lines()
         .filter_map(|line| {
             let (name, value) = line.split_once(": ")?;
-            let suffix = name.rsplit_once(".profile.")?.1;
+            let suffix = name.rsplit_once(marker.as_str())?.1;
             Some((suffix.to_string(), value.trim().parse().ok()?))
         })
         .collect()

@@ -11,6 +11,8 @@
 //! reading every stream (`wasm-epp-learning-read-all`); `--pods` sets how many streams each
 //! pod has at once (32 over 16 pods and 2 workers: one per pod and worker, under the bound).
 
+use std::collections::BTreeMap;
+
 use crate::envoys::{RunningEnvoy, Variant};
 use crate::latency::{self, LatencyOptions};
 use crate::results::Results;
@@ -24,50 +26,30 @@ pub const BODY_BYTES: usize = 4096;
 /// The two kinds of stream, as case prefixes in the records (followed by the pool size).
 const KINDS: [(&str, bool); 2] = [("stream-usage", true), ("stream-no-usage", false)];
 
-/// The learning counters that say how much of each stream was read.
-#[derive(Debug, Default, Clone, Copy)]
-struct LearningCounts {
-    chunks_read: f64,
-    usage_reports: f64,
-    streams_not_read: f64,
+/// What the Envoys' counters say at one moment: the learning counters of every Envoy (empty
+/// for one without learning) and the profiled build's phase counters (`None` for the others).
+struct Counters {
+    learning: Vec<BTreeMap<String, f64>>,
+    phases: Vec<Option<BTreeMap<String, f64>>>,
 }
 
-impl LearningCounts {
-    /// Each Envoy's values now (zero for an Envoy without learning). The plugin flushes its
-    /// counters on its tick: waits for one first.
-    fn read_all(envoys: &[RunningEnvoy]) -> Vec<Self> {
+impl Counters {
+    /// Every Envoy's counters now. The plugin flushes them on its tick: waits for one first.
+    fn read(envoys: &[RunningEnvoy]) -> Self {
         std::thread::sleep(crate::profile::COUNTER_FLUSH);
-        envoys.iter().map(Self::read).collect()
-    }
-
-    fn read(envoy: &RunningEnvoy) -> Self {
-        let text = envoy.admin("/stats?filter=wasm_epp.learning").unwrap_or_default();
-        let value = |suffix: &str| {
-            text.lines()
-                .filter_map(|line| line.split_once(": "))
-                .filter(|(name, _)| name.ends_with(suffix))
-                .filter_map(|(_, value)| value.trim().parse::<f64>().ok())
-                .sum()
-        };
         Self {
-            chunks_read: value("learning.chunks_read"),
-            usage_reports: value("learning.usage_reports"),
-            streams_not_read: value("learning.usage_streams_not_read"),
+            learning: envoys.iter().map(|e| crate::profile::plugin_counters(e, "learning")).collect(),
+            phases: envoys
+                .iter()
+                .map(|e| (e.variant == Variant::WasmEppProfiled).then(|| crate::profile::profile_counters(e)))
+                .collect(),
         }
     }
 }
 
-/// The profiled build's phase counters, `None` for the other variants.
-fn profiled_phases(envoy: &RunningEnvoy) -> Option<std::collections::BTreeMap<String, f64>> {
-    (envoy.variant == Variant::WasmEppProfiled).then(|| {
-        std::thread::sleep(crate::profile::COUNTER_FLUSH);
-        crate::profile::profile_counters(envoy)
-    })
-}
-
-/// Streams each Envoy gets as warm-up inside a measured kind (see [`latency::concurrent`]).
-fn warmup_streams(options: &LatencyOptions) -> usize {
-    options.warmup.div_ceil(options.concurrency.max(1)).max(1) * options.concurrency
+/// How much `name` grew from `before` to `after`.
+fn growth(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, name: &str) -> f64 {
+    after.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0)
 }
 
 /// Runs both kinds of stream on `envoys` (pods from [`crate::upstream::Upstream`]) into
@@ -91,57 +73,48 @@ pub fn run(envoys: &[RunningEnvoy], options: &LatencyOptions, results: &mut Resu
                 latency::encoded(e, "/v1/completions", |seed| workload::streamed_body(BODY_BYTES, seed, with_usage))
             })
             .collect();
-        let counts_before = LearningCounts::read_all(envoys);
-        let phases_before: Vec<_> = envoys.iter().map(profiled_phases).collect();
+        let before = Counters::read(envoys);
         let batches = latency::concurrent(envoys, &requests, options);
-        let counts_after = LearningCounts::read_all(envoys);
-        let phases_after: Vec<_> = envoys.iter().map(profiled_phases).collect();
+        let after = Counters::read(envoys);
         latency::report(envoys, &benchmark, prefix, BODY_BYTES, &batches, &idle, results);
         let cpu_of = |variant: Variant| {
             let k = envoys.iter().position(|e| e.variant == variant)?;
             let (batch, rate) = (batches.get(k)?, idle.get(k)?);
             Some(sampling::cpu_per_request(batch.envoy_cpu, *rate, batch.elapsed, batch.latencies_us.len()))
         };
-        for (((envoy, before), after), batch) in envoys.iter().zip(&counts_before).zip(&counts_after).zip(&batches) {
-            if !matches!(envoy.variant, Variant::WasmEppLearning | Variant::WasmEppLearningReadAll) {
-                continue;
+        // The warm-up's streams ran between the readings too.
+        let warmed = latency::concurrent_warmup(options) * options.concurrency;
+        for (k, (envoy, batch)) in envoys.iter().zip(&batches).enumerate() {
+            let streams = (batch.latencies_us.len() + batch.errors + warmed) as f64;
+            let case = format!("{prefix}{}/{BODY_BYTES}B", envoy.name());
+            if matches!(envoy.variant, Variant::WasmEppLearning | Variant::WasmEppLearningReadAll) {
+                let (Some(before), Some(after)) = (before.learning.get(k), after.learning.get(k)) else { continue };
+                let per_stream = |name: &str| growth(before, after, name) / streams;
+                let (chunks, reports) = (per_stream("chunks_read"), per_stream("usage_reports"));
+                println!(
+                    "  {}, {prefix}: {chunks:.2} chunks read per stream, {reports:.2} usage reports per stream, \
+                     {:.0} % of streams not read past their first chunk",
+                    envoy.name(),
+                    per_stream("usage_streams_not_read") * 100.0
+                );
+                results.push(&benchmark, &case, "chunks_read_per_stream", chunks, "count");
+                results.push(&benchmark, &case, "usage_reports_per_stream", reports, "count");
             }
-            // The warm-up's streams are between the readings too.
-            let streams = (batch.latencies_us.len() + batch.errors + warmup_streams(options)) as f64;
-            let per_stream = |after: f64, before: f64| (after - before) / streams;
-            let chunks = per_stream(after.chunks_read, before.chunks_read);
-            let reports = per_stream(after.usage_reports, before.usage_reports);
-            let not_read = per_stream(after.streams_not_read, before.streams_not_read);
-            println!(
-                "  {}, {prefix}: {chunks:.2} chunks read per stream, {reports:.2} usage reports per stream, \
-                 {:.0} % of streams not read past their first chunk",
-                envoy.name(),
-                not_read * 100.0
-            );
-            let case = format!("{prefix}{}/{BODY_BYTES}B", envoy.name());
-            results.push(&benchmark, &case, "chunks_read_per_stream", chunks, "count");
-            results.push(&benchmark, &case, "usage_reports_per_stream", reports, "count");
-        }
-        for (((envoy, before), after), batch) in envoys.iter().zip(&phases_before).zip(&phases_after).zip(&batches) {
-            let (Some(before), Some(after)) = (before, after) else { continue };
-            let streams = (batch.latencies_us.len() + batch.errors + warmup_streams(options)) as f64;
-            let per_stream = |name: &str| {
-                let at =
-                    |counters: &std::collections::BTreeMap<String, f64>| counters.get(name).copied().unwrap_or(0.0);
-                (at(after) - at(before)) / streams
-            };
-            let (body_us, scan_us) = (per_stream("response_body_ns") / 1000.0, per_stream("observe_scan_ns") / 1000.0);
-            let (calls, scans) = (per_stream("response_body_calls"), per_stream("observe_scan_calls"));
-            println!(
-                "  {}, {prefix}: in its VM per stream (wall clock) {body_us:.1} µs over {calls:.1} body \
-                 callbacks, of which copying and scanning {scan_us:.1} µs over {scans:.1} chunks \
-                 ({:.2} µs per chunk read)",
-                envoy.name(),
-                scan_us / scans.max(1e-9)
-            );
-            let case = format!("{prefix}{}/{BODY_BYTES}B", envoy.name());
-            results.push(&benchmark, &case, "in_vm_response_body_us_per_stream", body_us, "us");
-            results.push(&benchmark, &case, "in_vm_observe_scan_us_per_stream", scan_us, "us");
+            if let (Some(Some(before)), Some(Some(after))) = (before.phases.get(k), after.phases.get(k)) {
+                let per_stream = |name: &str| growth(before, after, name) / streams;
+                let (body_us, scan_us) =
+                    (per_stream("response_body_ns") / 1000.0, per_stream("observe_scan_ns") / 1000.0);
+                let (calls, scans) = (per_stream("response_body_calls"), per_stream("observe_scan_calls"));
+                println!(
+                    "  {}, {prefix}: in its VM per stream (wall clock) {body_us:.1} µs over {calls:.1} body \
+                     callbacks, of which copying and scanning {scan_us:.1} µs over {scans:.1} chunks \
+                     ({:.2} µs per chunk read)",
+                    envoy.name(),
+                    scan_us / scans.max(1e-9)
+                );
+                results.push(&benchmark, &case, "in_vm_response_body_us_per_stream", body_us, "us");
+                results.push(&benchmark, &case, "in_vm_observe_scan_us_per_stream", scan_us, "us");
+            }
         }
         let Some(shipped) = cpu_of(Variant::WasmEpp) else { continue };
         for learning in [Variant::WasmEppLearning, Variant::WasmEppLearningReadAll] {
