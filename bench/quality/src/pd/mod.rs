@@ -121,21 +121,15 @@ impl PdPool {
         self.decode_pd_stats().iter().filter_map(|pd| pd.get("remote_prefills").and_then(Value::as_u64)).sum()
     }
 
-    /// Where a split request's time went before the decode pod queued it, as its sidecar
-    /// measured: the wait for the prefill pod's answer and the KV transfer (means over the pool).
-    fn print_split_timings(&self) {
+    /// Where split requests' time went before their decode pod queued them, as its sidecar
+    /// measured: requests split, then the mean wait for the prefill pod's answer and the mean
+    /// KV transfer in ms (over the pool); `None` before any split.
+    fn split_timings(&self) -> Option<(u64, f64, f64)> {
         let stats = self.decode_pd_stats();
         let sum = |field: &str| stats.iter().filter_map(|pd| pd.get(field).and_then(Value::as_u64)).sum::<u64>();
         let split = sum("remote_prefills");
-        if split == 0 {
-            return;
-        }
         let mean_ms = |field: &str| sum(field) as f64 / split as f64 / 1000.0;
-        println!(
-            "    split   {split:>4} requests  mean wait for the prefill pod {:>5.0} ms  mean KV transfer {:>4.0} ms",
-            mean_ms("prefill_wait_us"),
-            mean_ms("transfer_us"),
-        );
+        (split > 0).then(|| (split, mean_ms("prefill_wait_us"), mean_ms("transfer_us")))
     }
 }
 
@@ -234,7 +228,12 @@ fn run_one(bench: &Bench, workload: &PdWorkload, pool: &PdPool, target: PdTarget
     let after = (pool.prefill.prefix_counters(), pool.decode.prefix_counters());
     let split = pool.remote_prefills();
     pool.print_pod_timings();
-    pool.print_split_timings();
+    let split_timings = pool.split_timings();
+    if let Some((split, wait_ms, transfer_ms)) = split_timings {
+        println!(
+            "    split   {split:>4} requests  mean wait for the prefill pod {wait_ms:>5.0} ms  mean KV transfer {transfer_ms:>4.0} ms"
+        );
+    }
     if running.has_exited() {
         return Err(format!("{} exited during the run; see {}", target.label(), target_dir.display()));
     }
@@ -256,6 +255,8 @@ fn run_one(bench: &Bench, workload: &PdWorkload, pool: &PdPool, target: PdTarget
         disaggregated_share: report::round(split as f64 / requests, 4),
         prefill_pods_hit_rate: rate(&before.0, &after.0).map(|r| report::round(r, 4)),
         decode_pods_hit_rate: rate(&before.1, &after.1).map(|r| report::round(r, 4)),
+        split_prefill_wait_ms: split_timings.map(|(_, wait_ms, _)| report::round(wait_ms, 1)),
+        split_transfer_ms: split_timings.map(|(_, _, transfer_ms)| report::round(transfer_ms, 1)),
         quality,
     })
 }

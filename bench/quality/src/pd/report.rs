@@ -17,6 +17,10 @@ pub struct PdRow {
     /// Prefix-cache hit rate (tokens) of the prefill pods, and of the decode pods.
     pub prefill_pods_hit_rate: Option<f64>,
     pub decode_pods_hit_rate: Option<f64>,
+    /// Split requests only: the decode sidecars' mean wait for the prefill pod's answer and
+    /// mean KV transfer, in ms (what a split adds before the decode pod's own queue and step).
+    pub split_prefill_wait_ms: Option<f64>,
+    pub split_transfer_ms: Option<f64>,
 }
 
 /// The run's settings, for the report.
@@ -105,20 +109,23 @@ pub fn write(rows: &[PdRow], context: &Context, out_dir: &Path) -> Result<(), St
         "2 prefill + 2 decode simulated pods (large preset, `--kv-transfer-per-token-ms 0.005`); wasm-epp-pd \
          splits prompts whose decode pod lacks ≥ {} estimated tokens. Aggregated targets use the same four pods \
          alike. Time scale {}, seed {}, {} run, {:.0} s. `decode pods hit` counts the blocks transferred from \
-         prefill pods as hits (so does `pool hit` for wasm-epp-pd).\n",
+         prefill pods as hits (so does `pool hit` for wasm-epp-pd). `prefill wait` and `transfer` are split \
+         requests' means as the decode pods' sidecars timed them; README.md breaks a split request's TTFT down.\n",
         context.threshold_tokens,
         context.time_scale,
         context.seed,
         if context.quick { "quick" } else { "full" },
         context.runtime_s
     );
-    md.push_str("| workload | target | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | E2E p50 ms | out tok/s | split | prefill pods hit | decode pods hit | pool hit | errors |\n");
-    md.push_str("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    md.push_str("| workload | target | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | E2E p50 ms | out tok/s | split | prefill pods hit | decode pods hit | pool hit | prefill wait ms | transfer ms | errors |\n");
+    md.push_str(
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+    );
     for row in rows {
         let q = &row.quality;
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
             q.workload,
             q.target,
             ms(q.ttft_p50_ms),
@@ -131,6 +138,8 @@ pub fn write(rows: &[PdRow], context: &Context, out_dir: &Path) -> Result<(), St
             percent(row.prefill_pods_hit_rate),
             percent(row.decode_pods_hit_rate),
             percent(q.hit_rate),
+            ms(row.split_prefill_wait_ms),
+            ms(row.split_transfer_ms),
             q.errors
         );
     }
