@@ -71,8 +71,32 @@ fn goals(rows: &[PdRow]) -> String {
     let short: Vec<&PdRow> = rows.iter().filter(|r| r.quality.workload == "k-short-prompts").collect();
     if let Some(pd) = short.iter().find(|r| r.quality.target == "wasm-epp-pd") {
         let _ = writeln!(out, "- Short prompts disaggregated: {:.1}% (goal < 5%)", pd.disaggregated_share * 100.0);
+        if let Some(never) = short.iter().find(|r| r.quality.target == "wasm-epp-pd-never-split") {
+            let _ = writeln!(out, "- {}", not_slower(&pd.quality, &never.quality));
+        }
     }
     out
+}
+
+/// "Nothing gets slower than without P/D" on short prompts, against the same pods and roles
+/// with the decider never splitting (requests that do not split go to decode pods alone, as
+/// issue 19 asks; the aggregated wasm-epp row uses the prefill pods as well). Within 5 % counts
+/// as not slower: runs of the same target differ by about that.
+fn not_slower(pd: &QualityRow, never: &QualityRow) -> String {
+    let within = |a: Option<f64>, b: Option<f64>| a.zip(b).is_some_and(|(a, b)| a <= b * 1.05);
+    let met = within(pd.ttft_p50_ms, never.ttft_p50_ms)
+        && within(pd.e2e_p50_ms, never.e2e_p50_ms)
+        && pd.output_tokens_per_s >= never.output_tokens_per_s * 0.95;
+    format!(
+        "Short prompts, wasm-epp-pd against never splitting: TTFT p50 {} / {} ms, E2E p50 {} / {} ms, {:.0} / {:.0} out tok/s ({}, goal: nothing slower, within 5 %)",
+        ms(pd.ttft_p50_ms),
+        ms(never.ttft_p50_ms),
+        ms(pd.e2e_p50_ms),
+        ms(never.e2e_p50_ms),
+        pd.output_tokens_per_s,
+        never.output_tokens_per_s,
+        if met { "met" } else { "NOT met" },
+    )
 }
 
 fn long_goals(rows: &[PdRow], workload: &str) -> String {
@@ -155,4 +179,37 @@ pub fn write(rows: &[PdRow], context: &Context, out_dir: &Path) -> Result<(), St
     std::fs::write(&md_path, md).map_err(|e| format!("{}: {e}", md_path.display()))?;
     println!("\nwrote {} and {}", json_path.display(), md_path.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(target: &str, ttft: f64, e2e: f64, tokens_per_s: f64) -> QualityRow {
+        QualityRow {
+            workload: "k-short-prompts".into(),
+            target: target.into(),
+            hit_rate: None,
+            ttft_p50_ms: Some(ttft),
+            ttft_p99_ms: None,
+            e2e_p50_ms: Some(e2e),
+            e2e_p99_ms: None,
+            itl_p50_ms: None,
+            itl_p99_ms: None,
+            output_tokens_per_s: tokens_per_s,
+            requests_per_s: 1.0,
+            errors: 0,
+            pod_share: Default::default(),
+            ttft_p90_ms: None,
+        }
+    }
+
+    #[test]
+    fn short_prompts_are_judged_against_never_splitting_within_five_percent() {
+        let never = row("wasm-epp-pd-never-split", 108.0, 2725.0, 427.0);
+        let judged = not_slower(&row("wasm-epp-pd", 109.0, 2726.0, 427.0), &never);
+        assert!(judged.contains("(met,") && judged.contains("TTFT p50 109 / 108 ms"), "{judged}");
+        assert!(not_slower(&row("wasm-epp-pd", 120.0, 2726.0, 427.0), &never).contains("NOT met"));
+        assert!(not_slower(&row("wasm-epp-pd", 108.0, 2725.0, 400.0), &never).contains("NOT met"));
+    }
 }
