@@ -122,15 +122,28 @@ impl PdPool {
     }
 
     /// Where split requests' time went before their decode pod queued them, as its sidecar
-    /// measured: requests split, then the mean wait for the prefill pod's answer and the mean
-    /// KV transfer in ms (over the pool); `None` before any split.
-    fn split_timings(&self) -> Option<(u64, f64, f64)> {
+    /// measured (means over the pool); `None` before any split.
+    fn split_timings(&self) -> Option<SplitTimings> {
         let stats = self.decode_pd_stats();
         let sum = |field: &str| stats.iter().filter_map(|pd| pd.get(field).and_then(Value::as_u64)).sum::<u64>();
         let split = sum("remote_prefills");
         let mean_ms = |field: &str| sum(field) as f64 / split as f64 / 1000.0;
-        (split > 0).then(|| (split, mean_ms("prefill_wait_us"), mean_ms("transfer_us")))
+        (split > 0).then(|| SplitTimings {
+            requests: split,
+            prefill_wait_ms: mean_ms("prefill_wait_us"),
+            transfer_ms: mean_ms("transfer_us"),
+        })
     }
+}
+
+/// Split requests' means, as the decode pods' sidecars timed them.
+#[derive(Debug, Clone, Copy)]
+struct SplitTimings {
+    requests: u64,
+    /// The wait for the prefill pod's answer.
+    prefill_wait_ms: f64,
+    /// The KV transfer of the blocks the decode pod lacked.
+    transfer_ms: f64,
 }
 
 pub fn run(options: &Options) -> Result<(), String> {
@@ -229,9 +242,9 @@ fn run_one(bench: &Bench, workload: &PdWorkload, pool: &PdPool, target: PdTarget
     let split = pool.remote_prefills();
     pool.print_pod_timings();
     let split_timings = pool.split_timings();
-    if let Some((split, wait_ms, transfer_ms)) = split_timings {
+    if let Some(SplitTimings { requests, prefill_wait_ms, transfer_ms }) = split_timings {
         println!(
-            "    split   {split:>4} requests  mean wait for the prefill pod {wait_ms:>5.0} ms  mean KV transfer {transfer_ms:>4.0} ms"
+            "    split   {requests:>4} requests  mean wait for the prefill pod {prefill_wait_ms:>5.0} ms  mean KV transfer {transfer_ms:>4.0} ms"
         );
     }
     if running.has_exited() {
@@ -255,8 +268,8 @@ fn run_one(bench: &Bench, workload: &PdWorkload, pool: &PdPool, target: PdTarget
         disaggregated_share: report::round(split as f64 / requests, 4),
         prefill_pods_hit_rate: rate(&before.0, &after.0).map(|r| report::round(r, 4)),
         decode_pods_hit_rate: rate(&before.1, &after.1).map(|r| report::round(r, 4)),
-        split_prefill_wait_ms: split_timings.map(|(_, wait_ms, _)| report::round(wait_ms, 1)),
-        split_transfer_ms: split_timings.map(|(_, _, transfer_ms)| report::round(transfer_ms, 1)),
+        split_prefill_wait_ms: split_timings.map(|timings| report::round(timings.prefill_wait_ms, 1)),
+        split_transfer_ms: split_timings.map(|timings| report::round(timings.transfer_ms, 1)),
         quality,
     })
 }
