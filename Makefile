@@ -44,6 +44,23 @@ $(OPENAI_NODE_STAMP):
 	npm install --prefix $(OPENAI_NODE_DIR) --no-audit --no-fund --silent openai@$(OPENAI_NODE_SDK_VERSION)
 	touch $@
 
+# inference-perf, the load generator of Kubernetes' serving working group that llm-d's own
+# benchmarks run (tests/e2e/tests/inference_perf.rs), in its own environment: its ~80 pinned
+# packages (tests/e2e/clients/inference-perf-requirements.txt) stay apart from Envoy's. It
+# declares Python >= 3.12 and runs on 3.11, hence --ignore-requires-python. Its tokenizer is
+# built here, offline (tests/e2e/clients/inference_perf_tokenizer.py).
+INFERENCE_PERF_VERSION := 0.7.0
+INFERENCE_PERF_VENV := .venv-inference-perf
+INFERENCE_PERF_REQUIREMENTS := tests/e2e/clients/inference-perf-requirements.txt
+INFERENCE_PERF_STAMP := $(INFERENCE_PERF_VENV)/.inference-perf-$(INFERENCE_PERF_VERSION)
+
+$(INFERENCE_PERF_STAMP): $(INFERENCE_PERF_REQUIREMENTS) tests/e2e/clients/inference_perf_tokenizer.py
+	python3 -m venv $(INFERENCE_PERF_VENV)
+	$(INFERENCE_PERF_VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps \
+		--ignore-requires-python -r $(INFERENCE_PERF_REQUIREMENTS)
+	$(INFERENCE_PERF_VENV)/bin/python tests/e2e/clients/inference_perf_tokenizer.py $(INFERENCE_PERF_VENV)/tokenizer
+	touch $@
+
 tools: wasm-target envoy
 
 # --- builds ------------------------------------------------------------------------------
@@ -78,7 +95,7 @@ unit:
 
 # Two at a time: each test runs its own Envoy and pods on a 2-core machine. Every test
 # file runs even when one fails (--no-fail-fast), so one report lists every failure.
-e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP) $(OPENAI_NODE_STAMP)
+e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP) $(OPENAI_NODE_STAMP) $(INFERENCE_PERF_STAMP)
 	$(CARGO) test -p e2e --no-fail-fast -- --test-threads=2
 
 # The long form of the load test: 64 streaming clients, 60 s healthy + 60 s with a pod
