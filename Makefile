@@ -175,6 +175,7 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	test ! -f bench/results/pd/pd.json || $(VENV)/bin/python bench/quality/plot_pd.py bench/results/pd
 	$(VENV)/bin/python bench/quality/plot_models.py bench/results/models
 	$(MAKE) bench-flow
+	$(MAKE) bench-inference-perf
 
 # `make bench-flow`: workload j only (issue 16), the 2x overload with flow control on and off
 # and the peers; about 8 minutes on 2 cores. Results and plots in bench/results/flow-control/.
@@ -183,6 +184,17 @@ bench-flow: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
 	./target/release/wasm-epp-bench-quality --flow-only --out-dir bench/results/flow-control $(FLOW_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot_flow.py bench/results/flow-control
+
+# `make bench-inference-perf`: issue 14's opening ladder driven by inference-perf (llm-d's
+# load generator, pinned in .venv-inference-perf) instead of our client: 50 shared prefixes,
+# Poisson 1 -> 16 requests/s, 4 pods under KV pressure; about 12 minutes on 2 cores. Results
+# and plots in bench/results/inference-perf/.
+.PHONY: bench-inference-perf
+bench-inference-perf: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP) $(INFERENCE_PERF_STAMP)
+	$(CARGO) build --release -p bench-quality
+	./target/release/wasm-epp-bench-quality --inference-perf-only --out-dir bench/results/inference-perf \
+		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(INFERENCE_PERF_BENCH_ARGS)
+	$(VENV)/bin/python bench/quality/plot_inference_perf.py bench/results/inference-perf
 
 # --- deployment files (k8s/tools/validate.py, docs/deployment.md) -------------------------
 # `make validate`: Kubernetes manifests against the Kubernetes schema (custom resources by

@@ -13,6 +13,7 @@ mod client;
 mod driver;
 mod flow;
 mod index_accuracy;
+mod inference_perf;
 mod models;
 mod options;
 mod pd;

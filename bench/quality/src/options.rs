@@ -102,4 +102,11 @@ pub struct Options {
     /// Targets of the P/D dimension to run, by label (wasm-epp-pd, wasm-epp, ...); empty = all.
     #[arg(long, value_delimiter = ',')]
     pub pd_targets: Vec<String>,
+    /// Run only issue 14's rate ladder driven by inference-perf (installed by `make
+    /// bench-inference-perf`); results in `<out-dir>/inference-perf.{json,md}`.
+    #[arg(long, conflicts_with_all = ["replicas_only", "pd_only", "flow_only"])]
+    pub inference_perf_only: bool,
+    /// Targets of the inference-perf ladder, in this order.
+    #[arg(long, value_delimiter = ',', default_value = crate::inference_perf::DEFAULT_TARGETS)]
+    pub inference_perf_targets: Vec<TargetName>,
 }

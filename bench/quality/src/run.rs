@@ -42,6 +42,9 @@ pub fn run(options: &Options) -> Result<(), String> {
     if options.pd_only {
         return crate::pd::run(options);
     }
+    if options.inference_perf_only {
+        return crate::inference_perf::run(options);
+    }
     let started = Instant::now();
     let started_at = utc_now();
     let (out_dir, runtime) = prepare(options)?;
@@ -238,7 +241,7 @@ fn one_line(row: &QualityRow, notes: &RunNotes) -> String {
 }
 
 /// The current UTC time for the report (`date` is on every machine this runs on).
-fn utc_now() -> String {
+pub(crate) fn utc_now() -> String {
     std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])
         .output()
