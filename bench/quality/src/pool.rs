@@ -110,4 +110,28 @@ impl SimulatedPool {
         }
         Ok(total)
     }
+
+    /// One line per pod, each starting with `label`: requests served, mean TTFT and mean queue
+    /// wait as the pod measured them (its `vllm:` histograms). A pod that does not answer is
+    /// left out.
+    pub fn print_pod_timings(&self, label: &str) {
+        for url in self.metrics_urls() {
+            let Ok(reply) = http::get(&url, ADMIN_TIMEOUT) else { continue };
+            let read = |name: &str| sum_of(&reply.body, name).unwrap_or(0.0);
+            let mean_ms = |metric: &str| {
+                let count = read(&format!("{metric}_count"));
+                if count > 0.0 {
+                    1000.0 * read(&format!("{metric}_sum")) / count
+                } else {
+                    0.0
+                }
+            };
+            println!(
+                "    {label:<7} {url:<36} requests {:>4.0}  mean TTFT {:>5.0} ms  mean queue {:>5.0} ms",
+                read("vllm:time_to_first_token_seconds_count"),
+                mean_ms("vllm:time_to_first_token_seconds"),
+                mean_ms("vllm:request_queue_time_seconds"),
+            );
+        }
+    }
 }

@@ -130,6 +130,7 @@ fn run_one(
     let wall = Instant::now();
     run_inference_perf(&config_path, &target_dir, stage_s)?;
     let wall_s = wall.elapsed().as_secs_f64();
+    pool.print_pod_timings("pod");
     let counters = pool.prefix_counters()?;
     let stats = pool.stats()?;
     let crashed = running.has_exited();

@@ -83,26 +83,8 @@ impl PdPool {
     /// One line per pod: requests served, mean TTFT and mean queue wait as the pod measured
     /// them (a prefill pod's TTFT is the prefill hop; a decode pod's includes it).
     fn print_pod_timings(&self) {
-        for (role, pods) in [("prefill", &self.prefill), ("decode", &self.decode)] {
-            for url in pods.metrics_urls() {
-                let Ok(reply) = http::get(&url, ADMIN_TIMEOUT) else { continue };
-                let read = |name: &str| crate::prometheus::sum_of(&reply.body, name).unwrap_or(0.0);
-                let mean_ms = |metric: &str| {
-                    let count = read(&format!("{metric}_count"));
-                    if count > 0.0 {
-                        1000.0 * read(&format!("{metric}_sum")) / count
-                    } else {
-                        0.0
-                    }
-                };
-                println!(
-                    "    {role:<7} {url:<36} requests {:>4.0}  mean TTFT {:>5.0} ms  mean queue {:>5.0} ms",
-                    read("vllm:time_to_first_token_seconds_count"),
-                    mean_ms("vllm:time_to_first_token_seconds"),
-                    mean_ms("vllm:request_queue_time_seconds"),
-                );
-            }
-        }
+        self.prefill.print_pod_timings("prefill");
+        self.decode.print_pod_timings("decode");
     }
 
     /// The decode pods' `/sim/stats` P/D sections.
