@@ -116,11 +116,13 @@ pub fn markdown(rows: &[(QualityRow, RunNotes)], context: &RunContext) -> String
     out
 }
 
-fn percent(value: Option<f64>) -> String {
+/// A rate as a table cell: `86.8%`, or `-` when nothing was measured (every report's tables).
+pub(crate) fn percent(value: Option<f64>) -> String {
     value.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".to_string())
 }
 
-fn millis(value: Option<f64>) -> String {
+/// Milliseconds (or any figure shown whole) as a table cell, `-` when nothing was measured.
+pub(crate) fn millis(value: Option<f64>) -> String {
     value.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".to_string())
 }
 

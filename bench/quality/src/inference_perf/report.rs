@@ -6,6 +6,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::report::{millis as ms, percent};
+
 /// One stage of one target, from inference-perf's `stage_N_lifecycle_metrics.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageFigures {
@@ -213,14 +215,6 @@ fn usage_hit_rate(prompt_tokens: Option<&Value>) -> Option<f64> {
     let total = prompt_tokens?.get("total")?.as_f64()?;
     let cached = prompt_tokens?.get("cached")?.as_f64()?;
     (total > 0.0).then(|| cached / total)
-}
-
-fn percent(rate: Option<f64>) -> String {
-    rate.map(|r| format!("{:.1} %", r * 100.0)).unwrap_or_else(|| "-".into())
-}
-
-fn ms(value: Option<f64>) -> String {
-    value.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+use crate::report::{millis as ms, percent};
 use crate::summary::QualityRow;
 
 /// One workload on one target: the quality row plus what P/D adds.
@@ -36,14 +37,6 @@ pub struct Context {
 pub fn round(value: f64, decimals: i32) -> f64 {
     let scale = 10f64.powi(decimals);
     (value * scale).round() / scale
-}
-
-fn ms(value: Option<f64>) -> String {
-    value.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
-}
-
-fn percent(value: Option<f64>) -> String {
-    value.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".into())
 }
 
 pub fn one_line(row: &PdRow) -> String {
