@@ -143,7 +143,7 @@ fuzz: fuzz-tools
 	RUSTC_BOOTSTRAP=1 fuzz/run.sh --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_TARGETS)
 
 # --- routing-quality benchmark (bench/quality, bench/README.md) ---------------------------
-# `make bench` (about 11 minutes on 2 cores once built) or `BENCH_QUICK=1 make bench` (about 4);
+# `make bench` (about 11 minutes on 2 cores once built, then bench-flow and bench-inference-perf) or `BENCH_QUICK=1 make bench` (about 4);
 # BENCH_ARGS passes more flags, e.g. BENCH_ARGS="--workloads a,c --targets wasm-epp,envoy-round-robin".
 # The replicas dimension (1/2/4 wasm-epp Envoys behind a round-robin front, peering on and off;
 # bench/results/replicas.md) runs after the others; alone: BENCH_ARGS="--replicas-only
