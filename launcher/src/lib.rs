@@ -14,6 +14,7 @@ pub mod envoy;
 pub mod envoy_options;
 pub mod fake_kube;
 pub mod http;
+pub mod inference_perf;
 pub mod live_config;
 pub mod paths;
 pub mod pods;

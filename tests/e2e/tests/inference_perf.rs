@@ -14,8 +14,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use e2e::Cluster;
-use launcher::paths::workspace_root;
-use launcher::process::ManagedProcess;
 use serde_json::{json, Value};
 
 /// A run's requests must all be in well before this.
@@ -102,44 +100,18 @@ struct Report {
     dir: PathBuf,
 }
 
-/// Runs inference-perf with `config` (server, tokenizer and storage filled in) against the
-/// cluster's Envoy, and reads its summary report.
+/// Runs inference-perf with `config` (data and load; the launcher fills in the server, the
+/// tokenizer and the storage) against the cluster's Envoy, and reads its summary report.
 fn run_inference_perf(cluster: &Cluster, name: &str, mut config: Value) -> Report {
-    let root = workspace_root();
-    let venv = root.join(".venv-inference-perf");
     let dir = cluster.dir.join(format!("inference-perf-{name}"));
-    let reports = dir.join("reports");
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    config["server"] = json!({
-        "type": "vllm", "model_name": "sim-model", "base_url": cluster.envoy.url(""), "ignore_eos": true});
-    config["tokenizer"] = json!({"pretrained_model_name_or_path": venv.join("tokenizer")});
-    config["storage"] = json!({"local_storage": {"path": reports}});
     config["report"] = json!({"request_lifecycle": {"summary": true, "per_stage": true, "per_adapter": true}});
-    let config_path = dir.join("config.yml");
-    std::fs::write(&config_path, config.to_string()).unwrap_or_else(|e| panic!("{}: {e}", config_path.display()));
-
-    let mut command = std::process::Command::new(venv.join("bin/inference-perf"));
-    command.arg("--config_file").arg(&config_path).current_dir(&dir);
-    // No Hugging Face Hub here: the tokenizer is a local directory.
-    command.env("HF_HUB_OFFLINE", "1").env("TRANSFORMERS_OFFLINE", "1");
-    let mut process = ManagedProcess::spawn("inference-perf", command, &dir.join("inference-perf.log"))
-        .unwrap_or_else(|e| panic!("{e} (make e2e installs inference-perf)"));
-    let finished = launcher::wait_until(RUN_DEADLINE, || process.has_exited());
-    assert!(finished, "inference-perf still running after {RUN_DEADLINE:?}:\n{}", process.log_tail(30));
-
-    let summary_path = reports.join("summary_lifecycle_metrics.json");
-    assert!(
-        summary_path.exists(),
-        "inference-perf wrote no summary:\n{}\n{}",
-        process.log_tail(40),
-        cluster.envoy.log_tail(20)
-    );
-    Report { summary: read_json(&summary_path), dir: reports }
+    let reports = launcher::inference_perf::run(&dir, config, &cluster.envoy.url(""), "sim-model", RUN_DEADLINE)
+        .unwrap_or_else(|e| panic!("{e}\n{}", cluster.envoy.log_tail(20)));
+    Report { summary: read_json(&reports.join("summary_lifecycle_metrics.json")), dir: reports }
 }
 
 fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    launcher::inference_perf::read_report(path).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The picker's and the pods' counters a run is judged by, read before and after it.

@@ -12,10 +12,9 @@
 
 mod report;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use launcher::process::ManagedProcess;
 use serde_json::{json, Value};
 
 use crate::options::Options;
@@ -58,11 +57,10 @@ pub fn run(options: &Options) -> Result<(), String> {
     println!("logs and configurations: {}", dir.display());
     let size = if options.quick { Size::Quick } else { Size::Full };
     let stage_s = size.pick(20, 6) as u64;
-    let inference_perf = inference_perf_dir();
-    if !inference_perf.join("bin/inference-perf").exists() {
+    if !launcher::inference_perf::installed() {
         return Err(format!(
             "no inference-perf in {}: `make bench-inference-perf` installs it",
-            inference_perf.display()
+            launcher::inference_perf::venv().display()
         ));
     }
     let mut args = pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN);
@@ -105,10 +103,6 @@ pub fn run(options: &Options) -> Result<(), String> {
     report::write(&rows, &context, &out_dir)
 }
 
-fn inference_perf_dir() -> PathBuf {
-    launcher::paths::workspace_root().join(".venv-inference-perf")
-}
-
 /// One target, from emptied pods to a row: inference-perf's reports and the pods' counters.
 fn run_one(
     pool: &SimulatedPool,
@@ -122,13 +116,15 @@ fn run_one(
     let target_dir = dir.join(target.label());
     std::fs::create_dir_all(&target_dir).map_err(|e| format!("{}: {e}", target_dir.display()))?;
     let mut running = targets::start(target, &pool.addresses(), &target_dir, vllm_router)?;
-    let reports = target_dir.join("reports");
-    let config = config(&running.base_url(), &reports, stage_s, seed);
-    let config_path = target_dir.join("inference-perf.yml");
-    // JSON is YAML: inference-perf's loader reads it as it is.
-    std::fs::write(&config_path, config.to_string()).map_err(|e| format!("{}: {e}", config_path.display()))?;
+    let deadline = Duration::from_secs(stage_s * RATES.len() as u64) + DRAIN_ALLOWANCE;
     let wall = Instant::now();
-    run_inference_perf(&config_path, &target_dir, stage_s)?;
+    let reports = launcher::inference_perf::run(
+        &target_dir,
+        config(stage_s, seed),
+        &running.base_url(),
+        crate::workload::MODEL,
+        deadline,
+    )?;
     let wall_s = wall.elapsed().as_secs_f64();
     pool.print_pod_timings("pod");
     let counters = pool.prefix_counters()?;
@@ -138,11 +134,12 @@ fn run_one(
     if crashed {
         return Err(format!("{} exited during the run; see its log under {}", target.label(), target_dir.display()));
     }
-    let summary = read_json(&reports.join("summary_lifecycle_metrics.json"))?;
+    let summary = launcher::inference_perf::read_report(&reports.join("summary_lifecycle_metrics.json"))?;
     let stages = (0..RATES.len())
         .map(|stage| {
             let path = reports.join(format!("stage_{stage}_lifecycle_metrics.json"));
-            read_json(&path).map(|report| StageFigures::of(stage, RATES.get(stage).copied().unwrap_or(0.0), &report))
+            launcher::inference_perf::read_report(&path)
+                .map(|report| StageFigures::of(stage, RATES.get(stage).copied().unwrap_or(0.0), &report))
         })
         .collect::<Result<Vec<_>, String>>()?;
     let requests_per_pod = stats
@@ -165,39 +162,16 @@ fn run_one(
     ))
 }
 
-/// inference-perf's configuration for one run against `base_url`.
-fn config(base_url: &str, reports: &Path, stage_s: u64, seed: u64) -> Value {
+/// inference-perf's data, load and report sections for one run.
+fn config(stage_s: u64, seed: u64) -> Value {
     let stages: Vec<Value> = RATES.iter().map(|rate| json!({"rate": rate, "duration": stage_s})).collect();
     json!({
         "api": {"type": "completion", "streaming": true},
-        "server": {"type": "vllm", "model_name": crate::workload::MODEL, "base_url": base_url, "ignore_eos": true},
-        "tokenizer": {"pretrained_model_name_or_path": inference_perf_dir().join("tokenizer")},
         "data": {"type": "shared_prefix", "shared_prefix": {
             "num_groups": GROUPS, "num_prompts_per_group": PROMPTS_PER_GROUP,
             "system_prompt_len": SYSTEM_PROMPT_TOKENS, "question_len": QUESTION_TOKENS,
             "output_len": OUTPUT_TOKENS, "seed": seed}},
         "load": {"type": "poisson", "stages": stages, "interval": 0, "base_seed": seed},
-        "storage": {"local_storage": {"path": reports}},
         "report": {"request_lifecycle": {"summary": true, "per_stage": true}},
     })
-}
-
-/// Runs inference-perf to its end (killed, with an error, if it outlives the stages by more
-/// than [`DRAIN_ALLOWANCE`]).
-fn run_inference_perf(config: &Path, dir: &Path, stage_s: u64) -> Result<(), String> {
-    let mut command = std::process::Command::new(inference_perf_dir().join("bin/inference-perf"));
-    command.arg("--config_file").arg(config).current_dir(dir);
-    command.env("HF_HUB_OFFLINE", "1").env("TRANSFORMERS_OFFLINE", "1");
-    let log = dir.join("inference-perf.log");
-    let mut process = ManagedProcess::spawn("inference-perf", command, &log)?;
-    let deadline = Duration::from_secs(stage_s * RATES.len() as u64) + DRAIN_ALLOWANCE;
-    if !launcher::wait_until(deadline, || process.has_exited()) {
-        return Err(format!("inference-perf still running after {deadline:?}; log {}", log.display()));
-    }
-    Ok(())
-}
-
-fn read_json(path: &Path) -> Result<Value, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
