@@ -39,8 +39,16 @@ const CONFIGS: [&str; 3] = [
 const FORBIDDEN: [&str; 3] = ["x-gateway-destination-endpoint", "x-envoy-original-dst-host", "x-prefiller-host-port"];
 
 /// Paths a request draws from (besides arbitrary bytes).
-const PATHS: [&str; 5] =
-    ["/v1/completions", "/v1/chat/completions", "/wasm-epp/healthz", "/v1/models", "/v1/completions?x=1"];
+/// (`/tokenize` and `/v1/embeddings` are other endpoints: their bodies are read for `model`.)
+const PATHS: [&str; 7] = [
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/wasm-epp/healthz",
+    "/v1/models",
+    "/v1/completions?x=1",
+    "/tokenize",
+    "/v1/embeddings",
+];
 
 /// Most operations, requests, header pairs and body chunks one input drives: enough to reach
 /// every branch, small enough that one run stays fast.

@@ -5,7 +5,8 @@
 //! borrowed raw JSON: prefix hashing reads their bytes directly, with no copy and no tree.
 //! Raw values are skipped by serde_json without recursion, so a 10,000-deep body costs no
 //! stack; it is forwarded as it is for the engine to judge. A chat body's parse also notes
-//! where each message lies ([`cut`]), which spares hashing a scan of the messages.
+//! where each message lies ([`cut`]), which spares hashing a scan of the messages. Any other
+//! endpoint's body is read for `model` alone ([`parse_model_only`]).
 
 use std::borrow::Cow;
 
@@ -118,6 +119,30 @@ pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest
     }
 }
 
+/// Any other endpoint's body (`/tokenize`, the render endpoints; in vLLM embeddings, the
+/// Responses API, scoring, pooling): only its `model`, so the pick can keep it on pods serving
+/// that model. Whatever else the body holds is skipped unread, of any type: those endpoints'
+/// fields are not the completions' ones (`input` may be a list of token ids, `prompt` an
+/// object), and none of them feeds prefix hashing or learning.
+pub fn parse_model_only(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
+    #[derive(Deserialize)]
+    struct ModelOnly<'a> {
+        #[serde(borrow, default)]
+        model: Option<Cow<'a, str>>,
+    }
+    let only: ModelOnly<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
+    Ok(InferenceRequest {
+        model: only.model,
+        stream: None,
+        stream_options: None,
+        prompt: None,
+        messages: None,
+        tools: None,
+        cache_salt: None,
+        messages_cut: None,
+    })
+}
+
 /// [`parse_request`] without cutting the messages (what it falls back to): for tests and the
 /// fuzz targets that hold the two to the same answers.
 pub fn parse_request_plainly(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest<'_>, BodyError> {
@@ -178,6 +203,21 @@ mod tests {
         let chat = br#"{"messages":[{"role":"user","content":"hi"}],"stream_options":{"include_usage":true}}"#;
         let request = parse_request(chat, Endpoint::ChatCompletions).unwrap();
         assert!(request.messages_cut.is_some() && request.includes_usage(), "the cut parse reads it too");
+    }
+
+    #[test]
+    fn other_endpoints_are_read_for_their_model_alone_whatever_else_they_hold() {
+        let embeddings = br#"{"input":[[1,2,3]],"model":"embed","prompt":{"odd":1},"messages":"not a list"}"#;
+        let request = parse_model_only(embeddings).unwrap();
+        assert_eq!(request.model.as_deref(), Some("embed"));
+        assert!(request.prompt.is_none() && request.messages.is_none() && request.stream.is_none());
+        let escaped = parse_model_only(br#"{"model":"a\u002fb","input":"x"}"#).unwrap();
+        assert_eq!(escaped.model.as_deref(), Some("a/b"));
+        assert_eq!(parse_model_only(br#"{"input":"no model"}"#).unwrap().model, None);
+        assert_eq!(parse_model_only(br#"{"model":null}"#).unwrap().model, None);
+        for broken in [&b"model=x&input=y"[..], b"{\"model\":3}", b"[1]", b"", b"\xff"] {
+            assert!(matches!(parse_model_only(broken), Err(BodyError::Invalid(_))), "{broken:?}");
+        }
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //!
 //! Envoy needs `allow_on_headers_stop_iteration: true` for this: headers are held
 //! ([`Step::Pause`]) while the body is buffered (paused until end of stream), then the
-//! header is set and both continue. Requests with no body, or a body over the configured
-//! limits, are routed by load at once without reading it. A client's own destination
+//! header is set and both continue. Requests with no body, uploads to other endpoints, or a
+//! body over the configured limits, are routed by load at once without reading it. A client's own destination
 //! headers are always removed first, so only the picker's choice can reach the pool.
 //! Header values are bytes: a value that is not UTF-8 is simply not a number or a session.
 
@@ -12,7 +12,7 @@ use std::rc::Rc;
 use picker::address::PodAddress;
 use picker::config::InvalidBodyPolicy;
 use picker::prefix::session_key;
-use picker::request::{parse_request, Endpoint, InferenceRequest};
+use picker::request::{parse_model_only, parse_request, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
@@ -142,7 +142,8 @@ impl RequestStream {
             self.slo_ttft_ms = headers.get_text(&learning.slo_header).and_then(|v| v.trim().parse::<f64>().ok());
         }
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
-        if end_of_stream || self.endpoint == Endpoint::Other {
+        let unread = self.endpoint == Endpoint::Other && !may_be_json(headers.get_text("content-type"));
+        if end_of_stream || unread {
             return self.route(host, None);
         }
         if declared_length.is_some_and(|len| len > config.max_body_bytes) {
@@ -191,12 +192,17 @@ impl RequestStream {
         };
         read.end();
         let parsing = profile::span(host, Phase::Parse);
-        let parsed = parse_request(&body, self.endpoint);
+        let parsed = match self.endpoint {
+            Endpoint::Other => parse_model_only(&body),
+            Endpoint::Completions | Endpoint::ChatCompletions => parse_request(&body, self.endpoint),
+        };
         parsing.end();
         match parsed {
             Ok(request) => {
                 let target = crate::rewrite::draw_target(&self.worker, request.model.as_deref());
-                let Some(class) = self.flow_class else { return self.route_model(host, &request, &body, target) };
+                // Other endpoints are not queued by flow control (as when they were not read).
+                let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other);
+                let Some(class) = class else { return self.route_model(host, &request, &body, target) };
                 let model = target.as_deref().or(request.model.as_deref());
                 let priority = class.priority(&self.worker.config, model);
                 if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
@@ -205,6 +211,8 @@ impl RequestStream {
                 drop(request);
                 self.hold(host, priority, class.flow, body, target)
             }
+            // Any other endpoint's body need not be JSON (nor ours to judge): routed by load.
+            Err(_) if self.endpoint == Endpoint::Other => self.route(host, None),
             Err(error) => {
                 self.worker.stats.increment(self.worker.stats.body_invalid);
                 if self.worker.config.invalid_body == InvalidBodyPolicy::Reject {
@@ -453,6 +461,19 @@ impl RequestStream {
         send_json(host, &serde_json::json!({"status": "ok", "pods": pods, "healthy_pods": healthy}));
         Step::Pause
     }
+}
+
+/// Whether a body on another endpoint may be JSON naming a `model`, and so is worth buffering:
+/// declared as JSON, or undeclared, or as curl's `-d` default and plain text (servers that read
+/// JSON whatever the label). Uploads (`multipart/form-data` audio, binary types) pass unread.
+fn may_be_json(content_type: Option<&str>) -> bool {
+    let Some(value) = content_type else { return true };
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence.is_empty()
+        || essence.ends_with("/json")
+        || essence.ends_with("+json")
+        || essence == "application/x-www-form-urlencoded"
+        || essence == "text/plain"
 }
 
 fn trim_bytes(value: &[u8]) -> &[u8] {

@@ -111,3 +111,54 @@ fn the_answering_pod_is_reported_in_a_response_header_when_asked() {
     assert_eq!(served.as_deref(), Some("10.0.0.1:8000"));
     stream.on_log(&bench.host);
 }
+
+fn post(path: &'static str, content_type: &'static str) -> [(&'static str, &'static str); 3] {
+    [(":method", "POST"), (":path", path), ("content-type", content_type)]
+}
+
+#[test]
+fn other_endpoints_go_to_pods_serving_the_model_their_json_body_names() {
+    let bench = Bench::new(r#"{"invalid_body": "reject"}"#);
+    publish_models(&bench, &POOL);
+    let embeddings = post("/v1/embeddings", "application/json; charset=utf-8");
+    let responses = post("/v1/responses", "application/json");
+    for _ in 0..20 {
+        let answer = bench.complete(&embeddings, r#"{"input": [[1, 2, 3]], "model": "sql-lora"}"#);
+        assert_eq!((answer.headers_step, chosen(answer.destination)), (Step::Pause, "10.0.0.2:8000".to_owned()));
+        let answer = bench.complete(&responses, r#"{"model": "llama", "input": [{"role": "user", "content": "hi"}]}"#);
+        assert_eq!(chosen(answer.destination), "10.0.0.1:8000");
+    }
+    let unknown = bench.complete(&embeddings, r#"{"model": "gpt-9", "input": "x"}"#);
+    assert_eq!((unknown.reply, unknown.destination), (Some(404), None), "as for completions");
+    // Not JSON, or JSON without a model: routed by load, never refused (not ours to judge).
+    for body in ["input=hello", r#"{"input": "no model"}"#, r#"{"model": 7}"#] {
+        let answer = bench.complete(&post("/tokenize", "text/plain"), body);
+        assert!(answer.destination.is_some() && answer.reply.is_none(), "{body}");
+    }
+    assert_eq!(bench.stat("wasm_epp.body_invalid"), 0, "only inference bodies are judged");
+}
+
+#[test]
+fn uploads_and_bodyless_requests_on_other_endpoints_are_routed_by_load_at_their_headers() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let form = "--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nqwen\r\n--x--\r\n";
+    for content_type in ["multipart/form-data; boundary=x", "application/octet-stream", "audio/wav"] {
+        let answer = bench.complete(&post("/v1/audio/transcriptions", content_type), form);
+        assert_eq!(answer.headers_step, Step::Continue, "{content_type}: not held for its body");
+        assert!(answer.destination.is_some());
+    }
+    let models = bench.complete(&[(":method", "GET"), (":path", "/v1/models")], "");
+    assert_eq!((models.headers_step, models.destination.is_some()), (Step::Continue, true));
+}
+
+#[test]
+fn a_rewritten_model_on_another_endpoint_is_rewritten_too() {
+    let config = r#"{"models": {"rewrites": [{"model": "public", "targets": [{"model": "chat-lora", "weight": 1}]}]}}"#;
+    let bench = Bench::new(config);
+    publish_models(&bench, &POOL);
+    let answer = bench.complete(&post("/v1/embeddings", "application/json"), r#"{"model": "public", "input": "x"}"#);
+    assert_eq!(chosen(answer.destination), "10.0.0.3:8000");
+    let sent: serde_json::Value = serde_json::from_slice(&bench.host.body.borrow()).unwrap();
+    assert_eq!((sent["model"].as_str(), sent["input"].as_str()), (Some("chat-lora"), Some("x")));
+}

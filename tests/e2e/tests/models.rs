@@ -200,3 +200,29 @@ fn a_request_held_by_flow_control_is_rewritten_and_kept_in_its_subset_when_relea
     assert_eq!((hinted.status, cluster.served_by_pool(&hinted)), (200, pods[1].clone()), "its hint");
     assert_eq!(cluster.pods_stat("model_not_found"), 0);
 }
+
+/// Endpoints beside the two the picker reads prompts from (`/tokenize`, the render endpoints,
+/// and in vLLM embeddings, the Responses API, scoring...) also name a `model`: a JSON body's
+/// `model` keeps them on pods serving it, as for completions.
+#[test]
+fn other_json_endpoints_reach_only_pods_serving_their_model() {
+    let cluster = mixed_pool("models-other-endpoints", |_| {});
+    let pods = cluster.pool();
+    for i in 0..20 {
+        let body = serde_json::json!({"model": "llama", "prompt": format!("count me {i}")}).to_string();
+        let tokenized = cluster.post("/tokenize", &[], &body);
+        assert_eq!(
+            (tokenized.status, cluster.served_by_pool(&tokenized)),
+            (200, pods[0].clone()),
+            "{}",
+            tokenized.body
+        );
+        let legal = serde_json::json!({"model": "legal-lora", "prompt": format!("render {i}")}).to_string();
+        let rendered = cluster.post("/v1/completions/render", &[], &legal);
+        assert_eq!((rendered.status, cluster.served_by_pool(&rendered)), (200, pods[2].clone()), "{}", rendered.body);
+    }
+    let unknown = cluster.post("/tokenize", &[], r#"{"model": "gpt-9", "prompt": "x"}"#);
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert_eq!(unknown.header("x-wasm-epp"), Some("local-reply"), "answered by the gateway, not a pod");
+    assert_eq!(cluster.pods_stat("model_not_found"), 0, "no pod ever saw a model it does not serve");
+}
