@@ -22,7 +22,7 @@ fuzz_target!(|body: &[u8]| {
                 match endpoint {
                     Endpoint::Completions => assert!(request.prompt.is_some(), "completions without a prompt"),
                     Endpoint::ChatCompletions => assert!(request.messages.is_some(), "chat without messages"),
-                    Endpoint::Other => {}
+                    Endpoint::Responses | Endpoint::Other => {}
                 }
                 if let Some(prompt) = request.prompt {
                     assert!(matches!(prompt.get().as_bytes().first(), Some(b'"' | b'[')), "prompt {}", prompt.get());
@@ -50,6 +50,20 @@ fuzz_target!(|body: &[u8]| {
                 }
             }
         }
+    }
+    // The Responses API has its own parse: what it accepts has an `input` string or list and
+    // `instructions` a string, each valid JSON; a refusal renders.
+    match parse_request(body, Endpoint::Responses) {
+        Ok(request) => {
+            let input = request.input.map(RawValue::get).unwrap_or_default();
+            assert!(matches!(input.as_bytes().first(), Some(b'"' | b'[')), "input {input}");
+            assert_valid_json(input);
+            if let Some(instructions) = request.instructions {
+                assert!(instructions.get().starts_with('"'), "instructions {}", instructions.get());
+            }
+            assert!(request.prompt.is_none() && request.messages.is_none());
+        }
+        Err(error) => assert!(!error.to_string().is_empty()),
     }
     if let Ok(path) = std::str::from_utf8(body) {
         let _ = Endpoint::from_path(path);

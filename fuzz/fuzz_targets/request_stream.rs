@@ -40,7 +40,8 @@ const FORBIDDEN: [&str; 3] = ["x-gateway-destination-endpoint", "x-envoy-origina
 
 /// Paths a request draws from (besides arbitrary bytes).
 /// (`/tokenize` and `/v1/embeddings` are other endpoints: their bodies are read for `model`.)
-const PATHS: [&str; 7] = [
+const PATHS: [&str; 8] = [
+    "/v1/responses",
     "/v1/completions",
     "/v1/chat/completions",
     "/wasm-epp/healthz",

@@ -14,15 +14,20 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 mod cut;
+mod responses;
 
 pub use cut::{Message, MAX_CUT_MESSAGES};
+pub use responses::parse_responses;
 
 /// Which OpenAI endpoint a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
     Completions,
     ChatCompletions,
-    /// Anything else: routed by load, body not read for a prompt.
+    /// The Responses API (`POST /v1/responses`: `instructions` and `input` items), which the
+    /// OpenAI SDKs' `responses.create` and agents such as Codex call.
+    Responses,
+    /// Anything else: body read for `model` alone, routed by load within its pods.
     Other,
 }
 
@@ -32,8 +37,16 @@ impl Endpoint {
         match path.trim_end_matches('/') {
             "/v1/completions" => Self::Completions,
             "/v1/chat/completions" => Self::ChatCompletions,
+            "/v1/responses" => Self::Responses,
             _ => Self::Other,
         }
+    }
+
+    /// Answers in the completions' shape (`choices`, `usage.prompt_tokens`, a stream whose first
+    /// event is the first token): the endpoints learned from and split by P/D. A Responses
+    /// stream opens with `response.created` before any token, and counts `input_tokens`.
+    pub fn answers_like_completions(self) -> bool {
+        matches!(self, Self::Completions | Self::ChatCompletions)
     }
 }
 
@@ -57,6 +70,12 @@ pub struct InferenceRequest<'a> {
     pub tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub cache_salt: Option<Cow<'a, str>>,
+    /// The Responses API's prompt: `instructions` (a string) and `input` (a string or a list of
+    /// items), raw; set by its own parse ([`responses::parse_responses`]) only.
+    #[serde(skip)]
+    pub instructions: Option<&'a RawValue>,
+    #[serde(skip)]
+    pub input: Option<&'a RawValue>,
     /// Each message of `messages` where [`parse_request`] found it, when it cut them all (up
     /// to [`MAX_CUT_MESSAGES`] plain objects); `None` otherwise, and when deserialized
     /// directly: hashing then finds the messages itself.
@@ -111,6 +130,7 @@ impl std::fmt::Display for BodyError {
 pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest<'_>, BodyError> {
     let cut = match endpoint {
         Endpoint::ChatCompletions => std::str::from_utf8(body).ok().and_then(cut::cut_request),
+        Endpoint::Responses => return parse_responses(body),
         Endpoint::Completions | Endpoint::Other => None,
     };
     match cut {
@@ -139,6 +159,8 @@ pub fn parse_model_only(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> 
         messages: None,
         tools: None,
         cache_salt: None,
+        instructions: None,
+        input: None,
         messages_cut: None,
     })
 }

@@ -245,8 +245,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         .config
         .debug_decision_header
         .then(|| describe(&address, reason, prefix_match, &candidate_scores(&view, &worker.policy)));
-    // Only inference prompts are split (another endpoint's body was read for `model` alone).
-    let splittable = prompt.request.filter(|_| prompt.endpoint != Endpoint::Other);
+    // Only completions and chat are split (as llm-d's sidecar does; another endpoint's body was
+    // read for `model` alone).
+    let splittable = prompt.request.filter(|_| prompt.endpoint.answers_like_completions());
     let prefill = match (&split, &worker.pd, splittable) {
         (Some((_, prefill_table)), Some(pd), Some(request)) => {
             let decode = DecodeChoice { request, prefix_match, hashed_blocks: hashes.len(), block_tokens };
@@ -293,9 +294,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // A split request is not learned from: its first token is two pods' work and the hop, and
     // the decode pod reports the transferred blocks as cached. Its prompt tokens are the
     // prefill pod's load (above), not the decode pod's.
-    // Nor is another endpoint's (embeddings, Responses API, ...): its `usage`, if any, is not
-    // the completions' one the learner compares with, and its body was read for `model` alone.
-    let predicted = predicted.filter(|_| prefiller.is_none() && prompt.endpoint != Endpoint::Other);
+    // Nor is another endpoint's (the Responses API, embeddings, ...): a Responses stream's
+    // first byte comes before its first token and its `usage` counts `input_tokens`; the others'
+    // bodies were read for `model` alone.
+    let predicted = predicted.filter(|_| prefiller.is_none() && prompt.endpoint.answers_like_completions());
     let dispatch = predicted.map(|p| {
         inflight.add_tokens(address.as_str(), p.uncached_tokens);
         Dispatch {

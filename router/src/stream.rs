@@ -194,7 +194,9 @@ impl RequestStream {
         let parsing = profile::span(host, Phase::Parse);
         let parsed = match self.endpoint {
             Endpoint::Other => parse_model_only(&body),
-            Endpoint::Completions | Endpoint::ChatCompletions => parse_request(&body, self.endpoint),
+            Endpoint::Completions | Endpoint::ChatCompletions | Endpoint::Responses => {
+                parse_request(&body, self.endpoint)
+            }
         };
         parsing.end();
         match parsed {

@@ -5,6 +5,8 @@
 //! `usage.prompt_tokens` to the estimate, averaged over recent answers ([`TextRatio`]), so a
 //! tokenizer denser or sparser than the configured guess is learned, not assumed.
 
+use serde_json::value::RawValue;
+
 use crate::request::{Endpoint, InferenceRequest};
 
 /// Weight of the newest answer in the text ratio's moving average once warmed up: ~20 answers
@@ -32,7 +34,13 @@ pub fn prompt_size(request: &InferenceRequest<'_>, endpoint: Endpoint, bytes_per
             return PromptSize { tokens: ids, exact: true };
         }
     }
-    let raw_values = [request.prompt.map(|raw| raw.get()), request.messages, request.tools.map(|raw| raw.get())];
+    let raw_values = [
+        request.prompt.map(RawValue::get),
+        request.messages,
+        request.tools.map(RawValue::get),
+        request.instructions.map(RawValue::get),
+        request.input.map(RawValue::get),
+    ];
     let bytes: usize = raw_values.iter().flatten().map(|raw| raw.len()).sum();
     PromptSize { tokens: u32::try_from(bytes / per_token).unwrap_or(u32::MAX), exact: false }
 }

@@ -19,7 +19,9 @@ use super::json::{for_each_element, span_of, string_contents, Element};
 use crate::request::Message;
 
 /// Fields of a content part that carry media rather than text (OpenAI and vLLM's extensions).
-const MEDIA_FIELDS: [&str; 6] = ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil"];
+/// `file_data` is the Responses API's `input_file` part's inline file.
+const MEDIA_FIELDS: [&str; 7] =
+    ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil", "file_data"];
 
 /// `tools` (as written) then every message, in order. `cut`: where the body parse found each
 /// message, if it did; otherwise the raw list is cut here (the same messages either way).
@@ -33,28 +35,61 @@ pub(super) fn hash_chat(
     if !messages.starts_with('[') {
         return Err(ShapeError("messages is not a list"));
     }
-    if let Some(tools) = tools.map(|t| t.get().trim_ascii()).filter(|t| *t != "null") {
-        chain.feed(tools.as_bytes());
-    }
-    let hash_one = |text: &str, parts: Option<&str>, chain: &mut BlockChain<'_>| {
-        let start_block = chain.current_block();
-        let more = feed_message(text, parts, chain)?;
-        if is_assistant(text) {
-            chain.note_reply(start_block);
-        }
-        Ok(more)
-    };
+    feed_tools(tools, chain);
     match cut {
         Some(cut) => {
             for message in cut {
-                if !hash_one(message.text, message.parts, chain)? {
+                if !hash_message(message.text, message.parts, chain)? {
                     break;
                 }
             }
             Ok(())
         }
-        None => for_each_element(messages, |message| hash_one(message.text, message_parts(message)?, chain)),
+        None => for_each_element(messages, |message| hash_message(message.text, message_parts(message)?, chain)),
     }
+}
+
+/// Marks where a Responses API request's `instructions` begin, so they never read as the bytes
+/// of an input item (raw JSON text holds no NUL byte).
+const INSTRUCTIONS_TAG: &[u8] = b"\0instructions\0";
+
+/// A Responses API prompt: `tools` (as written), `instructions` (tagged), then `input`, a
+/// string as written or every item as a chat message is (a message item is the same object a
+/// chat sends, and vLLM renders both through the same chat template).
+pub(super) fn hash_responses(
+    instructions: Option<&RawValue>,
+    input: Option<&RawValue>,
+    tools: Option<&RawValue>,
+    chain: &mut BlockChain<'_>,
+) -> Result<(), ShapeError> {
+    feed_tools(tools, chain);
+    if let Some(instructions) = instructions {
+        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(instructions.get().as_bytes())) {
+            return Ok(());
+        }
+    }
+    let Some(input) = input.map(|raw| raw.get().trim_ascii()) else { return Ok(()) };
+    if input.starts_with('"') {
+        chain.feed(input.as_bytes());
+        return Ok(());
+    }
+    for_each_element(input, |item| hash_message(item.text, message_parts(item)?, chain))
+}
+
+fn feed_tools(tools: Option<&RawValue>, chain: &mut BlockChain<'_>) {
+    if let Some(tools) = tools.map(|t| t.get().trim_ascii()).filter(|t| *t != "null") {
+        chain.feed(tools.as_bytes());
+    }
+}
+
+/// One message (or input item), noting where an assistant's lies; false once the chain is full.
+fn hash_message(text: &str, parts: Option<&str>, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError> {
+    let start_block = chain.current_block();
+    let more = feed_message(text, parts, chain)?;
+    if is_assistant(text) {
+        chain.note_reply(start_block);
+    }
+    Ok(more)
 }
 
 /// Bytes at each end of a message searched for its role. Clients write `role` first (Python
@@ -134,9 +169,12 @@ fn hash_part(part: &str, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError>
         file: Option<&'a RawValue>,
         #[serde(borrow, default)]
         image_pil: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        file_data: Option<&'a RawValue>,
     }
     let view: PartView<'_> = serde_json::from_str(part).map_err(|_| ShapeError("a content part is not an object"))?;
-    let media = [view.image_url, view.input_audio, view.video_url, view.audio_url, view.file, view.image_pil];
+    let media =
+        [view.image_url, view.input_audio, view.video_url, view.audio_url, view.file, view.image_pil, view.file_data];
     let Some((field, payload)) = MEDIA_FIELDS.iter().zip(media).find_map(|(name, value)| Some((*name, value?))) else {
         return Ok(chain.feed(part.as_bytes()));
     };

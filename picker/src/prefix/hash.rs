@@ -12,6 +12,8 @@
 //! form: identical clients send identical bytes, and raw slices cost no copy. A chat request
 //! hashes its `tools` and whole message objects, media parts as short placeholders (the `chat`
 //! module says why), so a chat and a completions request of the same words never share blocks.
+//! A Responses API request hashes `tools`, its tagged `instructions`, then its `input` items
+//! as chat messages.
 //!
 //! A shape the OpenAI API does not define (a numeric prompt, messages that are not a list of
 //! objects, a float among token ids) hashes nothing: the request is routed by load alone.
@@ -21,7 +23,7 @@ use std::fmt;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
 
-use super::chat::hash_chat;
+use super::chat::{hash_chat, hash_responses};
 use super::json::{for_each_element, for_each_token_id, string_contents};
 use crate::request::{Endpoint, InferenceRequest};
 
@@ -150,6 +152,7 @@ pub fn hash_prompt_noting_replies(
         (Endpoint::ChatCompletions, _, Some(messages)) => {
             hash_chat(messages, request.messages_cut.as_deref(), request.tools, &mut chain)
         }
+        (Endpoint::Responses, _, _) => hash_responses(request.instructions, request.input, request.tools, &mut chain),
         _ => Ok(()),
     };
     if let (Err(_), Some(replies)) = (&outcome, chain.replies.take()) {

@@ -27,6 +27,8 @@ pub mod hash;
 pub mod index;
 mod json;
 pub mod keyed;
+#[cfg(test)]
+mod responses_tests;
 pub mod ring;
 pub mod worker;
 

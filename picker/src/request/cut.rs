@@ -68,6 +68,8 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
         messages,
         tools: request.tools,
         cache_salt: request.cache_salt,
+        instructions: None,
+        input: None,
         messages_cut,
     })
 }

@@ -4,4 +4,5 @@
 pub mod errors;
 pub mod request;
 pub mod responses;
+pub mod responses_api;
 pub mod sse;

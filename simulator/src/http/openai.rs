@@ -1,5 +1,6 @@
-//! `POST /v1/completions` and `POST /v1/chat/completions`: validate, apply faults, queue every
-//! prompt, then stream tokens as they are generated or answer once all are done.
+//! `POST /v1/completions`, `POST /v1/chat/completions` and `POST /v1/responses`: validate,
+//! apply faults, queue every prompt, then stream tokens as they are generated or answer once
+//! all are done.
 //!
 //! Admission to the waiting queue happens before the response starts, so an overloaded pod
 //! answers a proper 503 status rather than a stream that fails.
@@ -17,6 +18,7 @@ use super::body::{error_response, json_response, SimBody};
 use crate::api::errors::ApiError;
 use crate::api::request::{parse_chat, parse_completion, CommonOptions};
 use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
+use crate::api::responses_api::{self, parse_responses, ResponsesMeta, ResponsesStream};
 use crate::api::sse::SseBody;
 use crate::hashing::StableHasher;
 use crate::pd::sidecar::prefill_remotely;
@@ -59,6 +61,32 @@ struct RemotePrefill<'a> {
     body: &'a Bytes,
 }
 
+/// Handles `POST /v1/responses`: one prompt from `instructions` and `input`, answered in the
+/// Responses API's shapes (never split by P/D: llm-d's sidecar handles the two endpoints above).
+pub async fn responses(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<Response<SimBody>, ApiError> {
+    let request = parse_responses(body)?;
+    let prompts = vec![tokenize(&request.rendered_prompt())];
+    let started = start_generation(pod, prompts, &request.options, arrival, None).await?;
+    let mut meta = ResponsesMeta::new(started.request_number, unix_seconds(), &started.model);
+    meta.instructions = request.instructions;
+    meta.max_output_tokens = request.options.max_tokens;
+    if request.options.stream {
+        return Ok(event_stream(ResponsesStream::new(started.events, meta).boxed_unsync()));
+    }
+    let (texts, usage) = collect_choices(started.events, started.choices).await?;
+    let text = texts.concat();
+    Ok(json_response(200, &responses_api::full_response(&meta, &text, &usage)))
+}
+
+/// A request admitted to the pod, its generation tasks running.
+struct Started {
+    events: mpsc::Receiver<ChoiceEvent>,
+    request_number: u64,
+    /// As requested, or the pod's base model.
+    model: String,
+    choices: usize,
+}
+
 async fn generate(
     pod: &Arc<Pod>,
     kind: ApiKind,
@@ -67,6 +95,32 @@ async fn generate(
     arrival: Instant,
     remote: Option<RemotePrefill<'_>>,
 ) -> Result<Response<SimBody>, ApiError> {
+    let started = start_generation(pod, prompts, &options, arrival, remote).await?;
+    let meta = ResponseMeta::new(kind, started.request_number, unix_seconds(), &started.model);
+    if options.stream {
+        let body = SseBody::new(started.events, meta, started.choices, options.include_usage);
+        return Ok(event_stream(body.boxed_unsync()));
+    }
+    collect_response(started.events, &meta, started.choices).await
+}
+
+fn event_stream(body: SimBody) -> Response<SimBody> {
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// Checks the model and lengths, applies faults and P/D, queues every prompt and starts their
+/// generation tasks.
+async fn start_generation(
+    pod: &Arc<Pod>,
+    prompts: Vec<Vec<u32>>,
+    options: &CommonOptions,
+    arrival: Instant,
+    remote: Option<RemotePrefill<'_>>,
+) -> Result<Started, ApiError> {
     let adapter = {
         let mut state = pod.lock();
         let resolved = state.lora.resolve(options.model.as_deref());
@@ -106,22 +160,13 @@ async fn generate(
     }
     let request_number = jobs.first().map(|job| job.ticket.id).unwrap_or_default();
     let model = options.model.clone().unwrap_or_else(|| pod.config().model.clone());
-    let meta = ResponseMeta::new(kind, request_number, unix_seconds(), &model);
     let choices = jobs.len();
-    let (sender, receiver) = mpsc::channel(EVENTS_BUFFERED_PER_CHOICE * choices.max(1));
+    let (sender, events) = mpsc::channel(EVENTS_BUFFERED_PER_CHOICE * choices.max(1));
     for job in jobs {
         tokio::spawn(run_generation(Arc::clone(pod), job, sender.clone()));
     }
     drop(sender);
-    if options.stream {
-        let body = SseBody::new(receiver, meta, choices, options.include_usage);
-        let mut response = Response::new(body.boxed_unsync());
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"));
-        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-        return Ok(response);
-    }
-    collect_response(receiver, &meta, choices).await
+    Ok(Started { events, request_number, model, choices })
 }
 
 /// Tokens to generate: as asked if it fits `max_model_len` (else 400, as vLLM), or the default
@@ -155,10 +200,21 @@ fn output_length(pod: &Pod, prompt_tokens: usize, requested: Option<usize>) -> R
 }
 
 async fn collect_response(
-    mut receiver: mpsc::Receiver<ChoiceEvent>,
+    receiver: mpsc::Receiver<ChoiceEvent>,
     meta: &ResponseMeta,
     choices: usize,
 ) -> Result<Response<SimBody>, ApiError> {
+    let (texts, usage) = collect_choices(receiver, choices).await?;
+    let choice_texts: Vec<ChoiceText> =
+        texts.into_iter().map(|text| ChoiceText { text, finish_reason: "length" }).collect();
+    Ok(json_response(200, &full_response(meta, &choice_texts, &usage)))
+}
+
+/// Every choice's text and the usage summed, once all have finished.
+async fn collect_choices(
+    mut receiver: mpsc::Receiver<ChoiceEvent>,
+    choices: usize,
+) -> Result<(Vec<String>, Usage), ApiError> {
     let mut texts = vec![String::new(); choices];
     let mut usage = Usage::default();
     let mut finished = 0;
@@ -180,9 +236,7 @@ async fn collect_response(
     if finished < choices {
         return Err(ApiError::new(500, "Generation ended before every choice finished."));
     }
-    let choice_texts: Vec<ChoiceText> =
-        texts.into_iter().map(|text| ChoiceText { text, finish_reason: "length" }).collect();
-    Ok(json_response(200, &full_response(meta, &choice_texts, &usage)))
+    Ok((texts, usage))
 }
 
 /// Seeds generated words from the prompt, so the same prompt yields the same answer.

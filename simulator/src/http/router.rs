@@ -27,6 +27,7 @@ const UNKNOWN_ENDPOINT: &str = "other";
 const ROUTES: &[(&str, &[Method])] = &[
     ("/v1/completions", &[Method::POST]),
     ("/v1/chat/completions", &[Method::POST]),
+    ("/v1/responses", &[Method::POST]),
     ("/v1/models", &[Method::GET]),
     ("/health", &[Method::GET]),
     ("/tokenize", &[Method::POST]),
@@ -81,6 +82,7 @@ async fn dispatch(pod: &Arc<Pod>, call: &Call<'_>, body: &Bytes, arrival: Instan
     match path {
         "/v1/completions" => answer(openai::completions(pod, body, arrival, prefiller).await),
         "/v1/chat/completions" => answer(openai::chat_completions(pod, body, arrival, prefiller).await),
+        "/v1/responses" => answer(openai::responses(pod, body, arrival).await),
         "/v1/models" => misc::models(pod),
         "/health" => misc::health(pod),
         "/tokenize" => answer(misc::tokenize_endpoint(pod, body)),

@@ -76,6 +76,37 @@ def completion_streamed(client, model, pool):
     return pod
 
 
+def responses_whole(client, model, pool):
+    """The Responses API (`responses.create`), as agents call it: instructions and input items."""
+    raw = client.responses.with_raw_response.create(
+        model=model,
+        instructions="Be brief.",
+        input=[{"role": "user", "content": "Say hello."}],
+        max_output_tokens=8,
+    )
+    response = raw.parse()
+    assert response.output_text, "responses_whole: empty output_text"
+    assert response.usage.input_tokens > 0 and response.usage.output_tokens == 8, response.usage
+    return served_by(raw.headers, pool, "responses_whole")
+
+
+def responses_streamed(client, model, pool):
+    with client.responses.with_streaming_response.create(
+        model=model, input="Count to five.", max_output_tokens=6, stream=True
+    ) as response:
+        pod = served_by(response.headers, pool, "responses_streamed")
+        text, completed = "", None
+        for event in response.parse():
+            if event.type == "response.output_text.delta":
+                text += event.delta
+            elif event.type == "response.completed":
+                completed = event.response
+    assert text, "responses_streamed: no text deltas"
+    assert completed is not None and completed.output_text == text, "responses_streamed: no matching completed event"
+    assert completed.usage.output_tokens == 6, completed.usage
+    return pod
+
+
 def odd_text(client, model, pool):
     """Text a tokenizer and a JSON parser must not choke on: emoji, right-to-left, NUL, lone escapes."""
     content = "h\u00e9llo \U0001f600 \u05e9\u05dc\u05d5\u05dd \u0000 tab\t \\u0041 \"quoted\" " * 20
@@ -135,7 +166,8 @@ def main():
     client = openai.OpenAI(base_url=args.base_url, api_key="unused", max_retries=0, timeout=30)
     served = {}
     try:
-        for case in (chat_whole, chat_streamed, completion_whole, completion_streamed, odd_text, forged_destination):
+        cases = (chat_whole, chat_streamed, completion_whole, completion_streamed, responses_whole, responses_streamed)
+        for case in cases + (odd_text, forged_destination):
             served[case.__name__] = case(client, args.model, pool)
         served["unknown_model_status"] = unknown_model(client)
         served["concurrent"] = asyncio.run(concurrent(args.base_url, args.model, pool))

@@ -88,6 +88,32 @@ async function completionStreamed(client, model, pool) {
 }
 
 // Text a tokenizer and a JSON parser must not choke on: emoji, right-to-left, NUL, lone escapes.
+async function responsesWhole(client, model, pool) {
+  const { data, response } = await client.responses
+    .create({ model, instructions: "Be brief.", input: [{ role: "user", content: "Say hello." }], max_output_tokens: 8 })
+    .withResponse();
+  check(data.output_text, "responses_whole: empty output_text");
+  check(data.usage.input_tokens > 0 && data.usage.output_tokens === 8, "responses_whole: usage");
+  return servedBy(response, pool, "responses_whole");
+}
+
+async function responsesStreamed(client, model, pool) {
+  const { data: stream, response } = await client.responses
+    .create({ model, input: "Count to five.", max_output_tokens: 6, stream: true })
+    .withResponse();
+  const pod = servedBy(response, pool, "responses_streamed");
+  let text = "";
+  let completed = null;
+  for await (const event of stream) {
+    if (event.type === "response.output_text.delta") text += event.delta;
+    if (event.type === "response.completed") completed = event.response;
+  }
+  check(text, "responses_streamed: no text deltas");
+  check(completed && completed.output[0].content[0].text === text, "responses_streamed: no matching completed event");
+  check(completed.usage.output_tokens === 6, "responses_streamed: usage");
+  return pod;
+}
+
 async function oddText(client, model, pool) {
   const content = 'h\u00e9llo \u{1f600} \u05e9\u05dc\u05d5\u05dd \u0000 tab\t \\u0041 "quoted" '.repeat(20);
   const { data, response } = await client.chat.completions
@@ -154,6 +180,8 @@ async function main() {
     ["chat_streamed", chatStreamed],
     ["completion_whole", completionWhole],
     ["completion_streamed", completionStreamed],
+    ["responses_whole", responsesWhole],
+    ["responses_streamed", responsesStreamed],
     ["odd_text", oddText],
     ["forged_destination", forgedDestination],
   ];

@@ -13,8 +13,9 @@ use e2e::Cluster;
 use launcher::envoy::EnvoyOptions;
 use launcher::paths::workspace_root;
 
-/// The script's answers: whole ones (chat, completion, odd text, forged destination and the 24
-/// concurrent completions) and streams (chat with `include_usage`, completion without).
+/// The script's answers that learning reads: whole ones (chat, completion, odd text, forged
+/// destination and the 24 concurrent completions) and streams (chat with `include_usage`,
+/// completion without). Its two Responses API answers are not learned from, so not counted.
 const WHOLE_ANSWERS: f64 = 28.0;
 const STREAMS: f64 = 2.0;
 
@@ -90,9 +91,8 @@ fn run_sdk_cases(cluster: &Cluster, sdk: Sdk) {
     let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     eprintln!("openai {sdk:?} SDK report: {report}");
     let pool = cluster.pool();
-    for case in
-        ["chat_whole", "chat_streamed", "completion_whole", "completion_streamed", "odd_text", "forged_destination"]
-    {
+    let cases = ["chat_whole", "chat_streamed", "completion_whole", "completion_streamed", "responses_whole"];
+    for case in cases.into_iter().chain(["responses_streamed", "odd_text", "forged_destination"]) {
         let pod = report[case].as_str().unwrap_or_else(|| panic!("{case} missing: {report}"));
         assert!(pool.iter().any(|p| p == pod), "{case} served by {pod}");
     }

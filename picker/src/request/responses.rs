@@ -1,0 +1,90 @@
+//! The Responses API's body (`POST /v1/responses`): `model`, `stream`, `cache_salt`, `tools`,
+//! and its prompt, `instructions` and `input`, kept raw like the chat's messages.
+//!
+//! `input` is a string (one user message) or a list of items: messages (`role` and `content`,
+//! a string or a list of `input_text` / `input_image` / `input_file` parts), and the items an
+//! agent's loop sends back (`function_call`, `function_call_output`, `reasoning`, ...). A
+//! conversation resends its earlier items as they were, so they hash as written, one after
+//! another, like chat messages. `previous_response_id` (the server's stored conversation) is
+//! not read: vLLM keeps stored responses in one pod's memory, and the picker cannot know which.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{BodyError, InferenceRequest};
+
+#[derive(Deserialize)]
+struct ResponsesBody<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(borrow, default)]
+    instructions: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    cache_salt: Option<Cow<'a, str>>,
+}
+
+/// Reads a Responses API body; `input` must be there, a string or a list, and `instructions`
+/// a string or null.
+pub fn parse_responses(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
+    let body: ResponsesBody<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
+    let Some(input) = body.input else { return Err(BodyError::MissingPrompt("input")) };
+    if !input.get().starts_with(['"', '[']) {
+        return Err(BodyError::WrongType("input"));
+    }
+    let instructions = body.instructions.filter(|raw| raw.get() != "null");
+    if instructions.is_some_and(|raw| !raw.get().starts_with('"')) {
+        return Err(BodyError::WrongType("instructions"));
+    }
+    Ok(InferenceRequest {
+        model: body.model,
+        stream: body.stream,
+        stream_options: None,
+        prompt: None,
+        messages: None,
+        tools: body.tools,
+        cache_salt: body.cache_salt,
+        instructions,
+        input: Some(input),
+        messages_cut: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{parse_request, Endpoint};
+
+    #[test]
+    fn reads_the_prompt_model_and_stream_of_a_responses_body() {
+        let body = br#"{"model":"m","instructions":"Be brief.","input":[{"role":"user","content":"hi"}],
+            "stream":true,"tools":[{"type":"function","name":"f"}],"previous_response_id":null,"store":false}"#;
+        let request = parse_request(body, Endpoint::Responses).unwrap();
+        assert_eq!((request.model.as_deref(), request.stream), (Some("m"), Some(true)));
+        assert_eq!(request.instructions.map(RawValue::get), Some("\"Be brief.\""));
+        assert!(request.input.is_some_and(|i| i.get().starts_with('[')) && request.tools.is_some());
+        assert!(request.prompt.is_none() && request.messages.is_none());
+        let text = parse_responses(br#"{"input":"hello","instructions":null}"#).unwrap();
+        assert_eq!(text.input.map(RawValue::get), Some("\"hello\""));
+        assert!(text.instructions.is_none(), "a null is no instructions");
+    }
+
+    #[test]
+    fn refuses_a_body_without_input_or_with_a_prompt_of_the_wrong_type() {
+        assert_eq!(parse_responses(br#"{"model":"m"}"#).unwrap_err(), BodyError::MissingPrompt("input"));
+        assert_eq!(parse_responses(br#"{"input":7}"#).unwrap_err(), BodyError::WrongType("input"));
+        assert_eq!(
+            parse_responses(br#"{"input":"x","instructions":[1]}"#).unwrap_err(),
+            BodyError::WrongType("instructions")
+        );
+        assert!(matches!(parse_responses(b"{\"input\":"), Err(BodyError::Invalid(_))));
+        assert!(matches!(parse_responses(br#"{"input":"x","stream":"yes"}"#), Err(BodyError::Invalid(_))));
+    }
+}
