@@ -176,6 +176,7 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(VENV)/bin/python bench/quality/plot_models.py bench/results/models
 	$(MAKE) bench-flow
 	$(MAKE) bench-inference-perf
+	$(MAKE) bench-agents
 
 # `make bench-flow`: workload j only (issue 16), the 2x overload with flow control on and off
 # and the peers; about 8 minutes on 2 cores. Results and plots in bench/results/flow-control/.
@@ -184,6 +185,16 @@ bench-flow: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
 	./target/release/wasm-epp-bench-quality --flow-only --out-dir bench/results/flow-control $(FLOW_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot_flow.py bench/results/flow-control
+
+# `make bench-agents`: workload m only, coding agents on the Responses API (each turn resends
+# the conversation with its tool calls), the peers beside wasm-epp; about 4 minutes on 2 cores.
+# Results and plots in bench/results/agents/.
+.PHONY: bench-agents
+bench-agents: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
+	$(CARGO) build --release -p bench-quality
+	./target/release/wasm-epp-bench-quality --workloads m --out-dir bench/results/agents --no-replicas --no-peer-cost \
+		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(AGENTS_BENCH_ARGS)
+	$(VENV)/bin/python bench/quality/plot.py bench/results/agents
 
 # `make bench-inference-perf`: issue 14's opening ladder driven by inference-perf (llm-d's
 # load generator, pinned in .venv-inference-perf) instead of our client: 50 shared prefixes,

@@ -84,6 +84,26 @@ async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &
             let body = completion_body(&model, &prompt, max_tokens);
             outcomes.push(client.post_streaming(&format!("{base_url}/v1/completions"), body).await);
         }
+        Job::Agent { instructions, task, turns, think_ms, max_tokens } => {
+            let url = format!("{base_url}/v1/responses");
+            let mut items = vec![json!({"role": "user", "content": task})];
+            for (index, turn) in turns.into_iter().enumerate() {
+                let outcome = client.post_streaming(&url, responses_body(&instructions, &items, max_tokens)).await;
+                let answer = outcome.as_ref().ok().map(|success| success.text.trim().to_string());
+                outcomes.push(outcome);
+                // A session whose turn failed has no answer to build on: it ends there.
+                let Some(answer) = answer else { break };
+                let call_id = format!("call_{index}");
+                items.push(json!({"type": "message", "role": "assistant",
+                                  "content": [{"type": "output_text", "text": answer}]}));
+                items.push(json!({"type": "function_call", "call_id": call_id, "name": "shell",
+                                  "arguments": turn.tool_arguments}));
+                items.push(json!({"type": "function_call_output", "call_id": call_id, "output": turn.tool_output}));
+                items.push(json!({"role": "user", "content": turn.next_step}));
+                let pause = think_ms.get(index).copied().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+        }
         Job::Chat { system, user_turns, think_ms, max_tokens } => {
             let url = format!("{base_url}/v1/chat/completions");
             let mut messages = vec![json!({"role": "system", "content": system})];
@@ -124,6 +144,17 @@ fn completion_body(model: &str, prompt: &str, max_tokens: usize) -> String {
         "max_tokens": max_tokens,
         "stream": true,
         "stream_options": {"include_usage": true},
+    })
+    .to_string()
+}
+
+fn responses_body(instructions: &str, items: &[Value], max_tokens: usize) -> String {
+    json!({
+        "model": MODEL,
+        "instructions": instructions,
+        "input": items,
+        "max_output_tokens": max_tokens,
+        "stream": true,
     })
     .to_string()
 }

@@ -80,22 +80,13 @@ impl StreamProgress {
         if let Some(error) = chunk.get("error") {
             return Err(format!("error event: {error}"));
         }
+        if let Some(kind) = chunk.get("type").and_then(Value::as_str) {
+            return self.apply_responses_event(kind, &chunk, now);
+        }
         let choice = chunk.get("choices").and_then(|choices| choices.get(0));
         let content = choice.and_then(|c| c.get("text").or_else(|| c.get("delta").and_then(|d| d.get("content"))));
-        if let Some(text) = content.and_then(Value::as_str).filter(|text| !text.is_empty()) {
-            if self.first_token.is_none() {
-                self.first_token = Some(now.saturating_duration_since(self.started));
-            }
-            if let Some(previous) = self.last_content_at {
-                if self.token_gaps_ms.len() < MAX_GAPS_PER_STREAM {
-                    self.token_gaps_ms.push(now.saturating_duration_since(previous).as_secs_f64() * 1000.0);
-                }
-            }
-            self.last_content_at = Some(now);
-            self.content_chunks += 1;
-            if self.text.len() + text.len() <= MAX_REPLY_TEXT_BYTES {
-                self.text.push_str(text);
-            }
+        if let Some(text) = content.and_then(Value::as_str) {
+            self.content(text, now);
         }
         let usage = chunk.get("usage");
         if let Some(tokens) = usage.and_then(|u| u.get("completion_tokens")).and_then(Value::as_u64) {
@@ -111,10 +102,53 @@ impl StreamProgress {
         Ok(())
     }
 
+    /// A content token's text received at `now` (empty text is no token).
+    fn content(&mut self, text: &str, now: Instant) {
+        if text.is_empty() {
+            return;
+        }
+        if self.first_token.is_none() {
+            self.first_token = Some(now.saturating_duration_since(self.started));
+        }
+        if let Some(previous) = self.last_content_at {
+            if self.token_gaps_ms.len() < MAX_GAPS_PER_STREAM {
+                self.token_gaps_ms.push(now.saturating_duration_since(previous).as_secs_f64() * 1000.0);
+            }
+        }
+        self.last_content_at = Some(now);
+        self.content_chunks += 1;
+        if self.text.len() + text.len() <= MAX_REPLY_TEXT_BYTES {
+            self.text.push_str(text);
+        }
+    }
+
+    /// One Responses API event: a token is `response.output_text.delta` (the stream's opening
+    /// events come before any token and do not count), and `response.completed` ends the stream
+    /// with `usage` (`input_tokens`, `input_tokens_details.cached_tokens`, `output_tokens`).
+    fn apply_responses_event(&mut self, kind: &str, event: &Value, now: Instant) -> Result<(), String> {
+        match kind {
+            "response.output_text.delta" => {
+                self.content(event.get("delta").and_then(Value::as_str).unwrap_or_default(), now);
+            }
+            "response.completed" => {
+                let usage = event.get("response").and_then(|r| r.get("usage"));
+                let field = |name: &str| usage.and_then(|u| u.get(name)).and_then(Value::as_u64);
+                self.usage_tokens = field("output_tokens");
+                self.prompt_tokens = field("input_tokens");
+                let details = usage.and_then(|u| u.get("input_tokens_details"));
+                self.cached_tokens = details.and_then(|d| d.get("cached_tokens")).and_then(Value::as_u64);
+                self.done = true;
+            }
+            "response.failed" | "response.incomplete" => return Err(format!("{kind} event: {event}")),
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// The result once the body ended at `now`.
     pub fn finish(self, now: Instant, served_by: Option<String>) -> Result<Success, String> {
         if !self.done {
-            return Err("stream ended without [DONE]".to_string());
+            return Err("stream ended without [DONE] (or response.completed)".to_string());
         }
         let ttft = self.first_token.ok_or_else(|| "stream had no content token".to_string())?;
         Ok(Success {
@@ -156,6 +190,26 @@ mod tests {
         assert_eq!(success.prompt_tokens, Some(40));
         assert_eq!(success.text, " the of");
         assert_eq!(success.token_gaps_ms, vec![20.0], "one gap between the two content chunks");
+    }
+
+    #[test]
+    fn a_responses_stream_times_its_first_delta_and_ends_at_completed() {
+        let started = Instant::now();
+        let mut progress = StreamProgress::new(started);
+        let later = |ms| started + Duration::from_millis(ms);
+        progress.apply(r#"{"type":"response.created","response":{"status":"in_progress"}}"#, later(1)).unwrap();
+        progress.apply(r#"{"type":"response.output_item.added","item":{}}"#, later(30)).unwrap();
+        progress.apply(r#"{"type":"response.output_text.delta","delta":" a"}"#, later(31)).unwrap();
+        progress.apply(r#"{"type":"response.output_text.delta","delta":" b"}"#, later(45)).unwrap();
+        let completed = r#"{"type":"response.completed","response":{"usage":{"input_tokens":90,
+            "input_tokens_details":{"cached_tokens":64},"output_tokens":2}}}"#;
+        progress.apply(completed, later(46)).unwrap();
+        let success = progress.finish(later(47), None).unwrap();
+        assert_eq!((success.ttft, success.text.as_str()), (Duration::from_millis(31), " a b"));
+        assert_eq!((success.cached_tokens, success.prompt_tokens, success.output_tokens), (Some(64), Some(90), 2));
+        assert_eq!(success.token_gaps_ms, vec![14.0]);
+        let mut failed = StreamProgress::new(started);
+        assert!(failed.apply(r#"{"type":"response.failed","response":{}}"#, started).is_err());
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub async fn replay_staggered(
                                           "stream": true, "stream_options": {"include_usage": true}});
                         outcomes.push(client.post_streaming(&url, body.to_string()).await);
                     }
-                    Some(Job::Chat { .. } | Job::ForModel { .. } | Job::Scheduled { .. }) => {
+                    Some(Job::Chat { .. } | Job::ForModel { .. } | Job::Scheduled { .. } | Job::Agent { .. }) => {
                         outcomes.push(Err("only completions of the pool's model are part of P/D workloads".into()))
                     }
                 }

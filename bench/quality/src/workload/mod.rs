@@ -5,6 +5,7 @@
 //! shape the pressure (KV blocks, running-sequence limit) live with the workload that needs
 //! them, with the reason for each number beside it.
 
+mod agents;
 mod burst;
 mod heterogeneous;
 mod ladder;
@@ -50,6 +51,10 @@ pub enum WorkloadName {
     /// ladder from ¼ to 2.5 × round robin's capacity (llm-d's optimized-baseline shape, scaled; issue 14).
     #[value(name = "g", alias = "ladder")]
     Ladder,
+    /// 4 pods, 48 agent sessions on the Responses API (8 kinds of 4k-token instructions), 8
+    /// turns each resending the conversation with tool calls and outputs, 16 at once.
+    #[value(name = "m", alias = "agents")]
+    Agents,
 }
 
 impl WorkloadName {
@@ -66,6 +71,7 @@ impl WorkloadName {
             WorkloadName::Heterogeneous => "f-heterogeneous",
             WorkloadName::MixedLengths => "l-mixed-lengths",
             WorkloadName::Ladder => "g-ladder",
+            WorkloadName::Agents => "m-agents",
         }
     }
 }
@@ -103,6 +109,18 @@ pub enum Job {
     ForModel { model: String, prompt: String, max_tokens: usize },
     /// `job`, sent `at_ms` after the replay starts (open loop: give every job its own slot).
     Scheduled { at_ms: u64, job: Box<Job> },
+    /// An agent's session on `/v1/responses`: every turn resends `instructions` and the whole
+    /// conversation (the task, then per turn the answer, a `function_call`, its output and the
+    /// next step), after the tool's run of `think_ms[i]` before turn `i + 1`.
+    Agent { instructions: String, task: String, turns: Vec<AgentTurn>, think_ms: Vec<u64>, max_tokens: usize },
+}
+
+/// What an agent adds to its conversation after one answer.
+#[derive(Debug, Clone)]
+pub struct AgentTurn {
+    pub tool_arguments: String,
+    pub tool_output: String,
+    pub next_step: String,
 }
 
 /// A pool shape and the jobs to replay on it.
@@ -142,6 +160,7 @@ impl Workload {
             WorkloadName::Heterogeneous => heterogeneous::build(size, seed),
             WorkloadName::MixedLengths => mixed_lengths::build(size, seed),
             WorkloadName::Ladder => ladder::build(size, seed),
+            WorkloadName::Agents => agents::build(size, seed),
         }
     }
 
@@ -152,6 +171,7 @@ impl Workload {
             .map(|job| match job {
                 Job::ForModel { .. } => 1,
                 Job::Chat { user_turns, .. } => user_turns.len(),
+                Job::Agent { turns, .. } => turns.len(),
                 Job::Completion { .. } | Job::Scheduled { .. } => 1,
             })
             .sum()
@@ -207,6 +227,7 @@ mod tests {
             WorkloadName::Heterogeneous,
             WorkloadName::MixedLengths,
             WorkloadName::Ladder,
+            WorkloadName::Agents,
         ] {
             let first = Workload::build(name, Size::Quick, 7);
             let again = Workload::build(name, Size::Quick, 7);
