@@ -65,6 +65,11 @@ fuzz_target!(|body: &[u8]| {
         }
         Err(error) => assert!(!error.to_string().is_empty()),
     }
+    // A Responses answer's id, read from a chunk's head: a plain `resp...` string if any.
+    if let Some(id) = picker::response_id::find_response_id(body) {
+        assert!(id.starts_with(b"resp") && id.len() <= picker::response_id::MAX_ID_BYTES);
+        assert!(!id.contains(&b'"') && !id.contains(&b'\\'));
+    }
     if let Ok(path) = std::str::from_utf8(body) {
         let _ = Endpoint::from_path(path);
     }

@@ -66,6 +66,12 @@ pub const PEER_INBOX: &str = "wasm-epp/v1/peer-inbox";
 /// share the pool fairly (see `router/src/flow/share.rs`).
 pub const FLOW_WAITING_PREFIX: &str = "wasm-epp/v1/flow-waiting/";
 
+/// Responses API answers' ids and the pods that answered them, one entry per slot
+/// (`<prefix><slot>`, [`crate::response_id::SLOTS`] keys): a follow-up naming an id reaches the
+/// worker that noted it only through the prefix ring, a sync interval or two later; another
+/// worker finds it here at once (see [`crate::response_id`]).
+pub const RESPONSE_ID_PREFIX: &str = "wasm-epp/v1/response-id/";
+
 /// Requests other gateway replicas have in flight per pod, summed, as the pool service last
 /// heard (same layout as an in-flight slot; workers add it to their view).
 pub const PEER_INFLIGHT: &str = "wasm-epp/v1/peer-inflight";

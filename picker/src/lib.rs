@@ -26,6 +26,7 @@ pub mod prefix;
 mod prometheus_line;
 pub mod random;
 pub mod request;
+pub mod response_id;
 pub mod role;
 pub mod route;
 pub mod saturation;

@@ -76,6 +76,9 @@ pub struct InferenceRequest<'a> {
     pub instructions: Option<&'a RawValue>,
     #[serde(skip)]
     pub input: Option<&'a RawValue>,
+    /// The Responses API's `previous_response_id`: the stored response this one continues.
+    #[serde(skip)]
+    pub previous_response_id: Option<Cow<'a, str>>,
     /// Each message of `messages` where [`parse_request`] found it, when it cut them all (up
     /// to [`MAX_CUT_MESSAGES`] plain objects); `None` otherwise, and when deserialized
     /// directly: hashing then finds the messages itself.
@@ -161,6 +164,7 @@ pub fn parse_model_only(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> 
         cache_salt: None,
         instructions: None,
         input: None,
+        previous_response_id: None,
         messages_cut: None,
     })
 }

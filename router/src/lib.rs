@@ -27,6 +27,7 @@ pub mod profile;
 pub mod protocol;
 pub mod reply;
 pub mod response;
+pub mod response_ids;
 pub mod rewrite;
 pub mod served;
 pub mod stats;

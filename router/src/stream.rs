@@ -21,6 +21,7 @@ use crate::disaggregate::{release_prefill, write_prefiller};
 use crate::profile::{self, Phase};
 use crate::reply::{send_dropped, send_error, send_json, DroppedReason};
 use crate::response::Observation;
+use crate::response_ids::ResponseIdWatch;
 use crate::worker::Worker;
 
 /// Headers a pool cluster could follow besides the configured one; none may come from a
@@ -70,6 +71,8 @@ pub struct RequestStream {
     slo_ttft_ms: Option<f64>,
     /// The answer being watched (learning on, once routed).
     observed: Option<Observation>,
+    /// A Responses API answer whose id will be noted as its pod's session.
+    response_id: Option<ResponseIdWatch>,
 }
 
 impl RequestStream {
@@ -98,6 +101,7 @@ impl RequestStream {
             subset: None,
             slo_ttft_ms: None,
             observed: None,
+            response_id: None,
         }
     }
 
@@ -201,6 +205,7 @@ impl RequestStream {
         parsing.end();
         match parsed {
             Ok(request) => {
+                self.follow_response_id(host, &request);
                 let target = crate::rewrite::draw_target(&self.worker, request.model.as_deref());
                 // Other endpoints are not queued by flow control (as when they were not read).
                 let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other);
@@ -260,6 +265,9 @@ impl RequestStream {
         if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
             observed.on_headers(&self.worker, host, pod);
         }
+        if let Some(watch) = &mut self.response_id {
+            watch.on_headers(host, self.routed_to.as_ref());
+        }
         Step::Continue
     }
 
@@ -268,6 +276,9 @@ impl RequestStream {
         let _span = profile::span(host, Phase::ResponseBody);
         if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
             observed.on_body(&self.worker, host, pod, chunk_size);
+        }
+        if let Some(watch) = &mut self.response_id {
+            watch.on_body(&self.worker, host, chunk_size);
         }
         Step::Continue
     }
@@ -357,6 +368,23 @@ impl RequestStream {
     }
 
     /// Decides, then acts: sets the header and continues, or answers locally.
+    /// A Responses API request continuing a stored response goes where that response came
+    /// from: its id is the session (over any session header: the state is on that pod); and
+    /// this answer's own id will be noted the same way ([`crate::response_ids`]).
+    fn follow_response_id(&mut self, host: &dyn Host, request: &InferenceRequest<'_>) {
+        let prefix = &self.worker.config.prefix;
+        if self.endpoint != Endpoint::Responses || !prefix.enabled || !prefix.follow_response_ids {
+            return;
+        }
+        if let Some(previous) = request.previous_response_id.as_deref() {
+            let key = picker::prefix::session_key(previous);
+            crate::response_ids::learn_from_slot(&self.worker, host, key);
+            self.session = Some(key);
+            self.worker.stats.increment(self.worker.stats.response_ids_followed);
+        }
+        self.response_id = Some(ResponseIdWatch::default());
+    }
+
     fn route(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>) -> Step {
         self.route_as(host, request, None)
     }

@@ -102,6 +102,10 @@ pub struct Cli {
     /// a degraded one): one value for every port, or one per port in `--ports` order.
     #[arg(long, value_delimiter = ',')]
     pub prefill_slowdown: Vec<f64>,
+    /// Keep Responses API answers in memory so `previous_response_id` can continue them (vLLM's
+    /// `VLLM_ENABLE_RESPONSES_API_STORE=1`); without it such a request is refused.
+    #[arg(long)]
+    pub responses_store: bool,
 }
 
 impl Cli {
@@ -161,6 +165,7 @@ impl Cli {
         config.role = self.role;
         config.kv_transfer_per_token_ms = self.kv_transfer_per_token_ms;
         config.lora_load_ms = self.lora_load_ms;
+        config.responses_store = self.responses_store;
         config.validate().map(|()| config)
     }
 }

@@ -143,6 +143,9 @@ pub struct PodConfig {
     pub kv_transfer_per_token_ms: f64,
     /// Simulated time to load an adapter onto the GPU, charged to the step that admits it.
     pub lora_load_ms: f64,
+    /// Keep Responses API answers for `previous_response_id` (`--responses-store`), as vLLM
+    /// does with `VLLM_ENABLE_RESPONSES_API_STORE=1`.
+    pub responses_store: bool,
 }
 
 impl PodConfig {
@@ -169,6 +172,7 @@ impl PodConfig {
             role: crate::pd::PodRole::Both,
             kv_transfer_per_token_ms: DEFAULT_KV_TRANSFER_PER_TOKEN_MS,
             lora_load_ms: DEFAULT_LORA_LOAD_MS,
+            responses_store: false,
         }
     }
 

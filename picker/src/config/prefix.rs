@@ -29,6 +29,10 @@ pub struct PrefixConfig {
     pub affinity_slack: f64,
     /// Requests with this header stick to the pod their session last went to, unless saturated.
     pub session_header: String,
+    /// A Responses API request naming `previous_response_id` goes to the pod that answered that
+    /// response, as a session would (vLLM keeps stored responses in that pod's memory): each
+    /// Responses answer's id is read from its first bytes and shared like a session.
+    pub follow_response_ids: bool,
     /// How often each worker sends its decisions to the singleton and reads the others'.
     pub sync_interval_ms: u64,
     /// Where a prompt no pod holds goes: `rendezvous` (the same pod from every replica and
@@ -60,6 +64,7 @@ impl Default for PrefixConfig {
             affinity_threshold: 0.5,
             affinity_slack: 0.05,
             session_header: "x-session-id".into(),
+            follow_response_ids: true,
             sync_interval_ms: 20,
             cold_placement: crate::scheduler::ColdPlacement::default(),
             placement_load_factor: 2.0,

@@ -212,6 +212,21 @@ impl WorkerPrefix {
         }
     }
 
+    /// Records that the session `key` is on `pod` (now, and on the other workers and replicas
+    /// after their next sync), without a pick: a Responses API answer's id, learned when it
+    /// came back, is the session a later `previous_response_id` names.
+    pub fn record_session(&mut self, pod: &str, epoch: u32, key: u64) {
+        self.sessions.set(key, pod, epoch);
+        let hashes = vec![SESSION_MARKER, key];
+        self.queue_event(RoutingEvent { pod: pod.to_string(), epoch, origin: self.origin, hashes });
+    }
+
+    /// Learns that the session `key` is on `pod`, for this worker alone (the worker that noted
+    /// it shares it through the ring).
+    pub fn learn_session(&mut self, key: u64, pod: &str, epoch: u32) {
+        self.sessions.set(key, pod, epoch);
+    }
+
     fn queue_event(&mut self, event: RoutingEvent) {
         if self.pending.len() >= MAX_PENDING_EVENTS {
             self.pending.pop_front();

@@ -70,6 +70,7 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
         cache_salt: request.cache_salt,
         instructions: None,
         input: None,
+        previous_response_id: None,
         messages_cut,
     })
 }

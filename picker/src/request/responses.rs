@@ -5,8 +5,9 @@
 //! a string or a list of `input_text` / `input_image` / `input_file` parts), and the items an
 //! agent's loop sends back (`function_call`, `function_call_output`, `reasoning`, ...). A
 //! conversation resends its earlier items as they were, so they hash as written, one after
-//! another, like chat messages. `previous_response_id` (the server's stored conversation) is
-//! not read: vLLM keeps stored responses in one pod's memory, and the picker cannot know which.
+//! another, like chat messages. `previous_response_id` names a response the server stored (vLLM
+//! keeps it in one pod's memory); the router sends the request where that response came from
+//! (`prefix.follow_response_ids`).
 
 use std::borrow::Cow;
 
@@ -29,6 +30,8 @@ struct ResponsesBody<'a> {
     tools: Option<&'a RawValue>,
     #[serde(borrow, default)]
     cache_salt: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    previous_response_id: Option<Cow<'a, str>>,
 }
 
 /// Reads a Responses API body; `input` must be there, a string or a list, and `instructions`
@@ -53,6 +56,7 @@ pub fn parse_responses(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
         cache_salt: body.cache_salt,
         instructions,
         input: Some(input),
+        previous_response_id: body.previous_response_id,
         messages_cut: None,
     })
 }
@@ -71,6 +75,9 @@ mod tests {
         assert_eq!(request.instructions.map(RawValue::get), Some("\"Be brief.\""));
         assert!(request.input.is_some_and(|i| i.get().starts_with('[')) && request.tools.is_some());
         assert!(request.prompt.is_none() && request.messages.is_none());
+        assert_eq!(request.previous_response_id, None, "null is none");
+        let next = parse_responses(br#"{"input":"more","previous_response_id":"resp_1a"}"#).unwrap();
+        assert_eq!(next.previous_response_id.as_deref(), Some("resp_1a"));
         let text = parse_responses(br#"{"input":"hello","instructions":null}"#).unwrap();
         assert_eq!(text.input.map(RawValue::get), Some("\"hello\""));
         assert!(text.instructions.is_none(), "a null is no instructions");

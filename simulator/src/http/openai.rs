@@ -20,6 +20,7 @@ use crate::api::request::{parse_chat, parse_completion, CommonOptions};
 use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
 use crate::api::responses_api::{self, parse_responses, ResponsesMeta, ResponsesStream};
 use crate::api::sse::SseBody;
+use crate::chat_template::ChatMessage;
 use crate::hashing::StableHasher;
 use crate::pd::sidecar::prefill_remotely;
 use crate::pod::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Pod, Submission, Usage};
@@ -64,18 +65,59 @@ struct RemotePrefill<'a> {
 /// Handles `POST /v1/responses`: one prompt from `instructions` and `input`, answered in the
 /// Responses API's shapes (never split by P/D: llm-d's sidecar handles the two endpoints above).
 pub async fn responses(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<Response<SimBody>, ApiError> {
-    let request = parse_responses(body)?;
+    let mut request = parse_responses(body)?;
+    let earlier = continued_conversation(pod, request.previous_response_id.as_deref())?;
+    request.continue_from(&earlier);
     let prompts = vec![tokenize(&request.rendered_prompt())];
     let started = start_generation(pod, prompts, &request.options, arrival, None).await?;
-    let mut meta = ResponsesMeta::new(started.request_number, unix_seconds(), &started.model);
-    meta.instructions = request.instructions;
+    let pod_tag = {
+        let mut hasher = StableHasher::with_seed(0x7265_7370); // "resp"
+        hasher.write_bytes(pod.served_by().as_bytes());
+        hasher.finish() as u32
+    };
+    let mut meta = ResponsesMeta::new(pod_tag, started.request_number, unix_seconds(), &started.model);
+    meta.instructions = request.instructions.clone();
     meta.max_output_tokens = request.options.max_tokens;
+    // What a stored response keeps: the conversation before it, its input, then its answer.
+    let store = pod.config().responses_store.then(|| {
+        let (pod, id) = (Arc::clone(pod), meta.id.clone());
+        let mut conversation = earlier;
+        conversation.extend(request.input.iter().cloned());
+        move |text: &str| {
+            conversation.push(ChatMessage::text("assistant", text));
+            pod.lock().responses.store(id, conversation);
+        }
+    });
     if request.options.stream {
-        return Ok(event_stream(ResponsesStream::new(started.events, meta).boxed_unsync()));
+        let on_complete = store.map(|store| Box::new(store) as responses_api::OnComplete);
+        return Ok(event_stream(ResponsesStream::new(started.events, meta, on_complete).boxed_unsync()));
     }
     let (texts, usage) = collect_choices(started.events, started.choices).await?;
     let text = texts.concat();
+    if let Some(store) = store {
+        store(&text);
+    }
     Ok(json_response(200, &responses_api::full_response(&meta, &text, &usage)))
+}
+
+/// The stored conversation `previous` ended: refused without `--responses-store`, 404 when
+/// this pod does not hold it (another pod answered it, or it was dropped).
+fn continued_conversation(pod: &Pod, previous: Option<&str>) -> Result<Vec<ChatMessage>, ApiError> {
+    let Some(id) = previous else { return Ok(Vec::new()) };
+    if !pod.config().responses_store {
+        return Err(ApiError::bad_param(
+            "previous_response_id",
+            "This server stores no responses (vLLM without VLLM_ENABLE_RESPONSES_API_STORE): send the conversation in 'input'.",
+        ));
+    }
+    let mut state = pod.lock();
+    match state.responses.conversation(id) {
+        Some(conversation) => Ok(conversation.to_vec()),
+        None => {
+            state.responses.not_found += 1;
+            Err(ApiError::not_found(format!("Response with id '{id}' not found.")))
+        }
+    }
 }
 
 /// A request admitted to the pod, its generation tasks running.

@@ -158,6 +158,8 @@ impl Pod {
             "requests_finished": {"length": length, "stop": stop, "abort": abort},
             "rejected_overload": state.rejected_overload,
             "model_not_found": state.model_not_found,
+            "responses_stored": state.responses.len(),
+            "responses_not_found": state.responses.not_found,
             "lora_adapter_loads": state.engine.lora_slots().loads(),
             "lora_adapter_evictions": state.engine.lora_slots().evictions(),
             "lora_resident": state.engine.lora_slots().resident(),

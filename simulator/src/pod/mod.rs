@@ -60,6 +60,8 @@ pub struct PodState {
     pub pd: crate::pd::PdCounters,
     /// Inference requests answered 404 because they named a model this pod does not serve.
     pub model_not_found: u64,
+    /// Stored Responses API answers (`--responses-store`).
+    pub responses: crate::api::responses_api::ResponseStore,
 }
 
 /// A submitted request: its id and the engine's events about it.
@@ -189,5 +191,6 @@ fn fresh_state(config: &PodConfig, restarts: u64) -> PodState {
         restarts,
         pd: crate::pd::PdCounters::default(),
         model_not_found: 0,
+        responses: crate::api::responses_api::ResponseStore::default(),
     }
 }

@@ -76,3 +76,46 @@ fn a_streamed_response_passes_unchanged_and_a_forged_destination_is_ignored() {
     assert_eq!(broken.status, 400, "a pod's own answer to a body without input: {}", broken.body);
     cluster.assert_plugin_healthy();
 }
+
+/// The id of a Responses answer, whole or streamed (its `response.completed` event).
+fn response_id(body: &str) -> String {
+    let whole = serde_json::from_str::<Value>(body).ok();
+    let last_event = || {
+        body.split("\n\n")
+            .filter_map(|event| event.split_once("data: ").map(|(_, data)| data))
+            .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+            .find(|event| event["type"] == "response.completed")
+            .map(|event| event["response"].clone())
+    };
+    let response = whole.or_else(last_event).unwrap_or_default();
+    response["id"].as_str().unwrap_or_else(|| panic!("no response id in {body}")).to_owned()
+}
+
+/// vLLM with its response store (`VLLM_ENABLE_RESPONSES_API_STORE=1`) keeps each response in
+/// the memory of the pod that answered; `previous_response_id` on another pod is a 404.
+#[test]
+fn conversations_continued_by_previous_response_id_reach_the_pod_that_stored_them() {
+    let cluster = Cluster::start_ready("responses-store", 4, &["--time-scale", "0", "--responses-store"]);
+    for conversation in 0..4 {
+        let mut previous: Option<String> = None;
+        let mut pods = Vec::new();
+        for turn in 0..8 {
+            let mut body = json!({"model": "sim-model", "input": format!("conversation {conversation}, turn {turn}"),
+                                  "max_output_tokens": 4, "stream": turn % 2 == 1});
+            if let (Some(id), Some(object)) = (&previous, body.as_object_mut()) {
+                object.insert("previous_response_id".into(), json!(id));
+            }
+            let reply = cluster.post("/v1/responses", &[], &body.to_string());
+            assert_eq!(reply.status, 200, "conversation {conversation}, turn {turn}: {}", reply.body);
+            pods.push(cluster.served_by_pool(&reply));
+            // The next turn goes at once, as an agent's does, on a new connection: either Envoy
+            // worker takes it, before the prefix ring could tell the other one (the shared slot
+            // does). Without the slot, 10 of 28 turns got a 404 in one such run.
+            previous = Some(response_id(&reply.body));
+        }
+        assert!(pods.iter().all(|pod| *pod == pods[0]), "conversation {conversation} moved: {pods:?}");
+    }
+    assert_eq!(stats_sum(&cluster, "responses_not_found"), 0, "no turn reached a pod without its response");
+    assert_eq!(cluster.envoy.stat("wasm_epp_response_ids_noted"), Some(32.0));
+    assert_eq!(cluster.envoy.stat("wasm_epp_response_ids_followed"), Some(28.0));
+}

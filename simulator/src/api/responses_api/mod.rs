@@ -5,18 +5,20 @@
 //! `input` is a string (one user message) or a list of items: messages (`role`, and `content`
 //! as a string or `input_text` / `output_text` / `input_image` parts), `function_call` (rendered
 //! as an assistant turn `name(arguments)`), `function_call_output` (a `tool` turn) and
-//! `reasoning` (dropped: a template renders no past reasoning). `previous_response_id` is
-//! refused: like vLLM started without its response store, the simulator keeps no responses,
-//! so a client sends the conversation in `input`.
+//! `reasoning` (dropped: a template renders no past reasoning). `previous_response_id`
+//! continues a stored response with `--responses-store` ([`store`]); without it the request is
+//! refused, as by vLLM started without its response store.
 
 mod shapes;
+mod store;
 mod stream;
 
 use serde::Deserialize;
 use serde_json::Value;
 
 pub use shapes::{full_response, ResponsesMeta};
-pub use stream::ResponsesStream;
+pub use store::{ResponseStore, MAX_STORED_RESPONSES};
+pub use stream::{OnComplete, ResponsesStream};
 
 use super::errors::ApiError;
 use super::request::{CommonOptions, MAX_MESSAGES};
@@ -29,6 +31,10 @@ pub struct ResponsesRequest {
     pub messages: Vec<ChatMessage>,
     /// `instructions` as given, echoed in the response object.
     pub instructions: Option<String>,
+    /// The input items alone, as chat messages: what a stored response keeps of this request.
+    pub input: Vec<ChatMessage>,
+    /// The stored response this request continues.
+    pub previous_response_id: Option<String>,
     /// Model, `max_output_tokens` and `stream` (`include_usage` is moot: usage is always sent).
     pub options: CommonOptions,
 }
@@ -54,16 +60,7 @@ struct RawResponses {
 pub fn parse_responses(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
     let raw: RawResponses = serde_json::from_slice(body)
         .map_err(|error| ApiError::bad_request(format!("Invalid request body: {error}")))?;
-    if raw.previous_response_id.is_some() {
-        return Err(ApiError::bad_param(
-            "previous_response_id",
-            "This server stores no responses (vLLM without VLLM_ENABLE_RESPONSES_API_STORE): send the conversation in 'input'.",
-        ));
-    }
     let mut messages = Vec::new();
-    if let Some(instructions) = &raw.instructions {
-        messages.push(ChatMessage::text("system", instructions));
-    }
     match raw.input {
         Some(Value::String(text)) => messages.push(ChatMessage::text("user", &text)),
         Some(Value::Array(items)) if !items.is_empty() && items.len() <= MAX_MESSAGES => {
@@ -91,7 +88,24 @@ pub fn parse_responses(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
     };
     let options =
         CommonOptions { model: raw.model, max_tokens, stream: raw.stream.unwrap_or(false), include_usage: true };
-    Ok(ResponsesRequest { messages, instructions: raw.instructions, options })
+    let mut request = ResponsesRequest {
+        messages: Vec::new(),
+        instructions: raw.instructions,
+        input: messages,
+        previous_response_id: raw.previous_response_id,
+        options,
+    };
+    request.continue_from(&[]);
+    Ok(request)
+}
+
+impl ResponsesRequest {
+    /// The prompt's messages: `instructions`, the conversation a stored response ended
+    /// (`earlier`), then this request's input.
+    pub fn continue_from(&mut self, earlier: &[ChatMessage]) {
+        let system = self.instructions.iter().map(|text| ChatMessage::text("system", text));
+        self.messages = system.chain(earlier.iter().cloned()).chain(self.input.iter().cloned()).collect();
+    }
 }
 
 /// One input item as a chat message; `None` for what a template does not render.

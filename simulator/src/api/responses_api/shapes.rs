@@ -29,11 +29,12 @@ pub struct ResponsesMeta {
 }
 
 impl ResponsesMeta {
-    /// Ids derived from `request_number`.
-    pub fn new(request_number: u64, created_at: u64, model: &str) -> Self {
+    /// Ids derived from `request_number` and the pod's `pod_tag`: ids stay unique in a pool
+    /// (as vLLM's random ones are), so a router keying sessions by them never mixes two pods'.
+    pub fn new(pod_tag: u32, request_number: u64, created_at: u64, model: &str) -> Self {
         Self {
-            id: format!("resp_{request_number:016x}"),
-            message_id: format!("msg_{request_number:016x}"),
+            id: format!("resp_{pod_tag:08x}{request_number:016x}"),
+            message_id: format!("msg_{pod_tag:08x}{request_number:016x}"),
             created_at,
             model: model.to_owned(),
             instructions: None,
@@ -115,7 +116,7 @@ mod tests {
     #[test]
     fn a_whole_response_carries_its_text_and_usage_in_the_responses_shape() {
         let usage = Usage { prompt_tokens: 10, completion_tokens: 3, cached_tokens: 8 };
-        let mut meta = ResponsesMeta::new(1, 5, "m");
+        let mut meta = ResponsesMeta::new(7, 1, 5, "m");
         let body = full_response(&meta, " a b", &usage);
         assert_eq!((body["object"].as_str(), body["status"].as_str()), (Some("response"), Some("completed")));
         assert_eq!(body["output"][0]["content"][0]["text"], " a b");

@@ -21,8 +21,10 @@ use tokio::sync::mpsc;
 use super::shapes::{message_item, output_text, response_object, ResponsesMeta};
 use crate::pod::{ChoiceEvent, GenerationEvent};
 
+/// Called with the answer's whole text when the stream completes (to store the response).
+pub type OnComplete = Box<dyn FnOnce(&str) + Send>;
+
 /// A streaming body fed by the one generation task of a Responses API request.
-#[derive(Debug)]
 pub struct ResponsesStream {
     events: mpsc::Receiver<ChoiceEvent>,
     meta: ResponsesMeta,
@@ -31,11 +33,27 @@ pub struct ResponsesStream {
     started: bool,
     opened_item: bool,
     done: bool,
+    on_complete: Option<OnComplete>,
+}
+
+impl std::fmt::Debug for ResponsesStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponsesStream").field("meta", &self.meta).field("sequence", &self.sequence).finish()
+    }
 }
 
 impl ResponsesStream {
-    pub fn new(events: mpsc::Receiver<ChoiceEvent>, meta: ResponsesMeta) -> Self {
-        Self { events, meta, text: String::new(), sequence: 0, started: false, opened_item: false, done: false }
+    pub fn new(events: mpsc::Receiver<ChoiceEvent>, meta: ResponsesMeta, on_complete: Option<OnComplete>) -> Self {
+        Self {
+            events,
+            meta,
+            text: String::new(),
+            sequence: 0,
+            started: false,
+            opened_item: false,
+            done: false,
+            on_complete,
+        }
     }
 
     fn push(&mut self, out: &mut String, kind: &str, mut data: Value) {
@@ -88,6 +106,9 @@ impl ResponsesStream {
             GenerationEvent::Finished(usage) => {
                 self.done = true;
                 let text = self.text.clone();
+                if let Some(store) = self.on_complete.take() {
+                    store(&text);
+                }
                 self.push(
                     &mut out,
                     "response.output_text.done",
@@ -157,9 +178,9 @@ mod tests {
     #[test]
     fn a_stream_opens_before_the_first_token_and_ends_with_usage() {
         let (_sender, receiver) = mpsc::channel(1);
-        let mut meta = ResponsesMeta::new(1, 0, "m");
+        let mut meta = ResponsesMeta::new(7, 1, 0, "m");
         meta.max_output_tokens = Some(2);
-        let mut body = ResponsesStream::new(receiver, meta);
+        let mut body = ResponsesStream::new(receiver, meta, None);
         let mut text = String::from_utf8(body.preamble().to_vec()).unwrap();
         for token in [" a", " b"] {
             let event =

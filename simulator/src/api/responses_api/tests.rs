@@ -32,10 +32,21 @@ fn refuses_what_vllm_refuses_with_the_parameter_named() {
         (br#"{"input":[{"type":"computer_call"}]}"#, "input"),
         (br#"{"input":[{"role":"user","content":[{"type":"input_file","file_id":"f"}]}]}"#, "input"),
         (br#"{"input":"x","max_output_tokens":0}"#, "max_output_tokens"),
-        (br#"{"input":"x","previous_response_id":"resp_1"}"#, "previous_response_id"),
     ] {
         let error = parse_responses(body).unwrap_err();
         assert_eq!((error.status, error.param.as_deref()), (400, Some(param)), "{}", String::from_utf8_lossy(body));
     }
     assert_eq!(parse_responses(b"{").unwrap_err().status, 400);
+}
+
+#[test]
+fn a_continuation_puts_the_stored_conversation_between_instructions_and_input() {
+    let body = br#"{"instructions":"new","input":"next","previous_response_id":"resp_1"}"#;
+    let mut request = parse_responses(body).unwrap();
+    assert_eq!(request.previous_response_id.as_deref(), Some("resp_1"));
+    let earlier = [ChatMessage::text("user", "first"), ChatMessage::text("assistant", "answer")];
+    request.continue_from(&earlier);
+    let roles: Vec<&str> = request.messages.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    assert_eq!(request.input, [ChatMessage::text("user", "next")]);
 }

@@ -1,0 +1,85 @@
+//! Stateful Responses API conversations: a request naming `previous_response_id` must reach the
+//! pod that stored that response (vLLM keeps stored responses in the pod's memory, and another
+//! pod answers 404). The id is learned when the answer passes: its first bytes carry it (a
+//! whole answer's `id`, a stream's `response.created` event), and the pod that answered
+//! (after Envoy's retries, [`crate::served::answering_pod`]) is recorded as the session of that
+//! id, which the prefix machinery shares with the other workers and replicas like any session.
+//! The follow-up is then routed with that session (`stream.rs`), so it sticks to the pod,
+//! unless saturated, as sessions do.
+//!
+//! The ring takes a sync interval or two to reach the other workers, and an agent may send its
+//! next turn at once, so the noting worker also writes the id to a shared-data slot
+//! ([`picker::response_id::SLOTS`] keys, one entry each), which a worker that has not heard of
+//! an id reads before routing ([`learn_from_slot`]).
+//!
+//! Cost: per Responses answer one header lookup, one copy of at most [`HEAD_BYTES`] of the
+//! first chunk and one shared-data write; per request naming a stored response a shared-data
+//! read when the ring has not brought it yet; nothing for other endpoints or with
+//! `prefix.follow_response_ids` off.
+
+use picker::address::PodAddress;
+use picker::prefix::session_key;
+use picker::response_id::{decode_slot, encode_slot, find_response_id, slot_key};
+use wasm_epp_host::Host;
+
+use crate::worker::Worker;
+
+/// Bytes of the first chunk searched for the id: a whole answer starts with it, a stream's
+/// first event has it after ~70 bytes of event name and type.
+pub const HEAD_BYTES: usize = 1024;
+
+/// One Responses API answer being watched for its id.
+#[derive(Debug, Default)]
+pub struct ResponseIdWatch {
+    /// The pod that answered, once the response headers came.
+    answered_by: Option<PodAddress>,
+    done: bool,
+}
+
+impl ResponseIdWatch {
+    /// The answer's headers came from `routed_to` (the pick) or, after a retry, another pod.
+    pub fn on_headers(&mut self, host: &dyn Host, routed_to: Option<&PodAddress>) {
+        let answering = crate::served::answering_pod(host)
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .and_then(|text| PodAddress::parse(&text).ok());
+        self.answered_by = answering.or_else(|| routed_to.cloned());
+    }
+
+    /// The first body chunk: its id, if any, becomes the answering pod's session.
+    pub fn on_body(&mut self, worker: &Worker, host: &dyn Host, chunk_size: usize) {
+        if self.done || chunk_size == 0 {
+            return;
+        }
+        self.done = true;
+        let Some(pod) = self.answered_by.take() else { return };
+        let head = host.response_body(0, chunk_size.min(HEAD_BYTES)).unwrap_or_default();
+        let Some(id) = find_response_id(&head) else { return };
+        let epoch = match worker.table.try_borrow() {
+            Ok(cache) => cache.table().and_then(|t| t.pods.iter().find(|p| p.address == pod)).map(|p| p.epoch),
+            Err(_) => None,
+        };
+        // A pod not in the table (gone since) has no epoch to note its session under.
+        let (Some(epoch), Ok(mut prefix)) = (epoch, worker.prefix.try_borrow_mut()) else { return };
+        let key = session_key(id);
+        prefix.record_session(pod.as_str(), epoch, key);
+        // For the other workers until the ring brings it: a follow-up may come at once.
+        if let Err(error) = host.set(&slot_key(key), &encode_slot(key, epoch, pod.as_str()), None) {
+            log::debug!("wasm-epp: cannot share a response id: {error:?}");
+        }
+        worker.stats.increment(worker.stats.response_ids_noted);
+    }
+}
+
+/// Before a request naming a stored response is routed: if this worker has not heard of the
+/// id through the ring yet, the worker that noted it left it in its shared-data slot.
+pub fn learn_from_slot(worker: &Worker, host: &dyn Host, key: u64) {
+    let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return };
+    if prefix.session_pod(key).is_some() {
+        return;
+    }
+    if let Ok((Some(value), _)) = host.get(&slot_key(key)) {
+        if let Some((pod, epoch)) = decode_slot(&value, key) {
+            prefix.learn_session(key, pod, epoch);
+        }
+    }
+}
