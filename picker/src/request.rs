@@ -142,8 +142,8 @@ pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest
     }
 }
 
-/// Any other endpoint's body (`/tokenize`, the render endpoints; in vLLM embeddings, the
-/// Responses API, scoring, pooling): only its `model`, so the pick can keep it on pods serving
+/// Any other endpoint's body (`/tokenize`, the render endpoints; in vLLM embeddings, scoring,
+/// pooling): only its `model`, so the pick can keep it on pods serving
 /// that model. Whatever else the body holds is skipped unread, of any type: those endpoints'
 /// fields are not the completions' ones (`input` may be a list of token ids, `prompt` an
 /// object), and none of them feeds prefix hashing or learning.

@@ -206,9 +206,7 @@ impl WorkerPrefix {
             });
         }
         if let Some(key) = session {
-            self.sessions.set(key, pod, epoch);
-            let hashes = vec![SESSION_MARKER, key];
-            self.queue_event(RoutingEvent { pod: pod.to_string(), epoch, origin: self.origin, hashes });
+            self.record_session(pod, epoch, key);
         }
     }
 
