@@ -43,10 +43,16 @@ impl Endpoint {
     }
 
     /// Answers in the completions' shape (`choices`, `usage.prompt_tokens`, a stream whose first
-    /// event is the first token): the endpoints learned from and split by P/D. A Responses
-    /// stream opens with `response.created` before any token, and counts `input_tokens`.
+    /// event is the first token): the endpoints P/D splits (as llm-d's sidecar does).
     pub fn answers_like_completions(self) -> bool {
         matches!(self, Self::Completions | Self::ChatCompletions)
+    }
+
+    /// Generates from a prompt the picker read: its answers are learned from. A Responses
+    /// stream opens with `response.created` before any token and counts `input_tokens`;
+    /// learning reads it so ([`crate::learn::first_token`]).
+    pub fn generates(self) -> bool {
+        self != Self::Other
     }
 }
 

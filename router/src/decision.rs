@@ -294,10 +294,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // A split request is not learned from: its first token is two pods' work and the hop, and
     // the decode pod reports the transferred blocks as cached. Its prompt tokens are the
     // prefill pod's load (above), not the decode pod's.
-    // Nor is another endpoint's (the Responses API, embeddings, ...): a Responses stream's
-    // first byte comes before its first token and its `usage` counts `input_tokens`; the others'
-    // bodies were read for `model` alone.
-    let predicted = predicted.filter(|_| prefiller.is_none() && prompt.endpoint.answers_like_completions());
+    // Nor is another endpoint's (embeddings, tokenize, ...): its body was read for `model` alone.
+    let predicted = predicted.filter(|_| prefiller.is_none() && prompt.endpoint.generates());
+    let responses_api = prompt.endpoint == Endpoint::Responses;
     let dispatch = predicted.map(|p| {
         inflight.add_tokens(address.as_str(), p.uncached_tokens);
         Dispatch {
@@ -312,7 +311,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             load: p.load,
             sent_ms: now,
             streamed: prompt.request.and_then(|r| r.stream).unwrap_or(false),
-            usage_expected: prompt.request.is_none_or(|r| !r.stream.unwrap_or(false) || r.includes_usage()),
+            usage_expected: responses_api
+                || prompt.request.is_none_or(|r| !r.stream.unwrap_or(false) || r.includes_usage()),
+            responses_api,
         }
     });
     let publishing = profile::span(host, Phase::InflightPublish);

@@ -23,7 +23,7 @@
 //! just do not correct the estimates.
 
 use picker::address::PodAddress;
-use picker::learn::{Dispatch, UsageScanner};
+use picker::learn::{Dispatch, OutputEventFinder, UsageScanner};
 use wasm_epp_host::{Counter, Host, Metrics};
 
 use crate::profile::{self, Phase};
@@ -72,13 +72,18 @@ impl LearningStats {
 #[derive(Debug, Clone)]
 pub struct Observation {
     dispatch: Dispatch,
-    /// No body byte yet. (A stream's prompt tokens count as in flight until then; a whole
-    /// answer's until its end.)
+    /// No body byte yet.
     awaiting_first_byte: bool,
+    /// No token yet: a stream's prompt tokens count as in flight until then; a whole answer's
+    /// until its end. A chat or completions stream's first byte is its first token; a
+    /// Responses API stream's is its first output event (`first_output`).
+    awaiting_first_token: bool,
+    first_output: Option<OutputEventFinder>,
     /// The answer comes from the pod that was picked and, as far as its first bytes tell,
     /// is a success: worth learning from.
     learnable: bool,
-    /// Its next chunk is copied and scanned: it can still hold `usage` we may read.
+    /// Its next chunk is copied and scanned: it can still hold `usage` we may read, or the
+    /// first output event.
     reading: bool,
     /// It holds one of the pod's stream-reading slots (`learning.usage_streams_per_pod`),
     /// given back at its end.
@@ -88,9 +93,12 @@ pub struct Observation {
 
 impl Observation {
     pub fn new(dispatch: Dispatch) -> Self {
+        let first_output = (dispatch.streamed && dispatch.responses_api).then(OutputEventFinder::default);
         Self {
             dispatch,
             awaiting_first_byte: true,
+            awaiting_first_token: true,
+            first_output,
             learnable: true,
             reading: true,
             holds_reader_slot: false,
@@ -98,15 +106,14 @@ impl Observation {
         }
     }
 
-    /// Response headers: an answer from a retried fallback teaches nothing about the pod
-    /// picked. One header lookup (the route's served-endpoint header); `:status` is not read:
-    /// the body tells a success as well, see [`Self::on_body`]. (Each lookup is ~4–5 µs of a
-    /// response callback in Envoy's V8, caches cold; the same lookup in the first body
-    /// chunk's callback measured more, ~7–9 µs.)
-    pub fn on_headers(&mut self, worker: &Worker, host: &dyn Host, pod: &PodAddress) {
-        let _span = profile::span(host, Phase::ObserveHeaders);
-        let upstream = crate::served::answering_pod(host);
-        let same_pod = upstream.as_deref().is_none_or(|address| address == pod.as_str().as_bytes());
+    /// Response headers, with the pod that answered (the route's served-endpoint header,
+    /// looked up once by the caller): an answer from a retried fallback teaches nothing about
+    /// the pod picked. `:status` is not read: the body tells a success as well, see
+    /// [`Self::on_body`]. (Each header lookup is ~4–5 µs of a response callback in Envoy's
+    /// V8, caches cold; the same lookup in the first body chunk's callback measured more,
+    /// ~7–9 µs.)
+    pub fn on_headers(&mut self, worker: &Worker, pod: &PodAddress, upstream: Option<&[u8]>) {
+        let same_pod = upstream.is_none_or(|address| address == pod.as_str().as_bytes());
         if !same_pod {
             worker.stats.increment(worker.learning_stats.other_upstream);
         }
@@ -114,57 +121,79 @@ impl Observation {
         self.reading = same_pod;
     }
 
-    /// One body chunk is passing.
+    /// Whether the next body chunk is to be copied into the VM for [`Self::on_body`].
+    pub fn reads_next_chunk(&self) -> bool {
+        self.reading
+    }
+
+    /// One body chunk is passing; `chunk` is its bytes when [`Self::reads_next_chunk`] asked
+    /// for them (the caller copies it once for every watcher).
     ///
-    /// A streamed success is an SSE stream from its first byte, which is then the first
-    /// token: the prompt's tokens are released and the time is a TTFT sample. Anything else
-    /// answering a stream (an error's JSON, Envoy's plain-text local reply) is not learned
-    /// from; its tokens are released all the same. A whole answer's first byte comes after
-    /// the generation and at most a transfer before its end, so its tokens are released at
-    /// the end with the request (one shared-data write, not two); its `usage` is what marks
-    /// it a success (error bodies carry none).
-    pub fn on_body(&mut self, worker: &Worker, host: &dyn Host, pod: &PodAddress, chunk_size: usize) {
+    /// A streamed success is an SSE stream from its first byte. Its first token releases the
+    /// prompt's tokens and the time is a TTFT sample. Anything else answering a stream (an
+    /// error's JSON, Envoy's plain-text local reply) is not learned from; its tokens are
+    /// released at its first byte all the same. A whole answer's first byte comes after the
+    /// generation and at most a transfer before its end, so its tokens are released at the
+    /// end with the request (one shared-data write, not two); its `usage` is what marks it a
+    /// success (error bodies carry none).
+    pub fn on_body(
+        &mut self,
+        worker: &Worker,
+        host: &dyn Host,
+        pod: &PodAddress,
+        chunk_size: usize,
+        chunk: Option<&[u8]>,
+    ) {
         if chunk_size == 0 {
             return;
         }
         let first_byte = std::mem::take(&mut self.awaiting_first_byte);
-        let mut event_stream = false;
-        if self.reading {
+        let streamed = self.dispatch.streamed;
+        let mut first_token = streamed && self.awaiting_first_token && self.first_output.is_none();
+        if let Some(chunk) = chunk.filter(|_| self.reading) {
             let _span = profile::span(host, Phase::ObserveScan);
-            let chunk = host.response_body(0, chunk_size).unwrap_or_default();
             worker.stats.increment(worker.learning_stats.chunks_read);
-            if first_byte && self.dispatch.streamed {
-                event_stream = is_event_stream(&chunk);
-                self.learnable = event_stream;
+            if first_byte && streamed {
+                self.learnable = is_event_stream(chunk);
             }
             if self.learnable {
-                self.scanner.feed(&chunk);
-            }
-            // Nothing further to learn from this answer's bytes: stop copying them.
-            self.reading = self.learnable && self.dispatch.usage_expected;
-            // A stream is read past its first chunk only in one of the pod's reading slots:
-            // each further chunk is one more copy, so a busy pod's streams are read a few at a
-            // time (a whole answer is one or a few chunks: always read).
-            if self.reading && first_byte && self.dispatch.streamed {
-                self.holds_reader_slot =
-                    worker.usage_readers.try_borrow_mut().is_ok_and(|mut readers| readers.try_start(pod.as_str()));
-                self.reading = self.holds_reader_slot;
-                if !self.holds_reader_slot {
-                    worker.stats.increment(worker.learning_stats.streams_not_read);
+                self.scanner.feed(chunk);
+                if let (true, Some(finder)) = (self.awaiting_first_token, &mut self.first_output) {
+                    first_token = finder.feed(chunk);
                 }
             }
         }
+        // Not a success (or not read): no token to wait for; its tokens go now.
+        if streamed && self.awaiting_first_token && (!self.learnable || !self.reading) {
+            first_token = true;
+        }
+        if first_token {
+            self.awaiting_first_token = false;
+        }
+        // Nothing further to learn from this answer's bytes: stop copying them.
+        self.reading &= self.learnable && (self.dispatch.usage_expected || self.awaiting_first_token);
+        // A stream is read past its first token only in one of the pod's reading slots: each
+        // further chunk is one more copy, so a busy pod's streams are read a few at a time (a
+        // whole answer is one or a few chunks: always read).
+        if self.reading && first_token {
+            self.holds_reader_slot =
+                worker.usage_readers.try_borrow_mut().is_ok_and(|mut readers| readers.try_start(pod.as_str()));
+            self.reading = self.holds_reader_slot;
+            if !self.holds_reader_slot {
+                worker.stats.increment(worker.learning_stats.streams_not_read);
+            }
+        }
         if first_byte {
-            let _span = profile::span(host, Phase::ObserveFirstByte);
             worker.stats.increment(worker.learning_stats.first_bytes);
-            if self.dispatch.streamed {
-                let now = host.now_ms();
-                self.release_tokens(worker, pod, Some((host, now)));
-                if event_stream {
-                    if let Ok(mut learner) = worker.learning.try_borrow_mut() {
-                        learner.first_byte(pod.as_str(), &self.dispatch, now);
-                        worker.stats.increment(worker.learning_stats.ttft_samples);
-                    }
+        }
+        if first_token {
+            let _span = profile::span(host, Phase::ObserveFirstByte);
+            let now = host.now_ms();
+            self.release_tokens(worker, pod, Some((host, now)));
+            if self.learnable {
+                if let Ok(mut learner) = worker.learning.try_borrow_mut() {
+                    learner.first_byte(pod.as_str(), &self.dispatch, now);
+                    worker.stats.increment(worker.learning_stats.ttft_samples);
                 }
             }
         }
@@ -178,7 +207,7 @@ impl Observation {
                 readers.finish(pod.as_str());
             }
         }
-        if self.awaiting_first_byte || !self.dispatch.streamed {
+        if self.awaiting_first_token || !self.dispatch.streamed {
             self.release_tokens(worker, pod, None);
         }
         let Some(usage) = self.scanner.usage().filter(|_| self.learnable) else { return };

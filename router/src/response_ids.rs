@@ -13,7 +13,7 @@
 //! an id reads before routing ([`learn_from_slot`]).
 //!
 //! Cost: per Responses answer one header lookup, one copy of at most [`HEAD_BYTES`] of the
-//! first chunk and one shared-data write; per request naming a stored response a shared-data
+//! first chunk (both shared with learning's watch when it is on) and one shared-data write; per request naming a stored response a shared-data
 //! read when the ring has not brought it yet; nothing for other endpoints or with
 //! `prefix.follow_response_ids` off.
 
@@ -37,23 +37,32 @@ pub struct ResponseIdWatch {
 }
 
 impl ResponseIdWatch {
-    /// The answer's headers came from `routed_to` (the pick) or, after a retry, another pod.
-    pub fn on_headers(&mut self, host: &dyn Host, routed_to: Option<&PodAddress>) {
-        let answering = crate::served::answering_pod(host)
-            .and_then(|bytes| String::from_utf8(bytes).ok())
-            .and_then(|text| PodAddress::parse(&text).ok());
+    /// The answer's headers came from `upstream` (the pod that answered, as
+    /// [`crate::served::answering_pod`] found it) or, when the host did not say,
+    /// `routed_to` (the pick).
+    pub fn on_headers(&mut self, upstream: Option<&[u8]>, routed_to: Option<&PodAddress>) {
+        let answering =
+            upstream.and_then(|bytes| std::str::from_utf8(bytes).ok()).and_then(|text| PodAddress::parse(text).ok());
         self.answered_by = answering.or_else(|| routed_to.cloned());
     }
 
-    /// The first body chunk: its id, if any, becomes the answering pod's session.
-    pub fn on_body(&mut self, worker: &Worker, host: &dyn Host, chunk_size: usize) {
+    /// The first body chunk: its id, if any, becomes the answering pod's session. `chunk` is
+    /// the chunk when learning copied it already; else its head is copied here.
+    pub fn on_body(&mut self, worker: &Worker, host: &dyn Host, chunk_size: usize, chunk: Option<&[u8]>) {
         if self.done || chunk_size == 0 {
             return;
         }
         self.done = true;
         let Some(pod) = self.answered_by.take() else { return };
-        let head = host.response_body(0, chunk_size.min(HEAD_BYTES)).unwrap_or_default();
-        let Some(id) = find_response_id(&head) else { return };
+        let copied;
+        let head = match chunk {
+            Some(chunk) => chunk.get(..HEAD_BYTES).unwrap_or(chunk),
+            None => {
+                copied = host.response_body(0, chunk_size.min(HEAD_BYTES)).unwrap_or_default();
+                copied.as_slice()
+            }
+        };
+        let Some(id) = find_response_id(head) else { return };
         let epoch = match worker.table.try_borrow() {
             Ok(cache) => cache.table().and_then(|t| t.pods.iter().find(|p| p.address == pod)).map(|p| p.epoch),
             Err(_) => None,

@@ -262,11 +262,18 @@ impl RequestStream {
             let _span = profile::span(host, Phase::ServedEndpoint);
             crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
         }
-        if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
-            observed.on_headers(&self.worker, host, pod);
-        }
-        if let Some(watch) = &mut self.response_id {
-            watch.on_headers(host, self.routed_to.as_ref());
+        // Learning and the response-id watch both need the pod that answered: one lookup.
+        if self.observed.is_some() || self.response_id.is_some() {
+            let upstream = {
+                let _span = profile::span(host, Phase::ObserveHeaders);
+                crate::served::answering_pod(host)
+            };
+            if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
+                observed.on_headers(&self.worker, pod, upstream.as_deref());
+            }
+            if let Some(watch) = &mut self.response_id {
+                watch.on_headers(upstream.as_deref(), self.routed_to.as_ref());
+            }
         }
         Step::Continue
     }
@@ -274,11 +281,17 @@ impl RequestStream {
     /// One chunk of the response body is passing (not buffered).
     pub fn on_response_body(&mut self, host: &dyn Host, chunk_size: usize, _end_of_stream: bool) -> Step {
         let _span = profile::span(host, Phase::ResponseBody);
+        // One copy of the chunk into the VM serves both watchers.
+        let wanted = self.observed.as_ref().is_some_and(Observation::reads_next_chunk) && chunk_size > 0;
+        let chunk = wanted.then(|| {
+            let _span = profile::span(host, Phase::ObserveScan);
+            host.response_body(0, chunk_size).unwrap_or_default()
+        });
         if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
-            observed.on_body(&self.worker, host, pod, chunk_size);
+            observed.on_body(&self.worker, host, pod, chunk_size, chunk.as_deref());
         }
         if let Some(watch) = &mut self.response_id {
-            watch.on_body(&self.worker, host, chunk_size);
+            watch.on_body(&self.worker, host, chunk_size, chunk.as_deref());
         }
         Step::Continue
     }

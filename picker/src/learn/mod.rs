@@ -17,6 +17,7 @@
 //!   answers prove it holds ([`held`]): misses alone would otherwise shrink a pod that only
 //!   evicts now and then until the index forgets prompts it still has.
 
+pub mod first_token;
 pub mod held;
 pub mod readers;
 pub mod tokens;
@@ -26,6 +27,7 @@ pub mod usage;
 use hashbrown::HashMap;
 
 use crate::pod_table::MAX_PODS;
+pub use first_token::OutputEventFinder;
 use held::{Answer, Held};
 pub use readers::UsageReaders;
 pub use tokens::{prompt_size, PromptSize, TextRatio};
@@ -70,9 +72,13 @@ pub struct Dispatch {
     /// The client asked for a stream: its first byte is the first token (a whole answer's
     /// first byte comes after the generation, so it is no TTFT sample).
     pub streamed: bool,
-    /// The answer will carry `usage`: always a whole answer's; a stream's only when the
-    /// client asked (`stream_options.include_usage`), else its chunks are not scanned.
+    /// The answer will carry `usage`: always a whole answer's and a Responses API stream's; a
+    /// chat or completions stream's only when the client asked (`stream_options.include_usage`),
+    /// else its chunks are not scanned.
     pub usage_expected: bool,
+    /// A Responses API answer: a stream's first token is its first output event, after the
+    /// events it opens with ([`first_token`]), not its first byte.
+    pub responses_api: bool,
 }
 
 /// Index accuracy: predicted vs reported cached tokens, summed over answers.

@@ -2,7 +2,8 @@
 //!
 //! vLLM reports `usage` (prompt, completion and cached prompt tokens) at the end of a JSON
 //! answer, and in the last SSE event of a stream when the client asked for
-//! `stream_options.include_usage`. The proxy must not buffer the answer, so the scanner sees
+//! `stream_options.include_usage` (a Responses API stream's last event, `response.completed`,
+//! always carries it, as `input_tokens` and `output_tokens`). The proxy must not buffer the answer, so the scanner sees
 //! each chunk once, as it passes, and keeps only a few bytes of state: where it is in the key
 //! `"usage"` (which may straddle two chunks) and, once the key is found, the object's bytes
 //! up to [`MAX_USAGE_BYTES`]. The last complete object seen wins (a stream with continuous
@@ -26,13 +27,15 @@ pub struct Usage {
     pub cached_tokens: Option<u64>,
 }
 
+/// The completions' names, or the Responses API's (`input_tokens`, `output_tokens`,
+/// `input_tokens_details`), which vLLM fills alike.
 #[derive(Deserialize)]
 struct RawUsage {
-    #[serde(default)]
+    #[serde(default, alias = "input_tokens")]
     prompt_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, alias = "output_tokens")]
     completion_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, alias = "input_tokens_details")]
     prompt_tokens_details: Option<RawDetails>,
 }
 
@@ -244,6 +247,22 @@ mod tests {
                 assert_eq!(scanner.usage(), whole, "{text} split at {split}");
             }
             assert_eq!(scan_in_pieces(text, 1), whole, "{text} byte by byte");
+        }
+    }
+
+    #[test]
+    fn a_responses_api_answer_reports_input_and_output_tokens() {
+        // The `response.completed` event: the response object echoes the request's tools (a
+        // schema may name a property `usage`) and ends with the real `usage`.
+        let completed = concat!(
+            "event: response.completed\ndata: {\"response\":{\"id\":\"resp_1\",\"tools\":[{\"parameters\":",
+            "{\"properties\":{\"usage\":{\"type\":\"string\"}}}}],\"usage\":{\"input_tokens\":40,",
+            "\"input_tokens_details\":{\"cached_tokens\":32},\"output_tokens\":5,",
+            "\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":45}},\"type\":\"response.completed\"}\n\n"
+        );
+        let expected = Usage { prompt_tokens: 40, completion_tokens: 5, cached_tokens: Some(32) };
+        for piece in [1, 3, 17, 4096] {
+            assert_eq!(scan_in_pieces(completed, piece), Some(expected), "pieces of {piece}");
         }
     }
 

@@ -1,6 +1,7 @@
 //! Learning from responses (issue 14) in a real Envoy: a burst of long prompts spreads by
-//! tokens in flight, a slow pod is avoided once its answers show it, and a pod whose answers
-//! report fewer cached tokens than predicted loses index capacity.
+//! tokens in flight (completions, and agents' Responses API streams), a slow pod is avoided
+//! once its answers show it, and a pod whose answers report fewer cached tokens than predicted
+//! loses index capacity.
 
 use std::time::Duration;
 
@@ -80,6 +81,50 @@ fn a_burst_of_long_prompts_spreads_and_short_ones_avoid_them() {
     // Counting requests alone, two of the four chats tie with the document pods; counting
     // tokens, a pod prefilling 6,000 tokens is never the least loaded for a 20-token chat.
     assert!(short_on_long <= 1, "short chats queued behind the documents: {served:?}");
+}
+
+/// An agent's streamed Responses API turn with `words` tokens of instructions.
+fn agent_turn(tag: &str, words: usize) -> String {
+    serde_json::json!({
+        "model": "sim-model", "instructions": text(tag, words), "input": "next step",
+        "max_output_tokens": 4, "stream": true,
+    })
+    .to_string()
+}
+
+#[test]
+fn agents_long_responses_prompts_spread_and_their_streams_teach_the_model() {
+    // A Responses stream sends `response.created` at once and its first token a second and a
+    // half later: the prompt's tokens must count as in flight until that first output event.
+    let cluster = start("learn-agents", 4, &["--time-scale", "0"]);
+    for pod in &cluster.pods {
+        pod.set_faults(&serde_json::json!({"extra_latency_ms": 1500})).unwrap();
+    }
+    let served: Vec<(bool, String)> = std::thread::scope(|scope| {
+        let cluster = &cluster;
+        let mut handles = Vec::new();
+        for i in 0..2 {
+            let body = agent_turn(&format!("agent{i}"), 6_000);
+            handles
+                .push(scope.spawn(move || (true, cluster.served_by_pool(&cluster.post("/v1/responses", &[], &body)))));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        for i in 0..4 {
+            let body = agent_turn(&format!("quick{i}"), 20);
+            handles
+                .push(scope.spawn(move || (false, cluster.served_by_pool(&cluster.post("/v1/responses", &[], &body)))));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let long_pods: Vec<&String> = served.iter().filter(|(long, _)| *long).map(|(_, pod)| pod).collect();
+    assert_ne!(long_pods[0], long_pods[1], "the two long agent prompts went to one pod: {served:?}");
+    let short_on_long = served.iter().filter(|(long, pod)| !long && long_pods.contains(&pod)).count();
+    assert!(short_on_long <= 1, "short turns queued behind the long prompts: {served:?}");
+    // Each stream's first output event was a TTFT sample and its `response.completed` gave usage.
+    assert!(stat_at_least(&cluster, "wasm_epp_learning_ttft_samples", 6.0) >= 6.0);
+    assert!(stat_at_least(&cluster, "wasm_epp_learning_cached_reports", 6.0) >= 6.0);
+    assert_eq!(cluster.envoy.stat("wasm_epp_learning_usage_reports"), Some(6.0));
 }
 
 #[test]

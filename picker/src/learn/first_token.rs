@@ -1,0 +1,106 @@
+//! Where a Responses API stream's first token is.
+//!
+//! A chat or completions stream's first byte is its first token. A Responses API stream opens
+//! with `response.created` and `response.in_progress`, sent before the prefill (vLLM does so),
+//! and its first token comes with the first output event: `response.output_item.added`, then
+//! `response.output_text.delta` (or a reasoning or function-call item's events, which also
+//! begin with an `output_item.added`). The finder watches the stream's chunks as they pass
+//! for an event of type `response.output_…`, named on its `event:` line or in its data's
+//! `"type"`. Neither form can occur inside the preamble's echoed instructions or tools: a JSON
+//! string escapes its quotes and holds no raw newline. The marker may straddle two chunks, so
+//! the last bytes of each chunk are kept (at most [`MAX_MARKER`] − 1).
+
+/// The forms an output event's type takes in an SSE stream: the `event:` field (always after a
+/// newline, as the stream opens with the preamble's events) or the data's `type` key, written
+/// compactly (pydantic) or with Python's default separators.
+const MARKERS: [&[u8]; 4] = [
+    b"\nevent: response.output_",
+    b"\nevent:response.output_",
+    b"\"type\":\"response.output_",
+    b"\"type\": \"response.output_",
+];
+
+/// The longest marker's length.
+pub const MAX_MARKER: usize = 25;
+
+/// Finds a Responses API stream's first output event, chunk by chunk.
+#[derive(Debug, Clone, Default)]
+pub struct OutputEventFinder {
+    /// The end of the previous chunk: a marker may begin there.
+    tail: Vec<u8>,
+}
+
+impl OutputEventFinder {
+    /// Whether this chunk, with the end of the ones before it, holds the first output event.
+    pub fn feed(&mut self, chunk: &[u8]) -> bool {
+        let keep = MAX_MARKER - 1;
+        // Only the seam needs the tail: a marker wholly inside the chunk is found in it.
+        let seam_end = chunk.len().min(keep);
+        let mut seam = std::mem::take(&mut self.tail);
+        seam.extend_from_slice(chunk.get(..seam_end).unwrap_or_default());
+        if holds_marker(&seam) || holds_marker(chunk) {
+            return true;
+        }
+        let joined_tail = if chunk.len() >= keep { chunk } else { &seam };
+        let from = joined_tail.len().saturating_sub(keep);
+        self.tail = joined_tail.get(from..).unwrap_or_default().to_vec();
+        false
+    }
+}
+
+fn holds_marker(bytes: &[u8]) -> bool {
+    MARKERS.iter().any(|marker| bytes.windows(marker.len()).any(|window| window == *marker))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// vLLM's stream of a short answer; the instructions name the event types a client reads.
+    const STREAM: &str = concat!(
+        "event: response.created\ndata: {\"response\":{\"id\":\"resp_1\",\"instructions\":",
+        "\"Parse \\\"type\\\":\\\"response.output_text.delta\\\" events.\\nevent: response.output_\",",
+        "\"output\":[],\"status\":\"in_progress\"},\"sequence_number\":0,\"type\":\"response.created\"}\n\n",
+        "event: response.in_progress\ndata: {\"response\":{\"id\":\"resp_1\"},\"sequence_number\":1,",
+        "\"type\":\"response.in_progress\"}\n\n",
+        "event: response.output_item.added\ndata: {\"item\":{\"type\":\"message\"},\"output_index\":0,",
+        "\"sequence_number\":2,\"type\":\"response.output_item.added\"}\n\n",
+        "event: response.output_text.delta\ndata: {\"delta\":\"Hi\",\"type\":\"response.output_text.delta\"}\n\n",
+    );
+
+    fn first_token_chunk(chunks: &[&[u8]]) -> Option<usize> {
+        let mut finder = OutputEventFinder::default();
+        chunks.iter().position(|chunk| finder.feed(chunk))
+    }
+
+    #[test]
+    fn the_first_output_event_is_found_wherever_the_chunks_split() {
+        assert!(MARKERS.iter().all(|marker| marker.len() <= MAX_MARKER));
+        let bytes = STREAM.as_bytes();
+        let at = STREAM.find("event: response.output_item").unwrap();
+        let preamble = &bytes[..at];
+        assert_eq!(first_token_chunk(&[preamble]), None, "the echoed instructions are no output event");
+        for split in 0..bytes.len() {
+            let (head, tail) = bytes.split_at(split);
+            let found = first_token_chunk(&[head, tail]).unwrap();
+            // The event line is found from its newline; by then the head holds its start.
+            let expected = usize::from(split < at + "event: response.output_".len());
+            assert_eq!(found, expected, "split at {split}");
+        }
+        for piece in [1, 2, 5, 23, 24, 25, 64] {
+            let chunks: Vec<&[u8]> = bytes.chunks(piece).collect();
+            let found = first_token_chunk(&chunks).unwrap();
+            // The chunk that completes the event line's marker (its last byte is at + 22).
+            assert!(found * piece <= at + 22 && at + 22 < (found + 1) * piece, "pieces of {piece}: chunk {found}");
+        }
+    }
+
+    #[test]
+    fn a_data_only_stream_is_read_by_its_type_key_and_an_error_event_is_no_token() {
+        let data_only =
+            b"data: {\"type\": \"response.created\"}\n\ndata: {\"type\": \"response.output_item.added\"}\n\n";
+        assert_eq!(first_token_chunk(&[&data_only[..50], &data_only[50..]]), Some(1));
+        let error = b"event: response.created\ndata: {}\n\nevent: error\ndata: {\"type\":\"error\",\"code\":\"x\"}\n\n";
+        assert_eq!(first_token_chunk(&[error]), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! Learning from Responses API answers (agents' endpoint) through one worker on a `MockHost`:
+//! the prompt's tokens stay in flight through the events a stream opens with and go at its first
+//! output event, which is the TTFT sample; `usage` (`input_tokens`, cached ones) comes from
+//! `response.completed`; the chunk and the answering pod are read once for learning and the
+//! response-id watch together.
+
+mod common;
+
+use common::Bench;
+use wasm_epp_router::RequestStream;
+
+const RESPONSES: [(&str, &str); 3] =
+    [(":method", "POST"), (":path", "/v1/responses"), ("content-type", "application/json")];
+const POOL: [(&str, f64); 2] = [("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)];
+const LEARNING: &str = r#"{"fallback_destinations": 0, "learning": {"enabled": true}}"#;
+
+fn agent_turn(instructions: &str, stream: bool) -> String {
+    format!(
+        r#"{{"model":"m","instructions":"{instructions}","input":[{{"role":"user","content":"go"}}],"stream":{stream}}}"#
+    )
+}
+
+/// `response.created` and `response.in_progress`, as vLLM sends them before the prefill.
+const PREAMBLE: &str = concat!(
+    "event: response.created\ndata: {\"response\":{\"id\":\"resp_0a1b\",\"status\":\"in_progress\",",
+    "\"usage\":null},\"sequence_number\":0,\"type\":\"response.created\"}\n\n",
+    "event: response.in_progress\ndata: {\"response\":{\"id\":\"resp_0a1b\"},\"sequence_number\":1,",
+    "\"type\":\"response.in_progress\"}\n\n",
+);
+
+const FIRST_OUTPUT: &str = concat!(
+    "event: response.output_item.added\ndata: {\"item\":{\"type\":\"message\"},\"output_index\":0,",
+    "\"sequence_number\":2,\"type\":\"response.output_item.added\"}\n\n",
+    "event: response.output_text.delta\ndata: {\"delta\":\"Hi\",\"type\":\"response.output_text.delta\"}\n\n",
+);
+
+fn completed(input_tokens: u64, cached: u64) -> String {
+    format!(
+        "event: response.completed\ndata: {{\"response\":{{\"id\":\"resp_0a1b\",\"status\":\"completed\",\
+         \"usage\":{{\"input_tokens\":{input_tokens},\"input_tokens_details\":{{\"cached_tokens\":{cached}}},\
+         \"output_tokens\":4,\"total_tokens\":{}}}}},\"type\":\"response.completed\"}}\n\n",
+        input_tokens + 4
+    )
+}
+
+fn chunk(bench: &Bench, stream: &mut RequestStream, bytes: &str, end: bool) {
+    bench.host.set_response(&[(":status", "200")], bytes.as_bytes());
+    stream.on_response_body(&bench.host, bytes.len(), end);
+}
+
+#[test]
+fn a_responses_stream_holds_its_prompt_tokens_until_its_first_output_event() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let instructions = "x".repeat(16_000); // ~4k tokens at 4 bytes per token
+    let (mut stream, routed) = bench.request(&RESPONSES, &agent_turn(&instructions, true));
+    let pod = routed.destination.unwrap();
+    let tokens = bench.worker.inflight.borrow().tokens(&pod);
+    assert!((3_900..4_200).contains(&tokens), "the agent's prompt is counted in flight: {tokens}");
+    bench.host.tally.take();
+    bench.host.advance(5);
+    bench.host.set_response(&[(":status", "200"), ("x-gateway-destination-endpoint-served", &pod)], b"");
+    stream.on_response_headers(&bench.host, false);
+    let header_lookups = bench.host.tally.take().get("proxy_get_header_map_value").map_or(0, |c| c.calls);
+    assert_eq!(header_lookups, 1, "learning and the response-id watch share the answering pod's lookup");
+    chunk(&bench, &mut stream, PREAMBLE, false);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), tokens, "the preamble is no token: still prefilling");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0);
+    assert_eq!(bench.stat("wasm_epp.response_ids_noted"), 1, "the id was read from the same copy");
+    bench.host.advance(395);
+    chunk(&bench, &mut stream, FIRST_OUTPUT, false);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0, "released at the first output event");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1);
+    chunk(&bench, &mut stream, &completed(4_100, 0), true);
+    let copies = bench.host.tally.take().get("proxy_get_buffer_bytes").map_or(0, |c| c.calls);
+    assert_eq!(copies, 3, "each chunk copied once for both watchers");
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1, "usage from response.completed");
+    assert_eq!(bench.stat("wasm_epp.learning.cached_reports"), 1);
+    // The sample is the time to the first output event (400 ms), not to the preamble (5 ms):
+    // the pod's model moved from the prior's 112 ms for this prompt to about 400.
+    let learner = bench.worker.learning.borrow();
+    let predicted = learner.models.predict(&pod, picker::learn::Load { tokens: 4_100.0, requests: 0.0 });
+    assert!((300.0..500.0).contains(&predicted), "learned from the first output event: {predicted} ms");
+}
+
+#[test]
+fn a_whole_responses_answer_teaches_its_usage_and_a_failed_stream_releases_at_its_first_byte() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let (mut whole, routed) = bench.request(&RESPONSES, &agent_turn("be brief", false));
+    let pod = routed.destination.unwrap();
+    bench.host.advance(30);
+    bench.host.set_response(&[(":status", "200")], b"");
+    whole.on_response_headers(&bench.host, false);
+    let body = r#"{"id":"resp_77","object":"response","output":[],"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":3}}"#;
+    chunk(&bench, &mut whole, body, true);
+    assert!(bench.worker.inflight.borrow().tokens(&pod) > 0, "a whole answer's tokens go at its end");
+    whole.on_log(&bench.host);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1);
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "a whole answer's first byte is no TTFT");
+
+    let (mut failed, routed) = bench.request(&RESPONSES, &agent_turn("be brief", true));
+    let pod = routed.destination.unwrap();
+    bench.host.set_response(&[(":status", "503")], b"");
+    failed.on_response_headers(&bench.host, false);
+    chunk(&bench, &mut failed, r#"{"error":{"message":"overloaded","code":503}}"#, true);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0, "not an event stream: released at once");
+    failed.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1, "an error teaches nothing");
+}
