@@ -1,12 +1,14 @@
 //! `learn::UsageScanner` on arbitrary answer bytes, as a pod (honest or not) streams them:
 //! never panics, and the usage found does not depend on where the chunks split (the whole
 //! answer, the answer byte by byte, and the answer cut where the input says all agree), nor
-//! is any found in bytes that never spell the key.
+//! is any found in bytes that never spell the key. Likewise `learn::OutputEventFinder` (a
+//! Responses stream's first output event): found in the chunk where the first marker ends,
+//! however the chunks split.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use picker::learn::{Usage, UsageScanner};
+use picker::learn::{OutputEventFinder, Usage, UsageScanner};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte says how many cut points follow; the rest is the answer.
@@ -23,7 +25,16 @@ fuzz_target!(|data: &[u8]| {
         start = point;
     }
     chunks.push(&answer[start..]);
-    assert_eq!(scan(chunks.into_iter()), whole, "cut at the input's points");
+    assert_eq!(scan(chunks.iter().copied()), whole, "cut at the input's points");
+    // Byte by byte, the finder stops at the byte that completes the first marker.
+    let marker_end = first_output(answer.chunks(1)).map(|(_, end)| end);
+    assert_eq!(first_output(std::iter::once(answer)).is_some(), marker_end.is_some(), "whole vs byte by byte");
+    if let Some((chunk_start, chunk_end)) = first_output(chunks.into_iter()) {
+        let end = marker_end.unwrap_or(usize::MAX);
+        assert!(chunk_start < end && end <= chunk_end, "found in the chunk {chunk_start}..{chunk_end}, ends at {end}");
+    } else {
+        assert_eq!(marker_end, None, "missed when cut at the input's points");
+    }
     if !answer.windows(7).any(|window| window == b"\"usage\"") {
         assert_eq!(whole, None, "usage found without its key");
     }
@@ -33,4 +44,18 @@ fn scan<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> Option<Usage> {
     let mut scanner = UsageScanner::default();
     chunks.for_each(|chunk| scanner.feed(chunk));
     scanner.usage()
+}
+
+/// The byte range of the chunk in which the finder saw the first output event.
+fn first_output<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> Option<(usize, usize)> {
+    let mut finder = OutputEventFinder::default();
+    let mut start = 0;
+    for chunk in chunks {
+        let end = start + chunk.len();
+        if finder.feed(chunk) {
+            return Some((start, end));
+        }
+        start = end;
+    }
+    None
 }
