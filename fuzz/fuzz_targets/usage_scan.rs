@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use picker::learn::{OutputEventFinder, Usage, UsageScanner};
+use picker::learn::{FirstOutput, OutputEventFinder, Usage, UsageScanner};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte says how many cut points follow; the rest is the answer.
@@ -48,11 +48,12 @@ fn scan<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> Option<Usage> {
 
 /// The byte range of the chunk in which the finder saw the first output event.
 fn first_output<'a>(chunks: impl Iterator<Item = &'a [u8]>) -> Option<(usize, usize)> {
-    let mut finder = OutputEventFinder::default();
+    // Every cut must find what byte by byte finds: no giving up here.
+    let mut finder = OutputEventFinder::with_limit(u32::MAX);
     let mut start = 0;
     for chunk in chunks {
         let end = start + chunk.len();
-        if finder.feed(chunk) {
+        if finder.feed(chunk) == FirstOutput::Found {
             return Some((start, end));
         }
         start = end;

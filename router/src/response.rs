@@ -23,7 +23,7 @@
 //! just do not correct the estimates.
 
 use picker::address::PodAddress;
-use picker::learn::{Dispatch, OutputEventFinder, UsageScanner};
+use picker::learn::{Dispatch, FirstOutput, OutputEventFinder, UsageScanner};
 use wasm_epp_host::{Counter, Host, Metrics};
 
 use crate::profile::{self, Phase};
@@ -150,6 +150,8 @@ impl Observation {
         let first_byte = std::mem::take(&mut self.awaiting_first_byte);
         let streamed = self.dispatch.streamed;
         let mut first_token = streamed && self.awaiting_first_token && self.first_output.is_none();
+        // A Responses stream past its opening chunks without an output event: no TTFT sample.
+        let mut gave_up = false;
         if let Some(chunk) = chunk.filter(|_| self.reading) {
             let _span = profile::span(host, Phase::ObserveScan);
             worker.stats.increment(worker.learning_stats.chunks_read);
@@ -159,7 +161,9 @@ impl Observation {
             if self.learnable {
                 self.scanner.feed(chunk);
                 if let (true, Some(finder)) = (self.awaiting_first_token, &mut self.first_output) {
-                    first_token = finder.feed(chunk);
+                    let found = finder.feed(chunk);
+                    gave_up = found == FirstOutput::GaveUp;
+                    first_token = found != FirstOutput::NotYet;
                 }
             }
         }
@@ -190,7 +194,7 @@ impl Observation {
             let _span = profile::span(host, Phase::ObserveFirstByte);
             let now = host.now_ms();
             self.release_tokens(worker, pod, Some((host, now)));
-            if self.learnable {
+            if self.learnable && !gave_up {
                 if let Ok(mut learner) = worker.learning.try_borrow_mut() {
                     learner.first_byte(pod.as_str(), &self.dispatch, now);
                     worker.stats.increment(worker.learning_stats.ttft_samples);

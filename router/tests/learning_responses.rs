@@ -113,3 +113,26 @@ fn a_whole_responses_answer_teaches_its_usage_and_a_failed_stream_releases_at_it
     assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0);
     assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1, "an error teaches nothing");
 }
+
+#[test]
+fn a_stream_that_never_sends_an_output_event_is_given_up_on_after_its_opening_chunks() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let (mut stream, routed) = bench.request(&RESPONSES, &agent_turn(&"y".repeat(8_000), true));
+    let pod = routed.destination.unwrap();
+    bench.host.set_response(&[(":status", "200")], b"");
+    stream.on_response_headers(&bench.host, false);
+    let other = "event: response.progress\ndata: {\"type\":\"response.progress\"}\n\n";
+    let limit = picker::learn::first_token::MAX_OPENING_CHUNKS;
+    for _ in 1..limit {
+        chunk(&bench, &mut stream, other, false);
+    }
+    assert!(bench.worker.inflight.borrow().tokens(&pod) > 0, "still waiting for the first token");
+    chunk(&bench, &mut stream, other, false);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0, "given up: its tokens go");
+    chunk(&bench, &mut stream, &completed(2_000, 0), true);
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "no first token was seen: no sample");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1, "its usage is read all the same");
+}

@@ -23,28 +23,61 @@ const MARKERS: [&[u8]; 4] = [
 /// The longest marker's length.
 pub const MAX_MARKER: usize = 25;
 
+/// Chunks a stream may open with before its first output event. vLLM sends two events first
+/// (one or two chunks); a stream that has sent this many without one is not shaped as vLLM's,
+/// and waiting on would copy its every chunk and count its prompt in flight to its end.
+pub const MAX_OPENING_CHUNKS: u32 = 8;
+
+/// What a chunk told of the first output event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstOutput {
+    /// It is in this chunk: the first token came with it.
+    Found,
+    /// Not yet: still the stream's opening events.
+    NotYet,
+    /// [`MAX_OPENING_CHUNKS`] passed without one: the finder gives up (no TTFT to learn).
+    GaveUp,
+}
+
 /// Finds a Responses API stream's first output event, chunk by chunk.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OutputEventFinder {
     /// The end of the previous chunk: a marker may begin there.
     tail: Vec<u8>,
+    /// Chunks left before giving up.
+    chunks_left: u32,
+}
+
+impl Default for OutputEventFinder {
+    fn default() -> Self {
+        Self::with_limit(MAX_OPENING_CHUNKS)
+    }
 }
 
 impl OutputEventFinder {
+    /// Gives up after `chunks` chunks without an output event.
+    pub fn with_limit(chunks: u32) -> Self {
+        Self { tail: Vec::new(), chunks_left: chunks }
+    }
+
     /// Whether this chunk, with the end of the ones before it, holds the first output event.
-    pub fn feed(&mut self, chunk: &[u8]) -> bool {
+    pub fn feed(&mut self, chunk: &[u8]) -> FirstOutput {
         let keep = MAX_MARKER - 1;
         // Only the seam needs the tail: a marker wholly inside the chunk is found in it.
         let seam_end = chunk.len().min(keep);
         let mut seam = std::mem::take(&mut self.tail);
         seam.extend_from_slice(chunk.get(..seam_end).unwrap_or_default());
         if holds_marker(&seam) || holds_marker(chunk) {
-            return true;
+            return FirstOutput::Found;
+        }
+        self.chunks_left = self.chunks_left.saturating_sub(1);
+        if self.chunks_left == 0 {
+            return FirstOutput::GaveUp;
         }
         let joined_tail = if chunk.len() >= keep { chunk } else { &seam };
         let from = joined_tail.len().saturating_sub(keep);
         self.tail = joined_tail.get(from..).unwrap_or_default().to_vec();
-        false
+        FirstOutput::NotYet
     }
 }
 
@@ -69,8 +102,9 @@ mod tests {
     );
 
     fn first_token_chunk(chunks: &[&[u8]]) -> Option<usize> {
-        let mut finder = OutputEventFinder::default();
-        chunks.iter().position(|chunk| finder.feed(chunk))
+        // These tests split finely: no giving up.
+        let mut finder = OutputEventFinder::with_limit(u32::MAX);
+        chunks.iter().position(|chunk| finder.feed(chunk) == FirstOutput::Found)
     }
 
     #[test]
@@ -102,5 +136,14 @@ mod tests {
         assert_eq!(first_token_chunk(&[&data_only[..50], &data_only[50..]]), Some(1));
         let error = b"event: response.created\ndata: {}\n\nevent: error\ndata: {\"type\":\"error\",\"code\":\"x\"}\n\n";
         assert_eq!(first_token_chunk(&[error]), None);
+    }
+
+    #[test]
+    fn a_stream_that_opens_with_too_many_other_events_is_given_up_on() {
+        let mut finder = OutputEventFinder::default();
+        let other = b"event: response.custom\ndata: {\"type\":\"response.custom\"}\n\n";
+        let outcomes: Vec<FirstOutput> = (0..MAX_OPENING_CHUNKS).map(|_| finder.feed(other)).collect();
+        assert!(outcomes.iter().take(outcomes.len() - 1).all(|o| *o == FirstOutput::NotYet), "{outcomes:?}");
+        assert_eq!(outcomes.last(), Some(&FirstOutput::GaveUp));
     }
 }

@@ -27,7 +27,7 @@ pub mod usage;
 use hashbrown::HashMap;
 
 use crate::pod_table::MAX_PODS;
-pub use first_token::OutputEventFinder;
+pub use first_token::{FirstOutput, OutputEventFinder};
 use held::{Answer, Held};
 pub use readers::UsageReaders;
 pub use tokens::{prompt_size, PromptSize, TextRatio};
