@@ -5,10 +5,12 @@
 //! is read past its first chunk only while it holds one of its pod's few reading slots
 //! ([`picker::learn::UsageReaders`]): every chunk read is a copy into the VM. What is
 //! learned:
-//! - at a stream's first body byte (its first token), the request's uncached prompt tokens
-//!   stop counting as in flight (the pod has prefilled them) and the elapsed time is a TTFT
-//!   sample for the pod's model. A whole (non-streamed) answer's first byte comes after the
-//!   generation, so it teaches the model nothing, and its tokens are released at its end;
+//! - at a stream's first token, the request's uncached prompt tokens stop counting as in
+//!   flight (the pod has prefilled them) and the elapsed time is a TTFT sample for the pod's
+//!   model. A chat or completions stream's first token is its first body byte; a Responses
+//!   API stream's is its first output event ([`picker::learn::first_token`]), its chunks read
+//!   until then. A whole (non-streamed) answer's first byte comes after the generation, so it
+//!   teaches the model nothing, and its tokens are released at its end;
 //! - at the end, `usage.prompt_tokens` corrects the text token estimate and
 //!   `cached_tokens` is compared with the index's prediction (the accuracy stats, and the
 //!   index's capacity for the pod).
