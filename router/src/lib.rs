@@ -1,6 +1,6 @@
 //! The request path of one Envoy worker, in request order:
 //!
-//! 1. [`configure`]: the plugin configuration is parsed and validated into a [`Worker`]
+//! 1. [`configure()`]: the plugin configuration is parsed and validated into a [`Worker`]
 //!    (or refused with the reason: the plugin then fails to start, never on a request).
 //! 2. [`stream::RequestStream`]: one per request. Headers: client destination headers
 //!    removed, health probe answered, the request held; body: buffered (bounded per stream
