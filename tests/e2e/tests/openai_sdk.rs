@@ -15,9 +15,12 @@ use launcher::paths::workspace_root;
 
 /// The script's answers that learning reads: whole ones (chat, completion, odd text, forged
 /// destination and the 24 concurrent completions) and streams (chat with `include_usage`,
-/// completion without). Its two Responses API answers are not learned from, so not counted.
+/// completion without), then its Responses API answers, one whole and one streamed (whose
+/// `response.completed` always carries usage).
 const WHOLE_ANSWERS: f64 = 28.0;
 const STREAMS: f64 = 2.0;
+const RESPONSES_WHOLE: f64 = 1.0;
+const RESPONSES_STREAMS: f64 = 1.0;
 
 #[test]
 fn the_openai_sdk_gets_answers_streams_and_errors_it_understands() {
@@ -39,13 +42,15 @@ fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
         |options: &mut EnvoyOptions| options.filter_config["learning"] = serde_json::json!({"enabled": true});
     let cluster = Cluster::start_ready_with("openai-sdk-learning", 3, &["--time-scale", "0"], learning_on);
     run_sdk_cases(&cluster, Sdk::Python);
-    // Every whole answer and the stream that asked for it carry usage; both streams open as
-    // event streams (their first bytes are TTFT samples); no answer came from another pod.
+    // Every whole answer, the chat stream that asked for it and both Responses answers carry
+    // usage; every stream opens as an event stream and gives one TTFT sample (the Responses
+    // stream's at its first output event); no answer came from another pod.
     let stat = |name: &str| cluster.envoy.stat(&format!("wasm_epp_learning_{name}")).unwrap_or(0.0);
-    launcher::wait_until(Duration::from_secs(5), || stat("usage_reports") >= WHOLE_ANSWERS + 1.0);
-    assert_eq!(stat("usage_reports"), WHOLE_ANSWERS + 1.0, "usage read from the answers that carry it");
-    assert_eq!(stat("ttft_samples"), STREAMS, "one TTFT sample per stream");
-    assert_eq!(stat("first_bytes"), WHOLE_ANSWERS + STREAMS);
+    let usage = WHOLE_ANSWERS + 1.0 + RESPONSES_WHOLE + RESPONSES_STREAMS;
+    launcher::wait_until(Duration::from_secs(5), || stat("usage_reports") >= usage);
+    assert_eq!(stat("usage_reports"), usage, "usage read from the answers that carry it");
+    assert_eq!(stat("ttft_samples"), STREAMS + RESPONSES_STREAMS, "one TTFT sample per stream");
+    assert_eq!(stat("first_bytes"), WHOLE_ANSWERS + STREAMS + RESPONSES_WHOLE + RESPONSES_STREAMS);
     assert_eq!(stat("other_upstream"), 0.0);
     cluster.assert_plugin_healthy();
 }
