@@ -18,13 +18,19 @@ fn malformed_bodies_are_routed_and_the_vm_survives() {
         ("/v1/completions", vec![], r#"{"model":7,"prompt":{"a":1}}"#.into()),
         ("/v1/completions", vec![], deep),
         ("/v1/no-such-endpoint", vec![], "{}".into()),
+        // The Responses API: a prompt of the wrong type, a cut body, a deep input, odd text.
+        ("/v1/responses", vec![], r#"{"model":"sim-model","input":7}"#.into()),
+        ("/v1/responses", vec![], r#"{"model":"sim-model","instructions":{"a":1},"input":"x"}"#.into()),
+        ("/v1/responses", vec![], "{\"model\": \"sim-model\", \"input\": [".into()),
+        ("/v1/responses", vec![], format!("{{\"input\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000))),
+        ("/v1/responses", vec![], "{\"model\":\"sim-model\",\"input\":\"\\ud800 \u{0} \u{202e}\"}".into()),
     ];
     for (path, headers, body) in &cases {
         let reply = cluster.post(path, headers, body);
         assert!(reply.status < 500, "{path} {body:.40}: {} {}", reply.status, reply.body);
         cluster.served_by_pool(&reply);
     }
-    assert!(cluster.envoy.stat("wasm_epp_body_invalid").unwrap_or(0.0) >= 4.0);
+    assert!(cluster.envoy.stat("wasm_epp_body_invalid").unwrap_or(0.0) >= 8.0);
     cluster.assert_plugin_healthy();
 }
 
