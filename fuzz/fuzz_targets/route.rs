@@ -54,6 +54,7 @@ fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
             request: None,
             endpoint: picker::request::Endpoint::Completions,
             session: None,
+            session_pinned: false,
             sheddable: false,
             model: None,
             subset: None,

@@ -34,6 +34,16 @@ pub fn decode_slot(value: &[u8], key: u64) -> Option<(&str, u32)> {
     (stored == key).then_some((pod, epoch))
 }
 
+/// The response a path names: `/v1/responses/{id}` (retrieval, which a background request is
+/// polled with) and its sub-paths (`/cancel`, `/input_items`), the query aside. Only ids as
+/// noted from answers ([`find_response_id`]): `resp…`, at most [`MAX_ID_BYTES`].
+pub fn id_in_path(path: &str) -> Option<&str> {
+    let path = path.split('?').next().unwrap_or(path);
+    let rest = path.strip_prefix("/v1/responses/")?;
+    let id = rest.split('/').next().unwrap_or(rest);
+    (id.starts_with("resp") && id.len() <= MAX_ID_BYTES).then_some(id)
+}
+
 /// The first `"id"` key in `head` whose value is a plain string starting with `resp`.
 /// Escapes, a cut-off value or an id past [`MAX_ID_BYTES`] give `None`: no session is noted.
 pub fn find_response_id(head: &[u8]) -> Option<&[u8]> {
@@ -106,5 +116,20 @@ mod tests {
         }
         let long = format!("{{\"id\":\"resp_{}\"}}", "a".repeat(MAX_ID_BYTES));
         assert_eq!(find_response_id(long.as_bytes()), None);
+    }
+
+    #[test]
+    fn a_path_names_the_stored_response_it_retrieves_or_cancels() {
+        assert_eq!(id_in_path("/v1/responses/resp_1a2b"), Some("resp_1a2b"));
+        assert_eq!(id_in_path("/v1/responses/resp_1a2b/cancel"), Some("resp_1a2b"));
+        assert_eq!(id_in_path("/v1/responses/resp_1a2b?stream=true&starting_after=3"), Some("resp_1a2b"));
+        assert_eq!(id_in_path("/v1/responses/resp_9/input_items?limit=5"), Some("resp_9"));
+        for other in
+            ["/v1/responses", "/v1/responses/", "/v1/responses/compact", "/v1/responses/input_tokens", "/x/resp_1"]
+        {
+            assert_eq!(id_in_path(other), None, "{other}");
+        }
+        let long = format!("/v1/responses/resp_{}", "a".repeat(MAX_ID_BYTES));
+        assert_eq!(id_in_path(&long), None);
     }
 }

@@ -23,6 +23,9 @@ pub struct PrefixQuery<'a> {
     pub hashes: &'a [u64],
     /// The pod (and its epoch then) the request's session last went to, if any.
     pub session_pod: Option<(&'a str, u32)>,
+    /// The session names state only that pod holds (a stored response, `previous_response_id`):
+    /// the request goes there whatever its load, while it is usable.
+    pub session_pinned: bool,
     /// This worker's pick counter per pod (see [`Candidate::last_picked`]).
     pub last_picked: &'a dyn Fn(&str) -> u64,
     /// Share of recent prompts that matched a known prefix (see [`Placement::reuse`]).
@@ -204,6 +207,7 @@ fn table_candidates<'a>(
                     _ => 0.0,
                 },
                 session_match,
+                session_pinned: session_match && view.prefix.as_ref().is_some_and(|q| q.session_pinned),
                 last_picked: view.prefix.as_ref().filter(|_| cold).map_or(0, |q| (q.last_picked)(address)),
                 lora_tier,
                 predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),

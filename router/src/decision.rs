@@ -76,6 +76,9 @@ pub struct Prompt<'a> {
     pub request: Option<&'a InferenceRequest<'a>>,
     pub endpoint: Endpoint,
     pub session: Option<u64>,
+    /// The session is a stored response's id: only its pod can answer (see
+    /// [`picker::route::PrefixQuery::session_pinned`]).
+    pub session_pinned: bool,
     pub sheddable: bool,
     /// The model to serve (the body's, or its rewrite target).
     pub model: Option<&'a str>,
@@ -159,6 +162,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         index: prefix.index(),
         hashes: &hashes,
         session_pod,
+        session_pinned: prompt.session_pinned,
         last_picked: &last_picked,
         reuse: prefix.reuse(),
     });

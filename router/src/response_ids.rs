@@ -12,6 +12,9 @@
 //! ([`picker::response_id::SLOTS`] keys, one entry each), which a worker that has not heard of
 //! an id reads before routing ([`learn_from_slot`]).
 //!
+//! A retrieval (`GET /v1/responses/{id}`, how a background request is polled), a cancel and
+//! `input_items` name the id in their path, and go to that pod the same way ([`follow_path`]).
+//!
 //! Cost: per Responses answer one header lookup, one copy of at most [`HEAD_BYTES`] of the
 //! first chunk (both shared with learning's watch when it is on) and one shared-data write; per request naming a stored response a shared-data
 //! read when the ring has not brought it yet; nothing for other endpoints or with
@@ -77,6 +80,28 @@ impl ResponseIdWatch {
         }
         worker.stats.increment(worker.stats.response_ids_noted);
     }
+}
+
+/// Response ids are followed (`prefix.follow_response_ids`, with the prefix machinery on).
+pub fn following(worker: &Worker) -> bool {
+    let prefix = &worker.config.prefix;
+    prefix.enabled && prefix.follow_response_ids
+}
+
+/// A request naming stored response `id`: its session key, the pod learned from the slot if
+/// the ring has not brought it yet.
+pub fn follow(worker: &Worker, host: &dyn Host, id: &str) -> u64 {
+    let key = session_key(id);
+    learn_from_slot(worker, host, key);
+    worker.stats.increment(worker.stats.response_ids_followed);
+    key
+}
+
+/// The session of a path naming a stored response (`/v1/responses/{id}` and its sub-paths;
+/// [`picker::response_id::id_in_path`]), when ids are followed.
+pub fn follow_path(worker: &Worker, host: &dyn Host, path: &str) -> Option<u64> {
+    let id = picker::response_id::id_in_path(path).filter(|_| following(worker))?;
+    Some(follow(worker, host, id))
 }
 
 /// Before a request naming a stored response is routed: if this worker has not heard of the

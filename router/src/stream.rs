@@ -45,8 +45,10 @@ pub struct RequestStream {
     decided: bool,
     /// The client marked the request sheddable (negative priority).
     sheddable: bool,
-    /// Key of the request's session header, if it had one.
+    /// Key of the request's session header, if it had one, or of the stored response it names.
     session: Option<u64>,
+    /// The session is a stored response's id: only its pod holds it.
+    session_pinned: bool,
     /// Bytes of this stream counted in the worker's buffered total.
     buffered: u64,
     /// A request on the peer listener (see [`crate::peer_receiver`]).
@@ -89,6 +91,7 @@ impl RequestStream {
             decided: false,
             sheddable: false,
             session: None,
+            session_pinned: false,
             buffered: 0,
             peer: false,
             body_size: 0,
@@ -138,6 +141,13 @@ impl RequestStream {
         self.session = crate::protocol::session_value(&headers, config).map(|id| session_key(trim_bytes(id)));
         self.subset = crate::protocol::subset_hint(host, &headers, config);
         self.endpoint = Endpoint::from_path(path);
+        if self.endpoint == Endpoint::Other {
+            // `GET /v1/responses/{id}` (a background request's polling, a retrieval) and its
+            // `cancel` and `input_items`: only the pod that stored the response has it.
+            if let Some(key) = crate::response_ids::follow_path(&self.worker, host, path) {
+                (self.session, self.session_pinned) = (Some(key), true);
+            }
+        }
         if config.flow_control.enabled {
             self.flow_class = Some(crate::flow::RequestClass::from_headers(config, &headers, self.priority));
         }
@@ -344,6 +354,7 @@ impl RequestStream {
             body,
             endpoint: self.endpoint,
             session: self.session,
+            session_pinned: self.session_pinned,
             target,
             subset: self.subset.take(),
             fate: std::cell::RefCell::new(crate::flow::Fate::Waiting),
@@ -380,24 +391,21 @@ impl RequestStream {
         total.set(total.get().saturating_sub(std::mem::take(&mut self.buffered)));
     }
 
-    /// Decides, then acts: sets the header and continues, or answers locally.
     /// A Responses API request continuing a stored response goes where that response came
     /// from: its id is the session (over any session header: the state is on that pod); and
     /// this answer's own id will be noted the same way ([`crate::response_ids`]).
     fn follow_response_id(&mut self, host: &dyn Host, request: &InferenceRequest<'_>) {
-        let prefix = &self.worker.config.prefix;
-        if self.endpoint != Endpoint::Responses || !prefix.enabled || !prefix.follow_response_ids {
+        if self.endpoint != Endpoint::Responses || !crate::response_ids::following(&self.worker) {
             return;
         }
         if let Some(previous) = request.previous_response_id.as_deref() {
-            let key = picker::prefix::session_key(previous);
-            crate::response_ids::learn_from_slot(&self.worker, host, key);
-            self.session = Some(key);
-            self.worker.stats.increment(self.worker.stats.response_ids_followed);
+            self.session = Some(crate::response_ids::follow(&self.worker, host, previous));
+            self.session_pinned = true;
         }
         self.response_id = Some(ResponseIdWatch::default());
     }
 
+    /// Decides, then acts: sets the header and continues, or answers locally.
     fn route(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>) -> Step {
         self.route_as(host, request, None)
     }
@@ -434,6 +442,7 @@ impl RequestStream {
             request,
             endpoint: self.endpoint,
             session: self.session,
+            session_pinned: self.session_pinned,
             sheddable,
             model,
             subset: self.subset.as_deref(),

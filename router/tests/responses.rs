@@ -89,3 +89,31 @@ fn exchange_on(bench: &Bench, worker: &Rc<Worker>, body: &str) -> String {
     stream.on_log(&bench.host);
     chosen(destination)
 }
+
+#[test]
+fn a_retrieval_or_cancel_of_a_stored_response_goes_to_the_pod_that_stored_it() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0), ("10.0.0.3:8000", 0.0)]);
+    // A background request: answered at once, queued, with its id.
+    let queued = br#"{"id":"resp_bg1","object":"response","status":"queued","background":true}"#;
+    exchange(&bench, r#"{"model":"m","input":"long task","background":true}"#, "10.0.0.1:8000", queued);
+    bench.publish(2, &[("10.0.0.1:8000", 5.0), ("10.0.0.2:8000", 0.0), ("10.0.0.3:8000", 0.0)]);
+    bench.tick();
+    for (method, path) in [
+        ("GET", "/v1/responses/resp_bg1"),
+        ("GET", "/v1/responses/resp_bg1?stream=true&starting_after=2"),
+        ("GET", "/v1/responses/resp_bg1/input_items"),
+        ("POST", "/v1/responses/resp_bg1/cancel"),
+    ] {
+        let headers = [(":method", method), (":path", path)];
+        let answer = bench.complete(&headers, "");
+        assert_eq!(chosen(answer.destination), "10.0.0.1:8000", "{method} {path}: the pod holding it, busy or not");
+    }
+    assert_eq!(bench.stat("wasm_epp.response_ids_followed"), 4);
+    // An id never seen, and another path under /v1/responses/, go by load.
+    let unknown = bench.complete(&[(":method", "GET"), (":path", "/v1/responses/resp_unknown")], "");
+    assert_ne!(chosen(unknown.destination), "10.0.0.1:8000");
+    let compact = bench.complete(&[(":method", "POST"), (":path", "/v1/responses/compact")], "");
+    assert_ne!(chosen(compact.destination), "10.0.0.1:8000");
+    assert_eq!(bench.stat("wasm_epp.response_ids_followed"), 5, "the unknown id was looked for, compact not");
+}

@@ -145,3 +145,32 @@ async fn side_endpoints_models_health_tokenize_render_and_lora() {
     assert_eq!(sum_metric(&metrics, "vllm:request_success_total"), 1.0);
     pod.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_stored_response_is_retrieved_by_id_on_its_pod_only() {
+    let pod = start_pod(|config| config.responses_store = true).await;
+    let client = SimClient::new();
+    let base = pod.base_url();
+    for stream in [false, true] {
+        let body = json!({"model": "sim-model", "input": "hello", "max_output_tokens": 3, "stream": stream});
+        let raw = client.request(Method::POST, &format!("{base}/v1/responses"), Bytes::from(body.to_string())).await;
+        let raw = raw.unwrap();
+        assert_eq!(raw.status, 200, "{}", raw.body);
+        let id = raw.body.split("\"id\":\"").nth(1).and_then(|rest| rest.split('"').next()).unwrap().to_owned();
+        let stored = client.request(Method::GET, &format!("{base}/v1/responses/{id}"), Bytes::new()).await.unwrap();
+        assert_eq!(stored.status, 200, "{}", stored.body);
+        let stored = stored.json();
+        assert_eq!((stored["id"].as_str(), stored["object"].as_str()), (Some(id.as_str()), Some("response")));
+        assert_eq!(stored["usage"]["output_tokens"], 3, "stream {stream}: {stored}");
+    }
+    let unknown = client.request(Method::GET, &format!("{base}/v1/responses/resp_nope"), Bytes::new()).await.unwrap();
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert_eq!(stats(&client, &pod).await["responses_not_found"], 1);
+    pod.shutdown().await;
+
+    let plain = start_pod(|_| {}).await;
+    let url = format!("{}/v1/responses/resp_1", plain.base_url());
+    let refused = client.request(Method::GET, &url, Bytes::new()).await.unwrap();
+    assert_eq!(refused.status, 400, "no store, no retrieval: {}", refused.body);
+    plain.shutdown().await;
+}

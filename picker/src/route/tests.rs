@@ -75,7 +75,14 @@ fn the_pod_holding_the_prefix_wins_and_a_session_sticks() {
 
     let never = |_: &str| 0;
     let mut v = view(Some(&table), &[], &counts, 0);
-    v.prefix = Some(PrefixQuery { index: &index, hashes: &hashes, session_pod: None, last_picked: &never, reuse: 1.0 });
+    v.prefix = Some(PrefixQuery {
+        index: &index,
+        hashes: &hashes,
+        session_pod: None,
+        session_pinned: false,
+        last_picked: &never,
+        reuse: 1.0,
+    });
     for seed in 0..20 {
         let route = choose_with(&v, seed);
         assert_eq!((route.address.as_str(), route.prefix_match, route.affinity), ("10.0.0.2:80", 1.0, true));
@@ -84,6 +91,7 @@ fn the_pod_holding_the_prefix_wins_and_a_session_sticks() {
         index: &index,
         hashes: &hashes,
         session_pod: Some(("10.0.0.3:80", 0)),
+        session_pinned: false,
         last_picked: &never,
         reuse: 1.0,
     });
@@ -100,6 +108,13 @@ fn a_restarted_pod_has_no_prefix() {
     table.pods[1].epoch = 1; // its counters went backwards: the cache is empty
     let never = |_: &str| 0;
     let mut v = view(Some(&table), &[], &counts, 0);
-    v.prefix = Some(PrefixQuery { index: &index, hashes: &[1, 2], session_pod: None, last_picked: &never, reuse: 1.0 });
+    v.prefix = Some(PrefixQuery {
+        index: &index,
+        hashes: &[1, 2],
+        session_pod: None,
+        session_pinned: false,
+        last_picked: &never,
+        reuse: 1.0,
+    });
     assert!(!choose_with(&v, 1).affinity);
 }

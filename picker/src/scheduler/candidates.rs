@@ -18,6 +18,9 @@ pub struct Candidate<'a> {
     pub prefix_match: f64,
     /// The request's session was last sent to this pod.
     pub session_match: bool,
+    /// ... and the session names state only this pod holds (a stored response: another pod
+    /// answers 404), so neither a full queue nor load moves the request elsewhere.
+    pub session_pinned: bool,
     /// When this worker last picked the pod (a pick counter; 0 = never). Spreads cold requests.
     pub last_picked: u64,
     /// LoRA affinity tier for the request's adapter, 0 best (see [`crate::models::affinity`]);
@@ -57,6 +60,7 @@ impl<'a> Candidate<'a> {
             inflight,
             prefix_match: 0.0,
             session_match: false,
+            session_pinned: false,
             last_picked: 0,
             lora_tier: 0,
             predicted_ttft_ms: None,

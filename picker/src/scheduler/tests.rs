@@ -116,6 +116,19 @@ fn a_session_beats_a_prefix_until_saturated() {
 }
 
 #[test]
+fn a_stored_response_waits_on_its_pod_however_full_unless_the_pod_is_down() {
+    let mut pods = [pod("a", 0.0, 0.1, 0), pod("b", 0.0, 0.1, 0)];
+    pods[0].prefix_match = 1.0;
+    (pods[1].session_match, pods[1].session_pinned) = (true, true);
+    pods[1].waiting = 10.0 * SaturationLimits::default().queue_threshold;
+    for seed in 0..20 {
+        assert_eq!(pick_address(&pods, seed).0, "b", "another pod would answer 404");
+    }
+    pods[1].usable = false;
+    assert_eq!(pick_address(&pods, 3).0, "a", "a pod that is down answers nothing: routed as usual");
+}
+
+#[test]
 fn when_every_queue_is_full_load_alone_decides() {
     let mut pods = [pod("a", 8.0, 0.5, 9), pod("b", 6.0, 0.5, 7)];
     pods[0].prefix_match = 1.0;

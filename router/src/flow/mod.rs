@@ -70,6 +70,8 @@ pub struct Held {
     pub body: Vec<u8>,
     pub endpoint: Endpoint,
     pub session: Option<u64>,
+    /// The session is a stored response's id (see `decision::Prompt::session_pinned`).
+    pub session_pinned: bool,
     /// The rewrite target drawn when it arrived (its body's `model` is replaced at release).
     pub target: Option<String>,
     /// The gateway's subset hint (`None`: no hint).

@@ -212,6 +212,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         request: request.as_ref(),
         endpoint: held.endpoint,
         session: held.session,
+        session_pinned: held.session_pinned,
         sheddable: false,
         model,
         subset: held.subset.as_deref(),

@@ -80,12 +80,13 @@ pub async fn responses(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result
     meta.max_output_tokens = request.options.max_tokens;
     // What a stored response keeps: the conversation before it, its input, then its answer.
     let store = pod.config().responses_store.then(|| {
-        let (pod, id) = (Arc::clone(pod), meta.id.clone());
+        let (pod, meta) = (Arc::clone(pod), meta.clone());
         let mut conversation = earlier;
         conversation.extend(request.input.iter().cloned());
-        move |text: &str| {
+        move |text: &str, usage: &Usage| {
             conversation.push(ChatMessage::text("assistant", text));
-            pod.lock().responses.store(id, conversation);
+            let response = responses_api::full_response(&meta, text, usage);
+            pod.lock().responses.store(meta.id.clone(), conversation, response);
         }
     });
     if request.options.stream {
@@ -95,9 +96,27 @@ pub async fn responses(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result
     let (texts, usage) = collect_choices(started.events, started.choices).await?;
     let text = texts.concat();
     if let Some(store) = store {
-        store(&text);
+        store(&text, &usage);
     }
     Ok(json_response(200, &responses_api::full_response(&meta, &text, &usage)))
+}
+
+/// Handles `GET /v1/responses/{id}`: the response stored under `id` on this pod (vLLM's
+/// retrieval, which background requests are polled with).
+pub fn retrieve_response(pod: &Pod, id: &str) -> Result<Response<SimBody>, ApiError> {
+    if !pod.config().responses_store {
+        return Err(ApiError::bad_request(
+            "This server stores no responses (vLLM without VLLM_ENABLE_RESPONSES_API_STORE).",
+        ));
+    }
+    let mut state = pod.lock();
+    match state.responses.response(id) {
+        Some(response) => Ok(json_response(200, response)),
+        None => {
+            state.responses.not_found += 1;
+            Err(ApiError::not_found(format!("Response with id '{id}' not found.")))
+        }
+    }
 }
 
 /// The stored conversation `previous` ended: refused without `--responses-store`, 404 when

@@ -23,11 +23,16 @@ pub const SERVED_BY_HEADER: &str = "x-served-by";
 /// Endpoint name used for counters when the path is unknown.
 const UNKNOWN_ENDPOINT: &str = "other";
 
+/// A stored response, by id (`GET /v1/responses/{id}`): counted under this name.
+const STORED_RESPONSE: &str = "/v1/responses/{id}";
+const STORED_RESPONSE_PREFIX: &str = "/v1/responses/";
+
 /// Known paths and the methods they accept.
 const ROUTES: &[(&str, &[Method])] = &[
     ("/v1/completions", &[Method::POST]),
     ("/v1/chat/completions", &[Method::POST]),
     ("/v1/responses", &[Method::POST]),
+    (STORED_RESPONSE, &[Method::GET]),
     ("/v1/models", &[Method::GET]),
     ("/health", &[Method::GET]),
     ("/tokenize", &[Method::POST]),
@@ -47,7 +52,10 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
     let method = request.method().clone();
     let query = request.uri().query().map(str::to_owned);
     let prefiller = request.headers().get(PREFILLER_HEADER).and_then(|value| value.to_str().ok()).map(str::to_owned);
-    let route = ROUTES.iter().find(|(path, _)| *path == request.uri().path());
+    let path = request.uri().path().to_owned();
+    let stored_id = path.strip_prefix(STORED_RESPONSE_PREFIX).filter(|id| !id.is_empty() && !id.contains('/'));
+    let route_path = if stored_id.is_some() { STORED_RESPONSE } else { path.as_str() };
+    let route = ROUTES.iter().find(|(known, _)| *known == route_path);
     let endpoint = route.map_or(UNKNOWN_ENDPOINT, |(path, _)| *path);
     pod.lock().stats.record_received(endpoint);
     let mut response = match route {
@@ -55,7 +63,8 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
         Some((_, methods)) if !methods.contains(&method) => error_response(&ApiError::method_not_allowed()),
         Some((path, _)) => match read_body(request.into_body()).await {
             Ok(body) => {
-                let call = Call { path, query: query.as_deref(), method: &method, prefiller: prefiller.as_deref() };
+                let call =
+                    Call { path, query: query.as_deref(), method: &method, prefiller: prefiller.as_deref(), stored_id };
                 dispatch(&pod, &call, &body, arrival).await
             }
             Err(error) => error_response(&error),
@@ -75,14 +84,17 @@ struct Call<'a> {
     method: &'a Method,
     /// `x-prefiller-host-port`: the prefill pod the picker chose, if any.
     prefiller: Option<&'a str>,
+    /// The id of `GET /v1/responses/{id}`.
+    stored_id: Option<&'a str>,
 }
 
 async fn dispatch(pod: &Arc<Pod>, call: &Call<'_>, body: &Bytes, arrival: Instant) -> Response<SimBody> {
-    let Call { path, query, method, prefiller } = *call;
+    let Call { path, query, method, prefiller, stored_id } = *call;
     match path {
         "/v1/completions" => answer(openai::completions(pod, body, arrival, prefiller).await),
         "/v1/chat/completions" => answer(openai::chat_completions(pod, body, arrival, prefiller).await),
         "/v1/responses" => answer(openai::responses(pod, body, arrival).await),
+        STORED_RESPONSE => answer(openai::retrieve_response(pod, stored_id.unwrap_or_default())),
         "/v1/models" => misc::models(pod),
         "/health" => misc::health(pod),
         "/tokenize" => answer(misc::tokenize_endpoint(pod, body)),

@@ -19,10 +19,11 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::shapes::{message_item, output_text, response_object, ResponsesMeta};
-use crate::pod::{ChoiceEvent, GenerationEvent};
+use crate::pod::{ChoiceEvent, GenerationEvent, Usage};
 
-/// Called with the answer's whole text when the stream completes (to store the response).
-pub type OnComplete = Box<dyn FnOnce(&str) + Send>;
+/// Called with the answer's whole text and its usage when the stream completes (to store the
+/// response).
+pub type OnComplete = Box<dyn FnOnce(&str, &Usage) + Send>;
 
 /// A streaming body fed by the one generation task of a Responses API request.
 pub struct ResponsesStream {
@@ -107,7 +108,7 @@ impl ResponsesStream {
                 self.done = true;
                 let text = self.text.clone();
                 if let Some(store) = self.on_complete.take() {
-                    store(&text);
+                    store(&text, &usage);
                 }
                 self.push(
                     &mut out,
