@@ -118,6 +118,8 @@ fuzz_target!(|data: &[u8]| {
                         1 => table.pods.first().map(|p| (p.address.as_str(), p.epoch.wrapping_add(1))),
                         _ => Some(("10.9.9.9:80", 0)),
                     },
+                    // A stored response's session, which no full queue releases.
+                    session_pinned: seed % 2 == 0,
                     last_picked: &last_picked,
                     reuse: (seed % 3) as f64 / 2.0,
                 });
