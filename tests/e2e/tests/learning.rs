@@ -48,39 +48,44 @@ fn stat_at_least(cluster: &Cluster, name: &str, value: f64) -> f64 {
     seen
 }
 
-#[test]
-fn a_burst_of_long_prompts_spreads_and_short_ones_avoid_them() {
-    // Every answer takes a second to its first token, so all requests are in flight at once.
-    let cluster = start("learn-burst", 4, &["--time-scale", "0"]);
+/// Two long prompts, then (300 ms later, while they prefill) four short ones 50 ms apart, on
+/// `path`, every pod taking 1.5 s to its first token so all are in flight at once; `body` makes
+/// a request of `words` tokens tagged `tag`. Which pod served each, long or not.
+fn burst(cluster: &Cluster, path: &str, body: impl Fn(&str, usize) -> String) -> Vec<(bool, String)> {
     for pod in &cluster.pods {
         pod.set_faults(&serde_json::json!({"extra_latency_ms": 1500})).unwrap();
     }
-    let served: Vec<(bool, String)> = std::thread::scope(|scope| {
-        let cluster = &cluster;
+    std::thread::scope(|scope| {
         let mut handles = Vec::new();
+        let mut send = |long: bool, body: String| {
+            handles.push(scope.spawn(move || (long, cluster.served_by_pool(&cluster.post(path, &[], &body)))));
+        };
         for i in 0..2 {
-            let body = streamed(&text(&format!("long{i}"), 6_000), 4);
-            handles.push(
-                scope.spawn(move || (true, cluster.served_by_pool(&cluster.post("/v1/completions", &[], &body)))),
-            );
+            send(true, body(&format!("long{i}"), 6_000));
         }
-        // The two documents are in flight before the short chats arrive.
         std::thread::sleep(Duration::from_millis(300));
         for i in 0..4 {
-            let body = streamed(&text(&format!("short{i}"), 20), 4);
-            handles.push(
-                scope.spawn(move || (false, cluster.served_by_pool(&cluster.post("/v1/completions", &[], &body)))),
-            );
+            send(false, body(&format!("short{i}"), 20));
             std::thread::sleep(Duration::from_millis(50));
         }
         handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    })
+}
+
+/// The two long prompts went to two pods, and at most one short request queued behind them.
+/// Counting requests alone, two of the four short ones tie with the long prompts' pods;
+/// counting tokens, a pod prefilling 6,000 tokens is never the least loaded for a short one.
+fn assert_spread(served: &[(bool, String)]) {
     let long_pods: Vec<&String> = served.iter().filter(|(long, _)| *long).map(|(_, pod)| pod).collect();
-    assert_ne!(long_pods[0], long_pods[1], "the two documents went to one pod: {served:?}");
+    assert_ne!(long_pods[0], long_pods[1], "the two long prompts went to one pod: {served:?}");
     let short_on_long = served.iter().filter(|(long, pod)| !long && long_pods.contains(&pod)).count();
-    // Counting requests alone, two of the four chats tie with the document pods; counting
-    // tokens, a pod prefilling 6,000 tokens is never the least loaded for a 20-token chat.
-    assert!(short_on_long <= 1, "short chats queued behind the documents: {served:?}");
+    assert!(short_on_long <= 1, "short requests queued behind the long prompts: {served:?}");
+}
+
+#[test]
+fn a_burst_of_long_prompts_spreads_and_short_ones_avoid_them() {
+    let cluster = start("learn-burst", 4, &["--time-scale", "0"]);
+    assert_spread(&burst(&cluster, "/v1/completions", |tag, words| streamed(&text(tag, words), 4)));
 }
 
 /// An agent's streamed Responses API turn with `words` tokens of instructions.
@@ -94,33 +99,10 @@ fn agent_turn(tag: &str, words: usize) -> String {
 
 #[test]
 fn agents_long_responses_prompts_spread_and_their_streams_teach_the_model() {
-    // A Responses stream sends `response.created` at once and its first token a second and a
-    // half later: the prompt's tokens must count as in flight until that first output event.
+    // A Responses stream sends `response.created` at once and its first token 1.5 s later:
+    // the prompt's tokens must count as in flight until that first output event.
     let cluster = start("learn-agents", 4, &["--time-scale", "0"]);
-    for pod in &cluster.pods {
-        pod.set_faults(&serde_json::json!({"extra_latency_ms": 1500})).unwrap();
-    }
-    let served: Vec<(bool, String)> = std::thread::scope(|scope| {
-        let cluster = &cluster;
-        let mut handles = Vec::new();
-        for i in 0..2 {
-            let body = agent_turn(&format!("agent{i}"), 6_000);
-            handles
-                .push(scope.spawn(move || (true, cluster.served_by_pool(&cluster.post("/v1/responses", &[], &body)))));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        for i in 0..4 {
-            let body = agent_turn(&format!("quick{i}"), 20);
-            handles
-                .push(scope.spawn(move || (false, cluster.served_by_pool(&cluster.post("/v1/responses", &[], &body)))));
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    let long_pods: Vec<&String> = served.iter().filter(|(long, _)| *long).map(|(_, pod)| pod).collect();
-    assert_ne!(long_pods[0], long_pods[1], "the two long agent prompts went to one pod: {served:?}");
-    let short_on_long = served.iter().filter(|(long, pod)| !long && long_pods.contains(&pod)).count();
-    assert!(short_on_long <= 1, "short turns queued behind the long prompts: {served:?}");
+    assert_spread(&burst(&cluster, "/v1/responses", agent_turn));
     // Each stream's first output event was a TTFT sample and its `response.completed` gave usage.
     assert!(stat_at_least(&cluster, "wasm_epp_learning_ttft_samples", 6.0) >= 6.0);
     assert!(stat_at_least(&cluster, "wasm_epp_learning_cached_reports", 6.0) >= 6.0);
