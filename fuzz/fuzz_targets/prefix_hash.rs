@@ -51,16 +51,19 @@ fuzz_target!(|body: &[u8]| {
             }
         }
     }
-    // The Responses API's prompt has its own parse (`instructions`, `input`).
-    let Ok(responses) = parse_request(body, Endpoint::Responses) else { return };
-    for params in &PARAMS {
-        let outcome = hash_prompt(&responses, Endpoint::Responses, params, &mut out);
-        match outcome {
-            Ok(count) => assert_eq!(count, out.len()),
-            Err(_) => assert!(out.is_empty(), "hashes left behind"),
+    // The Responses and Messages APIs' prompts have their own parses (`instructions` and
+    // `input`; `system` and `messages`).
+    for endpoint in [Endpoint::Responses, Endpoint::Messages] {
+        let Ok(request) = parse_request(body, endpoint) else { continue };
+        for params in &PARAMS {
+            let outcome = hash_prompt(&request, endpoint, params, &mut out);
+            match outcome {
+                Ok(count) => assert_eq!(count, out.len()),
+                Err(_) => assert!(out.is_empty(), "hashes left behind"),
+            }
+            assert!(out.len() <= params.max_blocks.clamp(1, MAX_BLOCKS), "{} blocks for {params:?}", out.len());
+            assert_eq!(hash_prompt(&request, endpoint, params, &mut again), outcome, "not deterministic");
+            assert_eq!(again, out, "not deterministic");
         }
-        assert!(out.len() <= params.max_blocks.clamp(1, MAX_BLOCKS), "{} blocks for {params:?}", out.len());
-        assert_eq!(hash_prompt(&responses, Endpoint::Responses, params, &mut again), outcome, "not deterministic");
-        assert_eq!(again, out, "not deterministic");
     }
 });

@@ -22,7 +22,7 @@ fuzz_target!(|body: &[u8]| {
                 match endpoint {
                     Endpoint::Completions => assert!(request.prompt.is_some(), "completions without a prompt"),
                     Endpoint::ChatCompletions => assert!(request.messages.is_some(), "chat without messages"),
-                    Endpoint::Responses | Endpoint::Other => {}
+                    Endpoint::Responses | Endpoint::Messages | Endpoint::Other => {}
                 }
                 if let Some(prompt) = request.prompt {
                     assert!(matches!(prompt.get().as_bytes().first(), Some(b'"' | b'[')), "prompt {}", prompt.get());
@@ -62,6 +62,20 @@ fuzz_target!(|body: &[u8]| {
                 assert!(instructions.get().starts_with('"'), "instructions {}", instructions.get());
             }
             assert!(request.prompt.is_none() && request.messages.is_none());
+        }
+        Err(error) => assert!(!error.to_string().is_empty()),
+    }
+    // The Messages API's parse: `messages` a list, `system` a string or a list, each valid JSON.
+    match parse_request(body, Endpoint::Messages) {
+        Ok(request) => {
+            let messages = request.messages.unwrap_or_default();
+            assert!(messages.starts_with('['), "messages {messages}");
+            assert_valid_json(messages);
+            if let Some(system) = request.instructions {
+                assert!(matches!(system.get().as_bytes().first(), Some(b'"' | b'[')), "system {}", system.get());
+                assert_valid_json(system.get());
+            }
+            assert!(request.prompt.is_none() && request.input.is_none());
         }
         Err(error) => assert!(!error.to_string().is_empty()),
     }

@@ -14,9 +14,11 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 mod cut;
+mod messages;
 mod responses;
 
 pub use cut::{Message, MAX_CUT_MESSAGES};
+pub use messages::parse_messages;
 pub use responses::parse_responses;
 
 /// Which OpenAI endpoint a path names.
@@ -27,6 +29,9 @@ pub enum Endpoint {
     /// The Responses API (`POST /v1/responses`: `instructions` and `input` items), which the
     /// OpenAI SDKs' `responses.create` and agents such as Codex call.
     Responses,
+    /// The Anthropic Messages API (`POST /v1/messages`: `system` and `messages`), which vLLM
+    /// serves for Anthropic's SDKs and agents such as Claude Code.
+    Messages,
     /// Anything else: body read for `model` alone, routed by load within its pods.
     Other,
 }
@@ -38,6 +43,7 @@ impl Endpoint {
             "/v1/completions" => Self::Completions,
             "/v1/chat/completions" => Self::ChatCompletions,
             "/v1/responses" => Self::Responses,
+            "/v1/messages" => Self::Messages,
             _ => Self::Other,
         }
     }
@@ -50,9 +56,17 @@ impl Endpoint {
 
     /// Generates from a prompt the picker read: its answers are learned from. A Responses
     /// stream opens with `response.created` before any token and counts `input_tokens`;
-    /// learning reads it so ([`crate::learn::first_token`]).
+    /// learning reads it so ([`crate::learn::first_token`]). A Messages stream's first event,
+    /// `message_start`, comes with the first token (vLLM sends it on the chat's first chunk).
     pub fn generates(self) -> bool {
         self != Self::Other
+    }
+
+    /// Its answers always carry `usage`, streamed or not (a chat or completions stream only
+    /// when asked: `stream_options.include_usage`): the Responses API's `response.completed`,
+    /// the Messages API's `message_delta` (vLLM asks its chat for usage on every such stream).
+    pub fn always_reports_usage(self) -> bool {
+        matches!(self, Self::Responses | Self::Messages)
     }
 }
 
@@ -140,6 +154,7 @@ pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest
     let cut = match endpoint {
         Endpoint::ChatCompletions => std::str::from_utf8(body).ok().and_then(cut::cut_request),
         Endpoint::Responses => return parse_responses(body),
+        Endpoint::Messages => return parse_messages(body),
         Endpoint::Completions | Endpoint::Other => None,
     };
     match cut {

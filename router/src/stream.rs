@@ -208,7 +208,7 @@ impl RequestStream {
         let parsing = profile::span(host, Phase::Parse);
         let parsed = match self.endpoint {
             Endpoint::Other => parse_model_only(&body),
-            Endpoint::Completions | Endpoint::ChatCompletions | Endpoint::Responses => {
+            Endpoint::Completions | Endpoint::ChatCompletions | Endpoint::Responses | Endpoint::Messages => {
                 parse_request(&body, self.endpoint)
             }
         };

@@ -19,9 +19,10 @@ use super::json::{for_each_element, span_of, string_contents, Element};
 use crate::request::Message;
 
 /// Fields of a content part that carry media rather than text (OpenAI and vLLM's extensions).
-/// `file_data` is the Responses API's `input_file` part's inline file.
-const MEDIA_FIELDS: [&str; 7] =
-    ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil", "file_data"];
+/// `file_data` is the Responses API's `input_file` part's inline file; `source` the Messages
+/// API's image or document block's (`{"type": "base64", "data": ...}` or a `url`).
+const MEDIA_FIELDS: [&str; 8] =
+    ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil", "file_data", "source"];
 
 /// `tools` (as written) then every message, in order. `cut`: where the body parse found each
 /// message, if it did; otherwise the raw list is cut here (the same messages either way).
@@ -74,6 +75,27 @@ pub(super) fn hash_responses(
         return Ok(());
     }
     for_each_element(input, |item| hash_message(item.text, message_parts(item)?, chain))
+}
+
+/// An Anthropic Messages API prompt: `tools`, `system` (tagged like the Responses API's
+/// `instructions`: vLLM makes it the chat's system message), then every message as a chat's.
+pub(super) fn hash_messages(
+    system: Option<&RawValue>,
+    messages: &str,
+    tools: Option<&RawValue>,
+    chain: &mut BlockChain<'_>,
+) -> Result<(), ShapeError> {
+    let messages = messages.trim_ascii();
+    if !messages.starts_with('[') {
+        return Err(ShapeError("messages is not a list"));
+    }
+    feed_tools(tools, chain);
+    if let Some(system) = system {
+        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(system.get().as_bytes())) {
+            return Ok(());
+        }
+    }
+    for_each_element(messages, |message| hash_message(message.text, message_parts(message)?, chain))
 }
 
 fn feed_tools(tools: Option<&RawValue>, chain: &mut BlockChain<'_>) {
@@ -171,10 +193,20 @@ fn hash_part(part: &str, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError>
         image_pil: Option<&'a RawValue>,
         #[serde(borrow, default)]
         file_data: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        source: Option<&'a RawValue>,
     }
     let view: PartView<'_> = serde_json::from_str(part).map_err(|_| ShapeError("a content part is not an object"))?;
-    let media =
-        [view.image_url, view.input_audio, view.video_url, view.audio_url, view.file, view.image_pil, view.file_data];
+    let media = [
+        view.image_url,
+        view.input_audio,
+        view.video_url,
+        view.audio_url,
+        view.file,
+        view.image_pil,
+        view.file_data,
+        view.source,
+    ];
     let Some((field, payload)) = MEDIA_FIELDS.iter().zip(media).find_map(|(name, value)| Some((*name, value?))) else {
         return Ok(chain.feed(part.as_bytes()));
     };

@@ -23,7 +23,7 @@ use std::fmt;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
 
-use super::chat::{hash_chat, hash_responses};
+use super::chat::{hash_chat, hash_messages, hash_responses};
 use super::json::{for_each_element, for_each_token_id, string_contents};
 use crate::request::{Endpoint, InferenceRequest};
 
@@ -153,6 +153,9 @@ pub fn hash_prompt_noting_replies(
             hash_chat(messages, request.messages_cut.as_deref(), request.tools, &mut chain)
         }
         (Endpoint::Responses, _, _) => hash_responses(request.instructions, request.input, request.tools, &mut chain),
+        (Endpoint::Messages, _, Some(messages)) => {
+            hash_messages(request.instructions, messages, request.tools, &mut chain)
+        }
         _ => Ok(()),
     };
     if let (Err(_), Some(replies)) = (&outcome, chain.replies.take()) {

@@ -28,6 +28,8 @@ pub mod index;
 mod json;
 pub mod keyed;
 #[cfg(test)]
+mod messages_tests;
+#[cfg(test)]
 mod responses_tests;
 pub mod ring;
 pub mod worker;

@@ -1,0 +1,56 @@
+//! Hashing of Anthropic Messages API prompts (`system` and `messages`, `chat::hash_messages`).
+
+use crate::prefix::hash::{hash_prompt, HashParams};
+use crate::request::{parse_request, Endpoint};
+
+fn hashes(body: &str) -> Vec<u64> {
+    let request = parse_request(body.as_bytes(), Endpoint::Messages).unwrap();
+    let mut out = Vec::new();
+    hash_prompt(&request, Endpoint::Messages, &HashParams::default(), &mut out).unwrap();
+    out
+}
+
+fn words(count: usize, seed: usize) -> String {
+    (0..count).map(|i| format!("w{}", (i * 31 + seed) % 997)).collect::<Vec<_>>().join(" ")
+}
+
+fn turn(system: &str, messages: &[String]) -> String {
+    format!(
+        r#"{{"model":"m","max_tokens":64,"system":[{{"type":"text","text":"{system}"}}],"messages":[{}],"stream":true}}"#,
+        messages.join(",")
+    )
+}
+
+#[test]
+fn an_agents_next_turn_shares_every_block_of_the_turn_before() {
+    let system = words(200, 1);
+    let mut messages = vec![format!(r#"{{"role":"user","content":"{}"}}"#, words(60, 2))];
+    let first = hashes(&turn(&system, &messages));
+    messages.push(format!(
+        r#"{{"role":"assistant","content":[{{"type":"text","text":"{}"}},{{"type":"tool_use","id":"t1","name":"bash","input":{{"cmd":"ls"}}}}]}}"#,
+        words(40, 3)
+    ));
+    messages.push(r#"{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"a.txt"}]}"#.into());
+    let second = hashes(&turn(&system, &messages));
+    assert!(first.len() >= 20 && second.len() > first.len(), "{} then {}", first.len(), second.len());
+    let full_blocks_of_first = first.len() - 1;
+    assert_eq!(second.get(..full_blocks_of_first), first.get(..full_blocks_of_first), "the earlier turn is a prefix");
+}
+
+#[test]
+fn the_system_prompt_leads_and_images_hash_by_their_data() {
+    let user = |content: &str| format!(r#"{{"role":"user","content":{content}}}"#);
+    let a = hashes(&turn(&words(100, 5), &[user(r#""hi""#)]));
+    let b = hashes(&turn(&words(100, 6), &[user(r#""hi""#)]));
+    assert_ne!(a.first(), b.first(), "another system prompt shares nothing");
+    let image = |spacing: &str| {
+        user(&format!(
+            r#"[{{"type":"image",{spacing}"source":{{"type":"base64","media_type":"image/png","data":"{}"}}}},{{"type":"text","text":"what is it?"}}]"#,
+            "A".repeat(50_000)
+        ))
+    };
+    let tight = hashes(&turn("s", &[image("")]));
+    let spaced = hashes(&turn("s", &[image(" ")]));
+    assert!(tight.len() < 10, "a 50 kB image is a placeholder, not {} blocks", tight.len());
+    assert_eq!(tight, spaced, "whitespace around a media block does not change its hash");
+}

@@ -1,0 +1,83 @@
+//! The Anthropic Messages API's body (`POST /v1/messages`, which vLLM serves for clients such as
+//! Claude Code): `model`, `stream`, `tools`, and its prompt, `system` and `messages`, kept raw.
+//!
+//! `system` is a string or a list of text blocks; `messages` a list of `role` and `content`,
+//! a string or a list of blocks (`text`, `image`, `tool_use`, `tool_result`, ...). vLLM turns
+//! both into a chat request (the system prompt first) and renders it through the chat template,
+//! so an agent's resent conversation extends its last turn's prompt as a chat's does, and hashes
+//! like one (`prefix/chat.rs`).
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{BodyError, InferenceRequest};
+
+#[derive(Deserialize)]
+struct MessagesBody<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(borrow, default)]
+    system: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    tools: Option<&'a RawValue>,
+}
+
+/// Reads a Messages API body; `messages` must be there, a list, and `system` a string, a list
+/// or null.
+pub fn parse_messages(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
+    let body: MessagesBody<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
+    let Some(messages) = body.messages else { return Err(BodyError::MissingPrompt("messages")) };
+    if !messages.get().starts_with('[') {
+        return Err(BodyError::WrongType("messages"));
+    }
+    let system = body.system.filter(|raw| raw.get() != "null");
+    if system.is_some_and(|raw| !raw.get().starts_with(['"', '['])) {
+        return Err(BodyError::WrongType("system"));
+    }
+    Ok(InferenceRequest {
+        model: body.model,
+        stream: body.stream,
+        stream_options: None,
+        prompt: None,
+        messages: Some(messages.get()),
+        tools: body.tools,
+        cache_salt: None,
+        instructions: system,
+        input: None,
+        previous_response_id: None,
+        messages_cut: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::{parse_request, Endpoint};
+
+    #[test]
+    fn reads_the_system_prompt_messages_and_tools_of_a_messages_body() {
+        let body = br#"{"model":"m","max_tokens":64,"system":[{"type":"text","text":"You are a coder."}],
+            "messages":[{"role":"user","content":[{"type":"text","text":"fix it"}]}],"stream":true,
+            "tools":[{"name":"bash","input_schema":{"type":"object"}}]}"#;
+        let request = parse_request(body, Endpoint::Messages).unwrap();
+        assert_eq!((request.model.as_deref(), request.stream), (Some("m"), Some(true)));
+        assert!(request.instructions.is_some_and(|s| s.get().starts_with('[')));
+        assert!(request.messages.is_some_and(|m| m.starts_with('[')) && request.tools.is_some());
+        let plain = parse_messages(br#"{"model":"m","system":null,"messages":[]}"#).unwrap();
+        assert!(plain.instructions.is_none(), "a null is no system prompt");
+    }
+
+    #[test]
+    fn refuses_a_body_without_messages_or_with_a_prompt_of_the_wrong_type() {
+        assert_eq!(parse_messages(br#"{"model":"m"}"#).unwrap_err(), BodyError::MissingPrompt("messages"));
+        assert_eq!(parse_messages(br#"{"messages":"hi"}"#).unwrap_err(), BodyError::WrongType("messages"));
+        assert_eq!(parse_messages(br#"{"messages":[],"system":7}"#).unwrap_err(), BodyError::WrongType("system"));
+        assert!(matches!(parse_messages(b"{\"messages\":"), Err(BodyError::Invalid(_))));
+    }
+}
