@@ -174,3 +174,29 @@ async fn a_stored_response_is_retrieved_by_id_on_its_pod_only() {
     assert_eq!(refused.status, 400, "no store, no retrieval: {}", refused.body);
     plain.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_messages_api_answers_whole_and_streamed_in_anthropic_shapes() {
+    let pod = start_pod(|_| {}).await;
+    let client = SimClient::new();
+    let url = format!("{}/v1/messages", pod.base_url());
+    let body = |stream: bool| {
+        json!({"model": "sim-model", "max_tokens": 4, "stream": stream, "system": "Be brief.",
+               "messages": [{"role": "user", "content": [{"type": "text", "text": "hello there"}]}]})
+    };
+    let whole = client.post_json(&url, &body(false)).await.unwrap().1;
+    assert_eq!((whole["type"].as_str(), whole["role"].as_str()), (Some("message"), Some("assistant")));
+    assert_eq!(whole["stop_reason"], "max_tokens");
+    assert_eq!(whole["usage"]["output_tokens"], 4);
+    let input_tokens = whole["usage"]["input_tokens"].as_u64().unwrap();
+    let raw = client.request(Method::POST, &url, Bytes::from(body(true).to_string())).await.unwrap();
+    assert_eq!(raw.status, 200, "{}", raw.body);
+    assert!(raw.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(raw.body.starts_with("event: message_start\n"), "{}", raw.body);
+    assert_eq!(raw.body.matches("event: content_block_delta").count(), 4);
+    assert!(raw.body.contains(&format!("\"usage\":{{\"input_tokens\":{input_tokens},\"output_tokens\":4}}")));
+    assert!(raw.body.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\ndata: [DONE]\n\n"));
+    let refused = client.post_json(&url, &json!({"model": "sim-model", "messages": []})).await.unwrap();
+    assert_eq!(refused.0, 400);
+    pod.shutdown().await;
+}

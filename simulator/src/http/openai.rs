@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::body::{error_response, json_response, SimBody};
 use crate::api::errors::ApiError;
+use crate::api::messages_api::{self, parse_messages, MessagesStream};
 use crate::api::request::{parse_chat, parse_completion, CommonOptions};
 use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
 use crate::api::responses_api::{self, parse_responses, ResponsesMeta, ResponsesStream};
@@ -99,6 +100,25 @@ pub async fn responses(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result
         store(&text, &usage);
     }
     Ok(json_response(200, &responses_api::full_response(&meta, &text, &usage)))
+}
+
+/// Handles `POST /v1/messages` (the Anthropic Messages API, which vLLM runs as a chat): one
+/// prompt from `system` and `messages`, answered in the Messages API's shapes (never split by
+/// P/D: llm-d's sidecar handles completions and chat).
+pub async fn messages(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<Response<SimBody>, ApiError> {
+    let request = parse_messages(body)?;
+    let prompt = tokenize(&request.rendered_prompt());
+    let prompt_tokens = prompt.len();
+    let max_tokens = request.options.max_tokens;
+    let started = start_generation(pod, vec![prompt], &request.options, arrival, None).await?;
+    // vLLM answers with its chat's id.
+    let id = ResponseMeta::new(ApiKind::Chat, started.request_number, unix_seconds(), &started.model).id;
+    if request.options.stream {
+        let stream = MessagesStream::new(started.events, id, started.model, prompt_tokens, max_tokens);
+        return Ok(event_stream(stream.boxed_unsync()));
+    }
+    let (texts, usage) = collect_choices(started.events, started.choices).await?;
+    Ok(json_response(200, &messages_api::full_message(&id, &started.model, &texts.concat(), &usage, max_tokens)))
 }
 
 /// Handles `GET /v1/responses/{id}`: the response stored under `id` on this pod (vLLM's
