@@ -34,6 +34,15 @@ $(OPENAI_SDK_STAMP): $(ENVOY)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check openai==$(OPENAI_SDK_VERSION)
 	touch $@
 
+# Anthropic's official Python SDK, which Claude Code and other agents call vLLM's Messages API
+# with (tests/e2e/tests/anthropic_sdk.rs).
+ANTHROPIC_SDK_VERSION := 2.16.0
+ANTHROPIC_SDK_STAMP := $(VENV)/.anthropic-$(ANTHROPIC_SDK_VERSION)
+
+$(ANTHROPIC_SDK_STAMP): $(ENVOY)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check anthropic==$(ANTHROPIC_SDK_VERSION)
+	touch $@
+
 # The official OpenAI Node.js SDK (no dependencies of its own; Node's fetch), the second SDK
 # the e2e tests drive the gateway with.
 OPENAI_NODE_SDK_VERSION := 6.49.0
@@ -95,7 +104,7 @@ unit:
 
 # Two at a time: each test runs its own Envoy and pods on a 2-core machine. Every test
 # file runs even when one fails (--no-fail-fast), so one report lists every failure.
-e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP) $(OPENAI_NODE_STAMP) $(INFERENCE_PERF_STAMP)
+e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP) $(ANTHROPIC_SDK_STAMP) $(OPENAI_NODE_STAMP) $(INFERENCE_PERF_STAMP)
 	$(CARGO) test -p e2e --no-fail-fast -- --test-threads=2
 
 # The long form of the load test: 64 streaming clients, 60 s healthy + 60 s with a pod
