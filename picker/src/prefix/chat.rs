@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::hash::{BlockChain, ShapeError, SEPARATOR};
-use super::json::{for_each_element, span_of, string_contents, Element};
+use super::json::{around_member, for_each_element, span_of, string_contents, Element};
 use crate::request::Message;
 
 /// Fields of a content part that carry media rather than text (OpenAI and vLLM's extensions).
@@ -195,6 +195,8 @@ fn hash_part(part: &str, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError>
         file_data: Option<&'a RawValue>,
         #[serde(borrow, default)]
         source: Option<&'a RawValue>,
+        #[serde(borrow, default)]
+        cache_control: Option<&'a RawValue>,
     }
     let view: PartView<'_> = serde_json::from_str(part).map_err(|_| ShapeError("a content part is not an object"))?;
     let media = [
@@ -208,6 +210,12 @@ fn hash_part(part: &str, chain: &mut BlockChain<'_>) -> Result<bool, ShapeError>
         view.source,
     ];
     let Some((field, payload)) = MEDIA_FIELDS.iter().zip(media).find_map(|(name, value)| Some((*name, value?))) else {
+        // An Anthropic-style `cache_control` marker is no part of the prompt (vLLM renders
+        // none), and an agent moves it to its newest block each turn (Claude Code does): the
+        // part hashes as written without it, as the next turn resends it.
+        if let Some((head, tail)) = view.cache_control.and_then(|marker| around_member(part, marker.get())) {
+            return Ok(chain.feed(head.as_bytes()) && chain.feed(tail.as_bytes()));
+        }
         return Ok(chain.feed(part.as_bytes()));
     };
     let kind = view.kind.as_deref().unwrap_or(field);

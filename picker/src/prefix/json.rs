@@ -19,6 +19,28 @@ pub(super) fn span_of(outer: &str, inner: &str) -> Option<(usize, usize)> {
     (end <= outer.len()).then_some((start, end))
 }
 
+/// The object `object` around its member whose value is `value` (a slice of it, as serde hands
+/// out): the text before the member and after it, its comma taken with it, so that the two
+/// read as the object written without that member (`{"a":1,"b":2}` without `b` is `{"a":1` and
+/// `}`; without `a`, `{` and `"b":2}`). `None` when `value` is not found as a member's.
+pub(super) fn around_member<'a>(object: &'a str, value: &str) -> Option<(&'a str, &'a str)> {
+    let (value_start, value_end) = span_of(object, value)?;
+    let before = object.get(..value_start)?.trim_end_matches(|c: char| c.is_ascii_whitespace());
+    let before = before.strip_suffix(':')?.trim_end_matches(|c: char| c.is_ascii_whitespace());
+    let before = before.strip_suffix('"')?;
+    // The key holds no quote (serde matched it to a field name): back to its opening quote.
+    let key_start = before.rfind('"')?;
+    let head = object.get(..key_start)?.trim_end_matches(|c: char| c.is_ascii_whitespace());
+    let tail = object.get(value_end..)?;
+    if let Some(head) = head.strip_suffix(',') {
+        return Some((head, tail));
+    }
+    // The first member: its following comma (and the white space after it) goes instead.
+    let after = tail.trim_start_matches(|c: char| c.is_ascii_whitespace());
+    let tail = after.strip_prefix(',').map_or(tail, |rest| rest.trim_start_matches(|c: char| c.is_ascii_whitespace()));
+    Some((object.get(..key_start)?, tail))
+}
+
 /// One element of a JSON array, as [`for_each_element`] hands it over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Element<'a> {
@@ -284,5 +306,22 @@ mod tests {
         }
         assert!(scanned_elements("[1 2]").is_err());
         assert!(scanned_elements("{}").is_err());
+    }
+
+    #[test]
+    fn a_member_is_cut_out_with_its_comma() {
+        let cut = |object: &'static str, value: &str| {
+            let at = object.find(value).unwrap();
+            around_member(object, &object[at..at + value.len()]).map(|(a, b)| format!("{a}{b}"))
+        };
+        let marked = r#"{"type":"text","text":"hi","cache_control":{"type":"ephemeral"}}"#;
+        assert_eq!(cut(marked, r#"{"type":"ephemeral"}"#).as_deref(), Some(r#"{"type":"text","text":"hi"}"#));
+        let spaced = r#"{"type": "text", "cache_control": {"type": "ephemeral"}, "text": "hi"}"#;
+        assert_eq!(cut(spaced, r#"{"type": "ephemeral"}"#).as_deref(), Some(r#"{"type": "text", "text": "hi"}"#));
+        let first = r#"{"cache_control":{"type":"ephemeral"},"type":"text"}"#;
+        assert_eq!(cut(first, r#"{"type":"ephemeral"}"#).as_deref(), Some(r#"{"type":"text"}"#));
+        let only = r#"{ "cache_control" : {} }"#;
+        assert_eq!(cut(only, "{}").as_deref(), Some("{  }"));
+        assert_eq!(around_member(marked, "elsewhere"), None, "not a slice of the object");
     }
 }

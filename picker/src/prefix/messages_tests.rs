@@ -54,3 +54,21 @@ fn the_system_prompt_leads_and_images_hash_by_their_data() {
     assert!(tight.len() < 10, "a 50 kB image is a placeholder, not {} blocks", tight.len());
     assert_eq!(tight, spaced, "whitespace around a media block does not change its hash");
 }
+
+#[test]
+fn a_cache_control_marker_moved_to_the_newest_blocks_keeps_the_earlier_turns_blocks() {
+    // Claude Code marks the newest blocks of the conversation each turn; vLLM renders no marker.
+    let marker = r#","cache_control":{"type":"ephemeral"}"#;
+    let block = |text: &str, marked: bool| {
+        let marker = if marked { marker } else { "" };
+        format!(r#"{{"role":"user","content":[{{"type":"text","text":"{text}"{marker}}}]}}"#)
+    };
+    let reply = |seed| format!(r#"{{"role":"assistant","content":[{{"type":"text","text":"{}"}}]}}"#, words(60, seed));
+    let (system, task, step) = (words(150, 7), words(80, 9), words(60, 10));
+    // Turn 2 marks its two newest user blocks; turn 3 moves both markers on.
+    let second = hashes(&turn(&system, &[block(&task, true), reply(1), block(&step, true)]));
+    let third = [block(&task, false), reply(1), block(&step, true), reply(2), block("go on", true)];
+    let third = hashes(&turn(&system, &third));
+    let kept = second.len() - 1;
+    assert_eq!(third.get(..kept), second.get(..kept), "the marker's move broke the prefix");
+}
