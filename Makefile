@@ -195,15 +195,15 @@ bench-flow: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	./target/release/wasm-epp-bench-quality --flow-only --out-dir bench/results/flow-control $(FLOW_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot_flow.py bench/results/flow-control
 
-# `make bench-agents`: workload m only, coding agents on the Responses API (each turn resends
-# the conversation with its tool calls), the peers beside wasm-epp with and without learning;
-# about 5 minutes on 2 cores.
+# `make bench-agents`: workloads m and n, coding agents on the Responses API and on Anthropic's
+# Messages API (each turn resends the conversation with its tool calls), the peers beside
+# wasm-epp with and without learning; about 9 minutes on 2 cores.
 # Results and plots in bench/results/agents/.
 AGENTS_TARGETS ?= wasm-epp,wasm-epp-learning,envoy-round-robin,envoy-least-request,vllm-router-cache-aware,vllm-router-power-of-two
 .PHONY: bench-agents
 bench-agents: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
-	./target/release/wasm-epp-bench-quality --workloads m --out-dir bench/results/agents --no-replicas --no-peer-cost \
+	./target/release/wasm-epp-bench-quality --workloads m,n --out-dir bench/results/agents --no-replicas --no-peer-cost \
 		--targets $(AGENTS_TARGETS) \
 		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(AGENTS_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results/agents

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::client::{StreamingClient, Success};
-use crate::workload::{Job, MODEL};
+use crate::workload::{AgentApi, Job, MODEL};
 
 /// One request's result: the stream's measurements, or why it failed.
 pub type Outcome = Result<Success, String>;
@@ -84,7 +84,28 @@ async fn run_job(client: &StreamingClient, base_url: &str, job: Job, outcomes: &
             let body = completion_body(&model, &prompt, max_tokens);
             outcomes.push(client.post_streaming(&format!("{base_url}/v1/completions"), body).await);
         }
-        Job::Agent { instructions, task, turns, think_ms, max_tokens } => {
+        Job::Agent { api: AgentApi::Messages, instructions, task, turns, think_ms, max_tokens } => {
+            let url = format!("{base_url}/v1/messages");
+            let mut messages = vec![json!({"role": "user", "content": [{"type": "text", "text": task}]})];
+            for (index, turn) in turns.into_iter().enumerate() {
+                let body = messages_body(&instructions, &messages, max_tokens);
+                let outcome = client.post_streaming(&url, body).await;
+                let answer = outcome.as_ref().ok().map(|success| success.text.trim().to_string());
+                outcomes.push(outcome);
+                let Some(answer) = answer else { break };
+                let id = format!("toolu_{index}");
+                let input: Value = serde_json::from_str(&turn.tool_arguments).unwrap_or(Value::Null);
+                messages.push(json!({"role": "assistant", "content": [
+                    {"type": "text", "text": answer},
+                    {"type": "tool_use", "id": id, "name": "shell", "input": input}]}));
+                messages.push(json!({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": id, "content": turn.tool_output},
+                    {"type": "text", "text": turn.next_step}]}));
+                let pause = think_ms.get(index).copied().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+        }
+        Job::Agent { api: AgentApi::Responses, instructions, task, turns, think_ms, max_tokens } => {
             let url = format!("{base_url}/v1/responses");
             let mut items = vec![json!({"role": "user", "content": task})];
             for (index, turn) in turns.into_iter().enumerate() {
@@ -155,6 +176,24 @@ fn responses_body(instructions: &str, items: &[Value], max_tokens: usize) -> Str
         "input": items,
         "max_output_tokens": max_tokens,
         "stream": true,
+    })
+    .to_string()
+}
+
+/// A Messages API turn as Claude Code sends it: the system prompt marked for caching and a
+/// `cache_control` marker on the newest block only (moved every turn).
+fn messages_body(system: &str, messages: &[Value], max_tokens: usize) -> String {
+    let mut messages = messages.to_vec();
+    let newest = messages.last_mut().and_then(|m| m.get_mut("content")).and_then(Value::as_array_mut);
+    if let Some(block) = newest.and_then(|blocks| blocks.last_mut()).and_then(Value::as_object_mut) {
+        block.insert("cache_control".into(), json!({"type": "ephemeral"}));
+    }
+    json!({
+        "model": MODEL,
+        "max_tokens": max_tokens,
+        "stream": true,
+        "system": [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}],
+        "messages": messages,
     })
     .to_string()
 }

@@ -124,7 +124,8 @@ impl StreamProgress {
 
     /// One Responses API event: a token is `response.output_text.delta` (the stream's opening
     /// events come before any token and do not count), and `response.completed` ends the stream
-    /// with `usage` (`input_tokens`, `input_tokens_details.cached_tokens`, `output_tokens`).
+    /// with `usage` (`input_tokens`, `input_tokens_details.cached_tokens`, `output_tokens`);
+    /// or one Messages API event (below).
     fn apply_responses_event(&mut self, kind: &str, event: &Value, now: Instant) -> Result<(), String> {
         match kind {
             "response.output_text.delta" => {
@@ -140,6 +141,19 @@ impl StreamProgress {
                 self.done = true;
             }
             "response.failed" | "response.incomplete" => return Err(format!("{kind} event: {event}")),
+            // The Messages API: a token is a `content_block_delta`'s text; `message_delta`
+            // carries `usage` (no cached tokens from vLLM); `message_stop`, then `[DONE]`.
+            "content_block_delta" => {
+                let delta = event.get("delta");
+                self.content(delta.and_then(|d| d.get("text")).and_then(Value::as_str).unwrap_or_default(), now);
+            }
+            "message_delta" => {
+                let usage = event.get("usage");
+                let field = |name: &str| usage.and_then(|u| u.get(name)).and_then(Value::as_u64);
+                self.usage_tokens = field("output_tokens").or(self.usage_tokens);
+                self.prompt_tokens = field("input_tokens").or(self.prompt_tokens);
+            }
+            "message_stop" => self.done = true,
             _ => {}
         }
         Ok(())
@@ -232,5 +246,33 @@ mod tests {
         let mut truncated = StreamProgress::new(started);
         truncated.apply(r#"{"choices":[{"text":" a"}]}"#, started).unwrap();
         assert!(truncated.finish(started, None).is_err());
+    }
+
+    #[test]
+    fn a_messages_stream_times_its_first_text_delta_and_ends_at_message_stop() {
+        let started = Instant::now();
+        let later = |ms| started + Duration::from_millis(ms);
+        let mut progress = StreamProgress::new(started);
+        progress
+            .apply(r#"{"type":"message_start","message":{"content":[]},"usage":{"input_tokens":9}}"#, later(40))
+            .unwrap();
+        progress
+            .apply(r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#, later(40))
+            .unwrap();
+        progress
+            .apply(r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" a"}}"#, later(41))
+            .unwrap();
+        progress
+            .apply(r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" b"}}"#, later(55))
+            .unwrap();
+        let usage = r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"input_tokens":9,"output_tokens":2}}"#;
+        progress.apply(usage, later(56)).unwrap();
+        progress.apply(r#"{"type":"message_stop"}"#, later(56)).unwrap();
+        progress.apply("[DONE]", later(56)).unwrap();
+        let success = progress.finish(later(57), None).unwrap();
+        assert_eq!(
+            (success.ttft, success.output_tokens, success.text.as_str()),
+            (Duration::from_millis(41), 2, " a b")
+        );
     }
 }

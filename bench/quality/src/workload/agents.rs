@@ -1,5 +1,7 @@
 //! (m) Agents on the Responses API: the loop of a coding agent (Codex and the OpenAI Agents SDK
 //! call `/v1/responses`) resends its whole conversation every turn, `instructions` first.
+//! (n) The same sessions on the Anthropic Messages API, as Claude Code calls vLLM's
+//! `/v1/messages`: `system`, then the messages with `tool_use` and `tool_result` blocks.
 //!
 //! 48 agent sessions of 8 agent kinds (each kind its own 4,096-token instructions: an agent's
 //! system prompt and tool schemas are long), 16 running at once. Each session runs 8 turns;
@@ -13,7 +15,7 @@
 //! session's history on every pod (~100k tokens each), and the pods evict what the next turn
 //! needs.
 
-use super::{pod_args, AgentTurn, Job, Size, Workload, WorkloadName};
+use super::{pod_args, AgentApi, AgentTurn, Job, Size, Workload, WorkloadName};
 use crate::prompts::{text_of_tokens, SeededRandom};
 
 const PODS: usize = 4;
@@ -33,7 +35,8 @@ const MAX_NUM_SEQS: usize = 8;
 /// The longest session: 4,096 + 64 + 8 × (48 + 512 + 32 + ~20) tokens plus template, ~9k.
 const MAX_MODEL_LEN: usize = 16384;
 
-pub fn build(size: Size, seed: u64) -> Workload {
+/// Workload m on `AgentApi::Responses`, n on `AgentApi::Messages`: the same sessions.
+pub fn build(size: Size, seed: u64, api: AgentApi) -> Workload {
     let sessions = size.pick(48, 12);
     let mut random = SeededRandom::new(seed ^ 0x6d);
     let jobs = (0..sessions)
@@ -48,6 +51,7 @@ pub fn build(size: Size, seed: u64) -> Workload {
                 })
                 .collect();
             Job::Agent {
+                api,
                 instructions: text_of_tokens(INSTRUCTIONS_TOKENS, seed ^ (0x6d_0000 + kind as u64)),
                 task: text_of_tokens(TASK_TOKENS, own(0)),
                 turns,
@@ -57,7 +61,10 @@ pub fn build(size: Size, seed: u64) -> Workload {
         })
         .collect();
     Workload {
-        name: WorkloadName::Agents,
+        name: match api {
+            AgentApi::Responses => WorkloadName::Agents,
+            AgentApi::Messages => WorkloadName::MessagesAgents,
+        },
         pods: PODS,
         pod_args: pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN),
         concurrency: CONCURRENCY,

@@ -55,6 +55,11 @@ pub enum WorkloadName {
     /// turns each resending the conversation with tool calls and outputs, 16 at once.
     #[value(name = "m", alias = "agents")]
     Agents,
+    /// Workload m's sessions on the Anthropic Messages API (`/v1/messages`, as Claude Code
+    /// calls vLLM): `system`, `tool_use` and `tool_result` blocks, a `cache_control` marker on
+    /// the newest block, moved each turn.
+    #[value(name = "n", alias = "messages-agents")]
+    MessagesAgents,
 }
 
 impl WorkloadName {
@@ -72,6 +77,7 @@ impl WorkloadName {
             WorkloadName::MixedLengths => "l-mixed-lengths",
             WorkloadName::Ladder => "g-ladder",
             WorkloadName::Agents => "m-agents",
+            WorkloadName::MessagesAgents => "n-messages-agents",
         }
     }
 }
@@ -112,7 +118,24 @@ pub enum Job {
     /// An agent's session on `/v1/responses`: every turn resends `instructions` and the whole
     /// conversation (the task, then per turn the answer, a `function_call`, its output and the
     /// next step), after the tool's run of `think_ms[i]` before turn `i + 1`.
-    Agent { instructions: String, task: String, turns: Vec<AgentTurn>, think_ms: Vec<u64>, max_tokens: usize },
+    /// The same session on the Anthropic Messages API with `api` [`AgentApi::Messages`].
+    Agent {
+        api: AgentApi,
+        instructions: String,
+        task: String,
+        turns: Vec<AgentTurn>,
+        think_ms: Vec<u64>,
+        max_tokens: usize,
+    },
+}
+
+/// Which API an agent's session speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentApi {
+    /// `/v1/responses` (Codex, the OpenAI Agents SDK).
+    Responses,
+    /// `/v1/messages` (Claude Code, Anthropic's SDKs).
+    Messages,
 }
 
 /// What an agent adds to its conversation after one answer.
@@ -160,7 +183,8 @@ impl Workload {
             WorkloadName::Heterogeneous => heterogeneous::build(size, seed),
             WorkloadName::MixedLengths => mixed_lengths::build(size, seed),
             WorkloadName::Ladder => ladder::build(size, seed),
-            WorkloadName::Agents => agents::build(size, seed),
+            WorkloadName::Agents => agents::build(size, seed, AgentApi::Responses),
+            WorkloadName::MessagesAgents => agents::build(size, seed, AgentApi::Messages),
         }
     }
 
@@ -228,6 +252,7 @@ mod tests {
             WorkloadName::MixedLengths,
             WorkloadName::Ladder,
             WorkloadName::Agents,
+            WorkloadName::MessagesAgents,
         ] {
             let first = Workload::build(name, Size::Quick, 7);
             let again = Workload::build(name, Size::Quick, 7);
