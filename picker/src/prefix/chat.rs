@@ -24,12 +24,15 @@ use crate::request::Message;
 const MEDIA_FIELDS: [&str; 8] =
     ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil", "file_data", "source"];
 
-/// `tools` (as written) then every message, in order. `cut`: where the body parse found each
-/// message, if it did; otherwise the raw list is cut here (the same messages either way).
+/// `tools` (as written), the tagged `system` prompt of a Messages API request (vLLM makes it
+/// the chat's system message; a chat's is one of its messages), then every message, in order.
+/// `cut`: where the body parse found each message, if it did; otherwise the raw list is cut
+/// here (the same messages either way).
 pub(super) fn hash_chat(
     messages: &str,
     cut: Option<&[Message<'_>]>,
     tools: Option<&RawValue>,
+    system: Option<&RawValue>,
     chain: &mut BlockChain<'_>,
 ) -> Result<(), ShapeError> {
     let messages = messages.trim_ascii();
@@ -37,6 +40,11 @@ pub(super) fn hash_chat(
         return Err(ShapeError("messages is not a list"));
     }
     feed_tools(tools, chain);
+    if let Some(system) = system {
+        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(system.get().as_bytes())) {
+            return Ok(());
+        }
+    }
     match cut {
         Some(cut) => {
             for message in cut {
@@ -50,8 +58,8 @@ pub(super) fn hash_chat(
     }
 }
 
-/// Marks where a Responses API request's `instructions` begin, so they never read as the bytes
-/// of an input item (raw JSON text holds no NUL byte).
+/// Marks where a Responses API request's `instructions` (or a Messages API request's `system`)
+/// begin, so they never read as the bytes of an input item (raw JSON text holds no NUL byte).
 const INSTRUCTIONS_TAG: &[u8] = b"\0instructions\0";
 
 /// A Responses API prompt: `tools` (as written), `instructions` (tagged), then `input`, a
@@ -75,27 +83,6 @@ pub(super) fn hash_responses(
         return Ok(());
     }
     for_each_element(input, |item| hash_message(item.text, message_parts(item)?, chain))
-}
-
-/// An Anthropic Messages API prompt: `tools`, `system` (tagged like the Responses API's
-/// `instructions`: vLLM makes it the chat's system message), then every message as a chat's.
-pub(super) fn hash_messages(
-    system: Option<&RawValue>,
-    messages: &str,
-    tools: Option<&RawValue>,
-    chain: &mut BlockChain<'_>,
-) -> Result<(), ShapeError> {
-    let messages = messages.trim_ascii();
-    if !messages.starts_with('[') {
-        return Err(ShapeError("messages is not a list"));
-    }
-    feed_tools(tools, chain);
-    if let Some(system) = system {
-        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(system.get().as_bytes())) {
-            return Ok(());
-        }
-    }
-    for_each_element(messages, |message| hash_message(message.text, message_parts(message)?, chain))
 }
 
 fn feed_tools(tools: Option<&RawValue>, chain: &mut BlockChain<'_>) {

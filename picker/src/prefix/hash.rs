@@ -23,7 +23,7 @@ use std::fmt;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
 
-use super::chat::{hash_chat, hash_messages, hash_responses};
+use super::chat::{hash_chat, hash_responses};
 use super::json::{for_each_element, for_each_token_id, string_contents};
 use crate::request::{Endpoint, InferenceRequest};
 
@@ -149,13 +149,11 @@ pub fn hash_prompt_noting_replies(
     chain.replies = Some(replies);
     let outcome = match (endpoint, request.prompt, request.messages) {
         (Endpoint::Completions, Some(prompt), _) => hash_completion(prompt, params, &mut chain),
-        (Endpoint::ChatCompletions, _, Some(messages)) => {
-            hash_chat(messages, request.messages_cut.as_deref(), request.tools, &mut chain)
+        // A Messages API request is a chat with its `system` apart (`instructions`).
+        (Endpoint::ChatCompletions | Endpoint::Messages, _, Some(messages)) => {
+            hash_chat(messages, request.messages_cut.as_deref(), request.tools, request.instructions, &mut chain)
         }
         (Endpoint::Responses, _, _) => hash_responses(request.instructions, request.input, request.tools, &mut chain),
-        (Endpoint::Messages, _, Some(messages)) => {
-            hash_messages(request.instructions, messages, request.tools, &mut chain)
-        }
         _ => Ok(()),
     };
     if let (Err(_), Some(replies)) = (&outcome, chain.replies.take()) {

@@ -1,4 +1,4 @@
-//! Hashing of Anthropic Messages API prompts (`system` and `messages`, `chat::hash_messages`).
+//! Hashing of Anthropic Messages API prompts (`system` and `messages`, `chat::hash_chat`).
 
 use crate::prefix::hash::{hash_prompt, HashParams};
 use crate::request::{parse_request, Endpoint};

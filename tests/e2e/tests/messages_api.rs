@@ -17,10 +17,6 @@ fn turn_body(agent: usize, messages: &[Value], stream: bool) -> String {
     .to_string()
 }
 
-fn stats_sum(cluster: &Cluster, name: &str) -> u64 {
-    cluster.pods.iter().map(|pod| pod.stats().ok().and_then(|s| s[name].as_u64()).unwrap_or(0)).sum()
-}
-
 #[test]
 fn an_agents_conversation_keeps_its_pod_and_hits_its_prefix_cache() {
     let cluster = Cluster::start_ready("messages-agents", 4, &["--time-scale", "0"]);
@@ -45,7 +41,7 @@ fn an_agents_conversation_keeps_its_pod_and_hits_its_prefix_cache() {
     }
     let spread = tally(homes.iter().map(String::as_str));
     assert!(spread.len() >= 2, "6 agents spread over the pool: {spread:?}");
-    let (hits, queries) = (stats_sum(&cluster, "prefix_cache_hits"), stats_sum(&cluster, "prefix_cache_queries"));
+    let (hits, queries) = (cluster.pods_stat("prefix_cache_hits"), cluster.pods_stat("prefix_cache_queries"));
     eprintln!("MEASURED messages API agents: pods' prefix cache hit {hits} of {queries} tokens; homes {spread:?}");
     assert!(hits * 10 >= queries * 7, "hits {hits} of {queries}");
 }

@@ -17,10 +17,6 @@ fn turn_body(agent: usize, items: &[Value], stream: bool) -> String {
     .to_string()
 }
 
-fn stats_sum(cluster: &Cluster, name: &str) -> u64 {
-    cluster.pods.iter().map(|pod| pod.stats().ok().and_then(|s| s[name].as_u64()).unwrap_or(0)).sum()
-}
-
 #[test]
 fn an_agents_conversation_sticks_to_one_pod_and_hits_its_prefix_cache() {
     let cluster = Cluster::start_ready("responses-agents", 4, &["--time-scale", "0"]);
@@ -52,11 +48,11 @@ fn an_agents_conversation_sticks_to_one_pod_and_hits_its_prefix_cache() {
     }
     let spread = tally(homes.iter().map(String::as_str));
     assert!(spread.len() >= 2, "6 agents spread over the pool: {spread:?}");
-    let (hits, queries) = (stats_sum(&cluster, "prefix_cache_hits"), stats_sum(&cluster, "prefix_cache_queries"));
+    let (hits, queries) = (cluster.pods_stat("prefix_cache_hits"), cluster.pods_stat("prefix_cache_queries"));
     eprintln!("MEASURED responses API agents: pods' prefix cache hit {hits} of {queries} tokens; homes {spread:?}");
     // Each agent's first turn is cold; the other five find nearly all of their prompt cached.
     assert!(hits * 10 >= queries * 7, "hits {hits} of {queries}");
-    assert_eq!(stats_sum(&cluster, "model_not_found"), 0);
+    assert_eq!(cluster.pods_stat("model_not_found"), 0);
 }
 
 #[test]
@@ -126,11 +122,7 @@ fn conversations_continued_by_previous_response_id_reach_the_pod_that_stored_the
             assert_eq!(object["id"].as_str(), Some(id.as_str()));
         }
     }
-    assert_eq!(
-        stats_sum(&cluster, "responses_not_found"),
-        0,
-        "no turn nor retrieval reached a pod without its response"
-    );
+    assert_eq!(cluster.pods_stat("responses_not_found"), 0, "no turn nor retrieval reached a pod without its response");
     assert_eq!(cluster.envoy.stat("wasm_epp_response_ids_noted"), Some(32.0));
     assert_eq!(cluster.envoy.stat("wasm_epp_response_ids_followed"), Some(28.0 + 12.0));
 }
