@@ -92,27 +92,69 @@ fn push_event(out: &mut String, value: &Value) {
     out.push_str("\n\n");
 }
 
-impl Body for SseBody {
+impl EventRenderer for SseBody {
+    fn events(&mut self) -> &mut mpsc::Receiver<ChoiceEvent> {
+        &mut self.events
+    }
+
+    fn render(&mut self, event: ChoiceEvent) -> Option<Bytes> {
+        SseBody::render(self, event)
+    }
+
+    fn ended(&self) -> bool {
+        self.done
+    }
+
+    fn end(&mut self) {
+        self.done = true;
+    }
+}
+
+/// What turns one request's generation events into a streamed body's bytes: the chat and
+/// completions' SSE ([`SseBody`]), the Responses and Messages APIs' typed events. One
+/// [`EventBody`] polls them all.
+pub trait EventRenderer: Unpin {
+    fn events(&mut self) -> &mut mpsc::Receiver<ChoiceEvent>;
+    /// Bytes sent before any event, once (the Responses API's opening events); none by default.
+    fn opening(&mut self) -> Option<Bytes> {
+        None
+    }
+    /// One event's bytes; `None` when it produces no output yet.
+    fn render(&mut self, event: ChoiceEvent) -> Option<Bytes>;
+    /// The stream has ended: its last bytes were rendered, or its tasks are gone.
+    fn ended(&self) -> bool;
+    fn end(&mut self);
+}
+
+/// A streamed body: the renderer's opening, then one frame per rendered event, as each event
+/// comes from the generation tasks.
+#[derive(Debug)]
+pub struct EventBody<R>(pub R);
+
+impl<R: EventRenderer> Body for EventBody<R> {
     type Data = Bytes;
     type Error = Infallible;
 
     fn poll_frame(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        // Each pass consumes one event; only `Finished` of a non-final choice loops, so the
-        // number of passes is bounded by the number of choices plus one.
+        let renderer = &mut self.get_mut().0;
+        if let Some(opening) = renderer.opening() {
+            return Poll::Ready(Some(Ok(Frame::data(opening))));
+        }
+        // Each pass consumes one event; only an event that renders nothing (a non-final
+        // choice's end) loops, so the passes are bounded by the events.
         loop {
-            if this.done {
+            if renderer.ended() {
                 return Poll::Ready(None);
             }
-            match this.events.poll_recv(context) {
+            match renderer.events().poll_recv(context) {
                 Poll::Ready(Some(event)) => {
-                    if let Some(bytes) = this.render(event) {
+                    if let Some(bytes) = renderer.render(event) {
                         return Poll::Ready(Some(Ok(Frame::data(bytes))));
                     }
                 }
                 // Every task is gone without finishing (cannot happen unless one was cancelled).
                 Poll::Ready(None) => {
-                    this.done = true;
+                    renderer.end();
                     return Poll::Ready(None);
                 }
                 Poll::Pending => return Poll::Pending,
@@ -121,7 +163,7 @@ impl Body for SseBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.done
+        self.0.ended()
     }
 }
 
@@ -159,7 +201,7 @@ mod tests {
         assert!(events[1].contains("\"content\":\" a\""));
         assert!(events[4].contains("\"prompt_tokens\":8"), "usage sums the choices");
         assert_eq!(events[5], "data: [DONE]");
-        assert!(body.is_end_stream());
+        assert!(body.ended());
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::api::messages_api::{self, parse_messages, MessagesStream};
 use crate::api::request::{parse_chat, parse_completion, CommonOptions};
 use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
 use crate::api::responses_api::{self, parse_responses, ResponsesMeta, ResponsesStream};
-use crate::api::sse::SseBody;
+use crate::api::sse::{EventBody, SseBody};
 use crate::chat_template::ChatMessage;
 use crate::hashing::StableHasher;
 use crate::pd::sidecar::prefill_remotely;
@@ -92,7 +92,7 @@ pub async fn responses(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result
     });
     if request.options.stream {
         let on_complete = store.map(|store| Box::new(store) as responses_api::OnComplete);
-        return Ok(event_stream(ResponsesStream::new(started.events, meta, on_complete).boxed_unsync()));
+        return Ok(event_stream(EventBody(ResponsesStream::new(started.events, meta, on_complete)).boxed_unsync()));
     }
     let (texts, usage) = collect_choices(started.events, started.choices).await?;
     let text = texts.concat();
@@ -115,7 +115,7 @@ pub async fn messages(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<
     let id = ResponseMeta::new(ApiKind::Chat, started.request_number, unix_seconds(), &started.model).id;
     if request.options.stream {
         let stream = MessagesStream::new(started.events, id, started.model, prompt_tokens, max_tokens);
-        return Ok(event_stream(stream.boxed_unsync()));
+        return Ok(event_stream(EventBody(stream).boxed_unsync()));
     }
     let (texts, usage) = collect_choices(started.events, started.choices).await?;
     Ok(json_response(200, &messages_api::full_message(&id, &started.model, &texts.concat(), &usage, max_tokens)))
@@ -180,7 +180,7 @@ async fn generate(
     let meta = ResponseMeta::new(kind, started.request_number, unix_seconds(), &started.model);
     if options.stream {
         let body = SseBody::new(started.events, meta, started.choices, options.include_usage);
-        return Ok(event_stream(body.boxed_unsync()));
+        return Ok(event_stream(EventBody(body).boxed_unsync()));
     }
     collect_response(started.events, &meta, started.choices).await
 }

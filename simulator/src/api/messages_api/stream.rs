@@ -5,16 +5,12 @@
 //! (`stop_reason` and `usage`), `message_stop` and `data: [DONE]`. A failure mid-stream sends
 //! one `error` event. Each event is `event: <type>` and `data: <json>` carrying the same `type`.
 
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use bytes::Bytes;
-use hyper::body::{Body, Frame};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{stop_reason, usage_json};
+use crate::api::sse::EventRenderer;
 use crate::pod::{ChoiceEvent, GenerationEvent};
 
 /// A streaming body fed by the one generation task of a Messages API request.
@@ -88,27 +84,21 @@ impl MessagesStream {
     }
 }
 
-impl Body for MessagesStream {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
-        }
-        match this.events.poll_recv(context) {
-            Poll::Ready(Some(event)) => Poll::Ready(Some(Ok(Frame::data(this.render(event))))),
-            Poll::Ready(None) => {
-                this.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
+impl EventRenderer for MessagesStream {
+    fn events(&mut self) -> &mut mpsc::Receiver<ChoiceEvent> {
+        &mut self.events
     }
 
-    fn is_end_stream(&self) -> bool {
+    fn render(&mut self, event: ChoiceEvent) -> Option<Bytes> {
+        Some(MessagesStream::render(self, event))
+    }
+
+    fn ended(&self) -> bool {
         self.done
+    }
+
+    fn end(&mut self) {
+        self.done = true;
     }
 }
 
@@ -149,6 +139,6 @@ mod tests {
         let delta: Value = serde_json::from_str(events[5].split_once("data: ").unwrap().1).unwrap();
         assert_eq!(delta["delta"]["stop_reason"], "max_tokens");
         assert_eq!(delta["usage"], json!({"input_tokens": 5, "output_tokens": 2}));
-        assert!(body.is_end_stream());
+        assert!(body.ended());
     }
 }

@@ -9,16 +9,12 @@
 //! `event: <type>` and `data: <json>` carrying the same `type` and a `sequence_number`; no
 //! `[DONE]` follows. A failure mid-stream sends one `error` event and ends the stream.
 
-use std::convert::Infallible;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use bytes::Bytes;
-use hyper::body::{Body, Frame};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::shapes::{message_item, output_text, response_object, ResponsesMeta};
+use crate::api::sse::EventRenderer;
 use crate::pod::{ChoiceEvent, GenerationEvent, Usage};
 
 /// Called with the answer's whole text and its usage when the stream completes (to store the
@@ -133,31 +129,25 @@ impl ResponsesStream {
     }
 }
 
-impl Body for ResponsesStream {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        if !this.started {
-            return Poll::Ready(Some(Ok(Frame::data(this.preamble()))));
-        }
-        if this.done {
-            return Poll::Ready(None);
-        }
-        match this.events.poll_recv(context) {
-            Poll::Ready(Some(event)) => Poll::Ready(Some(Ok(Frame::data(this.render(event))))),
-            // The task is gone without finishing (cannot happen unless it was cancelled).
-            Poll::Ready(None) => {
-                this.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
-        }
+impl EventRenderer for ResponsesStream {
+    fn events(&mut self) -> &mut mpsc::Receiver<ChoiceEvent> {
+        &mut self.events
     }
 
-    fn is_end_stream(&self) -> bool {
-        self.done && self.started
+    fn opening(&mut self) -> Option<Bytes> {
+        (!self.started).then(|| self.preamble())
+    }
+
+    fn render(&mut self, event: ChoiceEvent) -> Option<Bytes> {
+        Some(ResponsesStream::render(self, event))
+    }
+
+    fn ended(&self) -> bool {
+        self.done
+    }
+
+    fn end(&mut self) {
+        self.done = true;
     }
 }
 
@@ -219,6 +209,6 @@ mod tests {
         assert_eq!(last["status"], "incomplete", "cut by max_output_tokens");
         assert_eq!(last["output"][0]["content"][0]["text"], " a b");
         assert_eq!(last["usage"]["input_tokens_details"]["cached_tokens"], 4);
-        assert!(body.is_end_stream());
+        assert!(body.ended());
     }
 }
