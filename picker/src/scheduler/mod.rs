@@ -91,10 +91,12 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
             affinity: false,
         };
     }
-    // A stored response is on one pod; any other answers 404: it waits there.
-    let pinned =
-        indices_where(usable.iter().copied(), usable.len(), |i| candidates.get(i).is_some_and(|c| c.session_pinned));
-    if !pinned.is_empty() {
+    // A stored response is on one pod; any other answers 404: it waits there. (Looked for
+    // without allocating: nearly every request has no pinned pod.)
+    if usable.iter().any(|&i| candidates.get(i).is_some_and(|c| c.session_pinned)) {
+        let pinned = indices_where(usable.iter().copied(), usable.len(), |i| {
+            candidates.get(i).is_some_and(|c| c.session_pinned)
+        });
         return Filtered { indices: pinned, fail_open: false, load_only: false, affinity: true };
     }
     // Pods with a full queue are left out while any other can take the request.
