@@ -1,7 +1,8 @@
 //! `parse_request` on arbitrary bodies, for each endpoint: never panics, what it accepts
 //! has the shape it promises (the prompt field the endpoint needs, of an allowed JSON type,
-//! itself valid JSON), and it answers as the plain parse does (`parse_request_plainly`, no
-//! messages cut): the same fields, the same refusal, and messages cut where they lie.
+//! itself valid JSON), and it answers as the plain parse does (`parse_request_plainly`,
+//! serde alone, where `parse_request` scans chat and completions bodies itself): the same
+//! fields, the same refusal, and messages cut where they lie.
 
 #![no_main]
 
@@ -10,6 +11,20 @@ use picker::request::{parse_request, parse_request_plainly, BodyError, Endpoint,
 use serde_json::value::RawValue;
 
 fuzz_target!(|body: &[u8]| {
+    check(body);
+    // The same bytes as a field's value and as a message's content in a chat the fast parse
+    // takes, so its scan of every value is held to serde's on arbitrary input.
+    let mut wrapped = br#"{"model":"m","messages":[{"role":"user","content":"x"}],"extra":"#.to_vec();
+    wrapped.extend_from_slice(body);
+    wrapped.push(b'}');
+    check(&wrapped);
+    let mut content = br#"{"messages":[{"role":"user","content":"#.to_vec();
+    content.extend_from_slice(body);
+    content.extend_from_slice(b"}]}");
+    check(&content);
+});
+
+fn check(body: &[u8]) {
     for endpoint in [Endpoint::Completions, Endpoint::ChatCompletions, Endpoint::Other] {
         let answer = parse_request(body, endpoint);
         match (&answer, parse_request_plainly(body, endpoint)) {
@@ -25,8 +40,8 @@ fuzz_target!(|body: &[u8]| {
                     Endpoint::Responses | Endpoint::Messages | Endpoint::Other => {}
                 }
                 if let Some(prompt) = request.prompt {
-                    assert!(matches!(prompt.get().as_bytes().first(), Some(b'"' | b'[')), "prompt {}", prompt.get());
-                    assert_valid_json(prompt.get());
+                    assert!(matches!(prompt.as_bytes().first(), Some(b'"' | b'[')), "prompt {prompt}");
+                    assert_valid_json(prompt);
                 }
                 if let Some(messages) = request.messages {
                     assert!(messages.starts_with('['), "messages {messages}");
@@ -38,7 +53,7 @@ fuzz_target!(|body: &[u8]| {
                     }
                 }
                 if let Some(tools) = request.tools {
-                    assert_valid_json(tools.get());
+                    assert_valid_json(tools);
                 }
             }
             Err(error) => {
@@ -55,11 +70,11 @@ fuzz_target!(|body: &[u8]| {
     // `instructions` a string, each valid JSON; a refusal renders.
     match parse_request(body, Endpoint::Responses) {
         Ok(request) => {
-            let input = request.input.map(RawValue::get).unwrap_or_default();
+            let input = request.input.unwrap_or_default();
             assert!(matches!(input.as_bytes().first(), Some(b'"' | b'[')), "input {input}");
             assert_valid_json(input);
             if let Some(instructions) = request.instructions {
-                assert!(instructions.get().starts_with('"'), "instructions {}", instructions.get());
+                assert!(instructions.starts_with('"'), "instructions {instructions}");
             }
             assert!(request.prompt.is_none() && request.messages.is_none());
         }
@@ -72,8 +87,8 @@ fuzz_target!(|body: &[u8]| {
             assert!(messages.starts_with('['), "messages {messages}");
             assert_valid_json(messages);
             if let Some(system) = request.instructions {
-                assert!(matches!(system.get().as_bytes().first(), Some(b'"' | b'[')), "system {}", system.get());
-                assert_valid_json(system.get());
+                assert!(matches!(system.as_bytes().first(), Some(b'"' | b'[')), "system {system}");
+                assert_valid_json(system);
             }
             assert!(request.prompt.is_none() && request.input.is_none());
         }
@@ -87,7 +102,7 @@ fuzz_target!(|body: &[u8]| {
     if let Ok(path) = std::str::from_utf8(body) {
         let _ = Endpoint::from_path(path);
     }
-});
+}
 
 /// A borrowed raw value re-parses on its own (without recursion: deep nesting is allowed).
 fn assert_valid_json(raw: &str) {
@@ -103,10 +118,10 @@ fn fields<'a>(
     (
         request.model.as_deref().map(str::to_owned),
         request.stream,
-        request.stream_options.map(RawValue::get),
-        request.prompt.map(RawValue::get),
+        request.stream_options,
+        request.prompt,
         request.messages,
-        request.tools.map(RawValue::get),
+        request.tools,
         request.cache_salt.as_deref().map(str::to_owned),
     )
 }

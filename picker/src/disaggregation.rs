@@ -43,7 +43,7 @@ impl RoleTables {
 /// The prompt's length in tokens, estimated from its JSON text (what the prefix hashing cuts
 /// into blocks with the same `bytes_per_token`); 0 without a prompt.
 pub fn estimated_prompt_tokens(request: &InferenceRequest<'_>, bytes_per_token: usize) -> u64 {
-    let text_bytes = request.prompt.map(serde_json::value::RawValue::get).or(request.messages).map_or(0, str::len);
+    let text_bytes = request.prompt.or(request.messages).map_or(0, str::len);
     (text_bytes / bytes_per_token.max(1)) as u64
 }
 

@@ -5,8 +5,6 @@
 //! `usage.prompt_tokens` to the estimate, averaged over recent answers ([`TextRatio`]), so a
 //! tokenizer denser or sparser than the configured guess is learned, not assumed.
 
-use serde_json::value::RawValue;
-
 use crate::request::{Endpoint, InferenceRequest};
 
 /// Weight of the newest answer in the text ratio's moving average once warmed up: ~20 answers
@@ -30,17 +28,11 @@ pub struct PromptSize {
 pub fn prompt_size(request: &InferenceRequest<'_>, endpoint: Endpoint, bytes_per_token: usize) -> PromptSize {
     let per_token = bytes_per_token.max(1);
     if endpoint == Endpoint::Completions {
-        if let Some(ids) = request.prompt.and_then(|p| token_id_count(p.get())) {
+        if let Some(ids) = request.prompt.and_then(token_id_count) {
             return PromptSize { tokens: ids, exact: true };
         }
     }
-    let raw_values = [
-        request.prompt.map(RawValue::get),
-        request.messages,
-        request.tools.map(RawValue::get),
-        request.instructions.map(RawValue::get),
-        request.input.map(RawValue::get),
-    ];
+    let raw_values = [request.prompt, request.messages, request.tools, request.instructions, request.input];
     let bytes: usize = raw_values.iter().flatten().map(|raw| raw.len()).sum();
     PromptSize { tokens: u32::try_from(bytes / per_token).unwrap_or(u32::MAX), exact: false }
 }

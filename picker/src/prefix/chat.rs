@@ -31,8 +31,8 @@ const MEDIA_FIELDS: [&str; 8] =
 pub(super) fn hash_chat(
     messages: &str,
     cut: Option<&[Message<'_>]>,
-    tools: Option<&RawValue>,
-    system: Option<&RawValue>,
+    tools: Option<&str>,
+    system: Option<&str>,
     chain: &mut BlockChain<'_>,
 ) -> Result<(), ShapeError> {
     let messages = messages.trim_ascii();
@@ -41,7 +41,7 @@ pub(super) fn hash_chat(
     }
     feed_tools(tools, chain);
     if let Some(system) = system {
-        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(system.get().as_bytes())) {
+        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(system.as_bytes())) {
             return Ok(());
         }
     }
@@ -66,18 +66,18 @@ const INSTRUCTIONS_TAG: &[u8] = b"\0instructions\0";
 /// string as written or every item as a chat message is (a message item is the same object a
 /// chat sends, and vLLM renders both through the same chat template).
 pub(super) fn hash_responses(
-    instructions: Option<&RawValue>,
-    input: Option<&RawValue>,
-    tools: Option<&RawValue>,
+    instructions: Option<&str>,
+    input: Option<&str>,
+    tools: Option<&str>,
     chain: &mut BlockChain<'_>,
 ) -> Result<(), ShapeError> {
     feed_tools(tools, chain);
     if let Some(instructions) = instructions {
-        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(instructions.get().as_bytes())) {
+        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(instructions.as_bytes())) {
             return Ok(());
         }
     }
-    let Some(input) = input.map(|raw| raw.get().trim_ascii()) else { return Ok(()) };
+    let Some(input) = input.map(str::trim_ascii) else { return Ok(()) };
     if input.starts_with('"') {
         chain.feed(input.as_bytes());
         return Ok(());
@@ -85,8 +85,8 @@ pub(super) fn hash_responses(
     for_each_element(input, |item| hash_message(item.text, message_parts(item)?, chain))
 }
 
-fn feed_tools(tools: Option<&RawValue>, chain: &mut BlockChain<'_>) {
-    if let Some(tools) = tools.map(|t| t.get().trim_ascii()).filter(|t| *t != "null") {
+fn feed_tools(tools: Option<&str>, chain: &mut BlockChain<'_>) {
+    if let Some(tools) = tools.map(str::trim_ascii).filter(|t| *t != "null") {
         chain.feed(tools.as_bytes());
     }
 }

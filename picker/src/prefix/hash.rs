@@ -20,7 +20,6 @@
 
 use std::fmt;
 
-use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_64_with_seed, Xxh3};
 
 use super::chat::{hash_chat, hash_responses};
@@ -268,8 +267,8 @@ impl<'o> BlockChain<'o> {
 /// `prompt`: a string, a list of strings, a list of token ids, or a list of token-id lists.
 /// The first element of a list says which; token ids are cut into blocks of exactly
 /// `block_tokens` ids, whatever `bytes_per_token` says.
-fn hash_completion(prompt: &RawValue, params: &HashParams, chain: &mut BlockChain<'_>) -> Result<(), ShapeError> {
-    let text = prompt.get().trim_ascii();
+fn hash_completion(prompt: &str, params: &HashParams, chain: &mut BlockChain<'_>) -> Result<(), ShapeError> {
+    let text = prompt.trim_ascii();
     if let Some(contents) = string_contents(text) {
         chain.feed(contents.as_bytes());
         return Ok(());

@@ -57,9 +57,9 @@ const NOT_A_LIST: ShapeError = ShapeError("a list holds elements of the wrong ty
 /// `each` returns `Ok(false)` to stop early; the rest of the array is not read. Errors: `array`
 /// is not an array, or `each`'s.
 ///
-/// `array` is a `RawValue`'s text, which serde_json has already checked is valid JSON (the body
-/// parse), so this only finds where each element ends: strings are skipped 8 bytes a step for
-/// their closing quote (escapes jump 2 bytes), nesting is counted outside them. That reads a
+/// `array` is a raw value's text, which the body parse has already checked is valid JSON, so
+/// this only finds where each element ends: strings are skipped 8 bytes a step for their
+/// closing quote (escapes jump 2 bytes), nesting is counted outside them. That reads a
 /// chat request's messages once more at a fraction of what a second serde walk cost (a 6 KB
 /// message: ~0.5 µs against ~2.5 µs natively). Given text that is not valid JSON it stays
 /// bounded and never panics: each step consumes input, and it ends in an error or in elements

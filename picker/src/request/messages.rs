@@ -10,9 +10,8 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
-use super::{BodyError, InferenceRequest};
+use super::{raw_text, BodyError, InferenceRequest};
 
 #[derive(Deserialize)]
 struct MessagesBody<'a> {
@@ -20,12 +19,12 @@ struct MessagesBody<'a> {
     model: Option<Cow<'a, str>>,
     #[serde(default)]
     stream: Option<bool>,
-    #[serde(borrow, default)]
-    system: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    messages: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tools: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    system: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    messages: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    tools: Option<&'a str>,
 }
 
 /// Reads a Messages API body; `messages` must be there, a list, and `system` a string, a list
@@ -33,11 +32,11 @@ struct MessagesBody<'a> {
 pub fn parse_messages(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
     let body: MessagesBody<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
     let Some(messages) = body.messages else { return Err(BodyError::MissingPrompt("messages")) };
-    if !messages.get().starts_with('[') {
+    if !messages.starts_with('[') {
         return Err(BodyError::WrongType("messages"));
     }
-    let system = body.system.filter(|raw| raw.get() != "null");
-    if system.is_some_and(|raw| !raw.get().starts_with(['"', '['])) {
+    let system = body.system.filter(|raw| *raw != "null");
+    if system.is_some_and(|raw| !raw.starts_with(['"', '['])) {
         return Err(BodyError::WrongType("system"));
     }
     Ok(InferenceRequest {
@@ -45,7 +44,7 @@ pub fn parse_messages(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
         stream: body.stream,
         stream_options: None,
         prompt: None,
-        messages: Some(messages.get()),
+        messages: Some(messages),
         tools: body.tools,
         cache_salt: None,
         instructions: system,
@@ -67,7 +66,7 @@ mod tests {
             "tools":[{"name":"bash","input_schema":{"type":"object"}}]}"#;
         let request = parse_request(body, Endpoint::Messages).unwrap();
         assert_eq!((request.model.as_deref(), request.stream), (Some("m"), Some(true)));
-        assert!(request.instructions.is_some_and(|s| s.get().starts_with('[')));
+        assert!(request.instructions.is_some_and(|s| s.starts_with('[')));
         assert!(request.messages.is_some_and(|m| m.starts_with('[')) && request.tools.is_some());
         let plain = parse_messages(br#"{"model":"m","system":null,"messages":[]}"#).unwrap();
         assert!(plain.instructions.is_none(), "a null is no system prompt");

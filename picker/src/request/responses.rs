@@ -12,9 +12,8 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
-use super::{BodyError, InferenceRequest};
+use super::{raw_text, BodyError, InferenceRequest};
 
 #[derive(Deserialize)]
 struct ResponsesBody<'a> {
@@ -22,12 +21,12 @@ struct ResponsesBody<'a> {
     model: Option<Cow<'a, str>>,
     #[serde(default)]
     stream: Option<bool>,
-    #[serde(borrow, default)]
-    instructions: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    input: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    tools: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    instructions: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    input: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    tools: Option<&'a str>,
     #[serde(borrow, default)]
     cache_salt: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -39,11 +38,11 @@ struct ResponsesBody<'a> {
 pub fn parse_responses(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
     let body: ResponsesBody<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
     let Some(input) = body.input else { return Err(BodyError::MissingPrompt("input")) };
-    if !input.get().starts_with(['"', '[']) {
+    if !input.starts_with(['"', '[']) {
         return Err(BodyError::WrongType("input"));
     }
-    let instructions = body.instructions.filter(|raw| raw.get() != "null");
-    if instructions.is_some_and(|raw| !raw.get().starts_with('"')) {
+    let instructions = body.instructions.filter(|raw| *raw != "null");
+    if instructions.is_some_and(|raw| !raw.starts_with('"')) {
         return Err(BodyError::WrongType("instructions"));
     }
     Ok(InferenceRequest {
@@ -72,14 +71,14 @@ mod tests {
             "stream":true,"tools":[{"type":"function","name":"f"}],"previous_response_id":null,"store":false}"#;
         let request = parse_request(body, Endpoint::Responses).unwrap();
         assert_eq!((request.model.as_deref(), request.stream), (Some("m"), Some(true)));
-        assert_eq!(request.instructions.map(RawValue::get), Some("\"Be brief.\""));
-        assert!(request.input.is_some_and(|i| i.get().starts_with('[')) && request.tools.is_some());
+        assert_eq!(request.instructions, Some("\"Be brief.\""));
+        assert!(request.input.is_some_and(|i| i.starts_with('[')) && request.tools.is_some());
         assert!(request.prompt.is_none() && request.messages.is_none());
         assert_eq!(request.previous_response_id, None, "null is none");
         let next = parse_responses(br#"{"input":"more","previous_response_id":"resp_1a"}"#).unwrap();
         assert_eq!(next.previous_response_id.as_deref(), Some("resp_1a"));
         let text = parse_responses(br#"{"input":"hello","instructions":null}"#).unwrap();
-        assert_eq!(text.input.map(RawValue::get), Some("\"hello\""));
+        assert_eq!(text.input, Some("\"hello\""));
         assert!(text.instructions.is_none(), "a null is no instructions");
     }
 

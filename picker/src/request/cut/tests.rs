@@ -4,7 +4,6 @@
 use super::super::{parse_request, parse_request_plainly, BodyError, Endpoint, InferenceRequest};
 use super::MAX_CUT_MESSAGES;
 use crate::prefix::{hash_prompt_noting_replies, HashParams};
-use serde_json::value::RawValue;
 
 type Fields<'a> =
     (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>);
@@ -13,10 +12,10 @@ fn fields<'a>(request: &InferenceRequest<'a>) -> Fields<'a> {
     (
         request.model.as_deref().map(str::to_owned),
         request.stream,
-        request.stream_options.map(RawValue::get),
-        request.prompt.map(RawValue::get),
+        request.stream_options,
+        request.prompt,
         request.messages,
-        request.tools.map(RawValue::get),
+        request.tools,
         request.cache_salt.as_deref().map(str::to_owned),
     )
 }
