@@ -7,7 +7,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use picker::request::{parse_request, parse_request_plainly, BodyError, Endpoint, InferenceRequest};
+use picker::request::{
+    parse_messages_plainly, parse_request, parse_request_plainly, parse_responses_plainly, BodyError, Endpoint,
+    InferenceRequest,
+};
 use serde_json::value::RawValue;
 
 fuzz_target!(|body: &[u8]| {
@@ -66,8 +69,19 @@ fn check(body: &[u8]) {
             }
         }
     }
-    // The Responses API has its own parse: what it accepts has an `input` string or list and
-    // `instructions` a string, each valid JSON; a refusal renders.
+    // The Responses and Messages APIs have their own parses, each scanned or by serde alone
+    // to the same answer.
+    for (endpoint, plainly) in
+        [(Endpoint::Responses, parse_responses_plainly as Parse), (Endpoint::Messages, parse_messages_plainly as Parse)]
+    {
+        match (parse_request(body, endpoint), plainly(body)) {
+            (Ok(fast), Ok(plain)) => assert_eq!(agent_fields(&fast), agent_fields(&plain), "scan and serde differ"),
+            (Err(fast), Err(plain)) => assert_eq!(fast, plain, "scan and serde refuse differently"),
+            (fast, plain) => panic!("scan {fast:?}, serde {plain:?}"),
+        }
+    }
+    // What the Responses parse accepts has an `input` string or list and `instructions` a
+    // string, each valid JSON; a refusal renders.
     match parse_request(body, Endpoint::Responses) {
         Ok(request) => {
             let input = request.input.unwrap_or_default();
@@ -107,6 +121,21 @@ fn check(body: &[u8]) {
 /// A borrowed raw value re-parses on its own (without recursion: deep nesting is allowed).
 fn assert_valid_json(raw: &str) {
     assert!(serde_json::from_str::<Box<RawValue>>(raw).is_ok(), "raw value is not JSON: {raw}");
+}
+
+type Parse = for<'a> fn(&'a [u8]) -> Result<InferenceRequest<'a>, BodyError>;
+
+/// What an agent's request says, to compare its two parses.
+#[allow(clippy::type_complexity)]
+fn agent_fields<'a>(
+    request: &InferenceRequest<'a>,
+) -> (Option<String>, Option<bool>, [Option<&'a str>; 4], Option<String>) {
+    (
+        request.model.as_deref().map(str::to_owned),
+        request.stream,
+        [request.messages, request.tools, request.instructions, request.input],
+        request.previous_response_id.as_deref().map(str::to_owned),
+    )
 }
 
 /// What a request says, to compare the two parses.

@@ -16,13 +16,14 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 mod cut;
+mod fields;
 mod messages;
 mod responses;
 mod scan;
 
 pub use cut::{Message, MAX_CUT_MESSAGES};
-pub use messages::parse_messages;
-pub use responses::parse_responses;
+pub use messages::{parse_messages, parse_messages_plainly};
+pub use responses::{parse_responses, parse_responses_plainly};
 
 /// Which OpenAI endpoint a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,16 +1,14 @@
-//! The fast body parse: a chat body read in one validating scan ([`super::scan`]) that also
-//! notes where each message lies, so prefix hashing need not scan the messages again.
+//! The fast body parse of chat and completions requests: the body read by the validating
+//! scan ([`super::fields`]), noting where each chat message lies, so prefix hashing need not
+//! scan the messages again.
 //!
-//! It reads the fields [`super::InferenceRequest`]'s serde parse reads, to the same values,
-//! and skips the rest as serde skips it, checking every byte. It takes only the shapes it is
-//! sure of: a body whose fields all have the types they must, no field twice, no escaped key,
-//! messages a non-empty list of non-empty objects, each with `content` at most once. Anything
-//! else, valid or not, makes [`cut_request`] answer `None`, and the caller parses the body the
-//! plain way: what is accepted or refused, and why, is serde's.
+//! It reads the fields [`super::InferenceRequest`]'s serde parse reads, to the same values. It
+//! cuts only messages it is sure of: a non-empty list of non-empty objects, each with `content`
+//! at most once. Any other body, valid or not, makes [`cut_request`] answer `None`, and the
+//! caller parses it with serde, which then decides what is refused and why.
 
-use std::borrow::Cow;
-
-use super::scan::{skip_white_space, string_end, value_end};
+use super::fields::{for_each_member, read_object, value_at, Known};
+use super::scan::skip_white_space;
 use super::InferenceRequest;
 
 /// Messages cut per request at most. A longer conversation keeps its list whole and hashing
@@ -43,107 +41,28 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
         previous_response_id: None,
         messages_cut: None,
     };
-    let mut seen = Seen::default();
-    let end = for_each_member(text, 0, |key, value_start| {
-        let bytes = text.as_bytes();
-        let end = if key == "messages" && bytes.get(value_start) == Some(&b'[') {
-            let (end, cut) = cut_messages(text, value_start)?;
+    let mut known = Known::default();
+    read_object(text, |key, start| {
+        let (value, end) = if key == "messages" && text.as_bytes().get(start) == Some(&b'[') {
+            let (end, cut) = cut_messages(text, start)?;
             request.messages_cut = cut;
-            end
+            (text.get(start..end)?, end)
         } else {
-            value_end(bytes, value_start)?
+            value_at(text, start)?
         };
-        let value = text.get(value_start..end)?;
-        let null = value == "null";
         match key {
-            "model" => request.model = seen.first(0, null)?.then(|| string_value(value)).flatten(),
-            "stream" => request.stream = seen.first(1, null)?.then(|| bool_value(value)).flatten(),
-            "stream_options" => request.stream_options = seen.first(2, null)?.then_some(value),
-            "prompt" => request.prompt = seen.first(3, null)?.then_some(value),
-            "messages" => request.messages = seen.first(4, null)?.then_some(value),
-            "tools" => request.tools = seen.first(5, null)?.then_some(value),
-            "cache_salt" => request.cache_salt = seen.first(6, null)?.then(|| string_value(value)).flatten(),
-            _ => return Some(end),
+            "model" => request.model = known.text(0, value)?,
+            "stream" => request.stream = known.flag(1, value)?,
+            "stream_options" => request.stream_options = known.raw(2, value)?,
+            "prompt" => request.prompt = known.raw(3, value)?,
+            "messages" => request.messages = known.raw(4, value)?,
+            "tools" => request.tools = known.raw(5, value)?,
+            "cache_salt" => request.cache_salt = known.text(6, value)?,
+            _ => {}
         }
-        // A field present and not null whose value did not read (a model that is a number):
-        // serde refuses it, so leave it to serde.
-        let read = match key {
-            "model" => request.model.is_some(),
-            "stream" => request.stream.is_some(),
-            "cache_salt" => request.cache_salt.is_some(),
-            _ => true,
-        };
-        (null || read).then_some(end)
+        Some(end)
     })?;
-    // Only white space may follow the object.
-    (skip_white_space(text.as_bytes(), end) == text.len()).then_some(request)
-}
-
-/// Which known fields were met: serde refuses a field given twice.
-#[derive(Default)]
-struct Seen(u8);
-
-impl Seen {
-    /// Marks field `bit`; `None` if it was met before, else whether its value is to be read
-    /// (not `null`, which serde reads as absent).
-    fn first(&mut self, bit: u8, null: bool) -> Option<bool> {
-        let mask = 1u8 << bit;
-        (self.0 & mask == 0).then_some(())?;
-        self.0 |= mask;
-        Some(!null)
-    }
-}
-
-/// A string value as serde reads it into a `Cow<str>`: borrowed when it has no escape, else
-/// unescaped by serde (which also refuses a lone surrogate). `None` if it is no string.
-fn string_value(value: &str) -> Option<Cow<'_, str>> {
-    let contents = value.strip_prefix('"')?.strip_suffix('"')?;
-    if !contents.contains('\\') {
-        return Some(Cow::Borrowed(contents));
-    }
-    serde_json::from_str::<String>(value).ok().map(Cow::Owned)
-}
-
-fn bool_value(value: &str) -> Option<bool> {
-    match value {
-        "true" => Some(true),
-        "false" => Some(false),
-        _ => None,
-    }
-}
-
-/// Calls `each` on every member of the object starting at `at` (after white space) with its
-/// key and where its value starts; `each` answers where the value ends. Returns where the
-/// object ends (one past its `}`). `None` if the object is not valid JSON, a key has an
-/// escape (serde would compare it unescaped), or `each` answers `None`.
-fn for_each_member<'a>(
-    text: &'a str,
-    at: usize,
-    mut each: impl FnMut(&'a str, usize) -> Option<usize>,
-) -> Option<usize> {
-    let bytes = text.as_bytes();
-    let mut at = skip_white_space(bytes, at);
-    (bytes.get(at) == Some(&b'{')).then_some(())?;
-    at = skip_white_space(bytes, at + 1);
-    if bytes.get(at) == Some(&b'}') {
-        return Some(at + 1);
-    }
-    // Each turn consumes one member and what follows it, so it ends.
-    loop {
-        (bytes.get(at) == Some(&b'"')).then_some(())?;
-        let key_end = string_end(bytes, at + 1)?;
-        let key = text.get(at + 1..key_end - 1)?;
-        (!key.contains('\\')).then_some(())?;
-        let colon = skip_white_space(bytes, key_end);
-        (bytes.get(colon) == Some(&b':')).then_some(())?;
-        let value_end = each(key, skip_white_space(bytes, colon + 1))?;
-        at = skip_white_space(bytes, value_end);
-        match bytes.get(at)? {
-            b',' => at = skip_white_space(bytes, at + 1),
-            b'}' => return Some(at + 1),
-            _ => return None,
-        }
-    }
+    Some(request)
 }
 
 /// The messages list starting at `at` (its `[`): where it ends, and each message's place if
@@ -159,13 +78,13 @@ fn cut_messages(text: &str, at: usize) -> Option<(usize, Option<Vec<Message<'_>>
         let start = at;
         let (mut content, mut members) = (None, 0usize);
         let end = for_each_member(text, start, |key, value_start| {
-            let value_end = value_end(bytes, value_start)?;
+            let (value, end) = value_at(text, value_start)?;
             members += 1;
             if key == "content" {
                 // Twice: the plain parse of a message refuses it; leave that to it.
-                content.replace(text.get(value_start..value_end)?).is_none().then_some(())?;
+                content.replace(value).is_none().then_some(())?;
             }
-            Some(value_end)
+            Some(end)
         })?;
         (members > 0).then_some(())?;
         if messages.len() < MAX_CUT_MESSAGES {

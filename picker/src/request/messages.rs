@@ -11,9 +11,10 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
+use super::fields::{read_object, value_at, Known};
 use super::{raw_text, BodyError, InferenceRequest};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct MessagesBody<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
@@ -30,7 +31,20 @@ struct MessagesBody<'a> {
 /// Reads a Messages API body; `messages` must be there, a list, and `system` a string, a list
 /// or null.
 pub fn parse_messages(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
-    let body: MessagesBody<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
+    match std::str::from_utf8(body).ok().and_then(scan_messages) {
+        Some(read) => checked(read),
+        None => parse_messages_plainly(body),
+    }
+}
+
+/// [`parse_messages`] by serde alone (what it falls back to): for tests and the fuzz targets that
+/// hold the two to the same answers.
+pub fn parse_messages_plainly(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
+    checked(serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?)
+}
+
+/// The body's prompt fields are there, of the types they must have.
+fn checked(body: MessagesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
     let Some(messages) = body.messages else { return Err(BodyError::MissingPrompt("messages")) };
     if !messages.starts_with('[') {
         return Err(BodyError::WrongType("messages"));
@@ -52,6 +66,25 @@ pub fn parse_messages(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
         previous_response_id: None,
         messages_cut: None,
     })
+}
+
+/// The body read by the validating scan, as serde would read it, or `None` (then serde reads
+/// it and decides any refusal).
+fn scan_messages(text: &str) -> Option<MessagesBody<'_>> {
+    let (mut body, mut known) = (MessagesBody::default(), Known::default());
+    read_object(text, |key, start| {
+        let (value, end) = value_at(text, start)?;
+        match key {
+            "model" => body.model = known.text(0, value)?,
+            "stream" => body.stream = known.flag(1, value)?,
+            "system" => body.system = known.raw(2, value)?,
+            "messages" => body.messages = known.raw(3, value)?,
+            "tools" => body.tools = known.raw(4, value)?,
+            _ => {}
+        }
+        Some(end)
+    })?;
+    Some(body)
 }
 
 #[cfg(test)]

@@ -13,9 +13,10 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
+use super::fields::{read_object, value_at, Known};
 use super::{raw_text, BodyError, InferenceRequest};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct ResponsesBody<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
@@ -36,7 +37,20 @@ struct ResponsesBody<'a> {
 /// Reads a Responses API body; `input` must be there, a string or a list, and `instructions`
 /// a string or null.
 pub fn parse_responses(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
-    let body: ResponsesBody<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
+    match std::str::from_utf8(body).ok().and_then(scan_responses) {
+        Some(read) => checked(read),
+        None => parse_responses_plainly(body),
+    }
+}
+
+/// [`parse_responses`] by serde alone (what it falls back to): for tests and the fuzz targets that
+/// hold the two to the same answers.
+pub fn parse_responses_plainly(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
+    checked(serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?)
+}
+
+/// The body's prompt fields are there, of the types they must have.
+fn checked(body: ResponsesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
     let Some(input) = body.input else { return Err(BodyError::MissingPrompt("input")) };
     if !input.starts_with(['"', '[']) {
         return Err(BodyError::WrongType("input"));
@@ -58,6 +72,27 @@ pub fn parse_responses(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
         previous_response_id: body.previous_response_id,
         messages_cut: None,
     })
+}
+
+/// The body read by the validating scan, as serde would read it, or `None` (then serde reads
+/// it and decides any refusal).
+fn scan_responses(text: &str) -> Option<ResponsesBody<'_>> {
+    let (mut body, mut known) = (ResponsesBody::default(), Known::default());
+    read_object(text, |key, start| {
+        let (value, end) = value_at(text, start)?;
+        match key {
+            "model" => body.model = known.text(0, value)?,
+            "stream" => body.stream = known.flag(1, value)?,
+            "instructions" => body.instructions = known.raw(2, value)?,
+            "input" => body.input = known.raw(3, value)?,
+            "tools" => body.tools = known.raw(4, value)?,
+            "cache_salt" => body.cache_salt = known.text(5, value)?,
+            "previous_response_id" => body.previous_response_id = known.text(6, value)?,
+            _ => {}
+        }
+        Some(end)
+    })?;
+    Some(body)
 }
 
 #[cfg(test)]
