@@ -74,8 +74,9 @@ impl Endpoint {
     }
 }
 
-/// The routing-relevant view of a request body, borrowing from it.
-#[derive(Debug, Deserialize)]
+/// The routing-relevant view of a request body, borrowing from it (`default()`: a body with
+/// none of these fields).
+#[derive(Debug, Default, Deserialize)]
 pub struct InferenceRequest<'a> {
     #[serde(borrow, default)]
     pub model: Option<Cow<'a, str>>,
@@ -181,19 +182,7 @@ pub fn parse_model_only(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> 
         model: Option<Cow<'a, str>>,
     }
     let only: ModelOnly<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
-    Ok(InferenceRequest {
-        model: only.model,
-        stream: None,
-        stream_options: None,
-        prompt: None,
-        messages: None,
-        tools: None,
-        cache_salt: None,
-        instructions: None,
-        input: None,
-        previous_response_id: None,
-        messages_cut: None,
-    })
+    Ok(InferenceRequest { model: only.model, ..InferenceRequest::default() })
 }
 
 /// [`parse_request`] without cutting the messages (what it falls back to): for tests and the

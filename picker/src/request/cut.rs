@@ -28,19 +28,7 @@ pub struct Message<'a> {
 /// A body that is valid UTF-8, read with its messages cut, or `None` (then parse it the plain
 /// way).
 pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
-    let mut request = InferenceRequest {
-        model: None,
-        stream: None,
-        stream_options: None,
-        prompt: None,
-        messages: None,
-        tools: None,
-        cache_salt: None,
-        instructions: None,
-        input: None,
-        previous_response_id: None,
-        messages_cut: None,
-    };
+    let mut request = InferenceRequest::default();
     let mut known = Known::default();
     read_object(text, |key, start| {
         let (value, end) = if key == "messages" && text.as_bytes().get(start) == Some(&b'[') {

@@ -56,15 +56,10 @@ fn checked(body: MessagesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
     Ok(InferenceRequest {
         model: body.model,
         stream: body.stream,
-        stream_options: None,
-        prompt: None,
         messages: Some(messages),
         tools: body.tools,
-        cache_salt: None,
         instructions: system,
-        input: None,
-        previous_response_id: None,
-        messages_cut: None,
+        ..InferenceRequest::default()
     })
 }
 

@@ -62,15 +62,12 @@ fn checked(body: ResponsesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
     Ok(InferenceRequest {
         model: body.model,
         stream: body.stream,
-        stream_options: None,
-        prompt: None,
-        messages: None,
         tools: body.tools,
         cache_salt: body.cache_salt,
         instructions,
         input: Some(input),
         previous_response_id: body.previous_response_id,
-        messages_cut: None,
+        ..InferenceRequest::default()
     })
 }
 
