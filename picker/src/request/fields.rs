@@ -9,7 +9,10 @@
 
 use std::borrow::Cow;
 
+use serde::Deserialize;
+
 use super::scan::{skip_white_space, string_end, value_end};
+use super::BodyError;
 
 /// Walks the object that is the whole of `text` (white space around it allowed): `each` gets
 /// every member's key and where its value starts, and answers where the value ends (use
@@ -17,6 +20,31 @@ use super::scan::{skip_white_space, string_end, value_end};
 pub(super) fn read_object<'a>(text: &'a str, each: impl FnMut(&'a str, usize) -> Option<usize>) -> Option<()> {
     let end = for_each_member(text, 0, each)?;
     (skip_white_space(text.as_bytes(), end) == text.len()).then_some(())
+}
+
+/// [`read_object`] handing `each` every member's key and whole value, checked.
+pub(super) fn read_values<'a>(text: &'a str, mut each: impl FnMut(&'a str, &'a str) -> Option<()>) -> Option<()> {
+    read_object(text, |key, start| {
+        let (value, end) = value_at(text, start)?;
+        each(key, value)?;
+        Some(end)
+    })
+}
+
+/// `body` read by `scan` when it is UTF-8 and the scan is sure of it, else by serde.
+pub(super) fn scanned_or_serde<'a, B: Deserialize<'a>>(
+    body: &'a [u8],
+    scan: impl FnOnce(&'a str) -> Option<B>,
+) -> Result<B, BodyError> {
+    match std::str::from_utf8(body).ok().and_then(scan) {
+        Some(read) => Ok(read),
+        None => by_serde(body),
+    }
+}
+
+/// `body` read by serde alone, its error kept as the refusal's text.
+pub(super) fn by_serde<'a, B: Deserialize<'a>>(body: &'a [u8]) -> Result<B, BodyError> {
+    serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))
 }
 
 /// The value starting at `start` in `text`, checked, and where it ends.

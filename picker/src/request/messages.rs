@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::fields::{read_object, value_at, Known};
+use super::fields::{by_serde, read_values, scanned_or_serde, Known};
 use super::{raw_text, BodyError, InferenceRequest};
 
 #[derive(Deserialize, Default)]
@@ -31,16 +31,13 @@ struct MessagesBody<'a> {
 /// Reads a Messages API body; `messages` must be there, a list, and `system` a string, a list
 /// or null.
 pub fn parse_messages(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
-    match std::str::from_utf8(body).ok().and_then(scan_messages) {
-        Some(read) => checked(read),
-        None => parse_messages_plainly(body),
-    }
+    checked(scanned_or_serde(body, scan_messages)?)
 }
 
 /// [`parse_messages`] by serde alone (what it falls back to): for tests and the fuzz targets that
 /// hold the two to the same answers.
 pub fn parse_messages_plainly(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
-    checked(serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?)
+    checked(by_serde(body)?)
 }
 
 /// The body's prompt fields are there, of the types they must have.
@@ -67,8 +64,7 @@ fn checked(body: MessagesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
 /// it and decides any refusal).
 fn scan_messages(text: &str) -> Option<MessagesBody<'_>> {
     let (mut body, mut known) = (MessagesBody::default(), Known::default());
-    read_object(text, |key, start| {
-        let (value, end) = value_at(text, start)?;
+    read_values(text, |key, value| {
         match key {
             "model" => body.model = known.text(0, value)?,
             "stream" => body.stream = known.flag(1, value)?,
@@ -77,7 +73,7 @@ fn scan_messages(text: &str) -> Option<MessagesBody<'_>> {
             "tools" => body.tools = known.raw(4, value)?,
             _ => {}
         }
-        Some(end)
+        Some(())
     })?;
     Some(body)
 }

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::fields::{read_object, value_at, Known};
+use super::fields::{by_serde, read_values, scanned_or_serde, Known};
 use super::{raw_text, BodyError, InferenceRequest};
 
 #[derive(Deserialize, Default)]
@@ -37,16 +37,13 @@ struct ResponsesBody<'a> {
 /// Reads a Responses API body; `input` must be there, a string or a list, and `instructions`
 /// a string or null.
 pub fn parse_responses(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
-    match std::str::from_utf8(body).ok().and_then(scan_responses) {
-        Some(read) => checked(read),
-        None => parse_responses_plainly(body),
-    }
+    checked(scanned_or_serde(body, scan_responses)?)
 }
 
 /// [`parse_responses`] by serde alone (what it falls back to): for tests and the fuzz targets that
 /// hold the two to the same answers.
 pub fn parse_responses_plainly(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
-    checked(serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?)
+    checked(by_serde(body)?)
 }
 
 /// The body's prompt fields are there, of the types they must have.
@@ -75,8 +72,7 @@ fn checked(body: ResponsesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
 /// it and decides any refusal).
 fn scan_responses(text: &str) -> Option<ResponsesBody<'_>> {
     let (mut body, mut known) = (ResponsesBody::default(), Known::default());
-    read_object(text, |key, start| {
-        let (value, end) = value_at(text, start)?;
+    read_values(text, |key, value| {
         match key {
             "model" => body.model = known.text(0, value)?,
             "stream" => body.stream = known.flag(1, value)?,
@@ -87,7 +83,7 @@ fn scan_responses(text: &str) -> Option<ResponsesBody<'_>> {
             "previous_response_id" => body.previous_response_id = known.text(6, value)?,
             _ => {}
         }
-        Some(end)
+        Some(())
     })?;
     Some(body)
 }
