@@ -104,9 +104,9 @@ pub struct InferenceRequest<'a> {
     /// The Responses API's `previous_response_id`: the stored response this one continues.
     #[serde(skip)]
     pub previous_response_id: Option<Cow<'a, str>>,
-    /// Each message of `messages` where [`parse_request`] found it, when it cut them all (up
-    /// to [`MAX_CUT_MESSAGES`] plain objects); `None` otherwise, and when deserialized
-    /// directly: hashing then finds the messages itself.
+    /// Each message of `messages` (or item of a Responses `input` list) where [`parse_request`]
+    /// found it, when its scan cut them all (up to [`MAX_CUT_MESSAGES`] plain objects); `None`
+    /// otherwise, and when deserialized directly: hashing then finds the messages itself.
     #[serde(skip)]
     pub messages_cut: Option<Vec<Message<'a>>>,
 }

@@ -45,6 +45,12 @@ pub(super) fn hash_chat(
             return Ok(());
         }
     }
+    hash_list(messages, cut, chain)
+}
+
+/// Every message (or input item) of `list`, in order: where the body parse found them (`cut`),
+/// if it did; otherwise cut out of the raw list here.
+fn hash_list(list: &str, cut: Option<&[Message<'_>]>, chain: &mut BlockChain<'_>) -> Result<(), ShapeError> {
     match cut {
         Some(cut) => {
             for message in cut {
@@ -54,7 +60,7 @@ pub(super) fn hash_chat(
             }
             Ok(())
         }
-        None => for_each_element(messages, |message| hash_message(message.text, message_parts(message)?, chain)),
+        None => for_each_element(list, |message| hash_message(message.text, message_parts(message)?, chain)),
     }
 }
 
@@ -68,6 +74,7 @@ const INSTRUCTIONS_TAG: &[u8] = b"\0instructions\0";
 pub(super) fn hash_responses(
     instructions: Option<&str>,
     input: Option<&str>,
+    cut: Option<&[Message<'_>]>,
     tools: Option<&str>,
     chain: &mut BlockChain<'_>,
 ) -> Result<(), ShapeError> {
@@ -82,7 +89,7 @@ pub(super) fn hash_responses(
         chain.feed(input.as_bytes());
         return Ok(());
     }
-    for_each_element(input, |item| hash_message(item.text, message_parts(item)?, chain))
+    hash_list(input, cut, chain)
 }
 
 fn feed_tools(tools: Option<&str>, chain: &mut BlockChain<'_>) {

@@ -152,7 +152,13 @@ pub fn hash_prompt_noting_replies(
         (Endpoint::ChatCompletions | Endpoint::Messages, _, Some(messages)) => {
             hash_chat(messages, request.messages_cut.as_deref(), request.tools, request.instructions, &mut chain)
         }
-        (Endpoint::Responses, _, _) => hash_responses(request.instructions, request.input, request.tools, &mut chain),
+        (Endpoint::Responses, _, _) => hash_responses(
+            request.instructions,
+            request.input,
+            request.messages_cut.as_deref(),
+            request.tools,
+            &mut chain,
+        ),
         _ => Ok(()),
     };
     if let (Err(_), Some(replies)) = (&outcome, chain.replies.take()) {

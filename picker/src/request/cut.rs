@@ -31,13 +31,8 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
     let mut request = InferenceRequest::default();
     let mut known = Known::default();
     read_object(text, |key, start| {
-        let (value, end) = if key == "messages" && text.as_bytes().get(start) == Some(&b'[') {
-            let (end, cut) = cut_messages(text, start)?;
-            request.messages_cut = cut;
-            (text.get(start..end)?, end)
-        } else {
-            value_at(text, start)?
-        };
+        let (value, end, cut) = value_cut(text, start, key == "messages")?;
+        request.messages_cut = cut.or(request.messages_cut.take());
         match key {
             "model" => request.model = known.text(0, value)?,
             "stream" => request.stream = known.flag(1, value)?,
@@ -51,6 +46,17 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
         Some(end)
     })?;
     Some(request)
+}
+
+/// The value starting at `start`, where it ends, and, if `cut` and it is a list, where each of
+/// its messages (or input items) lies ([`cut_messages`]).
+pub(super) fn value_cut(text: &str, start: usize, cut: bool) -> Option<(&str, usize, Option<Vec<Message<'_>>>)> {
+    if cut && text.as_bytes().get(start) == Some(&b'[') {
+        let (end, messages) = cut_messages(text, start)?;
+        return Some((text.get(start..end)?, end, messages));
+    }
+    let (value, end) = value_at(text, start)?;
+    Some((value, end, None))
 }
 
 /// The messages list starting at `at` (its `[`): where it ends, and each message's place if

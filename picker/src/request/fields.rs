@@ -22,15 +22,6 @@ pub(super) fn read_object<'a>(text: &'a str, each: impl FnMut(&'a str, usize) ->
     (skip_white_space(text.as_bytes(), end) == text.len()).then_some(())
 }
 
-/// [`read_object`] handing `each` every member's key and whole value, checked.
-pub(super) fn read_values<'a>(text: &'a str, mut each: impl FnMut(&'a str, &'a str) -> Option<()>) -> Option<()> {
-    read_object(text, |key, start| {
-        let (value, end) = value_at(text, start)?;
-        each(key, value)?;
-        Some(end)
-    })
-}
-
 /// `body` read by `scan` when it is UTF-8 and the scan is sure of it, else by serde.
 pub(super) fn scanned_or_serde<'a, B: Deserialize<'a>>(
     body: &'a [u8],

@@ -11,7 +11,9 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::fields::{by_serde, read_values, scanned_or_serde, Known};
+use super::cut::value_cut;
+use super::fields::{by_serde, read_object, scanned_or_serde, Known};
+use super::Message;
 use super::{raw_text, BodyError, InferenceRequest};
 
 #[derive(Deserialize, Default)]
@@ -26,6 +28,9 @@ struct MessagesBody<'a> {
     messages: Option<&'a str>,
     #[serde(borrow, default, deserialize_with = "raw_text")]
     tools: Option<&'a str>,
+    /// Where the scan found each of `messages`'s items, if it read the body.
+    #[serde(skip)]
+    cut: Option<Vec<Message<'a>>>,
 }
 
 /// Reads a Messages API body; `messages` must be there, a list, and `system` a string, a list
@@ -56,6 +61,7 @@ fn checked(body: MessagesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
         messages: Some(messages),
         tools: body.tools,
         instructions: system,
+        messages_cut: body.cut,
         ..InferenceRequest::default()
     })
 }
@@ -64,7 +70,9 @@ fn checked(body: MessagesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
 /// it and decides any refusal).
 fn scan_messages(text: &str) -> Option<MessagesBody<'_>> {
     let (mut body, mut known) = (MessagesBody::default(), Known::default());
-    read_values(text, |key, value| {
+    read_object(text, |key, start| {
+        let (value, end, cut) = value_cut(text, start, key == "messages")?;
+        body.cut = cut.or(body.cut.take());
         match key {
             "model" => body.model = known.text(0, value)?,
             "stream" => body.stream = known.flag(1, value)?,
@@ -73,7 +81,7 @@ fn scan_messages(text: &str) -> Option<MessagesBody<'_>> {
             "tools" => body.tools = known.raw(4, value)?,
             _ => {}
         }
-        Some(())
+        Some(end)
     })?;
     Some(body)
 }

@@ -13,7 +13,9 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use super::fields::{by_serde, read_values, scanned_or_serde, Known};
+use super::cut::value_cut;
+use super::fields::{by_serde, read_object, scanned_or_serde, Known};
+use super::Message;
 use super::{raw_text, BodyError, InferenceRequest};
 
 #[derive(Deserialize, Default)]
@@ -32,6 +34,9 @@ struct ResponsesBody<'a> {
     cache_salt: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     previous_response_id: Option<Cow<'a, str>>,
+    /// Where the scan found each of `input`'s items, if it read the body.
+    #[serde(skip)]
+    cut: Option<Vec<Message<'a>>>,
 }
 
 /// Reads a Responses API body; `input` must be there, a string or a list, and `instructions`
@@ -64,6 +69,7 @@ fn checked(body: ResponsesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
         instructions,
         input: Some(input),
         previous_response_id: body.previous_response_id,
+        messages_cut: body.cut,
         ..InferenceRequest::default()
     })
 }
@@ -72,7 +78,9 @@ fn checked(body: ResponsesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
 /// it and decides any refusal).
 fn scan_responses(text: &str) -> Option<ResponsesBody<'_>> {
     let (mut body, mut known) = (ResponsesBody::default(), Known::default());
-    read_values(text, |key, value| {
+    read_object(text, |key, start| {
+        let (value, end, cut) = value_cut(text, start, key == "input")?;
+        body.cut = cut.or(body.cut.take());
         match key {
             "model" => body.model = known.text(0, value)?,
             "stream" => body.stream = known.flag(1, value)?,
@@ -83,7 +91,7 @@ fn scan_responses(text: &str) -> Option<ResponsesBody<'_>> {
             "previous_response_id" => body.previous_response_id = known.text(6, value)?,
             _ => {}
         }
-        Some(())
+        Some(end)
     })?;
     Some(body)
 }

@@ -1,8 +1,10 @@
 //! The fast parses of the Responses and Messages APIs against serde's: the same answer for
 //! every body, and the fast path really taken for plain bodies.
 
+use crate::prefix::{hash_prompt_noting_replies, HashParams};
 use crate::request::{
-    parse_messages, parse_messages_plainly, parse_responses, parse_responses_plainly, BodyError, InferenceRequest,
+    parse_messages, parse_messages_plainly, parse_responses, parse_responses_plainly, BodyError, Endpoint,
+    InferenceRequest,
 };
 
 use super::{read_object, value_at, Known};
@@ -21,17 +23,38 @@ fn fields<'a>(request: &InferenceRequest<'a>) -> Fields<'a> {
 
 type Parse = for<'a> fn(&'a [u8]) -> Result<InferenceRequest<'a>, BodyError>;
 
-/// Both parses of each API answer the same on `body`.
-fn same_answers(body: &[u8]) {
-    let pairs: [(Parse, Parse); 2] =
-        [(parse_responses, parse_responses_plainly), (parse_messages, parse_messages_plainly)];
-    for (fast, plain) in pairs {
+/// Tiny blocks, so short bodies make many hashes and blocks span items and parts.
+const PARAMS: HashParams = HashParams { block_tokens: 1, bytes_per_token: 3, max_blocks: 64 };
+
+type Hashed = Result<(Vec<u64>, Vec<(u32, u32)>), String>;
+
+fn hashed(request: &InferenceRequest<'_>, endpoint: Endpoint) -> Hashed {
+    let (mut out, mut replies) = (Vec::new(), Vec::new());
+    hash_prompt_noting_replies(request, endpoint, &PARAMS, &mut out, &mut replies).map_err(|e| e.to_string())?;
+    Ok((out, replies.iter().map(|r| (r.start_block, r.end_block)).collect()))
+}
+
+/// Both parses of each API answer the same on `body`, and hash the same; returns whether a
+/// scan cut the items out.
+fn same_answers(body: &[u8]) -> bool {
+    let pairs: [(Endpoint, Parse, Parse); 2] = [
+        (Endpoint::Responses, parse_responses, parse_responses_plainly),
+        (Endpoint::Messages, parse_messages, parse_messages_plainly),
+    ];
+    let mut cut = false;
+    for (endpoint, fast, plain) in pairs {
         match (fast(body), plain(body)) {
-            (Ok(fast), Ok(plain)) => assert_eq!(fields(&fast), fields(&plain), "{}", String::from_utf8_lossy(body)),
+            (Ok(fast), Ok(plain)) => {
+                assert_eq!(fields(&fast), fields(&plain), "{}", String::from_utf8_lossy(body));
+                assert!(plain.messages_cut.is_none());
+                cut |= fast.messages_cut.is_some();
+                assert_eq!(hashed(&fast, endpoint), hashed(&plain, endpoint), "{}", String::from_utf8_lossy(body));
+            }
             (Err(fast), Err(plain)) => assert_eq!(fast, plain, "{}", String::from_utf8_lossy(body)),
             (fast, plain) => panic!("{fast:?} vs {plain:?} on {}", String::from_utf8_lossy(body)),
         }
     }
+    cut
 }
 
 /// Whether the scan reads `text` at all (else serde does).
@@ -54,10 +77,15 @@ fn plain_agent_bodies_are_scanned_and_read_as_serde_reads_them() {
         r#"{"model":"m\u00e9","input":"text","instructions":null,"stream":null}"#,
         r#"{"model":"m","max_tokens":64,"system":[{"type":"text","text":"You code.","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":[{"type":"text","text":"fix\nit"}]}],"stream":true}"#,
         r#" { "messages" : [ ] , "system" : "s" , "metadata" : { "user_id" : "u" } } "#,
+        r#"{"messages":[{"role":"user","content":[{"type":"text","text":"look","cache_control":{"type":"ephemeral"}},{"type":"image","source":{"type":"base64","data":"AAAA"}}]},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"bash","input":{"cmd":"ls"}}]}]}"#,
     ];
     for body in bodies {
         assert!(scanned(body), "{body}");
         same_answers(body.as_bytes());
+    }
+    // Items as the scan found them: hashing does not cut the list again.
+    for body in [bodies[0], bodies[2], bodies[4]] {
+        assert!(same_answers(body.as_bytes()), "not cut: {body}");
     }
 }
 
