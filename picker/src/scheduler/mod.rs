@@ -191,9 +191,7 @@ pub fn weighted_scores(candidates: &[&Candidate<'_>], weights: &ScorerWeights, t
         if weight <= 0.0 {
             continue;
         }
-        for (total, score) in totals.iter_mut().zip(scorer.score(candidates)) {
-            *total += weight * score;
-        }
+        scorer.add_scores(candidates, weight, &mut totals);
     }
     if total_weight > 0.0 {
         totals.iter_mut().for_each(|t| *t /= total_weight);

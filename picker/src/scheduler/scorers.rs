@@ -9,7 +9,23 @@ const NEUTRAL: f64 = 0.5;
 const MIN_PREDICTED_TTFT_MS: f64 = 1.0;
 
 pub trait Scorer {
-    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64>;
+    /// Adds `weight` × each candidate's score to its total: no list per scorer, since the
+    /// decision sums every scorer's on each request.
+    fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]);
+
+    /// Each candidate's score, as a list (tests, explanations).
+    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
+        let mut scores = vec![0.0; candidates.len()];
+        self.add_scores(candidates, 1.0, &mut scores);
+        scores
+    }
+}
+
+/// Adds `weight` × `scores` to `totals`, pairwise.
+fn add_each(scores: impl Iterator<Item = f64>, weight: f64, totals: &mut [f64]) {
+    for (total, score) in totals.iter_mut().zip(scores) {
+        *total += weight * score;
+    }
 }
 
 /// Fewer waiting requests is better, min-max normalised over the candidates (as llm-d's
@@ -30,28 +46,28 @@ pub struct PrefixScorer;
 /// that scale (`learning.ttft_score: lead`); neutral without a prediction.
 pub struct TtftScorer;
 
-fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone) -> Vec<f64> {
+fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone, weight: f64, totals: &mut [f64]) {
     let min = values.clone().fold(f64::INFINITY, f64::min);
     let max = values.clone().fold(f64::NEG_INFINITY, f64::max);
     let range = max - min;
-    values.map(|v| if range > 0.0 { (max - v) / range } else { 1.0 }).collect()
+    add_each(values.map(|v| if range > 0.0 { (max - v) / range } else { 1.0 }), weight, totals);
 }
 
 impl Scorer for QueueScorer {
-    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
-        min_max_lower_is_better(candidates.iter().map(|c| c.waiting))
+    fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]) {
+        min_max_lower_is_better(candidates.iter().map(|c| c.waiting), weight, totals);
     }
 }
 
 impl Scorer for KvCacheScorer {
-    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
-        candidates.iter().map(|c| c.kv_usage.map_or(NEUTRAL, |u| 1.0 - u.clamp(0.0, 1.0))).collect()
+    fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]) {
+        add_each(candidates.iter().map(|c| c.kv_usage.map_or(NEUTRAL, |u| 1.0 - u.clamp(0.0, 1.0))), weight, totals);
     }
 }
 
 impl Scorer for InflightScorer {
-    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
-        min_max_lower_is_better(candidates.iter().map(|c| f64::from(c.inflight)))
+    fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]) {
+        min_max_lower_is_better(candidates.iter().map(|c| f64::from(c.inflight)), weight, totals);
     }
 }
 
@@ -62,26 +78,24 @@ impl Scorer for TtftScorer {
     /// and cannot see that cliff (workload c: a pod with every slot decoding looked fastest,
     /// and the next request waited seconds for a slot). A pod predicted 3 × slower still loses
     /// two thirds of the weight.
-    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
+    fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]) {
         let floor = |t: f64| t.max(MIN_PREDICTED_TTFT_MS);
         let best = candidates.iter().filter_map(|c| c.predicted_ttft_ms).map(floor).fold(f64::INFINITY, f64::min);
-        candidates
-            .iter()
-            .map(|c| match c.predicted_ttft_ms {
-                Some(t) if best.is_finite() && c.ttft_scale_ms > 0.0 => {
-                    let lead = (floor(t) - best - c.ttft_margin_ms.max(0.0)).max(0.0);
-                    (1.0 - lead / c.ttft_scale_ms).max(0.0)
-                }
-                Some(t) if best.is_finite() => best / floor(t),
-                _ => NEUTRAL,
-            })
-            .collect()
+        let scores = candidates.iter().map(|c| match c.predicted_ttft_ms {
+            Some(t) if best.is_finite() && c.ttft_scale_ms > 0.0 => {
+                let lead = (floor(t) - best - c.ttft_margin_ms.max(0.0)).max(0.0);
+                (1.0 - lead / c.ttft_scale_ms).max(0.0)
+            }
+            Some(t) if best.is_finite() => best / floor(t),
+            _ => NEUTRAL,
+        });
+        add_each(scores, weight, totals);
     }
 }
 
 impl Scorer for PrefixScorer {
-    fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
-        candidates.iter().map(|c| c.prefix_match.clamp(0.0, 1.0)).collect()
+    fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]) {
+        add_each(candidates.iter().map(|c| c.prefix_match.clamp(0.0, 1.0)), weight, totals);
     }
 }
 
