@@ -4,7 +4,7 @@
 //! malformed or hostile string from configuration or from a client can never become a
 //! destination: only literal `ip:port` pairs with a non-zero port exist as values.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 
 /// A literal `ip:port` of a pod, in canonical text form (`[v6]:port` for IPv6).
@@ -18,7 +18,12 @@ impl PodAddress {
         if socket.port() == 0 {
             return Err(format!("'{text}' has port 0"));
         }
-        Ok(Self(socket.to_string()))
+        // Sized for the text: addresses arrive canonical (the table stores them so), and the
+        // canonical form then fits in one allocation; `to_string` grew it octet by octet (the
+        // table's decode parses every pod's address each time a table is published).
+        let mut canonical = String::with_capacity(text.trim().len());
+        write!(canonical, "{socket}").map_err(|_| format!("'{text}' is not a literal ip:port"))?;
+        Ok(Self(canonical))
     }
 
     pub fn as_str(&self) -> &str {
