@@ -25,6 +25,7 @@ use bench_cost::results::Results;
 use criterion::{BenchmarkId, Criterion};
 use measure::{allocations_between, allocations_of, criterion_median_us, time_between};
 use picker::inflight::WorkerInflight;
+use picker::pod_table::PodTable;
 use picker::prefix::hash_prompt;
 use picker::random::TieBreaker;
 use picker::request::{parse_request, Endpoint};
@@ -94,7 +95,7 @@ fn bench_filter_path(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<
 }
 
 /// Each step alone, at 64 pods: parse, hash, choose (with the prefix lookup), in-flight
-/// read and update; choose also at 8 and 256 pods.
+/// read and update; choose also at 8 and 256 pods, and the pod table's decode at each.
 fn bench_steps(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
     let mut group = c.benchmark_group("step");
     let mut step = |group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
@@ -144,6 +145,11 @@ fn bench_steps(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), St
             counts.started(&address, NOW_MS);
             counts.finished(&address, NOW_MS);
             black_box(counts.count(&address));
+        });
+        // A worker decodes the table each time the singleton publishes one (every poll).
+        let encoded = native::pod_table(pods)?.encode();
+        step(&mut group, format!("table_decode/{pods}pods"), &mut || {
+            black_box(PodTable::decode(&encoded).is_ok());
         });
         let store = &case.host;
         let mut ticking = WorkerInflight::new();

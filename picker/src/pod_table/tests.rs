@@ -1,0 +1,136 @@
+use super::*;
+
+/// A table as JSON whose first pod's address is replaced by `address` (any text).
+fn table_with_address(address: &str) -> Vec<u8> {
+    let good = PodState::unknown(&PodAddress::parse("10.0.0.1:8000").unwrap());
+    let table = PodTable { version: 3, published_at_ms: 5, poll_interval_ms: 100, pods: vec![good.clone(), good] };
+    let text = String::from_utf8(table.encode()).unwrap();
+    text.replacen("\"10.0.0.1:8000\"", &serde_json::to_string(address).unwrap(), 1).into_bytes()
+}
+
+#[test]
+fn round_trips_and_drops_hostile_addresses() {
+    let good = PodState::unknown(&PodAddress::parse("10.0.0.1:8000").unwrap());
+    let decoded = PodTable::decode(&table_with_address("evil.example.com:80")).unwrap();
+    assert_eq!(decoded.pods, vec![good], "the bad entry is dropped, the good one kept");
+    assert_eq!(decoded.version, 3);
+}
+
+#[test]
+fn addresses_are_canonical_and_listed_once() {
+    let decoded = PodTable::decode(&table_with_address(" 10.0.0.1:8000\r\n")).unwrap();
+    assert_eq!(decoded.pods.len(), 1, "a padded copy of an address is the same pod");
+    assert_eq!(decoded.pods[0].address.as_str(), "10.0.0.1:8000");
+}
+
+#[test]
+fn garbage_is_an_error_not_a_table() {
+    assert!(PodTable::decode(b"{\"pods\": 7}").is_err());
+    assert!(PodTable::decode(&[0xff, 0x00]).is_err());
+    assert_eq!(decode_version(&encode_version(42)), Some(42));
+    assert_eq!(decode_version(b"abc"), None);
+}
+
+/// The decode before entries were parsed from their raw text, serde's untagged enum: the
+/// oracle the decode must agree with on every input.
+fn decode_untagged(bytes: &[u8]) -> Option<PodTable> {
+    #[derive(Deserialize)]
+    struct Wire {
+        version: u64,
+        published_at_ms: u64,
+        poll_interval_ms: u64,
+        pods: Vec<Maybe>,
+    }
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Maybe {
+        Valid(Box<PodState>),
+        Invalid(serde::de::IgnoredAny),
+    }
+    let wire: Wire = serde_json::from_slice(bytes).ok()?;
+    let mut seen = hashbrown::HashSet::new();
+    let mut pods: Vec<PodState> = wire
+        .pods
+        .into_iter()
+        .filter_map(|pod| match pod {
+            Maybe::Valid(pod) => seen.insert(pod.address.clone()).then_some(*pod),
+            Maybe::Invalid(_) => None,
+        })
+        .take(MAX_PODS)
+        .collect();
+    pods.iter_mut().for_each(PodState::bound_name_lists);
+    Some(PodTable {
+        version: wire.version,
+        published_at_ms: wire.published_at_ms,
+        poll_interval_ms: wire.poll_interval_ms,
+        pods,
+    })
+}
+
+fn pod(address: &str) -> PodState {
+    let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+    pod.healthy = true;
+    pod.waiting = 2.0;
+    pod.kv_usage = Some(0.25);
+    pod.models = vec!["base".into()];
+    pod.adapters = vec!["a1".into(), "a2".into()];
+    pod
+}
+
+fn table() -> PodTable {
+    PodTable {
+        version: 7,
+        published_at_ms: 1_000,
+        poll_interval_ms: 100,
+        pods: vec![pod("10.0.0.1:8000"), pod("10.0.0.2:8000"), pod("[fd00::3]:8000")],
+    }
+}
+
+#[test]
+fn a_bad_entry_costs_that_entry_and_a_repeated_address_its_repeat() {
+    let entry = |address: &str| serde_json::to_value(pod(address)).unwrap();
+    let mut host_name = entry("10.0.0.4:8000");
+    host_name["address"] = "pod-a:8000".into();
+    let mut wrong_type = entry("10.0.0.5:8000");
+    wrong_type["waiting"] = "many".into();
+    let mut padded = entry("10.0.0.6:8000");
+    padded["address"] = " 10.0.0.1:8000".into();
+    let wire = serde_json::json!({
+        "version": 3, "published_at_ms": 5, "poll_interval_ms": 100,
+        "pods": [entry("10.0.0.1:8000"), host_name, 17, wrong_type, null, padded, entry("10.0.0.2:8000")],
+    });
+    let bytes = serde_json::to_vec(&wire).unwrap();
+    let decoded = PodTable::decode(&bytes).unwrap();
+    let addresses: Vec<&str> = decoded.pods.iter().map(|p| p.address.as_str()).collect();
+    assert_eq!(addresses, ["10.0.0.1:8000", "10.0.0.2:8000"]);
+    assert_eq!(Some(decoded), decode_untagged(&bytes));
+}
+
+#[test]
+fn a_table_decodes_as_encoded_and_as_the_untagged_decode_did() {
+    let bytes = table().encode();
+    assert_eq!(PodTable::decode(&bytes).unwrap(), table());
+    assert_eq!(decode_untagged(&bytes), Some(table()));
+}
+
+#[test]
+fn every_one_byte_mutant_decodes_as_the_untagged_decode_did() {
+    let bytes = table().encode();
+    let replacements = [b'"', b'0', b'9', b'-', b'.', b'e', b'{', b'}', b'[', b']', b',', b':', b' ', b'x', b'n', 0xff];
+    for at in 0..bytes.len() {
+        for &byte in &replacements {
+            let mut mutant = bytes.clone();
+            mutant[at] = byte;
+            assert_eq!(PodTable::decode(&mutant).ok(), decode_untagged(&mutant), "byte {at} set to {byte:#x}");
+        }
+    }
+}
+
+#[test]
+fn past_the_bound_the_rest_is_not_kept() {
+    let mut big = table();
+    big.pods = (0..MAX_PODS + 5).map(|i| pod(&format!("10.1.{}.{}:8000", i / 250, i % 250))).collect();
+    let decoded = PodTable::decode(&big.encode()).unwrap();
+    assert_eq!(decoded.pods.len(), MAX_PODS);
+    assert_eq!(decoded.pods.last().map(|p| &p.address), big.pods.get(MAX_PODS - 1).map(|p| &p.address));
+}
