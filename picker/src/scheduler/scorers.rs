@@ -13,7 +13,8 @@ pub trait Scorer {
     /// decision sums every scorer's on each request.
     fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]);
 
-    /// Each candidate's score, as a list (tests, explanations).
+    /// Each candidate's score, as a list, to read one scorer on its own (the tests do); the
+    /// decision uses [`Scorer::add_scores`].
     fn score(&self, candidates: &[&Candidate<'_>]) -> Vec<f64> {
         let mut scores = vec![0.0; candidates.len()];
         self.add_scores(candidates, 1.0, &mut scores);
@@ -46,7 +47,7 @@ pub struct PrefixScorer;
 /// that scale (`learning.ttft_score: lead`); neutral without a prediction.
 pub struct TtftScorer;
 
-fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone, weight: f64, totals: &mut [f64]) {
+fn add_min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone, weight: f64, totals: &mut [f64]) {
     let min = values.clone().fold(f64::INFINITY, f64::min);
     let max = values.clone().fold(f64::NEG_INFINITY, f64::max);
     let range = max - min;
@@ -55,7 +56,7 @@ fn min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone, weight: f6
 
 impl Scorer for QueueScorer {
     fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]) {
-        min_max_lower_is_better(candidates.iter().map(|c| c.waiting), weight, totals);
+        add_min_max_lower_is_better(candidates.iter().map(|c| c.waiting), weight, totals);
     }
 }
 
@@ -67,7 +68,7 @@ impl Scorer for KvCacheScorer {
 
 impl Scorer for InflightScorer {
     fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]) {
-        min_max_lower_is_better(candidates.iter().map(|c| f64::from(c.inflight)), weight, totals);
+        add_min_max_lower_is_better(candidates.iter().map(|c| f64::from(c.inflight)), weight, totals);
     }
 }
 
