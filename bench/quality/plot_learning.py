@@ -6,7 +6,8 @@ quality.json in it and its subfolders, one run per workload group)
 Writes learning_ttft.png (TTFT p50, p90, p99 per target, one panel per workload: the workloads'
 latencies differ by orders of magnitude) and learning_throughput.png (output tokens/s and
 prefix-cache hit rate per workload and target), and, when a rate ladder ran (stages.json),
-learning_ladder.png (output tokens/s and TTFT p90 per stage against the stage's rate). Same colour per target in every chart;
+learning_ladder.png for g and learning_ladder_<workload>.png for any other ladder (output
+tokens/s and TTFT p90 per stage against the stage's rate). Same colour per target in every chart;
 wasm-epp-learning is the same build as wasm-epp with `learning.enabled`.
 """
 
@@ -85,27 +86,45 @@ def main(results_dir):
 
 
 def plot_ladder(results_dir):
-    """Per-stage figures of the rate ladder (workload g): where the routers part."""
-    stages = []
-    for path in sorted(results_dir.rglob("stages.json")):
-        stages += json.loads(path.read_text())
-    if not stages:
-        return
+    """Per-stage figures of each rate ladder (workloads g and o): where the routers part.
+
+    g's chart is learning_ladder.png, any other ladder's learning_ladder_<workload>.png. A
+    ladder whose rates do not only climb (o opens with a warm-up) is drawn by stage, each
+    stage labelled with its rate."""
+    runs = [json.loads(path.read_text()) for path in sorted(results_dir.rglob("stages.json"))]
+    for workload in sorted({s["workload"] for run in runs for s in run}):
+        # One run per ladder: the one with the most targets (a later single-target run of the
+        # same ladder sits in its own folder and would draw a second line per target).
+        rows = max(([s for s in run if s["workload"] == workload] for run in runs),
+                   key=lambda mine: len({s["target"] for s in mine}))
+        name = "learning_ladder.png" if workload == "g-ladder" else f"learning_ladder_{workload}.png"
+        plot_one_ladder(workload, rows, results_dir / name)
+
+
+def plot_one_ladder(workload, stages, path):
     figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    by_stage = {s["stage"]: s["rate_per_s"] for s in stages}
+    rates = [by_stage[k] for k in sorted(by_stage)]
+    climbing = all(a < b for a, b in zip(rates, rates[1:]))
     for target in [t for t in TARGETS if any(s["target"] == t for s in stages)]:
         mine = sorted((s for s in stages if s["target"] == target), key=lambda s: s["stage"])
-        rates = [s["rate_per_s"] for s in mine]
-        axes[0].plot(rates, [s["output_tokens_per_s"] for s in mine], "o-", color=COLOURS[target], label=target)
-        axes[1].plot(rates, [(s.get("ttft_p90_ms") or 0.0) / 1000 for s in mine], "o-", color=COLOURS[target],
+        xs = [s["rate_per_s"] if climbing else s["stage"] for s in mine]
+        axes[0].plot(xs, [s["output_tokens_per_s"] for s in mine], "o-", color=COLOURS[target], label=target)
+        axes[1].plot(xs, [(s.get("ttft_p90_ms") or 0.0) / 1000 for s in mine], "o-", color=COLOURS[target],
                      label=target)
-    axes[0].set_title("output tokens/s per stage")
-    axes[1].set_title("TTFT p90 per stage (s, log)")
+    axes[0].set_title(f"{workload}: output tokens/s per stage")
+    axes[1].set_title(f"{workload}: TTFT p90 per stage (s, log)")
     axes[1].set_yscale("log")
     for axis in axes:
-        axis.set_xlabel("arrival rate (requests/s)")
+        if climbing:
+            axis.set_xlabel("arrival rate (requests/s)")
+        else:
+            axis.set_xticks(sorted(by_stage))
+            axis.set_xticklabels([f"{by_stage[k]:g}" for k in sorted(by_stage)], rotation=60, fontsize=7)
+            axis.set_xlabel("stage, labelled with its arrival rate (requests/s), in order")
     axes[0].legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(results_dir / "learning_ladder.png", dpi=120)
+    figure.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

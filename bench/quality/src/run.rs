@@ -154,7 +154,9 @@ fn run_one(
         targets::start(target, &pool.addresses(), &target_dir(&bench.dir, workload, target)?, &bench.vllm_router)?;
     let before = pool.prefix_counters();
     let base_url = running.base_url();
-    let client = StreamingClient::new(bench.request_timeout);
+    let timeout =
+        workload.name.request_timeout_floor().map_or(bench.request_timeout, |floor| floor.max(bench.request_timeout));
+    let client = StreamingClient::new(timeout);
     let probe = StreamingClient::new(PROBE_TIMEOUT);
     let (replay, balance) = bench.runtime.block_on(async {
         let (stop, stopped) = watch::channel(false);

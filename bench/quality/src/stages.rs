@@ -93,12 +93,23 @@ pub fn table(rows: &[StageRow]) -> String {
             row.output_tokens_per_s
         );
     }
-    let top = |target: &str| rows.iter().filter(|r| r.target == target).max_by_key(|r| r.stage);
-    if let Some(baseline) = top("envoy-round-robin") {
-        out.push_str(
-            "\nTop stage against round robin (issue 14's goals: out tok/s ≥ 2.1 ×, TTFT p90 ≥ 100 × lower):\n\n",
+    let mut workloads: Vec<&str> = Vec::new();
+    for row in rows {
+        if !workloads.contains(&row.workload.as_str()) {
+            workloads.push(&row.workload);
+        }
+    }
+    for workload in workloads {
+        let top =
+            rows.iter().filter(|r| r.workload == workload && r.target == "envoy-round-robin").max_by_key(|r| r.stage);
+        let Some(baseline) = top else { continue };
+        let _ = write!(
+            out,
+            "\n{workload}: top stage against round robin (issue 14's goals: out tok/s ≥ 2.1 ×, TTFT p90 ≥ 100 × lower):\n\n"
         );
-        for row in rows.iter().filter(|r| r.stage == baseline.stage && r.target != baseline.target) {
+        let peers =
+            rows.iter().filter(|r| r.workload == workload && r.stage == baseline.stage && r.target != baseline.target);
+        for row in peers {
             let speedup = row.output_tokens_per_s / baseline.output_tokens_per_s.max(f64::MIN_POSITIVE);
             let lower = match (baseline.ttft_p90_ms, row.ttft_p90_ms) {
                 (Some(theirs), Some(ours)) if ours > 0.0 => format!("{:.0} ×", theirs / ours),

@@ -65,16 +65,31 @@ pub fn capacities() -> (f64, f64) {
 pub fn build(size: Size, seed: u64) -> Workload {
     let stage_ms = size.pick(30_000, 8_000) as f64;
     let (round_robin, _) = capacities();
+    // Rates rounded to 0.1 requests/s so the report reads plainly.
+    let stages: Vec<(f64, f64)> =
+        RATE_MULTIPLES.iter().map(|multiple| ((multiple * round_robin * 10.0).round() / 10.0, stage_ms)).collect();
+    build_on(WorkloadName::Ladder, &stages, seed)
+}
+
+/// The top stage's rate: 2.5 × round robin's capacity (see [`RATE_MULTIPLES`]). Other ladders
+/// on this pool scale their own top to it, so their top stages compare with (g)'s.
+pub fn top_rate() -> f64 {
+    let (round_robin, _) = capacities();
+    let top = RATE_MULTIPLES.iter().copied().fold(0.0, f64::max);
+    (top * round_robin * 10.0).round() / 10.0
+}
+
+/// (g)'s pool and prompts with the ladder `stages` (requests per second, milliseconds each,
+/// in order), reported as workload `name`.
+pub fn build_on(name: WorkloadName, stages: &[(f64, f64)], seed: u64) -> Workload {
     let systems: Vec<String> =
         (0..SYSTEM_PROMPTS).map(|index| text_of_tokens(SYSTEM_TOKENS, seed ^ (9_000 + index as u64))).collect();
     let mut random = SeededRandom::new(seed ^ 0x9);
     let mut jobs = Vec::new();
-    let mut stages = Vec::new();
-    for (stage, multiple) in RATE_MULTIPLES.iter().enumerate() {
-        // Rates rounded to 0.1 requests/s so the report reads plainly.
-        let rate = (multiple * round_robin * 10.0).round() / 10.0;
-        let stage_start = stage as f64 * stage_ms;
-        stages.push(Stage { rate_per_s: rate, start_ms: stage_start as u64, end_ms: (stage_start + stage_ms) as u64 });
+    let mut windows = Vec::with_capacity(stages.len());
+    let mut stage_start = 0.0;
+    for &(rate, stage_ms) in stages {
+        windows.push(Stage { rate_per_s: rate, start_ms: stage_start as u64, end_ms: (stage_start + stage_ms) as u64 });
         let mut at = stage_start;
         loop {
             // Poisson arrivals: exponential gaps of mean 1/rate.
@@ -87,11 +102,12 @@ pub fn build(size: Size, seed: u64) -> Workload {
             let job = Job::Completion { prompt: format!("{system} {question}"), max_tokens: OUTPUT_TOKENS };
             jobs.push(Job::Scheduled { at_ms: at as u64, job: Box::new(job) });
         }
+        stage_start += stage_ms;
     }
     let mut args = pod_args(MAX_NUM_SEQS, NUM_GPU_BLOCKS, MAX_MODEL_LEN);
     args.extend(["--prefill-per-token-ms".to_string(), PREFILL_MS_PER_TOKEN.to_string()]);
     // Open loop: every request has its own client slot and leaves at its scheduled time.
-    Workload { name: WorkloadName::Ladder, pods: PODS, pod_args: args, concurrency: jobs.len(), jobs, stages }
+    Workload { name, pods: PODS, pod_args: args, concurrency: jobs.len(), jobs, stages: windows }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod agents;
 mod burst;
 mod heterogeneous;
 mod ladder;
+mod llm_d_ladder;
 mod mixed_lengths;
 mod multi_turn;
 mod no_prefix;
@@ -51,6 +52,11 @@ pub enum WorkloadName {
     /// ladder from ¼ to 2.5 × round robin's capacity (llm-d's optimized-baseline shape, scaled; issue 14).
     #[value(name = "g", alias = "ladder")]
     Ladder,
+    /// Workload g's pool and prompts on llm-d's own ladder: its 17 stages and their durations
+    /// (about 500 s, some 350 s of them past round robin's capacity), rates scaled so the top
+    /// is g's (issue 14).
+    #[value(name = "o", alias = "ladder-llm-d")]
+    LadderLlmD,
     /// 4 pods, 48 agent sessions on the Responses API (8 kinds of 4k-token instructions), 8
     /// turns each resending the conversation with tool calls and outputs, 16 at once.
     #[value(name = "m", alias = "agents")]
@@ -63,6 +69,15 @@ pub enum WorkloadName {
 }
 
 impl WorkloadName {
+    /// The least time a request of this workload is given before it counts as an error, if
+    /// the workload needs more than the command line's `--request-timeout-s` may say.
+    pub fn request_timeout_floor(self) -> Option<std::time::Duration> {
+        match self {
+            WorkloadName::LadderLlmD => Some(std::time::Duration::from_secs(llm_d_ladder::REQUEST_TIMEOUT_FLOOR_S)),
+            _ => None,
+        }
+    }
+
     /// The name used in results.
     pub fn label(self) -> &'static str {
         match self {
@@ -76,6 +91,7 @@ impl WorkloadName {
             WorkloadName::Heterogeneous => "f-heterogeneous",
             WorkloadName::MixedLengths => "l-mixed-lengths",
             WorkloadName::Ladder => "g-ladder",
+            WorkloadName::LadderLlmD => "o-ladder-llm-d",
             WorkloadName::Agents => "m-agents",
             WorkloadName::MessagesAgents => "n-messages-agents",
         }
@@ -183,6 +199,7 @@ impl Workload {
             WorkloadName::Heterogeneous => heterogeneous::build(size, seed),
             WorkloadName::MixedLengths => mixed_lengths::build(size, seed),
             WorkloadName::Ladder => ladder::build(size, seed),
+            WorkloadName::LadderLlmD => llm_d_ladder::build(size, seed),
             WorkloadName::Agents => agents::build(size, seed, AgentApi::Responses),
             WorkloadName::MessagesAgents => agents::build(size, seed, AgentApi::Messages),
         }
@@ -251,6 +268,7 @@ mod tests {
             WorkloadName::Heterogeneous,
             WorkloadName::MixedLengths,
             WorkloadName::Ladder,
+            WorkloadName::LadderLlmD,
             WorkloadName::Agents,
             WorkloadName::MessagesAgents,
         ] {
