@@ -208,6 +208,21 @@ bench-agents: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(AGENTS_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results/agents
 
+# `make bench-ladders`: issue 14's rate ladders, wasm-epp with and without learning and the
+# peers: g (five 30 s stages, ~15 minutes) and o (llm-d's own 17 stages, ~500 s of arrivals and
+# the peers' backlogs after: ~60 minutes). Results, per-stage tables and plots in
+# bench/results/learning/{g,o}/ and bench/results/learning/learning_ladder*.png.
+LADDER_TARGETS ?= wasm-epp-learning,wasm-epp,envoy-round-robin,envoy-least-request,vllm-router-cache-aware
+.PHONY: bench-ladders
+bench-ladders: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
+	$(CARGO) build --release -p bench-quality
+	for ladder in g o; do \
+		./target/release/wasm-epp-bench-quality --workloads $$ladder --targets $(LADDER_TARGETS) \
+			--out-dir bench/results/learning/$$ladder --no-replicas --no-peer-cost \
+			$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) || exit 1; \
+	done
+	$(VENV)/bin/python bench/quality/plot_learning.py bench/results/learning
+
 # `make bench-inference-perf`: issue 14's opening ladder driven by inference-perf (llm-d's
 # load generator, pinned in .venv-inference-perf) instead of our client: 50 shared prefixes,
 # Poisson 1 -> 16 requests/s, 4 pods under KV pressure; about 12 minutes on 2 cores. Results

@@ -20,7 +20,8 @@ use super::{Size, Workload, WorkloadName};
 
 /// llm-d's stages, (requests per second, seconds): a warm-up at a quarter of the top rate that
 /// seats the system prompts, then the climb. From the inference-perf profile of llm-d's
-/// scheduling benchmark report for 8 pods (150 groups of 5 prompts, 6,000 + 1,200 tokens).
+/// scheduling strategies' benchmark reports (profile "X-70R-6kSys": 8 pods, 150 groups of 5
+/// prompts, 6,000 + 1,200 tokens).
 const LLM_D_STAGES: [(f64, f64); 17] = [
     (15.0, 50.0),
     (3.0, 20.0),
