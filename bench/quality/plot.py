@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 TARGET_ORDER = [
     "wasm-epp",
+    "wasm-epp-learning",
     "envoy-round-robin",
     "envoy-least-request",
     "vllm-router-cache-aware",
@@ -31,6 +32,7 @@ TARGET_ORDER = [
 ]
 SHORT_NAMES = {
     "wasm-epp": "wasm-epp",
+    "wasm-epp-learning": "wasm-epp\nlearning",
     "envoy-round-robin": "Envoy\nround robin",
     "envoy-least-request": "Envoy\nleast request",
     "vllm-router-cache-aware": "vllm-router\ncache_aware",
@@ -38,6 +40,7 @@ SHORT_NAMES = {
 }
 COLOURS = {
     "wasm-epp": "#d62728",
+    "wasm-epp-learning": "#ff7f0e",
     "envoy-round-robin": "#7f7f7f",
     "envoy-least-request": "#1f77b4",
     "vllm-router-cache-aware": "#2ca02c",

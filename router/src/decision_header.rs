@@ -15,8 +15,8 @@ use crate::decision_stats::PickReason;
 pub const DECISION_HEADER: &str = "x-wasm-epp-decision";
 
 /// The header's value: chosen pod, why, its share of the prompt's prefix, each candidate's
-/// score, best first (already bounded by `picker::route::explain`), and with learning on each
-/// candidate's predicted TTFT in the same order.
+/// score, best first (already bounded by `picker::route::explain`), with learning on each
+/// candidate's predicted TTFT in the same order, then the requests in flight to each.
 pub fn describe(pod: &PodAddress, reason: PickReason, prefix_match: f64, candidates: &[Explained]) -> String {
     let listed: Vec<String> = candidates.iter().map(|c| format!("{}={:.3}", c.address, c.score)).collect();
     let mut value = format!(
@@ -31,6 +31,9 @@ pub fn describe(pod: &PodAddress, reason: PickReason, prefix_match: f64, candida
         value.push_str("; predicted_ttft_ms=");
         value.push_str(&predicted.join(","));
     }
+    let inflight: Vec<String> = candidates.iter().map(|c| format!("{}={}", c.address, c.inflight)).collect();
+    value.push_str("; inflight=");
+    value.push_str(&inflight.join(","));
     value
 }
 
@@ -45,17 +48,19 @@ mod tests {
             address: address.to_string(),
             score,
             predicted_ttft_ms,
+            inflight: if score > 0.5 { 1 } else { 3 },
         };
         let candidates = vec![explained("10.0.0.1:8000", 0.9123, None), explained("10.0.0.2:8000", 0.4, None)];
         assert_eq!(
             describe(&pod, PickReason::Affinity, 0.75, &candidates),
-            "pod=10.0.0.1:8000; reason=affinity; prefix=0.750; candidates=10.0.0.1:8000=0.912,10.0.0.2:8000=0.400"
+            "pod=10.0.0.1:8000; reason=affinity; prefix=0.750; candidates=10.0.0.1:8000=0.912,10.0.0.2:8000=0.400; \
+             inflight=10.0.0.1:8000=1,10.0.0.2:8000=3"
         );
         let learned = vec![explained("10.0.0.1:8000", 0.9, Some(212.4)), explained("10.0.0.2:8000", 0.4, Some(640.0))];
         assert_eq!(
             describe(&pod, PickReason::Load, 0.0, &learned),
             "pod=10.0.0.1:8000; reason=load; prefix=0.000; candidates=10.0.0.1:8000=0.900,10.0.0.2:8000=0.400; \
-             predicted_ttft_ms=10.0.0.1:8000=212,10.0.0.2:8000=640"
+             predicted_ttft_ms=10.0.0.1:8000=212,10.0.0.2:8000=640; inflight=10.0.0.1:8000=1,10.0.0.2:8000=3"
         );
     }
 }

@@ -40,6 +40,11 @@ fn when_on_the_response_names_the_pod_the_reason_and_every_candidate() {
         assert!(value.contains(&format!("{pod}=")), "{pod} missing from {value}");
     }
     assert!(!value.contains("6.6.6.6"), "{value}");
+    // What the decision saw: nothing in flight anywhere yet (the request itself counts after).
+    let (_, inflight) = value.split_once("; inflight=").unwrap_or_else(|| panic!("no in-flight counts: {value}"));
+    for (pod, _) in POOL {
+        assert!(inflight.split(',').any(|p| p == format!("{pod}=0")), "{pod} in {value}");
+    }
 }
 
 #[test]
@@ -51,6 +56,7 @@ fn with_learning_on_the_header_gives_each_candidates_predicted_ttft() {
     stream.on_response_headers(&bench.host, false);
     let value = bench.host.response_header("x-wasm-epp-decision").unwrap();
     let (_, predicted) = value.split_once("; predicted_ttft_ms=").unwrap_or_else(|| panic!("no predictions: {value}"));
+    let predicted = predicted.split("; ").next().unwrap_or_default();
     for (pod, _) in POOL {
         let ms = predicted.split(',').find_map(|p| p.strip_prefix(&format!("{pod}=")));
         assert!(ms.and_then(|ms| ms.parse::<f64>().ok()).is_some_and(|ms| ms > 0.0), "{pod} in {value}");

@@ -13,12 +13,14 @@ use crate::scheduler::{weighted_scores, Candidate, Policy};
 /// (~1 KiB without learning's predicted TTFTs).
 pub const MAX_EXPLAINED_CANDIDATES: usize = 16;
 
-/// One candidate as explained: its address, weighted score, and predicted TTFT (learning on).
+/// One candidate as explained: its address, weighted score, predicted TTFT (learning on) and
+/// the requests this proxy has in flight to it (what the TTFT model calls requests ahead).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Explained {
     pub address: String,
     pub score: f64,
     pub predicted_ttft_ms: Option<f64>,
+    pub inflight: u32,
 }
 
 /// The best-scored candidates, best first, at most [`MAX_EXPLAINED_CANDIDATES`].
@@ -45,7 +47,12 @@ pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<Explaine
     let mut scored: Vec<Explained> = all
         .iter()
         .zip(totals)
-        .map(|(c, score)| Explained { address: c.address.to_string(), score, predicted_ttft_ms: c.predicted_ttft_ms })
+        .map(|(c, score)| Explained {
+            address: c.address.to_string(),
+            score,
+            predicted_ttft_ms: c.predicted_ttft_ms,
+            inflight: c.inflight,
+        })
         .collect();
     scored.sort_by(|a, b| b.score.total_cmp(&a.score));
     scored.truncate(MAX_EXPLAINED_CANDIDATES);
