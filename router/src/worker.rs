@@ -85,9 +85,18 @@ impl Worker {
     /// Refreshes the table, counting and logging one that does not decode (the last good
     /// one is kept). The one place both the tick and a table-less request refresh through.
     pub fn refresh_table(&self, cache: &mut TableCache, store: &dyn picker::store::SharedStore) {
-        if let Refresh::DecodeFailed(reason) = cache.refresh(store) {
-            self.stats.increment(self.stats.table_decode_failed);
-            log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+        match cache.refresh(store) {
+            Refresh::DecodeFailed(reason) => {
+                self.stats.increment(self.stats.table_decode_failed);
+                log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
+            }
+            Refresh::Updated if self.config.learning.enabled => {
+                // Once per publish: which pods were seen with a full batch and at what size.
+                if let (Some(table), Ok(mut learner)) = (cache.table(), self.learning.try_borrow_mut()) {
+                    learner.models.saw_batches(table.pods.iter().map(|p| (p.address.as_str(), p.running, p.waiting)));
+                }
+            }
+            Refresh::Updated | Refresh::Unchanged => {}
         }
     }
 

@@ -17,6 +17,7 @@
 //!   answers prove it holds ([`held`]): misses alone would otherwise shrink a pod that only
 //!   evicts now and then until the index forgets prompts it still has.
 
+pub mod batch;
 pub mod first_token;
 pub mod held;
 pub mod readers;

@@ -3,8 +3,12 @@
 //! TTFT ≈ overhead + tokens ahead ÷ prefill rate + requests ahead × slot wait, where "tokens
 //! ahead" is the uncached prompt tokens in flight to the pod when the request was sent (every
 //! worker's, whose prompts the pod has not answered yet) plus the request's own: the pod must
-//! prefill all of them before this request's first token. "Requests ahead" is every request in
-//! flight to it (decoding ones too): a full running batch makes a new request wait for a slot.
+//! prefill all of them before this request's first token. "Requests ahead" is how many of the
+//! requests in flight to it must finish before this one gets a slot in its running batch
+//! ([`batch`](super::batch)): none while the batch has room, however many are decoding. A
+//! slot wait is a step, not a slope: counting every request in flight instead made a pod with
+//! a free slot look as slow as a full one, and one early answer that had waited for a slot
+//! under a low count made its pod look slow for the rest of a run (workload c's tail).
 //! Each pod's model is a least-squares fit of `(load, observed time to first byte)` with
 //! exponential forgetting ([`FORGET`]): nine sums per pod, O(1) per observation, and recent
 //! behaviour (a pod that degraded) outweighs old.
@@ -25,6 +29,7 @@
 
 use hashbrown::HashMap;
 
+use super::batch::BatchSizes;
 use crate::pod_table::MAX_PODS;
 
 /// Weight kept by older observations at each new one: a memory of ~50 answers per pod, a few
@@ -38,8 +43,18 @@ const RIDGE_OBSERVATIONS: f64 = 2.0;
 /// A typical prompt's uncached tokens, the scale at which the token slope's ridge is expressed.
 const X_SCALE: f64 = 2048.0;
 
-/// A typical number of requests in flight to a pod, the scale of the per-request ridge.
-const REQUEST_SCALE: f64 = 8.0;
+/// A typical number of requests ahead of a slot, the scale of the per-request ridge: a pod
+/// seen queueing has one or two ahead of a new request, and a couple of answers that waited
+/// must be enough to learn what a slot wait costs (at 8, the scale of every request in flight,
+/// a 500 ms wait moved the slope by 5 ms).
+const REQUEST_SCALE: f64 = 1.0;
+
+/// An answer counts at most this many times the pool's prediction for its load (plus
+/// [`SAMPLE_CAP_MS`]): a request that waited on something the load did not show (a burst two
+/// workers placed before seeing each other's picks) must not brand its pod slow for the next
+/// fifty answers. A pod 2–3 × slower than the pool stays well inside it.
+const SAMPLE_CAP_FACTOR: f64 = 4.0;
+const SAMPLE_CAP_MS: f64 = 100.0;
 
 /// Observed TTFTs above this are not fed in (a stalled stream, a client that paused reading):
 /// ten minutes is past any sane time to first byte.
@@ -61,9 +76,8 @@ pub struct Prior {
 pub struct Load {
     /// Uncached prompt tokens in flight and not yet answered, plus the request's own.
     pub tokens: f64,
-    /// Requests in flight to the pod when it is sent (prefilling, decoding or queued for a
-    /// slot): a pod whose running batch is full makes a new request wait for a slot, which
-    /// tokens alone do not show.
+    /// Requests in flight to the pod that must finish before this one gets a slot in its
+    /// running batch ([`TtftModels::ahead_of_a_slot`]): the wait tokens alone do not show.
     pub requests: f64,
 }
 
@@ -245,11 +259,19 @@ pub struct TtftModels {
     pods: HashMap<String, Sums>,
     /// What a pod is compared with ([`TtftModels::pool_fit`]).
     reference: Reference,
+    /// Each pod's running batch when full: where slot waits begin.
+    batches: BatchSizes,
 }
 
 impl TtftModels {
     pub fn new(prior: Prior) -> Self {
-        Self { prior, pool: Sums::default(), pods: HashMap::new(), reference: Reference::default() }
+        Self {
+            prior,
+            pool: Sums::default(),
+            pods: HashMap::new(),
+            reference: Reference::default(),
+            batches: BatchSizes::default(),
+        }
     }
 
     /// The pod answered its first byte `ttft_ms` after being sent a request under `load`.
@@ -259,6 +281,7 @@ impl TtftModels {
             return;
         }
         let load = Load { tokens: load.tokens.max(0.0), requests: load.requests.max(0.0) };
+        let ttft_ms = ttft_ms.min(SAMPLE_CAP_FACTOR * self.pool_fit().predict(load) + SAMPLE_CAP_MS);
         self.pool.add(load, ttft_ms);
         if let Some(sums) = self.pods.get_mut(pod) {
             self.reference.add(sums.moments(), -1.0);
@@ -274,6 +297,19 @@ impl TtftModels {
         if self.reference.updates >= REFERENCE_REBUILD_EVERY {
             self.rebuild_reference();
         }
+    }
+
+    /// A new pod table: each pod's `(address, running, waiting)` as last scraped.
+    pub fn saw_batches<'a>(&mut self, pods: impl Iterator<Item = (&'a str, f64, f64)>) {
+        for (pod, running, waiting) in pods {
+            self.batches.saw(pod, running, waiting);
+        }
+    }
+
+    /// The model's `requests` input for a request sent to `pod` with `in_flight` requests
+    /// there already: how many must finish before it gets a slot.
+    pub fn ahead_of_a_slot(&self, pod: &str, in_flight: f64) -> f64 {
+        self.batches.ahead_of_a_slot(pod, in_flight)
     }
 
     /// Sums every pod's term again (O(pods), every [`REFERENCE_REBUILD_EVERY`] answers and
@@ -340,6 +376,7 @@ impl TtftModels {
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
         let before = self.pods.len();
         self.pods.retain(|pod, _| keep(pod));
+        self.batches.retain_pods(&keep);
         if self.pods.len() != before {
             self.rebuild_reference();
         }
@@ -455,6 +492,55 @@ mod tests {
         models.observe("a", tokens(10.0), -1.0);
         models.observe("a", tokens(10.0), 1e12);
         assert_eq!(models.fit("a"), before);
+    }
+
+    /// Workload (c)'s tail: four pods alike, and one answer of pod "d" waited 1.7 s for a slot
+    /// that its recorded load did not show (two workers placed a burst before seeing each
+    /// other's picks). It must not make "d" look several times slower than the rest.
+    #[test]
+    fn one_answer_that_waited_on_something_unseen_does_not_brand_its_pod_slow() {
+        let mut models = TtftModels::new(PRIOR);
+        let loads = [200.0, 500.0, 300.0, 700.0, 400.0, 600.0];
+        for pod in ["a", "b", "c", "d"] {
+            feed(&mut models, pod, 60.0, 0.02, &loads);
+        }
+        models.observe("d", tokens(1_000.0), 1_700.0);
+        let (a, d) = (models.predict("a", tokens(600.0)), models.predict("d", tokens(600.0)));
+        assert!(d < a + 120.0, "d {d} vs a {a}");
+        let slow = 60.0 + 0.06 * 1_000.0;
+        for _ in 0..3 {
+            models.observe("e", tokens(1_000.0), slow);
+        }
+        assert!(models.predict("e", tokens(1_000.0)) > 0.8 * slow, "a pod 3 x slower is believed");
+    }
+
+    /// Workload (c) once a pod was seen queueing: batches of 4, a request behind a full batch
+    /// waits ~500 ms for a slot, one with a free slot ~70 ms. A pod with 3 in flight must be
+    /// predicted far faster than one with 4, however few answers came from full batches.
+    #[test]
+    fn a_free_slot_is_told_from_a_full_batch() {
+        let mut models = TtftModels::new(PRIOR);
+        models.saw_batches([("a", 4.0, 1.0)].into_iter());
+        for i in 0..40u32 {
+            let pod = ["a", "b", "c", "d"][(i % 4) as usize];
+            let in_flight = f64::from(i % 4);
+            let load = Load { tokens: 500.0, requests: models.ahead_of_a_slot(pod, in_flight) };
+            models.observe(pod, load, 70.0);
+        }
+        for pod in ["a", "b"] {
+            models.observe(pod, Load { tokens: 500.0, requests: models.ahead_of_a_slot(pod, 4.0) }, 570.0);
+        }
+        let predict = |pod: &str, in_flight: f64| {
+            models.predict(pod, Load { tokens: 500.0, requests: models.ahead_of_a_slot(pod, in_flight) })
+        };
+        for pod in ["a", "b", "c", "d"] {
+            assert!(
+                predict(pod, 3.0) < 100.0 && predict(pod, 4.0) > 200.0,
+                "{pod}: {} vs {}",
+                predict(pod, 3.0),
+                predict(pod, 4.0)
+            );
+        }
     }
 
     #[test]

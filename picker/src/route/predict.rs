@@ -62,7 +62,7 @@ impl LearningQuery<'_> {
         };
         let uncached_tokens = self.prompt_tokens - cached_tokens;
         let tokens = f64::from((self.tokens_in_flight)(pod)) + f64::from(uncached_tokens);
-        let load = Load { tokens, requests: f64::from(requests) };
+        let load = Load { tokens, requests: self.models.ahead_of_a_slot(pod, f64::from(requests)) };
         let hashed_blocks = u32::try_from(self.hashed_blocks).unwrap_or(u32::MAX);
         let matched_blocks = u32::try_from(matched_blocks.min(self.hashed_blocks)).unwrap_or(u32::MAX);
         Predicted {
@@ -104,7 +104,9 @@ mod tests {
 
     #[test]
     fn cached_blocks_come_off_the_work_and_tokens_in_flight_are_waited_on() {
-        let models = TtftModels::new(Prior { overhead_ms: 10.0, ms_per_token: 0.01 });
+        let mut models = TtftModels::new(Prior { overhead_ms: 10.0, ms_per_token: 0.01 });
+        // The busy pod was seen running 2 requests with more waiting: a full batch of 2.
+        models.saw_batches([("busy", 2.0, 1.0)].into_iter());
         let in_flight = |pod: &str| if pod == "busy" { 10_000 } else { 0 };
         let query = LearningQuery {
             models: &models,
@@ -123,7 +125,9 @@ mod tests {
         let whole = query.predict("idle", 100, 0);
         assert_eq!(whole.uncached_tokens, 0, "matched to the end of the hashed part: the rest too");
         let busy = query.predict("busy", 0, 3);
-        assert_eq!((busy.uncached_tokens, busy.load), (2_000, Load { tokens: 12_000.0, requests: 3.0 }));
+        // Of its 3 in flight, 2 must finish before this one gets a slot.
+        assert_eq!((busy.uncached_tokens, busy.load), (2_000, Load { tokens: 12_000.0, requests: 2.0 }));
+        assert_eq!(query.predict("idle", 0, 1).load.requests, 0.0, "the pool's batch of 2 has room for a second");
         assert!(query.meets_slo(warm.ttft_ms) && !query.meets_slo(busy.ttft_ms));
         assert_eq!(query.predict("idle", 1_000, 0).uncached_tokens, 0, "never more cached than the prompt");
     }

@@ -1,0 +1,93 @@
+//! How many requests each pod runs at once, read from its metrics when it queues: the
+//! threshold past which a new request waits for a slot instead of starting.
+//!
+//! vLLM exports no `max_num_seqs`, and its batch is bounded by the KV cache as much as by that
+//! setting, so neither is known ahead. What the metrics do show is the batch a pod runs while
+//! requests wait (`num_requests_running` when `num_requests_waiting` > 0): that is its batch
+//! when full. A pod never seen full is assumed to have the pool's size (pods of one pool
+//! usually run with the same settings); before any pod is seen full, no request is counted
+//! as waiting for a slot.
+
+use hashbrown::HashMap;
+
+use crate::pod_table::MAX_PODS;
+
+/// Weight of the newest full-batch reading: a KV-bound batch varies with the prompts' lengths,
+/// so a few readings are averaged.
+const STEP: f64 = 0.25;
+
+/// Each pod's batch size when full, and their sum (for the pool's mean).
+#[derive(Debug, Clone, Default)]
+pub struct BatchSizes {
+    pods: HashMap<String, f64>,
+    sum: f64,
+}
+
+impl BatchSizes {
+    /// The pod's metrics showed `running` requests running and `waiting` waiting.
+    pub fn saw(&mut self, pod: &str, running: f64, waiting: f64) {
+        if !(waiting > 0.0 && running >= 1.0 && running.is_finite()) {
+            return;
+        }
+        if let Some(size) = self.pods.get_mut(pod) {
+            let moved = *size + STEP * (running - *size);
+            self.sum += moved - *size;
+            *size = moved;
+        } else if self.pods.len() < MAX_PODS {
+            self.pods.insert(pod.to_string(), running);
+            self.sum += running;
+        }
+    }
+
+    /// The pod's batch size when full: its own if it was seen full, else the pool's mean.
+    pub fn size(&self, pod: &str) -> Option<f64> {
+        match self.pods.get(pod) {
+            Some(&size) => Some(size),
+            None if !self.pods.is_empty() => Some(self.sum / self.pods.len() as f64),
+            None => None,
+        }
+    }
+
+    /// Requests that must finish before a new one on `pod` gets a slot, with `in_flight`
+    /// requests there already (0 while it has a free slot, or no pod was ever seen full).
+    pub fn ahead_of_a_slot(&self, pod: &str, in_flight: f64) -> f64 {
+        self.size(pod).map_or(0.0, |size| (in_flight + 1.0 - size).max(0.0))
+    }
+
+    /// Forgets pods that left the pool.
+    pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
+        self.pods.retain(|pod, _| keep(pod));
+        self.sum = self.pods.values().sum();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_seen_queueing_tells_its_batch_and_the_others_take_the_pools() {
+        let mut sizes = BatchSizes::default();
+        sizes.saw("a", 4.0, 0.0);
+        assert_eq!(sizes.ahead_of_a_slot("a", 9.0), 0.0, "never seen full: no slot wait assumed");
+        sizes.saw("a", 4.0, 2.0);
+        assert_eq!(sizes.ahead_of_a_slot("a", 3.0), 0.0, "the fourth slot is free");
+        assert_eq!(sizes.ahead_of_a_slot("a", 4.0), 1.0, "one must finish first");
+        assert_eq!(sizes.ahead_of_a_slot("b", 6.0), 3.0, "a pod never seen full: the pool's size");
+        sizes.saw("b", 8.0, 1.0);
+        assert_eq!(sizes.size("c"), Some(6.0));
+        sizes.saw("a", 8.0, 1.0);
+        assert_eq!(sizes.size("a"), Some(5.0), "readings are averaged");
+        sizes.retain_pods(|pod| pod == "b");
+        assert_eq!(sizes.size("a"), Some(8.0));
+    }
+
+    #[test]
+    fn readings_that_say_nothing_are_ignored() {
+        let mut sizes = BatchSizes::default();
+        sizes.saw("a", 0.0, 5.0);
+        sizes.saw("a", f64::NAN, 5.0);
+        sizes.saw("a", f64::INFINITY, 5.0);
+        assert_eq!(sizes.size("a"), None);
+    }
+}
