@@ -46,7 +46,7 @@ const X_SCALE: f64 = 2048.0;
 /// A typical number of requests ahead of a slot, the scale of the per-request ridge: a pod
 /// seen queueing has one or two ahead of a new request, and a couple of answers that waited
 /// must be enough to learn what a slot wait costs (at 8, the scale of every request in flight,
-/// a 500 ms wait moved the slope by 5 ms).
+/// two 500 ms waits among forty answers priced a full batch ~12 ms above a free slot).
 const REQUEST_SCALE: f64 = 1.0;
 
 /// An answer counts at most this many times the pool's prediction for its load (plus
