@@ -14,7 +14,8 @@ use crate::scheduler::{weighted_scores, Candidate, Policy};
 pub const MAX_EXPLAINED_CANDIDATES: usize = 16;
 
 /// One candidate as explained: its address, weighted score, predicted TTFT (learning on) and
-/// the requests this proxy has in flight to it (what the TTFT model calls requests ahead).
+/// the requests this Envoy had in flight to it when it decided (every worker's, as this
+/// worker saw them; the TTFT model turns them into requests ahead of a slot).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Explained {
     pub address: String,
