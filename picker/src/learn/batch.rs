@@ -12,9 +12,13 @@ use hashbrown::HashMap;
 
 use crate::pod_table::MAX_PODS;
 
-/// Weight of the newest full-batch reading: a KV-bound batch varies with the prompts' lengths,
-/// so a few readings are averaged.
-const STEP: f64 = 0.25;
+/// Weight of a full-batch reading below the current size. A scrape that lands between a
+/// request's end and the next step's admission reads one slot short (`running` 3 of 4 with
+/// one waiting), so low readings only pull the size down slowly; a KV-bound batch that shrank
+/// for long prompts still shows after ~20 readings. A higher reading is taken at once: a
+/// batch never runs more than it can. Averaging every reading at 0.25 (before) left a batch
+/// of 4 at ~3.7, so a pod with a free slot was priced 0.3 of a slot wait (workload c).
+const STEP_DOWN: f64 = 0.05;
 
 /// Each pod's batch size when full, and their sum (for the pool's mean).
 #[derive(Debug, Clone, Default)]
@@ -30,7 +34,7 @@ impl BatchSizes {
             return;
         }
         if let Some(size) = self.pods.get_mut(pod) {
-            let moved = *size + STEP * (running - *size);
+            let moved = if running > *size { running } else { *size + STEP_DOWN * (running - *size) };
             self.sum += moved - *size;
             *size = moved;
         } else if self.pods.len() < MAX_PODS {
@@ -77,9 +81,23 @@ mod tests {
         sizes.saw("b", 8.0, 1.0);
         assert_eq!(sizes.size("c"), Some(6.0));
         sizes.saw("a", 8.0, 1.0);
-        assert_eq!(sizes.size("a"), Some(5.0), "readings are averaged");
+        assert_eq!(sizes.size("a"), Some(8.0), "a larger batch is believed at once");
         sizes.retain_pods(|pod| pod == "b");
         assert_eq!(sizes.size("a"), Some(8.0));
+    }
+
+    #[test]
+    fn a_reading_one_slot_short_barely_moves_the_size() {
+        let mut sizes = BatchSizes::default();
+        sizes.saw("a", 4.0, 1.0);
+        for _ in 0..3 {
+            sizes.saw("a", 3.0, 1.0);
+        }
+        assert!(sizes.ahead_of_a_slot("a", 3.0) < 0.2, "{:?}", sizes.size("a"));
+        for _ in 0..60 {
+            sizes.saw("a", 2.0, 3.0);
+        }
+        assert!(sizes.size("a").is_some_and(|size| size < 2.2), "a batch that stays smaller is learned");
     }
 
     #[test]
