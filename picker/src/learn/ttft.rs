@@ -20,10 +20,11 @@
 //! three answers are enough to see that a pod is 2–3 × slower than the rest, and a slow pod
 //! seen only with short prompts is still predicted slow for a long one; a pod never seen is
 //! predicted by the pool's fit; a pool never seen by the configured prior. Each pod's own
-//! three-term fit (before) had to learn its slot wait from its own few waits: with four pods
-//! alike, one whose waits had been short, or whose intercept had taken up a wait its load did
-//! not show, was predicted faster with a full batch than another with a free slot (workload
-//! c's tail: 1 run in 8 with TTFT p99 over 300 ms instead of 3 to 4 in 8).
+//! three-term fit (before) had to learn its slot wait from its own few waits, and its
+//! intercept took up any wait its recorded load did not show: with four pods alike, a pod
+//! with a free slot was predicted slower than another with a full batch (workload c's tail:
+//! 5 runs in 36 with TTFT p99 over 300 ms now, 7 in 22 before). A pod whose few slot waits
+//! ended early by chance still comes out faster than its peers, batch and all.
 //!
 //! Observations are per worker: each Envoy worker learns from the answers it proxies (about
 //! 1/N of the traffic with N workers, plenty at any rate where routing matters) and needs no
