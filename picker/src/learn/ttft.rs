@@ -76,6 +76,13 @@ pub struct Prior {
     pub ms_per_token: f64,
 }
 
+impl Prior {
+    /// The prior as a fit: nothing per request ahead until answers show it.
+    fn fit(self) -> Fit {
+        Fit { overhead_ms: self.overhead_ms, ms_per_token: self.ms_per_token, ms_per_request: 0.0 }
+    }
+}
+
 /// What a request waits behind on a pod: the model's two inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Load {
@@ -259,6 +266,9 @@ pub struct TtftModels {
     pods: HashMap<String, Sums>,
     /// What a pod is compared with ([`TtftModels::pool_fit`]).
     reference: Reference,
+    /// The reference's fit, solved when an answer changes it rather than for every candidate
+    /// of every request: each pod's prediction is this, scaled.
+    pool_fitted: Fit,
     /// Each pod's running batch when full: where slot waits begin.
     batches: BatchSizes,
 }
@@ -270,6 +280,7 @@ impl TtftModels {
             pool: Sums::default(),
             pods: HashMap::new(),
             reference: Reference::default(),
+            pool_fitted: prior.fit(),
             batches: BatchSizes::default(),
         }
     }
@@ -297,6 +308,7 @@ impl TtftModels {
         if self.reference.updates >= REFERENCE_REBUILD_EVERY {
             self.rebuild_reference();
         }
+        self.refit_pool();
     }
 
     /// A new pod table: each pod's `(address, running, waiting)` as last scraped.
@@ -320,10 +332,16 @@ impl TtftModels {
             reference.add(sums.moments(), 1.0);
         }
         self.reference = reference;
+        self.refit_pool();
+    }
+
+    fn refit_pool(&mut self) {
+        let prior = self.prior_fit();
+        self.pool_fitted = self.reference.fit(prior).unwrap_or(prior);
     }
 
     fn prior_fit(&self) -> Fit {
-        Fit { overhead_ms: self.prior.overhead_ms, ms_per_token: self.prior.ms_per_token, ms_per_request: 0.0 }
+        self.prior.fit()
     }
 
     /// What the pool's pods are like: every pod's answers pooled around its own means, the
@@ -333,8 +351,7 @@ impl TtftModels {
     /// slope (0.022 ms per token where the fast pods show 0.1, in the test below), and every
     /// pod compared with it comes out with too little per-token cost.
     pub fn pool_fit(&self) -> Fit {
-        let prior = self.prior_fit();
-        self.reference.fit(prior).unwrap_or(prior)
+        self.pool_fitted
     }
 
     /// The pod's fit: the pool's, its work scaled by the pod's speed ratio (the pool's for a
