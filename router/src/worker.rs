@@ -93,7 +93,9 @@ impl Worker {
             Refresh::Updated if self.config.learning.enabled => {
                 // Once per publish: which pods were seen with a full batch and at what size.
                 if let (Some(table), Ok(mut learner)) = (cache.table(), self.learning.try_borrow_mut()) {
-                    learner.models.saw_batches(table.pods.iter().map(|p| (p.address.as_str(), p.running, p.waiting)));
+                    learner.models.saw_batches(
+                        table.pods.iter().map(|p| (p.address.as_str(), p.running, p.waiting, p.last_success_ms)),
+                    );
                 }
             }
             Refresh::Updated | Refresh::Unchanged => {}

@@ -25,11 +25,21 @@ const STEP_DOWN: f64 = 0.05;
 pub struct BatchSizes {
     pods: HashMap<String, f64>,
     sum: f64,
+    /// Per pod, when a scrape last showed requests waiting (the singleton's clock, ms).
+    waiting_seen_ms: HashMap<String, u64>,
 }
 
 impl BatchSizes {
-    /// The pod's metrics showed `running` requests running and `waiting` waiting.
-    pub fn saw(&mut self, pod: &str, running: f64, waiting: f64) {
+    /// The pod's metrics, scraped at `scraped_ms`, showed `running` requests running and
+    /// `waiting` waiting.
+    pub fn saw(&mut self, pod: &str, running: f64, waiting: f64, scraped_ms: u64) {
+        if waiting > 0.0 {
+            if let Some(seen) = self.waiting_seen_ms.get_mut(pod) {
+                *seen = (*seen).max(scraped_ms);
+            } else if self.waiting_seen_ms.len() < MAX_PODS {
+                self.waiting_seen_ms.insert(pod.to_string(), scraped_ms);
+            }
+        }
         if !(waiting > 0.0 && running >= 1.0 && running.is_finite()) {
             return;
         }
@@ -58,8 +68,15 @@ impl BatchSizes {
         self.size(pod).map_or(0.0, |size| (in_flight + 1.0 - size).max(0.0))
     }
 
+    /// A scrape after `sent_ms` showed requests waiting on `pod`: a request sent then may
+    /// have waited for a slot, whatever the counts said when it was sent.
+    pub fn queued_after(&self, pod: &str, sent_ms: u64) -> bool {
+        self.waiting_seen_ms.get(pod).is_some_and(|&seen| seen > sent_ms)
+    }
+
     /// Forgets pods that left the pool.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
+        self.waiting_seen_ms.retain(|pod, _| keep(pod));
         self.pods.retain(|pod, _| keep(pod));
         self.sum = self.pods.values().sum();
     }
@@ -72,15 +89,15 @@ mod tests {
     #[test]
     fn a_pod_seen_queueing_tells_its_batch_and_the_others_take_the_pools() {
         let mut sizes = BatchSizes::default();
-        sizes.saw("a", 4.0, 0.0);
+        sizes.saw("a", 4.0, 0.0, 0);
         assert_eq!(sizes.ahead_of_a_slot("a", 9.0), 0.0, "never seen full: no slot wait assumed");
-        sizes.saw("a", 4.0, 2.0);
+        sizes.saw("a", 4.0, 2.0, 0);
         assert_eq!(sizes.ahead_of_a_slot("a", 3.0), 0.0, "the fourth slot is free");
         assert_eq!(sizes.ahead_of_a_slot("a", 4.0), 1.0, "one must finish first");
         assert_eq!(sizes.ahead_of_a_slot("b", 6.0), 3.0, "a pod never seen full: the pool's size");
-        sizes.saw("b", 8.0, 1.0);
+        sizes.saw("b", 8.0, 1.0, 0);
         assert_eq!(sizes.size("c"), Some(6.0));
-        sizes.saw("a", 8.0, 1.0);
+        sizes.saw("a", 8.0, 1.0, 0);
         assert_eq!(sizes.size("a"), Some(8.0), "a larger batch is believed at once");
         sizes.retain_pods(|pod| pod == "b");
         assert_eq!(sizes.size("a"), Some(8.0));
@@ -89,23 +106,37 @@ mod tests {
     #[test]
     fn a_reading_one_slot_short_barely_moves_the_size() {
         let mut sizes = BatchSizes::default();
-        sizes.saw("a", 4.0, 1.0);
+        sizes.saw("a", 4.0, 1.0, 0);
         for _ in 0..3 {
-            sizes.saw("a", 3.0, 1.0);
+            sizes.saw("a", 3.0, 1.0, 0);
         }
         assert!(sizes.ahead_of_a_slot("a", 3.0) < 0.2, "{:?}", sizes.size("a"));
         for _ in 0..60 {
-            sizes.saw("a", 2.0, 3.0);
+            sizes.saw("a", 2.0, 3.0, 0);
         }
         assert!(sizes.size("a").is_some_and(|size| size < 2.2), "a batch that stays smaller is learned");
     }
 
     #[test]
+    fn a_queue_seen_after_a_request_was_sent_is_remembered_per_pod() {
+        let mut sizes = BatchSizes::default();
+        sizes.saw("a", 4.0, 1.0, 1_500);
+        sizes.saw("a", 4.0, 0.0, 1_600);
+        sizes.saw("b", 4.0, 0.0, 1_600);
+        assert!(sizes.queued_after("a", 1_000), "the queue at 1,500 came after");
+        assert!(!sizes.queued_after("a", 1_500) && !sizes.queued_after("b", 1_000));
+        sizes.saw("a", 3.0, 2.0, 1_200);
+        assert!(sizes.queued_after("a", 1_400), "an older reading does not move it back");
+        sizes.retain_pods(|pod| pod == "b");
+        assert!(!sizes.queued_after("a", 0));
+    }
+
+    #[test]
     fn readings_that_say_nothing_are_ignored() {
         let mut sizes = BatchSizes::default();
-        sizes.saw("a", 0.0, 5.0);
-        sizes.saw("a", f64::NAN, 5.0);
-        sizes.saw("a", f64::INFINITY, 5.0);
+        sizes.saw("a", 0.0, 5.0, 0);
+        sizes.saw("a", f64::NAN, 5.0, 0);
+        sizes.saw("a", f64::INFINITY, 5.0, 0);
         assert_eq!(sizes.size("a"), None);
     }
 }

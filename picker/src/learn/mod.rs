@@ -119,9 +119,18 @@ impl Learner {
     }
 
     /// The pod's first response bytes arrived at `now_ms`.
+    ///
+    /// A request counted at a free slot when sent, on a pod that a scrape since showed with
+    /// requests waiting, is taken as one that may have waited for a slot: the counts missed a
+    /// request (two workers placing a burst at once), and its wait says nothing of the pod's
+    /// speed (workload c: one such answer, 1.6 s, priced its pod 2–4 × slower for a run).
     pub fn first_byte(&mut self, pod: &str, dispatch: &Dispatch, now_ms: u64) {
         let ttft = now_ms.saturating_sub(dispatch.sent_ms) as f64;
-        self.models.observe(pod, dispatch.load, ttft);
+        let mut load = dispatch.load;
+        if load.requests <= 0.0 && self.models.queued_after(pod, dispatch.sent_ms) {
+            load.requests = 1.0;
+        }
+        self.models.observe(pod, load, ttft);
     }
 
     /// The pod reported `usage` for a request sent as `dispatch`. Returns the cached tokens
@@ -266,6 +275,28 @@ mod tests {
             learner.answered("a", &dispatch, &usage, 16);
         }
         assert_eq!(learner.capacity("a", 10_000), 5_000, "half of what the pod caches is answers");
+    }
+
+    #[test]
+    fn a_wait_the_pods_metrics_showed_does_not_make_it_look_slow() {
+        let mut learner = Learner::new(PRIOR);
+        let free =
+            |sent_ms: u64| Dispatch { load: Load { tokens: 500.0, requests: 0.0 }, sent_ms, ..Dispatch::default() };
+        for i in 0..5u64 {
+            for pod in ["a", "b", "c", "d"] {
+                learner.first_byte(pod, &free(i * 100), i * 100 + 70);
+            }
+        }
+        // "d" got a request too many of a burst: scrapes during its wait showed one waiting.
+        learner.models.saw_batches([("d", 4.0, 1.0, 1_500)].into_iter());
+        learner.first_byte("d", &free(1_000), 2_600);
+        let load = Load { tokens: 500.0, requests: 0.0 };
+        let (a, d) = (learner.models.predict("a", load), learner.models.predict("d", load));
+        assert!(d < a + 20.0, "d {d} vs a {a}");
+        // Without such a scrape, the same answer is the pod's own slowness.
+        let mut unseen = learner.clone();
+        unseen.first_byte("c", &free(3_000), 4_600);
+        assert!(unseen.models.predict("c", load) > a + 40.0);
     }
 
     #[test]

@@ -57,7 +57,9 @@ const REQUEST_SCALE: f64 = 1.0;
 /// An answer counts at most this many times the pool's prediction for its load (plus
 /// [`SAMPLE_CAP_MS`]): a request that waited on something the load did not show (a burst two
 /// workers placed before seeing each other's picks) must not brand its pod slow for the next
-/// fifty answers. A pod 2–3 × slower than the pool stays well inside it.
+/// fifty answers. A pod 2–3 × slower than the pool stays well inside it. (Such an answer is
+/// mostly fed as behind a full batch in the first place: the pod's scrapes show the queue it
+/// waited in, see [`super::Learner::first_byte`].)
 const SAMPLE_CAP_FACTOR: f64 = 4.0;
 const SAMPLE_CAP_MS: f64 = 100.0;
 
@@ -311,11 +313,16 @@ impl TtftModels {
         self.refit_pool();
     }
 
-    /// A new pod table: each pod's `(address, running, waiting)` as last scraped.
-    pub fn saw_batches<'a>(&mut self, pods: impl Iterator<Item = (&'a str, f64, f64)>) {
-        for (pod, running, waiting) in pods {
-            self.batches.saw(pod, running, waiting);
+    /// A new pod table: each pod's `(address, running, waiting, scraped_ms)` as last scraped.
+    pub fn saw_batches<'a>(&mut self, pods: impl Iterator<Item = (&'a str, f64, f64, u64)>) {
+        for (pod, running, waiting, scraped_ms) in pods {
+            self.batches.saw(pod, running, waiting, scraped_ms);
         }
+    }
+
+    /// A scrape after `sent_ms` showed requests waiting on `pod` ([`BatchSizes::queued_after`]).
+    pub fn queued_after(&self, pod: &str, sent_ms: u64) -> bool {
+        self.batches.queued_after(pod, sent_ms)
     }
 
     /// The model's `requests` input for a request sent to `pod` with `in_flight` requests
@@ -538,7 +545,7 @@ mod tests {
     #[test]
     fn a_free_slot_is_told_from_a_full_batch() {
         let mut models = TtftModels::new(PRIOR);
-        models.saw_batches([("a", 4.0, 1.0)].into_iter());
+        models.saw_batches([("a", 4.0, 1.0, 0)].into_iter());
         for i in 0..40u32 {
             let pod = ["a", "b", "c", "d"][(i % 4) as usize];
             let in_flight = f64::from(i % 4);
@@ -569,7 +576,7 @@ mod tests {
     #[test]
     fn waits_a_free_slot_did_not_show_do_not_make_the_pod_look_full() {
         let mut models = TtftModels::new(PRIOR);
-        models.saw_batches([("a", 4.0, 1.0)].into_iter());
+        models.saw_batches([("a", 4.0, 1.0, 0)].into_iter());
         let load = |models: &TtftModels, pod: &str, in_flight: f64| Load {
             tokens: 500.0,
             requests: models.ahead_of_a_slot(pod, in_flight),

@@ -106,7 +106,7 @@ mod tests {
     fn cached_blocks_come_off_the_work_and_tokens_in_flight_are_waited_on() {
         let mut models = TtftModels::new(Prior { overhead_ms: 10.0, ms_per_token: 0.01 });
         // The busy pod was seen running 2 requests with more waiting: a full batch of 2.
-        models.saw_batches([("busy", 2.0, 1.0)].into_iter());
+        models.saw_batches([("busy", 2.0, 1.0, 0)].into_iter());
         let in_flight = |pod: &str| if pod == "busy" { 10_000 } else { 0 };
         let query = LearningQuery {
             models: &models,
