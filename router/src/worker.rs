@@ -91,7 +91,7 @@ impl Worker {
                 log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
             }
             Refresh::Updated if self.config.learning.enabled => {
-                // Once per publish: which pods were seen with a full batch and at what size.
+                // Once per publish: which pods were seen with a full batch, at what size and when.
                 if let (Some(table), Ok(mut learner)) = (cache.table(), self.learning.try_borrow_mut()) {
                     learner.models.saw_batches(
                         table.pods.iter().map(|p| (p.address.as_str(), p.running, p.waiting, p.last_success_ms)),

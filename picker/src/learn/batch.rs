@@ -6,7 +6,8 @@
 //! requests wait (`num_requests_running` when `num_requests_waiting` > 0): that is its batch
 //! when full. A pod never seen full is assumed to have the pool's size (pods of one pool
 //! usually run with the same settings); before any pod is seen full, no request is counted
-//! as waiting for a slot.
+//! as waiting for a slot. When a pod last showed requests waiting is kept too: a request sent
+//! before it may have waited for a slot its counts did not show ([`BatchSizes::queued_after`]).
 
 use hashbrown::HashMap;
 
@@ -20,46 +21,56 @@ use crate::pod_table::MAX_PODS;
 /// of 4 at ~3.7, so a pod with a free slot was priced 0.3 of a slot wait (workload c).
 const STEP_DOWN: f64 = 0.05;
 
-/// Each pod's batch size when full, and their sum (for the pool's mean).
+/// What a pod's scrapes showed while requests waited on it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Queueing {
+    /// Its batch size when full (`None` while no reading with requests waiting was usable).
+    size: Option<f64>,
+    /// When a scrape last showed requests waiting (the singleton's clock, ms).
+    waiting_seen_ms: u64,
+}
+
+/// Each pod seen queueing: its batch size when full and when it last queued; the sizes'
+/// sum and count (for the pool's mean).
 #[derive(Debug, Clone, Default)]
 pub struct BatchSizes {
-    pods: HashMap<String, f64>,
+    pods: HashMap<String, Queueing>,
     sum: f64,
-    /// Per pod, when a scrape last showed requests waiting (the singleton's clock, ms).
-    waiting_seen_ms: HashMap<String, u64>,
+    sized: usize,
 }
 
 impl BatchSizes {
     /// The pod's metrics, scraped at `scraped_ms`, showed `running` requests running and
     /// `waiting` waiting.
     pub fn saw(&mut self, pod: &str, running: f64, waiting: f64, scraped_ms: u64) {
-        if waiting > 0.0 {
-            if let Some(seen) = self.waiting_seen_ms.get_mut(pod) {
-                *seen = (*seen).max(scraped_ms);
-            } else if self.waiting_seen_ms.len() < MAX_PODS {
-                self.waiting_seen_ms.insert(pod.to_string(), scraped_ms);
-            }
-        }
-        if !(waiting > 0.0 && running >= 1.0 && running.is_finite()) {
+        if waiting.is_nan() || waiting <= 0.0 {
             return;
         }
-        if let Some(size) = self.pods.get_mut(pod) {
-            let moved = if running > *size { running } else { *size + STEP_DOWN * (running - *size) };
-            self.sum += moved - *size;
-            *size = moved;
-        } else if self.pods.len() < MAX_PODS {
-            self.pods.insert(pod.to_string(), running);
-            self.sum += running;
+        if !self.pods.contains_key(pod) && self.pods.len() < MAX_PODS {
+            self.pods.insert(pod.to_string(), Queueing::default());
         }
+        let Some(queueing) = self.pods.get_mut(pod) else { return };
+        queueing.waiting_seen_ms = queueing.waiting_seen_ms.max(scraped_ms);
+        if !(running >= 1.0 && running.is_finite()) {
+            return;
+        }
+        let moved = match queueing.size {
+            Some(size) if running <= size => size + STEP_DOWN * (running - size),
+            _ => running,
+        };
+        self.sum += moved - queueing.size.unwrap_or(0.0);
+        self.sized += usize::from(queueing.size.is_none());
+        queueing.size = Some(moved);
     }
 
     /// The pod's batch size when full: its own if it was seen full, else the pool's mean.
     pub fn size(&self, pod: &str) -> Option<f64> {
-        match self.pods.get(pod) {
-            Some(&size) => Some(size),
-            None if !self.pods.is_empty() => Some(self.sum / self.pods.len() as f64),
-            None => None,
-        }
+        self.pods.get(pod).and_then(|q| q.size).or_else(|| self.pool_size())
+    }
+
+    /// The pool's mean batch size when full (`None` before any pod was seen full).
+    fn pool_size(&self) -> Option<f64> {
+        (self.sized > 0).then(|| self.sum / self.sized as f64)
     }
 
     /// Requests that must finish before a new one on `pod` gets a slot, with `in_flight`
@@ -71,14 +82,14 @@ impl BatchSizes {
     /// A scrape after `sent_ms` showed requests waiting on `pod`: a request sent then may
     /// have waited for a slot, whatever the counts said when it was sent.
     pub fn queued_after(&self, pod: &str, sent_ms: u64) -> bool {
-        self.waiting_seen_ms.get(pod).is_some_and(|&seen| seen > sent_ms)
+        self.pods.get(pod).is_some_and(|q| q.waiting_seen_ms > sent_ms)
     }
 
     /// Forgets pods that left the pool.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
-        self.waiting_seen_ms.retain(|pod, _| keep(pod));
         self.pods.retain(|pod, _| keep(pod));
-        self.sum = self.pods.values().sum();
+        let sizes = self.pods.values().filter_map(|q| q.size);
+        (self.sum, self.sized) = sizes.fold((0.0, 0), |(sum, n), size| (sum + size, n + 1));
     }
 }
 

@@ -23,8 +23,10 @@
 //! three-term fit (before) had to learn its slot wait from its own few waits, and its
 //! intercept took up any wait its recorded load did not show: with four pods alike, a pod
 //! with a free slot was predicted slower than another with a full batch (workload c's tail:
-//! 5 runs in 36 with TTFT p99 over 300 ms now, 7 in 22 before). A pod whose few slot waits
-//! ended early by chance still comes out faster than its peers, batch and all.
+//! 5 runs in 36 with TTFT p99 over 300 ms with one ratio per pod, 7 in 22 before; an answer
+//! whose pod's scrapes showed the queue it waited in is fed as behind a full batch since,
+//! 2 in 18). A pod whose few slot waits ended early by chance still comes out faster than
+//! its peers, batch and all.
 //!
 //! Observations are per worker: each Envoy worker learns from the answers it proxies (about
 //! 1/N of the traffic with N workers, plenty at any rate where routing matters) and needs no
