@@ -79,6 +79,24 @@ pub struct Engine {
     lora_slots: LoraSlots,
     prefix_stats: PrefixCacheStats,
     num_preemptions: u64,
+    /// Requests enqueued since the last plan: vLLM's engine core takes new requests into its
+    /// scheduler between steps, so they are not in the waiting count of the step in flight.
+    enqueued_since_plan: usize,
+    /// Running and waiting requests as of the end of the last step ([`Engine::gauges`]).
+    gauges: Gauges,
+}
+
+/// What `vllm:num_requests_running` and `vllm:num_requests_waiting` show: vLLM sets them from
+/// the scheduler's stats at the end of each step, after finished requests left the batch and
+/// before requests that arrived during the step are scheduled. So a request waits in them
+/// only when a step could not admit it (a full batch, no KV room, no token budget), never for
+/// the few ms until the next step takes it; reading the live queue instead showed a free slot
+/// as "3 running, 1 waiting" whenever a request arrived mid-step, and a router that reads
+/// waiting requests as a full batch took such a pod's batch for 3.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gauges {
+    pub running: usize,
+    pub waiting: usize,
 }
 
 impl Engine {
@@ -93,12 +111,15 @@ impl Engine {
             lora_slots: LoraSlots::new(max_loras),
             prefix_stats: PrefixCacheStats::default(),
             num_preemptions: 0,
+            enqueued_since_plan: 0,
+            gauges: Gauges::default(),
         }
     }
 
     /// Adds a request to the tail of the waiting queue (the next step may admit it).
     pub fn enqueue(&mut self, request: NewRequest) {
         let hashes = full_block_hashes(&request.tokens, self.cache.block_size(), extra_key(&request.lora));
+        self.enqueued_since_plan += 1;
         self.waiting.push_back(Sequence {
             id: request.id,
             tokens: request.tokens,
@@ -174,6 +195,11 @@ impl Engine {
     /// Requests in the waiting queue.
     pub fn num_waiting(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// Running and waiting requests as vLLM's metrics show them: as of the end of the last step.
+    pub fn gauges(&self) -> Gauges {
+        self.gauges
     }
 
     /// KV cache usage, 0..1.

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeSet, VecDeque};
 
-use super::{extra_key, Admission, Engine, ScheduledChunk, StepOutput, StepPlan};
+use super::{extra_key, Admission, Engine, Gauges, ScheduledChunk, StepOutput, StepPlan};
 use crate::kv_cache::block_hash::extend_block_hashes;
 use crate::tokenizer::{output_word, token_id};
 
@@ -17,6 +17,7 @@ impl Engine {
     /// KV blocks are taken now (decode growth, prompts of admitted requests), as vLLM allocates
     /// slots when it schedules.
     pub fn plan_step(&mut self, token_budget: usize) -> StepPlan {
+        self.enqueued_since_plan = 0;
         let mut plan = StepPlan::default();
         let mut budget = token_budget;
         self.schedule_decodes(&mut budget, &mut plan);
@@ -154,6 +155,8 @@ impl Engine {
         if finished_any {
             self.running.retain(|sequence| sequence.generated < sequence.max_tokens);
         }
+        let arrived_during_step = self.enqueued_since_plan.min(self.waiting.len());
+        self.gauges = Gauges { running: self.running.len(), waiting: self.waiting.len() - arrived_during_step };
         outputs
     }
 

@@ -245,3 +245,23 @@ fn abort_removes_waiting_and_running_requests() {
     assert_eq!((engine.num_running(), engine.num_waiting()), (0, 0));
     assert_eq!(engine.kv_usage(), 0.0);
 }
+
+/// vLLM's running and waiting gauges are the scheduler's counts at the end of a step: a
+/// request that arrives during a step with a free slot is not shown waiting (the next step
+/// takes it), one a full batch cannot take is.
+#[test]
+fn the_gauges_show_a_request_waiting_only_when_a_step_could_not_admit_it() {
+    let mut engine = Engine::new(1000, BLOCK, 2, 1);
+    engine.enqueue(NewRequest { max_tokens: 1, ..request(1, 0, 20) });
+    engine.enqueue(request(2, 1000, 20));
+    let plan = engine.plan_step(LARGE_BUDGET);
+    engine.enqueue(request(3, 2000, 20)); // arrives while the step runs
+    engine.complete_step(&plan);
+    assert_eq!((engine.num_running(), engine.num_waiting()), (1, 1), "request 1 finished, 3 is queued");
+    assert_eq!(engine.gauges(), Gauges { running: 1, waiting: 0 }, "a free slot: 3 is not shown waiting");
+    step(&mut engine, LARGE_BUDGET);
+    engine.enqueue(request(4, 3000, 20));
+    let plan = engine.plan_step(LARGE_BUDGET);
+    engine.complete_step(&plan);
+    assert_eq!(engine.gauges(), Gauges { running: 2, waiting: 1 }, "4 found the batch full");
+}

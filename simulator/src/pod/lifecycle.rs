@@ -100,11 +100,12 @@ impl Pod {
         let mut snapshot = {
             let state = self.lock();
             let prefix = state.engine.prefix_stats();
+            let gauges = state.engine.gauges();
             MetricsSnapshot {
                 style: self.config.metrics_style,
                 model: self.config.model.clone(),
-                running: state.engine.num_running() as f64,
-                waiting: state.engine.num_waiting() as f64,
+                running: gauges.running as f64,
+                waiting: gauges.waiting as f64,
                 kv_usage: state.engine.kv_usage(),
                 prefix_queries: prefix.queries as f64,
                 prefix_hits: prefix.hits as f64,
