@@ -206,7 +206,7 @@ impl Observation {
     }
 
     /// The caller publishes the in-flight counts next (the request itself ends).
-    pub fn on_end(self, worker: &Worker, host: &dyn Host, pod: &PodAddress) {
+    pub fn on_end(self, worker: &Worker, host: &dyn Host, pod: &PodAddress, now_ms: u64) {
         let _span = profile::span(host, Phase::ObserveEnd);
         if self.holds_reader_slot {
             if let Ok(mut readers) = worker.usage_readers.try_borrow_mut() {
@@ -216,7 +216,15 @@ impl Observation {
         if self.awaiting_first_token || !self.dispatch.streamed {
             self.release_tokens(worker, pod, None);
         }
-        let Some(usage) = self.scanner.usage().filter(|_| self.learnable) else { return };
+        let usage = self.scanner.usage().filter(|_| self.learnable);
+        // A success's whole duration (a stream that opened as one, an answer with `usage`):
+        // how long a running request holds its slot, the prior of the slot wait.
+        if self.learnable && (self.dispatch.streamed || usage.is_some()) {
+            if let Ok(mut learner) = worker.learning.try_borrow_mut() {
+                learner.models.ended(now_ms.saturating_sub(self.dispatch.sent_ms) as f64);
+            }
+        }
+        let Some(usage) = usage else { return };
         let stats = &worker.learning_stats;
         worker.stats.increment(stats.usage_reports);
         let block_tokens = u32::try_from(worker.config.prefix.block_tokens).unwrap_or(u32::MAX);

@@ -328,13 +328,13 @@ impl RequestStream {
         }
         self.finish_buffering();
         release_prefill(&self.worker, host, &mut self.prefilling_at);
-        if let (Some(observed), Some(pod)) = (self.observed.take(), &self.routed_to) {
-            observed.on_end(&self.worker, host, pod);
-        }
         let Some(address) = self.routed_to.take() else { return };
+        let now = host.now_ms();
+        if let Some(observed) = self.observed.take() {
+            observed.on_end(&self.worker, host, &address, now);
+        }
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
-                let now = host.now_ms();
                 inflight.finished(address.as_str(), now);
                 inflight.publish_now(host, now);
             }

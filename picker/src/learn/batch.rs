@@ -69,7 +69,7 @@ impl BatchSizes {
     }
 
     /// The pool's mean batch size when full (`None` before any pod was seen full).
-    fn pool_size(&self) -> Option<f64> {
+    pub fn pool_size(&self) -> Option<f64> {
         (self.sized > 0).then(|| self.sum / self.sized as f64)
     }
 

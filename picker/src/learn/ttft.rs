@@ -12,21 +12,20 @@
 //! The pool's model is a least-squares fit of `(load, observed time to first byte)` over every
 //! pod's answers, each pod's around its own means (one intercept per pod, so pods of different
 //! speed sent different prompts do not bend the slopes), with exponential forgetting
-//! ([`FORGET`]): nine sums per pod, O(1) per observation, recent behaviour outweighs old.
+//! ([`FORGET`]): twelve sums per pod, O(1) per observation, recent behaviour outweighs old.
 //!
 //! A pod differs from the pool by one number, its speed ratio: its observed TTFT beyond the
-//! pool's fixed overhead over what the pool's slopes predict at the loads it was sent. Its
-//! prediction is the pool's with the work (tokens and slot waits) scaled by that ratio. Two or
-//! three answers are enough to see that a pod is 2–3 × slower than the rest, and a slow pod
-//! seen only with short prompts is still predicted slow for a long one; a pod never seen is
-//! predicted by the pool's fit; a pool never seen by the configured prior. Each pod's own
-//! three-term fit (before) had to learn its slot wait from its own few waits, and its
-//! intercept took up any wait its recorded load did not show: with four pods alike, a pod
-//! with a free slot was predicted slower than another with a full batch (workload c's tail:
-//! 5 runs in 36 with TTFT p99 over 300 ms with one ratio per pod, 7 in 22 before; an answer
-//! whose pod's scrapes showed the queue it waited in is fed as behind a full batch since,
-//! 2 in 18). A pod whose few slot waits ended early by chance still comes out faster than
-//! its peers, batch and all.
+//! pool's fixed overhead over what the pool's prefill cost predicts for the tokens it was
+//! sent, read from its answers that had a free slot ([`FREE_SLOT_RATIO_WEIGHT`]). Its
+//! prediction is the pool's with the prefill scaled by that ratio and the pool's slot wait.
+//! Two or three answers are enough to see that a pod is 2–3 × slower than the rest, and a
+//! slow pod seen only with short prompts is still predicted slow for a long one; a pod never
+//! seen is predicted by the pool's fit; a pool never seen by the configured prior. Each pod's
+//! own three-term fit (session 21) had to learn its slot wait from its own few waits, and its
+//! intercept took up any wait its recorded load did not show; one ratio scaling prefill and
+//! slot waits alike (sessions 22–23) let one long slot wait price its pod 2 × slower at a
+//! free slot, and a ratio read from a few ms of prefill work scaled the slot wait down to
+//! near nothing (workload c's tail; bench/results/learning/README.md, session 24).
 //!
 //! Observations are per worker: each Envoy worker learns from the answers it proxies (about
 //! 1/N of the traffic with N workers, plenty at any rate where routing matters) and needs no
@@ -65,6 +64,13 @@ const REQUEST_SCALE: f64 = 1.0;
 const SAMPLE_CAP_FACTOR: f64 = 4.0;
 const SAMPLE_CAP_MS: f64 = 100.0;
 
+/// An answer behind a full batch may count this much more per request ahead of its slot: a
+/// slot frees when the shortest of the running requests ends, which takes as long as the
+/// tokens it still has to generate, nothing the prediction knows before the first waits
+/// are seen. Capped like a free-slot answer, a first wait of 0.5–2 s counted ~0.35 s and the
+/// slot wait was learned as ~40 ms: full batches looked nearly free (workload c).
+const SLOT_WAIT_CAP_MS: f64 = 1_000.0;
+
 /// Observed TTFTs above this are not fed in (a stalled stream, a client that paused reading):
 /// ten minutes is past any sane time to first byte.
 const MAX_OBSERVED_MS: f64 = 600_000.0;
@@ -97,6 +103,19 @@ pub struct Load {
     pub requests: f64,
 }
 
+/// A pod's speed ratio is read from its answers that had a free slot while their weight
+/// (discounted by age) is at least this, and from all its answers otherwise. How long a slot
+/// takes to free depends on how much the requests ahead still had to generate, which says
+/// little of how fast the pod computes: one opening answer that waited 2.2 s for a slot
+/// still priced its pod at 2 × its peers' free-slot TTFT for the run, and requests went to
+/// full batches instead (workload c). A pod seen only behind full batches lately (~35
+/// answers since its last free slot) is judged by those.
+const FREE_SLOT_RATIO_WEIGHT: f64 = 0.5;
+
+/// Below this many requests ahead of a slot an answer counts as having had a free slot (a
+/// batch size learned as 3.9 leaves 0.1 ahead of a pod with 3 in flight).
+const FREE_SLOT_BELOW: f64 = 0.5;
+
 /// Exponentially weighted sums of one line's observations.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 struct Sums {
@@ -109,13 +128,23 @@ struct Sums {
     rr: f64,
     ty: f64,
     ry: f64,
+    /// The same weight, tokens and TTFT sums over the answers that had a free slot: what the
+    /// pod's speed ratio is read from ([`FREE_SLOT_RATIO_WEIGHT`]).
+    free_weight: f64,
+    free_t: f64,
+    free_y: f64,
 }
 
 impl Sums {
     fn add(&mut self, load: Load, y: f64) {
-        let Self { weight, t, r, y: sy, tt, tr, rr, ty, ry } = self;
-        for sum in [weight, t, r, sy, tt, tr, rr, ty, ry] {
+        let Self { weight, t, r, y: sy, tt, tr, rr, ty, ry, free_weight, free_t, free_y } = self;
+        for sum in [weight, t, r, sy, tt, tr, rr, ty, ry, free_weight, free_t, free_y] {
             *sum *= FORGET;
+        }
+        if load.requests < FREE_SLOT_BELOW {
+            self.free_weight += 1.0;
+            self.free_t += load.tokens;
+            self.free_y += y;
         }
         let (x1, x2) = (load.tokens, load.requests);
         self.weight += 1.0;
@@ -201,12 +230,15 @@ impl Fit {
         self.overhead_ms + self.ms_per_token * load.tokens.max(0.0) + self.ms_per_request * load.requests.max(0.0)
     }
 
-    /// The same fixed overhead, the per-token and per-request work `ratio` × as slow.
-    fn scaled_work(self, ratio: f64) -> Self {
+    /// The same fixed overhead and slot wait, the prefill `ratio` × as slow. The slot wait is
+    /// the pool's: it is how long the requests ahead take to finish, which a pod's few waits
+    /// measure badly, and a ratio read from prompts of a few ms of prefill work swings too
+    /// far to scale it (workload c: a pod with a full batch priced ~30 ms above a free one).
+    fn scaled_prefill(self, ratio: f64) -> Self {
         Self {
             overhead_ms: self.overhead_ms,
             ms_per_token: self.ms_per_token * ratio,
-            ms_per_request: self.ms_per_request * ratio,
+            ms_per_request: self.ms_per_request,
         }
     }
 }
@@ -275,6 +307,9 @@ pub struct TtftModels {
     pool_fitted: Fit,
     /// Each pod's running batch when full: where slot waits begin.
     batches: BatchSizes,
+    /// Every pod's successful answers' durations (sent to end), weight and sum, discounted
+    /// by age like the fits: the slot wait's prior ([`TtftModels::slot_wait_prior`]).
+    durations: (f64, f64),
 }
 
 impl TtftModels {
@@ -286,6 +321,31 @@ impl TtftModels {
             reference: Reference::default(),
             pool_fitted: prior.fit(),
             batches: BatchSizes::default(),
+            durations: (0.0, 0.0),
+        }
+    }
+
+    /// A successful answer ended `duration_ms` after its request was sent.
+    pub fn ended(&mut self, duration_ms: f64) {
+        if !(0.0..=MAX_OBSERVED_MS).contains(&duration_ms) {
+            return;
+        }
+        let (weight, sum) = self.durations;
+        self.durations = (weight * FORGET + 1.0, sum * FORGET + duration_ms);
+        self.refit_pool();
+    }
+
+    /// What one request ahead of a slot costs before any answer showed it: a full batch frees
+    /// a slot when the first of its requests ends, and the first of `n` requests whose ends
+    /// fall anywhere within a duration `d` ends after `d / (n + 1)` on average. Zero before a
+    /// pod was seen full or an answer ended. Without it, a full batch was free until the
+    /// first slot wait came back (0.5–2 s later in workload c), and a pod whose opening
+    /// answers happened to look slow lost its free slot to a full batch.
+    fn slot_wait_prior(&self) -> f64 {
+        let (weight, sum) = self.durations;
+        match self.batches.pool_size() {
+            Some(size) if weight >= 1.0 => sum / weight / (size + 1.0),
+            _ => 0.0,
         }
     }
 
@@ -296,7 +356,8 @@ impl TtftModels {
             return;
         }
         let load = Load { tokens: load.tokens.max(0.0), requests: load.requests.max(0.0) };
-        let ttft_ms = ttft_ms.min(SAMPLE_CAP_FACTOR * self.pool_fit().predict(load) + SAMPLE_CAP_MS);
+        let cap = SAMPLE_CAP_FACTOR * self.pool_fit().predict(load) + SAMPLE_CAP_MS + SLOT_WAIT_CAP_MS * load.requests;
+        let ttft_ms = ttft_ms.min(cap);
         self.pool.add(load, ttft_ms);
         if let Some(sums) = self.pods.get_mut(pod) {
             self.reference.add(sums.moments(), -1.0);
@@ -317,8 +378,12 @@ impl TtftModels {
 
     /// A new pod table: each pod's `(address, running, waiting, scraped_ms)` as last scraped.
     pub fn saw_batches<'a>(&mut self, pods: impl Iterator<Item = (&'a str, f64, f64, u64)>) {
+        let before = self.batches.pool_size();
         for (pod, running, waiting, scraped_ms) in pods {
             self.batches.saw(pod, running, waiting, scraped_ms);
+        }
+        if self.batches.pool_size() != before {
+            self.refit_pool();
         }
     }
 
@@ -350,7 +415,7 @@ impl TtftModels {
     }
 
     fn prior_fit(&self) -> Fit {
-        self.prior.fit()
+        Fit { ms_per_request: self.slot_wait_prior(), ..self.prior.fit() }
     }
 
     /// What the pool's pods are like: every pod's answers pooled around its own means, the
@@ -368,14 +433,21 @@ impl TtftModels {
     pub fn fit(&self, pod: &str) -> Fit {
         let pool = self.pool_fit();
         let Some(sums) = self.pods.get(pod) else { return pool };
-        // How much slower than the pool this pod was at the loads it was seen at, in the work
-        // beyond the fixed overhead: pods differ in how fast they compute (a GPU type, a
-        // degraded node), and a pod seen only at short prompts is extrapolated by that.
-        // Taking the overhead into the ratio made a 3 × slower pod look 1.4 × slower.
-        let work = pool.ms_per_token * sums.t + pool.ms_per_request * sums.r;
-        let beyond = sums.y - pool.overhead_ms * sums.weight;
+        // How much slower than the pool this pod prefills, from the time its answers took
+        // beyond the fixed overhead (and, behind a full batch, the pool's slot wait)
+        // over the pool's prefill cost for their tokens: pods differ in how fast they compute
+        // (a GPU type, a degraded node), and a pod seen only at short prompts is extrapolated
+        // by that. Taking the overhead into the ratio made a 3 × slower pod look 1.4 × slower.
+        // Its answers that had a free slot while it has recent ones ([`FREE_SLOT_RATIO_WEIGHT`]).
+        let (weight, t, r, y) = if sums.free_weight >= FREE_SLOT_RATIO_WEIGHT {
+            (sums.free_weight, sums.free_t, 0.0, sums.free_y)
+        } else {
+            (sums.weight, sums.t, sums.r, sums.y)
+        };
+        let work = pool.ms_per_token * t;
+        let beyond = y - pool.overhead_ms * weight - pool.ms_per_request * r;
         let speed_ratio = if work > 0.0 && beyond > 0.0 { (beyond / work).clamp(0.05, 20.0) } else { 1.0 };
-        pool.scaled_work(speed_ratio)
+        pool.scaled_prefill(speed_ratio)
     }
 
     /// Predicted TTFT on `pod` under `load`.
@@ -598,6 +670,48 @@ mod tests {
             (models.predict("a", load(&models, "a", 3.0)), models.predict("d", load(&models, "d", 3.0)));
         let full = models.predict("a", load(&models, "a", 4.0));
         assert!(d_free < a_free + 20.0 && d_free < full - 250.0, "d free {d_free}, a free {a_free}, a full {full}");
+    }
+
+    /// Workload (c)'s opening as a run's log showed it: four pods alike answer their share of
+    /// the opening burst with free slots, then one answer of "d" that its pod's scrapes showed
+    /// queueing (so fed as behind a full batch) comes after 2.2 s. "d" with a free slot must
+    /// stay ahead of "a" with a full batch, and near "a" with a free slot.
+    #[test]
+    fn one_long_slot_wait_does_not_make_its_pod_slower_than_a_full_batch() {
+        let mut models = TtftModels::new(PRIOR);
+        models.saw_batches([("d", 4.0, 1.0, 0)].into_iter());
+        let loads = [200.0, 500.0, 300.0, 700.0];
+        for pod in ["a", "b", "c", "d"] {
+            feed(&mut models, pod, 55.0, 0.03, &loads);
+        }
+        models.observe("d", Load { tokens: 1_800.0, requests: 1.0 }, 2_200.0);
+        let predict = |pod: &str, in_flight: f64| {
+            models.predict(pod, Load { tokens: 600.0, requests: models.ahead_of_a_slot(pod, in_flight) })
+        };
+        let (d_free, a_free, a_full) = (predict("d", 3.0), predict("a", 3.0), predict("a", 4.0));
+        assert!(d_free < a_full && d_free < a_free + 15.0, "d free {d_free}, a free {a_free}, a full {a_full}");
+    }
+
+    /// Workload (c)'s opening: batches of 4 seen full, answers lasting ~1.5 s, no answer yet
+    /// that waited for a slot. A full batch is priced at about the wait for the first of its
+    /// four requests to end (1.5 s / 5), not at nothing; answers that show slot waits move it.
+    #[test]
+    fn a_full_batch_costs_a_share_of_an_answers_duration_before_any_wait_is_seen() {
+        let mut models = TtftModels::new(PRIOR);
+        feed(&mut models, "a", 55.0, 0.03, &[200.0, 500.0, 300.0, 700.0]);
+        let full = Load { tokens: 500.0, requests: 1.0 };
+        assert!(models.predict("a", full) < 100.0, "nothing known of slot waits yet");
+        models.saw_batches([("a", 4.0, 1.0, 0)].into_iter());
+        for _ in 0..4 {
+            models.ended(1_500.0);
+        }
+        let extra = models.predict("a", full) - models.predict("a", tokens(500.0));
+        assert!((250.0..=350.0).contains(&extra), "a slot wait priced at {extra} ms");
+        for _ in 0..20 {
+            models.observe("a", full, 60.0 + 900.0);
+        }
+        let learned = models.predict("a", full) - models.predict("a", tokens(500.0));
+        assert!(learned > 600.0, "waits seen outweigh the prior: {learned} ms");
     }
 
     #[test]
