@@ -332,7 +332,10 @@ impl TtftModels {
         }
         let (weight, sum) = self.durations;
         self.durations = (weight * FORGET + 1.0, sum * FORGET + duration_ms);
-        self.refit_pool();
+        // The prior is zero until a pod is seen full: no refit at every answer's end till then.
+        if self.batches.pool_size().is_some() {
+            self.refit_pool();
+        }
     }
 
     /// What one request ahead of a slot costs before any answer showed it: a full batch frees
@@ -438,7 +441,7 @@ impl TtftModels {
         // over the pool's prefill cost for their tokens: pods differ in how fast they compute
         // (a GPU type, a degraded node), and a pod seen only at short prompts is extrapolated
         // by that. Taking the overhead into the ratio made a 3 × slower pod look 1.4 × slower.
-        // Its answers that had a free slot while it has recent ones ([`FREE_SLOT_RATIO_WEIGHT`]).
+        // Read from its free-slot answers while it has recent ones ([`FREE_SLOT_RATIO_WEIGHT`]).
         let (weight, t, r, y) = if sums.free_weight >= FREE_SLOT_RATIO_WEIGHT {
             (sums.free_weight, sums.free_t, 0.0, sums.free_y)
         } else {
