@@ -152,9 +152,13 @@ impl Engine {
             self.cache.free(&sequence.blocks);
             return true;
         }
-        let before = self.waiting.len();
-        self.waiting.retain(|sequence| sequence.id != id);
-        self.waiting.len() != before
+        let Some(position) = self.waiting.iter().position(|sequence| sequence.id == id) else { return false };
+        // One that arrived during the step in flight leaves the count kept out of the gauges.
+        if position >= self.waiting.len().saturating_sub(self.enqueued_since_plan) {
+            self.enqueued_since_plan = self.enqueued_since_plan.saturating_sub(1);
+        }
+        self.waiting.remove(position);
+        true
     }
 
     /// Moves the running sequence at `position` back to the head of the queue, freeing its blocks.

@@ -265,3 +265,15 @@ fn the_gauges_show_a_request_waiting_only_when_a_step_could_not_admit_it() {
     engine.complete_step(&plan);
     assert_eq!(engine.gauges(), Gauges { running: 2, waiting: 1 }, "4 found the batch full");
 }
+
+#[test]
+fn a_request_that_arrived_and_left_during_a_step_does_not_hide_one_that_waits() {
+    let mut engine = Engine::new(1000, BLOCK, 1, 1);
+    engine.enqueue(request(1, 0, 20));
+    engine.enqueue(request(2, 1000, 20)); // the batch of 1 is full: 2 waits
+    let plan = engine.plan_step(LARGE_BUDGET);
+    engine.enqueue(request(3, 2000, 20));
+    assert!(engine.abort(3), "its client left before the step ended");
+    engine.complete_step(&plan);
+    assert_eq!(engine.gauges(), Gauges { running: 1, waiting: 1 });
+}
