@@ -196,6 +196,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
                 prompt_tokens: learner.text_ratio.corrected(size),
                 tokens_per_block: learner.text_ratio.tokens_per_block(size, params.block_tokens),
                 hashed_blocks: hashes.len(),
+                tail_cached_share: learner.tail_share.value(),
                 tokens_in_flight: &tokens_of,
                 slo_ttft_ms: prompt.slo_ttft_ms,
                 replies: &replies,

@@ -5,6 +5,7 @@
 //!   [`readers`]: which streams are read for it.
 //! - [`tokens`]: a prompt's size in tokens from the body, corrected by reported prompt tokens.
 //! - [`ttft`]: a per-pod time-to-first-token model, fitted online.
+//! - [`tail`]: how much of a prompt past the index's hashed part the pods hold cached.
 //! - [`Learner`]: one worker's learned state; [`Dispatch`]: what a request remembers of its
 //!   decision until its answer comes back. The prefix index's self-correction lives here too:
 //!   a pod that reports fewer cached tokens than the index predicted evicts sooner than its KV
@@ -21,6 +22,7 @@ pub mod batch;
 pub mod first_token;
 pub mod held;
 pub mod readers;
+pub mod tail;
 pub mod tokens;
 pub mod ttft;
 pub mod usage;
@@ -31,6 +33,7 @@ use crate::pod_table::MAX_PODS;
 pub use first_token::{FirstOutput, OutputEventFinder};
 use held::{Answer, Held};
 pub use readers::UsageReaders;
+pub use tail::{TailReport, TailShare};
 pub use tokens::{prompt_size, PromptSize, TextRatio};
 pub use ttft::{Fit, Load, Prior, TtftModels};
 pub use usage::{Usage, UsageScanner};
@@ -94,6 +97,9 @@ pub struct CacheReport {
 pub struct Learner {
     pub models: TtftModels,
     pub text_ratio: TextRatio,
+    /// The share of a prompt past the index's hashed part found cached, for prompts matched
+    /// to the end of that part.
+    pub tail_share: TailShare,
     /// Share of its KV size the index grants each pod (1 unless it under-reported).
     capacity_scale: HashMap<String, CapacityScale>,
 }
@@ -115,7 +121,12 @@ impl Default for CapacityScale {
 
 impl Learner {
     pub fn new(prior: Prior) -> Self {
-        Self { models: TtftModels::new(prior), text_ratio: TextRatio::default(), capacity_scale: HashMap::new() }
+        Self {
+            models: TtftModels::new(prior),
+            text_ratio: TextRatio::default(),
+            tail_share: TailShare::default(),
+            capacity_scale: HashMap::new(),
+        }
     }
 
     /// The pod's first response bytes arrived at `now_ms`.
@@ -144,7 +155,16 @@ impl Learner {
     ) -> Option<CacheReport> {
         self.text_ratio.observe(dispatch.prompt, usage.prompt_tokens);
         let indexed = u64::from(dispatch.indexed_tokens);
-        let reported = usage.cached_tokens?.min(indexed);
+        let cached = usage.cached_tokens?;
+        if dispatch.hashed_blocks > 0 && dispatch.matched_blocks >= dispatch.hashed_blocks {
+            self.tail_share.observe(TailReport {
+                indexed_tokens: indexed,
+                prompt_tokens: usage.prompt_tokens,
+                cached_tokens: cached,
+                block_tokens: u64::from(block_tokens),
+            });
+        }
+        let reported = cached.min(indexed);
         let predicted = u64::from(dispatch.predicted_cached_tokens).min(indexed);
         if !self.capacity_scale.contains_key(pod) && self.capacity_scale.len() < MAX_PODS {
             self.capacity_scale.insert(pod.to_string(), CapacityScale::default());
@@ -264,6 +284,24 @@ mod tests {
             Some(CacheReport { predicted: 4_096, reported: 4_096 }),
             "past the hashed part, nobody knows"
         );
+    }
+
+    #[test]
+    fn answers_matched_to_the_end_of_the_index_teach_how_much_of_the_rest_is_cached() {
+        let mut learner = Learner::new(PRIOR);
+        // 4,096 tokens indexed of a 6,000-token shared prompt, then a 1,200-token question.
+        let partly = Dispatch { indexed_tokens: 4_096, matched_blocks: 10, hashed_blocks: 256, ..Dispatch::default() };
+        let usage = Usage { prompt_tokens: 7_200, completion_tokens: 8, cached_tokens: Some(6_000) };
+        for _ in 0..20 {
+            learner.answered("a", &partly, &usage, 16);
+        }
+        assert_eq!(learner.tail_share, TailShare::default(), "a match that ended inside the index says nothing");
+        let whole = Dispatch { matched_blocks: 256, ..partly };
+        for _ in 0..20 {
+            learner.answered("a", &whole, &usage, 16);
+        }
+        let share = learner.tail_share.value();
+        assert!((0.55..0.75).contains(&share), "{share}: 1,904 of the 3,104 tokens past the index");
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub struct LearningQuery<'a> {
     /// Blocks of the prompt that were hashed (at most `prefix.max_blocks`): the index knows
     /// nothing past them.
     pub hashed_blocks: usize,
+    /// Of a prompt matched to the end of its hashed part, the share of the rest a pod holds
+    /// too, as the pods' answers showed ([`crate::learn::TailShare`]).
+    pub tail_cached_share: f64,
     /// Uncached prompt tokens in flight to a pod and not yet answered, every worker's.
     pub tokens_in_flight: &'a dyn Fn(&str) -> u32,
     /// The request's TTFT objective, if it has one.
@@ -42,6 +45,8 @@ pub struct Predicted {
     /// What its first token waits on: uncached tokens in flight plus its own, requests in flight.
     pub load: Load,
     pub ttft_ms: f64,
+    /// Of `ttft_ms`, the pod's time to prefill this request's own uncached tokens.
+    pub prefill_ms: f64,
     /// The pod's model has learned from enough of its answers ([`TtftModels::fitted`]).
     pub fitted: bool,
 }
@@ -52,11 +57,13 @@ impl LearningQuery<'_> {
     pub fn predict(&self, pod: &str, matched_blocks: usize, requests: u32) -> Predicted {
         let to_tokens = |blocks: f64| (blocks * self.tokens_per_block).round().clamp(0.0, f64::from(u32::MAX)) as u32;
         let indexed_tokens = to_tokens(self.hashed_blocks as f64).min(self.prompt_tokens);
-        // A prompt longer than its hashed part, matched to the end of it, probably matches
-        // on: the share matched stands for the whole prompt (a long shared system prompt).
+        // A prompt longer than its hashed part, matched to the end of it, matches on for the
+        // share of the rest the pods' answers showed: most of a conversation's history, little
+        // of a question after a long shared system prompt.
         let held_blocks = self.through_reply(matched_blocks);
         let cached_tokens = if held_blocks >= self.hashed_blocks && self.hashed_blocks > 0 {
-            self.prompt_tokens
+            let rest = f64::from(self.prompt_tokens - indexed_tokens) * self.tail_cached_share.clamp(0.0, 1.0);
+            indexed_tokens.saturating_add(rest.round() as u32).min(self.prompt_tokens)
         } else {
             to_tokens(held_blocks as f64).min(self.prompt_tokens)
         };
@@ -65,6 +72,7 @@ impl LearningQuery<'_> {
         let load = Load { tokens, requests: self.models.ahead_of_a_slot(pod, f64::from(requests)) };
         let hashed_blocks = u32::try_from(self.hashed_blocks).unwrap_or(u32::MAX);
         let matched_blocks = u32::try_from(matched_blocks.min(self.hashed_blocks)).unwrap_or(u32::MAX);
+        let fit = self.models.fit(pod);
         Predicted {
             cached_tokens,
             indexed_tokens,
@@ -72,7 +80,8 @@ impl LearningQuery<'_> {
             hashed_blocks,
             uncached_tokens,
             load,
-            ttft_ms: self.models.predict(pod, load),
+            ttft_ms: fit.predict(load),
+            prefill_ms: fit.ms_per_token * f64::from(uncached_tokens),
             fitted: self.models.fitted(pod),
         }
     }
@@ -113,6 +122,7 @@ mod tests {
             prompt_tokens: 2_000,
             tokens_per_block: 16.0,
             hashed_blocks: 100,
+            tail_cached_share: 1.0,
             tokens_in_flight: &in_flight,
             slo_ttft_ms: Some(50.0),
             replies: &[],
@@ -124,6 +134,9 @@ mod tests {
         assert!((warm.ttft_ms - 15.6).abs() < 1e-9, "{}", warm.ttft_ms);
         let whole = query.predict("idle", 100, 0);
         assert_eq!(whole.uncached_tokens, 0, "matched to the end of the hashed part: the rest too");
+        let question = LearningQuery { tail_cached_share: 0.25, ..query };
+        let asked = question.predict("idle", 100, 0);
+        assert_eq!((asked.cached_tokens, asked.uncached_tokens), (1_700, 300), "a quarter of the 400 past the index");
         let busy = query.predict("busy", 0, 3);
         // Of its 3 in flight, 2 must finish before this one gets a slot.
         assert_eq!((busy.uncached_tokens, busy.load), (2_000, Load { tokens: 12_000.0, requests: 2.0 }));
@@ -142,6 +155,7 @@ mod tests {
             prompt_tokens: 1_600,
             tokens_per_block: 16.0,
             hashed_blocks: 100,
+            tail_cached_share: 1.0,
             tokens_in_flight: &none,
             slo_ttft_ms: None,
             replies: &replies,
