@@ -211,6 +211,7 @@ fn table_candidates<'a>(
                 last_picked: view.prefix.as_ref().filter(|_| cold).map_or(0, |q| (q.last_picked)(address)),
                 lora_tier,
                 predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),
+                predicted_prefill_ms: predicted.map(|(_, p)| p.prefill_ms),
                 ttft_fitted: predicted.is_some_and(|(_, p)| p.fitted),
                 ttft_scale_ms: predicted.map_or(0.0, |(l, _)| l.ttft_scale_ms),
                 ttft_margin_ms: predicted.map_or(0.0, |(l, _)| l.ttft_margin_ms),

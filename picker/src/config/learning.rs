@@ -37,7 +37,8 @@ pub struct LearningConfig {
     /// linear in requests and cannot see a full running batch: a few ms of lead is noise there).
     pub lead_margin: f64,
     /// Affinity (session or prefix) is released when the sticky pod's predicted TTFT exceeds
-    /// the best other pod's by more than this: moving must buy at least this much time.
+    /// the best other pod's by more than this plus the prefill work the move adds: moving must
+    /// buy at least this much time beyond the work it costs the other pod.
     pub release_penalty_ms: f64,
     /// Request header with the client's TTFT objective in ms; pods predicted to meet it are
     /// preferred. Empty = no header read.

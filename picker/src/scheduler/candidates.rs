@@ -29,6 +29,10 @@ pub struct Candidate<'a> {
     /// This request's predicted time to first token on the pod (learning on; see
     /// [`crate::learn::ttft`]).
     pub predicted_ttft_ms: Option<f64>,
+    /// Of that, the pod's time to prefill this request's own uncached tokens: the work the
+    /// request adds there. Moving away from a pod that holds the prompt adds the difference
+    /// to the pool, which every request queued behind it on the new pod waits for too.
+    pub predicted_prefill_ms: Option<f64>,
     /// The pod's model has learned from enough of its own answers to be trusted with a full
     /// queue ([`crate::learn::ttft::MIN_FITTED_ANSWERS`]); a prediction from the prior alone
     /// has no term for queueing.
@@ -64,6 +68,7 @@ impl<'a> Candidate<'a> {
             last_picked: 0,
             lora_tier: 0,
             predicted_ttft_ms: None,
+            predicted_prefill_ms: None,
             ttft_fitted: false,
             ttft_scale_ms: 0.0,
             ttft_margin_ms: 0.0,
@@ -100,7 +105,7 @@ pub struct LearningPolicy {
     /// Weight of the TTFT scorer beside the configured ones.
     pub ttft_weight: f64,
     /// Affinity is released when the sticky pods' best predicted TTFT exceeds the best other
-    /// pod's by more than this. It replaces "when every queue is full, load alone decides":
+    /// pod's by more than this plus the prefill work the move adds. It replaces "when every queue is full, load alone decides":
     /// whether moving buys time, not whether queues are full, decides.
     pub release_penalty_ms: f64,
     /// A prompt no pod holds goes to a pod within half its blocks of the fewest indexed

@@ -35,6 +35,18 @@ fn affinity_holds_while_moving_buys_less_than_the_penalty() {
 }
 
 #[test]
+fn a_move_must_also_buy_back_the_prefill_work_it_adds() {
+    // Workload g: the home holds 6,000 of 7,200 tokens; elsewhere all 7,200 are computed.
+    let mut pods = [pod("home", 8.0, 1_900.0), pod("other", 4.0, 800.0)];
+    pods[0].prefix_match = 1.0;
+    pods[0].predicted_prefill_ms = Some(120.0);
+    pods[1].predicted_prefill_ms = Some(720.0);
+    assert_eq!(chosen(&pods, &learning(1000.0)), ("home", true), "1.1 s saved, but 0.6 s of work added");
+    pods[0].predicted_ttft_ms = Some(2_500.0);
+    assert_eq!(chosen(&pods, &learning(1000.0)), ("other", false), "1.7 s saved: worth the work");
+}
+
+#[test]
 fn a_full_pool_keeps_affinity_unless_the_prediction_says_move() {
     let full = SaturationLimits::default().queue_threshold;
     let mut pods = [pod("warm", full + 2.0, 500.0), pod("cold", full, 450.0)];
