@@ -278,6 +278,18 @@ impl PoolPoller {
         ScrapeOutcome::Failure(reason)
     }
 
+    /// The pod a scrape in flight is for, as it stands before the answer is applied.
+    pub fn scrape_pod(&self, token: u32) -> Option<&PodState> {
+        let index = *self.in_flight.get(&token)?;
+        self.pods.get(index).map(|r| &r.state)
+    }
+
+    /// The pod at `address`, if it is in the pool.
+    pub fn pod(&self, address: &PodAddress) -> Option<&PodState> {
+        let index = *self.index_of.get(address)?;
+        self.pods.get(index).map(|r| &r.state)
+    }
+
     /// Whether `token` is a scrape this poller is waiting for.
     pub fn owns_scrape(&self, token: u32) -> bool {
         self.in_flight.contains_key(&token)
