@@ -410,7 +410,9 @@ mod tests {
         assert!(!table.pods[0].healthy);
         let epoch = table.pods[0].epoch;
         p.scrape_started(&a, 4, 300);
+        assert!(p.scrape_pod(4).is_some_and(|pod| !pod.healthy), "the pod as it was, for the service's log");
         p.on_scrape(4, ScrapeResult::Answered { status: 200, body: SCRAPE }, 300);
+        assert!(p.scrape_pod(4).is_none() && p.pod(&a).is_some_and(|pod| pod.healthy));
         let pod = p.take_table(300).unwrap().pods[0].clone();
         assert!(pod.healthy && pod.epoch > epoch, "a pod that comes back gets a new epoch");
     }
