@@ -53,6 +53,23 @@ pub struct PoolPoller {
     /// Roles from the configuration, and from the pods' `llm-d.ai/role` labels (which win).
     static_roles: crate::role::RoleMap,
     discovered_roles: crate::role::RoleMap,
+    /// Changes of a pod's standing not yet taken by the pool service ([`Self::take_events`]).
+    events: Vec<PodEvent>,
+}
+
+/// Events kept for the service at most; it takes them after every answer, so more would mean
+/// it stopped taking them, and the oldest are not worth memory.
+const MAX_PENDING_EVENTS: usize = 64;
+
+/// A change of a pod's standing an operator should hear of: it explains the cache misses or
+/// the requests a pod stops getting. Not raised on a pod's first answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodEvent {
+    /// Out of rotation after this many failed scrapes in a row.
+    Unhealthy { address: PodAddress, failures: u32 },
+    /// A new epoch: what was known of its cache is void, because it restarted (its counters
+    /// went back) or because it answers again after failing.
+    CacheDropped { address: PodAddress, restarted: bool },
 }
 
 /// What [`PoolPoller::on_scrape`] learned, for stats and logs.
@@ -77,6 +94,7 @@ impl PoolPoller {
             next_epoch: 1,
             static_roles,
             discovered_roles: crate::role::RoleMap::default(),
+            events: Vec::new(),
         };
         poller.set_pool(pool);
         poller
@@ -246,6 +264,11 @@ impl PoolPoller {
             matches!((record.last_prefix_queries, metrics.prefix_queries), (Some(before), Some(now)) if now < before);
         let new_epoch = restarted || !state.healthy;
         if new_epoch {
+            // Not news on its first answer (`last_success_ms` 0: never answered).
+            if state.last_success_ms > 0 {
+                let event = PodEvent::CacheDropped { address: state.address.clone(), restarted };
+                push_event(&mut self.events, event);
+            }
             state.epoch = fresh_epoch;
         }
         record.last_prefix_queries = metrics.prefix_queries;
@@ -272,22 +295,18 @@ impl PoolPoller {
             state.consecutive_failures = state.consecutive_failures.saturating_add(1);
             if state.healthy && state.consecutive_failures >= threshold {
                 state.healthy = false;
+                let event =
+                    PodEvent::Unhealthy { address: state.address.clone(), failures: state.consecutive_failures };
+                push_event(&mut self.events, event);
             }
             self.dirty = true;
         }
         ScrapeOutcome::Failure(reason)
     }
 
-    /// The pod a scrape in flight is for, as it stands before the answer is applied.
-    pub fn scrape_pod(&self, token: u32) -> Option<&PodState> {
-        let index = *self.in_flight.get(&token)?;
-        self.pods.get(index).map(|r| &r.state)
-    }
-
-    /// The pod at `address`, if it is in the pool.
-    pub fn pod(&self, address: &PodAddress) -> Option<&PodState> {
-        let index = *self.index_of.get(address)?;
-        self.pods.get(index).map(|r| &r.state)
+    /// The changes of pods' standing since the last call, oldest first.
+    pub fn take_events(&mut self) -> Vec<PodEvent> {
+        std::mem::take(&mut self.events)
     }
 
     /// Whether `token` is a scrape this poller is waiting for.
@@ -340,6 +359,14 @@ impl PoolPoller {
     pub fn pods(&self) -> impl Iterator<Item = &PodState> {
         self.pods.iter().map(|r| &r.state)
     }
+}
+
+/// Keeps `event` for the service, dropping the oldest past [`MAX_PENDING_EVENTS`].
+fn push_event(events: &mut Vec<PodEvent>, event: PodEvent) {
+    if events.len() >= MAX_PENDING_EVENTS {
+        events.remove(0);
+    }
+    events.push(event);
 }
 
 #[cfg(test)]
@@ -399,8 +426,10 @@ mod tests {
     fn health_flips_after_threshold_and_back_on_success() {
         let mut p = poller();
         let a = addr("10.0.0.1:80");
-        p.scrape_started(&a, 1, 0);
-        p.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 0);
+        // The host's clock: 0 would read as "never answered" (`last_success_ms`).
+        p.scrape_started(&a, 1, 1);
+        p.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 1);
+        assert!(p.take_events().is_empty(), "a pod's first answer is no news");
         p.scrape_started(&a, 2, 100);
         assert!(matches!(p.on_scrape(2, ScrapeResult::NoAnswer, 100), ScrapeOutcome::Failure(_)));
         assert!(p.take_table(100).unwrap().pods[0].healthy, "one failure is not enough");
@@ -409,10 +438,10 @@ mod tests {
         let table = p.take_table(200).unwrap();
         assert!(!table.pods[0].healthy);
         let epoch = table.pods[0].epoch;
+        assert_eq!(p.take_events(), [PodEvent::Unhealthy { address: a.clone(), failures: 2 }], "for the service's log");
         p.scrape_started(&a, 4, 300);
-        assert!(p.scrape_pod(4).is_some_and(|pod| !pod.healthy), "the pod as it was, for the service's log");
         p.on_scrape(4, ScrapeResult::Answered { status: 200, body: SCRAPE }, 300);
-        assert!(p.scrape_pod(4).is_none() && p.pod(&a).is_some_and(|pod| pod.healthy));
+        assert_eq!(p.take_events(), [PodEvent::CacheDropped { address: a.clone(), restarted: false }]);
         let pod = p.take_table(300).unwrap().pods[0].clone();
         assert!(pod.healthy && pod.epoch > epoch, "a pod that comes back gets a new epoch");
     }
@@ -437,13 +466,15 @@ mod tests {
     fn counters_going_backwards_mean_a_restart() {
         let mut p = poller();
         let a = addr("10.0.0.1:80");
-        p.scrape_started(&a, 1, 0);
-        p.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 0);
+        // The host's clock: 0 would read as "never answered" (`last_success_ms`).
+        p.scrape_started(&a, 1, 1);
+        p.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 1);
         let epoch = p.take_table(0).unwrap().pods[0].epoch;
         p.scrape_started(&a, 2, 100);
         let restarted = b"vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total 3\n";
         p.on_scrape(2, ScrapeResult::Answered { status: 200, body: restarted }, 100);
         assert!(p.take_table(100).unwrap().pods[0].epoch > epoch);
+        assert_eq!(p.take_events(), [PodEvent::CacheDropped { address: a, restarted: true }]);
     }
 
     #[test]

@@ -9,7 +9,7 @@
 use picker::config::{parse_json, PollerConfig};
 use picker::keys;
 use picker::pod_table::{encode_version, PodTable};
-use picker::poller::{PoolPoller, ScrapeOutcome, ScrapeResult};
+use picker::poller::{PodEvent, PoolPoller, ScrapeOutcome, ScrapeResult};
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
 use crate::discovery::{Discovery, Env};
@@ -140,6 +140,7 @@ impl PoolService {
                 }
             }
         }
+        log_pod_events(poller);
     }
 
     fn publish_if_changed(&mut self, host: &dyn Host, now: u64) {
@@ -273,14 +274,8 @@ impl PoolService {
             Some(status) => ScrapeResult::Answered { status, body: &body },
             None => ScrapeResult::NoAnswer,
         };
-        let before =
-            poller.scrape_pod(token).map(|pod| (pod.address.clone(), pod.healthy, pod.epoch, pod.last_success_ms));
         let outcome = poller.on_scrape(token, result, now);
-        if let Some((address, healthy, epoch, answered_before)) = before {
-            if let Some(after) = poller.pod(&address) {
-                log_health_change(after, healthy, epoch, answered_before);
-            }
-        }
+        log_pod_events(poller);
         if let Some(stats) = &self.stats {
             match &outcome {
                 ScrapeOutcome::Success => self.metrics.increment(stats.scrapes_ok),
@@ -304,17 +299,21 @@ impl PoolService {
 }
 
 /// Tells the operator when a pod turns unhealthy, and when what the picker knew of its cache
-/// was dropped (a new epoch: it restarted, or answers again after failing), which shows as
-/// cache misses on its next requests. Not on a pod's first answer.
-fn log_health_change(after: &picker::pod_table::PodState, was_healthy: bool, epoch: u32, answered_before: u64) {
-    let address = after.address.as_str();
-    if was_healthy && !after.healthy {
-        log::warn!(
-            "wasm-epp pool service: pod {address} unhealthy after {} failed scrapes",
-            after.consecutive_failures
-        );
-    } else if after.epoch != epoch && answered_before > 0 {
-        let why = if was_healthy { "restarted (its counters went back)" } else { "answers again" };
-        log::warn!("wasm-epp pool service: pod {address} {why}: what was known of its cache is dropped");
+/// was dropped (it restarted, or answers again after failing), which shows as cache misses on
+/// its next requests.
+fn log_pod_events(poller: &mut PoolPoller) {
+    for event in poller.take_events() {
+        match event {
+            PodEvent::Unhealthy { address, failures } => {
+                log::warn!("wasm-epp pool service: pod {} unhealthy after {failures} failed scrapes", address.as_str());
+            }
+            PodEvent::CacheDropped { address, restarted } => {
+                let why = if restarted { "restarted (its counters went back)" } else { "answers again" };
+                log::warn!(
+                    "wasm-epp pool service: pod {} {why}: what was known of its cache is dropped",
+                    address.as_str()
+                );
+            }
+        }
     }
 }

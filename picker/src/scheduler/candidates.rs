@@ -105,8 +105,9 @@ pub struct LearningPolicy {
     /// Weight of the TTFT scorer beside the configured ones.
     pub ttft_weight: f64,
     /// Affinity is released when the sticky pods' best predicted TTFT exceeds the best other
-    /// pod's by more than this plus the prefill work the move adds. It replaces "when every queue is full, load alone decides":
-    /// whether moving buys time, not whether queues are full, decides.
+    /// pod's by more than this plus the prefill work the move adds. It replaces "when every
+    /// queue is full, load alone decides": whether moving buys time, not whether queues are
+    /// full, decides.
     pub release_penalty_ms: f64,
     /// A prompt no pod holds goes to a pod within half its blocks of the fewest indexed
     /// blocks (rendezvous among those), so prefixes' homes, and with them the traffic that
