@@ -57,6 +57,11 @@ pub struct PoolPoller {
     events: Vec<PodEvent>,
 }
 
+/// How long a pod may go unscraped and still be taken for the same engine when its counters
+/// carried on. An engine that restarts spends its first tens of seconds loading weights and
+/// answers little; to pass its old counter again it must have served a lifetime's tokens.
+pub const TRUST_COUNTERS_FOR_MS: u64 = 60_000;
+
 /// Events kept for the service at most; it takes them after every answer, so more would mean
 /// it stopped taking them, and the oldest are not worth memory.
 const MAX_PENDING_EVENTS: usize = 64;
@@ -68,7 +73,8 @@ pub enum PodEvent {
     /// Out of rotation after this many failed scrapes in a row.
     Unhealthy { address: PodAddress, failures: u32 },
     /// A new epoch: what was known of its cache is void, because it restarted (its counters
-    /// went back) or because it answers again after failing.
+    /// went back) or because it answers again after failing with nothing to show it did not
+    /// (no counter, or away longer than [`TRUST_COUNTERS_FOR_MS`]).
     CacheDropped { address: PodAddress, restarted: bool },
 }
 
@@ -259,10 +265,18 @@ impl PoolPoller {
         let Some(record) = self.pods.get_mut(index) else { return };
         let state = &mut record.state;
         // Counters only grow while an engine lives; going backwards means it restarted and
-        // its KV cache is empty. Coming back from unhealthy may also hide a restart.
-        let restarted =
-            matches!((record.last_prefix_queries, metrics.prefix_queries), (Some(before), Some(now)) if now < before);
-        let new_epoch = restarted || !state.healthy;
+        // its KV cache is empty.
+        let counters = (record.last_prefix_queries, metrics.prefix_queries);
+        let restarted = matches!(counters, (Some(before), Some(now)) if now < before);
+        // A pod back from failed scrapes kept its cache if its counters carried on: a
+        // /metrics that times out under load (an API server busy tokenizing) is not a
+        // restart, and voiding the pool's cache knowledge on it would thrash every prefix
+        // exactly when load is highest. Without a counter, or after an absence long
+        // enough for a restarted engine to have counted past the old figure, assume the
+        // worst.
+        let continued = matches!(counters, (Some(before), Some(now)) if now >= before);
+        let away_ms = now_ms.saturating_sub(state.last_success_ms);
+        let new_epoch = restarted || (!state.healthy && (!continued || away_ms > TRUST_COUNTERS_FOR_MS));
         if new_epoch {
             // Not news on its first answer (`last_success_ms` 0: never answered).
             if state.last_success_ms > 0 {
@@ -441,9 +455,41 @@ mod tests {
         assert_eq!(p.take_events(), [PodEvent::Unhealthy { address: a.clone(), failures: 2 }], "for the service's log");
         p.scrape_started(&a, 4, 300);
         p.on_scrape(4, ScrapeResult::Answered { status: 200, body: SCRAPE }, 300);
-        assert_eq!(p.take_events(), [PodEvent::CacheDropped { address: a.clone(), restarted: false }]);
+        assert!(p.take_events().is_empty(), "its counters carried on: the same engine");
         let pod = p.take_table(300).unwrap().pods[0].clone();
-        assert!(pod.healthy && pod.epoch > epoch, "a pod that comes back gets a new epoch");
+        assert!(pod.healthy && pod.epoch == epoch, "a pod whose /metrics was slow keeps what it cached");
+    }
+
+    /// Fails `a`'s scrapes until it is unhealthy, starting at `from_ms`.
+    fn fail_until_unhealthy(p: &mut PoolPoller, a: &PodAddress, token: u32, from_ms: u64) {
+        for (n, token) in (token..token + 2).enumerate() {
+            p.scrape_started(a, token, from_ms + n as u64);
+            p.on_scrape(token, ScrapeResult::NoAnswer, from_ms + n as u64);
+        }
+        assert_eq!(p.take_events(), [PodEvent::Unhealthy { address: a.clone(), failures: 2 }]);
+    }
+
+    #[test]
+    fn a_pod_back_without_proof_of_continuity_gets_a_new_epoch() {
+        let mut p = poller();
+        let a = addr("10.0.0.1:80");
+        let no_counter: &[u8] = b"vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n";
+        let answer = |p: &mut PoolPoller, token: u32, body: &[u8], at: u64| {
+            p.scrape_started(&a, token, at);
+            p.on_scrape(token, ScrapeResult::Answered { status: 200, body }, at);
+            p.take_table(at).unwrap().pods[0].epoch
+        };
+        // No counter to compare: back from failing is taken for a restart.
+        let first = answer(&mut p, 1, no_counter, 1);
+        fail_until_unhealthy(&mut p, &a, 2, 100);
+        assert!(answer(&mut p, 4, no_counter, 200) > first);
+        assert_eq!(p.take_events(), [PodEvent::CacheDropped { address: a.clone(), restarted: false }]);
+        // Counters that carried on, but after an absence past the bound: a new epoch too.
+        let before = answer(&mut p, 5, SCRAPE, 300);
+        fail_until_unhealthy(&mut p, &a, 6, 400);
+        let back = 300 + TRUST_COUNTERS_FOR_MS + 1;
+        assert!(answer(&mut p, 8, SCRAPE, back) > before);
+        assert_eq!(p.take_events(), [PodEvent::CacheDropped { address: a.clone(), restarted: false }]);
     }
 
     #[test]

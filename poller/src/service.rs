@@ -299,8 +299,8 @@ impl PoolService {
 }
 
 /// Tells the operator when a pod turns unhealthy, and when what the picker knew of its cache
-/// was dropped (it restarted, or answers again after failing), which shows as cache misses on
-/// its next requests.
+/// was dropped (it restarted, or answers again after failing with nothing to show it kept
+/// its cache), which shows as cache misses on its next requests.
 fn log_pod_events(poller: &mut PoolPoller) {
     for event in poller.take_events() {
         match event {
@@ -308,7 +308,11 @@ fn log_pod_events(poller: &mut PoolPoller) {
                 log::warn!("wasm-epp pool service: pod {} unhealthy after {failures} failed scrapes", address.as_str());
             }
             PodEvent::CacheDropped { address, restarted } => {
-                let why = if restarted { "restarted (its counters went back)" } else { "answers again" };
+                let why = if restarted {
+                    "restarted (its counters went back)"
+                } else {
+                    "answers again, not known to be the same engine"
+                };
                 log::warn!(
                     "wasm-epp pool service: pod {} {why}: what was known of its cache is dropped",
                     address.as_str()
