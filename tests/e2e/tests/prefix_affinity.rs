@@ -1,5 +1,6 @@
 //! Prefix-cache affinity end to end: shared prefixes stick to one pod across worker threads,
-//! sessions stick, affinity is released under saturation and forgotten when a pod restarts.
+//! sessions stick, affinity is released under saturation and forgotten when a pod restarts
+//! (but not when its /metrics merely failed for a while).
 
 use std::time::{Duration, Instant};
 
@@ -100,4 +101,32 @@ fn a_restarted_pod_loses_its_prefix_affinity() {
     let before = cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0);
     cluster.served_by_pool(&cluster.complete(&prompt(9, 2)));
     assert_eq!(cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0), before, "affinity survived a restart");
+}
+
+#[test]
+fn a_pod_whose_metrics_failed_for_a_while_keeps_its_prefix_affinity() {
+    let cluster = Cluster::start_ready("prefix-metrics-gap", 3, &["--time-scale", "0"]);
+    let home = cluster.served_by_pool(&cluster.complete(&prompt(10, 0)));
+    std::thread::sleep(Duration::from_millis(150));
+    let healthy = || cluster.envoy.stat("wasm_epp_pods_healthy").unwrap_or(-1.0);
+    let wait_for = |what: &str, pods: f64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while healthy() != pods {
+            assert!(Instant::now() < deadline, "{what}: {} healthy pods, wanted {pods}", healthy());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_for("all scraped", 3.0);
+    // Its /metrics fails long enough to take it out of rotation (a scrape timing out under
+    // load looks the same), while the engine and its cache live on: the counters carry on.
+    let pod = cluster.pods.iter().find(|p| p.address() == home).unwrap();
+    pod.set_faults(&serde_json::json!({"metrics_fail": true})).unwrap();
+    wait_for("the pod out of rotation", 2.0);
+    pod.clear_faults().unwrap();
+    wait_for("the pod back", 3.0);
+    std::thread::sleep(Duration::from_millis(150)); // the new table reaches both workers
+    let before = cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0);
+    let served = cluster.served_by_pool(&cluster.complete(&prompt(10, 1)));
+    assert_eq!(served, home, "the prompt left the pod that still holds its prefix");
+    assert_eq!(cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0), before + 1.0, "picked by affinity");
 }
