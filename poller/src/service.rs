@@ -25,6 +25,9 @@ struct Stats {
     pods_healthy: Gauge,
     pods_total: Gauge,
     data_age_ms: Gauge,
+    /// The pod events, for alerts (the log says which pod); listed at 0 from the start.
+    pods_turned_unhealthy: Counter,
+    pod_caches_dropped: Counter,
 }
 
 impl Stats {
@@ -36,6 +39,8 @@ impl Stats {
             pods_healthy: metrics.gauge("wasm_epp.pods_healthy"),
             pods_total: metrics.gauge("wasm_epp.pods_total"),
             data_age_ms: metrics.gauge("wasm_epp.data_age_ms"),
+            pods_turned_unhealthy: metrics.announced_counter("wasm_epp.pods_turned_unhealthy"),
+            pod_caches_dropped: metrics.announced_counter("wasm_epp.pod_caches_dropped"),
         }
     }
 }
@@ -140,7 +145,7 @@ impl PoolService {
                 }
             }
         }
-        log_pod_events(poller);
+        log_pod_events(poller, &self.metrics, self.stats.as_ref());
     }
 
     fn publish_if_changed(&mut self, host: &dyn Host, now: u64) {
@@ -275,7 +280,7 @@ impl PoolService {
             None => ScrapeResult::NoAnswer,
         };
         let outcome = poller.on_scrape(token, result, now);
-        log_pod_events(poller);
+        log_pod_events(poller, &self.metrics, self.stats.as_ref());
         if let Some(stats) = &self.stats {
             match &outcome {
                 ScrapeOutcome::Success => self.metrics.increment(stats.scrapes_ok),
@@ -300,9 +305,17 @@ impl PoolService {
 
 /// Tells the operator when a pod turns unhealthy, and when what the picker knew of its cache
 /// was dropped (it restarted, or answers again after failing with nothing to show it kept
-/// its cache), which shows as cache misses on its next requests.
-fn log_pod_events(poller: &mut PoolPoller) {
+/// its cache), which shows as cache misses on its next requests: a warning each, and a
+/// counter each to alert on.
+fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Stats>) {
     for event in poller.take_events() {
+        if let Some(stats) = stats {
+            let counter = match &event {
+                PodEvent::Unhealthy { .. } => stats.pods_turned_unhealthy,
+                PodEvent::CacheDropped { .. } => stats.pod_caches_dropped,
+            };
+            metrics.increment(counter);
+        }
         match event {
             PodEvent::Unhealthy { address, failures } => {
                 log::warn!("wasm-epp pool service: pod {} unhealthy after {failures} failed scrapes", address.as_str());

@@ -85,6 +85,13 @@ fn failing_scrapes_take_a_pod_out_after_the_configured_count() {
     service.tick(&host, NOW + 300);
     assert!(!table(&host).unwrap().pods[0].healthy, "two failures in a row");
     assert!(host.metric("wasm_epp.poll_failure") >= 2);
+    assert_eq!(host.metric("wasm_epp.pods_turned_unhealthy"), 1, "counted once, for alerts");
+    assert_eq!(host.metric("wasm_epp.pod_caches_dropped"), 0);
+    // Back, with no prefix-cache counter to show it is the same engine: its cache is forgotten.
+    answer_all(&host, &mut service, &mut answered, 200, METRICS);
+    service.tick(&host, NOW + 400);
+    assert!(table(&host).unwrap().pods[0].healthy);
+    assert_eq!(host.metric("wasm_epp.pod_caches_dropped"), 1);
 }
 
 #[test]
