@@ -268,39 +268,21 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         _ => None,
     };
     drop(random);
-    if prefix_config.enabled && !hashes.is_empty() {
-        prefix.note_prompt(prefix_match > 0.0 || affinity);
-    }
-    if prefix_config.enabled {
-        let _span = profile::span(host, Phase::Record);
-        let capacity_of = |pod: &PodAddress| {
-            let kv_blocks =
-                table.and_then(|t| t.capacity_blocks(pod.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
-            worker.index_capacity(pod.as_str(), kv_blocks)
-        };
-        prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity_of(&address));
-        // The prefill pod computed and cached the prompt too (no session: it never decodes it).
-        if let Some(prefill) = &prefill {
-            prefix.record_pick(prefill.address.as_str(), prefill.epoch, &hashes, None, capacity_of(&prefill.address));
-        }
-    }
-    if let (Some(model), Some(pod)) = (prompt.model, table_index) {
-        cache.note_routed(model, pod, now);
-    }
-    drop(prefix);
-    drop(role_tables);
-    drop(cache);
+    // The pick is counted and published before anything else is done with it: the other
+    // workers read these counts per decision, and one deciding meanwhile cannot see this
+    // pick (two requests in the same millisecond on two workers can take one free slot).
+    // Recording the prompt in the prefix index, the longest step after the choice, comes
+    // after, so the blind window is the choice alone.
     inflight.started(address.as_str(), now);
-    let prefiller = prefill.map(|prefill| {
+    if let Some(prefill) = &prefill {
         inflight.started(prefill.address.as_str(), now);
         inflight.add_tokens(prefill.address.as_str(), prefill.uncached_tokens);
-        Prefill { address: prefill.address, uncached_tokens: prefill.uncached_tokens }
-    });
+    }
     // A split request is not learned from: its first token is two pods' work and the hop, and
     // the decode pod reports the transferred blocks as cached. Its prompt tokens are the
     // prefill pod's load (above), not the decode pod's.
     // Nor is another endpoint's (embeddings, tokenize, ...): its body was read for `model` alone.
-    let predicted = predicted.filter(|_| prefiller.is_none() && prompt.endpoint.generates());
+    let predicted = predicted.filter(|_| prefill.is_none() && prompt.endpoint.generates());
     let responses_api = prompt.endpoint == Endpoint::Responses;
     let dispatch = predicted.map(|p| {
         inflight.add_tokens(address.as_str(), p.uncached_tokens);
@@ -324,6 +306,31 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let publishing = profile::span(host, Phase::InflightPublish);
     inflight.publish_now(host, now);
     publishing.end();
+    drop(inflight);
+    if prefix_config.enabled && !hashes.is_empty() {
+        prefix.note_prompt(prefix_match > 0.0 || affinity);
+    }
+    if prefix_config.enabled {
+        let _span = profile::span(host, Phase::Record);
+        let capacity_of = |pod: &PodAddress| {
+            let kv_blocks =
+                table.and_then(|t| t.capacity_blocks(pod.as_str())).unwrap_or(prefix_config.default_capacity_blocks);
+            worker.index_capacity(pod.as_str(), kv_blocks)
+        };
+        prefix.record_pick(address.as_str(), epoch, &hashes, prompt.session, capacity_of(&address));
+        // The prefill pod computed and cached the prompt too (no session: it never decodes it).
+        if let Some(prefill) = &prefill {
+            prefix.record_pick(prefill.address.as_str(), prefill.epoch, &hashes, None, capacity_of(&prefill.address));
+        }
+    }
+    if let (Some(model), Some(pod)) = (prompt.model, table_index) {
+        cache.note_routed(model, pod, now);
+    }
+    drop(prefix);
+    drop(role_tables);
+    drop(cache);
+    let prefiller =
+        prefill.map(|prefill| Prefill { address: prefill.address, uncached_tokens: prefill.uncached_tokens });
     worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
     Outcome::Routed { address, destination, explain, prefiller, dispatch }
