@@ -265,18 +265,21 @@ impl PoolPoller {
         let Some(record) = self.pods.get_mut(index) else { return };
         let state = &mut record.state;
         // Counters only grow while an engine lives; going backwards means it restarted and
-        // its KV cache is empty.
-        let counters = (record.last_prefix_queries, metrics.prefix_queries);
-        let restarted = matches!(counters, (Some(before), Some(now)) if now < before);
+        // its KV cache is empty. `None`: nothing to compare (no counter now or before).
+        let carried_on = match (record.last_prefix_queries, metrics.prefix_queries) {
+            (Some(before), Some(now)) => Some(now >= before),
+            _ => None,
+        };
+        let restarted = carried_on == Some(false);
         // A pod back from failed scrapes kept its cache if its counters carried on: a
         // /metrics that times out under load (an API server busy tokenizing) is not a
         // restart, and voiding the pool's cache knowledge on it would thrash every prefix
         // exactly when load is highest. Without a counter, or after an absence long
         // enough for a restarted engine to have counted past the old figure, assume the
         // worst.
-        let continued = matches!(counters, (Some(before), Some(now)) if now >= before);
         let away_ms = now_ms.saturating_sub(state.last_success_ms);
-        let new_epoch = restarted || (!state.healthy && (!continued || away_ms > TRUST_COUNTERS_FOR_MS));
+        let trusted = carried_on == Some(true) && away_ms <= TRUST_COUNTERS_FOR_MS;
+        let new_epoch = restarted || (!state.healthy && !trusted);
         if new_epoch {
             // Not news on its first answer (`last_success_ms` 0: never answered).
             if state.last_success_ms > 0 {

@@ -110,11 +110,8 @@ fn a_pod_whose_metrics_failed_for_a_while_keeps_its_prefix_affinity() {
     std::thread::sleep(Duration::from_millis(150));
     let healthy = || cluster.envoy.stat("wasm_epp_pods_healthy").unwrap_or(-1.0);
     let wait_for = |what: &str, pods: f64| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while healthy() != pods {
-            assert!(Instant::now() < deadline, "{what}: {} healthy pods, wanted {pods}", healthy());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let reached = launcher::wait_until(Duration::from_secs(10), || healthy() == pods);
+        assert!(reached, "{what}: {} healthy pods, wanted {pods}", healthy());
     };
     wait_for("all scraped", 3.0);
     // Its /metrics fails long enough to take it out of rotation (a scrape timing out under
