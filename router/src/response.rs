@@ -2,9 +2,9 @@
 //!
 //! Nothing is held or buffered: each body chunk is read once, scanned for `usage`
 //! ([`picker::learn::UsageScanner`], a few bytes of state), and passes on unchanged. A stream
-//! is read past its first chunk only while it holds one of its pod's few reading slots
-//! ([`picker::learn::UsageReaders`]): every chunk read is a copy into the VM. What is
-//! learned:
+//! is read past its first chunk only while it holds one of its pod's few reading slots,
+//! granted while the worker's chunk budget lasts ([`picker::learn::UsageReaders`]): every
+//! chunk read is a copy into the VM. What is learned:
 //! - at a stream's first token, the request's uncached prompt tokens stop counting as in
 //!   flight (the pod has prefilled them) and the elapsed time is a TTFT sample for the pod's
 //!   model. A chat or completions stream's first token is its first body byte; a Responses
@@ -157,6 +157,11 @@ impl Observation {
         if let Some(chunk) = chunk.filter(|_| self.reading) {
             let _span = profile::span(host, Phase::ObserveScan);
             worker.stats.increment(worker.learning_stats.chunks_read);
+            if self.holds_reader_slot {
+                if let Ok(mut readers) = worker.usage_readers.try_borrow_mut() {
+                    readers.charge();
+                }
+            }
             if first_byte && streamed {
                 self.learnable = is_event_stream(chunk);
             }
@@ -178,9 +183,9 @@ impl Observation {
         }
         // Nothing further to learn from this answer's bytes: stop copying them.
         self.reading &= self.learnable && (self.dispatch.usage_expected || self.awaiting_first_token);
-        // A stream is read past its first token only in one of the pod's reading slots: each
-        // further chunk is one more copy, so a busy pod's streams are read a few at a time (a
-        // whole answer is one or a few chunks: always read).
+        // A stream is read past its first token only in one of the pod's reading slots, and
+        // only while the chunk budget lasts: each further chunk is one more copy, so streams
+        // are read a sample at a time (a whole answer is one or a few chunks: always read).
         if self.reading && first_token {
             self.holds_reader_slot =
                 worker.usage_readers.try_borrow_mut().is_ok_and(|mut readers| readers.try_start(pod.as_str()));

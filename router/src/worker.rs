@@ -61,7 +61,10 @@ impl Worker {
             policy,
             learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),
             learning_stats,
-            usage_readers: RefCell::new(picker::learn::UsageReaders::new(config.learning.usage_streams_per_pod)),
+            usage_readers: RefCell::new(picker::learn::UsageReaders::new(
+                config.learning.usage_streams_per_pod,
+                config.learning.usage_chunks_per_stream,
+            )),
             prefix: RefCell::new(
                 WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)
                     .with_reuse_prior(config.prefix.reuse_prior),

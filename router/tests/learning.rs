@@ -212,10 +212,13 @@ fn finish_stream(bench: &Bench, stream: &mut RequestStream) -> u64 {
     bench.host.tally.take().get("proxy_get_buffer_bytes").map_or(0, |count| count.calls)
 }
 
+/// One reading slot per pod, and a chunk budget no test stream exhausts.
+const ONE_SLOT_NO_BUDGET_LIMIT: &str = r#"{"fallback_destinations": 0,
+    "learning": {"enabled": true, "usage_streams_per_pod": 1, "usage_chunks_per_stream": 1000}}"#;
+
 #[test]
 fn a_pod_has_only_so_many_streams_read_for_usage_at_once() {
-    let bench =
-        Bench::new(r#"{"fallback_destinations": 0, "learning": {"enabled": true, "usage_streams_per_pod": 1}}"#);
+    let bench = Bench::new(ONE_SLOT_NO_BUDGET_LIMIT);
     bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
     let (mut read, _) = bench.request(&COMPLETIONS, &streamed("first"));
     open_stream(&bench, &mut read);
@@ -236,9 +239,29 @@ fn a_pod_has_only_so_many_streams_read_for_usage_at_once() {
 }
 
 #[test]
-fn a_pod_whose_streams_fail_gets_its_reading_slots_back() {
+fn streams_are_read_for_usage_only_as_far_as_the_chunk_budget_goes() {
     let bench =
-        Bench::new(r#"{"fallback_destinations": 0, "learning": {"enabled": true, "usage_streams_per_pod": 1}}"#);
+        Bench::new(r#"{"fallback_destinations": 0, "learning": {"enabled": true, "usage_chunks_per_stream": 2}}"#);
+    bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
+    let (streams, mut chunks) = (24_u64, 0);
+    for k in 0..streams {
+        let (mut stream, _) = bench.request(&COMPLETIONS, &streamed(&format!("prompt {k}")));
+        open_stream(&bench, &mut stream);
+        chunks += finish_stream(&bench, &mut stream);
+    }
+    let reports = bench.stat("wasm_epp.learning.usage_reports");
+    // Each stream read takes 11 chunks past its first token and 2 come with every stream:
+    // the first, then one in six (the budget is never positive for five in a row).
+    assert_eq!(reports, 5, "{chunks} chunks read");
+    assert_eq!(chunks, 11 * reports);
+    assert!(chunks <= 2 * streams + 11, "{chunks} chunks: the budget and one stream at most");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), streams, "every stream's first byte is a sample");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_streams_not_read"), streams - reports);
+}
+
+#[test]
+fn a_pod_whose_streams_fail_gets_its_reading_slots_back() {
+    let bench = Bench::new(ONE_SLOT_NO_BUDGET_LIMIT);
     bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
     for prompt in ["reset mid-stream", "never answered"] {
         let (mut stream, _) = bench.request(&COMPLETIONS, &streamed(prompt));

@@ -11,6 +11,10 @@ use launcher::process::ManagedProcess;
 
 use crate::client::{self, DESTINATION_HEADER};
 
+/// `learning.usage_chunks_per_stream` of `wasm-epp-learning-read-all`: a budget no stream
+/// exhausts, so every stream that asks for `usage` is read to its end.
+const READ_ALL_CHUNKS_PER_STREAM: f64 = 1_000_000.0;
+
 /// How long an Envoy may take to say it is ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -136,7 +140,10 @@ fn wasm_epp_options(
     }
     if variant == Variant::WasmEppLearningReadAll {
         let all = picker::config::MAX_USAGE_STREAMS_PER_POD;
-        fields.insert("learning".into(), serde_json::json!({ "enabled": true, "usage_streams_per_pod": all }));
+        let learning = serde_json::json!({
+            "enabled": true, "usage_streams_per_pod": all, "usage_chunks_per_stream": READ_ALL_CHUNKS_PER_STREAM
+        });
+        fields.insert("learning".into(), learning);
     }
     if variant == Variant::WasmEppSlowTick {
         fields.insert("prefix".into(), serde_json::json!({ "sync_interval_ms": SLOW_TICK_MS }));

@@ -27,8 +27,8 @@ pub enum Variant {
     /// (`--variants wasm-epp,wasm-epp-learning`); not in the default runs.
     WasmEppLearning,
     /// As `WasmEppLearning`, reading every stream that asks for `usage` to its end
-    /// (`learning.usage_streams_per_pod` at its maximum): the cost the per-pod bound saves
-    /// (`streams`). Named explicitly.
+    /// (`learning.usage_streams_per_pod` and `usage_chunks_per_stream` at their maximum): the
+    /// cost the two bounds save (`streams`). Named explicitly.
     WasmEppLearningReadAll,
     /// The body-reading filter (`HeaderRead`) rendered inside wasm-epp's own template instead of
     /// the baseline's (overload manager, header_mutation, retry policy, override_host cluster,

@@ -8,12 +8,17 @@ use std::time::Duration;
 use e2e::{tally, Cluster};
 use launcher::envoy::EnvoyOptions;
 
+/// Learning on, every stream that asks for `usage` read for it (the chunk budget, which reads
+/// a sample of them, has its own test below).
 fn learning_on(options: &mut EnvoyOptions) {
     if let Some(config) = options.filter_config.as_object_mut() {
-        config.insert("learning".into(), serde_json::json!({"enabled": true}));
+        config.insert("learning".into(), serde_json::json!({"enabled": true, "usage_chunks_per_stream": READ_ALL}));
         config.insert("fallback_destinations".into(), serde_json::json!(0));
     }
 }
+
+/// A chunk budget per stream no test stream exhausts.
+const READ_ALL: f64 = 100_000.0;
 
 fn start(name: &str, pods: usize, sim_args: &[&str]) -> Cluster {
     let cluster = Cluster::start(name, pods, sim_args, learning_on);
@@ -140,7 +145,7 @@ fn eviction_errors(correct_index: bool) -> Vec<f64> {
         |options| {
             learning_on(options);
             if let Some(config) = options.filter_config.as_object_mut() {
-                config.insert("learning".into(), serde_json::json!({"enabled": true, "correct_index": correct_index}));
+                config.insert("learning".into(), serde_json::json!({"enabled": true, "correct_index": correct_index, "usage_chunks_per_stream": READ_ALL}));
             }
         },
     );
@@ -179,7 +184,10 @@ fn a_busy_pod_has_only_a_few_streams_read_for_usage_and_every_answer_passes_whol
     let cluster = Cluster::start("learn-readers", 1, &[], |options| {
         learning_on(options);
         if let Some(config) = options.filter_config.as_object_mut() {
-            config.insert("learning".into(), serde_json::json!({"enabled": true, "usage_streams_per_pod": 2}));
+            config.insert(
+                "learning".into(),
+                serde_json::json!({"enabled": true, "usage_streams_per_pod": 2, "usage_chunks_per_stream": READ_ALL}),
+            );
         }
     });
     assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
@@ -209,4 +217,42 @@ fn a_busy_pod_has_only_a_few_streams_read_for_usage_and_every_answer_passes_whol
     assert_eq!(reports + not_read, STREAMS as f64, "each stream is either read to its usage or counted unread");
     let chunks = cluster.envoy.stat("wasm_epp_learning_chunks_read").unwrap_or(0.0);
     assert!(chunks < (STREAMS * 32) as f64, "every chunk was copied: {chunks}");
+}
+
+#[test]
+fn with_the_default_chunk_budget_a_sample_of_the_streams_is_read_and_every_answer_passes_whole() {
+    // Sequential 16-token streams with usage, in real-time steps (~15 ms a token, so each
+    // event is a chunk of its own): the default budget (2 chunks per stream) reads the first
+    // stream each worker sees and then about one in nine.
+    let cluster = Cluster::start("learn-budget", 2, &[], |options| {
+        if let Some(config) = options.filter_config.as_object_mut() {
+            config.insert("learning".into(), serde_json::json!({"enabled": true}));
+        }
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
+    const STREAMS: usize = 16;
+    const TOKENS: usize = 16;
+    for i in 0..STREAMS {
+        let reply = cluster.post("/v1/completions", &[], &streamed(&text(&format!("sample{i}"), 40), TOKENS as u32));
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(
+            reply.body.contains(&format!("\"completion_tokens\":{TOKENS}")) && reply.body.ends_with("data: [DONE]\n\n"),
+            "{}",
+            reply.body
+        );
+    }
+    let samples = stat_at_least(&cluster, "wasm_epp_learning_ttft_samples", STREAMS as f64);
+    assert_eq!(samples, STREAMS as f64, "every stream's first token is a TTFT sample");
+    let stat = |name: &str| cluster.envoy.stat(name).unwrap_or(0.0);
+    let (reports, not_read) = ("wasm_epp_learning_usage_reports", "wasm_epp_learning_usage_streams_not_read");
+    launcher::wait_until(Duration::from_secs(5), || stat(reports) + stat(not_read) >= STREAMS as f64);
+    let (reports, not_read) = (stat(reports), stat(not_read));
+    assert!(reports >= 1.0 && not_read >= 1.0, "{reports} streams read, {not_read} not");
+    assert_eq!(reports + not_read, STREAMS as f64, "each stream is either read to its usage or counted unread");
+    // Every stream's first chunk, then per worker 2 chunks a stream and one stream's overdraw
+    // (its tokens, the usage event and `[DONE]`).
+    let chunks = stat("wasm_epp_learning_chunks_read");
+    let bound = (STREAMS + 2 * STREAMS + 2 * (TOKENS + 2)) as f64;
+    println!("{reports} streams read for usage, {not_read} not, {chunks} chunks copied, at most {bound}");
+    assert!(chunks <= bound, "{chunks} chunks read, the budget allows {bound} (all: {})", STREAMS * (TOKENS + 2));
 }

@@ -38,8 +38,10 @@ fn the_openai_node_sdk_gets_the_same_answers_streams_and_errors() {
 
 #[test]
 fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
-    let learning_on =
-        |options: &mut EnvoyOptions| options.filter_config["learning"] = serde_json::json!({"enabled": true});
+    // Every stream read for its usage (the default chunk budget reads a sample of them).
+    let learning_on = |options: &mut EnvoyOptions| {
+        options.filter_config["learning"] = serde_json::json!({"enabled": true, "usage_chunks_per_stream": 100_000})
+    };
     let cluster = Cluster::start_ready_with("openai-sdk-learning", 3, &["--time-scale", "0"], learning_on);
     run_sdk_cases(&cluster, Sdk::Python);
     // Every whole answer, the chat stream that asked for it and both Responses answers carry
