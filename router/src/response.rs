@@ -187,8 +187,9 @@ impl Observation {
         // only while the chunk budget lasts: each further chunk is one more copy, so streams
         // are read a sample at a time (a whole answer is one or a few chunks: always read).
         if self.reading && first_token {
+            let now = host.now_ms();
             self.holds_reader_slot =
-                worker.usage_readers.try_borrow_mut().is_ok_and(|mut readers| readers.try_start(pod.as_str()));
+                worker.usage_readers.try_borrow_mut().is_ok_and(|mut readers| readers.try_start(pod.as_str(), now));
             self.reading = self.holds_reader_slot;
             if !self.holds_reader_slot {
                 worker.stats.increment(worker.learning_stats.streams_not_read);

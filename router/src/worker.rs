@@ -64,6 +64,7 @@ impl Worker {
             usage_readers: RefCell::new(picker::learn::UsageReaders::new(
                 config.learning.usage_streams_per_pod,
                 config.learning.usage_chunks_per_stream,
+                config.learning.usage_chunks_per_second,
             )),
             prefix: RefCell::new(
                 WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)

@@ -240,8 +240,11 @@ fn a_pod_has_only_so_many_streams_read_for_usage_at_once() {
 
 #[test]
 fn streams_are_read_for_usage_only_as_far_as_the_chunk_budget_goes() {
-    let bench =
-        Bench::new(r#"{"fallback_destinations": 0, "learning": {"enabled": true, "usage_chunks_per_stream": 2}}"#);
+    // The streams' share alone (the mock clock moves 30 ms a stream: no time share).
+    let bench = Bench::new(
+        r#"{"fallback_destinations": 0,
+            "learning": {"enabled": true, "usage_chunks_per_stream": 2, "usage_chunks_per_second": 0}}"#,
+    );
     bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
     let (streams, mut chunks) = (24_u64, 0);
     for k in 0..streams {

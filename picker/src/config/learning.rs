@@ -61,13 +61,17 @@ pub struct LearningConfig {
     /// share of a busy pod's streams (whole answers are always read). 0: no stream is read
     /// past its first chunk.
     pub usage_streams_per_pod: u16,
-    /// Chunks read, on average, per stream that asked for `usage`, past its first token: each
-    /// such stream adds this to the worker's budget, each chunk read takes one, and a stream
-    /// is read on for its `usage` only while the budget is positive. A stream of N tokens
-    /// read to its end costs N copies, so with the default and 128-token answers about one
-    /// stream in 64 is read at high rates (every one when they are rare: a quiet spell saves
-    /// up to 64 streams' worth). 0: no stream is read past its first chunk.
+    /// The worker's budget of chunks read past first tokens for `usage` grows by this with
+    /// every stream that asks for `usage`, and by `usage_chunks_per_second` a second; each
+    /// chunk read takes one, and a stream is read on for its `usage` only while the budget is
+    /// positive. A stream of N tokens read to its end costs N copies, so at high rates the
+    /// streams average this many chunks read each (with 128-token answers one stream in
+    /// about 64 is read), while at low rates the time share reads most of them. Both 0: no
+    /// stream is read past its first chunk.
     pub usage_chunks_per_stream: f64,
+    /// See `usage_chunks_per_stream`: the budget's growth a second, per worker (100: well
+    /// under 1 ms of copying a second).
+    pub usage_chunks_per_second: f64,
 }
 
 /// Upper bound of `usage_streams_per_pod`.
@@ -88,6 +92,7 @@ impl Default for LearningConfig {
             balance_homes: true,
             usage_streams_per_pod: 4,
             usage_chunks_per_stream: 2.0,
+            usage_chunks_per_second: 100.0,
         }
     }
 }
@@ -111,6 +116,7 @@ impl LearningConfig {
         finite_within("prior_overhead_ms", self.prior_overhead_ms, 600_000.0)?;
         finite_within("prior_ms_per_token", self.prior_ms_per_token, 1_000.0)?;
         finite_within("usage_chunks_per_stream", self.usage_chunks_per_stream, 1_000_000.0)?;
+        finite_within("usage_chunks_per_second", self.usage_chunks_per_second, 1_000_000_000.0)?;
         if self.usage_streams_per_pod > MAX_USAGE_STREAMS_PER_POD {
             return Err(format!(
                 "learning.usage_streams_per_pod = {}, must be within 0..={MAX_USAGE_STREAMS_PER_POD}",

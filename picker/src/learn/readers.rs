@@ -1,16 +1,16 @@
 //! Which streams have their chunks read for `usage`: a few per pod at once, and no more
-//! chunks on average than a budget per stream.
+//! chunks than a budget that grows with the streams and with time.
 //!
 //! A stream's final `usage` event can only be found by reading every chunk of it into the VM,
-//! one host copy per token (~4 µs of Envoy CPU each), so watching every stream would cost as
-//! much per request as the stream has tokens. Two bounds keep it small:
+//! one host copy per token (~2–4 µs each), so watching every stream would cost as much per
+//! request as the stream has tokens. Two bounds keep it small:
 //! - at most `limit` streams per pod at once (a pod's slot is taken when a stream is first
 //!   read past its first token and given back when it ends);
 //! - a budget of chunks: every stream that asked for `usage` adds `chunks_per_stream` to it,
-//!   every chunk read past a first token takes one, and a stream starts being read only while
-//!   the budget is positive. Over a run the chunks read per such stream average at most
-//!   `chunks_per_stream` (plus what the streams being read when the budget ran out still
-//!   take); at low rates, when the budget has saved up, every stream is read.
+//!   every second adds `chunks_per_second`, every chunk read past a first token takes one, and
+//!   a stream starts being read only while the budget is positive. At high rates the chunks
+//!   read per stream average `chunks_per_stream` plus `chunks_per_second` ÷ the rate; at low
+//!   rates, where reading costs next to nothing a second, the time share reads most streams.
 //!
 //! The reports still arrive steadily (one per stream read, from the pods in proportion to
 //! their streams), which is all the text ratio and the index correction need: they average
@@ -20,9 +20,10 @@ use hashbrown::HashMap;
 
 use crate::pod_table::MAX_PODS;
 
-/// How many streams' worth of budget is saved while few streams come (the burst that may be
-/// read in full after a quiet spell).
+/// How much budget is saved while few streams come, in streams' and seconds' worth (the
+/// burst that may be read in full after a quiet spell).
 const SAVED_STREAMS: f64 = 64.0;
+const SAVED_SECONDS: f64 = 1.0;
 
 /// One worker's streams being read, per pod, and its budget of chunks.
 #[derive(Debug, Clone, Default)]
@@ -31,25 +32,36 @@ pub struct UsageReaders {
     /// Pods with a stream being read now (pods at zero are removed).
     by_pod: HashMap<String, u16>,
     chunks_per_stream: f64,
+    chunks_per_second: f64,
     /// Chunks that may still be read; below zero while the streams being read take more
     /// than was saved.
     budget: f64,
+    /// When the budget last grew with time (none before the first stream).
+    earned_at_ms: Option<u64>,
 }
 
 impl UsageReaders {
-    /// At most `limit` streams per pod at once (0: none), and on average `chunks_per_stream`
-    /// chunks read per stream that asked for `usage`.
-    pub fn new(limit: u16, chunks_per_stream: f64) -> Self {
-        let chunks_per_stream = if chunks_per_stream.is_finite() { chunks_per_stream.max(0.0) } else { 0.0 };
-        // Nothing saved at the start: the reads spread over the run from its first stream on, so
-        // the reports (and the accuracy stats) do not lean on the cold start.
-        Self { limit, by_pod: HashMap::new(), chunks_per_stream, budget: 0.0 }
+    /// At most `limit` streams per pod at once (0: none), and a budget of `chunks_per_stream`
+    /// per stream that asks for `usage` plus `chunks_per_second`.
+    pub fn new(limit: u16, chunks_per_stream: f64, chunks_per_second: f64) -> Self {
+        let at_least_zero = |value: f64| if value.is_finite() { value.max(0.0) } else { 0.0 };
+        Self {
+            limit,
+            by_pod: HashMap::new(),
+            chunks_per_stream: at_least_zero(chunks_per_stream),
+            chunks_per_second: at_least_zero(chunks_per_second),
+            // Nothing saved at the start: the reads spread over the run from its first stream
+            // on, so the reports (and the accuracy stats) do not lean on the cold start.
+            budget: 0.0,
+            earned_at_ms: None,
+        }
     }
 
-    /// A stream to `pod` that asked for `usage` has its first token: whether it is read on
-    /// (it then holds a slot until [`Self::finish`] and its chunks are [`Self::charge`]d).
-    pub fn try_start(&mut self, pod: &str) -> bool {
-        self.budget = (self.budget + self.chunks_per_stream).min(self.chunks_per_stream * SAVED_STREAMS);
+    /// A stream to `pod` that asked for `usage` has its first token at `now_ms`: whether it is
+    /// read on (it then holds a slot until [`Self::finish`] and its chunks are
+    /// [`Self::charge`]d).
+    pub fn try_start(&mut self, pod: &str, now_ms: u64) -> bool {
+        self.earn(now_ms);
         if self.limit == 0 || self.budget <= 0.0 {
             return false;
         }
@@ -65,6 +77,16 @@ impl UsageReaders {
         }
         self.by_pod.insert(pod.to_string(), 1);
         true
+    }
+
+    /// One stream's share, and the time's since the last stream.
+    fn earn(&mut self, now_ms: u64) {
+        let seconds = self.earned_at_ms.map_or(0.0, |then| now_ms.saturating_sub(then) as f64 / 1000.0);
+        self.earned_at_ms = Some(now_ms);
+        let saved = self.chunks_per_stream * SAVED_STREAMS + self.chunks_per_second * SAVED_SECONDS;
+        let earned = self.chunks_per_stream + self.chunks_per_second * seconds;
+        // An overdrawn budget is paid back in full; only what is saved has a ceiling.
+        self.budget = (self.budget + earned).min(saved.max(self.budget));
     }
 
     /// One chunk of a stream being read was copied into the VM.
@@ -94,13 +116,13 @@ mod tests {
 
     #[test]
     fn a_pod_gets_at_most_its_limit_of_streams_and_each_end_frees_one() {
-        let mut readers = UsageReaders::new(2, 1e9);
-        assert!(readers.try_start("a") && readers.try_start("a"));
-        assert!(!readers.try_start("a"), "the third stream at once is not read");
-        assert!(readers.try_start("b"), "other pods have their own slots");
+        let mut readers = UsageReaders::new(2, 1e9, 0.0);
+        assert!(readers.try_start("a", 0) && readers.try_start("a", 0));
+        assert!(!readers.try_start("a", 0), "the third stream at once is not read");
+        assert!(readers.try_start("b", 0), "other pods have their own slots");
         readers.finish("a");
         assert_eq!(readers.reading("a"), 1);
-        assert!(readers.try_start("a"));
+        assert!(readers.try_start("a", 0));
         for _ in 0..5 {
             readers.finish("a");
         }
@@ -110,8 +132,8 @@ mod tests {
 
     #[test]
     fn a_limit_of_zero_reads_no_stream() {
-        let mut readers = UsageReaders::new(0, 1e9);
-        assert!(!readers.try_start("a"));
+        let mut readers = UsageReaders::new(0, 1e9, 0.0);
+        assert!(!readers.try_start("a", 0));
         readers.finish("a");
         assert_eq!(readers.reading("a"), 0);
     }
@@ -119,10 +141,10 @@ mod tests {
     #[test]
     fn the_chunks_read_average_at_most_the_budget_per_stream() {
         let (per_stream, length, streams) = (2.0, 20, 1000);
-        let mut readers = UsageReaders::new(4, per_stream);
+        let mut readers = UsageReaders::new(4, per_stream, 0.0);
         let (mut read_streams, mut chunks) = (0, 0);
         for _ in 0..streams {
-            if readers.try_start("a") {
+            if readers.try_start("a", 0) {
                 read_streams += 1;
                 for _ in 0..length {
                     readers.charge();
@@ -139,20 +161,42 @@ mod tests {
 
     #[test]
     fn an_overdrawn_budget_is_paid_back_by_the_streams_not_read_and_a_zero_budget_reads_none() {
-        let mut readers = UsageReaders::new(4, 2.0);
-        assert!(readers.try_start("a"), "the first stream is read");
+        let mut readers = UsageReaders::new(4, 2.0, 0.0);
+        assert!(readers.try_start("a", 0), "the first stream is read");
         for _ in 0..1000 {
             readers.charge();
         }
         readers.finish("a");
-        assert!(!readers.try_start("a"), "an overdrawn budget reads nothing");
+        assert!(!readers.try_start("a", 0), "an overdrawn budget reads nothing");
         for _ in 0..500 {
-            readers.try_start("b");
+            readers.try_start("b", 0);
         }
-        assert!(readers.try_start("a"), "the debt is paid by the streams that were not read");
-        let mut none = UsageReaders::new(4, 0.0);
-        assert!(!none.try_start("a"));
-        let mut nan = UsageReaders::new(4, f64::NAN);
-        assert!(!nan.try_start("a"));
+        assert!(readers.try_start("a", 0), "the debt is paid by the streams that were not read");
+        let mut none = UsageReaders::new(4, 0.0, 0.0);
+        assert!(!none.try_start("a", 0));
+        let mut nan = UsageReaders::new(4, f64::NAN, 0.0);
+        assert!(!nan.try_start("a", 0));
+    }
+
+    #[test]
+    fn time_adds_to_the_budget_so_a_slow_trickle_of_streams_is_read_in_full() {
+        // 20-chunk streams, 2 chunks per stream and 100 a second: one a second is read in full
+        // (2 + 100 ≥ 20), fifty a second only one in five ((2 · 50 + 100) ÷ 20 = 10 of 50 a second).
+        let mut readers = UsageReaders::new(4, 2.0, 100.0);
+        let mut read_at = |readers: &mut UsageReaders, streams: u64, gap_ms: u64| {
+            let mut read = 0;
+            for k in 1..=streams {
+                if readers.try_start("a", 1_000_000 + k * gap_ms) {
+                    read += 1;
+                    (0..20).for_each(|_| readers.charge());
+                    readers.finish("a");
+                }
+            }
+            read
+        };
+        assert_eq!(read_at(&mut readers, 10, 1000), 10, "one stream a second: all read");
+        let mut busy = UsageReaders::new(4, 2.0, 100.0);
+        let read = read_at(&mut busy, 500, 20);
+        assert!((95..=105).contains(&read), "fifty a second for 10 s: {read} of 500 read");
     }
 }

@@ -220,13 +220,15 @@ fn a_busy_pod_has_only_a_few_streams_read_for_usage_and_every_answer_passes_whol
 }
 
 #[test]
-fn with_the_default_chunk_budget_a_sample_of_the_streams_is_read_and_every_answer_passes_whole() {
+fn with_a_chunk_budget_per_stream_a_sample_of_the_streams_is_read_and_every_answer_passes_whole() {
     // Sequential 16-token streams with usage, in real-time steps (~15 ms a token, so each
-    // event is a chunk of its own): the default budget (2 chunks per stream) reads the first
-    // stream each worker sees and then about one in nine.
+    // event is a chunk of its own): the default share per stream (2 chunks), without the time
+    // share (which at this low rate would read them all), reads the first stream each worker
+    // sees and then about one in nine.
     let cluster = Cluster::start("learn-budget", 2, &[], |options| {
         if let Some(config) = options.filter_config.as_object_mut() {
-            config.insert("learning".into(), serde_json::json!({"enabled": true}));
+            let learning = serde_json::json!({"enabled": true, "usage_chunks_per_second": 0});
+            config.insert("learning".into(), learning);
         }
     });
     assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
