@@ -183,7 +183,7 @@ mod tests {
         // 20-chunk streams, 2 chunks per stream and 100 a second: one a second is read in full
         // (2 + 100 ≥ 20), fifty a second only one in five ((2 · 50 + 100) ÷ 20 = 10 of 50 a second).
         let mut readers = UsageReaders::new(4, 2.0, 100.0);
-        let mut read_at = |readers: &mut UsageReaders, streams: u64, gap_ms: u64| {
+        let read_at = |readers: &mut UsageReaders, streams: u64, gap_ms: u64| {
             let mut read = 0;
             for k in 1..=streams {
                 if readers.try_start("a", 1_000_000 + k * gap_ms) {
