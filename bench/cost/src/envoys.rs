@@ -111,7 +111,7 @@ fn wasm_epp_options(
     if variant == Variant::WasmEppOriginalDst {
         options = options.with_original_dst();
     }
-    if variant == Variant::WasmEppProfiled {
+    if variant.is_profiled() {
         options.filter_wasm = profile_filter_wasm();
     }
     if let Some(poller) = &setup.poller {
@@ -135,7 +135,7 @@ fn wasm_epp_options(
     if variant == Variant::WasmEppNoPrefix {
         fields.insert("prefix".into(), serde_json::json!({ "enabled": false }));
     }
-    if variant == Variant::WasmEppLearning {
+    if matches!(variant, Variant::WasmEppLearning | Variant::WasmEppProfiledLearning) {
         fields.insert("learning".into(), serde_json::json!({ "enabled": true }));
     }
     if variant == Variant::WasmEppLearningReadAll {

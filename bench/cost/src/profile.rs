@@ -56,17 +56,76 @@ pub fn run(pool: &[String], options: &ProfileOptions, results: &mut Results) -> 
     drop(case);
     let costs = probe_costs(body.len())?;
     let host_us = print_host_calls(&traffic, &costs, results);
-    let fields = |v: Variant| options.filter_fields.clone().filter(|_| v == Variant::WasmEppProfiled);
-    let envoys = [Variant::WasmEppProfiled, Variant::HeaderRead]
+    let fields = |v: Variant| options.filter_fields.clone().filter(|_| v.is_profiled());
+    let envoys = [Variant::WasmEppProfiled, Variant::HeaderRead, Variant::WasmEppProfiledLearning]
         .iter()
         .map(|&v| RunningEnvoy::start_configured(v, pool, None, fields(v)))
         .collect::<Result<Vec<_>, _>>()?;
-    let [profiled, header_read] = envoys.as_slice() else { return Err("two Envoys expected".into()) };
+    let [profiled, header_read, learning] = envoys.as_slice() else { return Err("three Envoys expected".into()) };
     let sequential = phases(profiled, &body, 1, Load::Requests(options.sequential))?;
     let concurrent = phases(profiled, &body, options.connections, Load::For(options.concurrent))?;
     let baseline = phases(header_read, &body, options.connections, Load::For(options.concurrent))?;
     print_phases(&sequential, &concurrent, &baseline, host_us, options, results);
+    let learning_sequential = phases(learning, &body, 1, Load::Requests(options.sequential))?;
+    let learning_concurrent = phases(learning, &body, options.connections, Load::For(options.concurrent))?;
+    print_observation([&sequential, &concurrent], [&learning_sequential, &learning_concurrent], options, results);
     Ok(())
+}
+
+/// Issue 14's goal for the response observation: what learning adds per request, µs.
+const OBSERVATION_GOAL_US: f64 = 10.0;
+
+/// What `learning.enabled` adds to the response callbacks (headers, body, log: the first
+/// byte, the answering pod, the `usage` scan, the release), learning off against on in the
+/// same run, sequential and at `connections` at once, by callback; and to the decision's
+/// `choose` (the TTFT scoring). The answers are whole (one JSON chunk); streams are the
+/// `streams` step's.
+fn print_observation(off: [&PhaseRun; 2], on: [&PhaseRun; 2], options: &ProfileOptions, results: &mut Results) {
+    const RESPONSE_PHASES: [&str; 3] = ["response_headers", "response_body", "log"];
+    const ALL_THREE: &str = "all three";
+    let phase_us = |run: &PhaseRun, phase: &str| {
+        if phase == ALL_THREE {
+            return RESPONSE_PHASES.iter().map(|p| phase_us_of(run, p)).sum();
+        }
+        phase_us_of(run, phase)
+    };
+    println!(
+        "\n== what learning adds (issue 14: the response observation ≤ {OBSERVATION_GOAL_US} µs per request; \
+         whole answers; µs per request in the VM) =="
+    );
+    println!(
+        "  {:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "phase",
+        "seq off",
+        "seq on",
+        "added",
+        format!("{} off", options.connections),
+        format!("{} on", options.connections),
+        "added"
+    );
+    let mut worst = 0.0_f64;
+    for phase in RESPONSE_PHASES.into_iter().chain([ALL_THREE, "choose"]) {
+        let figures: Vec<(f64, f64)> =
+            off.iter().zip(on).map(|(off, on)| (phase_us(off, phase), phase_us(on, phase))).collect();
+        let [(seq_off, seq_on), (conc_off, conc_on)] = figures.as_slice() else { continue };
+        let (seq_added, conc_added) = (seq_on - seq_off, conc_on - conc_off);
+        println!(
+            "  {phase:<18} {seq_off:>10.2} {seq_on:>10.2} {seq_added:>+10.2} {conc_off:>10.2} {conc_on:>10.2} {conc_added:>+10.2}"
+        );
+        let case = phase.replace(' ', "_");
+        results.push("profile_learning", &case, "added_us_per_request_sequential", seq_added, "us");
+        results.push("profile_learning", &case, "added_us_per_request_concurrent", conc_added, "us");
+        if phase == ALL_THREE {
+            worst = seq_added.max(conc_added);
+        }
+    }
+    let verdict = if worst <= OBSERVATION_GOAL_US { "met" } else { "MISSED" };
+    println!("  the response observation, the larger of the two loads: {worst:+.2} µs: {verdict}");
+}
+
+/// µs per request of `phase` in `run` (0 when it was not timed).
+fn phase_us_of(run: &PhaseRun, phase: &str) -> f64 {
+    run.phases.iter().find(|(p, _, _)| p == phase).map_or(0.0, |(_, us, _)| *us)
 }
 
 /// Nanoseconds per call by probe name (`proxy_get_shared_data/1024`, ...), medians over

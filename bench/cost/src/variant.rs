@@ -52,6 +52,9 @@ pub enum Variant {
     /// (`envoys::profile_filter_wasm`): the same code, timing its phases into counters. For the
     /// `profile` benchmark only.
     WasmEppProfiled,
+    /// `WasmEppProfiled` with `learning.enabled`: beside it in the `profile` benchmark, what
+    /// watching the answers (issue 14) adds to the response callbacks.
+    WasmEppProfiledLearning,
 }
 
 impl Variant {
@@ -111,6 +114,7 @@ impl Variant {
             Variant::WasmEppSlowTick => "wasm-epp-slow-tick",
             Variant::WasmEppSlowPoll => "wasm-epp-slow-poll",
             Variant::WasmEppProfiled => "wasm-epp-profiled",
+            Variant::WasmEppProfiledLearning => "wasm-epp-profiled-learning",
         }
     }
 
@@ -118,8 +122,18 @@ impl Variant {
         Self::ALL
             .into_iter()
             .chain(Self::BISECTION)
-            .chain([Variant::WasmEppLearning, Variant::WasmEppLearningReadAll, Variant::WasmEppProfiled])
+            .chain([
+                Variant::WasmEppLearning,
+                Variant::WasmEppLearningReadAll,
+                Variant::WasmEppProfiled,
+                Variant::WasmEppProfiledLearning,
+            ])
             .find(|v| v.name() == name)
+    }
+
+    /// Built with the `profile` feature: its phases' timers are in its counters.
+    pub fn is_profiled(self) -> bool {
+        matches!(self, Variant::WasmEppProfiled | Variant::WasmEppProfiledLearning)
     }
 
     /// The client names the pod only for plain Envoy; every filter overwrites the header.
@@ -149,6 +163,7 @@ impl Variant {
                 | Variant::WasmEppLearning
                 | Variant::WasmEppLearningReadAll
                 | Variant::WasmEppProfiled
+                | Variant::WasmEppProfiledLearning
                 | Variant::WasmEppSlowTick
                 | Variant::WasmEppSlowPoll
         )
