@@ -246,10 +246,13 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         (false, true) => PickReason::Affinity,
         (false, false) => PickReason::Load,
     };
-    let explain = worker
-        .config
-        .debug_decision_header
-        .then(|| describe(&address, reason, prefix_match, &candidate_scores(&view, &worker.policy)));
+    let explain = worker.config.debug_decision_header.then(|| {
+        let candidates = candidate_scores(&view, &worker.policy);
+        // The worker's in-flight slot tells the workers of one Envoy apart (they share the
+        // configured VM id).
+        let decider = inflight.slot().map_or_else(|| "unknown".to_string(), |slot| format!("slot-{slot}"));
+        describe(&address, reason, prefix_match, &candidates, &decider, host.now_us())
+    });
     // Only completions and chat are split (as llm-d's sidecar does; another endpoint's body was
     // read for `model` alone).
     let splittable = prompt.request.filter(|_| prompt.endpoint.answers_like_completions());

@@ -42,6 +42,9 @@ fn when_on_the_response_names_the_pod_the_reason_and_every_candidate() {
     assert!(!value.contains("6.6.6.6"), "{value}");
     // What the decision saw: nothing in flight anywhere yet (the request itself counts after).
     let (_, inflight) = value.split_once("; inflight=").unwrap_or_else(|| panic!("no in-flight counts: {value}"));
+    let (inflight, decider) = inflight.split_once("; ").unwrap_or((inflight, ""));
+    // Which worker decided, and when (to order two workers' decisions of one millisecond).
+    assert!(decider.starts_with("worker=") && decider.contains("; decided_us="), "{value}");
     for (pod, _) in POOL {
         assert!(inflight.split(',').any(|p| p == format!("{pod}=0")), "{pod} in {value}");
     }
