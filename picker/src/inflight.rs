@@ -31,6 +31,13 @@ pub const MAX_SLOTS: usize = 32;
 /// A slot not refreshed for this long belongs to a gone VM: 100 ticks of the default 20 ms.
 pub const SLOT_STALE_MS: u64 = 2_000;
 
+/// For this long after a worker starts serving, each decision also looks one slot past the
+/// claimed ones: the workers of a fresh Envoy claim their slots at their first request, all
+/// within the same few ms under load, and a worker that claimed before another would
+/// otherwise learn of it only at its next tick (up to `prefix.sync_interval_ms`, 20 ms),
+/// blind to its picks meanwhile. Workload (c)'s opening burst lost runs to exactly that.
+pub const SLOT_DISCOVERY_MS: u64 = 2_000;
+
 /// Slot value header: owner id (u64 LE), then refresh time in ms (u64 LE).
 const HEADER_BYTES: usize = 16;
 
@@ -76,6 +83,9 @@ pub struct WorkerInflight {
     /// per other worker and none to find the end. A worker that claims a slot later is seen
     /// from the next tick on.
     claimed_slots: usize,
+    /// Until when a decision also looks for a slot claimed since the last tick (see
+    /// [`SLOT_DISCOVERY_MS`]); set at the first sync.
+    discover_until_ms: Option<u64>,
     /// This VM's id (from [`crate::vm_id`]), once it has one.
     owner: Option<u64>,
     /// The other workers' slot values as last read, by slot index up to the claimed ones
@@ -192,6 +202,7 @@ impl WorkerInflight {
     /// On the tick: drop own counts untouched for `expiry_ms` (a stream whose end was never
     /// seen), publish the rest in this worker's slot, and read the other workers' slots.
     pub fn sync(&mut self, store: &dyn SharedStore, now_ms: u64, expiry_ms: u64) -> SyncReport {
+        self.discover_until_ms.get_or_insert(now_ms.saturating_add(SLOT_DISCOVERY_MS));
         self.local.retain(|_, l| now_ms.saturating_sub(l.updated_ms) <= expiry_ms);
         if self.owner.is_none() {
             self.owner = crate::vm_id::unique_vm_id(store);
@@ -214,7 +225,16 @@ impl WorkerInflight {
     /// copies every slot either way; only when a value differs from the last read (or the
     /// sums were cleared) are the entries decoded and summed again.
     pub fn refresh_others(&mut self, store: &dyn SharedStore, now_ms: u64) {
-        let changed = self.read_slot_values(store, now_ms, self.claimed_slots).1;
+        // Early on, one slot further: one a worker claimed since this worker's last tick.
+        let discovering = self.discover_until_ms.is_some_and(|until| now_ms < until);
+        let limit = match discovering {
+            true => (self.claimed_slots + 1).min(MAX_SLOTS),
+            false => self.claimed_slots,
+        };
+        let (claimed, changed) = self.read_slot_values(store, now_ms, limit);
+        if discovering {
+            self.claimed_slots = self.claimed_slots.max(claimed);
+        }
         if changed || !self.sums_current {
             self.others.values_mut().for_each(|load| *load = Load::default());
             self.others_at.iter_mut().for_each(|load| *load = Load::default());

@@ -139,13 +139,14 @@ fn a_pick_published_at_once_is_read_by_the_other_workers_next_decision() {
     a.publish_now(&store, NOW + 3);
     b.refresh_others(&store, NOW + 4);
     assert_eq!(b.count(POD), 0, "and its end");
-    // A third worker that claims a slot after b's last tick is read from b's next tick on.
+    // A third worker that claims a slot after b's last tick: early on, b's next decision
+    // finds it (a_worker_that_claims_its_slot_after_another_is_seen_by_its_next_decision_early_on).
     let mut c = WorkerInflight::new();
     c.sync(&store, NOW + 5, EXPIRY);
     c.started(POD, NOW + 5);
     c.publish_now(&store, NOW + 5);
     b.refresh_others(&store, NOW + 6);
-    assert_eq!(b.count(POD), 0);
+    assert_eq!(b.count(POD), 1);
     b.sync(&store, NOW + 20, EXPIRY);
     assert_eq!(b.count(POD), 1);
 }
@@ -257,4 +258,30 @@ fn an_unchanged_slot_keeps_its_sums_and_any_change_or_staleness_is_seen() {
     b.refresh_others(&store, NOW + SLOT_STALE_MS + 4);
     assert_eq!((b.count_at(0, pods[2]), b.count(pods[0])), (2, 0));
     assert_same_as_summed_anew(&mut b, &store, NOW + SLOT_STALE_MS + 4, &reordered);
+}
+
+#[test]
+fn a_worker_that_claims_its_slot_after_another_is_seen_by_its_next_decision_early_on() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    // a serves first: it claims slot 0 and, at that tick, no other slot exists.
+    a.sync(&store, NOW, EXPIRY);
+    // b's first request, a millisecond later: b claims slot 1 and picks POD.
+    b.sync(&store, NOW + 1, EXPIRY);
+    b.started(POD, NOW + 1);
+    b.publish_now(&store, NOW + 1);
+    // a decides before its next tick: it looks one slot past those it knew of.
+    a.refresh_others(&store, NOW + 2);
+    assert_eq!(a.count(POD), 1, "a sees b's pick without waiting for its tick");
+
+    // Past the discovery time, a worker that starts serving later is read from the next tick.
+    let mut c = WorkerInflight::new();
+    c.sync(&store, NOW + SLOT_DISCOVERY_MS + 10, EXPIRY);
+    c.started(POD, NOW + SLOT_DISCOVERY_MS + 10);
+    c.publish_now(&store, NOW + SLOT_DISCOVERY_MS + 10);
+    b.publish_now(&store, NOW + SLOT_DISCOVERY_MS + 10);
+    a.refresh_others(&store, NOW + SLOT_DISCOVERY_MS + 11);
+    assert_eq!(a.count(POD), 1, "no probe past the claimed slots any more: c's pick not yet seen");
+    a.sync(&store, NOW + SLOT_DISCOVERY_MS + 20, EXPIRY);
+    assert_eq!(a.count(POD), 2, "seen from a's next tick");
 }
