@@ -144,6 +144,10 @@ fn eviction_errors(correct_index: bool) -> Vec<f64> {
         &["--time-scale", "0", "--num-gpu-blocks", "128", "--max-model-len", "1024"],
         |options| {
             learning_on(options);
+            // One worker: each worker learns from the answers it proxies, so with two the
+            // answers split between two corrections at random and the rounds' errors with
+            // them (a run of 2 once corrected later than the 6 rounds allow).
+            options.concurrency = 1;
             if let Some(config) = options.filter_config.as_object_mut() {
                 config.insert("learning".into(), serde_json::json!({"enabled": true, "correct_index": correct_index, "usage_chunks_per_stream": READ_ALL}));
             }
