@@ -178,6 +178,9 @@ impl Observation {
         if streamed && self.awaiting_first_token && (!self.learnable || !self.reading) {
             first_token = true;
         }
+        // The first token's time: the TTFT sample, the token release and the reading budget's
+        // clock (one clock read).
+        let first_token_at = first_token.then(|| host.now_ms());
         if first_token {
             self.awaiting_first_token = false;
         }
@@ -186,8 +189,7 @@ impl Observation {
         // A stream is read past its first token only in one of the pod's reading slots, and
         // only while the chunk budget lasts: each further chunk is one more copy, so streams
         // are read a sample at a time (a whole answer is one or a few chunks: always read).
-        if self.reading && first_token {
-            let now = host.now_ms();
+        if let (true, Some(now)) = (self.reading, first_token_at) {
             self.holds_reader_slot =
                 worker.usage_readers.try_borrow_mut().is_ok_and(|mut readers| readers.try_start(pod.as_str(), now));
             self.reading = self.holds_reader_slot;
@@ -198,9 +200,8 @@ impl Observation {
         if first_byte {
             worker.stats.increment(worker.learning_stats.first_bytes);
         }
-        if first_token {
+        if let Some(now) = first_token_at {
             let _span = profile::span(host, Phase::ObserveFirstByte);
-            let now = host.now_ms();
             self.release_tokens(worker, pod, Some((host, now)));
             if self.learnable && !gave_up {
                 if let Ok(mut learner) = worker.learning.try_borrow_mut() {

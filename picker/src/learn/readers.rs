@@ -33,6 +33,8 @@ pub struct UsageReaders {
     by_pod: HashMap<String, u16>,
     chunks_per_stream: f64,
     chunks_per_second: f64,
+    /// The most the budget saves (see [`SAVED_STREAMS`]).
+    ceiling: f64,
     /// Chunks that may still be read; below zero while the streams being read take more
     /// than was saved.
     budget: f64,
@@ -45,11 +47,14 @@ impl UsageReaders {
     /// per stream that asks for `usage` plus `chunks_per_second`.
     pub fn new(limit: u16, chunks_per_stream: f64, chunks_per_second: f64) -> Self {
         let at_least_zero = |value: f64| if value.is_finite() { value.max(0.0) } else { 0.0 };
+        let (chunks_per_stream, chunks_per_second) =
+            (at_least_zero(chunks_per_stream), at_least_zero(chunks_per_second));
         Self {
             limit,
             by_pod: HashMap::new(),
-            chunks_per_stream: at_least_zero(chunks_per_stream),
-            chunks_per_second: at_least_zero(chunks_per_second),
+            chunks_per_stream,
+            chunks_per_second,
+            ceiling: chunks_per_stream * SAVED_STREAMS + chunks_per_second * SAVED_SECONDS,
             // Nothing saved at the start: the reads spread over the run from its first stream
             // on, so the reports (and the accuracy stats) do not lean on the cold start.
             budget: 0.0,
@@ -83,10 +88,9 @@ impl UsageReaders {
     fn earn(&mut self, now_ms: u64) {
         let seconds = self.earned_at_ms.map_or(0.0, |then| now_ms.saturating_sub(then) as f64 / 1000.0);
         self.earned_at_ms = Some(now_ms);
-        let saved = self.chunks_per_stream * SAVED_STREAMS + self.chunks_per_second * SAVED_SECONDS;
         let earned = self.chunks_per_stream + self.chunks_per_second * seconds;
         // An overdrawn budget is paid back in full; only what is saved has a ceiling.
-        self.budget = (self.budget + earned).min(saved.max(self.budget));
+        self.budget = (self.budget + earned).min(self.ceiling);
     }
 
     /// One chunk of a stream being read was copied into the VM.

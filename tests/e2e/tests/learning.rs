@@ -8,13 +8,21 @@ use std::time::Duration;
 use e2e::{tally, Cluster};
 use launcher::envoy::EnvoyOptions;
 
-/// Learning on, every stream that asks for `usage` read for it (the chunk budget, which reads
-/// a sample of them, has its own test below).
-fn learning_on(options: &mut EnvoyOptions) {
+/// Learning on with `fields` besides, every stream that asks for `usage` read for it (the
+/// chunk budget, which reads a sample of them, has its own test below).
+fn learning_on_with(options: &mut EnvoyOptions, fields: serde_json::Value) {
+    let mut learning = serde_json::json!({"enabled": true, "usage_chunks_per_stream": READ_ALL});
+    if let (Some(learning), Some(fields)) = (learning.as_object_mut(), fields.as_object()) {
+        learning.extend(fields.clone());
+    }
     if let Some(config) = options.filter_config.as_object_mut() {
-        config.insert("learning".into(), serde_json::json!({"enabled": true, "usage_chunks_per_stream": READ_ALL}));
+        config.insert("learning".into(), learning);
         config.insert("fallback_destinations".into(), serde_json::json!(0));
     }
+}
+
+fn learning_on(options: &mut EnvoyOptions) {
+    learning_on_with(options, serde_json::json!({}));
 }
 
 /// A chunk budget per stream no test stream exhausts.
@@ -143,14 +151,11 @@ fn eviction_errors(correct_index: bool) -> Vec<f64> {
         1,
         &["--time-scale", "0", "--num-gpu-blocks", "128", "--max-model-len", "1024"],
         |options| {
-            learning_on(options);
+            learning_on_with(options, serde_json::json!({"correct_index": correct_index}));
             // One worker: each worker learns from the answers it proxies, so with two the
             // answers split between two corrections at random and the rounds' errors with
             // them (a run of 2 once corrected later than the 6 rounds allow).
             options.concurrency = 1;
-            if let Some(config) = options.filter_config.as_object_mut() {
-                config.insert("learning".into(), serde_json::json!({"enabled": true, "correct_index": correct_index, "usage_chunks_per_stream": READ_ALL}));
-            }
         },
     );
     assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
@@ -186,13 +191,7 @@ fn an_evicting_pods_index_is_corrected_towards_what_it_reports() {
 fn a_busy_pod_has_only_a_few_streams_read_for_usage_and_every_answer_passes_whole() {
     // Real-time steps (~15 ms a token): twelve 32-token streams overlap on the one pod.
     let cluster = Cluster::start("learn-readers", 1, &[], |options| {
-        learning_on(options);
-        if let Some(config) = options.filter_config.as_object_mut() {
-            config.insert(
-                "learning".into(),
-                serde_json::json!({"enabled": true, "usage_streams_per_pod": 2, "usage_chunks_per_stream": READ_ALL}),
-            );
-        }
+        learning_on_with(options, serde_json::json!({"usage_streams_per_pod": 2}));
     });
     assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
     const STREAMS: usize = 12;
