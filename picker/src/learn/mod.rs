@@ -2,7 +2,8 @@
 //! how long prompts really are, and how much of a prompt it really had cached.
 //!
 //! - [`usage`]: the `usage` object, found in the answer as it streams past (never buffered);
-//!   [`readers`]: which streams are read for it.
+//!   [`readers`]: which streams are read for it; [`allowance`]: the budgets (per event and per
+//!   second) that bound what reading answers costs at high rates.
 //! - [`tokens`]: a prompt's size in tokens from the body, corrected by reported prompt tokens.
 //! - [`ttft`]: a per-pod time-to-first-token model, fitted online.
 //! - [`tail`]: how much of a prompt past the index's hashed part the pods hold cached.
@@ -18,6 +19,7 @@
 //!   answers prove it holds ([`held`]): misses alone would otherwise shrink a pod that only
 //!   evicts now and then until the index forgets prompts it still has.
 
+pub mod allowance;
 pub mod batch;
 pub mod first_token;
 pub mod held;

@@ -18,6 +18,7 @@
 
 use hashbrown::HashMap;
 
+use super::allowance::Allowance;
 use crate::pod_table::MAX_PODS;
 
 /// How much budget is saved while few streams come, in streams' and seconds' worth (the
@@ -31,43 +32,26 @@ pub struct UsageReaders {
     limit: u16,
     /// Pods with a stream being read now (pods at zero are removed).
     by_pod: HashMap<String, u16>,
-    chunks_per_stream: f64,
-    chunks_per_second: f64,
-    /// The most the budget saves (see [`SAVED_STREAMS`]).
-    ceiling: f64,
-    /// Chunks that may still be read; below zero while the streams being read take more
-    /// than was saved.
-    budget: f64,
-    /// When the budget last grew with time (none before the first stream).
-    earned_at_ms: Option<u64>,
+    /// Chunks that may still be read, earned per stream and per second.
+    budget: Allowance,
 }
 
 impl UsageReaders {
     /// At most `limit` streams per pod at once (0: none), and a budget of `chunks_per_stream`
     /// per stream that asks for `usage` plus `chunks_per_second`.
     pub fn new(limit: u16, chunks_per_stream: f64, chunks_per_second: f64) -> Self {
-        let at_least_zero = |value: f64| if value.is_finite() { value.max(0.0) } else { 0.0 };
-        let (chunks_per_stream, chunks_per_second) =
-            (at_least_zero(chunks_per_stream), at_least_zero(chunks_per_second));
-        Self {
-            limit,
-            by_pod: HashMap::new(),
-            chunks_per_stream,
-            chunks_per_second,
-            ceiling: chunks_per_stream * SAVED_STREAMS + chunks_per_second * SAVED_SECONDS,
-            // Nothing saved at the start: the reads spread over the run from its first stream
-            // on, so the reports (and the accuracy stats) do not lean on the cold start.
-            budget: 0.0,
-            earned_at_ms: None,
-        }
+        // Nothing saved at the start: the reads spread over the run from its first stream
+        // on, so the reports (and the accuracy stats) do not lean on the cold start.
+        let budget = Allowance::new(chunks_per_stream, chunks_per_second, SAVED_STREAMS, SAVED_SECONDS, 0.0);
+        Self { limit, by_pod: HashMap::new(), budget }
     }
 
     /// A stream to `pod` that asked for `usage` has its first token at `now_ms`: whether it is
     /// read on (it then holds a slot until [`Self::finish`] and its chunks are
     /// [`Self::charge`]d).
     pub fn try_start(&mut self, pod: &str, now_ms: u64) -> bool {
-        self.earn(now_ms);
-        if self.limit == 0 || self.budget <= 0.0 {
+        self.budget.earn(now_ms);
+        if self.limit == 0 || !self.budget.allows() {
             return false;
         }
         if let Some(reading) = self.by_pod.get_mut(pod) {
@@ -84,18 +68,9 @@ impl UsageReaders {
         true
     }
 
-    /// One stream's share, and the time's since the last stream.
-    fn earn(&mut self, now_ms: u64) {
-        let seconds = self.earned_at_ms.map_or(0.0, |then| now_ms.saturating_sub(then) as f64 / 1000.0);
-        self.earned_at_ms = Some(now_ms);
-        let earned = self.chunks_per_stream + self.chunks_per_second * seconds;
-        // An overdrawn budget is paid back in full; only what is saved has a ceiling.
-        self.budget = (self.budget + earned).min(self.ceiling);
-    }
-
     /// One chunk of a stream being read was copied into the VM.
     pub fn charge(&mut self) {
-        self.budget -= 1.0;
+        self.budget.spend(1.0);
     }
 
     /// A stream that held a slot on `pod` ended.
