@@ -1,5 +1,10 @@
 //! Watching one answer go by (learning on): its first byte, where it came from, its `usage`.
 //!
+//! Answers are watched within a per-worker budget ([`Observation::start`],
+//! `learning.watch_per_second` and `learning.watch_share`): watching costs two host calls (the
+//! answering pod's header, the first chunk's copy), so at high rates a sample is watched. An
+//! answer not watched still releases its prompt tokens at its first byte (a stream) or end.
+//!
 //! Nothing is held or buffered: each body chunk is read once, scanned for `usage`
 //! ([`picker::learn::UsageScanner`], a few bytes of state), and passes on unchanged. A stream
 //! is read past its first chunk only while it holds one of its pod's few reading slots,
@@ -50,6 +55,9 @@ pub struct LearningStats {
     pub streams_not_read: Counter,
     /// Body chunks copied into the VM and scanned (one host copy each).
     pub chunks_read: Counter,
+    /// Answers not watched (past the worker's watch budget, `learning.watch_*`): their
+    /// tokens were released, nothing was learned from them.
+    pub answers_not_watched: Counter,
 }
 
 impl LearningStats {
@@ -66,6 +74,7 @@ impl LearningStats {
             other_upstream: c("wasm_epp.learning.other_upstream"),
             streams_not_read: c("wasm_epp.learning.usage_streams_not_read"),
             chunks_read: c("wasm_epp.learning.chunks_read"),
+            answers_not_watched: c("wasm_epp.learning.answers_not_watched"),
         }
     }
 }
@@ -74,6 +83,10 @@ impl LearningStats {
 #[derive(Debug, Clone)]
 pub struct Observation {
     dispatch: Dispatch,
+    /// Within the worker's watch budget: the answering pod is checked and the answer read
+    /// (first chunk, `usage`). Else only its first byte and end are noted, to release its
+    /// tokens.
+    watched: bool,
     /// No body byte yet.
     awaiting_first_byte: bool,
     /// No token yet: a stream's prompt tokens count as in flight until then; a whole answer's
@@ -94,15 +107,27 @@ pub struct Observation {
 }
 
 impl Observation {
-    pub fn new(dispatch: Dispatch) -> Self {
+    /// A request was sent with `dispatch`: its answer is watched if the worker's watch budget
+    /// allows (`learning.watch_per_second`, `learning.watch_share`).
+    pub fn start(worker: &Worker, dispatch: Dispatch) -> Self {
+        let watched =
+            worker.watch_budget.try_borrow_mut().is_ok_and(|mut budget| budget.try_take_one(dispatch.sent_ms));
+        if !watched {
+            worker.stats.increment(worker.learning_stats.answers_not_watched);
+        }
+        Self::new(dispatch, watched)
+    }
+
+    pub fn new(dispatch: Dispatch, watched: bool) -> Self {
         let first_output = (dispatch.streamed && dispatch.responses_api).then(OutputEventFinder::default);
         Self {
             dispatch,
+            watched,
             awaiting_first_byte: true,
             awaiting_first_token: true,
             first_output,
-            learnable: true,
-            reading: true,
+            learnable: watched,
+            reading: watched,
             holds_reader_slot: false,
             scanner: UsageScanner::default(),
         }
@@ -119,8 +144,13 @@ impl Observation {
         if !same_pod {
             worker.stats.increment(worker.learning_stats.other_upstream);
         }
-        self.learnable = same_pod;
-        self.reading = same_pod;
+        self.learnable &= same_pod;
+        self.reading &= same_pod;
+    }
+
+    /// Whether the answer is watched, so [`Self::on_headers`] wants the answering pod.
+    pub fn watched(&self) -> bool {
+        self.watched
     }
 
     /// Whether the next body chunk is to be copied into the VM for [`Self::on_body`].

@@ -273,7 +273,7 @@ impl RequestStream {
             crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
         }
         // Learning and the response-id watch both need the pod that answered: one lookup.
-        if self.observed.is_some() || self.response_id.is_some() {
+        if self.observed.as_ref().is_some_and(Observation::watched) || self.response_id.is_some() {
             let upstream = {
                 let _span = profile::span(host, Phase::ObserveHeaders);
                 crate::served::answering_pod(host)
@@ -458,7 +458,7 @@ impl RequestStream {
             Outcome::Routed { address, destination, explain, prefiller, dispatch } => {
                 self.explain = explain;
                 self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
-                self.observed = dispatch.map(Observation::new);
+                self.observed = dispatch.map(|dispatch| Observation::start(&self.worker, dispatch));
                 let header = &self.worker.config.destination_header;
                 if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
                     log::error!("wasm-epp: cannot set destination header: {error}");

@@ -47,6 +47,8 @@ pub struct Worker {
     pub learning_stats: LearningStats,
     /// Streams read for their `usage`, per pod (`learning.usage_streams_per_pod`).
     pub usage_readers: RefCell<picker::learn::UsageReaders>,
+    /// Answers watched in full (`learning.watch_per_second`, `learning.watch_share`).
+    pub watch_budget: RefCell<picker::learn::allowance::Allowance>,
 }
 
 impl Worker {
@@ -66,6 +68,7 @@ impl Worker {
                 config.learning.usage_chunks_per_stream,
                 config.learning.usage_chunks_per_second,
             )),
+            watch_budget: RefCell::new(config.learning.watch_budget()),
             prefix: RefCell::new(
                 WorkerPrefix::with_seed(config.prefix.max_index_entries, seed)
                     .with_reuse_prior(config.prefix.reuse_prior),

@@ -339,3 +339,35 @@ fn a_follow_up_turn_is_predicted_to_find_the_reply_its_pod_generated_cached() {
     assert!((850..=900).contains(&without), "the previous turn's full blocks only: {without}");
     assert!(with_reply >= without + 280, "the reply counts too: {with_reply} vs {without}");
 }
+
+#[test]
+fn past_the_watch_budget_an_answer_costs_no_host_call_and_still_releases_its_tokens() {
+    // One answer in four watched (no time share: the mock clock moves 30 ms an answer), and
+    // the budget's first second's worth spent by the first answers.
+    let bench = Bench::new(
+        r#"{"fallback_destinations": 0,
+            "learning": {"enabled": true, "watch_share": 0.25, "watch_per_second": 0}}"#,
+    );
+    bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
+    let long = "x".repeat(8_000);
+    let (answers, mut watched) = (40_u64, 0);
+    for k in 0..answers {
+        let (mut stream, routed) = bench.request(&COMPLETIONS, &streamed(&format!("{k} {long}")));
+        let pod = routed.destination.unwrap();
+        bench.host.tally.take();
+        open_stream(&bench, &mut stream);
+        let calls = bench.host.tally.take();
+        let lookups = calls.get("proxy_get_header_map_value").map_or(0, |count| count.calls);
+        let copies = calls.get("proxy_get_buffer_bytes").map_or(0, |count| count.calls);
+        assert_eq!(lookups, copies, "a watched answer does both, another neither: {calls:?}");
+        watched += copies;
+        assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0, "its prompt released at the first byte");
+        finish_stream(&bench, &mut stream);
+    }
+    // The budget starts with 64 answers' share saved (16): with each answer adding a quarter
+    // it lasts 22 answers, then one in four is watched (the 25th, 29th, 33rd and 37th).
+    assert_eq!(watched, 22 + 4, "answers watched of {answers}");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), watched);
+    assert_eq!(bench.stat("wasm_epp.learning.answers_not_watched"), answers - watched);
+    assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), answers);
+}

@@ -4,6 +4,7 @@
 
 use serde::Deserialize;
 
+use crate::learn::allowance::Allowance;
 use crate::learn::Prior;
 
 /// How the TTFT scorer turns predictions into scores (`learning.ttft_score`).
@@ -72,6 +73,16 @@ pub struct LearningConfig {
     /// See `usage_chunks_per_stream`: the budget's growth a second, per worker (100: well
     /// under 1 ms of copying a second).
     pub usage_chunks_per_second: f64,
+    /// Answers watched (the pod that answered checked, the body read for `usage` and the
+    /// TTFT sample), per worker and second, beyond `watch_share`. Watching one costs two
+    /// host calls on the response path (~10–14 µs of VM time in Envoy, `make bench-cost`),
+    /// so at high rates a sample is watched: what the model needs grows with pods and time,
+    /// not with the request rate. The others still release their prompt tokens at their
+    /// first byte (token load is exact for every request). The budget starts full, so a
+    /// burst of up to about this many answers is watched whole.
+    pub watch_per_second: f64,
+    /// The share of answers watched at rates past `watch_per_second` (1: every answer).
+    pub watch_share: f64,
 }
 
 /// Upper bound of `usage_streams_per_pod`.
@@ -93,6 +104,8 @@ impl Default for LearningConfig {
             usage_streams_per_pod: 4,
             usage_chunks_per_stream: 2.0,
             usage_chunks_per_second: 100.0,
+            watch_per_second: 100.0,
+            watch_share: 0.1,
         }
     }
 }
@@ -100,6 +113,15 @@ impl Default for LearningConfig {
 impl LearningConfig {
     pub fn prior(&self) -> Prior {
         Prior { overhead_ms: self.prior_overhead_ms, ms_per_token: self.prior_ms_per_token }
+    }
+
+    /// The worker's budget of answers watched in full: one unit per answer watched, earned
+    /// per answer (`watch_share`) and per second (`watch_per_second`); it starts with a
+    /// second's worth, so the first burst (the model's coldest moment) is watched whole.
+    pub fn watch_budget(&self) -> Allowance {
+        const SAVED_ANSWERS: f64 = 64.0;
+        const SAVED_SECONDS: f64 = 1.0;
+        Allowance::new(self.watch_share, self.watch_per_second, SAVED_ANSWERS, SAVED_SECONDS, 1.0)
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -117,6 +139,8 @@ impl LearningConfig {
         finite_within("prior_ms_per_token", self.prior_ms_per_token, 1_000.0)?;
         finite_within("usage_chunks_per_stream", self.usage_chunks_per_stream, 1_000_000.0)?;
         finite_within("usage_chunks_per_second", self.usage_chunks_per_second, 1_000_000_000.0)?;
+        finite_within("watch_per_second", self.watch_per_second, 1_000_000_000.0)?;
+        finite_within("watch_share", self.watch_share, 1.0)?;
         if self.usage_streams_per_pod > MAX_USAGE_STREAMS_PER_POD {
             return Err(format!(
                 "learning.usage_streams_per_pod = {}, must be within 0..={MAX_USAGE_STREAMS_PER_POD}",
@@ -145,6 +169,8 @@ mod tests {
         assert!(parse_json::<LearningConfig>(br#"{"penalty": 1}"#).is_err());
         let too_many: LearningConfig = parse_json(br#"{"usage_streams_per_pod": 5000}"#).unwrap();
         assert!(too_many.validate().unwrap_err().contains("usage_streams_per_pod"));
+        let over_all: LearningConfig = parse_json(br#"{"watch_share": 1.5}"#).unwrap();
+        assert!(over_all.validate().unwrap_err().contains("watch_share"));
     }
 
     #[test]

@@ -261,3 +261,34 @@ fn with_a_chunk_budget_per_stream_a_sample_of_the_streams_is_read_and_every_answ
     println!("{reports} streams read for usage, {not_read} not, {chunks} chunks copied, at most {bound}");
     assert!(chunks <= bound, "{chunks} chunks read, the budget allows {bound} (all: {})", STREAMS * (TOKENS + 2));
 }
+
+#[test]
+fn past_the_watch_budget_answers_are_sampled_and_every_answer_passes_whole() {
+    // Whole answers, one at a time, on one worker: a quarter of an answer watched each (no
+    // time share, which at this rate would watch them all). The budget starts with 64
+    // answers' share saved (16), spent over the first 22 answers; then one in four is watched.
+    let cluster = Cluster::start("learn-watch", 2, &[], |options| {
+        options.concurrency = 1;
+        if let Some(config) = options.filter_config.as_object_mut() {
+            let learning = serde_json::json!({"enabled": true, "watch_share": 0.25, "watch_per_second": 0});
+            config.insert("learning".into(), learning);
+        }
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
+    const ANSWERS: usize = 120;
+    for i in 0..ANSWERS {
+        let body = serde_json::json!({"model": "sim-model", "prompt": text(&format!("watch{i}"), 20), "max_tokens": 2});
+        let reply = cluster.post("/v1/completions", &[], &body.to_string());
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(reply.body.contains("\"completion_tokens\":2"), "{}", reply.body);
+    }
+    let stat = |name: &str| cluster.envoy.stat(name).unwrap_or(0.0);
+    let (watched, not_watched) = ("wasm_epp_learning_usage_reports", "wasm_epp_learning_answers_not_watched");
+    launcher::wait_until(Duration::from_secs(5), || stat(watched) + stat(not_watched) >= ANSWERS as f64);
+    let (watched, not_watched) = (stat(watched), stat(not_watched));
+    println!("{watched} answers watched (a usage report each), {not_watched} not");
+    assert_eq!(watched + not_watched, ANSWERS as f64, "each answer is either watched to its usage or counted");
+    // The first 22, then the 25th, 29th, ... 117th.
+    assert_eq!(watched, (22 + (117 - 25) / 4 + 1) as f64, "answers watched of {ANSWERS}");
+    assert_eq!(stat("wasm_epp_learning_first_bytes"), ANSWERS as f64, "every answer's first byte is noted");
+}
