@@ -136,7 +136,8 @@ fn wasm_epp_options(
         fields.insert("prefix".into(), serde_json::json!({ "enabled": false }));
     }
     if matches!(variant, Variant::WasmEppLearning | Variant::WasmEppProfiledLearning) {
-        fields.insert("learning".into(), serde_json::json!({ "enabled": true }));
+        // Learning's own settings, when given, go with it (they say `enabled` themselves).
+        fields.entry("learning").or_insert_with(|| serde_json::json!({ "enabled": true }));
     }
     if variant == Variant::WasmEppLearningReadAll {
         let all = picker::config::MAX_USAGE_STREAMS_PER_POD;
@@ -227,8 +228,11 @@ impl RunningEnvoy {
     pub fn start_with(variant: Variant, pool: &[String], setup: &Setup) -> Result<Self, String> {
         let (listen_port, admin_port) = (port()?, port()?);
         let runtime = setup.runtime.as_deref().and_then(|r| r.rsplit('.').next()).unwrap_or("v8");
-        let dir =
-            launcher::paths::run_dir(&format!("bench-cost-{}-{runtime}", variant.name())).map_err(|e| e.to_string())?;
+        // Numbered: one run may start a variant twice (differently configured) at once.
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = launcher::paths::run_dir(&format!("bench-cost-{}-{runtime}-{n}", variant.name()))
+            .map_err(|e| e.to_string())?;
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, render(variant, pool, listen_port, admin_port, setup)?)
             .map_err(|e| format!("{}: {e}", config_path.display()))?;

@@ -57,18 +57,30 @@ pub fn run(pool: &[String], options: &ProfileOptions, results: &mut Results) -> 
     let costs = probe_costs(body.len())?;
     let host_us = print_host_calls(&traffic, &costs, results);
     let fields = |v: Variant| options.filter_fields.clone().filter(|_| v.is_profiled());
-    let envoys = [Variant::WasmEppProfiled, Variant::HeaderRead, Variant::WasmEppProfiledLearning]
+    let mut envoys = [Variant::WasmEppProfiled, Variant::HeaderRead, Variant::WasmEppProfiledLearning]
         .iter()
         .map(|&v| RunningEnvoy::start_configured(v, pool, None, fields(v)))
         .collect::<Result<Vec<_>, _>>()?;
-    let [profiled, header_read, learning] = envoys.as_slice() else { return Err("three Envoys expected".into()) };
+    // Beside the shipped sample of answers watched, every answer watched: the cost of one.
+    let all_watched = serde_json::json!({"learning": {"enabled": true, "watch_share": 1.0}});
+    envoys.push(RunningEnvoy::start_configured(Variant::WasmEppProfiledLearning, pool, None, Some(all_watched))?);
+    let [profiled, header_read, learning, learning_all] = envoys.as_slice() else {
+        return Err("four Envoys expected".into());
+    };
     let sequential = phases(profiled, &body, 1, Load::Requests(options.sequential))?;
     let concurrent = phases(profiled, &body, options.connections, Load::For(options.concurrent))?;
     let baseline = phases(header_read, &body, options.connections, Load::For(options.concurrent))?;
     print_phases(&sequential, &concurrent, &baseline, host_us, options, results);
-    let learning_sequential = phases(learning, &body, 1, Load::Requests(options.sequential))?;
-    let learning_concurrent = phases(learning, &body, options.connections, Load::For(options.concurrent))?;
-    print_observation([&sequential, &concurrent], [&learning_sequential, &learning_concurrent], options, results);
+    let learning_runs = |envoy: &RunningEnvoy| -> Result<[PhaseRun; 2], String> {
+        Ok([
+            phases(envoy, &body, 1, Load::Requests(options.sequential))?,
+            phases(envoy, &body, options.connections, Load::For(options.concurrent))?,
+        ])
+    };
+    let (shipped, every) = (learning_runs(learning)?, learning_runs(learning_all)?);
+    let off = [&sequential, &concurrent];
+    print_observation(off, [&every[0], &every[1]], "every answer watched", None, options, results);
+    print_observation(off, [&shipped[0], &shipped[1]], "as shipped", Some("profile_learning"), options, results);
     Ok(())
 }
 
@@ -76,11 +88,19 @@ pub fn run(pool: &[String], options: &ProfileOptions, results: &mut Results) -> 
 const OBSERVATION_GOAL_US: f64 = 10.0;
 
 /// What `learning.enabled` adds to the response callbacks (headers, body, log: the first
-/// byte, the answering pod, the `usage` scan, the release), learning off against on in the
-/// same run, sequential and at `connections` at once, by callback; and to the decision's
-/// `choose` (the TTFT scoring). The answers are whole (one JSON chunk); streams are the
-/// `streams` step's.
-fn print_observation(off: [&PhaseRun; 2], on: [&PhaseRun; 2], options: &ProfileOptions, results: &mut Results) {
+/// byte, the answering pod, the `usage` scan, the release), learning off against on (`label`)
+/// in the same run, sequential and at `connections` at once, by callback; and to the
+/// decision's `choose` (the TTFT scoring). The answers are whole (one JSON chunk); streams are
+/// the `streams` step's. The share of answers watched is the answering-pod check's calls per
+/// request. Recorded under `benchmark` when given, with the goal's verdict.
+fn print_observation(
+    off: [&PhaseRun; 2],
+    on: [&PhaseRun; 2],
+    label: &str,
+    benchmark: Option<&str>,
+    options: &ProfileOptions,
+    results: &mut Results,
+) {
     const RESPONSE_PHASES: [&str; 3] = ["response_headers", "response_body", "log"];
     const ALL_THREE: &str = "all three";
     let phase_us = |run: &PhaseRun, phase: &str| {
@@ -89,9 +109,11 @@ fn print_observation(off: [&PhaseRun; 2], on: [&PhaseRun; 2], options: &ProfileO
         }
         phase_us_of(run, phase)
     };
+    let watched = on.map(|run| 100.0 * phase_calls_of(run, "observe_headers"));
     println!(
-        "\n== what learning adds (issue 14: the response observation ≤ {OBSERVATION_GOAL_US} µs per request; \
-         whole answers; µs per request in the VM) =="
+        "\n== what learning adds, {label} (issue 14: the response observation ≤ {OBSERVATION_GOAL_US} µs per \
+         request; whole answers; µs per request in the VM; answers watched {:.0} % / {:.0} %) ==",
+        watched[0], watched[1]
     );
     println!(
         "  {:<18} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
@@ -112,15 +134,28 @@ fn print_observation(off: [&PhaseRun; 2], on: [&PhaseRun; 2], options: &ProfileO
         println!(
             "  {phase:<18} {seq_off:>10.2} {seq_on:>10.2} {seq_added:>+10.2} {conc_off:>10.2} {conc_on:>10.2} {conc_added:>+10.2}"
         );
-        let case = phase.replace(' ', "_");
-        results.push("profile_learning", &case, "added_us_per_request_sequential", seq_added, "us");
-        results.push("profile_learning", &case, "added_us_per_request_concurrent", conc_added, "us");
+        if let Some(benchmark) = benchmark {
+            let case = phase.replace(' ', "_");
+            results.push(benchmark, &case, "added_us_per_request_sequential", seq_added, "us");
+            results.push(benchmark, &case, "added_us_per_request_concurrent", conc_added, "us");
+        }
         if phase == ALL_THREE {
             worst = seq_added.max(conc_added);
         }
     }
-    let verdict = if worst <= OBSERVATION_GOAL_US { "met" } else { "MISSED" };
-    println!("  the response observation, the larger of the two loads: {worst:+.2} µs: {verdict}");
+    if let Some(benchmark) = benchmark {
+        results.push(benchmark, "answers_watched", "percent_sequential", watched[0], "%");
+        results.push(benchmark, "answers_watched", "percent_concurrent", watched[1], "%");
+        let verdict = if worst <= OBSERVATION_GOAL_US { "met" } else { "MISSED" };
+        println!("  the response observation, the larger of the two loads: {worst:+.2} µs per request: {verdict}");
+    } else {
+        println!("  per answer watched, the larger of the two loads: {worst:+.2} µs");
+    }
+}
+
+/// Calls per request of `phase` in `run` (0 when it was not timed).
+fn phase_calls_of(run: &PhaseRun, phase: &str) -> f64 {
+    run.phases.iter().find(|(p, _, _)| p == phase).map_or(0.0, |(_, _, calls)| *calls)
 }
 
 /// µs per request of `phase` in `run` (0 when it was not timed).
