@@ -142,7 +142,8 @@ fn wasm_epp_options(
     if variant == Variant::WasmEppLearningReadAll {
         let all = picker::config::MAX_USAGE_STREAMS_PER_POD;
         let learning = serde_json::json!({
-            "enabled": true, "usage_streams_per_pod": all, "usage_chunks_per_stream": READ_ALL_CHUNKS_PER_STREAM
+            "enabled": true, "watch_share": 1.0,
+            "usage_streams_per_pod": all, "usage_chunks_per_stream": READ_ALL_CHUNKS_PER_STREAM
         });
         fields.insert("learning".into(), learning);
     }

@@ -93,9 +93,10 @@ pub fn run(envoys: &[RunningEnvoy], options: &LatencyOptions, results: &mut Resu
                 let (chunks, reports) = (per_stream("chunks_read"), per_stream("usage_reports"));
                 println!(
                     "  {}, {prefix}: {chunks:.2} chunks read per stream, {reports:.2} usage reports per stream, \
-                     {:.0} % of streams not read past their first chunk",
+                     {:.0} % of streams not read past their first chunk, {:.0} % not watched at all",
                     envoy.name(),
-                    per_stream("usage_streams_not_read") * 100.0
+                    per_stream("usage_streams_not_read") * 100.0,
+                    per_stream("answers_not_watched") * 100.0
                 );
                 results.push(&benchmark, &case, "chunks_read_per_stream", chunks, "count");
                 results.push(&benchmark, &case, "usage_reports_per_stream", reports, "count");
