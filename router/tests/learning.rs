@@ -342,8 +342,8 @@ fn a_follow_up_turn_is_predicted_to_find_the_reply_its_pod_generated_cached() {
 
 #[test]
 fn past_the_watch_budget_an_answer_costs_no_host_call_and_still_releases_its_tokens() {
-    // One answer in four watched (no time share: the mock clock moves 30 ms an answer), and
-    // the budget's first second's worth spent by the first answers.
+    // A quarter of an answer earned per answer (no time share), after the share of 64
+    // answers the budget starts with.
     let bench = Bench::new(
         r#"{"fallback_destinations": 0,
             "learning": {"enabled": true, "watch_share": 0.25, "watch_per_second": 0}}"#,
