@@ -75,7 +75,7 @@ pub struct LearningConfig {
     pub usage_chunks_per_second: f64,
     /// Answers watched (the pod that answered checked, the body read for `usage` and the
     /// TTFT sample), per worker and second, beyond `watch_share`. Watching one costs two
-    /// host calls on the response path (~10–14 µs of VM time in Envoy, `make bench-cost`),
+    /// host calls on the response path (~6–14 µs of VM time in Envoy, `make bench-cost`),
     /// so at high rates a sample is watched: what the model needs grows with pods and time,
     /// not with the request rate. The others still release their prompt tokens at their
     /// first byte (token load is exact for every request). The budget starts full, so a
