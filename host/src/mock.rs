@@ -69,7 +69,13 @@ pub struct MockHost {
     pub gone_contexts: RefCell<Vec<u32>>,
     /// Every call made, by the ABI function Envoy would serve, with the bytes copied.
     pub tally: HostCallTally,
+    /// Run after each shared-data write, with the store and the key written: another worker
+    /// acting between two of this one's calls, as Envoy's other threads can.
+    pub after_write: RefCell<Option<AfterWrite>>,
 }
+
+/// See [`MockHost::after_write`].
+pub type AfterWrite = Box<dyn FnMut(&MemoryStore, &str)>;
 
 impl MockHost {
     pub fn new() -> Self {
@@ -128,7 +134,11 @@ impl SharedStore for MockHost {
     fn set(&self, key: &str, value: &[u8], cas: Option<u32>) -> Result<(), StoreError> {
         self.store_check()?;
         self.tally.note("proxy_set_shared_data", 0, key.len() + value.len());
-        self.store.set(key, value, cas)
+        self.store.set(key, value, cas)?;
+        if let Some(after_write) = self.after_write.borrow_mut().as_mut() {
+            after_write(&self.store, key);
+        }
+        Ok(())
     }
 }
 

@@ -20,7 +20,7 @@
 
 use hashbrown::HashMap;
 
-use crate::keys::{INFLIGHT_SLOT_KEYS, PEER_INFLIGHT};
+use crate::keys::{INFLIGHT_DECISIONS, INFLIGHT_SLOT_KEYS, PEER_INFLIGHT};
 use crate::pod_table::{PodTable, MAX_PODS};
 use crate::store::{SharedStore, StoreError};
 
@@ -96,6 +96,9 @@ pub struct WorkerInflight {
     /// decision that reads the same live values again keeps them instead of decoding every
     /// entry once more (~1 µs at 64 pods): the check is exact, so no count is older for it.
     sums_current: bool,
+    /// The decision counter's version, read before this decision's choice while decisions
+    /// are linearized ([`Self::begin_decision`]).
+    ticket: Option<u32>,
 }
 
 /// What one sync did, for stats.
@@ -226,7 +229,7 @@ impl WorkerInflight {
     /// sums were cleared) are the entries decoded and summed again.
     pub fn refresh_others(&mut self, store: &dyn SharedStore, now_ms: u64) {
         // Early on, one slot further: one a worker claimed since this worker's last tick.
-        let discovering = self.discover_until_ms.is_some_and(|until| now_ms < until);
+        let discovering = self.discovering(now_ms);
         let limit = match discovering {
             true => (self.claimed_slots + 1).min(MAX_SLOTS),
             false => self.claimed_slots,
@@ -240,6 +243,62 @@ impl WorkerInflight {
             self.others_at.iter_mut().for_each(|load| *load = Load::default());
             self.sum_slot_values();
         }
+    }
+
+    /// Whether this worker is in its first [`SLOT_DISCOVERY_MS`] of serving: the workers of
+    /// a fresh Envoy open together, so their decisions cross most then.
+    fn discovering(&self, now_ms: u64) -> bool {
+        self.discover_until_ms.is_some_and(|until| now_ms < until)
+    }
+
+    /// The other workers' requests in flight to `address` (as last read), without this
+    /// worker's own or other replicas'.
+    pub fn others_count(&self, address: &str) -> u32 {
+        self.other_load(address).count
+    }
+
+    /// Before a decision reads the other workers' slots: while decisions are linearized (a
+    /// worker's first [`SLOT_DISCOVERY_MS`] of serving, when every worker of a fresh Envoy
+    /// decides at once and two of them can take one pod's last free slot within the same
+    /// microseconds), notes the decision counter's version, for [`Self::confirm_decision`].
+    /// One shared-data read; none afterwards.
+    pub fn begin_decision(&mut self, store: &dyn SharedStore, now_ms: u64) {
+        self.ticket = None;
+        if !self.discovering(now_ms) || self.slot.is_none() {
+            return;
+        }
+        self.ticket = match store.get(INFLIGHT_DECISIONS) {
+            Ok((Some(_), version)) => version,
+            // A compare-and-swap on a missing key is a plain write: create it first.
+            Ok((None, _)) => {
+                let _ = store.set(INFLIGHT_DECISIONS, &now_ms.to_le_bytes(), None);
+                store.get(INFLIGHT_DECISIONS).ok().and_then(|(_, version)| version)
+            }
+            Err(_) => None,
+        };
+    }
+
+    /// After publishing a pick of `address` that [`Self::begin_decision`] opened: whether the
+    /// pick stands. The decision counter is bumped by compare-and-swap at the version read
+    /// before the choice. If another decision bumped it meanwhile, that one published its
+    /// pick after this worker could have read it: the other slots are read again, and the
+    /// pick stands unless `address` gained requests there beyond `others_seen` (their count
+    /// of it at the choice). Of two crossing decisions, only the later one finds the counter
+    /// moved (each bumps it after publishing), so exactly one of them gives way.
+    pub fn confirm_decision(&mut self, store: &dyn SharedStore, now_ms: u64, address: &str, others_seen: u32) -> bool {
+        let Some(version) = self.ticket.take() else { return true };
+        match store.set(INFLIGHT_DECISIONS, &now_ms.to_le_bytes(), Some(version)) {
+            Err(StoreError::CasMismatch) => {
+                self.refresh_others(store, now_ms);
+                self.others_count(address) <= others_seen
+            }
+            _ => true,
+        }
+    }
+
+    /// Whether the decision under way is linearized (it opened a ticket).
+    pub fn linearized(&self) -> bool {
+        self.ticket.is_some()
     }
 
     /// [`Self::refresh_others`], keeping the other workers' counts of `table`'s pods by their

@@ -46,6 +46,11 @@ pub const INFLIGHT_SLOT_KEYS: [&str; crate::inflight::MAX_SLOTS] = [
     "wasm-epp/v1/inflight/31",
 ];
 
+/// The workers' decision counter: bumped by compare-and-swap after each pick's publish while
+/// decisions are linearized, so the later of two crossing decisions learns of the earlier
+/// (see [`crate::inflight::WorkerInflight::confirm_decision`]). Holds the last bump's time.
+pub const INFLIGHT_DECISIONS: &str = "wasm-epp/v1/inflight/decisions";
+
 /// Milliseconds since the epoch at which the pool service last ran its tick (8 bytes, LE):
 /// workers stop queueing decisions when it is old (nobody drains the queue) and bound how
 /// long they fail open on a table nobody refreshes.

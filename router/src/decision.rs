@@ -8,7 +8,9 @@
 use picker::address::PodAddress;
 use picker::config::TtftScore;
 use picker::disaggregation::estimated_prompt_tokens;
+use picker::inflight::WorkerInflight;
 use picker::learn::{prompt_size, Dispatch, PromptSize};
+use picker::pod_table::PodTable;
 use picker::prefix::hash::MAX_BLOCKS;
 use picker::prefix::hash_prompt_noting_replies;
 use picker::request::{Endpoint, InferenceRequest};
@@ -131,6 +133,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         _ => (table, &worker.policy),
     };
     let Ok(mut inflight) = worker.inflight.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
+    // While decisions are linearized, the decision counter's version comes before the read.
+    inflight.begin_decision(host, now);
     let reading = profile::span(host, Phase::InflightRead);
     // The other workers' counts of the routed table's pods are kept by table position (built
     // once per table version), so `choose` reads each pod's without a lookup of its address.
@@ -220,14 +224,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         worker.stats.increment(worker.stats.fail_open_expired);
     }
     let Some(Route {
-        address,
-        epoch,
-        fallbacks,
+        mut address,
+        mut epoch,
+        mut fallbacks,
         fail_open,
         pool_saturated,
         prefix_match,
         affinity,
-        table_index,
+        mut table_index,
         predicted,
         ..
     }) = route
@@ -246,7 +250,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         (false, true) => PickReason::Affinity,
         (false, false) => PickReason::Load,
     };
-    let explain = worker.config.debug_decision_header.then(|| {
+    let mut explain = worker.config.debug_decision_header.then(|| {
         let candidates = candidate_scores(&view, &worker.policy);
         // The worker's in-flight slot tells the workers of one Envoy apart (they share the
         // configured VM id).
@@ -271,6 +275,12 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         _ => None,
     };
     drop(random);
+    // While decisions are linearized: what the other workers had on the pick and its
+    // runners-up when it was made, to tell afterwards whether a crossing decision took it.
+    let seen: Vec<u32> = match inflight.linearized() {
+        true => std::iter::once(&address).chain(&fallbacks).map(|pod| inflight.others_count(pod.as_str())).collect(),
+        false => Vec::new(),
+    };
     // The pick is counted and published before anything else is done with it: the other
     // workers read these counts per decision, and one deciding meanwhile cannot see this
     // pick (two requests in the same millisecond on two workers can take one free slot).
@@ -309,6 +319,29 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let publishing = profile::span(host, Phase::InflightPublish);
     inflight.publish_now(host, now);
     publishing.end();
+    let mut dispatch = dispatch;
+    if let Some(runner_up) = give_way(&mut inflight, host, now, (&address, &fallbacks, &seen), route_table) {
+        // Another worker's crossing decision took this pod first: the runner-up instead. Not
+        // learned from (its prediction was the first pick's), its prompt tokens not counted.
+        inflight.finished(address.as_str(), now);
+        if let Some(dispatch) = dispatch.take() {
+            inflight.release_tokens(address.as_str(), dispatch.uncached_tokens);
+        }
+        let RunnerUp { address: next, epoch: next_epoch, table_index: next_index } = runner_up;
+        inflight.started(next.as_str(), now);
+        inflight.publish_now(host, now);
+        fallbacks.retain(|pod| *pod != next);
+        let first = std::mem::replace(&mut address, next);
+        explain = explain.map(|explain| {
+            // The header starts with the pod: name the one taken, and the one given up.
+            let rest = explain.strip_prefix(&format!("pod={first}")).unwrap_or(&explain);
+            format!("pod={address}; yielded_from={first}{rest}")
+        });
+        fallbacks.insert(0, first);
+        epoch = next_epoch;
+        table_index = next_index;
+        worker.stats.increment(worker.stats.inflight_picks_yielded);
+    }
     drop(inflight);
     if prefix_config.enabled && !hashes.is_empty() {
         prefix.note_prompt(prefix_match > 0.0 || affinity);
@@ -337,6 +370,36 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     let destination = destination_value(&address, &fallbacks);
     Outcome::Routed { address, destination, explain, prefiller, dispatch }
+}
+
+/// After a linearized pick's publish (see `WorkerInflight::confirm_decision`): if another
+/// worker's crossing decision took the chosen pod first, the first runner-up the other workers
+/// did not add to either since the choice, with its epoch. `picked` is the chosen pod, its
+/// runners-up, and the other workers' counts of each at the choice.
+fn give_way(
+    inflight: &mut WorkerInflight,
+    host: &dyn Host,
+    now_ms: u64,
+    picked: (&PodAddress, &[PodAddress], &[u32]),
+    table: Option<&PodTable>,
+) -> Option<RunnerUp> {
+    let (chosen, fallbacks, seen) = picked;
+    let (&chosen_seen, fallbacks_seen) = seen.split_first()?;
+    if inflight.confirm_decision(host, now_ms, chosen.as_str(), chosen_seen) {
+        return None;
+    }
+    let (next, _) =
+        fallbacks.iter().zip(fallbacks_seen).find(|(pod, &seen)| inflight.others_count(pod.as_str()) <= seen)?;
+    let position = table.and_then(|t| t.pods.iter().position(|p| p.address.as_str() == next.as_str()));
+    let epoch = table.zip(position).and_then(|(t, i)| t.pods.get(i)).map_or(0, |p| p.epoch);
+    Some(RunnerUp { address: next.clone(), epoch, table_index: position })
+}
+
+/// The pod a pick gives way to: its address, epoch and position in the routed table.
+struct RunnerUp {
+    address: PodAddress,
+    epoch: u32,
+    table_index: Option<usize>,
 }
 
 /// `chosen[,fallback...]`: override_host tries them in order on retries.

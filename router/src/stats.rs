@@ -28,6 +28,9 @@ pub struct Stats {
     pub response_ids_followed: Counter,
     pub forged_destination: Counter,
     pub inflight_update_failed: Counter,
+    /// Picks given up because another worker's crossing decision took the same pod first
+    /// (decisions are linearized during a worker's first seconds of serving).
+    pub inflight_picks_yielded: Counter,
     pub table_decode_failed: Counter,
     pub prefix_events_sent: Counter,
     pub prefix_events_learned: Counter,
@@ -74,6 +77,7 @@ impl Stats {
             response_ids_followed: c("wasm_epp.response_ids_followed"),
             forged_destination: c("wasm_epp.forged_destination_removed"),
             inflight_update_failed: c("wasm_epp.inflight_update_failed"),
+            inflight_picks_yielded: c("wasm_epp.inflight_picks_yielded"),
             table_decode_failed: c("wasm_epp.table_decode_failed"),
             prefix_events_sent: c("wasm_epp.prefix_events_sent"),
             prefix_events_learned: c("wasm_epp.prefix_events_learned"),

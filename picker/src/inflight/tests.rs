@@ -285,3 +285,65 @@ fn a_worker_that_claims_its_slot_after_another_is_seen_by_its_next_decision_earl
     a.sync(&store, NOW + SLOT_DISCOVERY_MS + 20, EXPIRY);
     assert_eq!(a.count(POD), 2, "seen from a's next tick");
 }
+
+/// One decision of `worker` for `pod`, cut at its steps: the counter's version and the read
+/// (`begin`), then the pick's count and publish, then the confirmation (`end`).
+struct Deciding {
+    seen: u32,
+}
+
+fn begin(worker: &mut WorkerInflight, store: &MemoryStore, pod: &str, now_ms: u64) -> Deciding {
+    worker.begin_decision(store, now_ms);
+    worker.refresh_others(store, now_ms);
+    Deciding { seen: worker.others_count(pod) }
+}
+
+fn end(worker: &mut WorkerInflight, store: &MemoryStore, pod: &str, now_ms: u64, deciding: Deciding) -> bool {
+    worker.started(pod, now_ms);
+    worker.publish_now(store, now_ms);
+    worker.confirm_decision(store, now_ms, pod, deciding.seen)
+}
+
+#[test]
+fn of_two_crossing_decisions_for_one_pod_exactly_the_later_gives_way_early_on() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.sync(&store, NOW, EXPIRY);
+    b.sync(&store, NOW, EXPIRY);
+    // Both read before either publishes: each is blind to the other's pick.
+    let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, NOW + 1), begin(&mut b, &store, POD, NOW + 1));
+    assert!(a.linearized() && b.linearized());
+    assert!(end(&mut a, &store, POD, NOW + 1, deciding_a), "the first to confirm keeps its pick");
+    assert!(!end(&mut b, &store, POD, NOW + 1, deciding_b), "the later finds the counter moved and a's pick");
+    assert_eq!(b.others_count(POD), 1, "b read a's pick again");
+
+    // The other order of publishing: the same, with the roles swapped.
+    let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, NOW + 2), begin(&mut b, &store, POD, NOW + 2));
+    assert!(end(&mut b, &store, POD, NOW + 2, deciding_b));
+    assert!(!end(&mut a, &store, POD, NOW + 2, deciding_a));
+
+    // Crossing on different pods: the counter moved, but the later pick's pod gained nothing.
+    let other = "10.0.0.2:8000";
+    let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, NOW + 3), begin(&mut b, &store, other, NOW + 3));
+    assert!(end(&mut a, &store, POD, NOW + 3, deciding_a));
+    assert!(end(&mut b, &store, other, NOW + 3, deciding_b), "b's pod was not taken: its pick stands");
+
+    // One after the other (b reads after a published): b sees a's pick when choosing.
+    let deciding_a = begin(&mut a, &store, POD, NOW + 4);
+    assert!(end(&mut a, &store, POD, NOW + 4, deciding_a));
+    let deciding_b = begin(&mut b, &store, POD, NOW + 4);
+    assert!(end(&mut b, &store, POD, NOW + 4, deciding_b), "nothing crossed: b chose knowing a's pick");
+}
+
+#[test]
+fn past_a_workers_first_seconds_decisions_are_not_linearized() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.sync(&store, NOW, EXPIRY);
+    b.sync(&store, NOW, EXPIRY);
+    let later = NOW + SLOT_DISCOVERY_MS;
+    let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, later), begin(&mut b, &store, POD, later));
+    assert!(!a.linearized() && !b.linearized(), "no shared-data read or write beyond the slots");
+    assert!(end(&mut a, &store, POD, later, deciding_a) && end(&mut b, &store, POD, later, deciding_b));
+    assert_eq!(store.get(crate::keys::INFLIGHT_DECISIONS).unwrap().0, None, "the counter was never written");
+}

@@ -1,0 +1,85 @@
+//! Two workers' decisions that cross (each reads the other's counts before the other
+//! publishes) during a worker's first seconds of serving: the later one gives way.
+
+mod common;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use common::{completion, Bench, COMPLETIONS, NOW};
+use picker::inflight::{WorkerInflight, SLOT_DISCOVERY_MS};
+use picker::keys::{INFLIGHT_DECISIONS, INFLIGHT_SLOT_KEYS};
+use picker::store::{MemoryStore, SharedStore};
+
+/// Idle: every pick's first choice.
+const FIRST: &str = "10.0.0.1:8000";
+/// With requests waiting: the runner-up.
+const SECOND: &str = "10.0.0.2:8000";
+
+/// A worker on the same Envoy, whose pick of `FIRST` is published (and its decision counted)
+/// right after the bench worker publishes its own: it crossed the bench worker's decision.
+fn crossing_worker(bench: &Bench) {
+    let other = Rc::new(RefCell::new(WorkerInflight::new()));
+    other.borrow_mut().sync(&bench.host.store, bench.host.clock_ms.get(), 60_000);
+    let mut crossed = false;
+    *bench.host.after_write.borrow_mut() = Some(Box::new(move |store: &MemoryStore, key: &str| {
+        if key != INFLIGHT_SLOT_KEYS[0] || crossed {
+            return;
+        }
+        crossed = true;
+        let mut other = other.borrow_mut();
+        other.started(FIRST, NOW);
+        other.publish_now(store, NOW);
+        // (A failed bump shows as no pick given way, which the tests check.)
+        if let Ok((_, version)) = store.get(INFLIGHT_DECISIONS) {
+            let _ = store.set(INFLIGHT_DECISIONS, &NOW.to_le_bytes(), version);
+        }
+    }));
+}
+
+fn bench() -> Bench {
+    let bench = Bench::new(r#"{"debug_decision_header": true}"#);
+    bench.publish(1, &[(FIRST, 0.0), (SECOND, 3.0)]);
+    bench.tick();
+    bench
+}
+
+#[test]
+fn early_on_a_pick_crossed_by_another_workers_pick_of_the_same_pod_goes_to_the_runner_up() {
+    let bench = bench();
+    crossing_worker(&bench);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion("hello"));
+    assert_eq!(
+        answer.destination.as_deref(),
+        Some("10.0.0.2:8000,10.0.0.1:8000"),
+        "the runner-up, then the pod given up"
+    );
+    assert_eq!(bench.stat("wasm_epp.inflight_picks_yielded"), 1);
+    assert_eq!(bench.worker.inflight.borrow().local_count(FIRST), 0, "the first pick is no longer counted");
+    assert_eq!(bench.worker.inflight.borrow().count(FIRST), 1, "the other worker's is");
+    bench.host.set_response(&[(":status", "200")], b"");
+    stream.on_response_headers(&bench.host, false);
+    let value = bench.host.response_header("x-wasm-epp-decision").unwrap();
+    assert!(value.starts_with("pod=10.0.0.2:8000; yielded_from=10.0.0.1:8000; reason="), "{value}");
+    stream.on_log(&bench.host);
+    assert_eq!(bench.worker.inflight.borrow().local_count(SECOND), 0, "the end releases the pod taken");
+}
+
+#[test]
+fn a_pick_nobody_crossed_stands_and_later_decisions_are_not_linearized() {
+    let bench = bench();
+    let answer = bench.complete(&COMPLETIONS, &completion("hello"));
+    assert_eq!(answer.destination.as_deref(), Some("10.0.0.1:8000,10.0.0.2:8000"));
+    // Past the worker's first seconds a crossing goes unseen: no shared-data call for it.
+    bench.host.advance(SLOT_DISCOVERY_MS);
+    bench.publish(2, &[(FIRST, 0.0), (SECOND, 3.0)]);
+    bench.tick();
+    crossing_worker(&bench);
+    let counter = || bench.host.store.get(INFLIGHT_DECISIONS).unwrap().1;
+    let before = counter();
+    let answer = bench.complete(&COMPLETIONS, &completion("hello again"));
+    assert_eq!(answer.destination.as_deref(), Some("10.0.0.1:8000,10.0.0.2:8000"));
+    assert_eq!(bench.stat("wasm_epp.inflight_picks_yielded"), 0);
+    let after_crossing = before.map(|version| version + 1);
+    assert_eq!(counter(), after_crossing, "only the other worker's bump: this decision left the counter alone");
+}
