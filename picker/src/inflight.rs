@@ -99,7 +99,15 @@ pub struct WorkerInflight {
     /// The decision counter's version, read before this decision's choice while decisions
     /// are linearized ([`Self::begin_decision`]).
     ticket: Option<u32>,
+    /// Until when decisions are linearized because a recent pick took a pod's last free
+    /// batch slot ([`Self::note_last_slot_taken`]).
+    contended_until_ms: u64,
 }
+
+/// How long after a pick that took a pod's last free batch slot this worker's decisions stay
+/// linearized: while the pool runs full, two crossing picks of one pod leave one request
+/// waiting a whole answer.
+pub const CONTENDED_MS: u64 = 1_000;
 
 /// What one sync did, for stats.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -257,14 +265,24 @@ impl WorkerInflight {
         self.other_load(address).count
     }
 
-    /// Before a decision reads the other workers' slots: while decisions are linearized (a
+    /// A pick just took the last free batch slot of its pod (as far as the batch sizes are
+    /// known): linearize this worker's decisions for the next [`CONTENDED_MS`].
+    pub fn note_last_slot_taken(&mut self, now_ms: u64) {
+        self.contended_until_ms = now_ms.saturating_add(CONTENDED_MS);
+    }
+
+    /// Before a decision reads the other workers' slots: while decisions are linearized,
+    /// notes the decision counter's version, for [`Self::confirm_decision`]. They are in a
     /// worker's first [`SLOT_DISCOVERY_MS`] of serving, when every worker of a fresh Envoy
-    /// decides at once and two of them can take one pod's last free slot within the same
-    /// microseconds), notes the decision counter's version, for [`Self::confirm_decision`].
-    /// One shared-data read; none afterwards.
+    /// decides at once, and for [`CONTENDED_MS`] after a pick that took a pod's last free
+    /// batch slot: then two workers' picks of one pod within the same microseconds leave a
+    /// request waiting a whole answer. One shared-data read here, one write after the pick.
+    /// A crossing is caught only between two linearized decisions: a worker whose decisions
+    /// are not linearized does not bump the counter (both are when the pool runs full).
     pub fn begin_decision(&mut self, store: &dyn SharedStore, now_ms: u64) {
         self.ticket = None;
-        if !self.discovering(now_ms) || self.slot.is_none() {
+        let linearize = self.discovering(now_ms) || now_ms < self.contended_until_ms;
+        if !linearize || self.slot.is_none() {
             return;
         }
         self.ticket = match store.get(INFLIGHT_DECISIONS) {

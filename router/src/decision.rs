@@ -275,6 +275,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         _ => None,
     };
     drop(random);
+    // A pick that takes the pod's last free batch slot (learned from its scrapes) makes the
+    // next decisions linearized: two crossing ones would leave a request waiting for a slot.
+    let last_slot = learning.as_ref().is_some_and(|learner| {
+        learner.models.ahead_of_a_slot(address.as_str(), f64::from(inflight.count(address.as_str())) + 1.0) >= 1.0
+    });
+    if last_slot {
+        inflight.note_last_slot_taken(now);
+    }
     // While decisions are linearized: what the other workers had on the pick and its
     // runners-up when it was made, to tell afterwards whether a crossing decision took it.
     let seen: Vec<u32> = match inflight.linearized() {

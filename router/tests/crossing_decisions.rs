@@ -83,3 +83,37 @@ fn a_pick_nobody_crossed_stands_and_later_decisions_are_not_linearized() {
     let after_crossing = before.map(|version| version + 1);
     assert_eq!(counter(), after_crossing, "only the other worker's bump: this decision left the counter alone");
 }
+
+#[test]
+fn with_learning_a_pick_that_takes_a_pods_last_free_batch_slot_linearizes_the_next_decisions() {
+    let bench = Bench::new(r#"{"learning": {"enabled": true}}"#);
+    bench.publish(1, &[(FIRST, 0.0)]);
+    bench.tick();
+    // Past the worker's first seconds; the pod's scrape shows a full batch of 4 with one waiting.
+    bench.host.advance(SLOT_DISCOVERY_MS);
+    let mut table = picker::pod_table::PodTable {
+        version: 2,
+        published_at_ms: bench.host.clock_ms.get(),
+        poll_interval_ms: 100,
+        ..Default::default()
+    };
+    let mut pod = picker::pod_table::PodState::unknown(&picker::address::PodAddress::parse(FIRST).unwrap());
+    (pod.healthy, pod.running, pod.waiting, pod.last_success_ms) = (true, 4.0, 1.0, bench.host.clock_ms.get());
+    table.pods.push(pod);
+    bench.host.store.set(picker::keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.store.set(picker::keys::POD_TABLE_VERSION, &picker::pod_table::encode_version(2), None).unwrap();
+    bench.heartbeat();
+    bench.tick();
+    let counter = || bench.host.store.get(INFLIGHT_DECISIONS).unwrap().1;
+    let mut streams = Vec::new();
+    for k in 0..4 {
+        assert_eq!(counter(), None, "request {k}: nothing linearized while the pod has free slots");
+        streams.push(bench.request(&COMPLETIONS, &completion(&format!("prompt {k}"))).0);
+    }
+    // The fourth took the batch's last slot: the next decision is linearized.
+    streams.push(bench.request(&COMPLETIONS, &completion("prompt 4")).0);
+    assert!(counter().is_some(), "the decision counter was read and bumped");
+    for mut stream in streams {
+        stream.on_log(&bench.host);
+    }
+}

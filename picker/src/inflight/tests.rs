@@ -336,7 +336,7 @@ fn of_two_crossing_decisions_for_one_pod_exactly_the_later_gives_way_early_on() 
 }
 
 #[test]
-fn past_a_workers_first_seconds_decisions_are_not_linearized() {
+fn past_a_workers_first_seconds_decisions_are_linearized_only_after_a_pick_took_a_last_slot() {
     let store = MemoryStore::new();
     let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
     a.sync(&store, NOW, EXPIRY);
@@ -346,4 +346,13 @@ fn past_a_workers_first_seconds_decisions_are_not_linearized() {
     assert!(!a.linearized() && !b.linearized(), "no shared-data read or write beyond the slots");
     assert!(end(&mut a, &store, POD, later, deciding_a) && end(&mut b, &store, POD, later, deciding_b));
     assert_eq!(store.get(crate::keys::INFLIGHT_DECISIONS).unwrap().0, None, "the counter was never written");
+
+    // A pick that took a pod's last free batch slot linearizes the worker's next decisions.
+    a.note_last_slot_taken(later);
+    let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, later + 1), begin(&mut b, &store, POD, later + 1));
+    assert!(a.linearized() && !b.linearized(), "a's own pick, not b's, made its decisions linearized");
+    assert!(end(&mut b, &store, POD, later + 1, deciding_b));
+    assert!(end(&mut a, &store, POD, later + 1, deciding_a), "b did not bump the counter: a cannot tell");
+    begin(&mut a, &store, POD, later + 1 + CONTENDED_MS);
+    assert!(!a.linearized(), "for a while only");
 }
