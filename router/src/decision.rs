@@ -328,7 +328,11 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     inflight.publish_now(host, now);
     publishing.end();
     let mut dispatch = dispatch;
-    if let Some(runner_up) = give_way(&mut inflight, host, now, (&address, &fallbacks, &seen), route_table) {
+    // Only a pick by load gives way: one by affinity (a prefix or session the pod holds) is
+    // meant to join the other requests there, and its runner-up would prefill it cold.
+    let by_load = reason == PickReason::Load;
+    let picked = (&address, fallbacks.as_slice(), seen.as_slice());
+    if let Some(runner_up) = give_way(&mut inflight, host, now, picked, route_table, by_load) {
         // Another worker's crossing decision took this pod first: the runner-up instead. Not
         // learned from (its prediction was the first pick's), its prompt tokens not counted.
         inflight.finished(address.as_str(), now);
@@ -380,20 +384,22 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     Outcome::Routed { address, destination, explain, prefiller, dispatch }
 }
 
-/// After a linearized pick's publish (see `WorkerInflight::confirm_decision`): if another
-/// worker's crossing decision took the chosen pod first, the first runner-up the other workers
-/// did not add to either since the choice, with its epoch. `picked` is the chosen pod, its
-/// runners-up, and the other workers' counts of each at the choice.
+/// After a linearized pick's publish (see `WorkerInflight::confirm_decision`, which this
+/// completes whatever the outcome): if another worker's crossing decision took the chosen pod
+/// first and the pick `may_yield`, the first runner-up the other workers did not add to
+/// either since the choice, with its epoch. `picked` is the chosen pod, its runners-up, and
+/// the other workers' counts of each at the choice.
 fn give_way(
     inflight: &mut WorkerInflight,
     host: &dyn Host,
     now_ms: u64,
     picked: (&PodAddress, &[PodAddress], &[u32]),
     table: Option<&PodTable>,
+    may_yield: bool,
 ) -> Option<RunnerUp> {
     let (chosen, fallbacks, seen) = picked;
     let (&chosen_seen, fallbacks_seen) = seen.split_first()?;
-    if inflight.confirm_decision(host, now_ms, chosen.as_str(), chosen_seen) {
+    if inflight.confirm_decision(host, now_ms, chosen.as_str(), chosen_seen) || !may_yield {
         return None;
     }
     let (next, _) =

@@ -117,3 +117,16 @@ fn with_learning_a_pick_that_takes_a_pods_last_free_batch_slot_linearizes_the_ne
         stream.on_log(&bench.host);
     }
 }
+
+#[test]
+fn a_pick_by_affinity_keeps_its_pod_when_crossed() {
+    let bench = bench();
+    let prompt = "a shared system prompt ".repeat(100);
+    let first = bench.complete(&COMPLETIONS, &completion(&prompt));
+    assert_eq!(first.destination.as_deref(), Some("10.0.0.1:8000,10.0.0.2:8000"));
+    crossing_worker(&bench);
+    let (mut again, answer) = bench.request(&COMPLETIONS, &completion(&prompt));
+    assert_eq!(answer.destination.as_deref(), Some("10.0.0.1:8000,10.0.0.2:8000"), "the pod holding the prefix");
+    assert_eq!(bench.stat("wasm_epp.inflight_picks_yielded"), 0, "joining the pod that holds it is the point");
+    again.on_log(&bench.host);
+}
