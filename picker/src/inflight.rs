@@ -282,7 +282,8 @@ impl WorkerInflight {
     pub fn begin_decision(&mut self, store: &dyn SharedStore, now_ms: u64) {
         self.ticket = None;
         let linearize = self.discovering(now_ms) || now_ms < self.contended_until_ms;
-        if !linearize || self.slot.is_none() {
+        // Alone (no other worker's slot known), nothing can cross this decision.
+        if !linearize || self.slot.is_none() || self.claimed_slots < 2 {
             return;
         }
         self.ticket = match store.get(INFLIGHT_DECISIONS) {

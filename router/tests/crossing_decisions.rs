@@ -21,6 +21,8 @@ const SECOND: &str = "10.0.0.2:8000";
 fn crossing_worker(bench: &Bench) {
     let other = Rc::new(RefCell::new(WorkerInflight::new()));
     other.borrow_mut().sync(&bench.host.store, bench.host.clock_ms.get(), 60_000);
+    // The bench worker learns of the other's slot at its tick.
+    bench.tick();
     let mut crossed = false;
     *bench.host.after_write.borrow_mut() = Some(Box::new(move |store: &MemoryStore, key: &str| {
         if key != INFLIGHT_SLOT_KEYS[0] || crossed {
@@ -80,7 +82,7 @@ fn a_pick_nobody_crossed_stands_and_later_decisions_are_not_linearized() {
     let answer = bench.complete(&COMPLETIONS, &completion("hello again"));
     assert_eq!(answer.destination.as_deref(), Some("10.0.0.1:8000,10.0.0.2:8000"));
     assert_eq!(bench.stat("wasm_epp.inflight_picks_yielded"), 0);
-    let after_crossing = before.map(|version| version + 1);
+    let after_crossing = Some(before.map_or(1, |version| version + 1));
     assert_eq!(counter(), after_crossing, "only the other worker's bump: this decision left the counter alone");
 }
 
@@ -103,6 +105,8 @@ fn with_learning_a_pick_that_takes_a_pods_last_free_batch_slot_linearizes_the_ne
     bench.host.store.set(picker::keys::POD_TABLE, &table.encode(), None).unwrap();
     bench.host.store.set(picker::keys::POD_TABLE_VERSION, &picker::pod_table::encode_version(2), None).unwrap();
     bench.heartbeat();
+    // Another worker serves beside it (alone, nothing could cross its decisions).
+    WorkerInflight::new().sync(&bench.host.store, bench.host.clock_ms.get(), 60_000);
     bench.tick();
     let counter = || bench.host.store.get(INFLIGHT_DECISIONS).unwrap().1;
     let mut streams = Vec::new();

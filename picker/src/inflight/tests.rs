@@ -310,7 +310,8 @@ fn of_two_crossing_decisions_for_one_pod_exactly_the_later_gives_way_early_on() 
     let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
     a.sync(&store, NOW, EXPIRY);
     b.sync(&store, NOW, EXPIRY);
-    // Both read before either publishes: each is blind to the other's pick.
+    a.sync(&store, NOW, EXPIRY); // a learns of b's slot
+                                 // Both read before either publishes: each is blind to the other's pick.
     let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, NOW + 1), begin(&mut b, &store, POD, NOW + 1));
     assert!(a.linearized() && b.linearized());
     assert!(end(&mut a, &store, POD, NOW + 1, deciding_a), "the first to confirm keeps its pick");
@@ -341,6 +342,7 @@ fn past_a_workers_first_seconds_decisions_are_linearized_only_after_a_pick_took_
     let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
     a.sync(&store, NOW, EXPIRY);
     b.sync(&store, NOW, EXPIRY);
+    a.sync(&store, NOW, EXPIRY);
     let later = NOW + SLOT_DISCOVERY_MS;
     let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, later), begin(&mut b, &store, POD, later));
     assert!(!a.linearized() && !b.linearized(), "no shared-data read or write beyond the slots");
@@ -353,6 +355,13 @@ fn past_a_workers_first_seconds_decisions_are_linearized_only_after_a_pick_took_
     assert!(a.linearized() && !b.linearized(), "a's own pick, not b's, made its decisions linearized");
     assert!(end(&mut b, &store, POD, later + 1, deciding_b));
     assert!(end(&mut a, &store, POD, later + 1, deciding_a), "b did not bump the counter: a cannot tell");
+
+    // Alone, a worker is never linearized: nothing can cross its decisions.
+    let lone_store = MemoryStore::new();
+    let mut lone = WorkerInflight::new();
+    lone.sync(&lone_store, NOW, EXPIRY);
+    begin(&mut lone, &lone_store, POD, NOW + 1);
+    assert!(!lone.linearized());
     begin(&mut a, &store, POD, later + 1 + CONTENDED_MS);
     assert!(!a.linearized(), "for a while only");
 }
