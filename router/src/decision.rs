@@ -332,7 +332,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // meant to join the other requests there, and its runner-up would prefill it cold.
     let by_load = reason == PickReason::Load;
     let picked = (&address, fallbacks.as_slice(), seen.as_slice());
-    if let Some(runner_up) = give_way(&mut inflight, host, now, picked, route_table, by_load) {
+    let batch_of = |pod: &str| learning.as_ref().and_then(|learner| learner.models.batch_size(pod));
+    if let Some(runner_up) = give_way(&mut inflight, host, now, picked, route_table, by_load.then_some(&batch_of)) {
         // Another worker's crossing decision took this pod first: the runner-up instead. Not
         // learned from (its prediction was the first pick's), its prompt tokens not counted.
         inflight.finished(address.as_str(), now);
@@ -386,24 +387,34 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
 
 /// After a linearized pick's publish (see `WorkerInflight::confirm_decision`, which this
 /// completes whatever the outcome): if another worker's crossing decision took the chosen pod
-/// first and the pick `may_yield`, the first runner-up the other workers did not add to
-/// either since the choice, with its epoch. `picked` is the chosen pod, its runners-up, and
-/// the other workers' counts of each at the choice.
+/// first, and the pick may give way (`batch_of`: given for picks by load, the pods' learned
+/// batch sizes), the first runner-up the other workers did not add to either since the
+/// choice, with its epoch. Two picks of a pod known to have a slot for both cost nothing: then,
+/// and when no runner-up has a slot left, the pick stands. `picked` is the chosen pod, its
+/// runners-up, and the other workers' counts of each at the choice.
 fn give_way(
     inflight: &mut WorkerInflight,
     host: &dyn Host,
     now_ms: u64,
     picked: (&PodAddress, &[PodAddress], &[u32]),
     table: Option<&PodTable>,
-    may_yield: bool,
+    batch_of: Option<&dyn Fn(&str) -> Option<f64>>,
 ) -> Option<RunnerUp> {
     let (chosen, fallbacks, seen) = picked;
     let (&chosen_seen, fallbacks_seen) = seen.split_first()?;
-    if inflight.confirm_decision(host, now_ms, chosen.as_str(), chosen_seen) || !may_yield {
+    let crossed = !inflight.confirm_decision(host, now_ms, chosen.as_str(), chosen_seen);
+    let batch_of = batch_of.filter(|_| crossed)?;
+    // Whether `pod` has a slot for its requests in flight plus `more` (None: batch unknown).
+    let fits = |pod: &PodAddress, more: u32| {
+        batch_of(pod.as_str()).map(|size| f64::from(inflight.count(pod.as_str()).saturating_add(more)) <= size)
+    };
+    if fits(chosen, 0) == Some(true) {
         return None;
     }
-    let (next, _) =
-        fallbacks.iter().zip(fallbacks_seen).find(|(pod, &seen)| inflight.others_count(pod.as_str()) <= seen)?;
+    let (next, _) = fallbacks
+        .iter()
+        .zip(fallbacks_seen)
+        .find(|(pod, &seen)| inflight.others_count(pod.as_str()) <= seen && fits(pod, 1) != Some(false))?;
     let position = table.and_then(|t| t.pods.iter().position(|p| p.address.as_str() == next.as_str()));
     let epoch = table.zip(position).and_then(|(t, i)| t.pods.get(i)).map_or(0, |p| p.epoch);
     Some(RunnerUp { address: next.clone(), epoch, table_index: position })

@@ -134,3 +134,30 @@ fn a_pick_by_affinity_keeps_its_pod_when_crossed() {
     assert_eq!(bench.stat("wasm_epp.inflight_picks_yielded"), 0, "joining the pod that holds it is the point");
     again.on_log(&bench.host);
 }
+
+#[test]
+fn with_learning_a_crossing_on_a_pod_with_a_slot_for_both_costs_nothing_and_the_pick_stands() {
+    let bench = Bench::new(r#"{"learning": {"enabled": true}}"#);
+    // Both pods were seen running 4 with requests waiting: batches of 4.
+    let mut table = picker::pod_table::PodTable {
+        version: 1,
+        published_at_ms: bench.host.clock_ms.get(),
+        poll_interval_ms: 100,
+        ..Default::default()
+    };
+    for (address, waiting) in [(FIRST, 1.0), (SECOND, 3.0)] {
+        let mut pod = picker::pod_table::PodState::unknown(&picker::address::PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.running, pod.waiting, pod.last_success_ms) = (true, 4.0, waiting, bench.host.clock_ms.get());
+        table.pods.push(pod);
+    }
+    bench.host.store.set(picker::keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.store.set(picker::keys::POD_TABLE_VERSION, &picker::pod_table::encode_version(1), None).unwrap();
+    bench.heartbeat();
+    bench.tick();
+    crossing_worker(&bench);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion("hello"));
+    assert_eq!(answer.destination.as_deref().and_then(|d| d.split(',').next()), Some(FIRST), "2 of its 4 slots");
+    assert_eq!(bench.stat("wasm_epp.inflight_picks_yielded"), 0);
+    assert_eq!(bench.worker.inflight.borrow().count(FIRST), 2, "the crossing was seen: both picks count");
+    stream.on_log(&bench.host);
+}

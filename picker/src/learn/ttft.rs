@@ -395,6 +395,12 @@ impl TtftModels {
         self.batches.queued_after(pod, sent_ms)
     }
 
+    /// How many requests `pod` runs at once when full, once a scrape showed it (or, failing
+    /// that, any pod) with requests waiting.
+    pub fn batch_size(&self, pod: &str) -> Option<f64> {
+        self.batches.size(pod)
+    }
+
     /// The model's `requests` input for a request sent to `pod` with `in_flight` requests
     /// there already: how many must finish before it gets a slot.
     pub fn ahead_of_a_slot(&self, pod: &str, in_flight: f64) -> f64 {
