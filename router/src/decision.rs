@@ -398,7 +398,7 @@ fn give_way(
     now_ms: u64,
     picked: (&PodAddress, &[PodAddress], &[u32]),
     table: Option<&PodTable>,
-    batch_of: Option<&dyn Fn(&str) -> Option<f64>>,
+    batch_of: Option<BatchOf<'_>>,
 ) -> Option<RunnerUp> {
     let (chosen, fallbacks, seen) = picked;
     let (&chosen_seen, fallbacks_seen) = seen.split_first()?;
@@ -419,6 +419,9 @@ fn give_way(
     let epoch = table.zip(position).and_then(|(t, i)| t.pods.get(i)).map_or(0, |p| p.epoch);
     Some(RunnerUp { address: next.clone(), epoch, table_index: position })
 }
+
+/// A pod's learned batch size (`None` while unknown).
+type BatchOf<'a> = &'a dyn Fn(&str) -> Option<f64>;
 
 /// The pod a pick gives way to: its address, epoch and position in the routed table.
 struct RunnerUp {
