@@ -46,13 +46,20 @@ fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
     run_sdk_cases(&cluster, Sdk::Python);
     // Every whole answer, the chat stream that asked for it and both Responses answers carry
     // usage; every stream opens as an event stream and gives one TTFT sample (the Responses
-    // stream's at its first output event); no answer came from another pod.
+    // stream's at its first output event); no answer came from another pod. A pick that gave
+    // way to its runner-up (two workers' decisions crossing in their first seconds, as the
+    // SDK's concurrent requests can) is not learned from: it is counted instead.
     let stat = |name: &str| cluster.envoy.stat(&format!("wasm_epp_learning_{name}")).unwrap_or(0.0);
+    let yielded = cluster.envoy.stat("wasm_epp_inflight_picks_yielded").unwrap_or(0.0);
+    let answers = WHOLE_ANSWERS + STREAMS + RESPONSES_WHOLE + RESPONSES_STREAMS;
+    launcher::wait_until(Duration::from_secs(5), || stat("first_bytes") + yielded >= answers);
+    assert_eq!(stat("first_bytes") + yielded, answers, "every answer noted or its pick given way");
     let usage = WHOLE_ANSWERS + 1.0 + RESPONSES_WHOLE + RESPONSES_STREAMS;
-    launcher::wait_until(Duration::from_secs(5), || stat("usage_reports") >= usage);
-    assert_eq!(stat("usage_reports"), usage, "usage read from the answers that carry it");
-    assert_eq!(stat("ttft_samples"), STREAMS + RESPONSES_STREAMS, "one TTFT sample per stream");
-    assert_eq!(stat("first_bytes"), WHOLE_ANSWERS + STREAMS + RESPONSES_WHOLE + RESPONSES_STREAMS);
+    launcher::wait_until(Duration::from_secs(5), || stat("usage_reports") + yielded >= usage);
+    let (reports, samples) = (stat("usage_reports"), stat("ttft_samples"));
+    assert!(reports <= usage && reports + yielded >= usage, "{reports} usage reports of {usage}, {yielded} given way");
+    let streams = STREAMS + RESPONSES_STREAMS;
+    assert!(samples <= streams && samples + yielded >= streams, "{samples} TTFT samples, {yielded} given way");
     assert_eq!(stat("other_upstream"), 0.0);
     cluster.assert_plugin_healthy();
 }
