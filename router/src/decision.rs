@@ -277,9 +277,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     drop(random);
     // A pick that takes the pod's last free batch slot (learned from its scrapes) makes the
     // next decisions linearized: two crossing ones would leave a request waiting for a slot.
-    let last_slot = learning.as_ref().is_some_and(|learner| {
-        learner.models.ahead_of_a_slot(address.as_str(), f64::from(inflight.count(address.as_str())) + 1.0) >= 1.0
-    });
+    let batch_of = |pod: &str| learning.as_ref().and_then(|learner| learner.models.batch_size(pod));
+    let last_slot =
+        batch_of(address.as_str()).is_some_and(|size| f64::from(inflight.count(address.as_str())) + 1.0 >= size);
     if last_slot {
         inflight.note_last_slot_taken(now);
     }
@@ -332,7 +332,6 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // meant to join the other requests there, and its runner-up would prefill it cold.
     let by_load = reason == PickReason::Load;
     let picked = (&address, fallbacks.as_slice(), seen.as_slice());
-    let batch_of = |pod: &str| learning.as_ref().and_then(|learner| learner.models.batch_size(pod));
     if let Some(runner_up) = give_way(&mut inflight, host, now, picked, route_table, by_load.then_some(&batch_of)) {
         // Another worker's crossing decision took this pod first: the runner-up instead. Not
         // learned from (its prediction was the first pick's), its prompt tokens not counted.

@@ -118,7 +118,7 @@ impl Observation {
         Self::new(dispatch, watched)
     }
 
-    pub fn new(dispatch: Dispatch, watched: bool) -> Self {
+    fn new(dispatch: Dispatch, watched: bool) -> Self {
         let first_output = (dispatch.streamed && dispatch.responses_api).then(OutputEventFinder::default);
         Self {
             dispatch,

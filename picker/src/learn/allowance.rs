@@ -5,7 +5,7 @@
 //! each unit spent takes one. Spending is allowed while the balance is positive, so at high
 //! rates the units spent average `per_event` per event plus `per_second` ÷ the rate, and at
 //! low rates, where reading costs next to nothing a second, the time share covers nearly all.
-//! What a quiet spell saves is capped ([`Allowance::ceiling`]); an overdrawn balance is paid
+//! What a quiet spell saves is capped (`saved_events` and `saved_seconds`' worth); an overdrawn balance is paid
 //! back in full.
 
 /// See the module documentation.
@@ -58,7 +58,8 @@ impl Allowance {
     }
 
     /// The most the balance saves.
-    pub fn ceiling(&self) -> f64 {
+    #[cfg(test)]
+    fn ceiling(&self) -> f64 {
         self.ceiling
     }
 }
