@@ -215,6 +215,7 @@ fn table_candidates<'a>(
                 ttft_fitted: predicted.is_some_and(|(_, p)| p.fitted),
                 ttft_scale_ms: predicted.map_or(0.0, |(l, _)| l.ttft_scale_ms),
                 ttft_margin_ms: predicted.map_or(0.0, |(l, _)| l.ttft_margin_ms),
+                typical_ttft_ms: predicted.map_or(0.0, |(l, _)| l.typical_ttft_ms),
                 meets_slo: predicted.is_none_or(|(l, p)| l.meets_slo(p.ttft_ms)),
                 // Read only where it is used: cold placements with learning's home balance.
                 indexed_blocks: view

@@ -190,9 +190,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             index: Some(cache.models()),
         },
         learning: learning.as_ref().map(|learner| {
+            let typical_ttft_ms = learner.models.typical_ms().unwrap_or(0.0);
             // `lead` scores on the pool's mean TTFT; 0 scores in proportion.
             let lead_scale = match worker.config.learning.ttft_score {
-                TtftScore::Lead => learner.models.typical_ms().unwrap_or(0.0),
+                TtftScore::Lead => typical_ttft_ms,
                 TtftScore::Proportional => 0.0,
             };
             LearningQuery {
@@ -206,6 +207,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
                 replies: &replies,
                 ttft_scale_ms: lead_scale,
                 ttft_margin_ms: lead_scale * worker.config.learning.lead_margin,
+                typical_ttft_ms,
             }
         }),
     };

@@ -155,6 +155,7 @@ impl FilterConfig {
                 ttft_weight: self.learning.ttft_weight,
                 release_penalty_ms: self.learning.release_penalty_ms,
                 balance_homes: self.learning.balance_homes,
+                tail_guard: self.learning.tail_guard,
             }),
         }
     }

@@ -55,6 +55,13 @@ pub struct LearningConfig {
     /// index (within half the prompt's blocks), rendezvous hashing among those: homes of long shared
     /// prefixes spread evenly, so no pod gets more of the traffic that sticks to them.
     pub balance_homes: bool,
+    /// A pick by load (no affinity holds the request) leaves out the pods predicted to answer
+    /// later than this many times the pool's typical TTFT while another pod is predicted
+    /// within it: an objective for the tail, like a client's TTFT objective but without one.
+    /// On a pool of mixed speeds the scores alone still sent a 2,000-token prompt to a 3 ×
+    /// slower pod predicted at 1.5 × the typical TTFT because it had fewer requests in flight
+    /// (workload f). 0: off.
+    pub tail_guard: f64,
     /// Streams whose chunks are read for their final `usage`, at most, per pod and worker at
     /// once; further streams to the pod give their TTFT sample (first chunk) and are read no
     /// further. Each chunk read is a copy into the VM (~2.5–4 µs), so this bounds
@@ -101,6 +108,7 @@ impl Default for LearningConfig {
             prior_ms_per_token: 0.02,
             correct_index: true,
             balance_homes: true,
+            tail_guard: 1.3,
             usage_streams_per_pod: 4,
             usage_chunks_per_stream: 2.0,
             usage_chunks_per_second: 100.0,
@@ -133,6 +141,7 @@ impl LearningConfig {
             }
         };
         finite_within("ttft_weight", self.ttft_weight, 100.0)?;
+        finite_within("tail_guard", self.tail_guard, 100.0)?;
         finite_within("lead_margin", self.lead_margin, 10.0)?;
         finite_within("release_penalty_ms", self.release_penalty_ms, 600_000.0)?;
         finite_within("prior_overhead_ms", self.prior_overhead_ms, 600_000.0)?;

@@ -30,6 +30,8 @@ pub struct LearningQuery<'a> {
     /// [`crate::scheduler::Candidate`].
     pub ttft_scale_ms: f64,
     pub ttft_margin_ms: f64,
+    /// The pool's recent mean TTFT (0 before it has one).
+    pub typical_ttft_ms: f64,
 }
 
 /// One candidate's share of the work, as predicted.
@@ -127,6 +129,7 @@ mod tests {
             slo_ttft_ms: Some(50.0),
             replies: &[],
             ttft_scale_ms: 0.0,
+            typical_ttft_ms: 0.0,
             ttft_margin_ms: 0.0,
         };
         let warm = query.predict("idle", 90, 0);
@@ -160,6 +163,7 @@ mod tests {
             slo_ttft_ms: None,
             replies: &replies,
             ttft_scale_ms: 0.0,
+            typical_ttft_ms: 0.0,
             ttft_margin_ms: 0.0,
         };
         let served_last_turn = query.predict("p", 40, 0);

@@ -44,6 +44,9 @@ pub struct Candidate<'a> {
     /// cannot see a full running batch, so a lead this small is noise there, and the request
     /// counts see what it misses.
     pub ttft_margin_ms: f64,
+    /// The pool's typical TTFT (0 = not known yet), whatever the scorer: what
+    /// [`LearningPolicy::tail_guard`] bounds predictions by.
+    pub typical_ttft_ms: f64,
     /// The prediction meets the request's TTFT objective (true when it has none).
     pub meets_slo: bool,
     /// Prompt blocks the prefix index holds for the pod (0 without an index): how many
@@ -72,6 +75,7 @@ impl<'a> Candidate<'a> {
             ttft_fitted: false,
             ttft_scale_ms: 0.0,
             ttft_margin_ms: 0.0,
+            typical_ttft_ms: 0.0,
             meets_slo: true,
             indexed_blocks: 0,
         }
@@ -113,6 +117,9 @@ pub struct LearningPolicy {
     /// blocks (rendezvous among those), so prefixes' homes, and with them the traffic that
     /// sticks to them, spread evenly over the pods.
     pub balance_homes: bool,
+    /// A pick by load leaves out the pods predicted above this many times the pool's typical
+    /// TTFT (the candidates' `typical_ttft_ms`) while another is predicted within it (0 = off).
+    pub tail_guard: f64,
 }
 
 /// Where a request whose prefix no pod holds yet goes.

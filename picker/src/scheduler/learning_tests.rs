@@ -15,7 +15,12 @@ fn pod(address: &str, waiting: f64, ttft: f64) -> Candidate<'_> {
 
 fn learning(penalty: f64) -> Policy {
     Policy {
-        learning: Some(LearningPolicy { ttft_weight: 4.0, release_penalty_ms: penalty, balance_homes: true }),
+        learning: Some(LearningPolicy {
+            ttft_weight: 4.0,
+            release_penalty_ms: penalty,
+            balance_homes: true,
+            tail_guard: 0.0,
+        }),
         ..Policy::default()
     }
 }
@@ -171,4 +176,52 @@ fn new_prompts_go_to_the_pods_with_the_fewest_homes() {
     };
     assert_eq!(place(&off, &more, key), tied);
     assert_eq!(place(&Policy::default(), &more, key), tied);
+}
+
+/// Learning with the tail guard at `factor`, the pool's typical TTFT at `typical` ms.
+fn guarded<'a>(pods: &mut [Candidate<'a>], factor: f64, typical: f64) -> Policy {
+    for pod in pods.iter_mut() {
+        pod.typical_ttft_ms = typical;
+    }
+    Policy {
+        learning: Some(LearningPolicy { tail_guard: factor, ..learning(1_000.0).learning.unwrap() }),
+        ..Policy::default()
+    }
+}
+
+#[test]
+fn a_pick_by_load_leaves_out_pods_predicted_far_past_the_typical_ttft() {
+    // Workload f: a 3 × slower pod with one request in flight against fast ones with five.
+    let mut pods = [pod("slow", 0.0, 590.0), pod("fast", 0.0, 400.0)];
+    pods[0].inflight = 1;
+    pods[1].inflight = 5;
+    let off = guarded(&mut pods, 0.0, 400.0);
+    assert_eq!(chosen(&pods, &off).0, "slow", "the counts outweigh a 190 ms lead");
+    let on = guarded(&mut pods, 1.3, 400.0);
+    assert_eq!(chosen(&pods, &on).0, "fast", "590 ms is past 1.3 × 400");
+    let short = guarded(&mut pods, 1.3, 500.0);
+    assert_eq!(chosen(&pods, &short).0, "slow", "within 1.3 × 500 the scores decide");
+    let unknown = guarded(&mut pods, 1.3, 0.0);
+    assert_eq!(chosen(&pods, &unknown).0, "slow", "no typical TTFT yet: no bound");
+}
+
+#[test]
+fn the_tail_guard_neither_empties_the_field_nor_moves_a_prompt_off_its_home() {
+    let mut pods = [pod("a", 0.0, 900.0), pod("b", 0.0, 800.0)];
+    pods[0].inflight = 3;
+    let policy = guarded(&mut pods, 1.3, 400.0);
+    assert_eq!(chosen(&pods, &policy).0, "b", "every pod past the bound: the scores decide among all");
+    let mut homed = [pod("home", 1.0, 700.0), pod("other", 0.0, 300.0)];
+    homed[0].prefix_match = 1.0;
+    let policy = guarded(&mut homed, 1.3, 400.0);
+    assert_eq!(chosen(&homed, &policy), ("home", true), "affinity is released by its own rule only");
+}
+
+#[test]
+fn the_tail_guard_leaves_pods_predicted_alike_to_the_scores() {
+    // Workload c: 70 ms answers; one pod 20 ms behind the best by its token load.
+    let mut pods = [pod("more_tokens", 0.0, 100.0), pod("full_batch", 0.0, 80.0)];
+    pods[1].inflight = 4;
+    let policy = guarded(&mut pods, 1.3, 70.0);
+    assert_eq!(chosen(&pods, &policy).0, "more_tokens", "past 1.3 × 70 ms but within 0.3 × 70 of the best");
 }

@@ -151,7 +151,36 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
             return Filtered { indices: warm, fail_open: false, load_only, affinity: true };
         }
     }
-    Filtered { indices: open, fail_open: false, load_only, affinity: false }
+    Filtered { indices: tail_guarded(candidates, open, policy), fail_open: false, load_only, affinity: false }
+}
+
+/// Learning on, a pick by load: the pods predicted to answer within `tail_guard` × the pool's
+/// typical TTFT, or within `tail_guard − 1` typical TTFTs of the best prediction where that is
+/// later (all of `open` before the pool has a typical TTFT). The scores trade a pod's
+/// predicted lead against its request counts, linearly; the tail is made of the picks where
+/// the counts won by a little and the prediction was far out (a 3 × slower pod with a free
+/// slot taking a long prompt, workload f). A bound on the prediction itself keeps those out
+/// and leaves the scores to decide among the rest; a pod only a few ms past it, among pods
+/// predicted alike, is not what the bound is for (workload c: 70 ms answers, 20 ms apart by
+/// their token load, which the request counts weigh better). Applied after affinity: a
+/// prompt's home is left only by [`release_affinity`]'s rule.
+fn tail_guarded(candidates: &[Candidate<'_>], open: Vec<usize>, policy: &Policy) -> Vec<usize> {
+    let Some(factor) = policy.learning.map(|l| l.tail_guard).filter(|&f| f > 0.0) else { return open };
+    let guarded = || open.iter().filter_map(|&i| candidates.get(i));
+    let typical = guarded().map(|c| c.typical_ttft_ms).fold(0.0, f64::max);
+    let best = guarded().filter_map(|c| c.predicted_ttft_ms).fold(f64::INFINITY, f64::min);
+    if typical <= 0.0 || !best.is_finite() {
+        return open;
+    }
+    let bound = (factor * typical).max(best + (factor - 1.0) * typical);
+    let within = indices_where(open.iter().copied(), open.len(), |i| {
+        candidates.get(i).is_some_and(|c| c.predicted_ttft_ms.is_none_or(|t| t <= bound))
+    });
+    if within.is_empty() {
+        open
+    } else {
+        within
+    }
 }
 
 /// The learning policy, when its predictions can be trusted with full queues: some usable
