@@ -189,6 +189,11 @@ impl WorkerInflight {
         self.slot
     }
 
+    /// Slots claimed by this Envoy's workers as of the last read (this worker's included).
+    pub fn claimed_slots(&self) -> usize {
+        self.claimed_slots
+    }
+
     /// A request was sent to `address`.
     pub fn started(&mut self, address: &str, now_ms: u64) {
         if let Some(entry) = self.local.get_mut(address) {

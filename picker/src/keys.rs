@@ -46,6 +46,11 @@ pub const INFLIGHT_SLOT_KEYS: [&str; crate::inflight::MAX_SLOTS] = [
     "wasm-epp/v1/inflight/31",
 ];
 
+/// Per-worker learned TTFT observations: the worker in in-flight slot `i` publishes its own
+/// under `<prefix><i>` and reads the others' (see [`crate::learn::shared_models`]); at most
+/// [`crate::inflight::MAX_SLOTS`] keys.
+pub const LEARNED_TTFT_PREFIX: &str = "wasm-epp/v1/learned-ttft/";
+
 /// The workers' decision counter: bumped by compare-and-swap after each pick's publish while
 /// decisions are linearized, so the later of two crossing decisions learns of the earlier
 /// (see [`crate::inflight::WorkerInflight::confirm_decision`]). Holds the last bump's time.

@@ -22,6 +22,7 @@ pub mod decision_header;
 pub mod decision_stats;
 pub mod disaggregate;
 pub mod flow;
+pub mod learning_share;
 pub mod peer_receiver;
 pub mod profile;
 pub mod protocol;

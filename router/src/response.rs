@@ -58,6 +58,8 @@ pub struct LearningStats {
     /// Answers not watched (past the worker's watch budget, `learning.watch_*`): their
     /// tokens were released, nothing was learned from them.
     pub answers_not_watched: Counter,
+    /// Other workers' learned TTFT observations read on the tick (one per worker and share).
+    pub models_read: Counter,
 }
 
 impl LearningStats {
@@ -75,6 +77,7 @@ impl LearningStats {
             streams_not_read: c("wasm_epp.learning.usage_streams_not_read"),
             chunks_read: c("wasm_epp.learning.chunks_read"),
             answers_not_watched: c("wasm_epp.learning.answers_not_watched"),
+            models_read: c("wasm_epp.learning.models_read"),
         }
     }
 }

@@ -47,6 +47,9 @@ fn sync(worker: &Worker, host: &dyn Host) {
         if !report.published {
             worker.stats.increment(worker.stats.inflight_update_failed);
         }
+        let (slot, slots) = (inflight.slot(), inflight.claimed_slots());
+        drop(inflight);
+        crate::learning_share::share(worker, host, slot, slots, host.now_ms());
     }
     if !worker.config.prefix.enabled {
         return;

@@ -45,6 +45,8 @@ pub struct Worker {
     /// What this worker learned from the answers it proxied (see [`picker::learn`]).
     pub learning: RefCell<picker::learn::Learner>,
     pub learning_stats: LearningStats,
+    /// When the learned TTFT observations were last shared with the other workers.
+    pub learning_share: crate::learning_share::ShareClock,
     /// Streams read for their `usage`, per pod (`learning.usage_streams_per_pod`).
     pub usage_readers: RefCell<picker::learn::UsageReaders>,
     /// Answers watched in full (`learning.watch_per_second`, `learning.watch_share`).
@@ -63,6 +65,7 @@ impl Worker {
             policy,
             learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),
             learning_stats,
+            learning_share: Default::default(),
             usage_readers: RefCell::new(picker::learn::UsageReaders::new(
                 config.learning.usage_streams_per_pod,
                 config.learning.usage_chunks_per_stream,

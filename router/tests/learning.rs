@@ -84,6 +84,40 @@ fn a_slow_pod_is_avoided_once_its_answers_show_it() {
 }
 
 #[test]
+fn a_slow_pod_one_worker_learned_of_is_avoided_by_the_other_after_a_tick() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    let other = bench.another_worker(8);
+    bench.tick();
+    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    let prompt = |i: usize| streamed(&format!("{i} {}", "y".repeat(4_000)));
+    for i in 0..12 {
+        let (mut stream, routed) = bench.request(&COMPLETIONS, &prompt(i));
+        let slow = routed.destination.unwrap() == POOL[1].0;
+        answer(&bench, &mut stream, if slow { 400 } else { 50 }, &usage_event(1_000, 0));
+    }
+    let load = picker::learn::Load { tokens: 1_000.0, requests: 0.0 };
+    let predicted = |pod: &str| other.learning.borrow().models.predict(pod, load);
+    assert!(predicted(POOL[1].0) < 2.0 * predicted(POOL[0].0), "the other worker has not heard yet");
+    bench.host.advance(100);
+    bench.tick();
+    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    let (fast, slow) = (predicted(POOL[0].0), predicted(POOL[1].0));
+    assert!(slow > 3.0 * fast, "slow {slow} ms vs fast {fast} ms, from the first worker's answers");
+    assert_eq!(other.learning.borrow().models.observed(), 0, "it observed nothing itself");
+    for i in 12..16 {
+        let (mut stream, routed) = bench.request_on(&other, &COMPLETIONS, &prompt(i));
+        assert_eq!(routed.destination.as_deref(), Some(POOL[0].0), "request {i}");
+        answer(&bench, &mut stream, 50, &usage_event(1_000, 0));
+    }
+    assert!(
+        other.stats.metrics.pending("wasm_epp.learning.models_read")
+            + bench.host.metric("wasm_epp.learning.models_read")
+            >= 1
+    );
+}
+
+#[test]
 fn an_evicting_pod_loses_index_capacity() {
     let bench = Bench::new(LEARNING);
     bench.publish(1, &POOL);

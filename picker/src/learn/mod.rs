@@ -24,6 +24,7 @@ pub mod batch;
 pub mod first_token;
 pub mod held;
 pub mod readers;
+pub mod shared_models;
 pub mod tail;
 pub mod tokens;
 pub mod ttft;

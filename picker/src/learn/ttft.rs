@@ -27,14 +27,16 @@
 //! free slot, and a ratio read from a few ms of prefill work scaled the slot wait down to
 //! near nothing (workload c's tail; bench/results/learning/README.md, session 24).
 //!
-//! Observations are per worker: each Envoy worker learns from the answers it proxies (about
-//! 1/N of the traffic with N workers, plenty at any rate where routing matters) and needs no
-//! shared data per response. The token load the model is applied to is shared across
-//! workers ([`crate::inflight`]).
+//! Observations are made per worker: each Envoy worker observes the answers it proxies (about
+//! 1/N of the traffic with N workers) with no shared data per response, and every
+//! [`super::shared_models::SHARE_EVERY_MS`] publishes its sums and adds up the other workers'
+//! ([`super::shared_models`]), so each model rests on every worker's answers. The token load
+//! the model is applied to is shared across workers too ([`crate::inflight`]).
 
 use hashbrown::HashMap;
 
 use super::batch::BatchSizes;
+use super::shared_models::Learned;
 use crate::pod_table::MAX_PODS;
 
 /// Weight kept by older observations at each new one: a memory of ~50 answers per pod, a few
@@ -116,9 +118,10 @@ const FREE_SLOT_RATIO_WEIGHT: f64 = 0.5;
 /// batch size learned as 3.9 leaves 0.1 ahead of a pod with 3 in flight).
 const FREE_SLOT_BELOW: f64 = 0.5;
 
-/// Exponentially weighted sums of one line's observations.
+/// Exponentially weighted sums of one line's observations. Sums of two workers' observations
+/// add up to the sums of both ([`super::shared_models`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-struct Sums {
+pub(super) struct Sums {
     weight: f64,
     t: f64,
     r: f64,
@@ -135,7 +138,29 @@ struct Sums {
     free_y: f64,
 }
 
+/// How many numbers [`Sums`] is made of (its wire form in [`super::shared_models`]).
+pub(super) const SUMS_LEN: usize = 12;
+
 impl Sums {
+    pub(super) fn to_array(self) -> [f64; SUMS_LEN] {
+        let Self { weight, t, r, y, tt, tr, rr, ty, ry, free_weight, free_t, free_y } = self;
+        [weight, t, r, y, tt, tr, rr, ty, ry, free_weight, free_t, free_y]
+    }
+
+    pub(super) fn from_array(values: [f64; SUMS_LEN]) -> Self {
+        let [weight, t, r, y, tt, tr, rr, ty, ry, free_weight, free_t, free_y] = values;
+        Self { weight, t, r, y, tt, tr, rr, ty, ry, free_weight, free_t, free_y }
+    }
+
+    /// Both sets of observations as one.
+    pub(super) fn plus(self, other: Self) -> Self {
+        let (mut sum, other) = (self.to_array(), other.to_array());
+        for (value, more) in sum.iter_mut().zip(other) {
+            *value += more;
+        }
+        Self::from_array(sum)
+    }
+
     fn add(&mut self, load: Load, y: f64) {
         let Self { weight, t, r, y: sy, tt, tr, rr, ty, ry, free_weight, free_t, free_y } = self;
         for sum in [weight, t, r, sy, tt, tr, rr, ty, ry, free_weight, free_t, free_y] {
@@ -298,8 +323,12 @@ impl Reference {
 #[derive(Debug, Clone)]
 pub struct TtftModels {
     prior: Prior,
+    /// This worker's own observations: the pool's and each pod's.
     pool: Sums,
     pods: HashMap<String, Sums>,
+    /// The other workers' observations as they last published them, summed: each model rests
+    /// on every worker's answers ([`super::shared_models`]).
+    others: Learned,
     /// What a pod is compared with ([`TtftModels::pool_fit`]).
     reference: Reference,
     /// The reference's fit, solved when an answer changes it rather than for every candidate
@@ -310,6 +339,8 @@ pub struct TtftModels {
     /// Every pod's successful answers' durations (sent to end), weight and sum, discounted
     /// by age like the fits: the slot wait's prior ([`TtftModels::slot_wait_prior`]).
     durations: (f64, f64),
+    /// This worker's observations, counted ([`TtftModels::observed`]).
+    observed: u64,
 }
 
 impl TtftModels {
@@ -318,10 +349,12 @@ impl TtftModels {
             prior,
             pool: Sums::default(),
             pods: HashMap::new(),
+            others: Learned::default(),
             reference: Reference::default(),
             pool_fitted: prior.fit(),
             batches: BatchSizes::default(),
             durations: (0.0, 0.0),
+            observed: 0,
         }
     }
 
@@ -332,6 +365,7 @@ impl TtftModels {
         }
         let (weight, sum) = self.durations;
         self.durations = (weight * FORGET + 1.0, sum * FORGET + duration_ms);
+        self.observed += 1;
         // The prior is zero until a pod is seen full: no refit at every answer's end till then.
         if self.batches.pool_size().is_some() {
             self.refit_pool();
@@ -345,7 +379,7 @@ impl TtftModels {
     /// first slot wait came back (0.5–2 s later in workload c), and a pod whose opening
     /// answers happened to look slow lost its free slot to a full batch.
     fn slot_wait_prior(&self) -> f64 {
-        let (weight, sum) = self.durations;
+        let (weight, sum) = (self.durations.0 + self.others.durations.0, self.durations.1 + self.others.durations.1);
         match self.batches.pool_size() {
             Some(size) if weight >= 1.0 => sum / weight / (size + 1.0),
             _ => 0.0,
@@ -361,16 +395,17 @@ impl TtftModels {
         let load = Load { tokens: load.tokens.max(0.0), requests: load.requests.max(0.0) };
         let cap = SAMPLE_CAP_FACTOR * self.pool_fit().predict(load) + SAMPLE_CAP_MS + SLOT_WAIT_CAP_MS * load.requests;
         let ttft_ms = ttft_ms.min(cap);
+        self.observed += 1;
         self.pool.add(load, ttft_ms);
+        if !self.pods.contains_key(pod) && self.pods.len() < MAX_PODS {
+            self.pods.insert(pod.to_string(), Sums::default());
+        }
+        let shared = self.others.pods.get(pod).copied().unwrap_or_default();
         if let Some(sums) = self.pods.get_mut(pod) {
-            self.reference.add(sums.moments(), -1.0);
+            // The pod's term in the reference is every worker's answers: only this worker's change.
+            self.reference.add(sums.plus(shared).moments(), -1.0);
             sums.add(load, ttft_ms);
-            self.reference.add(sums.moments(), 1.0);
-        } else if self.pods.len() < MAX_PODS {
-            let mut sums = Sums::default();
-            sums.add(load, ttft_ms);
-            self.reference.add(sums.moments(), 1.0);
-            self.pods.insert(pod.to_string(), sums);
+            self.reference.add(sums.plus(shared).moments(), 1.0);
         }
         self.reference.updates += 1;
         if self.reference.updates >= REFERENCE_REBUILD_EVERY {
@@ -411,11 +446,37 @@ impl TtftModels {
     /// when pods leave).
     fn rebuild_reference(&mut self) {
         let mut reference = Reference::default();
-        for sums in self.pods.values() {
-            reference.add(sums.moments(), 1.0);
+        for pod in self.pods.keys().chain(self.others.pods.keys().filter(|pod| !self.pods.contains_key(*pod))) {
+            reference.add(self.sums(pod).and_then(|sums| sums.moments()), 1.0);
         }
         self.reference = reference;
         self.refit_pool();
+    }
+
+    /// The pod's observations, every worker's (`None` for a pod no worker has observed).
+    fn sums(&self, pod: &str) -> Option<Sums> {
+        match (self.pods.get(pod), self.others.pods.get(pod)) {
+            (None, None) => None,
+            (own, others) => Some(own.copied().unwrap_or_default().plus(others.copied().unwrap_or_default())),
+        }
+    }
+
+    /// This worker's own observations as published for the other workers, at `now_ms`
+    /// ([`super::shared_models`]).
+    pub fn encode_own(&self, now_ms: u64) -> Vec<u8> {
+        super::shared_models::encode(now_ms, &self.pool, &self.pods, self.durations)
+    }
+
+    /// Answers this worker observed (TTFT samples and ends): whether it learned something
+    /// since it last published.
+    pub fn observed(&self) -> u64 {
+        self.observed
+    }
+
+    /// The other workers' observations, summed, replacing those set before.
+    pub fn set_others(&mut self, others: Learned) {
+        self.others = others;
+        self.rebuild_reference();
     }
 
     fn refit_pool(&mut self) {
@@ -441,7 +502,7 @@ impl TtftModels {
     /// pod never observed).
     pub fn fit(&self, pod: &str) -> Fit {
         let pool = self.pool_fit();
-        let Some(sums) = self.pods.get(pod) else { return pool };
+        let Some(sums) = self.sums(pod) else { return pool };
         // How much slower than the pool this pod prefills, from the time its answers took
         // beyond the fixed overhead (and, behind a full batch, the pool's slot wait)
         // over the pool's prefill cost for their tokens: pods differ in how fast they compute
@@ -467,12 +528,13 @@ impl TtftModels {
     /// The pool's recent mean time to first byte (every pod's answers, discounted by age), once
     /// some pod is fitted: the scale a prediction's lead is measured on.
     pub fn typical_ms(&self) -> Option<f64> {
-        (self.pool.weight >= MIN_FITTED_ANSWERS).then(|| self.pool.y / self.pool.weight)
+        let pool = self.pool.plus(self.others.pool);
+        (pool.weight >= MIN_FITTED_ANSWERS).then(|| pool.y / pool.weight)
     }
 
-    /// Answers observed for `pod`, discounted by age (0 for a pod never observed).
+    /// Answers observed for `pod` by any worker, discounted by age (0 for a pod never observed).
     pub fn weight(&self, pod: &str) -> f64 {
-        self.pods.get(pod).map_or(0.0, |s| s.weight)
+        self.sums(pod).map_or(0.0, |s| s.weight)
     }
 
     /// The pod's model rests on at least [`MIN_FITTED_ANSWERS`] of its own answers.
@@ -482,10 +544,11 @@ impl TtftModels {
 
     /// Forgets pods that left the pool.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
-        let before = self.pods.len();
+        let before = self.pods.len() + self.others.pods.len();
         self.pods.retain(|pod, _| keep(pod));
+        self.others.pods.retain(|pod, _| keep(pod));
         self.batches.retain_pods(&keep);
-        if self.pods.len() != before {
+        if self.pods.len() + self.others.pods.len() != before {
             self.rebuild_reference();
         }
     }

@@ -67,9 +67,22 @@ impl Bench {
 
     /// Runs one request through headers and (if held) body, without ending it.
     pub fn request(&self, headers: &[(&str, &str)], body: &str) -> (RequestStream, Answer) {
+        self.request_on(&self.worker, headers, body)
+    }
+
+    /// Another worker of the same Envoy (same shared data), configured like the first.
+    pub fn another_worker(&self, seed: u64) -> Rc<Worker> {
+        let config = self.host.configuration.borrow().clone();
+        let worker = configure(&self.host, config.len(), seed).unwrap();
+        worker.serving.set(true);
+        Rc::new(worker)
+    }
+
+    /// [`Bench::request`] on `worker`.
+    pub fn request_on(&self, worker: &Rc<Worker>, headers: &[(&str, &str)], body: &str) -> (RequestStream, Answer) {
         self.host.replies.borrow_mut().clear();
         self.host.set_request(headers, body.as_bytes());
-        let mut stream = RequestStream::new(self.worker.clone());
+        let mut stream = RequestStream::new(worker.clone());
         let headers_step = stream.on_request_headers(&self.host, body.is_empty());
         let body_step = (headers_step == Step::Pause && self.host.replies.borrow().is_empty() && !body.is_empty())
             .then(|| stream.on_request_body(&self.host, body.len(), true));

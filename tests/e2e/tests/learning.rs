@@ -138,6 +138,10 @@ fn a_slow_pod_is_avoided_once_its_answers_show_it() {
     let counts = tally(late.iter().map(String::as_str));
     assert_eq!(counts.get(&slow), None, "the slow pod still got requests after 24 answers: {counts:?}");
     assert!(stat_at_least(&cluster, "wasm_epp_learning_ttft_samples", 48.0) >= 48.0);
+    // Each request comes on its own connection, so both workers served some (all 48 on one
+    // has odds of 2^-47) and each read what the other learned, through V8's shared data.
+    let read = stat_at_least(&cluster, "wasm_epp_learning_models_read", 1.0);
+    assert!(read >= 1.0, "no worker read another's learned models: {read}");
 }
 
 /// Cached-token prediction error (sum of |predicted − reported|) per round of the eviction

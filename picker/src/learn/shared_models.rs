@@ -1,0 +1,228 @@
+//! What each worker has learned of the pods' speeds, shared with the other workers of its
+//! Envoy on the tick.
+//!
+//! Each worker observes only the answers it proxies, and which worker proxies a request is
+//! Envoy's choice (by connection): at the start of workload f one worker had seen a 3 × slower
+//! pod answer in 1.4 s twice while the other had seen it answer once, first in its queue, in
+//! 0.4 s, and went on sending that pod 2,000–3,000-token prompts for two more seconds
+//! (0.9–1.2 s each). The models are least-squares sums, and sums of two workers'
+//! observations are the sums of both: each worker publishes its own under its in-flight slot
+//! ([`crate::inflight`]) and adds up the others', so every model rests on every worker's
+//! answers, a tick late. The cost is a tick's, never a request's: one write and one read per
+//! other worker every [`SHARE_EVERY_MS`].
+//!
+//! Wire form (little endian): version byte, publish time in ms (u64), the pool's sums and the
+//! answers' durations (weight, sum), the pod count (u16), then per pod its address (length
+//! byte, bytes) and its sums. Every number is an `f64`; a record that is stale, cut short or
+//! holds a number that is not finite is ignored whole.
+
+use hashbrown::HashMap;
+
+use super::ttft::{Sums, SUMS_LEN};
+use crate::inflight::SLOT_STALE_MS;
+use crate::pod_table::MAX_PODS;
+
+/// How often a worker publishes what it learned and reads the others'. The models forget
+/// over ~50 answers, so a tenth of a second late is as good as at once; at the start it is
+/// a few answers, not seconds, behind.
+pub const SHARE_EVERY_MS: u64 = 100;
+
+/// A worker that learned nothing new still publishes this often, so readers can tell it
+/// alive (they ignore records older than [`SLOT_STALE_MS`]).
+pub const REFRESH_EVERY_MS: u64 = 1_000;
+
+const VERSION: u8 = 1;
+
+/// Observations as sums: a worker's own, or several workers' added up.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Learned {
+    pub(super) pool: Sums,
+    pub(super) pods: HashMap<String, Sums>,
+    /// Successful answers' durations: weight and sum.
+    pub(super) durations: (f64, f64),
+}
+
+impl Learned {
+    /// Adds another worker's observations to these.
+    pub fn add(&mut self, other: Learned) {
+        self.pool = self.pool.plus(other.pool);
+        self.durations = (self.durations.0 + other.durations.0, self.durations.1 + other.durations.1);
+        for (pod, sums) in other.pods {
+            if let Some(mine) = self.pods.get_mut(&pod) {
+                *mine = mine.plus(sums);
+            } else if self.pods.len() < MAX_PODS {
+                self.pods.insert(pod, sums);
+            }
+        }
+    }
+
+    /// Pods with observations.
+    pub fn pods(&self) -> usize {
+        self.pods.len()
+    }
+}
+
+/// The record of `pool`, `pods` and `durations`, published at `now_ms`.
+pub(super) fn encode(now_ms: u64, pool: &Sums, pods: &HashMap<String, Sums>, durations: (f64, f64)) -> Vec<u8> {
+    let named = pods.iter().filter(|(pod, _)| pod.len() <= usize::from(u8::MAX)).take(usize::from(u16::MAX));
+    let count = named.clone().count();
+    let mut bytes = Vec::with_capacity(1 + 8 + 8 * (SUMS_LEN + 2) + 2 + count * (24 + 8 * SUMS_LEN));
+    bytes.push(VERSION);
+    bytes.extend_from_slice(&now_ms.to_le_bytes());
+    put_numbers(&mut bytes, &pool.to_array());
+    put_numbers(&mut bytes, &[durations.0, durations.1]);
+    bytes.extend_from_slice(&u16::try_from(count).unwrap_or(u16::MAX).to_le_bytes());
+    for (pod, sums) in named {
+        bytes.push(u8::try_from(pod.len()).unwrap_or(u8::MAX));
+        bytes.extend_from_slice(pod.as_bytes());
+        put_numbers(&mut bytes, &sums.to_array());
+    }
+    bytes
+}
+
+fn put_numbers(bytes: &mut Vec<u8>, numbers: &[f64]) {
+    for number in numbers {
+        bytes.extend_from_slice(&number.to_le_bytes());
+    }
+}
+
+/// A record published within [`SLOT_STALE_MS`] of `now_ms`, whole and finite.
+pub fn decode(bytes: &[u8], now_ms: u64) -> Option<Learned> {
+    let mut reader = Reader(bytes);
+    if reader.byte()? != VERSION {
+        return None;
+    }
+    let published = u64::from_le_bytes(reader.array()?);
+    if now_ms.saturating_sub(published) > SLOT_STALE_MS {
+        return None;
+    }
+    let pool = reader.sums()?;
+    let [weight, sum] = reader.numbers::<2>()?;
+    let count = u16::from_le_bytes(reader.array()?);
+    let mut pods = HashMap::with_capacity(usize::from(count).min(MAX_PODS));
+    for _ in 0..count {
+        let length = usize::from(reader.byte()?);
+        let pod = std::str::from_utf8(reader.take(length)?).ok()?;
+        let sums = reader.sums()?;
+        if pods.len() < MAX_PODS {
+            pods.insert(pod.to_string(), sums);
+        }
+    }
+    reader.0.is_empty().then_some(Learned { pool, pods, durations: (weight, sum) })
+}
+
+/// Reads a record front to back; every read is checked.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.take(1)?.first().copied()
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    /// `N` finite numbers, weights not negative.
+    fn numbers<const N: usize>(&mut self) -> Option<[f64; N]> {
+        let mut numbers = [0.0; N];
+        for number in &mut numbers {
+            *number = f64::from_le_bytes(self.array()?);
+            if !number.is_finite() {
+                return None;
+            }
+        }
+        numbers.first().is_none_or(|&weight| weight >= 0.0).then_some(numbers)
+    }
+
+    fn sums(&mut self) -> Option<Sums> {
+        self.numbers::<SUMS_LEN>().map(Sums::from_array)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::learn::{Load, Prior, TtftModels};
+
+    const PRIOR: Prior = Prior { overhead_ms: 30.0, ms_per_token: 0.02 };
+    const NOW: u64 = 1_700_000_000_000;
+
+    fn load(tokens: f64) -> Load {
+        Load { tokens, requests: 0.0 }
+    }
+
+    /// A worker that saw `pod` answer `answers` prompts of 1,000–3,000 tokens at `ms_per_token`.
+    fn worker_that_saw(pods: &[(&str, f64)], answers: u32) -> TtftModels {
+        let mut models = TtftModels::new(PRIOR);
+        for i in 0..answers {
+            for &(pod, ms_per_token) in pods {
+                let tokens = 1_000.0 + f64::from(i % 5) * 500.0;
+                models.observe(pod, load(tokens), 40.0 + ms_per_token * tokens);
+            }
+        }
+        models
+    }
+
+    #[test]
+    fn a_pod_another_worker_saw_slow_is_predicted_slow_here() {
+        let seen_there = worker_that_saw(&[("fast", 0.1), ("slow", 0.3)], 4);
+        let mut here = worker_that_saw(&[("fast", 0.1)], 4);
+        let before = here.predict("slow", load(2_000.0));
+        assert!(before < 300.0, "never seen here: predicted like the pool, {before}");
+        here.set_others(decode(&seen_there.encode_own(NOW), NOW).unwrap());
+        let (fast, slow) = (here.predict("fast", load(2_000.0)), here.predict("slow", load(2_000.0)));
+        // 640 and 240 ms in truth; a dozen answers still lean on the prior's slope.
+        assert!(slow > 1.5 * fast && slow > 2.0 * before, "slow {slow} ms vs fast {fast} ms");
+        assert!(here.fitted("slow") && here.typical_ms().is_some());
+        assert_eq!(here.observed(), 4, "only its own answers count as its own");
+    }
+
+    #[test]
+    fn the_sums_of_two_workers_are_the_sums_of_both() {
+        let (one, two) = (worker_that_saw(&[("a", 0.1)], 3), worker_that_saw(&[("a", 0.1), ("b", 0.2)], 2));
+        let mut both = decode(&one.encode_own(NOW), NOW).unwrap();
+        both.add(decode(&two.encode_own(NOW), NOW).unwrap());
+        let weight = |learned: &Learned, pod: &str| learned.pods.get(pod).map_or(0.0, |s| s.to_array()[0]);
+        assert!((weight(&both, "a") - one.weight("a") - two.weight("a")).abs() < 1e-9);
+        assert!((weight(&both, "b") - two.weight("b")).abs() < 1e-9);
+        assert_eq!(both.pods(), 2);
+    }
+
+    #[test]
+    fn a_stale_cut_or_poisoned_record_is_ignored_whole() {
+        let models = worker_that_saw(&[("a", 0.1), ("b", 0.2)], 3);
+        let record = models.encode_own(NOW);
+        assert!(decode(&record, NOW + SLOT_STALE_MS).is_some());
+        assert!(decode(&record, NOW + SLOT_STALE_MS + 1).is_none(), "its worker stopped publishing");
+        for cut in [0, 1, 9, record.len() / 2, record.len() - 1] {
+            assert!(decode(&record[..cut], NOW).is_none(), "cut at {cut}");
+        }
+        let mut longer = record.clone();
+        longer.push(0);
+        assert!(decode(&longer, NOW).is_none(), "trailing bytes");
+        let mut poisoned = record.clone();
+        poisoned[9..17].copy_from_slice(&f64::NAN.to_le_bytes());
+        assert!(decode(&poisoned, NOW).is_none(), "a weight that is not a number");
+        let mut negative = record;
+        negative[9..17].copy_from_slice(&(-1.0f64).to_le_bytes());
+        assert!(decode(&negative, NOW).is_none(), "a negative weight");
+        assert!(decode(&[2, 0, 0], NOW).is_none(), "another version");
+    }
+
+    #[test]
+    fn others_leave_with_their_pods() {
+        let seen_there = worker_that_saw(&[("a", 0.1), ("gone", 0.3)], 4);
+        let mut here = TtftModels::new(PRIOR);
+        here.set_others(decode(&seen_there.encode_own(NOW), NOW).unwrap());
+        assert!(here.fitted("gone"));
+        here.retain_pods(|pod| pod == "a");
+        assert!(!here.fitted("gone") && here.fitted("a"));
+    }
+}

@@ -1,0 +1,56 @@
+//! On the tick: this worker's TTFT observations published for the other workers of its Envoy,
+//! and theirs added to its models (`picker::learn::shared_models` says why and how).
+
+use std::cell::Cell;
+
+use picker::learn::shared_models::{decode, Learned, REFRESH_EVERY_MS, SHARE_EVERY_MS};
+use wasm_epp_host::Host;
+
+use crate::worker::Worker;
+
+/// When this worker last shared, and what it had observed then.
+#[derive(Debug, Default)]
+pub struct ShareClock {
+    next_ms: Cell<u64>,
+    published_ms: Cell<u64>,
+    published_observed: Cell<Option<u64>>,
+}
+
+/// The shared-data key of the worker in in-flight slot `slot`.
+pub fn key(slot: usize) -> String {
+    format!("{}{slot}", picker::keys::LEARNED_TTFT_PREFIX)
+}
+
+/// Every [`SHARE_EVERY_MS`], learning on: publishes this worker's observations (when it
+/// observed more since, or to stay live) under its in-flight slot, then reads every other
+/// claimed slot's and sets them as the models' other workers' observations. A worker with no
+/// slot (more workers than slots) learns from its own answers only.
+pub fn share(worker: &Worker, host: &dyn Host, slot: Option<usize>, slots: usize, now_ms: u64) {
+    let clock = &worker.learning_share;
+    if !worker.config.learning.enabled || now_ms < clock.next_ms.get() {
+        return;
+    }
+    clock.next_ms.set(now_ms.saturating_add(SHARE_EVERY_MS));
+    let Some(slot) = slot else { return };
+    let Ok(mut learner) = worker.learning.try_borrow_mut() else { return };
+    let observed = learner.models.observed();
+    let stale = now_ms.saturating_sub(clock.published_ms.get()) >= REFRESH_EVERY_MS;
+    if (clock.published_observed.get() != Some(observed) || stale)
+        && host.set(&key(slot), &learner.models.encode_own(now_ms), None).is_ok()
+    {
+        clock.published_ms.set(now_ms);
+        clock.published_observed.set(Some(observed));
+    }
+    let mut others = Learned::default();
+    let mut read = 0;
+    for other in (0..slots.max(slot + 1)).filter(|&other| other != slot) {
+        if let Ok((Some(bytes), _)) = host.get(&key(other)) {
+            if let Some(learned) = decode(&bytes, now_ms) {
+                others.add(learned);
+                read += 1;
+            }
+        }
+    }
+    worker.stats.add(worker.learning_stats.models_read, read);
+    learner.models.set_others(others);
+}
