@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use picker::learn::shared_models::{decode, Learned, REFRESH_EVERY_MS, SHARE_EVERY_MS};
+use picker::learn::shared_models::{decode, share_every_ms, Learned, REFRESH_EVERY_MS};
 use wasm_epp_host::Host;
 
 use crate::worker::Worker;
@@ -21,7 +21,7 @@ pub fn key(slot: usize) -> String {
     format!("{}{slot}", picker::keys::LEARNED_TTFT_PREFIX)
 }
 
-/// Every [`SHARE_EVERY_MS`], learning on: publishes this worker's observations (when it
+/// Every [`share_every_ms`] (100 ms up to 64 pods), learning on: publishes this worker's observations (when it
 /// observed more since, or to stay live) under its in-flight slot, then reads every other
 /// claimed slot's and sets them as the models' other workers' observations. A worker with no
 /// slot (more workers than slots) learns from its own answers only.
@@ -30,9 +30,9 @@ pub fn share(worker: &Worker, host: &dyn Host, slot: Option<usize>, slots: usize
     if !worker.config.learning.enabled || now_ms < clock.next_ms.get() {
         return;
     }
-    clock.next_ms.set(now_ms.saturating_add(SHARE_EVERY_MS));
     let Some(slot) = slot else { return };
     let Ok(mut learner) = worker.learning.try_borrow_mut() else { return };
+    clock.next_ms.set(now_ms.saturating_add(share_every_ms(learner.models.pods())));
     let observed = learner.models.observed();
     let stale = now_ms.saturating_sub(clock.published_ms.get()) >= REFRESH_EVERY_MS;
     if (clock.published_observed.get() != Some(observed) || stale)

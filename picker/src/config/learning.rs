@@ -108,7 +108,7 @@ impl Default for LearningConfig {
             prior_ms_per_token: 0.02,
             correct_index: true,
             balance_homes: true,
-            tail_guard: 1.3,
+            tail_guard: 1.45,
             usage_streams_per_pod: 4,
             usage_chunks_per_stream: 2.0,
             usage_chunks_per_second: 100.0,

@@ -9,7 +9,7 @@
 //! observations are the sums of both: each worker publishes its own under its in-flight slot
 //! ([`crate::inflight`]) and adds up the others', so every model rests on every worker's
 //! answers, a tick late. The cost is a tick's, never a request's: one write and one read per
-//! other worker every [`SHARE_EVERY_MS`].
+//! other worker every [`share_every_ms`] (100 ms up to 64 pods, longer for larger pools).
 //!
 //! Wire form (little endian): version byte, publish time in ms (u64), the pool's sums and the
 //! answers' durations (weight, sum), the pod count (u16), then per pod its address (length
@@ -22,10 +22,23 @@ use super::ttft::{Sums, SUMS_LEN};
 use crate::inflight::SLOT_STALE_MS;
 use crate::pod_table::MAX_PODS;
 
-/// How often a worker publishes what it learned and reads the others'. The models forget
-/// over ~50 answers, so a tenth of a second late is as good as at once; at the start it is
-/// a few answers, not seconds, behind.
+/// How often a worker publishes what it learned and reads the others', for a pool of up to
+/// [`SHARE_PODS_AT_ONCE`] pods. The models forget over ~50 answers, so a tenth of a second
+/// late is as good as at once; at the start it is a few answers, not seconds, behind.
 pub const SHARE_EVERY_MS: u64 = 100;
+
+/// Past this many pods the period grows with the pool ([`share_every_ms`]): a record is ~120
+/// bytes per pod, written once and read by every other worker, and a large pool's answers
+/// come to each pod more sparsely anyway.
+pub const SHARE_PODS_AT_ONCE: usize = 64;
+
+/// The share period for a pool of `pods`: [`SHARE_EVERY_MS`], times `pods` ÷
+/// [`SHARE_PODS_AT_ONCE`] past that (1.6 s for 1,024 pods), so the bytes shared a second stay
+/// those of 64 pods every 100 ms (~77 KB per worker).
+pub fn share_every_ms(pods: usize) -> u64 {
+    let scale = pods.div_ceil(SHARE_PODS_AT_ONCE).max(1);
+    SHARE_EVERY_MS.saturating_mul(u64::try_from(scale).unwrap_or(u64::MAX))
+}
 
 /// A worker that learned nothing new still publishes this often, so readers can tell it
 /// alive (they ignore records older than [`SLOT_STALE_MS`]).
@@ -214,6 +227,14 @@ mod tests {
         negative[9..17].copy_from_slice(&(-1.0f64).to_le_bytes());
         assert!(decode(&negative, NOW).is_none(), "a negative weight");
         assert!(decode(&[2, 0, 0], NOW).is_none(), "another version");
+    }
+
+    #[test]
+    fn a_large_pool_is_shared_less_often() {
+        assert_eq!(share_every_ms(0), SHARE_EVERY_MS);
+        assert_eq!(share_every_ms(64), SHARE_EVERY_MS);
+        assert_eq!(share_every_ms(65), 2 * SHARE_EVERY_MS);
+        assert_eq!(share_every_ms(1_024), 1_600);
     }
 
     #[test]

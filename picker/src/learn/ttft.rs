@@ -467,6 +467,11 @@ impl TtftModels {
         super::shared_models::encode(now_ms, &self.pool, &self.pods, self.durations)
     }
 
+    /// Pods some worker has observed.
+    pub fn pods(&self) -> usize {
+        self.pods.len().max(self.others.pods())
+    }
+
     /// Answers this worker observed (TTFT samples and ends): whether it learned something
     /// since it last published.
     pub fn observed(&self) -> u64 {
