@@ -542,7 +542,8 @@ impl TtftModels {
         self.sums(pod).map_or(0.0, |s| s.weight)
     }
 
-    /// The pod's model rests on at least [`MIN_FITTED_ANSWERS`] of its own answers.
+    /// The pod's model rests on at least [`MIN_FITTED_ANSWERS`] of its own answers (every
+    /// worker's, as last shared).
     pub fn fitted(&self, pod: &str) -> bool {
         self.weight(pod) >= MIN_FITTED_ANSWERS
     }
