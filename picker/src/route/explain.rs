@@ -3,8 +3,9 @@
 //!
 //! Computed only when asked for (it scores the pool a second time). The scores here are each
 //! pod's weighted score over every candidate in the pool; the pick itself scores only the
-//! pods its filters left (session, prefix affinity, full queues), so a pod kept by affinity
-//! can be chosen over a pod scored higher here. Both views are what an operator needs.
+//! pods its filters left (session, prefix affinity, full queues, learning's tail guard), so a
+//! pod kept by affinity can be chosen over a pod scored higher here, and so can a pod within
+//! the guard's bound over one predicted far past it. Both views are what an operator needs.
 
 use super::{table_candidates, RoutingView};
 use crate::scheduler::{weighted_scores, Candidate, Policy};
