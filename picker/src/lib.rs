@@ -33,3 +33,4 @@ pub mod saturation;
 pub mod scheduler;
 pub mod store;
 pub mod vm_id;
+mod wire;

@@ -18,6 +18,7 @@ use hashbrown::HashMap;
 use crate::address::PodAddress;
 use crate::pod_table::MAX_PODS;
 use crate::prefix::events::{decode_batch, RoutingEvent};
+use crate::wire::Reader;
 
 const MAGIC: &[u8; 4] = b"WEPP";
 const VERSION: u8 = 1;
@@ -91,50 +92,29 @@ impl PeerMessage {
         if bytes.len() > MAX_MESSAGE_BYTES {
             return Err(Refused::TooLarge);
         }
-        let mut reader = Reader { bytes, at: 0 };
-        if reader.take(4)? != MAGIC || reader.take(1)? != [VERSION] {
-            return Err(Refused::Malformed);
+        const MALFORMED: Refused = Refused::Malformed;
+        let mut reader = Reader::new(bytes);
+        if reader.take(4).ok_or(MALFORMED)? != MAGIC || reader.u8() != Some(VERSION) {
+            return Err(MALFORMED);
         }
-        let replica = reader.u64()?;
-        let seq = reader.u64()?;
-        let sent_ms = reader.u64()?;
-        let count = usize::from(u16::from_le_bytes(reader.take(2)?.try_into().map_err(|_| Refused::Malformed)?));
+        let replica = reader.u64().ok_or(MALFORMED)?;
+        let seq = reader.u64().ok_or(MALFORMED)?;
+        let sent_ms = reader.u64().ok_or(MALFORMED)?;
+        let count = usize::from(reader.u16().ok_or(MALFORMED)?);
         if count > MAX_PODS {
             return Err(Refused::Malformed);
         }
         let mut pods = Vec::with_capacity(count);
         for _ in 0..count {
-            let len = usize::from(*reader.take(1)?.first().ok_or(Refused::Malformed)?);
-            let text = std::str::from_utf8(reader.take(len)?).map_err(|_| Refused::Malformed)?;
+            let len = usize::from(reader.u8().ok_or(MALFORMED)?);
+            let text = std::str::from_utf8(reader.take(len).ok_or(MALFORMED)?).map_err(|_| MALFORMED)?;
             let address = PodAddress::parse(text).map_err(|_| Refused::Malformed)?;
-            let epoch = reader.u32()?;
-            let inflight = reader.u32()?;
+            let epoch = reader.u32().ok_or(MALFORMED)?;
+            let inflight = reader.u32().ok_or(MALFORMED)?;
             pods.push(PeerPod { address, epoch, inflight });
         }
-        let events = decode_batch(bytes.get(reader.at..).unwrap_or_default());
+        let events = decode_batch(reader.rest());
         Ok(Self { replica, seq, sent_ms, pods, events })
-    }
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, len: usize) -> Result<&'a [u8], Refused> {
-        let end = self.at.checked_add(len).ok_or(Refused::Malformed)?;
-        let slice = self.bytes.get(self.at..end).ok_or(Refused::Malformed)?;
-        self.at = end;
-        Ok(slice)
-    }
-
-    fn u64(&mut self) -> Result<u64, Refused> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| Refused::Malformed)?))
-    }
-
-    fn u32(&mut self) -> Result<u32, Refused> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| Refused::Malformed)?))
     }
 }
 

@@ -21,6 +21,7 @@ use hashbrown::HashMap;
 use super::ttft::{Sums, SUMS_LEN};
 use crate::inflight::SLOT_STALE_MS;
 use crate::pod_table::MAX_PODS;
+use crate::wire::Reader;
 
 /// How often a worker publishes what it learned and reads the others', for a pool of up to
 /// [`SHARE_PODS_AT_ONCE`] pods. The models forget over ~50 answers, so a tenth of a second
@@ -101,62 +102,40 @@ fn put_numbers(bytes: &mut Vec<u8>, numbers: &[f64]) {
 
 /// A record published within [`SLOT_STALE_MS`] of `now_ms`, whole and finite.
 pub fn decode(bytes: &[u8], now_ms: u64) -> Option<Learned> {
-    let mut reader = Reader(bytes);
-    if reader.byte()? != VERSION {
+    let mut reader = Reader::new(bytes);
+    if reader.u8()? != VERSION {
         return None;
     }
-    let published = u64::from_le_bytes(reader.array()?);
+    let published = reader.u64()?;
     if now_ms.saturating_sub(published) > SLOT_STALE_MS {
         return None;
     }
-    let pool = reader.sums()?;
-    let [weight, sum] = reader.numbers::<2>()?;
-    let count = u16::from_le_bytes(reader.array()?);
+    let pool = sums(&mut reader)?;
+    let [weight, sum] = numbers::<2>(&mut reader)?;
+    let count = reader.u16()?;
     let mut pods = HashMap::with_capacity(usize::from(count).min(MAX_PODS));
     for _ in 0..count {
-        let length = usize::from(reader.byte()?);
+        let length = usize::from(reader.u8()?);
         let pod = std::str::from_utf8(reader.take(length)?).ok()?;
-        let sums = reader.sums()?;
+        let pod_sums = sums(&mut reader)?;
         if pods.len() < MAX_PODS {
-            pods.insert(pod.to_string(), sums);
+            pods.insert(pod.to_string(), pod_sums);
         }
     }
-    reader.0.is_empty().then_some(Learned { pool, pods, durations: (weight, sum) })
+    reader.rest().is_empty().then_some(Learned { pool, pods, durations: (weight, sum) })
 }
 
-/// Reads a record front to back; every read is checked.
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let (head, rest) = self.0.split_at_checked(n)?;
-        self.0 = rest;
-        Some(head)
+/// `N` finite numbers, the first (a weight) not negative.
+fn numbers<const N: usize>(reader: &mut Reader<'_>) -> Option<[f64; N]> {
+    let mut numbers = [0.0; N];
+    for number in &mut numbers {
+        *number = reader.f64().filter(|n| n.is_finite())?;
     }
+    numbers.first().is_none_or(|&weight| weight >= 0.0).then_some(numbers)
+}
 
-    fn byte(&mut self) -> Option<u8> {
-        self.take(1)?.first().copied()
-    }
-
-    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N)?.try_into().ok()
-    }
-
-    /// `N` finite numbers, weights not negative.
-    fn numbers<const N: usize>(&mut self) -> Option<[f64; N]> {
-        let mut numbers = [0.0; N];
-        for number in &mut numbers {
-            *number = f64::from_le_bytes(self.array()?);
-            if !number.is_finite() {
-                return None;
-            }
-        }
-        numbers.first().is_none_or(|&weight| weight >= 0.0).then_some(numbers)
-    }
-
-    fn sums(&mut self) -> Option<Sums> {
-        self.numbers::<SUMS_LEN>().map(Sums::from_array)
-    }
+fn sums(reader: &mut Reader<'_>) -> Option<Sums> {
+    numbers::<SUMS_LEN>(reader).map(Sums::from_array)
 }
 
 #[cfg(test)]
