@@ -51,6 +51,12 @@ pub const INFLIGHT_SLOT_KEYS: [&str; crate::inflight::MAX_SLOTS] = [
 /// [`crate::inflight::MAX_SLOTS`] keys.
 pub const LEARNED_TTFT_PREFIX: &str = "wasm-epp/v1/learned-ttft/";
 
+/// The key of in-flight slot `slot`'s record under a per-slot `prefix` ([`FLOW_WAITING_PREFIX`],
+/// [`LEARNED_TTFT_PREFIX`]).
+pub fn per_slot(prefix: &str, slot: usize) -> String {
+    format!("{prefix}{slot}")
+}
+
 /// The workers' decision counter: bumped by compare-and-swap after each pick's publish while
 /// decisions are linearized, so the later of two crossing decisions learns of the earlier
 /// (see [`crate::inflight::WorkerInflight::confirm_decision`]). Holds the last bump's time.

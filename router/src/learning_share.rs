@@ -16,15 +16,14 @@ pub struct ShareClock {
     published_observed: Cell<Option<u64>>,
 }
 
-/// The shared-data key of the worker in in-flight slot `slot`.
-pub fn key(slot: usize) -> String {
-    format!("{}{slot}", picker::keys::LEARNED_TTFT_PREFIX)
+fn key(slot: usize) -> String {
+    picker::keys::per_slot(picker::keys::LEARNED_TTFT_PREFIX, slot)
 }
 
-/// Every [`share_every_ms`] (100 ms up to 64 pods), learning on: publishes this worker's observations (when it
-/// observed more since, or to stay live) under its in-flight slot, then reads every other
-/// claimed slot's and sets them as the models' other workers' observations. A worker with no
-/// slot (more workers than slots) learns from its own answers only.
+/// Every [`share_every_ms`] (100 ms up to 64 pods), learning on: publishes this worker's
+/// observations (when it observed more since, or to stay live) under its in-flight slot, then
+/// reads every other claimed slot's and sets them as the models' other workers' observations.
+/// A worker with no slot (more workers than slots) learns from its own answers only.
 pub fn share(worker: &Worker, host: &dyn Host, slot: Option<usize>, slots: usize, now_ms: u64) {
     let clock = &worker.learning_share;
     if !worker.config.learning.enabled || now_ms < clock.next_ms.get() {

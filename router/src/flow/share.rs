@@ -20,7 +20,7 @@ pub const WAITING_STALE_MS: u64 = 200;
 const RECORD_BYTES: usize = 12;
 
 fn key(slot: usize) -> String {
-    format!("{}{slot}", picker::keys::FLOW_WAITING_PREFIX)
+    picker::keys::per_slot(picker::keys::FLOW_WAITING_PREFIX, slot)
 }
 
 /// This worker's view of who else waits.
