@@ -60,18 +60,11 @@ pub fn write_token_sds(sds_path: &Path, token_path: &Path) -> io::Result<()> {
 }
 
 /// The bootstrap fragment merged over the rendered template (`--config-yaml`): the node
-/// identity SDS requires and the `kubernetes_api` cluster, plain HTTP to the fake server.
+/// identity SDS requires and the `kubernetes_api` cluster, plain HTTP to the fake server,
+/// with the manifests' token injection (Envoy 1.37 and newer: `header_value_prefix`).
 pub fn kubernetes_overlay(api_port: u16, sds_path: &Path, watched_dir: &Path) -> String {
     format!(
-        r#"node: {{ id: wasm-epp-test, cluster: wasm-epp }}
-static_resources:
-  clusters:
-    - name: kubernetes_api
-      type: STATIC
-      connect_timeout: 1s
-      load_assignment:
-        cluster_name: kubernetes_api
-        endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {api_port} }} }} }} }}] }}]
+        r#"{cluster}
       typed_extension_protocol_options:
         envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
           "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
@@ -97,8 +90,31 @@ static_resources:
               typed_config:
                 "@type": type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec
 "#,
+        cluster = api_cluster(api_port),
         sds = sds_path.display(),
         watched = watched_dir.display(),
+    )
+}
+
+/// The fragment of docs/deployment.md's kubectl proxy fallback: `kubernetes_api` a plain
+/// cluster with no upstream filters, the proxy (here the fake server, which then needs no
+/// token) adding the credentials. Any Envoy the filter runs on accepts it.
+pub fn kubernetes_plain_overlay(api_port: u16) -> String {
+    api_cluster(api_port) + "\n"
+}
+
+/// The node identity and the `kubernetes_api` cluster to 127.0.0.1:`api_port`.
+fn api_cluster(api_port: u16) -> String {
+    format!(
+        r#"node: {{ id: wasm-epp-test, cluster: wasm-epp }}
+static_resources:
+  clusters:
+    - name: kubernetes_api
+      type: STATIC
+      connect_timeout: 1s
+      load_assignment:
+        cluster_name: kubernetes_api
+        endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {api_port} }} }} }} }}] }}]"#
     )
 }
 

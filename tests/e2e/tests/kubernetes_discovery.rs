@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use launcher::envoy::Envoy;
 use launcher::envoy::EnvoyOptions;
-use launcher::fake_kube::envoy::{kubernetes_overlay, start_kube_envoy, write_token_sds, TokenDir};
+use launcher::fake_kube::envoy::{
+    kubernetes_overlay, kubernetes_plain_overlay, start_kube_envoy, write_token_sds, TokenDir,
+};
 use launcher::fake_kube::{FakeKube, FakePod, Outage};
 use launcher::http::{self, Reply};
 use launcher::pods::Pod;
@@ -19,6 +21,16 @@ use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(15);
 const SIM_ARGS: [&str; 2] = ["--time-scale", "0"];
+
+/// How Envoy reaches the API server.
+#[derive(Clone, Copy, PartialEq)]
+enum ApiAccess {
+    /// The manifests' way: Envoy injects the bearer token it reads from the watched folder.
+    InjectedToken,
+    /// docs/deployment.md's fallback for Envoys without it: a plain cluster to a local
+    /// `kubectl proxy`, which adds the credentials (the fake server stands in for both).
+    KubectlProxy,
+}
 
 struct KubeSetup {
     kube: FakeKube,
@@ -35,6 +47,17 @@ impl KubeSetup {
     /// `prepare` changes the fake cluster), and Envoy discovering them with `discovery`
     /// merged over a label-selector configuration.
     fn start(name: &str, block: u8, pods: usize, discovery: Value, prepare: impl FnOnce(&FakeKube)) -> Self {
+        Self::start_with(name, block, pods, discovery, prepare, ApiAccess::InjectedToken)
+    }
+
+    fn start_with(
+        name: &str,
+        block: u8,
+        pods: usize,
+        discovery: Value,
+        prepare: impl FnOnce(&FakeKube),
+        access: ApiAccess,
+    ) -> Self {
         let dir = launcher::paths::run_dir(name).unwrap();
         let port = launcher::free_port().unwrap();
         let pods: Vec<Pod> =
@@ -61,7 +84,10 @@ impl KubeSetup {
         let admin = launcher::free_port().unwrap();
         let mut options = EnvoyOptions::for_pool(&[], listen, admin).with_original_dst();
         options.poller_config = Some(json!({ "kubernetes": kubernetes, "poll_interval_ms": 100 }));
-        let overlay = kubernetes_overlay(kube.port(), &sds, tokens.dir());
+        let overlay = match access {
+            ApiAccess::InjectedToken => kubernetes_overlay(kube.port(), &sds, tokens.dir()),
+            ApiAccess::KubectlProxy => kubernetes_plain_overlay(kube.port()),
+        };
         let envoy = start_kube_envoy(&options, &overlay, &dir).unwrap_or_else(|e| panic!("envoy: {e}"));
         Self { kube, pods, envoy, tokens, port, block, dir }
     }
@@ -208,6 +234,19 @@ fn the_token_comes_from_a_watched_file_and_rotates() {
         .any(|r| r.authorization.as_deref() == Some("Bearer token-2") && r.status == 200));
     assert_eq!(setup.log_count("kubernetes discovery failing"), 1, "logged once, not per tick");
     assert_eq!(setup.log_count("kubernetes discovery working again"), 1);
+}
+
+/// The fallback runs on every Envoy the filter does (1.36 refuses the injector's
+/// `header_value_prefix`; `make compat-smoke` runs this test there): the pool is listed
+/// through a cluster with no upstream filters, and Envoy adds no credentials of its own.
+#[test]
+fn a_plain_api_cluster_as_behind_kubectl_proxy_lists_the_pool() {
+    let setup = KubeSetup::start_with("kube-plain", 28, 2, json!({}), |_| {}, ApiAccess::KubectlProxy);
+    setup.wait_for_pool(2, 2);
+    let served = setup.served(20, "through the proxy");
+    assert!(served.iter().all(|pod| *pod == setup.address(1) || *pod == setup.address(2)), "{served:?}");
+    let seen = setup.kube.requests();
+    assert!(!seen.is_empty() && seen.iter().all(|r| r.authorization.is_none()), "{:?}", seen.first());
 }
 
 #[test]
