@@ -62,12 +62,17 @@ impl Pod {
         Ok(())
     }
 
+    /// `ip:port`, `[ip]:port` for an IPv6 host: how pools, the destination header and
+    /// `x-served-by` write it.
     pub fn address(&self) -> String {
-        format!("{}:{}", self.host, self.port)
+        match self.host.contains(':') {
+            true => format!("[{}]:{}", self.host, self.port),
+            false => format!("{}:{}", self.host, self.port),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}:{}{path}", self.host, self.port)
+        format!("http://{}{path}", self.address())
     }
 
     /// Stops the pod as a crash would (SIGKILL): connections drop, the port closes.

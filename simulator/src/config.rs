@@ -176,9 +176,13 @@ impl PodConfig {
         }
     }
 
-    /// `host:port`, the value of the `x-served-by` header.
+    /// `host:port` (`[host]:port` for an IPv6 host, as pool addresses are written), the
+    /// value of the `x-served-by` header.
     pub fn served_by(&self) -> String {
-        format!("{}:{}", self.host, self.port)
+        match self.host.contains(':') {
+            true => format!("[{}]:{}", self.host, self.port),
+            false => format!("{}:{}", self.host, self.port),
+        }
     }
 
     /// Checks limits and consistency; the message names the offending flag.
