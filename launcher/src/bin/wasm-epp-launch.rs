@@ -143,7 +143,30 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// What `--help` prints: everything is set through the environment.
+const USAGE: &str = "wasm-epp-launch (make run): simulated vLLM pods and Envoy with wasm-epp, until Ctrl-C.
+
+Takes no arguments; the environment sets it up:
+  POD_PORTS    pod ports on 127.0.0.1, comma-separated (default 8001,8002,8003,8004)
+  LISTEN_PORT  Envoy's listener (default 10000)
+  ADMIN_PORT   Envoy's admin interface (default 9901)
+  SIM_ARGS     extra simulator flags (vllm-sim --help lists them)
+  REPLICAS     N > 1 runs N wasm-epp Envoys behind a round-robin front Envoy
+  PEERING      0 keeps those replicas from sharing their decisions (default 1)
+  PEER_SECRET  the replicas' shared secret (at least 16 visible ASCII characters)
+
+The filter's configuration is written to .run/filter-config.json; a saved change applies live.";
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return;
+    }
+    if let Some(first) = args.first() {
+        eprintln!("wasm-epp-launch: takes no arguments ('{first}'); the environment configures it (--help)");
+        std::process::exit(2);
+    }
     if let Err(error) = run() {
         eprintln!("wasm-epp-launch: {error}");
         std::process::exit(1);
