@@ -88,6 +88,8 @@ pub struct WorkerInflight {
     discover_until_ms: Option<u64>,
     /// This VM's id (from [`crate::vm_id`]), once it has one.
     owner: Option<u64>,
+    /// [`SyncReport::slots_full`] was reported once already.
+    told_slots_full: bool,
     /// The other workers' slot values as last read, by slot index up to the claimed ones
     /// (`None`: not counted, being this worker's own or stale): what `others` and `others_at`
     /// are the sums of when [`Self::sums_current`].
@@ -116,6 +118,10 @@ pub struct SyncReport {
     pub published: bool,
     /// Live slots of other workers read.
     pub peers: usize,
+    /// Every slot is held by another live worker (Envoy runs more than [`MAX_SLOTS`]
+    /// workers), so this worker's counts reach nobody: set on the first sync that finds it,
+    /// for one warning.
+    pub slots_full: bool,
 }
 
 impl WorkerInflight {
@@ -233,7 +239,9 @@ impl WorkerInflight {
         };
         let peers = self.read_others(store, now_ms);
         self.read_replicas(store, now_ms);
-        SyncReport { published, peers }
+        let slots_full =
+            self.slot.is_none() && peers >= MAX_SLOTS && !std::mem::replace(&mut self.told_slots_full, true);
+        SyncReport { published, peers, slots_full }
     }
 
     /// Per request: re-reads the other workers' slots, so a decision sees their picks up to

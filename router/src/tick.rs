@@ -47,6 +47,14 @@ fn sync(worker: &Worker, host: &dyn Host) {
         if !report.published {
             worker.stats.increment(worker.stats.inflight_update_failed);
         }
+        if report.slots_full {
+            log::warn!(
+                "wasm-epp: Envoy runs more than {} worker threads: this worker's requests in flight are \
+                 not seen by the other workers' picks (run Envoy with --concurrency {} or less)",
+                picker::inflight::MAX_SLOTS,
+                picker::inflight::MAX_SLOTS
+            );
+        }
         let (slot, slots) = (inflight.slot(), inflight.claimed_slots());
         drop(inflight);
         crate::learning_share::share(worker, host, slot, slots, host.now_ms());

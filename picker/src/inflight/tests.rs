@@ -77,14 +77,18 @@ fn corrupt_slots_are_skipped_and_can_be_claimed() {
 fn every_worker_gets_its_own_slot() {
     let store = MemoryStore::new();
     let mut workers: Vec<WorkerInflight> = (0..MAX_SLOTS + 2).map(|_| WorkerInflight::new()).collect();
-    for worker in &mut workers {
-        worker.sync(&store, NOW, EXPIRY);
-    }
+    let reports: Vec<SyncReport> = workers.iter_mut().map(|worker| worker.sync(&store, NOW, EXPIRY)).collect();
     let mut slots: Vec<usize> = workers.iter().filter_map(|w| w.slot).collect();
     assert_eq!(slots.len(), MAX_SLOTS, "workers past the bound count only their own");
     slots.sort_unstable();
     slots.dedup();
     assert_eq!(slots.len(), MAX_SLOTS);
+    // The two past the bound say so, once each (the tick turns it into one warning).
+    let full: Vec<bool> = reports.iter().map(|r| r.slots_full).collect();
+    assert_eq!(full.iter().filter(|&&f| f).count(), 2);
+    assert!(full.iter().skip(MAX_SLOTS).all(|&f| f));
+    let again: Vec<bool> = workers.iter_mut().map(|worker| worker.sync(&store, NOW, EXPIRY).slots_full).collect();
+    assert!(again.iter().all(|&f| !f), "said once per worker");
 }
 
 #[test]
