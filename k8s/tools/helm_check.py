@@ -36,6 +36,8 @@ CASES = {
     },
     "istio": {"mode": "istio"},
     "istio-wasmplugin": {"mode": "istio", "istio": {"wasmPlugin": {"enabled": True}}},
+    # Istio 1.27-1.28: the API server through a kubectl proxy sidecar (validated on the oldest Envoy).
+    "istio-kubectl-proxy": {"mode": "istio", "istio": {"kubernetesApi": "kubectlProxy"}},
 }
 
 # Values the chart must refuse (values.schema.json, or the templates' own checks).
@@ -44,6 +46,7 @@ REFUSED = {
     "no replica": {"replicas": 0},
     "misspelt pool field": {"pool": {"labelSelectr": "app=x"}},
     "no pool at all": {"pool": {"labelSelector": "", "inferencePool": ""}},
+    "unknown API access": {"mode": "istio", "istio": {"kubernetesApi": "token-in-config"}},
 }
 
 

@@ -18,6 +18,9 @@
 4. The Helm chart (k8s/helm/wasm-epp), rendered by `make helm-check` into target/helm/, goes
    through 1 and 2 too, and with its default values must render the same Envoy
    configuration as k8s/standalone and k8s/istio/singleton (plugin configurations aside).
+5. With OLDEST_ENVOY_BIN set (the Makefile sets it), every configuration of 2 without the
+   Kubernetes token injector's `header_value_prefix` (Envoy >= 1.37) also passes
+   `envoy --mode validate` on that older Envoy (docs/deployment.md, "Envoy versions").
 
 Run by `make validate` (part of `make test`) with the Makefile's .venv python.
 """
@@ -42,6 +45,9 @@ K8S = ROOT / "k8s"
 ENVOY = Path(os.environ.get("ENVOY_BIN", ROOT / ".venv/bin/envoy"))
 WASM_DIR = Path(os.environ.get("WASM_DIR", ROOT / "target/wasm32-wasip1/release"))
 ENVOY_VERSION = os.environ.get("ENVOY_VERSION", "1.40.0")
+# The oldest Envoy the configurations must load on, but for the token injector's prefix.
+OLDEST_ENVOY = os.environ.get("OLDEST_ENVOY_BIN")
+NEEDS_ENVOY_1_37 = "header_value_prefix"
 KUBERNETES_VERSION = os.environ.get("KUBERNETES_VERSION", "1.33.0")
 # Files a kustomization deliberately leaves out (documented alternatives).
 OPTIONAL_MANIFESTS = {
@@ -620,6 +626,22 @@ def check_envoy_configs(scratch_root):
         jobs.append((where, config, files, scratch))
     with ThreadPoolExecutor(max_workers=4) as pool:
         list(pool.map(lambda job: run_envoy_checks(*job), jobs))
+    if OLDEST_ENVOY:
+        older = [job for job in jobs if NEEDS_ENVOY_1_37 not in yaml.safe_dump(job[1])]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(lambda job: validate_on_oldest(*job), older))
+
+
+def validate_on_oldest(where, config, files, scratch):
+    """`envoy --mode validate` with the oldest Envoy the configuration must load on."""
+    path = scratch / "envoy-oldest.yaml"
+    path.write_text(localise(yaml.safe_dump(config, sort_keys=False), scratch, files))
+    result = subprocess.run([OLDEST_ENVOY, "--mode", "validate", "-c", str(path), "-l", "warn"],
+                            capture_output=True, text=True, timeout=120)
+    if result.returncode != 0 or "OK" not in result.stdout + result.stderr:
+        tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
+        return fail(where, f"envoy --mode validate on {OLDEST_ENVOY}: " + " | ".join(tail))
+    print(f"  ok  {where} (also on {Path(OLDEST_ENVOY).parent.parent.name})")
 
 
 # --- the chart against the hand-written manifests ---------------------------------------------
