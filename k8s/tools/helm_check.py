@@ -47,6 +47,8 @@ REFUSED = {
     "misspelt pool field": {"pool": {"labelSelectr": "app=x"}},
     "no pool at all": {"pool": {"labelSelector": "", "inferencePool": ""}},
     "unknown API access": {"mode": "istio", "istio": {"kubernetesApi": "token-in-config"}},
+    # Workers past the 32 in-flight slots would not see each other's requests (deployment.md).
+    "more workers than slots": {"concurrency": 64},
 }
 
 
