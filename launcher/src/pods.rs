@@ -62,13 +62,9 @@ impl Pod {
         Ok(())
     }
 
-    /// `ip:port`, `[ip]:port` for an IPv6 host: how pools, the destination header and
-    /// `x-served-by` write it.
+    /// `ip:port`, `[ip]:port` for an IPv6 host, as the pod writes itself in `x-served-by`.
     pub fn address(&self) -> String {
-        match self.host.contains(':') {
-            true => format!("[{}]:{}", self.host, self.port),
-            false => format!("{}:{}", self.host, self.port),
-        }
+        vllm_sim::config::host_port(&self.host, self.port)
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -176,13 +176,9 @@ impl PodConfig {
         }
     }
 
-    /// `host:port` (`[host]:port` for an IPv6 host, as pool addresses are written), the
-    /// value of the `x-served-by` header.
+    /// [`host_port`] of this pod: the value of the `x-served-by` header.
     pub fn served_by(&self) -> String {
-        match self.host.contains(':') {
-            true => format!("[{}]:{}", self.host, self.port),
-            false => format!("{}:{}", self.host, self.port),
-        }
+        host_port(&self.host, self.port)
     }
 
     /// Checks limits and consistency; the message names the offending flag.
@@ -253,9 +249,24 @@ fn validate_latency(latency: &LatencyParams) -> Result<(), String> {
     }
 }
 
+/// `host:port`, `[host]:port` for an IPv6 host: how pools, the destination header and
+/// `x-served-by` write a pod's address.
+pub fn host_port(host: &str, port: u16) -> String {
+    match host.contains(':') {
+        true => format!("[{host}]:{port}"),
+        false => format!("{host}:{port}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ipv6_host_is_bracketed_as_pool_addresses_are() {
+        assert_eq!(host_port("127.0.0.1", 8001), "127.0.0.1:8001");
+        assert_eq!(host_port("::1", 8001), "[::1]:8001");
+    }
 
     #[test]
     fn presets_are_valid() {
