@@ -49,10 +49,9 @@ fn sync(worker: &Worker, host: &dyn Host) {
         }
         if report.slots_full {
             log::warn!(
-                "wasm-epp: Envoy runs more than {} worker threads: this worker's requests in flight are \
-                 not seen by the other workers' picks (run Envoy with --concurrency {} or less)",
-                picker::inflight::MAX_SLOTS,
-                picker::inflight::MAX_SLOTS
+                "wasm-epp: Envoy runs more than {slots} worker threads: this worker's requests in flight are \
+                 not seen by the other workers' picks (run Envoy with --concurrency {slots} or less)",
+                slots = picker::inflight::MAX_SLOTS
             );
         }
         let (slot, slots) = (inflight.slot(), inflight.claimed_slots());

@@ -24,8 +24,8 @@ fn workers_past_the_slots_serve_and_say_why_their_counts_are_unseen() {
     });
     assert!(statuses.iter().all(|&status| status == 200), "{statuses:?}");
 
-    let warning = "Envoy runs more than 32 worker threads";
-    let warned = || cluster.envoy.log().matches(warning).count();
+    let warning = format!("Envoy runs more than {MAX_SLOTS} worker threads");
+    let warned = || cluster.envoy.log().matches(warning.as_str()).count();
     assert!(
         launcher::wait_until(std::time::Duration::from_secs(5), || warned() >= 1),
         "{}",
