@@ -397,11 +397,13 @@ impl TtftModels {
         let ttft_ms = ttft_ms.min(cap);
         self.observed += 1;
         self.pool.add(load, ttft_ms);
-        if !self.pods.contains_key(pod) && self.pods.len() < MAX_PODS {
-            self.pods.insert(pod.to_string(), Sums::default());
-        }
         let shared = self.others.pods.get(pod).copied().unwrap_or_default();
-        if let Some(sums) = self.pods.get_mut(pod) {
+        // One lookup: a new pod is taken in while the table has room.
+        let sums = match self.pods.len() < MAX_PODS {
+            true => Some(self.pods.entry_ref(pod).or_default()),
+            false => self.pods.get_mut(pod),
+        };
+        if let Some(sums) = sums {
             // The pod's term in the reference is every worker's answers: only this worker's change.
             self.reference.add(sums.plus(shared).moments(), -1.0);
             sums.add(load, ttft_ms);
