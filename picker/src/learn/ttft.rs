@@ -508,8 +508,20 @@ impl TtftModels {
     /// The pod's fit: the pool's, its work scaled by the pod's speed ratio (the pool's for a
     /// pod never observed).
     pub fn fit(&self, pod: &str) -> Fit {
+        self.fit_from(self.sums(pod))
+    }
+
+    /// [`Self::fit`] and [`Self::fitted`] of `pod` from one look at its sums (a decision
+    /// asks both of every candidate).
+    pub fn fit_and_fitted(&self, pod: &str) -> (Fit, bool) {
+        let sums = self.sums(pod);
+        (self.fit_from(sums), sums.is_some_and(|s| s.weight >= MIN_FITTED_ANSWERS))
+    }
+
+    /// [`Self::fit`] of a pod whose observations (every worker's) are `sums`.
+    fn fit_from(&self, sums: Option<Sums>) -> Fit {
         let pool = self.pool_fit();
-        let Some(sums) = self.sums(pod) else { return pool };
+        let Some(sums) = sums else { return pool };
         // How much slower than the pool this pod prefills, from the time its answers took
         // beyond the fixed overhead (and, behind a full batch, the pool's slot wait)
         // over the pool's prefill cost for their tokens: pods differ in how fast they compute
@@ -588,6 +600,8 @@ mod tests {
         assert!((fit.ms_per_token - 0.1).abs() < 0.005, "{fit:?}");
         assert!((fit.overhead_ms - 50.0).abs() < 10.0, "{fit:?}");
         assert!((models.predict("a", tokens(10_000.0)) - 1_050.0).abs() < 60.0);
+        assert_eq!(models.fit_and_fitted("a"), (fit, true));
+        assert_eq!(models.fit_and_fitted("unseen"), (models.pool_fit(), false));
     }
 
     #[test]

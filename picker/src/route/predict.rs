@@ -74,7 +74,7 @@ impl LearningQuery<'_> {
         let load = Load { tokens, requests: self.models.ahead_of_a_slot(pod, f64::from(requests)) };
         let hashed_blocks = u32::try_from(self.hashed_blocks).unwrap_or(u32::MAX);
         let matched_blocks = u32::try_from(matched_blocks.min(self.hashed_blocks)).unwrap_or(u32::MAX);
-        let fit = self.models.fit(pod);
+        let (fit, fitted) = self.models.fit_and_fitted(pod);
         Predicted {
             cached_tokens,
             indexed_tokens,
@@ -84,7 +84,7 @@ impl LearningQuery<'_> {
             load,
             ttft_ms: fit.predict(load),
             prefill_ms: fit.ms_per_token * f64::from(uncached_tokens),
-            fitted: self.models.fitted(pod),
+            fitted,
         }
     }
 
