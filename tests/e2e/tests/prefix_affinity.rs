@@ -109,18 +109,21 @@ fn a_pod_whose_metrics_failed_for_a_while_keeps_its_prefix_affinity() {
     let home = cluster.served_by_pool(&cluster.complete(&prompt(10, 0)));
     std::thread::sleep(Duration::from_millis(150));
     let healthy = || cluster.envoy.stat("wasm_epp_pods_healthy").unwrap_or(-1.0);
-    let wait_for = |what: &str, pods: f64| {
-        let reached = launcher::wait_until(Duration::from_secs(10), || healthy() == pods);
-        assert!(reached, "{what}: {} healthy pods, wanted {pods}", healthy());
+    // The home pod's own gauge: on a loaded machine another pod's scrape can time out too,
+    // and the pool's count alone once took that for the home pod leaving.
+    let home_healthy = || cluster.envoy.stat(&format!("wasm_epp_pod_healthy{{pod=\"{home}\"}}")).unwrap_or(-1.0);
+    let wait_for = |what: &str, pods: f64, home: f64| {
+        let reached = launcher::wait_until(Duration::from_secs(10), || healthy() == pods && home_healthy() == home);
+        assert!(reached, "{what}: {} healthy pods, wanted {pods}; home pod healthy {}", healthy(), home_healthy());
     };
-    wait_for("all scraped", 3.0);
+    wait_for("all scraped", 3.0, 1.0);
     // Its /metrics fails long enough to take it out of rotation (a scrape timing out under
     // load looks the same), while the engine and its cache live on: the counters carry on.
     let pod = cluster.pods.iter().find(|p| p.address() == home).unwrap();
     pod.set_faults(&serde_json::json!({"metrics_fail": true})).unwrap();
-    wait_for("the pod out of rotation", 2.0);
+    wait_for("the pod out of rotation", 2.0, 0.0);
     pod.clear_faults().unwrap();
-    wait_for("the pod back", 3.0);
+    wait_for("the pod back", 3.0, 1.0);
     std::thread::sleep(Duration::from_millis(150)); // the new table reaches both workers
     let before = cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0);
     let served = cluster.served_by_pool(&cluster.complete(&prompt(10, 1)));
