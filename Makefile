@@ -290,12 +290,13 @@ $(KUBERNETES_VALIDATE_STAMP): $(ENVOY)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION)
 	touch $@
 
-validate: envoy wasm $(KUBERNETES_VALIDATE_STAMP) helm-check .venv-envoy-$(COMPAT_OLDEST)/bin/envoy
+validate: envoy wasm prometheus $(KUBERNETES_VALIDATE_STAMP) helm-check .venv-envoy-$(COMPAT_OLDEST)/bin/envoy
 	ENVOY_VERSION=$(ENVOY_VERSION) OLDEST_ENVOY_BIN=$(CURDIR)/.venv-envoy-$(COMPAT_OLDEST)/bin/envoy \
 		$(VENV)/bin/python k8s/tools/validate.py
 
 # `make helm-check`: `helm lint --strict` and `helm template` of k8s/helm/wasm-epp for each
-# mode (standalone, InferencePool, Istio, Istio + WasmPlugin, Istio + kubectl proxy) into target/helm/, which
+# mode (standalone, InferencePool, Istio, Istio + WasmPlugin, Istio + kubectl proxy, either with
+# the Prometheus Operator's PodMonitor and PrometheusRule) into target/helm/, which
 # `make validate` then checks. Helm is Helm's own Go SDK (v4) from PyPI's helm-python-sdk
 # (k8s/tools/helm_check.py says why not the helm binary).
 HELM_SDK_VERSION := 0.2.2

@@ -38,6 +38,10 @@ CASES = {
     "istio-wasmplugin": {"mode": "istio", "istio": {"wasmPlugin": {"enabled": True}}},
     # Istio 1.27-1.28: the API server through a kubectl proxy sidecar (validated on the oldest Envoy).
     "istio-kubectl-proxy": {"mode": "istio", "istio": {"kubernetesApi": "kubectlProxy"}},
+    # The Prometheus Operator's PodMonitor and PrometheusRule (k8s/alerts), for either mode.
+    "standalone-monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+                              "alerts": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
+    "istio-monitoring": {"mode": "istio", "podMonitor": {"enabled": True}, "alerts": {"enabled": True}},
 }
 
 # Values the chart must refuse (values.schema.json, or the templates' own checks).
@@ -49,6 +53,8 @@ REFUSED = {
     "unknown API access": {"mode": "istio", "istio": {"kubernetesApi": "token-in-config"}},
     # Workers past the 32 in-flight slots would not see each other's requests (deployment.md).
     "more workers than slots": {"concurrency": 64},
+    "misspelt monitoring field": {"podMonitor": {"enable": True}},
+    "scrape interval without a unit": {"podMonitor": {"enabled": True, "interval": "15"}},
 }
 
 

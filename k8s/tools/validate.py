@@ -18,7 +18,9 @@
 4. The Helm chart (k8s/helm/wasm-epp), rendered by `make helm-check` into target/helm/, goes
    through 1 and 2 too, and with its default values must render the same Envoy
    configuration as k8s/standalone and k8s/istio/singleton (plugin configurations aside).
-5. With OLDEST_ENVOY_BIN set (the Makefile sets it), every configuration of 2 without the
+5. The alerting rules (k8s/alerts) with promtool, and the chart's PrometheusRule and
+   PodMonitor against them (k8s/tools/alerts_check.py).
+6. With OLDEST_ENVOY_BIN set (the Makefile sets it), every configuration of 2 without the
    Kubernetes token injector's `header_value_prefix` (Envoy >= 1.37) also passes
    `envoy --mode validate` on that older Envoy (docs/deployment.md, "Envoy versions").
 
@@ -39,6 +41,8 @@ from pathlib import Path
 
 import yaml
 import kubernetes_validate
+
+import alerts_check
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -64,6 +68,7 @@ SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 # value set, and they are checked like the hand-written manifests.
 HELM_CHART = K8S / "helm"
 HELM_RENDERED = Path(os.environ.get("HELM_RENDERED", ROOT / "target/helm"))
+ALERTS = K8S / "alerts"
 
 failures = []
 
@@ -78,7 +83,8 @@ def rel(path):
 
 def manifest_paths():
     """Every manifest to check: k8s/** except the chart's templates, and the rendered chart."""
-    paths = [p for p in sorted(K8S.rglob("*.yaml")) if HELM_CHART not in p.parents]
+    # k8s/alerts holds Prometheus rule files, not Kubernetes resources (alerts_check.py).
+    paths = [p for p in sorted(K8S.rglob("*.yaml")) if HELM_CHART not in p.parents and ALERTS not in p.parents]
     return paths + sorted(HELM_RENDERED.rglob("*.yaml"))
 
 
@@ -151,7 +157,19 @@ def check_virtual_service(where, doc):
         fail(where, "VirtualService needs spec.hosts and spec.http")
 
 
+def check_prometheus_rule(where, doc):
+    for problem in alerts_check.check_prometheus_rule(doc):
+        fail(where, problem)
+
+
+def check_pod_monitor(where, doc):
+    for problem in alerts_check.check_pod_monitor(doc):
+        fail(where, problem)
+
+
 CUSTOM = {
+    ("monitoring.coreos.com/v1", "PrometheusRule"): check_prometheus_rule,
+    ("monitoring.coreos.com/v1", "PodMonitor"): check_pod_monitor,
     ("networking.istio.io/v1alpha3", "EnvoyFilter"): check_envoy_filter,
     ("extensions.istio.io/v1alpha1", "WasmPlugin"): check_wasm_plugin,
     ("inference.networking.k8s.io/v1", "InferencePool"): check_inference_pool,
@@ -696,6 +714,11 @@ def check_compose():
             source = volume.split(":")[0]
             if source.startswith(".") and not (compose_dir / source).resolve().exists():
                 fail(where, f"{name}: volume source {source} does not exist")
+    prometheus = yaml.safe_load((compose_dir / "prometheus.yml").read_text())
+    mounted = {v.split(":")[1] for v in dig(services, "prometheus", "volumes") or []}
+    for rule_file in prometheus.get("rule_files") or []:
+        if rule_file not in mounted:
+            fail(where, f"prometheus.yml loads {rule_file}, which no volume of the prometheus service mounts")
     addresses = {dig(s, "networks", "pool", "ipv4_address") for s in services.values()}
     config = yaml.safe_load((compose_dir / "envoy.yaml").read_text())
     for _, value in singleton_configs(config):
@@ -725,6 +748,12 @@ def main():
         check_envoy_configs(Path(scratch))
     check_coherence(resources)
     check_chart_follows_manifests()
+    print("alerting rules (promtool)")
+    alert_problems = alerts_check.check_rule_files()
+    for problem in alert_problems:
+        fail("k8s/alerts", problem)
+    if not alert_problems:
+        print("  ok  k8s/alerts/wasm-epp.rules.yaml: promtool check rules, test rules")
     print("docker compose")
     check_compose()
     if failures:
