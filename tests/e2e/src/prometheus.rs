@@ -2,7 +2,7 @@
 //! scraping a test's Envoy admin (`/stats/prometheus`) and pods (`/metrics`) on 127.0.0.1,
 //! queried through its HTTP API. Stopped by process id when dropped.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -21,19 +21,45 @@ fn binary() -> String {
     std::env::var("PROMETHEUS").unwrap_or_else(|_| "/usr/bin/prometheus".to_string())
 }
 
+/// What a test adds to the plain scrape configuration.
+#[derive(Debug, Default)]
+pub struct Extras {
+    /// Rule files to load (evaluated every [`SCRAPE_INTERVAL`]).
+    pub rule_files: Vec<PathBuf>,
+    /// Scrape Envoy as in Kubernetes: the target carries a `pod` label, this Envoy pod's name,
+    /// as the Prometheus Operator's PodMonitor and the usual `kubernetes-pods` relabeling add
+    /// it. The job `wasm-epp-envoy` then keeps the scraped series' own labels
+    /// (`honor_labels`, as the chart's PodMonitor sets), and a second job,
+    /// `wasm-epp-envoy-no-honor`, scrapes the same Envoy without it.
+    pub envoy_pod_name: Option<String>,
+}
+
 impl Prometheus {
     /// Starts Prometheus in `dir` scraping `envoy_admin` (`host:port`) and `pods`.
     pub fn start(dir: &Path, envoy_admin: &str, pods: &[String]) -> Result<Self, String> {
+        Self::start_with(dir, envoy_admin, pods, &Extras::default())
+    }
+
+    /// [`Self::start`], with `extras`.
+    pub fn start_with(dir: &Path, envoy_admin: &str, pods: &[String], extras: &Extras) -> Result<Self, String> {
         let port = launcher::free_port().map_err(|e| e.to_string())?;
         let pod_targets: Vec<String> = pods.iter().map(|p| format!("'{p}'")).collect();
+        let rule_files: Vec<String> = extras.rule_files.iter().map(|p| format!("'{}'", p.display())).collect();
+        let envoy_jobs = match &extras.envoy_pod_name {
+            None => envoy_job("wasm-epp-envoy", envoy_admin, None, false),
+            Some(name) => {
+                envoy_job("wasm-epp-envoy", envoy_admin, Some(name), true)
+                    + &envoy_job("wasm-epp-envoy-no-honor", envoy_admin, Some(name), false)
+            }
+        };
         let config = format!(
             "global: {{ scrape_interval: {SCRAPE_INTERVAL}, evaluation_interval: {SCRAPE_INTERVAL} }}\n\
+             rule_files: [{}]\n\
              scrape_configs:\n\
-             \x20 - job_name: wasm-epp-envoy\n\
-             \x20   metrics_path: /stats/prometheus\n\
-             \x20   static_configs: [{{ targets: ['{envoy_admin}'] }}]\n\
+             {envoy_jobs}\
              \x20 - job_name: vllm-pods\n\
              \x20   static_configs: [{{ targets: [{}] }}]\n",
+            rule_files.join(", "),
             pod_targets.join(", ")
         );
         let config_path = dir.join("prometheus.yml");
@@ -55,6 +81,31 @@ impl Prometheus {
             return Err(format!("prometheus not ready on {port}; see {}", dir.join("prometheus.log").display()));
         }
         Ok(server)
+    }
+
+    /// Every alert pending or firing now (`/api/v1/alerts`): its labels, annotations, state.
+    pub fn alerts(&self) -> Result<Vec<serde_json::Value>, String> {
+        let text = ureq::get(&self.url("/api/v1/alerts"))
+            .timeout(Duration::from_secs(10))
+            .call()
+            .map_err(|e| e.to_string())?
+            .into_string()
+            .map_err(|e| e.to_string())?;
+        let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+        body["data"]["alerts"].as_array().cloned().ok_or_else(|| format!("no alerts in {text}"))
+    }
+
+    /// Rule groups as loaded, with each rule's health and last error (`/api/v1/rules`).
+    pub fn rules(&self) -> Result<Vec<serde_json::Value>, String> {
+        let text = ureq::get(&self.url("/api/v1/rules"))
+            .timeout(Duration::from_secs(10))
+            .call()
+            .map_err(|e| e.to_string())?
+            .into_string()
+            .map_err(|e| e.to_string())?;
+        let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
+        let groups = body["data"]["groups"].as_array().ok_or_else(|| format!("no groups in {text}"))?;
+        Ok(groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()).collect())
     }
 
     fn url(&self, path: &str) -> String {
@@ -107,4 +158,15 @@ impl Prometheus {
             std::thread::sleep(Duration::from_millis(500));
         }
     }
+}
+
+/// One scrape job for Envoy's `/stats/prometheus`, as YAML lines of `scrape_configs`.
+fn envoy_job(name: &str, envoy_admin: &str, pod_label: Option<&String>, honor_labels: bool) -> String {
+    let labels = pod_label.map_or(String::new(), |pod| format!(", labels: {{ pod: '{pod}' }}"));
+    format!(
+        "\x20 - job_name: {name}\n\
+         \x20   metrics_path: /stats/prometheus\n\
+         \x20   honor_labels: {honor_labels}\n\
+         \x20   static_configs: [{{ targets: ['{envoy_admin}']{labels} }}]\n"
+    )
 }
