@@ -14,11 +14,12 @@
 //! Wire form (little endian): version byte, publish time in ms (u64), the pool's sums and the
 //! answers' durations (weight, sum), the pod count (u16), then per pod its address (length
 //! byte, bytes) and its sums. Every number is an `f64`; a record that is stale, cut short or
-//! holds a number that is not finite is ignored whole.
+//! holds a number no worker could have summed (not finite, past 1e30, a weight past what
+//! [`FORGET`] allows) is ignored whole.
 
 use hashbrown::HashMap;
 
-use super::ttft::{Sums, SUMS_LEN};
+use super::ttft::{Sums, FORGET, SUMS_LEN};
 use crate::inflight::SLOT_STALE_MS;
 use crate::pod_table::MAX_PODS;
 use crate::wire::Reader;
@@ -125,17 +126,31 @@ pub fn decode(bytes: &[u8], now_ms: u64) -> Option<Learned> {
     reader.rest().is_empty().then_some(Learned { pool, pods, durations: (weight, sum) })
 }
 
-/// `N` finite numbers, the first (a weight) not negative.
+/// No sum a worker publishes comes near this: ~50 answers' tokens squared stay below 1e20
+/// even at 100M tokens in flight. Past it a record is corrupt, and its products could
+/// overflow in a fit.
+const MAX_MAGNITUDE: f64 = 1e30;
+
+/// A weight is a count of answers discounted by [`FORGET`] at each new one: one worker's
+/// never reaches 1 / (1 - FORGET) = 50, and is 0 (nothing seen) or at least 1 (the newest
+/// answer counts whole). A weight in between made means of a few ms solve to infinity.
+const MAX_WEIGHT: f64 = 1.0 / (1.0 - FORGET) + 1.0;
+
+/// `N` finite numbers within [`MAX_MAGNITUDE`], the first a weight (0, or `1..=MAX_WEIGHT`).
 fn numbers<const N: usize>(reader: &mut Reader<'_>) -> Option<[f64; N]> {
     let mut numbers = [0.0; N];
     for number in &mut numbers {
-        *number = reader.f64().filter(|n| n.is_finite())?;
+        *number = reader.f64().filter(|n| n.abs() <= MAX_MAGNITUDE)?;
     }
-    numbers.first().is_none_or(|&weight| weight >= 0.0).then_some(numbers)
+    let weight_possible = |&weight: &f64| weight == 0.0 || (1.0..=MAX_WEIGHT).contains(&weight);
+    numbers.first().is_none_or(weight_possible).then_some(numbers)
 }
 
+/// A model's sums; its free-slot weight is a discounted count too (below 1 once free slots
+/// stop coming).
 fn sums(reader: &mut Reader<'_>) -> Option<Sums> {
-    numbers::<SUMS_LEN>(reader).map(Sums::from_array)
+    let sums = numbers::<SUMS_LEN>(reader).map(Sums::from_array)?;
+    (0.0..=MAX_WEIGHT).contains(&sums.free_weight()).then_some(sums)
 }
 
 #[cfg(test)]
@@ -202,9 +217,20 @@ mod tests {
         let mut poisoned = record.clone();
         poisoned[9..17].copy_from_slice(&f64::NAN.to_le_bytes());
         assert!(decode(&poisoned, NOW).is_none(), "a weight that is not a number");
-        let mut negative = record;
+        let mut negative = record.clone();
         negative[9..17].copy_from_slice(&(-1.0f64).to_le_bytes());
         assert!(decode(&negative, NOW).is_none(), "a negative weight");
+        let mut overweight = record.clone();
+        overweight[9..17].copy_from_slice(&(MAX_WEIGHT + 1.0).to_le_bytes());
+        assert!(decode(&overweight, NOW).is_none(), "more answers than one worker's sums can weigh");
+        let mut huge = record.clone();
+        huge[17..25].copy_from_slice(&1e31f64.to_le_bytes());
+        assert!(decode(&huge, NOW).is_none(), "a sum past what a worker could add up");
+        // Found by the fuzz target `learned_models`: a weight of 1.9e-320 under a TTFT sum
+        // of 5e5 ms made a mean of infinity and every prediction infinite.
+        let mut fraction = record;
+        fraction[9..17].copy_from_slice(&1.9e-320f64.to_le_bytes());
+        assert!(decode(&fraction, NOW).is_none(), "a weight between nothing seen and one answer");
         assert!(decode(&[2, 0, 0], NOW).is_none(), "another version");
     }
 

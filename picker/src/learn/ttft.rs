@@ -80,6 +80,11 @@ const MAX_OBSERVED_MS: f64 = 600_000.0;
 /// Slopes below this are not believed (a rate over 100M tokens/s); keeps predictions ordered.
 const MIN_SLOPE_MS_PER_TOKEN: f64 = 1e-5;
 
+/// A prediction never exceeds this (~11 days): whatever the sums (another worker's record
+/// may be corrupt, and sums that contradict each other can solve to an enormous slope), a
+/// prediction stays a number every comparison and mean can use.
+pub const MAX_PREDICTED_MS: f64 = 1e9;
+
 /// What the model assumes before any answer: the configured overhead and prefill cost (and
 /// nothing per request ahead until answers show it).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -145,6 +150,11 @@ impl Sums {
     pub(super) fn to_array(self) -> [f64; SUMS_LEN] {
         let Self { weight, t, r, y, tt, tr, rr, ty, ry, free_weight, free_t, free_y } = self;
         [weight, t, r, y, tt, tr, rr, ty, ry, free_weight, free_t, free_y]
+    }
+
+    /// The weight of the answers that had a free slot.
+    pub(super) fn free_weight(&self) -> f64 {
+        self.free_weight
     }
 
     pub(super) fn from_array(values: [f64; SUMS_LEN]) -> Self {
@@ -251,8 +261,15 @@ pub struct Fit {
 }
 
 impl Fit {
+    /// Predicted TTFT in ms, in `0..=MAX_PREDICTED_MS` (NaN counts as the maximum).
     pub fn predict(&self, load: Load) -> f64 {
-        self.overhead_ms + self.ms_per_token * load.tokens.max(0.0) + self.ms_per_request * load.requests.max(0.0)
+        let predicted =
+            self.overhead_ms + self.ms_per_token * load.tokens.max(0.0) + self.ms_per_request * load.requests.max(0.0);
+        if predicted.is_nan() {
+            MAX_PREDICTED_MS
+        } else {
+            predicted.clamp(0.0, MAX_PREDICTED_MS)
+        }
     }
 
     /// The same fixed overhead and slot wait, the prefill `ratio` × as slow. The slot wait is
@@ -602,6 +619,18 @@ mod tests {
         assert!((models.predict("a", tokens(10_000.0)) - 1_050.0).abs() < 60.0);
         assert_eq!(models.fit_and_fitted("a"), (fit, true));
         assert_eq!(models.fit_and_fitted("unseen"), (models.pool_fit(), false));
+    }
+
+    #[test]
+    fn a_prediction_is_a_bounded_number_whatever_the_fit() {
+        let steep = Fit { overhead_ms: 0.0, ms_per_token: 1e300, ms_per_request: 0.0 };
+        assert_eq!(steep.predict(tokens(1e10)), MAX_PREDICTED_MS, "an overflow to infinity");
+        let broken = Fit { overhead_ms: f64::NAN, ms_per_token: 0.1, ms_per_request: 0.0 };
+        assert_eq!(broken.predict(tokens(10.0)), MAX_PREDICTED_MS, "not a number: as slow as can be");
+        let negative = Fit { overhead_ms: -50.0, ms_per_token: 0.1, ms_per_request: 0.0 };
+        assert_eq!(negative.predict(tokens(100.0)), 0.0);
+        let sane = Fit { overhead_ms: 30.0, ms_per_token: 0.1, ms_per_request: 10.0 };
+        assert_eq!(sane.predict(Load { tokens: 100.0, requests: 2.0 }), 60.0);
     }
 
     #[test]
