@@ -132,7 +132,8 @@ impl Envoy {
         Self::start_with(options, &[], dir)
     }
 
-    /// As [`Envoy::start`], with extra command-line arguments (e.g. `--config-yaml` overlays).
+    /// As [`Envoy::start`], with extra command-line arguments (e.g. `--config-yaml` overlays)
+    /// after the options' own (`EnvoyOptions::extra_args`).
     pub fn start_with(options: &EnvoyOptions, extra_args: &[String], dir: &Path) -> Result<Self, String> {
         let template = std::fs::read_to_string(crate::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
         let config_path = dir.join("envoy.yaml");
@@ -140,8 +141,9 @@ impl Envoy {
         if let Some(live_dir) = &options.live_filter_dir {
             crate::live_config::write_filter_config(options, live_dir, &options.filter_config)?;
         }
+        let args: Vec<String> = options.extra_args.iter().chain(extra_args).cloned().collect();
         let process =
-            launch(&config_path, extra_args, options.concurrency, "envoy", &dir.join("envoy.log"), options.admin_port)?;
+            launch(&config_path, &args, options.concurrency, "envoy", &dir.join("envoy.log"), options.admin_port)?;
         Ok(Self { process, listen_port: options.listen_port, admin_port: options.admin_port, config_path })
     }
 

@@ -54,6 +54,9 @@ pub struct EnvoyOptions {
     /// HTTP filters run before the plugin on the inference listener, each an Envoy
     /// `HttpFilter` as JSON (e.g. a Lua filter setting the dynamic metadata a gateway would).
     pub filters_before_plugin: Vec<serde_json::Value>,
+    /// More command-line arguments for Envoy (e.g. `--drain-strategy immediate`, as the
+    /// Kubernetes manifests run it).
+    pub extra_args: Vec<String>,
 }
 
 /// One replica's side of peering: where its peer listener listens and what it shares.
@@ -121,6 +124,7 @@ impl EnvoyOptions {
             peering: None,
             live_filter_dir: None,
             filters_before_plugin: Vec::new(),
+            extra_args: Vec::new(),
         }
     }
 
