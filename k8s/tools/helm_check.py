@@ -54,6 +54,8 @@ REFUSED = {
     # Workers past the 32 in-flight slots would not see each other's requests (deployment.md).
     "more workers than slots": {"concurrency": 64},
     "misspelt monitoring field": {"podMonitor": {"enable": True}},
+    # The preStop drain gets the grace period less 10 s and serves at least 5 s.
+    "a grace period too short to drain": {"terminationGracePeriodSeconds": 10},
     "scrape interval without a unit": {"podMonitor": {"enabled": True, "interval": "15"}},
 }
 

@@ -274,8 +274,17 @@ def check_wasm_configmaps(scratch):
     return documents
 
 
+DRAIN_SCRIPT = ROOT / "envoy/drain-before-exit.sh"
+
+
 def check_coherence(resources):
     """The manifests agree with each other: names, namespaces, selectors, ports."""
+    # The preStop hook's ConfigMap carries a copy of envoy/drain-before-exit.sh (kustomize
+    # cannot read files outside its folder); the copy must not drift.
+    for doc in resources:
+        script = dig(doc, "data", "drain-before-exit.sh")
+        if doc.get("kind") == "ConfigMap" and script is not None and script != DRAIN_SCRIPT.read_text():
+            fail(f"ConfigMap/{dig(doc, 'metadata', 'name')}", f"drain-before-exit.sh differs from {rel(DRAIN_SCRIPT)}")
     by_kind = {}
     for doc in resources:
         by_kind.setdefault(doc["kind"], []).append(doc)
@@ -510,6 +519,8 @@ def envoy_configs():
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "ConfigMap" and isinstance(doc.get("data"), dict):
                 for key, text in doc["data"].items():
+                    if not key.endswith(".yaml"):
+                        continue  # e.g. the preStop hook's drain-before-exit.sh
                     parsed = yaml.safe_load(text)
                     if isinstance(parsed, dict) and "static_resources" in parsed:
                         configs.append((f"{rel(path)} data.{key}", parsed, dict(doc["data"])))

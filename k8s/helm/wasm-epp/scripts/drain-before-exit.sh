@@ -1,0 +1,1 @@
+../../../../envoy/drain-before-exit.sh
