@@ -85,27 +85,26 @@ impl Prometheus {
 
     /// Every alert pending or firing now (`/api/v1/alerts`): its labels, annotations, state.
     pub fn alerts(&self) -> Result<Vec<serde_json::Value>, String> {
-        let text = ureq::get(&self.url("/api/v1/alerts"))
-            .timeout(Duration::from_secs(10))
-            .call()
-            .map_err(|e| e.to_string())?
-            .into_string()
-            .map_err(|e| e.to_string())?;
-        let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
-        body["data"]["alerts"].as_array().cloned().ok_or_else(|| format!("no alerts in {text}"))
+        let body = self.get_json("/api/v1/alerts")?;
+        body["data"]["alerts"].as_array().cloned().ok_or_else(|| format!("no alerts in {body}"))
     }
 
     /// Rule groups as loaded, with each rule's health and last error (`/api/v1/rules`).
     pub fn rules(&self) -> Result<Vec<serde_json::Value>, String> {
-        let text = ureq::get(&self.url("/api/v1/rules"))
+        let body = self.get_json("/api/v1/rules")?;
+        let groups = body["data"]["groups"].as_array().ok_or_else(|| format!("no groups in {body}"))?;
+        Ok(groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()).collect())
+    }
+
+    /// A GET of the HTTP API without parameters, its JSON answer.
+    fn get_json(&self, path: &str) -> Result<serde_json::Value, String> {
+        let text = ureq::get(&self.url(path))
             .timeout(Duration::from_secs(10))
             .call()
             .map_err(|e| e.to_string())?
             .into_string()
             .map_err(|e| e.to_string())?;
-        let body: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))?;
-        let groups = body["data"]["groups"].as_array().ok_or_else(|| format!("no groups in {text}"))?;
-        Ok(groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()).collect())
+        serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))
     }
 
     fn url(&self, path: &str) -> String {
