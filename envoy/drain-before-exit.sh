@@ -14,7 +14,7 @@
 # Needs only bash (its /dev/tcp) and sleep: Envoy's images have no curl or wget.
 #
 # Environment (defaults):
-#   ENVOY_ADMIN        127.0.0.1:9901   Envoy's admin address (IPv4 or a host name)
+#   ENVOY_ADMIN        127.0.0.1:9901   Envoy's admin address (host:port, [IPv6]:port)
 #   DRAIN_MIN_SECONDS  5                 the least time to keep serving after the drain starts
 #   DRAIN_MAX_SECONDS  110               give up waiting after this (below the pod's grace period)
 #   DRAIN_STAT         http.inference.downstream_rq_active   the in-flight gauge to wait on
@@ -28,6 +28,8 @@ min_seconds="${DRAIN_MIN_SECONDS:-5}"
 max_seconds="${DRAIN_MAX_SECONDS:-110}"
 stat="${DRAIN_STAT:-http.inference.downstream_rq_active}"
 host="${admin%:*}"
+host="${host#[}"
+host="${host%]}"
 port="${admin##*:}"
 
 log() {
@@ -44,7 +46,7 @@ admin_request() {
     while IFS= read -r line <&3 || [[ -n "$line" ]]; do
         line="${line%$'\r'}"
         if [[ -z "$status" ]]; then
-            status="${line#HTTP/1.1 }"
+            status="${line#HTTP/* }"
             status="${status%% *}"
         elif ((in_body)); then
             body+="$line"$'\n'
