@@ -297,6 +297,14 @@ def check_coherence(resources):
             for name in filter(None, names):
                 if (namespace, name) not in configmaps:
                     fail(f"Deployment/{deployment['metadata']['name']}", f"mounts ConfigMap {name} that nothing provides")
+    # A PodDisruptionBudget that selects no Deployment's pods protects nothing.
+    for budget in by_kind.get("PodDisruptionBudget", []):
+        wanted = dig(budget, "spec", "selector", "matchLabels") or {}
+        namespace = dig(budget, "metadata", "namespace")
+        if not any(dig(d, "metadata", "namespace") == namespace
+                   and all((dig(d, "spec", "template", "metadata", "labels") or {}).get(k) == v for k, v in wanted.items())
+                   for d in by_kind.get("Deployment", [])):
+            fail(f"PodDisruptionBudget/{dig(budget, 'metadata', 'name')}", f"selects no Deployment's pods ({wanted})")
     # Every singleton configuration's selector and port match a Deployment of the pool.
     pods = [(dig(d, "spec", "template", "metadata", "labels") or {},
              [p.get("containerPort") for c in dig(d, "spec", "template", "spec", "containers") or []
