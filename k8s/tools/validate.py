@@ -358,7 +358,7 @@ def render_template(cluster_mode, singleton, peers=False):
         "PEER_FILTER_CONFIG": json.dumps({"peer_receiver": {"secret": PEER_SECRET}}),
         "PER_TRY_IDLE_TIMEOUT": "0s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
         "DESTINATION_HEADER": "x-gateway-destination-endpoint", "MAX_HEAP_BYTES": "1073741824",
-        "MAX_CONNECTIONS": "10000", "ASYNC_RESPONSE_LIMIT_BYTES": "4194304",
+        "MAX_CONNECTIONS": "10000", "ASYNC_RESPONSE_LIMIT_BYTES": "4194304", "ACCESS_LOG_PATH": "/dev/stdout",
         "POOL_ENDPOINTS": "\n".join(
             f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '
             f'port_value: {a.split(":")[1]} }} }} }}' for a in pool),

@@ -16,6 +16,7 @@ pub fn compose_options() -> EnvoyOptions {
     options.admin_address = "0.0.0.0".into();
     options.filter_wasm = "/etc/envoy/wasm_epp_filter.wasm".into();
     options.singleton_wasm = "/etc/envoy/wasm_epp_shared_state.wasm".into();
+    options.access_log = Some("/dev/stdout".into());
     options
 }
 

@@ -26,6 +26,7 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         "inline_filter" => options.live_filter_dir.is_none(),
         "live_filter" => options.live_filter_dir.is_some(),
         "filters_before_plugin" => !options.filters_before_plugin.is_empty(),
+        "access_log" => options.access_log.is_some(),
         _ => true,
     };
     let mut kept = String::with_capacity(template.len());
@@ -78,6 +79,10 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         .replace("{{FAILURE_POLICY}}", &options.failure_policy)
         .replace("{{DESTINATION_HEADER}}", &options.destination_header)
         .replace("{{REQUEST_TIMEOUT}}", &options.request_timeout)
+        .replace(
+            "{{ACCESS_LOG_PATH}}",
+            &options.access_log.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        )
         .replace("{{MAX_HEAP_BYTES}}", &options.max_heap_bytes.to_string())
         .replace("{{MAX_CONNECTIONS}}", &options.max_connections.to_string())
         .replace("{{ASYNC_RESPONSE_LIMIT_BYTES}}", &options.async_response_limit_bytes.to_string())

@@ -57,6 +57,10 @@ pub struct EnvoyOptions {
     /// More command-line arguments for Envoy (e.g. `--drain-strategy immediate`, as the
     /// Kubernetes manifests run it).
     pub extra_args: Vec<String>,
+    /// Where Envoy writes a JSON line per inference request (the template's `access_log`
+    /// section; `/dev/stdout` in a container): none for tests and benchmarks, a file for
+    /// `make run`, stdout for compose.
+    pub access_log: Option<PathBuf>,
 }
 
 /// One replica's side of peering: where its peer listener listens and what it shares.
@@ -125,6 +129,7 @@ impl EnvoyOptions {
             live_filter_dir: None,
             filters_before_plugin: Vec::new(),
             extra_args: Vec::new(),
+            access_log: None,
         }
     }
 

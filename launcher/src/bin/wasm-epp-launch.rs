@@ -99,6 +99,7 @@ fn run() -> Result<(), String> {
     } else {
         let mut options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
         options.live_filter_dir = Some(dir.join("live-filter"));
+        options.access_log = Some(dir.join("access.log"));
         let envoy = Envoy::start(&options, &dir)?;
         let watch = ConfigWatch::create(&dir.join("filter-config.json"), &options.filter_config)?;
         println!(
@@ -110,6 +111,7 @@ fn run() -> Result<(), String> {
             "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
         );
         println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
+        println!("access   .run/access.log  (a JSON line per request: the pod picked, the pod that answered, timings)");
         if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
             println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
         }
