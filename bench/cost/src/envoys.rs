@@ -117,6 +117,10 @@ fn wasm_epp_options(
     if let Some(poller) = &setup.poller {
         options.poller_config = Some(poller.clone());
     }
+    if variant == Variant::WasmEppAccessLog {
+        // A real file, as `make run` writes it (the lines are formatted and written either way).
+        options.access_log = Some(std::env::temp_dir().join(format!("wasm-epp-bench-access-{listen_port}.log")));
+    }
     if variant == Variant::WasmEppSlowPoll {
         if let Some(poller) = options.poller_config.as_mut().and_then(|p| p.as_object_mut()) {
             poller.insert("poll_interval_ms".into(), SLOW_POLL_MS.into());

@@ -55,6 +55,9 @@ pub enum Variant {
     /// `WasmEppProfiled` with `learning.enabled`: beside it in the `profile` benchmark, what
     /// watching the answers (issue 14) adds to the response callbacks.
     WasmEppProfiledLearning,
+    /// wasm-epp as shipped with the template's access log on (as `make run`, compose and the
+    /// Kubernetes manifests run it): what a JSON line per request costs. Named explicitly.
+    WasmEppAccessLog,
 }
 
 impl Variant {
@@ -115,6 +118,7 @@ impl Variant {
             Variant::WasmEppSlowPoll => "wasm-epp-slow-poll",
             Variant::WasmEppProfiled => "wasm-epp-profiled",
             Variant::WasmEppProfiledLearning => "wasm-epp-profiled-learning",
+            Variant::WasmEppAccessLog => "wasm-epp-access-log",
         }
     }
 
@@ -127,6 +131,7 @@ impl Variant {
                 Variant::WasmEppLearningReadAll,
                 Variant::WasmEppProfiled,
                 Variant::WasmEppProfiledLearning,
+                Variant::WasmEppAccessLog,
             ])
             .find(|v| v.name() == name)
     }
@@ -166,6 +171,7 @@ impl Variant {
                 | Variant::WasmEppProfiledLearning
                 | Variant::WasmEppSlowTick
                 | Variant::WasmEppSlowPoll
+                | Variant::WasmEppAccessLog
         )
     }
 
@@ -201,7 +207,7 @@ mod tests {
 
     #[test]
     fn variants_round_trip_by_name() {
-        for variant in Variant::ALL.into_iter().chain(Variant::BISECTION) {
+        for variant in Variant::ALL.into_iter().chain(Variant::BISECTION).chain([Variant::WasmEppAccessLog]) {
             assert_eq!(Variant::from_name(variant.name()), Some(variant));
         }
     }
