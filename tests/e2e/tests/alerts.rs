@@ -17,6 +17,9 @@ const ENVOY_POD_NAME: &str = "wasm-epp-5d8f7c9b4-x2x7q";
 const TRAFFIC: Duration = Duration::from_secs(8);
 /// How long an alert may take to show as pending (scrape, table publish, evaluation: ~1 s each).
 const ALERT_WAIT: Duration = Duration::from_secs(30);
+/// Looks at the alerts of a serving pool, and the time between them (rules evaluate every 1 s).
+const QUIET_LOOKS: usize = 3;
+const QUIET_GAP: Duration = Duration::from_millis(2500);
 
 fn rules_file() -> std::path::PathBuf {
     launcher::paths::workspace_root().join("k8s/alerts/wasm-epp.rules.yaml")
@@ -30,6 +33,19 @@ fn raised(prometheus: &Prometheus) -> Vec<serde_json::Value> {
 
 fn names(alerts: &[serde_json::Value]) -> BTreeSet<String> {
     alerts.iter().filter_map(|a| a["labels"]["alertname"].as_str().map(str::to_string)).collect()
+}
+
+/// Alerts raised at each of `QUIET_LOOKS` looks a few evaluations apart. On a loaded
+/// machine one scrape of a pod can time out and take it out of rotation until the next
+/// (100 ms later), which raises an alert for one evaluation; a `for` of minutes is there
+/// for such blips, and the test is too short to wait it out.
+fn raised_steadily(prometheus: &Prometheus) -> BTreeSet<String> {
+    let mut steady = names(&raised(prometheus));
+    for _ in 1..QUIET_LOOKS {
+        std::thread::sleep(QUIET_GAP);
+        steady = steady.intersection(&names(&raised(prometheus))).cloned().collect();
+    }
+    steady
 }
 
 fn complete_for(cluster: &Cluster, duration: Duration) -> (usize, usize) {
@@ -74,8 +90,8 @@ fn the_alert_rules_stay_quiet_on_a_serving_pool_and_fire_when_every_pod_stops() 
     assert_eq!(rules.len(), 15, "rules loaded: {rules:?}");
     let broken: Vec<_> = rules.iter().filter(|r| r["health"] != "ok").map(|r| (&r["name"], &r["lastError"])).collect();
     assert!(broken.is_empty(), "rules that do not evaluate: {broken:?}");
-    let quiet = raised(&prometheus);
-    assert!(quiet.is_empty(), "alerts on a serving pool: {:?}", names(&quiet));
+    let quiet = raised_steadily(&prometheus);
+    assert!(quiet.is_empty(), "alerts on a serving pool: {quiet:?}");
 
     // Every pod stops: the pool's alerts are raised (pending: their `for` is minutes).
     for pod in &cluster.pods {
