@@ -43,7 +43,8 @@ admin_request() {
     exec 3<>"/dev/tcp/$host/$port" || return 1
     printf '%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Length: 0\r\n\r\n' \
         "$method" "$path" "$admin" >&3
-    while IFS= read -r line <&3 || [[ -n "$line" ]]; do
+    # An admin that stops answering must not hold the hook until the grace period ends.
+    while IFS= read -r -t 5 line <&3 || [[ -n "$line" ]]; do
         line="${line%$'\r'}"
         if [[ -z "$status" ]]; then
             status="${line#HTTP/* }"
@@ -74,8 +75,12 @@ in_flight() {
 }
 
 started=$SECONDS
-if ! admin_request POST /healthcheck/fail >/dev/null || ! admin_request POST '/drain_listeners?graceful' >/dev/null; then
+if ! admin_request POST /healthcheck/fail >/dev/null; then
     log "the admin interface on $admin did not answer; nothing drained"
+    exit 2
+fi
+if ! admin_request POST '/drain_listeners?graceful' >/dev/null; then
+    log "health check failed, but the admin on $admin refused to drain the listeners"
     exit 2
 fi
 log "draining (health check failed, listeners draining); serving for at least ${min_seconds}s"
@@ -83,6 +88,7 @@ sleep "$min_seconds"
 
 # Twice 0 in a row, a second apart: a request that arrives between two looks still counts.
 zeros=0
+count="?"
 while ((SECONDS - started < max_seconds)); do
     count="$(in_flight)" || count="?"
     if [[ "$count" == 0 ]]; then

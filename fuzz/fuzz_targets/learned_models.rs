@@ -2,8 +2,9 @@
 //! shared data under each worker's slot), on arbitrary bytes and on well-formed records of
 //! arbitrary numbers, added to a worker's own observations. Never panics; a record decodes
 //! whole or not at all (at most `MAX_PODS` pods); a worker's own record decodes while fresh
-//! and not once stale; and whatever the other workers published, every prediction for a
-//! plausible load is a number (not NaN), never negative, and finite.
+//! and not once stale; and whatever the other workers published, every pod's fitted model
+//! (overhead, cost per token and per request ahead) is finite, which the prediction's clamp
+//! does not make so, and every prediction for a plausible load is finite and not negative.
 
 #![no_main]
 
@@ -80,6 +81,9 @@ fuzz_target!(|input: Input| {
         // Up to the longest prompts served (a few hundred thousand tokens) and full batches.
         let load = Load { tokens: f64::from(tokens % 1_000_000), requests: f64::from(requests) };
         for pod in CANONICAL_ADDRESSES {
+            let fit = models.fit(pod);
+            let parts = [fit.overhead_ms, fit.ms_per_token, fit.ms_per_request];
+            assert!(parts.iter().all(|p| p.is_finite()), "{pod}: {fit:?}");
             let predicted = models.predict(pod, load);
             assert!(predicted.is_finite() && predicted >= 0.0, "{pod} predicted {predicted} ms for {load:?}");
         }

@@ -42,11 +42,17 @@ fn whole_stream(reply: &Result<Reply, String>) -> bool {
     reply.as_ref().is_ok_and(|r| r.status == 200 && r.body.trim_end().ends_with("data: [DONE]"))
 }
 
+/// Envoy's `server.state` while its health check is failed and it drains.
+const SERVER_DRAINING: f64 = 1.0;
+
 #[test]
 fn sigterm_alone_cuts_a_stream_in_flight() {
     let mut cluster = start("drain-none");
     let stream = stream_in_flight(&cluster);
-    cluster.envoy.stop();
+    Command::new("kill").arg("-TERM").arg(cluster.envoy.pid().to_string()).status().unwrap();
+    // At once: well before the stream's ~3 s, and before any SIGKILL.
+    let exited = launcher::wait_until(Duration::from_millis(1500), || cluster.envoy.has_exited());
+    assert!(exited, "Envoy did not exit on SIGTERM");
     let (reply, _) = stream.join().unwrap();
     assert!(!whole_stream(&reply), "the stream survived a plain SIGTERM: {reply:?}");
 }
@@ -67,7 +73,10 @@ fn a_drained_envoy_finishes_its_streams_before_the_script_lets_it_stop() {
 
     // A request that arrives while Envoy drains (the load balancer has not yet taken the
     // pod out) is served, on a connection Envoy then closes.
-    thread::sleep(Duration::from_millis(300));
+    let draining = launcher::wait_until(Duration::from_secs(5), || {
+        admin_stat(&cluster.envoy, "server.state") == Some(SERVER_DRAINING)
+    });
+    assert!(draining, "the script never put Envoy in its draining state");
     let late = cluster.complete("arriving while the gateway drains");
     assert_eq!(late.status, 200, "{}", late.body);
     assert_eq!(late.header("connection"), Some("close"), "draining Envoy kept the connection: {late:?}");
