@@ -42,6 +42,8 @@ CASES = {
     "standalone-monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
                               "alerts": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
     "istio-monitoring": {"mode": "istio", "podMonitor": {"enabled": True}, "alerts": {"enabled": True}},
+    # The gateway scaled on CPU instead of a fixed replica count.
+    "standalone-autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
 }
 
 # Values the chart must refuse (values.schema.json, or the templates' own checks).

@@ -297,6 +297,14 @@ def check_coherence(resources):
             for name in filter(None, names):
                 if (namespace, name) not in configmaps:
                     fail(f"Deployment/{deployment['metadata']['name']}", f"mounts ConfigMap {name} that nothing provides")
+    # An autoscaler must scale a Deployment that is there.
+    for scaler in by_kind.get("HorizontalPodAutoscaler", []):
+        target = dig(scaler, "spec", "scaleTargetRef") or {}
+        namespace = dig(scaler, "metadata", "namespace")
+        if target.get("kind") != "Deployment" or not any(
+                dig(d, "metadata", "namespace") == namespace and dig(d, "metadata", "name") == target.get("name")
+                for d in by_kind.get("Deployment", [])):
+            fail(f"HorizontalPodAutoscaler/{dig(scaler, 'metadata', 'name')}", f"scales no Deployment here: {target}")
     # A PodDisruptionBudget that selects no Deployment's pods protects nothing.
     for budget in by_kind.get("PodDisruptionBudget", []):
         wanted = dig(budget, "spec", "selector", "matchLabels") or {}
