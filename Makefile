@@ -295,7 +295,7 @@ validate: envoy wasm prometheus $(KUBERNETES_VALIDATE_STAMP) helm-check .venv-en
 		$(VENV)/bin/python k8s/tools/validate.py
 
 # `make helm-check`: `helm lint --strict` and `helm template` of k8s/helm/wasm-epp for each
-# mode (standalone, InferencePool, Istio, Istio + WasmPlugin, Istio + kubectl proxy, either with
+# mode (standalone, InferencePool, autoscaled, Istio, Istio + WasmPlugin, Istio + kubectl proxy, either with
 # the Prometheus Operator's PodMonitor and PrometheusRule) into target/helm/, which
 # `make validate` then checks. Helm is Helm's own Go SDK (v4) from PyPI's helm-python-sdk
 # (k8s/tools/helm_check.py says why not the helm binary).
