@@ -50,8 +50,22 @@ impl ReplicaCluster {
         peering: bool,
         adjust: fn(&mut EnvoyOptions),
     ) -> Self {
+        Self::start_with_pods(name, &["--time-scale", "0"], pods, total, started, peering, adjust)
+    }
+
+    /// [`Self::start`] with pods started with `sim_args` (the simulator's own pace when empty,
+    /// instead of answering at once).
+    pub fn start_with_pods(
+        name: &str,
+        sim_args: &[&str],
+        pods: usize,
+        total: usize,
+        started: usize,
+        peering: bool,
+        adjust: fn(&mut EnvoyOptions),
+    ) -> Self {
         let dir = launcher::paths::run_dir(name).unwrap_or_else(|e| panic!("run dir: {e}"));
-        let pods = start_pool(pods, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+        let pods = start_pool(pods, sim_args, &dir).unwrap_or_else(|e| panic!("pods: {e}"));
         let pool: Vec<String> = pods.iter().map(Pod::address).collect();
         let plan = ReplicaPlan::new(&pool, total, peering).unwrap_or_else(|e| panic!("plan: {e}"));
         let mut cluster = Self { pods, plan, replicas: (0..total).map(|_| None).collect(), dir, adjust };
@@ -75,6 +89,13 @@ impl ReplicaCluster {
 
     pub fn replica(&self, index: usize) -> &Envoy {
         self.replicas[index].as_ref().unwrap_or_else(|| panic!("replica {index} is not running"))
+    }
+
+    /// SIGTERM, as the kubelet stops a gateway pod (after its preStop hook).
+    pub fn stop(&mut self, index: usize) {
+        if let Some(mut envoy) = self.replicas[index].take() {
+            envoy.stop();
+        }
     }
 
     /// SIGKILL, as a crashed gateway pod.
