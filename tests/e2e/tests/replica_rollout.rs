@@ -107,7 +107,7 @@ fn restarting_a_replica_under_streaming_load_loses_no_request() {
         outcome.by_port
     );
     assert!(outcome.failed.is_empty(), "requests lost in the rollout:\n{}", outcome.failed.join("\n"));
-    assert!(outcome.ok >= 4 * CLIENTS, "too little traffic to mean anything: {}", outcome.ok);
+    assert!(outcome.ok >= 2 * CLIENTS, "too little traffic to mean anything: {}", outcome.ok);
     let after_rejoin = outcome.by_port.get(&listen).copied().unwrap_or(0) - before_rejoin;
     assert!(after_rejoin > 0, "the new replica 0 served nothing");
     cluster.assert_plugins_healthy();
