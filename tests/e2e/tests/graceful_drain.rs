@@ -8,6 +8,7 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use e2e::drain::{as_the_manifests_run_it, drain_script, in_flight, IN_FLIGHT};
 use e2e::hostile::admin_stat;
 use e2e::Cluster;
 use launcher::http::Reply;
@@ -16,13 +17,9 @@ use launcher::http::Reply;
 const LONG_STREAM: &str = r#"{"model":"sim-model","prompt":"a long answer, please","max_tokens":200,"stream":true}"#;
 /// The script's minimum drain, shortened from the manifests' 5 s.
 const DRAIN_MIN_SECONDS: u64 = 1;
-/// The stat the script waits on (the inference listener's connection manager).
-const IN_FLIGHT: &str = "http.inference.downstream_rq_active";
 
 fn start(name: &str) -> Cluster {
-    Cluster::start_ready_with(name, 2, &[], |options| {
-        options.extra_args = vec!["--drain-strategy".into(), "immediate".into()];
-    })
+    Cluster::start_ready_with(name, 2, &[], as_the_manifests_run_it)
 }
 
 /// Sends the long stream from a thread; returns when Envoy counts it in flight.
@@ -32,8 +29,7 @@ fn stream_in_flight(cluster: &Cluster) -> thread::JoinHandle<(Result<Reply, Stri
         let reply = launcher::http::post(&url, &[], LONG_STREAM, e2e::REQUEST_TIMEOUT);
         (reply, Instant::now())
     });
-    let in_flight =
-        launcher::wait_until(Duration::from_secs(5), || admin_stat(&cluster.envoy, IN_FLIGHT).unwrap_or(0.0) >= 1.0);
+    let in_flight = launcher::wait_until(Duration::from_secs(5), || in_flight(&cluster.envoy) >= 1.0);
     assert!(in_flight, "the stream never showed in {IN_FLIGHT}");
     stream
 }
@@ -61,15 +57,8 @@ fn sigterm_alone_cuts_a_stream_in_flight() {
 fn a_drained_envoy_finishes_its_streams_before_the_script_lets_it_stop() {
     let mut cluster = start("drain");
     let stream = stream_in_flight(&cluster);
-    let script = launcher::paths::workspace_root().join("envoy/drain-before-exit.sh");
     let drain_started = Instant::now();
-    let mut drain = Command::new("bash")
-        .arg(&script)
-        .env("ENVOY_ADMIN", format!("127.0.0.1:{}", cluster.envoy.admin_port))
-        .env("DRAIN_MIN_SECONDS", DRAIN_MIN_SECONDS.to_string())
-        .env("DRAIN_MAX_SECONDS", "60")
-        .spawn()
-        .unwrap();
+    let mut drain = drain_script(cluster.envoy.admin_port, DRAIN_MIN_SECONDS).spawn().unwrap();
 
     // A request that arrives while Envoy drains (the load balancer has not yet taken the
     // pod out) is served, on a connection Envoy then closes.
@@ -101,13 +90,7 @@ fn a_drained_envoy_finishes_its_streams_before_the_script_lets_it_stop() {
 
 #[test]
 fn the_script_reports_an_admin_it_cannot_reach() {
-    let script = launcher::paths::workspace_root().join("envoy/drain-before-exit.sh");
     let unused = launcher::free_port().unwrap();
-    let status = Command::new("bash")
-        .arg(&script)
-        .env("ENVOY_ADMIN", format!("127.0.0.1:{unused}"))
-        .env("DRAIN_MIN_SECONDS", "0")
-        .status()
-        .unwrap();
+    let status = drain_script(unused, 0).status().unwrap();
     assert_eq!(status.code(), Some(2), "nothing answers on {unused}: the script must say it drained nothing");
 }

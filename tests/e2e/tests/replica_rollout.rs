@@ -4,15 +4,13 @@
 //! stopped by SIGTERM once drained, and a new one takes its place. The replicas share their
 //! decisions; Envoy runs as the Kubernetes manifests start it (`--drain-strategy immediate`).
 
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use e2e::hostile::admin_stat;
+use e2e::drain::{as_the_manifests_run_it, drain_script, in_flight};
 use e2e::replicas::{prompt, ReplicaCluster};
-use launcher::envoy::EnvoyOptions;
 
 /// Clients streaming at once.
 const CLIENTS: usize = 6;
@@ -20,10 +18,6 @@ const CLIENTS: usize = 6;
 const MAX_TOKENS: u64 = 40;
 /// Traffic before the restart and after the new replica joins.
 const STEADY: Duration = Duration::from_secs(2);
-
-fn as_the_manifests_run_it(options: &mut EnvoyOptions) {
-    options.extra_args = vec!["--drain-strategy".into(), "immediate".into()];
-}
 
 #[derive(Default)]
 struct Outcome {
@@ -74,19 +68,10 @@ fn restarting_a_replica_under_streaming_load_loses_no_request() {
     // Replica 0 is being stopped, with streams in flight through it: it leaves the endpoints
     // and its preStop hook drains it.
     let (listen, admin) = ports[0];
-    let in_flight = launcher::wait_until(Duration::from_secs(5), || {
-        admin_stat(cluster.replica(0), "http.inference.downstream_rq_active").unwrap_or(0.0) >= 1.0
-    });
+    let in_flight = launcher::wait_until(Duration::from_secs(5), || in_flight(cluster.replica(0)) >= 1.0);
     assert!(in_flight, "no stream in flight through replica 0 to protect");
     ready.lock().unwrap().retain(|&port| port != listen);
-    let script = launcher::paths::workspace_root().join("envoy/drain-before-exit.sh");
-    let drained = Command::new("bash")
-        .arg(&script)
-        .env("ENVOY_ADMIN", format!("127.0.0.1:{admin}"))
-        .env("DRAIN_MIN_SECONDS", "1")
-        .env("DRAIN_MAX_SECONDS", "60")
-        .status()
-        .unwrap();
+    let drained = drain_script(admin, 1).status().unwrap();
     assert_eq!(drained.code(), Some(0), "the drain did not finish");
     cluster.stop(0);
     // Its replacement starts (same ports, as a new pod behind the same Service) and joins.
