@@ -281,9 +281,10 @@ def check_coherence(resources):
     """The manifests agree with each other: names, namespaces, selectors, ports."""
     # The preStop hook's ConfigMap carries a copy of envoy/drain-before-exit.sh (kustomize
     # cannot read files outside its folder); the copy must not drift.
+    drain_script = DRAIN_SCRIPT.read_text()
     for doc in resources:
         script = dig(doc, "data", "drain-before-exit.sh")
-        if doc.get("kind") == "ConfigMap" and script is not None and script != DRAIN_SCRIPT.read_text():
+        if doc.get("kind") == "ConfigMap" and script is not None and script != drain_script:
             fail(f"ConfigMap/{dig(doc, 'metadata', 'name')}", f"drain-before-exit.sh differs from {rel(DRAIN_SCRIPT)}")
     by_kind = {}
     for doc in resources:
