@@ -6,6 +6,11 @@
 //! `/stats/prometheus` as `wasm_epp_*`. Per-pod stats put the pod in the name
 //! (`wasm_epp.picks.pod.<ip_port>`); the bootstrap's `stats_tags` turn it into a label.
 //! Their number is bounded by [`MAX_LABELLED`] per family.
+//!
+//! Where one Envoy serves several pools, each pool's VMs name it ([`Metrics::label_pool`]):
+//! every name then carries `pool.<name>` after `wasm_epp` (`wasm_epp.pool.llama.picks.pod.<ip_port>`),
+//! which the bootstrap's `stats_tags` turn into a `pool` label. Without it the pools' counters
+//! would add up and their gauges overwrite each other: Envoy keys a stat by its name alone.
 
 use std::cell::{Cell, RefCell};
 
@@ -37,12 +42,17 @@ pub struct Counter(usize);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gauge(usize);
 
+/// The fixed first word of every stat name, after which a pool's name goes.
+const STAT_ROOT: &str = "wasm_epp.";
+
 /// Every stat of one VM, counted in memory.
 #[derive(Default)]
 pub struct Metrics {
     slots: RefCell<Vec<Slot>>,
     /// `family -> label -> slot`, for per-pod stats.
     labelled: RefCell<HashMap<String, HashMap<String, usize>>>,
+    /// The pool this VM serves, when one Envoy serves several (empty: no pool label).
+    pool: RefCell<String>,
 }
 
 impl Metrics {
@@ -119,6 +129,25 @@ impl Metrics {
         }
     }
 
+    /// Names every stat of this VM after `pool` (empty: none), from the next flush on. A
+    /// new name is a new stat in Envoy: stats defined under the old one keep what they
+    /// counted, and counting goes on under the new one.
+    pub fn label_pool(&self, pool: &str) {
+        let Ok(mut current) = self.pool.try_borrow_mut() else { return };
+        if *current == pool {
+            return;
+        }
+        *current = pool.to_string();
+        if let Ok(mut slots) = self.slots.try_borrow_mut() {
+            for slot in slots.iter_mut() {
+                // Whatever the host had is defined again under the new name at the next
+                // flush (a gauge with its value, a counter at least at zero).
+                slot.dirty.set(slot.dirty.get() || slot.id.is_some());
+                slot.id = None;
+            }
+        }
+    }
+
     fn labelled_slot(&self, family: &str, label: &str, kind: MetricKind) -> Option<usize> {
         let mut labelled = self.labelled.try_borrow_mut().ok()?;
         if let Some(index) = labelled.get(family).and_then(|labels| labels.get(label)) {
@@ -143,6 +172,7 @@ impl Metrics {
     /// define keeps its count and is tried again next time; stats never fail a request.
     pub fn flush(&self, host: &dyn Host) {
         let Ok(mut slots) = self.slots.try_borrow_mut() else { return };
+        let pool = self.pool.try_borrow().map(|p| p.clone()).unwrap_or_default();
         for slot in slots.iter_mut() {
             let changed = match slot.kind {
                 MetricKind::Counter => slot.pending.get() > 0 || (slot.dirty.get() && slot.id.is_none()),
@@ -152,7 +182,7 @@ impl Metrics {
                 continue;
             }
             if slot.id.is_none() {
-                slot.id = host.define_metric(slot.kind, &slot.name).ok();
+                slot.id = host.define_metric(slot.kind, &pooled_name(&slot.name, &pool)).ok();
             }
             let Some(id) = slot.id else { continue };
             match slot.kind {
@@ -169,6 +199,14 @@ impl Metrics {
                 }
             }
         }
+    }
+}
+
+/// The name the host knows a stat by: `name`, with the pool after `wasm_epp` if there is one.
+fn pooled_name(name: &str, pool: &str) -> String {
+    match name.strip_prefix(STAT_ROOT) {
+        Some(rest) if !pool.is_empty() => format!("{STAT_ROOT}pool.{pool}.{rest}"),
+        _ => name.to_string(),
     }
 }
 
@@ -216,5 +254,41 @@ mod tests {
         }
         metrics.flush(&host);
         assert_eq!(host.metric_names.borrow().len(), MAX_LABELLED);
+    }
+
+    #[test]
+    fn a_pool_name_goes_after_the_first_word_of_every_stat() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let routed = metrics.announced_counter("wasm_epp.requests_routed");
+        let healthy = metrics.gauge("wasm_epp.pods_healthy");
+        metrics.label_pool("llama");
+        metrics.increment(routed);
+        metrics.set(healthy, 3);
+        metrics.add_labelled("wasm_epp.picks.pod", "10.0.0.1:8000", 2);
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.pool.llama.requests_routed"), 1);
+        assert_eq!(host.metric("wasm_epp.pool.llama.pods_healthy"), 3);
+        assert_eq!(host.metric("wasm_epp.pool.llama.picks.pod.10.0.0.1:8000"), 2);
+        assert_eq!(host.metric("wasm_epp.requests_routed"), 0, "nothing under the unlabelled name");
+    }
+
+    #[test]
+    fn renaming_the_pool_defines_every_stat_again_under_the_new_name() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let routed = metrics.announced_counter("wasm_epp.requests_routed");
+        let healthy = metrics.gauge("wasm_epp.pods_healthy");
+        metrics.increment(routed);
+        metrics.set(healthy, 2);
+        metrics.flush(&host);
+        metrics.label_pool("qwen");
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.requests_routed"), 1, "the old name keeps its count");
+        assert_eq!(host.metric("wasm_epp.pool.qwen.pods_healthy"), 2, "a gauge keeps its value");
+        assert!(host.metric_names.borrow().iter().any(|(n, _)| n == "wasm_epp.pool.qwen.requests_routed"));
+        metrics.increment(routed);
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.pool.qwen.requests_routed"), 1);
     }
 }

@@ -87,6 +87,7 @@ impl PoolService {
     /// root context running it owns that; tick at least every `poll_interval_ms`).
     pub fn configure_embedded(&mut self, host: &dyn Host, config: PollerConfig) -> Result<(), String> {
         let pool = config.validate().map_err(|e| format!("invalid configuration: {e}"))?;
+        self.metrics.label_pool(&config.pool_name);
         self.discovery =
             config.kubernetes.clone().map(|k| Discovery::new(k, &self.metrics, "wasm_epp.discovery")).transpose()?;
         if let Some(discovery) = &self.discovery {

@@ -33,15 +33,20 @@ impl std::fmt::Display for ConfigureError {
 /// prefix sync interval and, in no-singleton mode, the poll interval) and builds the worker.
 pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, ConfigureError> {
     let bytes = host.plugin_configuration(size).map_err(ConfigureError::Unreadable)?;
-    let config: FilterConfig = parse_json(&bytes).map_err(ConfigureError::Parse)?;
+    let mut config: FilterConfig = parse_json(&bytes).map_err(ConfigureError::Parse)?;
+    // The no-singleton pool service serves the filter's pool: it is named alike unless told.
+    if let Some(poller) = config.poller.as_mut().filter(|p| p.pool_name.is_empty()) {
+        poller.pool_name = config.pool_name.clone();
+    }
     let pool = config.validate().map_err(ConfigureError::Invalid)?;
     host.set_tick_period_ms(tick_period_ms(&config)).map_err(ConfigureError::Tick)?;
     let vm_id = host.vm_id().unwrap_or_else(|| "wasm-epp".to_string());
     log::info!(
-        "wasm-epp filter configured: fallback pool of {} pods, weights {:?}, prefix affinity {}, vm_id {vm_id}",
+        "wasm-epp filter configured: fallback pool of {} pods, weights {:?}, prefix affinity {}, vm_id {vm_id}{}",
         pool.len(),
         config.weights,
         if config.prefix.enabled { "on" } else { "off" },
+        if config.pool_name.is_empty() { String::new() } else { format!(", pool {}", config.pool_name) },
     );
     Ok(Worker::new(config, pool, vm_id, seed))
 }

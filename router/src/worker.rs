@@ -57,6 +57,7 @@ impl Worker {
     /// `seed` differs per VM: it seeds tie-breaking and the prefix index's keyed hashing.
     pub fn new(config: FilterConfig, fallback_pool: Vec<PodAddress>, vm_id: String, seed: u64) -> Self {
         let stats = Stats::define();
+        stats.metrics.label_pool(&config.pool_name);
         let flow = crate::flow::FlowState::new(&config.flow_control, &stats.metrics);
         let learning_stats = LearningStats::define(&stats.metrics);
         let policy = config.policy();

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{check_range, parse_pool};
+use super::{check_pool_name, check_range, parse_pool};
 use super::{PollerConfig, PrefixConfig};
 use crate::address::PodAddress;
 use crate::saturation::SaturationLimits;
@@ -57,6 +57,10 @@ impl ScorerWeights {
 pub struct FilterConfig {
     /// Pool used when the singleton has published no table yet (or at all).
     pub pool: Vec<String>,
+    /// The pool's name in the stats (a `pool` label), where one Envoy serves several pools,
+    /// each with its own filter, singleton and `vm_id`; empty (default) = no label. The
+    /// no-singleton pool service (`poller`) takes it too unless it names its own.
+    pub pool_name: String,
     /// Header the ORIGINAL_DST cluster follows. Client copies are always removed.
     pub destination_header: String,
     pub weights: ScorerWeights,
@@ -115,6 +119,7 @@ impl Default for FilterConfig {
     fn default() -> Self {
         Self {
             pool: Vec::new(),
+            pool_name: String::new(),
             destination_header: "x-gateway-destination-endpoint".into(),
             weights: ScorerWeights::default(),
             max_body_bytes: 4 * 1024 * 1024,
@@ -169,6 +174,7 @@ impl FilterConfig {
                 return Err(format!("{field} '{header}' must be a lower-case header name"));
             }
         }
+        check_pool_name(&self.pool_name)?;
         self.saturation.validate()?;
         self.prefix.validate()?;
         if let Some(receiver) = &self.peer_receiver {
@@ -232,5 +238,18 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("twice"));
         let bad: FilterConfig = parse_json(br#"{"destination_header": "X-Bad Header"}"#).unwrap();
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn a_pool_name_is_a_dns_label() {
+        for good in ["llama", "qwen-3-8b", "a", &"p".repeat(63)] {
+            let config = FilterConfig { pool_name: good.to_string(), ..FilterConfig::default() };
+            assert!(config.validate().is_ok(), "{good}");
+        }
+        // Dots and upper case would break the stat name apart; the ends as Kubernetes names.
+        for bad in ["Llama", "pool.a", "-a", "a-", "a_b", "é", &"p".repeat(64)] {
+            let config = FilterConfig { pool_name: bad.to_string(), ..FilterConfig::default() };
+            assert!(config.validate().unwrap_err().contains("pool_name"), "{bad}");
+        }
     }
 }

@@ -47,6 +47,24 @@ pub fn parse_pool(entries: &[String]) -> Result<Vec<PodAddress>, String> {
     Ok(pool)
 }
 
+/// Longest pool name: a DNS label, as Kubernetes names an InferencePool.
+pub const MAX_POOL_NAME_LEN: usize = 63;
+
+/// A pool's name in the stats (`pool_name`): empty, or a DNS label (lower-case letters, digits
+/// and `-`, neither first nor last), so it sits between two dots of a stat name and the
+/// bootstrap's `pool` tag rule finds it.
+fn check_pool_name(name: &str) -> Result<(), String> {
+    let bytes = name.as_bytes();
+    let inner_ok = bytes.iter().all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let ends_ok = bytes.first().is_none_or(|&b| b != b'-') && bytes.last().is_none_or(|&b| b != b'-');
+    if name.len() > MAX_POOL_NAME_LEN || !inner_ok || !ends_ok {
+        return Err(format!(
+            "pool_name '{name}' must be a DNS label: at most {MAX_POOL_NAME_LEN} lower-case letters, digits and '-', not first or last"
+        ));
+    }
+    Ok(())
+}
+
 fn check_range(name: &str, value: u64, min: u64, max: u64) -> Result<(), String> {
     if value < min || value > max {
         return Err(format!("{name} = {value}, must be within {min}..={max}"));

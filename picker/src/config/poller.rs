@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::{check_range, parse_pool};
+use super::{check_pool_name, check_range, parse_pool};
 use crate::address::PodAddress;
 use crate::discovery::KubernetesConfig;
 
@@ -13,6 +13,8 @@ pub struct PollerConfig {
     pub pool: Vec<String>,
     /// Discover the pool from the Kubernetes API instead (see `discovery::KubernetesConfig`).
     pub kubernetes: Option<KubernetesConfig>,
+    /// The pool's name in the stats, as the filter's `pool_name` (empty: no label).
+    pub pool_name: String,
     /// An ORIGINAL_DST cluster that follows `destination_header`, used to reach each pod.
     pub metrics_cluster: String,
     pub destination_header: String,
@@ -42,6 +44,7 @@ impl Default for PollerConfig {
         Self {
             pool: Vec::new(),
             kubernetes: None,
+            pool_name: String::new(),
             metrics_cluster: "wasm_epp_metrics".into(),
             destination_header: "x-gateway-destination-endpoint".into(),
             metrics_path: crate::metrics_text::filtered_metrics_path(),
@@ -60,6 +63,7 @@ impl Default for PollerConfig {
 
 impl PollerConfig {
     pub fn validate(&self) -> Result<Vec<PodAddress>, String> {
+        check_pool_name(&self.pool_name)?;
         if self.metrics_cluster.is_empty() {
             return Err("metrics_cluster must name an Envoy cluster".into());
         }
