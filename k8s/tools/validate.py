@@ -341,36 +341,79 @@ SINGLETON_CONFIGS = []  # (where, parsed singleton JSON), for the coherence chec
 PEER_SECRET = "validate-peer-secret-0123"
 
 
-def render_template(cluster_mode, singleton, peers=False):
-    """envoy/envoy.yaml.template as the launcher renders it (launcher/src/envoy.rs)."""
-    sections = {"singleton": singleton, "override_host": cluster_mode == "override_host",
-                "original_dst": cluster_mode == "original_dst", "peers": peers, "live_filter": False,
-                "filters_before_plugin": False}
-    kept, skipping = [], False
-    for line in (ROOT / "envoy/envoy.yaml.template").read_text().splitlines():
-        marker = re.match(r"^\s*# (BEGIN|END) (\S+)\s*$", line)
-        if marker:
-            skipping = marker.group(1) == "BEGIN" and not sections.get(marker.group(2), True)
-            continue
-        if not skipping:
-            kept.append(line)
-    pool = ["127.0.0.1:8001", "127.0.0.1:8002"]
-    poller_config = {"pool": pool}
+PER_POOL_SECTIONS = ("singleton_entry", "inline_filter", "pool_route", "override_host", "original_dst")
+
+
+def pool_values(name, pool, cluster_mode, several, peers):
+    """One pool's placeholders, as launcher/src/render.rs fills them."""
+    suffix = f"-{name}" if several else ""
+    filter_name = f"wasm-epp{suffix}" if several else "envoy.filters.http.wasm"
+    filter_config = {"pool": pool, **({"pool_name": name} if several else {})}
+    poller_config = dict(filter_config)
     if peers:
         poller_config["peers"] = {"peers": ["127.0.0.1:10001", "127.0.0.1:10002"], "secret": PEER_SECRET}
-    filter_config = {"pool": pool} if cluster_mode == "override_host" else {"pool": pool, "fallback_destinations": 0}
+    if cluster_mode == "original_dst":
+        filter_config["fallback_destinations"] = 0
+    match = {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": name}}]} if several else None
+    return {
+        "POOL_SUFFIX": suffix, "HTTP_FILTER_NAME": filter_name,
+        "FILTER_DISABLED": "disabled: true" if several else "",
+        "ROUTE_ENABLES_FILTER": (f'typed_per_filter_config: {{ {filter_name}: {{ "@type": '
+                                 'type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {} } }')
+        if several else "",
+        "ROUTE_MATCH": json.dumps(match) if match else '{ prefix: "/" }',
+        "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps(poller_config),
+        "POOL_ENDPOINTS": "\n".join(
+            f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '
+            f'port_value: {a.split(":")[1]} }} }} }}' for a in pool),
+    }
+
+
+def fill(lines, values):
+    """`lines` with `values` filled in; a line of only a placeholder that renders empty goes."""
+    out = []
+    for line in lines:
+        filled = line
+        for name, value in values.items():
+            filled = filled.replace("{{" + name + "}}", value)
+        if re.fullmatch(r"\s*\{\{[A-Z_]+\}\}\s*", line) and not filled.strip():
+            continue
+        out.append(filled)
+    return out
+
+
+def render_template(cluster_mode, singleton, peers=False, pools=None):
+    """envoy/envoy.yaml.template as the launcher renders it (launcher/src/render.rs); `pools`
+    ({name: pods}) renders several pools behind one Envoy."""
+    sections = {"singleton": singleton, "singleton_entry": singleton, "override_host": cluster_mode == "override_host",
+                "original_dst": cluster_mode == "original_dst", "peers": peers, "live_filter": False,
+                "filters_before_plugin": False}
+    several = bool(pools)
+    pools = pools or {"": ["127.0.0.1:8001", "127.0.0.1:8002"]}
+    per_pool = [pool_values(name, pods, cluster_mode, several, peers) for name, pods in pools.items()]
+    kept, section = [], None
+    for line in (ROOT / "envoy/envoy.yaml.template").read_text().splitlines():
+        marker = re.match(r"^\s*# (BEGIN|END) (\S+)\s*$", line)
+        if marker and marker.group(1) == "BEGIN":
+            section = (marker.group(2), [])
+        elif marker:
+            name, lines = section
+            section = None
+            if sections.get(name, True):
+                for values in (per_pool if name in PER_POOL_SECTIONS else [{}]):
+                    kept += fill(lines, values)
+        elif section:
+            section[1].append(line)
+        else:
+            kept.append(line)
     values = {
         "ADMIN_ADDRESS": "127.0.0.1", "ADMIN_PORT": "9901", "LISTEN_ADDRESS": "127.0.0.1", "LISTEN_PORT": "10000",
         "FILTER_WASM": "/etc/wasm-epp/wasm_epp_filter.wasm", "SINGLETON_WASM": "/etc/wasm-epp/wasm_epp_shared_state.wasm",
-        "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps(poller_config),
         "PEER_ADDRESS": "127.0.0.1", "PEER_PORT": "10001",
         "PEER_FILTER_CONFIG": json.dumps({"peer_receiver": {"secret": PEER_SECRET}}),
         "PER_TRY_IDLE_TIMEOUT": "0s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
         "DESTINATION_HEADER": "x-gateway-destination-endpoint", "MAX_HEAP_BYTES": "1073741824",
         "MAX_CONNECTIONS": "10000", "ASYNC_RESPONSE_LIMIT_BYTES": "4194304", "ACCESS_LOG_PATH": "/dev/stdout",
-        "POOL_ENDPOINTS": "\n".join(
-            f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '
-            f'port_value: {a.split(":")[1]} }} }} }}' for a in pool),
     }
     text = "\n".join(kept) + "\n"
     for name, value in values.items():
@@ -531,6 +574,8 @@ def envoy_configs():
         configs.append((f"envoy/envoy.yaml.template ({mode})", render_template(mode, True), {}))
     configs.append(("envoy/envoy.yaml.template (no singleton)", render_template("override_host", False), {}))
     configs.append(("envoy/envoy.yaml.template (peers)", render_template("override_host", True, peers=True), {}))
+    two_pools = {"alpha": ["127.0.0.1:8001", "127.0.0.1:8002"], "beta": ["127.0.0.1:8003"]}
+    configs.append(("envoy/envoy.yaml.template (two pools)", render_template("override_host", True, pools=two_pools), {}))
     configs.append(("envoy/compose/envoy.yaml", yaml.safe_load((ROOT / "envoy/compose/envoy.yaml").read_text()), {}))
     for path in manifest_paths():
         for doc in yaml.safe_load_all(path.read_text()):
@@ -656,6 +701,17 @@ def smoke_start(where, path, singletons):
     return ", singleton configured in a real start"
 
 
+def check_stats_tags(configs):
+    """Every Envoy configuration that names the plugin's stat labels names them as the
+    template does: a copy that lags behind leaves labels in the stats' names, and the
+    dashboard's and the alerts' queries find nothing."""
+    wanted = dig(configs[0][1], "stats_config", "stats_tags")
+    for where, config, _ in configs[1:]:
+        tags = dig(config, "stats_config", "stats_tags")
+        if tags is not None and tags != wanted:
+            fail(where, "stats_config.stats_tags differ from envoy/envoy.yaml.template's")
+
+
 def check_envoy_configs(scratch_root):
     if not ENVOY.exists():
         return fail("envoy", f"{ENVOY} not found (make envoy)")
@@ -663,7 +719,9 @@ def check_envoy_configs(scratch_root):
         if not (WASM_DIR / module).exists():
             return fail("wasm", f"{WASM_DIR / module} not built (make wasm)")
     jobs = []
-    for index, (where, config, files) in enumerate(envoy_configs()):
+    configs = envoy_configs()
+    check_stats_tags(configs)
+    for index, (where, config, files) in enumerate(configs):
         scratch = scratch_root / f"envoy-{index}"
         (scratch / "files").mkdir(parents=True)
         (scratch / "serviceaccount").mkdir()

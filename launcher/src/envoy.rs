@@ -7,90 +7,10 @@ use std::time::Duration;
 pub use crate::envoy_options::*;
 use crate::http;
 use crate::process::ManagedProcess;
+pub use crate::render::render;
 
 /// Longer than the plugin's stat flush periods (filter tick 20 ms, default poll 100 ms).
 const PLUGIN_STATS_FLUSH: Duration = Duration::from_millis(150);
-
-/// Returns the name of a `# BEGIN name` / `# END name` marker line.
-fn marker<'a>(line: &'a str, kind: &str) -> Option<&'a str> {
-    line.trim().strip_prefix("# ")?.strip_prefix(kind)?.strip_prefix(' ')
-}
-
-/// Fills the template's placeholders and drops the sections this setup does not use.
-pub fn render(template: &str, options: &EnvoyOptions) -> String {
-    let section_on = |name: &str| match name {
-        "singleton" => options.poller_config.is_some(),
-        "override_host" => options.cluster_mode == ClusterMode::OverrideHost,
-        "original_dst" => options.cluster_mode == ClusterMode::OriginalDst,
-        "peers" => options.peering.is_some(),
-        "inline_filter" => options.live_filter_dir.is_none(),
-        "live_filter" => options.live_filter_dir.is_some(),
-        "filters_before_plugin" => !options.filters_before_plugin.is_empty(),
-        "access_log" => options.access_log.is_some(),
-        _ => true,
-    };
-    let mut kept = String::with_capacity(template.len());
-    let mut skipping = false;
-    for line in template.lines() {
-        if let Some(name) = marker(line, "BEGIN") {
-            skipping = !section_on(name);
-            continue;
-        }
-        if marker(line, "END").is_some() {
-            skipping = false;
-            continue;
-        }
-        if !skipping {
-            kept.push_str(line);
-            kept.push('\n');
-        }
-    }
-    let endpoints: Vec<String> = options
-        .pool
-        .iter()
-        .filter_map(|address| address.rsplit_once(':'))
-        .map(|(host, port)| {
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            format!("              - endpoint: {{ address: {{ socket_address: {{ address: \"{host}\", port_value: {port} }} }} }}")
-        })
-        .collect();
-    let poller = options.poller_config.as_ref().map(|c| c.to_string()).unwrap_or_default();
-    let peering = options.peering.as_ref();
-    let peer_address = peering.map(|p| p.listen_address.clone()).unwrap_or_default();
-    let peer_port = peering.map(|p| p.port.to_string()).unwrap_or_default();
-    let peer_filter = peering.map(|p| p.receiver_config().to_string()).unwrap_or_default();
-    // JSON is YAML: each filter fits on one list line.
-    let filters_before: Vec<String> =
-        options.filters_before_plugin.iter().map(|filter| format!("                  - {filter}")).collect();
-    kept.replace("{{POOL_ENDPOINTS}}", &endpoints.join("\n"))
-        .replace("{{FILTERS_BEFORE_PLUGIN}}", &filters_before.join("\n"))
-        .replace("{{PER_TRY_IDLE_TIMEOUT}}", &options.per_try_idle_timeout)
-        .replace("{{ADMIN_ADDRESS}}", &options.admin_address)
-        .replace("{{ADMIN_PORT}}", &options.admin_port.to_string())
-        .replace("{{LISTEN_ADDRESS}}", &options.listen_address)
-        .replace("{{LISTEN_PORT}}", &options.listen_port.to_string())
-        .replace("{{FILTER_WASM}}", &options.filter_wasm.display().to_string())
-        .replace("{{SINGLETON_WASM}}", &options.singleton_wasm.display().to_string())
-        .replace("{{FILTER_CONFIG}}", &options.filter_config.to_string())
-        .replace("{{POLLER_CONFIG}}", &poller)
-        .replace("{{PEER_ADDRESS}}", &peer_address)
-        .replace("{{PEER_PORT}}", &peer_port)
-        .replace("{{PEER_FILTER_CONFIG}}", &peer_filter)
-        .replace("{{FAILURE_POLICY}}", &options.failure_policy)
-        .replace("{{DESTINATION_HEADER}}", &options.destination_header)
-        .replace("{{REQUEST_TIMEOUT}}", &options.request_timeout)
-        .replace(
-            "{{ACCESS_LOG_PATH}}",
-            &options.access_log.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-        )
-        .replace("{{MAX_HEAP_BYTES}}", &options.max_heap_bytes.to_string())
-        .replace("{{MAX_CONNECTIONS}}", &options.max_connections.to_string())
-        .replace("{{ASYNC_RESPONSE_LIMIT_BYTES}}", &options.async_response_limit_bytes.to_string())
-        .replace(
-            "{{LIVE_FILTER_DIR}}",
-            &options.live_filter_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
-        )
-}
 
 /// Starts Envoy on `config_path` and waits until its admin endpoint on `admin_port` says it
 /// is ready. Every Envoy the launcher starts (wasm-epp, baselines, Kubernetes mode) goes here.

@@ -19,6 +19,10 @@ pub struct EnvoyOptions {
     pub cluster_mode: ClusterMode,
     /// The pool's pods, for the override_host cluster's endpoints.
     pub pool: Vec<String>,
+    /// Several pools behind this one Envoy, each with its own singleton, filter, cluster
+    /// and route ([`EnvoyOptions::for_pools`]); empty (the default) serves the one pool of
+    /// `pool`, `filter_config` and `poller_config`.
+    pub pools: Vec<ServedPool>,
     pub listen_address: String,
     pub listen_port: u16,
     pub admin_port: u16,
@@ -61,6 +65,38 @@ pub struct EnvoyOptions {
     /// section; `/dev/stdout` in a container): none for tests and benchmarks, a file for
     /// `make run`, stdout for compose.
     pub access_log: Option<PathBuf>,
+}
+
+/// One of several pools served by one Envoy (docs/deployment.md, "Several pools behind one
+/// Envoy"): its filter and singleton share `vm_id` `wasm-epp-<name>`, its cluster is
+/// `pool-<name>`, and its route (first match wins, in the order given) runs its filter alone.
+#[derive(Debug, Clone)]
+pub struct ServedPool {
+    /// A DNS label: the stats' `pool` label and part of every name above.
+    pub name: String,
+    /// The pool's pods, for its cluster's endpoints.
+    pub pods: Vec<String>,
+    /// The route's `match` (Envoy's RouteMatch as JSON), e.g. a header the client sets.
+    pub route_match: serde_json::Value,
+    pub filter_config: serde_json::Value,
+    pub poller_config: serde_json::Value,
+}
+
+impl ServedPool {
+    /// A pool of static pods whose route matches requests carrying `header: name`; the
+    /// filter and the singleton are told the pool's name for their stats.
+    pub fn by_header(name: &str, pods: &[String], header: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            pods: pods.to_vec(),
+            route_match: serde_json::json!({
+                "prefix": "/",
+                "headers": [{ "name": header, "string_match": { "exact": name } }]
+            }),
+            filter_config: serde_json::json!({ "pool": pods, "pool_name": name }),
+            poller_config: serde_json::json!({ "pool": pods, "pool_name": name, "poll_interval_ms": 100 }),
+        }
+    }
 }
 
 /// One replica's side of peering: where its peer listener listens and what it shares.
@@ -110,6 +146,7 @@ impl EnvoyOptions {
             admin_address: "127.0.0.1".into(),
             cluster_mode: ClusterMode::OverrideHost,
             pool: pool.to_vec(),
+            pools: Vec::new(),
             listen_address: "127.0.0.1".into(),
             listen_port,
             admin_port,
@@ -130,6 +167,17 @@ impl EnvoyOptions {
             filters_before_plugin: Vec::new(),
             extra_args: Vec::new(),
             access_log: None,
+        }
+    }
+
+    /// Several pools behind one Envoy, routed by their routes' matches. Peering and the
+    /// live (ECDS) filter are for one pool only and stay off.
+    pub fn for_pools(pools: Vec<ServedPool>, listen_port: u16, admin_port: u16) -> Self {
+        Self {
+            pools,
+            filter_config: serde_json::Value::Null,
+            poller_config: None,
+            ..Self::for_pool(&[], listen_port, admin_port)
         }
     }
 

@@ -20,6 +20,7 @@ pub mod paths;
 pub mod pods;
 pub mod proc_stats;
 pub mod process;
+pub mod render;
 pub mod replicas;
 
 /// Ports handed out lie between this and the start of the kernel's ephemeral range: no

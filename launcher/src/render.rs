@@ -1,0 +1,222 @@
+//! Renders `envoy/envoy.yaml.template` (and `envoy/filter-ecds.yaml.template`) for one setup.
+//!
+//! The template is plain YAML with `{{NAME}}` placeholders and `# BEGIN name` / `# END name`
+//! sections (not nested) that a setup keeps or drops. The sections that make up one pool (its
+//! singleton, filter, route and cluster) are written once per pool, each copy with that
+//! pool's values: one pool by default, named ones where one Envoy serves several
+//! ([`EnvoyOptions::pools`], docs/deployment.md "Several pools behind one Envoy"). A line
+//! holding nothing but a placeholder that renders empty is left out, so options that one pool
+//! does not need leave no trace in its configuration.
+
+use crate::envoy_options::{ClusterMode, EnvoyOptions, ServedPool};
+
+/// Sections written once per pool.
+const PER_POOL: [&str; 5] = ["singleton_entry", "inline_filter", "pool_route", "override_host", "original_dst"];
+
+/// The HTTP filter's name with one pool (Envoy's own name for the Wasm filter).
+const SINGLE_POOL_FILTER_NAME: &str = "envoy.filters.http.wasm";
+
+/// Returns the name of a `# BEGIN name` / `# END name` marker line.
+fn marker<'a>(line: &'a str, kind: &str) -> Option<&'a str> {
+    line.trim().strip_prefix("# ")?.strip_prefix(kind)?.strip_prefix(' ')
+}
+
+/// Fills the template's placeholders, drops the sections this setup does not use and writes
+/// the per-pool sections once per pool.
+pub fn render(template: &str, options: &EnvoyOptions) -> String {
+    let pools = pool_values(options);
+    let section_on = |name: &str| match name {
+        "singleton" | "singleton_entry" => options.poller_config.is_some() || !options.pools.is_empty(),
+        "override_host" => options.cluster_mode == ClusterMode::OverrideHost,
+        "original_dst" => options.cluster_mode == ClusterMode::OriginalDst,
+        "peers" => options.peering.is_some(),
+        "inline_filter" => options.live_filter_dir.is_none(),
+        "live_filter" => options.live_filter_dir.is_some(),
+        "filters_before_plugin" => !options.filters_before_plugin.is_empty(),
+        "access_log" => options.access_log.is_some(),
+        _ => true,
+    };
+    let mut kept = String::with_capacity(template.len());
+    let mut section: Option<(&str, Vec<&str>)> = None;
+    for line in template.lines() {
+        if let Some(name) = marker(line, "BEGIN") {
+            section = Some((name, Vec::new()));
+            continue;
+        }
+        if marker(line, "END").is_some() {
+            if let Some((name, lines)) = section.take().filter(|(name, _)| section_on(name)) {
+                if PER_POOL.contains(&name) {
+                    for values in &pools {
+                        push_lines(&mut kept, &lines, values);
+                    }
+                } else {
+                    push_lines(&mut kept, &lines, &[]);
+                }
+            }
+            continue;
+        }
+        match section.as_mut() {
+            Some((_, lines)) => lines.push(line),
+            None => push_lines(&mut kept, &[line], &[]),
+        }
+    }
+    // Placeholders outside the per-pool sections (the ECDS filter file has no sections)
+    // take the first pool's values; with several pools there are none.
+    let first_pool = pools.first().map(|values| &values[..]).unwrap_or(&[]);
+    let mut rendered = String::with_capacity(kept.len());
+    push_lines(&mut rendered, &kept.lines().collect::<Vec<_>>(), first_pool);
+    fill_globals(rendered, options)
+}
+
+/// Appends `lines` with `values` filled in; a line that held only a placeholder and
+/// renders empty is left out.
+fn push_lines(out: &mut String, lines: &[&str], values: &[(&str, String)]) {
+    for line in lines {
+        let mut filled = line.to_string();
+        for (name, value) in values {
+            filled = filled.replace(name, value);
+        }
+        let only_placeholder = line.trim().starts_with("{{") && line.trim().ends_with("}}");
+        if only_placeholder && filled.trim().is_empty() {
+            continue;
+        }
+        out.push_str(&filled);
+        out.push('\n');
+    }
+}
+
+/// Each pool's placeholder values, in the order its sections are written.
+fn pool_values(options: &EnvoyOptions) -> Vec<Vec<(&'static str, String)>> {
+    if options.pools.is_empty() {
+        let single = ServedPool {
+            name: String::new(),
+            pods: options.pool.clone(),
+            route_match: serde_json::json!({ "prefix": "/" }),
+            filter_config: options.filter_config.clone(),
+            poller_config: options.poller_config.clone().unwrap_or_default(),
+        };
+        return vec![values_of(&single, false)];
+    }
+    options.pools.iter().map(|pool| values_of(pool, true)).collect()
+}
+
+fn values_of(pool: &ServedPool, several: bool) -> Vec<(&'static str, String)> {
+    let suffix = if several { format!("-{}", pool.name) } else { String::new() };
+    let filter_name = if several { format!("wasm-epp{suffix}") } else { SINGLE_POOL_FILTER_NAME.to_string() };
+    let endpoints: Vec<String> = pool
+        .pods
+        .iter()
+        .filter_map(|address| address.rsplit_once(':'))
+        .map(|(host, port)| {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            format!("              - endpoint: {{ address: {{ socket_address: {{ address: \"{host}\", port_value: {port} }} }} }}")
+        })
+        .collect();
+    // With several pools each filter is off unless its pool's route turns it on: Envoy
+    // refuses a per-route FilterConfig without `config`, and an empty one turns it on.
+    let (disabled, enables) = if several {
+        (
+            "disabled: true   # on only where its pool's route enables it".to_string(),
+            format!(
+                "typed_per_filter_config: {{ {filter_name}: {{ \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {{}} }} }}"
+            ),
+        )
+    } else {
+        (String::new(), String::new())
+    };
+    let poller = if pool.poller_config.is_null() { String::new() } else { pool.poller_config.to_string() };
+    vec![
+        ("{{POOL_SUFFIX}}", suffix),
+        ("{{HTTP_FILTER_NAME}}", filter_name),
+        ("{{FILTER_DISABLED}}", disabled),
+        ("{{ROUTE_ENABLES_FILTER}}", enables),
+        ("{{ROUTE_MATCH}}", route_match_yaml(&pool.route_match)),
+        ("{{POOL_ENDPOINTS}}", endpoints.join("\n")),
+        ("{{FILTER_CONFIG}}", pool.filter_config.to_string()),
+        ("{{POLLER_CONFIG}}", poller),
+    ]
+}
+
+/// The route's `match` on one line: `{ prefix: "/" }` as the template always wrote it,
+/// anything else as JSON (which is YAML).
+fn route_match_yaml(route_match: &serde_json::Value) -> String {
+    if *route_match == serde_json::json!({ "prefix": "/" }) {
+        return "{ prefix: \"/\" }".to_string();
+    }
+    route_match.to_string()
+}
+
+/// The placeholders every pool shares.
+fn fill_globals(text: String, options: &EnvoyOptions) -> String {
+    let peering = options.peering.as_ref();
+    let peer_address = peering.map(|p| p.listen_address.clone()).unwrap_or_default();
+    let peer_port = peering.map(|p| p.port.to_string()).unwrap_or_default();
+    let peer_filter = peering.map(|p| p.receiver_config().to_string()).unwrap_or_default();
+    // JSON is YAML: each filter fits on one list line.
+    let filters_before: Vec<String> =
+        options.filters_before_plugin.iter().map(|filter| format!("                  - {filter}")).collect();
+    text.replace("{{FILTERS_BEFORE_PLUGIN}}", &filters_before.join("\n"))
+        .replace("{{PER_TRY_IDLE_TIMEOUT}}", &options.per_try_idle_timeout)
+        .replace("{{ADMIN_ADDRESS}}", &options.admin_address)
+        .replace("{{ADMIN_PORT}}", &options.admin_port.to_string())
+        .replace("{{LISTEN_ADDRESS}}", &options.listen_address)
+        .replace("{{LISTEN_PORT}}", &options.listen_port.to_string())
+        .replace("{{FILTER_WASM}}", &options.filter_wasm.display().to_string())
+        .replace("{{SINGLETON_WASM}}", &options.singleton_wasm.display().to_string())
+        .replace("{{PEER_ADDRESS}}", &peer_address)
+        .replace("{{PEER_PORT}}", &peer_port)
+        .replace("{{PEER_FILTER_CONFIG}}", &peer_filter)
+        .replace("{{FAILURE_POLICY}}", &options.failure_policy)
+        .replace("{{DESTINATION_HEADER}}", &options.destination_header)
+        .replace("{{REQUEST_TIMEOUT}}", &options.request_timeout)
+        .replace(
+            "{{ACCESS_LOG_PATH}}",
+            &options.access_log.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        )
+        .replace("{{MAX_HEAP_BYTES}}", &options.max_heap_bytes.to_string())
+        .replace("{{MAX_CONNECTIONS}}", &options.max_connections.to_string())
+        .replace("{{ASYNC_RESPONSE_LIMIT_BYTES}}", &options.async_response_limit_bytes.to_string())
+        .replace(
+            "{{LIVE_FILTER_DIR}}",
+            &options.live_filter_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::envoy_options::ServedPool;
+
+    fn template() -> String {
+        std::fs::read_to_string(crate::paths::envoy_template()).expect("the template")
+    }
+
+    #[test]
+    fn one_pool_renders_no_trace_of_several() {
+        let pods = ["127.0.0.1:8001".to_string()];
+        let rendered = render(&template(), &EnvoyOptions::for_pool(&pods, 10_000, 9_901));
+        assert!(!rendered.contains("{{"), "a placeholder left: {rendered}");
+        for absent in ["disabled: true", "typed_per_filter_config", "pool-", "wasm-epp-singleton-"] {
+            assert!(!rendered.contains(absent), "{absent}");
+        }
+        assert_eq!(rendered.matches("vm_id: wasm-epp ").count() + rendered.matches("vm_id: wasm-epp\n").count(), 2);
+        assert!(rendered.contains("- match: { prefix: \"/\" }") && rendered.contains("cluster: pool\n"));
+    }
+
+    #[test]
+    fn several_pools_each_get_a_singleton_filter_route_and_cluster() {
+        let alpha = ServedPool::by_header("alpha", &["127.0.0.1:8001".to_string()], "x-pool");
+        let beta = ServedPool::by_header("beta", &["127.0.0.1:8002".to_string()], "x-pool");
+        let rendered = render(&template(), &EnvoyOptions::for_pools(vec![alpha, beta], 10_000, 9_901));
+        assert!(!rendered.contains("{{"), "a placeholder left: {rendered}");
+        for name in ["alpha", "beta"] {
+            assert_eq!(rendered.matches(&format!("vm_id: wasm-epp-{name}")).count(), 2, "filter and singleton");
+            assert_eq!(rendered.matches(&format!("- name: pool-{name}\n")).count(), 1, "its cluster");
+            assert_eq!(rendered.matches(&format!("cluster: pool-{name}\n")).count(), 1, "its route");
+            assert!(rendered.contains(&format!("typed_per_filter_config: {{ wasm-epp-{name}: ")));
+            assert!(rendered.contains(&format!(r#""pool_name":"{name}""#)));
+        }
+        assert_eq!(rendered.matches("disabled: true").count(), 2);
+        assert!(rendered.contains(r#""exact":"alpha""#) && !rendered.contains("- match: { prefix: \"/\" }"));
+    }
+}
