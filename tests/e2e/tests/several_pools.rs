@@ -1,0 +1,99 @@
+//! Several pools behind one Envoy (docs/deployment.md, "Several pools behind one Envoy"): each
+//! pool has its own singleton and filter (`vm_id` `wasm-epp-<name>`), cluster and route, and
+//! the route runs its own pool's filter only. Both pools here serve the same model, so only
+//! the route keeps them apart: a request is picked among its route's pods, a forged
+//! destination naming the other pool's pod changes nothing, each pool's stats carry its
+//! `pool` label (its gauges are not overwritten by the other's), and a pool that loses every
+//! pod leaves the other serving.
+
+use std::time::Duration;
+
+use e2e::REQUEST_TIMEOUT;
+use launcher::envoy::{Envoy, EnvoyOptions, ServedPool};
+use launcher::http::{self, Reply};
+use launcher::pods::{start_pool, Pod};
+
+/// The request header the two routes match on (any route match works; this one is simple).
+const POOL_HEADER: &str = "x-pool";
+
+fn addresses(pods: &[Pod]) -> Vec<String> {
+    pods.iter().map(Pod::address).collect()
+}
+
+fn complete(envoy: &Envoy, pool: Option<&str>, extra: &[(&str, &str)], prompt: &str) -> Reply {
+    let body = serde_json::json!({"model": "sim-model", "prompt": prompt, "max_tokens": 2});
+    let mut headers: Vec<(&str, &str)> = extra.to_vec();
+    if let Some(pool) = pool {
+        headers.push((POOL_HEADER, pool));
+    }
+    http::post(&envoy.url("/v1/completions"), &headers, &body.to_string(), REQUEST_TIMEOUT)
+        .unwrap_or_else(|e| panic!("POST failed: {e}\n{}", envoy.log_tail(20)))
+}
+
+fn pool_stat(envoy: &Envoy, name: &str, pool: &str) -> Option<f64> {
+    envoy.stat(&format!("{name}{{pool=\"{pool}\"}}"))
+}
+
+#[test]
+fn each_route_picks_among_its_own_pool_and_keeps_its_own_stats() {
+    let dir = launcher::paths::run_dir("several_pools").unwrap_or_else(|e| panic!("run dir: {e}"));
+    let alpha_pods = start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+    let beta_pods = start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+    let (alpha, beta) = (addresses(&alpha_pods), addresses(&beta_pods));
+    let listen = launcher::free_port().unwrap_or_else(|e| panic!("port: {e}"));
+    let admin = launcher::free_port().unwrap_or_else(|e| panic!("port: {e}"));
+    let pools =
+        vec![ServedPool::by_header("alpha", &alpha, POOL_HEADER), ServedPool::by_header("beta", &beta, POOL_HEADER)];
+    let envoy =
+        Envoy::start(&EnvoyOptions::for_pools(pools, listen, admin), &dir).unwrap_or_else(|e| panic!("envoy: {e}"));
+    let both_ready = launcher::wait_until(Duration::from_secs(15), || {
+        pool_stat(&envoy, "wasm_epp_pods_healthy", "alpha") == Some(2.0)
+            && pool_stat(&envoy, "wasm_epp_pods_healthy", "beta") == Some(2.0)
+    });
+    assert!(both_ready, "each singleton should see its own 2 pods:\n{}", envoy.log_tail(30));
+
+    for i in 0..20 {
+        for (name, members) in [("alpha", &alpha), ("beta", &beta)] {
+            let reply = complete(&envoy, Some(name), &[], &format!("{name} request {i}"));
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            let pod = reply.served_by().unwrap_or_default();
+            assert!(members.iter().any(|m| m == pod), "{name} request served by {pod}, not one of {members:?}");
+        }
+    }
+    // A client naming the other pool's pod: the header is removed (before any pool's filter
+    // runs) and alpha picks its own.
+    let forged = complete(&envoy, Some("alpha"), &[("x-gateway-destination-endpoint", &beta[0])], "forged");
+    assert_eq!(forged.status, 200, "{}", forged.body);
+    assert!(alpha.iter().any(|m| Some(m.as_str()) == forged.served_by()), "forged: {:?}", forged.served_by());
+    // No route matches: Envoy answers 404 and neither pool's filter runs.
+    let unrouted = complete(&envoy, None, &[], "no pool");
+    assert_eq!(unrouted.status, 404, "{}", unrouted.body);
+    assert_eq!(unrouted.served_by(), None);
+
+    assert_eq!(pool_stat(&envoy, "wasm_epp_requests_routed", "alpha"), Some(21.0));
+    assert_eq!(pool_stat(&envoy, "wasm_epp_requests_routed", "beta"), Some(20.0));
+    assert_eq!(envoy.stat("wasm_epp_requests_routed"), None, "no stat without its pool label");
+    for (name, members) in [("alpha", &alpha), ("beta", &beta)] {
+        let picks: f64 = members
+            .iter()
+            .filter_map(|pod| envoy.stat(&format!("wasm_epp_picks{{pool=\"{name}\",pod=\"{pod}\"}}")))
+            .sum();
+        assert_eq!(picks, if name == "alpha" { 21.0 } else { 20.0 }, "{name}'s picks by pod");
+    }
+
+    // Alpha loses every pod: its requests fail, beta's go on within beta.
+    alpha_pods.iter().for_each(Pod::kill);
+    let alpha_down = launcher::wait_until(Duration::from_secs(10), || {
+        pool_stat(&envoy, "wasm_epp_pods_healthy", "alpha") == Some(0.0)
+    });
+    assert!(alpha_down, "alpha's singleton should see its pods gone:\n{}", envoy.log_tail(30));
+    assert_eq!(pool_stat(&envoy, "wasm_epp_pods_healthy", "beta"), Some(2.0));
+    let failed = complete(&envoy, Some("alpha"), &[], "alpha without pods");
+    assert!(failed.status >= 500, "alpha answered {} with no pod up: {}", failed.status, failed.body);
+    assert!(!beta.iter().any(|m| Some(m.as_str()) == failed.served_by()), "alpha's request reached beta");
+    for i in 0..10 {
+        let reply = complete(&envoy, Some("beta"), &[], &format!("beta after {i}"));
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(beta.iter().any(|m| Some(m.as_str()) == reply.served_by()), "{:?}", reply.served_by());
+    }
+}
