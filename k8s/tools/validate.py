@@ -577,6 +577,8 @@ def envoy_configs():
     two_pools = {"alpha": ["127.0.0.1:8001", "127.0.0.1:8002"], "beta": ["127.0.0.1:8003"]}
     configs.append(("envoy/envoy.yaml.template (two pools)", render_template("override_host", True, pools=two_pools), {}))
     configs.append(("envoy/compose/envoy.yaml", yaml.safe_load((ROOT / "envoy/compose/envoy.yaml").read_text()), {}))
+    configs.append(("envoy/examples/two-pools.yaml",
+                    yaml.safe_load((ROOT / "envoy/examples/two-pools.yaml").read_text()), {}))
     for path in manifest_paths():
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and doc.get("kind") == "ConfigMap" and isinstance(doc.get("data"), dict):

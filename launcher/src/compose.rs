@@ -1,6 +1,7 @@
 //! The docker-compose variant of the Envoy configuration, rendered from the same template
 //! as the native one so the two cannot drift: a unit test fails when the committed
-//! `envoy/compose/envoy.yaml` differs from a fresh render (`UPDATE_COMPOSE=1` rewrites it).
+//! `envoy/compose/envoy.yaml` differs from a fresh render (`UPDATE_COMPOSE=1` rewrites it,
+//! and `envoy/examples/two-pools.yaml` too).
 
 use crate::envoy::EnvoyOptions;
 
@@ -20,25 +21,32 @@ pub fn compose_options() -> EnvoyOptions {
     options
 }
 
+/// `envoy/examples/two-pools.yaml`: two pools of two local pods each behind one Envoy, routed
+/// by an `x-pool` header (docs/deployment.md, "Several pools behind one Envoy").
+pub fn two_pools_example_options() -> EnvoyOptions {
+    let pods = |ports: [u16; 2]| ports.map(|port| format!("127.0.0.1:{port}")).to_vec();
+    let pools = vec![
+        crate::envoy_options::ServedPool::by_header("llama", &pods([8001, 8002]), "x-pool"),
+        crate::envoy_options::ServedPool::by_header("qwen", &pods([8003, 8004]), "x-pool"),
+    ];
+    let mut options = EnvoyOptions::for_pools(pools, 10000, 9901);
+    options.filter_wasm = "target/wasm32-wasip1/release/wasm_epp_filter.wasm".into();
+    options.singleton_wasm = "target/wasm32-wasip1/release/wasm_epp_shared_state.wasm".into();
+    options
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn compose_config_is_rendered_from_the_native_template() {
-        let template = std::fs::read_to_string(crate::paths::envoy_template()).unwrap();
-        let rendered = crate::envoy::render(&template, &compose_options());
-        let path = crate::paths::workspace_root().join("envoy/compose/envoy.yaml");
-        let header = "# GENERATED from envoy/envoy.yaml.template by the launcher crate; do not edit.\n";
-        let expected = format!("{header}{rendered}");
-        if std::env::var_os("UPDATE_COMPOSE").is_some() {
-            std::fs::write(&path, &expected).unwrap();
-        }
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            committed == expected,
-            "envoy/compose/envoy.yaml is out of step: run UPDATE_COMPOSE=1 cargo test -p launcher"
-        );
+        crate::render::assert_committed_render("envoy/compose/envoy.yaml", &compose_options());
+    }
+
+    #[test]
+    fn the_two_pools_example_is_rendered_from_the_native_template() {
+        crate::render::assert_committed_render("envoy/examples/two-pools.yaml", &two_pools_example_options());
     }
 
     #[test]

@@ -182,6 +182,21 @@ fn fill_globals(text: String, options: &EnvoyOptions) -> String {
         )
 }
 
+/// Fails unless the committed file at `path` (from the workspace root) is a fresh render of
+/// the template for `options`; `UPDATE_COMPOSE=1` rewrites it first.
+#[cfg(test)]
+pub(crate) fn assert_committed_render(path: &str, options: &EnvoyOptions) {
+    let template = std::fs::read_to_string(crate::paths::envoy_template()).expect("the template");
+    let header = "# GENERATED from envoy/envoy.yaml.template by the launcher crate; do not edit.\n";
+    let expected = format!("{header}{}", render(&template, options));
+    let path = crate::paths::workspace_root().join(path);
+    if std::env::var_os("UPDATE_COMPOSE").is_some() {
+        std::fs::write(&path, &expected).expect("writable");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(committed == expected, "{} is out of step: run UPDATE_COMPOSE=1 cargo test -p launcher", path.display());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
