@@ -6,7 +6,10 @@
    (EnvoyFilter, WasmPlugin, Istio Gateway/VirtualService, InferencePool) have no schema
    there: they are parsed and their required fields checked here. Kustomizations must
    name files that exist, and the wasm ConfigMaps `k8s/tools/wasm-configmaps.py` writes
-   are validated and measured against the 1 MiB ConfigMap limit.
+   are validated and measured against the 1 MiB ConfigMap limit (gzip-compressed). Every
+   Deployment (and the Istio gateway patch) mounting them unpacks them with an init
+   container into the folder Envoy reads; that init container's script is run here with
+   /bin/sh on the generated ConfigMaps and must give back the modules byte for byte.
 2. Every Envoy configuration: envoy/envoy.yaml.template rendered for each variant, the
    compose configuration, the one in the standalone ConfigMap, and bootstraps assembled
    from the Istio EnvoyFilter patches. Each passes `envoy --mode validate`, which loads the
@@ -27,6 +30,7 @@
 Run by `make validate` (part of `make test`) with the Makefile's .venv python.
 """
 
+import base64
 import copy
 import json
 import os
@@ -43,6 +47,8 @@ import yaml
 import kubernetes_validate
 
 import alerts_check
+
+wasm_configmaps = __import__("wasm-configmaps")
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
@@ -71,6 +77,8 @@ HELM_RENDERED = Path(os.environ.get("HELM_RENDERED", ROOT / "target/helm"))
 ALERTS = K8S / "alerts"
 
 failures = []
+# Where each checked resource comes from (id of the parsed document -> file), for messages.
+SOURCES = {}
 
 
 def fail(where, message):
@@ -211,6 +219,7 @@ def validate_documents(where, documents):
                 fail(name, f"schema: {error.message} at {'.'.join(str(p) for p in error.path)}")
             except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.InvalidSchemaError) as error:
                 fail(name, f"no schema for {key}: {error}")
+        SOURCES[id(doc)] = name
         resources.append(doc)
     return resources
 
@@ -259,19 +268,115 @@ def check_gateway_patch():
     probe = dig(deployment, "spec", "template", "spec", "containers")[0].get("livenessProbe") or {}
     if dig(probe, "httpGet", "path") != "/wasm-epp/healthz" or dig(probe, "httpGet", "port") not in GATEWAY_TARGET_PORTS.values():
         fail(where, "the gateway's liveness probe must be GET /wasm-epp/healthz on a listener with the filter")
+    return deployment
 
 
 def check_wasm_configmaps(scratch):
-    sys.path.insert(0, str(K8S / "tools"))
-    generator = __import__("wasm-configmaps")
     try:
-        text, sizes = generator.render(WASM_DIR, "llm")
+        text, sizes = wasm_configmaps.render(WASM_DIR, "llm")
     except (OSError, ValueError) as error:
         return fail("k8s/tools/wasm-configmaps.py", str(error))
     (scratch / "wasm-epp-modules.yaml").write_text(text)
     documents = validate_documents("generated wasm ConfigMaps", yaml.safe_load_all(text))
-    print(f"  wasm ConfigMaps: {', '.join(f'{k} {v} bytes' for k, v in sizes.items())} (limit 1048576 each)")
+    print(f"  wasm ConfigMaps: {', '.join(f'{k} {v} bytes ({packed} gzipped)' for k, (v, packed) in sizes.items())}"
+          f" (limit {wasm_configmaps.CONFIGMAP_LIMIT} each, gzipped)")
     return documents
+
+
+# Where every Envoy configuration here loads the modules from.
+ENVOY_WASM_DIR = "/etc/wasm-epp"
+
+
+def unpack_steps(where, deployment):
+    """The pod template mounting the module ConfigMaps (gzip-compressed) must unpack them:
+    an init container mounts them, runs `gzip -dc` over every module, and writes into a
+    volume the other containers mount at ENVOY_WASM_DIR; no container but it mounts the
+    packed files. Returns [(script, packed folder, unpacked folder)] to run."""
+    spec = dig(deployment, "spec", "template", "spec") or {}
+    packed = set()
+    for volume in spec.get("volumes") or []:
+        names = [dig(volume, "configMap", "name")]
+        names += [dig(s, "configMap", "name") for s in dig(volume, "projected", "sources") or []]
+        if any(name in wasm_configmaps.MODULES for name in names):
+            packed.add(volume.get("name"))
+    if not packed:
+        return []
+    emptydirs = {v.get("name") for v in spec.get("volumes") or [] if "emptyDir" in v}
+    containers = spec.get("containers") or []
+    for container in containers:
+        for mount in container.get("volumeMounts") or []:
+            if mount.get("name") in packed:
+                fail(where, f"container {container.get('name')} mounts the gzip-compressed modules "
+                            f"({mount.get('name')}); Envoy must read the ones an init container unpacks")
+    steps = []
+    for init in spec.get("initContainers") or []:
+        mounts = init.get("volumeMounts") or []
+        sources = [m for m in mounts if m.get("name") in packed]
+        if not sources:
+            continue
+        script = "\n".join((init.get("command") or [])[2:] + (init.get("args") or []))
+        if (init.get("command") or [])[:2] != ["sh", "-c"] or "gzip -dc" not in script:
+            fail(where, f"init container {init.get('name')} mounts the module ConfigMaps but does not "
+                        f"run `gzip -dc` over them with sh -c")
+            continue
+        for module in wasm_configmaps.MODULES.values():
+            if module not in script:
+                fail(where, f"init container {init.get('name')} does not unpack {module}")
+        targets = [m for m in mounts if m.get("name") in emptydirs and not m.get("readOnly")
+                   and m.get("mountPath") == ENVOY_WASM_DIR]
+        if not targets:
+            fail(where, f"init container {init.get('name')} does not write into an emptyDir at {ENVOY_WASM_DIR}")
+            continue
+        target = targets[0]
+        readers = [c.get("name") for c in containers for m in c.get("volumeMounts") or []
+                   if m.get("name") == target.get("name") and m.get("mountPath") == ENVOY_WASM_DIR]
+        if not readers:
+            fail(where, f"no container mounts {target.get('name')} (the unpacked modules) at {ENVOY_WASM_DIR}")
+        steps.append((script, sources[0].get("mountPath"), ENVOY_WASM_DIR))
+    if not steps:
+        fail(where, f"mounts the module ConfigMaps ({', '.join(sorted(packed))}) but no init container unpacks them")
+    return steps
+
+
+def check_module_unpacking(deployments, configmaps):
+    """unpack_steps for every Deployment, then each distinct unpack script run with /bin/sh
+    (its folders moved into a scratch folder) on the packed files of the generated ConfigMaps:
+    it must write the modules byte for byte, and fail when a module is missing."""
+    before = len(failures)
+    steps = {}
+    for where, deployment in deployments:
+        for step in unpack_steps(where, deployment):
+            steps.setdefault(step, []).append(where)
+    packed = {key: base64.b64decode(value) for doc in configmaps if doc.get("kind") == "ConfigMap"
+              for key, value in (doc.get("binaryData") or {}).items()}
+    if not all(f"{module}.gz" in packed for module in wasm_configmaps.MODULES.values()):
+        return  # reported by check_wasm_configmaps
+    modules = {module: (WASM_DIR / module).read_bytes() for module in wasm_configmaps.MODULES.values()}
+    for (script, source, target), users in steps.items():
+        where = f"unpack script of {users[0]}" + (f" (and {len(users) - 1} more)" if len(users) > 1 else "")
+        with tempfile.TemporaryDirectory(prefix="wasm-epp-unpack-") as scratch:
+            folders = {source: Path(scratch) / "packed", target: Path(scratch) / "unpacked"}
+            for folder in folders.values():
+                folder.mkdir()
+            local = re.sub("|".join(re.escape(p) for p in sorted(folders, key=len, reverse=True)),
+                           lambda m: str(folders[m.group(0)]), script)
+            for key, data in packed.items():
+                (folders[source] / key).write_bytes(data)
+            run = subprocess.run(["/bin/sh", "-c", local], capture_output=True, text=True, timeout=60)
+            if run.returncode != 0:
+                fail(where, f"exit {run.returncode}: {run.stderr.strip()}")
+                continue
+            for module, data in modules.items():
+                unpacked = folders[target] / module
+                if not unpacked.exists() or unpacked.read_bytes() != data:
+                    fail(where, f"does not unpack {module} to the built module byte for byte")
+            # A module missing from the ConfigMaps must stop the pod, not start Envoy without it.
+            (folders[source] / f"{next(iter(modules))}.gz").unlink()
+            if subprocess.run(["/bin/sh", "-c", local], capture_output=True, timeout=60).returncode == 0:
+                fail(where, "succeeds with a module missing from the ConfigMaps")
+    if len(failures) == before:
+        print(f"  ok  {len(deployments)} Deployments: every mount of the module ConfigMaps unpacked by an init "
+              f"container into {ENVOY_WASM_DIR}; {len(steps)} distinct unpack script(s) run, modules identical")
 
 
 DRAIN_SCRIPT = ROOT / "envoy/drain-before-exit.sh"
@@ -828,13 +933,16 @@ def main():
     started = time.monotonic()
     print(f"Kubernetes manifests (schema {KUBERNETES_VERSION}, strict; custom resources by field checks)")
     resources = check_manifests()
-    check_gateway_patch()
+    gateway = check_gateway_patch()
     with tempfile.TemporaryDirectory(prefix="wasm-epp-validate-") as scratch:
-        resources += check_wasm_configmaps(Path(scratch)) or []
+        modules = check_wasm_configmaps(Path(scratch)) or []
+        resources += modules
         print(f"  {len(resources)} resources checked")
         print(f"Envoy configurations ({ENVOY})")
         check_envoy_configs(Path(scratch))
     check_coherence(resources)
+    check_module_unpacking([(SOURCES.get(id(d), "Deployment"), d) for d in resources if d.get("kind") == "Deployment"]
+                           + [("k8s/istio/common/gateway-deployment-patch.json", gateway)], modules)
     check_chart_follows_manifests()
     print("alerting rules (promtool)")
     alert_problems = alerts_check.check_rule_files()
