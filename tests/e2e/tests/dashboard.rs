@@ -22,7 +22,7 @@ const DATA_WAIT: Duration = Duration::from_secs(15);
 /// always has two samples (Grafana's own rule).
 const RATE_INTERVAL: &str = "4s";
 
-/// Every `expr` of every panel (Grafana's variables filled in), with the panel's title.
+/// Every `expr` of every panel (Grafana's variables filled in, every pool), with the panel's title.
 fn panel_queries() -> Vec<(String, String)> {
     let path = launcher::paths::workspace_root().join("k8s/dashboards/wasm-epp.json");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -31,7 +31,8 @@ fn panel_queries() -> Vec<(String, String)> {
     for panel in dashboard["panels"].as_array().unwrap() {
         let title = panel["title"].as_str().unwrap().to_string();
         for target in panel["targets"].as_array().unwrap() {
-            let expr = target["expr"].as_str().unwrap().replace("$__rate_interval", RATE_INTERVAL);
+            let expr =
+                target["expr"].as_str().unwrap().replace("$__rate_interval", RATE_INTERVAL).replace("$pool", ".*");
             queries.push((title.clone(), expr));
         }
     }
