@@ -446,7 +446,8 @@ SINGLETON_CONFIGS = []  # (where, parsed singleton JSON), for the coherence chec
 PEER_SECRET = "validate-peer-secret-0123"
 
 
-PER_POOL_SECTIONS = ("singleton_entry", "inline_filter", "pool_route", "override_host", "original_dst")
+PER_POOL_SECTIONS = ("singleton_entry", "inline_filter", "pool_route", "override_host", "original_dst",
+                     "peer_route", "peer_filter")
 
 
 def pool_values(name, pool, cluster_mode, several, peers):
@@ -455,8 +456,11 @@ def pool_values(name, pool, cluster_mode, several, peers):
     filter_name = f"wasm-epp{suffix}" if several else "envoy.filters.http.wasm"
     filter_config = {"pool": pool, **({"pool_name": name} if several else {})}
     poller_config = dict(filter_config)
+    peer_path = f"/wasm-epp/v1/peer/{name}" if several else "/wasm-epp/v1/peer"
+    peer_filter_name = f"wasm-epp-peer{suffix}" if several else "envoy.filters.http.wasm"
     if peers:
-        poller_config["peers"] = {"peers": ["127.0.0.1:10001", "127.0.0.1:10002"], "secret": PEER_SECRET}
+        poller_config["peers"] = {"peers": ["127.0.0.1:10001", "127.0.0.1:10002"], "secret": PEER_SECRET,
+                                  "path": peer_path}
     if cluster_mode == "original_dst":
         filter_config["fallback_destinations"] = 0
     match = {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": name}}]} if several else None
@@ -467,6 +471,12 @@ def pool_values(name, pool, cluster_mode, several, peers):
                                  'type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {} } }')
         if several else "",
         "ROUTE_MATCH": json.dumps(match) if match else '{ prefix: "/" }',
+        "PEER_ROUTE_MATCH": json.dumps({"path_separated_prefix": peer_path}) if several else '{ prefix: "/" }',
+        "PEER_ROUTE_ENABLES_FILTER": (f'typed_per_filter_config: {{ {peer_filter_name}: {{ "@type": '
+                                      'type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {} } }')
+        if several else "",
+        "PEER_HTTP_FILTER_NAME": peer_filter_name,
+        "PEER_FILTER_CONFIG": json.dumps({"peer_receiver": {"secret": PEER_SECRET, "path": peer_path}}),
         "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps(poller_config),
         "POOL_ENDPOINTS": "\n".join(
             f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '
@@ -491,7 +501,8 @@ def render_template(cluster_mode, singleton, peers=False, pools=None):
     """envoy/envoy.yaml.template as the launcher renders it (launcher/src/render.rs); `pools`
     ({name: pods}) renders several pools behind one Envoy."""
     sections = {"singleton": singleton, "singleton_entry": singleton, "override_host": cluster_mode == "override_host",
-                "original_dst": cluster_mode == "original_dst", "peers": peers, "live_filter": False,
+                "original_dst": cluster_mode == "original_dst", "peers": peers, "peer_route": peers,
+                "peer_filter": peers, "live_filter": False,
                 "filters_before_plugin": False}
     several = bool(pools)
     pools = pools or {"": ["127.0.0.1:8001", "127.0.0.1:8002"]}
@@ -515,7 +526,6 @@ def render_template(cluster_mode, singleton, peers=False, pools=None):
         "ADMIN_ADDRESS": "127.0.0.1", "ADMIN_PORT": "9901", "LISTEN_ADDRESS": "127.0.0.1", "LISTEN_PORT": "10000",
         "FILTER_WASM": "/etc/wasm-epp/wasm_epp_filter.wasm", "SINGLETON_WASM": "/etc/wasm-epp/wasm_epp_shared_state.wasm",
         "PEER_ADDRESS": "127.0.0.1", "PEER_PORT": "10001",
-        "PEER_FILTER_CONFIG": json.dumps({"peer_receiver": {"secret": PEER_SECRET}}),
         "PER_TRY_IDLE_TIMEOUT": "0s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
         "DESTINATION_HEADER": "x-gateway-destination-endpoint", "MAX_HEAP_BYTES": "1073741824",
         "MAX_CONNECTIONS": "10000", "ASYNC_RESPONSE_LIMIT_BYTES": "4194304", "ACCESS_LOG_PATH": "/dev/stdout",
@@ -681,6 +691,8 @@ def envoy_configs():
     configs.append(("envoy/envoy.yaml.template (peers)", render_template("override_host", True, peers=True), {}))
     two_pools = {"alpha": ["127.0.0.1:8001", "127.0.0.1:8002"], "beta": ["127.0.0.1:8003"]}
     configs.append(("envoy/envoy.yaml.template (two pools)", render_template("override_host", True, pools=two_pools), {}))
+    configs.append(("envoy/envoy.yaml.template (two pools, peers)",
+                    render_template("override_host", True, peers=True, pools=two_pools), {}))
     configs.append(("envoy/compose/envoy.yaml", yaml.safe_load((ROOT / "envoy/compose/envoy.yaml").read_text()), {}))
     configs.append(("envoy/examples/two-pools.yaml",
                     yaml.safe_load((ROOT / "envoy/examples/two-pools.yaml").read_text()), {}))

@@ -83,6 +83,16 @@ pub struct ServedPool {
 }
 
 impl ServedPool {
+    /// Where this pool's peer messages go on the peer listener: the default path with one
+    /// pool, `<default>/<name>` with several (each pool's receiver has its own route).
+    pub fn peer_path(&self, several: bool) -> String {
+        if several {
+            format!("{DEFAULT_PEER_PATH}/{}", self.name)
+        } else {
+            DEFAULT_PEER_PATH.to_string()
+        }
+    }
+
     /// A pool of static pods whose route matches requests carrying `header: name`; the
     /// filter and the singleton are told the pool's name for their stats.
     pub fn by_header(name: &str, pods: &[String], header: &str) -> Self {
@@ -111,14 +121,15 @@ pub struct Peering {
 }
 
 impl Peering {
-    /// The `peer_receiver` filter configuration of the peer listener.
-    pub fn receiver_config(&self) -> serde_json::Value {
-        serde_json::json!({ "peer_receiver": { "secret": self.secret, "path": DEFAULT_PEER_PATH } })
+    /// The `peer_receiver` filter configuration of the peer listener, taking messages posted
+    /// to `path`.
+    pub fn receiver_config(&self, path: &str) -> serde_json::Value {
+        serde_json::json!({ "peer_receiver": { "secret": self.secret, "path": path } })
     }
 
-    /// The singleton's `peers` section.
-    pub fn singleton_section(&self) -> serde_json::Value {
-        serde_json::json!({ "peers": self.peers, "secret": self.secret, "path": DEFAULT_PEER_PATH })
+    /// The singleton's `peers` section, posting to `path` on every peer.
+    pub fn singleton_section(&self, path: &str) -> serde_json::Value {
+        serde_json::json!({ "peers": self.peers, "secret": self.secret, "path": path })
     }
 }
 
@@ -170,8 +181,9 @@ impl EnvoyOptions {
         }
     }
 
-    /// Several pools behind one Envoy, routed by their routes' matches. Peering and the
-    /// live (ECDS) filter are for one pool only and stay off.
+    /// Several pools behind one Envoy, routed by their routes' matches. With peering
+    /// ([`EnvoyOptions::with_peering`]) each pool shares with the same pool of the other
+    /// replicas under its own path; the live (ECDS) filter is for one pool only.
     pub fn for_pools(pools: Vec<ServedPool>, listen_port: u16, admin_port: u16) -> Self {
         Self {
             pools,
@@ -184,7 +196,13 @@ impl EnvoyOptions {
     /// Adds the peer listener and cluster and the singleton's `peers` section.
     pub fn with_peering(mut self, peering: Peering) -> Self {
         if let Some(poller) = self.poller_config.as_mut().and_then(|c| c.as_object_mut()) {
-            poller.insert("peers".into(), peering.singleton_section());
+            poller.insert("peers".into(), peering.singleton_section(DEFAULT_PEER_PATH));
+        }
+        for pool in &mut self.pools {
+            let section = peering.singleton_section(&pool.peer_path(true));
+            if let Some(poller) = pool.poller_config.as_object_mut() {
+                poller.insert("peers".into(), section);
+            }
         }
         self.peering = Some(peering);
         self

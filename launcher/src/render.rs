@@ -8,10 +8,11 @@
 //! holding nothing but a placeholder that renders empty is left out, so options that one pool
 //! does not need leave no trace in its configuration.
 
-use crate::envoy_options::{ClusterMode, EnvoyOptions, ServedPool};
+use crate::envoy_options::{ClusterMode, EnvoyOptions, Peering, ServedPool};
 
 /// Sections written once per pool.
-const PER_POOL: [&str; 5] = ["singleton_entry", "inline_filter", "pool_route", "override_host", "original_dst"];
+const PER_POOL: [&str; 7] =
+    ["singleton_entry", "inline_filter", "pool_route", "override_host", "original_dst", "peer_route", "peer_filter"];
 
 /// The HTTP filter's name with one pool (Envoy's own name for the Wasm filter).
 const SINGLE_POOL_FILTER_NAME: &str = "envoy.filters.http.wasm";
@@ -29,7 +30,7 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         "singleton" | "singleton_entry" => options.poller_config.is_some() || !options.pools.is_empty(),
         "override_host" => options.cluster_mode == ClusterMode::OverrideHost,
         "original_dst" => options.cluster_mode == ClusterMode::OriginalDst,
-        "peers" => options.peering.is_some(),
+        "peers" | "peer_route" | "peer_filter" => options.peering.is_some(),
         "inline_filter" => options.live_filter_dir.is_none(),
         "live_filter" => options.live_filter_dir.is_some(),
         "filters_before_plugin" => !options.filters_before_plugin.is_empty(),
@@ -95,12 +96,12 @@ fn pool_values(options: &EnvoyOptions) -> Vec<Vec<(&'static str, String)>> {
             filter_config: options.filter_config.clone(),
             poller_config: options.poller_config.clone().unwrap_or_default(),
         };
-        return vec![values_of(&single, false)];
+        return vec![values_of(&single, false, options.peering.as_ref())];
     }
-    options.pools.iter().map(|pool| values_of(pool, true)).collect()
+    options.pools.iter().map(|pool| values_of(pool, true, options.peering.as_ref())).collect()
 }
 
-fn values_of(pool: &ServedPool, several: bool) -> Vec<(&'static str, String)> {
+fn values_of(pool: &ServedPool, several: bool, peering: Option<&Peering>) -> Vec<(&'static str, String)> {
     let suffix = if several { format!("-{}", pool.name) } else { String::new() };
     let filter_name = if several { format!("wasm-epp{suffix}") } else { SINGLE_POOL_FILTER_NAME.to_string() };
     let endpoints: Vec<String> = pool
@@ -125,6 +126,20 @@ fn values_of(pool: &ServedPool, several: bool) -> Vec<(&'static str, String)> {
         (String::new(), String::new())
     };
     let poller = if pool.poller_config.is_null() { String::new() } else { pool.poller_config.to_string() };
+    // The peer listener: each pool's receiver (its own vm_id) under its own path.
+    let peer_path = pool.peer_path(several);
+    let peer_filter_name = if several { format!("wasm-epp-peer{suffix}") } else { SINGLE_POOL_FILTER_NAME.to_string() };
+    let (peer_match, peer_enables) = if several {
+        (
+            serde_json::json!({ "path_separated_prefix": peer_path }).to_string(),
+            format!(
+                "typed_per_filter_config: {{ {peer_filter_name}: {{ \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {{}} }} }}"
+            ),
+        )
+    } else {
+        ("{ prefix: \"/\" }".to_string(), String::new())
+    };
+    let peer_filter_config = peering.map(|p| p.receiver_config(&peer_path).to_string()).unwrap_or_default();
     vec![
         ("{{POOL_SUFFIX}}", suffix),
         ("{{HTTP_FILTER_NAME}}", filter_name),
@@ -134,6 +149,10 @@ fn values_of(pool: &ServedPool, several: bool) -> Vec<(&'static str, String)> {
         ("{{POOL_ENDPOINTS}}", endpoints.join("\n")),
         ("{{FILTER_CONFIG}}", pool.filter_config.to_string()),
         ("{{POLLER_CONFIG}}", poller),
+        ("{{PEER_ROUTE_MATCH}}", peer_match),
+        ("{{PEER_ROUTE_ENABLES_FILTER}}", peer_enables),
+        ("{{PEER_HTTP_FILTER_NAME}}", peer_filter_name),
+        ("{{PEER_FILTER_CONFIG}}", peer_filter_config),
     ]
 }
 
@@ -151,7 +170,6 @@ fn fill_globals(text: String, options: &EnvoyOptions) -> String {
     let peering = options.peering.as_ref();
     let peer_address = peering.map(|p| p.listen_address.clone()).unwrap_or_default();
     let peer_port = peering.map(|p| p.port.to_string()).unwrap_or_default();
-    let peer_filter = peering.map(|p| p.receiver_config().to_string()).unwrap_or_default();
     // JSON is YAML: each filter fits on one list line.
     let filters_before: Vec<String> =
         options.filters_before_plugin.iter().map(|filter| format!("                  - {filter}")).collect();
@@ -165,7 +183,6 @@ fn fill_globals(text: String, options: &EnvoyOptions) -> String {
         .replace("{{SINGLETON_WASM}}", &options.singleton_wasm.display().to_string())
         .replace("{{PEER_ADDRESS}}", &peer_address)
         .replace("{{PEER_PORT}}", &peer_port)
-        .replace("{{PEER_FILTER_CONFIG}}", &peer_filter)
         .replace("{{FAILURE_POLICY}}", &options.failure_policy)
         .replace("{{DESTINATION_HEADER}}", &options.destination_header)
         .replace("{{REQUEST_TIMEOUT}}", &options.request_timeout)

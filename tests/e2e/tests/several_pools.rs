@@ -4,14 +4,18 @@
 //! the route keeps them apart: a request is picked among its route's pods, a forged
 //! destination naming the other pool's pod changes nothing, each pool's stats carry its
 //! `pool` label (its gauges are not overwritten by the other's), and a pool that loses every
-//! pod leaves the other serving.
+//! pod leaves the other serving. With two replicas peering, each pool shares its decisions
+//! with the same pool of the other replica (its own path on the peer listener) and with it
+//! only.
 
 use std::time::Duration;
 
+use e2e::replicas::prompt;
 use e2e::REQUEST_TIMEOUT;
 use launcher::envoy::{Envoy, EnvoyOptions, ServedPool};
 use launcher::http::{self, Reply};
 use launcher::pods::{start_pool, Pod};
+use launcher::replicas::ReplicaPlan;
 
 /// The request header the two routes match on (any route match works; this one is simple).
 const POOL_HEADER: &str = "x-pool";
@@ -95,5 +99,78 @@ fn each_route_picks_among_its_own_pool_and_keeps_its_own_stats() {
         let reply = complete(&envoy, Some("beta"), &[], &format!("beta after {i}"));
         assert_eq!(reply.status, 200, "{}", reply.body);
         assert!(beta.iter().any(|m| Some(m.as_str()) == reply.served_by()), "{:?}", reply.served_by());
+    }
+}
+
+/// Two pools by header, cold prompts placed by each worker's own history: a replica follows
+/// the other's placement of a prefix only if it was told.
+fn two_pools(alpha: &[String], beta: &[String]) -> Vec<ServedPool> {
+    let mut pools =
+        vec![ServedPool::by_header("alpha", alpha, POOL_HEADER), ServedPool::by_header("beta", beta, POOL_HEADER)];
+    for pool in &mut pools {
+        if let Some(filter) = pool.filter_config.as_object_mut() {
+            filter.insert("prefix".into(), serde_json::json!({ "cold_placement": "least_recent" }));
+        }
+    }
+    pools
+}
+
+fn wait_pool_stat(envoy: &Envoy, name: &str, pool: &str, at_least: f64) -> f64 {
+    launcher::wait_until(Duration::from_secs(20), || pool_stat(envoy, name, pool).unwrap_or(0.0) >= at_least);
+    pool_stat(envoy, name, pool).unwrap_or(0.0)
+}
+
+#[test]
+fn each_pool_shares_its_decisions_with_the_same_pool_of_the_other_replica() {
+    let dir = launcher::paths::run_dir("several_pools_peers").unwrap_or_else(|e| panic!("run dir: {e}"));
+    let alpha_pods = start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+    let beta_pods = start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+    let (alpha, beta) = (addresses(&alpha_pods), addresses(&beta_pods));
+    let plan = ReplicaPlan::new(&[alpha.clone(), beta.clone()].concat(), 2, true).unwrap_or_else(|e| panic!("{e}"));
+    let replicas: Vec<Envoy> = (0..2)
+        .map(|index| {
+            plan.start_replica_with(index, &dir, |options| {
+                let peering = options.peering.clone().unwrap_or_else(|| panic!("the plan peers"));
+                *options = EnvoyOptions::for_pools(two_pools(&alpha, &beta), options.listen_port, options.admin_port)
+                    .with_peering(peering);
+            })
+            .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    for envoy in &replicas {
+        for pool in ["alpha", "beta"] {
+            assert_eq!(wait_pool_stat(envoy, "wasm_epp_pods_healthy", pool, 2.0), 2.0, "{}", envoy.log_tail(20));
+        }
+    }
+
+    // Alpha's prefixes placed through replica 0 reach replica 1's alpha, not its beta.
+    let groups = 4;
+    let homes: Vec<String> = (0..groups)
+        .map(|group| {
+            let reply = complete(&replicas[0], Some("alpha"), &[], &prompt(group, 0));
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            reply.served_by().unwrap_or_default().to_string()
+        })
+        .collect();
+    let received = wait_pool_stat(&replicas[1], "wasm_epp_peer_events_received", "alpha", groups as f64);
+    assert!(received >= groups as f64, "replica 1's alpha learned {received} of {groups} decisions");
+    for (group, home) in homes.iter().enumerate() {
+        let reply = complete(&replicas[1], Some("alpha"), &[], &prompt(group, 1));
+        assert_eq!(reply.served_by(), Some(home.as_str()), "group {group}: replica 1 did not follow replica 0");
+    }
+    let beta_heard = pool_stat(&replicas[1], "wasm_epp_peer_events_received", "beta").unwrap_or(0.0);
+    assert_eq!(beta_heard, 0.0, "replica 1's beta learned alpha's decisions");
+
+    // And the other way round for beta, whose pods alpha's decisions never named.
+    let beta_home = complete(&replicas[1], Some("beta"), &[], &prompt(9, 0));
+    assert!(beta.iter().any(|m| Some(m.as_str()) == beta_home.served_by()), "{:?}", beta_home.served_by());
+    assert!(wait_pool_stat(&replicas[0], "wasm_epp_peer_events_received", "beta", 1.0) >= 1.0);
+    let followed = complete(&replicas[0], Some("beta"), &[], &prompt(9, 1));
+    assert_eq!(followed.served_by(), beta_home.served_by(), "replica 0's beta did not follow replica 1");
+    for envoy in &replicas {
+        for pool in ["alpha", "beta"] {
+            assert_eq!(pool_stat(envoy, "wasm_epp_peer_messages_rejected", pool).unwrap_or(0.0), 0.0, "{pool}");
+            assert_eq!(pool_stat(envoy, "wasm_epp_peer_requests_refused", pool).unwrap_or(0.0), 0.0, "{pool}");
+        }
     }
 }
