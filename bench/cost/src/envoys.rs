@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use launcher::envoy::EnvoyOptions;
+use launcher::envoy::{EnvoyOptions, ServedPool};
 use launcher::process::ManagedProcess;
 
 use crate::client::{self, DESTINATION_HEADER};
@@ -99,6 +99,32 @@ const SLOW_TICK_MS: u64 = 1_000;
 /// filter's `stale_after_ms` (5 s), so the table stays fresh.
 const SLOW_POLL_MS: u64 = 1_000;
 
+/// `wasm-epp-two-pools`: the benchmarked pool's name, and the other pool's (whose route
+/// matches only requests carrying `OTHER_POOL_HEADER`, which the benchmark never sends).
+pub(crate) const BENCHED_POOL: &str = "bench";
+const OTHER_POOL: &str = "other";
+const OTHER_POOL_HEADER: &str = "x-pool";
+
+/// `options` (one pool, fully configured) as the second of two pools behind one Envoy.
+fn as_second_of_two_pools(mut options: EnvoyOptions) -> EnvoyOptions {
+    let with_name = |config: &serde_json::Value| {
+        let mut config = config.clone();
+        if let Some(fields) = config.as_object_mut() {
+            fields.insert("pool_name".into(), BENCHED_POOL.into());
+        }
+        config
+    };
+    let benched = ServedPool {
+        name: BENCHED_POOL.into(),
+        pods: options.pool.clone(),
+        route_match: serde_json::json!({ "prefix": "/" }),
+        filter_config: with_name(&options.filter_config),
+        poller_config: with_name(options.poller_config.as_ref().unwrap_or(&serde_json::Value::Null)),
+    };
+    options.pools = vec![ServedPool::by_header(OTHER_POOL, &options.pool, OTHER_POOL_HEADER), benched];
+    options
+}
+
 /// The launcher's options for a variant rendered from wasm-epp's template.
 fn wasm_epp_options(
     variant: Variant,
@@ -156,6 +182,9 @@ fn wasm_epp_options(
     }
     if let Some(config) = options.filter_config.as_object_mut() {
         config.extend(fields);
+    }
+    if variant == Variant::WasmEppTwoPools {
+        return as_second_of_two_pools(options);
     }
     options
 }
@@ -259,7 +288,11 @@ impl RunningEnvoy {
     /// Waits until the singleton reports every pod of the pool healthy.
     fn wait_for_healthy_pods(&self) -> bool {
         let healthy = Some(self.pool.len() as f64);
-        launcher::wait_until(READY_TIMEOUT, || self.stat("wasm_epp_pods_healthy") == healthy)
+        let series = match self.variant.pool_label() {
+            Some(pool) => format!("wasm_epp_pods_healthy{{pool=\"{pool}\"}}"),
+            None => "wasm_epp_pods_healthy".to_string(),
+        };
+        launcher::wait_until(READY_TIMEOUT, || self.stat(&series) == healthy)
     }
 
     pub fn pid(&self) -> u32 {

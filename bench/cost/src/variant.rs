@@ -58,6 +58,12 @@ pub enum Variant {
     /// wasm-epp as shipped with the template's access log on (as `make run`, compose and the
     /// Kubernetes manifests run it): what a JSON line per request costs. Named explicitly.
     WasmEppAccessLog,
+    /// wasm-epp as shipped serving its pool as the second of two pools behind one Envoy
+    /// (docs/deployment.md, "Several pools behind one Envoy"): the requests take the second
+    /// route (the first matches a header they lack), run this pool's filter and not the
+    /// other's, and every stat carries `pool`; the other pool's singleton polls the same pods.
+    /// What serving another pool beside it costs a pool's requests. Named explicitly.
+    WasmEppTwoPools,
 }
 
 impl Variant {
@@ -119,6 +125,7 @@ impl Variant {
             Variant::WasmEppProfiled => "wasm-epp-profiled",
             Variant::WasmEppProfiledLearning => "wasm-epp-profiled-learning",
             Variant::WasmEppAccessLog => "wasm-epp-access-log",
+            Variant::WasmEppTwoPools => "wasm-epp-two-pools",
         }
     }
 
@@ -132,6 +139,7 @@ impl Variant {
                 Variant::WasmEppProfiled,
                 Variant::WasmEppProfiledLearning,
                 Variant::WasmEppAccessLog,
+                Variant::WasmEppTwoPools,
             ])
             .find(|v| v.name() == name)
     }
@@ -172,7 +180,13 @@ impl Variant {
                 | Variant::WasmEppSlowTick
                 | Variant::WasmEppSlowPoll
                 | Variant::WasmEppAccessLog
+                | Variant::WasmEppTwoPools
         )
+    }
+
+    /// The `pool` label of the benchmarked pool's stats (`pool_name`), where it has one.
+    pub(crate) fn pool_label(self) -> Option<&'static str> {
+        (self == Variant::WasmEppTwoPools).then_some(crate::envoys::BENCHED_POOL)
     }
 
     /// Rendered from the project's own template (`envoy/envoy.yaml.template`) by the
@@ -207,7 +221,8 @@ mod tests {
 
     #[test]
     fn variants_round_trip_by_name() {
-        for variant in Variant::ALL.into_iter().chain(Variant::BISECTION).chain([Variant::WasmEppAccessLog]) {
+        let named = [Variant::WasmEppAccessLog, Variant::WasmEppTwoPools];
+        for variant in Variant::ALL.into_iter().chain(Variant::BISECTION).chain(named) {
             assert_eq!(Variant::from_name(variant.name()), Some(variant));
         }
     }
