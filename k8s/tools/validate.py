@@ -382,6 +382,44 @@ def check_module_unpacking(deployments, configmaps):
 DRAIN_SCRIPT = ROOT / "envoy/drain-before-exit.sh"
 
 
+def check_probe_ports(resources):
+    """Every port an Envoy pod's probes use is one its Envoy configuration listens on: a
+    listener left out (by a values switch, say) leaves the pods never ready and unscraped."""
+    def folder(doc):
+        return SOURCES.get(id(doc), "").split("[")[0].rsplit("/", 1)[0]
+    listeners = {}
+    for doc in resources:
+        if doc.get("kind") != "ConfigMap":
+            continue
+        ports = set()
+        for key, text in (doc.get("data") or {}).items():
+            parsed = yaml.safe_load(text) if key.endswith(".yaml") else None
+            for listener in dig(parsed, "static_resources", "listeners") or [] if isinstance(parsed, dict) else []:
+                ports.add(dig(listener, "address", "socket_address", "port_value"))
+        if ports:
+            listeners[(folder(doc), dig(doc, "metadata", "namespace"), dig(doc, "metadata", "name"))] = ports
+    checked = 0
+    for deployment in (d for d in resources if d.get("kind") == "Deployment"):
+        spec = dig(deployment, "spec", "template", "spec") or {}
+        names = [dig(v, "configMap", "name") for v in spec.get("volumes") or []]
+        names += [dig(s, "configMap", "name") for v in spec.get("volumes") or []
+                  for s in dig(v, "projected", "sources") or []]
+        key = lambda name: (folder(deployment), dig(deployment, "metadata", "namespace"), name)
+        ports = set().union(*(listeners.get(key(name), set()) for name in names if name))
+        if not ports:
+            continue  # not an Envoy of ours (e.g. the simulated pods)
+        checked += 1
+        for container in spec.get("containers") or []:
+            named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
+            for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+                port = dig(container, probe, "httpGet", "port")
+                if port is not None and named.get(port, port) not in ports:
+                    fail(SOURCES.get(id(deployment), "Deployment"),
+                         f"{container.get('name')}'s {probe} uses port {port}, where its Envoy does not listen "
+                         f"(listeners on {sorted(ports)})")
+    return checked
+
+
 def check_coherence(resources):
     """The manifests agree with each other: names, namespaces, selectors, ports."""
     # The preStop hook's ConfigMap carries a copy of envoy/drain-before-exit.sh (kustomize
@@ -953,6 +991,10 @@ def main():
         print(f"Envoy configurations ({ENVOY})")
         check_envoy_configs(Path(scratch))
     check_coherence(resources)
+    before = len(failures)
+    checked = check_probe_ports(resources)
+    if len(failures) == before:
+        print(f"  ok  {checked} Envoy Deployments: every probe on a port Envoy listens on")
     check_module_unpacking([(SOURCES.get(id(d), "Deployment"), d) for d in resources if d.get("kind") == "Deployment"]
                            + [("k8s/istio/common/gateway-deployment-patch.json", gateway)], modules)
     check_chart_follows_manifests()
