@@ -42,6 +42,12 @@ CASES = {
     "standalone-monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
                               "alerts": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
     "istio-monitoring": {"mode": "istio", "podMonitor": {"enabled": True}, "alerts": {"enabled": True}},
+    # Two pools behind one gateway: a singleton, filter, cluster, route and peer route each
+    # (both over k8s/standalone's simulated pods, which `make validate` checks selectors against).
+    "standalone-two-pools": {"pools": [
+        {"name": "interactive", "labelSelector": "app=vllm-qwen", "targetPort": 8000,
+         "match": {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": "interactive"}}]}},
+        {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"}}]},
     # The gateway scaled on CPU instead of a fixed replica count.
     "standalone-autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
 }
@@ -59,6 +65,9 @@ REFUSED = {
     # The preStop drain gets the grace period less 10 s and serves at least 5 s.
     "a grace period too short to drain": {"terminationGracePeriodSeconds": 10},
     "scrape interval without a unit": {"podMonitor": {"enabled": True, "interval": "15"}},
+    "a pool name that is no DNS label": {"pools": [{"name": "Llama", "labelSelector": "app=x", "targetPort": 8000,
+                                                      "match": {"prefix": "/"}}]},
+    "a pool without its route": {"pools": [{"name": "llama", "labelSelector": "app=x", "targetPort": 8000}]},
 }
 
 

@@ -15,37 +15,65 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{ .Values.peers.existingSecret | default (printf "%s-peer-secret" .Values.name) }}
 {{- end }}
 
-{{/* The singleton's `kubernetes` section: the pool, by label selector or InferencePool. */}}
-{{- define "wasm-epp.poolDiscovery" -}}
-{{- $pool := dict "cluster" .cluster "authority" "kubernetes.default.svc" "namespace" (include "wasm-epp.poolNamespace" .root) "relist_interval_ms" .root.Values.pool.relistIntervalMs -}}
-{{- if .root.Values.pool.inferencePool -}}
-{{- $_ := set $pool "inference_pool" .root.Values.pool.inferencePool -}}
-{{- if .root.Values.pool.targetPort }}{{ $_ := set $pool "target_port" .root.Values.pool.targetPort }}{{ end -}}
+{{/* The pools the standalone gateway serves: `pools` (several behind one Envoy, each named),
+or the one `pool` with no name (nothing of its configuration changes). Returned as JSON. */}}
+{{- define "wasm-epp.servedPools" -}}
+{{- if .Values.pools -}}
+{{- toJson .Values.pools -}}
 {{- else -}}
-{{- if not .root.Values.pool.labelSelector }}{{ fail "pool: set labelSelector or inferencePool" }}{{ end -}}
-{{- $_ := set $pool "label_selector" .root.Values.pool.labelSelector -}}
-{{- $_ := set $pool "target_port" .root.Values.pool.targetPort -}}
+{{- toJson (list (merge (dict "name" "") .Values.pool)) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The singleton's `kubernetes` section: the pool (`pool`, default the `pool` value), by
+label selector or InferencePool. */}}
+{{- define "wasm-epp.poolDiscovery" -}}
+{{- $values := .pool | default .root.Values.pool -}}
+{{- $pool := dict "cluster" .cluster "authority" "kubernetes.default.svc" "namespace" (include "wasm-epp.poolNamespace" .root) "relist_interval_ms" .root.Values.pool.relistIntervalMs -}}
+{{- if $values.inferencePool -}}
+{{- $_ := set $pool "inference_pool" $values.inferencePool -}}
+{{- if $values.targetPort }}{{ $_ := set $pool "target_port" $values.targetPort }}{{ end -}}
+{{- else -}}
+{{- if not $values.labelSelector }}{{ fail (printf "%s: set labelSelector or inferencePool" (ternary (printf "pools %s" $values.name) "pool" (not (empty $values.name)))) }}{{ end -}}
+{{- $_ := set $pool "label_selector" $values.labelSelector -}}
+{{- $_ := set $pool "target_port" $values.targetPort -}}
 {{- end -}}
 {{- toJson $pool -}}
 {{- end }}
 
-{{/* The singleton's configuration (JSON); `peers` only for the standalone gateway. */}}
+{{/* The singleton's configuration (JSON); `peers` only for the standalone gateway. With
+several pools, `pool` is the one this singleton serves: its name labels its stats and its
+peer messages go to its own path. */}}
 {{- define "wasm-epp.singletonConfig" -}}
-{{- $config := dict "kubernetes" (include "wasm-epp.poolDiscovery" (dict "root" .root "cluster" .cluster) | fromJson) "poll_interval_ms" .root.Values.pollIntervalMs -}}
+{{- $config := dict "kubernetes" (include "wasm-epp.poolDiscovery" (dict "root" .root "cluster" .cluster "pool" .pool) | fromJson) "poll_interval_ms" .root.Values.pollIntervalMs -}}
 {{- if .metricsCluster -}}
 {{- $_ := set $config "metrics_cluster" .metricsCluster -}}
+{{- end -}}
+{{- $name := (.pool | default dict).name | default "" -}}
+{{- if $name -}}
+{{- $_ := set $config "pool_name" $name -}}
 {{- end -}}
 {{- if .peers -}}
 {{- $selector := printf "app.kubernetes.io/name=%s" .root.Values.name -}}
 {{- $discovery := dict "cluster" .cluster "authority" "kubernetes.default.svc" "namespace" .root.Release.Namespace "label_selector" $selector "target_port" .root.Values.peers.port "relist_interval_ms" 5000 -}}
-{{- $_ := set $config "peers" (dict "kubernetes" $discovery "secret" "__WASM_EPP_PEER_SECRET__") -}}
+{{- $peers := dict "kubernetes" $discovery "secret" "__WASM_EPP_PEER_SECRET__" -}}
+{{- if $name }}{{ $_ := set $peers "path" (include "wasm-epp.peerPath" $name) }}{{ end -}}
+{{- $_ := set $config "peers" $peers -}}
 {{- end -}}
 {{- toPrettyJson $config -}}
 {{- end }}
 
-{{/* The filter's configuration (JSON): the user's `filter` values, plus what the mode needs. */}}
+{{/* Where a named pool's peer messages go on the peer listener. */}}
+{{- define "wasm-epp.peerPath" -}}
+/wasm-epp/v1/peer/{{ . }}
+{{- end }}
+
+{{/* The filter's configuration (JSON): the user's `filter` values, plus what the mode needs
+(and, with several pools, the pool's name as `poolName`). */}}
 {{- define "wasm-epp.filterConfig" -}}
-{{- $config := deepCopy .Values.filter -}}
+{{- $root := .root | default . -}}
+{{- $config := deepCopy $root.Values.filter -}}
 {{- $_ := set $config "fallback_destinations" 0 -}}
+{{- if .poolName }}{{ $_ := set $config "pool_name" .poolName }}{{ end -}}
 {{- toJson $config -}}
 {{- end }}
