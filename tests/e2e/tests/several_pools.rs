@@ -34,15 +34,21 @@ fn complete(envoy: &Envoy, pool: Option<&str>, extra: &[(&str, &str)], prompt: &
         .unwrap_or_else(|e| panic!("POST failed: {e}\n{}", envoy.log_tail(20)))
 }
 
+/// A run folder and two pools of two simulated pods each.
+fn two_pools_of_pods(name: &str) -> (std::path::PathBuf, [Vec<Pod>; 2]) {
+    let dir = launcher::paths::run_dir(name).unwrap_or_else(|e| panic!("run dir: {e}"));
+    let pods = || start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+    let pools = [pods(), pods()];
+    (dir, pools)
+}
+
 fn pool_stat(envoy: &Envoy, name: &str, pool: &str) -> Option<f64> {
     envoy.stat(&format!("{name}{{pool=\"{pool}\"}}"))
 }
 
 #[test]
 fn each_route_picks_among_its_own_pool_and_keeps_its_own_stats() {
-    let dir = launcher::paths::run_dir("several_pools").unwrap_or_else(|e| panic!("run dir: {e}"));
-    let alpha_pods = start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
-    let beta_pods = start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+    let (dir, [alpha_pods, beta_pods]) = two_pools_of_pods("several_pools");
     let (alpha, beta) = (addresses(&alpha_pods), addresses(&beta_pods));
     let listen = launcher::free_port().unwrap_or_else(|e| panic!("port: {e}"));
     let admin = launcher::free_port().unwrap_or_else(|e| panic!("port: {e}"));
@@ -122,9 +128,7 @@ fn wait_pool_stat(envoy: &Envoy, name: &str, pool: &str, at_least: f64) -> f64 {
 
 #[test]
 fn each_pool_shares_its_decisions_with_the_same_pool_of_the_other_replica() {
-    let dir = launcher::paths::run_dir("several_pools_peers").unwrap_or_else(|e| panic!("run dir: {e}"));
-    let alpha_pods = start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
-    let beta_pods = start_pool(2, &["--time-scale", "0"], &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+    let (dir, [alpha_pods, beta_pods]) = two_pools_of_pods("several_pools_peers");
     let (alpha, beta) = (addresses(&alpha_pods), addresses(&beta_pods));
     let plan = ReplicaPlan::new(&[alpha.clone(), beta.clone()].concat(), 2, true).unwrap_or_else(|e| panic!("{e}"));
     let replicas: Vec<Envoy> = (0..2)
