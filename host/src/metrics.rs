@@ -172,7 +172,8 @@ impl Metrics {
     /// define keeps its count and is tried again next time; stats never fail a request.
     pub fn flush(&self, host: &dyn Host) {
         let Ok(mut slots) = self.slots.try_borrow_mut() else { return };
-        let pool = self.pool.try_borrow().map(|p| p.clone()).unwrap_or_default();
+        let pool = self.pool.try_borrow().ok();
+        let pool = pool.as_deref().map_or("", String::as_str);
         for slot in slots.iter_mut() {
             let changed = match slot.kind {
                 MetricKind::Counter => slot.pending.get() > 0 || (slot.dirty.get() && slot.id.is_none()),
@@ -182,7 +183,7 @@ impl Metrics {
                 continue;
             }
             if slot.id.is_none() {
-                slot.id = host.define_metric(slot.kind, &pooled_name(&slot.name, &pool)).ok();
+                slot.id = host.define_metric(slot.kind, &pooled_name(&slot.name, pool)).ok();
             }
             let Some(id) = slot.id else { continue };
             match slot.kind {
