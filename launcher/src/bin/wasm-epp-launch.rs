@@ -5,12 +5,15 @@
 //! `REPLICAS=N` (N > 1) runs N wasm-epp Envoys on free ports behind a round-robin front
 //! Envoy on `LISTEN_PORT`, sharing their decisions (`PEERING=0` turns that off;
 //! `PEER_SECRET` sets the shared secret, at least 16 visible ASCII characters).
+//! `POOLS=llama,qwen` splits the pods into named pools behind the one Envoy, each pod
+//! serving its pool's name as its model, a request choosing its pool with an `x-pool` header
+//! (docs/deployment.md, "Several pools behind one Envoy").
 
 use std::sync::mpsc;
 use std::time::Duration;
 
 use launcher::config_watch::ConfigWatch;
-use launcher::envoy::{Envoy, EnvoyOptions};
+use launcher::envoy::{Envoy, EnvoyOptions, ServedPool};
 use launcher::pods::Pod;
 use launcher::replicas::{ReplicaPlan, Replicas};
 
@@ -74,6 +77,39 @@ fn start_replicas(
     Ok(Replicas { plan, replicas, front })
 }
 
+/// The request header that chooses a pool with `POOLS`.
+const POOL_HEADER: &str = "x-pool";
+
+/// `POOLS=a,b`: the pool names (DNS labels; the plugin checks them), none when unset.
+fn pool_names() -> Vec<String> {
+    env_or("POOLS", "").split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect()
+}
+
+/// The pods split in order into one pool per name, each pod serving its pool's name as model.
+fn start_pools(
+    names: &[String],
+    ports: &[u16],
+    sim_args: &[&str],
+    dir: &std::path::Path,
+) -> Result<(Vec<Pod>, Vec<ServedPool>), String> {
+    if ports.len() < names.len() {
+        return Err(format!("POOLS: {} pools need at least as many POD_PORTS", names.len()));
+    }
+    let (mut pods, mut pools) = (Vec::new(), Vec::new());
+    for (index, name) in names.iter().enumerate() {
+        let mut args = sim_args.to_vec();
+        args.extend(["--model", name.as_str()]);
+        let share = ports.iter().skip(index).step_by(names.len());
+        let members: Vec<Pod> = share.map(|port| Pod::start(*port, &args, dir)).collect::<Result<_, _>>()?;
+        for pod in &members {
+            println!("pod      {}  (pool {name}, model {name}, log .run/pod-{}.log)", pod.address(), pod.port);
+        }
+        pools.push(ServedPool::by_header(name, &members.iter().map(Pod::address).collect::<Vec<_>>(), POOL_HEADER));
+        pods.extend(members);
+    }
+    Ok((pods, pools))
+}
+
 fn run() -> Result<(), String> {
     let pod_ports: Vec<u16> = env_or("POD_PORTS", "8001,8002,8003,8004")
         .split(',')
@@ -86,13 +122,40 @@ fn run() -> Result<(), String> {
     let dir = launcher::paths::workspace_root().join(".run");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
 
+    let names = pool_names();
+    let replicas: usize = env_or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?;
+    if !names.is_empty() {
+        if replicas > 1 {
+            return Err("POOLS and REPLICAS: one at a time in make run".into());
+        }
+        let (pods, pools) = start_pools(&names, &pod_ports, &sim_args, &dir)?;
+        let envoy = Envoy::start(&EnvoyOptions::for_pools(pools, listen_port, admin_port), &dir)?;
+        println!(
+            "envoy    127.0.0.1:{listen_port}  ({} pools, chosen by the {POOL_HEADER} header; log .run/envoy.log)",
+            names.len()
+        );
+        println!(
+            "admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats, labelled pool=\"<name>\")"
+        );
+        println!();
+        println!("try:");
+        let first = names.first().map_or("", String::as_str);
+        println!(
+            "  curl -si http://127.0.0.1:{listen_port}/v1/completions -H '{POOL_HEADER}: {first}' -H 'content-type: application/json' \\\n    -d '{{\"model\":\"{first}\",\"prompt\":\"Hello, my name is\",\"max_tokens\":16}}'"
+        );
+        println!("\nCtrl-C stops everything.");
+        return wait_for_ctrl_c(|| {}).map(|()| {
+            println!("stopping envoy and {} pods", pods.len());
+            drop(envoy);
+            drop(pods);
+        });
+    }
     let mut pods = Vec::new();
     for port in &pod_ports {
         pods.push(Pod::start(*port, &sim_args, &dir)?);
         println!("pod      127.0.0.1:{port}  (simulated vLLM, log .run/pod-{port}.log)");
     }
     let pool: Vec<String> = pods.iter().map(Pod::address).collect();
-    let replicas: usize = env_or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?;
     let mut live = None;
     let gateway = if replicas > 1 {
         Gateway::Replicas(start_replicas(&pool, replicas, listen_port, admin_port, &dir)?)
@@ -126,22 +189,30 @@ fn run() -> Result<(), String> {
     println!();
     println!("Ctrl-C stops everything.");
 
-    let (stop_tx, stop_rx) = mpsc::channel();
-    ctrlc::set_handler(move || {
-        let _ = stop_tx.send(());
-    })
-    .map_err(|e| format!("cannot install Ctrl-C handler: {e}"))?;
     // Until Ctrl-C: look at the configuration file twice a second.
-    while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(CONFIG_POLL) {
+    wait_for_ctrl_c(|| {
         if let (Some((watch, options)), Gateway::One(envoy)) = (live.as_mut(), &gateway) {
             if let Some(line) = watch.poll(envoy, options) {
                 println!("{line}");
             }
         }
-    }
+    })?;
     println!("stopping envoy and {} pods", pods.len());
     gateway.stop();
     drop(pods);
+    Ok(())
+}
+
+/// Runs `every_poll` every `CONFIG_POLL` until Ctrl-C.
+fn wait_for_ctrl_c(mut every_poll: impl FnMut()) -> Result<(), String> {
+    let (stop_tx, stop_rx) = mpsc::channel();
+    ctrlc::set_handler(move || {
+        let _ = stop_tx.send(());
+    })
+    .map_err(|e| format!("cannot install Ctrl-C handler: {e}"))?;
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(CONFIG_POLL) {
+        every_poll();
+    }
     Ok(())
 }
 
@@ -156,6 +227,8 @@ Takes no arguments; the environment sets it up:
   REPLICAS     N > 1 runs N wasm-epp Envoys behind a round-robin front Envoy
   PEERING      0 keeps those replicas from sharing their decisions (default 1)
   PEER_SECRET  the replicas' shared secret (at least 16 visible ASCII characters)
+  POOLS        names (e.g. llama,qwen): the pods split into pools behind one Envoy, each
+               pod serving its pool's name as model, the pool chosen by an x-pool header
 
 The filter's configuration is written to .run/filter-config.json; a saved change applies live.";
 
