@@ -103,7 +103,8 @@ fn pool_values(options: &EnvoyOptions) -> Vec<Vec<(&'static str, String)>> {
 
 fn values_of(pool: &ServedPool, several: bool, peering: Option<&Peering>) -> Vec<(&'static str, String)> {
     let suffix = if several { format!("-{}", pool.name) } else { String::new() };
-    let filter_name = if several { format!("wasm-epp{suffix}") } else { SINGLE_POOL_FILTER_NAME.to_string() };
+    let named = |base: &str| if several { format!("{base}{suffix}") } else { SINGLE_POOL_FILTER_NAME.to_string() };
+    let (filter_name, peer_filter_name) = (named("wasm-epp"), named("wasm-epp-peer"));
     let endpoints: Vec<String> = pool
         .pods
         .iter()
@@ -113,47 +114,41 @@ fn values_of(pool: &ServedPool, several: bool, peering: Option<&Peering>) -> Vec
             format!("              - endpoint: {{ address: {{ socket_address: {{ address: \"{host}\", port_value: {port} }} }} }}")
         })
         .collect();
-    // With several pools each filter is off unless its pool's route turns it on: Envoy
-    // refuses a per-route FilterConfig without `config`, and an empty one turns it on.
-    let (disabled, enables) = if several {
-        (
-            "disabled: true   # on only where its pool's route enables it".to_string(),
-            format!(
-                "typed_per_filter_config: {{ {filter_name}: {{ \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {{}} }} }}"
-            ),
-        )
-    } else {
-        (String::new(), String::new())
-    };
     let poller = if pool.poller_config.is_null() { String::new() } else { pool.poller_config.to_string() };
     // The peer listener: each pool's receiver (its own vm_id) under its own path.
     let peer_path = pool.peer_path(several);
-    let peer_filter_name = if several { format!("wasm-epp-peer{suffix}") } else { SINGLE_POOL_FILTER_NAME.to_string() };
-    let (peer_match, peer_enables) = if several {
-        (
-            serde_json::json!({ "path_separated_prefix": peer_path }).to_string(),
-            format!(
-                "typed_per_filter_config: {{ {peer_filter_name}: {{ \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {{}} }} }}"
-            ),
-        )
-    } else {
-        ("{ prefix: \"/\" }".to_string(), String::new())
+    let peer_match = match several {
+        true => serde_json::json!({ "path_separated_prefix": peer_path }),
+        false => serde_json::json!({ "prefix": "/" }),
     };
     let peer_filter_config = peering.map(|p| p.receiver_config(&peer_path).to_string()).unwrap_or_default();
+    // With several pools each filter is off unless its pool's route turns it on.
+    let disabled = if several { "disabled: true   # on only where its pool's route enables it" } else { "" };
     vec![
         ("{{POOL_SUFFIX}}", suffix),
-        ("{{HTTP_FILTER_NAME}}", filter_name),
-        ("{{FILTER_DISABLED}}", disabled),
-        ("{{ROUTE_ENABLES_FILTER}}", enables),
+        ("{{HTTP_FILTER_NAME}}", filter_name.clone()),
+        ("{{FILTER_DISABLED}}", disabled.to_string()),
+        ("{{ROUTE_ENABLES_FILTER}}", enabled_on_route(several, &filter_name)),
         ("{{ROUTE_MATCH}}", route_match_yaml(&pool.route_match)),
         ("{{POOL_ENDPOINTS}}", endpoints.join("\n")),
         ("{{FILTER_CONFIG}}", pool.filter_config.to_string()),
         ("{{POLLER_CONFIG}}", poller),
-        ("{{PEER_ROUTE_MATCH}}", peer_match),
-        ("{{PEER_ROUTE_ENABLES_FILTER}}", peer_enables),
+        ("{{PEER_ROUTE_MATCH}}", route_match_yaml(&peer_match)),
+        ("{{PEER_ROUTE_ENABLES_FILTER}}", enabled_on_route(several, &peer_filter_name)),
         ("{{PEER_HTTP_FILTER_NAME}}", peer_filter_name),
         ("{{PEER_FILTER_CONFIG}}", peer_filter_config),
     ]
+}
+
+/// The route's line that turns `filter` on (with several pools; none with one). Envoy refuses
+/// a per-route FilterConfig without `config`; an empty one turns the filter on.
+fn enabled_on_route(several: bool, filter: &str) -> String {
+    if !several {
+        return String::new();
+    }
+    format!(
+        "typed_per_filter_config: {{ {filter}: {{ \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {{}} }} }}"
+    )
 }
 
 /// The route's `match` on one line: `{ prefix: "/" }` as the template always wrote it,
