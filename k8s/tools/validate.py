@@ -30,7 +30,6 @@
 Run by `make validate` (part of `make test`) with the Makefile's .venv python.
 """
 
-import base64
 import copy
 import json
 import os
@@ -47,6 +46,8 @@ import yaml
 import kubernetes_validate
 
 import alerts_check
+import envoy_template
+import modules_check
 
 wasm_configmaps = __import__("wasm-configmaps")
 
@@ -283,102 +284,6 @@ def check_wasm_configmaps(scratch):
     return documents
 
 
-# Where every Envoy configuration here loads the modules from.
-ENVOY_WASM_DIR = "/etc/wasm-epp"
-
-
-def unpack_steps(where, deployment):
-    """The pod template mounting the module ConfigMaps (gzip-compressed) must unpack them:
-    an init container mounts them, runs `gzip -dc` over every module, and writes into a
-    volume the other containers mount at ENVOY_WASM_DIR; no container but it mounts the
-    packed files. Returns [(script, packed folder, unpacked folder)] to run."""
-    spec = dig(deployment, "spec", "template", "spec") or {}
-    packed = set()
-    for volume in spec.get("volumes") or []:
-        names = [dig(volume, "configMap", "name")]
-        names += [dig(s, "configMap", "name") for s in dig(volume, "projected", "sources") or []]
-        if any(name in wasm_configmaps.MODULES for name in names):
-            packed.add(volume.get("name"))
-    if not packed:
-        return []
-    emptydirs = {v.get("name") for v in spec.get("volumes") or [] if "emptyDir" in v}
-    containers = spec.get("containers") or []
-    for container in containers:
-        for mount in container.get("volumeMounts") or []:
-            if mount.get("name") in packed:
-                fail(where, f"container {container.get('name')} mounts the gzip-compressed modules "
-                            f"({mount.get('name')}); Envoy must read the ones an init container unpacks")
-    steps = []
-    for init in spec.get("initContainers") or []:
-        mounts = init.get("volumeMounts") or []
-        sources = [m for m in mounts if m.get("name") in packed]
-        if not sources:
-            continue
-        script = "\n".join((init.get("command") or [])[2:] + (init.get("args") or []))
-        if (init.get("command") or [])[:2] != ["sh", "-c"] or "gzip -dc" not in script:
-            fail(where, f"init container {init.get('name')} mounts the module ConfigMaps but does not "
-                        f"run `gzip -dc` over them with sh -c")
-            continue
-        for module in wasm_configmaps.MODULES.values():
-            if module not in script:
-                fail(where, f"init container {init.get('name')} does not unpack {module}")
-        targets = [m for m in mounts if m.get("name") in emptydirs and not m.get("readOnly")
-                   and m.get("mountPath") == ENVOY_WASM_DIR]
-        if not targets:
-            fail(where, f"init container {init.get('name')} does not write into an emptyDir at {ENVOY_WASM_DIR}")
-            continue
-        target = targets[0]
-        readers = [c.get("name") for c in containers for m in c.get("volumeMounts") or []
-                   if m.get("name") == target.get("name") and m.get("mountPath") == ENVOY_WASM_DIR]
-        if not readers:
-            fail(where, f"no container mounts {target.get('name')} (the unpacked modules) at {ENVOY_WASM_DIR}")
-        steps.append((script, sources[0].get("mountPath"), ENVOY_WASM_DIR))
-    if not steps:
-        fail(where, f"mounts the module ConfigMaps ({', '.join(sorted(packed))}) but no init container unpacks them")
-    return steps
-
-
-def check_module_unpacking(deployments, configmaps):
-    """unpack_steps for every Deployment, then each distinct unpack script run with /bin/sh
-    (its folders moved into a scratch folder) on the packed files of the generated ConfigMaps:
-    it must write the modules byte for byte, and fail when a module is missing."""
-    before = len(failures)
-    steps = {}
-    for where, deployment in deployments:
-        for step in unpack_steps(where, deployment):
-            steps.setdefault(step, []).append(where)
-    packed = {key: base64.b64decode(value) for doc in configmaps if doc.get("kind") == "ConfigMap"
-              for key, value in (doc.get("binaryData") or {}).items()}
-    if not all(f"{module}.gz" in packed for module in wasm_configmaps.MODULES.values()):
-        return  # reported by check_wasm_configmaps
-    modules = {module: (WASM_DIR / module).read_bytes() for module in wasm_configmaps.MODULES.values()}
-    for (script, source, target), users in steps.items():
-        where = f"unpack script of {users[0]}" + (f" (and {len(users) - 1} more)" if len(users) > 1 else "")
-        with tempfile.TemporaryDirectory(prefix="wasm-epp-unpack-") as scratch:
-            folders = {source: Path(scratch) / "packed", target: Path(scratch) / "unpacked"}
-            for folder in folders.values():
-                folder.mkdir()
-            local = re.sub("|".join(re.escape(p) for p in sorted(folders, key=len, reverse=True)),
-                           lambda m: str(folders[m.group(0)]), script)
-            for key, data in packed.items():
-                (folders[source] / key).write_bytes(data)
-            run = subprocess.run(["/bin/sh", "-c", local], capture_output=True, text=True, timeout=60)
-            if run.returncode != 0:
-                fail(where, f"exit {run.returncode}: {run.stderr.strip()}")
-                continue
-            for module, data in modules.items():
-                unpacked = folders[target] / module
-                if not unpacked.exists() or unpacked.read_bytes() != data:
-                    fail(where, f"does not unpack {module} to the built module byte for byte")
-            # A module missing from the ConfigMaps must stop the pod, not start Envoy without it.
-            (folders[source] / f"{next(iter(modules))}.gz").unlink()
-            if subprocess.run(["/bin/sh", "-c", local], capture_output=True, timeout=60).returncode == 0:
-                fail(where, "succeeds with a module missing from the ConfigMaps")
-    if len(failures) == before:
-        print(f"  ok  {len(deployments)} Deployments: every mount of the module ConfigMaps unpacked by an init "
-              f"container into {ENVOY_WASM_DIR}; {len(steps)} distinct unpack script(s) run, modules identical")
-
-
 DRAIN_SCRIPT = ROOT / "envoy/drain-before-exit.sh"
 
 
@@ -481,100 +386,13 @@ def check_coherence(resources):
 SINGLETON_CONFIGS = []  # (where, parsed singleton JSON), for the coherence check.
 
 
-PEER_SECRET = "validate-peer-secret-0123"
-
-
-PER_POOL_SECTIONS = ("singleton_entry", "inline_filter", "pool_route", "override_host", "original_dst",
-                     "peer_route", "peer_filter")
-
-
-def pool_values(name, pool, cluster_mode, several, peers):
-    """One pool's placeholders, as launcher/src/render.rs fills them."""
-    suffix = f"-{name}" if several else ""
-    filter_name = f"wasm-epp{suffix}" if several else "envoy.filters.http.wasm"
-    filter_config = {"pool": pool, **({"pool_name": name} if several else {})}
-    poller_config = dict(filter_config)
-    peer_path = f"/wasm-epp/v1/peer/{name}" if several else "/wasm-epp/v1/peer"
-    peer_filter_name = f"wasm-epp-peer{suffix}" if several else "envoy.filters.http.wasm"
-    if peers:
-        poller_config["peers"] = {"peers": ["127.0.0.1:10001", "127.0.0.1:10002"], "secret": PEER_SECRET,
-                                  "path": peer_path}
-    if cluster_mode == "original_dst":
-        filter_config["fallback_destinations"] = 0
-    match = {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": name}}]} if several else None
-    return {
-        "POOL_SUFFIX": suffix, "HTTP_FILTER_NAME": filter_name,
-        "FILTER_DISABLED": "disabled: true" if several else "",
-        "ROUTE_ENABLES_FILTER": (f'typed_per_filter_config: {{ {filter_name}: {{ "@type": '
-                                 'type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {} } }')
-        if several else "",
-        "ROUTE_MATCH": json.dumps(match) if match else '{ prefix: "/" }',
-        "PEER_ROUTE_MATCH": json.dumps({"path_separated_prefix": peer_path}) if several else '{ prefix: "/" }',
-        "PEER_ROUTE_ENABLES_FILTER": (f'typed_per_filter_config: {{ {peer_filter_name}: {{ "@type": '
-                                      'type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {} } }')
-        if several else "",
-        "PEER_HTTP_FILTER_NAME": peer_filter_name,
-        "PEER_FILTER_CONFIG": json.dumps({"peer_receiver": {"secret": PEER_SECRET, "path": peer_path}}),
-        "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps(poller_config),
-        "POOL_ENDPOINTS": "\n".join(
-            f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '
-            f'port_value: {a.split(":")[1]} }} }} }}' for a in pool),
-    }
-
-
-def fill(lines, values):
-    """`lines` with `values` filled in; a line of only a placeholder that renders empty goes."""
-    out = []
-    for line in lines:
-        filled = line
-        for name, value in values.items():
-            filled = filled.replace("{{" + name + "}}", value)
-        if re.fullmatch(r"\s*\{\{[A-Z_]+\}\}\s*", line) and not filled.strip():
-            continue
-        out.append(filled)
-    return out
-
-
 def render_template(cluster_mode, singleton, peers=False, pools=None):
-    """envoy/envoy.yaml.template as the launcher renders it (launcher/src/render.rs); `pools`
-    ({name: pods}) renders several pools behind one Envoy."""
-    sections = {"singleton": singleton, "singleton_entry": singleton, "override_host": cluster_mode == "override_host",
-                "original_dst": cluster_mode == "original_dst", "peers": peers, "peer_route": peers,
-                "peer_filter": peers, "live_filter": False,
-                "filters_before_plugin": False}
-    several = bool(pools)
-    pools = pools or {"": ["127.0.0.1:8001", "127.0.0.1:8002"]}
-    per_pool = [pool_values(name, pods, cluster_mode, several, peers) for name, pods in pools.items()]
-    kept, section = [], None
-    for line in (ROOT / "envoy/envoy.yaml.template").read_text().splitlines():
-        marker = re.match(r"^\s*# (BEGIN|END) (\S+)\s*$", line)
-        if marker and marker.group(1) == "BEGIN":
-            section = (marker.group(2), [])
-        elif marker:
-            name, lines = section
-            section = None
-            if sections.get(name, True):
-                for values in (per_pool if name in PER_POOL_SECTIONS else [{}]):
-                    kept += fill(lines, values)
-        elif section:
-            section[1].append(line)
-        else:
-            kept.append(line)
-    values = {
-        "ADMIN_ADDRESS": "127.0.0.1", "ADMIN_PORT": "9901", "LISTEN_ADDRESS": "127.0.0.1", "LISTEN_PORT": "10000",
-        "FILTER_WASM": "/etc/wasm-epp/wasm_epp_filter.wasm", "SINGLETON_WASM": "/etc/wasm-epp/wasm_epp_shared_state.wasm",
-        "PEER_ADDRESS": "127.0.0.1", "PEER_PORT": "10001",
-        "PER_TRY_IDLE_TIMEOUT": "0s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
-        "DESTINATION_HEADER": "x-gateway-destination-endpoint", "MAX_HEAP_BYTES": "1073741824",
-        "MAX_CONNECTIONS": "10000", "ASYNC_RESPONSE_LIMIT_BYTES": "4194304", "ACCESS_LOG_PATH": "/dev/stdout",
-    }
-    text = "\n".join(kept) + "\n"
-    for name, value in values.items():
-        text = text.replace("{{" + name + "}}", value)
-    left = sorted(set(re.findall(r"\{\{([A-Z_]+)\}\}", text)))
+    """envoy/envoy.yaml.template for one setup (k8s/tools/envoy_template.py)."""
+    config, left = envoy_template.render(cluster_mode, singleton, peers=peers, pools=pools)
     if left:
-        fail("envoy/envoy.yaml.template", f"placeholders this check does not know: {left} (update k8s/tools/validate.py)")
-    return yaml.safe_load(text)
+        fail("envoy/envoy.yaml.template",
+             f"placeholders this check does not know: {left} (update k8s/tools/envoy_template.py)")
+    return config
 
 
 def singleton_configs(config):
@@ -995,8 +813,13 @@ def main():
     checked = check_probe_ports(resources)
     if len(failures) == before:
         print(f"  ok  {checked} Envoy Deployments: every probe on a port Envoy listens on")
-    check_module_unpacking([(SOURCES.get(id(d), "Deployment"), d) for d in resources if d.get("kind") == "Deployment"]
-                           + [("k8s/istio/common/gateway-deployment-patch.json", gateway)], modules)
+    before = len(failures)
+    deployments = [(SOURCES.get(id(d), "Deployment"), d) for d in resources if d.get("kind") == "Deployment"]
+    deployments.append(("k8s/istio/common/gateway-deployment-patch.json", gateway))
+    scripts = modules_check.check(deployments, modules, WASM_DIR, fail)
+    if len(failures) == before:
+        print(f"  ok  {len(deployments)} Deployments: every mount of the module ConfigMaps unpacked by an init "
+              f"container; {scripts} distinct unpack script(s) run, modules identical")
     check_chart_follows_manifests()
     print("alerting rules (promtool)")
     alert_problems = alerts_check.check_rule_files()
