@@ -676,11 +676,36 @@ def smoke_start(where, path, singletons):
     return ", singleton configured in a real start"
 
 
+# Stat names as the plugin defines them (Envoy adds `wasmcustom.`), and the labels the
+# template's stats_tags must cut out of them (Python's re reads these regexes as Envoy does).
+STAT_NAME_SAMPLES = {
+    "wasmcustom.wasm_epp.requests_routed": {},
+    "wasmcustom.wasm_epp.picks.pod.10.0.0.1:8000": {"pod": "10.0.0.1:8000"},
+    "wasmcustom.wasm_epp.pool.qwen-3.picks.pod.[fd00::1]:80": {"pool": "qwen-3", "pod": "[fd00::1]:80"},
+    "wasmcustom.wasm_epp.pool.a.pod_waiting.pod.10.0.0.2:8000": {"pool": "a", "pod": "10.0.0.2:8000"},
+    "wasmcustom.wasm_epp.pool.a.picks_by_reason.reason.load": {"pool": "a", "reason": "load"},
+    "wasmcustom.wasm_epp.pool.a.flow.dropped.ttl_expired": {"pool": "a", "reason": "ttl_expired"},
+    "wasmcustom.wasm_epp.pool.a.decision_time_us_bucket.le.+Inf": {"pool": "a", "le": "+Inf"},
+    "wasmcustom.wasm_epp.pool.a.flow.wait_ms_bucket.le_50": {"pool": "a", "le": "50"},
+    "wasmcustom.wasm_epp.pool.a.flow.band_entered_bytes.n1": {"pool": "a", "band": "n1"},
+    "wasmcustom.wasm_epp.pool.a.flow.released_by_worker.w0": {"pool": "a", "worker": "w0"},
+    "wasmcustom.wasm_epp.pool.a.flow.pod_saturated.pod.10_0_0_1_8000": {"pool": "a", "pod": "10_0_0_1_8000"},
+}
+
+
 def check_stats_tags(configs):
     """Every Envoy configuration that names the plugin's stat labels names them as the
     template does: a copy that lags behind leaves labels in the stats' names, and the
     dashboard's and the alerts' queries find nothing."""
     wanted = dig(configs[0][1], "stats_config", "stats_tags")
+    for name, tags in STAT_NAME_SAMPLES.items():
+        found = {}
+        for rule in wanted or []:
+            match = re.search(rule["regex"], name)
+            if match:
+                found[rule["tag_name"]] = match.group(2)
+        if found != tags:
+            fail("envoy/envoy.yaml.template", f"stats_tags make {found} of {name}, not {tags}")
     for where, config, _ in configs[1:]:
         tags = dig(config, "stats_config", "stats_tags")
         if tags is not None and tags != wanted:

@@ -270,3 +270,16 @@ fn a_body_that_ends_in_trailers_is_routed_at_the_trailers() {
     stream.on_log(&bench.host);
     assert_eq!(bench.worker.buffered_bytes.get(), 0);
 }
+
+#[test]
+fn a_pool_name_labels_the_filters_stats_and_goes_to_its_embedded_pool_service() {
+    let bench =
+        Bench::new(r#"{"pool": ["10.0.0.1:8000"], "pool_name": "llama", "poller": {"pool": ["10.0.0.1:8000"]}}"#);
+    let embedded = bench.worker.config.poller.as_ref().map(|poller| poller.pool_name.as_str());
+    assert_eq!(embedded, Some("llama"), "the no-singleton pool service is named after the filter's pool");
+    let answer = bench.complete(&[], r#"{"model": "m", "prompt": "hello"}"#);
+    assert_eq!(answer.destination.as_deref(), Some("10.0.0.1:8000"));
+    bench.worker.stats.metrics.flush(&bench.host);
+    assert_eq!(bench.host.metric("wasm_epp.pool.llama.requests_routed"), 1);
+    assert_eq!(bench.host.metric("wasm_epp.requests_routed"), 0);
+}
