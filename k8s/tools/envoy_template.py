@@ -1,8 +1,8 @@
 """envoy/envoy.yaml.template rendered as the launcher renders it (launcher/src/render.rs),
 for validate.py: placeholders filled, sections a setup does not use dropped, and a pool's
 sections (singleton, filter, route, cluster, peer route and receiver) written once per pool.
-The launcher's unit tests and the committed renders (envoy/compose/envoy.yaml,
-envoy/examples/two-pools.yaml) keep the two in step."""
+validate.py's check_renderers_agree compares its two-pool render with the launcher's
+(the committed envoy/examples/two-pools.yaml, which a launcher test keeps current)."""
 
 import json
 import re
@@ -44,7 +44,8 @@ def pool_values(name, pool, cluster_mode, several, peers):
                                       'type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {} } }')
         if several else "",
         "PEER_HTTP_FILTER_NAME": peer_filter_name,
-        "PEER_FILTER_CONFIG": json.dumps({"peer_receiver": {"secret": PEER_SECRET, "path": peer_path}}),
+        "PEER_FILTER_CONFIG": json.dumps({"peer_receiver": {"secret": PEER_SECRET, "path": peer_path},
+                                          **({"pool_name": name} if several else {})}),
         "FILTER_CONFIG": json.dumps(filter_config), "POLLER_CONFIG": json.dumps(poller_config),
         "POOL_ENDPOINTS": "\n".join(
             f'              - endpoint: {{ address: {{ socket_address: {{ address: "{a.split(":")[0]}", '

@@ -68,6 +68,12 @@ REFUSED = {
     "a pool name that is no DNS label": {"pools": [{"name": "Llama", "labelSelector": "app=x", "targetPort": 8000,
                                                       "match": {"prefix": "/"}}]},
     "a pool without its route": {"pools": [{"name": "llama", "labelSelector": "app=x", "targetPort": 8000}]},
+    "a pool by selector without its port": {"pools": [{"name": "llama", "labelSelector": "app=x", "match": {"prefix": "/"}}]},
+    "two pools of one name": {"pools": [{"name": "llama", "inferencePool": "a", "match": {"prefix": "/"}},
+                                        {"name": "llama", "inferencePool": "b", "match": {"prefix": "/"}}]},
+    "the reserved pool name": {"pools": [{"name": "pod", "inferencePool": "a", "match": {"prefix": "/"}}]},
+    "several pools on Istio": {"mode": "istio", "pools": [{"name": "llama", "inferencePool": "a",
+                                                           "match": {"prefix": "/"}}]},
 }
 
 

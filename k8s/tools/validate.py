@@ -712,6 +712,40 @@ def check_stats_tags(configs):
             fail(where, "stats_config.stats_tags differ from envoy/envoy.yaml.template's")
 
 
+def normalized(node):
+    """A configuration with what the two renderers fill differently taken out: module paths
+    (to their file names), the access log (the example has none), plugin configurations
+    parsed, and the poll interval the launcher always sets."""
+    if isinstance(node, list):
+        return [normalized(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "access_log":
+            continue
+        if key == "filename" and str(value).endswith(".wasm"):
+            value = Path(value).name
+        elif key == "value" and isinstance(value, str) and value.startswith("{"):
+            value = {k: v for k, v in json.loads(value).items() if k != "poll_interval_ms"}
+        out[key] = normalized(value)
+    return out
+
+
+def check_renderers_agree():
+    """k8s/tools/envoy_template.py renders two pools as the launcher does: the same as the
+    committed envoy/examples/two-pools.yaml (launcher/src/compose.rs), but for what
+    `normalized` takes out. A change to one renderer that is not made to the other fails."""
+    pods = {"llama": ["127.0.0.1:8001", "127.0.0.1:8002"], "qwen": ["127.0.0.1:8003", "127.0.0.1:8004"]}
+    ours = normalized(render_template("override_host", True, pools=pods))
+    example = normalized(yaml.safe_load((ROOT / "envoy/examples/two-pools.yaml").read_text()))
+    if ours != example:
+        fail("k8s/tools/envoy_template.py", "renders two pools otherwise than the launcher "
+                                            "(envoy/examples/two-pools.yaml): update one to match the other")
+    else:
+        print("  ok  envoy_template.py and the launcher render two pools alike")
+
+
 def check_envoy_configs(scratch_root):
     if not ENVOY.exists():
         return fail("envoy", f"{ENVOY} not found (make envoy)")
@@ -721,6 +755,7 @@ def check_envoy_configs(scratch_root):
     jobs = []
     configs = envoy_configs()
     check_stats_tags(configs)
+    check_renderers_agree()
     for index, (where, config, files) in enumerate(configs):
         scratch = scratch_root / f"envoy-{index}"
         (scratch / "files").mkdir(parents=True)

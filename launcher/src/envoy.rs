@@ -60,6 +60,11 @@ impl Envoy {
     /// As [`Envoy::start`], with extra command-line arguments (e.g. `--config-yaml` overlays)
     /// after the options' own (`EnvoyOptions::extra_args`).
     pub fn start_with(options: &EnvoyOptions, extra_args: &[String], dir: &Path) -> Result<Self, String> {
+        if !options.pools.is_empty() && options.live_filter_dir.is_some() {
+            return Err(
+                "the live (ECDS) filter configuration serves one pool; several pools are configured inline".into()
+            );
+        }
         let template = std::fs::read_to_string(crate::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, render(&template, options)).map_err(|e| format!("write config: {e}"))?;

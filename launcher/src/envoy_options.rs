@@ -122,9 +122,13 @@ pub struct Peering {
 
 impl Peering {
     /// The `peer_receiver` filter configuration of the peer listener, taking messages posted
-    /// to `path`.
-    pub fn receiver_config(&self, path: &str) -> serde_json::Value {
-        serde_json::json!({ "peer_receiver": { "secret": self.secret, "path": path } })
+    /// to `path` for the pool named `pool_name` (empty with one pool: no stats label).
+    pub fn receiver_config(&self, path: &str, pool_name: &str) -> serde_json::Value {
+        let mut config = serde_json::json!({ "peer_receiver": { "secret": self.secret, "path": path } });
+        if let Some(fields) = config.as_object_mut().filter(|_| !pool_name.is_empty()) {
+            fields.insert("pool_name".into(), pool_name.into());
+        }
+        config
     }
 
     /// The singleton's `peers` section, posting to `path` on every peer.

@@ -62,7 +62,7 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
         }
     }
     // Placeholders outside the per-pool sections (the ECDS filter file has no sections)
-    // take the first pool's values; with several pools there are none.
+    // take the first pool's values; the envoy template has none there.
     let first_pool = pools.first().map(|values| &values[..]).unwrap_or(&[]);
     let mut rendered = String::with_capacity(kept.len());
     push_lines(&mut rendered, &kept.lines().collect::<Vec<_>>(), first_pool);
@@ -121,7 +121,9 @@ fn values_of(pool: &ServedPool, several: bool, peering: Option<&Peering>) -> Vec
         true => serde_json::json!({ "path_separated_prefix": peer_path }),
         false => serde_json::json!({ "prefix": "/" }),
     };
-    let peer_filter_config = peering.map(|p| p.receiver_config(&peer_path).to_string()).unwrap_or_default();
+    let receiver_name = if several { pool.name.as_str() } else { "" };
+    let peer_filter_config =
+        peering.map(|p| p.receiver_config(&peer_path, receiver_name).to_string()).unwrap_or_default();
     // With several pools each filter is off unless its pool's route turns it on.
     let disabled = if several { "disabled: true   # on only where its pool's route enables it" } else { "" };
     vec![

@@ -229,6 +229,7 @@ Takes no arguments; the environment sets it up:
   PEER_SECRET  the replicas' shared secret (at least 16 visible ASCII characters)
   POOLS        names (e.g. llama,qwen): the pods split into pools behind one Envoy, each
                pod serving its pool's name as model, the pool chosen by an x-pool header
+               (no live configuration file or access log then)
 
 The filter's configuration is written to .run/filter-config.json; a saved change applies live.";
 

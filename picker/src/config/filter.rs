@@ -247,7 +247,7 @@ mod tests {
             assert!(config.validate().is_ok(), "{good}");
         }
         // Dots and upper case would break the stat name apart; the ends as Kubernetes names.
-        for bad in ["Llama", "pool.a", "-a", "a-", "a_b", "é", &"p".repeat(64)] {
+        for bad in ["Llama", "pool.a", "-a", "a-", "a_b", "é", "pod", &"p".repeat(64)] {
             let config = FilterConfig { pool_name: bad.to_string(), ..FilterConfig::default() };
             assert!(config.validate().unwrap_err().contains("pool_name"), "{bad}");
         }

@@ -47,6 +47,9 @@ pub fn parse_pool(entries: &[String]) -> Result<Vec<PodAddress>, String> {
     Ok(pool)
 }
 
+/// The one DNS label a pool may not be named: the word before the per-pod stats' label.
+pub const RESERVED_POOL_NAME: &str = "pod";
+
 /// Longest pool name: a DNS label, as Kubernetes names an InferencePool.
 pub const MAX_POOL_NAME_LEN: usize = 63;
 
@@ -61,6 +64,10 @@ fn check_pool_name(name: &str) -> Result<(), String> {
         return Err(format!(
             "pool_name '{name}' must be a DNS label: at most {MAX_POOL_NAME_LEN} lower-case letters, digits and '-', not first or last"
         ));
+    }
+    // `wasm_epp.pool.pod.<stat>` reads as the per-pod label rule's `<family>.pod.<label>`.
+    if name == RESERVED_POOL_NAME {
+        return Err(format!("pool_name '{name}' is reserved: the stats' pod label would take it"));
     }
     Ok(())
 }

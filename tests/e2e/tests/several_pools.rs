@@ -75,8 +75,8 @@ fn each_route_picks_among_its_own_pool_and_keeps_its_own_stats() {
             assert!(members.iter().any(|m| m == pod), "{name} request served by {pod}, not one of {members:?}");
         }
     }
-    // A client naming the other pool's pod: the header is removed (before any pool's filter
-    // runs) and alpha picks its own.
+    // A client naming the other pool's pod is served by alpha all the same (alpha's cluster
+    // holds alpha's pods only; the header's removal itself is tests/e2e/tests/no_bypass.rs's).
     let forged = complete(&envoy, Some("alpha"), &[("x-gateway-destination-endpoint", &beta[0])], "forged");
     assert_eq!(forged.status, 200, "{}", forged.body);
     assert!(alpha.iter().any(|m| Some(m.as_str()) == forged.served_by()), "forged: {:?}", forged.served_by());
@@ -85,21 +85,12 @@ fn each_route_picks_among_its_own_pool_and_keeps_its_own_stats() {
     assert_eq!(unrouted.status, 404, "{}", unrouted.body);
     assert_eq!(unrouted.served_by(), None);
 
-    assert_eq!(pool_stat(&envoy, "wasm_epp_requests_routed", "alpha"), Some(21.0));
-    assert_eq!(pool_stat(&envoy, "wasm_epp_requests_routed", "beta"), Some(20.0));
+    assert_eq!(wait_pool_stat(&envoy, "wasm_epp_requests_routed", "alpha", 21.0), 21.0);
+    assert_eq!(wait_pool_stat(&envoy, "wasm_epp_requests_routed", "beta", 20.0), 20.0);
     assert_eq!(envoy.stat("wasm_epp_requests_routed"), None, "no stat without its pool label");
-    let exported =
-        http::get(&envoy.admin_url("/stats/prometheus"), REQUEST_TIMEOUT).map(|r| r.body).unwrap_or_default();
-    let series: Vec<&str> = exported.lines().filter(|line| line.starts_with("wasm_epp_")).collect();
-    for family in
-        ["wasm_epp_picks{", "wasm_epp_picks_by_reason{", "wasm_epp_decision_time_us_bucket{", "wasm_epp_flow_queued{"]
-    {
-        assert!(series.iter().any(|line| line.starts_with(family)), "no {family} series exported");
-    }
-    for line in &series {
-        // A rule that missed the pool would leave it in the name (wasm_epp_pool_alpha_...).
-        assert!(!line.starts_with("wasm_epp_pool_") && line.contains("pool=\""), "pool not a label: {line}");
-    }
+    let families =
+        ["wasm_epp_picks{", "wasm_epp_picks_by_reason{", "wasm_epp_decision_time_us_bucket{", "wasm_epp_flow_queued{"];
+    assert_every_series_labelled(&envoy, &families);
     for (name, members) in [("alpha", &alpha), ("beta", &beta)] {
         let picks: f64 = members
             .iter()
@@ -114,7 +105,7 @@ fn each_route_picks_among_its_own_pool_and_keeps_its_own_stats() {
         pool_stat(&envoy, "wasm_epp_pods_healthy", "alpha") == Some(0.0)
     });
     assert!(alpha_down, "alpha's singleton should see its pods gone:\n{}", envoy.log_tail(30));
-    assert_eq!(pool_stat(&envoy, "wasm_epp_pods_healthy", "beta"), Some(2.0));
+    assert_eq!(wait_pool_stat(&envoy, "wasm_epp_pods_healthy", "beta", 2.0), 2.0);
     let failed = complete(&envoy, Some("alpha"), &[], "alpha without pods");
     assert!(failed.status >= 500, "alpha answered {} with no pod up: {}", failed.status, failed.body);
     assert!(!beta.iter().any(|m| Some(m.as_str()) == failed.served_by()), "alpha's request reached beta");
@@ -136,6 +127,20 @@ fn two_pools(alpha: &[String], beta: &[String]) -> Vec<ServedPool> {
         }
     }
     pools
+}
+
+/// Every exported `wasm_epp_*` series carries its `pool` label (a `stats_tags` rule that
+/// missed it would leave it in the name, `wasm_epp_pool_alpha_...`), and `families` exist.
+fn assert_every_series_labelled(envoy: &Envoy, families: &[&str]) {
+    let exported =
+        http::get(&envoy.admin_url("/stats/prometheus"), REQUEST_TIMEOUT).map(|r| r.body).unwrap_or_default();
+    let series: Vec<&str> = exported.lines().filter(|line| line.starts_with("wasm_epp_")).collect();
+    for family in families {
+        assert!(series.iter().any(|line| line.starts_with(family)), "no {family} series exported");
+    }
+    for line in &series {
+        assert!(!line.starts_with("wasm_epp_pool_") && line.contains("pool=\""), "pool not a label: {line}");
+    }
 }
 
 fn wait_pool_stat(envoy: &Envoy, name: &str, pool: &str, at_least: f64) -> f64 {
@@ -191,7 +196,10 @@ fn each_pool_shares_its_decisions_with_the_same_pool_of_the_other_replica() {
     for envoy in &replicas {
         for pool in ["alpha", "beta"] {
             assert_eq!(pool_stat(envoy, "wasm_epp_peer_messages_rejected", pool).unwrap_or(0.0), 0.0, "{pool}");
-            assert_eq!(pool_stat(envoy, "wasm_epp_peer_requests_refused", pool).unwrap_or(0.0), 0.0, "{pool}");
+            // The receiver's own counters, labelled by its pool.
+            assert_eq!(pool_stat(envoy, "wasm_epp_peer_requests_refused", pool), Some(0.0), "{pool}");
+            assert!(pool_stat(envoy, "wasm_epp_peer_requests_accepted", pool).unwrap_or(0.0) > 0.0, "{pool}");
         }
+        assert_every_series_labelled(envoy, &["wasm_epp_peer_requests_accepted{", "wasm_epp_peer_events_received{"]);
     }
 }

@@ -19,6 +19,11 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 or the one `pool` with no name (nothing of its configuration changes). Returned as JSON. */}}
 {{- define "wasm-epp.servedPools" -}}
 {{- if .Values.pools -}}
+{{- $seen := dict -}}
+{{- range .Values.pools -}}
+{{- if hasKey $seen .name }}{{ fail (printf "pools: %s is named twice" .name) }}{{ end -}}
+{{- $_ := set $seen .name true -}}
+{{- end -}}
 {{- toJson .Values.pools -}}
 {{- else -}}
 {{- toJson (list (merge (dict "name" "") .Values.pool)) -}}
@@ -35,6 +40,7 @@ label selector or InferencePool. */}}
 {{- if $values.targetPort }}{{ $_ := set $pool "target_port" $values.targetPort }}{{ end -}}
 {{- else -}}
 {{- if not $values.labelSelector }}{{ fail (printf "%s: set labelSelector or inferencePool" (ternary (printf "pools %s" $values.name) "pool" (not (empty $values.name)))) }}{{ end -}}
+{{- if not $values.targetPort }}{{ fail (printf "%s: labelSelector needs targetPort" (ternary (printf "pools %s" $values.name) "pool" (not (empty $values.name)))) }}{{ end -}}
 {{- $_ := set $pool "label_selector" $values.labelSelector -}}
 {{- $_ := set $pool "target_port" $values.targetPort -}}
 {{- end -}}
