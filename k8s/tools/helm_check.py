@@ -47,7 +47,8 @@ CASES = {
     "standalone-two-pools": {"pools": [
         {"name": "interactive", "labelSelector": "app=vllm-qwen", "targetPort": 8000,
          "match": {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": "interactive"}}]}},
-        {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"}}]},
+        {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"},
+         "filter": {"flow_control": {"enabled": True}, "weights": {"queue": 3.0}}}]},
     # The gateway scaled on CPU instead of a fixed replica count.
     "standalone-autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
 }

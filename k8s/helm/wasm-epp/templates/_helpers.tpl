@@ -75,10 +75,11 @@ peer messages go to its own path. */}}
 {{- end }}
 
 {{/* The filter's configuration (JSON): the user's `filter` values, plus what the mode needs
-(and, with several pools, the pool's name as `poolName`). */}}
+(and, with several pools, the pool's name as `poolName` and its own `filter` values as
+`poolFilter`, merged over the shared ones). */}}
 {{- define "wasm-epp.filterConfig" -}}
 {{- $root := .root | default . -}}
-{{- $config := deepCopy $root.Values.filter -}}
+{{- $config := mergeOverwrite (deepCopy $root.Values.filter) (deepCopy (.poolFilter | default dict)) -}}
 {{- $_ := set $config "fallback_destinations" 0 -}}
 {{- if .poolName }}{{ $_ := set $config "pool_name" .poolName }}{{ end -}}
 {{- toJson $config -}}
