@@ -341,3 +341,58 @@ fn a_joining_pod_gets_no_traffic_until_it_is_scraped() {
     setup.wait_for_pool(3, 3);
     assert!(setup.served(60, "scraped").contains(&setup.address(3)));
 }
+
+/// Several pools behind one Envoy in Kubernetes (the Helm chart's `pools`): each pool's
+/// singleton lists its own selector from the same API server, and each route's requests go
+/// to that pool's pods only.
+#[test]
+fn two_pools_each_discover_their_own_pods() {
+    let (block, port) = (29, launcher::free_port().unwrap());
+    let dir = launcher::paths::run_dir("kube-two-pools").unwrap();
+    let pods: Vec<Pod> =
+        (1..=4).map(|i| Pod::start_on(&format!("127.0.{block}.{i}"), port, &SIM_ARGS, &dir).unwrap()).collect();
+    let kube = FakeKube::start("llm").unwrap();
+    kube.update(|state| {
+        for (i, pod) in pods.iter().enumerate() {
+            let app = if i < 2 { "vllm-alpha" } else { "vllm-beta" };
+            state.put_pod(FakePod::ready(&format!("vllm-{}", i + 1), &pod.host, &[("app", app)]));
+        }
+    });
+    let tokens = TokenDir::create(&dir.join("serviceaccount"), "token-1").unwrap();
+    let sds = dir.join("kubernetes-token-sds.yaml");
+    write_token_sds(&sds, &tokens.token_path()).unwrap();
+    let pool = |name: &str| {
+        let kubernetes = json!({
+            "namespace": "llm", "label_selector": format!("app=vllm-{name}"), "target_port": port,
+            "relist_interval_ms": 200, "timeout_ms": 500
+        });
+        let mut served = launcher::envoy::ServedPool::by_header(name, &[], "x-pool");
+        served.poller_config = json!({ "kubernetes": kubernetes, "pool_name": name, "poll_interval_ms": 100 });
+        served.filter_config = json!({ "pool_name": name, "fallback_destinations": 0 });
+        served
+    };
+    let (listen, admin) = (launcher::free_port().unwrap(), launcher::free_port().unwrap());
+    let mut options = EnvoyOptions::for_pools(vec![pool("alpha"), pool("beta")], listen, admin);
+    options.cluster_mode = launcher::envoy::ClusterMode::OriginalDst;
+    let envoy = start_kube_envoy(&options, &kubernetes_overlay(kube.port(), &sds, tokens.dir()), &dir)
+        .unwrap_or_else(|e| panic!("envoy: {e}"));
+    let healthy = |name: &str| envoy.stat(&format!("wasm_epp_pods_healthy{{pool=\"{name}\"}}")).unwrap_or(0.0);
+    assert!(
+        launcher::wait_until(WAIT, || healthy("alpha") == 2.0 && healthy("beta") == 2.0),
+        "each pool's singleton should list and scrape its own 2 pods:\n{}",
+        envoy.log_tail(30)
+    );
+    for (name, hosts) in [("alpha", [1, 2]), ("beta", [3, 4])] {
+        let members: Vec<String> = hosts.iter().map(|h| format!("127.0.{block}.{h}:{port}")).collect();
+        for i in 0..10 {
+            let body = json!({"model": "sim-model", "prompt": format!("{name} {i}"), "max_tokens": 4}).to_string();
+            let reply = http::post(&envoy.url("/v1/completions"), &[("x-pool", name)], &body, Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("request failed: {e}"));
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            let pod = reply.served_by().unwrap_or_default();
+            assert!(members.iter().any(|m| m == pod), "{name} request {i} served by {pod}, not one of {members:?}");
+        }
+        assert_eq!(envoy.stat(&format!("wasm_epp_discovery_pods{{pool=\"{name}\"}}")), Some(2.0), "{name}");
+    }
+    drop(kube);
+}
