@@ -129,7 +129,7 @@ KUBERNETES_E2E_TESTS := a_token_the_api_server_refuses_means_no_pool_and_a_clear
 	pages_through_the_list_restarts_on_410_and_skips_unchanged_snapshots \
 	the_token_comes_from_a_watched_file_and_rotates replicas_found_by_label_selector_share_their_decisions \
 	roles_from_kubernetes_labels every_rank_of_every_pod_is_an_endpoint_and_a_busy_rank_is_avoided_alone \
-	requests_wait_for_the_first_pod_and_get_503_if_none_comes
+	requests_wait_for_the_first_pod_and_get_503_if_none_comes two_pools_each_discover_their_own_pods
 compat_skips = $(if $(filter 1.36.%,$(1)),$(addprefix --skip ,$(KUBERNETES_E2E_TESTS)))
 
 .venv-envoy-%/bin/envoy:
