@@ -50,19 +50,13 @@ pub fn parse_pool(entries: &[String]) -> Result<Vec<PodAddress>, String> {
 /// The one DNS label a pool may not be named: the word before the per-pod stats' label.
 pub const RESERVED_POOL_NAME: &str = "pod";
 
-/// Longest pool name: a DNS label, as Kubernetes names an InferencePool.
-pub const MAX_POOL_NAME_LEN: usize = 63;
-
-/// A pool's name in the stats (`pool_name`): empty, or a DNS label (lower-case letters, digits
-/// and `-`, neither first nor last), so it sits between two dots of a stat name and the
-/// bootstrap's `pool` tag rule finds it.
+/// A pool's name in the stats (`pool_name`): empty, or a DNS label (as Kubernetes names an
+/// InferencePool), so it sits between two dots of a stat name and the bootstrap's `pool`
+/// tag rule finds it.
 fn check_pool_name(name: &str) -> Result<(), String> {
-    let bytes = name.as_bytes();
-    let inner_ok = bytes.iter().all(|&b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    let ends_ok = bytes.first().is_none_or(|&b| b != b'-') && bytes.last().is_none_or(|&b| b != b'-');
-    if name.len() > MAX_POOL_NAME_LEN || !inner_ok || !ends_ok {
+    if !name.is_empty() && !crate::discovery::config::is_dns_label(name) {
         return Err(format!(
-            "pool_name '{name}' must be a DNS label: at most {MAX_POOL_NAME_LEN} lower-case letters, digits and '-', not first or last"
+            "pool_name '{name}' must be a DNS label: at most 63 lower-case letters, digits and '-', not first or last"
         ));
     }
     // `wasm_epp.pool.pod.<stat>` reads as the per-pod label rule's `<family>.pod.<label>`.
