@@ -93,19 +93,39 @@ impl ServedPool {
         }
     }
 
-    /// A pool of static pods whose route matches requests carrying `header: name`; the
-    /// filter and the singleton are told the pool's name for their stats.
-    pub fn by_header(name: &str, pods: &[String], header: &str) -> Self {
+    /// The pool `name` of `pods` on the route matching `route_match`, its filter and
+    /// singleton configured with `filter_config` and `poller_config` (JSON objects), each
+    /// told the pool's name (`pool_name`) for its stats.
+    pub fn new(
+        name: &str,
+        pods: &[String],
+        route_match: serde_json::Value,
+        filter_config: serde_json::Value,
+        poller_config: serde_json::Value,
+    ) -> Self {
+        let named = |mut config: serde_json::Value| {
+            if let Some(fields) = config.as_object_mut() {
+                fields.insert("pool_name".into(), name.into());
+            }
+            config
+        };
         Self {
             name: name.to_string(),
             pods: pods.to_vec(),
-            route_match: serde_json::json!({
-                "prefix": "/",
-                "headers": [{ "name": header, "string_match": { "exact": name } }]
-            }),
-            filter_config: serde_json::json!({ "pool": pods, "pool_name": name }),
-            poller_config: serde_json::json!({ "pool": pods, "pool_name": name, "poll_interval_ms": 100 }),
+            route_match,
+            filter_config: named(filter_config),
+            poller_config: named(poller_config),
         }
+    }
+
+    /// A pool of static pods whose route matches requests carrying `header: name`.
+    pub fn by_header(name: &str, pods: &[String], header: &str) -> Self {
+        let route_match = serde_json::json!({
+            "prefix": "/",
+            "headers": [{ "name": header, "string_match": { "exact": name } }]
+        });
+        let filter = serde_json::json!({ "pool": pods });
+        Self::new(name, pods, route_match, filter, serde_json::json!({ "pool": pods, "poll_interval_ms": 100 }))
     }
 }
 

@@ -107,20 +107,13 @@ const OTHER_POOL_HEADER: &str = "x-pool";
 
 /// `options` (one pool, fully configured) as the second of two pools behind one Envoy.
 fn as_second_of_two_pools(mut options: EnvoyOptions) -> EnvoyOptions {
-    let with_name = |config: &serde_json::Value| {
-        let mut config = config.clone();
-        if let Some(fields) = config.as_object_mut() {
-            fields.insert("pool_name".into(), BENCHED_POOL.into());
-        }
-        config
-    };
-    let benched = ServedPool {
-        name: BENCHED_POOL.into(),
-        pods: options.pool.clone(),
-        route_match: serde_json::json!({ "prefix": "/" }),
-        filter_config: with_name(&options.filter_config),
-        poller_config: with_name(options.poller_config.as_ref().unwrap_or(&serde_json::Value::Null)),
-    };
+    let benched = ServedPool::new(
+        BENCHED_POOL,
+        &options.pool,
+        serde_json::json!({ "prefix": "/" }),
+        options.filter_config.clone(),
+        options.poller_config.clone().unwrap_or_default(),
+    );
     options.pools = vec![ServedPool::by_header(OTHER_POOL, &options.pool, OTHER_POOL_HEADER), benched];
     options
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use launcher::envoy::Envoy;
-use launcher::envoy::EnvoyOptions;
+use launcher::envoy::{EnvoyOptions, ServedPool};
 use launcher::fake_kube::envoy::{
     kubernetes_overlay, kubernetes_plain_overlay, start_kube_envoy, write_token_sds, TokenDir,
 };
@@ -366,10 +366,9 @@ fn two_pools_each_discover_their_own_pods() {
             "namespace": "llm", "label_selector": format!("app=vllm-{name}"), "target_port": port,
             "relist_interval_ms": 200, "timeout_ms": 500
         });
-        let mut served = launcher::envoy::ServedPool::by_header(name, &[], "x-pool");
-        served.poller_config = json!({ "kubernetes": kubernetes, "pool_name": name, "poll_interval_ms": 100 });
-        served.filter_config = json!({ "pool_name": name, "fallback_destinations": 0 });
-        served
+        let route = json!({ "prefix": "/", "headers": [{ "name": "x-pool", "string_match": { "exact": name } }] });
+        let filter = json!({ "fallback_destinations": 0 });
+        ServedPool::new(name, &[], route, filter, json!({ "kubernetes": kubernetes, "poll_interval_ms": 100 }))
     };
     let (listen, admin) = (launcher::free_port().unwrap(), launcher::free_port().unwrap());
     let mut options = EnvoyOptions::for_pools(vec![pool("alpha"), pool("beta")], listen, admin);
