@@ -26,6 +26,9 @@ fn marker<'a>(line: &'a str, kind: &str) -> Option<&'a str> {
 /// the per-pool sections once per pool.
 pub fn render(template: &str, options: &EnvoyOptions) -> String {
     let pools = pool_values(options);
+    // Placeholders outside the per-pool sections (the ECDS filter file has no sections)
+    // take the first pool's values; the envoy template has none there.
+    let first_pool = pools.first().map(|values| &values[..]).unwrap_or(&[]);
     let section_on = |name: &str| match name {
         "singleton" | "singleton_entry" => options.poller_config.is_some() || !options.pools.is_empty(),
         "override_host" => options.cluster_mode == ClusterMode::OverrideHost,
@@ -51,22 +54,17 @@ pub fn render(template: &str, options: &EnvoyOptions) -> String {
                         push_lines(&mut kept, &lines, values);
                     }
                 } else {
-                    push_lines(&mut kept, &lines, &[]);
+                    push_lines(&mut kept, &lines, first_pool);
                 }
             }
             continue;
         }
         match section.as_mut() {
             Some((_, lines)) => lines.push(line),
-            None => push_lines(&mut kept, &[line], &[]),
+            None => push_lines(&mut kept, &[line], first_pool),
         }
     }
-    // Placeholders outside the per-pool sections (the ECDS filter file has no sections)
-    // take the first pool's values; the envoy template has none there.
-    let first_pool = pools.first().map(|values| &values[..]).unwrap_or(&[]);
-    let mut rendered = String::with_capacity(kept.len());
-    push_lines(&mut rendered, &kept.lines().collect::<Vec<_>>(), first_pool);
-    fill_globals(rendered, options)
+    fill_globals(kept, options)
 }
 
 /// Appends `lines` with `values` filled in; a line that held only a placeholder and
