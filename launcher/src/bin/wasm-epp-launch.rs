@@ -124,7 +124,9 @@ fn run() -> Result<(), String> {
 
     let names = pool_names();
     let replicas: usize = env_or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?;
-    if !names.is_empty() {
+    let mut live = None;
+    // The pool the suggested request names (with POOLS), else none.
+    let (pods, gateway, tried_pool) = if !names.is_empty() {
         if replicas > 1 {
             return Err("POOLS and REPLICAS: one at a time in make run".into());
         }
@@ -137,82 +139,70 @@ fn run() -> Result<(), String> {
         println!(
             "admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats, labelled pool=\"<name>\")"
         );
-        println!();
-        println!("try:");
-        let first = names.first().map_or("", String::as_str);
-        println!(
-            "  curl -si http://127.0.0.1:{listen_port}/v1/completions -H '{POOL_HEADER}: {first}' -H 'content-type: application/json' \\\n    -d '{{\"model\":\"{first}\",\"prompt\":\"Hello, my name is\",\"max_tokens\":16}}'"
-        );
-        println!("\nCtrl-C stops everything.");
-        return wait_for_ctrl_c(|| {}).map(|()| {
-            println!("stopping envoy and {} pods", pods.len());
-            drop(envoy);
-            drop(pods);
-        });
-    }
-    let mut pods = Vec::new();
-    for port in &pod_ports {
-        pods.push(Pod::start(*port, &sim_args, &dir)?);
-        println!("pod      127.0.0.1:{port}  (simulated vLLM, log .run/pod-{port}.log)");
-    }
-    let pool: Vec<String> = pods.iter().map(Pod::address).collect();
-    let mut live = None;
-    let gateway = if replicas > 1 {
-        Gateway::Replicas(start_replicas(&pool, replicas, listen_port, admin_port, &dir)?)
+        (pods, Gateway::One(envoy), names.first().cloned())
     } else {
-        let mut options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
-        options.live_filter_dir = Some(dir.join("live-filter"));
-        options.access_log = Some(dir.join("access.log"));
-        let envoy = Envoy::start(&options, &dir)?;
-        let watch = ConfigWatch::create(&dir.join("filter-config.json"), &options.filter_config)?;
-        println!(
-            "config   {}  (the filter's configuration: save a change and it is applied live)",
-            watch.path().display()
-        );
-        live = Some((watch, options));
-        println!(
-            "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
-        );
-        println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
-        println!("access   .run/access.log  (a JSON line per request: the pod picked, the pod that answered, timings)");
-        if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
-            println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
+        let mut pods = Vec::new();
+        for port in &pod_ports {
+            pods.push(Pod::start(*port, &sim_args, &dir)?);
+            println!("pod      127.0.0.1:{port}  (simulated vLLM, log .run/pod-{port}.log)");
         }
-        Gateway::One(envoy)
+        let pool: Vec<String> = pods.iter().map(Pod::address).collect();
+        let gateway = if replicas > 1 {
+            Gateway::Replicas(start_replicas(&pool, replicas, listen_port, admin_port, &dir)?)
+        } else {
+            let mut options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
+            options.live_filter_dir = Some(dir.join("live-filter"));
+            options.access_log = Some(dir.join("access.log"));
+            let envoy = Envoy::start(&options, &dir)?;
+            let watch = ConfigWatch::create(&dir.join("filter-config.json"), &options.filter_config)?;
+            println!(
+                "config   {}  (the filter's configuration: save a change and it is applied live)",
+                watch.path().display()
+            );
+            live = Some((watch, options));
+            println!(
+                "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
+            );
+            println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
+            println!(
+                "access   .run/access.log  (a JSON line per request: the pod picked, the pod that answered, timings)"
+            );
+            if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
+                println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
+            }
+            Gateway::One(envoy)
+        };
+        (pods, gateway, None)
+    };
+    let (pool_header, model) = match &tried_pool {
+        Some(pool) => (format!("-H '{POOL_HEADER}: {pool}' "), pool.as_str()),
+        None => (String::new(), "sim-model"),
     };
     println!();
     println!("try:");
     println!(
-        "  curl -si http://127.0.0.1:{listen_port}/v1/completions -H 'content-type: application/json' \\\n    -d '{{\"model\":\"sim-model\",\"prompt\":\"Hello, my name is\",\"max_tokens\":16}}'"
+        "  curl -si http://127.0.0.1:{listen_port}/v1/completions {pool_header}-H 'content-type: application/json' \\\n    -d '{{\"model\":\"{model}\",\"prompt\":\"Hello, my name is\",\"max_tokens\":16}}'"
     );
     println!("  (the x-served-by response header names the pod that answered)");
     println!();
     println!("Ctrl-C stops everything.");
 
-    // Until Ctrl-C: look at the configuration file twice a second.
-    wait_for_ctrl_c(|| {
-        if let (Some((watch, options)), Gateway::One(envoy)) = (live.as_mut(), &gateway) {
-            if let Some(line) = watch.poll(envoy, options) {
-                println!("{line}");
-            }
-        }
-    })?;
-    println!("stopping envoy and {} pods", pods.len());
-    gateway.stop();
-    drop(pods);
-    Ok(())
-}
-
-/// Runs `every_poll` every `CONFIG_POLL` until Ctrl-C.
-fn wait_for_ctrl_c(mut every_poll: impl FnMut()) -> Result<(), String> {
     let (stop_tx, stop_rx) = mpsc::channel();
     ctrlc::set_handler(move || {
         let _ = stop_tx.send(());
     })
     .map_err(|e| format!("cannot install Ctrl-C handler: {e}"))?;
+    // Until Ctrl-C: look at the configuration file twice a second.
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop_rx.recv_timeout(CONFIG_POLL) {
-        every_poll();
+        if let (Some((watch, options)), Gateway::One(envoy)) = (live.as_mut(), &gateway) {
+            if let Some(line) = watch.poll(envoy, options) {
+                println!("{line}");
+            }
+        }
     }
+    println!("stopping envoy and {} pods", pods.len());
+    gateway.stop();
+    drop(pods);
     Ok(())
 }
 
