@@ -99,8 +99,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     // Fail open is bounded in time: a table the pool service stopped refreshing long ago no
     // longer says who is in the pool.
-    let expired =
-        cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) > worker.config.fail_open_max_age_ms);
+    let expired = cache.expired(now, worker.config.fail_open_max_age_ms);
     let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));

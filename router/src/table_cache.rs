@@ -91,6 +91,12 @@ impl TableCache {
         self.service_seen_ms
     }
 
+    /// The pool service has been silent for more than `max_age_ms` (`fail_open_max_age_ms`):
+    /// the table no longer says who is in the pool.
+    pub fn expired(&self, now_ms: u64, max_age_ms: u64) -> bool {
+        self.service_seen_ms.is_some_and(|seen| now_ms.saturating_sub(seen) > max_age_ms)
+    }
+
     /// The pool's addresses, once after each change of membership (not of load).
     pub fn take_new_pod_list(&mut self) -> Option<Vec<picker::address::PodAddress>> {
         if !std::mem::take(&mut self.pods_changed) {

@@ -21,8 +21,7 @@ pub fn with_pods<R>(
     }
     // As the decision does: a table the pool service stopped refreshing long ago no
     // longer says who is in the pool.
-    let expired =
-        cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) > worker.config.fail_open_max_age_ms);
+    let expired = cache.expired(now, worker.config.fail_open_max_age_ms);
     let table = if expired { None } else { cache.table() };
     let mut inflight = worker.inflight.try_borrow_mut().ok()?;
     inflight.refresh_others(host, now);
