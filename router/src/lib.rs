@@ -3,7 +3,7 @@
 //! 1. [`configure()`]: the plugin configuration is parsed and validated into a [`Worker`]
 //!    (or refused with the reason: the plugin then fails to start, never on a request).
 //! 2. [`stream::RequestStream`]: one per request. Headers: client destination headers
-//!    removed, health probe answered, the request held; body: buffered (bounded per stream
+//!    removed, health probe and model list ([`model_list`]) answered, the request held; body: buffered (bounded per stream
 //!    and per worker), parsed; then [`decision`] picks a pod and the destination header is
 //!    written, or [`reply`] answers 400/404/429/503 itself ([`protocol`] reads the
 //!    objective, session and subset headers; [`served`] reports the answering pod). At the end of the stream its
@@ -23,6 +23,7 @@ pub mod decision_stats;
 pub mod disaggregate;
 pub mod flow;
 pub mod learning_share;
+pub mod model_list;
 pub mod peer_receiver;
 pub mod profile;
 pub mod protocol;

@@ -53,6 +53,8 @@ pub struct Stats {
     pub model_unknown: Counter,
     /// Requests whose model was rewritten to a weighted target.
     pub model_rewritten: Counter,
+    /// `GET /v1/models` answered by the gateway with the pool's models.
+    pub model_lists_answered: Counter,
 }
 
 impl Stats {
@@ -94,6 +96,7 @@ impl Stats {
             pd_prefill_backed_up: c("wasm_epp.pd_prefill_backed_up"),
             model_unknown: c("wasm_epp.model_unknown"),
             model_rewritten: c("wasm_epp.model_rewritten"),
+            model_lists_answered: c("wasm_epp.model_lists_answered"),
             metrics,
         }
     }

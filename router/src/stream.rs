@@ -133,8 +133,17 @@ impl RequestStream {
         }
         let config = &self.worker.config;
         let path = headers.get_text(":path").unwrap_or_default();
-        if end_of_stream && path == config.health_path && headers.get_text(":method") == Some("GET") {
+        let get = headers.get_text(":method") == Some("GET");
+        if end_of_stream && get && path == config.health_path {
             return self.answer_health(host);
+        }
+        if end_of_stream && get && crate::model_list::is_list_path(path, &config.models.list_path) {
+            if let Some(list) = crate::model_list::pool_models(&self.worker, host) {
+                self.decided = true;
+                self.worker.stats.increment(self.worker.stats.model_lists_answered);
+                send_json(host, &list);
+                return Step::Pause;
+            }
         }
         self.priority = crate::protocol::header_priority(&headers, config);
         self.sheddable = self.priority.is_some_and(|p| p < 0);

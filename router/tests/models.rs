@@ -1,6 +1,9 @@
 //! Many models in one pool and the Endpoint Picker Protocol's headers, through the whole
 //! request path of one worker on a `MockHost`.
 
+// Helpers outside #[test] functions read replies: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
 mod common;
 
 use common::{publish_models, Bench, COMPLETIONS};
@@ -148,8 +151,54 @@ fn uploads_and_bodyless_requests_on_other_endpoints_are_routed_by_load_at_their_
         assert_eq!(answer.headers_step, Step::Continue, "{content_type}: not held for its body");
         assert!(answer.destination.is_some());
     }
-    let models = bench.complete(&[(":method", "GET"), (":path", "/v1/models")], "");
-    assert_eq!((models.headers_step, models.destination.is_some()), (Step::Continue, true));
+    let files = bench.complete(&[(":method", "GET"), (":path", "/v1/files")], "");
+    assert_eq!((files.headers_step, files.destination.is_some()), (Step::Continue, true));
+}
+
+const LIST: [(&str, &str); 2] = [(":method", "GET"), (":path", "/v1/models")];
+
+fn listed(bench: &Bench) -> Vec<(String, Option<String>)> {
+    let replies = bench.host.replies.borrow();
+    let list: serde_json::Value = serde_json::from_slice(&replies.last().unwrap().body).unwrap();
+    let entries = list["data"].as_array().unwrap().iter();
+    entries.map(|e| (e["id"].as_str().unwrap().to_owned(), e["parent"].as_str().map(str::to_owned))).collect()
+}
+
+#[test]
+fn the_gateway_answers_the_model_list_with_every_model_of_the_pool() {
+    let config = r#"{"models": {"rewrites": [{"model": "public", "targets": [{"model": "sql-lora", "weight": 1}]}]}}"#;
+    let bench = Bench::new(config);
+    publish_models(&bench, &POOL);
+    for path in ["/v1/models", "/v1/models?x=1"] {
+        let answer = bench.complete(&[(":method", "GET"), (":path", path)], "");
+        assert_eq!((answer.headers_step, answer.reply, answer.destination), (Step::Pause, Some(200), None), "{path}");
+        let qwen = Some("qwen".to_owned());
+        let expected =
+            [("llama", None), ("public", None), ("qwen", None), ("chat-lora", qwen.clone()), ("sql-lora", qwen)];
+        let expected: Vec<_> = expected.into_iter().map(|(id, parent)| (id.to_owned(), parent)).collect();
+        assert_eq!(listed(&bench), expected);
+        assert_eq!(reply_header(&bench, "x-wasm-epp").as_deref(), Some("local-reply"));
+    }
+    assert_eq!(bench.stat("wasm_epp.model_lists_answered"), 2);
+    assert_eq!(bench.stat("wasm_epp.requests_routed"), 0, "no pod asked");
+}
+
+#[test]
+fn the_model_list_goes_to_a_pod_when_it_is_off_or_the_pool_cannot_be_listed() {
+    let off = Bench::new(r#"{"models": {"list_path": ""}}"#);
+    publish_models(&off, &POOL);
+    assert!(off.complete(&LIST, "").destination.is_some(), "list_path empty: routed as before");
+    // A pod that names no model may serve any: only the pods know the list.
+    let silent = Bench::new("{}");
+    publish_models(&silent, &[POOL[0], ("10.0.0.9:8000", "", &[], 0.0)]);
+    assert!(silent.complete(&LIST, "").destination.is_some());
+    // A GET with a body, or another method, is not the list.
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let (_, with_body) = bench.request(&LIST, "{}");
+    assert!(with_body.destination.is_some());
+    assert!(bench.complete(&[(":method", "POST"), (":path", "/v1/models")], "").destination.is_some());
+    assert_eq!(bench.stat("wasm_epp.model_lists_answered") + off.stat("wasm_epp.model_lists_answered"), 0);
 }
 
 #[test]

@@ -197,7 +197,7 @@ impl FilterConfig {
         check_range("max_body_bytes", self.max_body_bytes, 1024, 1 << 30)?;
         check_range("max_buffered_bytes", self.max_buffered_bytes, self.max_body_bytes, 1 << 34)?;
         check_range("fail_open_max_age_ms", self.fail_open_max_age_ms, 1_000, 86_400_000)?;
-        if !self.health_path.starts_with('/') || self.health_path.bytes().any(|b| b <= b' ' || b >= 0x7f) {
+        if !super::is_absolute_visible_path(&self.health_path) {
             return Err(format!("health_path '{}' must be an absolute path of visible ASCII", self.health_path));
         }
         check_range("stale_after_ms", self.stale_after_ms, 100, 3_600_000)?;

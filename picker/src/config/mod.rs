@@ -66,6 +66,11 @@ fn check_pool_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A path the filter compares with a request's `:path` (the health probe, the model list).
+fn is_absolute_visible_path(path: &str) -> bool {
+    path.starts_with('/') && path.bytes().all(|b| b > b' ' && b < 0x7f)
+}
+
 fn check_range(name: &str, value: u64, min: u64, max: u64) -> Result<(), String> {
     if value < min || value > max {
         return Err(format!("{name} = {value}, must be within {min}..={max}"));

@@ -57,6 +57,9 @@ pub struct ModelsConfig {
     /// `x-gateway-destination-endpoint-served` itself, at no cost to the request path (the
     /// plugin's way reads an Envoy attribute and writes a header, ~4 µs per request).
     pub served_endpoint_header: String,
+    /// `GET` path the gateway answers itself with the pool's models (see
+    /// [`crate::models::listing`]); empty = off, the request goes to a pod.
+    pub list_path: String,
 }
 
 impl Default for ModelsConfig {
@@ -72,6 +75,7 @@ impl Default for ModelsConfig {
             subset_metadata_namespace: String::new(),
             subset_metadata_key: "x-gateway-destination-endpoint-subset".into(),
             served_endpoint_header: String::new(),
+            list_path: "/v1/models".into(),
         }
     }
 }
@@ -116,6 +120,12 @@ impl ModelsConfig {
                 return Err(format!("models.{field}: at most {MAX_METADATA_NAME_BYTES} bytes, no NUL"));
             }
         }
+        if !self.list_path.is_empty() && !super::is_absolute_visible_path(&self.list_path) {
+            return Err(format!(
+                "models.list_path '{}' must be empty or an absolute path of visible ASCII",
+                self.list_path
+            ));
+        }
         if !self.subset_metadata_namespace.is_empty() && self.subset_metadata_key.is_empty() {
             return Err("models.subset_metadata_key: needed when subset_metadata_namespace is set".into());
         }
@@ -153,5 +163,9 @@ mod tests {
         assert!(no_key.validate().unwrap_err().contains("subset_metadata_key"));
         let off: ModelsConfig = parse_json(br#"{"subset_metadata_namespace":"","subset_metadata_key":""}"#).unwrap();
         off.validate().unwrap();
+        for (list_path, valid) in [("", true), ("/v1/models", true), ("v1/models", false), ("/v1/mo dels", false)] {
+            let config = ModelsConfig { list_path: list_path.into(), ..ModelsConfig::default() };
+            assert_eq!(config.validate().is_ok(), valid, "{list_path:?}");
+        }
     }
 }

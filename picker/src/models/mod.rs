@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod catalog_poll;
 pub mod demand;
 pub mod index;
+pub mod listing;
 pub mod residency;
 pub mod rewrite;
 

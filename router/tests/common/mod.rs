@@ -108,7 +108,7 @@ impl Bench {
     }
 }
 
-/// Publishes pods as `(address, base model, adapters, waiting)`, with the heartbeat.
+/// Publishes pods as `(address, base model or "", adapters, waiting)`, with the heartbeat.
 pub fn publish_models(bench: &Bench, pods: &[(&str, &str, &[&str], f64)]) {
     let now = bench.host.now_ms();
     let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
@@ -117,7 +117,8 @@ pub fn publish_models(bench: &Bench, pods: &[(&str, &str, &[&str], f64)]) {
         pod.healthy = true;
         pod.waiting = *waiting;
         pod.last_success_ms = now;
-        pod.models = vec![base.to_string()];
+        // An empty base: a pod that names no model.
+        pod.models = [base].iter().filter(|b| !b.is_empty()).map(|b| b.to_string()).collect();
         pod.adapters = adapters.iter().map(|a| a.to_string()).collect();
         table.pods.push(pod);
     }

@@ -1,0 +1,169 @@
+//! The pool's model list, as the gateway answers `GET /v1/models` itself (`models.list_path`).
+//!
+//! Routed to one pod, that request lists only the pod's own models: in a pool whose pods serve
+//! different models or LoRA adapters, a client that checks its model before using it
+//! (inference-perf refuses to start without it) or a UI that offers the list sees a different
+//! answer on each call. The pod table already holds each pod's base models and adapters (from
+//! its metrics and its own `/v1/models`), so the gateway can give the pool's list at no pod's
+//! expense: each name once, base models before adapters, as vLLM shapes its own answer.
+//!
+//! The list holds what a request could be routed to: names of healthy pods, and the public names
+//! of model rewrites that have a listed target. When the table cannot say (a healthy pod that
+//! names no model may serve anything, or no pod is healthy), there is no list and the request
+//! goes to a pod as before.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::rewrite::ModelRewrite;
+use crate::pod_table::PodTable;
+
+/// Names listed at most. A real pool names a few dozen; a pool of 1,024 pods each naming
+/// hundreds of distinct adapters would otherwise make a reply of tens of megabytes.
+pub const MAX_LISTED_MODELS: usize = 4096;
+
+/// Who answers for the list's entries: the gateway, from what the pods reported.
+const OWNED_BY: &str = "wasm-epp";
+
+/// `{"object": "list", "data": [...]}` for `table`'s healthy pods and `rewrites`, each entry
+/// with OpenAI's fields (`id`, `object`, `created`, `owned_by`) and vLLM's `parent` (the base
+/// model of an adapter, `null` for a base model). `None` when the table cannot list the pool.
+pub fn pool_model_list(table: &PodTable, rewrites: &[ModelRewrite], created_s: u64) -> Option<Value> {
+    let healthy: Vec<_> = table.pods.iter().filter(|pod| pod.healthy).collect();
+    if healthy.is_empty() || healthy.iter().any(|pod| pod.models.is_empty() && pod.adapters.is_empty()) {
+        return None;
+    }
+    // Name → parent. Base models first, so a name one pod serves as its base and another as an
+    // adapter is listed as a base model.
+    let mut parents: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for pod in &healthy {
+        for model in &pod.models {
+            parents.entry(model.as_str()).or_insert(None);
+        }
+    }
+    for pod in &healthy {
+        let base = pod.models.first().map(String::as_str);
+        for adapter in &pod.adapters {
+            parents.entry(adapter.as_str()).or_insert(base);
+        }
+    }
+    let public: Vec<&str> = rewrites
+        .iter()
+        .filter(|rule| rule.targets.iter().any(|target| parents.contains_key(target.model.as_str())))
+        .map(|rule| rule.model.as_str())
+        .collect();
+    for name in public {
+        parents.entry(name).or_insert(None);
+    }
+    let (bases, adapters): (Vec<_>, Vec<_>) = parents.into_iter().partition(|(_, parent)| parent.is_none());
+    let data: Vec<Value> = bases
+        .into_iter()
+        .chain(adapters)
+        .take(MAX_LISTED_MODELS)
+        .map(|(id, parent)| json!({"id": id, "object": "model", "created": created_s, "owned_by": OWNED_BY, "parent": parent}))
+        .collect();
+    Some(json!({"object": "list", "data": data}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::address::PodAddress;
+    use crate::pod_table::PodState;
+
+    fn pod(address: &str, models: &[&str], adapters: &[&str]) -> PodState {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        pod.healthy = true;
+        pod.models = models.iter().map(|m| m.to_string()).collect();
+        pod.adapters = adapters.iter().map(|a| a.to_string()).collect();
+        pod
+    }
+
+    fn table(pods: Vec<PodState>) -> PodTable {
+        PodTable { pods, ..PodTable::default() }
+    }
+
+    fn ids_and_parents(list: &Value) -> Vec<(String, Option<String>)> {
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|entry| (entry["id"].as_str().unwrap().to_owned(), entry["parent"].as_str().map(str::to_owned)))
+            .collect()
+    }
+
+    fn rewrite(public: &str, targets: &[&str]) -> ModelRewrite {
+        let targets = targets.iter().map(|t| json!({"model": t, "weight": 1})).collect::<Vec<_>>();
+        serde_json::from_value(json!({"model": public, "targets": targets})).unwrap()
+    }
+
+    #[test]
+    fn every_name_of_the_pool_once_bases_first_adapters_with_their_parent() {
+        let table = table(vec![
+            pod("10.0.0.1:8000", &["llama"], &[]),
+            pod("10.0.0.2:8000", &["qwen"], &["sql-lora", "chat-lora"]),
+            pod("10.0.0.3:8000", &["qwen"], &["sql-lora", "chat-lora", "legal-lora"]),
+        ]);
+        let list = pool_model_list(&table, &[], 1_700_000_000).unwrap();
+        assert_eq!(list["object"], "list");
+        let expected = [
+            ("llama", None),
+            ("qwen", None),
+            ("chat-lora", Some("qwen")),
+            ("legal-lora", Some("qwen")),
+            ("sql-lora", Some("qwen")),
+        ];
+        let expected: Vec<_> = expected.iter().map(|(id, p)| (id.to_string(), p.map(str::to_owned))).collect();
+        assert_eq!(ids_and_parents(&list), expected);
+        let first = &list["data"][0];
+        assert_eq!((first["object"].as_str(), first["created"].as_u64()), (Some("model"), Some(1_700_000_000)));
+        assert_eq!(first["owned_by"], OWNED_BY);
+    }
+
+    #[test]
+    fn unhealthy_pods_are_left_out_and_a_silent_healthy_pod_means_no_list() {
+        let mut down = pod("10.0.0.2:8000", &["qwen"], &["sql-lora"]);
+        down.healthy = false;
+        let list = pool_model_list(&table(vec![pod("10.0.0.1:8000", &["llama"], &[]), down.clone()]), &[], 0).unwrap();
+        assert_eq!(ids_and_parents(&list), vec![("llama".to_owned(), None)]);
+        // A pod that names nothing may serve any model: the gateway cannot list the pool.
+        let silent = pod("10.0.0.3:8000", &[], &[]);
+        assert!(pool_model_list(&table(vec![pod("10.0.0.1:8000", &["llama"], &[]), silent]), &[], 0).is_none());
+        assert!(pool_model_list(&table(vec![down]), &[], 0).is_none(), "no healthy pod");
+        assert!(pool_model_list(&table(vec![]), &[], 0).is_none(), "no pod");
+    }
+
+    #[test]
+    fn a_rewrite_is_listed_when_a_target_is() {
+        let table = table(vec![pod("10.0.0.1:8000", &["qwen"], &["sql-lora"])]);
+        let rewrites = [rewrite("assistant", &["sql-lora", "gone-lora"]), rewrite("ghost", &["gone-lora"])];
+        let ids: Vec<String> =
+            ids_and_parents(&pool_model_list(&table, &rewrites, 0).unwrap()).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["assistant", "qwen", "sql-lora"]);
+    }
+
+    #[test]
+    fn a_name_that_is_a_base_anywhere_is_listed_as_a_base() {
+        let table = table(vec![pod("10.0.0.1:8000", &["qwen"], &["tuned"]), pod("10.0.0.2:8000", &["tuned"], &[])]);
+        assert_eq!(
+            ids_and_parents(&pool_model_list(&table, &[], 0).unwrap()),
+            vec![("qwen".to_owned(), None), ("tuned".to_owned(), None)]
+        );
+    }
+
+    #[test]
+    fn the_list_is_bounded() {
+        let names: Vec<String> = (0..64).map(|i| format!("adapter-{i:03}")).collect();
+        let pods: Vec<PodState> = (0..80)
+            .map(|p| {
+                let adapters: Vec<String> = names.iter().map(|n| format!("{n}-{p}")).collect();
+                let adapters: Vec<&str> = adapters.iter().map(String::as_str).collect();
+                pod(&format!("10.0.{}.{}:8000", p / 200, p % 200 + 1), &["base"], &adapters)
+            })
+            .collect();
+        let list = pool_model_list(&table(pods), &[], 0).unwrap();
+        assert_eq!(list["data"].as_array().unwrap().len(), MAX_LISTED_MODELS);
+        assert_eq!(list["data"][0]["id"], "base", "bases come first, so they survive the bound");
+    }
+}
