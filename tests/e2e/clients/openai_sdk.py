@@ -129,6 +129,15 @@ def forged_destination(client, model, pool):
     return served_by(raw.headers, pool, "forged_destination")
 
 
+def model_list(client):
+    """`models.list()`: the gateway answers with the pool's models itself, in the shape the SDK parses."""
+    raw = client.models.with_raw_response.list()
+    assert raw.headers.get("x-wasm-epp") == "local-reply", f"model_list: not the gateway's answer {raw.headers}"
+    models = list(raw.parse())
+    assert all(m.object == "model" and m.created > 0 and m.owned_by for m in models), f"model_list: {models}"
+    return [m.id for m in models]
+
+
 def unknown_model(client):
     """The gateway's 404 for a model no pod serves reaches the SDK as its NotFoundError."""
     try:
@@ -169,6 +178,7 @@ def main():
         cases = (chat_whole, chat_streamed, completion_whole, completion_streamed, responses_whole, responses_streamed)
         for case in cases + (odd_text, forged_destination):
             served[case.__name__] = case(client, args.model, pool)
+        served["model_list"] = model_list(client)
         served["unknown_model_status"] = unknown_model(client)
         served["concurrent"] = asyncio.run(concurrent(args.base_url, args.model, pool))
     except Exception as error:  # noqa: BLE001 - report any failure as the case's

@@ -134,6 +134,19 @@ async function forgedDestination(client, model, pool) {
   return servedBy(response, pool, "forged_destination");
 }
 
+// `models.list()`: the gateway answers with the pool's models itself, in the shape the SDK parses.
+async function modelList(client) {
+  const { data: page, response } = await client.models.list().withResponse();
+  check(response.headers.get("x-wasm-epp") === "local-reply", "model_list: not the gateway's answer");
+  const models = [];
+  for await (const model of page) models.push(model);
+  check(
+    models.every((m) => m.object === "model" && m.created > 0 && m.owned_by),
+    `model_list: ${JSON.stringify(models)}`,
+  );
+  return models.map((m) => m.id);
+}
+
 // The gateway's 404 for a model no pod serves reaches the SDK as its NotFoundError.
 async function unknownModel(client) {
   try {
@@ -186,6 +199,7 @@ async function main() {
     ["forged_destination", forgedDestination],
   ];
   for (const [name, run] of cases) served[name] = await run(client, model, pool);
+  served.model_list = await modelList(client);
   served.unknown_model_status = await unknownModel(client);
   served.concurrent = await concurrent(client, model, pool);
   served.sdk_version = require("openai/version").VERSION;

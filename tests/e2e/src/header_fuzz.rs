@@ -154,11 +154,13 @@ pub fn hostile_headers(rng: &mut Rng) -> Vec<u8> {
     lines
 }
 
-/// One hostile request: a completion POST or a body-less GET with hostile headers.
+/// One hostile request: a completion POST, or a body-less GET with hostile headers (the model
+/// list the gateway answers itself, or a pod's health routed at the headers).
 pub fn hostile_request(rng: &mut Rng, index: usize) -> Vec<u8> {
     let headers = hostile_headers(rng);
     if rng.chance(25) {
-        let mut request = b"GET /v1/models HTTP/1.1\r\nhost: gateway\r\nconnection: close\r\n".to_vec();
+        let path = if index.is_multiple_of(2) { "/v1/models" } else { "/health" };
+        let mut request = format!("GET {path} HTTP/1.1\r\nhost: gateway\r\nconnection: close\r\n").into_bytes();
         request.extend(headers);
         request.extend_from_slice(b"\r\n");
         return request;

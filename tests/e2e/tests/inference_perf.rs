@@ -63,8 +63,18 @@ fn inference_perfs_shared_prefix_ladder_is_answered_and_each_prefix_stays_on_a_p
 
 #[test]
 fn inference_perfs_chat_streams_split_between_two_lora_adapters_reach_pods_serving_each() {
-    let adapters = ["--lora-adapters", "sql-lora,chat-lora", "--max-loras", "2", "--time-scale", "0.5"];
-    let cluster = Cluster::start_ready("inference-perf-lora", 3, &adapters);
+    // Each adapter on two of the three pods: inference-perf first checks both in the gateway's
+    // `GET /v1/models`, which a pod would answer with its own adapters only.
+    let pod = |adapters| vec!["--lora-adapters", adapters, "--max-loras", "2", "--time-scale", "0.5"];
+    let pods = [pod("sql-lora"), pod("chat-lora"), pod("sql-lora,chat-lora")];
+    let cluster = Cluster::start_mixed("inference-perf-lora", &pods, |_| {});
+    let lists_asked = std::cell::Cell::new(0.0);
+    let listed = || {
+        lists_asked.set(lists_asked.get() + 1.0);
+        launcher::http::get(&cluster.envoy.url("/v1/models"), Duration::from_secs(5)).map(|r| r.body)
+    };
+    let both_listed = || listed().is_ok_and(|list| list.contains("\"sql-lora\"") && list.contains("\"chat-lora\""));
+    assert!(launcher::wait_until(Duration::from_secs(10), both_listed), "adapters never listed: {:?}", listed());
     let config = json!({
         "api": {"type": "chat", "streaming": true},
         "data": {"type": "mock"},
@@ -89,8 +99,11 @@ fn inference_perfs_chat_streams_split_between_two_lora_adapters_reach_pods_servi
     // A pod asked for an adapter it does not serve answers 404 and counts it.
     assert_eq!(cluster.pods_stat("model_not_found"), 0, "no request reached a pod without its adapter");
     // With adapters named, inference-perf first checks them in the gateway's `GET /v1/models`
-    // (it refuses to start otherwise), which the picker routes too.
-    assert_eq!(cluster.envoy.stat("wasm_epp_requests_routed"), Some(sent + 1.0));
+    // (it refuses to start otherwise), which the gateway answers with the pool's models.
+    assert_eq!(cluster.envoy.stat("wasm_epp_requests_routed"), Some(sent));
+    let lists = || cluster.envoy.stat("wasm_epp_model_lists_answered").unwrap_or(0.0);
+    launcher::wait_until(Duration::from_secs(2), || lists() > lists_asked.get());
+    assert_eq!(lists(), lists_asked.get() + 1.0, "inference-perf's check and ours, all answered by the gateway");
     cluster.assert_plugin_healthy();
 }
 

@@ -40,6 +40,35 @@ fn requests_reach_only_pods_serving_their_model_and_unknown_models_get_404_from_
 }
 
 #[test]
+fn the_gateway_lists_every_model_and_adapter_of_the_pool_the_same_on_every_call() {
+    let cluster = mixed_pool("models-list", |options| {
+        options.filter_config["models"] = serde_json::json!({"rewrites": [{"model": "assistant", "targets": [
+            {"model": "sql-lora", "weight": 1}]}]});
+    });
+    // Routed to a pod, each call would list that pod's models only: llama, or qwen with two or
+    // three adapters. The gateway lists the pool's, bases first, each adapter with its base.
+    let expected = serde_json::json!([
+        ["assistant", null],
+        ["llama", null],
+        ["qwen", null],
+        ["chat-lora", "qwen"],
+        ["legal-lora", "qwen"],
+        ["sql-lora", "qwen"]
+    ]);
+    for _ in 0..12 {
+        let reply = launcher::http::get(&cluster.envoy.url("/v1/models"), Duration::from_secs(10)).unwrap();
+        assert_eq!((reply.status, reply.header("x-wasm-epp")), (200, Some("local-reply")), "{}", reply.body);
+        let list: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        let listed: Vec<_> =
+            list["data"].as_array().unwrap().iter().map(|m| serde_json::json!([m["id"], m["parent"]])).collect();
+        assert_eq!(serde_json::Value::from(listed), expected, "{}", reply.body);
+    }
+    assert_eq!(cluster.envoy.stat("wasm_epp_requests_routed").unwrap_or(0.0), 0.0, "no pod was asked");
+    launcher::wait_until(Duration::from_secs(2), || cluster.envoy.stat("wasm_epp_model_lists_answered") == Some(12.0));
+    assert_eq!(cluster.envoy.stat("wasm_epp_model_lists_answered"), Some(12.0));
+}
+
+#[test]
 fn adapter_requests_stick_to_the_pod_holding_the_adapter() {
     let args: Vec<&str> =
         vec!["--time-scale", "0", "--lora-adapters", "a,b,c,d,e,f,g,h", "--max-loras", "2", "--lora-load-ms", "50"];

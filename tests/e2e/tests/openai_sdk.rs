@@ -1,7 +1,7 @@
 //! The official OpenAI SDKs for Python (installed into `.venv` by `make e2e`) and Node.js (into
 //! `.node-openai`) against Envoy with wasm-epp: chat and completions, whole and streamed (with
-//! the usage event), odd text, a forged destination header, the gateway's 404 for an unknown
-//! model, and 24 requests at once through one client. The cases live in
+//! the usage event), odd text, a forged destination header, the gateway's model list and its
+//! 404 for an unknown model, and 24 requests at once through one client. The cases live in
 //! `tests/e2e/clients/openai_sdk.py` and `openai_sdk_node.cjs`, alike; each test starts the pool
 //! and Envoy, runs a script and checks what it reports: the Python SDK as shipped and with
 //! learning on (which reads the SDK's answers as they pass), the Node SDK as shipped.
@@ -110,6 +110,7 @@ fn run_sdk_cases(cluster: &Cluster, sdk: Sdk) {
         let pod = report[case].as_str().unwrap_or_else(|| panic!("{case} missing: {report}"));
         assert!(pool.iter().any(|p| p == pod), "{case} served by {pod}");
     }
+    assert_eq!(report["model_list"], serde_json::json!(["sim-model"]), "the pool's one model, listed by the gateway");
     assert_eq!(report["unknown_model_status"], 404, "{report}");
     let concurrent: Vec<&str> = report["concurrent"].as_array().unwrap().iter().filter_map(|p| p.as_str()).collect();
     assert_eq!(concurrent.len(), 24, "{report}");
