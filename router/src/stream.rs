@@ -133,11 +133,12 @@ impl RequestStream {
         }
         let config = &self.worker.config;
         let path = headers.get_text(":path").unwrap_or_default();
-        let get = headers.get_text(":method") == Some("GET");
-        if end_of_stream && get && path == config.health_path {
+        // Only requests without a body can be the health probe or the model list.
+        let bodyless_get = end_of_stream && headers.get_text(":method") == Some("GET");
+        if bodyless_get && path == config.health_path {
             return self.answer_health(host);
         }
-        if end_of_stream && get && crate::model_list::is_list_path(path, &config.models.list_path) {
+        if bodyless_get && crate::model_list::is_list_path(path, &config.models.list_path) {
             if let Some(list) = crate::model_list::pool_models(&self.worker, host) {
                 self.decided = true;
                 self.worker.stats.increment(self.worker.stats.model_lists_answered);
