@@ -68,6 +68,17 @@ impl PodState {
         }
     }
 
+    /// Every list naming the pod's adapters: registered, running, waiting, resident.
+    pub fn adapter_lists(&self) -> [&Vec<String>; 4] {
+        [&self.adapters, &self.running_loras, &self.waiting_loras, &self.resident_loras]
+    }
+
+    /// The pod names no model at all (not scraped yet, or an engine without model labels), so
+    /// it may serve any: requests for a model no pod names go to such pods.
+    pub fn names_no_model(&self) -> bool {
+        self.models.is_empty() && self.adapter_lists().iter().all(|list| list.is_empty())
+    }
+
     /// A pod nobody has scraped yet.
     pub fn unknown(address: &PodAddress) -> Self {
         Self {

@@ -58,8 +58,8 @@ impl ModelIndex {
             let free = free_slots(pod);
             index.free_slots.push(free);
             index.pod_keys.push(xxhash_rust::xxh3::xxh3_64(pod.address.as_str().as_bytes()));
-            let adapters = [&pod.adapters, &pod.running_loras, &pod.waiting_loras, &pod.resident_loras];
-            if pod.models.is_empty() && adapters.iter().all(|list| list.is_empty()) {
+            let adapters = pod.adapter_lists();
+            if pod.names_no_model() {
                 index.silent.push(i);
                 continue;
             }

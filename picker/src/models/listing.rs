@@ -7,10 +7,12 @@
 //! its metrics and its own `/v1/models`), so the gateway can give the pool's list at no pod's
 //! expense: each name once, base models before adapters, as vLLM shapes its own answer.
 //!
-//! The list holds what a request could be routed to: names of healthy pods, and the public names
-//! of model rewrites that have a listed target. When the table cannot say (a healthy pod that
-//! names no model may serve anything, or no pod is healthy), there is no list and the request
-//! goes to a pod as before.
+//! The list holds exactly the names the gateway does not answer 404 (see `route`): every name a
+//! pod of the table serves, healthy or not (a request for a model whose pods are all down is
+//! still sent to one of them, never refused as unknown), and the public names of model rewrites
+//! that have a listed target. When the table cannot say (a pod that names no model may serve
+//! anything: one never scraped yet, or an engine without model labels), there is no list and the
+//! request goes to a pod as before.
 
 use std::collections::BTreeMap;
 
@@ -26,25 +28,25 @@ pub const MAX_LISTED_MODELS: usize = 4096;
 /// Who answers for the list's entries: the gateway, from what the pods reported.
 const OWNED_BY: &str = "wasm-epp";
 
-/// `{"object": "list", "data": [...]}` for `table`'s healthy pods and `rewrites`, each entry
-/// with OpenAI's fields (`id`, `object`, `created`, `owned_by`) and vLLM's `parent` (the base
-/// model of an adapter, `null` for a base model). `None` when the table cannot list the pool.
+/// `{"object": "list", "data": [...]}` for `table`'s pods and `rewrites`, each entry with
+/// OpenAI's fields (`id`, `object`, `created`, `owned_by`) and vLLM's `parent` (the base model
+/// of an adapter, `null` for a base model). `None` when the table cannot list the pool.
 pub fn pool_model_list(table: &PodTable, rewrites: &[ModelRewrite], created_s: u64) -> Option<Value> {
-    let healthy: Vec<_> = table.pods.iter().filter(|pod| pod.healthy).collect();
-    if healthy.is_empty() || healthy.iter().any(|pod| pod.models.is_empty() && pod.adapters.is_empty()) {
+    let pods = &table.pods;
+    if pods.is_empty() || pods.iter().any(|pod| pod.names_no_model()) {
         return None;
     }
     // Name → parent. Base models first, so a name one pod serves as its base and another as an
     // adapter is listed as a base model.
     let mut parents: BTreeMap<&str, Option<&str>> = BTreeMap::new();
-    for pod in &healthy {
+    for pod in pods {
         for model in &pod.models {
             parents.entry(model.as_str()).or_insert(None);
         }
     }
-    for pod in &healthy {
+    for pod in pods {
         let base = pod.models.first().map(String::as_str);
-        for adapter in &pod.adapters {
+        for adapter in pod.adapter_lists().into_iter().flatten() {
             parents.entry(adapter.as_str()).or_insert(base);
         }
     }
@@ -122,16 +124,30 @@ mod tests {
     }
 
     #[test]
-    fn unhealthy_pods_are_left_out_and_a_silent_healthy_pod_means_no_list() {
+    fn pods_down_are_listed_as_routing_still_tries_them_and_a_silent_pod_means_no_list() {
         let mut down = pod("10.0.0.2:8000", &["qwen"], &["sql-lora"]);
         down.healthy = false;
         let list = pool_model_list(&table(vec![pod("10.0.0.1:8000", &["llama"], &[]), down.clone()]), &[], 0).unwrap();
-        assert_eq!(ids_and_parents(&list), vec![("llama".to_owned(), None)]);
+        let qwen = Some("qwen".to_owned());
+        assert_eq!(
+            ids_and_parents(&list),
+            vec![("llama".to_owned(), None), ("qwen".to_owned(), None), ("sql-lora".to_owned(), qwen)]
+        );
         // A pod that names nothing may serve any model: the gateway cannot list the pool.
         let silent = pod("10.0.0.3:8000", &[], &[]);
         assert!(pool_model_list(&table(vec![pod("10.0.0.1:8000", &["llama"], &[]), silent]), &[], 0).is_none());
-        assert!(pool_model_list(&table(vec![down]), &[], 0).is_none(), "no healthy pod");
         assert!(pool_model_list(&table(vec![]), &[], 0).is_none(), "no pod");
+    }
+
+    #[test]
+    fn an_adapter_the_pod_only_reports_running_is_listed_as_routing_finds_it() {
+        let mut running = pod("10.0.0.1:8000", &["qwen"], &[]);
+        running.running_loras = vec!["hot-lora".to_owned()];
+        let list = pool_model_list(&table(vec![running]), &[], 0).unwrap();
+        assert_eq!(
+            ids_and_parents(&list),
+            vec![("qwen".to_owned(), None), ("hot-lora".to_owned(), Some("qwen".to_owned()))]
+        );
     }
 
     #[test]
