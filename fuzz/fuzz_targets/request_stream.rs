@@ -26,13 +26,14 @@ use wasm_epp_host::{HeaderMap, MockHost};
 use wasm_epp_router::{configure, tick, RequestStream, Worker};
 
 /// Configurations the worker may start with: defaults; small body limits that reject invalid
-/// bodies, with a static pool; prefix off, another destination header, no fallbacks.
+/// bodies, with a static pool; prefix off, another destination header, no fallbacks, a rewrite.
 const CONFIGS: [&str; 3] = [
     "{}",
     r#"{"max_body_bytes": 1024, "max_buffered_bytes": 1536, "invalid_body": "reject",
         "pool": ["10.0.0.9:8000", "[fd00::9]:80"], "fail_open_max_age_ms": 1000}"#,
     r#"{"destination_header": "x-pick", "prefix": {"enabled": false}, "fallback_destinations": 0,
-        "priority_header": "x-priority"}"#,
+        "priority_header": "x-priority",
+        "models": {"rewrites": [{"model": "public", "targets": [{"model": "sql-lora", "weight": 1}]}]}}"#,
 ];
 
 /// Headers a pool cluster could follow; no client copy may survive the request headers.
@@ -112,6 +113,11 @@ struct Input {
     ops: Vec<Op>,
 }
 
+/// Names a published pod may serve (base model, or adapter when `true`), one bit each of
+/// `which / CANONICAL_ADDRESSES.len()`: the model filter and the gateway's model list see
+/// pods that name nothing, some, or all of them.
+const MODEL_NAMES: [(&str, bool); 4] = [("m", false), ("qwen", false), ("sql-lora", true), ("m-lora", true)];
+
 fn publish_pods(host: &MockHost, pods: &[(u8, bool, u8, u16)], version: u64) {
     let now = host.clock_ms.get();
     let mut table = PodTable { version, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
@@ -122,6 +128,13 @@ fn publish_pods(host: &MockHost, pods: &[(u8, bool, u8, u16)], version: u64) {
         pod.healthy = healthy;
         pod.waiting = f64::from(waiting);
         pod.last_success_ms = now.saturating_sub(u64::from(age));
+        let names = usize::from(which) / CANONICAL_ADDRESSES.len();
+        for (bit, (name, adapter)) in MODEL_NAMES.iter().enumerate() {
+            if names & (1 << bit) != 0 {
+                let list = if *adapter { &mut pod.adapters } else { &mut pod.models };
+                list.push((*name).to_owned());
+            }
+        }
         table.pods.push(pod);
     }
     let _ = host.set(keys::POD_TABLE, &table.encode(), None);
@@ -238,7 +251,15 @@ impl Flow {
 fn check_replies_and_buffers(worker: &Worker, host: &MockHost) {
     assert_eq!(worker.buffered_bytes.get(), 0, "bytes still counted as buffered after on_log");
     for reply in host.replies.borrow().iter() {
-        assert!([200, 400, 429, 503].contains(&reply.status), "local reply {}", reply.status);
+        assert!([200, 400, 404, 429, 503].contains(&reply.status), "local reply {}", reply.status);
+        if reply.status == 200 {
+            // The health probe or the pool's model list: JSON, listing only names pods serve.
+            let body: serde_json::Value = serde_json::from_slice(&reply.body).expect("a 200 local reply is JSON");
+            let listed = body["data"].as_array().into_iter().flatten();
+            for id in listed.map(|entry| entry["id"].as_str().unwrap_or_default()) {
+                assert!(MODEL_NAMES.iter().any(|(name, _)| *name == id) || id == "public", "listed {id:?}");
+            }
+        }
     }
     host.replies.borrow_mut().clear();
 }
