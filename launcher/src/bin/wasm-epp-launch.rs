@@ -184,6 +184,9 @@ fn run() -> Result<(), String> {
         "  curl -si http://127.0.0.1:{listen_port}/v1/completions {pool_header}-H 'content-type: application/json' \\\n    -d '{{\"model\":\"{model}\",\"prompt\":\"Hello, my name is\",\"max_tokens\":16}}'"
     );
     println!("  (the x-served-by response header names the pod that answered)");
+    println!(
+        "  curl -s http://127.0.0.1:{listen_port}/v1/models {pool_header} (the pool's models, listed by the gateway)"
+    );
     println!();
     println!("Ctrl-C stops everything.");
 
