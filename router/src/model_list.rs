@@ -2,8 +2,9 @@
 //! every call lists the same names whichever pod would have answered (see
 //! `picker::models::listing` for what is listed and when there is no list).
 
+use std::rc::Rc;
+
 use picker::models::listing::pool_model_list;
-use serde_json::Value;
 use wasm_epp_host::Host;
 
 use crate::worker::Worker;
@@ -14,10 +15,11 @@ pub fn is_list_path(path: &str, list_path: &str) -> bool {
     !list_path.is_empty() && path.split('?').next() == Some(list_path)
 }
 
-/// The pool's list from this worker's table, or `None` when the table cannot say (none yet,
-/// the pool service silent past `fail_open_max_age_ms`, a pod that names no model): the
-/// request is then routed to a pod as before.
-pub fn pool_models(worker: &Worker, host: &dyn Host) -> Option<Value> {
+/// The pool's list from this worker's table, as the JSON body to answer, or `None` when the
+/// table cannot say (none yet, the pool service silent past `fail_open_max_age_ms`, a pod that
+/// names no model): the request is then routed to a pod as before. Built once per table (its
+/// `created` is then the time of the table's first list request).
+pub fn pool_models(worker: &Worker, host: &dyn Host) -> Option<Rc<[u8]>> {
     let mut cache = worker.table.try_borrow_mut().ok()?;
     if cache.table().is_none() {
         worker.refresh_table(&mut cache, host);
@@ -26,7 +28,8 @@ pub fn pool_models(worker: &Worker, host: &dyn Host) -> Option<Value> {
     if cache.expired(now_ms, worker.config.fail_open_max_age_ms) {
         return None;
     }
-    pool_model_list(cache.table()?, &worker.config.models.rewrites, now_ms / 1000)
+    let rewrites = &worker.config.models.rewrites;
+    cache.model_list(|table| pool_model_list(table, rewrites, now_ms / 1000).map(|list| list.to_string().into_bytes()))
 }
 
 #[cfg(test)]

@@ -44,8 +44,13 @@ pub fn send_dropped(host: &dyn Host, status: u32, reason: DroppedReason, kind: &
 
 /// Sends a small JSON document with 200 (the health probe).
 pub fn send_json(host: &dyn Host, body: &serde_json::Value) {
+    send_json_bytes(host, body.to_string().as_bytes());
+}
+
+/// Sends JSON already serialized with 200 (the model list).
+pub fn send_json_bytes(host: &dyn Host, body: &[u8]) {
     let headers = [("content-type", "application/json"), ("x-wasm-epp", "local-reply"), ("cache-control", "no-store")];
-    if let Err(error) = host.send_reply(200, &headers, body.to_string().as_bytes()) {
+    if let Err(error) = host.send_reply(200, &headers, body) {
         log::warn!("wasm-epp: could not send local reply 200: {error}");
     }
 }

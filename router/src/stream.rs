@@ -19,7 +19,7 @@ use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
 use crate::disaggregate::{release_prefill, write_prefiller};
 use crate::profile::{self, Phase};
-use crate::reply::{send_dropped, send_error, send_json, DroppedReason};
+use crate::reply::{send_dropped, send_error, send_json, send_json_bytes, DroppedReason};
 use crate::response::Observation;
 use crate::response_ids::ResponseIdWatch;
 use crate::worker::Worker;
@@ -142,7 +142,7 @@ impl RequestStream {
             if let Some(list) = crate::model_list::pool_models(&self.worker, host) {
                 self.decided = true;
                 self.worker.stats.increment(self.worker.stats.model_lists_answered);
-                send_json(host, &list);
+                send_json_bytes(host, &list);
                 return Step::Pause;
             }
         }

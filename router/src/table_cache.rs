@@ -4,6 +4,8 @@
 //! The version lives in its own 8-byte key, so a refresh that finds nothing new costs one
 //! tiny shared-data read; the table itself is copied and decoded once per publish.
 
+use std::rc::Rc;
+
 use picker::keys;
 use picker::models::demand::AdapterDemand;
 use picker::models::index::ModelIndex;
@@ -22,6 +24,10 @@ pub struct TableCache {
     pods_changed: bool,
     /// The pool service's last heartbeat (host ms); `None` if it never wrote one.
     service_seen_ms: Option<u64>,
+    /// The pool's model list as last answered (`None` inside: the table cannot give one),
+    /// kept until the table changes: a client repeating `GET /v1/models` costs one build per
+    /// publish, not one per request.
+    model_list: Option<Option<Rc<[u8]>>>,
 }
 
 /// What a refresh found.
@@ -63,6 +69,7 @@ impl TableCache {
                 let now = table.published_at_ms;
                 self.models = ModelIndex::build(&table, &|name| self.demand.wanted(name, now));
                 self.table = Some(table);
+                self.model_list = None;
                 Refresh::Updated
             }
             Err(reason) => Refresh::DecodeFailed(reason),
@@ -71,6 +78,14 @@ impl TableCache {
 
     pub fn table(&self) -> Option<&PodTable> {
         self.table.as_ref()
+    }
+
+    /// The model list of the current table, built by `build` once per table.
+    pub fn model_list(&mut self, build: impl FnOnce(&PodTable) -> Option<Vec<u8>>) -> Option<Rc<[u8]>> {
+        if self.model_list.is_none() {
+            self.model_list = Some(self.table.as_ref().and_then(build).map(Rc::from));
+        }
+        self.model_list.clone().flatten()
     }
 
     /// A request for `model` went to table pod `pod` at `now_ms` (see `ModelIndex::note_routed`).

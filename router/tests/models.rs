@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{publish_models, Bench, COMPLETIONS};
+use common::{publish_models, publish_models_as, Bench, COMPLETIONS};
 use wasm_epp_router::Step;
 
 fn body(model: &str) -> String {
@@ -181,6 +181,20 @@ fn the_gateway_answers_the_model_list_with_every_model_of_the_pool() {
     }
     assert_eq!(bench.stat("wasm_epp.model_lists_answered"), 2);
     assert_eq!(bench.stat("wasm_epp.requests_routed"), 0, "no pod asked");
+}
+
+#[test]
+fn the_model_list_follows_each_new_table() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    bench.complete(&LIST, "");
+    assert_eq!(listed(&bench).len(), 4, "llama, qwen and two adapters");
+    // The list is kept for its table: a new one (a pod gone, one with a new model) replaces it.
+    publish_models_as(&bench, &[POOL[1], ("10.0.0.4:8000", "mistral", &[], 0.0)], 2);
+    bench.tick();
+    bench.complete(&LIST, "");
+    let ids: Vec<String> = listed(&bench).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(ids, ["mistral", "qwen", "sql-lora"]);
 }
 
 #[test]

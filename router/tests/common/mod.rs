@@ -110,8 +110,13 @@ impl Bench {
 
 /// Publishes pods as `(address, base model or "", adapters, waiting)`, with the heartbeat.
 pub fn publish_models(bench: &Bench, pods: &[(&str, &str, &[&str], f64)]) {
+    publish_models_as(bench, pods, 1);
+}
+
+/// [`publish_models`] as table `version` (a worker takes a table only when its version changes).
+pub fn publish_models_as(bench: &Bench, pods: &[(&str, &str, &[&str], f64)], version: u64) {
     let now = bench.host.now_ms();
-    let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    let mut table = PodTable { version, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
     for (address, base, adapters, waiting) in pods {
         let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
         pod.healthy = true;
@@ -123,7 +128,7 @@ pub fn publish_models(bench: &Bench, pods: &[(&str, &str, &[&str], f64)]) {
         table.pods.push(pod);
     }
     bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
-    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(1), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
     bench.heartbeat();
 }
 
