@@ -13,6 +13,7 @@ pub mod address;
 pub mod config;
 pub mod disaggregation;
 pub mod discovery;
+pub mod go_duration;
 pub mod inflight;
 pub mod keys;
 pub mod learn;

@@ -1,5 +1,6 @@
 //! The Endpoint Picker Protocol's request headers, as llm-d's gateways send them: the
-//! objective (a priority by name), the session under its other names, and the subset hint
+//! objective (a priority by name), the model to send the request as, the session under its
+//! other names, and the subset hint
 //! (from Envoy's dynamic metadata, where the protocol puts it, else from a header).
 //!
 //! Envoy gives dynamic metadata to Wasm as a property: the path `metadata`,
@@ -20,6 +21,27 @@ pub fn header_priority(headers: &HeaderMap, config: &FilterConfig) -> Option<i64
     }
     let objective = config.models.objective_headers.iter().find_map(|name| headers.get_text(name))?;
     config.models.objectives.get(objective.trim()).copied()
+}
+
+/// The model a gateway asked the request be sent as (`models.rewrite_headers`, llm-d's
+/// `x-llm-d-model-name-rewrite`): the first header present, trimmed; none when it is empty or
+/// longer than any model name a pod reports.
+pub fn rewrite_target(headers: &HeaderMap, config: &FilterConfig) -> Option<String> {
+    let value = config.models.rewrite_headers.iter().find_map(|name| headers.get_text(name))?.trim();
+    let fits = !value.is_empty() && value.len() <= picker::metrics_text::MAX_ADAPTER_NAME_BYTES;
+    fits.then(|| value.to_owned())
+}
+
+/// The client's TTFT objective in ms (learning on): `learning.slo_header`, else its aliases
+/// (llm-d's old `x-slo-ttft-ms`).
+pub fn slo_ttft_ms(headers: &HeaderMap, config: &FilterConfig) -> Option<f64> {
+    let learning = &config.learning;
+    if !learning.enabled || learning.slo_header.is_empty() {
+        return None;
+    }
+    let aliases = learning.slo_header_aliases.iter().map(String::as_str);
+    let value = std::iter::once(learning.slo_header.as_str()).chain(aliases).find_map(|n| headers.get_text(n))?;
+    value.trim().parse::<f64>().ok().filter(|ms| ms.is_finite() && *ms > 0.0)
 }
 
 /// The session id: the configured session header, else its aliases (`x-session-token`).
@@ -91,6 +113,34 @@ mod tests {
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         HeaderMap::from_pairs(pairs)
+    }
+
+    #[test]
+    fn the_ttft_objective_is_read_under_its_old_name_too_with_learning_on() {
+        let mut config = FilterConfig::default();
+        let slo = |config: &FilterConfig, pairs: &[(&str, &str)]| slo_ttft_ms(&headers(pairs), config);
+        assert_eq!(slo(&config, &[("x-llm-d-slo-ttft-ms", "500")]), None, "learning off: not read");
+        config.learning.enabled = true;
+        assert_eq!(slo(&config, &[("x-llm-d-slo-ttft-ms", " 500 ")]), Some(500.0));
+        assert_eq!(slo(&config, &[("x-slo-ttft-ms", "800")]), Some(800.0));
+        assert_eq!(slo(&config, &[("x-slo-ttft-ms", "800"), ("x-llm-d-slo-ttft-ms", "500")]), Some(500.0));
+        for bad in ["soon", "NaN", "-5", "0", "inf"] {
+            assert_eq!(slo(&config, &[("x-llm-d-slo-ttft-ms", bad)]), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_rewrite_target_is_the_first_rewrite_header_present_trimmed() {
+        let config = FilterConfig::default();
+        let target = |pairs: &[(&str, &str)]| rewrite_target(&headers(pairs), &config);
+        assert_eq!(target(&[("x-gateway-model-name-rewrite", " b ")]).as_deref(), Some("b"));
+        assert_eq!(
+            target(&[("x-gateway-model-name-rewrite", "b"), ("x-llm-d-model-name-rewrite", "a")]).as_deref(),
+            Some("a")
+        );
+        assert_eq!(target(&[("x-llm-d-model-name-rewrite", " ")]), None);
+        assert_eq!(target(&[("x-llm-d-model-name-rewrite", &"m".repeat(300))]), None, "longer than any model name");
+        assert_eq!(target(&[]), None);
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub struct RequestStream {
     observed: Option<Observation>,
     /// A Responses API answer whose id will be noted as its pod's session.
     response_id: Option<ResponseIdWatch>,
+    /// The model a gateway asked this request be sent as (`models.rewrite_headers`).
+    rewrite_to: Option<String>,
 }
 
 impl RequestStream {
@@ -105,6 +107,7 @@ impl RequestStream {
             slo_ttft_ms: None,
             observed: None,
             response_id: None,
+            rewrite_to: None,
         }
     }
 
@@ -161,10 +164,8 @@ impl RequestStream {
         if config.flow_control.enabled {
             self.flow_class = Some(crate::flow::RequestClass::from_headers(config, &headers, self.priority));
         }
-        let learning = &config.learning;
-        if learning.enabled && !learning.slo_header.is_empty() {
-            self.slo_ttft_ms = headers.get_text(&learning.slo_header).and_then(|v| v.trim().parse::<f64>().ok());
-        }
+        self.rewrite_to = crate::protocol::rewrite_target(&headers, config);
+        self.slo_ttft_ms = crate::protocol::slo_ttft_ms(&headers, config);
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
         let unread = self.endpoint == Endpoint::Other && !may_be_json(headers.get_text("content-type"));
         if end_of_stream || unread {
@@ -226,7 +227,11 @@ impl RequestStream {
         match parsed {
             Ok(request) => {
                 self.follow_response_id(host, &request);
-                let target = crate::rewrite::draw_target(&self.worker, request.model.as_deref());
+                let target = match self.rewrite_to.take() {
+                    // The gateway's own rewrite wins over the rules; its model is the body's already.
+                    Some(target) => Some(target).filter(|t| request.model.as_deref() != Some(t.as_str())),
+                    None => crate::rewrite::draw_target(&self.worker, request.model.as_deref()),
+                };
                 // Other endpoints are not queued by flow control (as when they were not read).
                 let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other);
                 let Some(class) = class else { return self.route_model(host, &request, &body, target) };
@@ -236,7 +241,7 @@ impl RequestStream {
                     return self.route_model(host, &request, &body, target);
                 }
                 drop(request);
-                self.hold(host, priority, class.flow, body, target)
+                self.hold(host, priority, class, body, target)
             }
             // Any other endpoint's body need not be JSON (nor ours to judge): routed by load.
             Err(_) if self.endpoint == Endpoint::Other => self.route(host, None),
@@ -275,6 +280,9 @@ impl RequestStream {
             if let Err(error) = host.set_response_header(DECISION_HEADER, explain.as_bytes()) {
                 log::debug!("wasm-epp: cannot set {DECISION_HEADER}: {error}");
             }
+        }
+        if self.flow_class.is_some() && self.endpoint != Endpoint::Other {
+            self.report_queue_duration(host);
         }
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
@@ -356,7 +364,14 @@ impl RequestStream {
 
     /// Holds the request in the wait queue (flow control): paused until released.
     /// It keeps what routing it needs: its rewrite target and the gateway's subset hint.
-    fn hold(&mut self, host: &dyn Host, priority: i32, flow: u64, body: Vec<u8>, target: Option<String>) -> Step {
+    fn hold(
+        &mut self,
+        host: &dyn Host,
+        priority: i32,
+        class: crate::flow::RequestClass,
+        body: Vec<u8>,
+        target: Option<String>,
+    ) -> Step {
         self.finish_buffering();
         self.decided = true;
         let held = Rc::new(crate::flow::Held {
@@ -368,8 +383,9 @@ impl RequestStream {
             target,
             subset: self.subset.take(),
             fate: std::cell::RefCell::new(crate::flow::Fate::Waiting),
+            waited_ms: std::cell::Cell::new(0),
         });
-        if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, flow) {
+        if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, class.flow, class.ttl_ms) {
             self.held = Some(held);
         }
         Step::Pause
@@ -511,6 +527,19 @@ impl RequestStream {
             &format!("wasm-epp: no inference pod available ({})", why.describe()),
         );
         Step::Pause
+    }
+
+    /// Tells the client how long flow control held its request (0: admitted at once), as
+    /// llm-d's `x-llm-d-flow-queue-duration-ms`.
+    fn report_queue_duration(&self, host: &dyn Host) {
+        let header = &self.worker.config.flow_control.queue_duration_header;
+        if header.is_empty() {
+            return;
+        }
+        let waited_ms = self.held.as_ref().map_or(0, |held| held.waited_ms.get());
+        if let Err(error) = host.set_response_header(header, waited_ms.to_string().as_bytes()) {
+            log::debug!("wasm-epp: cannot set {header}: {error}");
+        }
     }
 
     fn answer_health(&mut self, host: &dyn Host) -> Step {

@@ -79,6 +79,38 @@ fn a_rewritten_model_is_split_by_weight_and_the_body_carries_the_target() {
 }
 
 #[test]
+fn a_gateway_rewrite_header_sends_the_request_as_its_model_over_the_rules() {
+    let config = r#"{"models": {"rewrites": [{"model": "public", "targets": [{"model": "sql-lora", "weight": 1}]}]}}"#;
+    let bench = Bench::new(config);
+    publish_models(&bench, &POOL);
+    let sent_model = |bench: &Bench| {
+        let sent: serde_json::Value = serde_json::from_slice(&bench.host.body.borrow()).unwrap();
+        sent["model"].as_str().unwrap_or_default().to_owned()
+    };
+    for (header, asked) in [("x-llm-d-model-name-rewrite", "public"), ("x-gateway-model-name-rewrite", "qwen")] {
+        let mut headers = COMPLETIONS.to_vec();
+        headers.push((header, " chat-lora "));
+        let answer = bench.complete(&headers, &body(asked));
+        assert_eq!(chosen(answer.destination), "10.0.0.3:8000", "{header}: the pod serving chat-lora");
+        assert_eq!(sent_model(&bench), "chat-lora", "{header}: the body carries the header's model");
+    }
+    assert_eq!(bench.stat("wasm_epp.model_rewritten"), 2);
+    // The header naming the body's own model changes nothing; an empty one is no header.
+    for value in ["qwen", "  "] {
+        let mut headers = COMPLETIONS.to_vec();
+        headers.push(("x-llm-d-model-name-rewrite", value));
+        let answer = bench.complete(&headers, &body("qwen"));
+        assert_ne!(chosen(answer.destination), "10.0.0.1:8000");
+        assert_eq!(sent_model(&bench), "qwen");
+    }
+    assert_eq!(bench.stat("wasm_epp.model_rewritten"), 2, "no body rewritten for them");
+    // A model no pod serves, named by the header, is the gateway's 404 as in a body.
+    let mut headers = COMPLETIONS.to_vec();
+    headers.push(("x-llm-d-model-name-rewrite", "gpt-9"));
+    assert_eq!(bench.complete(&headers, &body("qwen")).reply, Some(404));
+}
+
+#[test]
 fn the_subset_hint_narrows_the_pick_and_an_empty_subset_is_503_with_a_reason() {
     let bench = Bench::new("{}");
     publish_models(&bench, &POOL);

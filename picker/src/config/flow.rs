@@ -12,6 +12,9 @@ use super::check_range;
 pub const MAX_PRIORITY: i32 = 8;
 
 /// What a pod whose metrics are stale (older than `stale_after_ms`) counts as.
+/// The longest a request may wait in the queue, configured or asked for by its TTL header.
+pub const MAX_TTL_MS: u64 = 3_600_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum StaleMetricsPolicy {
@@ -46,6 +49,15 @@ pub struct FlowControlConfig {
     pub max_band_bytes: u64,
     /// Header naming the request's flow (tenant); requests without it share one flow.
     pub fairness_header: String,
+    /// Read when `fairness_header` is absent, in order (llm-d's deprecated name).
+    pub fairness_header_aliases: Vec<String>,
+    /// Request header with the request's own queue TTL, a duration as llm-d writes it
+    /// (`"2s"`, `"1m30s"`, `"500ms"`); replaces the band's TTL, at most [`MAX_TTL_MS`].
+    /// An unreadable value is ignored. Empty = not read.
+    pub ttl_header: String,
+    /// Response header telling the client how long its request waited in the queue (whole
+    /// ms; 0 when routed at once), on requests flow control admitted. Empty = not written.
+    pub queue_duration_header: String,
     /// Distinct flows per band at most; later ones share one overflow flow.
     pub max_flows_per_band: u32,
     pub stale_metrics: StaleMetricsPolicy,
@@ -73,6 +85,9 @@ impl Default for FlowControlConfig {
             max_band_requests: 512,
             max_band_bytes: 32 * 1024 * 1024,
             fairness_header: "x-llm-d-inference-fairness-id".into(),
+            fairness_header_aliases: vec!["x-gateway-inference-fairness-id".into()],
+            ttl_header: "x-llm-d-inference-ttl".into(),
+            queue_duration_header: "x-llm-d-flow-queue-duration-ms".into(),
             max_flows_per_band: 64,
             stale_metrics: StaleMetricsPolicy::Ignore,
             release_per_tick: 16,
@@ -87,8 +102,8 @@ impl FlowControlConfig {
     pub fn validate(&self) -> Result<(), String> {
         let field = |name: &str| format!("flow_control.{name}");
         check_range(&field("max_inflight_per_pod"), u64::from(self.max_inflight_per_pod), 1, 4_096)?;
-        check_range(&field("ttl_ms"), self.ttl_ms, 1, 3_600_000)?;
-        check_range(&field("sheddable_ttl_ms"), self.sheddable_ttl_ms, 1, 3_600_000)?;
+        check_range(&field("ttl_ms"), self.ttl_ms, 1, MAX_TTL_MS)?;
+        check_range(&field("sheddable_ttl_ms"), self.sheddable_ttl_ms, 1, MAX_TTL_MS)?;
         check_range(&field("max_queued_requests"), u64::from(self.max_queued_requests), 1, 65_536)?;
         check_range(&field("max_queued_bytes"), self.max_queued_bytes, 1_024, 1 << 34)?;
         check_range(&field("max_band_requests"), u64::from(self.max_band_requests), 1, 65_536)?;
@@ -103,8 +118,16 @@ impl FlowControlConfig {
             ));
         }
         let header = &self.fairness_header;
-        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
+        if !super::is_header_name(header) {
             return Err(format!("flow_control.fairness_header '{header}' must be a lower-case header name"));
+        }
+        super::check_header_list("flow_control.fairness_header_aliases", &self.fairness_header_aliases)?;
+        for (field, header) in
+            [("ttl_header", &self.ttl_header), ("queue_duration_header", &self.queue_duration_header)]
+        {
+            if !header.is_empty() && !super::is_header_name(header) {
+                return Err(format!("flow_control.{field} '{header}' must be a lower-case header name"));
+            }
         }
         Ok(())
     }

@@ -44,6 +44,8 @@ pub struct LearningConfig {
     /// Request header with the client's TTFT objective in ms; pods predicted to meet it are
     /// preferred. Empty = no header read.
     pub slo_header: String,
+    /// Read when `slo_header` is absent, in order (llm-d's deprecated name).
+    pub slo_header_aliases: Vec<String>,
     /// The model's assumption before any answer: fixed time to first byte.
     pub prior_overhead_ms: f64,
     /// The model's assumption before any answer: prefill cost per uncached prompt token.
@@ -104,6 +106,7 @@ impl Default for LearningConfig {
             lead_margin: 0.1,
             release_penalty_ms: 1000.0,
             slo_header: "x-llm-d-slo-ttft-ms".into(),
+            slo_header_aliases: vec!["x-slo-ttft-ms".into()],
             prior_overhead_ms: 30.0,
             prior_ms_per_token: 0.02,
             correct_index: true,
@@ -159,6 +162,7 @@ impl LearningConfig {
         if !self.slo_header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
             return Err(format!("learning.slo_header '{}' must be a lower-case header name", self.slo_header));
         }
+        super::check_header_list("learning.slo_header_aliases", &self.slo_header_aliases)?;
         Ok(())
     }
 }

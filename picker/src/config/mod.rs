@@ -13,7 +13,7 @@ mod poller;
 mod prefix;
 
 pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
-pub use flow::{FlowControlConfig, StaleMetricsPolicy, MAX_PRIORITY};
+pub use flow::{FlowControlConfig, StaleMetricsPolicy, MAX_PRIORITY, MAX_TTL_MS};
 pub use learning::{LearningConfig, TtftScore, MAX_USAGE_STREAMS_PER_POD};
 pub use models::{ModelsConfig, UnknownModelPolicy};
 pub use pd::PdConfig;
@@ -62,6 +62,20 @@ fn check_pool_name(name: &str) -> Result<(), String> {
     // `wasm_epp.pool.pod.<stat>` reads as the per-pod label rule's `<family>.pod.<label>`.
     if name == RESERVED_POOL_NAME {
         return Err(format!("pool_name '{name}' is reserved: the stats' pod label would take it"));
+    }
+    Ok(())
+}
+
+/// A header name as Envoy hands headers to the plugin: lower-case letters, digits and '-'.
+pub(crate) fn is_header_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit())
+}
+
+/// A list of header names read in order (a name and its aliases): at most
+/// [`models::MAX_HEADER_ALIASES`], each a lower-case header name.
+pub(crate) fn check_header_list(field: &str, list: &[String]) -> Result<(), String> {
+    if list.len() > models::MAX_HEADER_ALIASES || !list.iter().all(|h| is_header_name(h)) {
+        return Err(format!("{field}: at most {} lower-case header names", models::MAX_HEADER_ALIASES));
     }
     Ok(())
 }

@@ -39,6 +39,9 @@ pub struct ModelsConfig {
     pub objectives: BTreeMap<String, i64>,
     /// Headers naming the request's objective, first present wins.
     pub objective_headers: Vec<String>,
+    /// Headers naming the model the request is sent as (a gateway's rewrite: the body's
+    /// `model` is replaced), first present wins; they take precedence over `rewrites`.
+    pub rewrite_headers: Vec<String>,
     /// More headers read as the session id, after `prefix.session_header`.
     pub session_header_aliases: Vec<String>,
     /// Request header listing the endpoints (`ip:port`, comma-separated) the gateway allows;
@@ -70,6 +73,7 @@ impl Default for ModelsConfig {
             priorities: BTreeMap::new(),
             objectives: BTreeMap::new(),
             objective_headers: vec!["x-llm-d-inference-objective".into(), "x-gateway-inference-objective".into()],
+            rewrite_headers: vec!["x-llm-d-model-name-rewrite".into(), "x-gateway-model-name-rewrite".into()],
             session_header_aliases: vec!["x-session-token".into()],
             subset_header: "x-gateway-destination-endpoint-subset".into(),
             subset_metadata_namespace: String::new(),
@@ -78,10 +82,6 @@ impl Default for ModelsConfig {
             list_path: "/v1/models".into(),
         }
     }
-}
-
-fn is_header_name(name: &str) -> bool {
-    !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit())
 }
 
 impl ModelsConfig {
@@ -98,17 +98,17 @@ impl ModelsConfig {
         if self.priorities.len() + self.objectives.len() > MAX_PRIORITY_ENTRIES {
             return Err(format!("models.priorities and objectives: at most {MAX_PRIORITY_ENTRIES} entries"));
         }
-        for (field, list) in
-            [("objective_headers", &self.objective_headers), ("session_header_aliases", &self.session_header_aliases)]
-        {
-            if list.len() > MAX_HEADER_ALIASES || !list.iter().all(|h| is_header_name(h)) {
-                return Err(format!("models.{field}: at most {MAX_HEADER_ALIASES} lower-case header names"));
-            }
+        for (field, list) in [
+            ("objective_headers", &self.objective_headers),
+            ("session_header_aliases", &self.session_header_aliases),
+            ("rewrite_headers", &self.rewrite_headers),
+        ] {
+            super::check_header_list(&format!("models.{field}"), list)?;
         }
         for (field, header) in
             [("subset_header", &self.subset_header), ("served_endpoint_header", &self.served_endpoint_header)]
         {
-            if !header.is_empty() && !is_header_name(header) {
+            if !header.is_empty() && !super::is_header_name(header) {
                 return Err(format!("models.{field} '{header}' must be a lower-case header name"));
             }
         }

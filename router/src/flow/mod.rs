@@ -77,6 +77,8 @@ pub struct Held {
     /// The gateway's subset hint (`None`: no hint).
     pub subset: Option<Vec<PodAddress>>,
     pub fate: RefCell<Fate>,
+    /// How long it waited, set when it is released (`flow_control.queue_duration_header`).
+    pub waited_ms: Cell<u64>,
 }
 
 /// One worker's flow-control state.

@@ -74,7 +74,8 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32) -> Admitted {
 /// Queues `held` (true); else it has been answered (429 if its band or the queue is full). Sheddable
 /// requests evicted to make room are answered on the next tick (answering another stream
 /// from this one's callback would change how Envoy reads this callback's answer).
-pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flow: u64) -> bool {
+/// `ttl_ms`, the request's own TTL, replaces its band's.
+pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flow: u64, ttl_ms: Option<u64>) -> bool {
     let config = &worker.config.flow_control;
     let now = host.now_ms();
     let bytes = held.body.len() as u64;
@@ -83,7 +84,7 @@ pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flo
         flow,
         bytes,
         enqueued_ms: now,
-        deadline_ms: now + config.ttl_for(priority),
+        deadline_ms: now.saturating_add(ttl_ms.unwrap_or_else(|| config.ttl_for(priority))),
         payload: held,
     };
     let Ok(mut queue) = worker.flow.queue.try_borrow_mut() else {
@@ -236,7 +237,9 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
                 crate::rewrite::replace_model(worker, host, &held.body, target);
             }
             *held.fate.borrow_mut() = Fate::Routed(address);
-            worker.flow.stats.released_after(&worker.stats.metrics, now.saturating_sub(left.entry.enqueued_ms), slot);
+            let waited_ms = now.saturating_sub(left.entry.enqueued_ms);
+            held.waited_ms.set(waited_ms);
+            worker.flow.stats.released_after(&worker.stats.metrics, waited_ms, slot);
             if let Err(error) = host.resume_request(held.context_id) {
                 log::warn!("wasm-epp: cannot resume a released request: {error}");
             }
