@@ -109,6 +109,35 @@ fn a_request_past_its_ttl_gets_429_with_the_reason_and_sheddable_ones_expire_fir
 }
 
 #[test]
+fn a_request_ttl_header_cuts_its_wait_and_answers_report_how_long_they_waited() {
+    // llm-d's headers: the request's own TTL (a Go duration) and the wait on the answer.
+    let cluster = start("flow-ttl-header", 1, 1, 1500, json!({"ttl_ms": 5000}));
+    std::thread::scope(|scope| {
+        let blocker = scope.spawn(|| send(&cluster, &[], "blocker"));
+        std::thread::sleep(Duration::from_millis(200));
+        let hurried = scope.spawn(|| {
+            let start = Instant::now();
+            (send(&cluster, &[("x-llm-d-inference-ttl", "300ms")], "hurried"), start.elapsed())
+        });
+        // llm-d's old fairness name still names the flow.
+        let patient = scope.spawn(|| send(&cluster, &[("x-gateway-inference-fairness-id", "tenant-a")], "patient"));
+        let blocker = blocker.join().unwrap();
+        assert_eq!(blocker.status, 200, "{}", blocker.body);
+        assert_eq!(blocker.header("x-llm-d-flow-queue-duration-ms"), Some("0"), "admitted at once");
+        let (hurried, took) = hurried.join().unwrap();
+        assert_eq!(hurried.status, 429, "its own 300 ms passed while the blocker ran 1.5 s: {}", hurried.body);
+        assert_eq!(hurried.header("x-llm-d-request-dropped-reason"), Some("rejected-ttl-expired"));
+        assert!(took >= Duration::from_millis(300), "answered before its TTL: {took:?}");
+        let patient = patient.join().unwrap();
+        assert_eq!(patient.status, 200, "{}", patient.body);
+        let waited: u64 = patient.header("x-llm-d-flow-queue-duration-ms").and_then(|v| v.parse().ok()).unwrap();
+        println!("hurried: 429 after {} ms; patient waited {waited} ms", took.as_millis());
+        assert!((1_000..5_000).contains(&waited), "waited behind the 1.5 s blocker, under the band's TTL: {waited}");
+    });
+    assert_eq!(stat(&cluster, "wasm_epp_flow_dropped{reason=\"ttl_expired\"}"), 1.0);
+}
+
+#[test]
 fn a_client_that_disconnects_while_waiting_leaves_the_queue_at_once() {
     let cluster = start("flow-disconnect", 1, 1, 1500, json!({}));
     std::thread::scope(|scope| {

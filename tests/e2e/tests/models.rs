@@ -69,6 +69,19 @@ fn the_gateway_lists_every_model_and_adapter_of_the_pool_the_same_on_every_call(
 }
 
 #[test]
+fn a_gateway_rewrite_header_sends_the_request_as_its_model() {
+    let cluster = mixed_pool("models-rewrite-header", |_| {});
+    let pods = cluster.pool();
+    for header in ["x-llm-d-model-name-rewrite", "x-gateway-model-name-rewrite"] {
+        let reply = cluster.complete_model("qwen", "rewrite me", &[(header, "legal-lora")]);
+        assert_eq!((reply.status, cluster.served_by_pool(&reply)), (200, pods[2].clone()), "{header}: {}", reply.body);
+        let answer: serde_json::Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(answer["model"], "legal-lora", "{header}: the pod got the header's model in the body");
+    }
+    assert_eq!(cluster.pods_stat("model_not_found"), 0);
+}
+
+#[test]
 fn adapter_requests_stick_to_the_pod_holding_the_adapter() {
     let args: Vec<&str> =
         vec!["--time-scale", "0", "--lora-adapters", "a,b,c,d,e,f,g,h", "--max-loras", "2", "--lora-load-ms", "50"];
