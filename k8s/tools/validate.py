@@ -690,6 +690,8 @@ STAT_NAME_SAMPLES = {
     "wasmcustom.wasm_epp.pool.a.flow.band_entered_bytes.n1": {"pool": "a", "band": "n1"},
     "wasmcustom.wasm_epp.pool.a.flow.released_by_worker.w0": {"pool": "a", "worker": "w0"},
     "wasmcustom.wasm_epp.pool.a.flow.pod_saturated.pod.10_0_0_1_8000": {"pool": "a", "pod": "10_0_0_1_8000"},
+    "wasmcustom.wasm_epp.model_requests.model.meta-llama/Llama-3.1-8B": {"model": "meta-llama/Llama-3.1-8B"},
+    "wasmcustom.wasm_epp.pool.a.model_requests.model.qwen": {"pool": "a", "model": "qwen"},
 }
 
 

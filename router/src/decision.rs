@@ -22,6 +22,7 @@ use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
 use crate::disaggregate::{prefill_pick, DecodeChoice, LocalPrefill, Prefill};
 use crate::profile::{self, Phase};
+use crate::stats::OTHER_MODEL;
 use crate::worker::Worker;
 
 /// What the filter should do with the request.
@@ -375,12 +376,18 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     if let (Some(model), Some(pod)) = (prompt.model, table_index) {
         cache.note_routed(model, pod, now);
     }
+    // Counted by model only for names the pool's pods report: the body's `model` is the
+    // client's to choose, so a pool whose pods name nothing must not grow a series per name.
+    let model_label = prompt.model.map(|model| if cache.models().serves(model) { model } else { OTHER_MODEL });
     drop(prefix);
     drop(role_tables);
     drop(cache);
     let prefiller =
         prefill.map(|prefill| Prefill { address: prefill.address, uncached_tokens: prefill.uncached_tokens });
     worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
+    if let Some(model) = model_label {
+        worker.stats.count_model(model);
+    }
     let destination = destination_value(&address, &fallbacks);
     Outcome::Routed { address, destination, explain, prefiller, dispatch }
 }

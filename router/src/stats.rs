@@ -8,6 +8,10 @@ use crate::decision_stats::{DecisionStats, PickReason};
 
 /// Per-pod pick counters: `wasm_epp.picks.pod.<ip:port>` -> `wasm_epp_picks{pod="<ip:port>"}`.
 const PICKS_FAMILY: &str = "wasm_epp.picks.pod";
+/// Routed requests by the model they were sent as (the `model` tag rule of the bootstrap).
+const MODELS_FAMILY: &str = "wasm_epp.model_requests.model";
+/// The label of requests for a model no pod of the table names.
+pub const OTHER_MODEL: &str = "other";
 
 pub struct Stats {
     pub metrics: Metrics,
@@ -109,6 +113,18 @@ impl Stats {
         self.metrics.add(counter, by);
     }
 
+    /// A request routed as `model` (a name the pool's pods report, or [`OTHER_MODEL`]). A name
+    /// with bytes a label should not hold (spaces, controls, non-ASCII) has them as `_`.
+    pub fn count_model(&self, model: &str) {
+        let visible = |b: u8| b.is_ascii_graphic();
+        if model.bytes().all(visible) {
+            self.metrics.add_labelled(MODELS_FAMILY, model, 1);
+        } else {
+            let label: String = model.chars().map(|c| if c.is_ascii_graphic() { c } else { '_' }).collect();
+            self.metrics.add_labelled(MODELS_FAMILY, &label, 1);
+        }
+    }
+
     pub fn count_pick(&self, pod: &PodAddress, reason: PickReason, affinity: bool, prefix_matched: bool) {
         self.increment(self.routed);
         self.decisions.count_reason(&self.metrics, reason);
@@ -121,5 +137,19 @@ impl Stats {
             }
         }
         self.metrics.add_labelled(PICKS_FAMILY, pod.as_str(), 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_labels_keep_visible_ascii_and_mark_the_rest() {
+        let stats = Stats::define();
+        stats.count_model("meta-llama/Llama-3.1-8B-Instruct");
+        stats.count_model("my model\u{e9}");
+        assert_eq!(stats.metrics.pending("wasm_epp.model_requests.model.meta-llama/Llama-3.1-8B-Instruct"), 1);
+        assert_eq!(stats.metrics.pending("wasm_epp.model_requests.model.my_model_"), 1);
     }
 }

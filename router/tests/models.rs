@@ -39,6 +39,22 @@ fn requests_go_only_to_pods_serving_their_model() {
         let qwen = chosen(bench.complete(&COMPLETIONS, &body("qwen")).destination);
         assert!(qwen == "10.0.0.2:8000" || qwen == "10.0.0.3:8000", "{qwen}");
     }
+    for model in ["sql-lora", "chat-lora", "qwen"] {
+        assert_eq!(bench.stat(&format!("wasm_epp.model_requests.model.{model}")), 20, "{model}");
+    }
+}
+
+#[test]
+fn requests_are_counted_by_model_and_names_no_pod_reports_as_other() {
+    let bench = Bench::new(r#"{"models": {"unknown_model": "route_by_load"}}"#);
+    publish_models(&bench, &POOL);
+    for i in 0..5 {
+        bench.complete(&COMPLETIONS, &body(&format!("made-up-{i}")));
+        bench.complete(&COMPLETIONS, &body("llama"));
+    }
+    assert_eq!(bench.stat("wasm_epp.model_requests.model.llama"), 5);
+    assert_eq!(bench.stat("wasm_epp.model_requests.model.other"), 5, "a client's names grow no series");
+    assert_eq!(bench.stat("wasm_epp.model_requests.model.made-up-0"), 0);
 }
 
 #[test]

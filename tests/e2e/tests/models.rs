@@ -37,6 +37,12 @@ fn requests_reach_only_pods_serving_their_model_and_unknown_models_get_404_from_
     assert_eq!(unknown.header("x-wasm-epp"), Some("local-reply"), "answered by the gateway, not a pod");
     assert!(unknown.body.contains("The model `gpt-9` does not exist."), "{}", unknown.body);
     assert_eq!(cluster.pods_stat("model_not_found"), 0, "no pod ever saw a model it does not serve");
+    // Counted by model, the name a Prometheus label (the bootstrap's `model` tag rule).
+    for model in ["llama", "legal-lora", "qwen"] {
+        let series = format!("wasm_epp_model_requests{{model=\"{model}\"}}");
+        launcher::wait_until(Duration::from_secs(2), || cluster.envoy.stat(&series) == Some(20.0));
+        assert_eq!(cluster.envoy.stat(&series), Some(20.0), "{series}");
+    }
 }
 
 #[test]
