@@ -77,6 +77,8 @@ pub struct RequestStream {
     response_id: Option<ResponseIdWatch>,
     /// The model a gateway asked this request be sent as (`models.rewrite_headers`).
     rewrite_to: Option<String>,
+    /// Flow control admitted it (routed at once or held): its answer reports the wait.
+    flow_admitted: bool,
 }
 
 impl RequestStream {
@@ -108,6 +110,7 @@ impl RequestStream {
             observed: None,
             response_id: None,
             rewrite_to: None,
+            flow_admitted: false,
         }
     }
 
@@ -237,6 +240,7 @@ impl RequestStream {
                 let Some(class) = class else { return self.route_model(host, &request, &body, target) };
                 let model = target.as_deref().or(request.model.as_deref());
                 let priority = class.priority(&self.worker.config, model);
+                self.flow_admitted = true;
                 if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
                     return self.route_model(host, &request, &body, target);
                 }
@@ -281,7 +285,7 @@ impl RequestStream {
                 log::debug!("wasm-epp: cannot set {DECISION_HEADER}: {error}");
             }
         }
-        if self.flow_class.is_some() && self.endpoint != Endpoint::Other {
+        if self.flow_admitted {
             self.report_queue_duration(host);
         }
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
@@ -530,13 +534,19 @@ impl RequestStream {
     }
 
     /// Tells the client how long flow control held its request (0: admitted at once), as
-    /// llm-d's `x-llm-d-flow-queue-duration-ms`.
+    /// llm-d's `x-llm-d-flow-queue-duration-ms`: on a pod's answer only, never on the
+    /// gateway's own replies (Envoy runs the response hooks for those too).
     fn report_queue_duration(&self, host: &dyn Host) {
         let header = &self.worker.config.flow_control.queue_duration_header;
+        let waited_ms = match &self.held {
+            Some(held) if matches!(*held.fate.borrow(), crate::flow::Fate::Routed(_)) => held.waited_ms.get(),
+            Some(_) => return,
+            None if self.routed_to.is_some() => 0,
+            None => return,
+        };
         if header.is_empty() {
             return;
         }
-        let waited_ms = self.held.as_ref().map_or(0, |held| held.waited_ms.get());
         if let Err(error) = host.set_response_header(header, waited_ms.to_string().as_bytes()) {
             log::debug!("wasm-epp: cannot set {header}: {error}");
         }

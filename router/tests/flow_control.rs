@@ -203,29 +203,42 @@ fn a_released_request_goes_to_a_pod_with_room_not_to_its_warm_but_full_pod() {
 }
 
 #[test]
-fn a_request_ttl_header_replaces_its_band_ttl_and_the_answer_says_how_long_it_waited() {
+fn a_request_ttl_header_shortens_its_wait_never_lengthens_it_and_answers_say_how_long_they_waited() {
     let bench = Bench::new(&config(""));
     bench.publish(1, &ONE_POD);
     let (mut busy, _) = send(&bench, 1, &[], "busy");
     bench.host.set_response(&[(":status", "200")], b"");
     busy.on_response_headers(&bench.host, false);
     assert_eq!(bench.host.response_header("x-llm-d-flow-queue-duration-ms").as_deref(), Some("0"), "routed at once");
-    // The band's TTL is 1 s; these ask for 100 ms and 5 s (llm-d's duration form).
-    let (_short, _) = send(&bench, 2, &[("x-llm-d-inference-ttl", "100ms")], "short");
-    let (mut long, _) = send(&bench, 3, &[("x-llm-d-inference-ttl", "5s")], "long");
+    // The band's TTL is 1 s. In one flow: one without a TTL of its own, one asking for 100 ms
+    // behind it, one asking for 5 s (llm-d's duration form), which the band's 1 s caps.
+    let (mut standard, _) = send(&bench, 2, &[], "standard");
+    let (mut short, _) = send(&bench, 3, &[("x-llm-d-inference-ttl", "100ms")], "short");
+    let (mut long, _) = send(&bench, 4, &[("x-llm-d-inference-ttl", "5s")], "long");
     bench.host.advance(150);
     bench.heartbeat();
     bench.tick();
     let replies = bench.host.replies.borrow().clone();
     assert_eq!(replies.iter().map(|r| r.status).collect::<Vec<_>>(), [429], "the 100 ms one expired alone");
-    assert_eq!(bench.host.effective_context.get(), Some(2));
-    bench.host.advance(1_350);
+    assert_eq!(bench.host.effective_context.get(), Some(3), "behind a request with a longer wait");
+    // Envoy runs the response hooks for a local reply too: no wait reported on the 429.
+    bench.host.set_response(&[(":status", "429")], b"");
+    short.on_response_headers(&bench.host, false);
+    assert_eq!(bench.host.response_header("x-llm-d-flow-queue-duration-ms"), None);
+    short.on_log(&bench.host);
+    bench.host.advance(450);
     bench.heartbeat();
     bench.tick();
-    assert_eq!(bench.host.replies.borrow().len(), 1, "1.5 s: past the band's TTL, within its own 5 s");
     busy.on_log(&bench.host);
-    assert_eq!(resumed(&bench), [3]);
+    assert_eq!(resumed(&bench), [2], "the first in line, after 600 ms");
     bench.host.set_response(&[(":status", "200")], b"");
-    long.on_response_headers(&bench.host, false);
-    assert_eq!(bench.host.response_header("x-llm-d-flow-queue-duration-ms").as_deref(), Some("1500"));
+    standard.on_response_headers(&bench.host, false);
+    assert_eq!(bench.host.response_header("x-llm-d-flow-queue-duration-ms").as_deref(), Some("600"));
+    bench.host.advance(500);
+    bench.heartbeat();
+    bench.tick();
+    assert_eq!(bench.host.replies.borrow().len(), 2, "1.1 s: the 5 s one had the band's 1 s");
+    assert_eq!(bench.host.effective_context.get(), Some(4));
+    long.on_log(&bench.host);
+    standard.on_log(&bench.host);
 }

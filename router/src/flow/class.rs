@@ -19,7 +19,8 @@ pub struct RequestClass {
     /// decides once the body is read.
     header_priority: Option<i64>,
     pub flow: u64,
-    /// The request's own queue TTL (`flow_control.ttl_header`), if it gave a readable one.
+    /// The request's own queue TTL (`flow_control.ttl_header`), if it gave a readable one;
+    /// it may shorten its band's TTL, not lengthen it (see `crate::flow::hold`).
     pub ttl_ms: Option<u64>,
 }
 

@@ -175,14 +175,22 @@ impl<T> WaitQueue<T> {
         None
     }
 
-    /// Moves every request whose deadline is at or before `now_ms` into `out`. Each flow is
-    /// FCFS with one TTL per band, so only flow fronts need looking at.
+    /// Moves every request whose deadline is at or before `now_ms` into `out`. Every entry is
+    /// looked at, not only each flow's front: a request's own TTL (its TTL header) may end
+    /// before those of the requests queued ahead of it. The queue is bounded
+    /// (`max_queued_requests`), and this runs once per tick.
     pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Left<T>>) {
         let mut band_index = 0;
         while let Some(band) = self.bands.get_mut(band_index) {
             let mut flow_index = 0;
             while let Some(flow) = band.flows.get_mut(flow_index) {
-                while let Some(entry) = flow.entries.pop_front_if(|e| e.deadline_ms <= now_ms) {
+                let mut position = 0;
+                while let Some(waiting) = flow.entries.get(position) {
+                    if waiting.deadline_ms > now_ms {
+                        position += 1;
+                        continue;
+                    }
+                    let Some(entry) = flow.entries.remove(position) else { break };
                     band.requests = band.requests.saturating_sub(1);
                     band.bytes = band.bytes.saturating_sub(entry.bytes);
                     self.requests = self.requests.saturating_sub(1);

@@ -115,6 +115,22 @@ fn sheddable_requests_leave_before_a_standard_one_is_dropped() {
 }
 
 #[test]
+fn a_short_deadline_behind_longer_ones_in_its_flow_expires_on_time() {
+    // A request's own TTL header can end its wait before those queued ahead of it end theirs.
+    let mut queue = WaitQueue::new(ROOMY);
+    queue.push(0, Entry { deadline_ms: 30_000, ..entry(1, 7, 0) });
+    queue.push(0, Entry { deadline_ms: 300, ..entry(2, 7, 10) });
+    queue.push(0, Entry { deadline_ms: 30_000, ..entry(3, 7, 20) });
+    let mut expired = Vec::new();
+    queue.expire(299, &mut expired);
+    assert!(expired.is_empty());
+    queue.expire(300, &mut expired);
+    assert_eq!(expired.iter().map(|l| l.entry.id).collect::<Vec<_>>(), [2]);
+    assert_eq!((queue.len(), queue.bytes()), (2, 20));
+    assert_eq!(drain(&mut queue), [1, 3], "the others keep their order");
+}
+
+#[test]
 fn flows_beyond_the_cap_share_one_flow() {
     let limits = QueueLimits { flows_per_band: 2, ..ROOMY };
     let mut queue = WaitQueue::new(limits);

@@ -74,17 +74,19 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32) -> Admitted {
 /// Queues `held` (true); else it has been answered (429 if its band or the queue is full). Sheddable
 /// requests evicted to make room are answered on the next tick (answering another stream
 /// from this one's callback would change how Envoy reads this callback's answer).
-/// `ttl_ms`, the request's own TTL, replaces its band's.
+/// `ttl_ms`, the request's own TTL, may shorten its band's, never lengthen it (as in llm-d:
+/// a client cannot hold a place longer than the operator allows).
 pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flow: u64, ttl_ms: Option<u64>) -> bool {
     let config = &worker.config.flow_control;
     let now = host.now_ms();
     let bytes = held.body.len() as u64;
+    let band_ttl = config.ttl_for(priority);
     let entry = Entry {
         id: held.context_id,
         flow,
         bytes,
         enqueued_ms: now,
-        deadline_ms: now.saturating_add(ttl_ms.unwrap_or_else(|| config.ttl_for(priority))),
+        deadline_ms: now.saturating_add(ttl_ms.map_or(band_ttl, |own| own.min(band_ttl))),
         payload: held,
     };
     let Ok(mut queue) = worker.flow.queue.try_borrow_mut() else {

@@ -119,8 +119,7 @@ fn a_request_ttl_header_cuts_its_wait_and_answers_report_how_long_they_waited() 
             let start = Instant::now();
             (send(&cluster, &[("x-llm-d-inference-ttl", "300ms")], "hurried"), start.elapsed())
         });
-        // llm-d's old fairness name still names the flow.
-        let patient = scope.spawn(|| send(&cluster, &[("x-gateway-inference-fairness-id", "tenant-a")], "patient"));
+        let patient = scope.spawn(|| send(&cluster, &[], "patient"));
         let blocker = blocker.join().unwrap();
         assert_eq!(blocker.status, 200, "{}", blocker.body);
         assert_eq!(blocker.header("x-llm-d-flow-queue-duration-ms"), Some("0"), "admitted at once");
