@@ -122,6 +122,15 @@ impl Metrics {
         }
     }
 
+    /// As [`Self::add_labelled`], counted under `fallback` when the family has no room left
+    /// for `label` (define `fallback` first so it always has its place).
+    pub fn add_labelled_or(&self, family: &str, label: &str, fallback: &str, by: u64) {
+        let slot = self.labelled_slot(family, label, MetricKind::Counter);
+        if let Some(index) = slot.or_else(|| self.labelled_slot(family, fallback, MetricKind::Counter)) {
+            self.add(Counter(index), by);
+        }
+    }
+
     /// Sets the gauge `family.label`, created on first use (bounded as above).
     pub fn set_labelled(&self, family: &str, label: &str, value: u64) {
         if let Some(index) = self.labelled_slot(family, label, MetricKind::Gauge) {
@@ -255,6 +264,19 @@ mod tests {
         }
         metrics.flush(&host);
         assert_eq!(host.metric_names.borrow().len(), MAX_LABELLED);
+    }
+
+    #[test]
+    fn a_full_family_counts_under_its_fallback() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        metrics.add_labelled("wasm_epp.model_requests.model", "other", 0);
+        for model in 0..MAX_LABELLED + 5 {
+            metrics.add_labelled_or("wasm_epp.model_requests.model", &format!("m{model}"), "other", 1);
+        }
+        metrics.flush(&host);
+        assert_eq!(host.metric_names.borrow().len(), MAX_LABELLED);
+        assert_eq!(host.metric("wasm_epp.model_requests.model.other"), 6, "5 past the bound and the one without room");
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! Durations as Go writes them (`time.ParseDuration`: `"2s"`, `"1m30s"`, `"1.5h"`, `"500ms"`),
 //! the form llm-d's request TTL header (`x-llm-d-inference-ttl`) carries.
 
-/// Milliseconds in one of each unit Go accepts.
-const UNITS_MS: [(&str, f64); 8] =
-    [("ns", 1e-6), ("us", 1e-3), ("µs", 1e-3), ("μs", 1e-3), ("ms", 1.0), ("s", 1e3), ("m", 60e3), ("h", 3_600e3)];
+/// Nanoseconds in one of each unit Go accepts.
+const UNITS_NS: [(&str, f64); 8] =
+    [("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("μs", 1e3), ("ms", 1e6), ("s", 1e9), ("m", 60e9), ("h", 3_600e9)];
 
-/// The positive duration `text` names, in whole milliseconds (a fraction rounds up, so any
-/// positive duration is at least 1 ms); `None` when it does not read as a Go duration, or is
-/// zero or negative. Surrounding white space is ignored.
+/// Go's durations are whole nanoseconds in an `i64`: longer is an error there.
+const MAX_GO_NS: f64 = i64::MAX as f64;
+
+/// The positive duration `text` names, in whole milliseconds (rounded up, so any duration of
+/// at least 1 ns is at least 1 ms); `None` when Go would not read it, or it is under 1 ns (Go
+/// truncates to whole ns: zero) or negative. Surrounding white space is ignored.
 pub fn positive_duration_ms(text: &str) -> Option<u64> {
     let mut rest = text.trim();
     if let Some(unsigned) = rest.strip_prefix('+') {
@@ -16,7 +19,7 @@ pub fn positive_duration_ms(text: &str) -> Option<u64> {
     if rest.is_empty() || rest.starts_with('-') {
         return None;
     }
-    let mut total_ms = 0.0_f64;
+    let mut total_ns = 0.0_f64;
     while !rest.is_empty() {
         let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
         let (number, tail) = rest.split_at(number_len);
@@ -25,15 +28,15 @@ pub fn positive_duration_ms(text: &str) -> Option<u64> {
         }
         let value: f64 = number.parse().ok()?;
         // The longest unit that starts the tail ("ms" before "m").
-        let (unit, per_ms) =
-            UNITS_MS.iter().filter(|(unit, _)| tail.starts_with(unit)).max_by_key(|(unit, _)| unit.len())?;
-        total_ms += value * per_ms;
+        let (unit, per_ns) =
+            UNITS_NS.iter().filter(|(unit, _)| tail.starts_with(unit)).max_by_key(|(unit, _)| unit.len())?;
+        total_ns += value * per_ns;
         rest = tail.get(unit.len()..)?;
     }
-    if !total_ms.is_finite() || total_ms <= 0.0 || total_ms > u64::MAX as f64 {
+    if !total_ns.is_finite() || !(1.0..=MAX_GO_NS).contains(&total_ns) {
         return None;
     }
-    Some(total_ms.ceil() as u64)
+    Some((total_ns.trunc() / 1e6).ceil() as u64)
 }
 
 #[cfg(test)]
@@ -50,6 +53,8 @@ mod tests {
             ("1.5h", 5_400_000),
             ("+3m", 180_000),
             ("250us", 1),
+            ("1ns", 1),
+            ("2562047h", 9_223_369_200_000),
             ("1h2m3s4ms", 3_723_004),
             (".5s", 500),
         ] {
@@ -59,7 +64,8 @@ mod tests {
 
     #[test]
     fn what_go_refuses_or_is_not_positive_is_none() {
-        for text in ["", " ", "soon", "2", "-2s", "0s", "0", "2x", "s", "1.2.3s", "2s3", "999999999999999999999999h"] {
+        let refused = ["", " ", "soon", "2", "-2s", "0s", "0", "2x", "s", "1.2.3s", "2s3", "0.4ns", "2562048h"];
+        for text in refused {
             assert_eq!(positive_duration_ms(text), None, "{text:?}");
         }
     }

@@ -378,7 +378,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     // Counted by model only for names the pool's pods report: the body's `model` is the
     // client's to choose, so a pool whose pods name nothing must not grow a series per name.
-    let model_label = prompt.model.map(|model| if cache.models().serves(model) { model } else { OTHER_MODEL });
+    let model_label = prompt.model.map(|model| if cache.models().knows(model) { model } else { OTHER_MODEL });
     drop(prefix);
     drop(role_tables);
     drop(cache);

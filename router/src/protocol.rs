@@ -27,7 +27,10 @@ pub fn header_priority(headers: &HeaderMap, config: &FilterConfig) -> Option<i64
 /// `x-llm-d-model-name-rewrite`): the first header present, trimmed; none when it is empty or
 /// longer than any model name a pod reports.
 pub fn rewrite_target(headers: &HeaderMap, config: &FilterConfig) -> Option<String> {
-    let value = config.models.rewrite_headers.iter().find_map(|name| headers.get_text(name))?.trim();
+    // The first name present decides, as for the fairness header: a value that is not text
+    // there is no rewrite, whatever an alias says.
+    let value = config.models.rewrite_headers.iter().find_map(|name| headers.get(name))?;
+    let value = std::str::from_utf8(value).ok()?.trim();
     let fits = !value.is_empty() && value.len() <= picker::metrics_text::MAX_ADAPTER_NAME_BYTES;
     fits.then(|| value.to_owned())
 }

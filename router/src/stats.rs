@@ -65,7 +65,7 @@ impl Stats {
     pub fn define() -> Self {
         let metrics = Metrics::new();
         let c = |name: &str| metrics.announced_counter(name);
-        Self {
+        let stats = Self {
             routed: c("wasm_epp.requests_routed"),
             fail_open: c("wasm_epp.fail_open"),
             fail_open_expired: c("wasm_epp.fail_open_expired"),
@@ -102,7 +102,10 @@ impl Stats {
             model_rewritten: c("wasm_epp.model_rewritten"),
             model_lists_answered: c("wasm_epp.model_lists_answered"),
             metrics,
-        }
+        };
+        // Defined first, so it has its place in the family whatever comes later.
+        stats.metrics.add_labelled(MODELS_FAMILY, OTHER_MODEL, 0);
+        stats
     }
 
     pub fn increment(&self, counter: Counter) {
@@ -115,13 +118,15 @@ impl Stats {
 
     /// A request routed as `model` (a name the pool's pods report, or [`OTHER_MODEL`]). A name
     /// with bytes a label should not hold (spaces, controls, non-ASCII) has them as `_`.
+    /// Past [`wasm_epp_host::metrics::MAX_LABELLED`] names (adapters churning for the VM's
+    /// lifetime), the rest count as [`OTHER_MODEL`], whose series exists from the start.
     pub fn count_model(&self, model: &str) {
         let visible = |b: u8| b.is_ascii_graphic();
         if model.bytes().all(visible) {
-            self.metrics.add_labelled(MODELS_FAMILY, model, 1);
+            self.metrics.add_labelled_or(MODELS_FAMILY, model, OTHER_MODEL, 1);
         } else {
             let label: String = model.chars().map(|c| if c.is_ascii_graphic() { c } else { '_' }).collect();
-            self.metrics.add_labelled(MODELS_FAMILY, &label, 1);
+            self.metrics.add_labelled_or(MODELS_FAMILY, &label, OTHER_MODEL, 1);
         }
     }
 

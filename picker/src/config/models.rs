@@ -120,10 +120,10 @@ impl ModelsConfig {
                 return Err(format!("models.{field}: at most {MAX_METADATA_NAME_BYTES} bytes, no NUL"));
             }
         }
-        if !self.list_path.is_empty() && !super::is_absolute_visible_path(&self.list_path) {
+        let list_path = &self.list_path;
+        if !list_path.is_empty() && (!super::is_absolute_visible_path(list_path) || list_path.contains('?')) {
             return Err(format!(
-                "models.list_path '{}' must be empty or an absolute path of visible ASCII",
-                self.list_path
+                "models.list_path '{list_path}': empty, or an absolute path of visible ASCII, no query"
             ));
         }
         if !self.subset_metadata_namespace.is_empty() && self.subset_metadata_key.is_empty() {
@@ -163,7 +163,9 @@ mod tests {
         assert!(no_key.validate().unwrap_err().contains("subset_metadata_key"));
         let off: ModelsConfig = parse_json(br#"{"subset_metadata_namespace":"","subset_metadata_key":""}"#).unwrap();
         off.validate().unwrap();
-        for (list_path, valid) in [("", true), ("/v1/models", true), ("v1/models", false), ("/v1/mo dels", false)] {
+        let paths =
+            [("", true), ("/v1/models", true), ("v1/models", false), ("/v1/mo dels", false), ("/v1/m?a=1", false)];
+        for (list_path, valid) in paths {
             let config = ModelsConfig { list_path: list_path.into(), ..ModelsConfig::default() };
             assert_eq!(config.validate().is_ok(), valid, "{list_path:?}");
         }

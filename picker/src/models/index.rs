@@ -106,11 +106,6 @@ impl ModelIndex {
         self.free_total.is_some_and(|free| free <= self.homeless_wanted)
     }
 
-    /// Whether some pod of the table names `model` (as a base model or an adapter).
-    pub fn serves(&self, model: &str) -> bool {
-        self.by_name.contains_key(model)
-    }
-
     /// The pods serving `model` with their LoRA tiers (0 for a base model), in table order.
     pub fn servers(&self, model: &str) -> Option<Vec<(u32, u8)>> {
         let served = self.by_name.get(model)?;

@@ -7,12 +7,13 @@
 //! its metrics and its own `/v1/models`), so the gateway can give the pool's list at no pod's
 //! expense: each name once, base models before adapters, as vLLM shapes its own answer.
 //!
-//! The list holds exactly the names the gateway does not answer 404 (see `route`): every name a
-//! pod of the table serves, healthy or not (a request for a model whose pods are all down is
-//! still sent to one of them, never refused as unknown), and the public names of model rewrites
-//! that have a listed target. When the table cannot say (a pod that names no model may serve
-//! anything: one never scraped yet, or an engine without model labels), there is no list and the
-//! request goes to a pod as before.
+//! The list holds the names the gateway does not answer 404 (see `route`; with
+//! `unknown_model: route_by_load` it answers none): every name a pod of the table serves,
+//! healthy or not (a request for a model whose pods are all down is still sent to one of them,
+//! never refused as unknown), except a name a model rewrite sends elsewhere, which is listed
+//! when one of the targets the rule can draw is served. When the table cannot say (a pod that
+//! names no model may serve anything: one never scraped yet, or an engine without model
+//! labels), there is no list and the request goes to a pod as before.
 
 use std::collections::BTreeMap;
 
@@ -50,13 +51,21 @@ pub fn pool_model_list(table: &PodTable, rewrites: &[ModelRewrite], created_s: u
             parents.entry(adapter.as_str()).or_insert(base);
         }
     }
-    let public: Vec<&str> = rewrites
+    // A name with a rule is sent as one of its targets: listed when a target it can draw
+    // (weight above 0) is served, whether or not pods also serve the name itself.
+    let served_by_rule: Vec<(&str, bool)> = rewrites
         .iter()
-        .filter(|rule| rule.targets.iter().any(|target| parents.contains_key(target.model.as_str())))
-        .map(|rule| rule.model.as_str())
+        .map(|rule| {
+            let mut drawn = rule.targets.iter().filter(|target| target.weight > 0);
+            (rule.model.as_str(), drawn.any(|target| parents.contains_key(target.model.as_str())))
+        })
         .collect();
-    for name in public {
-        parents.entry(name).or_insert(None);
+    for (name, served) in served_by_rule {
+        if served {
+            parents.insert(name, None);
+        } else {
+            parents.remove(name);
+        }
     }
     let (bases, adapters): (Vec<_>, Vec<_>) = parents.into_iter().partition(|(_, parent)| parent.is_none());
     let data: Vec<Value> = bases
@@ -157,6 +166,19 @@ mod tests {
         let ids: Vec<String> =
             ids_and_parents(&pool_model_list(&table, &rewrites, 0).unwrap()).into_iter().map(|(id, _)| id).collect();
         assert_eq!(ids, ["assistant", "qwen", "sql-lora"]);
+    }
+
+    #[test]
+    fn a_served_name_whose_rule_sends_it_to_unserved_targets_is_not_listed() {
+        let table = table(vec![pod("10.0.0.1:8000", &["qwen"], &["sql-lora"])]);
+        let mut weightless = rewrite("sql", &["sql-lora"]);
+        weightless.targets.iter_mut().for_each(|t| t.weight = 0);
+        weightless.targets.push(serde_json::from_value(json!({"model": "gone", "weight": 1})).unwrap());
+        // qwen goes to a version not deployed yet; sql can only draw the target no pod serves.
+        let rewrites = [rewrite("qwen", &["qwen-v2"]), weightless];
+        let ids: Vec<String> =
+            ids_and_parents(&pool_model_list(&table, &rewrites, 0).unwrap()).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, ["sql-lora"]);
     }
 
     #[test]
