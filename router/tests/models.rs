@@ -232,6 +232,17 @@ fn the_gateway_answers_the_model_list_with_every_model_of_the_pool() {
 }
 
 #[test]
+fn no_model_list_from_a_table_the_pool_service_stopped_refreshing() {
+    let bench = Bench::new(r#"{"fail_open_max_age_ms": 1000}"#);
+    publish_models(&bench, &POOL);
+    assert_eq!(bench.complete(&LIST, "").reply, Some(200));
+    bench.host.advance(1_500);
+    let stale = bench.complete(&LIST, "");
+    assert_ne!(stale.reply, Some(200), "the pool's list is unknown once its data expired");
+    assert_eq!(bench.stat("wasm_epp.model_lists_answered"), 1);
+}
+
+#[test]
 fn the_model_list_follows_each_new_table() {
     let bench = Bench::new("{}");
     publish_models(&bench, &POOL);
