@@ -126,6 +126,7 @@ fn a_request_ttl_header_cuts_its_wait_and_answers_report_how_long_they_waited() 
         let (hurried, took) = hurried.join().unwrap();
         assert_eq!(hurried.status, 429, "its own 300 ms passed while the blocker ran 1.5 s: {}", hurried.body);
         assert_eq!(hurried.header("x-llm-d-request-dropped-reason"), Some("rejected-ttl-expired"));
+        assert_eq!(hurried.header("x-llm-d-flow-queue-duration-ms"), None, "the gateway's own reply reports no wait");
         assert!(took >= Duration::from_millis(300), "answered before its TTL: {took:?}");
         let patient = patient.join().unwrap();
         assert_eq!(patient.status, 200, "{}", patient.body);
