@@ -122,8 +122,16 @@ impl Metrics {
         }
     }
 
+    /// Takes `family.label`'s place and defines it in the host at the next flush, at zero
+    /// (a fallback label that must exist from the start and always have its place).
+    pub fn announce_labelled(&self, family: &str, label: &str) {
+        if let Some(index) = self.labelled_slot(family, label, MetricKind::Counter) {
+            self.announce(Counter(index));
+        }
+    }
+
     /// As [`Self::add_labelled`], counted under `fallback` when the family has no room left
-    /// for `label` (define `fallback` first so it always has its place).
+    /// for `label` (announce `fallback` first so it always has its place).
     pub fn add_labelled_or(&self, family: &str, label: &str, fallback: &str, by: u64) {
         let slot = self.labelled_slot(family, label, MetricKind::Counter);
         if let Some(index) = slot.or_else(|| self.labelled_slot(family, fallback, MetricKind::Counter)) {
@@ -270,7 +278,9 @@ mod tests {
     fn a_full_family_counts_under_its_fallback() {
         let host = MockHost::new();
         let metrics = Metrics::new();
-        metrics.add_labelled("wasm_epp.model_requests.model", "other", 0);
+        metrics.announce_labelled("wasm_epp.model_requests.model", "other");
+        metrics.flush(&host);
+        assert_eq!(host.metric_names.borrow().len(), 1, "the fallback exists before anything is counted");
         for model in 0..MAX_LABELLED + 5 {
             metrics.add_labelled_or("wasm_epp.model_requests.model", &format!("m{model}"), "other", 1);
         }

@@ -30,13 +30,14 @@ pub fn positive_duration_ms(text: &str) -> Option<u64> {
         // The longest unit that starts the tail ("ms" before "m").
         let (unit, per_ns) =
             UNITS_NS.iter().filter(|(unit, _)| tail.starts_with(unit)).max_by_key(|(unit, _)| unit.len())?;
-        total_ns += value * per_ns;
+        // Go truncates each component to whole nanoseconds before adding them up.
+        total_ns += (value * per_ns).trunc();
         rest = tail.get(unit.len()..)?;
     }
     if !total_ns.is_finite() || !(1.0..=MAX_GO_NS).contains(&total_ns) {
         return None;
     }
-    Some((total_ns.trunc() / 1e6).ceil() as u64)
+    Some((total_ns / 1e6).ceil() as u64)
 }
 
 #[cfg(test)]
@@ -64,7 +65,8 @@ mod tests {
 
     #[test]
     fn what_go_refuses_or_is_not_positive_is_none() {
-        let refused = ["", " ", "soon", "2", "-2s", "0s", "0", "2x", "s", "1.2.3s", "2s3", "0.4ns", "2562048h"];
+        let refused =
+            ["", " ", "soon", "2", "-2s", "0s", "0", "2x", "s", "1.2.3s", "2s3", "0.4ns", "0.5ns0.5ns", "2562048h"];
         for text in refused {
             assert_eq!(positive_duration_ms(text), None, "{text:?}");
         }

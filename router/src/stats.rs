@@ -103,8 +103,9 @@ impl Stats {
             model_lists_answered: c("wasm_epp.model_lists_answered"),
             metrics,
         };
-        // Defined first, so it has its place in the family whatever comes later.
-        stats.metrics.add_labelled(MODELS_FAMILY, OTHER_MODEL, 0);
+        // Defined first, so it has its place in the family whatever comes later, and shown
+        // at 0 from the start.
+        stats.metrics.announce_labelled(MODELS_FAMILY, OTHER_MODEL);
         stats
     }
 
@@ -118,8 +119,9 @@ impl Stats {
 
     /// A request routed as `model` (a name the pool's pods report, or [`OTHER_MODEL`]). A name
     /// with bytes a label should not hold (spaces, controls, non-ASCII) has them as `_`.
-    /// Past [`wasm_epp_host::metrics::MAX_LABELLED`] names (adapters churning for the VM's
-    /// lifetime), the rest count as [`OTHER_MODEL`], whose series exists from the start.
+    /// Past [`wasm_epp_host::metrics::MAX_LABELLED`] names less `other`'s own place (adapters
+    /// churning for the VM's lifetime), the rest count as [`OTHER_MODEL`], whose series exists
+    /// from the start.
     pub fn count_model(&self, model: &str) {
         let visible = |b: u8| b.is_ascii_graphic();
         if model.bytes().all(visible) {

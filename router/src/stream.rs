@@ -290,7 +290,7 @@ impl RequestStream {
         }
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
-        if self.routed_to.is_some() {
+        if self.sent_to_pod() {
             let _span = profile::span(host, Phase::ServedEndpoint);
             crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
         }
@@ -533,20 +533,24 @@ impl RequestStream {
         Step::Pause
     }
 
+    /// The request went to a pod: routed at once, or released from the queue to one (a
+    /// released request's pod is the stream's only from `on_log` on).
+    fn sent_to_pod(&self) -> bool {
+        match &self.held {
+            Some(held) => matches!(*held.fate.borrow(), crate::flow::Fate::Routed(_)),
+            None => self.routed_to.is_some(),
+        }
+    }
+
     /// Tells the client how long flow control held its request (0: admitted at once), as
-    /// llm-d's `x-llm-d-flow-queue-duration-ms`: on a pod's answer only, never on the
-    /// gateway's own replies (Envoy runs the response hooks for those too).
+    /// llm-d's `x-llm-d-flow-queue-duration-ms`: once sent to a pod, never on the gateway's
+    /// own refusals (Envoy runs the response hooks for those too).
     fn report_queue_duration(&self, host: &dyn Host) {
         let header = &self.worker.config.flow_control.queue_duration_header;
-        let waited_ms = match &self.held {
-            Some(held) if matches!(*held.fate.borrow(), crate::flow::Fate::Routed(_)) => held.waited_ms.get(),
-            Some(_) => return,
-            None if self.routed_to.is_some() => 0,
-            None => return,
-        };
-        if header.is_empty() {
+        if header.is_empty() || !self.sent_to_pod() {
             return;
         }
+        let waited_ms = self.held.as_ref().map_or(0, |held| held.waited_ms.get());
         if let Err(error) = host.set_response_header(header, waited_ms.to_string().as_bytes()) {
             log::debug!("wasm-epp: cannot set {header}: {error}");
         }

@@ -242,3 +242,44 @@ fn a_request_ttl_header_shortens_its_wait_never_lengthens_it_and_answers_say_how
     long.on_log(&bench.host);
     standard.on_log(&bench.host);
 }
+
+#[test]
+fn a_request_giving_up_at_its_own_ttl_does_not_send_the_sheddable_ones_away() {
+    let bench = Bench::new(
+        r#"{"fallback_destinations": 0, "flow_control": {"enabled": true, "max_inflight_per_pod": 1,
+            "ttl_ms": 1000, "sheddable_ttl_ms": 1000}}"#,
+    );
+    bench.publish(1, &ONE_POD);
+    let (mut busy, _) = send(&bench, 1, &[], "busy");
+    let (_sheddable, _) = send(&bench, 2, &[("x-gateway-inference-priority", "-1")], "sheddable");
+    let (_impatient, _) = send(&bench, 3, &[("x-llm-d-inference-ttl", "50ms")], "impatient");
+    bench.host.advance(60);
+    bench.heartbeat();
+    bench.tick();
+    let replies = bench.host.replies.borrow().clone();
+    assert_eq!(replies.iter().map(|r| r.status).collect::<Vec<_>>(), [429], "the impatient one alone");
+    assert_eq!(bench.host.effective_context.get(), Some(3));
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.evicted"), 0, "the sheddable one still waits");
+    busy.on_log(&bench.host);
+    assert_eq!(resumed(&bench), [2], "and is released when the pod frees up");
+}
+
+#[test]
+fn a_released_request_reports_the_pod_that_answered_when_asked() {
+    let bench = Bench::new(
+        r#"{"fallback_destinations": 0, "flow_control": {"enabled": true, "max_inflight_per_pod": 1},
+            "models": {"served_endpoint_header": "x-gateway-destination-endpoint-served"}}"#,
+    );
+    bench.publish(1, &ONE_POD);
+    let (mut busy, _) = send(&bench, 1, &[], "busy");
+    let (mut held, step) = send(&bench, 2, &[], "held");
+    assert_eq!(step, Step::Pause);
+    busy.on_log(&bench.host);
+    assert_eq!(resumed(&bench), [2]);
+    bench.host.set_response(&[(":status", "200")], b"");
+    bench.host.properties.borrow_mut().insert("upstream\0address".into(), b"10.0.0.1:8000".to_vec());
+    held.on_response_headers(&bench.host, false);
+    let served = bench.host.response_header("x-gateway-destination-endpoint-served");
+    assert_eq!(served.as_deref(), Some("10.0.0.1:8000"), "its pod became the stream's only at release");
+    held.on_log(&bench.host);
+}

@@ -25,6 +25,9 @@ pub struct Entry<T> {
     pub bytes: u64,
     pub enqueued_ms: u64,
     pub deadline_ms: u64,
+    /// The deadline is the request's own, shorter than its band's (its TTL header): its
+    /// expiry says how patient the client is, not that the pool stayed full.
+    pub own_deadline: bool,
     pub payload: T,
 }
 
@@ -184,18 +187,20 @@ impl<T> WaitQueue<T> {
         while let Some(band) = self.bands.get_mut(band_index) {
             let mut flow_index = 0;
             while let Some(flow) = band.flows.get_mut(flow_index) {
-                let mut position = 0;
-                while let Some(waiting) = flow.entries.get(position) {
-                    if waiting.deadline_ms > now_ms {
-                        position += 1;
-                        continue;
+                if flow.entries.iter().any(|e| e.deadline_ms <= now_ms) {
+                    // One pass over the flow, keeping the others' order (removing each from
+                    // the middle would move the rest once per expired entry).
+                    for entry in std::mem::take(&mut flow.entries) {
+                        if entry.deadline_ms > now_ms {
+                            flow.entries.push_back(entry);
+                            continue;
+                        }
+                        band.requests = band.requests.saturating_sub(1);
+                        band.bytes = band.bytes.saturating_sub(entry.bytes);
+                        self.requests = self.requests.saturating_sub(1);
+                        self.bytes = self.bytes.saturating_sub(entry.bytes);
+                        out.push(Left { priority: band.priority, entry });
                     }
-                    let Some(entry) = flow.entries.remove(position) else { break };
-                    band.requests = band.requests.saturating_sub(1);
-                    band.bytes = band.bytes.saturating_sub(entry.bytes);
-                    self.requests = self.requests.saturating_sub(1);
-                    self.bytes = self.bytes.saturating_sub(entry.bytes);
-                    out.push(Left { priority: band.priority, entry });
                 }
                 if flow.entries.is_empty() {
                     band.flows.remove(flow_index);

@@ -9,7 +9,7 @@ const ROOMY: QueueLimits = QueueLimits {
 };
 
 fn entry(id: u32, flow: u64, at: u64) -> Entry<()> {
-    Entry { id, flow, bytes: 10, enqueued_ms: at, deadline_ms: at + 1_000, payload: () }
+    Entry { id, flow, bytes: 10, enqueued_ms: at, deadline_ms: at + 1_000, own_deadline: false, payload: () }
 }
 
 fn drain(queue: &mut WaitQueue<()>) -> Vec<u32> {
@@ -143,10 +143,11 @@ fn flows_beyond_the_cap_share_one_flow() {
 
 #[test]
 fn against_a_simple_oracle_counts_never_drift() {
-    // Random pushes, pops, removals and expiries; the totals always equal the sum of what
-    // is inside, and nothing is lost or duplicated.
+    // Random pushes, pops, removals and expiries, with deadlines in no order within a flow
+    // (requests' own TTLs): the totals always equal the sum of what is inside, nothing is
+    // lost or duplicated, and an expiry takes exactly the requests past their deadline.
     let mut queue = WaitQueue::new(QueueLimits { total_requests: 40, band_requests: 15, ..ROOMY });
-    let mut inside = std::collections::BTreeSet::new();
+    let mut inside = std::collections::BTreeMap::new();
     let mut seed = 0x2545_f491_u64;
     let mut next = || {
         seed ^= seed << 13;
@@ -158,38 +159,45 @@ fn against_a_simple_oracle_counts_never_drift() {
         let choice = next() % 10;
         if choice < 5 {
             let priority = (next() % 5) as i32 - 2;
+            let deadline_ms = u64::from(step) + 1 + next() % 100;
             let e = Entry {
                 id: step,
                 flow: next() % 4,
                 bytes: 10,
                 enqueued_ms: u64::from(step),
-                deadline_ms: u64::from(step) + 50,
+                deadline_ms,
+                own_deadline: false,
                 payload: (),
             };
             match queue.push(priority, e) {
                 Admission::Queued => {
-                    inside.insert(step);
+                    inside.insert(step, deadline_ms);
                 }
                 Admission::QueuedEvicting(left) => {
-                    inside.insert(step);
+                    inside.insert(step, deadline_ms);
                     for l in left {
-                        assert!(inside.remove(&l.entry.id));
+                        assert!(inside.remove(&l.entry.id).is_some());
                     }
                 }
                 Admission::Full(_) => {}
             }
         } else if choice < 7 {
             if let Some(left) = queue.pop_next() {
-                assert!(inside.remove(&left.entry.id));
+                assert!(inside.remove(&left.entry.id).is_some());
             }
         } else if choice < 9 {
             let id = step.saturating_sub((next() % 30) as u32);
-            assert_eq!(queue.remove(id).is_some(), inside.remove(&id));
+            assert_eq!(queue.remove(id).is_some(), inside.remove(&id).is_some());
         } else {
+            let now = u64::from(step);
             let mut out = Vec::new();
-            queue.expire(u64::from(step), &mut out);
-            for left in out {
-                assert!(inside.remove(&left.entry.id));
+            queue.expire(now, &mut out);
+            let mut expired: Vec<u32> = out.iter().map(|left| left.entry.id).collect();
+            expired.sort_unstable();
+            let due: Vec<u32> = inside.iter().filter(|(_, &deadline)| deadline <= now).map(|(&id, _)| id).collect();
+            assert_eq!(expired, due, "exactly the requests past their deadline, wherever they wait");
+            for id in expired {
+                inside.remove(&id);
             }
         }
         assert_eq!(queue.len(), inside.len());

@@ -81,12 +81,14 @@ pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flo
     let now = host.now_ms();
     let bytes = held.body.len() as u64;
     let band_ttl = config.ttl_for(priority);
+    let own_ttl = ttl_ms.filter(|&own| own < band_ttl);
     let entry = Entry {
         id: held.context_id,
         flow,
         bytes,
         enqueued_ms: now,
-        deadline_ms: now.saturating_add(ttl_ms.map_or(band_ttl, |own| own.min(band_ttl))),
+        deadline_ms: now.saturating_add(own_ttl.unwrap_or(band_ttl)),
+        own_deadline: own_ttl.is_some(),
         payload: held,
     };
     let Ok(mut queue) = worker.flow.queue.try_borrow_mut() else {
@@ -142,7 +144,10 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
     let mut shed = Vec::new();
     if let Ok(mut queue) = worker.flow.queue.try_borrow_mut() {
         queue.expire(now, &mut expired);
-        if expired.iter().any(|left| left.priority >= 0) {
+        // A request of priority 0 or more that waited its band's whole TTL shows the pool
+        // stayed full: the sheddable ones go first. One that gave up sooner (its own TTL)
+        // shows only its client's patience, and must not empty the sheddable band.
+        if expired.iter().any(|left| left.priority >= 0 && !left.entry.own_deadline) {
             queue.shed_sheddable(&mut shed);
         }
     }
