@@ -170,9 +170,7 @@ impl FilterConfig {
         for (field, header) in
             [("destination_header", &self.destination_header), ("priority_header", &self.priority_header)]
         {
-            if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
-                return Err(format!("{field} '{header}' must be a lower-case header name"));
-            }
+            super::check_header(field, header)?;
         }
         check_pool_name(&self.pool_name)?;
         self.saturation.validate()?;

@@ -11,10 +11,11 @@ use super::check_range;
 /// between, and a bound on per-band state whatever clients send.
 pub const MAX_PRIORITY: i32 = 8;
 
-/// What a pod whose metrics are stale (older than `stale_after_ms`) counts as.
-/// The longest a request may wait in the queue, configured or asked for by its TTL header.
+/// The longest a request may wait in the queue (`ttl_ms`, `sheddable_ttl_ms`; a request's
+/// own TTL header only shortens its band's).
 pub const MAX_TTL_MS: u64 = 3_600_000;
 
+/// What a pod whose metrics are stale (older than `stale_after_ms`) counts as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum StaleMetricsPolicy {
@@ -52,11 +53,12 @@ pub struct FlowControlConfig {
     /// Read when `fairness_header` is absent, in order (llm-d's deprecated name).
     pub fairness_header_aliases: Vec<String>,
     /// Request header with the request's own queue TTL, a duration as llm-d writes it
-    /// (`"2s"`, `"1m30s"`, `"500ms"`); replaces the band's TTL, at most [`MAX_TTL_MS`].
+    /// (`"2s"`, `"1m30s"`, `"500ms"`); it may shorten the band's TTL, never lengthen it.
     /// An unreadable value is ignored. Empty = not read.
     pub ttl_header: String,
     /// Response header telling the client how long its request waited in the queue (whole
-    /// ms; 0 when routed at once), on requests flow control admitted. Empty = not written.
+    /// ms; 0 when routed at once), on requests flow control admitted once sent to a pod.
+    /// Empty = not written.
     pub queue_duration_header: String,
     /// Distinct flows per band at most; later ones share one overflow flow.
     pub max_flows_per_band: u32,
@@ -117,19 +119,10 @@ impl FlowControlConfig {
                 self.reserved_per_pod, self.max_inflight_per_pod
             ));
         }
-        let header = &self.fairness_header;
-        if !super::is_header_name(header) {
-            return Err(format!("flow_control.fairness_header '{header}' must be a lower-case header name"));
-        }
-        super::check_header_list("flow_control.fairness_header_aliases", &self.fairness_header_aliases)?;
-        for (field, header) in
-            [("ttl_header", &self.ttl_header), ("queue_duration_header", &self.queue_duration_header)]
-        {
-            if !header.is_empty() && !super::is_header_name(header) {
-                return Err(format!("flow_control.{field} '{header}' must be a lower-case header name"));
-            }
-        }
-        Ok(())
+        super::check_header(&field("fairness_header"), &self.fairness_header)?;
+        super::check_header_list(&field("fairness_header_aliases"), &self.fairness_header_aliases)?;
+        super::check_optional_header(&field("ttl_header"), &self.ttl_header)?;
+        super::check_optional_header(&field("queue_duration_header"), &self.queue_duration_header)
     }
 
     /// How long a request of `priority` may wait.

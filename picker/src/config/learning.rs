@@ -159,9 +159,7 @@ impl LearningConfig {
                 self.usage_streams_per_pod
             ));
         }
-        if !self.slo_header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
-            return Err(format!("learning.slo_header '{}' must be a lower-case header name", self.slo_header));
-        }
+        super::check_optional_header("learning.slo_header", &self.slo_header)?;
         super::check_header_list("learning.slo_header_aliases", &self.slo_header_aliases)?;
         Ok(())
     }

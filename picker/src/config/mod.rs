@@ -67,8 +67,24 @@ fn check_pool_name(name: &str) -> Result<(), String> {
 }
 
 /// A header name as Envoy hands headers to the plugin: lower-case letters, digits and '-'.
-pub(crate) fn is_header_name(name: &str) -> bool {
+fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit())
+}
+
+/// A header the filter reads or writes: `field` names it in the error.
+pub(crate) fn check_header(field: &str, name: &str) -> Result<(), String> {
+    if !is_header_name(name) {
+        return Err(format!("{field} '{name}' must be a lower-case header name"));
+    }
+    Ok(())
+}
+
+/// As [`check_header`], or empty (the header is then not read or written).
+pub(crate) fn check_optional_header(field: &str, name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    check_header(field, name)
 }
 
 /// A list of header names read in order (a name and its aliases): at most

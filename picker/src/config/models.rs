@@ -105,13 +105,8 @@ impl ModelsConfig {
         ] {
             super::check_header_list(&format!("models.{field}"), list)?;
         }
-        for (field, header) in
-            [("subset_header", &self.subset_header), ("served_endpoint_header", &self.served_endpoint_header)]
-        {
-            if !header.is_empty() && !super::is_header_name(header) {
-                return Err(format!("models.{field} '{header}' must be a lower-case header name"));
-            }
-        }
+        super::check_optional_header("models.subset_header", &self.subset_header)?;
+        super::check_optional_header("models.served_endpoint_header", &self.served_endpoint_header)?;
         for (field, name) in [
             ("subset_metadata_namespace", &self.subset_metadata_namespace),
             ("subset_metadata_key", &self.subset_metadata_key),

@@ -44,11 +44,7 @@ impl PdConfig {
         for (pick, weights) in [("prefill_weights", &self.prefill_weights), ("decode_weights", &self.decode_weights)] {
             weights.validate().map_err(|e| format!("pd.{pick}.{e}"))?;
         }
-        let header = &self.prefiller_header;
-        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
-            return Err(format!("pd.prefiller_header '{header}' must be a lower-case header name"));
-        }
-        Ok(())
+        super::check_header("pd.prefiller_header", &self.prefiller_header)
     }
 }
 

@@ -112,11 +112,7 @@ impl PrefixConfig {
         if !(0.0..=1.0).contains(&self.affinity_threshold) {
             return Err(format!("prefix.affinity_threshold = {}, must be within 0..=1", self.affinity_threshold));
         }
-        let header = &self.session_header;
-        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_lowercase() || b == b'-' || b.is_ascii_digit()) {
-            return Err(format!("prefix.session_header '{header}' must be a lower-case header name"));
-        }
-        Ok(())
+        super::check_header("prefix.session_header", &self.session_header)
     }
 }
 
