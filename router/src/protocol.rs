@@ -42,15 +42,19 @@ pub fn slo_ttft_ms(headers: &HeaderMap, config: &FilterConfig) -> Option<f64> {
     if !learning.enabled || learning.slo_header.is_empty() {
         return None;
     }
-    let aliases = learning.slo_header_aliases.iter().map(String::as_str);
-    let value = std::iter::once(learning.slo_header.as_str()).chain(aliases).find_map(|n| headers.get_text(n))?;
-    value.trim().parse::<f64>().ok().filter(|ms| ms.is_finite() && *ms > 0.0)
+    let value = first_present(headers, &learning.slo_header, &learning.slo_header_aliases)?;
+    std::str::from_utf8(value).ok()?.trim().parse::<f64>().ok().filter(|ms| ms.is_finite() && *ms > 0.0)
 }
 
 /// The session id: the configured session header, else its aliases (`x-session-token`).
 pub fn session_value<'h>(headers: &'h HeaderMap, config: &FilterConfig) -> Option<&'h [u8]> {
-    let aliases = config.models.session_header_aliases.iter().map(String::as_str);
-    std::iter::once(config.prefix.session_header.as_str()).chain(aliases).find_map(|name| headers.get(name))
+    first_present(headers, &config.prefix.session_header, &config.models.session_header_aliases)
+}
+
+/// The value of `name`, else of the first of its `aliases` present. As llm-d reads its
+/// headers, the first name present decides, whatever its value.
+pub fn first_present<'h>(headers: &'h HeaderMap, name: &str, aliases: &[String]) -> Option<&'h [u8]> {
+    std::iter::once(name).chain(aliases.iter().map(String::as_str)).find_map(|name| headers.get(name))
 }
 
 /// The subset hint: from Envoy's dynamic metadata when a filter before this one set it (the

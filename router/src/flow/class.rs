@@ -27,14 +27,14 @@ pub struct RequestClass {
 impl RequestClass {
     pub fn from_headers(config: &FilterConfig, headers: &HeaderMap, header_priority: Option<i64>) -> Self {
         let flow_control = &config.flow_control;
-        // The first name present decides, as llm-d reads it: an empty value there is no flow,
-        // whatever an alias says.
-        let aliases = flow_control.fairness_header_aliases.iter().map(String::as_str);
-        let flow = std::iter::once(flow_control.fairness_header.as_str())
-            .chain(aliases)
-            .find_map(|name| headers.get(name))
-            .filter(|id| !id.is_empty())
-            .map_or(DEFAULT_FLOW, |id| session_key(id).max(1));
+        // The first name present decides: an empty value there is no flow, whatever an alias says.
+        let flow = crate::protocol::first_present(
+            headers,
+            &flow_control.fairness_header,
+            &flow_control.fairness_header_aliases,
+        )
+        .filter(|id| !id.is_empty())
+        .map_or(DEFAULT_FLOW, |id| session_key(id).max(1));
         let ttl_ms = Some(flow_control.ttl_header.as_str())
             .filter(|name| !name.is_empty())
             .and_then(|name| headers.get_text(name))
