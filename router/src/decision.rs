@@ -94,13 +94,8 @@ pub struct Prompt<'a> {
 pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome {
     let now = host.now_ms();
     let Ok(mut cache) = worker.table.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
-    // The tick keeps the table fresh; only a worker that has none yet looks per request.
-    if cache.table().is_none() {
-        worker.refresh_table(&mut cache, host);
-    }
-    // Fail open is bounded in time: a table the pool service stopped refreshing long ago no
-    // longer says who is in the pool.
-    let expired = cache.expired(now, worker.config.fail_open_max_age_ms);
+    // Fail open is bounded in time: an expired table no longer says who is in the pool.
+    let expired = worker.table_expired_for_request(&mut cache, host, now);
     let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));

@@ -21,11 +21,8 @@ pub fn is_list_path(path: &str, list_path: &str) -> bool {
 /// `created` is then the time of the table's first list request).
 pub fn pool_models(worker: &Worker, host: &dyn Host) -> Option<Rc<[u8]>> {
     let mut cache = worker.table.try_borrow_mut().ok()?;
-    if cache.table().is_none() {
-        worker.refresh_table(&mut cache, host);
-    }
     let now_ms = host.now_ms();
-    if cache.expired(now_ms, worker.config.fail_open_max_age_ms) {
+    if worker.table_expired_for_request(&mut cache, host, now_ms) {
         return None;
     }
     let rewrites = &worker.config.models.rewrites;

@@ -93,6 +93,21 @@ impl Worker {
         }
     }
 
+    /// Readies the table for a request at `now_ms`: the tick keeps it fresh, so only a worker
+    /// that has none yet looks now. Returns whether it has expired: the pool service has been
+    /// silent past `fail_open_max_age_ms`, and the table no longer says who is in the pool.
+    pub fn table_expired_for_request(
+        &self,
+        cache: &mut TableCache,
+        store: &dyn picker::store::SharedStore,
+        now_ms: u64,
+    ) -> bool {
+        if cache.table().is_none() {
+            self.refresh_table(cache, store);
+        }
+        cache.expired(now_ms, self.config.fail_open_max_age_ms)
+    }
+
     /// Refreshes the table, counting and logging one that does not decode (the last good
     /// one is kept). The one place both the tick and a table-less request refresh through.
     pub fn refresh_table(&self, cache: &mut TableCache, store: &dyn picker::store::SharedStore) {

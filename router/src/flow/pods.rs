@@ -16,12 +16,8 @@ pub fn with_pods<R>(
     f: impl FnOnce(&[PodLoad<'_>], &WorkerInflight) -> R,
 ) -> Option<R> {
     let mut cache = worker.table.try_borrow_mut().ok()?;
-    if cache.table().is_none() {
-        worker.refresh_table(&mut cache, host);
-    }
-    // As the decision does: a table the pool service stopped refreshing long ago no
-    // longer says who is in the pool.
-    let expired = cache.expired(now, worker.config.fail_open_max_age_ms);
+    // As the decision reads it: an expired table no longer says who is in the pool.
+    let expired = worker.table_expired_for_request(&mut cache, host, now);
     let table = if expired { None } else { cache.table() };
     let mut inflight = worker.inflight.try_borrow_mut().ok()?;
     inflight.refresh_others(host, now);
