@@ -5,6 +5,7 @@
 //! pass [`PodAddress::parse`] on the way: only pool members, only literal `ip:port`.
 
 use crate::address::PodAddress;
+use crate::comparison::{draw_arm, Arm, PodSplit};
 use crate::config::UnknownModelPolicy;
 use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
@@ -260,29 +261,107 @@ pub fn choose_at(
     policy: &Policy,
     random: &mut TieBreaker,
 ) -> Result<Route, NoRoute> {
-    let table = view.table.filter(|t| !t.pods.is_empty());
-    let (candidates, indices): (Vec<Candidate<'_>>, Vec<usize>) = match table {
+    match view.table.filter(|t| !t.pods.is_empty()) {
         Some(table) => {
             let eligible = eligible_pods(view, table)?;
-            let candidates = table_candidates(view, table, &eligible, order);
-            (candidates, eligible.into_iter().map(|(i, _)| i).collect())
+            choose_among(view, table, eligible, order, policy, random)
         }
-        None => {
-            let subset = view.models.subset;
-            let allowed: Vec<usize> = (0..view.fallback_pool.len())
-                .filter(|&i| view.fallback_pool.get(i).is_some_and(|a| subset.is_none_or(|s| s.contains(a))))
-                .collect();
-            if subset.is_some() && allowed.is_empty() && !view.fallback_pool.is_empty() {
-                return Err(NoRoute::SubsetEmpty);
-            }
-            let candidates = allowed
-                .iter()
-                .filter_map(|&i| view.fallback_pool.get(i))
-                .map(|a| Candidate::with_load(a.as_str(), false, 0.0, None, (view.inflight)(a.as_str())))
-                .collect();
-            (candidates, allowed)
+        None => choose_in_fallback_pool(view, policy, random),
+    }
+}
+
+/// A live comparison ([`crate::comparison`]): the table's split into arms, the baseline's
+/// policy, and the request's session key (which keeps a session in one arm).
+pub struct Comparison<'a> {
+    pub split: &'a PodSplit,
+    pub baseline: &'a Policy,
+    pub session: Option<u64>,
+}
+
+/// [`choose_at`] within one arm of a comparison: the request's eligible pods are those of the
+/// arm drawn for it ([`draw_arm`]), chosen by the picker (`policy`, with everything the view
+/// knows) or by the baseline (its policy, blind to prefixes, sessions and predictions). The
+/// arm is `None` when the request is not compared: no table, or one arm has none of the pods
+/// it may go to; it is then chosen as [`choose_at`] would.
+pub fn choose_compared(
+    view: &RoutingView<'_>,
+    order: &TableOrder<'_>,
+    policy: &Policy,
+    comparison: &Comparison<'_>,
+    random: &mut TieBreaker,
+) -> Result<(Route, Option<Arm>), NoRoute> {
+    let Some(table) = view.table.filter(|t| !t.pods.is_empty()) else {
+        return choose_in_fallback_pool(view, policy, random).map(|route| (route, None));
+    };
+    let eligible = eligible_pods(view, table)?;
+    let arm_of = |i: usize| table.pods.get(i).map_or(Arm::Picker, |pod| comparison.split.arm_of(&pod.address));
+    let baseline = eligible.iter().filter(|&&(i, _)| arm_of(i) == Arm::Baseline).count();
+    let arm = draw_arm(baseline, eligible.len() - baseline, comparison.session, random);
+    let Some(arm) = arm else {
+        return choose_among(view, table, eligible, order, policy, random).map(|route| (route, None));
+    };
+    let in_arm: Vec<(usize, u8)> = eligible.into_iter().filter(|&(i, _)| arm_of(i) == arm).collect();
+    let route = match arm {
+        Arm::Picker => choose_among(view, table, in_arm, order, policy, random)?,
+        Arm::Baseline => {
+            let blind = RoutingView {
+                table: view.table,
+                fallback_pool: view.fallback_pool,
+                inflight: view.inflight,
+                prefix: None,
+                now_ms: view.now_ms,
+                stale_after_ms: view.stale_after_ms,
+                learning: None,
+                models: view.models,
+            };
+            let order = TableOrder { inflight_at: order.inflight_at, index_ids: None };
+            choose_among(&blind, table, in_arm, &order, comparison.baseline, random)?
         }
     };
+    Ok((route, Some(arm)))
+}
+
+/// Chooses among `eligible` of the table's pods (with their LoRA tiers).
+fn choose_among(
+    view: &RoutingView<'_>,
+    table: &PodTable,
+    eligible: Vec<(usize, u8)>,
+    order: &TableOrder<'_>,
+    policy: &Policy,
+    random: &mut TieBreaker,
+) -> Result<Route, NoRoute> {
+    let candidates = table_candidates(view, table, &eligible, order);
+    let indices: Vec<usize> = eligible.into_iter().map(|(i, _)| i).collect();
+    pick_route(view, Some(table), &candidates, &indices, policy, random)
+}
+
+/// Chooses among the fallback pool's pods (no table): by in-flight counts.
+fn choose_in_fallback_pool(view: &RoutingView<'_>, policy: &Policy, random: &mut TieBreaker) -> Result<Route, NoRoute> {
+    let subset = view.models.subset;
+    let allowed: Vec<usize> = (0..view.fallback_pool.len())
+        .filter(|&i| view.fallback_pool.get(i).is_some_and(|a| subset.is_none_or(|s| s.contains(a))))
+        .collect();
+    if subset.is_some() && allowed.is_empty() && !view.fallback_pool.is_empty() {
+        return Err(NoRoute::SubsetEmpty);
+    }
+    let candidates: Vec<Candidate<'_>> = allowed
+        .iter()
+        .filter_map(|&i| view.fallback_pool.get(i))
+        .map(|a| Candidate::with_load(a.as_str(), false, 0.0, None, (view.inflight)(a.as_str())))
+        .collect();
+    pick_route(view, None, &candidates, &allowed, policy, random)
+}
+
+/// Picks among `candidates` (built in the order of `indices`, positions in the table or, with
+/// none, in the fallback pool) and names the chosen pod by its validated address and epoch.
+fn pick_route(
+    view: &RoutingView<'_>,
+    table: Option<&PodTable>,
+    candidates: &[Candidate<'_>],
+    indices: &[usize],
+    policy: &Policy,
+    random: &mut TieBreaker,
+) -> Result<Route, NoRoute> {
     let pod = |index: usize| -> Option<(PodAddress, u32)> {
         let index = *indices.get(index)?;
         match table {
@@ -294,7 +373,7 @@ pub fn choose_at(
         .prefix
         .as_ref()
         .and_then(|q| q.hashes.first().map(|&key| Placement { key, reuse: q.reuse, blocks: q.hashes.len() }));
-    let decision = pick_placed(&candidates, policy, random, placement).ok_or(NoRoute::EmptyPool)?;
+    let decision = pick_placed(candidates, policy, random, placement).ok_or(NoRoute::EmptyPool)?;
     let chosen = candidates.get(decision.index).ok_or(NoRoute::EmptyPool)?;
     let (address, epoch) = pod(decision.index).ok_or(NoRoute::EmptyPool)?;
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
@@ -306,7 +385,7 @@ pub fn choose_at(
         epoch,
         fallbacks,
         fail_open: decision.fail_open,
-        pool_saturated: policy.saturation.pool_saturated(&candidates),
+        pool_saturated: policy.saturation.pool_saturated(candidates),
         prefix_match: chosen.prefix_match,
         affinity: decision.affinity,
         score: decision.score,

@@ -15,9 +15,13 @@ use picker::prefix::hash::MAX_BLOCKS;
 use picker::prefix::hash_prompt_noting_replies;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::explain::candidate_scores;
-use picker::route::{choose_at, LearningQuery, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView, TableOrder};
+use picker::route::{
+    choose_at, choose_compared, Comparison, LearningQuery, ModelQuery, NoRoute, PrefixQuery, Route, RoutingView,
+    TableOrder,
+};
 use wasm_epp_host::Host;
 
+use crate::comparison_stats::Compared;
 use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
 use crate::disaggregate::{prefill_pick, DecodeChoice, LocalPrefill, Prefill};
@@ -31,13 +35,16 @@ pub enum Outcome {
     /// Send it to `address`; `destination` is the header value (with fallbacks); `explain`
     /// the decision header's value when `debug_decision_header` is on; `prefiller` the
     /// prefill pod when the request is disaggregated (counted in flight until the decode pod
-    /// answers); with learning on, `dispatch` is what the answer will be compared with.
+    /// answers); with learning on, `dispatch` is what the answer will be compared with;
+    /// `compared` its arm when the comparison is on.
     Routed {
         address: PodAddress,
         destination: String,
         explain: Option<String>,
         prefiller: Option<Prefill>,
         dispatch: Option<Dispatch>,
+        /// The comparison's arm that routed it, when it is compared.
+        compared: Option<Compared>,
     },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
@@ -96,6 +103,15 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let Ok(mut cache) = worker.table.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     // Fail open is bounded in time: an expired table no longer says who is in the pool.
     let expired = worker.table_expired_for_request(&mut cache, host, now);
+    // The comparison: a stored response's session must reach its pod whatever the arm, and
+    // only prompts the picker reads are compared.
+    let comparing = worker
+        .comparison
+        .as_ref()
+        .filter(|_| prompt.request.is_some() && prompt.endpoint.generates() && !prompt.session_pinned);
+    if comparing.is_some() {
+        cache.ready_split(worker.config.comparison.baseline_share);
+    }
     let table = if expired { None } else { cache.table() };
     let prefix_config = &worker.config.prefix;
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
@@ -209,7 +225,18 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let Ok(mut random) = worker.random.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     let choosing = profile::span(host, Phase::Choose);
     let order = TableOrder { inflight_at: &inflight_at, index_ids: in_order.and_then(|table| prefix.index_ids(table)) };
-    let chosen = choose_at(&view, &order, policy, &mut random);
+    let comparison = comparing.zip(cache.split()).map(|(comparing, split)| Comparison {
+        split,
+        baseline: &comparing.baseline,
+        session: prompt.session,
+    });
+    let (chosen, arm) = match &comparison {
+        Some(comparison) => match choose_compared(&view, &order, policy, comparison, &mut random) {
+            Ok((route, arm)) => (Ok(route), arm),
+            Err(no_route) => (Err(no_route), None),
+        },
+        None => (choose_at(&view, &order, policy, &mut random), None),
+    };
     choosing.end();
     let route = match chosen {
         Ok(route) => Some(route),
@@ -252,7 +279,12 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         // The worker's in-flight slot tells the workers of one Envoy apart (they share the
         // configured VM id).
         let decider = inflight.slot().map_or_else(|| "unknown".to_string(), |slot| format!("slot-{slot}"));
-        describe(&address, reason, prefix_match, &candidates, &decider, host.now_us())
+        let mut value = describe(&address, reason, prefix_match, &candidates, &decider, host.now_us());
+        if let Some(arm) = arm {
+            value.push_str("; arm=");
+            value.push_str(arm.label());
+        }
+        value
     });
     // Only completions and chat are split (as llm-d's sidecar does; another endpoint's body was
     // read for `model` alone).
@@ -383,8 +415,17 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     if let Some(model) = model_label {
         worker.stats.count_model(model);
     }
+    if let (Some(comparing), Some(arm)) = (&worker.comparison, arm) {
+        comparing.stats.routed(&worker.stats.metrics, arm);
+    }
+    let compared = arm.map(|arm| Compared {
+        arm,
+        routed_ms: now,
+        awaiting_first_byte: prompt.request.and_then(|r| r.stream).unwrap_or(false),
+        answered: false,
+    });
     let destination = destination_value(&address, &fallbacks);
-    Outcome::Routed { address, destination, explain, prefiller, dispatch }
+    Outcome::Routed { address, destination, explain, prefiller, dispatch, compared }
 }
 
 /// After a linearized pick's publish (see `WorkerInflight::confirm_decision`, which this

@@ -15,6 +15,7 @@ use picker::prefix::session_key;
 use picker::request::{parse_model_only, parse_request, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
+use crate::comparison_stats::Compared;
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
 use crate::disaggregate::{release_prefill, write_prefiller};
@@ -79,6 +80,8 @@ pub struct RequestStream {
     rewrite_to: Option<String>,
     /// Flow control admitted it (routed at once or held): its answer reports the wait.
     flow_admitted: bool,
+    /// The comparison's arm that routed it (comparison on), timed until its end.
+    compared: Option<Compared>,
 }
 
 impl RequestStream {
@@ -111,6 +114,7 @@ impl RequestStream {
             response_id: None,
             rewrite_to: None,
             flow_admitted: false,
+            compared: None,
         }
     }
 
@@ -290,6 +294,7 @@ impl RequestStream {
         }
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
+        self.compare_answer(host);
         if self.sent_to_pod() {
             let _span = profile::span(host, Phase::ServedEndpoint);
             crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
@@ -325,6 +330,9 @@ impl RequestStream {
         if let Some(watch) = &mut self.response_id {
             watch.on_body(&self.worker, host, chunk_size, chunk.as_deref());
         }
+        if chunk_size > 0 {
+            self.compare_first_byte(host);
+        }
         Step::Continue
     }
 
@@ -352,6 +360,11 @@ impl RequestStream {
         release_prefill(&self.worker, host, &mut self.prefilling_at);
         let Some(address) = self.routed_to.take() else { return };
         let now = host.now_ms();
+        if let (Some(compared), Some(comparing)) = (self.compared.take(), &self.worker.comparison) {
+            if compared.answered {
+                comparing.stats.ended(&self.worker.stats.metrics, compared.arm, now.saturating_sub(compared.routed_ms));
+            }
+        }
         if let Some(observed) = self.observed.take() {
             observed.on_end(&self.worker, host, &address, now);
         }
@@ -388,6 +401,7 @@ impl RequestStream {
             subset: self.subset.take(),
             fate: std::cell::RefCell::new(crate::flow::Fate::Waiting),
             waited_ms: std::cell::Cell::new(0),
+            compared: std::cell::Cell::new(None),
         });
         if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, class.flow, class.ttl_ms) {
             self.held = Some(held);
@@ -485,8 +499,9 @@ impl RequestStream {
         let stats = &self.worker.stats;
         stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
         match outcome {
-            Outcome::Routed { address, destination, explain, prefiller, dispatch } => {
+            Outcome::Routed { address, destination, explain, prefiller, dispatch, compared } => {
                 self.explain = explain;
+                self.compared = compared;
                 self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
                 self.observed = dispatch.map(|dispatch| Observation::start(&self.worker, dispatch));
                 let header = &self.worker.config.destination_header;
@@ -539,6 +554,38 @@ impl RequestStream {
         match &self.held {
             Some(held) => matches!(*held.fate.borrow(), crate::flow::Fate::Routed(_)),
             None => self.routed_to.is_some(),
+        }
+    }
+
+    /// The compared request's arm (a released request's is set on its queue entry at release).
+    fn compared(&mut self) -> Option<&mut Compared> {
+        if self.compared.is_none() {
+            self.compared = self.held.as_ref().and_then(|held| held.compared.get());
+        }
+        self.compared.as_mut()
+    }
+
+    /// A compared request's answer began: a 5xx counts as its arm's error; only a success's
+    /// first byte is a first token.
+    fn compare_answer(&mut self, host: &dyn Host) {
+        let Some(compared) = self.compared() else { return };
+        let status = host.response_header_value(":status").ok().flatten();
+        let class = status.as_deref().and_then(|s| s.first().copied());
+        compared.answered = true;
+        compared.awaiting_first_byte &= class == Some(b'2');
+        let arm = compared.arm;
+        if let (Some(comparing), Some(b'5')) = (&self.worker.comparison, class) {
+            comparing.stats.failed(&self.worker.stats.metrics, arm);
+        }
+    }
+
+    /// A compared stream's first body byte: the time from its pick.
+    fn compare_first_byte(&mut self, host: &dyn Host) {
+        let Some(compared) = self.compared.as_mut().filter(|c| c.awaiting_first_byte) else { return };
+        compared.awaiting_first_byte = false;
+        let (arm, routed_ms) = (compared.arm, compared.routed_ms);
+        if let Some(comparing) = &self.worker.comparison {
+            comparing.stats.first_byte(&self.worker.stats.metrics, arm, host.now_ms().saturating_sub(routed_ms));
         }
     }
 

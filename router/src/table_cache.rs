@@ -6,6 +6,7 @@
 
 use std::rc::Rc;
 
+use picker::comparison::PodSplit;
 use picker::keys;
 use picker::models::demand::AdapterDemand;
 use picker::models::index::ModelIndex;
@@ -28,6 +29,8 @@ pub struct TableCache {
     /// kept until the table changes: a client repeating `GET /v1/models` costs one build per
     /// publish, not one per request.
     model_list: Option<Option<Rc<[u8]>>>,
+    /// The comparison's split of the current table's pods into arms, built once per table.
+    split: Option<PodSplit>,
 }
 
 /// What a refresh found.
@@ -70,6 +73,7 @@ impl TableCache {
                 self.models = ModelIndex::build(&table, &|name| self.demand.wanted(name, now));
                 self.table = Some(table);
                 self.model_list = None;
+                self.split = None;
                 Refresh::Updated
             }
             Err(reason) => Refresh::DecodeFailed(reason),
@@ -86,6 +90,19 @@ impl TableCache {
             self.model_list = Some(self.table.as_ref().and_then(build).map(Rc::from));
         }
         self.model_list.clone().flatten()
+    }
+
+    /// Splits the current table's pods into the comparison's arms, once per table; `split`
+    /// then gives it.
+    pub fn ready_split(&mut self, baseline_share: f64) {
+        if self.split.is_none() {
+            self.split = self.table.as_ref().map(|table| PodSplit::of(table, baseline_share));
+        }
+    }
+
+    /// The split [`TableCache::ready_split`] made of the current table.
+    pub fn split(&self) -> Option<&PodSplit> {
+        self.split.as_ref()
     }
 
     /// A request for `model` went to table pod `pod` at `now_ms` (see `ModelIndex::note_routed`).

@@ -51,6 +51,14 @@ pub struct Worker {
     pub usage_readers: RefCell<picker::learn::UsageReaders>,
     /// Answers watched in full (`learning.watch_per_second`, `learning.watch_share`).
     pub watch_budget: RefCell<picker::learn::allowance::Allowance>,
+    /// The live comparison with a baseline, when `comparison.baseline_share` is above 0.
+    pub comparison: Option<Comparing>,
+}
+
+/// What the comparison needs on every request: the baseline's policy and the arms' stats.
+pub struct Comparing {
+    pub baseline: Policy,
+    pub stats: crate::comparison_stats::ComparisonStats,
 }
 
 impl Worker {
@@ -61,7 +69,12 @@ impl Worker {
         let flow = crate::flow::FlowState::new(&config.flow_control, &stats.metrics);
         let learning_stats = LearningStats::define(&stats.metrics);
         let policy = config.policy();
+        let comparison = config.comparison.enabled().then(|| Comparing {
+            baseline: picker::comparison::baseline_policy(&config.comparison, policy.fallbacks),
+            stats: crate::comparison_stats::ComparisonStats::define(&stats.metrics),
+        });
         Self {
+            comparison,
             pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),
             policy,
             learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),

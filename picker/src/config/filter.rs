@@ -113,6 +113,8 @@ pub struct FilterConfig {
     pub models: super::ModelsConfig,
     /// Learning from responses: token load, the per-pod TTFT model, index correction.
     pub learning: super::LearningConfig,
+    /// A live A/B test of the picker against a plain load balancer (off by default).
+    pub comparison: super::ComparisonConfig,
 }
 
 impl Default for FilterConfig {
@@ -140,6 +142,7 @@ impl Default for FilterConfig {
             pd: None,
             models: super::ModelsConfig::default(),
             learning: super::LearningConfig::default(),
+            comparison: super::ComparisonConfig::default(),
         }
     }
 }
@@ -210,6 +213,12 @@ impl FilterConfig {
         }
         self.models.validate()?;
         self.learning.validate()?;
+        self.comparison.validate()?;
+        // A P/D pool picks two pods per request by their roles: an arm of its own pods
+        // would take one role's pods from the other arm.
+        if self.comparison.enabled() && self.pd.is_some() {
+            return Err("comparison and pd cannot be on together".into());
+        }
         parse_pool(&self.pool)
     }
 }

@@ -3,6 +3,7 @@
 //! A bad configuration fails the plugin at start with a message naming the field, never on
 //! the first request. Unknown fields are errors, so a typo is caught instead of ignored.
 
+mod comparison;
 mod filter;
 mod flow;
 mod learning;
@@ -12,6 +13,7 @@ mod peers;
 mod poller;
 mod prefix;
 
+pub use comparison::{BaselinePolicy, ComparisonConfig};
 pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
 pub use flow::{FlowControlConfig, StaleMetricsPolicy, MAX_PRIORITY, MAX_TTL_MS};
 pub use learning::{LearningConfig, TtftScore, MAX_USAGE_STREAMS_PER_POD};

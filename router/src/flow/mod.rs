@@ -79,6 +79,8 @@ pub struct Held {
     pub fate: RefCell<Fate>,
     /// How long it waited, set when it is released (`flow_control.queue_duration_header`).
     pub waited_ms: Cell<u64>,
+    /// The comparison's arm that routed it at release, for its stream to time.
+    pub compared: Cell<Option<crate::comparison_stats::Compared>>,
 }
 
 /// One worker's flow-control state.

@@ -227,7 +227,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         slo_ttft_ms: None,
     };
     match decide(worker, host, &prompt) {
-        Outcome::Routed { address, destination, explain: _, prefiller, dispatch: _ } => {
+        Outcome::Routed { address, destination, explain: _, prefiller, dispatch: _, compared } => {
             // A released request's stream is not at hand here to hold the prefill pod's
             // in-flight count until the decode pod answers: the header is written and the count
             // ended at once (the prefill is the short part of the request).
@@ -244,6 +244,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
                 crate::rewrite::replace_model(worker, host, &held.body, target);
             }
             *held.fate.borrow_mut() = Fate::Routed(address);
+            held.compared.set(compared);
             let waited_ms = now.saturating_sub(left.entry.enqueued_ms);
             held.waited_ms.set(waited_ms);
             worker.flow.stats.released_after(&worker.stats.metrics, waited_ms, slot);

@@ -1,0 +1,135 @@
+//! A live A/B test of the picker against a plain load balancer, on the same traffic at the
+//! same time (`comparison` in the filter configuration).
+//!
+//! An operator deciding whether wasm-epp routes their traffic better than what they run now
+//! cannot learn it from our benchmarks: their prompts, rates and pods are their own. So the
+//! gateway can run both: the pool's pods are split in two arms, the picker's and the
+//! baseline's (`least_request` or `random`), in the configured share, and each request is
+//! given to an arm with the probability of that arm's share of the pods it may go to, so both
+//! arms carry the same load per pod. Each arm routes only to its own pods: the baseline's
+//! placements do not spread prefixes over the picker's caches, nor the picker's queues over
+//! the baseline's. Per-arm stats (requests, time to first byte, duration) show which serves
+//! faster.
+//!
+//! The split is a pure function of the table's addresses and models (no seed), so every
+//! worker and every replica splits a pool alike. Pods are split per model they serve first
+//! (their first base model name), so each model's pods are shared by both arms in the
+//! configured proportion: a pool of two models, two pods each, gives each arm one of each.
+
+use hashbrown::HashSet;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::address::PodAddress;
+use crate::config::{BaselinePolicy, ComparisonConfig, ScorerWeights};
+use crate::pod_table::PodTable;
+use crate::random::TieBreaker;
+use crate::saturation::SaturationLimits;
+use crate::scheduler::Policy;
+
+/// Which side of the comparison routed a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arm {
+    Picker,
+    Baseline,
+}
+
+impl Arm {
+    pub const ALL: [Arm; 2] = [Arm::Picker, Arm::Baseline];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Picker => "picker",
+            Self::Baseline => "baseline",
+        }
+    }
+}
+
+/// Seeds the address hash that orders pods within a model's group (any fixed value: it only
+/// has to be the same in every VM).
+const SPLIT_SEED: u64 = 0x0063_6f6d_7061_7265;
+
+/// The baseline arm's pods of one table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodSplit {
+    baseline: HashSet<PodAddress>,
+}
+
+impl PodSplit {
+    /// Splits `table`'s pods: within each group of pods whose first base model is the same,
+    /// ordered by a hash of their address, the first `share` of them (rounded, at least one
+    /// and at most all but one in a group of two or more; none in a group of one) go to the
+    /// baseline.
+    pub fn of(table: &PodTable, share: f64) -> Self {
+        let mut groups: Vec<(&str, u64, &PodAddress)> = table
+            .pods
+            .iter()
+            .map(|pod| {
+                let model = pod.models.first().map_or("", String::as_str);
+                (model, xxh3_64_with_seed(pod.address.as_str().as_bytes(), SPLIT_SEED), &pod.address)
+            })
+            .collect();
+        groups.sort_unstable_by(|a, b| (a.0, a.1, a.2.as_str()).cmp(&(b.0, b.1, b.2.as_str())));
+        let mut baseline = HashSet::new();
+        for group in groups.chunk_by(|a, b| a.0 == b.0) {
+            let size = group.len();
+            if size < 2 {
+                continue;
+            }
+            let wanted = ((share * size as f64).round() as usize).clamp(1, size - 1);
+            baseline.extend(group.iter().take(wanted).map(|&(_, _, address)| address.clone()));
+        }
+        Self { baseline }
+    }
+
+    pub fn arm_of(&self, pod: &PodAddress) -> Arm {
+        if self.baseline.contains(pod) {
+            Arm::Baseline
+        } else {
+            Arm::Picker
+        }
+    }
+
+    pub fn baseline_pods(&self) -> usize {
+        self.baseline.len()
+    }
+}
+
+/// The arm of a request that may go to `baseline` of the baseline's pods and `picker` of the
+/// picker's: the baseline with probability `baseline / (baseline + picker)`, so each arm's
+/// pods see the same load. A request with a session (a header or a stored response's id)
+/// draws by its key, so its turns stay in one arm and on its pods; one without, at random.
+/// `None` when either arm has none of its pods: it is not compared.
+pub fn draw_arm(baseline: usize, picker: usize, session: Option<u64>, random: &mut TieBreaker) -> Option<Arm> {
+    if baseline == 0 || picker == 0 {
+        return None;
+    }
+    let draw = match session {
+        // Mixed, so keys that differ in low bits only still spread.
+        Some(key) => TieBreaker::new(key).next_u64(),
+        None => random.next_u64(),
+    };
+    let total = (baseline + picker) as u128;
+    let below = (u128::from(draw) * total) >> 64;
+    Some(if below < baseline as u128 { Arm::Baseline } else { Arm::Picker })
+}
+
+/// How the baseline arm chooses: by in-flight counts alone (`least_request`) or not at all
+/// (`random`, every pod scored alike), blind to queues, KV, prefixes and sessions, and never
+/// counting a pod as saturated, as Envoy's own load balancers.
+pub fn baseline_policy(config: &ComparisonConfig, fallbacks: usize) -> Policy {
+    let inflight = match config.baseline {
+        BaselinePolicy::LeastRequest => 1.0,
+        BaselinePolicy::Random => 0.0,
+    };
+    Policy {
+        weights: ScorerWeights { queue: 0.0, kv_cache: 0.0, inflight, prefix: 0.0 },
+        saturation: SaturationLimits { queue_threshold: f64::INFINITY, kv_cache_threshold: f64::INFINITY },
+        affinity_threshold: 0.0,
+        fallbacks,
+        learning: None,
+        ..Policy::default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

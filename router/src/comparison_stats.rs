@@ -1,0 +1,148 @@
+//! The comparison's stats, per arm (`comparison` on; see `picker::comparison`): what an
+//! operator reads to tell whether the picker serves their traffic faster than the baseline.
+//!
+//! Counted in Wasm memory and flushed on the tick, as every stat; the arm is a label after a
+//! fixed word, made a tag by the bootstrap's `arm` rule (envoy/envoy.yaml.template):
+//! - `wasm_epp.comparison_requests.arm.<arm>` -> `wasm_epp_comparison_requests{arm="picker"}`;
+//! - `wasm_epp.comparison_errors.arm.<arm>`: answers with a 5xx status (the pod's or Envoy's);
+//! - `wasm_epp.comparison_first_byte_ms_bucket.arm.<arm>.le.<bound>` (`_sum`, `_count`):
+//!   streamed answers, from the pick to the answer's first body byte (the first token, as
+//!   the gateway sees it: what the pick changes of the client's time to first token);
+//! - `wasm_epp.comparison_duration_ms_bucket.arm.<arm>.le.<bound>` (`_sum`, `_count`):
+//!   every answer, from the pick to its end.
+
+use picker::comparison::Arm;
+use wasm_epp_host::{Counter, Metrics};
+
+/// Upper bounds of the time buckets, ms: a first token in tens of ms on an idle pod, seconds
+/// in a queue; a whole answer up to minutes.
+pub const TIME_BOUNDS_MS: [u64; 14] =
+    [10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000];
+
+/// One time histogram: a counter per bound, then `+Inf`, a sum and a count.
+struct TimeHistogram {
+    buckets: [Counter; TIME_BOUNDS_MS.len() + 1],
+    sum_ms: Counter,
+    count: Counter,
+}
+
+impl TimeHistogram {
+    fn define(metrics: &Metrics, name: &str, arm: Arm) -> Self {
+        let label = arm.label();
+        let buckets = std::array::from_fn(|i| {
+            let bound = TIME_BOUNDS_MS.get(i).map_or_else(|| "+Inf".to_string(), |b| b.to_string());
+            metrics.announced_counter(&format!("wasm_epp.comparison_{name}_bucket.arm.{label}.le.{bound}"))
+        });
+        Self {
+            buckets,
+            sum_ms: metrics.announced_counter(&format!("wasm_epp.comparison_{name}_sum.arm.{label}")),
+            count: metrics.announced_counter(&format!("wasm_epp.comparison_{name}_count.arm.{label}")),
+        }
+    }
+
+    fn observe(&self, metrics: &Metrics, elapsed_ms: u64) {
+        let first = TIME_BOUNDS_MS.iter().position(|bound| elapsed_ms <= *bound).unwrap_or(TIME_BOUNDS_MS.len());
+        for bucket in self.buckets.iter().skip(first) {
+            metrics.increment(*bucket);
+        }
+        metrics.add(self.sum_ms, elapsed_ms);
+        metrics.increment(self.count);
+    }
+}
+
+/// One arm's stats.
+struct ArmStats {
+    requests: Counter,
+    errors: Counter,
+    first_byte: TimeHistogram,
+    duration: TimeHistogram,
+}
+
+/// Both arms' stats; defined (and shown at 0) only when the comparison is on.
+pub struct ComparisonStats {
+    arms: [ArmStats; 2],
+}
+
+impl ComparisonStats {
+    pub fn define(metrics: &Metrics) -> Self {
+        Self {
+            arms: Arm::ALL.map(|arm| {
+                let label = arm.label();
+                ArmStats {
+                    requests: metrics.announced_counter(&format!("wasm_epp.comparison_requests.arm.{label}")),
+                    errors: metrics.announced_counter(&format!("wasm_epp.comparison_errors.arm.{label}")),
+                    first_byte: TimeHistogram::define(metrics, "first_byte_ms", arm),
+                    duration: TimeHistogram::define(metrics, "duration_ms", arm),
+                }
+            }),
+        }
+    }
+
+    fn arm(&self, arm: Arm) -> Option<&ArmStats> {
+        Arm::ALL.iter().position(|a| *a == arm).and_then(|i| self.arms.get(i))
+    }
+
+    pub fn routed(&self, metrics: &Metrics, arm: Arm) {
+        if let Some(stats) = self.arm(arm) {
+            metrics.increment(stats.requests);
+        }
+    }
+
+    pub fn failed(&self, metrics: &Metrics, arm: Arm) {
+        if let Some(stats) = self.arm(arm) {
+            metrics.increment(stats.errors);
+        }
+    }
+
+    pub fn first_byte(&self, metrics: &Metrics, arm: Arm, elapsed_ms: u64) {
+        if let Some(stats) = self.arm(arm) {
+            stats.first_byte.observe(metrics, elapsed_ms);
+        }
+    }
+
+    pub fn ended(&self, metrics: &Metrics, arm: Arm, elapsed_ms: u64) {
+        if let Some(stats) = self.arm(arm) {
+            stats.duration.observe(metrics, elapsed_ms);
+        }
+    }
+}
+
+/// A compared request on its way: its arm, when it was routed, and what is left to time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compared {
+    pub arm: Arm,
+    pub routed_ms: u64,
+    /// A streamed answer, whose first byte is timed (a whole answer's comes at its end).
+    pub awaiting_first_byte: bool,
+    /// Its answer's headers came (from the pod, or Envoy's own reply): its end is timed.
+    pub answered: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasm_epp_host::MockHost;
+
+    #[test]
+    fn each_arm_counts_and_times_apart() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let stats = ComparisonStats::define(&metrics);
+        stats.routed(&metrics, Arm::Baseline);
+        stats.first_byte(&metrics, Arm::Baseline, 40);
+        stats.first_byte(&metrics, Arm::Picker, 20);
+        stats.ended(&metrics, Arm::Picker, 400_000);
+        stats.failed(&metrics, Arm::Picker);
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.comparison_requests.arm.baseline"), 1);
+        assert_eq!(host.metric("wasm_epp.comparison_requests.arm.picker"), 0);
+        assert_eq!(host.metric("wasm_epp.comparison_first_byte_ms_bucket.arm.baseline.le.25"), 0);
+        assert_eq!(host.metric("wasm_epp.comparison_first_byte_ms_bucket.arm.baseline.le.50"), 1);
+        assert_eq!(host.metric("wasm_epp.comparison_first_byte_ms_bucket.arm.picker.le.25"), 1);
+        assert_eq!(host.metric("wasm_epp.comparison_first_byte_ms_sum.arm.baseline"), 40);
+        assert_eq!(host.metric("wasm_epp.comparison_duration_ms_bucket.arm.picker.le.300000"), 0);
+        assert_eq!(host.metric("wasm_epp.comparison_duration_ms_bucket.arm.picker.le.+Inf"), 1);
+        assert_eq!(host.metric("wasm_epp.comparison_duration_ms_count.arm.picker"), 1);
+        assert_eq!(host.metric("wasm_epp.comparison_errors.arm.picker"), 1);
+    }
+}

@@ -1,0 +1,198 @@
+//! The live comparison with a baseline (`comparison`), through the whole request path of one
+//! worker on a `MockHost`: arms on their own pods, the baseline blind to prefixes, sessions
+//! kept in their arm, and each arm's answers counted and timed.
+
+// Helpers outside #[test] functions read replies: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use common::{completion, publish_models, Bench, COMPLETIONS};
+use wasm_epp_router::RequestStream;
+
+const FOUR_PODS: [(&str, f64); 4] =
+    [("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0), ("10.0.0.3:8000", 0.0), ("10.0.0.4:8000", 0.0)];
+
+const HALF: &str = r#"{"comparison": {"baseline_share": 0.5}, "debug_decision_header": true}"#;
+
+fn chosen(destination: &Option<String>) -> String {
+    destination.clone().unwrap_or_default().split(',').next().unwrap_or_default().to_owned()
+}
+
+/// The arm the decision header names, once the answer's headers are in.
+fn arm_of(bench: &Bench, stream: &mut RequestStream, status: &str) -> String {
+    bench.host.set_response(&[(":status", status)], b"");
+    stream.on_response_headers(&bench.host, false);
+    let explain = bench.host.response_header("x-wasm-epp-decision").unwrap();
+    explain.split("; arm=").nth(1).unwrap().to_owned()
+}
+
+fn streamed(prompt: &str) -> String {
+    format!(r#"{{"model":"m","prompt":"{prompt}","max_tokens":4,"stream":true}}"#)
+}
+
+#[test]
+fn each_arm_keeps_to_its_pods_and_the_baseline_ignores_prefixes() {
+    let bench = Bench::new(HALF);
+    bench.publish(1, &FOUR_PODS);
+    // One long prompt, again and again, one at a time: the picker keeps it on one pod; the
+    // baseline, blind to prefixes, spreads it over both of its own (equally loaded: ties).
+    let prompt = "the same long shared document ".repeat(40);
+    let mut pods_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for _ in 0..60 {
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&prompt));
+        let arm = arm_of(&bench, &mut stream, "200");
+        pods_of.entry(arm).or_default().insert(chosen(&answer.destination));
+        stream.on_log(&bench.host);
+    }
+    let (picker, baseline) = (&pods_of["picker"], &pods_of["baseline"]);
+    assert_eq!(picker.len(), 1, "the picker keeps the prefix on one pod: {pods_of:?}");
+    assert_eq!(baseline.len(), 2, "the baseline spreads it over its two pods: {pods_of:?}");
+    assert!(picker.is_disjoint(baseline), "{pods_of:?}");
+    let total =
+        bench.stat("wasm_epp.comparison_requests.arm.picker") + bench.stat("wasm_epp.comparison_requests.arm.baseline");
+    assert_eq!(total, 60);
+    assert!(bench.stat("wasm_epp.comparison_requests.arm.baseline") >= 15, "about half each");
+}
+
+#[test]
+fn the_least_request_baseline_goes_where_fewest_are_in_flight() {
+    let bench = Bench::new(HALF);
+    bench.publish(1, &FOUR_PODS);
+    let mut open = Vec::new();
+    let mut baseline_pods: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..40 {
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&format!("unrelated {i}")));
+        if arm_of(&bench, &mut stream, "200") == "baseline" {
+            *baseline_pods.entry(chosen(&answer.destination)).or_default() += 1;
+        }
+        open.push(stream);
+    }
+    let counts: Vec<usize> = baseline_pods.values().copied().collect();
+    assert_eq!(counts.len(), 2, "{baseline_pods:?}");
+    assert!(counts[0].abs_diff(counts[1]) <= 1, "kept even by in-flight counts: {baseline_pods:?}");
+    for mut stream in open {
+        stream.on_log(&bench.host);
+    }
+}
+
+#[test]
+fn a_session_stays_in_one_arm() {
+    let bench = Bench::new(HALF);
+    bench.publish(1, &FOUR_PODS);
+    let mut arms = BTreeSet::new();
+    for turn in 0..12 {
+        let headers = [COMPLETIONS.as_slice(), &[("x-session-id", "conversation-7")]].concat();
+        let (mut stream, _) = bench.request(&headers, &completion(&format!("turn {turn}")));
+        arms.insert(arm_of(&bench, &mut stream, "200"));
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(arms.len(), 1, "{arms:?}");
+}
+
+#[test]
+fn answers_are_timed_and_failures_counted_per_arm() {
+    let bench = Bench::new(HALF);
+    bench.publish(1, &FOUR_PODS);
+    let mut first_bytes: BTreeMap<String, u64> = BTreeMap::new();
+    for i in 0..40 {
+        let (mut stream, _) = bench.request(&COMPLETIONS, &streamed(&format!("prompt {i}")));
+        let status = if i % 10 == 0 { "503" } else { "200" };
+        let arm = arm_of(&bench, &mut stream, status);
+        bench.host.advance(30);
+        bench.host.set_response(&[(":status", status)], b"data: {}\n\n");
+        stream.on_response_body(&bench.host, 10, false);
+        stream.on_response_body(&bench.host, 10, false);
+        bench.host.advance(300);
+        stream.on_log(&bench.host);
+        if status == "200" {
+            *first_bytes.entry(arm).or_default() += 1;
+        }
+    }
+    for arm in ["picker", "baseline"] {
+        let timed = first_bytes.get(arm).copied().unwrap_or(0);
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_first_byte_ms_count.arm.{arm}")), timed, "{arm}");
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_first_byte_ms_sum.arm.{arm}")), 30 * timed, "{arm}");
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_first_byte_ms_bucket.arm.{arm}.le.25")), 0);
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_first_byte_ms_bucket.arm.{arm}.le.50")), timed);
+        let routed = bench.stat(&format!("wasm_epp.comparison_requests.arm.{arm}"));
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_duration_ms_count.arm.{arm}")), routed, "{arm}");
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_duration_ms_sum.arm.{arm}")), 330 * routed, "{arm}");
+    }
+    let errors =
+        bench.stat("wasm_epp.comparison_errors.arm.picker") + bench.stat("wasm_epp.comparison_errors.arm.baseline");
+    assert_eq!(errors, 4, "the 5xx answers, each in its arm");
+}
+
+#[test]
+fn requests_the_picker_must_route_are_not_compared() {
+    let bench = Bench::new(HALF);
+    publish_models(
+        &bench,
+        &[("10.0.0.1:8000", "m", &[], 0.0), ("10.0.0.2:8000", "m", &[], 0.0), ("10.0.0.3:8000", "solo", &[], 0.0)],
+    );
+    // A model one pod serves: no arm has a pod of each side for it.
+    let body = r#"{"model":"solo","prompt":"hi","max_tokens":4}"#;
+    let (mut stream, answer) = bench.request(&COMPLETIONS, body);
+    assert_eq!(chosen(&answer.destination), "10.0.0.3:8000");
+    bench.host.set_response(&[(":status", "200")], b"");
+    stream.on_response_headers(&bench.host, false);
+    assert!(!bench.host.response_header("x-wasm-epp-decision").unwrap().contains("arm="));
+    stream.on_log(&bench.host);
+    // Another endpoint's body is read for its model alone: not compared either.
+    let embeddings = [(":method", "POST"), (":path", "/v1/embeddings"), ("content-type", "application/json")];
+    bench.complete(&embeddings, r#"{"model":"m","input":"hi"}"#);
+    let compared =
+        bench.stat("wasm_epp.comparison_requests.arm.picker") + bench.stat("wasm_epp.comparison_requests.arm.baseline");
+    assert_eq!(compared, 0);
+}
+
+#[test]
+fn off_by_default_with_no_stats() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &FOUR_PODS);
+    bench.complete(&COMPLETIONS, &completion("hello"));
+    bench.tick();
+    assert!(!bench.host.metric_names.borrow().iter().any(|(name, _)| name.contains("comparison")));
+}
+
+#[test]
+fn a_request_released_by_flow_control_is_timed_in_the_arm_that_routed_it() {
+    let config = r#"{"comparison": {"baseline_share": 0.5}, "fallback_destinations": 0,
+        "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 5000}}"#;
+    let bench = Bench::new(config);
+    bench.publish(1, &FOUR_PODS[..2]);
+    let send = |id: u32, prompt: &str| {
+        let body = streamed(prompt);
+        bench.host.set_request(&COMPLETIONS, body.as_bytes());
+        let mut stream = RequestStream::for_context(bench.worker.clone(), id);
+        stream.on_request_headers(&bench.host, false);
+        let step = stream.on_request_body(&bench.host, body.len(), true);
+        (stream, step)
+    };
+    // Both pods busy (one place each), then a third request waits in the queue.
+    let (mut first, _) = send(1, "one");
+    let (mut second, _) = send(2, "two");
+    let (mut held, step) = send(3, "three");
+    assert_eq!(step, wasm_epp_router::Step::Pause);
+    assert_eq!(
+        bench.stat("wasm_epp.comparison_requests.arm.picker") + bench.stat("wasm_epp.comparison_requests.arm.baseline"),
+        2
+    );
+    first.on_log(&bench.host);
+    second.on_log(&bench.host);
+    assert_eq!(bench.host.resumed.borrow().as_slice(), [3], "released");
+    bench.host.set_response(&[(":status", "200")], b"data: {}\n\n");
+    held.on_response_headers(&bench.host, false);
+    bench.host.advance(40);
+    held.on_response_body(&bench.host, 10, false);
+    held.on_log(&bench.host);
+    let timed = bench.stat("wasm_epp.comparison_first_byte_ms_count.arm.picker")
+        + bench.stat("wasm_epp.comparison_first_byte_ms_count.arm.baseline");
+    assert_eq!(timed, 1, "the released stream's first byte, in its arm");
+    let ended = bench.stat("wasm_epp.comparison_duration_ms_count.arm.picker")
+        + bench.stat("wasm_epp.comparison_duration_ms_count.arm.baseline");
+    assert_eq!(ended, 1, "only the released one was answered");
+}

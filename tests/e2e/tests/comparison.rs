@@ -1,0 +1,56 @@
+//! The live comparison with a baseline (`comparison`) through a real Envoy: each arm routes
+//! on its own pods, and Envoy exports each arm's requests and time histograms labelled by the
+//! bootstrap's `arm` and `le` rules, as Prometheus and the dashboard read them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use e2e::Cluster;
+
+#[test]
+fn each_arm_routes_on_its_own_pods_and_its_answers_are_counted_and_timed() {
+    let cluster = Cluster::start_ready_with("comparison", 4, &["--time-scale", "0.2"], |options| {
+        options.filter_config["comparison"] = serde_json::json!({"baseline_share": 0.5});
+        options.filter_config["debug_decision_header"] = serde_json::json!(true);
+    });
+    let mut pods_of: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut streamed: BTreeMap<String, f64> = BTreeMap::new();
+    for i in 0..40 {
+        // A few shared documents, streamed and whole answers alternating.
+        let stream = i % 2 == 0;
+        let prompt =
+            format!("{} question {i}", "shared document number {} ".repeat(30).replace("{}", &(i % 3).to_string()));
+        let body = serde_json::json!({"model": "sim-model", "prompt": prompt, "max_tokens": 8, "stream": stream});
+        let reply = cluster.post("/v1/completions", &[], &body.to_string());
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let decision = reply.header("x-wasm-epp-decision").unwrap_or_default().to_owned();
+        let arm = decision.split("; arm=").nth(1).unwrap_or_else(|| panic!("no arm: {decision}")).to_owned();
+        pods_of.entry(arm.clone()).or_default().insert(cluster.served_by_pool(&reply));
+        if stream {
+            assert!(reply.body.contains("data: [DONE]"), "{}", reply.body);
+            *streamed.entry(arm).or_default() += 1.0;
+        }
+    }
+    let (picker, baseline) = (&pods_of["picker"], &pods_of["baseline"]);
+    assert!(picker.len() <= 2 && baseline.len() <= 2 && picker.is_disjoint(baseline), "{pods_of:?}");
+    let routed: f64 = ["picker", "baseline"]
+        .iter()
+        .map(|arm| {
+            let series = format!("wasm_epp_comparison_requests{{arm=\"{arm}\"}}");
+            launcher::wait_until(Duration::from_secs(2), || cluster.envoy.stat(&series).is_some_and(|n| n > 0.0));
+            let count = cluster.envoy.stat(&series).unwrap_or_else(|| panic!("{series} not exported"));
+            // Each stream's first byte, in the histogram's buckets as Prometheus reads them.
+            let streams = streamed.get(*arm).copied().unwrap_or(0.0);
+            // Envoy puts the tags in its rules' order: le, then arm.
+            let first_bytes = format!("wasm_epp_comparison_first_byte_ms_bucket{{le=\"+Inf\",arm=\"{arm}\"}}");
+            assert_eq!(cluster.envoy.stat(&first_bytes), Some(streams), "{first_bytes}");
+            let ended = format!("wasm_epp_comparison_duration_ms_count{{arm=\"{arm}\"}}");
+            assert_eq!(cluster.envoy.stat(&ended), Some(count), "{ended}: every answer ended");
+            count
+        })
+        .sum();
+    assert_eq!(routed, 40.0);
+    let errors = cluster.envoy.stat("wasm_epp_comparison_errors{arm=\"baseline\"}");
+    assert_eq!(errors, Some(0.0), "exported at 0");
+    cluster.assert_plugin_healthy();
+}
