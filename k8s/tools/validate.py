@@ -692,6 +692,14 @@ STAT_NAME_SAMPLES = {
     "wasmcustom.wasm_epp.pool.a.flow.pod_saturated.pod.10_0_0_1_8000": {"pool": "a", "pod": "10_0_0_1_8000"},
     "wasmcustom.wasm_epp.model_requests.model.meta-llama/Llama-3.1-8B": {"model": "meta-llama/Llama-3.1-8B"},
     "wasmcustom.wasm_epp.pool.a.model_requests.model.qwen": {"pool": "a", "model": "qwen"},
+    "wasmcustom.wasm_epp.comparison_requests.arm.picker": {"arm": "picker"},
+    "wasmcustom.wasm_epp.pool.a.comparison_first_byte_ms_bucket.arm.baseline.le.250": {
+        "pool": "a",
+        "arm": "baseline",
+        "le": "250",
+    },
+    "wasmcustom.wasm_epp.comparison_duration_ms_bucket.arm.picker.le.+Inf": {"arm": "picker", "le": "+Inf"},
+    "wasmcustom.wasm_epp.comparison_duration_ms_sum.arm.baseline": {"arm": "baseline"},
 }
 
 

@@ -51,7 +51,10 @@ fn traffic(cluster: &Cluster) -> (usize, usize) {
                     while Instant::now() < deadline {
                         let system = "You are a careful assistant. ".repeat(40);
                         let prompt = format!("[{}] {system} question {sent} from {client}", sent % SYSTEM_PROMPTS);
-                        let body = serde_json::json!({"model": "sim-model", "prompt": prompt, "max_tokens": 16});
+                        // Some stream: the comparison's first-token histogram times streams.
+                        let stream = client % 3 == 1;
+                        let body =
+                            serde_json::json!({"model": "sim-model", "prompt": prompt, "max_tokens": 16, "stream": stream});
                         let session = format!("user-{client}");
                         let headers: Vec<(&str, &str)> =
                             if client % 2 == 0 { vec![("x-session-id", session.as_str())] } else { vec![] };
@@ -77,10 +80,12 @@ fn traffic(cluster: &Cluster) -> (usize, usize) {
 
 #[test]
 fn every_dashboard_panel_has_data_from_a_real_prometheus() {
-    // Learning on, so the prefix-index accuracy panel shows answers (the rest is `make run`).
+    // Learning on, so the prefix-index accuracy panel shows answers, and the comparison (one
+    // pod of three for the baseline), so its panel does (the rest is `make run`).
     let cluster = Cluster::start("dashboard", 3, &[], |options| {
         if let Some(filter) = options.filter_config.as_object_mut() {
             filter.insert("learning".into(), serde_json::json!({"enabled": true}));
+            filter.insert("comparison".into(), serde_json::json!({"baseline_share": 0.34}));
         }
     });
     assert!(
