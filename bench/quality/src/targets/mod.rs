@@ -38,6 +38,11 @@ pub enum TargetName {
     /// The same wasm-epp build with `learning.enabled` (issue 14); `wasm-epp` is it off.
     #[value(name = "wasm-epp-learning")]
     WasmEppLearning,
+    /// The same wasm-epp build running its own A/B test (`comparison.baseline_share` 0.5,
+    /// baseline `least_request`) with `debug_decision_header` on, so each answer names its arm
+    /// (`--comparison-only`).
+    #[value(name = "wasm-epp-compared")]
+    WasmEppCompared,
 }
 
 impl TargetName {
@@ -49,6 +54,7 @@ impl TargetName {
             TargetName::VllmRouterCacheAware => "vllm-router-cache-aware",
             TargetName::VllmRouterPowerOfTwo => "vllm-router-power-of-two",
             TargetName::WasmEppLearning => "wasm-epp-learning",
+            TargetName::WasmEppCompared => "wasm-epp-compared",
         }
     }
 }
@@ -94,6 +100,11 @@ pub fn merge_filter_overrides(options: &mut EnvoyOptions) -> Result<(), String> 
     Ok(())
 }
 
+/// `wasm-epp-compared`'s `comparison` section: half the pods to a least-request baseline.
+pub fn comparison_section() -> serde_json::Value {
+    serde_json::json!({"baseline_share": 0.5, "baseline": "least_request"})
+}
+
 fn free_port() -> Result<u16, String> {
     launcher::free_port().map_err(|e| format!("no free port: {e}"))
 }
@@ -101,10 +112,19 @@ fn free_port() -> Result<u16, String> {
 /// Starts `name` in front of `pool`, writing configuration and logs into `dir`.
 pub fn start(name: TargetName, pool: &[String], dir: &Path, vllm_router: &Path) -> Result<RunningTarget, String> {
     match name {
-        TargetName::WasmEpp | TargetName::WasmEppLearning => {
+        TargetName::WasmEpp | TargetName::WasmEppLearning | TargetName::WasmEppCompared => {
             let mut options = EnvoyOptions::for_pool(pool, free_port()?, free_port()?);
-            if let (TargetName::WasmEppLearning, Some(config)) = (name, options.filter_config.as_object_mut()) {
-                config.insert("learning".into(), serde_json::json!({"enabled": true}));
+            if let Some(config) = options.filter_config.as_object_mut() {
+                match name {
+                    TargetName::WasmEppLearning => {
+                        config.insert("learning".into(), serde_json::json!({"enabled": true}));
+                    }
+                    TargetName::WasmEppCompared => {
+                        config.insert("comparison".into(), comparison_section());
+                        config.insert("debug_decision_header".into(), serde_json::json!(true));
+                    }
+                    _ => {}
+                }
             }
             merge_filter_overrides(&mut options)?;
             let envoy = Envoy::start(&options, dir)?;
