@@ -10,6 +10,7 @@
 
 mod balance;
 mod client;
+mod comparison;
 mod driver;
 mod flow;
 mod index_accuracy;

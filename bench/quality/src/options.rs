@@ -21,8 +21,9 @@ pub struct Options {
     /// pool's output throughput at saturation. Use its own --out-dir.
     #[arg(long)]
     pub saturate: bool,
-    /// Workloads to run: a (shared prefix), b (multi-turn), c (no prefix), d (burst).
-    #[arg(long, value_delimiter = ',', default_value = "a,b,c,d")]
+    /// Workloads to run: a (shared prefix), b (multi-turn), c (no prefix), d (burst). With
+    /// --comparison-only, b unless this names others.
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_WORKLOADS)]
     pub workloads: Vec<WorkloadName>,
     /// Targets to run, in this order.
     #[arg(
@@ -109,4 +110,29 @@ pub struct Options {
     /// Targets of the inference-perf ladder, in this order.
     #[arg(long, value_delimiter = ',', default_value = crate::inference_perf::DEFAULT_TARGETS)]
     pub inference_perf_targets: Vec<TargetName>,
+    /// Run only the gateway's own A/B test (`wasm-epp-compared`: half the pods to a
+    /// least-request baseline arm) and, on the same workload, the full-pool references
+    /// `wasm-epp` and `envoy-least-request`; results in `<out-dir>/comparison.{json,md}`
+    /// (`bench/results/comparison/` by default). Workload b unless --workloads names others.
+    #[arg(long, conflicts_with_all = ["replicas_only", "pd_only", "flow_only", "inference_perf_only", "peer_cost_only"])]
+    pub comparison_only: bool,
+}
+
+/// `--workloads`' default: the quality benchmark's four.
+const DEFAULT_WORKLOADS: &str = "a,b,c,d";
+
+impl Options {
+    /// The workloads of `--comparison-only`: b (multi-turn chats, 8 pods, KV pressure) when
+    /// `--workloads` is left at its default, else the ones it names.
+    pub fn comparison_workloads(&self) -> Vec<WorkloadName> {
+        let default =
+            [WorkloadName::SharedPrefix, WorkloadName::MultiTurn, WorkloadName::NoPrefix, WorkloadName::Burst];
+        if self.workloads == default {
+            vec![WorkloadName::MultiTurn]
+        } else {
+            let mut names = self.workloads.clone();
+            names.dedup();
+            names
+        }
+    }
 }

@@ -101,14 +101,25 @@ impl SimulatedPool {
     /// The pool's prefix-cache counters now.
     pub fn prefix_counters(&self) -> Result<PrefixCounters, String> {
         let mut total = PrefixCounters::default();
-        for pod in &self.pods {
-            let reply = http::get(&pod.url("/metrics"), ADMIN_TIMEOUT)?;
-            let queries = sum_of(&reply.body, PREFIX_QUERIES)
-                .ok_or_else(|| format!("{}: no {PREFIX_QUERIES} in /metrics", pod.address()))?;
-            total.queries += queries;
-            total.hits += sum_of(&reply.body, PREFIX_HITS).unwrap_or(0.0);
+        for (_, counters) in self.prefix_counters_per_pod()? {
+            total.queries += counters.queries;
+            total.hits += counters.hits;
         }
         Ok(total)
+    }
+
+    /// Every pod's prefix-cache counters now, by `ip:port` (as `x-served-by` names them).
+    pub fn prefix_counters_per_pod(&self) -> Result<Vec<(String, PrefixCounters)>, String> {
+        self.pods
+            .iter()
+            .map(|pod| {
+                let reply = http::get(&pod.url("/metrics"), ADMIN_TIMEOUT)?;
+                let queries = sum_of(&reply.body, PREFIX_QUERIES)
+                    .ok_or_else(|| format!("{}: no {PREFIX_QUERIES} in /metrics", pod.address()))?;
+                let hits = sum_of(&reply.body, PREFIX_HITS).unwrap_or(0.0);
+                Ok((pod.address(), PrefixCounters { queries, hits }))
+            })
+            .collect()
     }
 
     /// One line per pod, each starting with `label`: requests served, mean TTFT and mean queue

@@ -2,7 +2,7 @@
 //! (for the hit rate) and queue gauges (for the balance sampler). Series of one metric with
 //! different labels (one per engine, per model) are summed, as vLLM's data-parallel pods need.
 
-pub use vllm_sim::client::sum_of;
+pub use vllm_sim::client::{series, sum_of};
 
 pub const PREFIX_QUERIES: &str = "vllm:prefix_cache_queries_total";
 pub const PREFIX_HITS: &str = "vllm:prefix_cache_hits_total";

@@ -45,6 +45,9 @@ pub fn run(options: &Options) -> Result<(), String> {
     if options.inference_perf_only {
         return crate::inference_perf::run(options);
     }
+    if options.comparison_only {
+        return crate::comparison::run(options);
+    }
     let started = Instant::now();
     let started_at = utc_now();
     let (out_dir, runtime) = prepare(options)?;
@@ -194,7 +197,7 @@ fn run_one(
 /// `decisions.txt` beside the target's logs (only when the run turned the header on, e.g.
 /// `WASM_EPP_FILTER_CONFIG='{"debug_decision_header": true}'`): the data to read when a
 /// router's choices need explaining.
-fn write_decisions(replay: &crate::driver::Replay, dir: &Path) -> Result<(), String> {
+pub(crate) fn write_decisions(replay: &crate::driver::Replay, dir: &Path) -> Result<(), String> {
     let mut lines = String::new();
     for success in replay.outcomes.iter().filter_map(|outcome| outcome.as_ref().ok()) {
         let Some(decision) = &success.decision else { continue };
