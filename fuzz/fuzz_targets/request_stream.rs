@@ -27,13 +27,15 @@ use wasm_epp_router::{configure, tick, RequestStream, Worker};
 
 /// Configurations the worker may start with: defaults; small body limits that reject invalid
 /// bodies, with a static pool; prefix off, another destination header, no fallbacks, a rewrite.
-const CONFIGS: [&str; 3] = [
+const CONFIGS: [&str; 4] = [
     "{}",
     r#"{"max_body_bytes": 1024, "max_buffered_bytes": 1536, "invalid_body": "reject",
         "pool": ["10.0.0.9:8000", "[fd00::9]:80"], "fail_open_max_age_ms": 1000}"#,
     r#"{"destination_header": "x-pick", "prefix": {"enabled": false}, "fallback_destinations": 0,
         "priority_header": "x-priority",
         "models": {"rewrites": [{"model": "public", "targets": [{"model": "sql-lora", "weight": 1}]}]}}"#,
+    // The live comparison: each arm on its own pods, the baseline by load.
+    r#"{"comparison": {"baseline_share": 0.5}, "debug_decision_header": true}"#,
 ];
 
 /// Headers a pool cluster could follow; no client copy may survive the request headers.

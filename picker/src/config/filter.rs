@@ -248,6 +248,14 @@ mod tests {
     }
 
     #[test]
+    fn the_comparison_is_refused_in_a_pd_pool() {
+        let both: FilterConfig = parse_json(br#"{"comparison": {"baseline_share": 0.5}, "pd": {}}"#).unwrap();
+        assert!(both.validate().unwrap_err().contains("comparison and pd"));
+        let off: FilterConfig = parse_json(br#"{"comparison": {"baseline_share": 0}, "pd": {}}"#).unwrap();
+        assert!(off.validate().is_ok(), "a share of 0 is off");
+    }
+
+    #[test]
     fn a_pool_name_is_a_dns_label() {
         for good in ["llama", "qwen-3-8b", "a", &"p".repeat(63)] {
             let config = FilterConfig { pool_name: good.to_string(), ..FilterConfig::default() };
