@@ -14,48 +14,30 @@
 use picker::comparison::Arm;
 use wasm_epp_host::{Counter, Metrics};
 
+use crate::histogram::CumulativeHistogram;
+
 /// Upper bounds of the time buckets, ms: a first token in tens of ms on an idle pod, seconds
 /// in a queue; a whole answer up to minutes.
 pub const TIME_BOUNDS_MS: [u64; 14] =
     [10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000];
 
-/// One time histogram: a counter per bound, then `+Inf`, a sum and a count.
-struct TimeHistogram {
-    buckets: [Counter; TIME_BOUNDS_MS.len() + 1],
-    sum_ms: Counter,
-    count: Counter,
-}
-
-impl TimeHistogram {
-    fn define(metrics: &Metrics, name: &str, arm: Arm) -> Self {
-        let label = arm.label();
-        let buckets = std::array::from_fn(|i| {
-            let bound = TIME_BOUNDS_MS.get(i).map_or_else(|| "+Inf".to_string(), |b| b.to_string());
-            metrics.announced_counter(&format!("wasm_epp.comparison_{name}_bucket.arm.{label}.le.{bound}"))
-        });
-        Self {
-            buckets,
-            sum_ms: metrics.announced_counter(&format!("wasm_epp.comparison_{name}_sum.arm.{label}")),
-            count: metrics.announced_counter(&format!("wasm_epp.comparison_{name}_count.arm.{label}")),
-        }
-    }
-
-    fn observe(&self, metrics: &Metrics, elapsed_ms: u64) {
-        let first = TIME_BOUNDS_MS.iter().position(|bound| elapsed_ms <= *bound).unwrap_or(TIME_BOUNDS_MS.len());
-        for bucket in self.buckets.iter().skip(first) {
-            metrics.increment(*bucket);
-        }
-        metrics.add(self.sum_ms, elapsed_ms);
-        metrics.increment(self.count);
-    }
+/// `wasm_epp.comparison_<name>_bucket.arm.<arm>.le.<bound>`, and its sum and count.
+fn time_histogram(metrics: &Metrics, name: &str, arm: &str) -> CumulativeHistogram {
+    CumulativeHistogram::define(
+        metrics,
+        &TIME_BOUNDS_MS,
+        |bound| format!("wasm_epp.comparison_{name}_bucket.arm.{arm}.le.{bound}"),
+        &format!("wasm_epp.comparison_{name}_sum.arm.{arm}"),
+        &format!("wasm_epp.comparison_{name}_count.arm.{arm}"),
+    )
 }
 
 /// One arm's stats.
 struct ArmStats {
     requests: Counter,
     errors: Counter,
-    first_byte: TimeHistogram,
-    duration: TimeHistogram,
+    first_byte: CumulativeHistogram,
+    duration: CumulativeHistogram,
 }
 
 /// Both arms' stats; defined (and shown at 0) only when the comparison is on.
@@ -71,8 +53,8 @@ impl ComparisonStats {
                 ArmStats {
                     requests: metrics.announced_counter(&format!("wasm_epp.comparison_requests.arm.{label}")),
                     errors: metrics.announced_counter(&format!("wasm_epp.comparison_errors.arm.{label}")),
-                    first_byte: TimeHistogram::define(metrics, "first_byte_ms", arm),
-                    duration: TimeHistogram::define(metrics, "duration_ms", arm),
+                    first_byte: time_histogram(metrics, "first_byte_ms", label),
+                    duration: time_histogram(metrics, "duration_ms", label),
                 }
             }),
         }

@@ -11,6 +11,8 @@
 
 use wasm_epp_host::{Counter, Metrics};
 
+use crate::histogram::CumulativeHistogram;
+
 /// Why a pod was chosen (or the request refused), most specific first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PickReason {
@@ -46,32 +48,26 @@ pub const DECISION_TIME_BOUNDS_US: [u64; 10] = [10, 25, 50, 100, 250, 500, 1_000
 
 pub struct DecisionStats {
     by_reason: [Counter; PickReason::ALL.len()],
-    /// One per bound, then `+Inf`.
-    buckets: [Counter; DECISION_TIME_BOUNDS_US.len() + 1],
-    sum_us: Counter,
-    count: Counter,
+    time: CumulativeHistogram,
 }
 
 impl DecisionStats {
     pub fn define(metrics: &Metrics) -> Self {
         let by_reason =
             PickReason::ALL.map(|r| metrics.counter(&format!("wasm_epp.picks_by_reason.reason.{}", r.label())));
-        let buckets = std::array::from_fn(|i| {
-            let bound = DECISION_TIME_BOUNDS_US.get(i).map_or_else(|| "+Inf".to_string(), |b| b.to_string());
-            metrics.counter(&format!("wasm_epp.decision_time_us_bucket.le.{bound}"))
-        });
-        let stats = Self {
-            by_reason,
-            buckets,
-            sum_us: metrics.counter("wasm_epp.decision_time_us_sum"),
-            count: metrics.counter("wasm_epp.decision_time_us_count"),
-        };
         // Every reason and bucket shows from the start, at 0: a dashboard's fail-open or shed
         // rate is then 0, not "no data".
-        for counter in stats.by_reason.iter().chain(&stats.buckets).chain([&stats.sum_us, &stats.count]) {
+        for counter in &by_reason {
             metrics.announce(*counter);
         }
-        stats
+        let time = CumulativeHistogram::define(
+            metrics,
+            &DECISION_TIME_BOUNDS_US,
+            |bound| format!("wasm_epp.decision_time_us_bucket.le.{bound}"),
+            "wasm_epp.decision_time_us_sum",
+            "wasm_epp.decision_time_us_count",
+        );
+        Self { by_reason, time }
     }
 
     pub fn count_reason(&self, metrics: &Metrics, reason: PickReason) {
@@ -80,17 +76,9 @@ impl DecisionStats {
         }
     }
 
-    /// Records one decision that took `elapsed_us`, in every bucket whose bound it is under.
+    /// Records one decision that took `elapsed_us`.
     pub fn observe_us(&self, metrics: &Metrics, elapsed_us: u64) {
-        let first = DECISION_TIME_BOUNDS_US
-            .iter()
-            .position(|bound| elapsed_us <= *bound)
-            .unwrap_or(DECISION_TIME_BOUNDS_US.len());
-        for bucket in self.buckets.iter().skip(first) {
-            metrics.increment(*bucket);
-        }
-        metrics.add(self.sum_us, elapsed_us);
-        metrics.increment(self.count);
+        self.time.observe(metrics, elapsed_us);
     }
 }
 

@@ -23,6 +23,7 @@ pub mod decision_header;
 pub mod decision_stats;
 pub mod disaggregate;
 pub mod flow;
+pub mod histogram;
 pub mod learning_share;
 pub mod model_list;
 pub mod peer_receiver;
