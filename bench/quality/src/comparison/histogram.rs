@@ -26,6 +26,8 @@ pub struct GatewayArm {
     pub first_byte_p99_ms: Option<f64>,
     /// `_sum` / `_count`.
     pub first_byte_mean_ms: Option<f64>,
+    /// Cumulative counts of the first-byte buckets, one per bound of [`BOUNDS_MS`], then `+Inf`.
+    pub first_byte_cumulative: Vec<f64>,
     /// Every answer, pick → end.
     pub duration_count: f64,
     pub duration_p50_ms: Option<f64>,
@@ -50,6 +52,7 @@ pub fn read_arm(text: &str, arm: &str) -> Option<GatewayArm> {
         first_byte_p90_ms: quantile(&first_byte, 0.90),
         first_byte_p99_ms: quantile(&first_byte, 0.99),
         first_byte_mean_ms: first_byte_sum.filter(|_| first_byte_count > 0.0).map(|sum| sum / first_byte_count),
+        first_byte_cumulative: first_byte.iter().map(|(_, count)| *count).collect(),
         duration_count: count(&duration),
         duration_p50_ms: quantile(&duration, 0.50),
         duration_p90_ms: quantile(&duration, 0.90),
@@ -129,6 +132,8 @@ mod tests {
         // Rank 5: 3 of the 6 in 25..50.
         assert_eq!(arm.first_byte_p50_ms, Some(37.5));
         assert_eq!(arm.first_byte_mean_ms, Some(60.0));
+        assert_eq!(arm.first_byte_cumulative.get(..5), Some(&[0.0, 2.0, 8.0, 10.0, 10.0][..]));
+        assert_eq!(arm.first_byte_cumulative.len(), BOUNDS_MS.len() + 1);
         assert_eq!(read_arm(&text, "baseline"), None);
     }
 }

@@ -187,7 +187,11 @@ fn run_one(
     let gateway_stats = match &running {
         RunningTarget::WasmEpp(envoy) => {
             std::thread::sleep(FLUSH_WAIT);
-            Some(http::get(&envoy.admin_url("/stats/prometheus"), ADMIN_TIMEOUT)?.body)
+            let text = http::get(&envoy.admin_url("/stats/prometheus"), ADMIN_TIMEOUT)?.body;
+            // Kept beside the run's logs, to check the figures against Envoy's own text.
+            let path = dir.join("stats.prom");
+            std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+            Some(text)
         }
         _ => None,
     };

@@ -33,6 +33,8 @@ struct Document<'a> {
     quick: bool,
     time_scale: f64,
     comparison: serde_json::Value,
+    /// The upper bounds of the gateway's buckets (`first_byte_cumulative` has one more: `+Inf`).
+    bucket_bounds_ms: &'a [u64],
     rows: &'a [ComparisonRow],
     verdicts: &'a [Verdict],
     notes: &'a [String],
@@ -80,14 +82,14 @@ pub fn one_line(row: &ComparisonRow) -> String {
 /// The table, one line per arm and reference.
 pub fn table(rows: &[ComparisonRow]) -> String {
     let mut out = String::from(
-        "| workload | run | pods | requests | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | out tok/s | out tok share | hit rate | gateway requests | gateway first byte p50 ms | gateway first byte p90 ms | gateway errors |\n\
-         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "| workload | run | pods | requests | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | E2E p50 ms | out tok/s | out tok share | hit rate | gateway requests | gateway first byte p50 ms | gateway first byte p90 ms | gateway first byte mean ms | gateway errors |\n\
+         | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
     );
     for row in rows {
         let gateway = row.gateway.as_ref();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1}% | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1}% | {} | {} | {} | {} | {} | {} |",
             row.workload,
             name(row),
             row.pods.len(),
@@ -102,6 +104,7 @@ pub fn table(rows: &[ComparisonRow]) -> String {
             gateway.map_or_else(|| "-".into(), |g| format!("{:.0}", g.requests)),
             ms(gateway.and_then(|g| g.first_byte_p50_ms)),
             ms(gateway.and_then(|g| g.first_byte_p90_ms)),
+            ms(gateway.and_then(|g| g.first_byte_mean_ms)),
             gateway.map_or_else(|| "-".into(), |g| format!("{:.0}", g.errors)),
         );
     }
@@ -116,9 +119,12 @@ fn verdict_lines(rows: &[ComparisonRow], verdict: &Verdict) -> String {
     let p90 = |row: Option<&ComparisonRow>| ms(row.and_then(|r| r.ttft_p90_ms));
     let gateway_p90 =
         |row: Option<&ComparisonRow>| ms(row.and_then(|r| r.gateway.as_ref()).and_then(|g| g.first_byte_p90_ms));
+    let mean = |row: Option<&ComparisonRow>| row.and_then(|r| r.gateway.as_ref()).and_then(|g| g.first_byte_mean_ms);
+    let gateway_mean = |row: Option<&ComparisonRow>| ms(mean(row));
     let ratio = |value: Option<f64>| value.map_or_else(|| "-".into(), |v| format!("{v:.2}"));
     let (picker, baseline) = (find("wasm-epp-compared", Some("picker")), find("wasm-epp-compared", Some("baseline")));
     let (full, least) = (find("wasm-epp", None), find("envoy-least-request", None));
+    let gateway_mean_ratio = mean(picker).zip(mean(baseline)).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
     let side = |value: Option<f64>| match value {
         Some(v) if v < 1.0 => "the picker is faster",
         Some(_) => "the picker is NOT faster",
@@ -128,7 +134,7 @@ fn verdict_lines(rows: &[ComparisonRow], verdict: &Verdict) -> String {
     let _ = writeln!(
         out,
         "- **{}, the gateway's A/B test**: TTFT p90 picker arm / baseline arm = {} / {} ms = **{}** ({}); \
-         the gateway's own first-byte p90 (histogram) {} / {} ms = {}.",
+         the gateway's own first-byte p90 (histogram) {} / {} ms = {}, its mean {} / {} ms = {}.",
         verdict.workload,
         p90(picker),
         p90(baseline),
@@ -137,6 +143,9 @@ fn verdict_lines(rows: &[ComparisonRow], verdict: &Verdict) -> String {
         gateway_p90(picker),
         gateway_p90(baseline),
         ratio(verdict.arms_gateway_first_byte_p90_ratio),
+        gateway_mean(picker),
+        gateway_mean(baseline),
+        ratio(gateway_mean_ratio),
     );
     let _ = writeln!(
         out,
@@ -164,6 +173,7 @@ pub fn write(rows: &[ComparisonRow], verdicts: &[Verdict], context: &Context, ou
         quick: context.quick,
         time_scale: context.time_scale,
         comparison: crate::targets::comparison_section(),
+        bucket_bounds_ms: &super::histogram::BOUNDS_MS,
         rows,
         verdicts,
         notes: &context.notes,
@@ -202,6 +212,12 @@ pub fn write(rows: &[ComparisonRow], verdicts: &[Verdict], context: &Context, ou
     for verdict in verdicts {
         md.push_str(&verdict_lines(rows, verdict));
     }
+    md.push_str(
+        "\nThe gateway's quantiles are only as fine as its buckets (10, 25, 50, 100, 250 ms, ...): a quantile \
+         inside a bucket is interpolated as if that bucket's answers were spread evenly across it, so two arms whose \
+         p90 fall in the same wide bucket read alike when their answers are not. Its mean (`_sum` / `_count`) is \
+         exact; `comparison.json` keeps every arm's cumulative bucket counts (`first_byte_cumulative`).\n",
+    );
     md.push_str("\n## Workloads as run\n\n| workload | pods | client slots | requests | simulator flags |\n| --- | ---: | ---: | ---: | --- |\n");
     for workload in &context.workloads {
         let _ = writeln!(
