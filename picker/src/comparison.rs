@@ -11,18 +11,26 @@
 //! the baseline's. Per-arm stats (requests, time to first byte, duration) show which serves
 //! faster.
 //!
+//! A conversation stays in one arm: a request draws its arm by its session, or else by its
+//! first user message ([`conversation_key`]), so the turns that resend a conversation find
+//! it on their arm's pods; only a prompt with neither (a completions text) draws at random.
+//!
 //! The split is a pure function of the table's addresses and models (no seed), so every
 //! worker and every replica splits a pool alike. Pods are split per model they serve first
 //! (their first base model name), so each model's pods are shared by both arms in the
 //! configured proportion: a pool of two models, two pods each, gives each arm one of each.
 
+use std::borrow::Cow;
+
 use hashbrown::HashSet;
+use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::address::PodAddress;
 use crate::config::{BaselinePolicy, ComparisonConfig, ScorerWeights};
 use crate::pod_table::PodTable;
 use crate::random::TieBreaker;
+use crate::request::InferenceRequest;
 use crate::saturation::SaturationLimits;
 use crate::scheduler::Policy;
 
@@ -96,14 +104,14 @@ impl PodSplit {
 
 /// The arm of a request that may go to `baseline` of the baseline's pods and `picker` of the
 /// picker's: the baseline with probability `baseline / (baseline + picker)`, so each arm's
-/// pods see the same load. A request with a session (a header or a stored response's id)
-/// draws by its key, so its turns stay in one arm and on its pods; one without, at random.
+/// pods see the same load. A request with a key (its session, or [`conversation_key`]) draws
+/// by it, so a conversation's turns stay in one arm and on its pods; one without, at random.
 /// `None` when either arm has none of its pods: it is not compared.
-pub fn draw_arm(baseline: usize, picker: usize, session: Option<u64>, random: &mut TieBreaker) -> Option<Arm> {
+pub fn draw_arm(baseline: usize, picker: usize, key: Option<u64>, random: &mut TieBreaker) -> Option<Arm> {
     if baseline == 0 || picker == 0 {
         return None;
     }
-    let draw = match session {
+    let draw = match key {
         // Mixed, so keys that differ in low bits only still spread.
         Some(key) => TieBreaker::new(key).next_u64(),
         None => random.next_u64(),
@@ -111,6 +119,24 @@ pub fn draw_arm(baseline: usize, picker: usize, session: Option<u64>, random: &m
     let total = (baseline + picker) as u128;
     let below = (u128::from(draw) * total) >> 64;
     Some(if below < baseline as u128 { Arm::Baseline } else { Arm::Picker })
+}
+
+/// What names a conversation with no session header: its first user message, as written
+/// (chat, Anthropic's Messages and the Responses API's input items; a client resends it
+/// unchanged with every turn). Two conversations that open alike draw alike, which costs
+/// nothing but a coin. `None` for a prompt that is one text (completions, a Responses
+/// `input` string) or whose messages were not cut (read the plain way): it draws at random.
+pub fn conversation_key(request: &InferenceRequest<'_>) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Role<'a> {
+        #[serde(borrow, default)]
+        role: Option<Cow<'a, str>>,
+    }
+    let messages = request.messages_cut.as_deref()?;
+    let first_user = messages.iter().find(|message| {
+        serde_json::from_str::<Role<'_>>(message.text).is_ok_and(|m| m.role.as_deref() == Some("user"))
+    })?;
+    Some(xxh3_64_with_seed(first_user.text.as_bytes(), SPLIT_SEED))
 }
 
 /// How the baseline arm chooses: by in-flight counts alone (`least_request`) or not at all

@@ -271,11 +271,11 @@ pub fn choose_at(
 }
 
 /// A live comparison ([`crate::comparison`]): the table's split into arms, the baseline's
-/// policy, and the request's session key (which keeps a session in one arm).
+/// policy, and the request's key (its session or conversation, which keeps it in one arm).
 pub struct Comparison<'a> {
     pub split: &'a PodSplit,
     pub baseline: &'a Policy,
-    pub session: Option<u64>,
+    pub key: Option<u64>,
 }
 
 /// [`choose_at`] within one arm of a comparison: the request's eligible pods are those of the
@@ -296,7 +296,7 @@ pub fn choose_compared(
     let eligible = eligible_pods(view, table)?;
     let arm_of = |i: usize| table.pods.get(i).map_or(Arm::Picker, |pod| comparison.split.arm_of(&pod.address));
     let baseline = eligible.iter().filter(|&&(i, _)| arm_of(i) == Arm::Baseline).count();
-    let arm = draw_arm(baseline, eligible.len() - baseline, comparison.session, random);
+    let arm = draw_arm(baseline, eligible.len() - baseline, comparison.key, random);
     let Some(arm) = arm else {
         return choose_among(view, table, eligible, order, policy, random).map(|route| (route, None));
     };

@@ -16,10 +16,14 @@ use wasm_epp_host::{Counter, Metrics};
 
 use crate::histogram::CumulativeHistogram;
 
-/// Upper bounds of the time buckets, ms: a first token in tens of ms on an idle pod, seconds
-/// in a queue; a whole answer up to minutes.
-pub const TIME_BOUNDS_MS: [u64; 14] =
-    [10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000];
+/// Upper bounds of the time buckets, ms: 10 ms apart where first tokens come on an idle or
+/// busy pod (two arms whose p90s differ by 10 % must not fall in one bucket: a first run with
+/// 50 / 100 bounds put both arms' p90 at 94-96 ms while their clients measured 77 and 81),
+/// coarser past a second, up to a whole answer of minutes.
+pub const TIME_BOUNDS_MS: [u64; 38] = [
+    5, 10, 15, 20, 25, 30, 40, 50, 60, 70, 80, 90, 100, 120, 150, 200, 250, 300, 400, 500, 600, 800, 1_000, 1_250,
+    1_500, 2_000, 2_500, 3_000, 4_000, 5_000, 7_500, 10_000, 15_000, 20_000, 30_000, 60_000, 120_000, 300_000,
+];
 
 /// `wasm_epp.comparison_<name>_bucket.arm.<arm>.le.<bound>`, and its sum and count.
 fn time_histogram(metrics: &Metrics, name: &str, arm: &str) -> CumulativeHistogram {

@@ -228,7 +228,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let comparison = comparing.zip(cache.split()).map(|(comparing, split)| Comparison {
         split,
         baseline: &comparing.baseline,
-        session: prompt.session,
+        key: prompt.session.or_else(|| prompt.request.and_then(picker::comparison::conversation_key)),
     });
     let (chosen, arm) = match &comparison {
         Some(comparison) => match choose_compared(&view, &order, policy, comparison, &mut random) {

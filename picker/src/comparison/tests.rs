@@ -99,7 +99,7 @@ fn each_arm_routes_to_its_own_pods_the_baseline_by_load_alone() {
     let picker = Policy { fallbacks: 1, ..Policy::default() };
     let config = ComparisonConfig { baseline_share: 0.5, ..ComparisonConfig::default() };
     let baseline = baseline_policy(&config, 1);
-    let comparison = Comparison { split: &split, baseline: &baseline, session: None };
+    let comparison = Comparison { split: &split, baseline: &baseline, key: None };
     let order = TableOrder { inflight_at: &|_, pod| inflight(pod), index_ids: None };
     let mut random = TieBreaker::new(3);
     let mut seen = [0; 2];
@@ -132,7 +132,7 @@ fn a_model_served_in_one_arm_only_is_not_compared() {
     let split = PodSplit::of(&table, 0.5);
     let config = ComparisonConfig { baseline_share: 0.5, ..ComparisonConfig::default() };
     let baseline = baseline_policy(&config, 0);
-    let comparison = Comparison { split: &split, baseline: &baseline, session: None };
+    let comparison = Comparison { split: &split, baseline: &baseline, key: None };
     let inflight = |_: &str| 0;
     let order = TableOrder { inflight_at: &|_, _| 0, index_ids: None };
     let (route, arm) = choose_compared(
@@ -153,4 +153,24 @@ fn the_baseline_never_counts_a_pod_saturated() {
     let full = crate::scheduler::Candidate::with_load("10.0.0.1:80", true, 1e9, Some(1.0), 50);
     assert!(!policy.saturation.is_saturated(&full) && !policy.saturation.queue_full(&full));
     assert_eq!((policy.weights.inflight, policy.weights.prefix, policy.fallbacks), (0.0, 0.0, 2));
+}
+
+#[test]
+fn a_conversation_is_named_by_its_first_user_message() {
+    use crate::request::{parse_request, Endpoint};
+    let turn = |messages: &str| format!(r#"{{"model":"m","messages":{messages}}}"#);
+    let first = turn(r#"[{"role":"system","content":"Be brief."},{"role":"user","content":"Plan a trip"}]"#);
+    let third = turn(
+        r#"[{"role":"system","content":"Be brief."},{"role":"user","content":"Plan a trip"},
+            {"role":"assistant","content":"Where to?"},{"role":"user","content":"Rome"}]"#,
+    );
+    let other = turn(r#"[{"role":"system","content":"Be brief."},{"role":"user","content":"Fix my code"}]"#);
+    let key = |body: &str| conversation_key(&parse_request(body.as_bytes(), Endpoint::ChatCompletions).unwrap());
+    assert!(key(&first).is_some());
+    assert_eq!(key(&first), key(&third), "every turn of one conversation");
+    assert_ne!(key(&first), key(&other), "another conversation under the same system prompt");
+    let only_system = turn(r#"[{"role":"system","content":"Be brief."}]"#);
+    assert_eq!(key(&only_system), None);
+    let text = r#"{"model":"m","prompt":"Plan a trip"}"#;
+    assert_eq!(conversation_key(&parse_request(text.as_bytes(), Endpoint::Completions).unwrap()), None);
 }

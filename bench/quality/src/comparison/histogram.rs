@@ -8,9 +8,8 @@ use serde::Serialize;
 
 use crate::prometheus::series;
 
-/// The filter's bucket bounds, ms (router/src/comparison_stats.rs `TIME_BOUNDS_MS`), then `+Inf`.
-pub const BOUNDS_MS: [u64; 14] =
-    [10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000, 120_000, 300_000];
+/// The filter's bucket bounds, ms (then `+Inf`): the filter's own list, so the two never part.
+pub use wasm_epp_router::comparison_stats::TIME_BOUNDS_MS as BOUNDS_MS;
 
 /// One arm as the gateway counted it.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -100,9 +99,8 @@ mod tests {
     #[test]
     fn quantiles_interpolate_within_the_bucket_as_prometheus_does() {
         // 10 observations: 2 up to 10 ms, 6 in 10..25, 2 in 25..50.
-        let mut buckets: Vec<(f64, f64)> = vec![(10.0, 2.0), (25.0, 8.0), (50.0, 10.0)];
-        buckets.extend(BOUNDS_MS.iter().skip(3).map(|bound| (*bound as f64, 10.0)));
-        buckets.push((f64::INFINITY, 10.0));
+        let buckets: Vec<(f64, f64)> =
+            vec![(10.0, 2.0), (25.0, 8.0), (50.0, 10.0), (100.0, 10.0), (f64::INFINITY, 10.0)];
         // Rank 5: 3 of the 6 in the 10..25 bucket: 10 + 15 × 3/6.
         assert_eq!(quantile(&buckets, 0.5), Some(17.5));
         // Rank 9: 1 of the 2 in 25..50.
@@ -120,19 +118,29 @@ mod tests {
             "wasm_epp_comparison_requests{arm=\"picker\"} 12\nwasm_epp_comparison_errors{arm=\"picker\"} 1\n\
              wasm_epp_comparison_first_byte_ms_sum{arm=\"picker\"} 600\n",
         );
-        for (label, count) in [("10", 0), ("25", 2), ("50", 8), ("100", 10)] {
+        // 10 answers: 2 by 25 ms, 6 more by 30, the last 2 by 60 (the buckets up to 50 hold 8); every bucket exported, as
+        // the filter announces them all.
+        let cumulative = |bound: u64| match bound {
+            0..=20 => 0,
+            21..=25 => 2,
+            26..=50 => 8,
+            _ => 10,
+        };
+        for bound in BOUNDS_MS {
             text.push_str(&format!(
-                "wasm_epp_comparison_first_byte_ms_bucket{{le=\"{label}\",arm=\"picker\"}} {count}\n"
+                "wasm_epp_comparison_first_byte_ms_bucket{{le=\"{bound}\",arm=\"picker\"}} {}\n",
+                cumulative(bound)
             ));
         }
         text.push_str("wasm_epp_comparison_first_byte_ms_bucket{le=\"+Inf\",arm=\"picker\"} 10\n");
         text.push_str("wasm_epp_comparison_duration_ms_bucket{le=\"+Inf\",arm=\"picker\"} 11\n");
         let arm = read_arm(&text, "picker").unwrap();
         assert_eq!((arm.requests, arm.errors, arm.first_byte_count, arm.duration_count), (12.0, 1.0, 10.0, 11.0));
-        // Rank 5: 3 of the 6 in 25..50.
-        assert_eq!(arm.first_byte_p50_ms, Some(37.5));
+        // Rank 5: 3 of the 6 in the bucket (25, 30].
+        assert_eq!(arm.first_byte_p50_ms, Some(27.5));
         assert_eq!(arm.first_byte_mean_ms, Some(60.0));
-        assert_eq!(arm.first_byte_cumulative.get(..5), Some(&[0.0, 2.0, 8.0, 10.0, 10.0][..]));
+        let at = |bound: u64| BOUNDS_MS.iter().position(|b| *b == bound).and_then(|i| arm.first_byte_cumulative.get(i));
+        assert_eq!((at(20), at(25), at(50), at(100)), (Some(&0.0), Some(&2.0), Some(&8.0), Some(&10.0)));
         assert_eq!(arm.first_byte_cumulative.len(), BOUNDS_MS.len() + 1);
         assert_eq!(read_arm(&text, "baseline"), None);
     }
