@@ -213,7 +213,8 @@ pub fn write(rows: &[ComparisonRow], verdicts: &[Verdict], context: &Context, ou
         md.push_str(&verdict_lines(rows, verdict));
     }
     md.push_str(
-        "\nThe gateway's quantiles are only as fine as its buckets (10, 25, 50, 100, 250 ms, ...): a quantile \
+        "\nThe gateway's quantiles are only as fine as its buckets (10 ms apart from 20 to 100 ms, wider above: \
+         `router/src/comparison_stats.rs`): a quantile \
          inside a bucket is interpolated as if that bucket's answers were spread evenly across it, so two arms whose \
          p90 fall in the same wide bucket read alike when their answers are not. Its mean (`_sum` / `_count`) is \
          exact; `comparison.json` keeps every arm's cumulative bucket counts (`first_byte_cumulative`).\n",
