@@ -227,6 +227,17 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(MAKE) bench-flow
 	$(MAKE) bench-inference-perf
 	$(MAKE) bench-agents
+	$(MAKE) bench-comparison
+
+# `make bench-comparison`: the gateway's own A/B test (`comparison`) on workload b, beside
+# separate full-pool runs of wasm-epp and Envoy least-request; about 2 minutes on 2 cores.
+# Results and plot in bench/results/comparison/.
+.PHONY: bench-comparison
+bench-comparison: tools wasm native $(MATPLOTLIB_STAMP)
+	$(CARGO) build --release -p bench-quality
+	./target/release/wasm-epp-bench-quality --comparison-only --out-dir bench/results/comparison \
+		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(COMPARISON_BENCH_ARGS)
+	$(VENV)/bin/python bench/quality/plot_comparison.py bench/results/comparison
 
 # `make bench-flow`: workload j only (issue 16), the 2x overload with flow control on and off
 # and the peers; about 8 minutes on 2 cores. Results and plots in bench/results/flow-control/.
