@@ -153,6 +153,9 @@ pub struct TableOrder<'a> {
     pub index_ids: Option<&'a [Option<PodId>]>,
 }
 
+// Inlined where it is called (the decision and each arm of a comparison): called from three
+// places, LLVM kept it out of line, and `decision/chat/32KB/64pods` took 0.45 µs (2.8 %) more.
+#[inline(always)]
 fn table_candidates<'a>(
     view: &RoutingView<'a>,
     table: &'a PodTable,
