@@ -123,9 +123,11 @@ pub fn draw_arm(baseline: usize, picker: usize, key: Option<u64>, random: &mut T
 
 /// What names a conversation with no session header: its first user message, as written
 /// (chat, Anthropic's Messages and the Responses API's input items; a client resends it
-/// unchanged with every turn). Two conversations that open alike draw alike, which costs
-/// nothing but a coin. `None` for a prompt that is one text (completions, a Responses
-/// `input` string) or whose messages were not cut (read the plain way): it draws at random.
+/// unchanged with every turn). Conversations that open alike draw alike: where one opening
+/// (a fixed template) carries much of the traffic, its arm carries more than its share, and
+/// a session header is the better key. `None` for a prompt that is one text (completions, a
+/// Responses `input` string) or whose messages were not cut (read the plain way, or more than
+/// [`crate::request::MAX_CUT_MESSAGES`]): it draws at random.
 pub fn conversation_key(request: &InferenceRequest<'_>) -> Option<u64> {
     #[derive(Deserialize)]
     struct Role<'a> {

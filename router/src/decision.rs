@@ -263,7 +263,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         return Outcome::NoPod(if expired { NoPodReason::DataExpired } else { NoPodReason::EmptyPool });
     };
     worker.note_fail_open(fail_open || expired);
-    if prompt.sheddable && pool_saturated {
+    // A compared request is not shed by the pick: the baseline, as Envoy's balancers, cannot
+    // shed, and shedding in one arm only would take its worst moments out of its figures.
+    if prompt.sheddable && pool_saturated && arm.is_none() {
         worker.stats.increment(worker.stats.shed);
         worker.stats.decisions.count_reason(&worker.stats.metrics, PickReason::Shed);
         return Outcome::Shed;

@@ -9,7 +9,12 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::{completion, publish_models, Bench, COMPLETIONS};
+use common::{completion, publish_models, Bench, COMPLETIONS, NOW};
+use picker::address::PodAddress;
+use picker::comparison::{Arm, PodSplit};
+use picker::keys;
+use picker::pod_table::{encode_version, PodState, PodTable};
+use wasm_epp_host::SharedStore;
 use wasm_epp_router::RequestStream;
 
 const FOUR_PODS: [(&str, f64); 4] =
@@ -98,6 +103,9 @@ fn answers_are_timed_and_failures_counted_per_arm() {
     bench.publish(1, &FOUR_PODS);
     let mut first_bytes: BTreeMap<String, u64> = BTreeMap::new();
     for i in 0..40 {
+        // The clock moves 330 ms a request: fresh pod data, as the pool service publishes it.
+        bench.publish(i + 2, &FOUR_PODS);
+        bench.tick();
         let (mut stream, _) = bench.request(&COMPLETIONS, &streamed(&format!("prompt {i}")));
         let status = if i % 10 == 0 { "503" } else { "200" };
         let arm = arm_of(&bench, &mut stream, status);
@@ -159,40 +167,60 @@ fn off_by_default_with_no_stats() {
 }
 
 #[test]
-fn a_request_released_by_flow_control_is_timed_in_the_arm_that_routed_it() {
-    let config = r#"{"comparison": {"baseline_share": 0.5}, "fallback_destinations": 0,
-        "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 5000}}"#;
-    let bench = Bench::new(config);
-    bench.publish(1, &FOUR_PODS[..2]);
-    let send = |id: u32, prompt: &str| {
-        let body = streamed(prompt);
-        bench.host.set_request(&COMPLETIONS, body.as_bytes());
-        let mut stream = RequestStream::for_context(bench.worker.clone(), id);
-        stream.on_request_headers(&bench.host, false);
-        let step = stream.on_request_body(&bench.host, body.len(), true);
-        (stream, step)
-    };
-    // Both pods busy (one place each), then a third request waits in the queue.
-    let (mut first, _) = send(1, "one");
-    let (mut second, _) = send(2, "two");
-    let (mut held, step) = send(3, "three");
-    assert_eq!(step, wasm_epp_router::Step::Pause);
-    assert_eq!(
-        bench.stat("wasm_epp.comparison_requests.arm.picker") + bench.stat("wasm_epp.comparison_requests.arm.baseline"),
-        2
-    );
-    first.on_log(&bench.host);
-    second.on_log(&bench.host);
-    assert_eq!(bench.host.resumed.borrow().as_slice(), [3], "released");
-    bench.host.set_response(&[(":status", "200")], b"data: {}\n\n");
-    held.on_response_headers(&bench.host, false);
-    bench.host.advance(40);
-    held.on_response_body(&bench.host, 10, false);
-    held.on_log(&bench.host);
-    let timed = bench.stat("wasm_epp.comparison_first_byte_ms_count.arm.picker")
-        + bench.stat("wasm_epp.comparison_first_byte_ms_count.arm.baseline");
-    assert_eq!(timed, 1, "the released stream's first byte, in its arm");
-    let ended = bench.stat("wasm_epp.comparison_duration_ms_count.arm.picker")
-        + bench.stat("wasm_epp.comparison_duration_ms_count.arm.baseline");
-    assert_eq!(ended, 1, "only the released one was answered");
+fn a_chat_conversation_stays_in_one_arm_without_a_session_header() {
+    let bench = Bench::new(HALF);
+    bench.publish(1, &FOUR_PODS);
+    let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+    let mut arms_by_conversation: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+    for conversation in 0..16 {
+        let mut history =
+            format!(r#"{{"role":"system","content":"You help."}},{{"role":"user","content":"Topic {conversation}"}}"#);
+        for turn in 0..4 {
+            let body = format!(r#"{{"model":"m","messages":[{history}]}}"#);
+            let (mut stream, _) = bench.request(&chat, &body);
+            arms_by_conversation.entry(conversation).or_default().insert(arm_of(&bench, &mut stream, "200"));
+            stream.on_log(&bench.host);
+            history.push_str(&format!(
+                r#",{{"role":"assistant","content":"Answer {turn}"}},{{"role":"user","content":"More {turn}"}}"#
+            ));
+        }
+    }
+    assert!(arms_by_conversation.values().all(|arms| arms.len() == 1), "{arms_by_conversation:?}");
+    let arms: BTreeSet<&String> = arms_by_conversation.values().flatten().collect();
+    assert_eq!(arms.len(), 2, "16 conversations use both arms: {arms_by_conversation:?}");
+}
+
+#[test]
+fn an_arm_whose_pods_are_down_takes_no_share_and_compared_requests_are_never_shed() {
+    let bench = Bench::new(HALF);
+    // Every pod with a long queue: the pool is saturated for sheddable requests.
+    bench.publish(1, &FOUR_PODS.map(|(address, _)| (address, 9.0)));
+    let sheddable = [COMPLETIONS.as_slice(), &[("x-gateway-inference-priority", "-1")]].concat();
+    for i in 0..20 {
+        let answer = bench.complete(&sheddable, &completion(&format!("low {i}")));
+        assert_eq!(answer.reply, None, "compared, so routed, not shed: {answer:?}");
+    }
+    // The baseline's two pods stop answering their scrapes: their arm gets nothing.
+    let mut table = PodTable { version: 2, published_at_ms: NOW, poll_interval_ms: 100, ..PodTable::default() };
+    for (address, _) in FOUR_PODS {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.last_success_ms) = (true, NOW);
+        table.pods.push(pod);
+    }
+    let split = PodSplit::of(&table, 0.5);
+    let mut down = Vec::new();
+    for pod in table.pods.iter_mut().filter(|pod| split.arm_of(&pod.address) == Arm::Baseline) {
+        pod.healthy = false;
+        down.push(pod.address.to_string());
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(2), None).unwrap();
+    bench.tick();
+    let before = bench.stat("wasm_epp.comparison_requests.arm.baseline");
+    for i in 0..20 {
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&format!("after {i}")));
+        assert!(!down.contains(&chosen(&answer.destination)), "{answer:?}");
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(bench.stat("wasm_epp.comparison_requests.arm.baseline"), before, "no share for an arm that is down");
 }

@@ -215,9 +215,14 @@ impl FilterConfig {
         self.learning.validate()?;
         self.comparison.validate()?;
         // A P/D pool picks two pods per request by their roles: an arm of its own pods
-        // would take one role's pods from the other arm.
+        // would take one role's pods from the other arm. Flow control releases a request when
+        // the pool has room, which may be in the other arm: the request would then go over
+        // `max_inflight_per_pod` on its own arm's pods.
         if self.comparison.enabled() && self.pd.is_some() {
             return Err("comparison and pd cannot be on together".into());
+        }
+        if self.comparison.enabled() && self.flow_control.enabled {
+            return Err("comparison and flow_control cannot be on together".into());
         }
         parse_pool(&self.pool)
     }
@@ -248,9 +253,12 @@ mod tests {
     }
 
     #[test]
-    fn the_comparison_is_refused_in_a_pd_pool() {
+    fn the_comparison_is_refused_in_a_pd_pool_and_with_flow_control() {
         let both: FilterConfig = parse_json(br#"{"comparison": {"baseline_share": 0.5}, "pd": {}}"#).unwrap();
         assert!(both.validate().unwrap_err().contains("comparison and pd"));
+        let queued: FilterConfig =
+            parse_json(br#"{"comparison": {"baseline_share": 0.5}, "flow_control": {"enabled": true}}"#).unwrap();
+        assert!(queued.validate().unwrap_err().contains("comparison and flow_control"));
         let off: FilterConfig = parse_json(br#"{"comparison": {"baseline_share": 0}, "pd": {}}"#).unwrap();
         assert!(off.validate().is_ok(), "a share of 0 is off");
     }

@@ -33,19 +33,23 @@ fn each_arm_routes_on_its_own_pods_and_its_answers_are_counted_and_timed() {
     }
     let (picker, baseline) = (&pods_of["picker"], &pods_of["baseline"]);
     assert!(picker.len() <= 2 && baseline.len() <= 2 && picker.is_disjoint(baseline), "{pods_of:?}");
+    // Stats reach Envoy on the worker's tick, and a stream's end (its duration) may come
+    // after the client has its last byte: wait for every answer to be counted.
+    let ended = |arm: &str| cluster.envoy.stat(&format!("wasm_epp_comparison_duration_ms_count{{arm=\"{arm}\"}}"));
+    launcher::wait_until(Duration::from_secs(5), || {
+        ended("picker").unwrap_or(0.0) + ended("baseline").unwrap_or(0.0) == 40.0
+    });
     let routed: f64 = ["picker", "baseline"]
         .iter()
         .map(|arm| {
             let series = format!("wasm_epp_comparison_requests{{arm=\"{arm}\"}}");
-            launcher::wait_until(Duration::from_secs(2), || cluster.envoy.stat(&series).is_some_and(|n| n > 0.0));
             let count = cluster.envoy.stat(&series).unwrap_or_else(|| panic!("{series} not exported"));
             // Each stream's first byte, in the histogram's buckets as Prometheus reads them.
             let streams = streamed.get(*arm).copied().unwrap_or(0.0);
             // Envoy puts the tags in its rules' order: le, then arm.
             let first_bytes = format!("wasm_epp_comparison_first_byte_ms_bucket{{le=\"+Inf\",arm=\"{arm}\"}}");
             assert_eq!(cluster.envoy.stat(&first_bytes), Some(streams), "{first_bytes}");
-            let ended = format!("wasm_epp_comparison_duration_ms_count{{arm=\"{arm}\"}}");
-            assert_eq!(cluster.envoy.stat(&ended), Some(count), "{ended}: every answer ended");
+            assert_eq!(ended(arm), Some(count), "{arm}: every answer ended");
             count
         })
         .sum();
