@@ -58,3 +58,44 @@ fn each_arm_routes_on_its_own_pods_and_its_answers_are_counted_and_timed() {
     assert_eq!(errors, Some(0.0), "exported at 0");
     cluster.assert_plugin_healthy();
 }
+
+/// Two replicas, no peering: each splits the pool alike and draws a conversation's arm alike,
+/// so its turns stay in one arm and on that arm's pods whichever replica they pass through.
+#[test]
+fn replicas_split_the_pool_and_draw_each_conversation_alike() {
+    let cluster = e2e::replicas::ReplicaCluster::start("comparison-replicas", 4, 2, 2, false, |options| {
+        options.filter_config["comparison"] = serde_json::json!({"baseline_share": 0.5});
+        options.filter_config["debug_decision_header"] = serde_json::json!(true);
+    });
+    let mut arm_of_pod: BTreeMap<String, String> = BTreeMap::new();
+    let mut arms_seen = BTreeSet::new();
+    for conversation in 0..12 {
+        let mut messages = vec![
+            serde_json::json!({"role": "system", "content": "You are brief."}),
+            serde_json::json!({"role": "user", "content": format!("Conversation {conversation}: plan a trip")}),
+        ];
+        let mut arms = BTreeSet::new();
+        for turn in 0..4 {
+            // Turns alternate between the replicas, as a client behind a round-robin front would.
+            let envoy = cluster.replica(turn % 2);
+            let body = serde_json::json!({"model": "sim-model", "messages": messages, "max_tokens": 4});
+            let reply =
+                launcher::http::post(&envoy.url("/v1/chat/completions"), &[], &body.to_string(), e2e::REQUEST_TIMEOUT)
+                    .unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            let decision = reply.header("x-wasm-epp-decision").unwrap_or_default();
+            let arm = decision.split("; arm=").nth(1).unwrap_or_else(|| panic!("no arm: {decision}")).to_owned();
+            let pod = reply.served_by().unwrap_or_default().to_owned();
+            // A pod is in one arm, as both replicas see it.
+            let known = arm_of_pod.entry(pod.clone()).or_insert_with(|| arm.clone());
+            assert_eq!(*known, arm, "pod {pod} in two arms");
+            arms.insert(arm);
+            messages.push(serde_json::json!({"role": "assistant", "content": format!("answer {turn}")}));
+            messages.push(serde_json::json!({"role": "user", "content": format!("and then {turn}?")}));
+        }
+        assert_eq!(arms.len(), 1, "conversation {conversation} changed arms: {arms:?}");
+        arms_seen.extend(arms);
+    }
+    assert_eq!(arms_seen.len(), 2, "12 conversations use both arms");
+    cluster.assert_plugins_healthy();
+}
