@@ -173,6 +173,9 @@ fn wasm_epp_options(
     if variant == Variant::WasmEppSlowTick {
         fields.insert("prefix".into(), serde_json::json!({ "sync_interval_ms": SLOW_TICK_MS }));
     }
+    if variant == Variant::WasmEppCompared {
+        fields.insert("comparison".into(), serde_json::json!({ "baseline_share": 0.5 }));
+    }
     if let Some(config) = options.filter_config.as_object_mut() {
         config.extend(fields);
     }

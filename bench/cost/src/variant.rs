@@ -64,6 +64,10 @@ pub enum Variant {
     /// other's, and every stat carries `pool`; the other pool's singleton polls the same pods.
     /// What serving another pool beside it costs a pool's requests. Named explicitly.
     WasmEppTwoPools,
+    /// wasm-epp as shipped with the live comparison on (`comparison.baseline_share` 0.5): half
+    /// the pods and requests routed by the least-request baseline, every answer's status read
+    /// and its end timed per arm. What running the A/B test costs. Named explicitly.
+    WasmEppCompared,
 }
 
 impl Variant {
@@ -126,6 +130,7 @@ impl Variant {
             Variant::WasmEppProfiledLearning => "wasm-epp-profiled-learning",
             Variant::WasmEppAccessLog => "wasm-epp-access-log",
             Variant::WasmEppTwoPools => "wasm-epp-two-pools",
+            Variant::WasmEppCompared => "wasm-epp-compared",
         }
     }
 
@@ -140,6 +145,7 @@ impl Variant {
                 Variant::WasmEppProfiledLearning,
                 Variant::WasmEppAccessLog,
                 Variant::WasmEppTwoPools,
+                Variant::WasmEppCompared,
             ])
             .find(|v| v.name() == name)
     }
@@ -181,6 +187,7 @@ impl Variant {
                 | Variant::WasmEppSlowPoll
                 | Variant::WasmEppAccessLog
                 | Variant::WasmEppTwoPools
+                | Variant::WasmEppCompared
         )
     }
 
@@ -221,7 +228,7 @@ mod tests {
 
     #[test]
     fn variants_round_trip_by_name() {
-        let named = [Variant::WasmEppAccessLog, Variant::WasmEppTwoPools];
+        let named = [Variant::WasmEppAccessLog, Variant::WasmEppTwoPools, Variant::WasmEppCompared];
         for variant in Variant::ALL.into_iter().chain(Variant::BISECTION).chain(named) {
             assert_eq!(Variant::from_name(variant.name()), Some(variant));
         }
