@@ -87,18 +87,7 @@ pub fn markdown(rows: &[(QualityRow, RunNotes)], context: &RunContext) -> String
         out.push_str(&crate::stages::table(&stage_rows));
         out.push('\n');
     }
-    out.push_str("## Workloads as run\n\n| workload | pods | client slots | requests | simulator flags |\n| --- | ---: | ---: | ---: | --- |\n");
-    for workload in &context.workloads {
-        let _ = writeln!(
-            out,
-            "| {} | {} | {} | {} | `{}` |",
-            workload.name.label(),
-            workload.pods,
-            workload.concurrency,
-            workload.request_count(),
-            workload.pod_args.join(" ")
-        );
-    }
+    out.push_str(&workloads_as_run(&context.workloads));
     let mut problems = String::new();
     for (workload, target, reason) in &context.failures {
         let first_line = reason.lines().next().unwrap_or_default();
@@ -117,6 +106,25 @@ pub fn markdown(rows: &[(QualityRow, RunNotes)], context: &RunContext) -> String
 }
 
 /// A rate as a table cell: `86.8%`, or `-` when nothing was measured (every report's tables).
+/// The "Workloads as run" section: each workload's pods, client slots, requests and flags.
+pub(crate) fn workloads_as_run(workloads: &[Workload]) -> String {
+    let mut out = String::from(
+        "## Workloads as run\n\n| workload | pods | client slots | requests | simulator flags |\n| --- | ---: | ---: | ---: | --- |\n",
+    );
+    for workload in workloads {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | `{}` |",
+            workload.name.label(),
+            workload.pods,
+            workload.concurrency,
+            workload.request_count(),
+            workload.pod_args.join(" ")
+        );
+    }
+    out
+}
+
 pub(crate) fn percent(value: Option<f64>) -> String {
     value.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".to_string())
 }

@@ -70,17 +70,7 @@ pub fn run(options: &Options) -> Result<(), String> {
         if options.saturate {
             workload.concurrency = workload.jobs.len().max(1);
         }
-        println!(
-            "\n== workload {}: {} pods, {} requests, {} client slots",
-            name.label(),
-            workload.pods,
-            workload.request_count(),
-            workload.concurrency
-        );
-        let time_scale = ["--time-scale".to_string(), options.time_scale.to_string()];
-        let pod_args: Vec<Vec<String>> =
-            (0..workload.pods).map(|i| [workload.pod_args_of(i), time_scale.to_vec()].concat()).collect();
-        let pool = match SimulatedPool::start_each(&pod_args, &bench.dir) {
+        let pool = match start_workload_pool(&workload, options.time_scale, &bench.dir) {
             Ok(pool) => pool,
             Err(reason) => {
                 eprintln!("  pool did not start: {reason}");
@@ -246,6 +236,22 @@ fn one_line(row: &QualityRow, notes: &RunNotes) -> String {
 }
 
 /// The current UTC time for the report (`date` is on every machine this runs on).
+/// Announces `workload` and starts its simulated pods (each with its own flags, at
+/// `time_scale`).
+pub(crate) fn start_workload_pool(workload: &Workload, time_scale: f64, dir: &Path) -> Result<SimulatedPool, String> {
+    println!(
+        "\n== workload {}: {} pods, {} requests, {} client slots",
+        workload.name.label(),
+        workload.pods,
+        workload.request_count(),
+        workload.concurrency
+    );
+    let time_scale = ["--time-scale".to_string(), time_scale.to_string()];
+    let pod_args: Vec<Vec<String>> =
+        (0..workload.pods).map(|i| [workload.pod_args_of(i), time_scale.to_vec()].concat()).collect();
+    SimulatedPool::start_each(&pod_args, dir)
+}
+
 pub(crate) fn utc_now() -> String {
     std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])

@@ -111,17 +111,7 @@ pub fn run(options: &Options) -> Result<(), String> {
     let mut workloads = Vec::new();
     for name in options.comparison_workloads() {
         let workload = Workload::build(name, size, options.seed);
-        println!(
-            "\n== workload {}: {} pods, {} requests, {} client slots",
-            name.label(),
-            workload.pods,
-            workload.request_count(),
-            workload.concurrency
-        );
-        let time_scale = ["--time-scale".to_string(), bench.time_scale.to_string()];
-        let pod_args: Vec<Vec<String>> =
-            (0..workload.pods).map(|i| [workload.pod_args_of(i), time_scale.to_vec()].concat()).collect();
-        let pool = match SimulatedPool::start_each(&pod_args, &bench.dir) {
+        let pool = match crate::run::start_workload_pool(&workload, bench.time_scale, &bench.dir) {
             Ok(pool) => pool,
             Err(reason) => {
                 eprintln!("  pool did not start: {reason}");

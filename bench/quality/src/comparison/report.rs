@@ -219,18 +219,8 @@ pub fn write(rows: &[ComparisonRow], verdicts: &[Verdict], context: &Context, ou
          p90 fall in the same wide bucket read alike when their answers are not. Its mean (`_sum` / `_count`) is \
          exact; `comparison.json` keeps every arm's cumulative bucket counts (`first_byte_cumulative`).\n",
     );
-    md.push_str("\n## Workloads as run\n\n| workload | pods | client slots | requests | simulator flags |\n| --- | ---: | ---: | ---: | --- |\n");
-    for workload in &context.workloads {
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} | {} | `{}` |",
-            workload.name.label(),
-            workload.pods,
-            workload.concurrency,
-            workload.request_count(),
-            workload.pod_args.join(" ")
-        );
-    }
+    md.push('\n');
+    md.push_str(&crate::report::workloads_as_run(&context.workloads));
     if !context.notes.is_empty() || !context.failures.is_empty() {
         md.push_str("\n## Notes and problems\n\n");
         for line in context.notes.iter().chain(&context.failures) {
