@@ -23,6 +23,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from plot_pd import by_workload  # noqa: E402  (rows grouped by workload, in order)
+
 COLOURS = {
     ("wasm-epp-compared", "picker"): "#d62728",
     ("wasm-epp-compared", "baseline"): "#1f77b4",
@@ -40,14 +42,6 @@ SHORT_NAMES = {
 
 def key(row):
     return (row["target"], row.get("arm"))
-
-
-def by_workload(rows):
-    workloads = []
-    for row in rows:
-        if row["workload"] not in workloads:
-            workloads.append(row["workload"])
-    return [(w, [r for r in rows if r["workload"] == w]) for w in workloads]
 
 
 def ttft(axis, rows, workload):
