@@ -129,16 +129,34 @@ pub fn draw_arm(baseline: usize, picker: usize, key: Option<u64>, random: &mut T
 /// Responses `input` string) or whose messages were not cut (read the plain way, or more than
 /// [`crate::request::MAX_CUT_MESSAGES`]): it draws at random.
 pub fn conversation_key(request: &InferenceRequest<'_>) -> Option<u64> {
+    let messages = request.messages_cut.as_deref()?;
+    let first_user = messages.iter().find(|message| is_user_message(message.text))?;
+    Some(xxh3_64_with_seed(first_user.text.as_bytes(), SPLIT_SEED))
+}
+
+/// Whether a message object (valid JSON, as the request's scan cut it) has the `role` "user".
+/// Read from its first key when that is `role` with a plain string, as the SDKs write it:
+/// serde would scan the whole object, a long system prompt included, for one short field.
+fn is_user_message(text: &str) -> bool {
     #[derive(Deserialize)]
     struct Role<'a> {
         #[serde(borrow, default)]
         role: Option<Cow<'a, str>>,
     }
-    let messages = request.messages_cut.as_deref()?;
-    let first_user = messages.iter().find(|message| {
-        serde_json::from_str::<Role<'_>>(message.text).is_ok_and(|m| m.role.as_deref() == Some("user"))
-    })?;
-    Some(xxh3_64_with_seed(first_user.text.as_bytes(), SPLIT_SEED))
+    match leading_role(text) {
+        Some(role) => role == "user",
+        None => serde_json::from_str::<Role<'_>>(text).is_ok_and(|m| m.role.as_deref() == Some("user")),
+    }
+}
+
+/// The value of `role` when it is the object's first key and a string without escapes.
+fn leading_role(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix('{')?.trim_start();
+    let rest = rest.strip_prefix("\"role\"")?.trim_start();
+    let rest = rest.strip_prefix(':')?.trim_start();
+    let rest = rest.strip_prefix('"')?;
+    let end = rest.find(['"', '\\'])?;
+    rest.get(..end).filter(|_| rest.as_bytes().get(end) == Some(&b'"'))
 }
 
 /// How the baseline arm chooses: by in-flight counts alone (`least_request`) or not at all

@@ -174,3 +174,20 @@ fn a_conversation_is_named_by_its_first_user_message() {
     let text = r#"{"model":"m","prompt":"Plan a trip"}"#;
     assert_eq!(conversation_key(&parse_request(text.as_bytes(), Endpoint::Completions).unwrap()), None);
 }
+
+#[test]
+fn a_role_is_read_from_the_first_key_or_else_the_whole_object() {
+    assert_eq!(leading_role(r#"{"role":"user","content":"x"}"#), Some("user"));
+    assert_eq!(leading_role(r#"{ "role" : "system" , "content":"x"}"#), Some("system"));
+    assert_eq!(leading_role(r#"{"content":"x","role":"user"}"#), None, "not first");
+    assert_eq!(leading_role(r#"{"role":"us\u0065r"}"#), None, "escaped");
+    for (text, user) in [
+        (r#"{"role":"user","content":"x"}"#, true),
+        (r#"{"content":"a long prompt","role":"user"}"#, true),
+        (r#"{"role":"us\u0065r"}"#, true),
+        (r#"{"role":"assistant","content":"x"}"#, false),
+        (r#"{"content":"x"}"#, false),
+    ] {
+        assert_eq!(is_user_message(text), user, "{text}");
+    }
+}
