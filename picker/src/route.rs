@@ -282,11 +282,12 @@ pub struct Comparison<'a> {
 }
 
 /// [`choose_at`] within one arm of a comparison: the request's eligible pods are those of the
-/// arm drawn for it ([`draw_arm`], by each arm's count of usable eligible pods: healthy, with
-/// fresh data), chosen by the picker (`policy`, with everything the view knows) or by the
-/// baseline (its policy, blind to prefixes, sessions and predictions). The arm is `None` when
-/// the request is not compared: no table, or one arm has no usable pod it may go to (a model
-/// on one arm's pods, an arm whose pods are down); it is then chosen as [`choose_at`] would.
+/// arm drawn for it ([`draw_arm`], by each arm's count of eligible pods), chosen by the picker
+/// (`policy`, with everything the view knows) or by the baseline (its policy, blind to
+/// prefixes, sessions and predictions). The arm is `None` when the request is not compared:
+/// no table, one arm has none of the pods it may go to (a model on one arm's pods), or the
+/// drawn arm has no usable one (healthy, with fresh data); it is then chosen as
+/// [`choose_at`] would.
 pub fn choose_compared(
     view: &RoutingView<'_>,
     order: &TableOrder<'_>,
@@ -299,22 +300,18 @@ pub fn choose_compared(
     };
     let eligible = eligible_pods(view, table)?;
     let arm_of = |i: usize| table.pods.get(i).map_or(Arm::Picker, |pod| comparison.split.arm_of(&pod.address));
-    // Only pods the scheduler would trust count: an arm whose pods are all down (or not yet
-    // scraped) must not take its share of the traffic and route it blind.
+    // Drawn by the eligible pods, up or down, so a conversation keeps its arm while pods come
+    // and go; an arm with no pod the scheduler would trust (down, or not yet scraped) does not
+    // route blind: the request is then not compared.
     let usable = |i: usize| {
         table
             .pods
             .get(i)
             .is_some_and(|pod| pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms)
     };
-    let (mut baseline, mut picker) = (0, 0);
-    for &(i, _) in eligible.iter().filter(|&&(i, _)| usable(i)) {
-        match arm_of(i) {
-            Arm::Baseline => baseline += 1,
-            Arm::Picker => picker += 1,
-        }
-    }
-    let arm = draw_arm(baseline, picker, comparison.key, random);
+    let baseline = eligible.iter().filter(|&&(i, _)| arm_of(i) == Arm::Baseline).count();
+    let arm = draw_arm(baseline, eligible.len() - baseline, comparison.key, random)
+        .filter(|&arm| eligible.iter().any(|&(i, _)| arm_of(i) == arm && usable(i)));
     let Some(arm) = arm else {
         return choose_among(view, table, eligible, order, policy, random).map(|route| (route, None));
     };

@@ -105,7 +105,6 @@ pub fn markdown(rows: &[(QualityRow, RunNotes)], context: &RunContext) -> String
     out
 }
 
-/// A rate as a table cell: `86.8%`, or `-` when nothing was measured (every report's tables).
 /// The "Workloads as run" section: each workload's pods, client slots, requests and flags.
 pub(crate) fn workloads_as_run(workloads: &[Workload]) -> String {
     let mut out = String::from(
@@ -125,6 +124,7 @@ pub(crate) fn workloads_as_run(workloads: &[Workload]) -> String {
     out
 }
 
+/// A rate as a table cell: `86.8%`, or `-` when nothing was measured (every report's tables).
 pub(crate) fn percent(value: Option<f64>) -> String {
     value.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".to_string())
 }

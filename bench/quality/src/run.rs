@@ -235,7 +235,6 @@ fn one_line(row: &QualityRow, notes: &RunNotes) -> String {
     )
 }
 
-/// The current UTC time for the report (`date` is on every machine this runs on).
 /// Announces `workload` and starts its simulated pods (each with its own flags, at
 /// `time_scale`).
 pub(crate) fn start_workload_pool(workload: &Workload, time_scale: f64, dir: &Path) -> Result<SimulatedPool, String> {
@@ -252,6 +251,7 @@ pub(crate) fn start_workload_pool(workload: &Workload, time_scale: f64, dir: &Pa
     SimulatedPool::start_each(&pod_args, dir)
 }
 
+/// The current UTC time for the report (`date` is on every machine this runs on).
 pub(crate) fn utc_now() -> String {
     std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])
