@@ -42,8 +42,6 @@ pub enum Arm {
 }
 
 impl Arm {
-    pub const ALL: [Arm; 2] = [Arm::Picker, Arm::Baseline];
-
     pub fn label(self) -> &'static str {
         match self {
             Self::Picker => "picker",
@@ -95,10 +93,6 @@ impl PodSplit {
         } else {
             Arm::Picker
         }
-    }
-
-    pub fn baseline_pods(&self) -> usize {
-        self.baseline.len()
     }
 }
 

@@ -52,6 +52,16 @@ pub struct PodState {
 }
 
 impl PodState {
+    /// Its data is recent at `now_ms`: last scraped within `stale_after_ms`.
+    pub fn fresh_at(&self, now_ms: u64, stale_after_ms: u64) -> bool {
+        now_ms.saturating_sub(self.last_success_ms) <= stale_after_ms
+    }
+
+    /// Routing may trust its data at `now_ms`: healthy and fresh.
+    pub fn usable_at(&self, now_ms: u64, stale_after_ms: u64) -> bool {
+        self.healthy && self.fresh_at(now_ms, stale_after_ms)
+    }
+
     /// Drops over-long names and keeps at most [`crate::metrics_text::MAX_ADAPTERS_PER_LIST`]
     /// in each of the pod's model and adapter lists, as a pod's own report is bounded.
     pub fn bound_name_lists(&mut self) {

@@ -201,7 +201,7 @@ fn table_candidates<'a>(
                 view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0), inflight)));
             Candidate {
                 address,
-                usable: pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms,
+                usable: pod.usable_at(view.now_ms, view.stale_after_ms),
                 waiting: estimated_waiting(pod.waiting, pod.running, inflight),
                 running: pod.running,
                 kv_usage: pod.kv_usage,
@@ -303,12 +303,7 @@ pub fn choose_compared(
     // Drawn by the eligible pods, up or down, so a conversation keeps its arm while pods come
     // and go; an arm with no pod the scheduler would trust (down, or not yet scraped) does not
     // route blind: the request is then not compared.
-    let usable = |i: usize| {
-        table
-            .pods
-            .get(i)
-            .is_some_and(|pod| pod.healthy && view.now_ms.saturating_sub(pod.last_success_ms) <= view.stale_after_ms)
-    };
+    let usable = |i: usize| table.pods.get(i).is_some_and(|pod| pod.usable_at(view.now_ms, view.stale_after_ms));
     let baseline = eligible.iter().filter(|&&(i, _)| arm_of(i) == Arm::Baseline).count();
     let arm = draw_arm(baseline, eligible.len() - baseline, comparison.key, random)
         .filter(|&arm| eligible.iter().any(|&(i, _)| arm_of(i) == arm && usable(i)));
@@ -319,16 +314,7 @@ pub fn choose_compared(
     let route = match arm {
         Arm::Picker => choose_among(view, table, in_arm, order, policy, random)?,
         Arm::Baseline => {
-            let blind = RoutingView {
-                table: view.table,
-                fallback_pool: view.fallback_pool,
-                inflight: view.inflight,
-                prefix: None,
-                now_ms: view.now_ms,
-                stale_after_ms: view.stale_after_ms,
-                learning: None,
-                models: view.models,
-            };
+            let blind = RoutingView { prefix: None, learning: None, ..*view };
             let order = TableOrder { inflight_at: order.inflight_at, index_ids: None };
             choose_among(&blind, table, in_arm, &order, comparison.baseline, random)?
         }

@@ -37,58 +37,56 @@ fn time_histogram(metrics: &Metrics, name: &str, arm: &str) -> CumulativeHistogr
 }
 
 /// One arm's stats.
-struct ArmStats {
+pub struct ArmStats {
     requests: Counter,
     errors: Counter,
     first_byte: CumulativeHistogram,
     duration: CumulativeHistogram,
 }
 
+impl ArmStats {
+    fn define(metrics: &Metrics, arm: Arm) -> Self {
+        let label = arm.label();
+        Self {
+            requests: metrics.announced_counter(&format!("wasm_epp.comparison_requests.arm.{label}")),
+            errors: metrics.announced_counter(&format!("wasm_epp.comparison_errors.arm.{label}")),
+            first_byte: time_histogram(metrics, "first_byte_ms", label),
+            duration: time_histogram(metrics, "duration_ms", label),
+        }
+    }
+
+    pub fn routed(&self, metrics: &Metrics) {
+        metrics.increment(self.requests);
+    }
+
+    pub fn failed(&self, metrics: &Metrics) {
+        metrics.increment(self.errors);
+    }
+
+    pub fn first_byte(&self, metrics: &Metrics, elapsed_ms: u64) {
+        self.first_byte.observe(metrics, elapsed_ms);
+    }
+
+    pub fn ended(&self, metrics: &Metrics, elapsed_ms: u64) {
+        self.duration.observe(metrics, elapsed_ms);
+    }
+}
+
 /// Both arms' stats; defined (and shown at 0) only when the comparison is on.
 pub struct ComparisonStats {
-    arms: [ArmStats; 2],
+    picker: ArmStats,
+    baseline: ArmStats,
 }
 
 impl ComparisonStats {
     pub fn define(metrics: &Metrics) -> Self {
-        Self {
-            arms: Arm::ALL.map(|arm| {
-                let label = arm.label();
-                ArmStats {
-                    requests: metrics.announced_counter(&format!("wasm_epp.comparison_requests.arm.{label}")),
-                    errors: metrics.announced_counter(&format!("wasm_epp.comparison_errors.arm.{label}")),
-                    first_byte: time_histogram(metrics, "first_byte_ms", label),
-                    duration: time_histogram(metrics, "duration_ms", label),
-                }
-            }),
-        }
+        Self { picker: ArmStats::define(metrics, Arm::Picker), baseline: ArmStats::define(metrics, Arm::Baseline) }
     }
 
-    fn arm(&self, arm: Arm) -> Option<&ArmStats> {
-        Arm::ALL.iter().position(|a| *a == arm).and_then(|i| self.arms.get(i))
-    }
-
-    pub fn routed(&self, metrics: &Metrics, arm: Arm) {
-        if let Some(stats) = self.arm(arm) {
-            metrics.increment(stats.requests);
-        }
-    }
-
-    pub fn failed(&self, metrics: &Metrics, arm: Arm) {
-        if let Some(stats) = self.arm(arm) {
-            metrics.increment(stats.errors);
-        }
-    }
-
-    pub fn first_byte(&self, metrics: &Metrics, arm: Arm, elapsed_ms: u64) {
-        if let Some(stats) = self.arm(arm) {
-            stats.first_byte.observe(metrics, elapsed_ms);
-        }
-    }
-
-    pub fn ended(&self, metrics: &Metrics, arm: Arm, elapsed_ms: u64) {
-        if let Some(stats) = self.arm(arm) {
-            stats.duration.observe(metrics, elapsed_ms);
+    pub fn arm(&self, arm: Arm) -> &ArmStats {
+        match arm {
+            Arm::Picker => &self.picker,
+            Arm::Baseline => &self.baseline,
         }
     }
 }
@@ -114,11 +112,11 @@ mod tests {
         let host = MockHost::new();
         let metrics = Metrics::new();
         let stats = ComparisonStats::define(&metrics);
-        stats.routed(&metrics, Arm::Baseline);
-        stats.first_byte(&metrics, Arm::Baseline, 40);
-        stats.first_byte(&metrics, Arm::Picker, 20);
-        stats.ended(&metrics, Arm::Picker, 400_000);
-        stats.failed(&metrics, Arm::Picker);
+        stats.arm(Arm::Baseline).routed(&metrics);
+        stats.arm(Arm::Baseline).first_byte(&metrics, 40);
+        stats.arm(Arm::Picker).first_byte(&metrics, 20);
+        stats.arm(Arm::Picker).ended(&metrics, 400_000);
+        stats.arm(Arm::Picker).failed(&metrics);
         metrics.flush(&host);
         assert_eq!(host.metric("wasm_epp.comparison_requests.arm.baseline"), 1);
         assert_eq!(host.metric("wasm_epp.comparison_requests.arm.picker"), 0);

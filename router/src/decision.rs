@@ -418,7 +418,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         worker.stats.count_model(model);
     }
     if let (Some(comparing), Some(arm)) = (&worker.comparison, arm) {
-        comparing.stats.routed(&worker.stats.metrics, arm);
+        comparing.stats.arm(arm).routed(&worker.stats.metrics);
     }
     let compared = arm.map(|arm| Compared {
         arm,

@@ -362,7 +362,10 @@ impl RequestStream {
         let now = host.now_ms();
         if let (Some(compared), Some(comparing)) = (self.compared.take(), &self.worker.comparison) {
             if compared.answered {
-                comparing.stats.ended(&self.worker.stats.metrics, compared.arm, now.saturating_sub(compared.routed_ms));
+                comparing
+                    .stats
+                    .arm(compared.arm)
+                    .ended(&self.worker.stats.metrics, now.saturating_sub(compared.routed_ms));
             }
         }
         if let Some(observed) = self.observed.take() {
@@ -575,7 +578,7 @@ impl RequestStream {
         compared.awaiting_first_byte &= class == Some(b'2');
         let arm = compared.arm;
         if let (Some(comparing), Some(b'5')) = (&self.worker.comparison, class) {
-            comparing.stats.failed(&self.worker.stats.metrics, arm);
+            comparing.stats.arm(arm).failed(&self.worker.stats.metrics);
         }
     }
 
@@ -585,7 +588,7 @@ impl RequestStream {
         compared.awaiting_first_byte = false;
         let (arm, routed_ms) = (compared.arm, compared.routed_ms);
         if let Some(comparing) = &self.worker.comparison {
-            comparing.stats.first_byte(&self.worker.stats.metrics, arm, host.now_ms().saturating_sub(routed_ms));
+            comparing.stats.arm(arm).first_byte(&self.worker.stats.metrics, host.now_ms().saturating_sub(routed_ms));
         }
     }
 

@@ -36,9 +36,9 @@ fn splits_each_model_s_pods_in_the_share_and_alike_in_every_vm() {
     assert_eq!(PodSplit::of(&table(reversed), 0.5), split);
     // A small share still gives the baseline one pod of a group, never all of it.
     let four = table(addresses(4).iter().map(|a| pod(a, "", 0.0)).collect());
-    assert_eq!(PodSplit::of(&four, 0.05).baseline_pods(), 1);
-    assert_eq!(PodSplit::of(&four, 0.95).baseline_pods(), 3);
-    assert_eq!(PodSplit::of(&four, 0.3).baseline_pods(), 1);
+    assert_eq!(PodSplit::of(&four, 0.05).baseline.len(), 1);
+    assert_eq!(PodSplit::of(&four, 0.95).baseline.len(), 3);
+    assert_eq!(PodSplit::of(&four, 0.3).baseline.len(), 1);
 }
 
 #[test]

@@ -29,7 +29,7 @@ pub fn with_pods<R>(
                 address: pod.address.as_str(),
                 known: true,
                 healthy: pod.healthy,
-                fresh: now.saturating_sub(pod.last_success_ms) <= worker.config.stale_after_ms,
+                fresh: pod.fresh_at(now, worker.config.stale_after_ms),
                 waiting: pod.waiting,
                 kv_usage: pod.kv_usage,
                 inflight: inflight.count(pod.address.as_str()),
