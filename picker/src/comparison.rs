@@ -22,11 +22,9 @@
 
 use std::borrow::Cow;
 
-use hashbrown::HashSet;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::address::PodAddress;
 use crate::config::{BaselinePolicy, ComparisonConfig, ScorerWeights};
 use crate::pod_table::PodTable;
 use crate::random::TieBreaker;
@@ -54,10 +52,11 @@ impl Arm {
 /// has to be the same in every VM).
 const SPLIT_SEED: u64 = 0x0063_6f6d_7061_7265;
 
-/// The baseline arm's pods of one table.
+/// Each pod's arm in one table, by its position there (a decision reads it per eligible pod
+/// with no lookup by address).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodSplit {
-    baseline: HashSet<PodAddress>,
+    arms: Vec<Arm>,
 }
 
 impl PodSplit {
@@ -66,33 +65,36 @@ impl PodSplit {
     /// and at most all but one in a group of two or more; none in a group of one) go to the
     /// baseline.
     pub fn of(table: &PodTable, share: f64) -> Self {
-        let mut groups: Vec<(&str, u64, &PodAddress)> = table
+        let mut groups: Vec<(&str, u64, &str, usize)> = table
             .pods
             .iter()
-            .map(|pod| {
+            .enumerate()
+            .map(|(position, pod)| {
                 let model = pod.models.first().map_or("", String::as_str);
-                (model, xxh3_64_with_seed(pod.address.as_str().as_bytes(), SPLIT_SEED), &pod.address)
+                let address = pod.address.as_str();
+                (model, xxh3_64_with_seed(address.as_bytes(), SPLIT_SEED), address, position)
             })
             .collect();
-        groups.sort_unstable_by(|a, b| (a.0, a.1, a.2.as_str()).cmp(&(b.0, b.1, b.2.as_str())));
-        let mut baseline = HashSet::new();
+        groups.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+        let mut arms = vec![Arm::Picker; table.pods.len()];
         for group in groups.chunk_by(|a, b| a.0 == b.0) {
             let size = group.len();
             if size < 2 {
                 continue;
             }
             let wanted = ((share * size as f64).round() as usize).clamp(1, size - 1);
-            baseline.extend(group.iter().take(wanted).map(|&(_, _, address)| address.clone()));
+            for &(_, _, _, position) in group.iter().take(wanted) {
+                if let Some(arm) = arms.get_mut(position) {
+                    *arm = Arm::Baseline;
+                }
+            }
         }
-        Self { baseline }
+        Self { arms }
     }
 
-    pub fn arm_of(&self, pod: &PodAddress) -> Arm {
-        if self.baseline.contains(pod) {
-            Arm::Baseline
-        } else {
-            Arm::Picker
-        }
+    /// The arm of the table's pod at `position` (the picker's for a position the table has not).
+    pub fn arm_at(&self, position: usize) -> Arm {
+        self.arms.get(position).copied().unwrap_or(Arm::Picker)
     }
 }
 

@@ -299,7 +299,7 @@ pub fn choose_compared(
         return choose_in_fallback_pool(view, policy, random).map(|route| (route, None));
     };
     let eligible = eligible_pods(view, table)?;
-    let arm_of = |i: usize| table.pods.get(i).map_or(Arm::Picker, |pod| comparison.split.arm_of(&pod.address));
+    let arm_of = |i: usize| comparison.split.arm_at(i);
     // Drawn by the eligible pods, up or down, so a conversation keeps its arm while pods come
     // and go; an arm with no pod the scheduler would trust (down, or not yet scraped) does not
     // route blind: the request is then not compared.

@@ -209,7 +209,7 @@ fn an_arm_whose_pods_are_down_takes_no_share_and_compared_requests_are_never_she
     }
     let split = PodSplit::of(&table, 0.5);
     let mut down = Vec::new();
-    for pod in table.pods.iter_mut().filter(|pod| split.arm_of(&pod.address) == Arm::Baseline) {
+    for (_, pod) in table.pods.iter_mut().enumerate().filter(|(i, _)| split.arm_at(*i) == Arm::Baseline) {
         pod.healthy = false;
         down.push(pod.address.to_string());
     }

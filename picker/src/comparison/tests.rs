@@ -1,4 +1,7 @@
+use std::collections::BTreeMap;
+
 use super::*;
+use crate::address::PodAddress;
 use crate::pod_table::PodState;
 use crate::prefix::PrefixIndex;
 use crate::route::{choose_compared, Comparison, ModelQuery, PrefixQuery, RoutingView, TableOrder};
@@ -21,24 +24,42 @@ fn addresses(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("10.0.0.{i}:8000")).collect()
 }
 
+/// Each pod's arm by its address, as `split` (of `table`) gives it by position.
+fn arms_by_address(split: &PodSplit, table: &PodTable) -> BTreeMap<String, Arm> {
+    table.pods.iter().enumerate().map(|(i, pod)| (pod.address.to_string(), split.arm_at(i))).collect()
+}
+
+/// The arm of the pod at `address` in `table`.
+fn arm_of(split: &PodSplit, table: &PodTable, address: &PodAddress) -> Arm {
+    arms_by_address(split, table).get(address.as_str()).copied().unwrap_or(Arm::Picker)
+}
+
+/// How many pods `split` gives the baseline.
+fn baseline_count(split: &PodSplit) -> usize {
+    split.arms.iter().filter(|arm| **arm == Arm::Baseline).count()
+}
+
 #[test]
 fn splits_each_model_s_pods_in_the_share_and_alike_in_every_vm() {
     let mut pods: Vec<PodState> = addresses(8).iter().take(4).map(|a| pod(a, "llama", 0.0)).collect();
     pods.extend(addresses(8).iter().skip(4).map(|a| pod(a, "qwen", 0.0)));
     pods.push(pod("10.0.1.1:8000", "alone", 0.0));
-    let split = PodSplit::of(&table(pods.clone()), 0.5);
-    let baseline_of =
-        |model: &str| pods.iter().filter(|p| p.models[0] == model && split.arm_of(&p.address) == Arm::Baseline).count();
+    let whole = table(pods.clone());
+    let split = PodSplit::of(&whole, 0.5);
+    let baseline_of = |model: &str| {
+        pods.iter().filter(|p| p.models[0] == model && arm_of(&split, &whole, &p.address) == Arm::Baseline).count()
+    };
     assert_eq!((baseline_of("llama"), baseline_of("qwen"), baseline_of("alone")), (2, 2, 0));
     // The same pods in another order (another VM's table) split alike.
     let mut reversed = pods.clone();
     reversed.reverse();
-    assert_eq!(PodSplit::of(&table(reversed), 0.5), split);
+    let reversed = table(reversed);
+    assert_eq!(arms_by_address(&PodSplit::of(&reversed, 0.5), &reversed), arms_by_address(&split, &whole));
     // A small share still gives the baseline one pod of a group, never all of it.
     let four = table(addresses(4).iter().map(|a| pod(a, "", 0.0)).collect());
-    assert_eq!(PodSplit::of(&four, 0.05).baseline.len(), 1);
-    assert_eq!(PodSplit::of(&four, 0.95).baseline.len(), 3);
-    assert_eq!(PodSplit::of(&four, 0.3).baseline.len(), 1);
+    assert_eq!(baseline_count(&PodSplit::of(&four, 0.05)), 1);
+    assert_eq!(baseline_count(&PodSplit::of(&four, 0.95)), 3);
+    assert_eq!(baseline_count(&PodSplit::of(&four, 0.3)), 1);
 }
 
 #[test]
@@ -80,7 +101,7 @@ fn each_arm_routes_to_its_own_pods_the_baseline_by_load_alone() {
     let table = table(pods);
     let split = PodSplit::of(&table, 0.5);
     let baseline_pods: Vec<&PodAddress> =
-        table.pods.iter().map(|p| &p.address).filter(|a| split.arm_of(a) == Arm::Baseline).collect();
+        table.pods.iter().map(|p| &p.address).filter(|a| arm_of(&split, &table, a) == Arm::Baseline).collect();
     let (held_by, idle) = (baseline_pods[0].as_str(), baseline_pods[1].as_str());
     // The prompt is cached on one baseline pod, which has more in flight than the other.
     let mut index = PrefixIndex::new(1024);
@@ -113,8 +134,8 @@ fn each_arm_routes_to_its_own_pods_the_baseline_by_load_alone() {
         )
         .unwrap();
         let arm = arm.expect("both arms serve m");
-        assert_eq!(split.arm_of(&route.address), arm, "{route:?}");
-        assert!(route.fallbacks.iter().all(|f| split.arm_of(f) == arm), "retries stay in the arm: {route:?}");
+        assert_eq!(arm_of(&split, &table, &route.address), arm, "{route:?}");
+        assert!(route.fallbacks.iter().all(|f| arm_of(&split, &table, f) == arm), "retries stay in the arm: {route:?}");
         if arm == Arm::Baseline {
             // Blind to the prefix: the pod with fewer in flight.
             assert_eq!(route.address.as_str(), idle);
