@@ -209,7 +209,7 @@ pub(crate) fn write_decisions(replay: &crate::driver::Replay, dir: &Path) -> Res
 }
 
 /// A folder per workload and target, so every Envoy and router log is kept apart.
-fn target_dir(dir: &Path, workload: &Workload, target: TargetName) -> Result<PathBuf, String> {
+pub(crate) fn target_dir(dir: &Path, workload: &Workload, target: TargetName) -> Result<PathBuf, String> {
     let path = dir.join(format!("{}-{}", workload.name.label(), target.label()));
     std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)

@@ -162,8 +162,7 @@ fn run_one(
     target: TargetName,
 ) -> Result<(Vec<ComparisonRow>, Vec<String>), String> {
     pool.restart_all()?;
-    let dir = bench.dir.join(format!("{}-{}", workload.name.label(), target.label()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = crate::run::target_dir(&bench.dir, workload, target)?;
     let addresses = pool.addresses();
     let mut running = targets::start(target, &addresses, &dir, &bench.vllm_router)?;
     let before = pool.prefix_counters_per_pod();
