@@ -130,6 +130,7 @@ fuzz_target!(|data: &[u8]| {
                     prefix,
                     now_ms,
                     stale_after_ms: STALE_AFTER_MS,
+                    ejected: &[],
                     models: picker::route::ModelQuery::default(),
                     learning: None,
                 };

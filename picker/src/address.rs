@@ -52,6 +52,14 @@ impl PartialEq<str> for PodAddress {
     }
 }
 
+// Hash and Eq are the text's (derived on the one field), so maps keyed by address can be
+// searched with a `&str`.
+impl std::borrow::Borrow<str> for PodAddress {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for PodAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

@@ -21,6 +21,7 @@ pub mod learn;
 pub mod lease;
 pub mod metrics_text;
 pub mod models;
+pub mod outliers;
 pub mod peer;
 pub mod pod_table;
 pub mod poller;

@@ -48,6 +48,9 @@ pub struct RoutingView<'a> {
     pub learning: Option<LearningQuery<'a>>,
     /// The request's model and the gateway's subset hint.
     pub models: ModelQuery<'a>,
+    /// Pods this worker has taken out of rotation for failing requests ([`crate::outliers`]):
+    /// passed over while another eligible pod is usable.
+    pub ejected: &'a [PodAddress],
 }
 
 /// Which pods may serve this request at all: those serving its model, within the subset.
@@ -161,6 +164,7 @@ fn table_candidates<'a>(
     table: &'a PodTable,
     eligible: &[(usize, u8)],
     order: &TableOrder<'_>,
+    ejected: &[PodAddress],
 ) -> Vec<Candidate<'a>> {
     let inflight_at = order.inflight_at;
     let mut matched = Vec::new();
@@ -201,7 +205,7 @@ fn table_candidates<'a>(
                 view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0), inflight)));
             Candidate {
                 address,
-                usable: pod.usable_at(view.now_ms, view.stale_after_ms),
+                usable: pod.usable_at(view.now_ms, view.stale_after_ms) && !is_ejected(ejected, address),
                 waiting: estimated_waiting(pod.waiting, pod.running, inflight),
                 running: pod.running,
                 kv_usage: pod.kv_usage,
@@ -233,6 +237,10 @@ fn table_candidates<'a>(
     // Sized once: a filter_map's collect would grow by doubling.
     candidates.extend(built);
     candidates
+}
+
+fn is_ejected(ejected: &[PodAddress], address: &str) -> bool {
+    ejected.iter().any(|pod| pod == address)
 }
 
 /// Why no pod could be chosen.
@@ -331,7 +339,16 @@ fn choose_among(
     policy: &Policy,
     random: &mut TieBreaker,
 ) -> Result<Route, NoRoute> {
-    let candidates = table_candidates(view, table, &eligible, order);
+    // Ejecting every pod the request may use is ejecting none: it is then chosen as if no pod
+    // were ejected (a fault in the requests themselves cannot take the pool away).
+    let none_left = !view.ejected.is_empty()
+        && eligible.iter().all(|&(i, _)| {
+            table.pods.get(i).is_none_or(|pod| {
+                is_ejected(view.ejected, pod.address.as_str()) || !pod.usable_at(view.now_ms, view.stale_after_ms)
+            })
+        });
+    let ejected = if none_left { &[] } else { view.ejected };
+    let candidates = table_candidates(view, table, &eligible, order, ejected);
     let indices: Vec<usize> = eligible.into_iter().map(|(i, _)| i).collect();
     pick_route(view, Some(table), &candidates, &indices, policy, random)
 }

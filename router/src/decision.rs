@@ -187,6 +187,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         None => PromptSize::default(),
     };
     let tokens_of = |pod: &str| inflight.tokens(pod);
+    // Pods that failed this worker's recent requests (nothing to pass over if it is busy).
+    let mut outliers = worker.outliers.try_borrow_mut();
+    let ejected = outliers.as_mut().map_or(&[][..], |outliers| outliers.ejected(now));
     let view = RoutingView {
         table: route_table,
         fallback_pool: &worker.fallback_pool,
@@ -194,6 +197,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         prefix: query,
         now_ms: now,
         stale_after_ms: worker.config.stale_after_ms,
+        ejected,
         models: ModelQuery {
             model: prompt.model,
             unknown_model: worker.config.models.unknown_model,

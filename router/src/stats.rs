@@ -8,6 +8,8 @@ use crate::decision_stats::{DecisionStats, PickReason};
 
 /// Per-pod pick counters: `wasm_epp.picks.pod.<ip:port>` -> `wasm_epp_picks{pod="<ip:port>"}`.
 const PICKS_FAMILY: &str = "wasm_epp.picks.pod";
+/// Pods taken out of rotation for failing requests: `wasm_epp_pod_ejections{pod="<ip:port>"}`.
+const EJECTIONS_FAMILY: &str = "wasm_epp.pod_ejections.pod";
 /// Routed requests by the model they were sent as (the `model` tag rule of the bootstrap).
 const MODELS_FAMILY: &str = "wasm_epp.model_requests.model";
 /// The label of requests for a model no pod of the table names.
@@ -59,6 +61,8 @@ pub struct Stats {
     pub model_rewritten: Counter,
     /// `GET /v1/models` answered by the gateway with the pool's models.
     pub model_lists_answered: Counter,
+    /// Attempts on a pod judged failed: a 5xx answer, or one Envoy retried on another pod.
+    pub pod_attempts_failed: Counter,
 }
 
 impl Stats {
@@ -101,6 +105,7 @@ impl Stats {
             model_unknown: c("wasm_epp.model_unknown"),
             model_rewritten: c("wasm_epp.model_rewritten"),
             model_lists_answered: c("wasm_epp.model_lists_answered"),
+            pod_attempts_failed: c("wasm_epp.pod_attempts_failed"),
             metrics,
         };
         // Defined first, so it has its place in the family whatever comes later, and shown
@@ -144,6 +149,11 @@ impl Stats {
             }
         }
         self.metrics.add_labelled(PICKS_FAMILY, pod.as_str(), 1);
+    }
+
+    /// `pod` was taken out of rotation by this worker.
+    pub fn ejected(&self, pod: &PodAddress) {
+        self.metrics.add_labelled(EJECTIONS_FAMILY, pod.as_str(), 1);
     }
 }
 

@@ -294,17 +294,28 @@ impl RequestStream {
         }
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
-        self.compare_answer(host);
-        if self.sent_to_pod() {
+        let routed = self.sent_to_pod();
+        // Outlier detection and the comparison both judge the status: one lookup.
+        let judged = routed && self.worker.config.outlier_detection.enabled;
+        let status = (judged || self.compared().is_some())
+            .then(|| host.response_header_value(":status").ok().flatten())
+            .flatten();
+        self.compare_answer(status.as_deref());
+        if routed {
             let _span = profile::span(host, Phase::ServedEndpoint);
             crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
         }
-        // Learning and the response-id watch both need the pod that answered: one lookup.
-        if self.observed.as_ref().is_some_and(Observation::watched) || self.response_id.is_some() {
+        // Outlier detection, learning and the response-id watch need the pod that answered:
+        // one lookup.
+        let watched = self.observed.as_ref().is_some_and(Observation::watched) || self.response_id.is_some();
+        if judged || watched {
             let upstream = {
                 let _span = profile::span(host, Phase::ObserveHeaders);
                 crate::served::answering_pod(host)
             };
+            if judged {
+                self.note_answer(host, status.as_deref(), upstream.as_deref());
+            }
             if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
                 observed.on_headers(&self.worker, pod, upstream.as_deref());
             }
@@ -553,6 +564,24 @@ impl RequestStream {
 
     /// The request went to a pod: routed at once, or released from the queue to one (a
     /// released request's pod is the stream's only from `on_log` on).
+    /// Outlier detection learns from the answer to the pod this request was sent to (a
+    /// released request's is on its queue entry).
+    fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) {
+        let now = host.now_ms();
+        match &self.held {
+            Some(held) => {
+                if let crate::flow::Fate::Routed(pick) = &*held.fate.borrow() {
+                    crate::attempts::note_answer(&self.worker, pick, status, served, now);
+                }
+            }
+            None => {
+                if let Some(pick) = &self.routed_to {
+                    crate::attempts::note_answer(&self.worker, pick, status, served, now);
+                }
+            }
+        }
+    }
+
     fn sent_to_pod(&self) -> bool {
         match &self.held {
             Some(held) => matches!(*held.fate.borrow(), crate::flow::Fate::Routed(_)),
@@ -570,10 +599,9 @@ impl RequestStream {
 
     /// A compared request's answer began: a 5xx counts as its arm's error; only a success's
     /// first byte is a first token.
-    fn compare_answer(&mut self, host: &dyn Host) {
+    fn compare_answer(&mut self, status: Option<&[u8]>) {
         let Some(compared) = self.compared() else { return };
-        let status = host.response_header_value(":status").ok().flatten();
-        let class = status.as_deref().and_then(|s| s.first().copied());
+        let class = status.and_then(|s| s.first().copied());
         compared.answered = true;
         compared.awaiting_first_byte &= class == Some(b'2');
         let arm = compared.arm;

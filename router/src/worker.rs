@@ -53,6 +53,8 @@ pub struct Worker {
     pub watch_budget: RefCell<picker::learn::allowance::Allowance>,
     /// The live comparison with a baseline, when `comparison.baseline_share` is above 0.
     pub comparison: Option<Comparing>,
+    /// Pods this worker saw fail requests, and those it took out of rotation for it.
+    pub outliers: RefCell<picker::outliers::Outliers>,
 }
 
 /// What the comparison needs on every request: the baseline's policy and the arms' stats.
@@ -75,6 +77,7 @@ impl Worker {
         });
         Self {
             comparison,
+            outliers: RefCell::new(picker::outliers::Outliers::new(config.outlier_detection.clone())),
             pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),
             policy,
             learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),

@@ -90,6 +90,7 @@ fn view<'a>(
         prefix,
         now_ms: 0,
         stale_after_ms: 1_000,
+        ejected: &[],
         models: ModelQuery { model, ..ModelQuery::default() },
         learning: None,
     }

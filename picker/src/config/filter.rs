@@ -115,6 +115,8 @@ pub struct FilterConfig {
     pub learning: super::LearningConfig,
     /// A live A/B test of the picker against a plain load balancer (off by default).
     pub comparison: super::ComparisonConfig,
+    /// Pods that fail the requests sent to them leave the rotation for a while (on by default).
+    pub outlier_detection: super::OutlierConfig,
 }
 
 impl Default for FilterConfig {
@@ -143,6 +145,7 @@ impl Default for FilterConfig {
             models: super::ModelsConfig::default(),
             learning: super::LearningConfig::default(),
             comparison: super::ComparisonConfig::default(),
+            outlier_detection: super::OutlierConfig::default(),
         }
     }
 }
@@ -214,6 +217,7 @@ impl FilterConfig {
         self.models.validate()?;
         self.learning.validate()?;
         self.comparison.validate()?;
+        self.outlier_detection.validate()?;
         // A P/D pool picks two pods per request by their roles: an arm of its own pods
         // would take one role's pods from the other arm. Flow control releases a request when
         // the pool has room, which may be in the other arm: the request would then go over

@@ -33,7 +33,7 @@ pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<Explaine
             let eligible =
                 super::eligible_pods(view, table).unwrap_or_else(|_| (0..table.pods.len()).map(|i| (i, 0)).collect());
             let by_address = super::TableOrder { inflight_at: &|_, address| (view.inflight)(address), index_ids: None };
-            table_candidates(view, table, &eligible, &by_address)
+            table_candidates(view, table, &eligible, &by_address, view.ejected)
         }
         _ => view
             .fallback_pool
@@ -87,6 +87,7 @@ mod tests {
             prefix: None,
             now_ms: 1_000,
             stale_after_ms: 5_000,
+            ejected: &[],
             models: crate::route::ModelQuery::default(),
             learning: None,
         };

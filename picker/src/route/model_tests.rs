@@ -24,6 +24,7 @@ fn choose_for(table: &PodTable, query: ModelQuery<'_>) -> Result<Route, NoRoute>
         prefix: None,
         now_ms: 1_000,
         stale_after_ms: 1_000,
+        ejected: &[],
         models: query,
         learning: None,
     };

@@ -22,6 +22,7 @@ fn view<'a>(
         prefix: None,
         now_ms,
         stale_after_ms: 1_000,
+        ejected: &[],
         models: ModelQuery::default(),
         learning: None,
     }
@@ -117,4 +118,52 @@ fn a_restarted_pod_has_no_prefix() {
         reuse: 1.0,
     });
     assert!(!choose_with(&v, 1).affinity);
+}
+
+#[test]
+fn an_ejected_pod_is_passed_over_even_holding_the_prefix_and_is_no_fallback() {
+    let table = PodTable {
+        pods: vec![healthy("10.0.0.1:80", 0.0, 0), healthy("10.0.0.2:80", 3.0, 0), healthy("10.0.0.3:80", 4.0, 0)],
+        ..PodTable::default()
+    };
+    let counts = |_: &str| 0;
+    let mut index = PrefixIndex::new(4096);
+    let hashes = [21, 22, 23];
+    index.record("10.0.0.1:80", 0, &hashes, 1000);
+    let never = |_: &str| 0;
+    let ejected = [PodAddress::parse("10.0.0.1:80").unwrap()];
+    let mut v = view(Some(&table), &[], &counts, 0);
+    v.prefix = Some(PrefixQuery {
+        index: &index,
+        hashes: &hashes,
+        session_pod: Some(("10.0.0.1:80", 0)),
+        session_pinned: false,
+        last_picked: &never,
+        reuse: 1.0,
+    });
+    assert_eq!(choose_with(&v, 1).address.as_str(), "10.0.0.1:80", "idle, and holds the prefix and session");
+    v.ejected = &ejected;
+    for seed in 0..20 {
+        let route = choose_with(&v, seed);
+        assert_eq!(route.address.as_str(), "10.0.0.2:80", "the next best by load");
+        assert_eq!(route.fallbacks, [PodAddress::parse("10.0.0.3:80").unwrap()], "never retried on it either");
+        assert!(!route.fail_open);
+    }
+}
+
+#[test]
+fn ejecting_every_usable_pod_is_ejecting_none() {
+    let mut down = healthy("10.0.0.3:80", 2.0, 0);
+    down.healthy = false;
+    let table = PodTable {
+        pods: vec![healthy("10.0.0.1:80", 0.0, 0), healthy("10.0.0.2:80", 5.0, 0), down],
+        ..PodTable::default()
+    };
+    let counts = |_: &str| 0;
+    let ejected = [PodAddress::parse("10.0.0.1:80").unwrap(), PodAddress::parse("10.0.0.2:80").unwrap()];
+    let mut v = view(Some(&table), &[], &counts, 500);
+    v.ejected = &ejected;
+    // 10.0.0.3 is not ejected but is down: the two ejected pods are all there is.
+    let route = choose_with(&v, 4);
+    assert_eq!((route.address.as_str(), route.fail_open), ("10.0.0.1:80", false), "chosen as if none were ejected");
 }

@@ -242,6 +242,7 @@ impl Case {
             }),
             now_ms: NOW_MS,
             stale_after_ms: self.worker.config.stale_after_ms,
+            ejected: &[],
             models: picker::route::ModelQuery { model: self.model.as_deref(), ..Default::default() },
             learning: None,
         };

@@ -1,0 +1,218 @@
+//! Pods that fail the requests sent to them, taken out of rotation for a while.
+//!
+//! A pod whose engine is broken but whose `/metrics` still answers (an engine that errors on
+//! every request, a bad GPU, a wrong model mounted) reports an empty queue and holds nothing
+//! in flight, since it fails at once: by load it is the best pod, and it gets the next request,
+//! and the next. Envoy's retries save each request at the price of a failed attempt, and when
+//! every choice in a request's list is such a pod, the client gets the 5xx though a healthy pod
+//! was free. Envoy's own outlier detection cannot help: its `override_host` policy follows the
+//! filter's list whatever a host's health (its `findHost`), so the picker has to know.
+//!
+//! Each worker keeps its own record, from the answers it sees: a pod that fails
+//! `consecutive_failures` attempts in a row (a 5xx answer, or an attempt Envoy retried on
+//! another pod) is ejected for `base_ejection_ms`. When that time is up it is back on
+//! probation: one more failure before any success ejects it again, for twice as long (up to
+//! `max_ejection_ms`); a success clears its record. An ejected pod is only passed over while
+//! another pod can take the request ([`crate::route`]): ejecting every pod is the same as
+//! ejecting none, so a fault in the requests themselves cannot empty the pool.
+
+use hashbrown::HashMap;
+
+use crate::address::PodAddress;
+use crate::config::OutlierConfig;
+
+/// Pods with a record at most: far above any pool (a worker only records pods it routed to),
+/// so the map stays bounded even if answers named addresses outside the pool.
+const MAX_RECORDS: usize = 4_096;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Record {
+    /// Failed attempts since the last success or ejection.
+    consecutive: u32,
+    /// Ejections since the last success: the next lasts `base << strikes`.
+    strikes: u32,
+    /// Ejected until then (ms).
+    ejected_until: Option<u64>,
+    /// Back from an ejection with no success since: one failure ejects it again.
+    probation: bool,
+}
+
+/// One worker's record of failing pods. Costs nothing while no pod fails: a success on a pod
+/// without a record is one lookup in an empty map.
+#[derive(Debug, Default)]
+pub struct Outliers {
+    config: OutlierConfig,
+    records: HashMap<PodAddress, Record>,
+    /// The pods ejected now, for the decision to pass over (expired ones leave at
+    /// [`Outliers::ejected`]).
+    ejected: Vec<PodAddress>,
+}
+
+impl Outliers {
+    pub fn new(config: OutlierConfig) -> Self {
+        Self { config, records: HashMap::new(), ejected: Vec::new() }
+    }
+
+    /// An attempt on `pod` failed at `now_ms`. Returns how long it is ejected for, if this
+    /// failure ejected it.
+    pub fn failed(&mut self, pod: &PodAddress, now_ms: u64) -> Option<u64> {
+        if !self.config.enabled || (self.records.len() >= MAX_RECORDS && !self.records.contains_key(pod)) {
+            return None;
+        }
+        let record = self.records.entry(pod.clone()).or_default();
+        if record.ejected_until.is_some_and(|until| until > now_ms) {
+            // Sent before it was ejected: already counted in.
+            return None;
+        }
+        record.consecutive = record.consecutive.saturating_add(1);
+        if !record.probation && record.consecutive < self.config.consecutive_failures {
+            return None;
+        }
+        let doubled = self.config.base_ejection_ms.checked_shl(record.strikes.min(32)).unwrap_or(u64::MAX);
+        let duration = doubled.min(self.config.max_ejection_ms);
+        *record = Record {
+            consecutive: 0,
+            strikes: record.strikes.saturating_add(1),
+            ejected_until: Some(now_ms.saturating_add(duration)),
+            probation: false,
+        };
+        if !self.ejected.contains(pod) {
+            self.ejected.push(pod.clone());
+        }
+        Some(duration)
+    }
+
+    /// An attempt on `pod` succeeded: its record is cleared (unless it is ejected now: an
+    /// answer to a request sent before the ejection does not bring it back early).
+    pub fn succeeded(&mut self, pod: &str, now_ms: u64) {
+        if self.records.is_empty() {
+            return;
+        }
+        if self.records.get(pod).is_some_and(|r| r.ejected_until.is_none_or(|until| until <= now_ms)) {
+            self.records.remove(pod);
+            self.ejected.retain(|p| p.as_str() != pod);
+        }
+    }
+
+    /// The pods ejected at `now_ms`. Those whose time is up return on probation.
+    pub fn ejected(&mut self, now_ms: u64) -> &[PodAddress] {
+        if !self.ejected.is_empty() {
+            let records = &mut self.records;
+            self.ejected.retain(|pod| {
+                let Some(record) = records.get_mut(pod.as_str()) else { return false };
+                match record.ejected_until {
+                    Some(until) if until > now_ms => true,
+                    _ => {
+                        record.ejected_until = None;
+                        record.probation = true;
+                        false
+                    }
+                }
+            });
+        }
+        &self.ejected
+    }
+
+    /// Applies a new configuration (live reconfiguration); turned off, every record goes.
+    pub fn configure(&mut self, config: OutlierConfig) {
+        if !config.enabled {
+            self.records.clear();
+            self.ejected.clear();
+        }
+        self.config = config;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(text: &str) -> PodAddress {
+        PodAddress::parse(text).unwrap()
+    }
+
+    fn outliers() -> Outliers {
+        Outliers::new(OutlierConfig {
+            enabled: true,
+            consecutive_failures: 3,
+            base_ejection_ms: 1_000,
+            max_ejection_ms: 3_000,
+        })
+    }
+
+    #[test]
+    fn consecutive_failures_eject_and_a_success_in_between_resets_the_count() {
+        let mut outliers = outliers();
+        let a = pod("10.0.0.1:8000");
+        assert_eq!(outliers.failed(&a, 0), None);
+        assert_eq!(outliers.failed(&a, 1), None);
+        outliers.succeeded(a.as_str(), 2);
+        assert_eq!(outliers.failed(&a, 3), None);
+        assert_eq!(outliers.failed(&a, 4), None);
+        assert!(outliers.ejected(5).is_empty());
+        assert_eq!(outliers.failed(&a, 5), Some(1_000), "the third in a row");
+        assert_eq!(outliers.ejected(6), [a.clone()]);
+        assert!(outliers.ejected(1_005).is_empty(), "back when its time is up");
+    }
+
+    #[test]
+    fn a_pod_back_on_probation_is_ejected_again_at_its_first_failure_for_twice_as_long() {
+        let mut outliers = outliers();
+        let a = pod("10.0.0.1:8000");
+        for t in 0..3 {
+            outliers.failed(&a, t);
+        }
+        assert_eq!(outliers.failed(&a, 500), None, "a late answer to a request sent before");
+        assert!(outliers.ejected(1_002).is_empty());
+        assert_eq!(outliers.failed(&a, 1_010), Some(2_000));
+        assert_eq!(outliers.ejected(3_009), [a.clone()]);
+        assert!(outliers.ejected(3_010).is_empty());
+        assert_eq!(outliers.failed(&a, 3_020), Some(3_000), "capped at max_ejection_ms");
+        assert!(outliers.ejected(6_020).is_empty());
+        outliers.succeeded(a.as_str(), 6_030);
+        assert_eq!(outliers.failed(&a, 6_040), None, "a success clears the record: three again");
+    }
+
+    #[test]
+    fn a_success_while_ejected_does_not_bring_it_back() {
+        let mut outliers = outliers();
+        let (a, b) = (pod("10.0.0.1:8000"), pod("10.0.0.2:8000"));
+        for t in 0..3 {
+            outliers.failed(&a, t);
+            outliers.failed(&b, t);
+        }
+        outliers.succeeded(a.as_str(), 10);
+        assert_eq!(outliers.ejected(11), [a.clone(), b.clone()]);
+        assert!(outliers.ejected(1_003).is_empty());
+        outliers.succeeded(a.as_str(), 1_004);
+        assert_eq!(outliers.failed(&a, 1_005), None, "cleared: not on probation any more");
+        assert_eq!(outliers.failed(&b, 1_005), Some(2_000), "still on probation");
+    }
+
+    #[test]
+    fn off_records_nothing_and_turning_it_off_forgets() {
+        let mut off = Outliers::new(OutlierConfig { enabled: false, ..OutlierConfig::default() });
+        let a = pod("10.0.0.1:8000");
+        for t in 0..10 {
+            assert_eq!(off.failed(&a, t), None);
+        }
+        assert!(off.ejected(10).is_empty());
+        let mut on = outliers();
+        for t in 0..3 {
+            on.failed(&a, t);
+        }
+        assert_eq!(on.ejected(3).len(), 1);
+        on.configure(OutlierConfig { enabled: false, ..OutlierConfig::default() });
+        assert!(on.ejected(4).is_empty());
+    }
+
+    #[test]
+    fn records_are_bounded() {
+        let mut outliers = outliers();
+        for i in 0..MAX_RECORDS + 10 {
+            let address = pod(&format!("10.{}.{}.{}:8000", i / 65_536, (i / 256) % 256, i % 256));
+            outliers.failed(&address, 0);
+        }
+        assert_eq!(outliers.records.len(), MAX_RECORDS);
+    }
+}

@@ -1,0 +1,117 @@
+//! Outlier detection through the whole request path of one worker on a `MockHost`: a pod
+//! whose metrics say idle but which fails every request is passed over once it has failed
+//! enough in a row, comes back on probation, and a pool that fails everything still routes.
+
+// Helpers outside #[test] functions read replies: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use common::{completion, Bench, COMPLETIONS};
+
+const THREE_PODS: [(&str, f64); 3] = [("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 2.0), ("10.0.0.3:8000", 2.0)];
+const BROKEN: &str = "10.0.0.1:8000";
+const SERVED: &str = "x-gateway-destination-endpoint-served";
+
+const QUICK: &str = r#"{"outlier_detection": {"consecutive_failures": 3, "base_ejection_ms": 1000}}"#;
+
+/// One request, answered as Envoy would after its retries: `broken` answers 500 and the
+/// next choice in the header's list answers 200 (or 500 too when every choice is broken).
+/// Returns the pick and the pod that answered.
+fn request(bench: &Bench, prompt: &str, broken: &[&str]) -> (String, String) {
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(prompt));
+    let choices: Vec<String> = answer.destination.unwrap().split(',').map(str::to_owned).collect();
+    let served = choices.iter().find(|c| !broken.contains(&c.as_str())).unwrap_or(choices.last().unwrap()).clone();
+    let status = if broken.contains(&served.as_str()) { "500" } else { "200" };
+    bench.host.set_response(&[(":status", status), (SERVED, &served)], b"");
+    stream.on_response_headers(&bench.host, false);
+    stream.on_log(&bench.host);
+    (choices[0].clone(), served)
+}
+
+#[test]
+fn an_idle_looking_pod_that_fails_every_request_is_passed_over_then_tried_again() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    // It reports the emptiest queue: by load it is every request's first choice.
+    let picks: Vec<String> = (0..3).map(|i| request(&bench, &format!("p{i}"), &[BROKEN]).0).collect();
+    assert_eq!(picks, [BROKEN; 3], "each of them saved by Envoy's retry on the next choice");
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 3);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+    for i in 0..20 {
+        let (pick, _) = request(&bench, &format!("q{i}"), &[BROKEN]);
+        assert_ne!(pick, BROKEN, "request {i}: out of rotation");
+    }
+    // Its time is up: one try; it still fails, so it is out again, for twice as long.
+    bench.host.advance(1_001);
+    bench.publish(2, &THREE_PODS);
+    assert_eq!(request(&bench, "probe", &[BROKEN]).0, BROKEN);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 2);
+    bench.host.advance(1_500);
+    bench.publish(3, &THREE_PODS);
+    assert_ne!(request(&bench, "still out", &[BROKEN]).0, BROKEN, "2 s this time");
+    // Mended: back after its time, and a success clears its record.
+    bench.host.advance(600);
+    bench.publish(4, &THREE_PODS);
+    assert_eq!(request(&bench, "mended", &[]), (BROKEN.to_owned(), BROKEN.to_owned()));
+    assert_eq!(request(&bench, "mended again", &[]).0, BROKEN);
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 4);
+}
+
+#[test]
+fn a_pool_failing_everything_still_routes_every_request() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    let all: Vec<&str> = THREE_PODS.iter().map(|(a, _)| *a).collect();
+    for i in 0..30 {
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&format!("r{i}")));
+        assert!(answer.destination.is_some(), "request {i} routed");
+        assert_eq!(answer.reply, None, "never answered by the gateway");
+        bench.host.set_response(&[(":status", "503"), (SERVED, all[i % 3])], b"");
+        stream.on_response_headers(&bench.host, false);
+        stream.on_log(&bench.host);
+    }
+    assert!(bench.stat("wasm_epp.pod_attempts_failed") >= 30);
+}
+
+#[test]
+fn a_retried_success_counts_against_the_pick_only() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    // The pick's attempt failed (a reset, a connection refused: no status of its own), the
+    // retry on the next choice answered 200.
+    for i in 0..3 {
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&format!("r{i}")));
+        let choices: Vec<String> = answer.destination.unwrap().split(',').map(str::to_owned).collect();
+        assert_eq!(choices[0], BROKEN);
+        bench.host.set_response(&[(":status", "200"), (SERVED, &choices[1])], b"");
+        stream.on_response_headers(&bench.host, false);
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 3);
+}
+
+#[test]
+fn off_it_never_passes_a_pod_over() {
+    let bench = Bench::new(r#"{"outlier_detection": {"enabled": false}}"#);
+    bench.publish(1, &THREE_PODS);
+    for i in 0..10 {
+        assert_eq!(request(&bench, &format!("p{i}"), &[BROKEN]).0, BROKEN);
+    }
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 0);
+}
+
+#[test]
+fn a_local_reply_with_a_5xx_counts_against_the_pick() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    for i in 0..3 {
+        let (mut stream, _) = bench.request(&COMPLETIONS, &completion(&format!("r{i}")));
+        // Every attempt failed to connect: Envoy's own 503, no pod named.
+        bench.host.set_response(&[(":status", "503")], b"");
+        stream.on_response_headers(&bench.host, false);
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+}
