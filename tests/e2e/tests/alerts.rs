@@ -27,13 +27,15 @@ fn rules_file() -> std::path::PathBuf {
 
 /// Series the rules read that this Envoy (static pool, no peers, no comparison) does not
 /// have: Kubernetes discovery's, those of peering (its messages, the peer listener's filter),
-/// and the live comparison's.
-const OTHER_MODES_ONLY: [&str; 5] = [
+/// the live comparison's, and outlier detection's ejections (none on a healthy pool).
+const OTHER_MODES_ONLY: [&str; 6] = [
     "wasm_epp_discovery_failing",
     "wasm_epp_comparison_requests",
     "wasm_epp_peer_messages_rejected",
     "envoy_wasm_wasm_epp_peer_vm_reload_success",
     "envoy_wasm_wasm_epp_peer_vm_reload_failure",
+    // Labelled by pod, so no series until a pod is ejected.
+    "wasm_epp_pod_ejections",
 ];
 
 /// Alerts whose thresholds are wall-clock times of this machine's own decisions: on a loaded
@@ -140,7 +142,7 @@ fn the_alert_rules_stay_quiet_on_a_serving_pool_and_fire_when_every_pod_stops() 
     assert!(missing.is_empty(), "the rules read series Envoy does not export: {missing:?}");
 
     // Every rule evaluates on the real series without error, and none is raised.
-    assert_eq!(rules.len(), 16, "rules loaded: {rules:?}");
+    assert_eq!(rules.len(), 17, "rules loaded: {rules:?}");
     let broken: Vec<_> = rules.iter().filter(|r| r["health"] != "ok").map(|r| (&r["name"], &r["lastError"])).collect();
     assert!(broken.is_empty(), "rules that do not evaluate: {broken:?}");
     let quiet: BTreeSet<String> =
