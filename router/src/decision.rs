@@ -290,6 +290,11 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             value.push_str("; arm=");
             value.push_str(arm.label());
         }
+        // Pods this worker passed over for failing requests (outlier detection).
+        if !view.ejected.is_empty() {
+            value.push_str("; ejected=");
+            value.push_str(&view.ejected.iter().map(PodAddress::as_str).collect::<Vec<_>>().join(","));
+        }
         value
     });
     // Only completions and chat are split (as llm-d's sidecar does; another endpoint's body was

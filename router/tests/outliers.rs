@@ -115,3 +115,18 @@ fn a_local_reply_with_a_5xx_counts_against_the_pick() {
     }
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
 }
+
+#[test]
+fn the_decision_header_names_the_pods_passed_over() {
+    let bench = Bench::new(
+        r#"{"debug_decision_header": true, "outlier_detection": {"consecutive_failures": 2, "base_ejection_ms": 1000}}"#,
+    );
+    bench.publish(1, &THREE_PODS);
+    request(&bench, "a", &[BROKEN]);
+    let before = bench.host.response_header("x-wasm-epp-decision").unwrap();
+    assert!(!before.contains("ejected="), "{before}");
+    request(&bench, "b", &[BROKEN]);
+    request(&bench, "c", &[BROKEN]);
+    let after = bench.host.response_header("x-wasm-epp-decision").unwrap();
+    assert!(after.ends_with(&format!("; ejected={BROKEN}")), "{after}");
+}
