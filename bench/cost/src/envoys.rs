@@ -176,6 +176,9 @@ fn wasm_epp_options(
     if variant == Variant::WasmEppCompared {
         fields.insert("comparison".into(), serde_json::json!({ "baseline_share": 0.5 }));
     }
+    if variant == Variant::WasmEppNoOutliers {
+        fields.insert("outlier_detection".into(), serde_json::json!({ "enabled": false }));
+    }
     if let Some(config) = options.filter_config.as_object_mut() {
         config.extend(fields);
     }

@@ -68,6 +68,10 @@ pub enum Variant {
     /// the pods and requests routed by the least-request baseline, every answer's status read
     /// and its end timed per arm. What running the A/B test costs. Named explicitly.
     WasmEppCompared,
+    /// wasm-epp as shipped with outlier detection off (`outlier_detection.enabled` false): no
+    /// `:status` or answering-pod lookup and no per-worker record on each answer. What the
+    /// default-on outlier detection costs. Named explicitly.
+    WasmEppNoOutliers,
 }
 
 impl Variant {
@@ -131,6 +135,7 @@ impl Variant {
             Variant::WasmEppAccessLog => "wasm-epp-access-log",
             Variant::WasmEppTwoPools => "wasm-epp-two-pools",
             Variant::WasmEppCompared => "wasm-epp-compared",
+            Variant::WasmEppNoOutliers => "wasm-epp-no-outliers",
         }
     }
 
@@ -146,6 +151,7 @@ impl Variant {
                 Variant::WasmEppAccessLog,
                 Variant::WasmEppTwoPools,
                 Variant::WasmEppCompared,
+                Variant::WasmEppNoOutliers,
             ])
             .find(|v| v.name() == name)
     }
@@ -188,6 +194,7 @@ impl Variant {
                 | Variant::WasmEppAccessLog
                 | Variant::WasmEppTwoPools
                 | Variant::WasmEppCompared
+                | Variant::WasmEppNoOutliers
         )
     }
 
@@ -228,7 +235,8 @@ mod tests {
 
     #[test]
     fn variants_round_trip_by_name() {
-        let named = [Variant::WasmEppAccessLog, Variant::WasmEppTwoPools, Variant::WasmEppCompared];
+        let named =
+            [Variant::WasmEppAccessLog, Variant::WasmEppTwoPools, Variant::WasmEppCompared, Variant::WasmEppNoOutliers];
         for variant in Variant::ALL.into_iter().chain(Variant::BISECTION).chain(named) {
             assert_eq!(Variant::from_name(variant.name()), Some(variant));
         }
