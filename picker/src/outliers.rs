@@ -56,13 +56,21 @@ impl Outliers {
     /// An attempt on `pod` failed at `now_ms`. Returns how long it is ejected for, if this
     /// failure ejected it.
     pub fn failed(&mut self, pod: &PodAddress, now_ms: u64) -> Option<u64> {
-        if !self.config.enabled || (self.records.len() >= MAX_RECORDS && !self.records.contains_key(pod)) {
+        if !self.config.enabled {
             return None;
         }
+        if self.records.len() >= MAX_RECORDS && !self.records.contains_key(pod.as_str()) {
+            // Pods that left the pool keep their partial counts: forget every record but the
+            // ejected pods' (a pod failing now starts its count again).
+            self.records.retain(|_, record| record.ejected_until.is_some());
+        }
         let record = self.records.entry(pod.clone()).or_default();
-        if record.ejected_until.is_some_and(|until| until > now_ms) {
+        match record.ejected_until {
             // Sent before it was ejected: already counted in.
-            return None;
+            Some(until) if until > now_ms => return None,
+            // Its time is up: back on probation (whether or not a decision has looked since).
+            Some(_) => *record = Record { ejected_until: None, probation: true, ..*record },
+            None => {}
         }
         record.consecutive = record.consecutive.saturating_add(1);
         if !record.probation && record.consecutive < self.config.consecutive_failures {
@@ -111,15 +119,6 @@ impl Outliers {
             });
         }
         &self.ejected
-    }
-
-    /// Applies a new configuration (live reconfiguration); turned off, every record goes.
-    pub fn configure(&mut self, config: OutlierConfig) {
-        if !config.enabled {
-            self.records.clear();
-            self.ejected.clear();
-        }
-        self.config = config;
     }
 }
 
@@ -190,29 +189,40 @@ mod tests {
     }
 
     #[test]
-    fn off_records_nothing_and_turning_it_off_forgets() {
+    fn off_records_nothing() {
         let mut off = Outliers::new(OutlierConfig { enabled: false, ..OutlierConfig::default() });
         let a = pod("10.0.0.1:8000");
         for t in 0..10 {
             assert_eq!(off.failed(&a, t), None);
         }
         assert!(off.ejected(10).is_empty());
-        let mut on = outliers();
-        for t in 0..3 {
-            on.failed(&a, t);
-        }
-        assert_eq!(on.ejected(3).len(), 1);
-        on.configure(OutlierConfig { enabled: false, ..OutlierConfig::default() });
-        assert!(on.ejected(4).is_empty());
     }
 
     #[test]
-    fn records_are_bounded() {
+    fn a_failure_after_the_ejection_ends_is_on_probation_even_before_a_decision_looks() {
         let mut outliers = outliers();
+        let a = pod("10.0.0.1:8000");
+        for t in 0..3 {
+            outliers.failed(&a, t);
+        }
+        assert_eq!(outliers.failed(&a, 1_100), Some(2_000), "no call to ejected() in between");
+    }
+
+    #[test]
+    fn records_are_bounded_and_a_full_map_still_ejects() {
+        let mut outliers = outliers();
+        let ejected = pod("10.255.0.1:8000");
+        for t in 0..3 {
+            outliers.failed(&ejected, t);
+        }
         for i in 0..MAX_RECORDS + 10 {
             let address = pod(&format!("10.{}.{}.{}:8000", i / 65_536, (i / 256) % 256, i % 256));
-            outliers.failed(&address, 0);
+            outliers.failed(&address, 10);
+            assert!(outliers.records.len() <= MAX_RECORDS);
         }
-        assert_eq!(outliers.records.len(), MAX_RECORDS);
+        assert_eq!(outliers.ejected(20), [ejected], "the ejected pod's record is kept");
+        let late = pod("10.254.0.1:8000");
+        let ejections: Vec<Option<u64>> = (0..3).map(|t| outliers.failed(&late, 30 + t)).collect();
+        assert_eq!(ejections, [None, None, Some(1_000)]);
     }
 }

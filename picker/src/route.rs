@@ -205,7 +205,10 @@ fn table_candidates<'a>(
                 view.learning.as_ref().map(|l| (l, l.predict(address, matched.get(i).copied().unwrap_or(0), inflight)));
             Candidate {
                 address,
-                usable: pod.usable_at(view.now_ms, view.stale_after_ms) && !is_ejected(ejected, address),
+                // A pinned session's state is on that pod alone: it is not passed over.
+                usable: pod.usable_at(view.now_ms, view.stale_after_ms)
+                    && (!is_ejected(ejected, address)
+                        || (session_match && view.prefix.as_ref().is_some_and(|q| q.session_pinned))),
                 waiting: estimated_waiting(pod.waiting, pod.running, inflight),
                 running: pod.running,
                 kv_usage: pod.kv_usage,
@@ -311,7 +314,11 @@ pub fn choose_compared(
     // Drawn by the eligible pods, up or down, so a conversation keeps its arm while pods come
     // and go; an arm with no pod the scheduler would trust (down, or not yet scraped) does not
     // route blind: the request is then not compared.
-    let usable = |i: usize| table.pods.get(i).is_some_and(|pod| pod.usable_at(view.now_ms, view.stale_after_ms));
+    let usable = |i: usize| {
+        table.pods.get(i).is_some_and(|pod| {
+            pod.usable_at(view.now_ms, view.stale_after_ms) && !is_ejected(view.ejected, pod.address.as_str())
+        })
+    };
     let baseline = eligible.iter().filter(|&&(i, _)| arm_of(i) == Arm::Baseline).count();
     let arm = draw_arm(baseline, eligible.len() - baseline, comparison.key, random)
         .filter(|&arm| eligible.iter().any(|&(i, _)| arm_of(i) == arm && usable(i)));
@@ -339,18 +346,36 @@ fn choose_among(
     policy: &Policy,
     random: &mut TieBreaker,
 ) -> Result<Route, NoRoute> {
-    // Ejecting every pod the request may use is ejecting none: it is then chosen as if no pod
-    // were ejected (a fault in the requests themselves cannot take the pool away).
-    let none_left = !view.ejected.is_empty()
-        && eligible.iter().all(|&(i, _)| {
-            table.pods.get(i).is_none_or(|pod| {
-                is_ejected(view.ejected, pod.address.as_str()) || !pod.usable_at(view.now_ms, view.stale_after_ms)
-            })
-        });
-    let ejected = if none_left { &[] } else { view.ejected };
+    let (eligible, ejected) = passing_over_ejected(view, table, eligible);
     let candidates = table_candidates(view, table, &eligible, order, ejected);
     let indices: Vec<usize> = eligible.into_iter().map(|(i, _)| i).collect();
     pick_route(view, Some(table), &candidates, &indices, policy, random)
+}
+
+/// How the pods this worker ejected ([`crate::outliers`]) are passed over among `eligible`:
+/// marked unusable while an eligible pod that is not ejected has usable data; when none has
+/// any (failing open), left out while another remains; and never when they are all there is
+/// (ejecting every pod a request may use is ejecting none, so a fault in the requests
+/// themselves cannot take the pool away). Returns the pods to choose among and the addresses
+/// to mark unusable.
+fn passing_over_ejected<'v>(
+    view: &RoutingView<'v>,
+    table: &PodTable,
+    eligible: Vec<(usize, u8)>,
+) -> (Vec<(usize, u8)>, &'v [PodAddress]) {
+    if view.ejected.is_empty() {
+        return (eligible, &[]);
+    }
+    let ejected_at = |i: usize| table.pods.get(i).is_some_and(|pod| is_ejected(view.ejected, pod.address.as_str()));
+    let usable_at = |i: usize| table.pods.get(i).is_some_and(|pod| pod.usable_at(view.now_ms, view.stale_after_ms));
+    if eligible.iter().any(|&(i, _)| usable_at(i) && !ejected_at(i)) {
+        return (eligible, view.ejected);
+    }
+    if eligible.iter().any(|&(i, _)| usable_at(i)) {
+        return (eligible, &[]);
+    }
+    let kept: Vec<(usize, u8)> = eligible.iter().copied().filter(|&(i, _)| !ejected_at(i)).collect();
+    (if kept.is_empty() { eligible } else { kept }, &[])
 }
 
 /// Chooses among the fallback pool's pods (no table): by in-flight counts.
@@ -362,6 +387,13 @@ fn choose_in_fallback_pool(view: &RoutingView<'_>, policy: &Policy, random: &mut
     if subset.is_some() && allowed.is_empty() && !view.fallback_pool.is_empty() {
         return Err(NoRoute::SubsetEmpty);
     }
+    // Pods failing requests are left out while another remains.
+    let ejected = |i: &usize| view.fallback_pool.get(*i).is_some_and(|a| is_ejected(view.ejected, a.as_str()));
+    let allowed = if allowed.iter().any(|i| !ejected(i)) {
+        allowed.into_iter().filter(|i| !ejected(i)).collect()
+    } else {
+        allowed
+    };
     let candidates: Vec<Candidate<'_>> = allowed
         .iter()
         .filter_map(|&i| view.fallback_pool.get(i))

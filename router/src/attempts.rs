@@ -2,59 +2,90 @@
 //! ([`picker::outliers`]).
 //!
 //! The filter sees one answer per request, after Envoy's retries. The route's
-//! served-endpoint header names the pod that gave it: when that is not the pick, the pick's
-//! attempt failed (Envoy retries only on 5xx, connection failures, resets and per-try
-//! timeouts); the answer's status judges the pod that gave it. Attempts between the first and
-//! the last (a third try) are not seen; the pick and the answering pod are enough to find a
-//! pod that fails every request. An answer from no known pod (a local reply) with a 5xx
-//! status counts against the pick, which was tried first.
+//! served-endpoint header names the pod that gave it: when that is a later address of the
+//! request's destination list, the pick's attempt failed (Envoy retries only on 5xx,
+//! connection failures, resets and per-try timeouts, and `override_host` walks the list in
+//! order); the answer's status judges the pod that gave it. An address the filter did not
+//! name (Envoy's fallback policy chose it, or it is not a pod's own, behind a sidecar) says
+//! nothing of the pick. Attempts between the first and the last (a third try) are not seen;
+//! the pick and the answering pod are enough to find a pod that fails every request. A 5xx
+//! from no known pod (a local reply) counts against the pick, which was tried first. A 5xx
+//! from a later pod counts against both: were only pods that fail alone blamed, a pool whose
+//! first three choices all fail (the broken pods look idle, so they lead every list) would
+//! never learn.
 
 use picker::address::PodAddress;
 
 use crate::worker::Worker;
 
 /// Which pod answered, as the served-endpoint header (or `upstream.address`) says.
-enum Answerer {
+#[derive(Debug, PartialEq)]
+enum Answerer<'a> {
     ThePick,
-    Other(PodAddress),
+    /// A later address of the request's list: the attempts before it failed.
+    Fallback(&'a str),
+    /// No pod, or one the filter did not name (Envoy's fallback policy chose it, or the
+    /// address is not a pod's own, e.g. behind a sidecar): nothing is said of the pick
+    /// unless the status is a 5xx.
     Unknown,
 }
 
-fn answerer(pick: &PodAddress, served: Option<&[u8]>) -> Answerer {
-    let Some(text) = served.and_then(|s| std::str::from_utf8(s).ok()).map(str::trim).filter(|s| !s.is_empty()) else {
+fn answerer<'a>(list: &'a str, served: Option<&[u8]>) -> Answerer<'a> {
+    let Some(served) = served.and_then(|s| std::str::from_utf8(s).ok()).and_then(|s| PodAddress::parse(s).ok()) else {
         return Answerer::Unknown;
     };
-    if pick == text {
+    let mut addresses = list.split(',').map(str::trim);
+    if addresses.next().is_some_and(|pick| served == *pick) {
         return Answerer::ThePick;
     }
-    PodAddress::parse(text).map_or(Answerer::Unknown, Answerer::Other)
+    addresses.find(|address| served == **address).map_or(Answerer::Unknown, Answerer::Fallback)
 }
 
-/// Notes the answer to a request sent to `pick`: its `:status` and the pod that gave it.
-pub fn note_answer(worker: &Worker, pick: &PodAddress, status: Option<&[u8]>, served: Option<&[u8]>, now_ms: u64) {
+/// Notes the answer to a request whose destination header was `list` (the pick, then its
+/// fallbacks): its `:status` and the pod that gave it.
+pub fn note_answer(worker: &Worker, list: &str, status: Option<&[u8]>, served: Option<&[u8]>, now_ms: u64) {
+    let Some(pick) = list.split(',').next().map(str::trim).filter(|p| !p.is_empty()) else { return };
     let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     let failed = status.and_then(|s| s.first()) == Some(&b'5');
-    let mut fail = |pod: &PodAddress| {
+    let mut fail = |pod: &str| {
+        let Ok(pod) = PodAddress::parse(pod) else { return };
         worker.stats.increment(worker.stats.pod_attempts_failed);
-        if let Some(duration_ms) = outliers.failed(pod, now_ms) {
-            worker.stats.ejected(pod);
+        if let Some(duration_ms) = outliers.failed(&pod, now_ms) {
+            worker.stats.ejected(&pod);
             log::warn!(
                 "wasm-epp: pod {pod} keeps failing requests: out of rotation on this worker for {duration_ms} ms"
             );
         }
     };
-    match answerer(pick, served) {
+    match answerer(list, served) {
         Answerer::ThePick if failed => fail(pick),
-        Answerer::ThePick => outliers.succeeded(pick.as_str(), now_ms),
-        Answerer::Other(pod) => {
+        Answerer::ThePick => outliers.succeeded(pick, now_ms),
+        Answerer::Fallback(pod) => {
             fail(pick);
             if failed {
-                fail(&pod);
+                fail(pod);
             } else {
-                outliers.succeeded(pod.as_str(), now_ms);
+                outliers.succeeded(pod, now_ms);
             }
         }
         Answerer::Unknown if failed => fail(pick),
         Answerer::Unknown => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answering_pod_is_found_in_the_list_by_address_not_by_text() {
+        let list = "10.0.0.1:8000,10.0.0.2:8000,[::1]:8003";
+        assert_eq!(answerer(list, Some(b"10.0.0.1:8000")), Answerer::ThePick);
+        assert_eq!(answerer(list, Some(b" 10.0.0.2:8000")), Answerer::Fallback("10.0.0.2:8000"));
+        assert_eq!(answerer(list, Some(b"[0:0::1]:8003")), Answerer::Fallback("[::1]:8003"));
+        assert_eq!(answerer(list, Some(b"10.0.0.9:8000")), Answerer::Unknown, "chosen by Envoy, not named");
+        assert_eq!(answerer(list, Some(b"10.0.0.1:15001")), Answerer::Unknown, "a sidecar's port");
+        assert_eq!(answerer(list, Some(b"-")), Answerer::Unknown);
+        assert_eq!(answerer(list, None), Answerer::Unknown);
     }
 }

@@ -82,6 +82,9 @@ pub struct RequestStream {
     flow_admitted: bool,
     /// The comparison's arm that routed it (comparison on), timed until its end.
     compared: Option<Compared>,
+    /// The destination header written (the pick, then fallbacks), once routed: outlier
+    /// detection judges the answer by it.
+    destination: Option<String>,
 }
 
 impl RequestStream {
@@ -115,6 +118,7 @@ impl RequestStream {
             rewrite_to: None,
             flow_admitted: false,
             compared: None,
+            destination: None,
         }
     }
 
@@ -416,6 +420,7 @@ impl RequestStream {
             fate: std::cell::RefCell::new(crate::flow::Fate::Waiting),
             waited_ms: std::cell::Cell::new(0),
             compared: std::cell::Cell::new(None),
+            destination: std::cell::RefCell::new(String::new()),
         });
         if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, class.flow, class.ttl_ms) {
             self.held = Some(held);
@@ -527,6 +532,7 @@ impl RequestStream {
                     return self.no_pod(host, NoPodReason::HeaderRefused);
                 }
                 self.routed_to = Some(address);
+                self.destination = Some(destination);
                 Step::Continue
             }
             Outcome::Shed => {
@@ -564,21 +570,17 @@ impl RequestStream {
 
     /// The request went to a pod: routed at once, or released from the queue to one (a
     /// released request's pod is the stream's only from `on_log` on).
-    /// Outlier detection learns from the answer to the pod this request was sent to (a
-    /// released request's is on its queue entry).
+    /// Outlier detection learns from the answer to the pods this request was sent to (a
+    /// released request's list is on its queue entry).
     fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) {
         let now = host.now_ms();
-        match &self.held {
-            Some(held) => {
-                if let crate::flow::Fate::Routed(pick) = &*held.fate.borrow() {
-                    crate::attempts::note_answer(&self.worker, pick, status, served, now);
-                }
+        match (&self.held, &self.destination) {
+            (Some(held), _) => {
+                let destination = held.destination.borrow();
+                crate::attempts::note_answer(&self.worker, &destination, status, served, now);
             }
-            None => {
-                if let Some(pick) = &self.routed_to {
-                    crate::attempts::note_answer(&self.worker, pick, status, served, now);
-                }
-            }
+            (None, Some(destination)) => crate::attempts::note_answer(&self.worker, destination, status, served, now),
+            (None, None) => {}
         }
     }
 

@@ -167,3 +167,42 @@ fn ejecting_every_usable_pod_is_ejecting_none() {
     let route = choose_with(&v, 4);
     assert_eq!((route.address.as_str(), route.fail_open), ("10.0.0.1:80", false), "chosen as if none were ejected");
 }
+
+#[test]
+fn failing_open_leaves_ejected_pods_out_while_another_remains() {
+    let table =
+        PodTable { pods: vec![healthy("10.0.0.1:80", 0.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
+    let counts = |pod: &str| u32::from(pod == "10.0.0.2:80") * 5;
+    let ejected = [PodAddress::parse("10.0.0.1:80").unwrap()];
+    // Data 9 s old: no pod is usable, the pick fails open on in-flight counts.
+    let mut v = view(Some(&table), &[], &counts, 9_000);
+    assert_eq!(choose_with(&v, 1).address.as_str(), "10.0.0.1:80", "fewest in flight");
+    v.ejected = &ejected;
+    let route = choose_with(&v, 1);
+    assert_eq!((route.address.as_str(), route.fail_open), ("10.0.0.2:80", true));
+    let pool = [PodAddress::parse("10.0.0.1:80").unwrap(), PodAddress::parse("10.0.0.2:80").unwrap()];
+    let mut no_table = view(None, &pool, &counts, 0);
+    no_table.ejected = &ejected;
+    assert_eq!(choose_with(&no_table, 1).address.as_str(), "10.0.0.2:80", "the static pool too");
+}
+
+#[test]
+fn a_pinned_session_keeps_its_ejected_pod() {
+    let table =
+        PodTable { pods: vec![healthy("10.0.0.1:80", 9.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
+    let counts = |_: &str| 0;
+    let index = PrefixIndex::new(64);
+    let never = |_: &str| 0;
+    let ejected = [PodAddress::parse("10.0.0.1:80").unwrap()];
+    let mut v = view(Some(&table), &[], &counts, 0);
+    v.ejected = &ejected;
+    v.prefix = Some(PrefixQuery {
+        index: &index,
+        hashes: &[],
+        session_pod: Some(("10.0.0.1:80", 0)),
+        session_pinned: true,
+        last_picked: &never,
+        reuse: 0.0,
+    });
+    assert_eq!(choose_with(&v, 1).address.as_str(), "10.0.0.1:80", "only it holds the stored response");
+}

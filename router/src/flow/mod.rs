@@ -81,6 +81,9 @@ pub struct Held {
     pub waited_ms: Cell<u64>,
     /// The comparison's arm that routed it at release, for its stream to time.
     pub compared: Cell<Option<crate::comparison_stats::Compared>>,
+    /// The destination header written at release (the pick, then fallbacks), for outlier
+    /// detection to judge the answer by.
+    pub destination: RefCell<String>,
 }
 
 /// One worker's flow-control state.

@@ -49,6 +49,17 @@ pub fn with_pods<R>(
             })
             .collect(),
     };
+    // Pods out of rotation for failing requests are no room: requests they would release
+    // go to the others (unless they are all there is, as the decision sees it).
+    if let Ok(mut outliers) = worker.outliers.try_borrow_mut() {
+        let ejected = outliers.ejected(now);
+        let is_ejected = |pod: &PodLoad<'_>| ejected.iter().any(|e| e == pod.address);
+        if !ejected.is_empty() && pods.iter().any(|pod| pod.healthy && pod.fresh && !is_ejected(pod)) {
+            for pod in pods.iter_mut().filter(|pod| is_ejected(pod)) {
+                pod.healthy = false;
+            }
+        }
+    }
     if !pods.iter().any(|pod| pod.healthy && pod.fresh) {
         // No usable data for any pod (every scrape failing, or the pool service silent):
         // as routing fails open, so does the detector, unless stale data means saturated.

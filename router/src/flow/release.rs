@@ -245,6 +245,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
             }
             *held.fate.borrow_mut() = Fate::Routed(address);
             held.compared.set(compared);
+            *held.destination.borrow_mut() = destination;
             let waited_ms = now.saturating_sub(left.entry.enqueued_ms);
             held.waited_ms.set(waited_ms);
             worker.flow.stats.released_after(&worker.stats.metrics, waited_ms, slot);
