@@ -14,7 +14,7 @@ use picker::address::PodAddress;
 use picker::config::ScorerWeights;
 use picker::inflight::WorkerInflight;
 use picker::keys;
-use picker::pod_table::{encode_version, PodTable};
+use picker::pod_table::{encode_version, PodState, PodTable};
 use picker::prefix::PrefixIndex;
 use picker::random::TieBreaker;
 use picker::route::{choose, PrefixQuery, RoutingView};
@@ -105,7 +105,12 @@ fuzz_target!(|data: &[u8]| {
         },
     ];
     let last_picked = |address: &str| address.len() as u64 % 3;
-    for now_ms in [0, newest.saturating_add(1), u64::MAX] {
+    // Every other table pod out of rotation for failing requests (outlier detection).
+    let every_other: Vec<PodAddress> = table.pods.iter().step_by(2).map(|p| p.address.clone()).collect();
+    for (now_ms, ejected) in [0, newest.saturating_add(1), u64::MAX]
+        .into_iter()
+        .flat_map(|now| [(now, &[][..]), (now, every_other.as_slice())])
+    {
         for (seed, policy) in (0u64..).zip(&policies) {
             for with_prefix in [false, true] {
                 let prefix = with_prefix.then(|| PrefixQuery {
@@ -130,7 +135,7 @@ fuzz_target!(|data: &[u8]| {
                     prefix,
                     now_ms,
                     stale_after_ms: STALE_AFTER_MS,
-                    ejected: &[],
+                    ejected,
                     models: picker::route::ModelQuery::default(),
                     learning: None,
                 };
@@ -146,9 +151,19 @@ fuzz_target!(|data: &[u8]| {
                 for fallback in &route.fallbacks {
                     assert!(members.contains(fallback), "fallback {fallback} is no pod of the table or pool");
                 }
-                let usable =
-                    table.pods.iter().any(|p| p.healthy && now_ms.saturating_sub(p.last_success_ms) <= STALE_AFTER_MS);
-                assert_eq!(route.fail_open, !usable, "fail_open with usable pods, or the reverse");
+                let usable_at = |p: &&PodState| p.healthy && now_ms.saturating_sub(p.last_success_ms) <= STALE_AFTER_MS;
+                let usable = table.pods.iter().any(|p| usable_at(&p));
+                if ejected.is_empty() {
+                    assert_eq!(route.fail_open, !usable, "fail_open with usable pods, or the reverse");
+                } else if !(with_prefix && seed % 2 == 0)
+                    && table.pods.iter().any(|p| usable_at(&p) && !ejected.contains(&p.address))
+                {
+                    // No pinned session: an ejected pod is neither pick nor fallback while
+                    // another has usable data.
+                    assert!(!route.fail_open);
+                    assert!(!ejected.contains(&route.address), "chose {}, which is ejected", route.address);
+                    assert!(route.fallbacks.iter().all(|f| !ejected.contains(f)), "an ejected fallback");
+                }
             }
         }
     }

@@ -35,6 +35,8 @@ struct Record {
     ejected_until: Option<u64>,
     /// Back from an ejection with no success since: one failure ejects it again.
     probation: bool,
+    /// The pod's epoch in the table when it was last ejected: a new one is a restarted engine.
+    epoch: u32,
 }
 
 /// One worker's record of failing pods. Costs nothing while no pod fails: a success on a pod
@@ -53,9 +55,9 @@ impl Outliers {
         Self { config, records: HashMap::new(), ejected: Vec::new() }
     }
 
-    /// An attempt on `pod` failed at `now_ms`. Returns how long it is ejected for, if this
-    /// failure ejected it.
-    pub fn failed(&mut self, pod: &PodAddress, now_ms: u64) -> Option<u64> {
+    /// An attempt on `pod` (of table epoch `epoch`) failed at `now_ms`. Returns how long it
+    /// is ejected for, if this failure ejected it.
+    pub fn failed(&mut self, pod: &PodAddress, epoch: u32, now_ms: u64) -> Option<u64> {
         if !self.config.enabled {
             return None;
         }
@@ -83,6 +85,7 @@ impl Outliers {
             strikes: record.strikes.saturating_add(1),
             ejected_until: Some(now_ms.saturating_add(duration)),
             probation: false,
+            epoch,
         };
         if !self.ejected.contains(pod) {
             self.ejected.push(pod.clone());
@@ -102,12 +105,18 @@ impl Outliers {
         }
     }
 
-    /// The pods ejected at `now_ms`. Those whose time is up return on probation.
-    pub fn ejected(&mut self, now_ms: u64) -> &[PodAddress] {
+    /// The pods ejected at `now_ms`. Those whose time is up return on probation; those whose
+    /// table epoch (`epoch_of`, `None` if not in the table) changed since their ejection were
+    /// restarted, and return with a clean record (a new engine is not the one that failed).
+    pub fn ejected(&mut self, now_ms: u64, epoch_of: &dyn Fn(&str) -> Option<u32>) -> &[PodAddress] {
         if !self.ejected.is_empty() {
             let records = &mut self.records;
             self.ejected.retain(|pod| {
                 let Some(record) = records.get_mut(pod.as_str()) else { return false };
+                if epoch_of(pod.as_str()).is_some_and(|epoch| epoch != record.epoch) {
+                    records.remove(pod.as_str());
+                    return false;
+                }
                 match record.ejected_until {
                     Some(until) if until > now_ms => true,
                     _ => {
@@ -122,9 +131,40 @@ impl Outliers {
     }
 }
 
+/// How a decision treats the pods a worker ejected, given what the others offer. One rule
+/// for routing ([`crate::route`]) and for flow control's count of room, so the room is where
+/// the requests it releases will go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PassOver {
+    /// A pod that is not ejected has usable data: ejected pods are not chosen (nor fallbacks).
+    Unusable,
+    /// The usable pods are all ejected and every other pod is down: ejecting them would
+    /// leave nothing, so ejection is ignored (a fault in the requests themselves, failing on
+    /// every pod, cannot take the pool away).
+    Ignored,
+    /// No pod has usable data (failing open on in-flight counts) or those that do are
+    /// ejected while a pod that is not is up with old data: ejected pods are left out while
+    /// another remains.
+    LeftOut,
+}
+
+/// The rule, from three facts about the pods a request may use: whether one that is not
+/// ejected has usable data, whether any has, and whether one that is not ejected is up.
+pub fn pass_over(usable_not_ejected: bool, any_usable: bool, up_not_ejected: bool) -> PassOver {
+    match (usable_not_ejected, any_usable, up_not_ejected) {
+        (true, _, _) => PassOver::Unusable,
+        (false, true, false) => PassOver::Ignored,
+        _ => PassOver::LeftOut,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn same(_: &str) -> Option<u32> {
+        Some(0)
+    }
 
     fn pod(text: &str) -> PodAddress {
         PodAddress::parse(text).unwrap()
@@ -143,15 +183,15 @@ mod tests {
     fn consecutive_failures_eject_and_a_success_in_between_resets_the_count() {
         let mut outliers = outliers();
         let a = pod("10.0.0.1:8000");
-        assert_eq!(outliers.failed(&a, 0), None);
-        assert_eq!(outliers.failed(&a, 1), None);
+        assert_eq!(outliers.failed(&a, 0, 0), None);
+        assert_eq!(outliers.failed(&a, 0, 1), None);
         outliers.succeeded(a.as_str(), 2);
-        assert_eq!(outliers.failed(&a, 3), None);
-        assert_eq!(outliers.failed(&a, 4), None);
-        assert!(outliers.ejected(5).is_empty());
-        assert_eq!(outliers.failed(&a, 5), Some(1_000), "the third in a row");
-        assert_eq!(outliers.ejected(6), std::slice::from_ref(&a));
-        assert!(outliers.ejected(1_005).is_empty(), "back when its time is up");
+        assert_eq!(outliers.failed(&a, 0, 3), None);
+        assert_eq!(outliers.failed(&a, 0, 4), None);
+        assert!(outliers.ejected(5, &same).is_empty());
+        assert_eq!(outliers.failed(&a, 0, 5), Some(1_000), "the third in a row");
+        assert_eq!(outliers.ejected(6, &same), std::slice::from_ref(&a));
+        assert!(outliers.ejected(1_005, &same).is_empty(), "back when its time is up");
     }
 
     #[test]
@@ -159,17 +199,17 @@ mod tests {
         let mut outliers = outliers();
         let a = pod("10.0.0.1:8000");
         for t in 0..3 {
-            outliers.failed(&a, t);
+            outliers.failed(&a, 0, t);
         }
-        assert_eq!(outliers.failed(&a, 500), None, "a late answer to a request sent before");
-        assert!(outliers.ejected(1_002).is_empty());
-        assert_eq!(outliers.failed(&a, 1_010), Some(2_000));
-        assert_eq!(outliers.ejected(3_009), std::slice::from_ref(&a));
-        assert!(outliers.ejected(3_010).is_empty());
-        assert_eq!(outliers.failed(&a, 3_020), Some(3_000), "capped at max_ejection_ms");
-        assert!(outliers.ejected(6_020).is_empty());
+        assert_eq!(outliers.failed(&a, 0, 500), None, "a late answer to a request sent before");
+        assert!(outliers.ejected(1_002, &same).is_empty());
+        assert_eq!(outliers.failed(&a, 0, 1_010), Some(2_000));
+        assert_eq!(outliers.ejected(3_009, &same), std::slice::from_ref(&a));
+        assert!(outliers.ejected(3_010, &same).is_empty());
+        assert_eq!(outliers.failed(&a, 0, 3_020), Some(3_000), "capped at max_ejection_ms");
+        assert!(outliers.ejected(6_020, &same).is_empty());
         outliers.succeeded(a.as_str(), 6_030);
-        assert_eq!(outliers.failed(&a, 6_040), None, "a success clears the record: three again");
+        assert_eq!(outliers.failed(&a, 0, 6_040), None, "a success clears the record: three again");
     }
 
     #[test]
@@ -177,15 +217,37 @@ mod tests {
         let mut outliers = outliers();
         let (a, b) = (pod("10.0.0.1:8000"), pod("10.0.0.2:8000"));
         for t in 0..3 {
-            outliers.failed(&a, t);
-            outliers.failed(&b, t);
+            outliers.failed(&a, 0, t);
+            outliers.failed(&b, 0, t);
         }
         outliers.succeeded(a.as_str(), 10);
-        assert_eq!(outliers.ejected(11), [a.clone(), b.clone()]);
-        assert!(outliers.ejected(1_003).is_empty());
+        assert_eq!(outliers.ejected(11, &same), [a.clone(), b.clone()]);
+        assert!(outliers.ejected(1_003, &same).is_empty());
         outliers.succeeded(a.as_str(), 1_004);
-        assert_eq!(outliers.failed(&a, 1_005), None, "cleared: not on probation any more");
-        assert_eq!(outliers.failed(&b, 1_005), Some(2_000), "still on probation");
+        assert_eq!(outliers.failed(&a, 0, 1_005), None, "cleared: not on probation any more");
+        assert_eq!(outliers.failed(&b, 0, 1_005), Some(2_000), "still on probation");
+    }
+
+    #[test]
+    fn ejected_pods_are_ignored_only_when_nothing_else_is_up() {
+        assert_eq!(pass_over(true, true, true), PassOver::Unusable);
+        assert_eq!(pass_over(false, true, false), PassOver::Ignored, "the rest are down");
+        assert_eq!(pass_over(false, true, true), PassOver::LeftOut, "old data beats a failing pod");
+        assert_eq!(pass_over(false, false, true), PassOver::LeftOut, "failing open");
+        assert_eq!(pass_over(false, false, false), PassOver::LeftOut, "left out while another remains");
+    }
+
+    #[test]
+    fn a_restarted_pod_comes_back_at_once_with_a_clean_record() {
+        let mut outliers = outliers();
+        let a = pod("10.0.0.1:8000");
+        for t in 0..3 {
+            outliers.failed(&a, 4, t);
+        }
+        assert_eq!(outliers.ejected(10, &|_| Some(4)).len(), 1, "the same engine");
+        assert_eq!(outliers.ejected(10, &|_| None).len(), 1, "out of the table for now");
+        assert!(outliers.ejected(20, &|_| Some(5)).is_empty(), "a new epoch: restarted");
+        assert_eq!(outliers.failed(&a, 5, 30), None, "not on probation: three again");
     }
 
     #[test]
@@ -193,9 +255,9 @@ mod tests {
         let mut off = Outliers::new(OutlierConfig { enabled: false, ..OutlierConfig::default() });
         let a = pod("10.0.0.1:8000");
         for t in 0..10 {
-            assert_eq!(off.failed(&a, t), None);
+            assert_eq!(off.failed(&a, 0, t), None);
         }
-        assert!(off.ejected(10).is_empty());
+        assert!(off.ejected(10, &same).is_empty());
     }
 
     #[test]
@@ -203,9 +265,9 @@ mod tests {
         let mut outliers = outliers();
         let a = pod("10.0.0.1:8000");
         for t in 0..3 {
-            outliers.failed(&a, t);
+            outliers.failed(&a, 0, t);
         }
-        assert_eq!(outliers.failed(&a, 1_100), Some(2_000), "no call to ejected() in between");
+        assert_eq!(outliers.failed(&a, 0, 1_100), Some(2_000), "no call to ejected() in between");
     }
 
     #[test]
@@ -213,16 +275,16 @@ mod tests {
         let mut outliers = outliers();
         let ejected = pod("10.255.0.1:8000");
         for t in 0..3 {
-            outliers.failed(&ejected, t);
+            outliers.failed(&ejected, 0, t);
         }
         for i in 0..MAX_RECORDS + 10 {
             let address = pod(&format!("10.{}.{}.{}:8000", i / 65_536, (i / 256) % 256, i % 256));
-            outliers.failed(&address, 10);
+            outliers.failed(&address, 0, 10);
             assert!(outliers.records.len() <= MAX_RECORDS);
         }
-        assert_eq!(outliers.ejected(20), [ejected], "the ejected pod's record is kept");
+        assert_eq!(outliers.ejected(20, &same), [ejected], "the ejected pod's record is kept");
         let late = pod("10.254.0.1:8000");
-        let ejections: Vec<Option<u64>> = (0..3).map(|t| outliers.failed(&late, 30 + t)).collect();
+        let ejections: Vec<Option<u64>> = (0..3).map(|t| outliers.failed(&late, 0, 30 + t)).collect();
         assert_eq!(ejections, [None, None, Some(1_000)]);
     }
 }

@@ -8,6 +8,7 @@ use crate::address::PodAddress;
 use crate::comparison::{draw_arm, Arm, PodSplit};
 use crate::config::UnknownModelPolicy;
 use crate::models::index::ModelIndex;
+use crate::outliers::{pass_over, PassOver};
 use crate::pod_table::PodTable;
 use crate::prefix::index::PodId;
 use crate::prefix::PrefixIndex;
@@ -352,12 +353,10 @@ fn choose_among(
     pick_route(view, Some(table), &candidates, &indices, policy, random)
 }
 
-/// How the pods this worker ejected ([`crate::outliers`]) are passed over among `eligible`:
-/// marked unusable while an eligible pod that is not ejected has usable data; when none has
-/// any (failing open), left out while another remains; and never when they are all there is
-/// (ejecting every pod a request may use is ejecting none, so a fault in the requests
-/// themselves cannot take the pool away). Returns the pods to choose among and the addresses
-/// to mark unusable.
+/// How the pods this worker ejected ([`crate::outliers`]) are passed over among `eligible`
+/// ([`pass_over`]'s rule): marked unusable, ignored, or left out while another pod remains
+/// (a pinned session's pod is kept: only it holds the session's state). Returns the pods to
+/// choose among and the addresses to mark unusable.
 fn passing_over_ejected<'v>(
     view: &RoutingView<'v>,
     table: &PodTable,
@@ -366,16 +365,30 @@ fn passing_over_ejected<'v>(
     if view.ejected.is_empty() {
         return (eligible, &[]);
     }
-    let ejected_at = |i: usize| table.pods.get(i).is_some_and(|pod| is_ejected(view.ejected, pod.address.as_str()));
-    let usable_at = |i: usize| table.pods.get(i).is_some_and(|pod| pod.usable_at(view.now_ms, view.stale_after_ms));
-    if eligible.iter().any(|&(i, _)| usable_at(i) && !ejected_at(i)) {
-        return (eligible, view.ejected);
+    let pod_at = |i: usize| table.pods.get(i);
+    let ejected_at = |i: usize| pod_at(i).is_some_and(|pod| is_ejected(view.ejected, pod.address.as_str()));
+    let usable_at = |i: usize| pod_at(i).is_some_and(|pod| pod.usable_at(view.now_ms, view.stale_after_ms));
+    let up_at = |i: usize| pod_at(i).is_some_and(|pod| pod.healthy);
+    let rule = pass_over(
+        eligible.iter().any(|&(i, _)| usable_at(i) && !ejected_at(i)),
+        eligible.iter().any(|&(i, _)| usable_at(i)),
+        eligible.iter().any(|&(i, _)| up_at(i) && !ejected_at(i)),
+    );
+    match rule {
+        PassOver::Unusable => (eligible, view.ejected),
+        PassOver::Ignored => (eligible, &[]),
+        PassOver::LeftOut => {
+            let pinned = view.prefix.as_ref().filter(|q| q.session_pinned).and_then(|q| q.session_pod);
+            let pinned_at = |i: usize| {
+                pinned
+                    .zip(pod_at(i))
+                    .is_some_and(|((address, epoch), pod)| pod.address == *address && pod.epoch == epoch)
+            };
+            let kept: Vec<(usize, u8)> =
+                eligible.iter().copied().filter(|&(i, _)| !ejected_at(i) || pinned_at(i)).collect();
+            (if kept.is_empty() { eligible } else { kept }, &[])
+        }
     }
-    if eligible.iter().any(|&(i, _)| usable_at(i)) {
-        return (eligible, &[]);
-    }
-    let kept: Vec<(usize, u8)> = eligible.iter().copied().filter(|&(i, _)| !ejected_at(i)).collect();
-    (if kept.is_empty() { eligible } else { kept }, &[])
 }
 
 /// Chooses among the fallback pool's pods (no table): by in-flight counts.

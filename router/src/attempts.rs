@@ -41,6 +41,13 @@ fn answerer<'a>(list: &'a str, served: Option<&[u8]>) -> Answerer<'a> {
     addresses.find(|address| served == **address).map_or(Answerer::Unknown, Answerer::Fallback)
 }
 
+/// The pod's epoch in the worker's table (0 when it is not there): an ejection ends when it
+/// changes (the engine restarted).
+fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {
+    let Ok(cache) = worker.table.try_borrow() else { return 0 };
+    cache.table().and_then(|t| t.pods.iter().find(|p| p.address == *pod)).map_or(0, |p| p.epoch)
+}
+
 /// Notes the answer to a request whose destination header was `list` (the pick, then its
 /// fallbacks): its `:status` and the pod that gave it.
 pub fn note_answer(worker: &Worker, list: &str, status: Option<&[u8]>, served: Option<&[u8]>, now_ms: u64) {
@@ -50,7 +57,7 @@ pub fn note_answer(worker: &Worker, list: &str, status: Option<&[u8]>, served: O
     let mut fail = |pod: &str| {
         let Ok(pod) = PodAddress::parse(pod) else { return };
         worker.stats.increment(worker.stats.pod_attempts_failed);
-        if let Some(duration_ms) = outliers.failed(&pod, now_ms) {
+        if let Some(duration_ms) = outliers.failed(&pod, epoch_of(worker, &pod), now_ms) {
             worker.stats.ejected(&pod);
             log::warn!(
                 "wasm-epp: pod {pod} keeps failing requests: out of rotation on this worker for {duration_ms} ms"

@@ -189,7 +189,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let tokens_of = |pod: &str| inflight.tokens(pod);
     // Pods that failed this worker's recent requests (nothing to pass over if it is busy).
     let mut outliers = worker.outliers.try_borrow_mut();
-    let ejected = outliers.as_mut().map_or(&[][..], |outliers| outliers.ejected(now));
+    let epoch_of = |pod: &str| route_table.and_then(|t| t.pods.iter().find(|p| p.address == *pod)).map(|p| p.epoch);
+    let ejected = outliers.as_mut().map_or(&[][..], |outliers| outliers.ejected(now, &epoch_of));
     let view = RoutingView {
         table: route_table,
         fallback_pool: &worker.fallback_pool,

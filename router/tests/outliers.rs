@@ -130,3 +130,33 @@ fn the_decision_header_names_the_pods_passed_over() {
     let after = bench.host.response_header("x-wasm-epp-decision").unwrap();
     assert!(after.ends_with(&format!("; ejected={BROKEN}")), "{after}");
 }
+
+#[test]
+fn a_request_released_by_flow_control_is_judged_by_its_own_list() {
+    let bench = Bench::new(
+        r#"{"flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000},
+            "outlier_detection": {"consecutive_failures": 1, "base_ejection_ms": 1000}}"#,
+    );
+    bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)]);
+    let open = |id: u32, prompt: &str| {
+        let body = completion(prompt);
+        bench.host.set_request(&COMPLETIONS, body.as_bytes());
+        let mut stream = wasm_epp_router::RequestStream::for_context(bench.worker.clone(), id);
+        stream.on_request_headers(&bench.host, false);
+        let step = stream.on_request_body(&bench.host, body.len(), true);
+        (stream, step)
+    };
+    let (_first, _) = open(1, "one");
+    let (mut second, _) = open(2, "two");
+    let (mut held, step) = open(3, "three");
+    assert_eq!(step, wasm_epp_router::Step::Pause, "both pods full: held");
+    second.on_log(&bench.host);
+    let list = bench.host.header("x-gateway-destination-endpoint").unwrap();
+    let pick = list.split(',').next().unwrap().to_owned();
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 0);
+    bench.host.set_response(&[(":status", "502"), (SERVED, &pick)], b"");
+    held.on_response_headers(&bench.host, false);
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 1, "judged by the list written at its release");
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{pick}")), 1);
+    held.on_log(&bench.host);
+}

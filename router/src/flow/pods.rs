@@ -3,6 +3,7 @@
 
 use picker::config::StaleMetricsPolicy;
 use picker::inflight::WorkerInflight;
+use picker::outliers::{pass_over, PassOver};
 use wasm_epp_host::Host;
 
 use super::saturation::{pod_saturated, pool_room, PodLoad, PoolRoom};
@@ -49,16 +50,21 @@ pub fn with_pods<R>(
             })
             .collect(),
     };
-    // Pods out of rotation for failing requests are no room: requests they would release
-    // go to the others (unless they are all there is, as the decision sees it).
-    if let Ok(mut outliers) = worker.outliers.try_borrow_mut() {
-        let ejected = outliers.ejected(now);
-        let is_ejected = |pod: &PodLoad<'_>| ejected.iter().any(|e| e == pod.address);
-        if !ejected.is_empty() && pods.iter().any(|pod| pod.healthy && pod.fresh && !is_ejected(pod)) {
-            for pod in pods.iter_mut().filter(|pod| is_ejected(pod)) {
-                pod.healthy = false;
-            }
-        }
+    // Pods out of rotation for failing requests are no room, by the decision's own rule
+    // (`picker::outliers::pass_over`): the room counted is where released requests will go.
+    let mut outliers = worker.outliers.try_borrow_mut().ok();
+    let epoch_of = |pod: &str| table.and_then(|t| t.pods.iter().find(|p| p.address == *pod)).map(|p| p.epoch);
+    let ejected = outliers.as_mut().map_or(&[][..], |outliers| outliers.ejected(now, &epoch_of));
+    let is_ejected = |pod: &PodLoad<'_>| ejected.iter().any(|e| e == pod.address);
+    let rule = (!ejected.is_empty()).then(|| {
+        pass_over(
+            pods.iter().any(|pod| pod.healthy && pod.fresh && !is_ejected(pod)),
+            pods.iter().any(|pod| pod.healthy && pod.fresh),
+            pods.iter().any(|pod| pod.healthy && !is_ejected(pod)),
+        )
+    });
+    if rule == Some(PassOver::Unusable) {
+        pods.retain(|pod| !is_ejected(pod));
     }
     if !pods.iter().any(|pod| pod.healthy && pod.fresh) {
         // No usable data for any pod (every scrape failing, or the pool service silent):
@@ -70,6 +76,10 @@ pub fn with_pods<R>(
             pod.fresh = false;
         }
     }
+    if rule == Some(PassOver::LeftOut) && pods.iter().any(|pod| !is_ejected(pod)) {
+        pods.retain(|pod| !is_ejected(pod));
+    }
+    drop(outliers);
     Some(f(&pods, &inflight))
 }
 

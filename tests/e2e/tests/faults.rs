@@ -23,13 +23,19 @@ fn pods_failing_every_request_leave_the_rotation_so_the_one_healthy_pod_serves()
     // Three of four pods answer 500 at once while their metrics say idle: by load they are
     // every request's first three choices, and without outlier detection most requests
     // used up their retries on them (141 of 200 answered 500 in a run before it existed).
-    let cluster = Cluster::start_ready("pods-500", 4, &["--time-scale", "0"]);
+    // Ejections of a minute: the check below cannot meet a pod back on probation however
+    // slow a loaded machine makes the 80 requests.
+    let cluster = Cluster::start("pods-500", 4, &["--time-scale", "0"], |options| {
+        options.filter_config["outlier_detection"] = serde_json::json!({"base_ejection_ms": 60_000});
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(4, Duration::from_secs(15)));
     let healthy = cluster.pods[3].address();
     for pod in &cluster.pods[..3] {
         pod.set_faults(&serde_json::json!({"fail_fraction": 1.0, "fail_status": 500})).unwrap();
     }
     // Each worker learns from its own answers (5 failures in a row per pod): a few requests
-    // may still meet three broken pods while they do.
+    // may still meet three broken pods while they do. A request whose three choices all fail
+    // blames two of them, so a worker ejects all three within 7 such requests: 14 for two.
     let learning: Vec<u16> = (0..40).map(|i| cluster.complete(&format!("learning {i}")).status).collect();
     for i in 0..40 {
         let reply = cluster.complete(&format!("after {i}"));
@@ -37,7 +43,7 @@ fn pods_failing_every_request_leave_the_rotation_so_the_one_healthy_pod_serves()
         assert_eq!(cluster.served_by_pool(&reply), healthy);
     }
     let failed_while_learning = learning.iter().filter(|&&s| s != 200).count();
-    assert!(failed_while_learning <= 10, "{failed_while_learning} of 40 failed while learning: {learning:?}");
+    assert!(failed_while_learning <= 14, "{failed_while_learning} of 40 failed while learning: {learning:?}");
     for pod in &cluster.pods[..3] {
         let ejections = cluster.envoy.stat(&format!("wasm_epp_pod_ejections{{pod=\"{}\"}}", pod.address()));
         assert!(ejections.unwrap_or(0.0) >= 1.0, "{} ejected: {ejections:?}", pod.address());
