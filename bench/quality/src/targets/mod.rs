@@ -43,6 +43,10 @@ pub enum TargetName {
     /// (`--comparison-only`).
     #[value(name = "wasm-epp-compared")]
     WasmEppCompared,
+    /// The same wasm-epp build with `outlier_detection.enabled` false: how it routed before
+    /// it learnt which pods fail requests (`--faults-only`).
+    #[value(name = "wasm-epp-no-outliers")]
+    WasmEppNoOutliers,
 }
 
 impl TargetName {
@@ -55,6 +59,7 @@ impl TargetName {
             TargetName::VllmRouterPowerOfTwo => "vllm-router-power-of-two",
             TargetName::WasmEppLearning => "wasm-epp-learning",
             TargetName::WasmEppCompared => "wasm-epp-compared",
+            TargetName::WasmEppNoOutliers => "wasm-epp-no-outliers",
         }
     }
 }
@@ -112,7 +117,10 @@ fn free_port() -> Result<u16, String> {
 /// Starts `name` in front of `pool`, writing configuration and logs into `dir`.
 pub fn start(name: TargetName, pool: &[String], dir: &Path, vllm_router: &Path) -> Result<RunningTarget, String> {
     match name {
-        TargetName::WasmEpp | TargetName::WasmEppLearning | TargetName::WasmEppCompared => {
+        TargetName::WasmEpp
+        | TargetName::WasmEppLearning
+        | TargetName::WasmEppCompared
+        | TargetName::WasmEppNoOutliers => {
             let mut options = EnvoyOptions::for_pool(pool, free_port()?, free_port()?);
             if let Some(config) = options.filter_config.as_object_mut() {
                 match name {
@@ -122,6 +130,9 @@ pub fn start(name: TargetName, pool: &[String], dir: &Path, vllm_router: &Path) 
                     TargetName::WasmEppCompared => {
                         config.insert("comparison".into(), comparison_section());
                         config.insert("debug_decision_header".into(), serde_json::json!(true));
+                    }
+                    TargetName::WasmEppNoOutliers => {
+                        config.insert("outlier_detection".into(), serde_json::json!({"enabled": false}));
                     }
                     _ => {}
                 }
