@@ -228,6 +228,7 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(MAKE) bench-inference-perf
 	$(MAKE) bench-agents
 	$(MAKE) bench-comparison
+	$(MAKE) bench-faults
 
 # `make bench-comparison`: the gateway's own A/B test (`comparison`) on workload b, beside
 # separate full-pool runs of wasm-epp and Envoy least-request; about 2 minutes on 2 cores.
@@ -238,6 +239,17 @@ bench-comparison: tools wasm native $(MATPLOTLIB_STAMP)
 	./target/release/wasm-epp-bench-quality --comparison-only --out-dir bench/results/comparison \
 		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(COMPARISON_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot_comparison.py bench/results/comparison
+
+# `make bench-faults`: pods answering 500 to every request while their metrics look idle (one
+# of workload c's 4 pods, then three), wasm-epp with and without outlier detection beside the
+# peers; about 6 minutes on 2 cores (BENCH_QUICK=1: 48 requests instead of 160, about 3).
+# Results and plot in bench/results/faults/.
+.PHONY: bench-faults
+bench-faults: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
+	$(CARGO) build --release -p bench-quality
+	./target/release/wasm-epp-bench-quality --faults-only --out-dir bench/results/faults \
+		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(FAULTS_BENCH_ARGS)
+	$(VENV)/bin/python bench/quality/plot_faults.py bench/results/faults
 
 # `make bench-flow`: workload j only (issue 16), the 2x overload with flow control on and off
 # and the peers; about 8 minutes on 2 cores. Results and plots in bench/results/flow-control/.

@@ -12,6 +12,7 @@ mod balance;
 mod client;
 mod comparison;
 mod driver;
+mod faults;
 mod flow;
 mod index_accuracy;
 mod inference_perf;

@@ -116,6 +116,19 @@ pub struct Options {
     /// (`bench/results/comparison/` by default). Workload b unless --workloads names others.
     #[arg(long, conflicts_with_all = ["replicas_only", "pd_only", "flow_only", "inference_perf_only", "peer_cost_only"])]
     pub comparison_only: bool,
+    /// Run only the failing-pods dimension: one pod, then three of four, answering 500 to
+    /// every inference request while their `/metrics` look idle, under wasm-epp with and
+    /// without outlier detection and the peers; results in `<out-dir>/faults.{json,md}`
+    /// (`bench/results/faults/` by default). Workload c unless --workloads names others.
+    #[arg(long, conflicts_with_all = ["replicas_only", "pd_only", "flow_only", "inference_perf_only", "peer_cost_only", "comparison_only"])]
+    pub faults_only: bool,
+    /// Targets of the failing-pods dimension, in this order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "wasm-epp,wasm-epp-no-outliers,envoy-least-request,envoy-round-robin,vllm-router-power-of-two,vllm-router-cache-aware"
+    )]
+    pub faults_targets: Vec<TargetName>,
 }
 
 /// `--workloads`' default: the quality benchmark's four.
@@ -125,10 +138,21 @@ impl Options {
     /// The workloads of `--comparison-only`: b (multi-turn chats, 8 pods, KV pressure) when
     /// `--workloads` is left at its default, else the ones it names.
     pub fn comparison_workloads(&self) -> Vec<WorkloadName> {
-        let default =
+        self.workloads_or(WorkloadName::MultiTurn)
+    }
+
+    /// The workloads of `--faults-only`: c (unrelated prompts, 4 pods) when `--workloads` is
+    /// left at its default, else the ones it names.
+    pub fn faults_workloads(&self) -> Vec<WorkloadName> {
+        self.workloads_or(WorkloadName::NoPrefix)
+    }
+
+    /// `default` alone when `--workloads` is left at its default, else the ones it names.
+    fn workloads_or(&self, default: WorkloadName) -> Vec<WorkloadName> {
+        let defaults =
             [WorkloadName::SharedPrefix, WorkloadName::MultiTurn, WorkloadName::NoPrefix, WorkloadName::Burst];
-        if self.workloads == default {
-            vec![WorkloadName::MultiTurn]
+        if self.workloads == defaults {
+            vec![default]
         } else {
             let mut names = self.workloads.clone();
             names.dedup();

@@ -98,6 +98,24 @@ impl SimulatedPool {
         Ok(())
     }
 
+    /// Sets the simulator faults `faults` (`POST /sim/faults`) on the pods at `indices`.
+    pub fn set_faults(&self, indices: &[usize], faults: &serde_json::Value) -> Result<(), String> {
+        for index in indices {
+            let pod =
+                self.pods.get(*index).ok_or_else(|| format!("no pod {index} in a pool of {}", self.pods.len()))?;
+            pod.set_faults(faults).map_err(|e| format!("{}: {e}", pod.address()))?;
+        }
+        Ok(())
+    }
+
+    /// Clears every pod's simulator faults (`DELETE /sim/faults`); a restart keeps them.
+    pub fn clear_faults(&self) -> Result<(), String> {
+        for pod in &self.pods {
+            pod.clear_faults().map_err(|e| format!("{}: {e}", pod.address()))?;
+        }
+        Ok(())
+    }
+
     /// The pool's prefix-cache counters now.
     pub fn prefix_counters(&self) -> Result<PrefixCounters, String> {
         let mut total = PrefixCounters::default();

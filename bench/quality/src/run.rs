@@ -48,6 +48,9 @@ pub fn run(options: &Options) -> Result<(), String> {
     if options.comparison_only {
         return crate::comparison::run(options);
     }
+    if options.faults_only {
+        return crate::faults::run(options);
+    }
     let started = Instant::now();
     let started_at = utc_now();
     let (out_dir, runtime) = prepare(options)?;
