@@ -242,7 +242,7 @@ bench-comparison: tools wasm native $(MATPLOTLIB_STAMP)
 
 # `make bench-faults`: pods answering 500 to every request while their metrics look idle (one
 # of workload c's 4 pods, then three), wasm-epp with and without outlier detection beside the
-# peers; about 6 minutes on 2 cores (BENCH_QUICK=1: 48 requests instead of 160, about 3).
+# peers; about 7 minutes on 2 cores (BENCH_QUICK=1: 48 requests instead of 160, about 3).
 # Results and plot in bench/results/faults/.
 .PHONY: bench-faults
 bench-faults: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
