@@ -105,6 +105,22 @@ impl Outliers {
         }
     }
 
+    /// The pods ejected as of the last [`Outliers::ejected`] call.
+    pub fn ejected_now(&self) -> &[PodAddress] {
+        &self.ejected
+    }
+
+    /// Pods that failed since their last success and are not ejected (counting up, or back
+    /// on probation): tried as a pick, but no retry target, so a request whose pick fails is
+    /// retried on pods not known to fail. How many there are (0 while no pod fails).
+    pub fn suspects(&self) -> usize {
+        self.records.values().filter(|r| r.ejected_until.is_none() && (r.consecutive > 0 || r.probation)).count()
+    }
+
+    pub fn is_suspect(&self, pod: &str) -> bool {
+        self.records.get(pod).is_some_and(|r| r.ejected_until.is_none() && (r.consecutive > 0 || r.probation))
+    }
+
     /// The pods ejected at `now_ms`. Those whose time is up return on probation; those whose
     /// table epoch (`epoch_of`, `None` if not in the table) changed since their ejection were
     /// restarted, and return with a clean record (a new engine is not the one that failed).
@@ -248,6 +264,23 @@ mod tests {
         assert_eq!(outliers.ejected(10, &|_| None).len(), 1, "out of the table for now");
         assert!(outliers.ejected(20, &|_| Some(5)).is_empty(), "a new epoch: restarted");
         assert_eq!(outliers.failed(&a, 5, 30), None, "not on probation: three again");
+    }
+
+    #[test]
+    fn a_pod_that_failed_since_its_last_success_is_a_suspect_until_ejected_or_cleared() {
+        let mut outliers = outliers();
+        let a = pod("10.0.0.1:8000");
+        assert_eq!((outliers.suspects(), outliers.is_suspect(a.as_str())), (0, false));
+        outliers.failed(&a, 0, 0);
+        assert_eq!((outliers.suspects(), outliers.is_suspect(a.as_str())), (1, true));
+        outliers.failed(&a, 0, 1);
+        outliers.failed(&a, 0, 2);
+        outliers.ejected(3, &same);
+        assert!(!outliers.is_suspect(a.as_str()), "ejected: passed over, not a suspect");
+        outliers.ejected(1_003, &same);
+        assert!(outliers.is_suspect(a.as_str()), "back on probation");
+        outliers.succeeded(a.as_str(), 1_004);
+        assert_eq!(outliers.suspects(), 0);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use picker::config::TtftScore;
 use picker::disaggregation::estimated_prompt_tokens;
 use picker::inflight::WorkerInflight;
 use picker::learn::{prompt_size, Dispatch, PromptSize};
+use picker::outliers::Outliers;
 use picker::pod_table::PodTable;
 use picker::prefix::hash::MAX_BLOCKS;
 use picker::prefix::hash_prompt_noting_replies;
@@ -190,7 +191,23 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // Pods that failed this worker's recent requests (nothing to pass over if it is busy).
     let mut outliers = worker.outliers.try_borrow_mut();
     let epoch_of = |pod: &str| route_table.and_then(|t| t.pods.iter().find(|p| p.address == *pod)).map(|p| p.epoch);
-    let ejected = outliers.as_mut().map_or(&[][..], |outliers| outliers.ejected(now, &epoch_of));
+    if let Ok(outliers) = outliers.as_mut() {
+        outliers.ejected(now, &epoch_of);
+    }
+    let outliers = outliers.as_deref().ok();
+    let ejected = outliers.map_or(&[][..], Outliers::ejected_now);
+    // Pods that failed since their last success are no retry target: ask for as many more
+    // runners-up as there are, and leave them out after the pick.
+    let suspects = outliers.map_or(0, Outliers::suspects);
+    let wanted_fallbacks = policy.fallbacks;
+    let widened;
+    let policy = if suspects == 0 {
+        policy
+    } else {
+        widened =
+            picker::scheduler::Policy { fallbacks: policy.fallbacks.saturating_add(suspects.min(8)), ..policy.clone() };
+        &widened
+    };
     let view = RoutingView {
         table: route_table,
         fallback_pool: &worker.fallback_pool,
@@ -267,6 +284,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     else {
         return Outcome::NoPod(if expired { NoPodReason::DataExpired } else { NoPodReason::EmptyPool });
     };
+    if suspects > 0 {
+        fallbacks.retain(|pod| !outliers.is_some_and(|o| o.is_suspect(pod.as_str())));
+        fallbacks.truncate(wanted_fallbacks);
+    }
     worker.note_fail_open(fail_open || expired);
     // A compared request is not shed by the pick: the baseline, as Envoy's balancers, cannot
     // shed, and shedding in one arm only would take its worst moments out of its figures.

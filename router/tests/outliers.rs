@@ -160,3 +160,22 @@ fn a_request_released_by_flow_control_is_judged_by_its_own_list() {
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{pick}")), 1);
     held.on_log(&bench.host);
 }
+
+#[test]
+fn a_pod_that_failed_is_no_retry_target_so_three_broken_pods_fail_one_request_not_many() {
+    let bench = Bench::new(QUICK);
+    let broken = ["10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"];
+    // The broken pods look idle, the healthy one busy: by load the broken lead every list.
+    bench.publish(1, &[(broken[0], 0.0), (broken[1], 0.0), (broken[2], 0.0), ("10.0.0.4:8000", 3.0)]);
+    let mut failed = 0;
+    for i in 0..20 {
+        let (_, served) = request(&bench, &format!("r{i}"), &broken);
+        failed += usize::from(broken.contains(&served.as_str()));
+    }
+    // The first request meets three untried pods; after it, a pod that has failed is tried
+    // as a pick at most, and its retry goes to a pod not known to fail.
+    assert_eq!(failed, 1, "requests answered by a broken pod");
+    for pod in broken {
+        assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{pod}")), 1, "{pod} ejected");
+    }
+}
