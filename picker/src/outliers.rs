@@ -105,6 +105,11 @@ impl Outliers {
         }
     }
 
+    /// No pod has a record: a success needs no bookkeeping.
+    pub fn is_clear(&self) -> bool {
+        self.records.is_empty()
+    }
+
     /// The pods ejected as of the last [`Outliers::ejected`] call.
     pub fn ejected_now(&self) -> &[PodAddress] {
         &self.ejected

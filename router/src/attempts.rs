@@ -31,11 +31,18 @@ enum Answerer<'a> {
 }
 
 fn answerer<'a>(list: &'a str, served: Option<&[u8]>) -> Answerer<'a> {
-    let Some(served) = served.and_then(|s| std::str::from_utf8(s).ok()).and_then(|s| PodAddress::parse(s).ok()) else {
+    let Some(served) = served else { return Answerer::Unknown };
+    let mut addresses = list.split(',').map(str::trim);
+    let pick = addresses.next().unwrap_or_default();
+    // Nearly every answer: the pick answered, in the canonical form both Envoy and the table
+    // write; compared as bytes, with no parse.
+    if served == pick.as_bytes() {
+        return Answerer::ThePick;
+    }
+    let Some(served) = std::str::from_utf8(served).ok().and_then(|s| PodAddress::parse(s).ok()) else {
         return Answerer::Unknown;
     };
-    let mut addresses = list.split(',').map(str::trim);
-    if addresses.next().is_some_and(|pick| served == *pick) {
+    if served == *pick {
         return Answerer::ThePick;
     }
     addresses.find(|address| served == **address).map_or(Answerer::Unknown, Answerer::Fallback)
@@ -50,10 +57,21 @@ fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {
 
 /// Notes the answer to a request whose destination header was `list` (the pick, then its
 /// fallbacks): its `:status` and the pod that gave it.
-pub fn note_answer(worker: &Worker, list: &str, status: Option<&[u8]>, served: Option<&[u8]>, now_ms: u64) {
+pub fn note_answer(
+    worker: &Worker,
+    list: &str,
+    status: Option<&[u8]>,
+    served: Option<&[u8]>,
+    now_ms: &dyn Fn() -> u64,
+) {
     let Some(pick) = list.split(',').next().map(str::trim).filter(|p| !p.is_empty()) else { return };
     let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     let failed = status.and_then(|s| s.first()) == Some(&b'5');
+    if !failed && outliers.is_clear() && served.is_some_and(|s| s == pick.as_bytes()) {
+        // A success of the pick while no pod has a record: nothing to note (the common case).
+        return;
+    }
+    let now_ms = now_ms();
     let mut fail = |pod: &str| {
         let Ok(pod) = PodAddress::parse(pod) else { return };
         worker.stats.increment(worker.stats.pod_attempts_failed);

@@ -44,6 +44,10 @@ pub enum Phase {
     ServedEndpoint,
     /// Learning's check of the pod that answered (a response header).
     ObserveHeaders,
+    /// Reading the answer's `:status` (outlier detection, the comparison).
+    AnswerStatus,
+    /// Outlier detection's judgement of the answer.
+    JudgeAnswer,
     /// `on_response_body`, whole (every chunk).
     ResponseBody,
     /// Learning at the first body byte (the prompt's tokens released, a TTFT sample).
@@ -70,7 +74,7 @@ pub enum Phase {
 
 impl Phase {
     /// Every phase, in report order.
-    pub const ALL: [Phase; 24] = [
+    pub const ALL: [Phase; 26] = [
         Phase::Headers,
         Phase::Body,
         Phase::BodyRead,
@@ -84,6 +88,8 @@ impl Phase {
         Phase::ResponseHeaders,
         Phase::ServedEndpoint,
         Phase::ObserveHeaders,
+        Phase::AnswerStatus,
+        Phase::JudgeAnswer,
         Phase::ResponseBody,
         Phase::ObserveFirstByte,
         Phase::ObserveScan,
@@ -113,6 +119,8 @@ impl Phase {
             Phase::ResponseHeaders => "response_headers",
             Phase::ResponseBody => "response_body",
             Phase::ObserveHeaders => "observe_headers",
+            Phase::AnswerStatus => "answer_status",
+            Phase::JudgeAnswer => "judge_answer",
             Phase::ObserveFirstByte => "observe_first_byte",
             Phase::ObserveScan => "observe_scan",
             Phase::Log => "log",

@@ -299,25 +299,29 @@ impl RequestStream {
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
         let routed = self.sent_to_pod();
-        // Outlier detection and the comparison both judge the status: one lookup.
         let judged = routed && self.worker.config.outlier_detection.enabled;
+        // Outlier detection, learning and the response-id watch need the pod that answered:
+        // one lookup.
+        let watched = self.observed.as_ref().is_some_and(Observation::watched) || self.response_id.is_some();
+        let upstream = (judged || watched).then(|| {
+            let _span = profile::span(host, Phase::ObserveHeaders);
+            crate::served::answering_pod(host)
+        });
+        // Outlier detection and the comparison both judge the status: one lookup.
         let status = (judged || self.compared().is_some())
-            .then(|| host.response_header_value(":status").ok().flatten())
+            .then(|| {
+                let _span = profile::span(host, Phase::AnswerStatus);
+                host.response_header_value(":status").ok().flatten()
+            })
             .flatten();
         self.compare_answer(status.as_deref());
         if routed {
             let _span = profile::span(host, Phase::ServedEndpoint);
             crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
         }
-        // Outlier detection, learning and the response-id watch need the pod that answered:
-        // one lookup.
-        let watched = self.observed.as_ref().is_some_and(Observation::watched) || self.response_id.is_some();
-        if judged || watched {
-            let upstream = {
-                let _span = profile::span(host, Phase::ObserveHeaders);
-                crate::served::answering_pod(host)
-            };
+        if let Some(upstream) = upstream {
             if judged {
+                let _span = profile::span(host, Phase::JudgeAnswer);
                 self.note_answer(host, status.as_deref(), upstream.as_deref());
             }
             if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
@@ -573,13 +577,13 @@ impl RequestStream {
     /// Outlier detection learns from the answer to the pods this request was sent to (a
     /// released request's list is on its queue entry).
     fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) {
-        let now = host.now_ms();
+        let now = || host.now_ms();
         match (&self.held, &self.destination) {
             (Some(held), _) => {
                 let destination = held.destination.borrow();
-                crate::attempts::note_answer(&self.worker, &destination, status, served, now);
+                crate::attempts::note_answer(&self.worker, &destination, status, served, &now);
             }
-            (None, Some(destination)) => crate::attempts::note_answer(&self.worker, destination, status, served, now),
+            (None, Some(destination)) => crate::attempts::note_answer(&self.worker, destination, status, served, &now),
             (None, None) => {}
         }
     }
