@@ -124,6 +124,12 @@ pub(crate) fn workloads_as_run(workloads: &[Workload]) -> String {
     out
 }
 
+/// `value` rounded to `decimals` places (figures written to JSON).
+pub fn round(value: f64, decimals: i32) -> f64 {
+    let scale = 10f64.powi(decimals);
+    (value * scale).round() / scale
+}
+
 /// A rate as a table cell: `86.8%`, or `-` when nothing was measured (every report's tables).
 pub(crate) fn percent(value: Option<f64>) -> String {
     value.map(|v| format!("{:.1}%", v * 100.0)).unwrap_or_else(|| "-".to_string())

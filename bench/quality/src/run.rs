@@ -265,6 +265,36 @@ pub(crate) fn utc_now() -> String {
         .unwrap_or_else(|| "at an unknown time".to_string())
 }
 
+/// What stays the same across the runs of a dimension with its own results folder
+/// (`--comparison-only`, `--faults-only`).
+pub struct DimensionBench {
+    pub runtime: Runtime,
+    pub request_timeout: Duration,
+    /// This run's folder of logs and configurations.
+    pub dir: PathBuf,
+    pub vllm_router: PathBuf,
+    pub time_scale: f64,
+}
+
+impl DimensionBench {
+    /// Prepares the results folder (`folder` under the default `bench/results`, else the
+    /// given one) and this run's folder of logs (`run_name`). Returns both.
+    pub fn start(options: &Options, folder: &str, run_name: &str) -> Result<(Self, PathBuf), String> {
+        let (out_dir, runtime) = prepare(options)?;
+        let out_dir = if options.out_dir == Path::new("bench/results") { out_dir.join(folder) } else { out_dir };
+        std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
+        let bench = Self {
+            runtime,
+            request_timeout: Duration::from_secs(options.request_timeout_s),
+            dir: launcher::paths::run_dir(run_name).map_err(|e| format!("run dir: {e}"))?,
+            vllm_router: options.vllm_router.clone().unwrap_or_else(targets::default_vllm_router),
+            time_scale: options.time_scale,
+        };
+        println!("logs and configurations: {}", bench.dir.display());
+        Ok((bench, out_dir))
+    }
+}
+
 /// The results folder (created; relative to the workspace) and the client runtime every
 /// run uses.
 pub fn prepare(options: &Options) -> Result<(std::path::PathBuf, tokio::runtime::Runtime), String> {

@@ -14,7 +14,6 @@ mod histogram;
 mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use launcher::http;
@@ -25,6 +24,7 @@ use crate::client::{StreamingClient, Success};
 use crate::driver::{replay, Replay};
 use crate::options::Options;
 use crate::pool::{PrefixCounters, SimulatedPool};
+use crate::run::DimensionBench as Bench;
 use crate::summary::summarize;
 use crate::targets::{self, RunningTarget, TargetName};
 use crate::workload::{Size, Workload};
@@ -81,29 +81,10 @@ pub struct Verdict {
     pub same_verdict: Option<bool>,
 }
 
-/// What stays the same across the runs of one invocation.
-struct Bench {
-    runtime: tokio::runtime::Runtime,
-    request_timeout: Duration,
-    dir: PathBuf,
-    vllm_router: PathBuf,
-    time_scale: f64,
-}
-
 pub fn run(options: &Options) -> Result<(), String> {
     let started = Instant::now();
     let started_at = crate::run::utc_now();
-    let (out_dir, runtime) = crate::run::prepare(options)?;
-    let out_dir = if options.out_dir == Path::new("bench/results") { out_dir.join("comparison") } else { out_dir };
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let bench = Bench {
-        runtime,
-        request_timeout: Duration::from_secs(options.request_timeout_s),
-        dir: launcher::paths::run_dir("bench-comparison").map_err(|e| format!("run dir: {e}"))?,
-        vllm_router: options.vllm_router.clone().unwrap_or_else(targets::default_vllm_router),
-        time_scale: options.time_scale,
-    };
-    println!("logs and configurations: {}", bench.dir.display());
+    let (bench, out_dir) = Bench::start(options, "comparison", "bench-comparison")?;
     let size = if options.quick { Size::Quick } else { Size::Full };
     let mut rows = Vec::new();
     let mut notes = Vec::new();

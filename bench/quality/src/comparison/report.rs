@@ -41,10 +41,7 @@ struct Document<'a> {
     failures: &'a [String],
 }
 
-pub fn round(value: f64, decimals: i32) -> f64 {
-    let scale = 10f64.powi(decimals);
-    (value * scale).round() / scale
-}
+pub use crate::report::round;
 
 /// The row's name in tables: the target, and its arm if any.
 fn name(row: &ComparisonRow) -> String {

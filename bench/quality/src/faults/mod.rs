@@ -16,7 +16,6 @@
 mod report;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use launcher::http;
@@ -28,6 +27,7 @@ use crate::driver::{replay, Replay};
 use crate::options::Options;
 use crate::pool::SimulatedPool;
 use crate::prometheus::sum_of;
+use crate::run::DimensionBench as Bench;
 use crate::summary::summarize;
 use crate::targets::{self, RunningTarget, TargetName};
 use crate::workload::{Size, Workload};
@@ -109,29 +109,10 @@ pub struct FaultsRow {
     pub attempts_failed: Option<f64>,
 }
 
-/// What stays the same across the runs of one invocation.
-struct Bench {
-    runtime: tokio::runtime::Runtime,
-    request_timeout: Duration,
-    dir: PathBuf,
-    vllm_router: PathBuf,
-    time_scale: f64,
-}
-
 pub fn run(options: &Options) -> Result<(), String> {
     let started = Instant::now();
     let started_at = crate::run::utc_now();
-    let (out_dir, runtime) = crate::run::prepare(options)?;
-    let out_dir = if options.out_dir == Path::new("bench/results") { out_dir.join("faults") } else { out_dir };
-    std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
-    let bench = Bench {
-        runtime,
-        request_timeout: Duration::from_secs(options.request_timeout_s),
-        dir: launcher::paths::run_dir("bench-faults").map_err(|e| format!("run dir: {e}"))?,
-        vllm_router: options.vllm_router.clone().unwrap_or_else(targets::default_vllm_router),
-        time_scale: options.time_scale,
-    };
-    println!("logs and configurations: {}", bench.dir.display());
+    let (bench, out_dir) = Bench::start(options, "faults", "bench-faults")?;
     let size = if options.quick { Size::Quick } else { Size::Full };
     let mut rows = Vec::new();
     let mut failures = Vec::new();

@@ -37,10 +37,7 @@ struct Document<'a> {
     failures: &'a [String],
 }
 
-pub fn round(value: f64, decimals: i32) -> f64 {
-    let scale = 10f64.powi(decimals);
-    (value * scale).round() / scale
-}
+pub use crate::report::round;
 
 fn count(value: Option<f64>) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{v:.0}"))

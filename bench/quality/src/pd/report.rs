@@ -34,10 +34,7 @@ pub struct Context {
     pub failures: Vec<String>,
 }
 
-pub fn round(value: f64, decimals: i32) -> f64 {
-    let scale = 10f64.powi(decimals);
-    (value * scale).round() / scale
-}
+pub use crate::report::round;
 
 pub fn one_line(row: &PdRow) -> String {
     let q = &row.quality;
