@@ -39,6 +39,13 @@ struct Record {
     epoch: u32,
 }
 
+impl Record {
+    /// Failed since its last success and not ejected: counting up, or back on probation.
+    fn is_suspect(&self) -> bool {
+        self.ejected_until.is_none() && (self.consecutive > 0 || self.probation)
+    }
+}
+
 /// One worker's record of failing pods. Costs nothing while no pod fails: a success on a pod
 /// without a record is one lookup in an empty map.
 #[derive(Debug, Default)]
@@ -119,11 +126,11 @@ impl Outliers {
     /// on probation): tried as a pick, but no retry target, so a request whose pick fails is
     /// retried on pods not known to fail. How many there are (0 while no pod fails).
     pub fn suspects(&self) -> usize {
-        self.records.values().filter(|r| r.ejected_until.is_none() && (r.consecutive > 0 || r.probation)).count()
+        self.records.values().filter(|r| r.is_suspect()).count()
     }
 
     pub fn is_suspect(&self, pod: &str) -> bool {
-        self.records.get(pod).is_some_and(|r| r.ejected_until.is_none() && (r.consecutive > 0 || r.probation))
+        self.records.get(pod).is_some_and(Record::is_suspect)
     }
 
     /// The pods ejected at `now_ms`. Those whose time is up return on probation; those whose

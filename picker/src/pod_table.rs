@@ -218,10 +218,19 @@ impl PodTable {
         sizes.all(|size| size == first).then_some(first)
     }
 
+    /// The table's pod at `address` (a scan: for the rare paths, not per candidate).
+    pub fn pod(&self, address: &str) -> Option<&PodState> {
+        self.pods.iter().find(|p| p.address == *address)
+    }
+
+    /// The epoch of the pod at `address`, if the table has it.
+    pub fn epoch_of(&self, address: &str) -> Option<u32> {
+        self.pod(address).map(|p| p.epoch)
+    }
+
     /// A pod's KV capacity in blocks, if it reported one.
     pub fn capacity_blocks(&self, address: &str) -> Option<usize> {
-        let pod = self.pods.iter().find(|p| p.address == *address)?;
-        pod.num_gpu_blocks.and_then(|blocks| usize::try_from(blocks).ok())
+        self.pod(address)?.num_gpu_blocks.and_then(|blocks| usize::try_from(blocks).ok())
     }
 }
 

@@ -30,10 +30,9 @@ enum Answerer<'a> {
     Unknown,
 }
 
-fn answerer<'a>(list: &'a str, served: Option<&[u8]>) -> Answerer<'a> {
+/// Who answered a request whose destination list was `pick`, then `fallbacks`.
+fn answerer<'a>(pick: &str, mut fallbacks: impl Iterator<Item = &'a str>, served: Option<&[u8]>) -> Answerer<'a> {
     let Some(served) = served else { return Answerer::Unknown };
-    let mut addresses = list.split(',').map(str::trim);
-    let pick = addresses.next().unwrap_or_default();
     // Nearly every answer: the pick answered, in the canonical form both Envoy and the table
     // write; compared as bytes, with no parse.
     if served == pick.as_bytes() {
@@ -45,14 +44,14 @@ fn answerer<'a>(list: &'a str, served: Option<&[u8]>) -> Answerer<'a> {
     if served == *pick {
         return Answerer::ThePick;
     }
-    addresses.find(|address| served == **address).map_or(Answerer::Unknown, Answerer::Fallback)
+    fallbacks.find(|address| served == **address).map_or(Answerer::Unknown, Answerer::Fallback)
 }
 
 /// The pod's epoch in the worker's table (0 when it is not there): an ejection ends when it
 /// changes (the engine restarted).
 fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {
     let Ok(cache) = worker.table.try_borrow() else { return 0 };
-    cache.table().and_then(|t| t.pods.iter().find(|p| p.address == *pod)).map_or(0, |p| p.epoch)
+    cache.table().and_then(|t| t.epoch_of(pod.as_str())).unwrap_or(0)
 }
 
 /// Notes the answer to a request whose destination header was `list` (the pick, then its
@@ -64,10 +63,12 @@ pub fn note_answer(
     served: Option<&[u8]>,
     now_ms: &dyn Fn() -> u64,
 ) {
-    let Some(pick) = list.split(',').next().map(str::trim).filter(|p| !p.is_empty()) else { return };
+    let mut addresses = list.split(',').map(str::trim);
+    let Some(pick) = addresses.next().filter(|p| !p.is_empty()) else { return };
     let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     let failed = status.and_then(|s| s.first()) == Some(&b'5');
-    if !failed && outliers.is_clear() && served.is_some_and(|s| s == pick.as_bytes()) {
+    let answered_by = answerer(pick, addresses, served);
+    if !failed && outliers.is_clear() && answered_by == Answerer::ThePick {
         // A success of the pick while no pod has a record: nothing to note (the common case).
         return;
     }
@@ -82,7 +83,7 @@ pub fn note_answer(
             );
         }
     };
-    match answerer(list, served) {
+    match answered_by {
         Answerer::ThePick if failed => fail(pick),
         Answerer::ThePick => outliers.succeeded(pick, now_ms),
         Answerer::Fallback(pod) => {
@@ -101,6 +102,13 @@ pub fn note_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`answerer`] of a destination header's value, split as [`note_answer`] splits it.
+    fn answerer<'a>(list: &'a str, served: Option<&[u8]>) -> Answerer<'a> {
+        let mut addresses = list.split(',').map(str::trim);
+        let pick = addresses.next().unwrap_or_default();
+        super::answerer(pick, addresses, served)
+    }
 
     #[test]
     fn the_answering_pod_is_found_in_the_list_by_address_not_by_text() {

@@ -190,7 +190,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let tokens_of = |pod: &str| inflight.tokens(pod);
     // Pods that failed this worker's recent requests (nothing to pass over if it is busy).
     let mut outliers = worker.outliers.try_borrow_mut();
-    let epoch_of = |pod: &str| route_table.and_then(|t| t.pods.iter().find(|p| p.address == *pod)).map(|p| p.epoch);
+    let epoch_of = |pod: &str| route_table.and_then(|t| t.epoch_of(pod));
     if let Ok(outliers) = outliers.as_mut() {
         outliers.ejected(now, &epoch_of);
     }

@@ -67,7 +67,7 @@ impl ResponseIdWatch {
         };
         let Some(id) = find_response_id(head) else { return };
         let epoch = match worker.table.try_borrow() {
-            Ok(cache) => cache.table().and_then(|t| t.pods.iter().find(|p| p.address == pod)).map(|p| p.epoch),
+            Ok(cache) => cache.table().and_then(|t| t.epoch_of(pod.as_str())),
             Err(_) => None,
         };
         // A pod not in the table (gone since) has no epoch to note its session under.

@@ -572,8 +572,6 @@ impl RequestStream {
         Step::Pause
     }
 
-    /// The request went to a pod: routed at once, or released from the queue to one (a
-    /// released request's pod is the stream's only from `on_log` on).
     /// Outlier detection learns from the answer to the pods this request was sent to (a
     /// released request's list is on its queue entry).
     fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) {
@@ -588,6 +586,8 @@ impl RequestStream {
         }
     }
 
+    /// The request went to a pod: routed at once, or released from the queue to one (a
+    /// released request's pod is the stream's only from `on_log` on).
     fn sent_to_pod(&self) -> bool {
         match &self.held {
             Some(held) => matches!(*held.fate.borrow(), crate::flow::Fate::Routed(_)),

@@ -53,7 +53,7 @@ pub fn with_pods<R>(
     // Pods out of rotation for failing requests are no room, by the decision's own rule
     // (`picker::outliers::pass_over`): the room counted is where released requests will go.
     let mut outliers = worker.outliers.try_borrow_mut().ok();
-    let epoch_of = |pod: &str| table.and_then(|t| t.pods.iter().find(|p| p.address == *pod)).map(|p| p.epoch);
+    let epoch_of = |pod: &str| table.and_then(|t| t.epoch_of(pod));
     let ejected = outliers.as_mut().map_or(&[][..], |outliers| outliers.ejected(now, &epoch_of));
     let is_ejected = |pod: &PodLoad<'_>| ejected.iter().any(|e| e == pod.address);
     let rule = (!ejected.is_empty()).then(|| {
