@@ -293,6 +293,18 @@ impl DimensionBench {
         println!("logs and configurations: {}", bench.dir.display());
         Ok((bench, out_dir))
     }
+
+    /// Starts `workload`'s pods; `None`, with the reason in `failures`, if they did not start.
+    pub fn start_pool(&self, workload: &Workload, failures: &mut Vec<String>) -> Option<SimulatedPool> {
+        match start_workload_pool(workload, self.time_scale, &self.dir) {
+            Ok(pool) => Some(pool),
+            Err(reason) => {
+                eprintln!("  pool did not start: {reason}");
+                failures.push(format!("{}: pool did not start: {reason}", workload.name.label()));
+                None
+            }
+        }
+    }
 }
 
 /// The results folder (created; relative to the workspace) and the client runtime every

@@ -119,14 +119,9 @@ pub fn run(options: &Options) -> Result<(), String> {
     let mut workloads = Vec::new();
     for name in options.faults_workloads() {
         let workload = Workload::build(name, size, options.seed);
-        let pool = match crate::run::start_workload_pool(&workload, bench.time_scale, &bench.dir) {
-            Ok(pool) => pool,
-            Err(reason) => {
-                eprintln!("  pool did not start: {reason}");
-                failures.push(format!("{}: pool did not start: {reason}", name.label()));
-                workloads.push(workload);
-                continue;
-            }
+        let Some(pool) = bench.start_pool(&workload, &mut failures) else {
+            workloads.push(workload);
+            continue;
         };
         for scenario in scenarios(workload.pods) {
             println!(
