@@ -51,8 +51,13 @@ pub const INFLIGHT_SLOT_KEYS: [&str; crate::inflight::MAX_SLOTS] = [
 /// [`crate::inflight::MAX_SLOTS`] keys.
 pub const LEARNED_TTFT_PREFIX: &str = "wasm-epp/v1/learned-ttft/";
 
+/// Per-worker ejections of failing pods: the worker in in-flight slot `i` publishes the pods
+/// it holds ejected under `<prefix><i>` and adopts the others' (see
+/// [`crate::outliers::shared`]); at most [`crate::inflight::MAX_SLOTS`] keys.
+pub const EJECTED_PREFIX: &str = "wasm-epp/v1/ejected/";
+
 /// The key of in-flight slot `slot`'s record under a per-slot `prefix` ([`FLOW_WAITING_PREFIX`],
-/// [`LEARNED_TTFT_PREFIX`]).
+/// [`LEARNED_TTFT_PREFIX`], [`EJECTED_PREFIX`]).
 pub fn per_slot(prefix: &str, slot: usize) -> String {
     format!("{prefix}{slot}")
 }

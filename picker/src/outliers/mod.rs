@@ -15,6 +15,11 @@
 //! `max_ejection_ms`); a success clears its record. An ejected pod is only passed over while
 //! another pod can take the request ([`crate::route`]): ejecting every pod is the same as
 //! ejecting none, so a fault in the requests themselves cannot empty the pool.
+//!
+//! The workers of one Envoy share their ejections ([`shared`]): a pod one worker ejected is
+//! passed over by the others within a tick or so, each adopting the ejection as its own.
+
+pub mod shared;
 
 use hashbrown::HashMap;
 
@@ -68,11 +73,7 @@ impl Outliers {
         if !self.config.enabled {
             return None;
         }
-        if self.records.len() >= MAX_RECORDS && !self.records.contains_key(pod.as_str()) {
-            // Pods that left the pool keep their partial counts: forget every record but the
-            // ejected pods' (a pod failing now starts its count again).
-            self.records.retain(|_, record| record.ejected_until.is_some());
-        }
+        self.make_room_for(pod);
         let record = self.records.entry(pod.clone()).or_default();
         match record.ejected_until {
             // Sent before it was ejected: already counted in.
@@ -98,6 +99,71 @@ impl Outliers {
             self.ejected.push(pod.clone());
         }
         Some(duration)
+    }
+
+    /// Before a record of `pod` is added: when the map is full, pods that left the pool keep
+    /// their partial counts, so every record but the ejected pods' is forgotten (a pod failing
+    /// now starts its count again).
+    fn make_room_for(&mut self, pod: &PodAddress) {
+        if self.records.len() >= MAX_RECORDS && !self.records.contains_key(pod.as_str()) {
+            self.records.retain(|_, record| record.ejected_until.is_some());
+        }
+    }
+
+    /// The pods this worker holds ejected at `now_ms` (its own ejections and those it
+    /// adopted), for the other workers ([`shared`]).
+    pub fn ejections(&self, now_ms: u64) -> Vec<shared::Ejection> {
+        let live = |record: &Record| record.ejected_until.filter(|&until| until > now_ms);
+        self.records
+            .iter()
+            .filter_map(|(pod, record)| {
+                let until_ms = live(record)?;
+                Some(shared::Ejection { pod: pod.clone(), epoch: record.epoch, strikes: record.strikes, until_ms })
+            })
+            .collect()
+    }
+
+    /// Another worker's `ejections`, adopted as this worker's own: each pod still ejected at
+    /// `now_ms`, with the same table epoch here (`epoch_of`: a restarted engine, or one this
+    /// worker's table does not have yet, is left alone), and ejected for longer than this
+    /// worker holds it, is ejected here until the same time (at most `max_ejection_ms` from
+    /// now), with the other's strikes if it has more: when the time is up it is on probation
+    /// here too. Returns how many were adopted. Reading back an ejection this worker made or
+    /// already adopted changes nothing, so ejections do not echo between workers.
+    pub fn adopt(
+        &mut self,
+        ejections: &[shared::Ejection],
+        now_ms: u64,
+        epoch_of: &dyn Fn(&str) -> Option<u32>,
+    ) -> u64 {
+        if !self.config.enabled {
+            return 0;
+        }
+        let mut adopted = 0;
+        for ejection in ejections {
+            let until_ms = ejection.until_ms.min(now_ms.saturating_add(self.config.max_ejection_ms));
+            if until_ms <= now_ms || epoch_of(ejection.pod.as_str()) != Some(ejection.epoch) {
+                continue;
+            }
+            let held = self.records.get(ejection.pod.as_str());
+            if held.is_some_and(|r| r.epoch == ejection.epoch && r.ejected_until.is_some_and(|own| own >= until_ms)) {
+                continue;
+            }
+            self.make_room_for(&ejection.pod);
+            let record = self.records.entry(ejection.pod.clone()).or_default();
+            *record = Record {
+                consecutive: 0,
+                strikes: record.strikes.max(ejection.strikes),
+                ejected_until: Some(until_ms),
+                probation: false,
+                epoch: ejection.epoch,
+            };
+            if !self.ejected.contains(&ejection.pod) {
+                self.ejected.push(ejection.pod.clone());
+            }
+            adopted += 1;
+        }
+        adopted
     }
 
     /// An attempt on `pod` succeeded: its record is cleared (unless it is ejected now: an
@@ -187,149 +253,4 @@ pub fn pass_over(usable_not_ejected: bool, any_usable: bool, up_not_ejected: boo
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn same(_: &str) -> Option<u32> {
-        Some(0)
-    }
-
-    fn pod(text: &str) -> PodAddress {
-        PodAddress::parse(text).unwrap()
-    }
-
-    fn outliers() -> Outliers {
-        Outliers::new(OutlierConfig {
-            enabled: true,
-            consecutive_failures: 3,
-            base_ejection_ms: 1_000,
-            max_ejection_ms: 3_000,
-        })
-    }
-
-    #[test]
-    fn consecutive_failures_eject_and_a_success_in_between_resets_the_count() {
-        let mut outliers = outliers();
-        let a = pod("10.0.0.1:8000");
-        assert_eq!(outliers.failed(&a, 0, 0), None);
-        assert_eq!(outliers.failed(&a, 0, 1), None);
-        outliers.succeeded(a.as_str(), 2);
-        assert_eq!(outliers.failed(&a, 0, 3), None);
-        assert_eq!(outliers.failed(&a, 0, 4), None);
-        assert!(outliers.ejected(5, &same).is_empty());
-        assert_eq!(outliers.failed(&a, 0, 5), Some(1_000), "the third in a row");
-        assert_eq!(outliers.ejected(6, &same), std::slice::from_ref(&a));
-        assert!(outliers.ejected(1_005, &same).is_empty(), "back when its time is up");
-    }
-
-    #[test]
-    fn a_pod_back_on_probation_is_ejected_again_at_its_first_failure_for_twice_as_long() {
-        let mut outliers = outliers();
-        let a = pod("10.0.0.1:8000");
-        for t in 0..3 {
-            outliers.failed(&a, 0, t);
-        }
-        assert_eq!(outliers.failed(&a, 0, 500), None, "a late answer to a request sent before");
-        assert!(outliers.ejected(1_002, &same).is_empty());
-        assert_eq!(outliers.failed(&a, 0, 1_010), Some(2_000));
-        assert_eq!(outliers.ejected(3_009, &same), std::slice::from_ref(&a));
-        assert!(outliers.ejected(3_010, &same).is_empty());
-        assert_eq!(outliers.failed(&a, 0, 3_020), Some(3_000), "capped at max_ejection_ms");
-        assert!(outliers.ejected(6_020, &same).is_empty());
-        outliers.succeeded(a.as_str(), 6_030);
-        assert_eq!(outliers.failed(&a, 0, 6_040), None, "a success clears the record: three again");
-    }
-
-    #[test]
-    fn a_success_while_ejected_does_not_bring_it_back() {
-        let mut outliers = outliers();
-        let (a, b) = (pod("10.0.0.1:8000"), pod("10.0.0.2:8000"));
-        for t in 0..3 {
-            outliers.failed(&a, 0, t);
-            outliers.failed(&b, 0, t);
-        }
-        outliers.succeeded(a.as_str(), 10);
-        assert_eq!(outliers.ejected(11, &same), [a.clone(), b.clone()]);
-        assert!(outliers.ejected(1_003, &same).is_empty());
-        outliers.succeeded(a.as_str(), 1_004);
-        assert_eq!(outliers.failed(&a, 0, 1_005), None, "cleared: not on probation any more");
-        assert_eq!(outliers.failed(&b, 0, 1_005), Some(2_000), "still on probation");
-    }
-
-    #[test]
-    fn ejected_pods_are_ignored_only_when_nothing_else_is_up() {
-        assert_eq!(pass_over(true, true, true), PassOver::Unusable);
-        assert_eq!(pass_over(false, true, false), PassOver::Ignored, "the rest are down");
-        assert_eq!(pass_over(false, true, true), PassOver::LeftOut, "old data beats a failing pod");
-        assert_eq!(pass_over(false, false, true), PassOver::LeftOut, "failing open");
-        assert_eq!(pass_over(false, false, false), PassOver::LeftOut, "left out while another remains");
-    }
-
-    #[test]
-    fn a_restarted_pod_comes_back_at_once_with_a_clean_record() {
-        let mut outliers = outliers();
-        let a = pod("10.0.0.1:8000");
-        for t in 0..3 {
-            outliers.failed(&a, 4, t);
-        }
-        assert_eq!(outliers.ejected(10, &|_| Some(4)).len(), 1, "the same engine");
-        assert_eq!(outliers.ejected(10, &|_| None).len(), 1, "out of the table for now");
-        assert!(outliers.ejected(20, &|_| Some(5)).is_empty(), "a new epoch: restarted");
-        assert_eq!(outliers.failed(&a, 5, 30), None, "not on probation: three again");
-    }
-
-    #[test]
-    fn a_pod_that_failed_since_its_last_success_is_a_suspect_until_ejected_or_cleared() {
-        let mut outliers = outliers();
-        let a = pod("10.0.0.1:8000");
-        assert_eq!((outliers.suspects(), outliers.is_suspect(a.as_str())), (0, false));
-        outliers.failed(&a, 0, 0);
-        assert_eq!((outliers.suspects(), outliers.is_suspect(a.as_str())), (1, true));
-        outliers.failed(&a, 0, 1);
-        outliers.failed(&a, 0, 2);
-        outliers.ejected(3, &same);
-        assert!(!outliers.is_suspect(a.as_str()), "ejected: passed over, not a suspect");
-        outliers.ejected(1_003, &same);
-        assert!(outliers.is_suspect(a.as_str()), "back on probation");
-        outliers.succeeded(a.as_str(), 1_004);
-        assert_eq!(outliers.suspects(), 0);
-    }
-
-    #[test]
-    fn off_records_nothing() {
-        let mut off = Outliers::new(OutlierConfig { enabled: false, ..OutlierConfig::default() });
-        let a = pod("10.0.0.1:8000");
-        for t in 0..10 {
-            assert_eq!(off.failed(&a, 0, t), None);
-        }
-        assert!(off.ejected(10, &same).is_empty());
-    }
-
-    #[test]
-    fn a_failure_after_the_ejection_ends_is_on_probation_even_before_a_decision_looks() {
-        let mut outliers = outliers();
-        let a = pod("10.0.0.1:8000");
-        for t in 0..3 {
-            outliers.failed(&a, 0, t);
-        }
-        assert_eq!(outliers.failed(&a, 0, 1_100), Some(2_000), "no call to ejected() in between");
-    }
-
-    #[test]
-    fn records_are_bounded_and_a_full_map_still_ejects() {
-        let mut outliers = outliers();
-        let ejected = pod("10.255.0.1:8000");
-        for t in 0..3 {
-            outliers.failed(&ejected, 0, t);
-        }
-        for i in 0..MAX_RECORDS + 10 {
-            let address = pod(&format!("10.{}.{}.{}:8000", i / 65_536, (i / 256) % 256, i % 256));
-            outliers.failed(&address, 0, 10);
-            assert!(outliers.records.len() <= MAX_RECORDS);
-        }
-        assert_eq!(outliers.ejected(20, &same), [ejected], "the ejected pod's record is kept");
-        let late = pod("10.254.0.1:8000");
-        let ejections: Vec<Option<u64>> = (0..3).map(|t| outliers.failed(&late, 0, 30 + t)).collect();
-        assert_eq!(ejections, [None, None, Some(1_000)]);
-    }
-}
+mod tests;
