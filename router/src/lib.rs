@@ -27,6 +27,7 @@ pub mod flow;
 pub mod histogram;
 pub mod learning_share;
 pub mod model_list;
+pub mod outliers_share;
 pub mod peer_receiver;
 pub mod profile;
 pub mod protocol;

@@ -63,6 +63,8 @@ pub struct Stats {
     pub model_lists_answered: Counter,
     /// Attempts on a pod judged failed: a 5xx answer, or one Envoy retried on another pod.
     pub pod_attempts_failed: Counter,
+    /// Ejections this worker took over from another worker of its Envoy.
+    pub pod_ejections_adopted: Counter,
 }
 
 impl Stats {
@@ -106,6 +108,7 @@ impl Stats {
             model_rewritten: c("wasm_epp.model_rewritten"),
             model_lists_answered: c("wasm_epp.model_lists_answered"),
             pod_attempts_failed: c("wasm_epp.pod_attempts_failed"),
+            pod_ejections_adopted: c("wasm_epp.pod_ejections_adopted"),
             metrics,
         };
         // Defined first, so it has its place in the family whatever comes later, and shown

@@ -1,6 +1,7 @@
 //! The worker's tick: refresh the pod table, publish this worker's in-flight counts and read
-//! the others', share this worker's routing decisions and learn everyone's, release or
-//! expire requests waiting in the flow-control queue, flush the stats.
+//! the others' (and likewise its learned TTFTs and its ejections of failing pods), share this
+//! worker's routing decisions and learn everyone's, release or expire requests waiting in the
+//! flow-control queue, flush the stats.
 //!
 //! Decisions go to the pool service over a shared queue, one batch per tick (each enqueue
 //! wakes Envoy's main thread, so never one per request). The service appends them to the
@@ -57,6 +58,7 @@ fn sync(worker: &Worker, host: &dyn Host) {
         let (slot, slots) = (inflight.slot(), inflight.claimed_slots());
         drop(inflight);
         crate::learning_share::share(worker, host, slot, slots, host.now_ms());
+        crate::outliers_share::share(worker, host, cache.table(), slot, slots);
     }
     if !worker.config.prefix.enabled {
         return;

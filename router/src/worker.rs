@@ -55,6 +55,8 @@ pub struct Worker {
     pub comparison: Option<Comparing>,
     /// Pods this worker saw fail requests, and those it took out of rotation for it.
     pub outliers: RefCell<picker::outliers::Outliers>,
+    /// What this worker last told the other workers of its ejections.
+    pub ejection_share: crate::outliers_share::EjectionShare,
 }
 
 /// What the comparison needs on every request: the baseline's policy and the arms' stats.
@@ -78,6 +80,7 @@ impl Worker {
         Self {
             comparison,
             outliers: RefCell::new(picker::outliers::Outliers::new(config.outlier_detection.clone())),
+            ejection_share: Default::default(),
             pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),
             policy,
             learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),

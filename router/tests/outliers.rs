@@ -1,13 +1,17 @@
 //! Outlier detection through the whole request path of one worker on a `MockHost`: a pod
 //! whose metrics say idle but which fails every request is passed over once it has failed
-//! enough in a row, comes back on probation, and a pool that fails everything still routes.
+//! enough in a row, comes back on probation, and a pool that fails everything still routes;
+//! the other workers of the Envoy take over its ejection.
 
 // Helpers outside #[test] functions read replies: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 mod common;
 
+use std::rc::Rc;
+
 use common::{completion, Bench, COMPLETIONS};
+use wasm_epp_router::worker::Worker;
 
 const THREE_PODS: [(&str, f64); 3] = [("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 2.0), ("10.0.0.3:8000", 2.0)];
 const BROKEN: &str = "10.0.0.1:8000";
@@ -19,7 +23,12 @@ const QUICK: &str = r#"{"outlier_detection": {"consecutive_failures": 3, "base_e
 /// next choice in the header's list answers 200 (or 500 too when every choice is broken).
 /// Returns the pick and the pod that answered.
 fn request(bench: &Bench, prompt: &str, broken: &[&str]) -> (String, String) {
-    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(prompt));
+    request_on(bench, &bench.worker, prompt, broken)
+}
+
+/// [`request`] on `worker`.
+fn request_on(bench: &Bench, worker: &Rc<Worker>, prompt: &str, broken: &[&str]) -> (String, String) {
+    let (mut stream, answer) = bench.request_on(worker, &COMPLETIONS, &completion(prompt));
     let choices: Vec<String> = answer.destination.unwrap().split(',').map(str::to_owned).collect();
     let served = choices.iter().find(|c| !broken.contains(&c.as_str())).unwrap_or(choices.last().unwrap()).clone();
     let status = if broken.contains(&served.as_str()) { "500" } else { "200" };
@@ -178,4 +187,45 @@ fn a_pod_that_failed_is_no_retry_target_so_three_broken_pods_fail_one_request_no
     for pod in broken {
         assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{pod}")), 1, "{pod} ejected");
     }
+}
+
+#[test]
+fn a_pod_one_worker_ejected_is_passed_over_by_the_other_after_a_tick() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    let other = bench.another_worker(8);
+    let tick_both = || {
+        bench.tick();
+        wasm_epp_router::tick::on_tick(&other, &bench.host);
+    };
+    tick_both();
+    for i in 0..3 {
+        request(&bench, &format!("p{i}"), &[BROKEN]);
+    }
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+    assert_eq!(request_on(&bench, &other, "before", &[BROKEN]).0, BROKEN, "not heard of it yet");
+    tick_both();
+    bench.host.advance(wasm_epp_router::outliers_share::READ_EVERY_MS);
+    tick_both();
+    for i in 0..10 {
+        assert_ne!(request_on(&bench, &other, &format!("q{i}"), &[BROKEN]).0, BROKEN, "request {i}");
+    }
+    // Both workers' counts (the host's metric holds what each flushed).
+    let adopted =
+        || bench.stat("wasm_epp.pod_ejections_adopted") + other.stats.metrics.pending("wasm_epp.pod_ejections_adopted");
+    assert_eq!(adopted(), 1, "the other worker took it over; its maker, reading it back, did not");
+    // Its time is up on both: the other worker's one try on probation fails and ejects it
+    // again there, for twice as long, and the first worker takes that over.
+    bench.host.advance(1_001);
+    bench.publish(2, &THREE_PODS);
+    tick_both();
+    assert_eq!(request_on(&bench, &other, "probe", &[BROKEN]).0, BROKEN);
+    bench.host.advance(wasm_epp_router::outliers_share::READ_EVERY_MS);
+    tick_both();
+    bench.host.advance(1_500);
+    bench.publish(3, &THREE_PODS);
+    tick_both();
+    assert_ne!(request(&bench, "still out", &[BROKEN]).0, BROKEN, "2 s this time, on both");
+    assert_eq!(adopted(), 2);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 2, "one ejection by each worker");
 }

@@ -1,0 +1,62 @@
+//! On the tick: the pods this worker holds ejected, published for the other workers of its
+//! Envoy, and theirs adopted (`picker::outliers::shared` says why and how).
+
+use std::cell::{Cell, RefCell};
+
+use picker::outliers::shared::{decode, encode, EMPTY};
+use picker::pod_table::PodTable;
+use wasm_epp_host::Host;
+
+use crate::worker::Worker;
+
+/// How often the other workers' ejections are read: a pod one worker ejected is passed over by
+/// the others within this (plus a tick), at one shared-data read per other worker.
+pub const READ_EVERY_MS: u64 = 100;
+
+/// What this worker last published, and when it next reads the others'.
+#[derive(Debug, Default)]
+pub struct EjectionShare {
+    published: RefCell<Option<Vec<u8>>>,
+    next_read_ms: Cell<u64>,
+}
+
+fn key(slot: usize) -> String {
+    picker::keys::per_slot(picker::keys::EJECTED_PREFIX, slot)
+}
+
+/// Outlier detection on and an in-flight slot claimed: publishes this worker's ejections
+/// when they changed (at every tick, so an ejection is out within a tick), and every
+/// [`READ_EVERY_MS`] adopts those of every other claimed slot whose pod has the same epoch in
+/// `table`. A worker with no slot (more workers than slots) keeps to its own answers.
+pub fn share(worker: &Worker, host: &dyn Host, table: Option<&PodTable>, slot: Option<usize>, slots: usize) {
+    let (Some(slot), true) = (slot, worker.config.outlier_detection.enabled) else { return };
+    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
+    let now_ms = host.now_ms();
+    let share = &worker.ejection_share;
+    // Nothing to publish while no pod has a record and the empty record is out.
+    let idle = outliers.is_clear() && share.published.borrow().as_deref() == Some(EMPTY.as_slice());
+    if !idle {
+        let own = encode(&outliers.ejections(now_ms));
+        let mut published = share.published.borrow_mut();
+        if published.as_ref() != Some(&own) && host.set(&key(slot), &own, None).is_ok() {
+            *published = Some(own);
+        }
+    }
+    if now_ms < share.next_read_ms.get() {
+        return;
+    }
+    share.next_read_ms.set(now_ms.saturating_add(READ_EVERY_MS));
+    let epoch_of = |pod: &str| table.and_then(|t| t.epoch_of(pod));
+    let mut adopted = 0;
+    for other in (0..slots.max(slot + 1)).filter(|&other| other != slot) {
+        if let Ok((Some(bytes), _)) = host.get(&key(other)) {
+            if let Some(ejections) = decode(&bytes) {
+                adopted += outliers.adopt(&ejections, now_ms, &epoch_of);
+            }
+        }
+    }
+    if adopted > 0 {
+        worker.stats.add(worker.stats.pod_ejections_adopted, adopted);
+        log::info!("wasm-epp: {adopted} pod ejection(s) taken over from the other workers");
+    }
+}
