@@ -33,9 +33,10 @@ fn pods_failing_every_request_leave_the_rotation_so_the_one_healthy_pod_serves()
     for pod in &cluster.pods[..3] {
         pod.set_faults(&serde_json::json!({"fail_fraction": 1.0, "fail_status": 500})).unwrap();
     }
-    // Each worker learns from its own answers (5 failures in a row per pod): a few requests
-    // may still meet three broken pods while they do. A request whose three choices all fail
-    // blames two of them, so a worker ejects all three within 7 such requests: 14 for two.
+    // A worker learns from the answers it sees (5 failures in a row per pod), the other
+    // taking its ejections over within ~120 ms: a few requests may still meet three broken
+    // pods meanwhile. A request whose three choices all fail blames two of them, so a worker
+    // ejects all three within 7 such requests: 14 for two, should both learn on their own.
     let learning: Vec<u16> = (0..40).map(|i| cluster.complete(&format!("learning {i}")).status).collect();
     for i in 0..40 {
         let reply = cluster.complete(&format!("after {i}"));
@@ -49,6 +50,41 @@ fn pods_failing_every_request_leave_the_rotation_so_the_one_healthy_pod_serves()
         assert!(ejections.unwrap_or(0.0) >= 1.0, "{} ejected: {ejections:?}", pod.address());
     }
     assert!(cluster.envoy.stat("wasm_epp_pod_attempts_failed").unwrap_or(0.0) >= 15.0);
+}
+
+#[test]
+fn a_pod_one_worker_ejects_is_passed_over_by_the_other_worker_too() {
+    // Requests 300 ms apart, each on a new connection (either worker): one worker sees the
+    // broken pod fail 3 times and ejects it, and the other, hearing of it within ~120 ms,
+    // takes the ejection over instead of paying its own 3 failures.
+    let cluster = Cluster::start("pod-500-shared", 2, &["--time-scale", "0"], |options| {
+        options.filter_config["outlier_detection"] =
+            serde_json::json!({"consecutive_failures": 3, "base_ejection_ms": 60_000});
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)));
+    let broken = cluster.pods[0].address();
+    cluster.pods[0].set_faults(&serde_json::json!({"fail_fraction": 1.0, "fail_status": 500})).unwrap();
+    let stat = |name: &str| cluster.envoy.stat(name).unwrap_or(0.0);
+    let ejections = format!("wasm_epp_pod_ejections{{pod=\"{broken}\"}}");
+    let mut sent = 0;
+    while sent < 60 && (stat(&ejections) < 1.0 || stat("wasm_epp_pod_ejections_adopted") < 1.0) {
+        let reply = cluster.complete(&format!("learn {sent}"));
+        assert_eq!(reply.status, 200, "request {sent}: {}", reply.body);
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(stat(&ejections), 1.0, "one worker ejected it, after {sent} requests");
+    assert_eq!(stat("wasm_epp_pod_ejections_adopted"), 1.0, "the other took it over");
+    let failed_before = stat("wasm_epp_pod_attempts_failed");
+    assert!(failed_before <= 5.0, "3 by the ejecting worker, at most 2 by the other: {failed_before}");
+    for i in 0..12 {
+        let reply = cluster.complete(&format!("after {i}"));
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+        assert_eq!(cluster.served_by_pool(&reply), cluster.pods[1].address());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(stat("wasm_epp_pod_attempts_failed"), failed_before, "no worker tried it again");
+    assert_eq!(stat(&ejections), 1.0);
 }
 
 #[test]
