@@ -46,6 +46,8 @@ const POOL_CLUSTER_LABEL: &str = "envoy_cluster_name=\"pool\"";
 const EJECTIONS: &str = "wasm_epp_pod_ejections";
 /// Attempts the filter judged failed (a later address of the request's list answered, or a 5xx).
 const ATTEMPTS_FAILED: &str = "wasm_epp_pod_attempts_failed";
+/// wasm-epp's ejections one worker took over from another.
+const ADOPTED: &str = "wasm_epp_pod_ejections_adopted";
 
 /// Some pods of the pool failing every request from the start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -105,6 +107,8 @@ pub struct FaultsRow {
     pub pool_retries_succeeded: Option<f64>,
     /// wasm-epp targets: `wasm_epp_pod_ejections` summed over the pods.
     pub ejections: Option<f64>,
+    /// wasm-epp targets: `wasm_epp_pod_ejections_adopted`.
+    pub ejections_adopted: Option<f64>,
     /// wasm-epp targets: `wasm_epp_pod_attempts_failed`.
     pub attempts_failed: Option<f64>,
 }
@@ -259,6 +263,7 @@ impl Run<'_> {
             pool_retries: stats.map(|text| pool_counter(text, RETRIES)),
             pool_retries_succeeded: stats.map(|text| pool_counter(text, RETRIES_SUCCEEDED)),
             ejections: wasm_epp_stat(EJECTIONS),
+            ejections_adopted: wasm_epp_stat(ADOPTED),
             attempts_failed: wasm_epp_stat(ATTEMPTS_FAILED),
         }
     }

@@ -53,7 +53,7 @@ fn kinds(row: &FaultsRow) -> String {
 
 pub fn one_line(row: &FaultsRow) -> String {
     format!(
-        "{:<26} {:>4} requests, {:>4} failed ({:>5.1}%)  TTFT p50 {:>5} p90 {:>5} ms  E2E p50 {:>5} ms  retries {} ({} succeeded)  ejections {}  {:.1} s",
+        "{:<26} {:>4} requests, {:>4} failed ({:>5.1}%)  TTFT p50 {:>5} p90 {:>5} ms  E2E p50 {:>5} ms  retries {} ({} succeeded)  ejections {} (adopted {})  {:.1} s",
         row.target,
         row.requests,
         row.failed,
@@ -64,6 +64,7 @@ pub fn one_line(row: &FaultsRow) -> String {
         count(row.pool_retries),
         count(row.pool_retries_succeeded),
         count(row.ejections),
+        count(row.ejections_adopted),
         row.wall_s,
     )
 }
@@ -71,12 +72,16 @@ pub fn one_line(row: &FaultsRow) -> String {
 /// The table, one line per scenario and target.
 pub fn table(rows: &[FaultsRow]) -> String {
     let mut out = String::from(
-        "| workload | scenario | target | requests | failed | failed share | TTFT p50 ms | TTFT p90 ms | E2E p50 ms | pool retries (succeeded) | ejections | attempts judged failed | failures | wall s |\n\
+        "| workload | scenario | target | requests | failed | failed share | TTFT p50 ms | TTFT p90 ms | E2E p50 ms | pool retries (succeeded) | ejections (adopted) | attempts judged failed | failures | wall s |\n\
          | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |\n",
     );
     for row in rows {
         let retries = match row.pool_retries {
             Some(retries) => format!("{retries:.0} ({})", count(row.pool_retries_succeeded)),
+            None => "-".into(),
+        };
+        let ejections = match row.ejections {
+            Some(ejections) => format!("{ejections:.0} ({})", count(row.ejections_adopted)),
             None => "-".into(),
         };
         let _ = writeln!(
@@ -92,7 +97,7 @@ pub fn table(rows: &[FaultsRow]) -> String {
             ms(row.ttft_p90_ms),
             ms(row.e2e_p50_ms),
             retries,
-            count(row.ejections),
+            ejections,
             count(row.attempts_failed),
             kinds(row),
             row.wall_s,
@@ -125,7 +130,8 @@ pub fn write(rows: &[FaultsRow], context: &Context, out_dir: &Path) -> Result<()
          requests. `failed` = requests the client saw fail (non-200, broken stream, timeout); TTFT and E2E \
          are nearest-rank over the successes. `pool retries` = Envoy's `envoy_cluster_upstream_rq_retry` of \
          the `pool` cluster (succeeded: `_retry_success`); `ejections` = wasm-epp's `wasm_epp_pod_ejections` \
-         summed over the pods; `attempts judged failed` = `wasm_epp_pod_attempts_failed` (`-`: not \
+         summed over the pods (adopted: `wasm_epp_pod_ejections_adopted`, ejections a worker took over \
+         from another worker of its Envoy); `attempts judged failed` = `wasm_epp_pod_attempts_failed` (`-`: not \
          counted by this target). `wasm-epp-no-outliers` is the same build with \
          `\"outlier_detection\": {{\"enabled\": false}}`.\n",
         context.fail_status
@@ -187,6 +193,7 @@ mod tests {
             pool_retries: None,
             pool_retries_succeeded: None,
             ejections: None,
+            ejections_adopted: None,
             attempts_failed: None,
         };
         let table = table(&[row]);
