@@ -105,6 +105,17 @@ pub fn merge_filter_overrides(options: &mut EnvoyOptions) -> Result<(), String> 
     Ok(())
 }
 
+/// `WASM_EPP_CONCURRENCY`, wasm-epp's Envoy worker threads (`--concurrency`; 2 when unset), to
+/// measure what depends on the number of workers (each learns from its own answers) without
+/// editing code.
+fn worker_count() -> Result<Option<u32>, String> {
+    let Ok(text) = std::env::var("WASM_EPP_CONCURRENCY") else { return Ok(None) };
+    match text.trim().parse::<u32>() {
+        Ok(workers @ 1..=64) => Ok(Some(workers)),
+        _ => Err(format!("WASM_EPP_CONCURRENCY: '{text}' is not a worker count (1 to 64)")),
+    }
+}
+
 /// `wasm-epp-compared`'s `comparison` section: half the pods to a least-request baseline.
 pub fn comparison_section() -> serde_json::Value {
     serde_json::json!({"baseline_share": 0.5, "baseline": "least_request"})
@@ -138,6 +149,7 @@ pub fn start(name: TargetName, pool: &[String], dir: &Path, vllm_router: &Path) 
                 }
             }
             merge_filter_overrides(&mut options)?;
+            options.concurrency = worker_count()?.unwrap_or(options.concurrency);
             let envoy = Envoy::start(&options, dir)?;
             if !envoy.wait_for_healthy_pods(pool.len() as u64, SINGLETON_READY_TIMEOUT) {
                 eprintln!(
