@@ -79,7 +79,7 @@ pub fn note_answer(
         if let Some(duration_ms) = outliers.failed(&pod, epoch_of(worker, &pod), now_ms) {
             worker.stats.ejected(&pod);
             log::warn!(
-                "wasm-epp: pod {pod} keeps failing requests: out of rotation on this worker for {duration_ms} ms"
+                "wasm-epp: pod {pod} keeps failing requests: out of rotation for {duration_ms} ms (on this worker; the others follow)"
             );
         }
     };

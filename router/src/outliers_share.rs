@@ -13,10 +13,11 @@ use crate::worker::Worker;
 /// the others within this (plus a tick), at one shared-data read per other worker.
 pub const READ_EVERY_MS: u64 = 100;
 
-/// What this worker last published, and when it next reads the others'.
+/// What this worker last published under which slot (a worker that lost its slot and claimed
+/// another publishes again), and when it next reads the others'.
 #[derive(Debug, Default)]
 pub struct EjectionShare {
-    published: RefCell<Option<Vec<u8>>>,
+    published: RefCell<Option<(usize, Vec<u8>)>>,
     next_read_ms: Cell<u64>,
 }
 
@@ -24,22 +25,23 @@ fn key(slot: usize) -> String {
     picker::keys::per_slot(picker::keys::EJECTED_PREFIX, slot)
 }
 
-/// Outlier detection on and an in-flight slot claimed: publishes this worker's ejections
-/// when they changed (at every tick, so an ejection is out within a tick), and every
-/// [`READ_EVERY_MS`] adopts those of every other claimed slot whose pod has the same epoch in
-/// `table`. A worker with no slot (more workers than slots) keeps to its own answers.
+/// Outlier detection on and an in-flight slot claimed: publishes the ejections this worker
+/// holds (its own and those it adopted) when they changed (checked at every tick, so an
+/// ejection is out within a tick), and every [`READ_EVERY_MS`] adopts those of every other
+/// claimed slot that are news here ([`picker::outliers::Outliers::adopt`]). So another worker
+/// passes a pod over within `READ_EVERY_MS` plus two ticks of its ejection. A worker with no
+/// slot (more workers than slots) keeps to its own answers.
 pub fn share(worker: &Worker, host: &dyn Host, table: Option<&PodTable>, slot: Option<usize>, slots: usize) {
     let (Some(slot), true) = (slot, worker.config.outlier_detection.enabled) else { return };
     let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     let now_ms = host.now_ms();
     let share = &worker.ejection_share;
+    let is_out = |bytes: &[u8]| share.published.borrow().as_ref().is_some_and(|(s, out)| *s == slot && out == bytes);
     // Nothing to publish while no pod has a record and the empty record is out.
-    let idle = outliers.is_clear() && share.published.borrow().as_deref() == Some(EMPTY.as_slice());
-    if !idle {
+    if !(outliers.is_clear() && is_out(&EMPTY)) {
         let own = encode(&outliers.ejections(now_ms));
-        let mut published = share.published.borrow_mut();
-        if published.as_ref() != Some(&own) && host.set(&key(slot), &own, None).is_ok() {
-            *published = Some(own);
+        if !is_out(&own) && host.set(&key(slot), &own, None).is_ok() {
+            *share.published.borrow_mut() = Some((slot, own));
         }
     }
     if now_ms < share.next_read_ms.get() {

@@ -42,6 +42,9 @@ struct Record {
     probation: bool,
     /// The pod's epoch in the table when it was last ejected: a new one is a restarted engine.
     epoch: u32,
+    /// When the ejection it is serving (or last served) was made, here or by the worker it was
+    /// adopted from: what tells one ejection from another between workers.
+    ejected_at_ms: u64,
 }
 
 impl Record {
@@ -60,11 +63,14 @@ pub struct Outliers {
     /// The pods ejected now, for the decision to pass over (expired ones leave at
     /// [`Outliers::ejected`]).
     ejected: Vec<PodAddress>,
+    /// When a success last cleared a pod's record here: another worker's ejection made before
+    /// it is older news than this success, and is not adopted.
+    cleared_ms: HashMap<PodAddress, u64>,
 }
 
 impl Outliers {
     pub fn new(config: OutlierConfig) -> Self {
-        Self { config, records: HashMap::new(), ejected: Vec::new() }
+        Self { config, records: HashMap::new(), ejected: Vec::new(), cleared_ms: HashMap::new() }
     }
 
     /// An attempt on `pod` (of table epoch `epoch`) failed at `now_ms`. Returns how long it
@@ -75,6 +81,10 @@ impl Outliers {
         }
         self.make_room_for(pod);
         let record = self.records.entry(pod.clone()).or_default();
+        if record.strikes > 0 && record.epoch != epoch {
+            // Ejected before under another epoch: that engine restarted, and this is a new one.
+            *record = Record::default();
+        }
         match record.ejected_until {
             // Sent before it was ejected: already counted in.
             Some(until) if until > now_ms => return None,
@@ -94,6 +104,7 @@ impl Outliers {
             ejected_until: Some(now_ms.saturating_add(duration)),
             probation: false,
             epoch,
+            ejected_at_ms: now_ms,
         };
         if !self.ejected.contains(pod) {
             self.ejected.push(pod.clone());
@@ -117,19 +128,26 @@ impl Outliers {
         self.records
             .iter()
             .filter_map(|(pod, record)| {
-                let until_ms = live(record)?;
-                Some(shared::Ejection { pod: pod.clone(), epoch: record.epoch, strikes: record.strikes, until_ms })
+                Some(shared::Ejection {
+                    pod: pod.clone(),
+                    epoch: record.epoch,
+                    strikes: record.strikes,
+                    ejected_at_ms: record.ejected_at_ms,
+                    until_ms: live(record)?,
+                })
             })
             .collect()
     }
 
-    /// Another worker's `ejections`, adopted as this worker's own: each pod still ejected at
-    /// `now_ms`, with the same table epoch here (`epoch_of`: a restarted engine, or one this
-    /// worker's table does not have yet, is left alone), and ejected for longer than this
-    /// worker holds it, is ejected here until the same time (at most `max_ejection_ms` from
-    /// now), with the other's strikes if it has more: when the time is up it is on probation
-    /// here too. Returns how many were adopted. Reading back an ejection this worker made or
-    /// already adopted changes nothing, so ejections do not echo between workers.
+    /// Another worker's `ejections`, adopted as this worker's own where they are news: a pod
+    /// still ejected at `now_ms`, under the same table epoch here (`epoch_of`: a restarted
+    /// engine, or one this worker's table does not have yet, is left alone), by an ejection
+    /// made after the one this worker holds (an ejection is told by when it was made, so
+    /// reading back one's own, or one already adopted, changes nothing: no echo) and after
+    /// this worker last saw the pod succeed (the newer news wins). It is ejected here until
+    /// the same time (at most `max_ejection_ms` from now), with the maker's strikes if they
+    /// are more: when the time is up it is on probation here too. Returns how many were
+    /// adopted.
     pub fn adopt(
         &mut self,
         ejections: &[shared::Ejection],
@@ -141,23 +159,28 @@ impl Outliers {
         }
         let mut adopted = 0;
         for ejection in ejections {
-            let until_ms = ejection.until_ms.min(now_ms.saturating_add(self.config.max_ejection_ms));
-            if until_ms <= now_ms || epoch_of(ejection.pod.as_str()) != Some(ejection.epoch) {
+            let pod = ejection.pod.as_str();
+            if ejection.until_ms <= now_ms || epoch_of(pod) != Some(ejection.epoch) {
                 continue;
             }
-            let held = self.records.get(ejection.pod.as_str());
-            if held.is_some_and(|r| r.epoch == ejection.epoch && r.ejected_until.is_some_and(|own| own >= until_ms)) {
+            let held = self.records.get(pod).filter(|r| r.epoch == ejection.epoch && r.strikes > 0);
+            let known = held.map_or(0, |r| r.ejected_at_ms).max(self.cleared_ms.get(pod).copied().unwrap_or(0));
+            if ejection.ejected_at_ms <= known {
                 continue;
             }
+            let strikes = held.map_or(ejection.strikes, |r| r.strikes.max(ejection.strikes));
             self.make_room_for(&ejection.pod);
-            let record = self.records.entry(ejection.pod.clone()).or_default();
-            *record = Record {
-                consecutive: 0,
-                strikes: record.strikes.max(ejection.strikes),
-                ejected_until: Some(until_ms),
-                probation: false,
-                epoch: ejection.epoch,
-            };
+            self.records.insert(
+                ejection.pod.clone(),
+                Record {
+                    consecutive: 0,
+                    strikes,
+                    ejected_until: Some(ejection.until_ms.min(now_ms.saturating_add(self.config.max_ejection_ms))),
+                    probation: false,
+                    epoch: ejection.epoch,
+                    ejected_at_ms: ejection.ejected_at_ms,
+                },
+            );
             if !self.ejected.contains(&ejection.pod) {
                 self.ejected.push(ejection.pod.clone());
             }
@@ -172,10 +195,26 @@ impl Outliers {
         if self.records.is_empty() {
             return;
         }
-        if self.records.get(pod).is_some_and(|r| r.ejected_until.is_none_or(|until| until <= now_ms)) {
-            self.records.remove(pod);
-            self.ejected.retain(|p| p.as_str() != pod);
+        if !self.records.get(pod).is_some_and(|r| r.ejected_until.is_none_or(|until| until <= now_ms)) {
+            return;
         }
+        if let Some((pod, _)) = self.records.remove_entry(pod) {
+            self.ejected.retain(|p| *p != pod);
+            self.note_cleared(pod, now_ms);
+        }
+    }
+
+    /// A success cleared `pod`'s record at `now_ms`. Only ejections made in the last
+    /// `max_ejection_ms` can still be live, so older notes are dropped when the map is full.
+    fn note_cleared(&mut self, pod: PodAddress, now_ms: u64) {
+        if self.cleared_ms.len() >= MAX_RECORDS && !self.cleared_ms.contains_key(pod.as_str()) {
+            let oldest_live = now_ms.saturating_sub(self.config.max_ejection_ms);
+            self.cleared_ms.retain(|_, cleared| *cleared >= oldest_live);
+            if self.cleared_ms.len() >= MAX_RECORDS {
+                self.cleared_ms.clear();
+            }
+        }
+        self.cleared_ms.insert(pod, now_ms);
     }
 
     /// No pod has a record: a success needs no bookkeeping.

@@ -9,10 +9,11 @@
 //! and the doubling carry over.
 //!
 //! The record is `VERSION`, a `u16` count, then per ejection: the address's length (`u8`)
-//! and bytes, the pod's table epoch (`u32`), its strikes (`u32`) and the end of the ejection
-//! (`u64`, ms on the Envoy's clock, which every worker shares). Ends are absolute, so a record
-//! left by a worker that is gone expires by itself, and an ejection read back by the worker
-//! that made it changes nothing.
+//! and bytes, the pod's table epoch (`u32`), its strikes (`u32`), when the ejection was made
+//! and when it ends (`u64` each, ms on the Envoy's clock, which every worker shares). Times
+//! are absolute, so a record left by a worker that is gone expires by itself, and the time an
+//! ejection was made tells it from any other: read back by a worker that holds it already
+//! (its maker included), it changes nothing.
 
 use crate::address::PodAddress;
 use crate::wire::Reader;
@@ -34,23 +35,27 @@ pub struct Ejection {
     pub epoch: u32,
     /// Ejections since its last success: the next one lasts `base << strikes`.
     pub strikes: u32,
+    /// When the worker that made it ejected the pod.
+    pub ejected_at_ms: u64,
     pub until_ms: u64,
 }
 
 /// The record of `ejections` (at most [`MAX_SHARED`] of them).
 pub fn encode(ejections: &[Ejection]) -> Vec<u8> {
-    let ejections = ejections.get(..MAX_SHARED).unwrap_or(ejections);
-    let mut bytes = Vec::with_capacity(3 + ejections.len() * 40);
+    // A pod address is far shorter than 255 bytes (ip:port, IPv6 in brackets); one that is not
+    // is left out rather than cut into another address.
+    let written =
+        || ejections.iter().filter_map(|e| Some((e, u8::try_from(e.pod.as_str().len()).ok()?))).take(MAX_SHARED);
+    let count = written().count();
+    let mut bytes = Vec::with_capacity(3 + count * 48);
     bytes.push(VERSION);
-    bytes.extend_from_slice(&(ejections.len() as u16).to_le_bytes());
-    for ejection in ejections {
-        let address = ejection.pod.as_str().as_bytes();
-        // A pod address is far shorter than 255 bytes (host:port, IPv6 in brackets).
-        let address = address.get(..usize::from(u8::MAX)).unwrap_or(address);
-        bytes.push(address.len() as u8);
-        bytes.extend_from_slice(address);
+    bytes.extend_from_slice(&u16::try_from(count).unwrap_or(u16::MAX).to_le_bytes());
+    for (ejection, length) in written() {
+        bytes.push(length);
+        bytes.extend_from_slice(ejection.pod.as_str().as_bytes());
         bytes.extend_from_slice(&ejection.epoch.to_le_bytes());
         bytes.extend_from_slice(&ejection.strikes.to_le_bytes());
+        bytes.extend_from_slice(&ejection.ejected_at_ms.to_le_bytes());
         bytes.extend_from_slice(&ejection.until_ms.to_le_bytes());
     }
     bytes
@@ -69,9 +74,9 @@ pub fn decode(bytes: &[u8]) -> Option<Vec<Ejection>> {
         let length = usize::from(reader.u8()?);
         let address = std::str::from_utf8(reader.take(length)?).ok()?;
         let pod = PodAddress::parse(address).ok()?;
-        let (epoch, strikes, until_ms) = (reader.u32()?, reader.u32()?, reader.u64()?);
+        let (epoch, strikes, ejected_at_ms, until_ms) = (reader.u32()?, reader.u32()?, reader.u64()?, reader.u64()?);
         if ejections.len() < MAX_SHARED {
-            ejections.push(Ejection { pod, epoch, strikes, until_ms });
+            ejections.push(Ejection { pod, epoch, strikes, ejected_at_ms, until_ms });
         }
     }
     reader.rest().is_empty().then_some(ejections)
@@ -82,7 +87,7 @@ mod tests {
     use super::*;
 
     fn ejection(address: &str, until_ms: u64) -> Ejection {
-        Ejection { pod: PodAddress::parse(address).unwrap(), epoch: 3, strikes: 2, until_ms }
+        Ejection { pod: PodAddress::parse(address).unwrap(), epoch: 3, strikes: 2, ejected_at_ms: 7, until_ms }
     }
 
     #[test]

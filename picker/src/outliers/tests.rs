@@ -180,7 +180,8 @@ fn reading_back_an_ejection_changes_nothing_so_workers_do_not_echo() {
 fn only_live_ejections_of_the_same_engine_are_adopted_and_never_for_longer_than_the_maximum() {
     let mut other = outliers();
     let a = pod("10.0.0.1:8000");
-    let ejection = |epoch, until_ms| shared::Ejection { pod: a.clone(), epoch, strikes: 1, until_ms };
+    let ejection =
+        |epoch, until_ms| shared::Ejection { pod: a.clone(), epoch, strikes: 1, ejected_at_ms: 50, until_ms };
     assert_eq!(other.adopt(&[ejection(0, 100)], 100, &same), 0, "over");
     assert_eq!(other.adopt(&[ejection(7, 900)], 100, &same), 0, "another engine: restarted since");
     assert_eq!(other.adopt(&[ejection(0, 900)], 100, &|_| None), 0, "not in this worker's table (yet)");
@@ -190,4 +191,57 @@ fn only_live_ejections_of_the_same_engine_are_adopted_and_never_for_longer_than_
     let mut off = Outliers::new(OutlierConfig { enabled: false, ..OutlierConfig::default() });
     assert_eq!(off.adopt(&[ejection(0, 900)], 100, &same), 0);
     assert!(off.ejected(100, &same).is_empty());
+}
+
+#[test]
+fn an_ejection_older_than_a_success_seen_here_is_not_adopted_and_a_newer_one_is() {
+    let (mut maker, mut other) = (outliers(), outliers());
+    let a = pod("10.0.0.1:8000");
+    for t in 0..3 {
+        maker.failed(&a, 0, t);
+        other.failed(&a, 0, t);
+    }
+    // Both on probation after their own ejections; the other's probe succeeds at 1_020, after
+    // the maker's probe failed at 1_010.
+    maker.ejected(1_005, &same);
+    other.ejected(1_005, &same);
+    assert_eq!(maker.failed(&a, 0, 1_010), Some(2_000));
+    other.succeeded(a.as_str(), 1_020);
+    assert_eq!(other.adopt(&maker.ejections(1_030), 1_030, &same), 0, "it saw the pod succeed since");
+    assert!(other.ejected(1_030, &same).is_empty());
+    // A later ejection is news again.
+    maker.ejected(3_015, &same);
+    assert_eq!(maker.failed(&a, 0, 3_020), Some(3_000));
+    assert_eq!(other.adopt(&maker.ejections(3_030), 3_030, &same), 1);
+    assert_eq!(other.ejections(3_030)[0].strikes, 3, "the maker's strikes");
+}
+
+#[test]
+fn a_capped_ejection_is_adopted_once_not_stretched_at_every_read() {
+    let mut other = outliers();
+    let a = pod("10.0.0.1:8000");
+    let long = shared::Ejection { pod: a.clone(), epoch: 0, strikes: 1, ejected_at_ms: 50, until_ms: 1_000_000 };
+    assert_eq!(other.adopt(std::slice::from_ref(&long), 100, &same), 1);
+    assert_eq!(other.adopt(std::slice::from_ref(&long), 200, &same), 0, "the same ejection, read again");
+    assert_eq!(other.ejections(200)[0].until_ms, 3_100);
+}
+
+#[test]
+fn a_restarted_engine_starts_with_no_strikes_even_from_probation() {
+    let mut outliers = outliers();
+    let a = pod("10.0.0.1:8000");
+    for t in 0..3 {
+        outliers.failed(&a, 4, t);
+    }
+    assert!(outliers.ejected(1_005, &|_| Some(4)).is_empty(), "back on probation");
+    assert_eq!(outliers.failed(&a, 5, 1_010), None, "another engine since: counting from one");
+    let peer = shared::Ejection { pod: a.clone(), epoch: 5, strikes: 1, ejected_at_ms: 1_020, until_ms: 2_020 };
+    let mut other = self::outliers();
+    for t in 0..3 {
+        other.failed(&a, 4, t);
+    }
+    other.ejected(1_005, &|_| Some(4));
+    assert_eq!(other.failed(&a, 4, 1_006), Some(2_000), "two strikes under the old engine");
+    assert_eq!(other.adopt(&[peer], 1_030, &|_| Some(5)), 1);
+    assert_eq!(other.ejections(1_030)[0].strikes, 1, "the old engine's strikes are not carried over");
 }
