@@ -54,12 +54,13 @@ fn pods_failing_every_request_leave_the_rotation_so_the_one_healthy_pod_serves()
 
 #[test]
 fn a_pod_one_worker_ejects_is_passed_over_by_the_other_worker_too() {
-    // Requests 300 ms apart, each on a new connection (either worker): one worker sees the
-    // broken pod fail 3 times and ejects it, and the other, hearing of it within ~120 ms,
+    // Requests 500 ms apart, each on a new connection (either worker): one worker sees the
+    // broken pod fail 3 times and ejects it, and the other, hearing of it within ~140 ms,
     // takes the ejection over instead of paying its own 3 failures.
     let cluster = Cluster::start("pod-500-shared", 2, &["--time-scale", "0"], |options| {
         options.filter_config["outlier_detection"] =
             serde_json::json!({"consecutive_failures": 3, "base_ejection_ms": 60_000});
+        options.filter_config["debug_decision_header"] = serde_json::json!(true);
     });
     assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)));
     let broken = cluster.pods[0].address();
@@ -71,18 +72,27 @@ fn a_pod_one_worker_ejects_is_passed_over_by_the_other_worker_too() {
         let reply = cluster.complete(&format!("learn {sent}"));
         assert_eq!(reply.status, 200, "request {sent}: {}", reply.body);
         sent += 1;
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(500));
     }
     assert_eq!(stat(&ejections), 1.0, "one worker ejected it, after {sent} requests");
     assert_eq!(stat("wasm_epp_pod_ejections_adopted"), 1.0, "the other took it over");
     let failed_before = stat("wasm_epp_pod_attempts_failed");
     assert!(failed_before <= 5.0, "3 by the ejecting worker, at most 2 by the other: {failed_before}");
-    for i in 0..12 {
+    // Until both workers have decided some of them (each connection lands on either).
+    let mut deciders = std::collections::BTreeSet::new();
+    for i in 0..40 {
         let reply = cluster.complete(&format!("after {i}"));
         assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
         assert_eq!(cluster.served_by_pool(&reply), cluster.pods[1].address());
+        let decision = reply.header("x-wasm-epp-decision").unwrap_or_default();
+        deciders.extend(decision.split("; ").find_map(|part| part.strip_prefix("worker=")).map(str::to_owned));
+        if i >= 11 && deciders.len() == 2 {
+            break;
+        }
     }
-    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(deciders.len(), 2, "both workers decided requests after the ejection: {deciders:?}");
+    // The stats are flushed on each worker's tick (20 ms).
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(stat("wasm_epp_pod_attempts_failed"), failed_before, "no worker tried it again");
     assert_eq!(stat(&ejections), 1.0);
 }
