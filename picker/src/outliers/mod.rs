@@ -195,7 +195,8 @@ impl Outliers {
         if self.records.is_empty() {
             return;
         }
-        if !self.records.get(pod).is_some_and(|r| r.ejected_until.is_none_or(|until| until <= now_ms)) {
+        // Ejected now (or no record): nothing to clear.
+        if self.records.get(pod).is_none_or(|r| r.ejected_until.is_some_and(|until| until > now_ms)) {
             return;
         }
         if let Some((pod, _)) = self.records.remove_entry(pod) {
