@@ -59,6 +59,7 @@ pub fn share(worker: &Worker, host: &dyn Host, table: Option<&PodTable>, slot: O
     }
     if adopted > 0 {
         worker.stats.add(worker.stats.pod_ejections_adopted, adopted);
-        log::info!("wasm-epp: {adopted} pod ejection(s) taken over from the other workers");
+        // The maker logged the ejection (a warning); each other worker would only repeat it.
+        log::debug!("wasm-epp: {adopted} pod ejection(s) taken over from the other workers");
     }
 }
