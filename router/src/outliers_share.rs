@@ -36,12 +36,16 @@ pub fn share(worker: &Worker, host: &dyn Host, table: Option<&PodTable>, slot: O
     let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     let now_ms = host.now_ms();
     let share = &worker.ejection_share;
-    let is_out = |bytes: &[u8]| share.published.borrow().as_ref().is_some_and(|(s, out)| *s == slot && out == bytes);
+    let is_out = |bytes: &[u8]| {
+        share.published.try_borrow().is_ok_and(|out| out.as_ref().is_some_and(|(s, out)| *s == slot && out == bytes))
+    };
     // Nothing to publish while no pod has a record and the empty record is out.
     if !(outliers.is_clear() && is_out(&EMPTY)) {
         let own = encode(&outliers.ejections(now_ms));
         if !is_out(&own) && host.set(&key(slot), &own, None).is_ok() {
-            *share.published.borrow_mut() = Some((slot, own));
+            if let Ok(mut published) = share.published.try_borrow_mut() {
+                *published = Some((slot, own));
+            }
         }
     }
     if now_ms < share.next_read_ms.get() {
