@@ -28,6 +28,13 @@ use crate::store::{SharedStore, StoreError};
 /// core count); 32 covers any gateway we expect. Workers beyond it count only their own.
 pub const MAX_SLOTS: usize = 32;
 
+/// The slots of the other workers, for a worker in `slot` that knows of `claimed` claimed
+/// slots: what the per-slot records of the other workers are read from (learned TTFTs,
+/// ejections; see [`crate::keys::per_slot`]).
+pub fn other_slots(slot: usize, claimed: usize) -> impl Iterator<Item = usize> {
+    (0..claimed.max(slot.saturating_add(1))).filter(move |&other| other != slot)
+}
+
 /// A slot not refreshed for this long belongs to a gone VM: 100 ticks of the default 20 ms.
 pub const SLOT_STALE_MS: u64 = 2_000;
 

@@ -42,7 +42,7 @@ pub fn share(worker: &Worker, host: &dyn Host, slot: Option<usize>, slots: usize
     }
     let mut others = Learned::default();
     let mut read = 0;
-    for other in (0..slots.max(slot + 1)).filter(|&other| other != slot) {
+    for other in picker::inflight::other_slots(slot, slots) {
         if let Ok((Some(bytes), _)) = host.get(&key(other)) {
             if let Some(learned) = decode(&bytes, now_ms) {
                 others.add(learned);

@@ -25,16 +25,22 @@ fn key(slot: usize) -> String {
     picker::keys::per_slot(picker::keys::EJECTED_PREFIX, slot)
 }
 
-/// Outlier detection on and an in-flight slot claimed: publishes the ejections this worker
+/// At `now_ms`, outlier detection on and an in-flight slot claimed (`slot`, of `slots` claimed): publishes the ejections this worker
 /// holds (its own and those it adopted) when they changed (checked at every tick, so an
 /// ejection is out within a tick), and every [`READ_EVERY_MS`] adopts those of every other
 /// claimed slot that are news here ([`picker::outliers::Outliers::adopt`]). So another worker
 /// passes a pod over within `READ_EVERY_MS` plus two ticks of its ejection. A worker with no
 /// slot (more workers than slots) keeps to its own answers.
-pub fn share(worker: &Worker, host: &dyn Host, table: Option<&PodTable>, slot: Option<usize>, slots: usize) {
+pub fn share(
+    worker: &Worker,
+    host: &dyn Host,
+    table: Option<&PodTable>,
+    slot: Option<usize>,
+    slots: usize,
+    now_ms: u64,
+) {
     let (Some(slot), true) = (slot, worker.config.outlier_detection.enabled) else { return };
     let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
-    let now_ms = host.now_ms();
     let share = &worker.ejection_share;
     let is_out = |bytes: &[u8]| {
         share.published.try_borrow().is_ok_and(|out| out.as_ref().is_some_and(|(s, out)| *s == slot && out == bytes))
@@ -54,7 +60,7 @@ pub fn share(worker: &Worker, host: &dyn Host, table: Option<&PodTable>, slot: O
     share.next_read_ms.set(now_ms.saturating_add(READ_EVERY_MS));
     let epoch_of = |pod: &str| table.and_then(|t| t.epoch_of(pod));
     let mut adopted = 0;
-    for other in (0..slots.max(slot + 1)).filter(|&other| other != slot) {
+    for other in picker::inflight::other_slots(slot, slots) {
         if let Ok((Some(bytes), _)) = host.get(&key(other)) {
             if let Some(ejections) = decode(&bytes) {
                 adopted += outliers.adopt(&ejections, now_ms, &epoch_of);

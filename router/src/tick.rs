@@ -44,7 +44,9 @@ fn sync(worker: &Worker, host: &dyn Host) {
     refreshing.end();
     if let Ok(mut inflight) = worker.inflight.try_borrow_mut() {
         let _span = crate::profile::span(host, Phase::TickInflight);
-        let report = inflight.sync(host, host.now_ms(), worker.config.inflight_expiry_ms);
+        // One clock read for the counts and the records shared after them.
+        let now = host.now_ms();
+        let report = inflight.sync(host, now, worker.config.inflight_expiry_ms);
         if !report.published {
             worker.stats.increment(worker.stats.inflight_update_failed);
         }
@@ -57,8 +59,8 @@ fn sync(worker: &Worker, host: &dyn Host) {
         }
         let (slot, slots) = (inflight.slot(), inflight.claimed_slots());
         drop(inflight);
-        crate::learning_share::share(worker, host, slot, slots, host.now_ms());
-        crate::outliers_share::share(worker, host, cache.table(), slot, slots);
+        crate::learning_share::share(worker, host, slot, slots, now);
+        crate::outliers_share::share(worker, host, cache.table(), slot, slots, now);
     }
     if !worker.config.prefix.enabled {
         return;

@@ -44,13 +44,12 @@ pub struct Ejection {
 pub fn encode(ejections: &[Ejection]) -> Vec<u8> {
     // A pod address is far shorter than 255 bytes (ip:port, IPv6 in brackets); one that is not
     // is left out rather than cut into another address.
-    let written =
-        || ejections.iter().filter_map(|e| Some((e, u8::try_from(e.pod.as_str().len()).ok()?))).take(MAX_SHARED);
-    let count = written().count();
-    let mut bytes = Vec::with_capacity(3 + count * 48);
+    let written: Vec<(&Ejection, u8)> =
+        ejections.iter().filter_map(|e| Some((e, u8::try_from(e.pod.as_str().len()).ok()?))).take(MAX_SHARED).collect();
+    let mut bytes = Vec::with_capacity(3 + written.len() * 48);
     bytes.push(VERSION);
-    bytes.extend_from_slice(&u16::try_from(count).unwrap_or(u16::MAX).to_le_bytes());
-    for (ejection, length) in written() {
+    bytes.extend_from_slice(&u16::try_from(written.len()).unwrap_or(u16::MAX).to_le_bytes());
+    for (ejection, length) in written {
         bytes.push(length);
         bytes.extend_from_slice(ejection.pod.as_str().as_bytes());
         bytes.extend_from_slice(&ejection.epoch.to_le_bytes());
