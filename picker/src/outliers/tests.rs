@@ -8,6 +8,14 @@ fn pod(text: &str) -> PodAddress {
     PodAddress::parse(text).unwrap()
 }
 
+/// Three failures in a row at 0, 1 and 2 ms (the test configuration's count): `pod` is
+/// ejected for 1 s, from 2 ms.
+fn eject(outliers: &mut Outliers, pod: &PodAddress, epoch: u32) {
+    for t in 0..3 {
+        outliers.failed(pod, epoch, t);
+    }
+}
+
 fn outliers() -> Outliers {
     Outliers::new(OutlierConfig {
         enabled: true,
@@ -36,9 +44,7 @@ fn consecutive_failures_eject_and_a_success_in_between_resets_the_count() {
 fn a_pod_back_on_probation_is_ejected_again_at_its_first_failure_for_twice_as_long() {
     let mut outliers = outliers();
     let a = pod("10.0.0.1:8000");
-    for t in 0..3 {
-        outliers.failed(&a, 0, t);
-    }
+    eject(&mut outliers, &a, 0);
     assert_eq!(outliers.failed(&a, 0, 500), None, "a late answer to a request sent before");
     assert!(outliers.ejected(1_002, &same).is_empty());
     assert_eq!(outliers.failed(&a, 0, 1_010), Some(2_000));
@@ -54,10 +60,8 @@ fn a_pod_back_on_probation_is_ejected_again_at_its_first_failure_for_twice_as_lo
 fn a_success_while_ejected_does_not_bring_it_back() {
     let mut outliers = outliers();
     let (a, b) = (pod("10.0.0.1:8000"), pod("10.0.0.2:8000"));
-    for t in 0..3 {
-        outliers.failed(&a, 0, t);
-        outliers.failed(&b, 0, t);
-    }
+    eject(&mut outliers, &a, 0);
+    eject(&mut outliers, &b, 0);
     outliers.succeeded(a.as_str(), 10);
     assert_eq!(outliers.ejected(11, &same), [a.clone(), b.clone()]);
     assert!(outliers.ejected(1_003, &same).is_empty());
@@ -79,9 +83,7 @@ fn ejected_pods_are_ignored_only_when_nothing_else_is_up() {
 fn a_restarted_pod_comes_back_at_once_with_a_clean_record() {
     let mut outliers = outliers();
     let a = pod("10.0.0.1:8000");
-    for t in 0..3 {
-        outliers.failed(&a, 4, t);
-    }
+    eject(&mut outliers, &a, 4);
     assert_eq!(outliers.ejected(10, &|_| Some(4)).len(), 1, "the same engine");
     assert_eq!(outliers.ejected(10, &|_| None).len(), 1, "out of the table for now");
     assert!(outliers.ejected(20, &|_| Some(5)).is_empty(), "a new epoch: restarted");
@@ -119,9 +121,7 @@ fn off_records_nothing() {
 fn a_failure_after_the_ejection_ends_is_on_probation_even_before_a_decision_looks() {
     let mut outliers = outliers();
     let a = pod("10.0.0.1:8000");
-    for t in 0..3 {
-        outliers.failed(&a, 0, t);
-    }
+    eject(&mut outliers, &a, 0);
     assert_eq!(outliers.failed(&a, 0, 1_100), Some(2_000), "no call to ejected() in between");
 }
 
@@ -129,9 +129,7 @@ fn a_failure_after_the_ejection_ends_is_on_probation_even_before_a_decision_look
 fn records_are_bounded_and_a_full_map_still_ejects() {
     let mut outliers = outliers();
     let ejected = pod("10.255.0.1:8000");
-    for t in 0..3 {
-        outliers.failed(&ejected, 0, t);
-    }
+    eject(&mut outliers, &ejected, 0);
     for i in 0..MAX_RECORDS + 10 {
         let address = pod(&format!("10.{}.{}.{}:8000", i / 65_536, (i / 256) % 256, i % 256));
         outliers.failed(&address, 0, 10);
@@ -147,9 +145,7 @@ fn records_are_bounded_and_a_full_map_still_ejects() {
 fn an_ejection_adopted_from_another_worker_is_passed_over_then_on_probation_here() {
     let (mut maker, mut other) = (outliers(), outliers());
     let a = pod("10.0.0.1:8000");
-    for t in 0..3 {
-        maker.failed(&a, 0, t);
-    }
+    eject(&mut maker, &a, 0);
     let published = maker.ejections(10);
     assert_eq!(published.len(), 1);
     assert_eq!(other.adopt(&published, 10, &same), 1);
@@ -163,9 +159,7 @@ fn an_ejection_adopted_from_another_worker_is_passed_over_then_on_probation_here
 fn reading_back_an_ejection_changes_nothing_so_workers_do_not_echo() {
     let (mut maker, mut other) = (outliers(), outliers());
     let a = pod("10.0.0.1:8000");
-    for t in 0..3 {
-        maker.failed(&a, 0, t);
-    }
+    eject(&mut maker, &a, 0);
     other.adopt(&maker.ejections(10), 10, &same);
     assert_eq!(maker.adopt(&other.ejections(20), 20, &same), 0, "its own ejection, read back");
     assert_eq!(other.adopt(&maker.ejections(20), 20, &same), 0, "already held");
@@ -197,10 +191,8 @@ fn only_live_ejections_of_the_same_engine_are_adopted_and_never_for_longer_than_
 fn an_ejection_older_than_a_success_seen_here_is_not_adopted_and_a_newer_one_is() {
     let (mut maker, mut other) = (outliers(), outliers());
     let a = pod("10.0.0.1:8000");
-    for t in 0..3 {
-        maker.failed(&a, 0, t);
-        other.failed(&a, 0, t);
-    }
+    eject(&mut maker, &a, 0);
+    eject(&mut other, &a, 0);
     // Both on probation after their own ejections; the other's probe succeeds at 1_020, after
     // the maker's probe failed at 1_010.
     maker.ejected(1_005, &same);
@@ -230,16 +222,12 @@ fn a_capped_ejection_is_adopted_once_not_stretched_at_every_read() {
 fn a_restarted_engine_starts_with_no_strikes_even_from_probation() {
     let mut outliers = outliers();
     let a = pod("10.0.0.1:8000");
-    for t in 0..3 {
-        outliers.failed(&a, 4, t);
-    }
+    eject(&mut outliers, &a, 4);
     assert!(outliers.ejected(1_005, &|_| Some(4)).is_empty(), "back on probation");
     assert_eq!(outliers.failed(&a, 5, 1_010), None, "another engine since: counting from one");
     let peer = shared::Ejection { pod: a.clone(), epoch: 5, strikes: 1, ejected_at_ms: 1_020, until_ms: 2_020 };
     let mut other = self::outliers();
-    for t in 0..3 {
-        other.failed(&a, 4, t);
-    }
+    eject(&mut other, &a, 4);
     other.ejected(1_005, &|_| Some(4));
     assert_eq!(other.failed(&a, 4, 1_006), Some(2_000), "two strikes under the old engine");
     assert_eq!(other.adopt(&[peer], 1_030, &|_| Some(5)), 1);
