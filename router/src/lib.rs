@@ -22,6 +22,7 @@ pub mod configure;
 pub mod decision;
 pub mod decision_header;
 pub mod decision_stats;
+pub mod destination;
 pub mod disaggregate;
 pub mod flow;
 pub mod histogram;

@@ -18,6 +18,7 @@ use wasm_epp_host::{HeaderMap, Host};
 use crate::comparison_stats::Compared;
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
+use crate::destination::write_destination;
 use crate::disaggregate::{release_prefill, write_prefiller};
 use crate::profile::{self, Phase};
 use crate::reply::{send_dropped, send_error, send_json, send_json_bytes, DroppedReason};
@@ -527,8 +528,10 @@ impl RequestStream {
                 self.compared = compared;
                 self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
                 self.observed = dispatch.map(|dispatch| Observation::start(&self.worker, dispatch));
-                let header = &self.worker.config.destination_header;
-                if let Err(error) = host.set_request_header(header, destination.as_bytes()) {
+                let config = &self.worker.config;
+                let written =
+                    write_destination(host, &config.destination_header, &destination, config.fallback_destinations);
+                if let Err(error) = written {
                     log::error!("wasm-epp: cannot set destination header: {error}");
                     // Counted as in flight by the decision: release it now.
                     self.routed_to = Some(address);

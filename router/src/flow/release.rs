@@ -19,6 +19,7 @@ use super::saturation::{pool_room, PoolRoom};
 use super::stats::DropReason;
 use super::{Fate, Held};
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
+use crate::destination::write_destination;
 use crate::worker::Worker;
 
 /// What the stream does with a request whose body has been read.
@@ -233,7 +234,10 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
             // ended at once (the prefill is the short part of the request).
             let mut prefilling_at = crate::disaggregate::write_prefiller(worker, host, prefiller);
             crate::disaggregate::release_prefill(worker, host, &mut prefilling_at);
-            if let Err(error) = host.set_request_header(&worker.config.destination_header, destination.as_bytes()) {
+            let config = &worker.config;
+            let written =
+                write_destination(host, &config.destination_header, &destination, config.fallback_destinations);
+            if let Err(error) = written {
                 log::error!("wasm-epp: cannot set destination header on a released request: {error}");
                 finish_inflight(worker, host, &address);
                 answer(worker, host, left, DropReason::NoRoute, true);

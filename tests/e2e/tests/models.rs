@@ -274,3 +274,36 @@ fn other_json_endpoints_reach_only_pods_serving_their_model() {
     assert_eq!(unknown.header("x-wasm-epp"), Some("local-reply"), "answered by the gateway, not a pod");
     assert_eq!(cluster.pods_stat("model_not_found"), 0, "no pod ever saw a model it does not serve");
 }
+
+#[test]
+fn retries_stay_on_the_pods_the_filter_named() {
+    // Once the filter's list is used up, Envoy retries on the cluster's fallback policy, which
+    // knows no models nor subsets: before the filter capped the retries at its list, every
+    // request below was retried on a pod of another model and answered its 404.
+    let cluster = mixed_pool("models-retries", |_| {});
+    let pods = cluster.pool();
+    let fail = serde_json::json!({"fail_fraction": 1.0, "fail_status": 500});
+    cluster.pods[0].set_faults(&fail).unwrap();
+    for i in 0..8 {
+        let llama = cluster.complete_model("llama", &format!("only pod {i}"), &[]);
+        assert_eq!((llama.status, cluster.served_by_pool(&llama)), (500, pods[0].clone()), "{}", llama.body);
+        assert!(llama.body.contains("Injected failure"), "the pod's own answer: {}", llama.body);
+    }
+    // Both qwen pods failing: each request tries both, then gets the last one's 500.
+    cluster.pods[1].set_faults(&fail).unwrap();
+    cluster.pods[2].set_faults(&fail).unwrap();
+    let retries = || cluster.envoy.stat("envoy_cluster_upstream_rq_retry{envoy_cluster_name=\"pool\"}").unwrap_or(0.0);
+    let retried_before = retries();
+    for i in 0..8 {
+        let qwen = cluster.complete_model("qwen", &format!("two pods {i}"), &[]);
+        assert_eq!(qwen.status, 500, "{}", qwen.body);
+        assert_ne!(cluster.served_by_pool(&qwen), pods[0], "qwen never goes to the llama pod");
+    }
+    let retried = retries();
+    assert!(retried > retried_before, "the second qwen pod was tried ({retried_before} -> {retried} retries)");
+    // A subset of one failing pod: the pod's answer, not another member's.
+    let subset = [("x-gateway-destination-endpoint-subset", pods[2].as_str())];
+    let hinted = cluster.complete_model("qwen", "subset", &subset);
+    assert_eq!((hinted.status, cluster.served_by_pool(&hinted)), (500, pods[2].clone()), "{}", hinted.body);
+    assert_eq!(cluster.pods_stat("model_not_found"), 0, "no pod ever saw a model it does not serve");
+}
