@@ -7,6 +7,7 @@
 //! (llm-d's P/D decider). The prefix index is keyed by pod, so each role's pods keep their own
 //! entries: a prefill pod the prompts it computed, a decode pod the blocks transferred to it.
 
+use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
 use crate::request::InferenceRequest;
 use crate::role::PodRole;
@@ -19,12 +20,25 @@ pub struct RoleTables {
     decode: PodTable,
     /// Prefill pods: where the prompt may be computed.
     prefill: PodTable,
+    /// Each role table's own model index: an index names pods by table position, so the full
+    /// table's would name other pods here (a model's request sent to another model's pod).
+    decode_models: ModelIndex,
+    prefill_models: ModelIndex,
+}
+
+/// The two roles' tables and model indexes, as [`RoleTables::split`] gives them.
+#[derive(Debug, Clone, Copy)]
+pub struct RoleSplit<'a> {
+    pub decode: &'a PodTable,
+    pub decode_models: &'a ModelIndex,
+    pub prefill: &'a PodTable,
+    pub prefill_models: &'a ModelIndex,
 }
 
 impl RoleTables {
-    /// `(decode, prefill)` views of `table`; `None` when it lacks a prefill pod or a decode pod,
-    /// so a pool without roles routes exactly as without P/D.
-    pub fn split(&mut self, table: &PodTable) -> Option<(&PodTable, &PodTable)> {
+    /// The role views of `table`, their model indexes made by `index_of`; `None` when it lacks
+    /// a prefill pod or a decode pod, so a pool without roles routes exactly as without P/D.
+    pub fn split(&mut self, table: &PodTable, index_of: &dyn Fn(&PodTable) -> ModelIndex) -> Option<RoleSplit<'_>> {
         if self.version != Some(table.version) {
             let only = |keep: fn(PodRole) -> bool| PodTable {
                 version: table.version,
@@ -34,9 +48,23 @@ impl RoleTables {
             };
             self.decode = only(PodRole::decodes);
             self.prefill = only(|role| role == PodRole::Prefill);
+            self.decode_models = index_of(&self.decode);
+            self.prefill_models = index_of(&self.prefill);
             self.version = Some(table.version);
         }
-        (!self.decode.pods.is_empty() && !self.prefill.pods.is_empty()).then_some((&self.decode, &self.prefill))
+        (!self.decode.pods.is_empty() && !self.prefill.pods.is_empty()).then_some(RoleSplit {
+            decode: &self.decode,
+            decode_models: &self.decode_models,
+            prefill: &self.prefill,
+            prefill_models: &self.prefill_models,
+        })
+    }
+
+    /// A request for `model` went to decode table pod `pod` (see `ModelIndex::note_routed`).
+    pub fn note_routed(&mut self, model: &str, pod: usize) {
+        if let Ok(pod) = u32::try_from(pod) {
+            self.decode_models.note_routed(model, pod);
+        }
     }
 }
 
@@ -124,12 +152,39 @@ mod tests {
             pod("10.0.0.3:80", PodRole::Both),
         ];
         let mut split = RoleTables::default();
-        let (decode, prefill) = split.split(&table).unwrap();
+        let roles = split.split(&table, &index_of).unwrap();
         let names = |t: &PodTable| t.pods.iter().map(|p| p.address.as_str().to_owned()).collect::<Vec<_>>();
-        assert_eq!(names(decode), ["10.0.0.2:80", "10.0.0.3:80"]);
-        assert_eq!(names(prefill), ["10.0.0.1:80"]);
+        assert_eq!(names(roles.decode), ["10.0.0.2:80", "10.0.0.3:80"]);
+        assert_eq!(names(roles.prefill), ["10.0.0.1:80"]);
         let plain = PodTable { version: 4, pods: vec![pod("10.0.0.3:80", PodRole::Both)], ..PodTable::default() };
-        assert!(split.split(&plain).is_none(), "no prefill pod: no P/D");
+        assert!(split.split(&plain, &index_of).is_none(), "no prefill pod: no P/D");
+    }
+
+    fn index_of(table: &PodTable) -> ModelIndex {
+        ModelIndex::build(table, &|_| true)
+    }
+
+    #[test]
+    fn each_role_s_model_index_names_that_role_s_pods() {
+        // Positions differ between the full table and each role's: the full table's index
+        // would give model b's decode pod (full position 2) to a decode table of two pods.
+        let serving = |address, role, model: &str| PodState { models: vec![model.to_owned()], ..pod(address, role) };
+        let table = PodTable {
+            version: 5,
+            pods: vec![
+                serving("10.0.0.1:80", PodRole::Decode, "a"),
+                serving("10.0.0.2:80", PodRole::Prefill, "a"),
+                serving("10.0.0.3:80", PodRole::Decode, "b"),
+                serving("10.0.0.4:80", PodRole::Prefill, "b"),
+            ],
+            ..PodTable::default()
+        };
+        let mut tables = RoleTables::default();
+        let roles = tables.split(&table, &index_of).unwrap();
+        let at = |index: &ModelIndex, model| index.servers(model).unwrap().iter().map(|&(i, _)| i).collect::<Vec<_>>();
+        assert_eq!((at(roles.decode_models, "a"), at(roles.decode_models, "b")), (vec![0], vec![1]));
+        assert_eq!((at(roles.prefill_models, "a"), at(roles.prefill_models, "b")), (vec![0], vec![1]));
+        assert_eq!(roles.decode.pods[1].address.as_str(), "10.0.0.3:80");
     }
 
     #[test]

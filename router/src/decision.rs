@@ -132,15 +132,17 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // P/D: with pods of both roles, destinations are decode pods, picked by the decode weights.
     let mut role_tables = worker.pd.as_ref().and_then(|pd| pd.tables.try_borrow_mut().ok());
     let split = match (role_tables.as_deref_mut(), table) {
-        (Some(tables), Some(table)) => tables.split(table),
+        (Some(tables), Some(table)) => tables.split(table, &|role_table| cache.model_index_of(role_table)),
         _ => None,
     };
+    // Positions in the role tables are not the full table's (the model index's notes).
+    let split_routed = split.is_some();
     let decode_policy;
     let (route_table, policy) = match (&split, &worker.pd) {
-        (Some((decode, _)), Some(pd)) => {
+        (Some(roles), Some(pd)) => {
             let prompt_tokens = prompt.request.map_or(0, |r| estimated_prompt_tokens(r, prefix_config.bytes_per_token));
             decode_policy = pd.decode_policy_for(prompt_tokens, hashes.len(), block_tokens);
-            (Some(*decode), &decode_policy)
+            (Some(roles.decode), &decode_policy)
         }
         _ => (table, &worker.policy),
     };
@@ -220,7 +222,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             model: prompt.model,
             unknown_model: worker.config.models.unknown_model,
             subset: prompt.subset,
-            index: Some(cache.models()),
+            // A role table's positions are not the full table's: its own index.
+            index: Some(split.map_or(cache.models(), |roles| roles.decode_models)),
         },
         learning: learning.as_ref().map(|learner| {
             let typical_ttft_ms = learner.models.typical_ms().unwrap_or(0.0);
@@ -323,9 +326,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // read for `model` alone).
     let splittable = prompt.request.filter(|_| prompt.endpoint.answers_like_completions());
     let prefill = match (&split, &worker.pd, splittable) {
-        (Some((_, prefill_table)), Some(pd), Some(request)) => {
+        (Some(roles), Some(pd), Some(request)) => {
             let decode = DecodeChoice { request, prefix_match, hashed_blocks: hashes.len(), block_tokens };
-            let prefill = prefill_pick(pd, prefix_config, &decode, view, prefill_table, &tokens_of, &mut random);
+            let prefill = prefill_pick(pd, prefix_config, &decode, view, *roles, &tokens_of, &mut random);
             let counter = match prefill {
                 Ok(_) => worker.stats.pd_disaggregated,
                 Err(LocalPrefill::PrefillBackedUp) => worker.stats.pd_prefill_backed_up,
@@ -434,7 +437,13 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         }
     }
     if let (Some(model), Some(pod)) = (prompt.model, table_index) {
-        cache.note_routed(model, pod, now);
+        match role_tables.as_deref_mut().filter(|_| split_routed) {
+            Some(tables) => {
+                cache.note_demand(model, now);
+                tables.note_routed(model, pod);
+            }
+            None => cache.note_routed(model, pod, now),
+        }
     }
     // Counted by model only for names the pool's pods report: the body's `model` is the
     // client's to choose, so a pool whose pods name nothing must not grow a series per name.

@@ -14,12 +14,11 @@ use picker::address::PodAddress;
 use picker::config::{PdConfig, PrefixConfig};
 use picker::disaggregation::{
     estimated_prompt_tokens, least_prefill_work, prefill_pod_backed_up, share_skipping_prefill, uncached_tokens,
-    PrefillWork, RoleTables,
+    PrefillWork, RoleSplit, RoleTables,
 };
-use picker::pod_table::PodTable;
 use picker::random::TieBreaker;
 use picker::request::InferenceRequest;
-use picker::route::{choose, RoutingView};
+use picker::route::{choose, ModelQuery, RoutingView};
 use picker::scheduler::Policy;
 use wasm_epp_host::Host;
 
@@ -110,7 +109,7 @@ pub fn prefill_pick(
     prefix: &PrefixConfig,
     decode: &DecodeChoice<'_>,
     view: RoutingView<'_>,
-    prefill_table: &PodTable,
+    roles: RoleSplit<'_>,
     tokens_in_flight: &dyn Fn(&str) -> u32,
     random: &mut TieBreaker,
 ) -> Result<PrefillChoice, LocalPrefill> {
@@ -120,7 +119,9 @@ pub fn prefill_pick(
         return Err(LocalPrefill::Cached);
     }
     let query = view.prefix.as_ref().map(|q| (q.index, q.hashes));
-    let view = RoutingView { table: Some(prefill_table), fallback_pool: &[], ..view };
+    let prefill_table = roles.prefill;
+    let models = ModelQuery { index: Some(roles.prefill_models), ..view.models };
+    let view = RoutingView { table: Some(prefill_table), fallback_pool: &[], models, ..view };
     let route = choose(&view, &pd.prefill_policy, random).map_err(|_| LocalPrefill::NoPrefillPod)?;
     // A prefill pod with no fresh data is a guess; a decode pod prefilling itself is not.
     if route.fail_open {

@@ -107,10 +107,21 @@ impl TableCache {
 
     /// A request for `model` went to table pod `pod` at `now_ms` (see `ModelIndex::note_routed`).
     pub fn note_routed(&mut self, model: &str, pod: usize, now_ms: u64) {
-        self.demand.note(model, now_ms);
+        self.note_demand(model, now_ms);
         if let Ok(pod) = u32::try_from(pod) {
             self.models.note_routed(model, pod);
         }
+    }
+
+    /// A request for `model` was routed at `now_ms`, on a table of its own (P/D's roles).
+    pub fn note_demand(&mut self, model: &str, now_ms: u64) {
+        self.demand.note(model, now_ms);
+    }
+
+    /// A model index of `table` (a part of the current one), with the same adapter demand as
+    /// the current table's.
+    pub fn model_index_of(&self, table: &PodTable) -> ModelIndex {
+        ModelIndex::build(table, &|name| self.demand.wanted(name, table.published_at_ms))
     }
 
     /// The current table's model index (empty without a table).

@@ -30,6 +30,20 @@ fn publish_roles(bench: &Bench, version: u64, pods: &[(&str, PodRole)]) {
     bench.heartbeat();
 }
 
+fn publish_models(bench: &Bench, version: u64, pods: &[(&str, PodRole, &str)]) {
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for (address, role, model) in pods {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, *role);
+        pod.models = vec![(*model).to_owned()];
+        table.pods.push(pod);
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
+    bench.heartbeat();
+}
+
 fn pd_pool(bench: &Bench) {
     let prefill = PREFILL_PODS.iter().map(|a| (*a, PodRole::Prefill));
     let decode = DECODE_PODS.iter().map(|a| (*a, PodRole::Decode));
@@ -179,4 +193,33 @@ fn with_every_prefill_pod_unhealthy_the_decode_pod_prefills_itself() {
     let answer = bench.complete(&COMPLETIONS, &completion(&long_prompt(2000, 4)));
     assert!(DECODE_PODS.contains(&answer.destination.unwrap().split(',').next().unwrap()));
     assert_eq!(bench.host.header(PREFILLER), None);
+}
+
+#[test]
+fn each_model_s_requests_reach_that_model_s_decode_and_prefill_pods() {
+    // The role tables' positions differ from the full table's: a model index of the full
+    // table sent model a's requests to model b's decode pod, and found no pod for model b.
+    let bench = Bench::new(PD_CONFIG);
+    let pods = [
+        ("10.0.0.1:8000", PodRole::Decode, "a"),
+        ("10.0.0.2:8000", PodRole::Prefill, "a"),
+        ("10.0.0.3:8000", PodRole::Decode, "b"),
+        ("10.0.0.4:8000", PodRole::Prefill, "b"),
+    ];
+    publish_models(&bench, 1, &pods);
+    for (i, (model, decode, prefill)) in
+        [("a", "10.0.0.1:8000", "10.0.0.2:8000"), ("b", "10.0.0.3:8000", "10.0.0.4:8000")]
+            .into_iter()
+            .cycle()
+            .take(8)
+            .enumerate()
+    {
+        let body = format!(r#"{{"model":"{model}","prompt":"{}","max_tokens":4}}"#, long_prompt(2000, i));
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &body);
+        assert_eq!(answer.reply, None, "model {model}: routed, not refused");
+        assert_eq!(answer.destination.as_deref(), Some(decode), "model {model}");
+        assert_eq!(bench.host.header(PREFILLER).as_deref(), Some(prefill), "model {model}");
+        stream.on_response_headers(&bench.host, false);
+        stream.on_log(&bench.host);
+    }
 }
