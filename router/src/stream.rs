@@ -299,6 +299,7 @@ impl RequestStream {
         }
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
+        self.take_release();
         let routed = self.sent_to_pod();
         let judged = routed && self.worker.config.outlier_detection.enabled;
         // Outlier detection, learning and the response-id watch need the pod that answered:
@@ -371,6 +372,7 @@ impl RequestStream {
     pub fn on_log(&mut self, host: &dyn Host) {
         let _span = profile::span(host, Phase::Log);
         self.on_done(host);
+        self.take_release();
         if let Some(held) = self.held.take() {
             if let crate::flow::Fate::Routed(address) = held.fate.replace(crate::flow::Fate::Answered) {
                 self.routed_to = Some(address);
@@ -426,6 +428,8 @@ impl RequestStream {
             waited_ms: std::cell::Cell::new(0),
             compared: std::cell::Cell::new(None),
             destination: std::cell::RefCell::new(String::new()),
+            slo_ttft_ms: self.slo_ttft_ms,
+            dispatch: std::cell::Cell::new(None),
         });
         if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, class.flow, class.ttl_ms) {
             self.held = Some(held);
@@ -589,8 +593,22 @@ impl RequestStream {
         }
     }
 
+    /// A request released from the queue: what the release decided becomes the stream's, as
+    /// had it been routed at once (its pod, for the answer's observers; learning's record,
+    /// whose prompt tokens in flight the answer's first byte releases). Once: the record is
+    /// taken from the queue entry.
+    fn take_release(&mut self) {
+        let Some(held) = &self.held else { return };
+        if let (None, crate::flow::Fate::Routed(address)) = (&self.routed_to, &*held.fate.borrow()) {
+            self.routed_to = Some(address.clone());
+        }
+        if let Some(dispatch) = held.dispatch.take() {
+            self.observed = Some(Observation::start(&self.worker, dispatch));
+        }
+    }
+
     /// The request went to a pod: routed at once, or released from the queue to one (a
-    /// released request's pod is the stream's only from `on_log` on).
+    /// released request's pod is the stream's once its answer begins).
     fn sent_to_pod(&self) -> bool {
         match &self.held {
             Some(held) => matches!(*held.fate.borrow(), crate::flow::Fate::Routed(_)),

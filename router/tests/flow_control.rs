@@ -21,9 +21,12 @@ fn config_with(max_inflight_per_pod: u32, extra: &str) -> String {
 
 /// Sends headers and body of a request on context `id`; returns the stream and its body step.
 fn send(bench: &Bench, id: u32, headers: &[(&str, &str)], prompt: &str) -> (RequestStream, Step) {
+    send_body(bench, id, headers, &completion(prompt))
+}
+
+fn send_body(bench: &Bench, id: u32, headers: &[(&str, &str)], body: &str) -> (RequestStream, Step) {
     let mut all: Vec<(&str, &str)> = COMPLETIONS.to_vec();
     all.extend_from_slice(headers);
-    let body = completion(prompt);
     bench.host.set_request(&all, body.as_bytes());
     let mut stream = RequestStream::for_context(bench.worker.clone(), id);
     assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
@@ -282,4 +285,40 @@ fn a_released_request_reports_the_pod_that_answered_when_asked() {
     let served = bench.host.response_header("x-gateway-destination-endpoint-served");
     assert_eq!(served.as_deref(), Some("10.0.0.1:8000"), "its pod became the stream's only at release");
     held.on_log(&bench.host);
+}
+
+#[test]
+fn with_learning_on_a_released_request_s_prompt_tokens_leave_at_its_first_byte_and_it_is_learned_from() {
+    let bench = Bench::new(
+        r#"{"fallback_destinations": 0, "learning": {"enabled": true},
+            "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#,
+    );
+    bench.publish(1, &ONE_POD);
+    let pod = ONE_POD[0].0;
+    let tokens = || bench.worker.inflight.borrow().tokens(pod);
+    let long = "x".repeat(8_000); // ~2k tokens at 4 bytes per token
+    let streamed = |prompt: &str| format!(r#"{{"model":"m","prompt":"{prompt} {long}","max_tokens":4,"stream":true}}"#);
+    let (mut first, step) = send_body(&bench, 1, &[], &streamed("first"));
+    assert_eq!(step, Step::Continue);
+    let (mut second, step) = send_body(&bench, 2, &[], &streamed("second"));
+    assert_eq!(step, Step::Pause, "held behind the first");
+    bench.host.set_response(&[(":status", "200")], b"{}");
+    first.on_response_headers(&bench.host, true);
+    first.on_log(&bench.host);
+    assert_eq!(resumed(&bench), [2]);
+    let held_tokens = tokens();
+    assert!(held_tokens > 1_000, "the released prompt's uncached tokens are in flight: {held_tokens}");
+    bench.host.advance(40);
+    bench.host.set_response(&[(":status", "200")], b"data: {}\n\n");
+    second.on_response_headers(&bench.host, false);
+    second.on_response_body(&bench.host, 10, false);
+    assert_eq!(tokens(), 0, "released at its first byte, as a request routed at once");
+    assert_eq!(bench.worker.inflight.borrow().count(pod), 1, "the request itself is still in flight");
+    second.on_response_body(&bench.host, 0, true);
+    second.on_log(&bench.host);
+    assert_eq!(
+        bench.stat("wasm_epp.learning.ttft_samples"),
+        1,
+        "the released answer taught the model (the first sent no byte)"
+    );
 }

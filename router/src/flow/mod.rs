@@ -84,6 +84,11 @@ pub struct Held {
     /// The destination header written at release (the pick, then fallbacks), for outlier
     /// detection to judge the answer by.
     pub destination: RefCell<String>,
+    /// The client's TTFT objective (learning's SLO header), in ms.
+    pub slo_ttft_ms: Option<f64>,
+    /// Learning's record of the pick made at release, for its stream to observe the answer
+    /// with (and release the prompt's tokens in flight at its first byte).
+    pub dispatch: Cell<Option<picker::learn::Dispatch>>,
 }
 
 /// One worker's flow-control state.

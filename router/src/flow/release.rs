@@ -9,6 +9,7 @@
 use std::rc::Rc;
 
 use picker::address::PodAddress;
+use picker::learn::Dispatch;
 use picker::request::parse_request;
 use wasm_epp_host::Host;
 
@@ -225,10 +226,10 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         sheddable: false,
         model,
         subset: held.subset.as_deref(),
-        slo_ttft_ms: None,
+        slo_ttft_ms: held.slo_ttft_ms,
     };
     match decide(worker, host, &prompt) {
-        Outcome::Routed { address, destination, explain: _, prefiller, dispatch: _, compared } => {
+        Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared } => {
             // A released request's stream is not at hand here to hold the prefill pod's
             // in-flight count until the decode pod answers: the header is written and the count
             // ended at once (the prefill is the short part of the request).
@@ -239,7 +240,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
                 write_destination(host, &config.destination_header, &destination, config.fallback_destinations);
             if let Err(error) = written {
                 log::error!("wasm-epp: cannot set destination header on a released request: {error}");
-                finish_inflight(worker, host, &address);
+                finish_inflight(worker, host, &address, dispatch);
                 answer(worker, host, left, DropReason::NoRoute, true);
                 return;
             }
@@ -249,6 +250,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
             }
             *held.fate.borrow_mut() = Fate::Routed(address);
             held.compared.set(compared);
+            held.dispatch.set(dispatch);
             *held.destination.borrow_mut() = destination;
             let waited_ms = now.saturating_sub(left.entry.enqueued_ms);
             held.waited_ms.set(waited_ms);
@@ -265,9 +267,12 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
     }
 }
 
-fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress) {
+fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress, dispatch: Option<Dispatch>) {
     if let Ok(mut inflight) = worker.inflight.try_borrow_mut() {
         let now = host.now_ms();
+        if let Some(dispatch) = dispatch {
+            inflight.release_tokens(address.as_str(), dispatch.uncached_tokens);
+        }
         inflight.finished(address.as_str(), now);
         inflight.publish_now(host, now);
     }
