@@ -611,7 +611,8 @@ def check_inference_listeners(where, config):
                 for f in (hcm.get("http_filters") or [])[:wasm_index]:
                     for mutation in dig(f, "typed_config", "mutations", "request_mutations") or []:
                         removed.add(mutation.get("remove"))
-                for header in ("x-gateway-destination-endpoint", "x-envoy-original-dst-host", "x-prefiller-host-port"):
+                for header in ("x-gateway-destination-endpoint", "x-envoy-original-dst-host", "x-prefiller-host-port",
+                               "x-gateway-destination-endpoint-subset"):
                     if header not in removed:
                         fail(name, f"{header} is not removed before the wasm-epp filter")
                 policy = dig(hcm["http_filters"][wasm_index], "typed_config", "config", "failure_policy")

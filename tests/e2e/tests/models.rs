@@ -124,19 +124,39 @@ fn a_rewritten_model_is_split_by_weight_within_five_percent() {
     assert_eq!(cluster.pods_stat("model_not_found"), 0);
 }
 
+/// A gateway filter before the plugin (after the one removing clients' destination headers)
+/// that writes the subset hint header from a test header, as a gateway would from its own view
+/// of the pool.
+fn subset_header_gateway() -> serde_json::Value {
+    let lua = r#"
+function envoy_on_request(handle)
+  local hint = handle:headers():get("x-test-gateway-subset")
+  if hint ~= nil then handle:headers():replace("x-gateway-destination-endpoint-subset", hint) end
+end
+"#;
+    serde_json::json!({"name": "envoy.filters.http.lua", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+        "default_source_code": {"inline_string": lua}}})
+}
+
 #[test]
 fn the_subset_hint_limits_the_pick_and_an_empty_subset_is_refused_with_its_reason() {
-    let cluster = mixed_pool("models-subset", |_| {});
+    let cluster = mixed_pool("models-subset", |options| options.filters_before_plugin.push(subset_header_gateway()));
     let pods = cluster.pool();
-    let subset = [("x-gateway-destination-endpoint-subset", pods[2].as_str())];
+    let subset = [("x-test-gateway-subset", pods[2].as_str())];
     for i in 0..10 {
         let reply = cluster.complete_model("qwen", &format!("s {i}"), &subset);
         assert_eq!(cluster.served_by_pool(&reply), pods[2]);
     }
-    let outside = [("x-gateway-destination-endpoint-subset", "10.255.255.1:8000")];
+    let outside = [("x-test-gateway-subset", "10.255.255.1:8000")];
     let refused = cluster.complete_model("qwen", "none", &outside);
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert_eq!(refused.header("x-llm-d-request-dropped-reason"), Some("rejected-no-endpoints"));
+    // A client's own hint is removed before the plugin: it cannot choose its pod.
+    let forged = [("x-gateway-destination-endpoint-subset", pods[2].as_str())];
+    let served: Vec<String> =
+        (0..10).map(|i| cluster.served_by_pool(&cluster.complete_model("qwen", &format!("f {i}"), &forged))).collect();
+    assert!(served.contains(&pods[1]), "the client's hint was followed: {served:?}");
 }
 
 #[test]
@@ -190,6 +210,7 @@ end
 #[test]
 fn the_subset_hint_in_envoy_metadata_limits_the_pick_and_wins_over_the_header() {
     let cluster = mixed_pool("models-subset-metadata", |options| {
+        options.filters_before_plugin.push(subset_header_gateway());
         options.filters_before_plugin.push(subset_metadata_filter());
         options.filter_config["models"] = serde_json::json!({"subset_metadata_namespace": "envoy.lb.subset_hint"});
     });
@@ -199,7 +220,7 @@ fn the_subset_hint_in_envoy_metadata_limits_the_pick_and_wins_over_the_header() 
         let only_two = [("x-test-subset-metadata", pods[2].as_str())];
         assert_eq!(cluster.served_by_pool(&cluster.complete_model("qwen", &format!("m {i}"), &only_two)), pods[2]);
         let against_header =
-            [("x-test-subset-metadata", pods[1].as_str()), ("x-gateway-destination-endpoint-subset", pods[2].as_str())];
+            [("x-test-subset-metadata", pods[1].as_str()), ("x-test-gateway-subset", pods[2].as_str())];
         let reply = cluster.complete_model("qwen", &format!("h {i}"), &against_header);
         assert_eq!(cluster.served_by_pool(&reply), pods[1], "the metadata wins over the header");
         let listed = [("x-test-subset-metadata", both.as_str())];
@@ -280,7 +301,7 @@ fn retries_stay_on_the_pods_the_filter_named() {
     // Once the filter's list is used up, Envoy retries on the cluster's fallback policy, which
     // knows no models nor subsets: before the filter capped the retries at its list, every
     // request below was retried on a pod of another model and answered its 404.
-    let cluster = mixed_pool("models-retries", |_| {});
+    let cluster = mixed_pool("models-retries", |options| options.filters_before_plugin.push(subset_header_gateway()));
     let pods = cluster.pool();
     let fail = serde_json::json!({"fail_fraction": 1.0, "fail_status": 500});
     cluster.pods[0].set_faults(&fail).unwrap();
@@ -302,7 +323,7 @@ fn retries_stay_on_the_pods_the_filter_named() {
     let retried = retries();
     assert!(retried > retried_before, "the second qwen pod was tried ({retried_before} -> {retried} retries)");
     // A subset of one failing pod: the pod's answer, not another member's.
-    let subset = [("x-gateway-destination-endpoint-subset", pods[2].as_str())];
+    let subset = [("x-test-gateway-subset", pods[2].as_str())];
     let hinted = cluster.complete_model("qwen", "subset", &subset);
     assert_eq!((hinted.status, cluster.served_by_pool(&hinted)), (500, pods[2].clone()), "{}", hinted.body);
     assert_eq!(cluster.pods_stat("model_not_found"), 0, "no pod ever saw a model it does not serve");
