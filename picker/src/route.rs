@@ -219,7 +219,8 @@ fn table_candidates<'a>(
                     _ => 0.0,
                 },
                 session_match,
-                session_pinned: session_match && view.prefix.as_ref().is_some_and(|q| q.session_pinned),
+                // Its pod up at its last scrape (fresh or not: see `scheduler::filtered`).
+                session_pinned: session_match && pod.healthy && view.prefix.as_ref().is_some_and(|q| q.session_pinned),
                 last_picked: view.prefix.as_ref().filter(|_| cold).map_or(0, |q| (q.last_picked)(address)),
                 lora_tier,
                 predicted_ttft_ms: predicted.map(|(_, p)| p.ttft_ms),

@@ -206,3 +206,32 @@ fn a_pinned_session_keeps_its_ejected_pod() {
     });
     assert_eq!(choose_with(&v, 1).address.as_str(), "10.0.0.1:80", "only it holds the stored response");
 }
+
+#[test]
+fn a_pinned_session_waits_on_its_pod_through_stale_data_but_not_once_the_pod_is_down() {
+    // Both pods last scraped at 0 and it is now 10 s later: every pod's data is stale.
+    let mut table =
+        PodTable { pods: vec![healthy("10.0.0.1:80", 0.0, 0), healthy("10.0.0.2:80", 0.0, 0)], ..PodTable::default() };
+    let counts = |pod: &str| u32::from(pod == "10.0.0.2:80");
+    let index = PrefixIndex::new(64);
+    let never = |_: &str| 0;
+    let pinned_to_second = || PrefixQuery {
+        index: &index,
+        hashes: &[],
+        session_pod: Some(("10.0.0.2:80", 0)),
+        session_pinned: true,
+        last_picked: &never,
+        reuse: 0.0,
+    };
+    let mut v = view(Some(&table), &[], &counts, 10_000);
+    v.prefix = Some(pinned_to_second());
+    let route = choose(&v, &Policy { fallbacks: 1, ..Policy::default() }, &mut TieBreaker::new(1)).unwrap();
+    assert_eq!(route.address.as_str(), "10.0.0.2:80", "only it holds the stored response");
+    assert!(route.fallbacks.is_empty(), "another pod would answer 404: {:?}", route.fallbacks);
+    if let Some(pod) = table.pods.get_mut(1) {
+        pod.healthy = false;
+    }
+    let mut v = view(Some(&table), &[], &counts, 10_000);
+    v.prefix = Some(pinned_to_second());
+    assert_eq!(choose_with(&v, 1).address.as_str(), "10.0.0.1:80", "its pod is down: routed as usual");
+}

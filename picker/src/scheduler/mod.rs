@@ -82,6 +82,14 @@ fn indices_where(from: impl Iterator<Item = usize>, at_most: usize, keep: impl F
 }
 
 fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
+    // A stored response is on one pod; any other answers 404: it waits there, data fresh or
+    // not (a pinned candidate's pod was up at its last scrape: a silent pool service is no
+    // reason to send it where it cannot be answered). Looked for without allocating: nearly
+    // every request has no pinned pod.
+    if candidates.iter().any(|c| c.session_pinned) {
+        let pinned = indices_where(0..candidates.len(), 1, |i| candidates.get(i).is_some_and(|c| c.session_pinned));
+        return Filtered { indices: pinned, fail_open: false, load_only: false, affinity: true };
+    }
     let usable = indices_where(0..candidates.len(), candidates.len(), |i| candidates.get(i).is_some_and(|c| c.usable));
     if usable.is_empty() {
         return Filtered {
@@ -90,14 +98,6 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
             load_only: false,
             affinity: false,
         };
-    }
-    // A stored response is on one pod; any other answers 404: it waits there. (Looked for
-    // without allocating: nearly every request has no pinned pod.)
-    if usable.iter().any(|&i| candidates.get(i).is_some_and(|c| c.session_pinned)) {
-        let pinned = indices_where(usable.iter().copied(), usable.len(), |i| {
-            candidates.get(i).is_some_and(|c| c.session_pinned)
-        });
-        return Filtered { indices: pinned, fail_open: false, load_only: false, affinity: true };
     }
     // Pods with a full queue are left out while any other can take the request.
     let open = indices_where(usable.iter().copied(), usable.len(), |i| {
@@ -372,7 +372,10 @@ pub fn pick_placed(
             }
         }
         fallbacks.extend(best.iter().filter_map(|&(_, i)| eligible_indices.get(i).copied()));
-        if fallbacks.len() < k {
+        // A stored response's pod has no stand-in: another pod would answer 404, hiding the
+        // pod's own failure from the client.
+        let pinned = eligible_indices.iter().any(|&i| candidates.get(i).is_some_and(|c| c.session_pinned));
+        if fallbacks.len() < k && !pinned {
             let mut is_eligible = vec![false; candidates.len()];
             for &i in &eligible_indices {
                 if let Some(slot) = is_eligible.get_mut(i) {
