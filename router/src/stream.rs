@@ -10,7 +10,7 @@
 use std::rc::Rc;
 
 use picker::address::PodAddress;
-use picker::config::InvalidBodyPolicy;
+use picker::config::{InvalidBodyPolicy, UnknownModelPolicy};
 use picker::prefix::session_key;
 use picker::request::{parse_model_only, parse_request, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
@@ -248,6 +248,10 @@ impl RequestStream {
                 let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other);
                 let Some(class) = class else { return self.route_model(host, &request, &body, target) };
                 let model = target.as_deref().or(request.model.as_deref());
+                if self.refused_model(model) {
+                    // Its 404 at once: queued, it would wait for a place it cannot use.
+                    return self.route_model(host, &request, &body, target);
+                }
                 let priority = class.priority(&self.worker.config, model);
                 self.flow_admitted = true;
                 if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
@@ -270,6 +274,19 @@ impl RequestStream {
                 self.route(host, None)
             }
         }
+    }
+
+    /// `model` is one no pod of the current table serves (none names it, none is silent about
+    /// its models) and such requests are refused: the decision answers 404.
+    fn refused_model(&self, model: Option<&str>) -> bool {
+        let Some(model) = model else { return false };
+        if self.worker.config.models.unknown_model != UnknownModelPolicy::Reject {
+            return false;
+        }
+        self.worker.table.try_borrow().is_ok_and(|cache| {
+            let index = cache.models();
+            cache.table().is_some() && !index.knows(model) && index.silent().is_empty()
+        })
     }
 
     /// Trailers end the request (HTTP/2, gRPC-style clients): the body seen so far is the

@@ -91,3 +91,20 @@ fn a_released_request_is_rewritten_and_stays_within_its_subset_hint() {
     drop(replies);
     end(&bench, &mut hinted);
 }
+
+#[test]
+fn a_request_for_a_model_no_pod_serves_is_refused_at_once_not_queued() {
+    let bench = Bench::new(CONFIG);
+    publish_models(&bench, &[(QWEN_A, "qwen", &[], 0.0)]);
+    let (mut busy, step) = send(&bench, 1, "qwen", &[], &[]);
+    assert_eq!(step, Step::Continue);
+    let (_waiting, step) = send(&bench, 2, "qwen", &[], &[]);
+    assert_eq!(step, Step::Pause, "the pool is full: a request for its model waits");
+    bench.host.replies.borrow_mut().clear();
+    let (_unknown, _) = send(&bench, 3, "gpt-9", &[], &[]);
+    let replies = bench.host.replies.borrow();
+    assert_eq!(replies.last().map(|r| r.status), Some(404), "the gateway's 404 at once, as when there is room");
+    assert_eq!(bench.stat("wasm_epp.flow.queued"), 1, "only the qwen request was queued");
+    drop(replies);
+    end(&bench, &mut busy);
+}
