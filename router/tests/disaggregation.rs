@@ -223,3 +223,25 @@ fn each_model_s_requests_reach_that_model_s_decode_and_prefill_pods() {
         stream.on_log(&bench.host);
     }
 }
+
+#[test]
+fn flow_control_counts_the_decode_pods_places_only() {
+    // One request per pod: the two decode pods are full with two requests in flight, whatever
+    // the prefill pods' places (requests never go there as destinations).
+    let bench = Bench::new(
+        r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 1,
+            "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#,
+    );
+    pd_pool(&bench);
+    let mut streams = Vec::new();
+    for i in 0..2 {
+        let (stream, answer) = bench.request(&COMPLETIONS, &completion(&format!("short {i}")));
+        assert_eq!(answer.body_step, Some(wasm_epp_router::Step::Continue), "request {i}: a decode pod is free");
+        streams.push(stream);
+    }
+    let (_third, answer) = bench.request(&COMPLETIONS, &completion("short 2"));
+    assert_eq!(answer.body_step, Some(wasm_epp_router::Step::Pause), "both decode pods are full: it waits");
+    for mut stream in streams {
+        stream.on_log(&bench.host);
+    }
+}

@@ -4,6 +4,7 @@
 use picker::config::StaleMetricsPolicy;
 use picker::inflight::WorkerInflight;
 use picker::outliers::{pass_over, PassOver};
+use picker::role::PodRole;
 use wasm_epp_host::Host;
 
 use super::saturation::{pod_saturated, pool_room, PodLoad, PoolRoom};
@@ -22,10 +23,17 @@ pub fn with_pods<R>(
     let table = if expired { None } else { cache.table() };
     let mut inflight = worker.inflight.try_borrow_mut().ok()?;
     inflight.refresh_others(host, now);
+    // Under P/D requests go to the decode pods (`decision::decide`, when the table has pods of
+    // both roles): the prefill pods' places are no room for them.
+    let split = worker.pd.is_some()
+        && table.is_some_and(|t| {
+            t.pods.iter().any(|pod| pod.role == PodRole::Prefill) && t.pods.iter().any(|pod| pod.role.decodes())
+        });
     let mut pods: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
         Some(table) => table
             .pods
             .iter()
+            .filter(|pod| !split || pod.role.decodes())
             .map(|pod| PodLoad {
                 address: pod.address.as_str(),
                 known: true,
