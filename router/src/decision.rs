@@ -198,8 +198,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     let outliers = outliers.as_deref().ok();
     let ejected = outliers.map_or(&[][..], Outliers::ejected_now);
-    // Pods that failed since their last success are no retry target: ask for as many more
-    // runners-up as there are, and leave them out after the pick.
+    // Pods that failed since their last success are a retry target of last resort: ask for as
+    // many more runners-up as there are, and put them last after the pick.
     let suspects = outliers.map_or(0, Outliers::suspects);
     let wanted_fallbacks = policy.fallbacks;
     let widened;
@@ -288,8 +288,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         return Outcome::NoPod(if expired { NoPodReason::DataExpired } else { NoPodReason::EmptyPool });
     };
     if suspects > 0 {
-        fallbacks.retain(|pod| !outliers.is_some_and(|o| o.is_suspect(pod.as_str())));
-        fallbacks.truncate(wanted_fallbacks);
+        // Pods not known to fail first, in rank order; suspects only fill what they leave:
+        // past the list Envoy would retry on a balancer that knows no models
+        // (`crate::destination`), and a pool failing now and then needs its retries.
+        let (mut sound, suspected): (Vec<PodAddress>, Vec<PodAddress>) =
+            fallbacks.into_iter().partition(|pod| !outliers.is_some_and(|o| o.is_suspect(pod.as_str())));
+        sound.extend(suspected);
+        sound.truncate(wanted_fallbacks);
+        fallbacks = sound;
     }
     worker.note_fail_open(fail_open || expired);
     // A compared request is not shed by the pick: the baseline, as Envoy's balancers, cannot

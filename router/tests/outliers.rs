@@ -229,3 +229,22 @@ fn a_pod_one_worker_ejected_is_passed_over_by_the_other_after_a_tick() {
     assert_eq!(adopted(), 2);
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 2, "one ejection by each worker");
 }
+
+#[test]
+fn when_every_other_pod_has_failed_too_they_are_still_the_retries() {
+    // A pool failing now and then: each pod failed once (suspects, none ejected). Past the
+    // filter's list Envoy would retry on a balancer that knows no models: the list keeps its
+    // length, suspects last, and a pod not known to fail ahead of them.
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    let all: Vec<&str> = THREE_PODS.iter().map(|(pod, _)| *pod).collect();
+    let broken_once = |prompt: &str| request(&bench, prompt, &all);
+    broken_once("a");
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion("b"));
+    let list = answer.destination.unwrap();
+    assert_eq!(list.split(',').count(), 3, "every pod failed its attempt once, all still named: {list}");
+    assert_eq!(bench.host.header("x-envoy-max-retries"), None, "a full list: the route's retries");
+    bench.host.set_response(&[(":status", "200"), (SERVED, list.split(',').next().unwrap())], b"");
+    stream.on_response_headers(&bench.host, false);
+    stream.on_log(&bench.host);
+}
