@@ -46,6 +46,8 @@ pub enum Outcome {
         dispatch: Option<Dispatch>,
         /// The comparison's arm that routed it, when it is compared.
         compared: Option<Compared>,
+        /// Envoy's retries capped at the list (see [`crate::destination::retries_cap`]).
+        retries_cap: Option<u32>,
     },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
@@ -114,6 +116,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         cache.ready_split(worker.config.comparison.baseline_share);
     }
     let table = if expired { None } else { cache.table() };
+    // The pods Envoy's own balancer would retry on past the filter's list.
+    let pool_size = table.map_or(worker.fallback_pool.len(), |t| t.pods.len());
     let prefix_config = &worker.config.prefix;
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
     let block_tokens = params.block_tokens;
@@ -473,7 +477,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         answered: false,
     });
     let destination = destination_value(&address, &fallbacks);
-    Outcome::Routed { address, destination, explain, prefiller, dispatch, compared }
+    let retries_cap = crate::destination::retries_cap(1 + fallbacks.len(), wanted_fallbacks, pool_size);
+    Outcome::Routed { address, destination, explain, prefiller, dispatch, compared, retries_cap }
 }
 
 /// After a linearized pick's publish (see `WorkerInflight::confirm_decision`, which this

@@ -544,14 +544,13 @@ impl RequestStream {
         let stats = &self.worker.stats;
         stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
         match outcome {
-            Outcome::Routed { address, destination, explain, prefiller, dispatch, compared } => {
+            Outcome::Routed { address, destination, explain, prefiller, dispatch, compared, retries_cap } => {
                 self.explain = explain;
                 self.compared = compared;
                 self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
                 self.observed = dispatch.map(|dispatch| Observation::start(&self.worker, dispatch));
-                let config = &self.worker.config;
-                let written =
-                    write_destination(host, &config.destination_header, &destination, config.fallback_destinations);
+                let header = &self.worker.config.destination_header;
+                let written = write_destination(host, header, &destination, retries_cap);
                 if let Err(error) = written {
                     log::error!("wasm-epp: cannot set destination header: {error}");
                     // Counted as in flight by the decision: release it now.

@@ -229,15 +229,13 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         slo_ttft_ms: held.slo_ttft_ms,
     };
     match decide(worker, host, &prompt) {
-        Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared } => {
+        Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared, retries_cap } => {
             // A released request's stream is not at hand here to hold the prefill pod's
             // in-flight count until the decode pod answers: the header is written and the count
             // ended at once (the prefill is the short part of the request).
             let mut prefilling_at = crate::disaggregate::write_prefiller(worker, host, prefiller);
             crate::disaggregate::release_prefill(worker, host, &mut prefilling_at);
-            let config = &worker.config;
-            let written =
-                write_destination(host, &config.destination_header, &destination, config.fallback_destinations);
+            let written = write_destination(host, &worker.config.destination_header, &destination, retries_cap);
             if let Err(error) = written {
                 log::error!("wasm-epp: cannot set destination header on a released request: {error}");
                 finish_inflight(worker, host, &address, dispatch);
