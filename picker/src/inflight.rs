@@ -191,11 +191,6 @@ impl WorkerInflight {
         self.local.get(address).map_or(0, |l| l.count)
     }
 
-    /// This worker's own requests in flight, all pods together.
-    pub fn local_total(&self) -> u32 {
-        self.local.values().fold(0u32, |sum, l| sum.saturating_add(l.count))
-    }
-
     /// The slot this worker publishes in, once claimed (it also names the worker in the
     /// flow-control share, see `wasm_epp_router::flow`).
     pub fn slot(&self) -> Option<usize> {

@@ -245,3 +245,21 @@ fn flow_control_counts_the_decode_pods_places_only() {
         stream.on_log(&bench.host);
     }
 }
+
+#[test]
+fn flow_control_does_not_count_a_split_request_s_prefill_pod_against_the_decode_places() {
+    // Two decode places; one long prompt split (its prefill pod busy until its first token)
+    // leaves one decode place, which the next request takes at once.
+    let bench = Bench::new(
+        r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 1,
+            "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#,
+    );
+    pd_pool(&bench);
+    let (mut split, answer) = bench.request(&COMPLETIONS, &completion(&long_prompt(2000, 9)));
+    assert_eq!(answer.body_step, Some(wasm_epp_router::Step::Continue));
+    assert!(bench.host.header(PREFILLER).is_some(), "split: a prefill pod computes it");
+    let (mut second, answer) = bench.request(&COMPLETIONS, &completion("short"));
+    assert_eq!(answer.body_step, Some(wasm_epp_router::Step::Continue), "the other decode place is free");
+    split.on_log(&bench.host);
+    second.on_log(&bench.host);
+}

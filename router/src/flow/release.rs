@@ -284,7 +284,10 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
         let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
         let limit = worker.flow.share.try_borrow().map_or(capacity, |share| share.local_limit(capacity, true));
         let reserved = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.reserved_per_pod);
-        Look { room, local_room: limit.saturating_sub(inflight.local_total()), reserved, slot: inflight.slot() }
+        // This worker's requests on the pods counted as room (under P/D a split request also
+        // holds a prefill pod until its first token: that place is no room for anyone).
+        let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
+        Look { room, local_room: limit.saturating_sub(local), reserved, slot: inflight.slot() }
     })
 }
 
