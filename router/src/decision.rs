@@ -378,7 +378,9 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // the decode pod reports the transferred blocks as cached. Its prompt tokens are the
     // prefill pod's load (above), not the decode pod's.
     // Nor is another endpoint's (embeddings, tokenize, ...): its body was read for `model` alone.
-    let predicted = predicted.filter(|_| prefill.is_none() && prompt.endpoint.generates());
+    // Nor is a body routed unread (too large, over the buffer cap, not JSON): whether its
+    // answer streams is unknown, and a stream taken for a whole answer would be read in full.
+    let predicted = predicted.filter(|_| prefill.is_none() && prompt.endpoint.generates() && prompt.request.is_some());
     let responses_api = prompt.endpoint == Endpoint::Responses;
     let dispatch = predicted.map(|p| {
         inflight.add_tokens(address.as_str(), p.uncached_tokens);

@@ -258,8 +258,10 @@ impl Observation {
         }
         let usage = self.scanner.usage().filter(|_| self.learnable);
         // A success's whole duration (a stream that opened as one, an answer with `usage`):
-        // how long a running request holds its slot, the prior of the slot wait.
-        if self.learnable && (self.dispatch.streamed || usage.is_some()) {
+        // how long a running request holds its slot, the prior of the slot wait. A stream
+        // given up before its first byte opened as nothing.
+        let opened = self.dispatch.streamed && !self.awaiting_first_byte;
+        if self.learnable && (opened || usage.is_some()) {
             if let Ok(mut learner) = worker.learning.try_borrow_mut() {
                 learner.models.ended(now_ms.saturating_sub(self.dispatch.sent_ms) as f64);
             }

@@ -406,3 +406,38 @@ fn past_the_watch_budget_an_answer_costs_no_host_call_and_still_releases_its_tok
     assert_eq!(bench.stat("wasm_epp.learning.answers_not_watched"), answers - watched);
     assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), answers);
 }
+
+#[test]
+fn a_body_routed_unread_is_not_observed_so_its_stream_is_not_read_chunk_by_chunk() {
+    // Over max_body_bytes: routed by load at once, its `stream` flag unknown. Taken for a
+    // whole answer, a stream would have every chunk copied into the VM.
+    let bench = Bench::new(r#"{"fallback_destinations": 0, "max_body_bytes": 1024, "learning": {"enabled": true}}"#);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &streamed(&"x".repeat(2048)));
+    let pod = answer.destination.unwrap();
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0, "no tokens counted for a prompt not read");
+    bench.host.tally.take();
+    bench.host.set_response(&[(":status", "200")], b"data: {\"choices\":[{\"text\":\" a\"}]}\n\n");
+    stream.on_response_headers(&bench.host, false);
+    for _ in 0..50 {
+        stream.on_response_body(&bench.host, 40, false);
+    }
+    stream.on_log(&bench.host);
+    let reads = bench.host.tally.take().get("proxy_get_buffer_bytes").map_or(0, |c| c.calls);
+    assert_eq!(reads, 0, "no chunk of the answer copied into the VM");
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0);
+}
+
+#[test]
+fn a_stream_given_up_before_its_first_byte_is_no_duration_sample() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let observed = || bench.worker.learning.borrow().models.observed();
+    let before = observed();
+    let (mut stream, _) = bench.request(&COMPLETIONS, &streamed("gone"));
+    bench.host.advance(5_000);
+    stream.on_log(&bench.host);
+    assert_eq!(observed(), before, "nothing learned from a stream that never opened");
+}
