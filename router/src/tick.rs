@@ -62,11 +62,15 @@ fn sync(worker: &Worker, host: &dyn Host) {
         crate::learning_share::share(worker, host, slot, slots, now);
         crate::outliers_share::share(worker, host, cache.table(), slot, slots, now);
     }
+    let new_pods = cache.take_new_pod_list();
+    if let (Some(pods), Ok(mut outliers)) = (&new_pods, worker.outliers.try_borrow_mut()) {
+        outliers.retain_pods(|pod| pods.contains(pod));
+    }
     if !worker.config.prefix.enabled {
         return;
     }
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return };
-    if let Some(pods) = cache.take_new_pod_list() {
+    if let Some(pods) = new_pods {
         prefix.retain_pods(|pod| pods.iter().any(|p| p == pod));
         if let Ok(mut learner) = worker.learning.try_borrow_mut() {
             learner.retain_pods(|pod| pods.iter().any(|p| p == pod));

@@ -248,3 +248,18 @@ fn when_every_other_pod_has_failed_too_they_are_still_the_retries() {
     stream.on_response_headers(&bench.host, false);
     stream.on_log(&bench.host);
 }
+
+#[test]
+fn a_failing_pod_that_leaves_the_pool_leaves_no_record() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    bench.tick();
+    request(&bench, "fails", &[BROKEN]);
+    assert_eq!(bench.worker.outliers.borrow().suspects(), 1, "{BROKEN} failed once");
+    // Replaced, as a broken pod usually is: it would stay a suspect for good, and every
+    // decision would ask for one more runner-up.
+    bench.publish(2, &THREE_PODS[1..]);
+    bench.tick();
+    assert_eq!(bench.worker.outliers.borrow().suspects(), 0);
+    assert!(bench.worker.outliers.borrow().is_clear(), "nothing left of it");
+}

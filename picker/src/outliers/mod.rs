@@ -223,6 +223,14 @@ impl Outliers {
         self.records.is_empty()
     }
 
+    /// Forgets the pods `keep` says left the pool: a pod replaced (the usual end of a broken
+    /// one) would stay a suspect for good, and every decision would ask for more runners-up.
+    pub fn retain_pods(&mut self, keep: impl Fn(&PodAddress) -> bool) {
+        self.records.retain(|pod, _| keep(pod));
+        self.ejected.retain(|pod| keep(pod));
+        self.cleared_ms.retain(|pod, _| keep(pod));
+    }
+
     /// The pods ejected as of the last [`Outliers::ejected`] call.
     pub fn ejected_now(&self) -> &[PodAddress] {
         &self.ejected
