@@ -55,6 +55,9 @@ pub struct PoolPoller {
     discovered_roles: crate::role::RoleMap,
     /// Changes of a pod's standing not yet taken by the pool service ([`Self::take_events`]).
     events: Vec<PodEvent>,
+    /// The pods of the table published before us ([`Self::resume_from`]) not in our pool yet:
+    /// a discovered pool starts empty, and its first list finds them here, epoch and all.
+    resumed: Vec<PodState>,
 }
 
 /// How long a pod may go unscraped and still be taken for the same engine when its counters
@@ -101,6 +104,7 @@ impl PoolPoller {
             static_roles,
             discovered_roles: crate::role::RoleMap::default(),
             events: Vec::new(),
+            resumed: Vec::new(),
         };
         poller.set_pool(pool);
         poller
@@ -128,11 +132,12 @@ impl PoolPoller {
                 continue; // Listed twice (two discovered pods on one address): one pod.
             }
             let kept = old_index.get(&address).and_then(|&i| taken.get_mut(i)).and_then(Option::take);
+            let resumed = self.resumed.iter().position(|p| p.address == address).map(|i| self.resumed.swap_remove(i));
             let record = match kept {
                 Some(record) => record,
                 None => {
-                    let mut state = PodState::unknown(&address);
-                    state.epoch = self.take_epoch();
+                    let state =
+                        resumed.unwrap_or_else(|| PodState { epoch: self.take_epoch(), ..PodState::unknown(&address) });
                     PodRecord {
                         state,
                         address,
@@ -148,6 +153,8 @@ impl PoolPoller {
         }
         self.index_of = self.pods.iter().enumerate().map(|(i, r)| (r.address.clone(), i)).collect();
         self.in_flight = self.pods.iter().enumerate().filter_map(|(i, r)| Some((r.call?, i))).collect();
+        // Only the first list after a handover is the same pool: a pod it lacks left.
+        self.resumed.clear();
         self.apply_roles();
         self.dirty = true;
     }
@@ -186,6 +193,12 @@ impl PoolPoller {
                 record.state = old.clone();
             }
         }
+        // A discovered pool is empty until its first list: its pods are known from there.
+        self.resumed = (published.pods.iter())
+            .filter(|p| !self.index_of.contains_key(&p.address))
+            .take(crate::pod_table::MAX_PODS)
+            .cloned()
+            .collect();
         let highest = published.pods.iter().map(|p| p.epoch).chain(self.pods.iter().map(|r| r.state.epoch)).max();
         self.next_epoch = self.next_epoch.max(highest.unwrap_or(0).saturating_add(1));
         self.apply_roles();
@@ -424,6 +437,29 @@ mod tests {
 
     const SCRAPE: &[u8] =
         b"vllm:num_requests_waiting 4\nvllm:num_requests_running 2\nvllm:prefix_cache_queries_total 100\n";
+
+    #[test]
+    fn a_discovered_pool_resumed_after_a_handover_keeps_its_pods_epochs_from_the_first_list() {
+        let (a, b, c) = (addr("10.0.0.1:80"), addr("10.0.0.2:80"), addr("10.0.0.3:80"));
+        let mut before = poller();
+        let published = before.take_table(5).unwrap();
+        let epoch_of =
+            |table: &PodTable, pod: &PodAddress| table.pods.iter().find(|p| p.address == *pod).map(|p| p.epoch);
+        // The next leader's pool comes from Kubernetes: empty until its first list.
+        let mut after = PoolPoller::new(PollerConfig::default(), Vec::new());
+        after.resume_from(&published);
+        after.set_pool(vec![b.clone(), a.clone(), c.clone()]);
+        let first = after.take_table(10).unwrap();
+        assert_eq!(epoch_of(&first, &a), epoch_of(&published, &a), "the same engine: what workers learned holds");
+        assert_eq!(epoch_of(&first, &b), epoch_of(&published, &b));
+        let highest = published.pods.iter().map(|p| p.epoch).max().unwrap();
+        assert!(epoch_of(&first, &c).unwrap() > highest, "a pod the old table did not know is new");
+        // Only the first list: a pod that leaves and comes back may be another engine.
+        after.set_pool(vec![b.clone(), c.clone()]);
+        after.set_pool(vec![b.clone(), c.clone(), a.clone()]);
+        let later = after.take_table(20).unwrap();
+        assert!(epoch_of(&later, &a).unwrap() > highest, "back after leaving: a new epoch");
+    }
 
     #[test]
     fn scrape_success_makes_pod_healthy_with_its_numbers() {

@@ -46,6 +46,8 @@ pub struct Discovery {
     /// The pool last given to the poller, to log who joined and who left.
     given: Vec<PodAddress>,
     stats: Stats,
+    /// A list has come back (the pool is known, if empty).
+    listed: bool,
 }
 
 /// Everything a discovery step needs from its caller.
@@ -65,7 +67,7 @@ impl Discovery {
             pods: metrics.gauge(&format!("{stat_prefix}_pods")),
             failing: metrics.gauge(&format!("{stat_prefix}_failing")),
         };
-        Ok(Self { lister, given: Vec::new(), stats })
+        Ok(Self { lister, given: Vec::new(), stats, listed: false })
     }
 
     pub fn describe(&self) -> String {
@@ -79,6 +81,11 @@ impl Discovery {
             "{source} in namespace {} via cluster {}, relisted every {} ms",
             config.namespace, config.cluster, config.relist_interval_ms
         )
+    }
+
+    /// Whether a list has come back since the start: until then the pool is not known.
+    pub fn has_listed(&self) -> bool {
+        self.listed
     }
 
     pub fn owns(&self, token: u32) -> bool {
@@ -131,6 +138,7 @@ impl Discovery {
         match progress {
             Progress::Idle | Progress::Fetch(_) => {}
             Progress::Listed { changed } => {
+                self.listed = true;
                 metrics.increment(self.stats.lists);
                 if let Some(pool) = changed {
                     metrics.increment(self.stats.pool_changes);

@@ -69,6 +69,10 @@ pub struct PoolService {
     /// it publishes nothing until its first round of scrapes is done, so workers keep
     /// routing on the last good table instead of a table of unknown pods.
     first_round_done: bool,
+    /// Since when the pool has been known (at the start, or a discovered pool's first list):
+    /// the first round is taken as done `2 × timeout_ms` later even if some scrape is still
+    /// in flight then, as there may always be one (pages slower than the poll interval).
+    pool_known_ms: Option<u64>,
     /// Per-pod gauges (`wasm_epp_pod_*{pod=...}`), set on each publish.
     pod_gauges: Option<PodGauges>,
     /// When each pod's `/v1/models` is fetched (slower than scrapes).
@@ -188,6 +192,7 @@ impl PoolService {
         if self.discovery.is_none() && self.poller.as_ref().is_some_and(|p| p.due(u64::MAX).is_empty()) {
             self.first_round_done = true;
         }
+        self.end_first_round_by_time(now);
         self.publish_if_changed(host, now);
         self.start_round_if_due(host, now);
         // Model lists once the pods have answered their first scrape (the table is up).
@@ -198,6 +203,22 @@ impl PoolService {
             peers.tick(host, &self.metrics, now, poller.pods(), self.first_round_done);
         }
         self.metrics.flush(host);
+    }
+
+    /// A round seen complete (no scrape in flight) is the usual end of the first; this is
+    /// the bound: every scrape of the first round has answered or timed out by then. Without
+    /// it a pool whose pages are slower than the poll interval (or a discovered pool that
+    /// lists no pod) was never published, while the heartbeat kept the workers trusting the
+    /// last table.
+    fn end_first_round_by_time(&mut self, now: u64) {
+        if self.first_round_done || self.discovery.as_ref().is_some_and(|d| !d.has_listed()) {
+            return;
+        }
+        let Some(poller) = self.poller.as_ref() else { return };
+        let known = *self.pool_known_ms.get_or_insert(now);
+        if now.saturating_sub(known) >= poller.config().timeout_ms.saturating_mul(2) {
+            self.first_round_done = true;
+        }
     }
 
     fn start_round_if_due(&mut self, host: &dyn Host, now: u64) {

@@ -229,3 +229,23 @@ fn model_lists_are_fetched_after_the_first_round_and_published_with_the_pods() {
         host.calls.borrow().iter().filter(|c| c.headers.contains(&(":path".into(), "/v1/models".into()))).count();
     assert_eq!(again, 2, "not asked again before models_interval_ms");
 }
+
+#[test]
+fn a_first_round_never_seen_whole_is_published_once_its_scrapes_had_their_time() {
+    // Pod 1 answers; pod 2's scrape is always in flight when an answer comes (its pages are
+    // slower than the poll interval): no moment with nothing in flight ever ends the round.
+    let host = host();
+    let config = r#"{"pool": ["10.0.0.1:8000", "10.0.0.2:8000"], "poll_interval_ms": 100, "timeout_ms": 1000}"#;
+    let mut service = service(&host, config);
+    service.tick(&host, NOW);
+    let first = host.calls.borrow()[0].token;
+    *host.call_answer.borrow_mut() = Some((200, METRICS.as_bytes().to_vec()));
+    service.http_response(&host, first, METRICS.len());
+    assert!(table(&host).is_none(), "a scrape of the first round still in flight");
+    service.tick(&host, NOW + 1_000);
+    assert!(table(&host).is_none(), "its scrape may still answer");
+    service.tick(&host, NOW + 2_000);
+    let published = table(&host).expect("published once every first scrape answered or timed out");
+    let healthy: Vec<&str> = published.pods.iter().filter(|p| p.healthy).map(|p| p.address.as_str()).collect();
+    assert_eq!(healthy, ["10.0.0.1:8000"]);
+}
