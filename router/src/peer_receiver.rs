@@ -6,9 +6,9 @@
 //! cold. Nothing on this listener is ever routed to a pod.
 
 use picker::config::{PeerReceiverConfig, PEER_REPLICA_HEADER, PEER_SECRET_HEADER};
-use picker::keys::{PEER_INBOX, POD_TABLE, REPLICA_ID};
+use picker::keys::{PEER_INBOX, POD_TABLE, REPLICA_ID, SERVICE_HEARTBEAT};
 use picker::peer::{PeerMessage, PeerPod, MAX_MESSAGE_BYTES};
-use picker::pod_table::PodTable;
+use picker::pod_table::{decode_version, PodTable};
 use picker::prefix::events::{encode_batch, MAX_EVENTS_PER_BATCH};
 use picker::prefix::RING_SEGMENTS;
 use picker::prefix::{RingReader, StartAt};
@@ -81,6 +81,9 @@ pub fn accept_body(worker: &Worker, host: &dyn Host, body_size: usize) {
         None => host.resolve_queue(&worker.vm_id, PEER_INBOX).ok().flatten(),
     };
     worker.peer_inbox.set(queue);
+    // A queue outlives its reader (the workers' VMs keep it): with the pool service gone,
+    // messages of up to 1 MiB from every peer would pile up in it unread.
+    let queue = queue.filter(|_| pool_service_alive(host));
     match queue.map(|q| host.enqueue(q, &body)) {
         Some(Ok(())) => {
             worker.stats.increment(worker.stats.peer_accepted);
@@ -96,6 +99,16 @@ pub fn accept_body(worker: &Worker, host: &dyn Host, body_size: usize) {
             send_error(host, 503, "service_unavailable", "wasm-epp peer listener: no pool service to take it");
         }
     }
+}
+
+/// The pool service wrote its heartbeat lately (as the workers check before they queue their
+/// own decisions for it, `crate::tick::QUEUE_STALE_AFTER_MS`).
+fn pool_service_alive(host: &dyn Host) -> bool {
+    let beat = match host.get(SERVICE_HEARTBEAT) {
+        Ok((Some(bytes), _)) => decode_version(&bytes),
+        _ => None,
+    };
+    beat.is_some_and(|seen| host.now_ms().saturating_sub(seen) <= crate::tick::QUEUE_STALE_AFTER_MS)
 }
 
 /// This Envoy's replica id as the pool service published it (empty until it has). Read per
