@@ -66,15 +66,25 @@ fn whole(value: f64) -> u64 {
     }
 }
 
-/// The pods with series, and what each was last set to (only changes reach the host).
+/// Addresses that ever get series, at most: Envoy keeps a stat for good, so each pod of every
+/// rollout (a new IP each) adds 7 that stay. A pool of 16 rolled out 256 times.
+pub const MAX_POD_SERIES_EVER: usize = 4_096;
+
+/// The pods with series in the pool now, and what each was last set to (only changes reach
+/// the host); the addresses that were ever given series.
 pub struct PodGauges {
     last: HashMap<PodAddress, PodValues>,
+    created: hashbrown::HashSet<PodAddress>,
     omitted: Gauge,
 }
 
 impl PodGauges {
     pub fn define(metrics: &Metrics) -> Self {
-        Self { last: HashMap::new(), omitted: metrics.gauge("wasm_epp.pod_series_omitted") }
+        Self {
+            last: HashMap::new(),
+            created: hashbrown::HashSet::new(),
+            omitted: metrics.gauge("wasm_epp.pod_series_omitted"),
+        }
     }
 
     /// Sets every pod's gauges from the table just published and `inflight` (this Envoy's
@@ -82,7 +92,10 @@ impl PodGauges {
     pub fn record(&mut self, metrics: &Metrics, table: &PodTable, inflight: &HashMap<String, u32>, now_ms: u64) {
         let mut seen = 0usize;
         for pod in &table.pods {
-            if !self.last.contains_key(&pod.address) && self.last.len() >= MAX_POD_SERIES {
+            let new_series = !self.created.contains(&pod.address);
+            if !self.last.contains_key(&pod.address)
+                && (self.last.len() >= MAX_POD_SERIES || (new_series && self.created.len() >= MAX_POD_SERIES_EVER))
+            {
                 continue;
             }
             seen += 1;
@@ -105,6 +118,8 @@ impl PodGauges {
             .collect();
         for address in gone {
             self.set(metrics, &address, PodValues::default());
+            // Its series stays at 0 in Envoy; its place goes to the pods that replace it.
+            self.last.remove(&address);
         }
         metrics.set(self.omitted, table.pods.len().saturating_sub(seen) as u64);
     }
@@ -119,6 +134,9 @@ impl PodGauges {
             }
         }
         self.last.insert(address.clone(), values);
+        if !self.created.contains(address) {
+            self.created.insert(address.clone());
+        }
     }
 }
 
@@ -172,6 +190,22 @@ mod tests {
         assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.0.0.0:8000"), 0, "left the pool");
         assert_eq!(host.metric("wasm_epp.pod_healthy.pod.10.0.0.0:8000"), 0);
         assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.0.0.1:8000"), 1);
+        assert_eq!(host.metric("wasm_epp.pod_series_omitted"), 0);
+    }
+
+    #[test]
+    fn pods_of_later_rollouts_get_series_once_the_old_ones_left() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let mut gauges = PodGauges::define(&metrics);
+        // Rollouts of a pool of 16, each pod on a new address: far past the 256 at once.
+        for rollout in 0..40 {
+            let pods = (0..16).map(|i| pod(&format!("10.{rollout}.0.{i}:8000"), 1.0, 0.5)).collect();
+            gauges.record(&metrics, &PodTable { pods, ..PodTable::default() }, &HashMap::new(), 1_000);
+        }
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.39.0.15:8000"), 1, "the latest pods have series");
+        assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.38.0.0:8000"), 0, "the ones before left");
         assert_eq!(host.metric("wasm_epp.pod_series_omitted"), 0);
     }
 }
