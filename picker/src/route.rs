@@ -87,6 +87,10 @@ pub struct Route {
     pub table_index: Option<usize>,
     /// Learning on: the chosen pod's predicted cache hit, work and TTFT.
     pub predicted: Option<Predicted>,
+    /// How many pods of the routed table (or fallback pool) this request may go to at all:
+    /// serving its model, in its subset and comparison arm; 1 for a stored response's pod.
+    /// Fewer than the pool's: a retry past the list could land where it must not.
+    pub may_serve: usize,
 }
 
 /// The pod's queue as best known now. The polled `waiting` is up to a poll interval old; a
@@ -455,6 +459,7 @@ fn pick_route(
         score: decision.score,
         table_index: table.and(indices.get(decision.index).copied()),
         predicted,
+        may_serve: if candidates.iter().any(|c| c.session_pinned) { 1 } else { candidates.len() },
     })
 }
 

@@ -286,6 +286,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         affinity,
         mut table_index,
         predicted,
+        may_serve,
         ..
     }) = route
     else {
@@ -479,7 +480,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         answered: false,
     });
     let destination = destination_value(&address, &fallbacks);
-    let retries_cap = crate::destination::retries_cap(1 + fallbacks.len(), wanted_fallbacks, pool_size);
+    let retries_cap = crate::destination::retries_cap(1 + fallbacks.len(), wanted_fallbacks, may_serve, pool_size);
     Outcome::Routed { address, destination, explain, prefiller, dispatch, compared, retries_cap }
 }
 

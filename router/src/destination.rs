@@ -2,19 +2,20 @@
 //!
 //! Envoy's `override_host` policy gives each attempt the next address of the list; once the
 //! list is used up, a retry goes to the cluster's fallback policy (least request over every
-//! member: `override_host/load_balancer.cc`, `chooseHostInternal`). When the list names every
-//! pool member that costs nothing (the balancer tries one of them again). When it leaves
-//! members out, the balancer's pod was not chosen: it may serve another model or adapter, be
-//! outside the request's subset, be a prefill-only pod, hold no stored response, or be one
-//! the filter passed over on purpose (ejected). Measured before this rule: a model served by
-//! one pod that answered 500 had every request retried on a pod of another model, and the
-//! client got that pod's 404 "model does not exist".
+//! member: `override_host/load_balancer.cc`, `chooseHostInternal`). That balancer knows no
+//! models, subsets, roles or stored responses. When every pool member may serve the request,
+//! its pick is acceptable (a pod the filter passed over for load or for failing is worth a
+//! last try); when some may not (another model or adapter, outside the request's subset, a
+//! prefill-only pod, any pod but a stored response's), it may be one of those. Measured before
+//! this rule: a model served by one pod that answered 500 had every request retried on a pod
+//! of another model, and the client got that pod's 404 "model does not exist".
 //!
 //! So when the list is shorter than `fallback_destinations + 1` (the route's retries, which
-//! the shipped configurations set equal) and leaves a pool member out, the filter caps the
-//! request's retries at the list with `x-envoy-max-retries`: Envoy's router reads it after the
-//! client's copy was removed (the connection manager strips client `x-envoy-*` headers), takes
-//! it over the route's `num_retries`, and does not send it upstream.
+//! the shipped configurations set equal) and fewer pods may serve the request than the pool
+//! has, the filter caps the request's retries at the list with `x-envoy-max-retries`: Envoy's
+//! router reads it after the client's copy was removed (the connection manager strips client
+//! `x-envoy-*` headers), takes it over the route's `num_retries`, and does not send it
+//! upstream.
 
 use wasm_epp_host::{Host, HostResult};
 
@@ -22,12 +23,12 @@ use wasm_epp_host::{Host, HostResult};
 pub const MAX_RETRIES_HEADER: &str = "x-envoy-max-retries";
 
 /// The retries to allow a list of `named` pods (the pick and its fallbacks) when `fallbacks`
-/// were wanted and the pool has `pool_size` members: `None` (the route's own) when the list
-/// is full or names every member.
-pub fn retries_cap(named: usize, fallbacks: usize, pool_size: usize) -> Option<u32> {
+/// were wanted, `may_serve` pods may take the request and the pool has `pool_size`: `None`
+/// (the route's own) when the list is full or any pool member may serve it.
+pub fn retries_cap(named: usize, fallbacks: usize, may_serve: usize, pool_size: usize) -> Option<u32> {
     let short = named <= fallbacks;
-    let leaves_members_out = named < pool_size;
-    (short && leaves_members_out).then(|| u32::try_from(named.saturating_sub(1)).unwrap_or(u32::MAX))
+    let members_may_not_serve = may_serve < pool_size;
+    (short && members_may_not_serve).then(|| u32::try_from(named.saturating_sub(1)).unwrap_or(u32::MAX))
 }
 
 /// Writes `destination` (`chosen,fallback,...`) into `header`, then the retries cap if any.
@@ -51,21 +52,26 @@ mod tests {
 
     #[test]
     fn a_full_list_keeps_the_routes_retries() {
-        assert_eq!(retries_cap(3, 2, 16), None);
-        assert_eq!(retries_cap(1, 0, 16), None, "no fallbacks wanted (ORIGINAL_DST): retries go to the same address");
+        assert_eq!(retries_cap(3, 2, 3, 16), None);
+        assert_eq!(
+            retries_cap(1, 0, 1, 16),
+            None,
+            "no fallbacks wanted (ORIGINAL_DST): retries go to the same address"
+        );
     }
 
     #[test]
-    fn a_short_list_that_leaves_pool_members_out_caps_the_retries_at_its_runners_up() {
-        assert_eq!(retries_cap(1, 2, 3), Some(0), "a model on one pod of three");
-        assert_eq!(retries_cap(2, 2, 4), Some(1), "P/D: two decode pods of four");
+    fn a_short_list_of_a_request_some_members_may_not_serve_caps_the_retries_at_its_runners_up() {
+        assert_eq!(retries_cap(1, 2, 1, 3), Some(0), "a model on one pod of three");
+        assert_eq!(retries_cap(2, 2, 2, 4), Some(1), "P/D: two decode pods of four");
+        assert_eq!(retries_cap(1, 2, 2, 3), Some(0), "its model's other pod ejected, the third another model's");
     }
 
     #[test]
-    fn a_list_naming_every_member_keeps_the_routes_retries() {
-        // The balancer past the list can only try a named pod again.
-        assert_eq!(retries_cap(1, 2, 1), None, "a pool of one pod");
-        assert_eq!(retries_cap(2, 2, 2), None, "a pool of two");
+    fn a_short_list_of_a_request_any_member_may_serve_keeps_the_routes_retries() {
+        // The balancer past the list picks a pod that may serve it (passed over, not wrong).
+        assert_eq!(retries_cap(1, 2, 1, 1), None, "a pool of one pod");
+        assert_eq!(retries_cap(1, 2, 2, 2), None, "a pool of two, one ejected");
     }
 
     #[test]

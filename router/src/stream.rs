@@ -277,7 +277,8 @@ impl RequestStream {
     }
 
     /// `model` is one no pod of the current table serves (none names it, none is silent about
-    /// its models) and such requests are refused: the decision answers 404.
+    /// its models) and such requests are refused: the decision answers 404. Not while the
+    /// pool has no pod at all: requests wait for the first (scale from zero).
     fn refused_model(&self, model: Option<&str>) -> bool {
         let Some(model) = model else { return false };
         if self.worker.config.models.unknown_model != UnknownModelPolicy::Reject {
@@ -285,7 +286,7 @@ impl RequestStream {
         }
         self.worker.table.try_borrow().is_ok_and(|cache| {
             let index = cache.models();
-            cache.table().is_some() && !index.knows(model) && index.silent().is_empty()
+            cache.table().is_some_and(|t| !t.pods.is_empty()) && !index.knows(model) && index.silent().is_empty()
         })
     }
 
