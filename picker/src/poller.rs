@@ -300,6 +300,9 @@ impl PoolPoller {
                 push_event(&mut self.events, event);
             }
             state.epoch = fresh_epoch;
+            // The model list came from the engine before: another may serve other models (or
+            // adapters) on this address, and a failing `/v1/models` would keep the old names.
+            record.catalog = None;
         }
         record.last_prefix_queries = metrics.prefix_queries;
         state.healthy = true;
@@ -437,6 +440,23 @@ mod tests {
 
     const SCRAPE: &[u8] =
         b"vllm:num_requests_waiting 4\nvllm:num_requests_running 2\nvllm:prefix_cache_queries_total 100\n";
+
+    #[test]
+    fn an_engine_restarted_on_its_address_forgets_the_old_engines_model_list() {
+        let mut p = poller();
+        let a = addr("10.0.0.1:80");
+        let names = |p: &mut PoolPoller, now| p.take_table(now).unwrap().pods[0].models.clone();
+        p.scrape_started(&a, 1, 1);
+        p.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 1);
+        p.set_catalog(&a, crate::models::catalog::Catalog { base: vec!["old-model".into()], adapters: Vec::new() });
+        assert_eq!(names(&mut p, 2), ["old-model"]);
+        // Its prefix counter went back: another engine, whose `/v1/models` has not answered yet.
+        let restarted =
+            b"vllm:num_requests_waiting 0\nvllm:num_requests_running 0\nvllm:prefix_cache_queries_total 3\n";
+        p.scrape_started(&a, 2, 100);
+        p.on_scrape(2, ScrapeResult::Answered { status: 200, body: restarted }, 100);
+        assert!(names(&mut p, 101).is_empty(), "the old engine's models are not this one's");
+    }
 
     #[test]
     fn a_discovered_pool_resumed_after_a_handover_keeps_its_pods_epochs_from_the_first_list() {
