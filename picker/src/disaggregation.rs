@@ -26,6 +26,12 @@ pub struct RoleTables {
     prefill_models: ModelIndex,
 }
 
+/// Whether `table` splits into roles: at least one prefill pod and one pod that decodes
+/// (else a pool routes exactly as without P/D).
+pub fn splits(table: &PodTable) -> bool {
+    table.pods.iter().any(|pod| pod.role == PodRole::Prefill) && table.pods.iter().any(|pod| pod.role.decodes())
+}
+
 /// The two roles' tables and model indexes, as [`RoleTables::split`] gives them.
 #[derive(Debug, Clone, Copy)]
 pub struct RoleSplit<'a> {
@@ -52,6 +58,7 @@ impl RoleTables {
             self.prefill_models = index_of(&self.prefill);
             self.version = Some(table.version);
         }
+        // `splits` of the table, from the parts already made.
         (!self.decode.pods.is_empty() && !self.prefill.pods.is_empty()).then_some(RoleSplit {
             decode: &self.decode,
             decode_models: &self.decode_models,

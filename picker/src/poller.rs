@@ -204,6 +204,12 @@ impl PoolPoller {
         self.apply_roles();
     }
 
+    /// The pool has been listed since [`Self::resume_from`] (changed or not): a published pod
+    /// that comes later is not known to be the same engine.
+    pub fn end_resume(&mut self) {
+        self.resumed.clear();
+    }
+
     /// Pods due for a scrape now: every pod without a scrape in flight, plus pods whose
     /// scrape has outlived its timeout (the host should have answered; never wait forever).
     pub fn due(&self, now_ms: u64) -> Vec<PodAddress> {
@@ -300,9 +306,13 @@ impl PoolPoller {
                 push_event(&mut self.events, event);
             }
             state.epoch = fresh_epoch;
-            // The model list came from the engine before: another may serve other models (or
-            // adapters) on this address, and a failing `/v1/models` would keep the old names.
-            record.catalog = None;
+            if restarted {
+                // The model list came from the engine before: this one may serve other models
+                // (or adapters), and a failing `/v1/models` would keep the old names. (A pod
+                // back from failed scrapes keeps it: adapters known from it alone would be
+                // refused until the next `/v1/models`.)
+                record.catalog = None;
+            }
         }
         record.last_prefix_queries = metrics.prefix_queries;
         state.healthy = true;

@@ -88,8 +88,9 @@ pub struct Route {
     /// Learning on: the chosen pod's predicted cache hit, work and TTFT.
     pub predicted: Option<Predicted>,
     /// How many pods of the routed table (or fallback pool) this request may go to at all:
-    /// serving its model, in its subset and comparison arm; 1 for a stored response's pod.
-    /// Fewer than the pool's: a retry past the list could land where it must not.
+    /// serving its model, in its subset (ejected or not, in either comparison arm); 1 for a
+    /// stored response's pod. Fewer than the pool's: a retry past the list could land where
+    /// it must not.
     pub may_serve: usize,
 }
 
@@ -331,6 +332,8 @@ pub fn choose_compared(
     let Some(arm) = arm else {
         return choose_among(view, table, eligible, order, policy, random).map(|route| (route, None));
     };
+    // An arm is no bound on who may serve the request: a retry past its list may go anywhere.
+    let may_serve = eligible.len();
     let in_arm: Vec<(usize, u8)> = eligible.into_iter().filter(|&(i, _)| arm_of(i) == arm).collect();
     let route = match arm {
         Arm::Picker => choose_among(view, table, in_arm, order, policy, random)?,
@@ -340,7 +343,7 @@ pub fn choose_compared(
             choose_among(&blind, table, in_arm, &order, comparison.baseline, random)?
         }
     };
-    Ok((route, Some(arm)))
+    Ok((Route { may_serve, ..route }, Some(arm)))
 }
 
 /// Chooses among `eligible` of the table's pods (with their LoRA tiers).
@@ -352,10 +355,12 @@ fn choose_among(
     policy: &Policy,
     random: &mut TieBreaker,
 ) -> Result<Route, NoRoute> {
+    // Ejected pods left out still may serve it (a retry past the list may go there).
+    let may_serve = eligible.len();
     let (eligible, ejected) = passing_over_ejected(view, table, eligible);
     let candidates = table_candidates(view, table, &eligible, order, ejected);
     let indices: Vec<usize> = eligible.into_iter().map(|(i, _)| i).collect();
-    pick_route(view, Some(table), &candidates, &indices, policy, random)
+    pick_route(view, Some(table), &candidates, &indices, may_serve, policy, random)
 }
 
 /// How the pods this worker ejected ([`crate::outliers`]) are passed over among `eligible`
@@ -405,6 +410,7 @@ fn choose_in_fallback_pool(view: &RoutingView<'_>, policy: &Policy, random: &mut
     if subset.is_some() && allowed.is_empty() && !view.fallback_pool.is_empty() {
         return Err(NoRoute::SubsetEmpty);
     }
+    let may_serve = allowed.len();
     // Pods failing requests are left out while another remains.
     let ejected = |i: &usize| view.fallback_pool.get(*i).is_some_and(|a| is_ejected(view.ejected, a.as_str()));
     let allowed = if allowed.iter().any(|i| !ejected(i)) {
@@ -417,16 +423,18 @@ fn choose_in_fallback_pool(view: &RoutingView<'_>, policy: &Policy, random: &mut
         .filter_map(|&i| view.fallback_pool.get(i))
         .map(|a| Candidate::with_load(a.as_str(), false, 0.0, None, (view.inflight)(a.as_str())))
         .collect();
-    pick_route(view, None, &candidates, &allowed, policy, random)
+    pick_route(view, None, &candidates, &allowed, may_serve, policy, random)
 }
 
 /// Picks among `candidates` (built in the order of `indices`, positions in the table or, with
-/// none, in the fallback pool) and names the chosen pod by its validated address and epoch.
+/// none, in the fallback pool) and names the chosen pod by its validated address and epoch;
+/// `may_serve` pods may take the request (see [`Route::may_serve`]).
 fn pick_route(
     view: &RoutingView<'_>,
     table: Option<&PodTable>,
     candidates: &[Candidate<'_>],
     indices: &[usize],
+    may_serve: usize,
     policy: &Policy,
     random: &mut TieBreaker,
 ) -> Result<Route, NoRoute> {
@@ -459,7 +467,7 @@ fn pick_route(
         score: decision.score,
         table_index: table.and(indices.get(decision.index).copied()),
         predicted,
-        may_serve: if candidates.iter().any(|c| c.session_pinned) { 1 } else { candidates.len() },
+        may_serve: if candidates.iter().any(|c| c.session_pinned) { 1 } else { may_serve },
     })
 }
 

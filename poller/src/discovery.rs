@@ -17,6 +17,9 @@ pub trait DiscoveryTarget {
 
     /// The pods' role labels (prefill/decode); only the pod poller keeps them.
     fn set_roles(&mut self, _roles: &picker::role::RoleMap) {}
+
+    /// A list came back, changed or not.
+    fn listed(&mut self) {}
 }
 
 impl DiscoveryTarget for PoolPoller {
@@ -26,6 +29,10 @@ impl DiscoveryTarget for PoolPoller {
 
     fn set_roles(&mut self, roles: &picker::role::RoleMap) {
         self.set_discovered_roles(roles.clone());
+    }
+
+    fn listed(&mut self) {
+        self.end_resume();
     }
 }
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
@@ -147,6 +154,7 @@ impl Discovery {
                     poller.set_roles(self.lister.roles());
                     poller.set_pool(pool);
                 }
+                poller.listed();
             }
             Progress::Failed(_) => metrics.increment(self.stats.failures),
         }

@@ -90,6 +90,14 @@ impl PodGauges {
     /// Sets every pod's gauges from the table just published and `inflight` (this Envoy's
     /// requests in flight per pod, every worker summed).
     pub fn record(&mut self, metrics: &Metrics, table: &PodTable, inflight: &HashMap<String, u32>, now_ms: u64) {
+        // Departed pods first: their places go to the pods of this table.
+        let gone: Vec<PodAddress> =
+            self.last.keys().filter(|address| !table.pods.iter().any(|p| &p.address == *address)).cloned().collect();
+        for address in gone {
+            self.set(metrics, &address, PodValues::default());
+            // Its series stays at 0 in Envoy; its place goes to the pods that replace it.
+            self.last.remove(&address);
+        }
         let mut seen = 0usize;
         for pod in &table.pods {
             let new_series = !self.created.contains(&pod.address);
@@ -109,17 +117,6 @@ impl PodGauges {
                 data_age_ms: now_ms.saturating_sub(pod.last_success_ms),
             };
             self.set(metrics, &pod.address, values);
-        }
-        let gone: Vec<PodAddress> = self
-            .last
-            .iter()
-            .filter(|(address, values)| values.in_pool == 1 && !table.pods.iter().any(|p| &p.address == *address))
-            .map(|(address, _)| address.clone())
-            .collect();
-        for address in gone {
-            self.set(metrics, &address, PodValues::default());
-            // Its series stays at 0 in Envoy; its place goes to the pods that replace it.
-            self.last.remove(&address);
         }
         metrics.set(self.omitted, table.pods.len().saturating_sub(seen) as u64);
     }

@@ -69,7 +69,7 @@ pub struct PoolService {
     /// it publishes nothing until its first round of scrapes is done, so workers keep
     /// routing on the last good table instead of a table of unknown pods.
     first_round_done: bool,
-    /// Since when the pool has been known (at the start, or a discovered pool's first list):
+    /// When the first round's scrapes left (or, for a pool with no pod, when it was known):
     /// the first round is taken as done `2 × timeout_ms` later even if some scrape is still
     /// in flight then, as there may always be one (pages slower than the poll interval).
     pool_known_ms: Option<u64>,
@@ -132,7 +132,12 @@ impl PoolService {
     fn dispatch_scrapes(&mut self, host: &dyn Host, now: u64) {
         let Some(poller) = self.poller.as_mut() else { return };
         let config = poller.config().clone();
-        for address in poller.due(now) {
+        let due = poller.due(now);
+        if !due.is_empty() && self.pool_known_ms.is_none() {
+            // The first round's scrapes leave now: their time runs from here.
+            self.pool_known_ms = Some(now);
+        }
+        for address in due {
             let headers = [
                 (":method", "GET"),
                 (":path", config.metrics_path.as_str()),
@@ -215,7 +220,11 @@ impl PoolService {
             return;
         }
         let Some(poller) = self.poller.as_ref() else { return };
-        let known = *self.pool_known_ms.get_or_insert(now);
+        // A pool with no pod has no scrape to wait for: its time runs from when it is known.
+        if poller.pods().next().is_none() && self.pool_known_ms.is_none() {
+            self.pool_known_ms = Some(now);
+        }
+        let Some(known) = self.pool_known_ms else { return };
         if now.saturating_sub(known) >= poller.config().timeout_ms.saturating_mul(2) {
             self.first_round_done = true;
         }

@@ -117,7 +117,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     let table = if expired { None } else { cache.table() };
     // The pods Envoy's own balancer would retry on past the filter's list.
-    let pool_size = table.map_or(worker.fallback_pool.len(), |t| t.pods.len());
+    // (An empty table routes on the fallback pool, as `picker::route::choose_at` does.)
+    let pool_size = table.filter(|t| !t.pods.is_empty()).map_or(worker.fallback_pool.len(), |t| t.pods.len());
     let prefix_config = &worker.config.prefix;
     let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
     let block_tokens = params.block_tokens;

@@ -83,7 +83,7 @@ pub fn accept_body(worker: &Worker, host: &dyn Host, body_size: usize) {
     worker.peer_inbox.set(queue);
     // A queue outlives its reader (the workers' VMs keep it): with the pool service gone,
     // messages of up to 1 MiB from every peer would pile up in it unread.
-    let queue = queue.filter(|_| pool_service_alive(host));
+    let queue = queue.filter(|_| !pool_service_gone(host));
     match queue.map(|q| host.enqueue(q, &body)) {
         Some(Ok(())) => {
             worker.stats.increment(worker.stats.peer_accepted);
@@ -101,14 +101,15 @@ pub fn accept_body(worker: &Worker, host: &dyn Host, body_size: usize) {
     }
 }
 
-/// The pool service wrote its heartbeat lately (as the workers check before they queue their
-/// own decisions for it, `crate::tick::QUEUE_STALE_AFTER_MS`).
-fn pool_service_alive(host: &dyn Host) -> bool {
+/// The pool service that registered the inbox stopped writing its heartbeat (as the workers
+/// check before they queue their own decisions for it). None written yet is a service that
+/// has not ticked since it started: it will read the queue.
+fn pool_service_gone(host: &dyn Host) -> bool {
     let beat = match host.get(SERVICE_HEARTBEAT) {
         Ok((Some(bytes), _)) => decode_version(&bytes),
         _ => None,
     };
-    beat.is_some_and(|seen| host.now_ms().saturating_sub(seen) <= crate::tick::QUEUE_STALE_AFTER_MS)
+    beat.is_some_and(|seen| !crate::tick::heartbeat_fresh(seen, host.now_ms()))
 }
 
 /// This Envoy's replica id as the pool service published it (empty until it has). Read per

@@ -248,7 +248,7 @@ impl RequestStream {
                 let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other);
                 let Some(class) = class else { return self.route_model(host, &request, &body, target) };
                 let model = target.as_deref().or(request.model.as_deref());
-                if self.refused_model(model) {
+                if self.refused_model(host, model) {
                     // Its 404 at once: queued, it would wait for a place it cannot use.
                     return self.route_model(host, &request, &body, target);
                 }
@@ -278,15 +278,20 @@ impl RequestStream {
 
     /// `model` is one no pod of the current table serves (none names it, none is silent about
     /// its models) and such requests are refused: the decision answers 404. Not while the
-    /// pool has no pod at all: requests wait for the first (scale from zero).
-    fn refused_model(&self, model: Option<&str>) -> bool {
+    /// pool has no pod at all (requests wait for the first: scale from zero), nor once the
+    /// table has expired (the decision then routes on the static pool, which names no model).
+    fn refused_model(&self, host: &dyn Host, model: Option<&str>) -> bool {
         let Some(model) = model else { return false };
-        if self.worker.config.models.unknown_model != UnknownModelPolicy::Reject {
+        let config = &self.worker.config;
+        if config.models.unknown_model != UnknownModelPolicy::Reject {
             return false;
         }
         self.worker.table.try_borrow().is_ok_and(|cache| {
             let index = cache.models();
-            cache.table().is_some_and(|t| !t.pods.is_empty()) && !index.knows(model) && index.silent().is_empty()
+            cache.table().is_some_and(|t| !t.pods.is_empty())
+                && !cache.expired(host.now_ms(), config.fail_open_max_age_ms)
+                && !index.knows(model)
+                && index.silent().is_empty()
         })
     }
 

@@ -19,6 +19,12 @@ use crate::worker::Worker;
 /// poll intervals of the default 100 ms: a busy main thread does not trip it.
 pub const QUEUE_STALE_AFTER_MS: u64 = 2_000;
 
+/// The pool service's heartbeat written at `seen_ms` is young enough at `now_ms` to queue
+/// anything for it.
+pub fn heartbeat_fresh(seen_ms: u64, now_ms: u64) -> bool {
+    now_ms.saturating_sub(seen_ms) <= QUEUE_STALE_AFTER_MS
+}
+
 pub fn on_tick(worker: &Worker, host: &dyn Host) {
     let span = crate::profile::span(host, Phase::Tick);
     sync(worker, host);
@@ -77,7 +83,7 @@ fn sync(worker: &Worker, host: &dyn Host) {
         }
     }
     let now = host.now_ms();
-    let service_alive = cache.service_seen_ms().is_some_and(|seen| now.saturating_sub(seen) <= QUEUE_STALE_AFTER_MS);
+    let service_alive = cache.service_seen_ms().is_some_and(|seen| heartbeat_fresh(seen, now));
     if let Some(batch) = prefix.take_batch() {
         let _span = crate::profile::span(host, Phase::TickSend);
         if !service_alive {

@@ -219,6 +219,8 @@ fn each_model_s_requests_reach_that_model_s_decode_and_prefill_pods() {
         assert_eq!(answer.reply, None, "model {model}: routed, not refused");
         assert_eq!(answer.destination.as_deref(), Some(decode), "model {model}");
         assert_eq!(bench.host.header(PREFILLER).as_deref(), Some(prefill), "model {model}");
+        // Past its one decode pod, Envoy's balancer could pick any of the four.
+        assert_eq!(bench.host.header("x-envoy-max-retries").as_deref(), Some("0"), "model {model}");
         stream.on_response_headers(&bench.host, false);
         stream.on_log(&bench.host);
     }

@@ -248,15 +248,19 @@ fn the_peer_listener_takes_only_authenticated_messages_and_routes_nothing() {
         bench.complete(&headers, body)
     };
     let queued = || bench.host.queue_messages.borrow().get(&inbox).map_or(0, |messages| messages.len());
-    assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "WEPP....").reply, Some(503), "no pool service to read it");
-    assert_eq!(queued(), 0, "nothing piles up unread in the inbox");
+    assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "WEPP....").reply, Some(204), "a service not ticked yet");
+    assert_eq!(queued(), 1);
+    bench.heartbeat();
+    bench.host.advance(wasm_epp_router::tick::QUEUE_STALE_AFTER_MS + 1);
+    assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "WEPP....").reply, Some(503), "its pool service is gone");
+    assert_eq!(queued(), 1, "nothing piles up unread in the inbox");
     bench.heartbeat();
     assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "WEPP....").reply, Some(204));
-    assert_eq!(queued(), 1);
+    assert_eq!(queued(), 2);
     assert_eq!(peer("a-shared-secret-of-some-lengtX", "/wasm-epp/v1/peer", "WEPP").reply, Some(403));
     assert_eq!(peer(SECRET, "/v1/completions", &completion("x")).reply, Some(404));
     assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "garbage").reply, Some(400));
-    assert_eq!(queued(), 1, "only the good message queued");
+    assert_eq!(queued(), 2, "only the good messages queued");
     assert_eq!(bench.host.header("x-gateway-destination-endpoint"), None);
 }
 

@@ -131,3 +131,35 @@ fn a_cold_adapter_goes_to_the_same_free_slot_whatever_the_load() {
         assert_eq!(placed(waiting), first, "{waiting:?}");
     }
 }
+
+#[test]
+fn a_route_counts_the_pods_that_may_serve_its_request() {
+    // What decides whether Envoy's retries may go past the list (`Route::may_serve`).
+    let pool = table(vec![
+        pod("10.0.0.1:80", "llama", &[], &[], 0.0),
+        pod("10.0.0.2:80", "qwen", &[], &[], 0.0),
+        pod("10.0.0.3:80", "qwen", &[], &[], 0.0),
+    ]);
+    assert_eq!(choose_for(&pool, ask("llama")).unwrap().may_serve, 1, "a model on one pod of three");
+    assert_eq!(choose_for(&pool, ask("qwen")).unwrap().may_serve, 2);
+    assert_eq!(choose_for(&pool, ModelQuery::default()).unwrap().may_serve, 3, "no model: every pod");
+    let subset = [PodAddress::parse("10.0.0.3:80").unwrap()];
+    let hinted = ModelQuery { subset: Some(&subset), ..ask("qwen") };
+    assert_eq!(choose_for(&pool, hinted).unwrap().may_serve, 1, "its subset hint");
+    // A pod passed over for failing still may serve it: a last try there is no misroute.
+    let none = |_: &str| 0;
+    let ejected = [PodAddress::parse("10.0.0.2:80").unwrap()];
+    let view = RoutingView {
+        table: Some(&pool),
+        fallback_pool: &[],
+        inflight: &none,
+        prefix: None,
+        now_ms: 1_000,
+        stale_after_ms: 1_000,
+        ejected: &ejected,
+        models: ask("qwen"),
+        learning: None,
+    };
+    let route = choose(&view, &Policy { fallbacks: 2, ..Policy::default() }, &mut TieBreaker::new(7)).unwrap();
+    assert_eq!((route.address.as_str(), route.fallbacks.len(), route.may_serve), ("10.0.0.3:80", 0, 2));
+}

@@ -4,7 +4,6 @@
 use picker::config::StaleMetricsPolicy;
 use picker::inflight::WorkerInflight;
 use picker::outliers::{pass_over, PassOver};
-use picker::role::PodRole;
 use wasm_epp_host::Host;
 
 use super::saturation::{pod_saturated, pool_room, PodLoad, PoolRoom};
@@ -25,10 +24,7 @@ pub fn with_pods<R>(
     inflight.refresh_others(host, now);
     // Under P/D requests go to the decode pods (`decision::decide`, when the table has pods of
     // both roles): the prefill pods' places are no room for them.
-    let split = worker.pd.is_some()
-        && table.is_some_and(|t| {
-            t.pods.iter().any(|pod| pod.role == PodRole::Prefill) && t.pods.iter().any(|pod| pod.role.decodes())
-        });
+    let split = worker.pd.is_some() && table.is_some_and(picker::disaggregation::splits);
     let mut pods: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
         Some(table) => table
             .pods

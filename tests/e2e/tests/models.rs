@@ -155,7 +155,7 @@ fn the_subset_hint_limits_the_pick_and_an_empty_subset_is_refused_with_its_reaso
     // A client's own hint is removed before the plugin: it cannot choose its pod.
     let forged = [("x-gateway-destination-endpoint-subset", pods[2].as_str())];
     let served: Vec<String> =
-        (0..10).map(|i| cluster.served_by_pool(&cluster.complete_model("qwen", &format!("f {i}"), &forged))).collect();
+        (0..20).map(|i| cluster.served_by_pool(&cluster.complete_model("qwen", &format!("f {i}"), &forged))).collect();
     assert!(served.contains(&pods[1]), "the client's hint was followed: {served:?}");
 }
 
