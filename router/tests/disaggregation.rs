@@ -14,6 +14,9 @@ use wasm_epp_host::{Host, SharedStore};
 
 const PREFILLER: &str = "x-prefiller-host-port";
 const PD_CONFIG: &str = r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 1}"#;
+/// With flow control, one request in flight per pod.
+const PD_FLOW_CONFIG: &str = r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 1,
+    "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#;
 const PREFILL_PODS: [&str; 2] = ["10.0.0.1:8000", "10.0.0.2:8000"];
 const DECODE_PODS: [&str; 2] = ["10.0.0.3:8000", "10.0.0.4:8000"];
 
@@ -230,10 +233,7 @@ fn each_model_s_requests_reach_that_model_s_decode_and_prefill_pods() {
 fn flow_control_counts_the_decode_pods_places_only() {
     // One request per pod: the two decode pods are full with two requests in flight, whatever
     // the prefill pods' places (requests never go there as destinations).
-    let bench = Bench::new(
-        r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 1,
-            "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#,
-    );
+    let bench = Bench::new(PD_FLOW_CONFIG);
     pd_pool(&bench);
     let mut streams = Vec::new();
     for i in 0..2 {
@@ -252,10 +252,7 @@ fn flow_control_counts_the_decode_pods_places_only() {
 fn flow_control_does_not_count_a_split_request_s_prefill_pod_against_the_decode_places() {
     // Two decode places; one long prompt split (its prefill pod busy until its first token)
     // leaves one decode place, which the next request takes at once.
-    let bench = Bench::new(
-        r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 1,
-            "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#,
-    );
+    let bench = Bench::new(PD_FLOW_CONFIG);
     pd_pool(&bench);
     let (mut split, answer) = bench.request(&COMPLETIONS, &completion(&long_prompt(2000, 9)));
     assert_eq!(answer.body_step, Some(wasm_epp_router::Step::Continue));
