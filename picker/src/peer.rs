@@ -118,11 +118,50 @@ impl PeerMessage {
     }
 }
 
-/// The last sequence number seen from each peer, to refuse replays.
+/// Sequence numbers below a peer's highest that are still told apart: a peer keeps two
+/// messages outstanding, and two connections may hand them to this Envoy's workers in either
+/// order, so the older one can come second.
+const REORDER_WINDOW: u64 = 64;
+
+/// What was seen from one peer: its highest sequence number, which of the
+/// [`REORDER_WINDOW`] below it came too (bit `n`: `highest - 1 - n`), and when it was heard.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    highest: u64,
+    below: u64,
+    heard_ms: u64,
+}
+
+impl Seen {
+    /// Takes `seq` if it is new (above the highest, or in the window and not seen yet).
+    fn take(&mut self, seq: u64) -> bool {
+        if seq > self.highest {
+            let shift = seq - self.highest;
+            // The old highest becomes bit `shift - 1`; what falls out of the window is gone.
+            self.below = match u32::try_from(shift) {
+                Ok(shift) if u64::from(shift) <= REORDER_WINDOW => {
+                    self.below.checked_shl(shift).unwrap_or(0) | (1 << (shift - 1))
+                }
+                _ => 0,
+            };
+            self.highest = seq;
+            return true;
+        }
+        let back = self.highest - seq;
+        if back == 0 || back > REORDER_WINDOW {
+            return false;
+        }
+        let bit = 1u64 << (back - 1);
+        let new = self.below & bit == 0;
+        self.below |= bit;
+        new
+    }
+}
+
+/// The sequence numbers seen from each peer, to refuse replays.
 #[derive(Debug, Default)]
 pub struct PeerLedger {
-    /// `replica -> (last seq, when last heard, host ms)`.
-    peers: HashMap<u64, (u64, u64)>,
+    peers: HashMap<u64, Seen>,
 }
 
 impl PeerLedger {
@@ -134,23 +173,26 @@ impl PeerLedger {
         if now_ms.abs_diff(message.sent_ms) > MAX_MESSAGE_AGE_MS {
             return Err(Refused::OutOfTime);
         }
-        if let Some((last, _)) = self.peers.get(&message.replica) {
-            if message.seq <= *last {
+        if let Some(seen) = self.peers.get_mut(&message.replica) {
+            if !seen.take(message.seq) {
                 return Err(Refused::Replayed);
             }
-        } else if self.peers.len() >= MAX_PEERS {
-            let oldest = self.peers.iter().min_by_key(|(_, (_, heard))| *heard).map(|(id, _)| *id);
+            seen.heard_ms = now_ms;
+            return Ok(());
+        }
+        if self.peers.len() >= MAX_PEERS {
+            let oldest = self.peers.iter().min_by_key(|(_, seen)| seen.heard_ms).map(|(id, _)| *id);
             if let Some(oldest) = oldest {
                 self.peers.remove(&oldest);
             }
         }
-        self.peers.insert(message.replica, (message.seq, now_ms));
+        self.peers.insert(message.replica, Seen { highest: message.seq, below: 0, heard_ms: now_ms });
         Ok(())
     }
 
     /// Peers heard from within `window_ms`.
     pub fn live_peers(&self, now_ms: u64, window_ms: u64) -> usize {
-        self.peers.values().filter(|(_, heard)| now_ms.saturating_sub(*heard) <= window_ms).count()
+        self.peers.values().filter(|seen| now_ms.saturating_sub(seen.heard_ms) <= window_ms).count()
     }
 }
 
@@ -158,6 +200,18 @@ impl PeerLedger {
 mod tests {
     use super::*;
     use crate::prefix::events::encode_batch;
+
+    #[test]
+    fn a_peer_s_messages_may_arrive_out_of_order_but_not_twice() {
+        let mut seen = Seen { highest: 10, below: 0, heard_ms: 0 };
+        assert!(seen.take(12), "a newer one");
+        assert!(seen.take(11), "the one before it, handed over second");
+        assert!(!seen.take(11) && !seen.take(12) && !seen.take(10), "each once");
+        assert!(seen.take(12 + REORDER_WINDOW), "a jump of the whole window");
+        assert!(!seen.take(12), "seen, at the window's edge");
+        assert!(seen.take(13), "in the window, not seen yet");
+        assert!(seen.take(u64::MAX) && !seen.take(u64::MAX), "no overflow at the end");
+    }
 
     fn message(replica: u64, seq: u64, sent_ms: u64) -> PeerMessage {
         PeerMessage {
