@@ -249,3 +249,23 @@ fn a_first_round_never_seen_whole_is_published_once_its_scrapes_had_their_time()
     let healthy: Vec<&str> = published.pods.iter().filter(|p| p.healthy).map(|p| p.address.as_str()).collect();
     assert_eq!(healthy, ["10.0.0.1:8000"]);
 }
+
+#[test]
+fn a_clock_stepped_back_does_not_stop_the_scrapes() {
+    let host = host();
+    let mut service = service(&host, TWO_PODS);
+    let mut answered = 0;
+    service.tick(&host, NOW);
+    answer_all(&host, &mut service, &mut answered, 200, METRICS);
+    let scrape = |headers: &[(String, String)]| headers.iter().any(|(k, v)| k == ":path" && v.starts_with("/metrics"));
+    let sent = || host.calls.borrow().iter().filter(|call| scrape(&call.headers)).count();
+    assert_eq!(sent(), 2);
+    // The wall clock goes back a minute: the next round is due at once, not in a minute.
+    service.tick(&host, NOW - 60_000);
+    assert_eq!(sent(), 4, "a new round of scrapes");
+    answer_all(&host, &mut service, &mut answered, 200, METRICS);
+    service.tick(&host, NOW - 59_990);
+    assert_eq!(sent(), 4, "then one round per interval again");
+    service.tick(&host, NOW - 59_900);
+    assert_eq!(sent(), 6);
+}
