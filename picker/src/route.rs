@@ -467,7 +467,8 @@ fn pick_route(
         score: decision.score,
         table_index: table.and(indices.get(decision.index).copied()),
         predicted,
-        may_serve: if candidates.iter().any(|c| c.session_pinned) { 1 } else { may_serve },
+        // A pinned pod, when there is one, is the only one the scheduler may choose.
+        may_serve: if chosen.session_pinned { 1 } else { may_serve },
     })
 }
 

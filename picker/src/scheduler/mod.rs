@@ -373,9 +373,10 @@ pub fn pick_placed(
         }
         fallbacks.extend(best.iter().filter_map(|&(_, i)| eligible_indices.get(i).copied()));
         // A stored response's pod has no stand-in: another pod would answer 404, hiding the
-        // pod's own failure from the client.
-        let pinned = eligible_indices.iter().any(|&i| candidates.get(i).is_some_and(|c| c.session_pinned));
-        if fallbacks.len() < k && !pinned {
+        // pod's own failure from the client. (A pinned pod, when there is one, is all that
+        // `filtered` leaves.)
+        let pinned = || eligible_indices.first().is_some_and(|&i| candidates.get(i).is_some_and(|c| c.session_pinned));
+        if fallbacks.len() < k && !pinned() {
             let mut is_eligible = vec![false; candidates.len()];
             for &i in &eligible_indices {
                 if let Some(slot) = is_eligible.get_mut(i) {
