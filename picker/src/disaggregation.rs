@@ -58,7 +58,7 @@ impl RoleTables {
             self.prefill_models = index_of(&self.prefill);
             self.version = Some(table.version);
         }
-        // `splits` of the table, from the parts already made.
+        // Both roles present, as [`splits`] would say of the table.
         (!self.decode.pods.is_empty() && !self.prefill.pods.is_empty()).then_some(RoleSplit {
             decode: &self.decode,
             decode_models: &self.decode_models,

@@ -132,12 +132,14 @@ impl PoolPoller {
                 continue; // Listed twice (two discovered pods on one address): one pod.
             }
             let kept = old_index.get(&address).and_then(|&i| taken.get_mut(i)).and_then(Option::take);
-            let resumed = self.resumed.iter().position(|p| p.address == address).map(|i| self.resumed.swap_remove(i));
             let record = match kept {
                 Some(record) => record,
                 None => {
-                    let state =
-                        resumed.unwrap_or_else(|| PodState { epoch: self.take_epoch(), ..PodState::unknown(&address) });
+                    let resumed = self.resumed.iter().position(|p| p.address == address);
+                    let state = match resumed {
+                        Some(i) => self.resumed.swap_remove(i),
+                        None => PodState { epoch: self.take_epoch(), ..PodState::unknown(&address) },
+                    };
                     PodRecord {
                         state,
                         address,

@@ -72,7 +72,7 @@ pub struct PoolService {
     /// When the first round's scrapes left (or, for a pool with no pod, when it was known):
     /// the first round is taken as done `2 × timeout_ms` later even if some scrape is still
     /// in flight then, as there may always be one (pages slower than the poll interval).
-    pool_known_ms: Option<u64>,
+    first_round_started_ms: Option<u64>,
     /// Per-pod gauges (`wasm_epp_pod_*{pod=...}`), set on each publish.
     pod_gauges: Option<PodGauges>,
     /// When each pod's `/v1/models` is fetched (slower than scrapes).
@@ -133,9 +133,9 @@ impl PoolService {
         let Some(poller) = self.poller.as_mut() else { return };
         let config = poller.config().clone();
         let due = poller.due(now);
-        if !due.is_empty() && self.pool_known_ms.is_none() {
+        if !due.is_empty() && self.first_round_started_ms.is_none() {
             // The first round's scrapes leave now: their time runs from here.
-            self.pool_known_ms = Some(now);
+            self.first_round_started_ms = Some(now);
         }
         for address in due {
             let headers = [
@@ -221,11 +221,11 @@ impl PoolService {
         }
         let Some(poller) = self.poller.as_ref() else { return };
         // A pool with no pod has no scrape to wait for: its time runs from when it is known.
-        if poller.pods().next().is_none() && self.pool_known_ms.is_none() {
-            self.pool_known_ms = Some(now);
+        if poller.pods().next().is_none() && self.first_round_started_ms.is_none() {
+            self.first_round_started_ms = Some(now);
         }
-        let Some(known) = self.pool_known_ms else { return };
-        if now.saturating_sub(known) >= poller.config().timeout_ms.saturating_mul(2) {
+        let Some(started) = self.first_round_started_ms else { return };
+        if now.saturating_sub(started) >= poller.config().timeout_ms.saturating_mul(2) {
             self.first_round_done = true;
         }
     }

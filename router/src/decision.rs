@@ -399,7 +399,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             sent_ms: now,
             streamed: prompt.request.and_then(|r| r.stream).unwrap_or(false),
             usage_expected: prompt.endpoint.always_reports_usage()
-                || prompt.request.is_none_or(|r| !r.stream.unwrap_or(false) || r.includes_usage()),
+                || prompt.request.is_some_and(|r| !r.stream.unwrap_or(false) || r.includes_usage()),
             responses_api,
         }
     });
