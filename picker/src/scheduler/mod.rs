@@ -88,7 +88,9 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     // every request has no pinned pod.
     if candidates.iter().any(|c| c.session_pinned) {
         let pinned = indices_where(0..candidates.len(), 1, |i| candidates.get(i).is_some_and(|c| c.session_pinned));
-        return Filtered { indices: pinned, fail_open: false, load_only: false, affinity: true };
+        // Still failing open when no pod has usable data (it is counted and logged as such).
+        let fail_open = !candidates.iter().any(|c| c.usable);
+        return Filtered { indices: pinned, fail_open, load_only: false, affinity: true };
     }
     let usable = indices_where(0..candidates.len(), candidates.len(), |i| candidates.get(i).is_some_and(|c| c.usable));
     if usable.is_empty() {

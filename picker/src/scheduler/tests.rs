@@ -128,7 +128,7 @@ fn a_stored_response_waits_on_its_pod_however_full_unless_the_pod_is_down() {
     assert_eq!(pick_address(&pods, 3).0, "b", "stale data (a silent pool service) does not move it");
     pods[0].usable = false;
     let decision = pick(&pods, &Policy { fallbacks: 2, ..policy() }, &mut TieBreaker::new(3)).unwrap();
-    assert_eq!((decision.index, decision.fail_open), (1, false), "nor does every pod's");
+    assert_eq!((decision.index, decision.fail_open), (1, true), "nor does every pod's (failing open)");
     assert!(decision.fallbacks.is_empty(), "no stand-in: another pod would answer 404");
     (pods[0].usable, pods[1].session_pinned) = (true, false);
     assert_eq!(pick_address(&pods, 3).0, "a", "a pod that is down (not pinned) answers nothing: routed as usual");
