@@ -3,7 +3,8 @@
 //! Answers are watched within a per-worker budget ([`Observation::start`],
 //! `learning.watch_per_second` and `learning.watch_share`): watching costs two host calls (the
 //! answering pod's header, the first chunk's copy), so at high rates a sample is watched. An
-//! answer not watched still releases its prompt tokens at its first byte (a stream) or end.
+//! answer not watched still releases its prompt tokens at its first token (a stream; a
+//! Responses stream's opening chunks are read for it) or end.
 //!
 //! Nothing is held or buffered: each body chunk is read once, scanned for `usage`
 //! ([`picker::learn::UsageScanner`], a few bytes of state), and passes on unchanged. A stream
@@ -100,6 +101,9 @@ pub struct Observation {
     /// The answer comes from the pod that was picked and, as far as its first bytes tell,
     /// is a success: worth learning from.
     learnable: bool,
+    /// It opened as an SSE stream (a stream's success): its first token is yet to come,
+    /// watched or not.
+    event_stream: bool,
     /// Its next chunk is copied and scanned: it can still hold `usage` we may read, or the
     /// first output event.
     reading: bool,
@@ -123,6 +127,9 @@ impl Observation {
 
     fn new(dispatch: Dispatch, watched: bool) -> Self {
         let first_output = (dispatch.streamed && dispatch.responses_api).then(OutputEventFinder::default);
+        // A Responses stream is read to its first output event even when not watched: its
+        // prompt is being prefilled until then, and the token load must say so.
+        let reading = watched || first_output.is_some();
         Self {
             dispatch,
             watched,
@@ -130,7 +137,8 @@ impl Observation {
             awaiting_first_token: true,
             first_output,
             learnable: watched,
-            reading: watched,
+            event_stream: false,
+            reading,
             holds_reader_slot: false,
             scanner: UsageScanner::default(),
         }
@@ -196,11 +204,14 @@ impl Observation {
                 }
             }
             if first_byte && streamed {
-                self.learnable = is_event_stream(chunk);
+                self.event_stream = is_event_stream(chunk);
+                self.learnable &= self.event_stream;
             }
             if self.learnable {
                 self.scanner.feed(chunk);
-                if let (true, Some(finder)) = (self.awaiting_first_token, &mut self.first_output) {
+            }
+            if self.event_stream && self.awaiting_first_token {
+                if let Some(finder) = &mut self.first_output {
                     let found = finder.feed(chunk);
                     gave_up = found == FirstOutput::GaveUp;
                     first_token = found != FirstOutput::NotYet;
@@ -208,7 +219,7 @@ impl Observation {
             }
         }
         // Not a success (or not read): no token to wait for; its tokens go now.
-        if streamed && self.awaiting_first_token && (!self.learnable || !self.reading) {
+        if streamed && self.awaiting_first_token && (!self.event_stream || !self.reading) {
             first_token = true;
         }
         // The first token's time: the TTFT sample, the token release and the reading budget's
@@ -217,8 +228,10 @@ impl Observation {
         if first_token {
             self.awaiting_first_token = false;
         }
-        // Nothing further to learn from this answer's bytes: stop copying them.
-        self.reading &= self.learnable && (self.dispatch.usage_expected || self.awaiting_first_token);
+        // Nothing further to learn from this answer's bytes, nor a first token to find: stop
+        // copying them.
+        let learning_on = self.learnable && self.dispatch.usage_expected;
+        self.reading &= learning_on || (self.event_stream && self.awaiting_first_token);
         // A stream is read past its first token only in one of the pod's reading slots, and
         // only while the chunk budget lasts: each further chunk is one more copy, so streams
         // are read a sample at a time (a whole answer is one or a few chunks: always read).

@@ -138,3 +138,29 @@ fn a_stream_that_never_sends_an_output_event_is_given_up_on_after_its_opening_ch
     assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "no first token was seen: no sample");
     assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1, "its usage is read all the same");
 }
+
+#[test]
+fn a_responses_stream_past_the_watch_budget_still_holds_its_prompt_until_its_first_output_event() {
+    // Nothing watched: no TTFT sample and no usage, but the token load must stay exact.
+    let bench = Bench::new(r#"{"fallback_destinations": 0, "learning": {"enabled": true, "watch_share": 0, "watch_per_second": 0}}"#);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let (mut stream, routed) = bench.request(&RESPONSES, &agent_turn(&"x".repeat(16_000), true));
+    let pod = routed.destination.unwrap();
+    let tokens = bench.worker.inflight.borrow().tokens(&pod);
+    assert!(tokens > 3_900, "{tokens}");
+    bench.host.set_response(&[(":status", "200")], b"");
+    stream.on_response_headers(&bench.host, false);
+    chunk(&bench, &mut stream, PREAMBLE, false);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), tokens, "the preamble comes before the prefill");
+    chunk(&bench, &mut stream, FIRST_OUTPUT, false);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0, "released at the first output event");
+    bench.host.tally.take();
+    chunk(&bench, &mut stream, &completed(4_100, 0), true);
+    let copies = bench.host.tally.take().get("proxy_get_buffer_bytes").map_or(0, |c| c.calls);
+    assert_eq!(copies, 0, "past its first token an answer not watched is not read");
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.learning.answers_not_watched"), 1);
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "not watched: nothing learned");
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 0);
+}

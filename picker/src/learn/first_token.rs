@@ -23,10 +23,15 @@ const MARKERS: [&[u8]; 4] = [
 /// The longest marker's length.
 pub const MAX_MARKER: usize = 25;
 
-/// Chunks a stream may open with before its first output event. vLLM sends two events first
-/// (one or two chunks); a stream that has sent this many without one is not shaped as vLLM's,
-/// and waiting on would copy its every chunk and count its prompt in flight to its end.
-pub const MAX_OPENING_CHUNKS: u32 = 8;
+/// Bytes a stream may open with before its first output event. vLLM's two opening events each
+/// echo the request's `instructions` and `tools`, which an agent's turn makes tens or hundreds
+/// of kilobytes; a stream past this without an output event is not shaped as vLLM's, and
+/// waiting on would copy its every chunk and count its prompt in flight to its end.
+pub const MAX_OPENING_BYTES: usize = 1 << 20;
+
+/// Chunks likewise: each is one copy into the VM, so a pod dribbling tiny chunks is given up
+/// on sooner than its bytes would say (256 chunks of Envoy's usual 16 KiB reads are 4 MiB).
+pub const MAX_OPENING_CHUNKS: u32 = 256;
 
 /// What a chunk told of the first output event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +40,8 @@ pub enum FirstOutput {
     Found,
     /// Not yet: still the stream's opening events.
     NotYet,
-    /// [`MAX_OPENING_CHUNKS`] passed without one: the finder gives up (no TTFT to learn).
+    /// [`MAX_OPENING_BYTES`] or [`MAX_OPENING_CHUNKS`] passed without one: the finder gives up
+    /// (no TTFT to learn).
     GaveUp,
 }
 
@@ -44,8 +50,9 @@ pub enum FirstOutput {
 pub struct OutputEventFinder {
     /// The end of the previous chunk: a marker may begin there.
     tail: Vec<u8>,
-    /// Chunks left before giving up.
+    /// Chunks and bytes left before giving up.
     chunks_left: u32,
+    bytes_left: usize,
 }
 
 impl Default for OutputEventFinder {
@@ -55,9 +62,9 @@ impl Default for OutputEventFinder {
 }
 
 impl OutputEventFinder {
-    /// Gives up after `chunks` chunks without an output event.
+    /// Gives up after `chunks` chunks or [`MAX_OPENING_BYTES`] without an output event.
     pub fn with_limit(chunks: u32) -> Self {
-        Self { tail: Vec::new(), chunks_left: chunks }
+        Self { tail: Vec::new(), chunks_left: chunks, bytes_left: MAX_OPENING_BYTES }
     }
 
     /// Whether this chunk, with the end of the ones before it, holds the first output event.
@@ -71,7 +78,8 @@ impl OutputEventFinder {
             return FirstOutput::Found;
         }
         self.chunks_left = self.chunks_left.saturating_sub(1);
-        if self.chunks_left == 0 {
+        self.bytes_left = self.bytes_left.saturating_sub(chunk.len());
+        if self.chunks_left == 0 || self.bytes_left == 0 {
             return FirstOutput::GaveUp;
         }
         let joined_tail = if chunk.len() >= keep { chunk } else { &seam };
@@ -145,5 +153,20 @@ mod tests {
         let outcomes: Vec<FirstOutput> = (0..MAX_OPENING_CHUNKS).map(|_| finder.feed(other)).collect();
         assert!(outcomes.iter().take(outcomes.len() - 1).all(|o| *o == FirstOutput::NotYet), "{outcomes:?}");
         assert_eq!(outcomes.last(), Some(&FirstOutput::GaveUp));
+    }
+
+    #[test]
+    fn an_agent_s_long_preamble_in_many_chunks_is_waited_through_but_not_forever() {
+        // `response.created` echoing 128 KiB of instructions and tools, in 8 KiB reads.
+        let mut finder = OutputEventFinder::default();
+        let echoed = format!("event: response.created\ndata: {{\"instructions\":\"{}\"}}\n\n", "i".repeat(128 << 10));
+        let outcomes: Vec<FirstOutput> = echoed.as_bytes().chunks(8 << 10).map(|c| finder.feed(c)).collect();
+        assert!(outcomes.iter().all(|o| *o == FirstOutput::NotYet), "{} chunks", outcomes.len());
+        assert_eq!(finder.feed(b"event: response.output_item.added\ndata: {}\n\n"), FirstOutput::Found);
+        // A megabyte of opening events is past what vLLM sends: given up.
+        let mut finder = OutputEventFinder::default();
+        let big = vec![b'x'; 64 << 10];
+        let given_up = (0..MAX_OPENING_BYTES / big.len()).map(|_| finder.feed(&big)).position(|o| o == FirstOutput::GaveUp);
+        assert_eq!(given_up, Some(MAX_OPENING_BYTES / big.len() - 1));
     }
 }
