@@ -47,6 +47,17 @@ fn answerer<'a>(pick: &str, mut fallbacks: impl Iterator<Item = &'a str>, served
     fallbacks.find(|address| served == **address).map_or(Answerer::Unknown, Answerer::Fallback)
 }
 
+/// The later address of the destination header's `list` that gave the answer, if one did
+/// (Envoy retried past the pick): the request is in flight there from then on.
+pub fn fallback_that_answered(list: &str, served: Option<&[u8]>) -> Option<PodAddress> {
+    let mut addresses = list.split(',').map(str::trim);
+    let pick = addresses.next().filter(|p| !p.is_empty())?;
+    match answerer(pick, addresses, served) {
+        Answerer::Fallback(pod) => PodAddress::parse(pod).ok(),
+        Answerer::ThePick | Answerer::Unknown => None,
+    }
+}
+
 /// The pod's epoch in the worker's table (0 when it is not there): an ejection ends when it
 /// changes (the engine restarted).
 fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {

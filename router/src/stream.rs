@@ -86,6 +86,9 @@ pub struct RequestStream {
     /// The destination header written (the pick, then fallbacks), once routed: outlier
     /// detection judges the answer by it.
     destination: Option<String>,
+    /// A later address of that list answered (Envoy retried past the pick): the request
+    /// counts in flight there, not on the pick, from its answer to its end.
+    answered_by: Option<PodAddress>,
 }
 
 impl RequestStream {
@@ -120,6 +123,7 @@ impl RequestStream {
             flow_admitted: false,
             compared: None,
             destination: None,
+            answered_by: None,
         }
     }
 
@@ -349,6 +353,7 @@ impl RequestStream {
                 let _span = profile::span(host, Phase::JudgeAnswer);
                 self.note_answer(host, status.as_deref(), upstream.as_deref());
             }
+            self.follow_retry(host, upstream.as_deref());
             if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
                 observed.on_headers(&self.worker, pod, upstream.as_deref());
             }
@@ -416,9 +421,10 @@ impl RequestStream {
         if let Some(observed) = self.observed.take() {
             observed.on_end(&self.worker, host, &address, now);
         }
+        let counted_at = self.answered_by.take().unwrap_or(address);
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
-                inflight.finished(address.as_str(), now);
+                inflight.finished(counted_at.as_str(), now);
                 inflight.publish_now(host, now);
             }
             Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),
@@ -612,6 +618,29 @@ impl RequestStream {
             }
             (None, Some(destination)) => crate::attempts::note_answer(&self.worker, destination, status, served, &now),
             (None, None) => {}
+        }
+    }
+
+    /// The answer came from a later address of the destination list (the pick failed and
+    /// Envoy retried there): the request's in-flight count moves with it, else the pod
+    /// serving it would look idle to every pick until its end, and the failed pick busy.
+    /// (Its prompt tokens stay the pick's: the answer's first byte releases them there.)
+    fn follow_retry(&mut self, host: &dyn Host, served: Option<&[u8]>) {
+        let Some(pick) = &self.routed_to else { return };
+        let fallback = match (&self.held, &self.destination) {
+            (Some(held), _) => crate::attempts::fallback_that_answered(&held.destination.borrow(), served),
+            (None, Some(destination)) => crate::attempts::fallback_that_answered(destination, served),
+            (None, None) => None,
+        };
+        let Some(fallback) = fallback else { return };
+        match self.worker.inflight.try_borrow_mut() {
+            Ok(mut inflight) => {
+                let now = host.now_ms();
+                inflight.finished(pick.as_str(), now);
+                inflight.started(fallback.as_str(), now);
+                self.answered_by = Some(fallback);
+            }
+            Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),
         }
     }
 

@@ -265,3 +265,28 @@ fn a_failing_pod_that_leaves_the_pool_leaves_no_record() {
     assert_eq!(bench.worker.outliers.borrow().suspects(), 0);
     assert!(bench.worker.outliers.borrow().is_clear(), "nothing left of it");
 }
+
+#[test]
+fn a_request_retried_on_a_fallback_counts_in_flight_there_until_its_end() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion("retried"));
+    let choices: Vec<String> = answer.destination.unwrap().split(',').map(str::to_owned).collect();
+    let (pick, fallback) = (&choices[0], &choices[1]);
+    let count = |pod: &str| bench.worker.inflight.borrow().count(pod);
+    assert_eq!((count(pick), count(fallback)), (1, 0));
+    // The pick failed; Envoy's retry on the next address answers, and streams for a while.
+    bench.host.set_response(&[(":status", "200"), (SERVED, fallback)], b"");
+    stream.on_response_headers(&bench.host, false);
+    assert_eq!((count(pick), count(fallback)), (0, 1), "the pod serving it is busy, the failed pick is not");
+    stream.on_log(&bench.host);
+    assert_eq!((count(pick), count(fallback)), (0, 0), "released where it was counted");
+    // An answer from the pick itself leaves the count where it was.
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion("not retried"));
+    let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
+    stream.on_response_headers(&bench.host, false);
+    assert_eq!(count(&pick), 1);
+    stream.on_log(&bench.host);
+    assert_eq!(count(&pick), 0);
+}
