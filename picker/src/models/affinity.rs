@@ -3,13 +3,16 @@
 //!
 //! Loading an adapter onto a GPU costs time and may evict another one that a later request then
 //! has to load again (a swap). So pods are ranked in tiers, best first:
-//! 0. the adapter is already there: running, waiting, or resident on the GPU (its *home*);
+//! 0. the adapter is already there: running or resident on the GPU, or waiting on a pod with
+//!    a slot free for it (its *home*);
 //! 1. it is there too, but the pool is *tight* (below): a copy, used only when the home's
 //!    queue is full, so the copy ages out of its pod's LRU and frees the slot;
 //! 2. the pod with a free adapter slot that every worker and replica would pick (most free
 //!    slots, then a rendezvous hash of adapter and pod): loading evicts nothing, and two
 //!    workers placing the same cold adapter at once do not place it twice;
-//! 3. other pods with a free slot;
+//! 3. other pods with a free slot, and a pod where the adapter waits for a slot every other
+//!    adapter holds (it waits there already: one more request adds no eviction, but a pod
+//!    with a slot free serves it sooner);
 //! 4. the rest: a load that evicts another adapter. In a tight pool a free slot counts here
 //!    too when the adapter has a home already: the slot is needed by an adapter without one.
 //!
@@ -46,8 +49,10 @@ pub fn free_slots(pod: &PodState) -> u32 {
 /// One pod serving an adapter, as the tiers are decided from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Server {
-    /// The adapter is on the pod (resident, running or waiting).
+    /// The adapter is on the pod (resident, running, or waiting with a slot free for it).
     pub on_pod: bool,
+    /// It waits on the pod for a slot other adapters hold (not `on_pod`).
+    pub waiting_for_slot: bool,
     /// The pod's free adapter slots.
     pub free_slots: u32,
     /// Rendezvous weight of (adapter, pod): the same on every worker and replica.
@@ -64,7 +69,7 @@ pub fn tiers(servers: &[Server], tight: bool) -> Vec<u8> {
         _ if server.on_pod && (!tight || Some(i) == home) => TIER_RESIDENT,
         _ if server.on_pod => TIER_RESIDENT_COPY,
         _ if Some(i) == placed => TIER_FREE_SLOT,
-        _ if takes_slot(server) => TIER_FREE_SLOT_OTHER,
+        _ if takes_slot(server) || server.waiting_for_slot => TIER_FREE_SLOT_OTHER,
         _ => TIER_SWAP,
     };
     servers.iter().enumerate().map(tier).collect()
@@ -98,7 +103,7 @@ mod tests {
     }
 
     fn server(on_pod: bool, free_slots: u32, weight: u64) -> Server {
-        Server { on_pod, free_slots, weight }
+        Server { on_pod, waiting_for_slot: false, free_slots, weight }
     }
 
     #[test]

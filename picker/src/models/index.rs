@@ -17,8 +17,12 @@ use crate::pod_table::PodTable;
 struct Entry {
     /// The pod's index in the table.
     pod: u32,
-    /// The model is on it already: its base model, or an adapter resident, running or waiting.
+    /// The model is on it already: its base model, or an adapter resident, running, or
+    /// waiting with a slot free for it.
     on_pod: bool,
+    /// An adapter waiting there for a slot the pod's other adapters hold: it runs once one
+    /// of them leaves, so it is no home while another pod has a slot free.
+    waiting_for_slot: bool,
     /// The name is an adapter there (base models have no slots and no tiers).
     adapter: bool,
 }
@@ -68,15 +72,16 @@ impl ModelIndex {
                     index.free_total.zip((free != u32::MAX).then_some(i64::from(free))).map(|(a, b)| a + b);
             }
             for name in &pod.models {
-                index.add(name, Entry { pod: i, on_pod: true, adapter: false });
+                index.add(name, Entry { pod: i, on_pod: true, waiting_for_slot: false, adapter: false });
             }
-            let on_pod = [&pod.running_loras, &pod.waiting_loras, &pod.resident_loras];
             for name in adapters.into_iter().flatten() {
                 if !pod.models.contains(name) {
-                    index.add(
-                        name,
-                        Entry { pod: i, on_pod: on_pod.iter().any(|list| list.contains(name)), adapter: true },
-                    );
+                    let loaded = pod.running_loras.contains(name) || pod.resident_loras.contains(name);
+                    // vLLM lists a waiting request's adapter whether or not a slot awaits it.
+                    let waiting = !loaded && pod.waiting_loras.contains(name);
+                    let on_pod = loaded || (waiting && free > 0);
+                    let waiting_for_slot = waiting && !on_pod;
+                    index.add(name, Entry { pod: i, on_pod, waiting_for_slot, adapter: true });
                 }
             }
         }
@@ -96,7 +101,10 @@ impl ModelIndex {
             None => self.by_name.entry(name.to_owned()).or_default(),
         };
         match served.entries.last_mut() {
-            Some(last) if last.pod == entry.pod => last.on_pod |= entry.on_pod,
+            Some(last) if last.pod == entry.pod => {
+                last.on_pod |= entry.on_pod;
+                last.waiting_for_slot = (last.waiting_for_slot || entry.waiting_for_slot) && !last.on_pod;
+            }
             _ => served.entries.push(entry),
         }
     }
@@ -113,6 +121,7 @@ impl ModelIndex {
         let adapter_servers: Vec<Server> = (served.entries.iter().filter(|e| e.adapter))
             .map(|e| Server {
                 on_pod: e.on_pod,
+                waiting_for_slot: e.waiting_for_slot,
                 free_slots: self.free_slots.get(e.pod as usize).copied().unwrap_or(u32::MAX),
                 weight: weight(model_key, self.pod_keys.get(e.pod as usize).copied().unwrap_or(0)),
             })
@@ -143,6 +152,7 @@ impl ModelIndex {
             return;
         }
         entry.on_pod = true;
+        entry.waiting_for_slot = false;
         if std::mem::take(&mut served.homeless_wanted) {
             self.homeless_wanted -= 1;
         }
@@ -162,7 +172,7 @@ impl ModelIndex {
 mod tests {
     use super::*;
     use crate::address::PodAddress;
-    use crate::models::affinity::{TIER_FREE_SLOT, TIER_RESIDENT, TIER_RESIDENT_COPY, TIER_SWAP};
+    use crate::models::affinity::{TIER_FREE_SLOT, TIER_FREE_SLOT_OTHER, TIER_RESIDENT, TIER_RESIDENT_COPY, TIER_SWAP};
     use crate::pod_table::PodState;
 
     #[test]
@@ -186,6 +196,31 @@ mod tests {
         index.note_routed("y", 0);
         assert_eq!(index.servers("y"), Some(vec![(0, TIER_RESIDENT)]), "sent there: resident from now on");
         assert_eq!(index.free_slots[0], 0, "and it took the free slot");
+    }
+
+    #[test]
+    fn an_adapter_waiting_for_a_slot_others_hold_is_no_home_while_a_pod_has_one_free() {
+        let pod = |address: &str, max_loras: u32, running: &[&str], waiting: &[&str]| {
+            let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+            pod.models = vec!["base".into()];
+            pod.adapters = vec!["x".into(), "y".into()];
+            pod.max_loras = max_loras;
+            pod.running_loras = running.iter().map(|m| m.to_string()).collect();
+            pod.waiting_loras = waiting.iter().map(|m| m.to_string()).collect();
+            pod
+        };
+        // A's one slot runs x; y waits there for it. B is idle with its slot free.
+        let stuck = pod("10.0.0.1:80", 1, &["x"], &["y"]);
+        let table = PodTable { pods: vec![stuck.clone(), pod("10.0.0.2:80", 1, &[], &[])], ..PodTable::default() };
+        let tiers = ModelIndex::build(&table, &|_| true).servers("y").unwrap();
+        assert!(tiers[1].1 < tiers[0].1, "the free slot serves y sooner: {tiers:?}");
+        // Every other slot taken too: y's waiting pod costs no eviction, the other one does.
+        let table = PodTable { pods: vec![stuck, pod("10.0.0.2:80", 1, &["x"], &[])], ..PodTable::default() };
+        let tiers = ModelIndex::build(&table, &|_| true).servers("y").unwrap();
+        assert_eq!(tiers, [(0, TIER_FREE_SLOT_OTHER), (1, TIER_SWAP)]);
+        // Waiting with a slot free for it: its home.
+        let table = PodTable { pods: vec![pod("10.0.0.1:80", 2, &["x"], &["y"])], ..PodTable::default() };
+        assert_eq!(ModelIndex::build(&table, &|_| true).servers("y"), Some(vec![(0, TIER_RESIDENT)]));
     }
 
     /// Two pods serving `hot` and `cold`, one slot each, `hot` on both (a copy too many).
