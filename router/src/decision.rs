@@ -13,7 +13,7 @@ use picker::learn::{prompt_size, Dispatch, PromptSize};
 use picker::outliers::Outliers;
 use picker::pod_table::PodTable;
 use picker::prefix::hash::MAX_BLOCKS;
-use picker::prefix::hash_prompt_noting_replies;
+use picker::prefix::hash_prompt_as;
 use picker::request::{Endpoint, InferenceRequest};
 use picker::route::explain::candidate_scores;
 use picker::route::{
@@ -130,7 +130,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         // Room for every block at once: growing by doubling cost 7 allocations for 256.
         hashes.reserve_exact(params.max_blocks.clamp(1, MAX_BLOCKS));
         let _span = profile::span(host, Phase::Hash);
-        if hash_prompt_noting_replies(request, prompt.endpoint, &params, &mut hashes, &mut replies).is_err() {
+        // Seeded with the model it is sent as (a rewrite's target), as the engine caches it.
+        if hash_prompt_as(request, prompt.model, prompt.endpoint, &params, &mut hashes, &mut replies).is_err() {
             worker.stats.increment(worker.stats.prompt_unhashable);
         }
     }

@@ -284,3 +284,30 @@ fn a_rewritten_model_on_another_endpoint_is_rewritten_too() {
     let sent: serde_json::Value = serde_json::from_slice(&bench.host.body.borrow()).unwrap();
     assert_eq!((sent["model"].as_str(), sent["input"].as_str()), (Some("chat-lora"), Some("x")));
 }
+
+#[test]
+fn a_prompt_sent_as_another_adapter_is_not_taken_for_cached() {
+    // The engine keeps each adapter's cache apart: the same prompt sent as v1, then as v2,
+    // finds nothing of v1's blocks (the prefix index must not say it does).
+    let config = r#"{"debug_decision_header": true, "models": {"rewrites": [{"model": "sql", "targets": [
+        {"model": "sql-v1", "weight": 1}, {"model": "sql-v2", "weight": 1}]}]}}"#;
+    let bench = Bench::new(config);
+    // One pod, so every request goes there and its decision tells what the index predicted.
+    publish_models(&bench, &[("10.0.0.1:8000", "qwen", &["sql-v1", "sql-v2"], 0.0)]);
+    let prompt = "Schema: ".to_owned() + &"CREATE TABLE t (id INT, name TEXT); ".repeat(40);
+    let long = format!(r#"{{"model":"sql","prompt":"{prompt}","max_tokens":4}}"#);
+    let prefix_of = |adapter: &str| {
+        let mut headers = COMPLETIONS.to_vec();
+        headers.push(("x-llm-d-model-name-rewrite", adapter));
+        let (mut stream, _) = bench.request(&headers, &long);
+        bench.host.set_response(&[(":status", "200")], b"");
+        stream.on_response_headers(&bench.host, false);
+        stream.on_log(&bench.host);
+        let explain = bench.host.response_header("x-wasm-epp-decision").unwrap();
+        let prefix = explain.split("; ").find_map(|part| part.strip_prefix("prefix=")).unwrap().to_owned();
+        prefix.parse::<f64>().unwrap()
+    };
+    assert_eq!(prefix_of("sql-v1"), 0.0, "cold");
+    assert!(prefix_of("sql-v1") > 0.9, "the same adapter again: its blocks are cached");
+    assert_eq!(prefix_of("sql-v2"), 0.0, "another adapter: none of v1's blocks serve it");
+}

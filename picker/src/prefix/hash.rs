@@ -141,9 +141,24 @@ pub fn hash_prompt_noting_replies(
     out: &mut Vec<u64>,
     replies: &mut Vec<ReplySpan>,
 ) -> Result<usize, ShapeError> {
+    hash_prompt_as(request, request.model.as_deref(), endpoint, params, out, replies)
+}
+
+/// [`hash_prompt_noting_replies`] for the request sent as `model`: a rewrite (a canary's
+/// draw, a gateway's rewrite header) sends it as another model than its body names, and the
+/// engine keeps each model's and adapter's cache apart, so the chain starts from the model the
+/// pod runs it as.
+pub fn hash_prompt_as(
+    request: &InferenceRequest<'_>,
+    model: Option<&str>,
+    endpoint: Endpoint,
+    params: &HashParams,
+    out: &mut Vec<u64>,
+    replies: &mut Vec<ReplySpan>,
+) -> Result<usize, ShapeError> {
     out.clear();
     replies.clear();
-    let seed = chain_seed(request.model.as_deref().unwrap_or(""), request.cache_salt.as_deref().unwrap_or(""));
+    let seed = chain_seed(model.unwrap_or(""), request.cache_salt.as_deref().unwrap_or(""));
     let mut chain = BlockChain::new(out, seed, params);
     chain.replies = Some(replies);
     let outcome = match (endpoint, request.prompt, request.messages) {

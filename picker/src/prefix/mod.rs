@@ -35,7 +35,7 @@ pub mod ring;
 pub mod worker;
 
 pub use events::RoutingEvent;
-pub use hash::{hash_prompt, hash_prompt_noting_replies, HashParams, ReplySpan};
+pub use hash::{hash_prompt, hash_prompt_as, hash_prompt_noting_replies, HashParams, ReplySpan};
 pub use index::PrefixIndex;
 pub use ring::{RingReader, RingWriter, StartAt};
 pub use worker::{session_key, WorkerPrefix};
