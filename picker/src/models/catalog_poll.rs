@@ -29,12 +29,16 @@ impl CatalogSchedule {
     /// The pods to ask now: all of `pods` without a call in flight, once per interval. A call
     /// older than `timeout_ms` twice over is forgotten (the host should have answered).
     pub fn due(&mut self, now_ms: u64, timeout_ms: u64, pods: &[PodAddress]) -> Vec<PodAddress> {
-        if self.interval_ms == 0 || now_ms < self.next_round_ms {
+        // A round due further ahead than one interval is due now: the wall clock stepped back
+        // (else fetches would stop for the length of the step).
+        let waiting = now_ms < self.next_round_ms && self.next_round_ms - now_ms <= self.interval_ms;
+        if self.interval_ms == 0 || waiting {
             return Vec::new();
         }
         self.next_round_ms = now_ms.saturating_add(self.interval_ms);
         let grace = timeout_ms.saturating_mul(2);
-        self.calls.retain(|(_, _, started)| now_ms.saturating_sub(*started) <= grace);
+        // A call started "later" than now is from before such a step: forgotten too.
+        self.calls.retain(|(_, _, started)| *started <= now_ms && now_ms - started <= grace);
         pods.iter().filter(|pod| !self.calls.iter().any(|(_, busy, _)| busy == *pod)).cloned().collect()
     }
 
@@ -73,5 +77,18 @@ mod tests {
         assert!(schedule.owns(8) && !schedule.owns(7));
         assert_eq!(schedule.finished(8), Some(pods[1].clone()));
         assert!(CatalogSchedule::new(0).due(0, 1_000, &pods).is_empty(), "0 turns it off");
+    }
+
+    #[test]
+    fn a_wall_clock_stepped_back_does_not_stop_the_fetches() {
+        let pods = vec![PodAddress::parse("10.0.0.1:80").unwrap()];
+        let mut schedule = CatalogSchedule::new(5_000);
+        let hour = 3_600_000;
+        assert_eq!(schedule.due(2 * hour, 1_000, &pods).len(), 1);
+        schedule.started(7, pods[0].clone(), 2 * hour);
+        // The clock goes back an hour: the next round comes one interval later, not an hour.
+        assert!(schedule.due(hour, 1_000, &pods).len() == 1, "due at once, the old call forgotten");
+        assert!(schedule.due(hour + 100, 1_000, &pods).is_empty(), "then once per interval again");
+        assert_eq!(schedule.due(hour + 5_000, 1_000, &pods).len(), 1);
     }
 }
