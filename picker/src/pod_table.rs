@@ -89,6 +89,17 @@ impl PodState {
         self.models.is_empty() && self.adapter_lists().iter().all(|list| list.is_empty())
     }
 
+    /// The pod names no model and may serve any: requests for a model no pod names go to
+    /// it, and the pool's model list cannot be told. `table_names_models`: some pod of its
+    /// table names a model. Then a pod that never answered a scrape and is down is not counted:
+    /// it serves nothing now and its first answer will name its models (one pod down since the
+    /// gateway started would otherwise turn every unknown name from a 404 into a wait on it,
+    /// and the model list off). While no pod names any (a pool starting up), it still is.
+    pub fn may_serve_any_model(&self, table_names_models: bool) -> bool {
+        let never_answered = !self.healthy && self.last_success_ms == 0;
+        self.names_no_model() && !(table_names_models && never_answered)
+    }
+
     /// A pod nobody has scraped yet.
     pub fn unknown(address: &PodAddress) -> Self {
         Self {

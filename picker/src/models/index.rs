@@ -57,6 +57,7 @@ impl ModelIndex {
     /// Builds the index of `table`; `wanted` says which adapters are in demand.
     pub fn build(table: &PodTable, wanted: &dyn Fn(&str) -> bool) -> Self {
         let mut index = Self { free_total: Some(0), ..Self::default() };
+        let table_names_models = table.pods.iter().any(|pod| !pod.names_no_model());
         for (i, pod) in table.pods.iter().enumerate() {
             let Ok(i) = u32::try_from(i) else { break };
             let free = free_slots(pod);
@@ -64,7 +65,9 @@ impl ModelIndex {
             index.pod_keys.push(xxhash_rust::xxh3::xxh3_64(pod.address.as_str().as_bytes()));
             let adapters = pod.adapter_lists();
             if pod.names_no_model() {
-                index.silent.push(i);
+                if pod.may_serve_any_model(table_names_models) {
+                    index.silent.push(i);
+                }
                 continue;
             }
             if adapters.iter().any(|list| !list.is_empty()) {
@@ -183,14 +186,17 @@ mod tests {
         a.resident_loras = vec!["x".into()];
         a.running_loras = vec!["x".into()];
         a.max_loras = 1;
-        let silent = PodState::unknown(&PodAddress::parse("10.0.0.2:80").unwrap());
-        let table = PodTable { pods: vec![a, silent], ..PodTable::default() };
+        // An engine without model labels (it answers its scrapes): it may serve anything.
+        let mut silent = PodState::unknown(&PodAddress::parse("10.0.0.2:80").unwrap());
+        (silent.healthy, silent.last_success_ms) = (true, 1);
+        let down = PodState::unknown(&PodAddress::parse("10.0.0.3:80").unwrap());
+        let table = PodTable { pods: vec![a, silent, down], ..PodTable::default() };
         let mut index = ModelIndex::build(&table, &|_| true);
         assert_eq!(index.servers("base"), Some(vec![(0, 0)]));
         assert_eq!(index.servers("x"), Some(vec![(0, TIER_RESIDENT)]), "resident, listed once though named thrice");
         assert_eq!(index.servers("y"), Some(vec![(0, TIER_SWAP)]), "its one slot is taken");
         assert_eq!(index.servers("z"), None);
-        assert_eq!(index.silent(), [1]);
+        assert_eq!(index.silent(), [1], "a pod down since before its first answer serves nothing yet");
         index.free_slots[0] = 1;
         assert_eq!(index.servers("y"), Some(vec![(0, TIER_FREE_SLOT)]));
         index.note_routed("y", 0);

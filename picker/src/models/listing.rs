@@ -12,8 +12,9 @@
 //! healthy or not (a request for a model whose pods are all down is still sent to one of them,
 //! never refused as unknown), except a name a model rewrite sends elsewhere, which is listed
 //! when one of the targets the rule can draw is served. When the table cannot say (a pod that
-//! names no model may serve anything: one never scraped yet, or an engine without model
-//! labels), there is no list and the request goes to a pod as before.
+//! names no model may serve anything: an engine without model labels, or while no pod names
+//! any; see [`crate::pod_table::PodState::may_serve_any_model`]), there is no list and the
+//! request goes to a pod as before.
 
 use std::collections::BTreeMap;
 
@@ -34,7 +35,8 @@ const OWNED_BY: &str = "wasm-epp";
 /// of an adapter, `null` for a base model). `None` when the table cannot list the pool.
 pub fn pool_model_list(table: &PodTable, rewrites: &[ModelRewrite], created_s: u64) -> Option<Value> {
     let pods = &table.pods;
-    if pods.is_empty() || pods.iter().any(|pod| pod.names_no_model()) {
+    let table_names_models = pods.iter().any(|pod| !pod.names_no_model());
+    if !table_names_models || pods.iter().any(|pod| pod.may_serve_any_model(table_names_models)) {
         return None;
     }
     // Name → parent. Base models first, so a name one pod serves as its base and another as an
@@ -146,6 +148,12 @@ mod tests {
         let silent = pod("10.0.0.3:8000", &[], &[]);
         assert!(pool_model_list(&table(vec![pod("10.0.0.1:8000", &["llama"], &[]), silent]), &[], 0).is_none());
         assert!(pool_model_list(&table(vec![]), &[], 0).is_none(), "no pod");
+        // One down since before its first scrape names nothing yet, and serves nothing: the
+        // others' list stands. While no pod names any model, there is none.
+        let never_answered = PodState::unknown(&PodAddress::parse("10.0.0.4:8000").unwrap());
+        let list = pool_model_list(&table(vec![pod("10.0.0.1:8000", &["llama"], &[]), never_answered.clone()]), &[], 0);
+        assert_eq!(ids_and_parents(&list.unwrap()), vec![("llama".to_owned(), None)]);
+        assert!(pool_model_list(&table(vec![never_answered]), &[], 0).is_none(), "a pool starting up");
     }
 
     #[test]
