@@ -28,13 +28,17 @@ pub struct WeightedTarget {
 }
 
 impl ModelRewrite {
-    /// Checks the rule: a name, 1..=MAX_TARGETS targets, a positive total weight.
+    /// Checks the rule: a name, 1..=MAX_TARGETS targets, a total weight in 1..=u32::MAX (the
+    /// draw is a `usize`, 32 bits in Wasm: a larger total would never reach the last targets).
     pub fn validate(&self) -> Result<(), String> {
         if self.model.is_empty() || self.targets.is_empty() || self.targets.len() > MAX_TARGETS {
             return Err(format!("rewrite '{}' needs a model name and 1..={MAX_TARGETS} targets", self.model));
         }
         if self.targets.iter().any(|t| t.model.is_empty()) || self.total_weight() == 0 {
             return Err(format!("rewrite '{}': targets need names and a total weight above 0", self.model));
+        }
+        if self.total_weight() > u64::from(u32::MAX) {
+            return Err(format!("rewrite '{}': the targets' weights add up past {}", self.model, u32::MAX));
         }
         Ok(())
     }
@@ -63,7 +67,8 @@ pub fn rule_for<'a>(rules: &'a [ModelRewrite], model: &str) -> Option<&'a ModelR
 }
 
 /// `body` with its top-level `"model"` value replaced by `model`; `None` if the body is not a
-/// JSON object. Only the value is rewritten (the rest of the body keeps its bytes and order).
+/// JSON object. The body is written anew: same members and values, keys in sorted order and
+/// no whitespace (JSON objects are unordered; the engine reads it the same).
 pub fn rewrite_body(body: &[u8], model: &str) -> Option<Vec<u8>> {
     let mut object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
     object.insert("model".to_owned(), serde_json::Value::String(model.to_owned()));
@@ -100,6 +105,8 @@ mod tests {
         let mut rule = canary();
         rule.targets.iter_mut().for_each(|t| t.weight = 0);
         assert!(rule.validate().is_err());
+        rule.targets.iter_mut().for_each(|t| t.weight = u32::MAX);
+        assert!(rule.validate().is_err(), "a total past 32 bits would starve the last target in Wasm");
         let body = rewrite_body(br#"{"model":"public","prompt":"hi","stream":true}"#, "v2").unwrap();
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!((value["model"].as_str(), value["prompt"].as_str()), (Some("v2"), Some("hi")));
