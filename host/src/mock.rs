@@ -22,6 +22,9 @@ pub struct Reply {
     pub status: u32,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// The stream it went to: the effective context when it was sent (`None`: the stream
+    /// whose callback is running, none having been set).
+    pub context: Option<u32>,
 }
 
 /// An outgoing call the code dispatched.
@@ -53,6 +56,8 @@ pub struct MockHost {
     pub refuse_calls: Cell<bool>,
     /// Fail every shared-data access (a host in trouble).
     pub fail_store: Cell<bool>,
+    /// Refuse every request header write (a stream Envoy no longer takes changes on).
+    pub refuse_header_writes: Cell<bool>,
     pub metric_names: RefCell<Vec<(String, MetricKind)>>,
     pub metric_values: RefCell<Vec<u64>>,
     pub tick_period_ms: Cell<Option<u64>>,
@@ -192,6 +197,9 @@ impl Host for MockHost {
 
     fn set_request_header(&self, name: &str, value: &[u8]) -> HostResult<()> {
         self.tally.note("proxy_replace_header_map_value", 0, name.len() + value.len());
+        if self.refuse_header_writes.get() {
+            return Err(HostError { call: "set_request_header", status: 2 });
+        }
         replace_in(&self.headers, name, value);
         Ok(())
     }
@@ -276,7 +284,8 @@ impl Host for MockHost {
             0,
             pairs_bytes(headers.iter().map(|(n, v)| (n.as_bytes(), v.as_bytes()))) + body.len(),
         );
-        self.replies.borrow_mut().push(Reply { status, headers: owned(headers), body: body.to_vec() });
+        let context = self.effective_context.get();
+        self.replies.borrow_mut().push(Reply { status, headers: owned(headers), body: body.to_vec(), context });
         Ok(())
     }
 

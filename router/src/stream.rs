@@ -565,10 +565,13 @@ impl RequestStream {
                 let written = write_destination(host, header, &destination, retries_cap);
                 if let Err(error) = written {
                     log::error!("wasm-epp: cannot set destination header: {error}");
+                    // Answered first: the release below may hand the freed place to a held
+                    // request, which makes that stream the one later calls act on.
+                    let step = self.no_pod(host, NoPodReason::HeaderRefused);
                     // Counted as in flight by the decision: release it now.
                     self.routed_to = Some(address);
                     self.on_log(host);
-                    return self.no_pod(host, NoPodReason::HeaderRefused);
+                    return step;
                 }
                 self.routed_to = Some(address);
                 self.destination = Some(destination);

@@ -322,3 +322,26 @@ fn with_learning_on_a_released_request_s_prompt_tokens_leave_at_its_first_byte_a
         "the released answer taught the model (the first sent no byte)"
     );
 }
+
+#[test]
+fn a_request_whose_destination_cannot_be_written_gets_its_own_503_when_its_release_frees_a_held_one() {
+    let bench = Bench::new(&config(""));
+    bench.publish(1, &ONE_POD);
+    // Another worker's request fills the one place; this worker holds one behind it.
+    let other = bench.another_worker(9);
+    let (mut elsewhere, _) = bench.request_on(&other, &COMPLETIONS, &completion("elsewhere"));
+    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    bench.tick();
+    let (_held, step) = send(&bench, 2, &[], "held");
+    assert_eq!(step, Step::Pause);
+    // The other ends: the place is free, but this worker releases on its next look.
+    elsewhere.on_log(&bench.host);
+    bench.host.replies.borrow_mut().clear();
+    // A higher band routes at once; Envoy refuses its header (the stream is gone), and its
+    // count's release hands the place to the held request, whose header is refused too.
+    bench.host.refuse_header_writes.set(true);
+    let (_urgent, step) = send(&bench, 3, &[("x-gateway-inference-priority", "2")], "urgent");
+    assert_eq!(step, Step::Pause);
+    let replies: Vec<(u32, Option<u32>)> = bench.host.replies.borrow().iter().map(|r| (r.status, r.context)).collect();
+    assert_eq!(replies, [(503, None), (503, Some(2))], "each stream its own answer, none twice");
+}
