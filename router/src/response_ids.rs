@@ -15,8 +15,8 @@
 //! A retrieval (`GET /v1/responses/{id}`, how a background request is polled), a cancel and
 //! `input_items` name the id in their path, and go to that pod the same way ([`follow_path`]).
 //!
-//! Cost: per Responses answer one header lookup, one copy of at most [`HEAD_BYTES`] of the
-//! first chunk (both shared with learning's watch when it is on) and one shared-data write; per request naming a stored response a shared-data
+//! Cost: per Responses answer one header lookup, one copy of at most [`HEAD_BYTES`] of its
+//! head, nearly always of the first chunk alone (both shared with learning's watch when it is on) and one shared-data write; per request naming a stored response a shared-data
 //! read when the ring has not brought it yet; nothing for other endpoints or with
 //! `prefix.follow_response_ids` off.
 
@@ -27,7 +27,7 @@ use wasm_epp_host::Host;
 
 use crate::worker::Worker;
 
-/// Bytes of the first chunk searched for the id: a whole answer starts with it, a stream's
+/// Bytes of the answer's head searched for the id: a whole answer starts with it, a stream's
 /// first event has it after ~70 bytes of event name and type.
 pub const HEAD_BYTES: usize = 1024;
 
@@ -36,6 +36,9 @@ pub const HEAD_BYTES: usize = 1024;
 pub struct ResponseIdWatch {
     /// The pod that answered, once the response headers came.
     answered_by: Option<PodAddress>,
+    /// The head read so far, when its first chunks held no id: the id may come in a later
+    /// chunk (an `event:` line alone in the first, a comment or `retry:` line before it).
+    head: Vec<u8>,
     done: bool,
 }
 
@@ -49,30 +52,50 @@ impl ResponseIdWatch {
         self.answered_by = answering.or_else(|| routed_to.cloned());
     }
 
-    /// The first body chunk: its id, if any, becomes the answering pod's session. `chunk` is
-    /// the chunk when learning copied it already; else its head is copied here.
+    /// A body chunk of the answer's first [`HEAD_BYTES`]: the id found there, if any, becomes
+    /// the answering pod's session. `chunk` is the chunk when learning copied it already;
+    /// else what the head still lacks is copied here.
     pub fn on_body(&mut self, worker: &Worker, host: &dyn Host, chunk_size: usize, chunk: Option<&[u8]>) {
         if self.done || chunk_size == 0 {
             return;
         }
-        self.done = true;
-        let Some(pod) = self.answered_by.take() else { return };
+        if self.answered_by.is_none() {
+            self.done = true;
+            return;
+        }
+        let wanted = HEAD_BYTES.saturating_sub(self.head.len());
         let copied;
-        let head = match chunk {
-            Some(chunk) => chunk.get(..HEAD_BYTES).unwrap_or(chunk),
+        let part = match chunk {
+            Some(chunk) => chunk.get(..wanted).unwrap_or(chunk),
             None => {
-                copied = host.response_body(0, chunk_size.min(HEAD_BYTES)).unwrap_or_default();
+                copied = host.response_body(0, chunk_size.min(wanted)).unwrap_or_default();
                 copied.as_slice()
             }
         };
-        let Some(id) = find_response_id(head) else { return };
+        // Nearly always the first chunk holds the id: searched where it is, no copy.
+        let found = if self.head.is_empty() {
+            find_response_id(part).map(session_key)
+        } else {
+            self.head.extend_from_slice(part);
+            find_response_id(&self.head).map(session_key)
+        };
+        let Some(key) = found else {
+            if self.head.is_empty() {
+                self.head.extend_from_slice(part);
+            }
+            // A copy the host refused ends the watch: no host call per chunk to the end.
+            self.done = part.is_empty() || self.head.len() >= HEAD_BYTES;
+            return;
+        };
+        self.done = true;
+        self.head = Vec::new();
+        let Some(pod) = self.answered_by.take() else { return };
         let epoch = match worker.table.try_borrow() {
             Ok(cache) => cache.table().and_then(|t| t.epoch_of(pod.as_str())),
             Err(_) => None,
         };
         // A pod not in the table (gone since) has no epoch to note its session under.
         let (Some(epoch), Ok(mut prefix)) = (epoch, worker.prefix.try_borrow_mut()) else { return };
-        let key = session_key(id);
         prefix.record_session(pod.as_str(), epoch, key);
         // For the other workers until the ring brings it: a follow-up may come at once.
         if let Err(error) = host.set(&slot_key(key), &encode_slot(key, epoch, pod.as_str()), None) {

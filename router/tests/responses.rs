@@ -117,3 +117,23 @@ fn a_retrieval_or_cancel_of_a_stored_response_goes_to_the_pod_that_stored_it() {
     assert_ne!(chosen(compact.destination), "10.0.0.1:8000");
     assert_eq!(bench.stat("wasm_epp.response_ids_followed"), 5, "the unknown id was looked for, compact not");
 }
+
+#[test]
+fn an_id_in_the_second_chunk_of_the_answer_s_head_is_noted() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)]);
+    let (mut stream, _) = bench.request(&RESPONSES, r#"{"model":"m","input":"plan","stream":true}"#);
+    bench.host.set_response(&[(":status", "200"), ("x-gateway-destination-endpoint-served", "10.0.0.2:8000")], b"");
+    stream.on_response_headers(&bench.host, false);
+    // The event's name alone in the first chunk (a proxy's flush, a keep-alive comment).
+    for chunk in [&b": ping\n\nevent: response.created\n"[..], b"data: {\"response\":{\"id\":\"resp_split\"}}\n\n"] {
+        bench.host.set_response(&[(":status", "200")], chunk);
+        stream.on_response_body(&bench.host, chunk.len(), false);
+    }
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.response_ids_noted"), 1);
+    let next = r#"{"model":"m","input":"go on","previous_response_id":"resp_split"}"#;
+    bench.publish(2, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 3.0)]);
+    bench.tick();
+    assert_eq!(exchange(&bench, next, "10.0.0.2:8000", b"{}"), "10.0.0.2:8000", "the follow-up goes to its pod");
+}
