@@ -158,7 +158,15 @@ impl Learner {
     ) -> Option<CacheReport> {
         self.text_ratio.observe(dispatch.prompt, usage.prompt_tokens);
         let indexed = u64::from(dispatch.indexed_tokens);
-        let cached = usage.cached_tokens?;
+        // vLLM writes `prompt_tokens_details` only when something was cached (and it runs with
+        // `--enable-prompt-tokens-details`): from a pod that has reported cached tokens before,
+        // an answer without them had none cached. Read as "no figure", every full miss (a pod
+        // that evicted the whole prompt: what the index most needs to hear) went unheard.
+        let cached = match usage.cached_tokens {
+            Some(cached) => cached,
+            None if self.capacity_scale.contains_key(pod) => 0,
+            None => return None,
+        };
         if dispatch.hashed_blocks > 0 && dispatch.matched_blocks >= dispatch.hashed_blocks {
             self.tail_share.observe(TailReport {
                 indexed_tokens: indexed,
@@ -248,7 +256,11 @@ mod tests {
         }
         assert!(learner.capacity("a", 10_000) <= 20_000);
         let silent = Usage { cached_tokens: None, ..evicted };
-        assert_eq!(learner.answered("a", &dispatch, &silent, 16), None, "no cached figure, no report");
+        assert_eq!(learner.answered("c", &dispatch, &silent, 16), None, "no cached figure from this pod yet: no report");
+        // vLLM leaves the details out when nothing was cached: from a pod that reports them,
+        // silence is a full miss.
+        let report = learner.answered("a", &dispatch, &silent, 16);
+        assert_eq!(report, Some(CacheReport { predicted: 1_024, reported: 0 }));
     }
 
     #[test]
