@@ -169,7 +169,18 @@ fn an_error_answer_is_not_learned_from() {
         answer_with(&bench, &mut failed, status, body);
         assert_eq!(bench.worker.inflight.borrow().tokens(&routed.destination.unwrap()), 0, "tokens released");
     }
-    assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 2, "its tokens are released all the same");
+    // A 200 stream whose first event is an error (it failed at once): no TTFT sample either.
+    let failed_streams = [
+        "data: {\"error\": {\"message\": \"engine dead\", \"code\": 500}}\n\ndata: [DONE]\n\n",
+        "data: {\"object\":\"error\",\"message\":\"engine dead\"}\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n",
+    ];
+    for body in failed_streams {
+        let (mut failed, routed) = bench.request(&COMPLETIONS, &streamed("hello"));
+        answer_with(&bench, &mut failed, "200", body);
+        assert_eq!(bench.worker.inflight.borrow().tokens(&routed.destination.unwrap()), 0, "tokens released");
+    }
+    assert_eq!(bench.stat("wasm_epp.learning.first_bytes"), 5, "its tokens are released all the same");
     assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "an error is no TTFT sample");
     assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 0, "nor a usage report");
     let (mut served, _) = bench.request(&COMPLETIONS, &streamed("hello"));
