@@ -28,15 +28,23 @@ pub struct Usage {
 }
 
 /// The completions' names, or the Responses API's (`input_tokens`, `output_tokens`,
-/// `input_tokens_details`), which vLLM fills alike.
+/// `input_tokens_details`), which vLLM fills alike. Separate fields, not serde aliases: an
+/// object carrying both names (an engine writing both) would be a duplicate-field error and
+/// its whole report lost; the completions' name wins.
 #[derive(Deserialize)]
 struct RawUsage {
-    #[serde(default, alias = "input_tokens")]
+    #[serde(default)]
     prompt_tokens: Option<u64>,
-    #[serde(default, alias = "output_tokens")]
+    #[serde(default)]
+    input_tokens: Option<u64>,
+    #[serde(default)]
     completion_tokens: Option<u64>,
-    #[serde(default, alias = "input_tokens_details")]
+    #[serde(default)]
+    output_tokens: Option<u64>,
+    #[serde(default)]
     prompt_tokens_details: Option<RawDetails>,
+    #[serde(default)]
+    input_tokens_details: Option<RawDetails>,
 }
 
 #[derive(Deserialize)]
@@ -152,10 +160,11 @@ impl UsageScanner {
             return rest;
         }
         if let Ok(raw) = serde_json::from_slice::<RawUsage>(&self.object) {
+            let details = raw.prompt_tokens_details.or(raw.input_tokens_details);
             self.latest = Some(Usage {
-                prompt_tokens: raw.prompt_tokens.unwrap_or(0),
-                completion_tokens: raw.completion_tokens.unwrap_or(0),
-                cached_tokens: raw.prompt_tokens_details.and_then(|d| d.cached_tokens),
+                prompt_tokens: raw.prompt_tokens.or(raw.input_tokens).unwrap_or(0),
+                completion_tokens: raw.completion_tokens.or(raw.output_tokens).unwrap_or(0),
+                cached_tokens: details.and_then(|d| d.cached_tokens),
             });
         }
         self.object.clear();
@@ -264,6 +273,9 @@ mod tests {
         for piece in [1, 3, 17, 4096] {
             assert_eq!(scan_in_pieces(completed, piece), Some(expected), "pieces of {piece}");
         }
+        // Both names in one object (an engine writing both): read, not a duplicate-field error.
+        let both = r#"{"usage":{"prompt_tokens":40,"input_tokens":40,"completion_tokens":5,"output_tokens":5,"prompt_tokens_details":{"cached_tokens":32}}}"#;
+        assert_eq!(scan_in_pieces(both, 4096), Some(expected));
     }
 
     #[test]
