@@ -37,13 +37,18 @@ pub fn prompt_size(request: &InferenceRequest<'_>, endpoint: Endpoint, bytes_per
     PromptSize { tokens: u32::try_from(bytes / per_token).unwrap_or(u32::MAX), exact: false }
 }
 
-/// The number of ids in a JSON list of unsigned integers (`None` for anything else).
+/// The number of ids in a JSON list of unsigned integers, or in a batch of such lists
+/// (`[[1, 2], [3]]`, the completions API's prompts as token ids); `None` for anything else
+/// (text, which is estimated).
 fn token_id_count(raw: &str) -> Option<u32> {
-    let inside = raw.trim_ascii().strip_prefix('[')?.strip_suffix(']')?.trim_ascii();
-    if inside.is_empty() || !inside.bytes().all(|b| b.is_ascii_digit() || b == b',' || b.is_ascii_whitespace()) {
+    let inside = raw.trim_ascii().strip_prefix('[')?.strip_suffix(']')?;
+    let id_list_bytes = |b: u8| b.is_ascii_digit() || b == b',' || b == b'[' || b == b']' || b.is_ascii_whitespace();
+    if !inside.bytes().all(id_list_bytes) {
         return None;
     }
-    u32::try_from(inside.bytes().filter(|&b| b == b',').count() + 1).ok()
+    // Each id is one run of digits.
+    let ids = inside.as_bytes().split(|b| !b.is_ascii_digit()).filter(|run| !run.is_empty()).count();
+    u32::try_from(ids).ok().filter(|&ids| ids > 0)
 }
 
 /// Reported text tokens per estimated text token, learned from the pods' answers.
@@ -101,6 +106,10 @@ mod tests {
     fn token_ids_are_counted_and_text_is_estimated() {
         let ids = parse_request(br#"{"prompt":[1, 2,3 ,4]}"#, Endpoint::Completions).unwrap();
         assert_eq!(prompt_size(&ids, Endpoint::Completions, 4), PromptSize { tokens: 4, exact: true });
+        let batch = parse_request(br#"{"prompt":[[1, 2], [3,4,5]]}"#, Endpoint::Completions).unwrap();
+        assert_eq!(prompt_size(&batch, Endpoint::Completions, 4), PromptSize { tokens: 5, exact: true }, "a batch");
+        let texts = parse_request(br#"{"prompt":["12", "3"]}"#, Endpoint::Completions).unwrap();
+        assert!(!prompt_size(&texts, Endpoint::Completions, 4).exact, "a batch of texts is estimated");
         let text = parse_request(br#"{"prompt":"0123456789abcdef"}"#, Endpoint::Completions).unwrap();
         assert_eq!(prompt_size(&text, Endpoint::Completions, 4), PromptSize { tokens: 4, exact: false });
         let chat = parse_request(br#"{"messages":[{"role":"user","content":"hi"}]}"#, Endpoint::ChatCompletions);
