@@ -88,6 +88,16 @@ impl PeerMessage {
         out
     }
 
+    /// Bytes left for the batch of decisions once this message's header and pods are encoded,
+    /// so that the whole stays within [`MAX_MESSAGE_BYTES`] (a receiver refuses more).
+    pub fn batch_budget(&self) -> usize {
+        let pods = self.pods.get(..MAX_PODS).unwrap_or(&self.pods);
+        // Per pod: its address's length byte, the address, epoch and in-flight count.
+        let pods_bytes =
+            pods.iter().fold(0usize, |sum, pod| sum.saturating_add(pod.address.as_str().len()).saturating_add(1 + 8));
+        MAX_MESSAGE_BYTES.saturating_sub(HEADER_BYTES + 2).saturating_sub(pods_bytes)
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<Self, Refused> {
         if bytes.len() > MAX_MESSAGE_BYTES {
             return Err(Refused::TooLarge);
@@ -228,6 +238,13 @@ mod tests {
         let sent = message(5, 9, 1_000);
         let bytes = sent.encode(&encode_batch(&sent.events));
         assert_eq!(PeerMessage::decode(&bytes), Ok(sent));
+    }
+
+    #[test]
+    fn the_batch_budget_is_what_the_pods_leave_of_the_limit() {
+        let sent = message(5, 9, 1_000);
+        let header = sent.encode(&[]).len();
+        assert_eq!(sent.batch_budget(), MAX_MESSAGE_BYTES - header);
     }
 
     #[test]

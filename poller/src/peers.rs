@@ -22,13 +22,14 @@ use picker::inflight::{envoy_totals, publish_peer_counts, SLOT_STALE_MS};
 use picker::keys::{PEER_INBOX, REPLICA_ID};
 use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused, MAX_MESSAGE_BYTES};
 use picker::pod_table::PodState;
-use picker::prefix::events::{encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH, NO_ORIGIN};
+use picker::prefix::events::{count_within, encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH, NO_ORIGIN};
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
 use crate::discovery::{Discovery, DiscoveryTarget, Env};
 
-/// Decisions waiting to be sent at most; older ones are dropped first (and counted) when a
-/// send interval sees more than a full batch.
+/// Decisions waiting to be sent at most; older ones are dropped first (and counted) when
+/// decisions come faster than messages carry them (each carries what fits in
+/// [`MAX_MESSAGE_BYTES`], at most a full batch).
 const MAX_OUTBOX_EVENTS: usize = MAX_EVENTS_PER_BATCH;
 
 /// Unanswered sends per peer at most: a peer that does not answer gets no more until it
@@ -213,9 +214,11 @@ impl PeerExchange {
                 PeerPod { address: pod.address.clone(), epoch: pod.epoch, inflight }
             })
             .collect();
-        let take = self.outbox.len().min(MAX_EVENTS_PER_BATCH);
-        let events: Vec<RoutingEvent> = self.outbox.drain(..take).collect();
         let message = PeerMessage { replica: self.replica, seq: self.seq, sent_ms: now, pods, events: Vec::new() };
+        // A message over MAX_MESSAGE_BYTES is refused whole by every peer (413): it carries the
+        // oldest decisions that fit, and the rest wait in the (bounded) outbox for the next send.
+        let take = count_within(&self.outbox, message.batch_budget());
+        let events: Vec<RoutingEvent> = self.outbox.drain(..take).collect();
         let body = message.encode(&encode_batch(&events));
         for (index, peer) in self.peers.iter().enumerate() {
             if self.own_address.as_ref() == Some(peer) {

@@ -116,6 +116,29 @@ fn a_decision_on_one_replica_reaches_the_others_ring_under_its_epochs() {
 }
 
 #[test]
+fn a_burst_of_long_prompts_goes_out_in_messages_a_peer_accepts() {
+    // ~500 decisions of 256 blocks (~2 KiB each) in one interval made one message over the
+    // receivers' 1 MiB limit, refused whole (413): every peer lost the interval.
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    let epoch = a.epoch();
+    let events: Vec<RoutingEvent> = (0..600u64)
+        .map(|n| RoutingEvent { pod: POD.into(), epoch, origin: 0, hashes: (n * 256..(n + 1) * 256).collect() })
+        .collect();
+    let queue = a.host.resolve_queue("wasm-epp", keys::EVENT_QUEUE).unwrap().unwrap();
+    a.host.enqueue(queue, &encode_batch(&events)).unwrap();
+    a.service.queue_ready(&a.host, queue);
+    let mut delivered = Vec::new();
+    for round in 1..=5 {
+        for body in a.tick(NOW + 50 * round) {
+            assert!(body.len() <= picker::peer::MAX_MESSAGE_BYTES, "a message of {} bytes", body.len());
+            delivered.extend(picker::peer::PeerMessage::decode(&body).unwrap().events);
+        }
+    }
+    assert_eq!(delivered, events, "every decision, in order, none dropped");
+    assert_eq!(a.stat("wasm_epp.peer_outbox_dropped"), 0);
+}
+
+#[test]
 fn replays_garbage_and_stale_epochs_are_refused() {
     let mut a = Replica::new(1, "127.0.0.2:10001");
     let mut b = Replica::new(2, "127.0.0.1:10001");

@@ -71,6 +71,31 @@ pub fn encode_batch(events: &[RoutingEvent]) -> Vec<u8> {
     out
 }
 
+/// The bytes `event` takes in a batch: 0 for one [`encode_batch`] leaves out (an address
+/// empty or over 255 bytes), whose hashes count up to [`MAX_HASHES_PER_EVENT`].
+pub fn encoded_len(event: &RoutingEvent) -> usize {
+    if event.pod.is_empty() || event.pod.len() > usize::from(u8::MAX) {
+        return 0;
+    }
+    let hashes = event.hashes.len().min(MAX_HASHES_PER_EVENT);
+    ADDRESS_LEN_BYTES + event.pod.len() + FIELDS_BYTES + 8 * hashes
+}
+
+/// How many of `events`, in the order given, make a batch of at most `max_bytes` (its version
+/// byte included) and [`MAX_EVENTS_PER_BATCH`] events: the count stops at the first event that
+/// would not fit, so the events counted are a run the caller can encode as they are.
+pub fn count_within<'a>(events: impl IntoIterator<Item = &'a RoutingEvent>, max_bytes: usize) -> usize {
+    let mut used: usize = 1; // the version byte
+    events
+        .into_iter()
+        .take(MAX_EVENTS_PER_BATCH)
+        .take_while(|event| {
+            used = used.saturating_add(encoded_len(event));
+            used <= max_bytes
+        })
+        .count()
+}
+
 fn encode_event(event: &RoutingEvent, out: &mut Vec<u8>) {
     let address = event.pod.as_bytes();
     let Ok(address_len) = u8::try_from(address.len()) else { return };
@@ -207,6 +232,21 @@ mod tests {
         join_batch(&mut joined, &[1, 9, 9, 9]);
         join_batch(&mut joined, &encode_batch(std::slice::from_ref(&a)));
         assert_eq!(decode_batch(&joined), vec![a.clone(), b.clone(), b, a]);
+    }
+
+    #[test]
+    fn counted_events_encode_within_the_bound() {
+        let events: Vec<_> = (0..50).map(|n| event("10.0.0.1:8000", 1, &vec![n; 10 + n as usize])).collect();
+        for max_bytes in [0, 1, 50, 500, 5_000, usize::MAX] {
+            let count = count_within(&events, max_bytes);
+            let encoded = encode_batch(&events[..count]);
+            assert!(encoded.len() <= max_bytes.max(1), "{max_bytes}: {}", encoded.len());
+            assert_eq!(encoded.len(), 1 + events[..count].iter().map(encoded_len).sum::<usize>());
+            if count < events.len() {
+                assert!(encoded.len() + encoded_len(&events[count]) > max_bytes, "as many as fit");
+            }
+        }
+        assert_eq!(encoded_len(&event("", 1, &[1])), 0, "left out by the encoder");
     }
 
     #[test]
