@@ -9,7 +9,7 @@ use picker::config::{PeerReceiverConfig, PEER_REPLICA_HEADER, PEER_SECRET_HEADER
 use picker::keys::{PEER_INBOX, POD_TABLE, REPLICA_ID, SERVICE_HEARTBEAT};
 use picker::peer::{PeerMessage, PeerPod, MAX_MESSAGE_BYTES};
 use picker::pod_table::{decode_version, PodTable};
-use picker::prefix::events::{encode_batch, MAX_EVENTS_PER_BATCH};
+use picker::prefix::events::{count_within, encode_batch};
 use picker::prefix::RING_SEGMENTS;
 use picker::prefix::{RingReader, StartAt};
 use wasm_epp_host::{HeaderMap, Host};
@@ -51,11 +51,16 @@ pub fn accept_headers(worker: &Worker, host: &dyn Host, config: &PeerReceiverCon
 /// Answers a starting replica with this replica's newest decisions and their epochs.
 fn send_snapshot(worker: &Worker, host: &dyn Host) {
     let events = RingReader::new(StartAt::Oldest).poll(host, RING_SEGMENTS).map(|r| r.events).unwrap_or_default();
-    let newest = events.get(events.len().saturating_sub(MAX_EVENTS_PER_BATCH)..).unwrap_or_default();
     let table = host.get(POD_TABLE).ok().and_then(|(bytes, _)| PodTable::decode(&bytes?).ok()).unwrap_or_default();
     let pods = table.pods.iter().map(|p| PeerPod { address: p.address.clone(), epoch: p.epoch, inflight: 0 }).collect();
     // Replica 0, sequence 0: a snapshot is an answer to the asker's own call, not a message.
     let message = PeerMessage { replica: 0, seq: 0, sent_ms: host.now_ms(), pods, events: Vec::new() };
+    // The asker reads at most MAX_MESSAGE_BYTES (and Envoy cuts larger answers): the newest
+    // decisions that fit are counted from the newest back, then sent oldest first, since the
+    // asker appends them in order (the newest most recent in its index) and its decoder keeps
+    // a batch's first events.
+    let fitting = count_within(events.iter().rev(), message.batch_budget());
+    let newest = events.get(events.len().saturating_sub(fitting)..).unwrap_or_default();
     let body = message.encode(&encode_batch(newest));
     worker.stats.increment(worker.stats.peer_snapshots);
     if let Err(error) = host.send_reply(200, &[("content-type", "application/octet-stream")], &body) {

@@ -4,6 +4,8 @@ mod common;
 
 use common::{completion, Bench, COMPLETIONS};
 use picker::keys;
+use picker::prefix::events::{encode_batch, RoutingEvent};
+use picker::prefix::RingWriter;
 use wasm_epp_host::{HeaderMap, SharedStore};
 use wasm_epp_router::Step;
 
@@ -262,6 +264,35 @@ fn the_peer_listener_takes_only_authenticated_messages_and_routes_nothing() {
     assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "garbage").reply, Some(400));
     assert_eq!(queued(), 2, "only the good messages queued");
     assert_eq!(bench.host.header("x-gateway-destination-endpoint"), None);
+}
+
+#[test]
+fn a_snapshot_holds_the_newest_decisions_that_fit_what_the_asker_reads() {
+    // 4,096 decisions of 256 blocks (~2 KiB each): more than a 1 MiB answer can hold. The
+    // asker reads at most 1 MiB and keeps a batch's first events, so a snapshot of the ring's
+    // last 4,096 was cut (or reset by Envoy) and kept the oldest.
+    let config = format!(r#"{{"peer_receiver": {{"secret": "{SECRET}"}}}}"#);
+    let bench = Bench::new(&config);
+    bench.publish(1, &POOL);
+    let mut ring = RingWriter::resume(&bench.host).unwrap();
+    let events: Vec<RoutingEvent> = (0..4_096u64)
+        .map(|n| RoutingEvent {
+            pod: POOL[0].0.into(),
+            epoch: 0,
+            origin: 0,
+            hashes: (n * 256..(n + 1) * 256).collect(),
+        })
+        .collect();
+    for chunk in events.chunks(16) {
+        ring.append(&bench.host, &encode_batch(chunk)).unwrap();
+    }
+    let headers = [(":method", "GET"), (":path", "/wasm-epp/v1/peer/snapshot"), ("x-wasm-epp-peer-secret", SECRET)];
+    assert_eq!(bench.complete(&headers, "").reply, Some(200));
+    let body = bench.host.replies.borrow().last().unwrap().body.clone();
+    assert!(body.len() <= picker::peer::MAX_MESSAGE_BYTES, "an answer of {} bytes", body.len());
+    let sent = picker::peer::PeerMessage::decode(&body).unwrap().events;
+    assert!(sent.len() > 400, "as many as fit: {}", sent.len());
+    assert!(events.ends_with(&sent), "the newest, oldest first, up to the last one made");
 }
 
 #[test]
