@@ -509,7 +509,7 @@ fn claim_slot(store: &dyn SharedStore, owner: u64, now_ms: u64, value: &[u8]) ->
         let free = match bytes.as_deref().map(decode_header) {
             None => true,
             Some(None) => true, // corrupt: nobody can be using it
-            Some(Some((_, refreshed))) => now_ms.saturating_sub(refreshed) > SLOT_STALE_MS,
+            Some(Some((_, refreshed))) => !refreshed_recently(refreshed, now_ms),
         };
         if !free || store.set(key, value, cas).is_err() {
             continue;
@@ -544,7 +544,17 @@ fn own_counts(local: &HashMap<String, Local>) -> impl Iterator<Item = (&str, Loa
 
 /// A slot value refreshed within [`SLOT_STALE_MS`] of `now_ms` (its writer is alive).
 fn is_live(slot_value: &[u8], now_ms: u64) -> bool {
-    decode_header(slot_value).is_some_and(|(_, refreshed)| now_ms.saturating_sub(refreshed) <= SLOT_STALE_MS)
+    decode_header(slot_value).is_some_and(|(_, refreshed)| refreshed_recently(refreshed, now_ms))
+}
+
+/// Refreshed within [`SLOT_STALE_MS`] of `now_ms`, before or after it. After: another worker
+/// wrote after this one read the clock, a few ms; but the host's clock is the wall clock,
+/// and stepped back (NTP, a VM restored) a gone writer's last refresh lies ahead by the step:
+/// counted as live, its counts would stay on the pods until the clock caught up (an hour for
+/// an hour's step). Further ahead than [`SLOT_STALE_MS`] it is stale at once; a live writer
+/// rewrites its slot on its next tick.
+fn refreshed_recently(refreshed_ms: u64, now_ms: u64) -> bool {
+    now_ms.abs_diff(refreshed_ms) <= SLOT_STALE_MS
 }
 
 fn decode_header(bytes: &[u8]) -> Option<(u64, u64)> {

@@ -401,7 +401,14 @@ impl PeerExchange {
 
     /// Sums what live peers have in flight and publishes it for the workers.
     fn publish_remote_load(&mut self, host: &dyn Host, metrics: &Metrics, now: u64) {
-        self.remote_load.retain(|_, (heard, _)| now.saturating_sub(*heard) <= SLOT_STALE_MS);
+        self.remote_load.retain(|_, (heard, _)| {
+            // The host's clock is the wall clock: stepped back, a peer heard "after now" would
+            // count as just heard until the clock caught up, a departed replica's load kept on
+            // the pods for the length of the step. Heard now instead: a live peer stays live,
+            // a departed one expires SLOT_STALE_MS after the step.
+            *heard = (*heard).min(now);
+            now.saturating_sub(*heard) <= SLOT_STALE_MS
+        });
         metrics.set(self.stats.live_peers, self.remote_load.len() as u64);
         let mut totals: HashMap<String, u32> = HashMap::new();
         for (_, counts) in self.remote_load.values() {

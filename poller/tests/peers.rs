@@ -178,6 +178,26 @@ fn a_peers_load_reaches_the_workers_in_flight_view() {
 }
 
 #[test]
+fn a_departed_peers_load_expires_after_the_clock_steps_back() {
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    let mut b = Replica::new(2, "127.0.0.1:10001");
+    let mut worker = WorkerInflight::new();
+    for _ in 0..3 {
+        worker.started(POD, NOW);
+    }
+    worker.sync(&a.host, NOW + 40, 60_000);
+    b.tick(NOW + 600);
+    b.receive(&a.tick(NOW + 600));
+    // a is gone; b's wall clock steps back an hour (NTP, a VM restored).
+    let back = NOW - 3_600_000;
+    b.tick(back);
+    b.tick(back + picker::inflight::SLOT_STALE_MS + 100);
+    let mut b_worker = WorkerInflight::new();
+    b_worker.sync(&b.host, back + picker::inflight::SLOT_STALE_MS + 110, 60_000);
+    assert_eq!(b_worker.count(POD), 0, "a's three requests no longer count on b");
+}
+
+#[test]
 fn nothing_queues_behind_a_dead_peer() {
     let mut a = Replica::new(1, "127.0.0.2:10001");
     for round in 0..20 {

@@ -47,6 +47,25 @@ fn a_gone_workers_counts_stop_counting_and_its_slot_is_reused() {
 }
 
 #[test]
+fn a_gone_workers_counts_stop_counting_after_the_clock_steps_back() {
+    let store = MemoryStore::new();
+    let mut gone = WorkerInflight::new();
+    gone.started(POD, NOW + 3_600_000);
+    gone.sync(&store, NOW + 3_600_000, EXPIRY); // its last refresh, an hour ahead of the clock now
+    let mut alive = WorkerInflight::new();
+    alive.sync(&store, NOW, EXPIRY);
+    assert_eq!(alive.count(POD), 0, "a refresh further ahead than SLOT_STALE_MS is no sign of life");
+    assert_eq!(envoy_totals(&store, NOW).get(POD), None);
+    assert_eq!(alive.slot, Some(0), "and its slot is free again");
+    // A few ms ahead is another worker that wrote after this one read the clock: live.
+    let mut busy = WorkerInflight::new();
+    busy.started(POD, NOW + 5);
+    busy.sync(&store, NOW + 5, EXPIRY);
+    alive.sync(&store, NOW, EXPIRY);
+    assert_eq!(alive.count(POD), 1);
+}
+
+#[test]
 fn leaked_counts_expire_and_never_go_negative() {
     let store = MemoryStore::new();
     let mut worker = WorkerInflight::new();
