@@ -94,6 +94,13 @@ enum Snapshot {
     Done,
 }
 
+impl Snapshot {
+    /// `peer` did not give one on try `tries`: the next peer's turn.
+    fn after(peer: usize, tries: usize) -> Self {
+        Self::Wanted { next_peer: peer.saturating_add(1), tries: tries.saturating_add(1) }
+    }
+}
+
 pub struct PeerExchange {
     config: PeersConfig,
     peers: Vec<PodAddress>,
@@ -108,6 +115,9 @@ pub struct PeerExchange {
     /// What each peer last said it has in flight: `replica -> (heard at, counts)`.
     remote_load: HashMap<u64, (u64, Vec<(String, u32)>)>,
     snapshot: Snapshot,
+    /// When the snapshot first waited for peer discovery's first list (see
+    /// [`PeerExchange::awaiting_peer_list`]).
+    peer_list_awaited_since_ms: Option<u64>,
     /// This replica's own address among the peers, once an answer named this replica: a
     /// label selector lists the replica's own pod, and sending there only costs CPU.
     own_address: Option<PodAddress>,
@@ -148,6 +158,7 @@ impl PeerExchange {
             ledger: PeerLedger::default(),
             remote_load: HashMap::new(),
             snapshot: Snapshot::Wanted { next_peer: 0, tries: 0 },
+            peer_list_awaited_since_ms: None,
             own_address: None,
             discovery,
             stats: Stats::define(metrics),
@@ -272,6 +283,11 @@ impl PeerExchange {
         let ok = host.call_response_status().is_some_and(|s| (200..300).contains(&s));
         if let Snapshot::Asked { token: asked, peer, tries, .. } = self.snapshot {
             if asked == token {
+                if ok && self.answered_by_self(host, metrics, peer) {
+                    // Its own ring: nothing to catch up on there.
+                    self.snapshot = Snapshot::after(peer, tries);
+                    return Vec::new();
+                }
                 let body = if ok {
                     host.call_response_body(body_size, MAX_MESSAGE_BYTES).unwrap_or_default()
                 } else {
@@ -293,7 +309,7 @@ impl PeerExchange {
                     }
                     Err(_) => {
                         metrics.increment(self.stats.send_failed);
-                        self.snapshot = Snapshot::Wanted { next_peer: peer + 1, tries: tries + 1 };
+                        self.snapshot = Snapshot::after(peer, tries);
                         Vec::new()
                     }
                 };
@@ -307,19 +323,26 @@ impl PeerExchange {
         Vec::new()
     }
 
-    /// Remembers the peer whose answer carries this replica's own id: that address is this
-    /// Envoy, and it gets no more messages (nor snapshot requests).
+    /// Notes whether the answer to a message came from this replica itself.
     fn note_answer(&mut self, host: &dyn Host, metrics: &Metrics, token: u32) {
-        let Some(call) = self.calls.iter().find(|c| c.token == token) else { return };
-        let Some(named) = host.call_response_header(PEER_REPLICA_HEADER) else { return };
-        if named != format!("{:016x}", self.replica).as_bytes() {
-            return;
+        if let Some(peer) = self.calls.iter().find(|c| c.token == token).map(|c| c.peer) {
+            self.answered_by_self(host, metrics, peer);
         }
-        if let Some(address) = self.peers.get(call.peer) {
+    }
+
+    /// Whether the answer from `peer` carries this replica's own id: that address is this
+    /// Envoy, and it gets no more messages (nor snapshot requests).
+    fn answered_by_self(&mut self, host: &dyn Host, metrics: &Metrics, peer: usize) -> bool {
+        let Some(named) = host.call_response_header(PEER_REPLICA_HEADER) else { return false };
+        if named != format!("{:016x}", self.replica).as_bytes() {
+            return false;
+        }
+        if let Some(address) = self.peers.get(peer) {
             log::info!("wasm-epp pool service: peer {address} is this replica; not sending there");
             self.own_address = Some(address.clone());
             metrics.set(self.stats.self_listed, 1);
         }
+        true
     }
 
     fn peer_name(&self, index: usize) -> &str {
@@ -330,18 +353,21 @@ impl PeerExchange {
     fn ask_for_snapshot(&mut self, host: &dyn Host, now: u64, expiry: u64) {
         if let Snapshot::Asked { started_ms, peer, tries, .. } = self.snapshot {
             if now.saturating_sub(started_ms) > expiry {
-                self.snapshot = Snapshot::Wanted { next_peer: peer + 1, tries: tries + 1 };
+                self.snapshot = Snapshot::after(peer, tries);
             }
         }
         let Snapshot::Wanted { next_peer, tries } = self.snapshot else { return };
-        if self.peers.is_empty() || tries >= 2 * self.peers.len() {
+        if self.peers.is_empty() && self.awaiting_peer_list(now) {
+            return;
+        }
+        if self.peers.is_empty() || tries >= self.peers.len().saturating_mul(2) {
             self.snapshot = Snapshot::Done;
             return;
         }
         let peer = next_peer % self.peers.len();
         let Some(address) = self.peers.get(peer) else { return };
         if self.own_address.as_ref() == Some(address) {
-            self.snapshot = Snapshot::Wanted { next_peer: peer + 1, tries: tries + 1 };
+            self.snapshot = Snapshot::after(peer, tries);
             return;
         }
         let path = format!("{}/snapshot", self.config.path);
@@ -354,8 +380,27 @@ impl PeerExchange {
         ];
         self.snapshot = match host.dispatch_call(&self.config.cluster, &headers, &[], self.config.timeout_ms) {
             Ok(token) => Snapshot::Asked { token, peer, started_ms: now, tries },
-            Err(_) => Snapshot::Wanted { next_peer: peer + 1, tries: tries + 1 },
+            Err(_) => Snapshot::after(peer, tries),
         };
+    }
+
+    /// With peers found in Kubernetes, no peers yet may be a list not answered yet (the
+    /// pool's first round of scrapes can end first): the snapshot waits for the first list,
+    /// at most `relist_interval_ms + 2 × timeout_ms` of the peer discovery from when it first
+    /// waited, time for a failed first list to be retried once, so a list that keeps failing
+    /// does not hold it for good.
+    fn awaiting_peer_list(&mut self, now: u64) -> bool {
+        let (Some(discovery), Some(kubernetes)) = (&self.discovery, &self.config.kubernetes) else { return false };
+        if discovery.has_listed() {
+            return false;
+        }
+        let bound = kubernetes.relist_interval_ms.saturating_add(kubernetes.timeout_ms.saturating_mul(2));
+        let since = *self.peer_list_awaited_since_ms.get_or_insert(now);
+        let waiting = now.saturating_sub(since) < bound;
+        if !waiting {
+            log::warn!("wasm-epp pool service: no peer list after {bound} ms; starting without a snapshot");
+        }
+        waiting
     }
 
     /// Handles what peers sent: returns their decisions, in this replica's epochs, for the

@@ -273,6 +273,105 @@ fn peers_are_found_in_kubernetes_by_label() {
     );
 }
 
+/// A replica finding its peers in Kubernetes (relisted every second, lists timing out after
+/// 100 ms), whose first list is still unanswered.
+fn replica_discovering_peers() -> (Replica, wasm_epp_host::mock::Call) {
+    let host = MockHost::new();
+    host.clock_ms.set(NOW);
+    let config = format!(
+        r#"{{"pool": ["{POD}"], "poll_interval_ms": 100,
+            "peers": {{"secret": "{SECRET}", "kubernetes": {{"namespace": "gw", "label_selector": "app=gateway",
+                       "target_port": 10001, "relist_interval_ms": 1000, "timeout_ms": 100}}}}}}"#
+    );
+    let mut replica = Replica { host, service: PoolService::default(), handled: 0 };
+    replica.service.configure(&replica.host, config.as_bytes()).unwrap();
+    replica.service.tick(&replica.host, NOW);
+    let list = replica.host.calls.borrow().iter().find(|c| c.cluster == "kubernetes_api").cloned().unwrap();
+    (replica, list)
+}
+
+impl Replica {
+    /// Ticks at `now`, answering the scrapes only (the peer list is left to the test).
+    fn tick_answering_scrapes(&mut self, now: u64) {
+        self.host.clock_ms.set(now);
+        self.service.tick(&self.host, now);
+        let calls = self.host.calls.borrow().clone();
+        for call in calls.iter().skip(self.handled).filter(|c| c.cluster == "wasm_epp_metrics") {
+            *self.host.call_answer.borrow_mut() = Some((200, METRICS.as_bytes().to_vec()));
+            self.service.http_response(&self.host, call.token, METRICS.len());
+        }
+        self.handled = calls.len();
+    }
+
+    fn snapshot_asks(&self) -> usize {
+        self.host.calls.borrow().iter().filter(|c| c.headers.iter().any(|(_, v)| v.ends_with("/snapshot"))).count()
+    }
+}
+
+const ONE_PEER: &str = r#"{"kind": "PodList", "metadata": {"resourceVersion": "1"}, "items": [
+    {"metadata": {"name": "gw-a", "namespace": "gw"}, "status": {"phase": "Running", "podIP": "10.2.0.7",
+     "conditions": [{"type": "Ready", "status": "True"}]}}]}"#;
+
+#[test]
+fn a_replica_whose_pool_is_known_before_its_peers_still_asks_them_for_a_snapshot() {
+    let (mut replica, list) = replica_discovering_peers();
+    for now in [NOW, NOW + 10, NOW + 100, NOW + 200] {
+        replica.tick_answering_scrapes(now); // the first round ends; the peer list is unanswered
+    }
+    *replica.host.call_answer.borrow_mut() = Some((200, ONE_PEER.as_bytes().to_vec()));
+    replica.service.http_response(&replica.host, list.token, ONE_PEER.len());
+    replica.tick_answering_scrapes(NOW + 300);
+    assert_eq!(replica.snapshot_asks(), 1, "asked once the peers are listed");
+}
+
+#[test]
+fn a_peer_list_that_never_comes_holds_the_snapshot_only_so_long() {
+    let (mut replica, list) = replica_discovering_peers();
+    // Relisted every 1,000 ms, lists time out at 100: the wait ends 1,200 ms after it began.
+    for now in [NOW, NOW + 10, NOW + 1_100, NOW + 1_250] {
+        replica.tick_answering_scrapes(now);
+    }
+    *replica.host.call_answer.borrow_mut() = Some((200, ONE_PEER.as_bytes().to_vec()));
+    replica.service.http_response(&replica.host, list.token, ONE_PEER.len());
+    replica.tick_answering_scrapes(NOW + 1_300);
+    assert_eq!(replica.snapshot_asks(), 0, "started without one");
+}
+
+#[test]
+fn a_replica_that_asks_its_own_listener_for_a_snapshot_knows_itself() {
+    const ME: &str = "127.0.0.9:10001";
+    const OTHER: &str = "127.0.0.8:10001";
+    let host = MockHost::new();
+    host.clock_ms.set(NOW);
+    let config = format!(
+        r#"{{"pool": ["{POD}"], "poll_interval_ms": 100, "peers": {{"peers": ["{ME}", "{OTHER}"], "secret": "{SECRET}"}}}}"#
+    );
+    let mut replica = Replica { host, service: PoolService::default(), handled: 0 };
+    replica.service.configure(&replica.host, config.as_bytes()).unwrap();
+    replica.tick_answering_scrapes(NOW);
+    replica.tick_answering_scrapes(NOW + 10);
+    let ask = replica.host.calls.borrow().last().cloned().unwrap();
+    assert!(ask.headers.contains(&(":authority".into(), ME.into())), "{ask:?}");
+    // Its own listener's snapshot: its own ring, named with its own id.
+    let own_id = String::from_utf8(replica.host.get(keys::REPLICA_ID).unwrap().0.unwrap()).unwrap();
+    let event = RoutingEvent { pod: POD.into(), epoch: replica.epoch(), origin: 0, hashes: vec![1] };
+    let pods = vec![picker::peer::PeerPod {
+        address: picker::address::PodAddress::parse(POD).unwrap(),
+        epoch: replica.epoch(),
+        inflight: 0,
+    }];
+    let snapshot = picker::peer::PeerMessage { replica: 0, seq: 0, sent_ms: NOW, pods, events: Vec::new() }
+        .encode(&encode_batch(&[event]));
+    *replica.host.call_answer_headers.borrow_mut() = vec![("x-wasm-epp-replica".into(), own_id)];
+    *replica.host.call_answer.borrow_mut() = Some((200, snapshot.clone()));
+    replica.service.http_response(&replica.host, ask.token, snapshot.len());
+    assert!(replica.ring().is_empty(), "nothing learned from itself");
+    replica.service.tick(&replica.host, NOW + 20);
+    let next = replica.host.calls.borrow().last().cloned().unwrap();
+    assert!(next.headers.contains(&(":authority".into(), OTHER.into())), "the other peer asked next: {next:?}");
+    assert_eq!(replica.host.metric("wasm_epp.peer_self_listed"), 1, "a gauge, flushed on the tick");
+}
+
 impl Replica {
     /// Answers the first round of scrapes, then ticks until a heartbeat goes out.
     fn decide_after_first_round(&mut self) {

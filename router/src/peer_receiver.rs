@@ -63,7 +63,10 @@ fn send_snapshot(worker: &Worker, host: &dyn Host) {
     let newest = events.get(events.len().saturating_sub(fitting)..).unwrap_or_default();
     let body = message.encode(&encode_batch(newest));
     worker.stats.increment(worker.stats.peer_snapshots);
-    if let Err(error) = host.send_reply(200, &[("content-type", "application/octet-stream")], &body) {
+    // Named like a message's answer, so a replica that asked its own listener knows itself.
+    let replica = own_replica(host);
+    let headers = [("content-type", "application/octet-stream"), (PEER_REPLICA_HEADER, replica.as_str())];
+    if let Err(error) = host.send_reply(200, &headers, &body) {
         log::debug!("wasm-epp peer listener: snapshot reply failed: {error}");
     }
 }

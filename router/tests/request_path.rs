@@ -296,6 +296,19 @@ fn a_snapshot_holds_the_newest_decisions_that_fit_what_the_asker_reads() {
 }
 
 #[test]
+fn a_snapshot_names_the_replica_that_gives_it() {
+    // A replica that asked its own listener (a label selector lists its own pod) knows itself.
+    let config = format!(r#"{{"peer_receiver": {{"secret": "{SECRET}"}}}}"#);
+    let bench = Bench::new(&config);
+    bench.publish(1, &POOL);
+    bench.host.set(keys::REPLICA_ID, b"00000000000000ab", None).unwrap();
+    let headers = [(":method", "GET"), (":path", "/wasm-epp/v1/peer/snapshot"), ("x-wasm-epp-peer-secret", SECRET)];
+    assert_eq!(bench.complete(&headers, "").reply, Some(200));
+    let reply = bench.host.replies.borrow().last().cloned().unwrap();
+    assert!(reply.headers.contains(&("x-wasm-epp-replica".into(), "00000000000000ab".into())), "{:?}", reply.headers);
+}
+
+#[test]
 fn a_body_that_ends_in_trailers_is_routed_at_the_trailers() {
     let bench = Bench::new("{}");
     bench.publish(1, &POOL);
