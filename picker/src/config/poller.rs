@@ -76,6 +76,7 @@ impl PollerConfig {
         check_range("max_metrics_bytes", self.max_metrics_bytes, 1024, 64 * 1024 * 1024)?;
         if let Some(peers) = &self.peers {
             peers.validate()?;
+            peers.check_load_cadence(self.poll_interval_ms)?;
         }
         self.role_map()?;
         if !self.models_path.starts_with('/') {
@@ -126,6 +127,26 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("localhost"));
         let bad: PollerConfig = parse_json(br#"{"poll_interval_ms": 1}"#).unwrap();
         assert!(bad.validate().unwrap_err().contains("poll_interval_ms"));
+    }
+
+    #[test]
+    fn peers_need_a_load_cadence_their_expiry_covers() {
+        let config = |poll: u64, heartbeat: u64| {
+            let json = format!(
+                r#"{{"pool": ["10.0.0.1:80"], "poll_interval_ms": {poll},
+                    "peers": {{"secret": "a-shared-secret-of-some-length", "heartbeat_ms": {heartbeat}}}}}"#
+            );
+            parse_json::<PollerConfig>(json.as_bytes()).unwrap().validate()
+        };
+        assert!(config(100, 500).is_ok());
+        assert!(config(100, 1_000).is_ok());
+        assert!(config(100, 1_001).unwrap_err().contains("heartbeat_ms"));
+        assert!(config(100, 30_000).unwrap_err().contains("heartbeat_ms"));
+        // Sent on the ticks: 800 ms rounded up to ticks of 700 is every 1,400 ms.
+        assert!(config(700, 800).unwrap_err().contains("every 1400 ms"));
+        assert!(config(5_000, 500).unwrap_err().contains("poll_interval_ms"));
+        let no_peers: PollerConfig = parse_json(br#"{"pool": ["10.0.0.1:80"], "poll_interval_ms": 5000}"#).unwrap();
+        assert!(no_peers.validate().is_ok(), "a slow poll without peers is fine");
     }
 
     #[test]
