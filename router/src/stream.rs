@@ -146,7 +146,13 @@ impl RequestStream {
             }
         }
         if let Some(receiver) = &self.worker.config.peer_receiver {
-            self.decided = !crate::peer_receiver::accept_headers(&self.worker, host, receiver, &headers);
+            let wants_body = crate::peer_receiver::accept_headers(&self.worker, host, receiver, &headers);
+            if wants_body && end_of_stream {
+                // No body is coming (no body callback would answer): an empty message, refused now
+                // rather than held until the listener's request timeout.
+                crate::peer_receiver::accept_body(&self.worker, host, 0);
+            }
+            self.decided = !wants_body || end_of_stream;
             self.peer = true;
             return Step::Pause;
         }

@@ -262,6 +262,8 @@ fn the_peer_listener_takes_only_authenticated_messages_and_routes_nothing() {
     assert_eq!(peer("a-shared-secret-of-some-lengtX", "/wasm-epp/v1/peer", "WEPP").reply, Some(403));
     assert_eq!(peer(SECRET, "/v1/completions", &completion("x")).reply, Some(404));
     assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "garbage").reply, Some(400));
+    // A POST without a body ends with its headers: answered then, not held until a timeout.
+    assert_eq!(peer(SECRET, "/wasm-epp/v1/peer", "").reply, Some(400), "no body, no message");
     assert_eq!(queued(), 2, "only the good messages queued");
     assert_eq!(bench.host.header("x-gateway-destination-endpoint"), None);
 }
