@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 mod catalogs;
+mod clock_skew;
 pub mod discovery;
 pub mod election;
 pub mod peers;

@@ -25,6 +25,7 @@ use picker::pod_table::PodState;
 use picker::prefix::events::{count_within, encode_batch, RoutingEvent, MAX_EVENTS_PER_BATCH, NO_ORIGIN};
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
+use crate::clock_skew::ClockSkewWarning;
 use crate::discovery::{Discovery, DiscoveryTarget, Env};
 
 /// Decisions waiting to be sent at most; older ones are dropped first (and counted) when
@@ -51,6 +52,8 @@ struct Stats {
     events_stale: Counter,
     snapshot_events: Counter,
     rejected: Counter,
+    /// Of the rejected, those sent too far from this replica's clock.
+    out_of_time: Counter,
     replayed: Counter,
     lag_ms: Gauge,
     live_peers: Gauge,
@@ -73,6 +76,7 @@ impl Stats {
             events_stale: c("wasm_epp.peer_events_stale"),
             snapshot_events: c("wasm_epp.peer_snapshot_events"),
             rejected: c("wasm_epp.peer_messages_rejected"),
+            out_of_time: c("wasm_epp.peer_messages_out_of_time"),
             replayed: c("wasm_epp.peer_messages_replayed"),
             lag_ms: metrics.gauge("wasm_epp.peer_lag_ms"),
             live_peers: metrics.gauge("wasm_epp.peers_live"),
@@ -112,6 +116,8 @@ pub struct PeerExchange {
     calls: Vec<Call>,
     inbox: u32,
     ledger: PeerLedger,
+    /// Warns (rate-limited) when a peer's clock is too far from ours to peer with it.
+    clock_skew: ClockSkewWarning,
     /// What each peer last said it has in flight: `replica -> (heard at, counts)`.
     remote_load: HashMap<u64, (u64, Vec<(String, u32)>)>,
     snapshot: Snapshot,
@@ -156,6 +162,7 @@ impl PeerExchange {
             calls: Vec::new(),
             inbox,
             ledger: PeerLedger::default(),
+            clock_skew: ClockSkewWarning::default(),
             remote_load: HashMap::new(),
             snapshot: Snapshot::Wanted { next_peer: 0, tries: 0 },
             peer_list_awaited_since_ms: None,
@@ -416,10 +423,15 @@ impl PeerExchange {
         let mut accepted = Vec::new();
         for _ in 0..MAX_INBOX_PER_WAKE {
             let Ok(Some(bytes)) = host.dequeue(self.inbox) else { break };
-            let message = match PeerMessage::decode(&bytes).and_then(|m| {
-                self.ledger.admit(&m, self.replica, now)?;
-                Ok(m)
-            }) {
+            let admitted = PeerMessage::decode(&bytes).and_then(|m| match self.ledger.admit(&m, self.replica, now) {
+                Ok(()) => Ok(m),
+                Err(Refused::OutOfTime) => {
+                    self.clock_skew.refused(now, m.replica, m.sent_ms);
+                    Err(Refused::OutOfTime)
+                }
+                Err(reason) => Err(reason),
+            });
+            let message = match admitted {
                 Ok(message) => message,
                 Err(Refused::Replayed) => {
                     metrics.increment(self.stats.replayed);
@@ -428,6 +440,9 @@ impl PeerExchange {
                 Err(Refused::FromSelf) => continue,
                 Err(reason) => {
                     metrics.increment(self.stats.rejected);
+                    if reason == Refused::OutOfTime {
+                        metrics.increment(self.stats.out_of_time);
+                    }
                     log::debug!("wasm-epp pool service: peer message refused: {reason:?}");
                     continue;
                 }

@@ -160,6 +160,20 @@ fn replays_garbage_and_stale_epochs_are_refused() {
 }
 
 #[test]
+fn a_peer_whose_clock_is_too_far_off_is_counted() {
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    let mut b = Replica::new(2, "127.0.0.1:10001");
+    a.decide(&[7]);
+    let sent = a.tick(NOW + 50);
+    // b's clock is 20 s ahead of a's: every message of a's is refused (and a warning logged).
+    b.host.clock_ms.set(NOW + 50 + 20_000);
+    b.receive(&sent);
+    assert_eq!(b.stat("wasm_epp.peer_messages_out_of_time"), 1);
+    assert_eq!(b.stat("wasm_epp.peer_messages_rejected"), 1, "still counted among the rejected");
+    assert!(b.ring().is_empty());
+}
+
+#[test]
 fn a_peers_load_reaches_the_workers_in_flight_view() {
     let mut a = Replica::new(1, "127.0.0.2:10001");
     let mut b = Replica::new(2, "127.0.0.1:10001");
