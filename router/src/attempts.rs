@@ -15,6 +15,7 @@
 //! never learn.
 
 use picker::address::PodAddress;
+use wasm_epp_host::Host;
 
 use crate::worker::Worker;
 
@@ -66,22 +67,28 @@ fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {
 }
 
 /// Notes the answer to a request whose destination header was `list` (the pick, then its
-/// fallbacks): its `:status` and the pod that gave it.
+/// fallbacks): its `:status` and the pod that gave it. With `open` (a body is still to come),
+/// a pod's success is not noted now but left to [`settle`] at the answer's end: a pod that
+/// answers its headers and then resets every stream would otherwise clear its record with
+/// each header and never be ejected. Returns whether a success was left so.
 pub fn note_answer(
     worker: &Worker,
     list: &str,
     status: Option<&[u8]>,
     served: Option<&[u8]>,
     now_ms: &dyn Fn() -> u64,
-) {
+    open: bool,
+) -> bool {
     let mut addresses = list.split(',').map(str::trim);
-    let Some(pick) = addresses.next().filter(|p| !p.is_empty()) else { return };
-    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
+    let Some(pick) = addresses.next().filter(|p| !p.is_empty()) else { return false };
+    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return false };
     let failed = status.and_then(|s| s.first()) == Some(&b'5');
     let answered_by = answerer(pick, addresses, served);
+    let succeeded = !failed && answered_by != Answerer::Unknown;
     if !failed && outliers.is_clear() && answered_by == Answerer::ThePick {
-        // A success of the pick while no pod has a record: nothing to note (the common case).
-        return;
+        // A success of the pick while no pod has a record: nothing to note (the common case),
+        // but its end may still show a cut stream.
+        return open;
     }
     let now_ms = now_ms();
     let mut fail = |pod: &str| {
@@ -96,17 +103,51 @@ pub fn note_answer(
     };
     match answered_by {
         Answerer::ThePick if failed => fail(pick),
-        Answerer::ThePick => outliers.succeeded(pick, now_ms),
+        Answerer::ThePick if !open => outliers.succeeded(pick, now_ms),
         Answerer::Fallback(pod) => {
             fail(pick);
             if failed {
                 fail(pod);
-            } else {
+            } else if !open {
                 outliers.succeeded(pod, now_ms);
             }
         }
         Answerer::Unknown if failed => fail(pick),
-        Answerer::Unknown => {}
+        Answerer::ThePick | Answerer::Unknown => {}
+    }
+    succeeded && open
+}
+
+/// Envoy's response flags (`response.flags`, its legacy bit set) of an upstream that cut the
+/// answer: a remote reset (UR), a connection terminated (UC), a protocol error (UPE).
+const UPSTREAM_CUT: u64 = 0x10 | 0x40 | 0x80_0000;
+/// The client cut it: its connection terminated (DC) or it reset the stream (DR).
+const DOWNSTREAM_CUT: u64 = 0x4000 | 0x1000_0000;
+
+/// The answer ended without its last byte, cut by the pod (not by the client): Envoy's
+/// response flags say which side reset. Read only for an answer that did not end whole (one
+/// host call on that rare path).
+pub fn cut_by_upstream(host: &dyn Host) -> bool {
+    let flags = host.property(&["response", "flags"]).ok().flatten();
+    let flags = flags.and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok()).map(u64::from_le_bytes);
+    flags.is_some_and(|flags| flags & UPSTREAM_CUT != 0 && flags & DOWNSTREAM_CUT == 0)
+}
+
+/// The end of an answer whose success [`note_answer`] left open, from `pod`: a success, or
+/// a failure if the pod cut it.
+pub fn settle(worker: &Worker, pod: &PodAddress, cut: bool, now_ms: u64) {
+    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
+    if !cut {
+        outliers.succeeded(pod.as_str(), now_ms);
+        return;
+    }
+    worker.stats.increment(worker.stats.pod_attempts_failed);
+    worker.stats.increment(worker.stats.answers_cut);
+    if let Some(duration_ms) = outliers.failed(pod, epoch_of(worker, pod), now_ms) {
+        worker.stats.ejected(pod);
+        log::warn!(
+            "wasm-epp: pod {pod} keeps cutting its answers: out of rotation for {duration_ms} ms (on this worker; the others follow)"
+        );
     }
 }
 

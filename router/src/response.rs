@@ -258,8 +258,9 @@ impl Observation {
         }
     }
 
-    /// The caller publishes the in-flight counts next (the request itself ends).
-    pub fn on_end(self, worker: &Worker, host: &dyn Host, pod: &PodAddress, now_ms: u64) {
+    /// The caller publishes the in-flight counts next (the request itself ends). `cut`: the
+    /// pod cut the answer after its headers (its length is no request's duration).
+    pub fn on_end(self, worker: &Worker, host: &dyn Host, pod: &PodAddress, now_ms: u64, cut: bool) {
         let _span = profile::span(host, Phase::ObserveEnd);
         if self.holds_reader_slot {
             if let Ok(mut readers) = worker.usage_readers.try_borrow_mut() {
@@ -274,7 +275,7 @@ impl Observation {
         // how long a running request holds its slot, the prior of the slot wait. A stream
         // given up before its first byte opened as nothing.
         let opened = self.dispatch.streamed && !self.awaiting_first_byte;
-        if self.learnable && (opened || usage.is_some()) {
+        if self.learnable && !cut && (opened || usage.is_some()) {
             if let Ok(mut learner) = worker.learning.try_borrow_mut() {
                 learner.models.ended(now_ms.saturating_sub(self.dispatch.sent_ms) as f64);
             }

@@ -63,6 +63,8 @@ pub struct Stats {
     pub model_lists_answered: Counter,
     /// Attempts on a pod judged failed: a 5xx answer, or one Envoy retried on another pod.
     pub pod_attempts_failed: Counter,
+    /// Of those, answers the pod cut after its headers (a reset mid-stream).
+    pub answers_cut: Counter,
     /// Ejections this worker took over from another worker of its Envoy.
     pub pod_ejections_adopted: Counter,
 }
@@ -108,6 +110,7 @@ impl Stats {
             model_rewritten: c("wasm_epp.model_rewritten"),
             model_lists_answered: c("wasm_epp.model_lists_answered"),
             pod_attempts_failed: c("wasm_epp.pod_attempts_failed"),
+            answers_cut: c("wasm_epp.answers_cut"),
             pod_ejections_adopted: c("wasm_epp.pod_ejections_adopted"),
             metrics,
         };

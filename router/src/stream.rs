@@ -89,6 +89,10 @@ pub struct RequestStream {
     /// A later address of that list answered (Envoy retried past the pick): the request
     /// counts in flight there, not on the pick, from its answer to its end.
     answered_by: Option<PodAddress>,
+    /// The answer's headers came and it has not ended whole yet (its last byte not passed).
+    answer_open: bool,
+    /// Outlier detection judges the answer's success at its end (a pod may cut it).
+    success_pending: bool,
 }
 
 impl RequestStream {
@@ -124,6 +128,8 @@ impl RequestStream {
             compared: None,
             destination: None,
             answered_by: None,
+            answer_open: false,
+            success_pending: false,
         }
     }
 
@@ -320,7 +326,7 @@ impl RequestStream {
 
     /// The pod's response headers arrived. Response hooks observe; they never buffer or hold
     /// the response (each body chunk passes on as it comes).
-    pub fn on_response_headers(&mut self, host: &dyn Host, _end_of_stream: bool) -> Step {
+    pub fn on_response_headers(&mut self, host: &dyn Host, end_of_stream: bool) -> Step {
         let _span = profile::span(host, Phase::ResponseHeaders);
         if let Some(explain) = self.explain.take() {
             if let Err(error) = host.set_response_header(DECISION_HEADER, explain.as_bytes()) {
@@ -334,6 +340,7 @@ impl RequestStream {
         release_prefill(&self.worker, host, &mut self.prefilling_at);
         self.take_release();
         let routed = self.sent_to_pod();
+        self.answer_open = routed && !end_of_stream;
         let judged = routed && self.worker.config.outlier_detection.enabled;
         // Outlier detection, learning and the response-id watch need the pod that answered:
         // one lookup.
@@ -357,7 +364,7 @@ impl RequestStream {
         if let Some(upstream) = upstream {
             if judged {
                 let _span = profile::span(host, Phase::JudgeAnswer);
-                self.note_answer(host, status.as_deref(), upstream.as_deref());
+                self.success_pending = self.note_answer(host, status.as_deref(), upstream.as_deref());
             }
             self.follow_retry(host, upstream.as_deref());
             if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
@@ -371,8 +378,9 @@ impl RequestStream {
     }
 
     /// One chunk of the response body is passing (not buffered).
-    pub fn on_response_body(&mut self, host: &dyn Host, chunk_size: usize, _end_of_stream: bool) -> Step {
+    pub fn on_response_body(&mut self, host: &dyn Host, chunk_size: usize, end_of_stream: bool) -> Step {
         let _span = profile::span(host, Phase::ResponseBody);
+        self.answer_open &= !end_of_stream;
         // One copy of the chunk into the VM serves both watchers.
         let wanted = self.observed.as_ref().is_some_and(Observation::reads_next_chunk) && chunk_size > 0;
         let chunk = wanted.then(|| {
@@ -416,6 +424,13 @@ impl RequestStream {
         release_prefill(&self.worker, host, &mut self.prefilling_at);
         let Some(address) = self.routed_to.take() else { return };
         let now = host.now_ms();
+        // An answer that began but did not end whole: did the pod cut it? (Envoy's flags, read
+        // on this rare path only: a client gone, a pod reset mid-stream.)
+        let answer_open = std::mem::take(&mut self.answer_open);
+        let cut = answer_open && (self.success_pending || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
+        if std::mem::take(&mut self.success_pending) {
+            crate::attempts::settle(&self.worker, self.answered_by.as_ref().unwrap_or(&address), cut, now);
+        }
         if let (Some(compared), Some(comparing)) = (self.compared.take(), &self.worker.comparison) {
             if compared.answered {
                 comparing
@@ -425,7 +440,7 @@ impl RequestStream {
             }
         }
         if let Some(observed) = self.observed.take() {
-            observed.on_end(&self.worker, host, &address, now);
+            observed.on_end(&self.worker, host, &address, now, cut);
         }
         let counted_at = self.answered_by.take().unwrap_or(address);
         match self.worker.inflight.try_borrow_mut() {
@@ -618,15 +633,18 @@ impl RequestStream {
 
     /// Outlier detection learns from the answer to the pods this request was sent to (a
     /// released request's list is on its queue entry).
-    fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) {
+    fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) -> bool {
         let now = || host.now_ms();
+        let open = self.answer_open;
         match (&self.held, &self.destination) {
             (Some(held), _) => {
                 let destination = held.destination.borrow();
-                crate::attempts::note_answer(&self.worker, &destination, status, served, &now);
+                crate::attempts::note_answer(&self.worker, &destination, status, served, &now, open)
             }
-            (None, Some(destination)) => crate::attempts::note_answer(&self.worker, destination, status, served, &now),
-            (None, None) => {}
+            (None, Some(destination)) => {
+                crate::attempts::note_answer(&self.worker, destination, status, served, &now, open)
+            }
+            (None, None) => false,
         }
     }
 

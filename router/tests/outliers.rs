@@ -290,3 +290,42 @@ fn a_request_retried_on_a_fallback_counts_in_flight_there_until_its_end() {
     stream.on_log(&bench.host);
     assert_eq!(count(&pick), 0);
 }
+
+/// Envoy's `response.flags` as the host serializes it (a 64-bit integer, little-endian).
+fn set_response_flags(bench: &Bench, flags: u64) {
+    bench.host.properties.borrow_mut().insert("response\0flags".to_owned(), flags.to_le_bytes().to_vec());
+}
+
+/// A request the pick answers 200, whose stream then ends with `flags` before its last byte.
+fn cut_answer(bench: &Bench, prompt: &str, flags: u64) -> String {
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(prompt));
+    let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
+    stream.on_response_headers(&bench.host, false);
+    bench.host.set_response(&[(":status", "200")], b"data: {\"choices\":[]}\n\n");
+    stream.on_response_body(&bench.host, 20, false);
+    set_response_flags(bench, flags);
+    stream.on_log(&bench.host);
+    bench.host.properties.borrow_mut().remove("response\0flags");
+    pick
+}
+
+#[test]
+fn a_pod_that_answers_its_headers_then_cuts_every_stream_is_passed_over() {
+    const UPSTREAM_RESET: u64 = 0x10;
+    const CLIENT_GONE: u64 = 0x4000;
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    // A client that leaves mid-stream says nothing of the pod (Envoy resets the upstream too).
+    for i in 0..5 {
+        assert_eq!(cut_answer(&bench, &format!("gone{i}"), CLIENT_GONE | UPSTREAM_RESET), BROKEN);
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_cut"), 0);
+    // The idle-looking pod sends 200 and its first chunk, then resets: three in a row eject it.
+    for i in 0..3 {
+        assert_eq!(cut_answer(&bench, &format!("cut{i}"), UPSTREAM_RESET), BROKEN, "request {i}");
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_cut"), 3);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+    assert_ne!(cut_answer(&bench, "after", 0), BROKEN, "out of rotation");
+}

@@ -1,0 +1,123 @@
+//! A pod that answers 200 and then cuts every answer (its connection closes mid-body: a
+//! crashing worker, a broken node) while its `/metrics` looks idle. Envoy cannot retry an
+//! answer whose headers went out, so each request it gets fails at the client; Envoy's own
+//! outlier detection would count the resets, but the `override_host` cluster follows the
+//! filter's list whatever the hosts' health. The filter reads Envoy's response flags at the
+//! end of an answer that did not end whole and takes the pod out of rotation like one that
+//! answers 5xx.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2e::{Cluster, REQUEST_TIMEOUT};
+
+/// An idle vLLM page naming the simulator's model.
+const METRICS: &str = "vllm:num_requests_running{model_name=\"sim-model\",engine=\"0\"} 0\n\
+vllm:num_requests_waiting{model_name=\"sim-model\",engine=\"0\"} 0\n\
+vllm:kv_cache_usage_perc{model_name=\"sim-model\",engine=\"0\"} 0\n";
+const MODELS: &str = r#"{"object":"list","data":[{"id":"sim-model","object":"model","parent":null}]}"#;
+
+/// The fake pod; `cut` counts the answers it cut.
+struct CuttingPod {
+    address: String,
+    cut: Arc<AtomicU64>,
+}
+
+impl CuttingPod {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let cut = Arc::new(AtomicU64::new(0));
+        let counter = cut.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let counter = counter.clone();
+                std::thread::spawn(move || serve(stream, &counter));
+            }
+        });
+        Self { address, cut }
+    }
+}
+
+fn serve(stream: TcpStream, cut: &AtomicU64) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    loop {
+        let (mut request_line, mut content_length) = (String::new(), 0usize);
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if request_line.is_empty() {
+                request_line = line.clone();
+            }
+            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                content_length = value.trim().parse().unwrap_or(0);
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; content_length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let whole = |content_type: &str, body: &str| {
+            format!("HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}", body.len())
+        };
+        let answer = if request_line.starts_with("GET /metrics") {
+            whole("text/plain", METRICS)
+        } else if request_line.starts_with("GET /v1/models") {
+            whole("application/json", MODELS)
+        } else {
+            // Headers and the first piece of a chunked answer, then the connection closes.
+            cut.fetch_add(1, Ordering::SeqCst);
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+            let _ = writer.write_all(format!("{head}8\r\n{{\"id\":\"x\r\n").as_bytes());
+            let _ = writer.flush();
+            return;
+        };
+        if writer.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+#[test]
+fn a_pod_that_cuts_its_answers_after_their_headers_is_taken_out_of_rotation() {
+    let fake = CuttingPod::start();
+    let cluster = Cluster::start("cut-answers", 1, &["--time-scale", "0"], |options| {
+        let pool = vec![options.pool[0].clone(), fake.address.clone()];
+        options.pool = pool.clone();
+        options.filter_config["pool"] = serde_json::json!(pool);
+        options.filter_config["outlier_detection"] = serde_json::json!({"consecutive_failures": 3});
+        if let Some(poller) = options.poller_config.as_mut() {
+            poller["pool"] = serde_json::json!(pool);
+        }
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(20));
+    let mut failed = 0;
+    let mut last = Vec::new();
+    for i in 0..40 {
+        let body = serde_json::json!({"model": "sim-model", "prompt": format!("request {i}"), "max_tokens": 4});
+        let url = cluster.envoy.url("/v1/completions");
+        let ok = launcher::http::post(&url, &[], &body.to_string(), REQUEST_TIMEOUT).is_ok_and(|r| r.status == 200);
+        failed += usize::from(!ok);
+        if i >= 30 {
+            last.push(ok);
+        }
+    }
+    let cut = fake.cut.load(Ordering::SeqCst);
+    let flagged = cluster.envoy.stat("wasm_epp_answers_cut").unwrap_or(0.0);
+    println!("40 requests: {failed} failed, the fake pod cut {cut}, the filter saw {flagged} cut answers");
+    assert!(flagged >= 3.0, "the filter never saw a cut answer ({flagged}):\n{}", cluster.envoy.log_tail(30));
+    assert!(cluster.envoy.log().contains("keeps cutting its answers"), "{}", cluster.envoy.log_tail(30));
+    // Each worker ejects it after three in a row (the others take the ejection over).
+    assert!(cut <= 12, "the fake pod kept getting requests: {cut} cut");
+    assert!(last.iter().all(|ok| *ok), "requests still failing at the end: {last:?}");
+    cluster.assert_plugin_healthy();
+}
