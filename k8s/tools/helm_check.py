@@ -35,6 +35,9 @@ CASES = {
                    "saturation": {"queue_threshold": 8.0, "kv_cache_threshold": 0.9}},
     },
     "istio": {"mode": "istio"},
+    # The istio/gateway Helm chart's gateway: its Service targets listeners 80 and 443.
+    "istio-gateway-chart": {"mode": "istio", "istio": {"listenerPorts": [{"serverPort": 80, "listenerPort": 80},
+                                                                         {"serverPort": 443, "listenerPort": 443}]}},
     "istio-wasmplugin": {"mode": "istio", "istio": {"wasmPlugin": {"enabled": True}}},
     # Istio 1.27-1.28: the API server through a kubectl proxy sidecar (validated on the oldest Envoy).
     "istio-kubectl-proxy": {"mode": "istio", "istio": {"kubernetesApi": "kubectlProxy"}},
@@ -73,6 +76,7 @@ REFUSED = {
     "two pools of one name": {"pools": [{"name": "llama", "inferencePool": "a", "match": {"prefix": "/"}},
                                         {"name": "llama", "inferencePool": "b", "match": {"prefix": "/"}}]},
     "the reserved pool name": {"pools": [{"name": "pod", "inferencePool": "a", "match": {"prefix": "/"}}]},
+    "no Istio server carrying the filter": {"mode": "istio", "istio": {"listenerPorts": []}},
     "several pools on Istio": {"mode": "istio", "pools": [{"name": "llama", "inferencePool": "a",
                                                            "match": {"prefix": "/"}}]},
 }

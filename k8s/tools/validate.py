@@ -402,9 +402,14 @@ def singleton_configs(config):
             yield extension, value
 
 
-# The istio-ingressgateway Service maps each Gateway server port to the Envoy listener on
-# its targetPort (istioctl's defaults): patches match listeners by the latter, routes by the former.
-GATEWAY_TARGET_PORTS = {80: 8080, 443: 8443}
+# A gateway's Service maps each Gateway server port to the Envoy listener on its targetPort:
+# EnvoyFilter patches match listeners by the latter, routes by the former. The two gateways
+# k8s/README.md deploys on differ; a set of patches fits one of them.
+GATEWAY_LAYOUTS = {
+    "istioctl's istio-ingressgateway": {80: 8080, 443: 8443},
+    "the istio/gateway Helm chart": {80: 80, 443: 443},
+}
+GATEWAY_TARGET_PORTS = GATEWAY_LAYOUTS["istioctl's istio-ingressgateway"]
 STRIP_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
 WASM_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 
@@ -421,6 +426,28 @@ def matches_port(patch, *keys_and_port):
     *keys, port = keys_and_port
     wanted = dig(patch, "match", *keys)
     return wanted is None or wanted == port
+
+
+def gateway_layout(where, patches):
+    """The gateway the patches fit: the one whose listeners for the servers routed to
+    wasm_epp_pool are exactly the listeners patched. A route patch applies on either gateway
+    (it matches the server's port) but a listener patch only where its port is the
+    listener's: with no layout pairing them, some server would reach the pool with neither
+    the header strip nor the filter, and a client's destination header would pick any address."""
+    listener_ports = {dig(p, "match", "listener", "portNumber") for p in patches
+                      if p.get("applyTo") in ("LISTENER", "NETWORK_FILTER", "HTTP_FILTER")}
+    routed = set()
+    for patch in patches:
+        if patch.get("applyTo") == "HTTP_ROUTE" and dig(patch, "patch", "value", "route", "cluster") == "wasm_epp_pool":
+            port = dig(patch, "match", "routeConfiguration", "portNumber")
+            routed |= {port} if port is not None else set(gateway_server_ports())
+    for name, layout in GATEWAY_LAYOUTS.items():
+        if {layout.get(port) for port in routed} == listener_ports:
+            return name, layout
+    fail(where, f"route patches send Gateway servers {sorted(routed)} to wasm_epp_pool, listener patches match "
+                f"listeners {sorted(listener_ports, key=str)}: no gateway ({', '.join(GATEWAY_LAYOUTS)}) pairs them, "
+                "so a server would reach the pool without the header strip and the filter")
+    return None, GATEWAY_TARGET_PORTS
 
 
 def check_gateway_coverage(where, listeners):
@@ -470,9 +497,12 @@ def assemble_istio(patch_files, where):
             config["static_resources"]["clusters"] += dig(value, "static_resources", "clusters") or []
         elif target == "CLUSTER":
             config["static_resources"]["clusters"].append(value)
+    layout_name, layout = gateway_layout(where, patches)
+    if layout_name:
+        print(f"  ..  {where}: patches for {layout_name} (listeners {sorted(layout.values())})")
     coverage = {}
     for server_port in gateway_server_ports():
-        listener_port = GATEWAY_TARGET_PORTS.get(server_port)
+        listener_port = layout.get(server_port)
         if listener_port is None:
             fail(where, f"Gateway server port {server_port} has no known gateway listener port")
             continue

@@ -84,3 +84,32 @@ peer messages go to its own path. */}}
 {{- if .poolName }}{{ $_ := set $config "pool_name" .poolName }}{{ end -}}
 {{- toJson $config -}}
 {{- end }}
+
+{{/* Istio: the connection manager settings merged into each inference listener's
+(k8s/istio/singleton/envoyfilter.yaml, patch 4). */}}
+{{- define "wasm-epp.istioConnectionManager" -}}
+name: envoy.filters.network.http_connection_manager
+typed_config:
+  "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+  http2_protocol_options: { max_concurrent_streams: 128 }
+  common_http_protocol_options: { max_requests_per_connection: 1000 }
+  request_timeout: 60s
+  request_headers_timeout: 10s
+  use_remote_address: true
+  xff_num_trusted_hops: 0
+  internal_address_config:
+    unix_sockets: false
+    cidr_ranges: [{ address_prefix: 0.0.0.0, prefix_len: 32 }]
+{{- end }}
+
+{{/* Istio: the router of the gateway listener on this port, which the HTTP filters are
+inserted before. */}}
+{{- define "wasm-epp.istioRouterMatch" -}}
+context: GATEWAY
+listener:
+  portNumber: {{ . }}
+  filterChain:
+    filter:
+      name: envoy.filters.network.http_connection_manager
+      subFilter: { name: envoy.filters.http.router }
+{{- end }}
