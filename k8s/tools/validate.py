@@ -138,14 +138,42 @@ def check_wasm_plugin(where, doc):
         fail(where, "WasmPlugin has no pluginConfig object")
 
 
+# The v1 InferencePool's endpointPickerRef (gateway-api-inference-extension,
+# api/v1/inferencepool_types.go): its fields, and its failure modes.
+ENDPOINT_PICKER_REF_KEYS = {"group", "kind", "name", "port", "failureMode"}
+FAILURE_MODES = {"FailOpen", "FailClose"}
+# targetPorts: 1 to 8 (data-parallel ranks, one engine per port; wasm-epp reads them all).
+MAX_TARGET_PORTS = 8
+
+
+def valid_port(port):
+    return isinstance(port, dict) and set(port) == {"number"} and isinstance(port["number"], int) \
+        and 0 < port["number"] < 65536
+
+
 def check_inference_pool(where, doc):
     version = doc.get("apiVersion")
     if version == "inference.networking.k8s.io/v1":
         labels, ports = dig(doc, "spec", "selector", "matchLabels"), dig(doc, "spec", "targetPorts")
-        if not isinstance(ports, list) or len(ports) != 1 or not 0 < (ports[0] or {}).get("number", 0) < 65536:
-            fail(where, "InferencePool v1 needs exactly one spec.targetPorts[].number")
-        if not dig(doc, "spec", "endpointPickerRef", "name"):
+        if not isinstance(ports, list) or not 1 <= len(ports) <= MAX_TARGET_PORTS \
+                or not all(valid_port(p) for p in ports):
+            fail(where, f"InferencePool v1 needs 1 to {MAX_TARGET_PORTS} spec.targetPorts of {{number: 1..65535}}")
+        elif len({p["number"] for p in ports}) != len(ports):
+            fail(where, "InferencePool v1 spec.targetPorts lists a port twice")
+        ref = dig(doc, "spec", "endpointPickerRef")
+        if not isinstance(ref, dict) or not ref.get("name"):
             fail(where, "InferencePool v1 needs spec.endpointPickerRef.name")
+        else:
+            unknown = sorted(set(ref) - ENDPOINT_PICKER_REF_KEYS)
+            if unknown:
+                fail(where, f"spec.endpointPickerRef has fields the v1 CRD does not: {unknown} "
+                            f"(v1alpha2's portNumber is v1's port: {{number: N}})")
+            if ref.get("kind", "Service") == "Service" and "port" not in ref:
+                fail(where, "spec.endpointPickerRef needs port when kind is Service (the default)")
+            if "port" in ref and not valid_port(ref["port"]):
+                fail(where, "spec.endpointPickerRef.port must be {number: 1..65535}")
+            if "failureMode" in ref and ref["failureMode"] not in FAILURE_MODES:
+                fail(where, f"spec.endpointPickerRef.failureMode must be one of {sorted(FAILURE_MODES)}")
     elif version == "inference.networking.x-k8s.io/v1alpha2":
         labels = dig(doc, "spec", "selector")
         if not 0 < (dig(doc, "spec", "targetPortNumber") or 0) < 65536:
