@@ -324,11 +324,14 @@ def check_probe_ports(resources):
     for doc in resources:
         if doc.get("kind") != "ConfigMap":
             continue
-        ports = set()
+        ports = {}
         for key, text in (doc.get("data") or {}).items():
             parsed = yaml.safe_load(text) if key.endswith(".yaml") else None
-            for listener in dig(parsed, "static_resources", "listeners") or [] if isinstance(parsed, dict) else []:
-                ports.add(dig(listener, "address", "socket_address", "port_value"))
+            if not isinstance(parsed, dict):
+                continue
+            capped = "global_downstream_max_connections" in yaml.safe_dump(parsed.get("overload_manager") or {})
+            for listener in dig(parsed, "static_resources", "listeners") or []:
+                ports[dig(listener, "address", "socket_address", "port_value")] = (listener, capped)
         if ports:
             listeners[(folder(doc), dig(doc, "metadata", "namespace"), dig(doc, "metadata", "name"))] = ports
     checked = 0
@@ -338,19 +341,51 @@ def check_probe_ports(resources):
         names += [dig(s, "configMap", "name") for v in spec.get("volumes") or []
                   for s in dig(v, "projected", "sources") or []]
         key = lambda name: (folder(deployment), dig(deployment, "metadata", "namespace"), name)
-        ports = set().union(*(listeners.get(key(name), set()) for name in names if name))
+        ports = {}
+        for name in filter(None, names):
+            ports.update(listeners.get(key(name), {}))
         if not ports:
             continue  # not an Envoy of ours (e.g. the simulated pods)
         checked += 1
+        where = SOURCES.get(id(deployment), "Deployment")
         for container in spec.get("containers") or []:
             named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
             for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
                 port = dig(container, probe, "httpGet", "port")
-                if port is not None and named.get(port, port) not in ports:
-                    fail(SOURCES.get(id(deployment), "Deployment"),
-                         f"{container.get('name')}'s {probe} uses port {port}, where its Envoy does not listen "
-                         f"(listeners on {sorted(ports)})")
+                if port is None:
+                    continue
+                if named.get(port, port) not in ports:
+                    fail(where, f"{container.get('name')}'s {probe} uses port {port}, where its Envoy does not listen "
+                                f"(listeners on {sorted(ports)})")
+                    continue
+                listener, capped = ports[named.get(port, port)]
+                # A probe counted against the overload manager's connection cap fails when
+                # clients hold every connection: the kubelet would restart a busy Envoy.
+                if capped and not listener.get("ignore_global_conn_limit"):
+                    fail(where, f"{container.get('name')}'s {probe} uses listener {listener.get('name')}, which the "
+                                "global connection cap covers (probe a listener with ignore_global_conn_limit)")
+                path = dig(container, probe, "httpGet", "path")
+                if probe == "livenessProbe" and not wasm_answers(listener, path):
+                    fail(where, f"{container.get('name')}'s livenessProbe {path} is not answered by a wasm-epp filter "
+                                f"on listener {listener.get('name')}")
     return checked
+
+
+def wasm_answers(listener, path):
+    """Whether a GET of `path` on the listener meets a wasm-epp filter that runs there: the
+    first route matching it, and a Wasm filter not disabled or enabled by that route."""
+    for chain in listener.get("filter_chains") or []:
+        for network_filter in chain.get("filters") or []:
+            hcm = network_filter.get("typed_config") or {}
+            wasm = [f for f in hcm.get("http_filters") or [] if dig(f, "typed_config", "@type") == WASM_FILTER_TYPE]
+            for host in dig(hcm, "route_config", "virtual_hosts") or []:
+                for route in host.get("routes") or []:
+                    match = route.get("match") or {}
+                    if not (match.get("path") == path or path.startswith(match.get("prefix", "\0"))):
+                        continue
+                    enabled = route.get("typed_per_filter_config") or {}
+                    return any(not f.get("disabled") or f.get("name") in enabled for f in wasm)
+    return False
 
 
 def check_coherence(resources):

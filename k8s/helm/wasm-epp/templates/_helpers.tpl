@@ -113,3 +113,17 @@ listener:
       name: envoy.filters.network.http_connection_manager
       subFilter: { name: envoy.filters.http.router }
 {{- end }}
+
+{{/* The pool whose filter answers the liveness probe on the metrics listener: the one
+`pool`, or the first of several `pools` (each pool's filter runs in its own VM; the probe
+checks the first's). Returned as JSON: the pool and its vm_id suffix. */}}
+{{- define "wasm-epp.healthPool" -}}
+{{- $pool := include "wasm-epp.servedPools" . | fromJsonArray | first -}}
+{{- toJson (dict "pool" $pool "suffix" (ternary (printf "-%s" ($pool.name | default "")) "" (not (empty $pool.name))) "filter" .Values.filter) -}}
+{{- end }}
+
+{{/* The health path the probed filter answers (its `health_path`, default the plugin's). */}}
+{{- define "wasm-epp.healthPath" -}}
+{{- $pool := .pool.filter | default dict -}}
+{{- $pool.health_path | default .filter.health_path | default "/wasm-epp/healthz" -}}
+{{- end }}
