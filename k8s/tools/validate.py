@@ -794,6 +794,11 @@ STAT_NAME_SAMPLES = {
     },
     "wasmcustom.wasm_epp.comparison_duration_ms_bucket.arm.picker.le.+Inf": {"arm": "picker", "le": "+Inf"},
     "wasmcustom.wasm_epp.comparison_duration_ms_sum.arm.baseline": {"arm": "baseline"},
+    # Envoy's VM reload counters, which the WasmEppVmReloaded alert reads by this label.
+    "wasm.wasm-epp.vm_reload_success": {"wasm_plugin": "wasm-epp"},
+    "wasm.wasm-epp-peer.vm_reload_failure": {"wasm_plugin": "wasm-epp-peer"},
+    "wasm.wasm-epp-llama-3.vm_reload_success": {"wasm_plugin": "wasm-epp-llama-3"},
+    "wasm.envoy.wasm.runtime.v8.created": {},
 }
 
 
