@@ -713,6 +713,33 @@ def check_inference_listeners(where, config):
                     fail(name, f"wasm-epp failure_policy is {policy}, not FAIL_RELOAD")
                 if not hcm.get("use_remote_address") or not hcm.get("request_timeout"):
                     fail(name, "needs use_remote_address: true and a request_timeout")
+                if routes_to_pool(hcm):
+                    for key, wanted in template_inference_settings().items():
+                        if hcm.get(key) != wanted:
+                            fail(name, f"{key} differs from envoy/envoy.yaml.template's inference listener "
+                                       f"({hcm.get(key)!r})")
+
+
+# What every inference listener (one routing to a pool) takes from the template as it is:
+# the OpenAI-shaped bodies of Envoy's own errors, and HTTP/1.0 clients accepted. A copy
+# that lacks them answers clients in another shape.
+TEMPLATE_INFERENCE_KEYS = ("local_reply_config", "http_protocol_options")
+_template_inference = {}
+
+
+def template_inference_settings():
+    if not _template_inference:
+        config = render_template("override_host", True)
+        listener = next(l for l in config["static_resources"]["listeners"] if l["name"] == "inference")
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        _template_inference.update({key: hcm.get(key) for key in TEMPLATE_INFERENCE_KEYS})
+    return _template_inference
+
+
+def routes_to_pool(hcm):
+    clusters = [dig(route, "route", "cluster") or "" for host in dig(hcm, "route_config", "virtual_hosts") or []
+                for route in host.get("routes") or []]
+    return any(c == "pool" or c.startswith("pool-") or c == "wasm_epp_pool" for c in clusters)
 
 
 def run_envoy_checks(where, config, files, scratch):

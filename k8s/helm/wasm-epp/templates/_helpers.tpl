@@ -91,6 +91,8 @@ peer messages go to its own path. */}}
 name: envoy.filters.network.http_connection_manager
 typed_config:
   "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+  # Old clients still speak HTTP/1.0; HTTP/2 (h2c) is negotiated by AUTO.
+  http_protocol_options: { accept_http_10: true }
   http2_protocol_options: { max_concurrent_streams: 128 }
   common_http_protocol_options: { max_requests_per_connection: 1000 }
   request_timeout: 60s
@@ -100,6 +102,19 @@ typed_config:
   internal_address_config:
     unix_sockets: false
     cidr_ranges: [{ address_prefix: 0.0.0.0, prefix_len: 32 }]
+  # Envoy's own failures (no pod reachable, timeouts) in OpenAI's error shape, as in
+  # envoy/envoy.yaml.template (docs/configuration.md).
+  local_reply_config:
+    mappers:
+      - filter:
+          response_flag_filter: { flags: [UF, URX, UH, NR, UO, UT, UC, DC] }
+        body_format_override:
+          json_format:
+            error:
+              message: "%LOCAL_REPLY_BODY%"
+              type: upstream_unavailable
+              code: "%RESPONSE_CODE%"
+              flags: "%RESPONSE_FLAGS%"
 {{- end }}
 
 {{/* Istio: the router of the gateway listener on this port, which the HTTP filters are
