@@ -192,6 +192,12 @@ def check_istio_gateway(where, doc):
 def check_virtual_service(where, doc):
     if not dig(doc, "spec", "hosts") or not dig(doc, "spec", "http"):
         fail(where, "VirtualService needs spec.hosts and spec.http")
+    # The route the EnvoyFilter sends to the ORIGINAL_DST wasm_epp_pool: every retry would go
+    # to the same pod, and the patch cannot remove Istio's default retries (a merge skips 0).
+    for route in dig(doc, "spec", "http") or []:
+        if route.get("name") == "wasm-epp" and dig(route, "retries", "attempts") != 0:
+            fail(where, "the wasm-epp route needs retries: {attempts: 0} (Istio's default retries reach the "
+                        "same pod through the ORIGINAL_DST cluster)")
 
 
 def check_prometheus_rule(where, doc):
