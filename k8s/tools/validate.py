@@ -415,6 +415,22 @@ def check_coherence(resources):
             for name in filter(None, names):
                 if (namespace, name) not in configmaps:
                     fail(f"Deployment/{deployment['metadata']['name']}", f"mounts ConfigMap {name} that nothing provides")
+    # A Secret rendered beside a Deployment that reads it at start must roll the pods when it
+    # changes (a chart's generated secret is new on every `helm template`): a checksum of it
+    # on the pod template. Running pods would keep the old value otherwise.
+    def folder(doc):
+        return SOURCES.get(id(doc), "").split("[")[0].rsplit("/", 1)[0]
+    secrets = {(folder(d), dig(d, "metadata", "namespace"), dig(d, "metadata", "name")) for d in by_kind.get("Secret", [])}
+    for deployment in by_kind.get("Deployment", []):
+        namespace = (folder(deployment), dig(deployment, "metadata", "namespace"))
+        pod = dig(deployment, "spec", "template", "spec") or {}
+        used = {dig(e, "valueFrom", "secretKeyRef", "name") for c in (pod.get("containers") or []) + (pod.get("initContainers") or [])
+                for e in c.get("env") or []}
+        annotations = dig(deployment, "spec", "template", "metadata", "annotations") or {}
+        for name in sorted(n for n in used if (*namespace, n) in secrets):
+            if not any(k.startswith("checksum/") and "secret" in k for k in annotations):
+                fail(SOURCES.get(id(deployment), f"Deployment/{dig(deployment, 'metadata', 'name')}"),
+                     f"reads Secret {name} rendered beside it, with no checksum/…secret annotation to roll the pods when it changes")
     # An autoscaler must scale a Deployment that is there.
     for scaler in by_kind.get("HorizontalPodAutoscaler", []):
         target = dig(scaler, "spec", "scaleTargetRef") or {}
