@@ -630,9 +630,9 @@ def assemble_istio(patch_files, where):
             fail(where, f"server {server_port}: the route goes to {route.get('cluster')}, which no patch adds")
     check_gateway_coverage(where, coverage)
     filters = [f for _, fs in coverage.values() for f in fs]
-    # The no-singleton filter carries the poller's configuration in its own (lease mode,
-    # not wired into the filter yet): check it as the singleton's (once: every listener
-    # carries the same filter), check the rest as the filter's.
+    # The no-singleton filter carries the poller's configuration in its own (lease mode):
+    # check it as the singleton's too (once: every listener carries the same filter), the
+    # rest as the filter's.
     poller_added = False
     for wasm_filter in filters:
         holder = dig(wasm_filter, "typed_config", "config", "configuration")
