@@ -29,7 +29,8 @@ WORST_ALLOWED = 1
 CASES = {
     "standalone": {},
     "standalone-inferencepool": {
-        "pool": {"inferencePool": "qwen-pool", "targetPort": None},
+        # The default targetPort (null) leaves the InferencePool's ports in charge.
+        "pool": {"inferencePool": "qwen-pool"},
         "peers": {"enabled": False}, "replicas": 1,
         "filter": {"weights": {"queue": 2.0, "kv_cache": 1.0, "inflight": 2.0, "prefix": 4.0},
                    "saturation": {"queue_threshold": 8.0, "kv_cache_threshold": 0.9}},

@@ -40,9 +40,11 @@ label selector or InferencePool. */}}
 {{- if $values.targetPort }}{{ $_ := set $pool "target_port" $values.targetPort }}{{ end -}}
 {{- else -}}
 {{- if not $values.labelSelector }}{{ fail (printf "%s: set labelSelector or inferencePool" (ternary (printf "pools %s" $values.name) "pool" (not (empty $values.name)))) }}{{ end -}}
-{{- if not $values.targetPort }}{{ fail (printf "%s: labelSelector needs targetPort" (ternary (printf "pools %s" $values.name) "pool" (not (empty $values.name)))) }}{{ end -}}
+{{- /* The one `pool` defaults to vLLM's port; each of several `pools` names its own. */ -}}
+{{- $port := $values.targetPort | default (ternary 0 8000 (not (empty $values.name))) -}}
+{{- if not $port }}{{ fail (printf "%s: labelSelector needs targetPort" (ternary (printf "pools %s" $values.name) "pool" (not (empty $values.name)))) }}{{ end -}}
 {{- $_ := set $pool "label_selector" $values.labelSelector -}}
-{{- $_ := set $pool "target_port" $values.targetPort -}}
+{{- $_ := set $pool "target_port" $port -}}
 {{- end -}}
 {{- toJson $pool -}}
 {{- end }}
