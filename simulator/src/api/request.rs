@@ -37,7 +37,7 @@ impl PromptInput {
 }
 
 /// Options shared by both endpoints.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommonOptions {
     /// Requested model: base model or LoRA adapter; `None` means the base model.
     pub model: Option<String>,
@@ -45,8 +45,11 @@ pub struct CommonOptions {
     pub max_tokens: Option<usize>,
     /// Server-sent events instead of one JSON body.
     pub stream: bool,
-    /// Final usage chunk when streaming (`stream_options.include_usage`).
+    /// Final usage chunk when streaming: `stream_options.include_usage`, which is true when
+    /// `stream_options` is given without it (vLLM's `StreamOptions` default).
     pub include_usage: bool,
+    /// `usage` on every chunk too (`stream_options.continuous_usage_stats`, with `include_usage`).
+    pub continuous_usage: bool,
 }
 
 /// A parsed `POST /v1/completions` body.
@@ -76,9 +79,32 @@ impl ChatRequest {
     }
 }
 
+/// `stream_options` as vLLM's `StreamOptions` reads it: `include_usage` defaults to true,
+/// `continuous_usage_stats` to false, and an explicit `null` is falsy for both.
 #[derive(Deserialize)]
 struct RawStreamOptions {
+    #[serde(default = "absent_include_usage")]
     include_usage: Option<bool>,
+    continuous_usage_stats: Option<bool>,
+}
+
+fn absent_include_usage() -> Option<bool> {
+    Some(true)
+}
+
+/// vLLM's request validator (`validate_stream_options` in `entrypoints/openai/protocol.py`),
+/// which tests the raw body: `stream_options` that is present and not empty (Python-truthy)
+/// needs a truthy `stream`.
+fn check_stream_options(stream: Option<bool>, stream_options: Option<&serde_json::Value>) -> Result<(), ApiError> {
+    let truthy = match stream_options {
+        None | Some(serde_json::Value::Null) => false,
+        Some(serde_json::Value::Object(map)) => !map.is_empty(),
+        Some(_) => true,
+    };
+    if truthy && stream != Some(true) {
+        return Err(ApiError::bad_request("Stream options can only be defined when `stream=True`."));
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -96,7 +122,7 @@ struct RawCompletion {
     prompt: Option<RawPrompt>,
     max_tokens: Option<i64>,
     stream: Option<bool>,
-    stream_options: Option<RawStreamOptions>,
+    stream_options: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -134,7 +160,7 @@ struct RawChat {
     max_tokens: Option<i64>,
     max_completion_tokens: Option<i64>,
     stream: Option<bool>,
-    stream_options: Option<RawStreamOptions>,
+    stream_options: Option<serde_json::Value>,
     add_generation_prompt: Option<bool>,
 }
 
@@ -186,16 +212,27 @@ fn common_options(
     max_tokens: Option<i64>,
     param: &str,
     stream: Option<bool>,
-    stream_options: Option<RawStreamOptions>,
+    stream_options: Option<serde_json::Value>,
 ) -> Result<CommonOptions, ApiError> {
+    check_stream_options(stream, stream_options.as_ref())?;
     let max_tokens = match max_tokens {
         None => None,
         Some(value) if value >= 1 => Some(usize::try_from(value).unwrap_or(usize::MAX)),
         Some(value) => return Err(ApiError::bad_param(param, format!("{param} must be at least 1, got {value}."))),
     };
     let stream = stream.unwrap_or(false);
-    let include_usage = stream_options.and_then(|options| options.include_usage).unwrap_or(false);
-    Ok(CommonOptions { model, max_tokens, stream, include_usage })
+    let stream_options = match stream_options {
+        None | Some(serde_json::Value::Null) => None,
+        Some(value) => Some(
+            serde_json::from_value::<RawStreamOptions>(value)
+                .map_err(|error| ApiError::bad_request(format!("Invalid stream_options: {error}")))?,
+        ),
+    };
+    // As serving_chat.py / serving_completion.py: no `stream_options`, no usage in the stream.
+    let include_usage = stream && stream_options.as_ref().is_some_and(|options| options.include_usage == Some(true));
+    let continuous_usage =
+        include_usage && stream_options.as_ref().is_some_and(|options| options.continuous_usage_stats == Some(true));
+    Ok(CommonOptions { model, max_tokens, stream, include_usage, continuous_usage })
 }
 
 fn token_ids(ids: &[i64]) -> Result<Vec<u32>, ApiError> {

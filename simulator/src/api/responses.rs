@@ -89,18 +89,32 @@ pub fn full_response(meta: &ResponseMeta, choices: &[ChoiceText], usage: &Usage)
     })
 }
 
-/// The chunk announcing the assistant role (chat streams only, before a choice's first token).
-pub fn role_chunk(meta: &ResponseMeta, index: usize) -> Value {
-    chunk(
+/// The chunk announcing the assistant role (chat streams only, before a choice's first token);
+/// with continuous usage it carries the prompt tokens and no completion tokens, as vLLM's.
+pub fn role_chunk(meta: &ResponseMeta, index: usize, usage: Option<RunningUsage>) -> Value {
+    let mut value = chunk(
         meta,
         json!([{
             "index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null,
         }]),
-    )
+    );
+    if let (Some(usage), Some(object)) = (usage, value.as_object_mut()) {
+        object.insert("usage".to_owned(), usage.to_json());
+    }
+    value
 }
 
 /// The chunk carrying one token; the last token of a choice also carries its finish reason.
-pub fn token_chunk(meta: &ResponseMeta, index: usize, text: &str, finish_reason: Option<&str>) -> Value {
+/// `usage` is the running count (`stream_options.continuous_usage_stats`): vLLM writes a
+/// completions chunk with every field (`exclude_unset=False`, so `"usage": null` without it and
+/// `"prompt_tokens_details": null` inside it) and a chat chunk with the fields it set only.
+pub fn token_chunk(
+    meta: &ResponseMeta,
+    index: usize,
+    text: &str,
+    finish_reason: Option<&str>,
+    usage: Option<RunningUsage>,
+) -> Value {
     let choice = match meta.kind {
         ApiKind::Completion => json!({
             "index": index, "text": text, "logprobs": null, "finish_reason": finish_reason, "stop_reason": null,
@@ -109,7 +123,43 @@ pub fn token_chunk(meta: &ResponseMeta, index: usize, text: &str, finish_reason:
             "index": index, "delta": {"content": text}, "logprobs": null, "finish_reason": finish_reason,
         }),
     };
-    chunk(meta, json!([choice]))
+    let mut value = chunk(meta, json!([choice]));
+    let usage = match (meta.kind, usage) {
+        (ApiKind::Completion, Some(usage)) => {
+            let mut usage = usage.to_json();
+            if let Some(object) = usage.as_object_mut() {
+                object.insert("prompt_tokens_details".to_owned(), Value::Null);
+            }
+            usage
+        }
+        (ApiKind::Completion, None) => Value::Null,
+        (ApiKind::Chat, Some(usage)) => usage.to_json(),
+        (ApiKind::Chat, None) => return value,
+    };
+    if let Some(object) = value.as_object_mut() {
+        object.insert("usage".to_owned(), usage);
+    }
+    value
+}
+
+/// A choice's counts so far, for `stream_options.continuous_usage_stats` (no cached tokens:
+/// vLLM never puts prompt details on these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunningUsage {
+    /// The choice's prompt tokens.
+    pub prompt_tokens: usize,
+    /// Tokens the choice generated so far.
+    pub completion_tokens: usize,
+}
+
+impl RunningUsage {
+    fn to_json(self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "completion_tokens": self.completion_tokens,
+        })
+    }
 }
 
 /// The final usage chunk (`stream_options.include_usage`): no choices, only usage.
@@ -155,7 +205,7 @@ mod tests {
         assert_eq!(body["choices"][0]["text"], " a b");
         assert_eq!(body["usage"]["total_tokens"], 13);
         assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
-        let chunk = token_chunk(&meta, 0, " a", None);
+        let chunk = token_chunk(&meta, 0, " a", None, None);
         assert_eq!(chunk["object"], "text_completion");
         assert_eq!(chunk["choices"][0]["text"], " a");
         assert!(meta.id.starts_with("cmpl-"));
@@ -167,8 +217,8 @@ mod tests {
         let body = full_response(&meta, &[ChoiceText { text: " x".to_owned(), finish_reason: "length" }], &usage());
         assert_eq!(body["object"], "chat.completion");
         assert_eq!(body["choices"][0]["message"]["role"], "assistant");
-        assert_eq!(role_chunk(&meta, 0)["choices"][0]["delta"]["role"], "assistant");
-        let last = token_chunk(&meta, 0, " x", Some("length"));
+        assert_eq!(role_chunk(&meta, 0, None)["choices"][0]["delta"]["role"], "assistant");
+        let last = token_chunk(&meta, 0, " x", Some("length"), None);
         assert_eq!(last["object"], "chat.completion.chunk");
         assert_eq!(last["choices"][0]["delta"]["content"], " x");
         assert_eq!(last["choices"][0]["finish_reason"], "length");

@@ -14,7 +14,7 @@ use hyper::body::{Body, Frame};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::responses::{role_chunk, token_chunk, usage_chunk, ApiKind, ResponseMeta};
+use super::responses::{role_chunk, token_chunk, usage_chunk, ApiKind, ResponseMeta, RunningUsage};
 use crate::pod::{ChoiceEvent, GenerationEvent, Usage};
 
 /// A streaming body fed by the generation tasks of one request.
@@ -22,26 +22,49 @@ use crate::pod::{ChoiceEvent, GenerationEvent, Usage};
 pub struct SseBody {
     events: mpsc::Receiver<ChoiceEvent>,
     meta: ResponseMeta,
-    include_usage: bool,
+    usage_options: StreamUsage,
     /// Per choice: whether its role chunk was sent (chat only).
     role_sent: Vec<bool>,
+    /// Per choice: tokens sent so far (for continuous usage).
+    generated: Vec<usize>,
     finished_choices: usize,
     usage: Usage,
     done: bool,
 }
 
+/// What a stream reports about usage (`stream_options`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamUsage {
+    /// The final usage chunk (`include_usage`).
+    pub include_usage: bool,
+    /// `usage` on every chunk (`continuous_usage_stats`).
+    pub continuous: bool,
+    /// Each choice's prompt tokens, in choice order.
+    pub prompt_tokens: Vec<usize>,
+}
+
 impl SseBody {
-    /// A body for `choices` choices fed by `events`.
-    pub fn new(events: mpsc::Receiver<ChoiceEvent>, meta: ResponseMeta, choices: usize, include_usage: bool) -> Self {
+    /// A body for one choice per entry of `usage_options.prompt_tokens`, fed by `events`.
+    pub fn new(events: mpsc::Receiver<ChoiceEvent>, meta: ResponseMeta, usage_options: StreamUsage) -> Self {
+        let choices = usage_options.prompt_tokens.len();
         Self {
             events,
             meta,
-            include_usage,
+            usage_options,
             role_sent: vec![false; choices],
+            generated: vec![0; choices],
             finished_choices: 0,
             usage: Usage::default(),
             done: false,
         }
+    }
+
+    /// The choice's counts so far, if continuous usage is on.
+    fn running_usage(&self, choice: usize) -> Option<RunningUsage> {
+        self.usage_options.continuous.then(|| RunningUsage {
+            prompt_tokens: self.usage_options.prompt_tokens.get(choice).copied().unwrap_or_default(),
+            completion_tokens: self.generated.get(choice).copied().unwrap_or_default(),
+        })
     }
 
     /// Turns one event into SSE bytes; `None` when the event produces no output yet.
@@ -50,16 +73,18 @@ impl SseBody {
         match choice_event.event {
             GenerationEvent::Token { text, last } => {
                 let mut out = String::new();
-                if self.meta.kind == ApiKind::Chat {
+                if self.meta.kind == ApiKind::Chat && self.role_sent.get(choice) == Some(&false) {
                     if let Some(sent) = self.role_sent.get_mut(choice) {
-                        if !*sent {
-                            *sent = true;
-                            push_event(&mut out, &role_chunk(&self.meta, choice));
-                        }
+                        *sent = true;
                     }
+                    push_event(&mut out, &role_chunk(&self.meta, choice, self.running_usage(choice)));
+                }
+                if let Some(generated) = self.generated.get_mut(choice) {
+                    *generated += 1;
                 }
                 let finish_reason = last.then_some("length");
-                push_event(&mut out, &token_chunk(&self.meta, choice, &text, finish_reason));
+                let usage = self.running_usage(choice);
+                push_event(&mut out, &token_chunk(&self.meta, choice, &text, finish_reason, usage));
                 Some(Bytes::from(out))
             }
             GenerationEvent::Finished(usage) => {
@@ -70,7 +95,7 @@ impl SseBody {
                 }
                 self.done = true;
                 let mut out = String::new();
-                if self.include_usage {
+                if self.usage_options.include_usage {
                     push_event(&mut out, &usage_chunk(&self.meta, &self.usage));
                 }
                 out.push_str("data: [DONE]\n\n");
@@ -181,6 +206,45 @@ mod tests {
         ChoiceEvent { choice, event: GenerationEvent::Finished(usage) }
     }
 
+    fn no_usage(choices: usize) -> StreamUsage {
+        StreamUsage { prompt_tokens: vec![4; choices], ..StreamUsage::default() }
+    }
+
+    /// `continuous_usage_stats`: every chunk carries the choice's counts so far, the role chunk
+    /// with no completion tokens (serving_chat.py); completions chunks always have a `usage`
+    /// key, null without it (serving_completion.py dumps with `exclude_unset=False`).
+    #[test]
+    fn continuous_usage_is_on_every_chunk() {
+        let (_sender, receiver) = mpsc::channel(1);
+        let usage = StreamUsage { include_usage: true, continuous: true, prompt_tokens: vec![4] };
+        let mut body = SseBody::new(receiver, ResponseMeta::new(ApiKind::Chat, 1, 0, "m"), usage);
+        let text = collect(&mut body, vec![token(0, " a", false), token(0, " b", true), finished(0)]);
+        let chunks: Vec<Value> = text
+            .split("\n\n")
+            .filter_map(|event| event.strip_prefix("data: "))
+            .filter(|data| *data != "[DONE]")
+            .map(|data| serde_json::from_str(data).unwrap())
+            .collect();
+        let counts: Vec<(u64, u64)> = chunks
+            .iter()
+            .map(|chunk| (chunk["usage"]["prompt_tokens"].as_u64().unwrap(), chunk["usage"]["completion_tokens"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(counts, [(4, 0), (4, 1), (4, 2), (4, 1)], "role, two tokens, then the final usage chunk");
+        assert!(chunks[1]["usage"].get("prompt_tokens_details").is_none(), "chat dumps only the fields it set");
+
+        let (_sender, receiver) = mpsc::channel(1);
+        let usage = StreamUsage { include_usage: true, continuous: true, prompt_tokens: vec![4] };
+        let mut body = SseBody::new(receiver, ResponseMeta::new(ApiKind::Completion, 1, 0, "m"), usage);
+        let text = collect(&mut body, vec![token(0, " a", true), finished(0)]);
+        let first: Value = serde_json::from_str(text.split("\n\n").next().unwrap().strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(first["usage"], serde_json::json!({"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5, "prompt_tokens_details": null}));
+
+        let (_sender, receiver) = mpsc::channel(1);
+        let mut body = SseBody::new(receiver, ResponseMeta::new(ApiKind::Completion, 1, 0, "m"), no_usage(1));
+        let text = collect(&mut body, vec![token(0, " a", true)]);
+        assert!(text.contains("\"usage\":null"), "{text}");
+    }
+
     fn collect(body: &mut SseBody, events: Vec<ChoiceEvent>) -> String {
         events
             .into_iter()
@@ -193,7 +257,8 @@ mod tests {
     fn chat_stream_sends_role_then_tokens_then_usage_and_done() {
         let (_sender, receiver) = mpsc::channel(1);
         let meta = ResponseMeta::new(ApiKind::Chat, 1, 0, "m");
-        let mut body = SseBody::new(receiver, meta, 2, true);
+        let usage = StreamUsage { include_usage: true, prompt_tokens: vec![4, 4], ..StreamUsage::default() };
+        let mut body = SseBody::new(receiver, meta, usage);
         let text = collect(&mut body, vec![token(0, " a", true), token(1, " b", true), finished(0), finished(1)]);
         let events: Vec<&str> = text.split("\n\n").filter(|event| !event.is_empty()).collect();
         assert_eq!(events.len(), 6, "{text}");
@@ -208,13 +273,13 @@ mod tests {
     fn completion_stream_without_usage_and_a_failure_ends_it() {
         let (_sender, receiver) = mpsc::channel(1);
         let meta = ResponseMeta::new(ApiKind::Completion, 1, 0, "m");
-        let mut body = SseBody::new(receiver, meta.clone(), 1, false);
+        let mut body = SseBody::new(receiver, meta.clone(), no_usage(1));
         let text = collect(&mut body, vec![token(0, " a", true), finished(0)]);
-        assert!(!text.contains("usage"));
+        assert!(!text.contains("\"usage\":{"), "no usage chunk: {text}");
         assert!(!text.contains("role"));
         assert!(text.ends_with("data: [DONE]\n\n"));
         let (_sender, receiver) = mpsc::channel(1);
-        let mut failing = SseBody::new(receiver, meta, 1, false);
+        let mut failing = SseBody::new(receiver, meta, no_usage(1));
         let failure = ChoiceEvent { choice: 0, event: GenerationEvent::Failed(ApiError::unavailable("gone")) };
         let text = collect(&mut failing, vec![failure]);
         assert!(text.starts_with("data: {\"error\""));

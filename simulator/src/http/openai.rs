@@ -20,7 +20,7 @@ use crate::api::messages_api::{self, parse_messages, MessagesStream};
 use crate::api::request::{parse_chat, parse_completion, CommonOptions};
 use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
 use crate::api::responses_api::{self, parse_responses, ResponsesMeta, ResponsesStream};
-use crate::api::sse::{EventBody, SseBody};
+use crate::api::sse::{EventBody, SseBody, StreamUsage};
 use crate::chat_template::ChatMessage;
 use crate::hashing::StableHasher;
 use crate::pd::sidecar::prefill_remotely;
@@ -166,6 +166,8 @@ struct Started {
     /// As requested, or the pod's base model.
     model: String,
     choices: usize,
+    /// Each choice's prompt tokens.
+    prompt_tokens: Vec<usize>,
 }
 
 async fn generate(
@@ -179,7 +181,12 @@ async fn generate(
     let started = start_generation(pod, prompts, &options, arrival, remote).await?;
     let meta = ResponseMeta::new(kind, started.request_number, unix_seconds(), &started.model);
     if options.stream {
-        let body = SseBody::new(started.events, meta, started.choices, options.include_usage);
+        let usage = StreamUsage {
+            include_usage: options.include_usage,
+            continuous: options.continuous_usage,
+            prompt_tokens: started.prompt_tokens,
+        };
+        let body = SseBody::new(started.events, meta, usage);
         return Ok(event_stream(EventBody(body).boxed_unsync()));
     }
     collect_response(started.events, &meta, started.choices).await
@@ -242,12 +249,13 @@ async fn start_generation(
     let request_number = jobs.first().map(|job| job.ticket.id).unwrap_or_default();
     let model = options.model.clone().unwrap_or_else(|| pod.config().model.clone());
     let choices = jobs.len();
+    let prompt_tokens = jobs.iter().map(|job| job.prompt_tokens).collect();
     let (sender, events) = mpsc::channel(EVENTS_BUFFERED_PER_CHOICE * choices.max(1));
     for job in jobs {
         tokio::spawn(run_generation(Arc::clone(pod), job, sender.clone()));
     }
     drop(sender);
-    Ok(Started { events, request_number, model, choices })
+    Ok(Started { events, request_number, model, choices, prompt_tokens })
 }
 
 /// Tokens to generate: as asked if it fits `max_model_len` (else 400, as vLLM), or the default

@@ -75,6 +75,7 @@ pub fn parse_messages(body: &[u8]) -> Result<MessagesRequest, ApiError> {
         max_tokens: Some(max_tokens),
         stream: raw.stream.unwrap_or(false),
         include_usage: true,
+        ..CommonOptions::default()
     };
     Ok(MessagesRequest { messages, options })
 }

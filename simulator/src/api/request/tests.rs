@@ -33,10 +33,45 @@ fn completion_options() {
             .unwrap();
     assert_eq!(
         request.options,
-        CommonOptions { model: Some("m".to_owned()), max_tokens: Some(7), stream: true, include_usage: true }
+        CommonOptions {
+            model: Some("m".to_owned()),
+            max_tokens: Some(7),
+            stream: true,
+            include_usage: true,
+            ..CommonOptions::default()
+        }
     );
     let defaults = completion(r#"{"prompt": "x", "max_tokens": null}"#).unwrap();
-    assert_eq!(defaults.options, CommonOptions { model: None, max_tokens: None, stream: false, include_usage: false });
+    assert_eq!(defaults.options, CommonOptions::default());
+}
+
+/// vLLM's `StreamOptions` (entrypoints/openai/protocol.py): `include_usage` defaults to true,
+/// `continuous_usage_stats` to false; options without `stream` are refused unless empty.
+#[test]
+fn stream_options_follow_vllm_defaults_and_need_stream() {
+    let options = |body: &str| completion(body).unwrap().options;
+    let empty = options(r#"{"prompt": "x", "stream": true, "stream_options": {}}"#);
+    assert!(empty.include_usage && !empty.continuous_usage, "{{}} asks for the final usage chunk");
+    let continuous = options(r#"{"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": true}}"#);
+    assert!(continuous.include_usage && continuous.continuous_usage);
+    let off = options(
+        r#"{"prompt": "x", "stream": true, "stream_options": {"include_usage": false, "continuous_usage_stats": true}}"#,
+    );
+    assert!(!off.include_usage && !off.continuous_usage, "continuous usage needs include_usage");
+    let null = options(r#"{"prompt": "x", "stream": true, "stream_options": {"include_usage": null}}"#);
+    assert!(!null.include_usage, "an explicit null is falsy in vLLM");
+    assert!(!options(r#"{"prompt": "x", "stream": true}"#).include_usage);
+    assert!(!options(r#"{"prompt": "x", "stream_options": {}}"#).include_usage, "an empty object is not checked");
+    assert!(!options(r#"{"prompt": "x", "stream_options": null}"#).include_usage);
+    for body in [
+        r#"{"prompt": "x", "stream_options": {"include_usage": true}}"#,
+        r#"{"prompt": "x", "stream": false, "stream_options": {"include_usage": false}}"#,
+    ] {
+        let error = completion(body).unwrap_err();
+        assert_eq!((error.status, error.message.as_str()), (400, "Stream options can only be defined when `stream=True`."));
+    }
+    let chat_error = chat(r#"{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}}"#);
+    assert_eq!(chat_error.unwrap_err().status, 400);
 }
 
 #[test]

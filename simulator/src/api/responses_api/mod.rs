@@ -86,8 +86,13 @@ pub fn parse_responses(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
             ))
         }
     };
-    let options =
-        CommonOptions { model: raw.model, max_tokens, stream: raw.stream.unwrap_or(false), include_usage: true };
+    let options = CommonOptions {
+        model: raw.model,
+        max_tokens,
+        stream: raw.stream.unwrap_or(false),
+        include_usage: true,
+        ..CommonOptions::default()
+    };
     let mut request = ResponsesRequest {
         messages: Vec::new(),
         instructions: raw.instructions,

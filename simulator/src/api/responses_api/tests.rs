@@ -13,7 +13,13 @@ fn instructions_and_input_items_render_as_the_same_chat() {
     let request = parse_responses(body).unwrap();
     assert_eq!(
         request.options,
-        CommonOptions { model: Some("m".into()), max_tokens: Some(7), stream: true, include_usage: true }
+        CommonOptions {
+            model: Some("m".into()),
+            max_tokens: Some(7),
+            stream: true,
+            include_usage: true,
+            ..CommonOptions::default()
+        }
     );
     assert_eq!(request.messages.len(), 6, "system, user, call, output, assistant, user; reasoning dropped");
     assert_eq!(request.messages[2], ChatMessage::text("assistant", "ls({})"));
