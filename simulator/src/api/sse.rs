@@ -3,7 +3,7 @@
 //! Each token becomes `data: {chunk}\n\n` as soon as its generation task sends it, so the
 //! client sees the pacing of the latency model. When every choice has finished, an optional
 //! usage chunk and `data: [DONE]\n\n` end the stream. A failure mid-stream sends one
-//! `data: {"error": ...}` event and ends the stream without `[DONE]`, so clients notice.
+//! `data: {"error": ...}` event, then `data: [DONE]\n\n`, as vLLM does.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -105,6 +105,9 @@ impl SseBody {
                 self.done = true;
                 let mut out = String::new();
                 push_event(&mut out, &error.to_json());
+                // vLLM yields `[DONE]` after its error event too (serving_chat.py 1142-1149,
+                // serving_completion.py 490-494).
+                out.push_str("data: [DONE]\n\n");
                 Some(Bytes::from(out))
             }
         }
@@ -283,6 +286,6 @@ mod tests {
         let failure = ChoiceEvent { choice: 0, event: GenerationEvent::Failed(ApiError::unavailable("gone")) };
         let text = collect(&mut failing, vec![failure]);
         assert!(text.starts_with("data: {\"error\""));
-        assert!(!text.contains("[DONE]"));
+        assert!(text.ends_with("}\n\ndata: [DONE]\n\n"), "the error event, then [DONE], as vLLM: {text}");
     }
 }
