@@ -43,7 +43,10 @@ impl Pod {
     pub fn restart(&self) -> Result<(), String> {
         self.kill_with(ManagedProcess::stop);
         let mut command = Command::new(crate::paths::simulator_binary());
-        command.arg("--host").arg(&self.host).arg("--port").arg(self.port.to_string()).args(&self.extra_args);
+        command.arg("--host").arg(&self.host).arg("--port").arg(self.port.to_string());
+        // The plugin learns from `usage.prompt_tokens_details.cached_tokens`, which vLLM (and
+        // the simulator) only report with this flag: pods run as the deployment docs ask.
+        command.arg("--enable-prompt-tokens-details").args(&self.extra_args);
         let log = match self.host.as_str() {
             "127.0.0.1" => self.dir.join(format!("pod-{}.log", self.port)),
             host => self.dir.join(format!("pod-{host}-{}.log", self.port)),

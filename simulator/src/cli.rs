@@ -106,6 +106,10 @@ pub struct Cli {
     /// `VLLM_ENABLE_RESPONSES_API_STORE=1`); without it such a request is refused.
     #[arg(long)]
     pub responses_store: bool,
+    /// Report `usage.prompt_tokens_details.cached_tokens` on chat and completions, as vLLM's
+    /// flag of the same name (off by default, as there); routers that learn from cached tokens need it.
+    #[arg(long)]
+    pub enable_prompt_tokens_details: bool,
 }
 
 impl Cli {
@@ -166,6 +170,7 @@ impl Cli {
         config.kv_transfer_per_token_ms = self.kv_transfer_per_token_ms;
         config.lora_load_ms = self.lora_load_ms;
         config.responses_store = self.responses_store;
+        config.prompt_tokens_details = self.enable_prompt_tokens_details;
         config.validate().map(|()| config)
     }
 }
@@ -209,5 +214,7 @@ mod tests {
         let styled = parse(&["--metrics-style", "vllm-legacy", "--lora-adapters", "a,b"]).unwrap();
         assert_eq!(styled[0].metrics_style, MetricsStyle::VllmLegacy);
         assert!(styled[0].lora_enabled);
+        assert!(!styled[0].prompt_tokens_details, "off by default, as in vLLM");
+        assert!(parse(&["--enable-prompt-tokens-details"]).unwrap()[0].prompt_tokens_details);
     }
 }

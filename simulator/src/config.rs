@@ -146,6 +146,9 @@ pub struct PodConfig {
     /// Keep Responses API answers for `previous_response_id` (`--responses-store`), as vLLM
     /// does with `VLLM_ENABLE_RESPONSES_API_STORE=1`.
     pub responses_store: bool,
+    /// Report `usage.prompt_tokens_details.cached_tokens` (`--enable-prompt-tokens-details`,
+    /// off by default as in vLLM); without it vLLM's chat and completions never show cached tokens.
+    pub prompt_tokens_details: bool,
 }
 
 impl PodConfig {
@@ -173,6 +176,7 @@ impl PodConfig {
             kv_transfer_per_token_ms: DEFAULT_KV_TRANSFER_PER_TOKEN_MS,
             lora_load_ms: DEFAULT_LORA_LOAD_MS,
             responses_store: false,
+            prompt_tokens_details: false,
         }
     }
 

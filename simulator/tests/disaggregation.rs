@@ -15,7 +15,11 @@ use vllm_sim::{text_of_tokens, SimClient};
 #[tokio::test]
 async fn a_decode_pod_decodes_what_the_prefill_pod_prefilled() {
     let prefill = start_pod(|config| config.role = PodRole::Prefill).await;
-    let decode = start_pod(|config| config.role = PodRole::Decode).await;
+    let decode = start_pod(|config| {
+        config.role = PodRole::Decode;
+        config.prompt_tokens_details = true;
+    })
+    .await;
     let client = SimClient::new();
     let prompt = text_of_tokens(1000, 7);
     let body = Bytes::from(completion_body(&prompt, 20).to_string());

@@ -11,7 +11,7 @@ use vllm_sim::{text_of_tokens, SimClient};
 
 #[tokio::test]
 async fn json_completion_has_openai_shape_usage_and_served_by() {
-    let pod = start_pod(|_| {}).await;
+    let pod = start_pod(|config| config.prompt_tokens_details = true).await;
     let client = SimClient::new();
     let url = format!("{}/v1/completions", pod.base_url());
     let prompt = text_of_tokens(40, 1);
@@ -24,8 +24,8 @@ async fn json_completion_has_openai_shape_usage_and_served_by() {
     assert_eq!(answer["choices"][0]["finish_reason"], "length");
     assert_eq!(
         answer["usage"],
-        json!({"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45,
-                                       "prompt_tokens_details": {"cached_tokens": 0}})
+        json!({"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45, "prompt_tokens_details": null}),
+        "no hit: vLLM leaves the details null"
     );
     let second = client.request(Method::POST, &url, body).await.unwrap().json();
     assert_eq!(second["usage"]["prompt_tokens_details"]["cached_tokens"], 32, "two full blocks, last token recomputed");
@@ -38,6 +38,36 @@ async fn json_completion_has_openai_shape_usage_and_served_by() {
     assert_eq!(batch["usage"]["prompt_tokens"], 7);
     let id_batch = client.post_json(&url, &json!({"prompt": [[1, 2], [3, 4, 5]], "max_tokens": 1})).await.unwrap().1;
     assert_eq!(id_batch["usage"]["prompt_tokens"], 5);
+    pod.shutdown().await;
+}
+
+/// vLLM reports cached tokens only with `--enable-prompt-tokens-details` (off by default), and
+/// for several prompts one prompt's count, not the sum: the last prompt's in a JSON answer
+/// (serving_completion.py 587-590), the first output's in a stream (346-348, 471).
+#[tokio::test]
+async fn cached_tokens_need_the_flag_and_a_batch_reports_one_prompt() {
+    let client = SimClient::new();
+    let plain = start_pod(|_| {}).await;
+    let url = format!("{}/v1/completions", plain.base_url());
+    let body = completion_body(&text_of_tokens(40, 1), 2);
+    client.post_json(&url, &body).await.unwrap();
+    let again = client.post_json(&url, &body).await.unwrap().1;
+    assert_eq!(again["usage"]["prompt_tokens_details"], json!(null), "off by default, as in vLLM");
+    plain.shutdown().await;
+
+    let pod = start_pod(|config| config.prompt_tokens_details = true).await;
+    let url = format!("{}/v1/completions", pod.base_url());
+    let (short, long) = (text_of_tokens(40, 1), text_of_tokens(80, 2));
+    client.post_json(&url, &json!({"prompt": [short.clone(), long.clone()], "max_tokens": 1})).await.unwrap();
+    // Both cached now: 32 and 64 tokens (full blocks, the last token recomputed).
+    let batch = client.post_json(&url, &json!({"prompt": [short.clone(), long.clone()], "max_tokens": 1})).await.unwrap().1;
+    assert_eq!(batch["usage"]["prompt_tokens_details"]["cached_tokens"], 64, "the last prompt's, not 96");
+    let reversed = client.post_json(&url, &json!({"prompt": [long, short], "max_tokens": 1})).await.unwrap().1;
+    assert_eq!(reversed["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
+    let streamed = json!({"prompt": [text_of_tokens(40, 1)], "max_tokens": 1, "stream": true, "stream_options": {}});
+    let raw = client.request(Method::POST, &url, Bytes::from(streamed.to_string())).await.unwrap();
+    let usage_event = raw.body.split("\n\n").find(|event| event.contains("\"choices\":[]")).unwrap();
+    assert!(usage_event.contains("\"prompt_tokens_details\":{\"cached_tokens\":32}"), "{usage_event}");
     pod.shutdown().await;
 }
 

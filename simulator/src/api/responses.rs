@@ -2,9 +2,11 @@
 //!
 //! Completions: `object: "text_completion"` with `choices[].text`. Chat: `object:
 //! "chat.completion"` with `choices[].message`, and in streams `"chat.completion.chunk"` with
-//! `choices[].delta`, the first delta of a choice carrying `role: "assistant"`. `usage` always
-//! includes `prompt_tokens_details.cached_tokens`, which vLLM shows when prompt token details
-//! are enabled; the simulator always enables them because benchmarks read them.
+//! `choices[].delta`, the first delta of a choice carrying `role: "assistant"`. `usage` has
+//! `prompt_tokens_details: {cached_tokens}` only when the pod runs with
+//! `--enable-prompt-tokens-details` and the request hit the cache, as vLLM's (serving_chat.py
+//! 1101 and 1409, serving_completion.py 471 and 587): otherwise `null` in a JSON answer and
+//! absent from the final stream chunk (dumped with `exclude_none=True`).
 
 use serde_json::{json, Value};
 
@@ -30,6 +32,8 @@ pub struct ResponseMeta {
     pub created: u64,
     /// The model (or adapter) name as requested.
     pub model: String,
+    /// Whether `usage` may show `prompt_tokens_details` (`--enable-prompt-tokens-details`).
+    pub prompt_tokens_details: bool,
 }
 
 impl ResponseMeta {
@@ -39,7 +43,8 @@ impl ResponseMeta {
             ApiKind::Completion => "cmpl",
             ApiKind::Chat => "chatcmpl",
         };
-        Self { kind, id: format!("{prefix}-{request_number:016x}"), created, model: model.to_owned() }
+        let id = format!("{prefix}-{request_number:016x}");
+        Self { kind, id, created, model: model.to_owned(), prompt_tokens_details: false }
     }
 }
 
@@ -52,13 +57,19 @@ pub struct ChoiceText {
     pub finish_reason: &'static str,
 }
 
-/// The `usage` object.
-pub fn usage_json(usage: &Usage) -> Value {
+/// The `usage` object of a JSON answer: `prompt_tokens_details` is `null` unless enabled and
+/// some prompt tokens were cached.
+pub fn usage_json(usage: &Usage, prompt_tokens_details: bool) -> Value {
+    let details = if prompt_tokens_details && usage.cached_tokens > 0 {
+        json!({"cached_tokens": usage.cached_tokens})
+    } else {
+        Value::Null
+    };
     json!({
         "prompt_tokens": usage.prompt_tokens,
         "total_tokens": usage.prompt_tokens + usage.completion_tokens,
         "completion_tokens": usage.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "prompt_tokens_details": details,
     })
 }
 
@@ -85,7 +96,7 @@ pub fn full_response(meta: &ResponseMeta, choices: &[ChoiceText], usage: &Usage)
         "created": meta.created,
         "model": meta.model,
         "choices": choices,
-        "usage": usage_json(usage),
+        "usage": usage_json(usage, meta.prompt_tokens_details),
     })
 }
 
@@ -162,11 +173,16 @@ impl RunningUsage {
     }
 }
 
-/// The final usage chunk (`stream_options.include_usage`): no choices, only usage.
+/// The final usage chunk (`stream_options.include_usage`): no choices, only usage (a null
+/// `prompt_tokens_details` left out, as vLLM dumps it with `exclude_none=True`).
 pub fn usage_chunk(meta: &ResponseMeta, usage: &Usage) -> Value {
     let mut value = chunk(meta, json!([]));
+    let mut usage = usage_json(usage, meta.prompt_tokens_details);
+    if let Some(usage) = usage.as_object_mut() {
+        usage.retain(|_, field| !field.is_null());
+    }
     if let Some(object) = value.as_object_mut() {
-        object.insert("usage".to_owned(), usage_json(usage));
+        object.insert("usage".to_owned(), usage);
     }
     value
 }
@@ -197,9 +213,26 @@ mod tests {
         Usage { prompt_tokens: 10, completion_tokens: 3, cached_tokens: 8 }
     }
 
+    /// vLLM shows cached tokens only with `--enable-prompt-tokens-details` and a hit:
+    /// `null` in a JSON answer, absent from the usage chunk otherwise.
+    #[test]
+    fn prompt_tokens_details_need_the_flag_and_a_hit() {
+        let mut meta = ResponseMeta::new(ApiKind::Chat, 1, 5, "m");
+        let choice = [ChoiceText { text: " x".to_owned(), finish_reason: "length" }];
+        assert_eq!(full_response(&meta, &choice, &usage())["usage"]["prompt_tokens_details"], Value::Null);
+        assert!(usage_chunk(&meta, &usage())["usage"].get("prompt_tokens_details").is_none());
+        meta.prompt_tokens_details = true;
+        assert_eq!(full_response(&meta, &choice, &usage())["usage"]["prompt_tokens_details"], json!({"cached_tokens": 8}));
+        assert_eq!(usage_chunk(&meta, &usage())["usage"]["prompt_tokens_details"], json!({"cached_tokens": 8}));
+        let miss = Usage { cached_tokens: 0, ..usage() };
+        assert_eq!(full_response(&meta, &choice, &miss)["usage"]["prompt_tokens_details"], Value::Null);
+        assert!(usage_chunk(&meta, &miss)["usage"].get("prompt_tokens_details").is_none());
+    }
+
     #[test]
     fn completion_shapes() {
-        let meta = ResponseMeta::new(ApiKind::Completion, 1, 5, "m");
+        let mut meta = ResponseMeta::new(ApiKind::Completion, 1, 5, "m");
+        meta.prompt_tokens_details = true;
         let body = full_response(&meta, &[ChoiceText { text: " a b".to_owned(), finish_reason: "length" }], &usage());
         assert_eq!(body["object"], "text_completion");
         assert_eq!(body["choices"][0]["text"], " a b");

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::responses::{role_chunk, token_chunk, usage_chunk, ApiKind, ResponseMeta, RunningUsage};
-use crate::pod::{ChoiceEvent, GenerationEvent, Usage};
+use crate::pod::{ChoiceEvent, GenerationEvent, UsageTally};
 
 /// A streaming body fed by the generation tasks of one request.
 #[derive(Debug)]
@@ -27,8 +27,7 @@ pub struct SseBody {
     role_sent: Vec<bool>,
     /// Per choice: tokens sent so far (for continuous usage).
     generated: Vec<usize>,
-    finished_choices: usize,
-    usage: Usage,
+    usage: UsageTally,
     done: bool,
 }
 
@@ -53,8 +52,7 @@ impl SseBody {
             usage_options,
             role_sent: vec![false; choices],
             generated: vec![0; choices],
-            finished_choices: 0,
-            usage: Usage::default(),
+            usage: UsageTally::default(),
             done: false,
         }
     }
@@ -79,6 +77,7 @@ impl SseBody {
                     }
                     push_event(&mut out, &role_chunk(&self.meta, choice, self.running_usage(choice)));
                 }
+                self.usage.token(choice);
                 if let Some(generated) = self.generated.get_mut(choice) {
                     *generated += 1;
                 }
@@ -88,15 +87,14 @@ impl SseBody {
                 Some(Bytes::from(out))
             }
             GenerationEvent::Finished(usage) => {
-                self.usage.add(usage);
-                self.finished_choices += 1;
-                if self.finished_choices < self.role_sent.len() {
+                self.usage.finished(choice, usage);
+                if self.usage.finished_choices() < self.role_sent.len() {
                     return None;
                 }
                 self.done = true;
                 let mut out = String::new();
                 if self.usage_options.include_usage {
-                    push_event(&mut out, &usage_chunk(&self.meta, &self.usage));
+                    push_event(&mut out, &usage_chunk(&self.meta, &self.usage.streamed()));
                 }
                 out.push_str("data: [DONE]\n\n");
                 Some(Bytes::from(out))
@@ -199,6 +197,7 @@ impl<R: EventRenderer> Body for EventBody<R> {
 mod tests {
     use super::*;
     use crate::api::errors::ApiError;
+    use crate::pod::Usage;
 
     fn token(choice: usize, text: &str, last: bool) -> ChoiceEvent {
         ChoiceEvent { choice, event: GenerationEvent::Token { text: text.to_owned(), last } }

@@ -98,7 +98,13 @@ pub async fn run_calibration(urls: Option<Vec<String>>, model: &str, seed: u64) 
     }
     let mut pods = Vec::with_capacity(REFERENCE_PODS);
     for _ in 0..REFERENCE_PODS {
-        let config = PodConfig { model: model.to_owned(), seed, ..PodConfig::for_preset(Preset::Small) };
+        // The run reads cached tokens from usage, which needs prompt token details (vLLM's flag).
+        let config = PodConfig {
+            model: model.to_owned(),
+            seed,
+            prompt_tokens_details: true,
+            ..PodConfig::for_preset(Preset::Small)
+        };
         pods.push(spawn_pod(config).await?);
     }
     let urls: Vec<String> = pods.iter().map(|pod| pod.base_url()).collect();

@@ -24,7 +24,7 @@ use crate::api::sse::{EventBody, SseBody, StreamUsage};
 use crate::chat_template::ChatMessage;
 use crate::hashing::StableHasher;
 use crate::pd::sidecar::prefill_remotely;
-use crate::pod::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Pod, Submission, Usage};
+use crate::pod::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Pod, Submission, Usage, UsageTally};
 use crate::tokenizer::tokenize;
 
 /// Generation events buffered per choice before a slow client slows its generation task down.
@@ -179,7 +179,8 @@ async fn generate(
     remote: Option<RemotePrefill<'_>>,
 ) -> Result<Response<SimBody>, ApiError> {
     let started = start_generation(pod, prompts, &options, arrival, remote).await?;
-    let meta = ResponseMeta::new(kind, started.request_number, unix_seconds(), &started.model);
+    let mut meta = ResponseMeta::new(kind, started.request_number, unix_seconds(), &started.model);
+    meta.prompt_tokens_details = pod.config().prompt_tokens_details;
     if options.stream {
         let usage = StreamUsage {
             include_usage: options.include_usage,
@@ -305,8 +306,7 @@ async fn collect_choices(
     choices: usize,
 ) -> Result<(Vec<String>, Usage), ApiError> {
     let mut texts = vec![String::new(); choices];
-    let mut usage = Usage::default();
-    let mut finished = 0;
+    let mut usage = UsageTally::default();
     // Each event is a token, a finish or a failure; the tasks send a bounded number of them.
     while let Some(ChoiceEvent { choice, event }) = receiver.recv().await {
         match event {
@@ -316,16 +316,15 @@ async fn collect_choices(
                 }
             }
             GenerationEvent::Finished(choice_usage) => {
-                usage.add(choice_usage);
-                finished += 1;
+                usage.finished(choice, choice_usage);
             }
             GenerationEvent::Failed(error) => return Err(error),
         }
     }
-    if finished < choices {
+    if usage.finished_choices() < choices {
         return Err(ApiError::new(500, "Generation ended before every choice finished."));
     }
-    Ok((texts, usage))
+    Ok((texts, usage.answered()))
 }
 
 /// Seeds generated words from the prompt, so the same prompt yields the same answer.

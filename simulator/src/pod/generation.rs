@@ -27,12 +27,60 @@ pub struct Usage {
     pub cached_tokens: usize,
 }
 
-impl Usage {
-    /// Adds another choice's counts (batched prompts report the sum).
-    pub fn add(&mut self, other: Usage) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-        self.cached_tokens += other.cached_tokens;
+/// A request's `usage` from its choices' counts, as vLLM v0.11 reports it: token counts summed,
+/// and the cached tokens of one prompt, not their sum: the first output's when streaming
+/// (serving_completion.py 346-348, serving_chat.py 583-584), the last prompt's in a JSON
+/// answer (serving_completion.py 511-512 and 587-590).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageTally {
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    /// The choice whose token reached the client first, and its cached tokens once it finished.
+    first: Option<(usize, usize)>,
+    /// The highest choice index finished so far (the last prompt's), and its cached tokens.
+    last: Option<(usize, usize)>,
+    finished: usize,
+}
+
+impl UsageTally {
+    /// Notes a token of `choice` (the first one names the choice whose cached tokens a stream reports).
+    pub fn token(&mut self, choice: usize) {
+        self.first.get_or_insert((choice, 0));
+    }
+
+    /// Adds a finished choice's counts.
+    pub fn finished(&mut self, choice: usize, usage: Usage) {
+        self.prompt_tokens += usage.prompt_tokens;
+        self.completion_tokens += usage.completion_tokens;
+        self.finished += 1;
+        match &mut self.first {
+            Some((first, cached)) if *first == choice => *cached = usage.cached_tokens,
+            Some(_) => {}
+            None => self.first = Some((choice, usage.cached_tokens)),
+        }
+        if self.last.is_none_or(|(last, _)| choice >= last) {
+            self.last = Some((choice, usage.cached_tokens));
+        }
+    }
+
+    /// Choices finished so far.
+    pub fn finished_choices(&self) -> usize {
+        self.finished
+    }
+
+    /// The usage a stream's final chunk reports.
+    pub fn streamed(&self) -> Usage {
+        self.with_cached(self.first)
+    }
+
+    /// The usage a JSON answer reports.
+    pub fn answered(&self) -> Usage {
+        self.with_cached(self.last)
+    }
+
+    fn with_cached(&self, choice: Option<(usize, usize)>) -> Usage {
+        let cached_tokens = choice.map_or(0, |(_, cached)| cached);
+        Usage { prompt_tokens: self.prompt_tokens, completion_tokens: self.completion_tokens, cached_tokens }
     }
 }
 
@@ -128,5 +176,32 @@ async fn sleep_until_or_closed(deadline: Instant, events: &mpsc::Sender<ChoiceEv
     tokio::select! {
         () = tokio::time::sleep_until(deadline.into()) => true,
         () = events.closed() => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(prompt_tokens: usize, cached_tokens: usize) -> Usage {
+        Usage { prompt_tokens, completion_tokens: 2, cached_tokens }
+    }
+
+    #[test]
+    fn a_tally_sums_tokens_and_reports_one_prompts_cached_count() {
+        let mut tally = UsageTally::default();
+        tally.token(1);
+        tally.token(0);
+        tally.finished(0, usage(40, 32));
+        tally.finished(1, usage(80, 64));
+        assert_eq!(tally.finished_choices(), 2);
+        assert_eq!(tally.answered(), Usage { prompt_tokens: 120, completion_tokens: 4, cached_tokens: 64 }, "the last prompt's");
+        assert_eq!(tally.streamed().cached_tokens, 64, "the choice whose token came first");
+        let mut first_is_zero = UsageTally::default();
+        first_is_zero.token(0);
+        first_is_zero.finished(1, usage(80, 64));
+        first_is_zero.finished(0, usage(40, 32));
+        assert_eq!(first_is_zero.streamed().cached_tokens, 32);
+        assert_eq!(first_is_zero.answered().cached_tokens, 64);
     }
 }

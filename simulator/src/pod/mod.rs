@@ -29,7 +29,7 @@ use crate::metrics::PodMetrics;
 use stats::{EndpointStats, StepCounters};
 use steps::{InFlightStep, RequestStream};
 
-pub use generation::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Usage};
+pub use generation::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Usage, UsageTally};
 pub use step_loop::run_step_loop;
 pub use steps::{EngineEvent, Submission};
 
