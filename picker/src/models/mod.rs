@@ -2,7 +2,7 @@
 //!
 //! A pod serves one base model (vLLM's `--served-model-name`, read from the `model_name` label
 //! of its metrics or from `/v1/models`) and any LoRA adapters it has registered (`/v1/models`
-//! lists them with a `parent`; `vllm:lora_adapter_loaded` names them with the `level` they sit
+//! lists them with a `parent`; `vllm:lora_adapter_loaded{adapter_name}` names them with the `level` they sit
 //! at; `vllm:lora_requests_info` names those running or waiting). [`residency`] reads the
 //! metrics, [`catalog`] reads `/v1/models` (fetched on [`catalog_poll`]'s slower schedule),
 //! [`index`] maps each name to the pods serving it (once per published table), [`affinity`]

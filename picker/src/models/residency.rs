@@ -1,9 +1,12 @@
 //! Models and adapters as a pod's `/metrics` names them.
 //!
 //! - the base model: the `model_name` label vLLM (and SGLang) put on every load metric;
-//! - registered adapters: `vllm:lora_adapter_loaded{lora_name, level}`, one series per adapter,
-//!   `level="gpu"` when it is resident on the GPU (newer vLLM; the simulator writes them too);
-//! - GPU slots: `vllm:max_gpu_lora_adapters` (newer) or `max_lora` of `vllm:lora_requests_info`.
+//! - registered adapters: `vllm:lora_adapter_loaded{adapter_name, level, pinned}`, one series per
+//!   adapter, `level="gpu"` when it is resident on the GPU and `"cpu"` when only held in CPU
+//!   memory. No vLLM release has it yet: it is the upstream proposal (vllm-project/vllm PRs
+//!   45411 and 54830), which llm-d-router's residency scorer reads too; the simulator writes it;
+//! - GPU slots: `vllm:max_gpu_lora_adapters` (the same proposal, as llm-d-router#2792 reads it)
+//!   or `max_lora` of `vllm:lora_requests_info` (every vLLM release).
 
 use crate::prometheus_line::Sample;
 
@@ -30,7 +33,9 @@ const MAX_GPU_LORAS: f64 = 4096.0;
 pub fn apply(sample: &Sample<'_>, models: &mut ScrapedModels) -> bool {
     match sample.name {
         "vllm:lora_adapter_loaded" => {
-            if let Some(name) = sample.label("lora_name") {
+            // `lora_name` is what simulator builds before the proposal's names wrote; one more
+            // label lookup keeps a pool of old and new builds readable during an upgrade.
+            if let Some(name) = sample.label("adapter_name").or_else(|| sample.label("lora_name")) {
                 if sample.value > 0.0 {
                     super::push_bounded(&mut models.adapters, name);
                     if sample.label("level") == Some("gpu") {
@@ -62,13 +67,22 @@ mod tests {
     #[test]
     fn base_model_adapters_and_slots_come_from_the_scrape() {
         let text = "vllm:num_requests_running{model_name=\"base\"} 1\n\
-            vllm:lora_adapter_loaded{model_name=\"base\",lora_name=\"a\",level=\"gpu\"} 1\n\
-            vllm:lora_adapter_loaded{model_name=\"base\",lora_name=\"b\",level=\"cpu\"} 1\n\
+            vllm:lora_adapter_loaded{engine=\"0\",adapter_name=\"a\",level=\"gpu\",pinned=\"false\"} 1\n\
+            vllm:lora_adapter_loaded{engine=\"0\",adapter_name=\"b\",level=\"cpu\",pinned=\"false\"} 1\n\
+            vllm:num_gpu_loaded_lora_adapters{engine=\"0\"} 1\n\
             vllm:max_gpu_lora_adapters{model_name=\"base\"} 2\n";
         let models = parse_engine_metrics(text).unwrap().models;
         assert_eq!(models.base, ["base"]);
         assert_eq!(models.adapters, ["a", "b"]);
         assert_eq!(models.resident, ["a"]);
         assert_eq!(models.max_gpu_loras, Some(2));
+    }
+
+    #[test]
+    fn older_simulator_builds_name_adapters_with_lora_name() {
+        let text = "vllm:num_requests_running{model_name=\"base\"} 1\n\
+            vllm:lora_adapter_loaded{model_name=\"base\",lora_name=\"a\",level=\"gpu\"} 1\n";
+        let models = parse_engine_metrics(text).unwrap().models;
+        assert_eq!((models.adapters.as_slice(), models.resident.as_slice()), (&["a".to_owned()][..], &["a".to_owned()][..]));
     }
 }

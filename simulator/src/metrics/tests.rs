@@ -98,6 +98,8 @@ fn vllm_style_has_v1_names_types_and_labels() {
         ("vllm:cache_config_info", 1.0),
         ("vllm:lora_requests_info", 1_700_000_100.0),
         ("vllm:max_gpu_lora_adapters", 2.0),
+        ("vllm:num_gpu_loaded_lora_adapters", 1.0),
+        ("vllm:num_cpu_loaded_lora_adapters", 2.0),
         ("vllm_sim:lora_adapter_loads_total", 3.0),
         ("vllm_sim:lora_adapter_evictions_total", 1.0),
         ("vllm_sim:model_not_found_total", 4.0),
@@ -117,12 +119,13 @@ fn vllm_style_has_v1_names_types_and_labels() {
     assert_eq!(lora.1.get("max_lora").map(String::as_str), Some("2"));
     assert_eq!(lora.1.get("running_lora_adapters").map(String::as_str), Some("a"));
     assert_eq!(lora.1.get("waiting_lora_adapters").map(String::as_str), Some(""));
-    let levels: Vec<(&str, &str)> = samples
+    let levels: Vec<(&str, &str, &str)> = samples
         .iter()
         .filter(|(name, _, _)| name == "vllm:lora_adapter_loaded")
-        .map(|(_, labels, _)| (labels["lora_name"].as_str(), labels["level"].as_str()))
+        .map(|(_, labels, _)| (labels["adapter_name"].as_str(), labels["level"].as_str(), labels["pinned"].as_str()))
         .collect();
-    assert_eq!(levels, [("a", "gpu"), ("b", "cpu")], "resident on the GPU, or known only");
+    assert_eq!(levels, [("a", "gpu", "false"), ("b", "cpu", "false")], "the proposal's labels: resident on the GPU, or in CPU memory");
+    assert!(!text.contains("lora_name=\""), "no label the proposal lacks");
     let success = samples
         .iter()
         .find(|(name, labels, _)| name == "vllm:request_success_total" && labels["finished_reason"] == "length")

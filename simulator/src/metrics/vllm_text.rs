@@ -147,9 +147,14 @@ fn write_lora_info(writer: &mut PromWriter, snapshot: &MetricsSnapshot) {
     }
 }
 
-/// vLLM's newer residency metrics: one `vllm:lora_adapter_loaded` series per known adapter,
-/// `level="gpu"` when resident on the GPU and `level="cpu"` otherwise, and the slot count;
-/// then the simulator's own load and eviction counters (vLLM has none).
+/// The residency metrics vLLM does not have yet: the upstream proposal (vllm-project/vllm PR
+/// 45411, continued in 54830; llm-d-router#2792 reads them) writes one
+/// `vllm:lora_adapter_loaded{adapter_name, level, pinned}` series per loaded adapter
+/// (`level="gpu"` when resident on the GPU, `"cpu"` when only in CPU memory; the simulator pins
+/// nothing), `vllm:num_gpu_loaded_lora_adapters` and `vllm:num_cpu_loaded_lora_adapters` (every
+/// loaded adapter is held in CPU memory, the GPU's too, as in the proposal's test report) and
+/// the slot count `vllm:max_gpu_lora_adapters`; then the simulator's own load and eviction
+/// counters (vLLM has none).
 fn write_lora_residency(writer: &mut PromWriter, snapshot: &MetricsSnapshot) {
     let Some(max_loras) = snapshot.max_loras else { return };
     let model = snapshot.model.as_str();
@@ -158,9 +163,15 @@ fn write_lora_residency(writer: &mut PromWriter, snapshot: &MetricsSnapshot) {
     let lora = &snapshot.lora;
     for adapter in &lora.registered {
         let level = if lora.resident.contains(adapter) { "gpu" } else { "cpu" };
-        writer.sample(name, &[("model_name", model), ("lora_name", adapter.as_str()), ("level", level)], 1.0);
+        let labels =
+            [("model_name", model), ("engine", "0"), ("adapter_name", adapter.as_str()), ("level", level), ("pinned", "false")];
+        writer.sample(name, &labels, 1.0);
     }
-    let labels = [("model_name", model)];
+    let labels = [("model_name", model), ("engine", "0")];
+    let on_gpu = lora.registered.iter().filter(|adapter| lora.resident.contains(adapter)).count();
+    writer.gauge("vllm:num_gpu_loaded_lora_adapters", "LoRA adapters loaded on the GPU.", &labels, on_gpu as f64);
+    let in_cpu = lora.registered.len() as f64;
+    writer.gauge("vllm:num_cpu_loaded_lora_adapters", "LoRA adapters loaded in CPU memory.", &labels, in_cpu);
     writer.gauge("vllm:max_gpu_lora_adapters", "Most LoRA adapters held on the GPU.", &labels, max_loras as f64);
     let created = snapshot.metrics.created_unix;
     writer.counter(
