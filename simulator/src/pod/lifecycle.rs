@@ -14,7 +14,7 @@ use super::{Pod, Ticket};
 use crate::api::errors::ApiError;
 use crate::engine::{NewRequest, RequestId};
 use crate::faults::GarbageMode;
-use crate::metrics::{FinishReason, LoraResidency, MetricsSnapshot};
+use crate::metrics::{LoraResidency, MetricsSnapshot};
 
 /// Longest a request stays parked by the `hang` fault before it fails with 503.
 pub const MAX_HANG: Duration = Duration::from_secs(600);
@@ -46,6 +46,7 @@ impl Pod {
                 delivery_delay,
                 prompt_tokens: submission.tokens.len(),
                 last_token_at: None,
+                queued: None,
             },
         );
         state.engine.enqueue(NewRequest {
@@ -69,11 +70,15 @@ impl Pod {
     }
 
     /// Aborts a request (client gone, or a sibling prompt refused): frees its seat and blocks.
+    /// As in vLLM v0.11, a client abort is no finished request: `vllm:request_success_total`
+    /// and the e2e and queue-time histograms never see it (v1/engine/output_processor.py
+    /// `abort_requests` drops the request's state without making finished-request stats;
+    /// v1/engine/async_llm.py `abort`), so only `/sim/stats` counts it.
     pub fn abort_request(&self, id: RequestId) {
         let mut state = self.lock();
         state.streams.remove(&id);
         if state.engine.abort(id) {
-            state.metrics.record_finish(FinishReason::Abort);
+            state.client_aborts += 1;
         }
     }
 
@@ -158,6 +163,7 @@ impl Pod {
             "generation_tokens": state.metrics.generation_tokens,
             "requests_finished": {"length": length, "stop": stop, "abort": abort},
             "rejected_overload": state.rejected_overload,
+            "client_aborts": state.client_aborts,
             "model_not_found": state.model_not_found,
             "responses_stored": state.responses.len(),
             "responses_not_found": state.responses.not_found,

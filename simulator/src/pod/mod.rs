@@ -52,6 +52,9 @@ pub struct PodState {
     pub stats: EndpointStats,
     /// Requests refused because the waiting queue was full.
     pub rejected_overload: u64,
+    /// Requests aborted because their client went away (`/sim/stats` only: vLLM counts them in
+    /// no metric).
+    pub client_aborts: u64,
     /// Loaded LoRA adapters.
     pub lora: LoraRegistry,
     /// Times `/sim/restart` was called.
@@ -187,6 +190,7 @@ fn fresh_state(config: &PodConfig, restarts: u64) -> PodState {
         metrics,
         stats: EndpointStats::default(),
         rejected_overload: 0,
+        client_aborts: 0,
         lora: LoraRegistry::new(lora_enabled, &config.model, &config.lora_adapters),
         restarts,
         pd: crate::pd::PdCounters::default(),

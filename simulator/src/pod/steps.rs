@@ -64,6 +64,9 @@ pub(super) struct RequestStream {
     pub(super) delivery_delay: Duration,
     pub(super) prompt_tokens: usize,
     pub(super) last_token_at: Option<Instant>,
+    /// Time from enqueue to first admission, observed when the request finishes (vLLM records
+    /// queue time with the finished request's stats, so an aborted request never shows it).
+    pub(super) queued: Option<Duration>,
 }
 
 /// The step being computed.
@@ -111,9 +114,8 @@ impl Pod {
             }
         }
         for admission in plan.admitted.iter().filter(|admission| !admission.resumed) {
-            if let Some(stream) = state.streams.get(&admission.id) {
-                let queued = starts_at.saturating_duration_since(stream.enqueued_at);
-                state.metrics.queue_time.observe(queued.as_secs_f64());
+            if let Some(stream) = state.streams.get_mut(&admission.id) {
+                stream.queued = Some(starts_at.saturating_duration_since(stream.enqueued_at));
                 // A closed channel means the client left; its task aborts the request itself.
                 let _ = stream.events.send(EngineEvent::Admitted { cached_tokens: admission.cached_tokens });
             }
@@ -156,6 +158,9 @@ fn deliver(state: &mut PodState, output: StepOutput, step_end: Instant) {
     if output.last {
         metrics.record_finish(FinishReason::Length);
         metrics.e2e.observe(seen_at.saturating_duration_since(stream.arrival).as_secs_f64());
+        if let Some(queued) = stream.queued {
+            metrics.queue_time.observe(queued.as_secs_f64());
+        }
         state.streams.remove(&output.id);
     }
 }
