@@ -117,8 +117,19 @@ async fn errors_use_openai_shape_and_vllm_status_codes() {
     assert_eq!(post("/v1/chat/completions", r#"{"model": "sim-model"}"#).await.status, 400);
     let too_long = post("/v1/completions", &json!({"prompt": text_of_tokens(100, 1)}).to_string()).await;
     assert_eq!(too_long.status, 400);
+    assert_eq!(
+        too_long.json()["error"]["message"],
+        "This model's maximum context length is 100 tokens. However, your request has 100 input tokens. \
+         Please reduce the length of the input messages.",
+        "vLLM v0.11's wording (serving_engine.py 674-679)"
+    );
     let too_many = post("/v1/completions", &json!({"prompt": "a b", "max_tokens": 99}).to_string()).await;
-    assert_eq!(too_many.json()["error"]["param"], "max_tokens");
+    assert_eq!(
+        too_many.json()["error"],
+        json!({"message": "'max_tokens' or 'max_completion_tokens' is too large: 99. This model's maximum context \
+                           length is 100 tokens and your request has 2 input tokens (99 > 100 - 2).",
+               "type": "BadRequestError", "param": null, "code": 400})
+    );
     assert_eq!(post("/nowhere", "").await.status, 404);
     let wrong_method = client.request(Method::GET, &format!("{base}/v1/completions"), Bytes::new()).await.unwrap();
     assert_eq!(wrong_method.status, 405);

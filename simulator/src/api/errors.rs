@@ -1,7 +1,9 @@
 //! Errors as values, rendered in OpenAI's JSON shape with vLLM's status codes.
 //!
 //! Shape: `{"error": {"message", "type", "param", "code"}}`, where `type` is vLLM's error class
-//! name (`BadRequestError`, `NotFoundError`, ...) and `code` repeats the HTTP status.
+//! name (`BadRequestError`, `NotFoundError`, ...), `code` repeats the HTTP status and `param` is
+//! always `null`: vLLM's `create_error_response` never sets it (entrypoints/openai/
+//! serving_engine.py 439-452), so a client cannot rely on it there either.
 
 use serde_json::{json, Value};
 
@@ -14,7 +16,8 @@ pub struct ApiError {
     pub message: String,
     /// OpenAI / vLLM error type.
     pub kind: &'static str,
-    /// Name of the offending request field, if one is to blame.
+    /// Name of the offending request field, if one is to blame: for tests and the Responses
+    /// API's error events; never in the OpenAI error body (vLLM sends `param: null`).
     pub param: Option<String>,
 }
 
@@ -65,7 +68,7 @@ impl ApiError {
             "error": {
                 "message": self.message,
                 "type": self.kind,
-                "param": self.param,
+                "param": null,
                 "code": self.status,
             }
         })
@@ -89,7 +92,8 @@ mod tests {
         let error = ApiError::bad_param("max_tokens", "too large");
         assert_eq!(
             error.to_json(),
-            json!({"error": {"message": "too large", "type": "BadRequestError", "param": "max_tokens", "code": 400}})
+            json!({"error": {"message": "too large", "type": "BadRequestError", "param": null, "code": 400}}),
+            "vLLM's ErrorInfo leaves param unset"
         );
         assert_eq!(ApiError::not_found("x").kind, "NotFoundError");
         assert_eq!(ApiError::unavailable("x").kind, "ServiceUnavailableError");

@@ -266,11 +266,14 @@ fn output_length(pod: &Pod, prompt_tokens: usize, requested: Option<usize>) -> R
     if prompt_tokens == 0 {
         return Err(ApiError::bad_param("prompt", "The prompt cannot be empty."));
     }
+    // vLLM v0.11's wording (entrypoints/openai/serving_engine.py 674-688): clients such as
+    // LiteLLM recognise a context overflow by "This model's maximum context length is".
     if prompt_tokens >= max_model_len {
         return Err(ApiError::bad_param(
             "prompt",
             format!(
-                "The prompt (total length {prompt_tokens}) is too long to fit into the model (context length {max_model_len})."
+                "This model's maximum context length is {max_model_len} tokens. However, your request has \
+                 {prompt_tokens} input tokens. Please reduce the length of the input messages."
             ),
         ));
     }
@@ -278,10 +281,9 @@ fn output_length(pod: &Pod, prompt_tokens: usize, requested: Option<usize>) -> R
         Some(max_tokens) if prompt_tokens.saturating_add(max_tokens) > max_model_len => Err(ApiError::bad_param(
             "max_tokens",
             format!(
-                "This model's maximum context length is {max_model_len} tokens. However, you requested {} tokens \
-                 ({prompt_tokens} in the messages, {max_tokens} in the completion). Please reduce the length of the \
-                 messages or completion.",
-                prompt_tokens.saturating_add(max_tokens)
+                "'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context \
+                 length is {max_model_len} tokens and your request has {prompt_tokens} input tokens \
+                 ({max_tokens} > {max_model_len} - {prompt_tokens})."
             ),
         )),
         Some(max_tokens) => Ok(max_tokens),
