@@ -241,3 +241,22 @@ async fn the_messages_api_answers_whole_and_streamed_in_anthropic_shapes() {
     assert_eq!(refused.0, 400);
     pod.shutdown().await;
 }
+
+/// `cache_salt` (completions and chat) keys the first block as vLLM does: requests share
+/// cached blocks only under the same salt.
+#[tokio::test]
+async fn a_cache_salt_keeps_tenants_apart() {
+    let pod = start_pod(|config| config.prompt_tokens_details = true).await;
+    let client = SimClient::new();
+    let url = format!("{}/v1/completions", pod.base_url());
+    let prompt = text_of_tokens(40, 9);
+    let salted = |salt: &str| json!({"prompt": prompt, "max_tokens": 1, "cache_salt": salt});
+    client.post_json(&url, &salted("a")).await.unwrap();
+    let cached = |answer: serde_json::Value| answer["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64();
+    assert_eq!(cached(client.post_json(&url, &salted("b")).await.unwrap().1), None, "another salt");
+    assert_eq!(cached(client.post_json(&url, &completion_body(&prompt, 1)).await.unwrap().1), None, "no salt");
+    assert_eq!(cached(client.post_json(&url, &salted("a")).await.unwrap().1), Some(32), "the same salt");
+    let (status, _) = client.post_json(&url, &salted("")).await.unwrap();
+    assert_eq!(status, 400, "an empty salt is refused, as vLLM");
+    pod.shutdown().await;
+}

@@ -50,6 +50,8 @@ pub struct CommonOptions {
     pub include_usage: bool,
     /// `usage` on every chunk too (`stream_options.continuous_usage_stats`, with `include_usage`).
     pub continuous_usage: bool,
+    /// `cache_salt`: cached blocks are shared only among requests with the same salt.
+    pub cache_salt: Option<String>,
 }
 
 /// A parsed `POST /v1/completions` body.
@@ -123,6 +125,7 @@ struct RawCompletion {
     max_tokens: Option<i64>,
     stream: Option<bool>,
     stream_options: Option<serde_json::Value>,
+    cache_salt: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -162,6 +165,7 @@ struct RawChat {
     stream: Option<bool>,
     stream_options: Option<serde_json::Value>,
     add_generation_prompt: Option<bool>,
+    cache_salt: Option<serde_json::Value>,
 }
 
 /// Parses a completions body.
@@ -182,7 +186,8 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     if prompts.len() > MAX_BATCH_PROMPTS {
         return Err(ApiError::bad_param("prompt", format!("At most {MAX_BATCH_PROMPTS} prompts per request.")));
     }
-    let options = common_options(raw.model, raw.max_tokens, "max_tokens", raw.stream, raw.stream_options)?;
+    let mut options = common_options(raw.model, raw.max_tokens, "max_tokens", raw.stream, raw.stream_options)?;
+    options.cache_salt = cache_salt(raw.cache_salt)?;
     Ok(CompletionRequest { prompts, options })
 }
 
@@ -199,8 +204,19 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
         Some(value) => (Some(value), "max_completion_tokens"),
         None => (raw.max_tokens, "max_tokens"),
     };
-    let options = common_options(raw.model, max_tokens, param, raw.stream, raw.stream_options)?;
+    let mut options = common_options(raw.model, max_tokens, param, raw.stream, raw.stream_options)?;
+    options.cache_salt = cache_salt(raw.cache_salt)?;
     Ok(ChatRequest { messages, add_generation_prompt: raw.add_generation_prompt.unwrap_or(true), options })
+}
+
+/// vLLM's `check_cache_salt_support` (entrypoints/openai/protocol.py, on completions and chat):
+/// a salt, if given, is a non-empty string.
+fn cache_salt(raw: Option<serde_json::Value>) -> Result<Option<String>, ApiError> {
+    match raw {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::String(salt)) if !salt.is_empty() => Ok(Some(salt)),
+        Some(_) => Err(ApiError::bad_param("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.")),
+    }
 }
 
 fn parse_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
@@ -232,7 +248,7 @@ fn common_options(
     let include_usage = stream && stream_options.as_ref().is_some_and(|options| options.include_usage == Some(true));
     let continuous_usage =
         include_usage && stream_options.as_ref().is_some_and(|options| options.continuous_usage_stats == Some(true));
-    Ok(CommonOptions { model, max_tokens, stream, include_usage, continuous_usage })
+    Ok(CommonOptions { model, max_tokens, stream, include_usage, continuous_usage, cache_salt: None })
 }
 
 fn token_ids(ids: &[i64]) -> Result<Vec<u32>, ApiError> {

@@ -45,6 +45,8 @@ struct Sequence {
     /// Prompt, then every sampled token (the newest has no KV until the next step computes it).
     tokens: Vec<u32>,
     lora: Option<String>,
+    /// The request's `cache_salt`, folded into its first block's hash.
+    cache_salt: Option<String>,
     /// Hashes of the full blocks of `tokens` known so far.
     hashes: Vec<BlockHash>,
     /// KV blocks held (empty while waiting).
@@ -118,12 +120,14 @@ impl Engine {
 
     /// Adds a request to the tail of the waiting queue (the next step may admit it).
     pub fn enqueue(&mut self, request: NewRequest) {
-        let hashes = full_block_hashes(&request.tokens, self.cache.block_size(), extra_key(&request.lora));
+        let key = extra_key(&request.lora, &request.cache_salt);
+        let hashes = full_block_hashes(&request.tokens, self.cache.block_size(), &key);
         self.enqueued_since_plan += 1;
         self.waiting.push_back(Sequence {
             id: request.id,
             tokens: request.tokens,
             lora: request.lora,
+            cache_salt: request.cache_salt,
             hashes,
             blocks: Vec::new(),
             num_computed: 0,
@@ -170,7 +174,8 @@ impl Engine {
         self.cache.free(&sequence.blocks);
         self.num_preemptions += 1;
         let block_size = self.cache.block_size();
-        extend_block_hashes(&mut sequence.hashes, &sequence.tokens, block_size, extra_key(&sequence.lora));
+        let key = extra_key(&sequence.lora, &sequence.cache_salt);
+        extend_block_hashes(&mut sequence.hashes, &sequence.tokens, block_size, &key);
         sequence.blocks.clear();
         sequence.num_computed = 0;
         sequence.resumed = true;
@@ -249,8 +254,17 @@ impl Engine {
     }
 }
 
-fn extra_key(lora: &Option<String>) -> &str {
-    lora.as_deref().unwrap_or("")
+/// What a request's first block hash folds in besides tokens: its LoRA adapter and its
+/// `cache_salt`, as vLLM puts both in the first block's extra keys (v1/core/kv_cache_utils.py
+/// 536-539), so requests with different salts (or adapters) never share a block. Without a salt
+/// the key is the adapter name alone, so unsalted hashes are what they always were.
+pub fn extra_key(lora: &Option<String>, cache_salt: &Option<String>) -> String {
+    let adapter = lora.as_deref().unwrap_or("");
+    match cache_salt {
+        // The separator cannot occur in an adapter name that the API accepts as a model.
+        Some(salt) => format!("{adapter}\u{0}salt:{salt}"),
+        None => adapter.to_owned(),
+    }
 }
 
 #[cfg(test)]

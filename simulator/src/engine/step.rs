@@ -136,7 +136,8 @@ impl Engine {
             sequence.num_computed = (sequence.num_computed + chunk.num_tokens).min(sequence.tokens.len());
             let first_new = sequence.hashes.len();
             let computed = sequence.tokens.get(..sequence.num_computed).unwrap_or_default();
-            extend_block_hashes(&mut sequence.hashes, computed, block_size, extra_key(&sequence.lora));
+            let key = extra_key(&sequence.lora, &sequence.cache_salt);
+            extend_block_hashes(&mut sequence.hashes, computed, block_size, &key);
             self.cache.register_full_blocks(&sequence.blocks, &sequence.hashes, first_new);
             if sequence.remaining() > 0 {
                 continue; // a prefill chunk that is not the last one samples nothing

@@ -8,7 +8,24 @@ const BLOCK: usize = 16;
 const LARGE_BUDGET: usize = 1 << 16;
 
 fn request(id: RequestId, start: u32, len: usize) -> NewRequest {
-    NewRequest { id, tokens: (start..start + len as u32).collect(), lora: None, max_tokens: 1000, stream_seed: id }
+    let tokens = (start..start + len as u32).collect();
+    NewRequest { id, tokens, lora: None, cache_salt: None, max_tokens: 1000, stream_seed: id }
+}
+
+/// vLLM puts `cache_salt` in the first block's extra keys (v1/core/kv_cache_utils.py 536-539):
+/// the same prompt under another salt (or none) finds nothing cached; under the same salt, all.
+#[test]
+fn a_cache_salt_separates_cached_prefixes() {
+    let mut engine = Engine::new(100, BLOCK, 8, 1);
+    let salted = |id, salt: &str| NewRequest { cache_salt: Some(salt.to_owned()), max_tokens: 1, ..request(id, 0, 64) };
+    engine.enqueue(salted(1, "tenant-a"));
+    step(&mut engine, LARGE_BUDGET);
+    engine.enqueue(NewRequest { max_tokens: 1, ..request(2, 0, 64) });
+    assert_eq!(step(&mut engine, LARGE_BUDGET).admitted[0].cached_tokens, 0, "no salt: another key");
+    engine.enqueue(salted(3, "tenant-b"));
+    assert_eq!(step(&mut engine, LARGE_BUDGET).admitted[0].cached_tokens, 0, "another salt");
+    engine.enqueue(salted(4, "tenant-a"));
+    assert_eq!(step(&mut engine, LARGE_BUDGET).admitted[0].cached_tokens, 48, "the same salt: three blocks, the last recomputed");
 }
 
 fn lora_request(id: RequestId, adapter: &str) -> NewRequest {

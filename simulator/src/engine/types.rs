@@ -12,6 +12,8 @@ pub struct NewRequest {
     pub tokens: Vec<u32>,
     /// LoRA adapter, `None` for the base model.
     pub lora: Option<String>,
+    /// `cache_salt`: requests share cached blocks only with requests of the same salt.
+    pub cache_salt: Option<String>,
     /// Tokens to generate (at least 1); the request finishes on its last one.
     pub max_tokens: usize,
     /// Seeds the generated token ids (see `tokenizer::output_word`).

@@ -22,6 +22,7 @@ use crate::api::responses::{full_response, ApiKind, ChoiceText, ResponseMeta};
 use crate::api::responses_api::{self, parse_responses, ResponsesMeta, ResponsesStream};
 use crate::api::sse::{EventBody, SseBody, StreamUsage};
 use crate::chat_template::ChatMessage;
+use crate::engine::extra_key;
 use crate::hashing::StableHasher;
 use crate::pd::sidecar::prefill_remotely;
 use crate::pod::{run_generation, ChoiceEvent, GenerationEvent, GenerationJob, Pod, Submission, Usage, UsageTally};
@@ -229,14 +230,22 @@ async fn start_generation(
     }
     pod.wait_while_hung().await?;
     if let Some(remote) = remote.filter(|_| pod.config().role.takes_remote_prefill()) {
-        prefill_remotely(pod, remote.prefiller, remote.path, remote.body, &prompts, &adapter).await;
+        let key = extra_key(&adapter, &options.cache_salt);
+        prefill_remotely(pod, remote.prefiller, remote.path, remote.body, &prompts, &key).await;
     }
 
     let mut jobs = Vec::with_capacity(prompts.len());
     for (choice, (prompt, max_tokens)) in prompts.into_iter().zip(max_tokens).enumerate() {
         let prompt_tokens = prompt.len();
         let stream_seed = stream_seed(&prompt, adapter.as_deref());
-        let submission = Submission { tokens: prompt, lora: adapter.clone(), max_tokens, stream_seed, arrival };
+        let submission = Submission {
+            tokens: prompt,
+            lora: adapter.clone(),
+            cache_salt: options.cache_salt.clone(),
+            max_tokens,
+            stream_seed,
+            arrival,
+        };
         match pod.submit_request(submission) {
             Ok(ticket) => jobs.push(GenerationJob { choice, ticket, prompt_tokens, max_tokens, stream_seed }),
             Err(error) => {

@@ -29,7 +29,7 @@ pub async fn prefill_remotely(
     path: &str,
     body: &Bytes,
     prompts: &[Vec<u32>],
-    lora: &Option<String>,
+    extra_key: &str,
 ) {
     let asked_at = Instant::now();
     let prefilled = match (prefiller.parse::<SocketAddr>(), prefill_body(body)) {
@@ -42,13 +42,13 @@ pub async fn prefill_remotely(
     }
     let missing: usize = {
         let state = pod.lock();
-        prompts.iter().map(|prompt| state.engine.uncached_block_tokens(prompt, lora)).sum()
+        prompts.iter().map(|prompt| state.engine.uncached_block_tokens(prompt, extra_key)).sum()
     };
     let answered_at = Instant::now();
     let per_token_ms = pod.config().kv_transfer_per_token_ms;
     tokio::time::sleep(pod.config().latency.to_delay(per_token_ms * missing as f64)).await;
     let mut state = pod.lock();
-    let transferred: usize = prompts.iter().map(|prompt| state.engine.import_prompt(prompt, lora)).sum();
+    let transferred: usize = prompts.iter().map(|prompt| state.engine.import_prompt(prompt, extra_key)).sum();
     let counters = &mut state.pd;
     counters.remote_prefills += 1;
     counters.transferred_tokens += transferred as u64;

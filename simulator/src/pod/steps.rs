@@ -46,6 +46,8 @@ pub struct Submission {
     pub tokens: Vec<u32>,
     /// LoRA adapter, `None` for the base model.
     pub lora: Option<String>,
+    /// `cache_salt` of the request.
+    pub cache_salt: Option<String>,
     /// Tokens to generate.
     pub max_tokens: usize,
     /// Seeds the generated tokens.

@@ -122,3 +122,16 @@ fn chat_errors() {
     let zero = r#"{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0}"#;
     assert_eq!(chat(zero).unwrap_err().param.as_deref(), Some("max_completion_tokens"));
 }
+
+/// vLLM's `check_cache_salt_support` (entrypoints/openai/protocol.py): a non-empty string.
+#[test]
+fn cache_salt_is_a_non_empty_string() {
+    assert_eq!(completion(r#"{"prompt": "x", "cache_salt": "t1"}"#).unwrap().options.cache_salt.as_deref(), Some("t1"));
+    let chat_salt = chat(r#"{"messages": [{"role": "user", "content": "x"}], "cache_salt": "t2"}"#).unwrap();
+    assert_eq!(chat_salt.options.cache_salt.as_deref(), Some("t2"));
+    assert_eq!(completion(r#"{"prompt": "x", "cache_salt": null}"#).unwrap().options.cache_salt, None);
+    for body in [r#"{"prompt": "x", "cache_salt": ""}"#, r#"{"prompt": "x", "cache_salt": 7}"#] {
+        let error = completion(body).unwrap_err();
+        assert_eq!((error.status, error.message.as_str()), (400, "Parameter 'cache_salt' must be a non-empty string if provided."));
+    }
+}
