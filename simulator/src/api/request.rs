@@ -2,9 +2,9 @@
 //!
 //! Accepts what vLLM accepts: `prompt` as a string, a list of strings (one choice each), a list
 //! of token ids, or a list of lists of token ids; `messages` with string content or a list of
-//! `text` / `image_url` parts. Fields the simulator does not model (temperature, `n`, stop, ...)
-//! are ignored, as sampling does not change timing; `n` in particular always yields one choice
-//! per prompt.
+//! `text` / `image_url` parts. Sampling fields the simulator does not model (temperature, stop,
+//! ...) are ignored, as sampling does not change timing; `n` > 1, which would change it (vLLM
+//! runs `n` sequences), is refused with 400 rather than answered with fewer choices than asked.
 
 use serde::Deserialize;
 
@@ -126,6 +126,7 @@ struct RawCompletion {
     stream: Option<bool>,
     stream_options: Option<serde_json::Value>,
     cache_salt: Option<serde_json::Value>,
+    n: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -166,6 +167,7 @@ struct RawChat {
     stream_options: Option<serde_json::Value>,
     add_generation_prompt: Option<bool>,
     cache_salt: Option<serde_json::Value>,
+    n: Option<serde_json::Value>,
 }
 
 /// Parses a completions body.
@@ -188,6 +190,7 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     }
     let mut options = common_options(raw.model, raw.max_tokens, "max_tokens", raw.stream, raw.stream_options)?;
     options.cache_salt = cache_salt(raw.cache_salt)?;
+    check_n(raw.n.as_ref())?;
     Ok(CompletionRequest { prompts, options })
 }
 
@@ -206,6 +209,7 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     };
     let mut options = common_options(raw.model, max_tokens, param, raw.stream, raw.stream_options)?;
     options.cache_salt = cache_salt(raw.cache_salt)?;
+    check_n(raw.n.as_ref())?;
     Ok(ChatRequest { messages, add_generation_prompt: raw.add_generation_prompt.unwrap_or(true), options })
 }
 
@@ -216,6 +220,23 @@ fn cache_salt(raw: Option<serde_json::Value>) -> Result<Option<String>, ApiError
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(salt)) if !salt.is_empty() => Ok(Some(salt)),
         Some(_) => Err(ApiError::bad_param("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.")),
+    }
+}
+
+/// `n`: vLLM returns `n` choices per prompt; the simulator serves one and refuses more rather
+/// than answer fewer choices than asked (`n` < 1 gets vLLM's own message).
+fn check_n(raw: Option<&serde_json::Value>) -> Result<(), ApiError> {
+    let n = match raw {
+        None | Some(serde_json::Value::Null) => return Ok(()),
+        Some(value) => value.as_i64().ok_or_else(|| ApiError::bad_param("n", "n must be an int."))?,
+    };
+    match n {
+        1 => Ok(()),
+        n if n < 1 => Err(ApiError::bad_param("n", format!("n must be at least 1, got {n}."))),
+        n => Err(ApiError::bad_param(
+            "n",
+            format!("n = {n} is not supported by vllm-sim: it serves one choice per prompt (send {n} requests instead)."),
+        )),
     }
 }
 

@@ -29,7 +29,7 @@ fn completion_prompt_shapes() {
 #[test]
 fn completion_options() {
     let request =
-        completion(r#"{"model": "m", "prompt": "x", "max_tokens": 7, "stream": true, "stream_options": {"include_usage": true}, "temperature": 0.2, "n": 3, "ignore_eos": true}"#)
+        completion(r#"{"model": "m", "prompt": "x", "max_tokens": 7, "stream": true, "stream_options": {"include_usage": true}, "temperature": 0.2, "n": 1, "ignore_eos": true}"#)
             .unwrap();
     assert_eq!(
         request.options,
@@ -134,4 +134,17 @@ fn cache_salt_is_a_non_empty_string() {
         let error = completion(body).unwrap_err();
         assert_eq!((error.status, error.message.as_str()), (400, "Parameter 'cache_salt' must be a non-empty string if provided."));
     }
+}
+
+/// `n` > 1 is refused (vLLM would run `n` sequences; silently serving one hid that), `n` < 1
+/// gets vLLM's own message (sampling_params.py `_verify_args`).
+#[test]
+fn n_above_one_is_refused_not_ignored() {
+    assert!(completion(r#"{"prompt": "x", "n": 1}"#).is_ok());
+    assert!(chat(r#"{"messages": [{"role": "user", "content": "x"}], "n": null}"#).is_ok());
+    let refused = completion(r#"{"prompt": "x", "n": 2}"#).unwrap_err();
+    assert_eq!(refused.status, 400);
+    assert!(refused.message.contains("n = 2 is not supported"), "{}", refused.message);
+    assert_eq!(chat(r#"{"messages": [{"role": "user", "content": "x"}], "n": 3}"#).unwrap_err().status, 400);
+    assert_eq!(completion(r#"{"prompt": "x", "n": 0}"#).unwrap_err().message, "n must be at least 1, got 0.");
 }
