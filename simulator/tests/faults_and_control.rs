@@ -137,7 +137,8 @@ async fn a_full_waiting_queue_answers_503_and_disconnects_free_seats() {
     // vLLM v0.11 counts a client abort as no finished request and observes none of its latencies.
     assert_eq!(after["requests_finished"]["abort"], 0);
     let metrics = client.get_text(&format!("{}/metrics", pod.base_url())).await.unwrap().1;
-    let aborted = metrics.lines().find(|line| line.starts_with("vllm:request_success_total{") && line.contains("abort"));
+    let aborted =
+        metrics.lines().find(|line| line.starts_with("vllm:request_success_total{") && line.contains("abort"));
     assert!(aborted.is_some_and(|line| line.ends_with(" 0") || line.ends_with(" 0.0")), "{aborted:?}");
     assert_eq!(sum_metric(&metrics, "vllm:e2e_request_latency_seconds_count"), 1.0, "the waiter only");
     assert_eq!(sum_metric(&metrics, "vllm:request_queue_time_seconds_count"), 1.0, "the waiter only");

@@ -60,7 +60,8 @@ async fn cached_tokens_need_the_flag_and_a_batch_reports_one_prompt() {
     let (short, long) = (text_of_tokens(40, 1), text_of_tokens(80, 2));
     client.post_json(&url, &json!({"prompt": [short.clone(), long.clone()], "max_tokens": 1})).await.unwrap();
     // Both cached now: 32 and 64 tokens (full blocks, the last token recomputed).
-    let batch = client.post_json(&url, &json!({"prompt": [short.clone(), long.clone()], "max_tokens": 1})).await.unwrap().1;
+    let batch =
+        client.post_json(&url, &json!({"prompt": [short.clone(), long.clone()], "max_tokens": 1})).await.unwrap().1;
     assert_eq!(batch["usage"]["prompt_tokens_details"]["cached_tokens"], 64, "the last prompt's, not 96");
     let reversed = client.post_json(&url, &json!({"prompt": [long, short], "max_tokens": 1})).await.unwrap().1;
     assert_eq!(reversed["usage"]["prompt_tokens_details"]["cached_tokens"], 32);

@@ -83,6 +83,9 @@ mod tests {
         let text = "vllm:num_requests_running{model_name=\"base\"} 1\n\
             vllm:lora_adapter_loaded{model_name=\"base\",lora_name=\"a\",level=\"gpu\"} 1\n";
         let models = parse_engine_metrics(text).unwrap().models;
-        assert_eq!((models.adapters.as_slice(), models.resident.as_slice()), (&["a".to_owned()][..], &["a".to_owned()][..]));
+        assert_eq!(
+            (models.adapters.as_slice(), models.resident.as_slice()),
+            (&["a".to_owned()][..], &["a".to_owned()][..])
+        );
     }
 }

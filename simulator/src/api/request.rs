@@ -219,7 +219,9 @@ fn cache_salt(raw: Option<serde_json::Value>) -> Result<Option<String>, ApiError
     match raw {
         None | Some(serde_json::Value::Null) => Ok(None),
         Some(serde_json::Value::String(salt)) if !salt.is_empty() => Ok(Some(salt)),
-        Some(_) => Err(ApiError::bad_param("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided.")),
+        Some(_) => {
+            Err(ApiError::bad_param("cache_salt", "Parameter 'cache_salt' must be a non-empty string if provided."))
+        }
     }
 }
 
@@ -235,7 +237,9 @@ fn check_n(raw: Option<&serde_json::Value>) -> Result<(), ApiError> {
         n if n < 1 => Err(ApiError::bad_param("n", format!("n must be at least 1, got {n}."))),
         n => Err(ApiError::bad_param(
             "n",
-            format!("n = {n} is not supported by vllm-sim: it serves one choice per prompt (send {n} requests instead)."),
+            format!(
+                "n = {n} is not supported by vllm-sim: it serves one choice per prompt (send {n} requests instead)."
+            ),
         )),
     }
 }

@@ -222,7 +222,10 @@ mod tests {
         assert_eq!(full_response(&meta, &choice, &usage())["usage"]["prompt_tokens_details"], Value::Null);
         assert!(usage_chunk(&meta, &usage())["usage"].get("prompt_tokens_details").is_none());
         meta.prompt_tokens_details = true;
-        assert_eq!(full_response(&meta, &choice, &usage())["usage"]["prompt_tokens_details"], json!({"cached_tokens": 8}));
+        assert_eq!(
+            full_response(&meta, &choice, &usage())["usage"]["prompt_tokens_details"],
+            json!({"cached_tokens": 8})
+        );
         assert_eq!(usage_chunk(&meta, &usage())["usage"]["prompt_tokens_details"], json!({"cached_tokens": 8}));
         let miss = Usage { cached_tokens: 0, ..usage() };
         assert_eq!(full_response(&meta, &choice, &miss)["usage"]["prompt_tokens_details"], Value::Null);

@@ -229,7 +229,12 @@ mod tests {
             .collect();
         let counts: Vec<(u64, u64)> = chunks
             .iter()
-            .map(|chunk| (chunk["usage"]["prompt_tokens"].as_u64().unwrap(), chunk["usage"]["completion_tokens"].as_u64().unwrap()))
+            .map(|chunk| {
+                (
+                    chunk["usage"]["prompt_tokens"].as_u64().unwrap(),
+                    chunk["usage"]["completion_tokens"].as_u64().unwrap(),
+                )
+            })
             .collect();
         assert_eq!(counts, [(4, 0), (4, 1), (4, 2), (4, 1)], "role, two tokens, then the final usage chunk");
         assert!(chunks[1]["usage"].get("prompt_tokens_details").is_none(), "chat dumps only the fields it set");
@@ -238,8 +243,12 @@ mod tests {
         let usage = StreamUsage { include_usage: true, continuous: true, prompt_tokens: vec![4] };
         let mut body = SseBody::new(receiver, ResponseMeta::new(ApiKind::Completion, 1, 0, "m"), usage);
         let text = collect(&mut body, vec![token(0, " a", true), finished(0)]);
-        let first: Value = serde_json::from_str(text.split("\n\n").next().unwrap().strip_prefix("data: ").unwrap()).unwrap();
-        assert_eq!(first["usage"], serde_json::json!({"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5, "prompt_tokens_details": null}));
+        let first: Value =
+            serde_json::from_str(text.split("\n\n").next().unwrap().strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(
+            first["usage"],
+            serde_json::json!({"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5, "prompt_tokens_details": null})
+        );
 
         let (_sender, receiver) = mpsc::channel(1);
         let mut body = SseBody::new(receiver, ResponseMeta::new(ApiKind::Completion, 1, 0, "m"), no_usage(1));

@@ -36,7 +36,14 @@ mod tests {
         assert_eq!(engine.import_prompt(&prompt, ""), 96);
         assert_eq!(engine.uncached_block_tokens(&prompt, ""), 0);
         assert_eq!(engine.import_prompt(&prompt, ""), 0, "a second import adds nothing");
-        engine.enqueue(NewRequest { id: 1, tokens: prompt, lora: None, cache_salt: None, max_tokens: 1, stream_seed: 0 });
+        engine.enqueue(NewRequest {
+            id: 1,
+            tokens: prompt,
+            lora: None,
+            cache_salt: None,
+            max_tokens: 1,
+            stream_seed: 0,
+        });
         let plan = engine.plan_step(8192);
         assert_eq!(plan.admitted.first().map(|admission| admission.cached_tokens), Some(96));
     }

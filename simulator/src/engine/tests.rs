@@ -25,7 +25,11 @@ fn a_cache_salt_separates_cached_prefixes() {
     engine.enqueue(salted(3, "tenant-b"));
     assert_eq!(step(&mut engine, LARGE_BUDGET).admitted[0].cached_tokens, 0, "another salt");
     engine.enqueue(salted(4, "tenant-a"));
-    assert_eq!(step(&mut engine, LARGE_BUDGET).admitted[0].cached_tokens, 48, "the same salt: three blocks, the last recomputed");
+    assert_eq!(
+        step(&mut engine, LARGE_BUDGET).admitted[0].cached_tokens,
+        48,
+        "the same salt: three blocks, the last recomputed"
+    );
 }
 
 fn lora_request(id: RequestId, adapter: &str) -> NewRequest {

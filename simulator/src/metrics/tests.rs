@@ -124,7 +124,11 @@ fn vllm_style_has_v1_names_types_and_labels() {
         .filter(|(name, _, _)| name == "vllm:lora_adapter_loaded")
         .map(|(_, labels, _)| (labels["adapter_name"].as_str(), labels["level"].as_str(), labels["pinned"].as_str()))
         .collect();
-    assert_eq!(levels, [("a", "gpu", "false"), ("b", "cpu", "false")], "the proposal's labels: resident on the GPU, or in CPU memory");
+    assert_eq!(
+        levels,
+        [("a", "gpu", "false"), ("b", "cpu", "false")],
+        "the proposal's labels: resident on the GPU, or in CPU memory"
+    );
     assert!(!text.contains("lora_name=\""), "no label the proposal lacks");
     let success = samples
         .iter()

@@ -163,8 +163,13 @@ fn write_lora_residency(writer: &mut PromWriter, snapshot: &MetricsSnapshot) {
     let lora = &snapshot.lora;
     for adapter in &lora.registered {
         let level = if lora.resident.contains(adapter) { "gpu" } else { "cpu" };
-        let labels =
-            [("model_name", model), ("engine", "0"), ("adapter_name", adapter.as_str()), ("level", level), ("pinned", "false")];
+        let labels = [
+            ("model_name", model),
+            ("engine", "0"),
+            ("adapter_name", adapter.as_str()),
+            ("level", level),
+            ("pinned", "false"),
+        ];
         writer.sample(name, &labels, 1.0);
     }
     let labels = [("model_name", model), ("engine", "0")];

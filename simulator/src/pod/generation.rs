@@ -195,7 +195,11 @@ mod tests {
         tally.finished(0, usage(40, 32));
         tally.finished(1, usage(80, 64));
         assert_eq!(tally.finished_choices(), 2);
-        assert_eq!(tally.answered(), Usage { prompt_tokens: 120, completion_tokens: 4, cached_tokens: 64 }, "the last prompt's");
+        assert_eq!(
+            tally.answered(),
+            Usage { prompt_tokens: 120, completion_tokens: 4, cached_tokens: 64 },
+            "the last prompt's"
+        );
         assert_eq!(tally.streamed().cached_tokens, 64, "the choice whose token came first");
         let mut first_is_zero = UsageTally::default();
         first_is_zero.token(0);

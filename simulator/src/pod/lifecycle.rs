@@ -23,7 +23,14 @@ impl Pod {
     /// Submits `tokens` for `--default-max-tokens` tokens (see [`Pod::submit_request`]).
     pub fn submit(&self, tokens: Vec<u32>, lora: Option<String>) -> Result<Ticket, ApiError> {
         let max_tokens = self.config.default_max_tokens;
-        self.submit_request(Submission { tokens, lora, cache_salt: None, max_tokens, stream_seed: 0, arrival: Instant::now() })
+        self.submit_request(Submission {
+            tokens,
+            lora,
+            cache_salt: None,
+            max_tokens,
+            stream_seed: 0,
+            arrival: Instant::now(),
+        })
     }
 
     /// Puts a request in the waiting queue (starting a step if the engine is idle); refuses it

@@ -68,9 +68,13 @@ fn stream_options_follow_vllm_defaults_and_need_stream() {
         r#"{"prompt": "x", "stream": false, "stream_options": {"include_usage": false}}"#,
     ] {
         let error = completion(body).unwrap_err();
-        assert_eq!((error.status, error.message.as_str()), (400, "Stream options can only be defined when `stream=True`."));
+        assert_eq!(
+            (error.status, error.message.as_str()),
+            (400, "Stream options can only be defined when `stream=True`.")
+        );
     }
-    let chat_error = chat(r#"{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}}"#);
+    let chat_error =
+        chat(r#"{"messages": [{"role": "user", "content": "x"}], "stream_options": {"include_usage": true}}"#);
     assert_eq!(chat_error.unwrap_err().status, 400);
 }
 
@@ -132,7 +136,10 @@ fn cache_salt_is_a_non_empty_string() {
     assert_eq!(completion(r#"{"prompt": "x", "cache_salt": null}"#).unwrap().options.cache_salt, None);
     for body in [r#"{"prompt": "x", "cache_salt": ""}"#, r#"{"prompt": "x", "cache_salt": 7}"#] {
         let error = completion(body).unwrap_err();
-        assert_eq!((error.status, error.message.as_str()), (400, "Parameter 'cache_salt' must be a non-empty string if provided."));
+        assert_eq!(
+            (error.status, error.message.as_str()),
+            (400, "Parameter 'cache_salt' must be a non-empty string if provided.")
+        );
     }
 }
 
