@@ -325,5 +325,7 @@ fn opens_with_error(first_chunk: &[u8]) -> bool {
     }
     let Some(data) = after(b"data:") else { return false };
     let object = data.strip_prefix(b"{").map(<[u8]>::trim_ascii_start).unwrap_or_default();
-    object.starts_with(b"\"error\"") || object.starts_with(b"\"object\":\"error\"") || object.starts_with(b"\"object\": \"error\"")
+    object.starts_with(b"\"error\"")
+        || object.starts_with(b"\"object\":\"error\"")
+        || object.starts_with(b"\"object\": \"error\"")
 }

@@ -427,7 +427,8 @@ impl RequestStream {
         // An answer that began but did not end whole: did the pod cut it? (Envoy's flags, read
         // on this rare path only: a client gone, a pod reset mid-stream.)
         let answer_open = std::mem::take(&mut self.answer_open);
-        let cut = answer_open && (self.success_pending || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
+        let cut =
+            answer_open && (self.success_pending || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
         if std::mem::take(&mut self.success_pending) {
             crate::attempts::settle(&self.worker, self.answered_by.as_ref().unwrap_or(&address), cut, now);
         }

@@ -142,7 +142,9 @@ fn a_stream_that_never_sends_an_output_event_is_given_up_on_after_its_opening_ch
 #[test]
 fn a_responses_stream_past_the_watch_budget_still_holds_its_prompt_until_its_first_output_event() {
     // Nothing watched: no TTFT sample and no usage, but the token load must stay exact.
-    let bench = Bench::new(r#"{"fallback_destinations": 0, "learning": {"enabled": true, "watch_share": 0, "watch_per_second": 0}}"#);
+    let bench = Bench::new(
+        r#"{"fallback_destinations": 0, "learning": {"enabled": true, "watch_share": 0, "watch_per_second": 0}}"#,
+    );
     bench.publish(1, &POOL);
     bench.tick();
     let (mut stream, routed) = bench.request(&RESPONSES, &agent_turn(&"x".repeat(16_000), true));

@@ -166,7 +166,8 @@ mod tests {
         // A megabyte of opening events is past what vLLM sends: given up.
         let mut finder = OutputEventFinder::default();
         let big = vec![b'x'; 64 << 10];
-        let given_up = (0..MAX_OPENING_BYTES / big.len()).map(|_| finder.feed(&big)).position(|o| o == FirstOutput::GaveUp);
+        let given_up =
+            (0..MAX_OPENING_BYTES / big.len()).map(|_| finder.feed(&big)).position(|o| o == FirstOutput::GaveUp);
         assert_eq!(given_up, Some(MAX_OPENING_BYTES / big.len() - 1));
     }
 }

@@ -256,7 +256,11 @@ mod tests {
         }
         assert!(learner.capacity("a", 10_000) <= 20_000);
         let silent = Usage { cached_tokens: None, ..evicted };
-        assert_eq!(learner.answered("c", &dispatch, &silent, 16), None, "no cached figure from this pod yet: no report");
+        assert_eq!(
+            learner.answered("c", &dispatch, &silent, 16),
+            None,
+            "no cached figure from this pod yet: no report"
+        );
         // vLLM leaves the details out when nothing was cached: from a pod that reports them,
         // silence is a full miss.
         let report = learner.answered("a", &dispatch, &silent, 16);
