@@ -385,6 +385,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // answer streams is unknown, and a stream taken for a whole answer would be read in full.
     let predicted = predicted.filter(|_| prefill.is_none() && prompt.endpoint.generates() && prompt.request.is_some());
     let responses_api = prompt.endpoint == Endpoint::Responses;
+    let details_only_on_hits = matches!(prompt.endpoint, Endpoint::Completions | Endpoint::ChatCompletions);
     let dispatch = predicted.map(|p| {
         inflight.add_tokens(address.as_str(), p.uncached_tokens);
         Dispatch {
@@ -402,6 +403,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             usage_expected: prompt.endpoint.always_reports_usage()
                 || prompt.request.is_some_and(|r| !r.stream.unwrap_or(false) || r.includes_usage()),
             responses_api,
+            details_only_on_hits,
         }
     });
     let publishing = profile::span(host, Phase::InflightPublish);

@@ -86,6 +86,10 @@ pub struct Dispatch {
     /// A Responses API answer: a stream's first token is its first output event, after the
     /// events it opens with ([`first_token`]), not its first byte.
     pub responses_api: bool,
+    /// A chat or completions answer: vLLM writes its `prompt_tokens_details` only when
+    /// something was cached (and it runs with `--enable-prompt-tokens-details`). A Responses
+    /// answer always carries its cached tokens; a Messages one never does.
+    pub details_only_on_hits: bool,
 }
 
 /// Index accuracy: predicted vs reported cached tokens, summed over answers.
@@ -114,11 +118,14 @@ struct CapacityScale {
     prompt_share: f64,
     feedback: f64,
     held: Held,
+    /// A chat or completions answer of the pod carried cached tokens: it runs with
+    /// `--enable-prompt-tokens-details`, so one of them without is a full miss.
+    writes_details: bool,
 }
 
 impl Default for CapacityScale {
     fn default() -> Self {
-        Self { prompt_share: 1.0, feedback: 1.0, held: Held::default() }
+        Self { prompt_share: 1.0, feedback: 1.0, held: Held::default(), writes_details: false }
     }
 }
 
@@ -158,13 +165,16 @@ impl Learner {
     ) -> Option<CacheReport> {
         self.text_ratio.observe(dispatch.prompt, usage.prompt_tokens);
         let indexed = u64::from(dispatch.indexed_tokens);
-        // vLLM writes `prompt_tokens_details` only when something was cached (and it runs with
-        // `--enable-prompt-tokens-details`): from a pod that has reported cached tokens before,
-        // an answer without them had none cached. Read as "no figure", every full miss (a pod
-        // that evicted the whole prompt: what the index most needs to hear) went unheard.
+        // vLLM writes a chat or completions answer's `prompt_tokens_details` only when something
+        // was cached (and it runs with `--enable-prompt-tokens-details`): from a pod whose such
+        // answers have carried cached tokens, one without had none cached. Read as "no figure",
+        // every full miss (a pod that evicted the whole prompt: what the index most needs to
+        // hear) went unheard. (Its Responses answers always carry them, flag or not: they say
+        // nothing of the flag.)
+        let on_hits_only = dispatch.details_only_on_hits;
         let cached = match usage.cached_tokens {
             Some(cached) => cached,
-            None if self.capacity_scale.contains_key(pod) => 0,
+            None if on_hits_only && self.capacity_scale.get(pod).is_some_and(|s| s.writes_details) => 0,
             None => return None,
         };
         if dispatch.hashed_blocks > 0 && dispatch.matched_blocks >= dispatch.hashed_blocks {
@@ -183,6 +193,7 @@ impl Learner {
         let Some(scale) = self.capacity_scale.get_mut(pod) else {
             return Some(CacheReport { predicted, reported });
         };
+        scale.writes_details |= on_hits_only;
         // Less than a block apart is rounding (text blocks are estimated), not eviction.
         let total = usage.prompt_tokens.saturating_add(usage.completion_tokens);
         if total > 0 {
@@ -261,10 +272,17 @@ mod tests {
             None,
             "no cached figure from this pod yet: no report"
         );
-        // vLLM leaves the details out when nothing was cached: from a pod that reports them,
-        // silence is a full miss.
-        let report = learner.answered("a", &dispatch, &silent, 16);
+        // vLLM leaves a chat or completions answer's details out when nothing was cached: from
+        // a pod whose such answers carry them, silence is a full miss.
+        let chat = Dispatch { details_only_on_hits: true, ..dispatch };
+        assert_eq!(learner.answered("a", &chat, &silent, 16), None, "only Responses-like answers so far");
+        learner.answered("a", &chat, &confirmed, 16);
+        let report = learner.answered("a", &chat, &silent, 16);
         assert_eq!(report, Some(CacheReport { predicted: 1_024, reported: 0 }));
+        // A Responses answer always carries its cached tokens, flag or not: it proves nothing.
+        let responses = Dispatch { details_only_on_hits: false, ..dispatch };
+        learner.answered("d", &responses, &confirmed, 16);
+        assert_eq!(learner.answered("d", &chat, &silent, 16), None);
     }
 
     #[test]
