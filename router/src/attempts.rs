@@ -70,7 +70,8 @@ fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {
 /// fallbacks): its `:status` and the pod that gave it. With `open` (a body is still to come),
 /// a pod's success is not noted now but left to [`settle`] at the answer's end: a pod that
 /// answers its headers and then resets every stream would otherwise clear its record with
-/// each header and never be ejected. Returns whether a success was left so.
+/// each header and never be ejected. Returns, when a success was left so, the worker's failure
+/// count now: the success then clears no failure noted after these headers.
 pub fn note_answer(
     worker: &Worker,
     list: &str,
@@ -78,17 +79,17 @@ pub fn note_answer(
     served: Option<&[u8]>,
     now_ms: &dyn Fn() -> u64,
     open: bool,
-) -> bool {
+) -> Option<u64> {
     let mut addresses = list.split(',').map(str::trim);
-    let Some(pick) = addresses.next().filter(|p| !p.is_empty()) else { return false };
-    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return false };
+    let pick = addresses.next().filter(|p| !p.is_empty())?;
+    let mut outliers = worker.outliers.try_borrow_mut().ok()?;
     let failed = status.and_then(|s| s.first()) == Some(&b'5');
     let answered_by = answerer(pick, addresses, served);
     let succeeded = !failed && answered_by != Answerer::Unknown;
     if !failed && outliers.is_clear() && answered_by == Answerer::ThePick {
         // A success of the pick while no pod has a record: nothing to note (the common case),
         // but its end may still show a cut stream.
-        return open;
+        return open.then(|| outliers.failures_so_far());
     }
     let now_ms = now_ms();
     let mut fail = |pod: &str| {
@@ -115,7 +116,7 @@ pub fn note_answer(
         Answerer::Unknown if failed => fail(pick),
         Answerer::ThePick | Answerer::Unknown => {}
     }
-    succeeded && open
+    (succeeded && open).then(|| outliers.failures_so_far())
 }
 
 /// Envoy's response flags (`response.flags`, its legacy bit set) of an upstream that cut the
@@ -133,12 +134,12 @@ pub fn cut_by_upstream(host: &dyn Host) -> bool {
     flags.is_some_and(|flags| flags & UPSTREAM_CUT != 0 && flags & DOWNSTREAM_CUT == 0)
 }
 
-/// The end of an answer whose success [`note_answer`] left open, from `pod`: a success, or
-/// a failure if the pod cut it.
-pub fn settle(worker: &Worker, pod: &PodAddress, cut: bool, now_ms: u64) {
+/// The end of an answer whose success [`note_answer`] left open (with the failure count it
+/// returned), from `pod`: a success, or a failure if the pod cut it.
+pub fn settle(worker: &Worker, pod: &PodAddress, failures_then: u64, cut: bool, now_ms: u64) {
     let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     if !cut {
-        outliers.succeeded(pod.as_str(), now_ms);
+        outliers.succeeded_unless_failed_since(pod.as_str(), failures_then, now_ms);
         return;
     }
     worker.stats.increment(worker.stats.pod_attempts_failed);

@@ -91,8 +91,9 @@ pub struct RequestStream {
     answered_by: Option<PodAddress>,
     /// The answer's headers came and it has not ended whole yet (its last byte not passed).
     answer_open: bool,
-    /// Outlier detection judges the answer's success at its end (a pod may cut it).
-    success_pending: bool,
+    /// Outlier detection judges the answer's success at its end (a pod may cut it); the
+    /// worker's failure count at its headers.
+    success_pending: Option<u64>,
 }
 
 impl RequestStream {
@@ -129,7 +130,7 @@ impl RequestStream {
             destination: None,
             answered_by: None,
             answer_open: false,
-            success_pending: false,
+            success_pending: None,
         }
     }
 
@@ -427,10 +428,11 @@ impl RequestStream {
         // An answer that began but did not end whole: did the pod cut it? (Envoy's flags, read
         // on this rare path only: a client gone, a pod reset mid-stream.)
         let answer_open = std::mem::take(&mut self.answer_open);
-        let cut =
-            answer_open && (self.success_pending || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
-        if std::mem::take(&mut self.success_pending) {
-            crate::attempts::settle(&self.worker, self.answered_by.as_ref().unwrap_or(&address), cut, now);
+        let judged = self.success_pending.take();
+        let cut = answer_open && (judged.is_some() || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
+        if let Some(failures_then) = judged {
+            let pod = self.answered_by.as_ref().unwrap_or(&address);
+            crate::attempts::settle(&self.worker, pod, failures_then, cut, now);
         }
         if let (Some(compared), Some(comparing)) = (self.compared.take(), &self.worker.comparison) {
             if compared.answered {
@@ -634,7 +636,7 @@ impl RequestStream {
 
     /// Outlier detection learns from the answer to the pods this request was sent to (a
     /// released request's list is on its queue entry).
-    fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) -> bool {
+    fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) -> Option<u64> {
         let now = || host.now_ms();
         let open = self.answer_open;
         match (&self.held, &self.destination) {
@@ -645,7 +647,7 @@ impl RequestStream {
             (None, Some(destination)) => {
                 crate::attempts::note_answer(&self.worker, destination, status, served, &now, open)
             }
-            (None, None) => false,
+            (None, None) => None,
         }
     }
 

@@ -329,3 +329,25 @@ fn a_pod_that_answers_its_headers_then_cuts_every_stream_is_passed_over() {
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
     assert_ne!(cut_answer(&bench, "after", 0), BROKEN, "out of rotation");
 }
+
+#[test]
+fn a_long_stream_that_ends_well_does_not_clear_failures_noted_since_it_began() {
+    let bench = Bench::new(QUICK);
+    // The others much busier: the broken pod stays every request's pick with a stream on it.
+    bench.publish(1, &[(BROKEN, 0.0), ("10.0.0.2:8000", 20.0), ("10.0.0.3:8000", 20.0)]);
+    // A long stream on the idle-looking pod, begun before it broke.
+    let (mut long, answer) = bench.request(&COMPLETIONS, &completion("long"));
+    assert!(answer.destination.unwrap().starts_with(BROKEN));
+    bench.host.set_response(&[(":status", "200"), (SERVED, BROKEN)], b"");
+    long.on_response_headers(&bench.host, false);
+    // Now it fails every new request: two of the three that eject it.
+    for i in 0..2 {
+        assert_eq!(request(&bench, &format!("new{i}"), &[BROKEN]).0, BROKEN);
+    }
+    // The old stream ends whole: a success, but older than those failures.
+    bench.host.set_response(&[(":status", "200")], b"data: [DONE]\n\n");
+    long.on_response_body(&bench.host, 14, true);
+    long.on_log(&bench.host);
+    assert_eq!(request(&bench, "third", &[BROKEN]).0, BROKEN);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1, "three failures in a row eject it");
+}

@@ -45,6 +45,8 @@ struct Record {
     /// When the ejection it is serving (or last served) was made, here or by the worker it was
     /// adopted from: what tells one ejection from another between workers.
     ejected_at_ms: u64,
+    /// The worker's failure count ([`Outliers::failures_so_far`]) at its last failure.
+    last_failure: u64,
 }
 
 impl Record {
@@ -66,11 +68,19 @@ pub struct Outliers {
     /// When a success last cleared a pod's record here: another worker's ejection made before
     /// it is older news than this success, and is not adopted.
     cleared_ms: HashMap<PodAddress, u64>,
+    /// Failures noted so far, any pod: orders a success judged late against failures.
+    failures: u64,
 }
 
 impl Outliers {
     pub fn new(config: OutlierConfig) -> Self {
-        Self { config, records: HashMap::new(), ejected: Vec::new(), cleared_ms: HashMap::new() }
+        Self { config, records: HashMap::new(), ejected: Vec::new(), cleared_ms: HashMap::new(), failures: 0 }
+    }
+
+    /// Failures noted so far: taken when an answer's headers come, so its success, judged at
+    /// its end, clears no failure noted since ([`Outliers::succeeded_unless_failed_since`]).
+    pub fn failures_so_far(&self) -> u64 {
+        self.failures
     }
 
     /// An attempt on `pod` (of table epoch `epoch`) failed at `now_ms`. Returns how long it
@@ -92,6 +102,8 @@ impl Outliers {
             Some(_) => *record = Record { ejected_until: None, probation: true, ..*record },
             None => {}
         }
+        self.failures = self.failures.saturating_add(1);
+        record.last_failure = self.failures;
         record.consecutive = record.consecutive.saturating_add(1);
         if !record.probation && record.consecutive < self.config.consecutive_failures {
             return None;
@@ -105,6 +117,7 @@ impl Outliers {
             probation: false,
             epoch,
             ejected_at_ms: now_ms,
+            last_failure: self.failures,
         };
         if !self.ejected.contains(pod) {
             self.ejected.push(pod.clone());
@@ -179,6 +192,8 @@ impl Outliers {
                     probation: false,
                     epoch: ejection.epoch,
                     ejected_at_ms: ejection.ejected_at_ms,
+                    // News of failures: streams that began before it clear nothing.
+                    last_failure: self.failures,
                 },
             );
             if !self.ejected.contains(&ejection.pod) {
@@ -191,6 +206,17 @@ impl Outliers {
 
     /// An attempt on `pod` succeeded: its record is cleared (unless it is ejected now: an
     /// answer to a request sent before the ejection does not bring it back early).
+    /// A success of `pod` whose answer began when `failures_then` failures had been noted
+    /// (a stream judged at its end): it clears the pod's record unless the pod failed since.
+    /// A pod that starts failing new requests while its older streams still run would
+    /// otherwise have its count wiped by each of them as it ends.
+    pub fn succeeded_unless_failed_since(&mut self, pod: &str, failures_then: u64, now_ms: u64) {
+        if self.records.get(pod).is_some_and(|record| record.last_failure > failures_then) {
+            return;
+        }
+        self.succeeded(pod, now_ms);
+    }
+
     pub fn succeeded(&mut self, pod: &str, now_ms: u64) {
         if self.records.is_empty() {
             return;
