@@ -80,6 +80,8 @@ REFUSED = {
     "a peer port on the inference listener's": {"peers": {"port": 8080}},
     "a peer port on the metrics listener's": {"peers": {"port": 9902}},
     "a peer port on the admin's": {"peers": {"port": 9901}},
+    # Peers expire a replica's load 2 s after its last message; the plugin refuses it at start.
+    "a poll interval peers cannot follow": {"pollIntervalMs": 2000},
     "no Istio server carrying the filter": {"mode": "istio", "istio": {"listenerPorts": []}},
     "several pools on Istio": {"mode": "istio", "pools": [{"name": "llama", "inferencePool": "a",
                                                            "match": {"prefix": "/"}}]},

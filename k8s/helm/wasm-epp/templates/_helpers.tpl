@@ -62,6 +62,9 @@ peer messages go to its own path. */}}
 {{- $_ := set $config "pool_name" $name -}}
 {{- end -}}
 {{- if .peers -}}
+{{- /* Peers drop a replica's load 2 s after its last message, and the singleton sends on its
+polls: the plugin refuses a cadence over 1 s at start (docs/configuration.md, `peers`). */ -}}
+{{- if gt (int .root.Values.pollIntervalMs) 1000 }}{{ fail (printf "pollIntervalMs: %v is over 1000 with peers enabled (peers would see this replica's load only now and then); lower it or set peers.enabled=false" .root.Values.pollIntervalMs) }}{{ end -}}
 {{- $selector := printf "app.kubernetes.io/name=%s" .root.Values.name -}}
 {{- $discovery := dict "cluster" .cluster "authority" "kubernetes.default.svc" "namespace" .root.Release.Namespace "label_selector" $selector "target_port" .root.Values.peers.port "relist_interval_ms" 5000 -}}
 {{- $peers := dict "kubernetes" $discovery "secret" "__WASM_EPP_PEER_SECRET__" -}}
