@@ -97,6 +97,9 @@ pub struct Observation {
     /// until its end. A chat or completions stream's first byte is its first token; a
     /// Responses API stream's is its first output event (`first_output`).
     awaiting_first_token: bool,
+    /// Its prompt tokens no longer count in flight (released once: at the first token, the
+    /// end, or an answer from another pod than the pick).
+    tokens_released: bool,
     first_output: Option<OutputEventFinder>,
     /// The answer comes from the pod that was picked and, as far as its first bytes tell,
     /// is a success: worth learning from.
@@ -135,6 +138,7 @@ impl Observation {
             watched,
             awaiting_first_byte: true,
             awaiting_first_token: true,
+            tokens_released: false,
             first_output,
             learnable: watched,
             event_stream: false,
@@ -150,10 +154,15 @@ impl Observation {
     /// [`Self::on_body`]. (Each header lookup is ~4–5 µs of a response callback in Envoy's
     /// V8, caches cold; the same lookup in the first body chunk's callback measured more,
     /// ~7–9 µs.)
+    ///
+    /// Another pod than the pick answering means the pick's attempt failed: the prompt is no
+    /// longer being prefilled there, so its tokens are released now (before the caller moves
+    /// the request's count to the pod that answered: the pick's entry may go with it).
     pub fn on_headers(&mut self, worker: &Worker, pod: &PodAddress, upstream: Option<&[u8]>) {
         let same_pod = upstream.is_none_or(|address| address == pod.as_str().as_bytes());
         if !same_pod {
             worker.stats.increment(worker.learning_stats.other_upstream);
+            self.release_tokens(worker, pod, None);
         }
         self.learnable &= same_pod;
         self.reading &= same_pod;
@@ -260,7 +269,7 @@ impl Observation {
 
     /// The caller publishes the in-flight counts next (the request itself ends). `cut`: the
     /// pod cut the answer after its headers (its length is no request's duration).
-    pub fn on_end(self, worker: &Worker, host: &dyn Host, pod: &PodAddress, now_ms: u64, cut: bool) {
+    pub fn on_end(mut self, worker: &Worker, host: &dyn Host, pod: &PodAddress, now_ms: u64, cut: bool) {
         let _span = profile::span(host, Phase::ObserveEnd);
         if self.holds_reader_slot {
             if let Ok(mut readers) = worker.usage_readers.try_borrow_mut() {
@@ -294,7 +303,10 @@ impl Observation {
 
     /// Releases the prompt's tokens; with `publish`, the other workers see it at once rather
     /// than at the next tick (at the end the caller publishes with the request's release).
-    fn release_tokens(&self, worker: &Worker, pod: &PodAddress, publish: Option<(&dyn Host, u64)>) {
+    fn release_tokens(&mut self, worker: &Worker, pod: &PodAddress, publish: Option<(&dyn Host, u64)>) {
+        if std::mem::replace(&mut self.tokens_released, true) {
+            return;
+        }
         match worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
                 inflight.release_tokens(pod.as_str(), self.dispatch.uncached_tokens);

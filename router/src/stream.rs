@@ -367,10 +367,12 @@ impl RequestStream {
                 let _span = profile::span(host, Phase::JudgeAnswer);
                 self.success_pending = self.note_answer(host, status.as_deref(), upstream.as_deref());
             }
-            self.follow_retry(host, upstream.as_deref());
+            // Learning first: an answer from another pod releases the pick's prompt tokens
+            // before the request's count leaves the pick.
             if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
                 observed.on_headers(&self.worker, pod, upstream.as_deref());
             }
+            self.follow_retry(host, upstream.as_deref());
             if let Some(watch) = &mut self.response_id {
                 watch.on_headers(upstream.as_deref(), self.routed_to.as_ref());
             }

@@ -452,3 +452,31 @@ fn a_stream_given_up_before_its_first_byte_is_no_duration_sample() {
     stream.on_log(&bench.host);
     assert_eq!(observed(), before, "nothing learned from a stream that never opened");
 }
+
+#[test]
+fn a_retried_answer_releases_the_picks_prompt_tokens_once_and_no_one_elses() {
+    let bench = Bench::new(r#"{"fallback_destinations": 1, "learning": {"enabled": true}}"#);
+    // The pick stays every request's pick: the other pod is far busier.
+    bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 30.0)]);
+    let tokens = |pod: &str| bench.worker.inflight.borrow().tokens(pod);
+    let (mut retried, routed) = bench.request(&COMPLETIONS, &streamed(&"long prompt ".repeat(400)));
+    let list = routed.destination.unwrap();
+    let (pick, fallback) = list.split_once(',').unwrap();
+    assert_eq!(pick, "10.0.0.1:8000");
+    assert!(tokens(pick) > 500);
+    // The pick failed; Envoy's retry on the fallback answers.
+    bench.host.set_response(&[(":status", "200"), ("x-gateway-destination-endpoint-served", fallback)], b"");
+    retried.on_response_headers(&bench.host, false);
+    assert_eq!(tokens(pick), 0, "the pick is not prefilling it any more");
+    // Another request on the pick, before the retried answer's first byte.
+    let (mut next, _) = bench.request(&COMPLETIONS, &streamed("short"));
+    let next_tokens = tokens(pick);
+    assert!(next_tokens > 0);
+    let event = usage_event(10, 0);
+    bench.host.set_response(&[(":status", "200")], event.as_bytes());
+    retried.on_response_body(&bench.host, event.len(), true);
+    retried.on_log(&bench.host);
+    assert_eq!(tokens(pick), next_tokens, "the other request's tokens are untouched");
+    next.on_log(&bench.host);
+    assert_eq!((tokens(pick), tokens(fallback)), (0, 0));
+}
