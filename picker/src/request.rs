@@ -112,12 +112,18 @@ pub struct InferenceRequest<'a> {
 }
 
 impl InferenceRequest<'_> {
-    /// A streamed answer will end with a `usage` event: `stream_options.include_usage` is
-    /// true. (vLLM sends none otherwise, unless started with `--enable-force-include-usage`.)
+    /// A streamed answer will end with a `usage` event: `stream_options` is an object whose
+    /// `include_usage` is not false (vLLM's StreamOptions defaults it to true, so
+    /// `"stream_options": {}` asks for usage). (vLLM sends none without `stream_options`,
+    /// unless started with `--enable-force-include-usage`.)
     pub fn includes_usage(&self) -> bool {
+        fn vllm_default() -> Option<bool> {
+            Some(true)
+        }
         #[derive(Deserialize)]
         struct StreamOptions {
-            #[serde(default)]
+            // Absent: vLLM's default; `null`: none.
+            #[serde(default = "vllm_default")]
             include_usage: Option<bool>,
         }
         let options = self.stream_options.and_then(|raw| serde_json::from_str::<StreamOptions>(raw).ok());
@@ -226,10 +232,14 @@ mod tests {
     }
 
     #[test]
-    fn stream_options_of_any_shape_are_accepted_and_only_a_true_include_usage_counts() {
+    fn stream_options_of_any_shape_are_accepted_and_usage_is_expected_as_vllm_sends_it() {
         let with = |options: &str| format!(r#"{{"prompt":"x","stream":true,"stream_options":{options}}}"#);
         for (options, includes) in [
             (r#"{"include_usage":true,"continuous_usage_stats":false}"#, true),
+            // vLLM's StreamOptions: include_usage defaults to true.
+            ("{}", true),
+            (r#"{"continuous_usage_stats":true}"#, true),
+            (r#"{"include_usage":null}"#, false),
             (r#"{"include_usage":false}"#, false),
             (r#"{"include_usage":"yes"}"#, false),
             ("null", false),
