@@ -12,7 +12,9 @@ pub const MAX_PODS_PER_PROCESS: usize = 64;
 
 /// A simulated vLLM server (V1 engine semantics): prefix cache, scheduler, latency, metrics.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "vllm-sim", version, about)]
+// A flag or option given twice takes its last value, as vLLM's argparse does (the launcher
+// passes --enable-prompt-tokens-details, and a caller's own copy must not stop the pod).
+#[command(name = "vllm-sim", version, about, args_override_self = true)]
 pub struct Cli {
     /// Address to bind.
     #[arg(long, default_value = "127.0.0.1")]
@@ -216,5 +218,8 @@ mod tests {
         assert!(styled[0].lora_enabled);
         assert!(!styled[0].prompt_tokens_details, "off by default, as in vLLM");
         assert!(parse(&["--enable-prompt-tokens-details"]).unwrap()[0].prompt_tokens_details);
+        // Given twice (the launcher's copy and a caller's): taken, as vLLM's argparse does.
+        let twice = parse(&["--enable-prompt-tokens-details", "--enable-prompt-tokens-details"]).unwrap();
+        assert!(twice[0].prompt_tokens_details);
     }
 }
