@@ -431,7 +431,8 @@ impl RequestStream {
         // on this rare path only: a client gone, a pod reset mid-stream.)
         let answer_open = std::mem::take(&mut self.answer_open);
         let judged = self.success_pending.take();
-        let cut = answer_open && (judged.is_some() || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
+        let cut =
+            answer_open && (judged.is_some() || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
         if let Some(failures_then) = judged {
             let pod = self.answered_by.as_ref().unwrap_or(&address);
             crate::attempts::settle(&self.worker, pod, failures_then, cut, now);
