@@ -26,13 +26,15 @@ fn rules_file() -> std::path::PathBuf {
 }
 
 /// Series the rules read that this Envoy (static pool, no peers, no comparison) does not
-/// have: Kubernetes discovery's, peering's messages, the live comparison's, and outlier
-/// detection's ejections (none on a healthy pool). (The peer listener's filter reloads are
-/// `envoy_wasm_vm_reload_*{wasm_plugin="wasm-epp-peer"}`, a series every config has.)
-const OTHER_MODES_ONLY: [&str; 4] = [
+/// have: Kubernetes discovery's, peering's messages, the live comparison's, the VM reloads of
+/// a configuration without stats_tags (Istio without the singleton: this one's carry the
+/// `wasm_plugin` label), and outlier detection's ejections (none on a healthy pool).
+const OTHER_MODES_ONLY: [&str; 6] = [
     "wasm_epp_discovery_failing",
     "wasm_epp_comparison_requests",
     "wasm_epp_peer_messages_rejected",
+    "envoy_wasm_wasm_epp_vm_reload_success",
+    "envoy_wasm_wasm_epp_vm_reload_failure",
     // Labelled by pod, so no series until a pod is ejected.
     "wasm_epp_pod_ejections",
 ];
