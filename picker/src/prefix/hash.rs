@@ -68,9 +68,8 @@ impl HashParams {
         if self.block_tokens == 0 || self.bytes_per_token == 0 || self.max_blocks == 0 {
             return Err(format!("prefix hashing parameters must be positive: {self:?}"));
         }
-        if self.text_block_bytes() > MAX_BLOCK_BYTES || self.token_block_bytes() > MAX_BLOCK_BYTES {
-            return Err(format!("a prefix block may hold at most {MAX_BLOCK_BYTES} bytes: {self:?}"));
-        }
+        // Blocks past MAX_BLOCK_BYTES are not refused but cut to it when hashing (the sizes
+        // are clamped in `text_block_bytes` and `token_block_bytes`).
         if self.max_blocks > MAX_BLOCKS {
             return Err(format!("max_blocks may be at most {MAX_BLOCKS}, not {}", self.max_blocks));
         }
