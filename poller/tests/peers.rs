@@ -173,15 +173,21 @@ fn a_peer_whose_clock_is_too_far_off_is_counted() {
     assert!(b.ring().is_empty());
 }
 
-#[test]
-fn a_peers_load_reaches_the_workers_in_flight_view() {
-    let mut a = Replica::new(1, "127.0.0.2:10001");
-    let mut b = Replica::new(2, "127.0.0.1:10001");
+/// Replicas a and b, a's workers holding three requests on `POD` (published in a's store).
+fn a_with_three_requests_and_b() -> (Replica, Replica) {
+    let a = Replica::new(1, "127.0.0.2:10001");
+    let b = Replica::new(2, "127.0.0.1:10001");
     let mut worker = WorkerInflight::new();
     for _ in 0..3 {
         worker.started(POD, NOW);
     }
     worker.sync(&a.host, NOW + 40, 60_000);
+    (a, b)
+}
+
+#[test]
+fn a_peers_load_reaches_the_workers_in_flight_view() {
+    let (mut a, mut b) = a_with_three_requests_and_b();
     let sent = a.tick(NOW + 600); // a heartbeat carries the load even without decisions
     assert!(!sent.is_empty());
     b.receive(&sent);
@@ -193,13 +199,7 @@ fn a_peers_load_reaches_the_workers_in_flight_view() {
 
 #[test]
 fn a_departed_peers_load_expires_after_the_clock_steps_back() {
-    let mut a = Replica::new(1, "127.0.0.2:10001");
-    let mut b = Replica::new(2, "127.0.0.1:10001");
-    let mut worker = WorkerInflight::new();
-    for _ in 0..3 {
-        worker.started(POD, NOW);
-    }
-    worker.sync(&a.host, NOW + 40, 60_000);
+    let (mut a, mut b) = a_with_three_requests_and_b();
     b.tick(NOW + 600);
     b.receive(&a.tick(NOW + 600));
     // a is gone; b's wall clock steps back an hour (NTP, a VM restored).
