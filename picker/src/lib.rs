@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod address;
+pub mod clock;
 pub mod comparison;
 pub mod config;
 pub mod disaggregation;

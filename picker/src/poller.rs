@@ -218,7 +218,7 @@ impl PoolPoller {
         let grace = self.config.timeout_ms.saturating_mul(2);
         self.pods
             .iter()
-            .filter(|r| r.call.is_none() || now_ms.saturating_sub(r.call_started_ms) > grace)
+            .filter(|r| r.call.is_none() || !crate::clock::within_last(now_ms, r.call_started_ms, grace))
             .map(|r| r.address.clone())
             .collect()
     }

@@ -209,7 +209,7 @@ impl PeerExchange {
             self.discovery = Some(discovery);
         }
         let expiry = self.config.timeout_ms.saturating_mul(2);
-        self.calls.retain(|c| now.saturating_sub(c.started_ms) <= expiry);
+        self.calls.retain(|c| picker::clock::within_last(now, c.started_ms, expiry));
         self.publish_remote_load(host, metrics, now);
         if pool_known {
             self.ask_for_snapshot(host, now, expiry);

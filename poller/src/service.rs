@@ -232,10 +232,8 @@ impl PoolService {
 
     fn start_round_if_due(&mut self, host: &dyn Host, now: u64) {
         let Some(interval) = self.poller.as_ref().map(|p| p.config().poll_interval_ms) else { return };
-        // The host's clock is the wall clock: stepped back (NTP, a VM restored), the next round
-        // would wait the step out with the table going stale; one due further ahead than an
-        // interval is due now.
-        if now < self.next_round_ms && self.next_round_ms - now <= interval {
+        // Stepped back, the wall clock would have the next round wait the step out.
+        if picker::clock::not_due_yet(now, self.next_round_ms, interval) {
             return;
         }
         // A tick a little early (timer jitter) still starts the round: 10% slack.

@@ -29,16 +29,12 @@ impl CatalogSchedule {
     /// The pods to ask now: all of `pods` without a call in flight, once per interval. A call
     /// older than `timeout_ms` twice over is forgotten (the host should have answered).
     pub fn due(&mut self, now_ms: u64, timeout_ms: u64, pods: &[PodAddress]) -> Vec<PodAddress> {
-        // A round due further ahead than one interval is due now: the wall clock stepped back
-        // (else fetches would stop for the length of the step).
-        let waiting = now_ms < self.next_round_ms && self.next_round_ms - now_ms <= self.interval_ms;
-        if self.interval_ms == 0 || waiting {
+        if self.interval_ms == 0 || crate::clock::not_due_yet(now_ms, self.next_round_ms, self.interval_ms) {
             return Vec::new();
         }
         self.next_round_ms = now_ms.saturating_add(self.interval_ms);
         let grace = timeout_ms.saturating_mul(2);
-        // A call started "later" than now is from before such a step: forgotten too.
-        self.calls.retain(|(_, _, started)| *started <= now_ms && now_ms - started <= grace);
+        self.calls.retain(|(_, _, started)| crate::clock::within_last(now_ms, *started, grace));
         pods.iter().filter(|pod| !self.calls.iter().any(|(_, busy, _)| busy == *pod)).cloned().collect()
     }
 
