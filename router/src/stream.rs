@@ -642,14 +642,15 @@ impl RequestStream {
     fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) -> Option<u64> {
         let now = || host.now_ms();
         let open = self.answer_open;
+        self.with_destination(|list| crate::attempts::note_answer(&self.worker, list, status, served, &now, open))
+            .flatten()
+    }
+
+    /// `f` of the destination header written (routed at once, or on release from the queue).
+    fn with_destination<R>(&self, f: impl FnOnce(&str) -> R) -> Option<R> {
         match (&self.held, &self.destination) {
-            (Some(held), _) => {
-                let destination = held.destination.borrow();
-                crate::attempts::note_answer(&self.worker, &destination, status, served, &now, open)
-            }
-            (None, Some(destination)) => {
-                crate::attempts::note_answer(&self.worker, destination, status, served, &now, open)
-            }
+            (Some(held), _) => Some(f(&held.destination.borrow())),
+            (None, Some(destination)) => Some(f(destination)),
             (None, None) => None,
         }
     }
@@ -660,12 +661,8 @@ impl RequestStream {
     /// (Its prompt tokens stay the pick's: the answer's first byte releases them there.)
     fn follow_retry(&mut self, host: &dyn Host, served: Option<&[u8]>) {
         let Some(pick) = &self.routed_to else { return };
-        let fallback = match (&self.held, &self.destination) {
-            (Some(held), _) => crate::attempts::fallback_that_answered(&held.destination.borrow(), served),
-            (None, Some(destination)) => crate::attempts::fallback_that_answered(destination, served),
-            (None, None) => None,
-        };
-        let Some(fallback) = fallback else { return };
+        let fallback = self.with_destination(|list| crate::attempts::fallback_that_answered(list, served));
+        let Some(fallback) = fallback.flatten() else { return };
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
                 let now = host.now_ms();
