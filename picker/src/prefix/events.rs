@@ -59,10 +59,7 @@ pub struct RoutingEvent {
 /// left out (no pod has one). The result may be of any size: [`split_batch`] cuts it to fit.
 pub fn encode_batch(events: &[RoutingEvent]) -> Vec<u8> {
     let events = events.get(..MAX_EVENTS_PER_BATCH).unwrap_or(events);
-    let size: usize = events
-        .iter()
-        .map(|e| ADDRESS_LEN_BYTES + e.pod.len() + FIELDS_BYTES + 8 * e.hashes.len().min(MAX_HASHES_PER_EVENT))
-        .sum();
+    let size: usize = events.iter().map(encoded_len).sum();
     let mut out = Vec::with_capacity(1 + size);
     out.push(BATCH_VERSION);
     for event in events {
