@@ -107,6 +107,17 @@ impl Cluster {
     }
 }
 
+/// Adds `address` (a fake pod a test serves itself) to a static pool's three lists: the pool
+/// cluster's endpoints, the filter's `pool` and the singleton's.
+pub fn add_to_pool(options: &mut EnvoyOptions, address: &str) {
+    options.pool.push(address.to_owned());
+    let pool = serde_json::json!(options.pool);
+    options.filter_config["pool"] = pool.clone();
+    if let Some(poller) = options.poller_config.as_mut() {
+        poller["pool"] = pool;
+    }
+}
+
 /// How many replies each pod served.
 pub fn tally<'a>(pods: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();

@@ -91,13 +91,8 @@ fn serve(stream: TcpStream, cut: &AtomicU64) {
 fn a_pod_that_cuts_its_answers_after_their_headers_is_taken_out_of_rotation() {
     let fake = CuttingPod::start();
     let cluster = Cluster::start("cut-answers", 1, &["--time-scale", "0"], |options| {
-        let pool = vec![options.pool[0].clone(), fake.address.clone()];
-        options.pool = pool.clone();
-        options.filter_config["pool"] = serde_json::json!(pool);
+        e2e::add_to_pool(options, &fake.address);
         options.filter_config["outlier_detection"] = serde_json::json!({"consecutive_failures": 3});
-        if let Some(poller) = options.poller_config.as_mut() {
-            poller["pool"] = serde_json::json!(pool);
-        }
     });
     assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(20));
     let mut failed = 0;

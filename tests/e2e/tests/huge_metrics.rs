@@ -101,14 +101,8 @@ fn serve(stream: TcpStream, huge: &AtomicBool, sent: &AtomicU64) {
 #[test]
 fn a_huge_metrics_page_is_cut_while_it_streams_and_memory_stays_bounded() {
     let fake = HugeMetricsPod::start();
-    let cluster = Cluster::start("huge-metrics", 1, &["--time-scale", "0"], |options| {
-        let pool = vec![options.pool[0].clone(), fake.address.clone()];
-        options.pool = pool.clone();
-        options.filter_config["pool"] = serde_json::json!(pool);
-        if let Some(poller) = options.poller_config.as_mut() {
-            poller["pool"] = serde_json::json!(pool);
-        }
-    });
+    let cluster =
+        Cluster::start("huge-metrics", 1, &["--time-scale", "0"], |options| e2e::add_to_pool(options, &fake.address));
     assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(20));
     let pid = cluster.envoy.pid();
     let baseline = rss_bytes(pid).unwrap();
