@@ -1,7 +1,9 @@
 """Draws the learning benchmark (issue 14) from RESULTS_DIR/quality.json.
 
-Usage: python plot_learning.py RESULTS_DIR   (e.g. bench/results/learning; reads every
-quality.json in it and its subfolders, one run per workload group)
+Usage: python plot_learning.py RESULTS_DIR   (e.g. bench/results/learning). Each workload is
+drawn from one run: RESULTS_DIR's own quality.json first, then the current runs' subfolders
+(CURRENT_RUNS: a-d/, and g/ and o/, which `make bench-ladders` writes). The dated and session
+folders beside them keep earlier runs; draw one by giving its path as RESULTS_DIR.
 
 Writes learning_ttft.png (TTFT p50, p90, p99 per target, one panel per workload: the workloads'
 latencies differ by orders of magnitude) and learning_throughput.png (output tokens/s and
@@ -34,16 +36,23 @@ COLOURS = {
     "envoy-least-request": "#1f77b4",
     "vllm-router-cache-aware": "#2ca02c",
 }
+# Where the current run of each workload group lives, in order of precedence. Reading every
+# quality.json below RESULTS_DIR instead let an older run of the same workload overwrite the one
+# the tables quote.
+CURRENT_RUNS = [".", "a-d", "g", "o"]
 PERCENTILES = [("ttft_p50_ms", "p50", ""), ("ttft_p90_ms", "p90", "//"), ("ttft_p99_ms", "p99", "..")]
 
 
 def main(results_dir):
-    rows = []
-    for path in sorted(results_dir.rglob("quality.json")):
+    by_key = {}
+    drawn = set()  # workloads some earlier (higher-precedence) run already supplied
+    for path in current_runs(results_dir, "quality.json"):
         data = json.loads(path.read_text())
-        rows += data["rows"] if isinstance(data, dict) else data
-    workloads = sorted({row["workload"] for row in rows})
-    by_key = {(row["workload"], row["target"]): row for row in rows}
+        rows = data["rows"] if isinstance(data, dict) else data
+        mine = {row["workload"] for row in rows} - drawn
+        by_key.update({(row["workload"], row["target"]): row for row in rows if row["workload"] in mine})
+        drawn |= mine
+    workloads = sorted(drawn)
     targets = [t for t in TARGETS if any((w, t) in by_key for w in workloads)]
 
     columns = min(4, len(workloads))
@@ -85,18 +94,22 @@ def main(results_dir):
     plot_ladder(results_dir)
 
 
+def current_runs(results_dir, name):
+    """The files called `name` of the current runs, in CURRENT_RUNS order (see the module doc)."""
+    paths = [results_dir / folder / name for folder in CURRENT_RUNS]
+    return [path for path in paths if path.is_file()]
+
+
 def plot_ladder(results_dir):
     """Per-stage figures of each rate ladder (workloads g and o): where the routers part.
 
     g's chart is learning_ladder.png, any other ladder's learning_ladder_<workload>.png. A
     ladder whose rates do not only climb (o opens with a warm-up) is drawn by stage, each
     stage labelled with its rate."""
-    runs = [json.loads(path.read_text()) for path in sorted(results_dir.rglob("stages.json"))]
+    runs = [json.loads(path.read_text()) for path in current_runs(results_dir, "stages.json")]
     for workload in sorted({s["workload"] for run in runs for s in run}):
-        # One run per ladder: the one with the most targets (a later single-target run of the
-        # same ladder sits in its own folder and would draw a second line per target).
-        rows = max(([s for s in run if s["workload"] == workload] for run in runs),
-                   key=lambda mine: len({s["target"] for s in mine}))
+        # One run per ladder, the current one: two runs' lines for one target would read as two.
+        rows = next(mine for mine in ([s for s in run if s["workload"] == workload] for run in runs) if mine)
         name = "learning_ladder.png" if workload == "g-ladder" else f"learning_ladder_{workload}.png"
         plot_one_ladder(workload, rows, results_dir / name)
 
