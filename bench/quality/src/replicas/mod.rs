@@ -59,10 +59,9 @@ pub fn run(options: &Options) -> Result<(), String> {
     let mut failures = Vec::new();
     for name in workloads {
         let workload = Workload::build(*name, size, options.seed);
-        println!("\n== workload {} ({} pods, {} requests)", name.label(), workload.pods, workload.request_count());
-        let mut pod_args = workload.pod_args.clone();
-        pod_args.extend(["--time-scale".to_string(), options.time_scale.to_string()]);
-        let pool = match SimulatedPool::start(workload.pods, &pod_args, &dir) {
+        // Each pod with its own flags, as the quality run starts them: (f)'s slow pods, the
+        // models workloads' adapters.
+        let pool = match crate::run::start_workload_pool(&workload, options.time_scale, &dir) {
             Ok(pool) => pool,
             Err(reason) => {
                 failures.push(format!("{}: pool did not start: {reason}", name.label()));
