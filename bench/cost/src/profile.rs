@@ -91,8 +91,8 @@ const OBSERVATION_GOAL_US: f64 = 10.0;
 /// byte, the answering pod, the `usage` scan, the release), learning off against on (`label`)
 /// in the same run, sequential and at `connections` at once, by callback; and to the
 /// decision's `choose` (the TTFT scoring). The answers are whole (one JSON chunk); streams are
-/// the `streams` step's. The share of answers watched is the answering-pod check's calls per
-/// request. Recorded under `benchmark` when given, with the goal's verdict.
+/// the `streams` step's. The share of answers watched is learning's own count of the answers
+/// it left unwatched, against the requests. Recorded under `benchmark` when given, with the goal's verdict.
 fn print_observation(
     off: [&PhaseRun; 2],
     on: [&PhaseRun; 2],
@@ -109,7 +109,9 @@ fn print_observation(
         }
         phase_us_of(run, phase)
     };
-    let watched = on.map(|run| 100.0 * phase_calls_of(run, "observe_headers"));
+    // Not the answering-pod check's calls: outlier detection makes that check on every
+    // answer, watched or not.
+    let watched = on.map(|run| 100.0 * run.answers_watched);
     println!(
         "\n== what learning adds, {label} (issue 14: the response observation ≤ {OBSERVATION_GOAL_US} µs per \
          request; whole answers; µs per request in the VM; answers watched {:.0} % / {:.0} %) ==",
@@ -151,11 +153,6 @@ fn print_observation(
     } else {
         println!("  per answer watched, the larger of the two loads: {worst:+.2} µs");
     }
-}
-
-/// Calls per request of `phase` in `run` (0 when it was not timed).
-fn phase_calls_of(run: &PhaseRun, phase: &str) -> f64 {
-    run.phases.iter().find(|(p, _, _)| p == phase).map_or(0.0, |(_, _, calls)| *calls)
 }
 
 /// µs per request of `phase` in `run` (0 when it was not timed).
@@ -277,6 +274,9 @@ enum Load {
 struct PhaseRun {
     requests: usize,
     cpu_us_per_request: f64,
+    /// The share of answers learning watched (`wasm_epp.learning.answers_not_watched` against
+    /// the requests answered); 1 where learning is off and the counter does not grow.
+    answers_watched: f64,
     /// (phase, µs per request, calls per request)
     phases: Vec<(String, f64, f64)>,
 }
@@ -307,14 +307,14 @@ fn phases(envoy: &RunningEnvoy, body: &str, connections: usize, load: Load) -> R
     sampling::run_batch(envoy, &mut pool, &requests, 200 / connections.max(1) + 1, None);
     let idle =
         sampling::idle_rates(std::slice::from_ref(envoy), Duration::from_secs(1)).first().copied().unwrap_or(0.0);
-    let before = profile_counters(envoy);
+    let (before, learning_before) = (profile_counters(envoy), plugin_counters(envoy, "learning"));
     let batch = match load {
         Load::Requests(n) => sampling::run_batch(envoy, &mut pool, &requests, n / connections.max(1), None),
         Load::For(time) => sampling::run_batch(envoy, &mut pool, &requests, 0, Some(time)),
     };
     // The ticks flush the counters every 20 ms.
     std::thread::sleep(COUNTER_FLUSH);
-    let after = profile_counters(envoy);
+    let (after, learning_after) = (profile_counters(envoy), plugin_counters(envoy, "learning"));
     let answered = batch.latencies_us.len();
     if batch.errors > 0 {
         return Err(format!("{}: {} errors, first: {:?}", envoy.name(), batch.errors, batch.first_error));
@@ -330,7 +330,10 @@ fn phases(envoy: &RunningEnvoy, body: &str, connections: usize, load: Load) -> R
         })
         .collect();
     let cpu_us_per_request = sampling::cpu_per_request(batch.envoy_cpu, idle, batch.elapsed, answered);
-    Ok(PhaseRun { requests: answered, cpu_us_per_request, phases })
+    let not_watched = |counters: &BTreeMap<String, f64>| counters.get("answers_not_watched").copied().unwrap_or(0.0);
+    let answers_watched =
+        (1.0 - (not_watched(&learning_after) - not_watched(&learning_before)) / answered.max(1) as f64).clamp(0.0, 1.0);
+    Ok(PhaseRun { requests: answered, cpu_us_per_request, answers_watched, phases })
 }
 
 /// How long the profiled filter takes to flush its counters (its tick, 20 ms, and margin).
