@@ -105,7 +105,11 @@ pub fn table(rows: &[StageRow]) -> String {
         let Some(baseline) = top else { continue };
         let _ = write!(
             out,
-            "\n{workload}: top stage against round robin (issue 14's goals: out tok/s ≥ 2.1 ×, TTFT p90 ≥ 100 × lower):\n\n"
+            "\n{workload}: top stage against round robin (issue 14's goals: out tok/s ≥ 2.1 ×, TTFT p90 ≥ 100 × lower). \
+             A stage's out tok/s is its answers' output tokens over the time from the stage's start to its last \
+             answer: a target still working off earlier stages' backlog gets a lower figure, so the ratio can \
+             overstate a gain where round robin fell behind before the top stage; read it with the per-stage \
+             table and the whole run's output:\n\n"
         );
         let peers =
             rows.iter().filter(|r| r.workload == workload && r.stage == baseline.stage && r.target != baseline.target);
