@@ -193,6 +193,23 @@ fn reserved_places_are_left_to_higher_priorities() {
 }
 
 #[test]
+fn the_reserve_is_kept_on_each_pod_with_room_so_a_saturated_pod_holds_nothing_back() {
+    let bench = Bench::new(&config_with(4, r#", "reserved_per_pod": 2, "reserved_min_priority": 1"#));
+    // The second pod's engine queue is long: saturated, it has no place to reserve.
+    bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 9.0)]);
+    for id in 1..=2 {
+        let (_standard, step) = send(&bench, id, &[], &format!("standard {id}"));
+        assert_eq!(step, Step::Continue, "request {id}: 2 of the idle pod's 4 places are open to standard");
+        assert_eq!(bench.host.header("x-gateway-destination-endpoint").as_deref(), Some("10.0.0.1:8000"));
+    }
+    let (mut third, step) = send(&bench, 3, &[], "standard 3");
+    assert_eq!(step, Step::Pause, "the idle pod's other 2 places are reserved");
+    let (_critical, step) = send(&bench, 4, &[("x-gateway-inference-priority", "2")], "critical");
+    assert_eq!(step, Step::Continue, "and a critical request finds one at once");
+    third.on_done(&bench.host);
+}
+
+#[test]
 fn a_released_request_goes_to_a_pod_with_room_not_to_its_warm_but_full_pod() {
     let bench = Bench::new(&config_with(1, ""));
     bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)]);

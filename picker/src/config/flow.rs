@@ -69,8 +69,9 @@ pub struct FlowControlConfig {
     /// Tick period while requests wait (releases and TTLs are checked on the tick).
     pub waiting_tick_ms: u64,
     /// In-flight places per pod kept free for requests of `reserved_min_priority` and
-    /// above: lower bands fill the pool only up to `max_inflight_per_pod - reserved_per_pod`,
-    /// so a critical request finds a place at once instead of waiting for one to end.
+    /// above: lower bands fill each pod that has room only up to
+    /// `max_inflight_per_pod - reserved_per_pod`, so a critical request finds a place at
+    /// once instead of waiting for one to end.
     pub reserved_per_pod: u32,
     pub reserved_min_priority: i32,
 }

@@ -16,7 +16,7 @@ use wasm_epp_host::Host;
 use super::answer::{answer, answer_pending};
 use super::pods::{publish_saturation, with_pods};
 use super::queue::{Admission, Entry, Left};
-use super::saturation::{pool_room, PoolRoom};
+use super::saturation::{pool_room, standard_room, PoolRoom};
 use super::stats::DropReason;
 use super::{Fate, Held};
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
@@ -37,8 +37,8 @@ struct Look {
     room: PoolRoom,
     /// Places this worker may still fill (its share minus its own in flight).
     local_room: u32,
-    /// Places of the pool kept for requests of `reserved_min_priority` and above.
-    reserved: u32,
+    /// Places open to bands below `reserved_min_priority` (`room` less each pod's reserve).
+    standard_room: u32,
     slot: Option<usize>,
 }
 
@@ -49,10 +49,20 @@ impl Look {
     /// worker behind the other worker's standard ones.
     fn free_for(&self, priority: i32, config: &picker::config::FlowControlConfig) -> u32 {
         let PoolRoom::Free(free) = self.room else { return 0 };
-        if self.reserved > 0 && priority >= config.reserved_min_priority {
+        if config.reserved_per_pod > 0 && priority >= config.reserved_min_priority {
             return free;
         }
-        free.saturating_sub(self.reserved).min(self.local_room)
+        self.standard_room.min(self.local_room)
+    }
+
+    /// Counts one release. Which pod it takes is the picker's, so the open places are
+    /// assumed to shrink too (the next look counts them again).
+    fn took_one(&mut self) {
+        if let PoolRoom::Free(free) = &mut self.room {
+            *free = free.saturating_sub(1);
+        }
+        self.standard_room = self.standard_room.saturating_sub(1);
+        self.local_room = self.local_room.saturating_sub(1);
     }
 }
 
@@ -194,10 +204,7 @@ pub fn release_ready(worker: &Worker, host: &dyn Host) {
             (look.free_for(priority, config) > 0).then(|| queue.pop_next()).flatten()
         });
         let Some(left) = next else { break };
-        if let PoolRoom::Free(free) = &mut look.room {
-            *free -= 1;
-        }
-        look.local_room = look.local_room.saturating_sub(1);
+        look.took_one();
         worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
         release_one(worker, host, &left, now, look.slot);
     }
@@ -283,11 +290,11 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
         let room = pool_room(pods, &worker.config.saturation, config);
         let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
         let limit = worker.flow.share.try_borrow().map_or(capacity, |share| share.local_limit(capacity, true));
-        let reserved = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.reserved_per_pod);
+        let standard_room = standard_room(pods, &worker.config.saturation, config);
         // This worker's requests on the pods counted as room (under P/D a split request also
         // holds a prefill pod until its first token: that place is no room for anyone).
         let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
-        Look { room, local_room: limit.saturating_sub(local), reserved, slot: inflight.slot() }
+        Look { room, local_room: limit.saturating_sub(local), standard_room, slot: inflight.slot() }
     })
 }
 

@@ -75,6 +75,18 @@ pub fn pool_room(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowCon
     }
 }
 
+/// The places open to bands below `reserved_min_priority`: on every pod that has room, its
+/// free places above the `reserved_per_pod` kept for higher bands. Counted per pod, as the
+/// reserve is configured: a pod with no room (at its bound, saturated, failing) has no free
+/// places to reserve, so it must not take the reserve out of the others' room.
+pub fn standard_room(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowControlConfig) -> u32 {
+    let open_per_pod = flow.max_inflight_per_pod.saturating_sub(flow.reserved_per_pod);
+    pods.iter()
+        .filter(|pod| !pod_saturated(pod, limits, flow))
+        .map(|pod| open_per_pod.saturating_sub(pod.inflight))
+        .fold(0u32, u32::saturating_add)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +123,20 @@ mod tests {
         );
         let failing = [PodLoad { healthy: false, ..pod(false, 0.0, 0.0, 0) }];
         assert_eq!(pool_room(&failing, &limits, &flow(StaleMetricsPolicy::Ignore)), PoolRoom::Saturated);
+    }
+
+    #[test]
+    fn the_reserve_is_kept_on_each_pod_with_room_not_on_pods_without() {
+        let limits = SaturationLimits::default();
+        let config = FlowControlConfig { reserved_per_pod: 2, ..flow(StaleMetricsPolicy::Ignore) };
+        let failing = PodLoad { healthy: false, ..pod(true, 0.0, 0.1, 0) };
+        let full_kv = pod(true, 0.0, 0.95, 0);
+        for other in [failing, full_kv] {
+            assert_eq!(standard_room(&[pod(true, 0.0, 0.1, 0), other], &limits, &config), 2, "{other:?}");
+        }
+        let busy = [pod(true, 0.0, 0.1, 1), pod(true, 0.0, 0.1, 3), pod(true, 0.0, 0.1, 4)];
+        assert_eq!(standard_room(&busy, &limits, &config), 1, "1 of the first's 2, none in the second's reserve");
+        let unreserved = FlowControlConfig { reserved_per_pod: 0, ..config };
+        assert_eq!(PoolRoom::Free(standard_room(&busy, &limits, &unreserved)), pool_room(&busy, &limits, &unreserved));
     }
 }
