@@ -337,9 +337,10 @@ impl RequestStream {
         if self.flow_admitted {
             self.report_queue_duration(host);
         }
+        // (First: a released request's prefill pod becomes the stream's there.)
+        self.take_release();
         // The decode pod answers once its prompt is prefilled: the prefill pod is done.
         release_prefill(&self.worker, host, &mut self.prefilling_at);
-        self.take_release();
         let routed = self.sent_to_pod();
         self.answer_open = routed && !end_of_stream;
         let judged = routed && self.worker.config.outlier_detection.enabled;
@@ -486,6 +487,7 @@ impl RequestStream {
             destination: std::cell::RefCell::new(String::new()),
             slo_ttft_ms: self.slo_ttft_ms,
             dispatch: std::cell::Cell::new(None),
+            prefill: std::cell::RefCell::new(None),
         });
         if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, class.flow, class.ttl_ms) {
             self.held = Some(held);
@@ -676,8 +678,8 @@ impl RequestStream {
 
     /// A request released from the queue: what the release decided becomes the stream's, as
     /// had it been routed at once (its pod, for the answer's observers; learning's record,
-    /// whose prompt tokens in flight the answer's first byte releases). Once: the record is
-    /// taken from the queue entry.
+    /// whose prompt tokens in flight the answer's first byte releases; its prefill pod, in
+    /// flight until the decode pod answers). Once: each is taken from the queue entry.
     fn take_release(&mut self) {
         let Some(held) = &self.held else { return };
         if let (None, crate::flow::Fate::Routed(address)) = (&self.routed_to, &*held.fate.borrow()) {
@@ -685,6 +687,9 @@ impl RequestStream {
         }
         if let Some(dispatch) = held.dispatch.take() {
             self.observed = Some(Observation::start(&self.worker, dispatch));
+        }
+        if let Some(prefill) = held.prefill.take() {
+            self.prefilling_at = Some(prefill);
         }
     }
 

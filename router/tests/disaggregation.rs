@@ -11,6 +11,7 @@ use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
 use picker::role::PodRole;
 use wasm_epp_host::{Host, SharedStore};
+use wasm_epp_router::{RequestStream, Step};
 
 const PREFILLER: &str = "x-prefiller-host-port";
 const PD_CONFIG: &str = r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 1}"#;
@@ -261,4 +262,41 @@ fn flow_control_does_not_count_a_split_request_s_prefill_pod_against_the_decode_
     assert_eq!(answer.body_step, Some(wasm_epp_router::Step::Continue), "the other decode place is free");
     split.on_log(&bench.host);
     second.on_log(&bench.host);
+}
+
+#[test]
+fn a_released_split_request_keeps_its_prefill_pod_busy_until_the_decode_pod_answers() {
+    // Both decode places taken; two long prompts wait, then are released one after the other.
+    let bench = Bench::new(PD_FLOW_CONFIG);
+    pd_pool(&bench);
+    let send = |id: u32, prompt: &str| {
+        let body = completion(prompt);
+        bench.host.set_request(&COMPLETIONS, body.as_bytes());
+        let mut stream = RequestStream::for_context(bench.worker.clone(), id);
+        stream.on_request_headers(&bench.host, false);
+        (stream.on_request_body(&bench.host, body.len(), true), stream)
+    };
+    let (_, mut short_a) = send(1, "short a");
+    let (_, mut short_b) = send(2, "short b");
+    let (step, mut first) = send(3, &long_prompt(2000, 31));
+    assert_eq!(step, Step::Pause, "both decode pods are full");
+    let (_, mut second) = send(4, &long_prompt(2000, 32));
+    let inflight = |pod: &str| (bench.worker.inflight.borrow().count(pod), bench.worker.inflight.borrow().tokens(pod));
+    bench.host.headers.borrow_mut().clone_from(&Default::default());
+    short_a.on_log(&bench.host);
+    let first_prefill = bench.host.header(PREFILLER).unwrap();
+    let (count, tokens) = inflight(&first_prefill);
+    assert_eq!(count, 1, "released, its prefill pod is computing its prompt");
+    assert!(tokens > 1000, "with its uncached tokens in flight: {tokens}");
+    bench.host.headers.borrow_mut().clone_from(&Default::default());
+    short_b.on_log(&bench.host);
+    let second_prefill = bench.host.header(PREFILLER).unwrap();
+    assert_ne!(second_prefill, first_prefill, "the next release sees that load and goes to the other prefill pod");
+    bench.host.set_response(&[(":status", "200")], b"");
+    first.on_response_headers(&bench.host, false);
+    assert_eq!(inflight(&first_prefill), (0, 0), "done once the decode pod answers");
+    assert_eq!(inflight(&second_prefill).0, 1);
+    first.on_log(&bench.host);
+    second.on_log(&bench.host);
+    assert_eq!(inflight(&second_prefill), (0, 0), "a stream that ends unanswered releases it too");
 }

@@ -237,14 +237,13 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
     };
     match decide(worker, host, &prompt) {
         Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared, retries_cap } => {
-            // A released request's stream is not at hand here to hold the prefill pod's
-            // in-flight count until the decode pod answers: the header is written and the count
-            // ended at once (the prefill is the short part of the request).
+            // The prefill pod stays in flight until the decode pod answers: the stream takes it
+            // over (`take_release`), so the next picks see its load, released or not.
             let mut prefilling_at = crate::disaggregate::write_prefiller(worker, host, prefiller);
-            crate::disaggregate::release_prefill(worker, host, &mut prefilling_at);
             let written = write_destination(host, &worker.config.destination_header, &destination, retries_cap);
             if let Err(error) = written {
                 log::error!("wasm-epp: cannot set destination header on a released request: {error}");
+                crate::disaggregate::release_prefill(worker, host, &mut prefilling_at);
                 finish_inflight(worker, host, &address, dispatch);
                 answer(worker, host, left, DropReason::NoRoute, true);
                 return;
@@ -256,6 +255,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
             *held.fate.borrow_mut() = Fate::Routed(address);
             held.compared.set(compared);
             held.dispatch.set(dispatch);
+            *held.prefill.borrow_mut() = prefilling_at;
             *held.destination.borrow_mut() = destination;
             let waited_ms = now.saturating_sub(left.entry.enqueued_ms);
             held.waited_ms.set(waited_ms);
