@@ -14,13 +14,23 @@ pub fn send_error(host: &dyn Host, status: u32, kind: &str, message: &str) {
 /// Header naming why a request was refused, as llm-d's gateways set it on 429 and 503.
 pub const DROPPED_REASON_HEADER: &str = "x-llm-d-request-dropped-reason";
 
-/// Why the gateway refused a request (the value of [`DROPPED_REASON_HEADER`]).
+/// Why the gateway refused a request (the value of [`DROPPED_REASON_HEADER`]). The values
+/// are llm-d's (llm-d-router's `pkg/common/error/error.go`, chosen as its
+/// `translateFlowControlOutcome` does) but for one llm-d has none for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DroppedReason {
-    /// Every pod is saturated and the request is sheddable (429).
+    /// Every pod is saturated and the request is sheddable, or the wait queue is full (429).
     RejectedSaturated,
-    /// No pod to send it to: none in the pool, none in the subset hint, data expired (503).
+    /// No pod to send it to: none in the pool (also after waiting its TTL), none in the
+    /// subset hint, data expired (503).
     RejectedNoEndpoints,
+    /// Waited its TTL in the queue while every pod was saturated (429).
+    RejectedTtlExpired,
+    /// Its client went away while it waited (never seen: there is no one to answer).
+    RejectedContextCancelled,
+    /// Ours: a waiting sheddable request sent away for a higher priority (429). llm-d's
+    /// `evicted-*` values name requests a pod was already serving, which this never is.
+    EvictedForHigherPriority,
 }
 
 impl DroppedReason {
@@ -28,6 +38,9 @@ impl DroppedReason {
         match self {
             Self::RejectedSaturated => "rejected-saturated",
             Self::RejectedNoEndpoints => "rejected-no-endpoints",
+            Self::RejectedTtlExpired => "rejected-ttl-expired",
+            Self::RejectedContextCancelled => "rejected-context-cancelled",
+            Self::EvictedForHigherPriority => "evicted-for-higher-priority",
         }
     }
 }

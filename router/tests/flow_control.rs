@@ -34,6 +34,14 @@ fn send_body(bench: &Bench, id: u32, headers: &[(&str, &str)], body: &str) -> (R
     (stream, step)
 }
 
+/// The last local reply's status and `x-llm-d-request-dropped-reason`.
+fn last_refusal(bench: &Bench) -> Option<(u32, String)> {
+    let replies = bench.host.replies.borrow();
+    let reply = replies.last()?;
+    let reason = reply.headers.iter().find(|(name, _)| name == "x-llm-d-request-dropped-reason");
+    Some((reply.status, reason.map(|(_, value)| value.clone()).unwrap_or_default()))
+}
+
 fn resumed(bench: &Bench) -> Vec<u32> {
     std::mem::take(&mut *bench.host.resumed.borrow_mut())
 }
@@ -141,7 +149,8 @@ fn with_no_pod_at_all_requests_wait_for_one_then_get_503() {
     bench.host.advance(1_001);
     bench.heartbeat();
     bench.tick();
-    assert_eq!(bench.host.replies.borrow().last().map(|r| r.status), Some(503));
+    let refusal = last_refusal(&bench);
+    assert_eq!(refusal, Some((503, "rejected-no-endpoints".into())), "as llm-d answers a TTL with no pod");
 }
 
 #[test]
@@ -157,10 +166,10 @@ fn a_full_queue_refuses_and_evicts_sheddable_work_for_higher_priority() {
     bench.tick();
     assert_eq!(bench.host.effective_context.get(), Some(3), "the newest sheddable one was evicted");
     assert_eq!(bench.stat("wasm_epp.flow.dropped.evicted"), 1);
+    assert_eq!(last_refusal(&bench), Some((429, "evicted-for-higher-priority".into())), "our own value");
     let (_std2, _) = send(&bench, 5, &[], "standard 2");
     let (_std3, _) = send(&bench, 6, &[], "standard 3");
-    let last = bench.host.replies.borrow().last().cloned().unwrap();
-    assert_eq!(last.status, 429);
+    assert_eq!(last_refusal(&bench), Some((429, "rejected-saturated".into())), "llm-d's value for a full queue");
     assert_eq!(bench.stat("wasm_epp.flow.dropped.capacity"), 1);
     assert_eq!(bench.host.now_ms(), common::NOW);
 }
@@ -361,4 +370,9 @@ fn a_request_whose_destination_cannot_be_written_gets_its_own_503_when_its_relea
     assert_eq!(step, Step::Pause);
     let replies: Vec<(u32, Option<u32>)> = bench.host.replies.borrow().iter().map(|r| (r.status, r.context)).collect();
     assert_eq!(replies, [(503, None), (503, Some(2))], "each stream its own answer, none twice");
+    let reasons = bench.host.replies.borrow().iter().map(|r| r.headers.clone()).collect::<Vec<_>>();
+    for headers in reasons {
+        let reason = ("x-llm-d-request-dropped-reason".to_owned(), "rejected-no-endpoints".to_owned());
+        assert!(headers.contains(&reason), "routed at once or released, the same reason: {headers:?}");
+    }
 }

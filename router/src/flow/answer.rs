@@ -1,6 +1,6 @@
 //! Answering a request that leaves the queue without a pod: 429 (TTL, capacity, evicted)
 //! or 503 (no pod at all, no route), in OpenAI's error shape, with
-//! `x-llm-d-request-dropped-reason` as llm-d's gateway sends it.
+//! `x-llm-d-request-dropped-reason` (see [`DroppedReason`] for whose values).
 
 use std::rc::Rc;
 
@@ -9,21 +9,24 @@ use wasm_epp_host::Host;
 use super::queue::Left;
 use super::stats::DropReason;
 use super::{Fate, Held};
+use crate::reply::{send_dropped, DroppedReason};
 use crate::worker::Worker;
 
-/// The header naming why a request was not served (llm-d's name and values).
-pub const DROPPED_REASON_HEADER: &str = "x-llm-d-request-dropped-reason";
-
-/// Status and header value for each reason.
-fn reply_for(reason: DropReason) -> (u32, &'static str, &'static str) {
+/// Status, header value and message for each reason, as llm-d answers the same outcome
+/// (a request routed at once that finds no pod gets the same 503).
+fn reply_for(reason: DropReason) -> (u32, DroppedReason, &'static str) {
     match reason {
-        DropReason::TtlExpired => (429, "rejected-ttl-expired", "waited its TTL while every pod was saturated"),
-        DropReason::NoPods => (503, "rejected-ttl-expired", "waited its TTL and no inference pod appeared"),
-        DropReason::Capacity => (429, "rejected-capacity", "the gateway's wait queue is full"),
-        DropReason::Evicted => (429, "evicted-for-higher-priority", "sheddable request evicted for a higher priority"),
-        DropReason::ClientGone => (499, "client-gone", "the client went away"),
-        DropReason::NoRoute => (503, "rejected-no-route", "no inference pod available at release"),
-        DropReason::NoEndpoints => (503, "rejected-no-endpoints", "no pool member in the endpoint subset"),
+        DropReason::TtlExpired => {
+            (429, DroppedReason::RejectedTtlExpired, "waited its TTL while every pod was saturated")
+        }
+        DropReason::NoPods => (503, DroppedReason::RejectedNoEndpoints, "waited its TTL and no inference pod appeared"),
+        DropReason::Capacity => (429, DroppedReason::RejectedSaturated, "the gateway's wait queue is full"),
+        DropReason::Evicted => {
+            (429, DroppedReason::EvictedForHigherPriority, "sheddable request evicted for a higher priority")
+        }
+        DropReason::ClientGone => (499, DroppedReason::RejectedContextCancelled, "the client went away"),
+        DropReason::NoRoute => (503, DroppedReason::RejectedNoEndpoints, "no inference pod available at release"),
+        DropReason::NoEndpoints => (503, DroppedReason::RejectedNoEndpoints, "no pool member in the endpoint subset"),
     }
 }
 
@@ -39,7 +42,8 @@ pub fn answer(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, reason: D
     }
     worker.flow.stats.dropped(metrics, reason);
     let (status, header, message) = reply_for(reason);
-    send_dropped(host, status, header, message);
+    let kind = if status == 429 { "rate_limit_exceeded" } else { "service_unavailable" };
+    send_dropped(host, status, header, kind, &format!("wasm-epp: {message}"));
 }
 
 /// Answers the requests evicted since the last tick.
@@ -50,15 +54,5 @@ pub fn answer_pending(worker: &Worker, host: &dyn Host) {
     };
     for (left, reason) in &pending {
         answer(worker, host, left, *reason, true);
-    }
-}
-
-fn send_dropped(host: &dyn Host, status: u32, reason: &str, message: &str) {
-    let kind = if status == 429 { "rate_limit_exceeded" } else { "service_unavailable" };
-    let body = serde_json::json!({"error": {"message": format!("wasm-epp: {message}"), "type": kind, "param": null, "code": status}});
-    let headers =
-        [("content-type", "application/json"), ("x-wasm-epp", "local-reply"), (DROPPED_REASON_HEADER, reason)];
-    if let Err(error) = host.send_reply(status, &headers, body.to_string().as_bytes()) {
-        log::warn!("wasm-epp: could not send local reply {status}: {error}");
     }
 }
