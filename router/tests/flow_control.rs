@@ -3,8 +3,10 @@
 mod common;
 
 use common::{completion, Bench, COMPLETIONS};
+use std::rc::Rc;
 use wasm_epp_host::Host;
-use wasm_epp_router::{RequestStream, Step};
+
+use wasm_epp_router::{RequestStream, Step, Worker};
 
 const ONE_POD: [(&str, f64); 1] = [("10.0.0.1:8000", 0.0)];
 
@@ -25,10 +27,15 @@ fn send(bench: &Bench, id: u32, headers: &[(&str, &str)], prompt: &str) -> (Requ
 }
 
 fn send_body(bench: &Bench, id: u32, headers: &[(&str, &str)], body: &str) -> (RequestStream, Step) {
+    send_on(bench, &bench.worker, id, headers, body)
+}
+
+/// [`send_body`] on `worker` (another worker of the same Envoy).
+fn send_on(bench: &Bench, worker: &Rc<Worker>, id: u32, headers: &[(&str, &str)], body: &str) -> (RequestStream, Step) {
     let mut all: Vec<(&str, &str)> = COMPLETIONS.to_vec();
     all.extend_from_slice(headers);
     bench.host.set_request(&all, body.as_bytes());
-    let mut stream = RequestStream::for_context(bench.worker.clone(), id);
+    let mut stream = RequestStream::for_context(worker.clone(), id);
     assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
     let step = stream.on_request_body(&bench.host, body.len(), true);
     (stream, step)
@@ -216,6 +223,40 @@ fn the_reserve_is_kept_on_each_pod_with_room_so_a_saturated_pod_holds_nothing_ba
     let (_critical, step) = send(&bench, 4, &[("x-gateway-inference-priority", "2")], "critical");
     assert_eq!(step, Step::Continue, "and a critical request finds one at once");
     third.on_done(&bench.host);
+}
+
+#[test]
+fn with_a_slow_waiting_tick_two_backlogged_workers_still_share_the_pool() {
+    // Ticks every 500 ms while waiting, 250 ms out of step: each worker reads the other's
+    // record a quarter to a half tick old, and must still count it.
+    let bench = Bench::new(&config_with(4, r#", "waiting_tick_ms": 500"#));
+    bench.publish(1, &ONE_POD);
+    let other = bench.another_worker(9);
+    let mut busy: Vec<RequestStream> = (1..=4).map(|id| send(&bench, id, &[], &format!("busy {id}")).0).collect();
+    let (_a5, step) = send(&bench, 5, &[], "a5");
+    assert_eq!(step, Step::Pause, "the pod's 4 places are this worker's");
+    let (_a6, _) = send(&bench, 6, &[], "a6");
+    let other_tick = || wasm_epp_router::tick::on_tick(&other, &bench.host);
+    let later = |ms| {
+        bench.host.advance(ms);
+        bench.heartbeat();
+    };
+    bench.tick();
+    other_tick();
+    let (_b1, step) = send_on(&bench, &other, 21, &[], &completion("b1"));
+    assert_eq!(step, Step::Pause, "the other worker sees the pod full");
+    later(250);
+    other_tick();
+    later(250);
+    bench.tick();
+    busy.remove(0).on_log(&bench.host);
+    assert!(resumed(&bench).is_empty(), "both wait: this worker's share is 2 of 4, and it has 3 in flight");
+    later(250);
+    other_tick();
+    assert_eq!(resumed(&bench), [21], "the freed place goes to the other worker's queue");
+    for mut stream in busy {
+        stream.on_done(&bench.host);
+    }
 }
 
 #[test]

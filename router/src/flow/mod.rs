@@ -117,7 +117,7 @@ impl FlowState {
         };
         Self {
             queue: RefCell::new(WaitQueue::new(limits)),
-            share: RefCell::new(WorkerShare::default()),
+            share: RefCell::new(WorkerShare::new(config.waiting_tick_ms)),
             stats: FlowStats::define(metrics),
             fast_tick: Cell::new(false),
             pending: RefCell::new(Vec::new()),

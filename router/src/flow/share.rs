@@ -7,14 +7,24 @@
 //! workers wait, each may keep at most `ceil(capacity / n)` requests of its own in flight
 //! (capacity = pods × `max_inflight_per_pod`); a worker alone in waiting may use it all.
 //! So two backlogged workers converge to half the pool each, whichever ticks first, and a
-//! worker whose queue empties gives its share back within [`WAITING_STALE_MS`].
+//! worker whose queue empties gives its share back on its next tick (one that stopped
+//! ticking, once its record is stale: [`stale_after_ms`]).
 
 use picker::inflight::MAX_SLOTS;
 use picker::store::SharedStore;
 
-/// A waiting record older than this is ignored (its worker stopped waiting or died):
-/// forty ticks of the 5 ms waiting tick, well past any scheduling jitter.
-pub const WAITING_STALE_MS: u64 = 200;
+/// Slack for a waiting record beyond its ticks: forty ticks of the default 5 ms waiting
+/// tick, well past any scheduling jitter.
+pub const WAITING_JITTER_MS: u64 = 200;
+
+/// A waiting record older than this is ignored (its worker stopped waiting or died). The
+/// record is rewritten only on its worker's tick, and workers tick out of step, so a live
+/// worker's record is up to a whole `waiting_tick_ms` old when read: two ticks (one late or
+/// missed is scheduling, not a worker gone) plus the jitter slack. A fixed limit below the
+/// tick would drop live workers from the count, and each would take the whole pool.
+pub fn stale_after_ms(waiting_tick_ms: u64) -> u64 {
+    waiting_tick_ms.saturating_mul(2).saturating_add(WAITING_JITTER_MS)
+}
 
 /// Record: refresh time in ms (u64 LE), requests waiting (u32 LE).
 const RECORD_BYTES: usize = 12;
@@ -24,15 +34,23 @@ fn key(slot: usize) -> String {
 }
 
 /// This worker's view of who else waits.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WorkerShare {
     /// What this worker last wrote (so an empty queue is written once, not every tick).
     published_waiting: u32,
     /// Other workers waiting, as of the last read.
     others_waiting: u32,
+    /// Records older than this are ignored ([`stale_after_ms`] of the waiting tick).
+    stale_after_ms: u64,
 }
 
 impl WorkerShare {
+    /// With the configured `flow_control.waiting_tick_ms` (every worker ticks at it while
+    /// it waits).
+    pub fn new(waiting_tick_ms: u64) -> Self {
+        Self { published_waiting: 0, others_waiting: 0, stale_after_ms: stale_after_ms(waiting_tick_ms) }
+    }
+
     /// Writes this worker's queue length (while it waits, every call: the refresh time is
     /// what keeps it counted) and reads how many other workers wait.
     pub fn sync(&mut self, store: &dyn SharedStore, slot: Option<usize>, waiting: u32, now_ms: u64) {
@@ -47,7 +65,7 @@ impl WorkerShare {
                 }
             }
         }
-        self.others_waiting = if waiting > 0 { count_waiting(store, slot, now_ms) } else { 0 };
+        self.others_waiting = if waiting > 0 { count_waiting(store, slot, now_ms, self.stale_after_ms) } else { 0 };
     }
 
     /// Workers waiting, this one included if it waits.
@@ -62,14 +80,14 @@ impl WorkerShare {
     }
 }
 
-fn count_waiting(store: &dyn SharedStore, own_slot: Option<usize>, now_ms: u64) -> u32 {
+fn count_waiting(store: &dyn SharedStore, own_slot: Option<usize>, now_ms: u64, stale_after_ms: u64) -> u32 {
     let mut waiting = 0;
     for slot in (0..MAX_SLOTS).filter(|s| Some(*s) != own_slot) {
         let Ok((Some(record), _)) = store.get(&key(slot)) else { continue };
         let Some(bytes) = record.get(..RECORD_BYTES) else { continue };
         let refreshed = bytes.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
         let count = bytes.get(8..).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes);
-        if count > 0 && now_ms.saturating_sub(refreshed) <= WAITING_STALE_MS {
+        if count > 0 && now_ms.saturating_sub(refreshed) <= stale_after_ms {
             waiting += 1;
         }
     }
@@ -84,7 +102,7 @@ mod tests {
     #[test]
     fn backlogged_workers_split_the_capacity_and_an_idle_one_gives_it_back() {
         let store = MemoryStore::default();
-        let (mut a, mut b) = (WorkerShare::default(), WorkerShare::default());
+        let (mut a, mut b) = (WorkerShare::new(5), WorkerShare::new(5));
         a.sync(&store, Some(0), 5, 1_000);
         assert_eq!(a.local_limit(16, true), 16, "alone in waiting: the whole pool");
         b.sync(&store, Some(1), 3, 1_001);
@@ -95,7 +113,18 @@ mod tests {
         a.sync(&store, Some(0), 5, 1_004);
         assert_eq!(a.local_limit(16, true), 16, "b's queue emptied");
         b.sync(&store, Some(1), 2, 1_005);
-        a.sync(&store, Some(0), 5, 1_005 + WAITING_STALE_MS + 1);
+        a.sync(&store, Some(0), 5, 1_005 + stale_after_ms(5) + 1);
         assert_eq!(a.local_limit(16, true), 16, "a record not refreshed is a worker gone");
+    }
+
+    #[test]
+    fn with_a_slow_waiting_tick_a_worker_between_its_ticks_still_counts() {
+        let store = MemoryStore::default();
+        let (mut a, mut b) = (WorkerShare::new(1_000), WorkerShare::new(1_000));
+        b.sync(&store, Some(1), 3, 10_000);
+        a.sync(&store, Some(0), 5, 10_900);
+        assert_eq!(a.local_limit(16, true), 8, "b wrote 900 ms ago and ticks every 1,000 ms");
+        a.sync(&store, Some(0), 5, 10_000 + stale_after_ms(1_000) + 1);
+        assert_eq!(a.local_limit(16, true), 16, "two ticks and the slack without a write: gone");
     }
 }
