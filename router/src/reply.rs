@@ -11,6 +11,12 @@ pub fn send_error(host: &dyn Host, status: u32, kind: &str, message: &str) {
     }
 }
 
+/// 404 for a `model` no pod serves: vLLM's own answer for a model it does not serve, given
+/// without touching a pod.
+pub fn send_model_not_found(host: &dyn Host, model: &str) {
+    send_error(host, 404, "NotFoundError", &format!("The model `{model}` does not exist."));
+}
+
 /// Header naming why a request was refused, as llm-d's gateways set it on 429 and 503.
 pub const DROPPED_REASON_HEADER: &str = "x-llm-d-request-dropped-reason";
 

@@ -21,7 +21,7 @@ use crate::decision_header::DECISION_HEADER;
 use crate::destination::write_destination;
 use crate::disaggregate::{release_prefill, write_prefiller};
 use crate::profile::{self, Phase};
-use crate::reply::{send_dropped, send_error, send_json, send_json_bytes, DroppedReason};
+use crate::reply::{send_dropped, send_error, send_json, send_json_bytes, send_model_not_found, DroppedReason};
 use crate::response::Observation;
 use crate::response_ids::ResponseIdWatch;
 use crate::worker::Worker;
@@ -619,9 +619,7 @@ impl RequestStream {
             Outcome::NoPod(why) => self.no_pod(host, why),
             Outcome::UnknownModel => {
                 self.worker.stats.increment(self.worker.stats.model_unknown);
-                // vLLM's own answer for a model it does not serve, given without touching a pod.
-                let message = format!("The model `{}` does not exist.", model.unwrap_or_default());
-                send_error(host, 404, "NotFoundError", &message);
+                send_model_not_found(host, model.unwrap_or_default());
                 Step::Pause
             }
         }

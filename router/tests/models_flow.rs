@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{publish_models, Bench, COMPLETIONS};
+use common::{publish_models, publish_models_as, Bench, COMPLETIONS};
 use wasm_epp_host::headers::serialize;
 use wasm_epp_router::{RequestStream, Step};
 
@@ -107,4 +107,27 @@ fn a_request_for_a_model_no_pod_serves_is_refused_at_once_not_queued() {
     assert_eq!(bench.stat("wasm_epp.flow.queued"), 1, "only the qwen request was queued");
     drop(replies);
     end(&bench, &mut busy);
+}
+
+#[test]
+fn a_request_whose_model_left_while_it_waited_gets_the_404_it_would_get_arriving_now() {
+    let bench = Bench::new(CONFIG);
+    publish_models(&bench, &[(QWEN_A, "qwen", &[], 0.0), (QWEN_B, "llama", &[], 0.0)]);
+    let (_busy_qwen, _) = send(&bench, 1, "qwen", &[], &[]);
+    let (mut busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
+    let (_waiting, step) = send(&bench, 3, "qwen", &[], &[]);
+    assert_eq!(step, Step::Pause, "the pool is full: it waits");
+    // qwen's only pod leaves the pool; llama's stays and frees its place.
+    publish_models_as(&bench, &[(QWEN_B, "llama", &[], 0.0)], 2);
+    bench.tick();
+    bench.host.replies.borrow_mut().clear();
+    end(&bench, &mut busy_llama);
+    let replies = bench.host.replies.borrow();
+    let refused = replies.last().unwrap();
+    assert_eq!(bench.host.effective_context.get(), Some(3));
+    assert_eq!(refused.status, 404, "as a request for qwen arriving now, not a 503");
+    let body: serde_json::Value = serde_json::from_slice(&refused.body).unwrap();
+    assert_eq!(body["error"]["message"], "The model `qwen` does not exist.");
+    assert_eq!(bench.stat("wasm_epp.model_unknown"), 1);
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.unknown_model"), 1);
 }

@@ -1,21 +1,23 @@
-//! Answering a request that leaves the queue without a pod: 429 (TTL, capacity, evicted)
-//! or 503 (no pod at all, no route), in OpenAI's error shape, with
+//! Answering a request that leaves the queue without a pod: 429 (TTL, capacity, evicted),
+//! 503 (no pod at all, no route) or 404 (its model gone), in OpenAI's error shape, with
 //! `x-llm-d-request-dropped-reason` (see [`DroppedReason`] for whose values).
 
 use std::rc::Rc;
 
+use picker::request::parse_request;
 use wasm_epp_host::Host;
 
 use super::queue::Left;
 use super::stats::DropReason;
 use super::{Fate, Held};
-use crate::reply::{send_dropped, DroppedReason};
+use crate::reply::{send_dropped, send_model_not_found, DroppedReason};
 use crate::worker::Worker;
 
 /// Status, header value and message for each reason, as llm-d answers the same outcome
-/// (a request routed at once that finds no pod gets the same 503).
-fn reply_for(reason: DropReason) -> (u32, DroppedReason, &'static str) {
-    match reason {
+/// (a request routed at once that finds no pod gets the same 503); `None` for a model no pod
+/// serves, answered as a request for it routed at once is: 404, naming the model.
+fn reply_for(reason: DropReason) -> Option<(u32, DroppedReason, &'static str)> {
+    let reply = match reason {
         DropReason::TtlExpired => {
             (429, DroppedReason::RejectedTtlExpired, "waited its TTL while every pod was saturated")
         }
@@ -27,7 +29,9 @@ fn reply_for(reason: DropReason) -> (u32, DroppedReason, &'static str) {
         DropReason::ClientGone => (499, DroppedReason::RejectedContextCancelled, "the client went away"),
         DropReason::NoRoute => (503, DroppedReason::RejectedNoEndpoints, "no inference pod available at release"),
         DropReason::NoEndpoints => (503, DroppedReason::RejectedNoEndpoints, "no pool member in the endpoint subset"),
-    }
+        DropReason::UnknownModel => return None,
+    };
+    Some(reply)
 }
 
 /// Answers `left` locally and counts it. `other_stream`: called from a callback that is not
@@ -41,7 +45,13 @@ pub fn answer(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, reason: D
         return;
     }
     worker.flow.stats.dropped(metrics, reason);
-    let (status, header, message) = reply_for(reason);
+    let Some((status, header, message)) = reply_for(reason) else {
+        // Its model's pods all left while it waited (rare: the body is parsed again here).
+        worker.stats.increment(worker.stats.model_unknown);
+        let request = parse_request(&held.body, held.endpoint).ok();
+        send_model_not_found(host, held.routed_model(request.as_ref()).unwrap_or_default());
+        return;
+    };
     let kind = if status == 429 { "rate_limit_exceeded" } else { "service_unavailable" };
     send_dropped(host, status, header, kind, &format!("wasm-epp: {message}"));
 }

@@ -94,6 +94,14 @@ pub struct Held {
     pub prefill: RefCell<Option<crate::disaggregate::Prefill>>,
 }
 
+impl Held {
+    /// The model it is routed as: its rewrite target, else its body's `model` (`request`,
+    /// its parsed body), as had it been routed at once (`RequestStream::route_model`).
+    pub fn routed_model<'a>(&'a self, request: Option<&'a picker::request::InferenceRequest<'a>>) -> Option<&'a str> {
+        self.target.as_deref().or_else(|| request.and_then(|r| r.model.as_deref()))
+    }
+}
+
 /// One worker's flow-control state.
 pub struct FlowState {
     pub queue: RefCell<WaitQueue<Rc<Held>>>,

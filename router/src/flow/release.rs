@@ -223,8 +223,8 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         return;
     }
     let request = parse_request(&held.body, held.endpoint).ok();
-    // The same model and subset as had it been routed at once (`RequestStream::route_model`).
-    let model = held.target.as_deref().or_else(|| request.as_ref().and_then(|r| r.model.as_deref()));
+    // The same model and subset as had it been routed at once.
+    let model = held.routed_model(request.as_ref());
     let prompt = Prompt {
         request: request.as_ref(),
         endpoint: held.endpoint,
@@ -266,9 +266,8 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         }
         // The same reason as had it been routed at once.
         Outcome::NoPod(NoPodReason::SubsetEmpty) => answer(worker, host, left, DropReason::NoEndpoints, true),
-        Outcome::Shed | Outcome::NoPod(_) | Outcome::UnknownModel => {
-            answer(worker, host, left, DropReason::NoRoute, true)
-        }
+        Outcome::UnknownModel => answer(worker, host, left, DropReason::UnknownModel, true),
+        Outcome::Shed | Outcome::NoPod(_) => answer(worker, host, left, DropReason::NoRoute, true),
     }
 }
 

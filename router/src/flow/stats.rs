@@ -28,6 +28,8 @@ pub enum DropReason {
     NoRoute,
     /// Released, but the gateway's subset hint names no pod that may take it (503).
     NoEndpoints,
+    /// Released, but no pod serves its model any more (404, as had it arrived then).
+    UnknownModel,
 }
 
 impl DropReason {
@@ -40,6 +42,7 @@ impl DropReason {
             Self::ClientGone => "client_gone",
             Self::NoRoute => "no_route",
             Self::NoEndpoints => "no_endpoints",
+            Self::UnknownModel => "unknown_model",
         }
     }
 }
