@@ -47,9 +47,12 @@ pub fn filtered_metrics_path() -> String {
 /// Lines read at most: a real vLLM `/metrics` has about a thousand; more is not a pod.
 pub const MAX_METRIC_LINES: usize = 50_000;
 
-/// Larger samples are not believed: no engine has a billion requests queued, and summing a
-/// few huge ones would overflow to infinity, which JSON cannot carry in the pod table.
-const MAX_SANE_SAMPLE: f64 = 1e9;
+/// Larger gauge samples are not believed: no engine has a billion requests queued, and
+/// summing a few huge ones would overflow to infinity, which JSON cannot carry in the pod
+/// table. Counters have no such bound: the prefix-cache ones count tokens since the engine
+/// started and pass a billion in hours; a sample dropped there makes the pod's sum fall,
+/// which reads as a restart.
+const MAX_SANE_GAUGE: f64 = 1e9;
 
 /// What one scrape tells about a pod's load and capacity.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -122,6 +125,12 @@ fn add(slot: &mut Option<f64>, value: f64) {
     *slot = Some(slot.unwrap_or(0.0) + value);
 }
 
+/// Adds a counter sample, saturating at the largest finite number: a lying pod's huge
+/// counters still sum to a finite value, and a true one only ever grows.
+fn add_counter(slot: &mut Option<f64>, value: f64) {
+    *slot = Some((slot.unwrap_or(0.0) + value).min(f64::MAX));
+}
+
 fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMetrics) {
     let value = sample.value;
     // Info series carry their data in labels; their value is 1 or a timestamp.
@@ -147,10 +156,17 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
     if crate::models::residency::apply(sample, &mut metrics.models) {
         return;
     }
-    if !value.is_finite() || !(0.0..=MAX_SANE_SAMPLE).contains(&value) {
-        return; // A pod that reports NaN, a negative or an absurd load is not believed.
+    if !value.is_finite() || value < 0.0 {
+        return; // A pod that reports NaN, a negative or an infinite number is not believed.
     }
     match sample.name {
+        "vllm:prefix_cache_queries_total" | "vllm:gpu_prefix_cache_queries_total" => {
+            add_counter(&mut totals.prefix_queries, value)
+        }
+        "vllm:prefix_cache_hits_total" | "vllm:gpu_prefix_cache_hits_total" => {
+            add_counter(&mut totals.prefix_hits, value)
+        }
+        _ if value > MAX_SANE_GAUGE => {} // Nor is an absurd load.
         "vllm:num_requests_waiting" | "sglang:num_queue_reqs" | "trtllm_num_requests_waiting" => {
             add(&mut totals.waiting, value)
         }
@@ -164,10 +180,6 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
             totals.kv_sum += value.min(1.0);
             totals.kv_series += 1;
         }
-        "vllm:prefix_cache_queries_total" | "vllm:gpu_prefix_cache_queries_total" => {
-            add(&mut totals.prefix_queries, value)
-        }
-        "vllm:prefix_cache_hits_total" | "vllm:gpu_prefix_cache_hits_total" => add(&mut totals.prefix_hits, value),
         _ => {}
     }
 }
@@ -242,6 +254,20 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
         assert_eq!((m.waiting, m.running, m.kv_usage), (7.0, 2.0, Some(0.1)));
         let trt = "trtllm_num_requests_waiting 0\ntrtllm_num_requests_running 3\ntrtllm_kv_cache_utilization 0.2\n";
         assert_eq!(parse_engine_metrics(trt).unwrap().running, 3.0);
+    }
+
+    #[test]
+    fn counters_past_a_billion_are_kept_and_summed() {
+        let engines = "vllm:num_requests_waiting 0\n\
+            vllm:prefix_cache_queries_total{engine=\"0\"} 1001000000\n\
+            vllm:prefix_cache_queries_total{engine=\"1\"} 901000000\n\
+            vllm:prefix_cache_hits_total{engine=\"0\"} 2e12\n";
+        let m = parse_engine_metrics(engines).unwrap();
+        assert_eq!((m.prefix_queries, m.prefix_hits), (Some(1_902_000_000.0), Some(2e12)));
+        let lies = "vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total 1e308\n\
+            vllm:prefix_cache_queries_total 1e308\nvllm:prefix_cache_hits_total -1\n";
+        let m = parse_engine_metrics(lies).unwrap();
+        assert_eq!((m.prefix_queries, m.prefix_hits), (Some(f64::MAX), None), "finite, and never negative");
     }
 
     #[test]

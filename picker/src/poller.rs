@@ -564,6 +564,35 @@ mod tests {
     }
 
     #[test]
+    fn prefix_counters_past_a_billion_are_the_same_engine() {
+        let mut p = poller();
+        let (a, b) = (addr("10.0.0.1:80"), addr("10.0.0.2:80"));
+        let answer = |p: &mut PoolPoller, pod: &PodAddress, token: u32, body: &str, at: u64| {
+            p.scrape_started(pod, token, at);
+            p.on_scrape(token, ScrapeResult::Answered { status: 200, body: body.as_bytes() }, at);
+            p.take_table(at).unwrap().pods.into_iter().find(|state| state.address == *pod).unwrap().epoch
+        };
+        // Data parallelism: one engine's counter passes a billion, the other's does not yet.
+        let engines = |first: u64, second: u64| {
+            format!(
+                "vllm:num_requests_waiting 0\n\
+                 vllm:prefix_cache_queries_total{{engine=\"0\"}} {first}\n\
+                 vllm:prefix_cache_queries_total{{engine=\"1\"}} {second}\n"
+            )
+        };
+        let epoch = answer(&mut p, &a, 1, &engines(999_000_000, 900_000_000), 1);
+        assert_eq!(answer(&mut p, &a, 2, &engines(1_001_000_000, 901_000_000), 100), epoch);
+        assert!(p.take_events().is_empty(), "no restart: its counters carried on");
+        // One engine past a billion, back after two timed-out scrapes: its counter carried on.
+        let one = |queries: u64| format!("vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total {queries}\n");
+        let epoch = answer(&mut p, &b, 3, &one(999_000_000), 1);
+        assert_eq!(answer(&mut p, &b, 4, &one(1_001_000_000), 100), epoch);
+        fail_until_unhealthy(&mut p, &b, 5, 200);
+        assert_eq!(answer(&mut p, &b, 7, &one(1_002_000_000), 300), epoch, "what was learned of its cache holds");
+        assert!(p.take_events().is_empty());
+    }
+
+    #[test]
     fn roles_come_from_labels_then_configuration_then_both() {
         let config: PollerConfig = crate::config::parse_json(
             br#"{"pool": ["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"],
