@@ -167,12 +167,14 @@ impl PoolDiscovery {
     pub fn tick(&mut self, now_ms: u64) -> Progress {
         if let Some(flight) = &self.in_flight {
             let grace = self.config.timeout_ms.saturating_mul(2);
-            if now_ms.saturating_sub(flight.started_ms) > grace {
+            // Stamped before the wall clock stepped back, a call would be waited for the step out.
+            if !crate::clock::within_last(now_ms, flight.started_ms, grace) {
                 return self.fail(DiscoveryError::NoAnswer);
             }
             return Progress::Idle;
         }
-        if now_ms < self.next_cycle_ms {
+        // Likewise a cycle scheduled before a step back is due now, not the step later.
+        if crate::clock::not_due_yet(now_ms, self.next_cycle_ms, self.config.relist_interval_ms) {
             return Progress::Idle;
         }
         self.cycle_started_ms = now_ms;

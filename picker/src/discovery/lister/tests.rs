@@ -185,6 +185,22 @@ fn an_unanswered_call_is_abandoned_and_its_late_answer_ignored() {
 }
 
 #[test]
+fn a_clock_stepped_back_neither_stops_the_lists_nor_keeps_a_call_waited_for() {
+    const HOUR: u64 = 3_600_000;
+    let mut d = selector_discovery();
+    fetch(d.tick(2 * HOUR), &mut d, 1);
+    answer(&mut d, 1, 200, &page("1", None, &[pod("a", "10.0.0.1", true)]), 2 * HOUR);
+    // The wall clock goes back an hour: the next list is due at once, not in an hour.
+    fetch(d.tick(HOUR + 10_000), &mut d, 2);
+    answer(&mut d, 2, 200, &page("2", None, &[pod("a", "10.0.0.1", true)]), HOUR + 10_000);
+    assert_eq!(d.tick(HOUR + 10_500), Progress::Idle, "then one list per interval again");
+    fetch(d.tick(HOUR + 11_000), &mut d, 3);
+    // A call sent before a step back is not waited for until the clock catches up.
+    assert_eq!(d.tick(HOUR / 2), Progress::Failed(DiscoveryError::NoAnswer));
+    assert!(matches!(d.tick(HOUR / 2 + 10), Progress::Fetch(_)), "and the next cycle starts");
+}
+
+#[test]
 fn a_call_that_cannot_be_sent_fails_the_cycle() {
     let mut d = selector_discovery();
     assert!(matches!(d.tick(0), Progress::Fetch(_)));
