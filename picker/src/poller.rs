@@ -36,6 +36,20 @@ struct PodRecord {
     catalog: Option<crate::models::catalog::Catalog>,
 }
 
+impl PodRecord {
+    fn new(state: PodState) -> Self {
+        Self {
+            address: state.address.clone(),
+            state,
+            call: None,
+            call_started_ms: 0,
+            last_prefix_queries: None,
+            last_page: None,
+            catalog: None,
+        }
+    }
+}
+
 pub struct PoolPoller {
     config: PollerConfig,
     pods: Vec<PodRecord>,
@@ -55,9 +69,9 @@ pub struct PoolPoller {
     discovered_roles: crate::role::RoleMap,
     /// Changes of a pod's standing not yet taken by the pool service ([`Self::take_events`]).
     events: Vec<PodEvent>,
-    /// The pods of the table published before us ([`Self::resume_from`]) not in our pool yet:
-    /// a discovered pool starts empty, and its first list finds them here, epoch and all.
-    resumed: Vec<PodState>,
+    /// The pool is the table's published before us ([`Self::resume_from`]), not listed yet: a
+    /// discovered pool's last known pool, scraped until its first list replaces it.
+    pool_resumed: bool,
 }
 
 /// How long a pod may go unscraped and still be taken for the same engine when its counters
@@ -104,7 +118,7 @@ impl PoolPoller {
             static_roles,
             discovered_roles: crate::role::RoleMap::default(),
             events: Vec::new(),
-            resumed: Vec::new(),
+            pool_resumed: false,
         };
         poller.set_pool(pool);
         poller
@@ -135,28 +149,15 @@ impl PoolPoller {
             let record = match kept {
                 Some(record) => record,
                 None => {
-                    let resumed = self.resumed.iter().position(|p| p.address == address);
-                    let state = match resumed {
-                        Some(i) => self.resumed.swap_remove(i),
-                        None => PodState { epoch: self.take_epoch(), ..PodState::unknown(&address) },
-                    };
-                    PodRecord {
-                        state,
-                        address,
-                        call: None,
-                        call_started_ms: 0,
-                        last_prefix_queries: None,
-                        last_page: None,
-                        catalog: None,
-                    }
+                    let state = PodState { epoch: self.take_epoch(), ..PodState::unknown(&address) };
+                    PodRecord::new(state)
                 }
             };
             self.pods.push(record);
         }
         self.index_of = self.pods.iter().enumerate().map(|(i, r)| (r.address.clone(), i)).collect();
         self.in_flight = self.pods.iter().enumerate().filter_map(|(i, r)| Some((r.call?, i))).collect();
-        // Only the first list after a handover is the same pool: a pod it lacks left.
-        self.resumed.clear();
+        self.pool_resumed = false;
         self.apply_roles();
         self.dirty = true;
     }
@@ -195,21 +196,35 @@ impl PoolPoller {
                 record.state = old.clone();
             }
         }
-        // A discovered pool is empty until its first list: its pods are known from there.
-        self.resumed = (published.pods.iter())
-            .filter(|p| !self.index_of.contains_key(&p.address))
-            .take(crate::pod_table::MAX_PODS)
-            .cloned()
-            .collect();
+        if self.config.kubernetes.is_some() && self.pods.is_empty() {
+            self.adopt_pool(published);
+        }
         let highest = published.pods.iter().map(|p| p.epoch).chain(self.pods.iter().map(|r| r.state.epoch)).max();
         self.next_epoch = self.next_epoch.max(highest.unwrap_or(0).saturating_add(1));
         self.apply_roles();
     }
 
-    /// The pool has been listed since [`Self::resume_from`] (changed or not): a published pod
-    /// that comes later is not known to be the same engine.
+    /// A discovered pool is empty until its first list, which may fail for a long time (an
+    /// API server answering 403 or 5xx): the table's pods are its last known pool, as they
+    /// were the previous leader's, and are scraped meanwhile. Left unscraped, they were
+    /// published by no one while the heartbeat kept the workers on the old table, with no
+    /// bound on its age.
+    fn adopt_pool(&mut self, published: &PodTable) {
+        let pods = published.pods.iter().take(crate::pod_table::MAX_PODS);
+        // Their roles came from labels, which the first list reads again.
+        self.discovered_roles = crate::role::RoleMap::new(pods.clone().map(|p| (p.address.clone(), p.role)).collect());
+        self.pods = pods.cloned().map(PodRecord::new).collect();
+        self.index_of = self.pods.iter().enumerate().map(|(i, r)| (r.address.clone(), i)).collect();
+        self.pool_resumed = true;
+    }
+
+    /// The pool has been listed since [`Self::resume_from`], changed or not. A list that
+    /// changed it has set it already; the first list changes nothing only when it finds no
+    /// pod (the lister's own pool starts empty), so then every resumed pod left.
     pub fn end_resume(&mut self) {
-        self.resumed.clear();
+        if self.pool_resumed {
+            self.set_pool(Vec::new());
+        }
     }
 
     /// Pods due for a scrape now: every pod without a scrape in flight, plus pods whose
@@ -477,8 +492,8 @@ mod tests {
         let published = before.take_table(5).unwrap();
         let epoch_of =
             |table: &PodTable, pod: &PodAddress| table.pods.iter().find(|p| p.address == *pod).map(|p| p.epoch);
-        // The next leader's pool comes from Kubernetes: empty until its first list.
-        let mut after = PoolPoller::new(PollerConfig::default(), Vec::new());
+        // The next leader's pool comes from Kubernetes.
+        let mut after = discovered_poller();
         after.resume_from(&published);
         after.set_pool(vec![b.clone(), a.clone(), c.clone()]);
         let first = after.take_table(10).unwrap();
@@ -491,6 +506,35 @@ mod tests {
         after.set_pool(vec![b.clone(), c.clone(), a.clone()]);
         let later = after.take_table(20).unwrap();
         assert!(epoch_of(&later, &a).unwrap() > highest, "back after leaving: a new epoch");
+    }
+
+    fn discovered_poller() -> PoolPoller {
+        let kubernetes = crate::config::parse_json(br#"{"namespace": "llm", "label_selector": "app=vllm"}"#).unwrap();
+        PoolPoller::new(PollerConfig { kubernetes: Some(kubernetes), ..PollerConfig::default() }, Vec::new())
+    }
+
+    #[test]
+    fn a_discovered_pool_resumed_is_scraped_until_its_first_list() {
+        let (a, b) = (addr("10.0.0.1:80"), addr("10.0.0.2:80"));
+        let mut before = poller();
+        before.set_discovered_roles(crate::role::RoleMap::new(vec![(b.clone(), PodRole::Decode)]));
+        let published = before.take_table(5).unwrap();
+        // A new leader whose API server refuses to list: the last known pool is the table's.
+        let mut after = discovered_poller();
+        after.resume_from(&published);
+        assert_eq!(after.due(10), [a.clone(), b.clone()], "scraped as the old leader did");
+        let roles: Vec<PodRole> = after.pods().map(|pod| pod.role).collect();
+        assert_eq!(roles, [PodRole::Both, PodRole::Decode], "the roles its labels gave");
+        after.scrape_started(&a, 1, 10);
+        after.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 20);
+        let table = after.take_table(20).unwrap();
+        assert!(table.version > published.version && table.pods.len() == 2);
+        assert_eq!(table.pods[0].last_success_ms, 20, "published with fresh data");
+        // The first list finds no pod: the lister's pool had none, so it is no change to it.
+        after.end_resume();
+        assert!(after.take_table(30).unwrap().pods.is_empty(), "every resumed pod left");
+        after.end_resume();
+        assert!(after.take_table(40).is_none(), "only the first list ends the resume");
     }
 
     #[test]

@@ -90,6 +90,12 @@ impl Discovery {
         )
     }
 
+    /// The pool the poller resumed from the last published table: the first list's log line
+    /// says who joined and left since.
+    pub fn resume(&mut self, pool: Vec<PodAddress>) {
+        self.given = pool;
+    }
+
     /// Whether a list has come back since the start: until then the pool is not known.
     pub fn has_listed(&self) -> bool {
         self.listed

@@ -116,6 +116,9 @@ impl PoolService {
         if let Some(published) = published_table(host) {
             poller.resume_from(&published);
         }
+        if let Some(discovery) = self.discovery.as_mut() {
+            discovery.resume(poller.addresses());
+        }
         self.poller = Some(poller);
         if self.relay.is_none() {
             // Without the relay, workers still route on their own decisions: not fatal.
@@ -214,12 +217,13 @@ impl PoolService {
     /// the bound: every scrape of the first round has answered or timed out by then. Without
     /// it a pool whose pages are slower than the poll interval (or a discovered pool that
     /// lists no pod) was never published, while the heartbeat kept the workers trusting the
-    /// last table.
+    /// last table. A discovered pool with no pod yet (none resumed) waits for its first list.
     fn end_first_round_by_time(&mut self, now: u64) {
-        if self.first_round_done || self.discovery.as_ref().is_some_and(|d| !d.has_listed()) {
+        let Some(poller) = self.poller.as_ref() else { return };
+        let unknown = poller.pods().next().is_none() && self.discovery.as_ref().is_some_and(|d| !d.has_listed());
+        if self.first_round_done || unknown {
             return;
         }
-        let Some(poller) = self.poller.as_ref() else { return };
         // A pool with no pod has no scrape to wait for: its time runs from when it is known.
         if poller.pods().next().is_none() && self.first_round_started_ms.is_none() {
             self.first_round_started_ms = Some(now);

@@ -168,6 +168,60 @@ fn a_discovered_pool_is_scraped_before_publishing_and_a_pod_that_leaves_is_dropp
     assert_eq!(addresses, ["10.1.0.1:8000"]);
 }
 
+/// Answers every dispatched call not answered yet with what `answer` says for it.
+fn answer_each(
+    host: &MockHost,
+    service: &mut PoolService,
+    answered: &mut usize,
+    answer: impl Fn(&wasm_epp_host::mock::Call) -> (u16, String),
+) {
+    let calls = host.calls.borrow().clone();
+    for call in calls.iter().skip(*answered) {
+        let (status, body) = answer(call);
+        *host.call_answer.borrow_mut() = Some((status, body.clone().into_bytes()));
+        service.http_response(host, call.token, body.len());
+    }
+    *answered = calls.len();
+}
+
+#[test]
+fn a_new_leader_whose_api_server_refuses_to_list_scrapes_the_last_known_pool() {
+    let host = host();
+    let config = r#"{"kubernetes": {"namespace": "llm", "label_selector": "app=vllm", "target_port": 8000,
+                     "relist_interval_ms": 1000}, "poll_interval_ms": 100}"#;
+    let mut old = service(&host, config);
+    old.tick(&host, NOW);
+    let mut answered = 0;
+    answer_all(&host, &mut old, &mut answered, 200, &pod_list(&["10.1.0.1", "10.1.0.2"]));
+    old.tick(&host, NOW + 100);
+    answer_all(&host, &mut old, &mut answered, 200, METRICS);
+    let before = table(&host).unwrap();
+    assert_eq!(before.pods.len(), 2);
+    // A new leader (a VM reload, a configuration update) while the API server answers 403;
+    // the second pod went away meanwhile.
+    let refused_and_gone = |call: &wasm_epp_host::mock::Call| match call.cluster.as_str() {
+        "wasm_epp_metrics" if call.headers.iter().any(|(_, v)| v == "10.1.0.2:8000") => (503, String::new()),
+        "wasm_epp_metrics" => (200, METRICS.to_string()),
+        _ => (403, r#"{"kind":"Status","code":403}"#.to_string()),
+    };
+    let mut new = service(&host, config);
+    for round in 0..3 {
+        let now = NOW + 1_000 + 100 * round;
+        host.clock_ms.set(now);
+        new.tick(&host, now);
+        answer_each(&host, &mut new, &mut answered, refused_and_gone);
+    }
+    let after = table(&host).unwrap();
+    assert!(after.version > before.version && after.published_at_ms == NOW + 1_200, "{after:?}");
+    let healthy: Vec<&str> = after.pods.iter().filter(|p| p.healthy).map(|p| p.address.as_str()).collect();
+    assert_eq!(healthy, ["10.1.0.1:8000"], "scraped as the old leader would have: the pod gone leaves the rotation");
+    assert_eq!(
+        after.pods.iter().map(|p| p.epoch).collect::<Vec<_>>(),
+        before.pods.iter().map(|p| p.epoch).collect::<Vec<_>>()
+    );
+    assert!(host.metric("wasm_epp.discovery_failure") >= 1);
+}
+
 #[test]
 fn the_relay_drains_worker_batches_into_the_ring() {
     let host = host();
