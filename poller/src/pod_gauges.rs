@@ -74,6 +74,10 @@ pub const MAX_POD_SERIES_EVER: usize = 4_096;
 /// the host); the addresses that were ever given series.
 pub struct PodGauges {
     last: HashMap<PodAddress, PodValues>,
+    /// When each pod with series was first published: a pod never scraped yet has no data,
+    /// and its data's age is the time since it joined (counted from the clock's zero, it
+    /// would read ~1.7e12 ms, flattening every other pod's line on the dashboard).
+    joined_ms: HashMap<PodAddress, u64>,
     created: hashbrown::HashSet<PodAddress>,
     omitted: Gauge,
 }
@@ -82,6 +86,7 @@ impl PodGauges {
     pub fn define(metrics: &Metrics) -> Self {
         Self {
             last: HashMap::new(),
+            joined_ms: HashMap::new(),
             created: hashbrown::HashSet::new(),
             omitted: metrics.gauge("wasm_epp.pod_series_omitted"),
         }
@@ -97,6 +102,7 @@ impl PodGauges {
             self.set(metrics, &address, PodValues::default());
             // Its series stays at 0 in Envoy; its place goes to the pods that replace it.
             self.last.remove(&address);
+            self.joined_ms.remove(&address);
         }
         let mut seen = 0usize;
         for pod in &table.pods {
@@ -107,6 +113,9 @@ impl PodGauges {
                 continue;
             }
             seen += 1;
+            let joined_ms = *self.joined_ms.entry(pod.address.clone()).or_insert(now_ms);
+            // `last_success_ms` 0: never answered (the host's clock is never 0).
+            let data_since_ms = if pod.last_success_ms == 0 { joined_ms } else { pod.last_success_ms };
             let values = PodValues {
                 in_pool: 1,
                 healthy: u64::from(pod.healthy),
@@ -114,7 +123,7 @@ impl PodGauges {
                 running: whole(pod.running),
                 kv_usage_permille: pod.kv_usage.map_or(0, |kv| whole(kv * 1000.0)),
                 inflight: inflight.get(pod.address.as_str()).copied().map_or(0, u64::from),
-                data_age_ms: now_ms.saturating_sub(pod.last_success_ms),
+                data_age_ms: now_ms.saturating_sub(data_since_ms),
             };
             self.set(metrics, &pod.address, values);
         }
@@ -168,6 +177,21 @@ mod tests {
         assert_eq!(host.metric("wasm_epp.pod_inflight.pod.10.0.0.1:8000"), 5);
         assert_eq!(host.metric("wasm_epp.pod_data_age_ms.pod.10.0.0.1:8000"), 100);
         assert_eq!(host.metric("wasm_epp.pod_healthy.pod.10.0.0.1:8000"), 1);
+    }
+
+    #[test]
+    fn a_pod_never_scraped_has_data_as_old_as_its_place_in_the_pool() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let mut gauges = PodGauges::define(&metrics);
+        let joining = PodState { last_success_ms: 0, ..pod("10.0.0.2:8000", 0.0, 0.0) };
+        let table = PodTable { pods: vec![pod("10.0.0.1:8000", 1.0, 0.5), joining], ..PodTable::default() };
+        let now = 1_700_000_000_000;
+        gauges.record(&metrics, &table, &HashMap::new(), now);
+        gauges.record(&metrics, &table, &HashMap::new(), now + 2_500);
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.pod_data_age_ms.pod.10.0.0.2:8000"), 2_500, "not the clock's reading");
+        assert_eq!(host.metric("wasm_epp.pod_data_age_ms.pod.10.0.0.1:8000"), now + 2_500 - 900);
     }
 
     #[test]
