@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use picker::address::PodAddress;
 use picker::config::PollerConfig;
 use picker::pod_table::PodTable;
-use picker::poller::{PoolPoller, ScrapeOutcome, ScrapeResult};
+use picker::poller::{PoolPoller, ScrapeOutcome, ScrapeResult, PLAIN_METRICS_PATH};
 use picker_fuzz::{assert_canonical_address, assert_same_table, split_steps, CANONICAL_ADDRESSES};
 
 const UNHEALTHY_AFTER_FAILURES: u32 = 2;
@@ -47,6 +47,12 @@ fuzz_target!(|data: &[u8]| {
         };
         let outcome = poller.on_scrape(token, result, now);
         assert_ne!(outcome, ScrapeOutcome::Unknown, "the scrape just started is known");
+        if let ScrapeOutcome::PlainPathNext(pod) = &outcome {
+            // A page with no load metric from the default filtered path: neither a success nor
+            // a failure, so nothing new to publish; the pod is scraped at the plain path next.
+            assert_eq!((pod, poller.metrics_path(pod)), (&address, PLAIN_METRICS_PATH));
+            continue;
+        }
         let table = check_table(&mut poller, now).expect("a scrape changes the table");
         let pod = table.pods.iter().find(|p| p.address == address).expect("the scraped pod is in the table");
         if outcome == ScrapeOutcome::Success {

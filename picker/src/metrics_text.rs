@@ -30,8 +30,10 @@ pub const WANTED: [&str; 18] = [
 ];
 
 /// `/metrics` asking only for [`WANTED`] (`name[]` filters, as `prometheus_client` serves
-/// them: vLLM and SGLang): a page of about 1 KB instead of tens. A server that ignores the
-/// query still answers the whole page, which parses the same.
+/// them over a registry of ordinary collectors): a page of about 1 KB instead of tens. A
+/// server that ignores the query (vLLM may) still answers the whole page, which parses the
+/// same; a multiprocess registry (SGLang's) cannot filter and answers an empty page, and the
+/// poller then scrapes that pod at the plain path (`poller::PLAIN_METRICS_PATH`).
 pub fn filtered_metrics_path() -> String {
     let mut path = String::from("/metrics?");
     for (i, name) in WANTED.iter().enumerate() {

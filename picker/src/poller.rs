@@ -34,6 +34,9 @@ struct PodRecord {
     last_page: Option<(u64, EngineMetrics)>,
     /// The pod's last `/v1/models` answer (polled less often than `/metrics`).
     catalog: Option<crate::models::catalog::Catalog>,
+    /// The pod answered the default filtered path with no load metric: it is scraped at
+    /// [`PLAIN_METRICS_PATH`] from then on ([`PoolPoller::metrics_path`]).
+    plain_path: bool,
 }
 
 impl PodRecord {
@@ -46,12 +49,19 @@ impl PodRecord {
             last_prefix_queries: None,
             last_page: None,
             catalog: None,
+            plain_path: false,
         }
     }
 }
 
+/// Where a pod is scraped once it answered the default filtered path with no load metric.
+pub const PLAIN_METRICS_PATH: &str = "/metrics";
+
 pub struct PoolPoller {
     config: PollerConfig,
+    /// `metrics_path` is the default, which asks for the picker's series by name (`name[]`):
+    /// a server whose registry cannot filter by name answers it with an empty page.
+    filtered_by_default: bool,
     pods: Vec<PodRecord>,
     /// Where each pod is in `pods`, and which pod each scrape in flight is for: a scrape's
     /// start and answer find their pod without a scan of the pool (1,000 pods scraped every
@@ -89,6 +99,10 @@ const MAX_PENDING_EVENTS: usize = 64;
 pub enum PodEvent {
     /// Out of rotation after this many failed scrapes in a row.
     Unhealthy { address: PodAddress, failures: u32 },
+    /// Never in rotation: this many scrapes failed in a row without a good one since it
+    /// joined (a wrong port or path, a page naming none of the load metrics). Once per pod;
+    /// `reason` is the last failure's.
+    NeverHealthy { address: PodAddress, failures: u32, reason: String },
     /// A new epoch: what was known of its cache is void, because it restarted (its counters
     /// went back) or because it answers again after failing with nothing to show it did not
     /// (no counter, or away longer than [`TRUST_COUNTERS_FOR_MS`]).
@@ -100,6 +114,11 @@ pub enum PodEvent {
 pub enum ScrapeOutcome {
     Success,
     Failure(String),
+    /// The pod answered the default filtered path with a page naming no load metric (a
+    /// multiprocess `prometheus_client` registry, as SGLang's, cannot filter by name and
+    /// answers an empty page): neither a success nor a failure, and it is scraped at
+    /// [`PLAIN_METRICS_PATH`] from now on. Once per pod.
+    PlainPathNext(PodAddress),
     /// The token matches no scrape in flight (a pod that left the pool meanwhile).
     Unknown,
 }
@@ -107,7 +126,9 @@ pub enum ScrapeOutcome {
 impl PoolPoller {
     pub fn new(config: PollerConfig, pool: Vec<PodAddress>) -> Self {
         let static_roles = config.role_map().unwrap_or_default();
+        let filtered_by_default = config.metrics_path == crate::metrics_text::filtered_metrics_path();
         let mut poller = Self {
+            filtered_by_default,
             config,
             pods: Vec::new(),
             index_of: HashMap::new(),
@@ -265,10 +286,12 @@ impl PoolPoller {
             record.call = None;
         }
         let parsed = match result {
-            ScrapeResult::NoAnswer => Err("no answer".to_string()),
-            ScrapeResult::Answered { status, .. } if status != 200 => Err(format!("status {status}")),
+            ScrapeResult::NoAnswer => Err(ScrapeError::Failed("no answer".to_string())),
+            ScrapeResult::Answered { status, .. } if status != 200 => {
+                Err(ScrapeError::Failed(format!("status {status}")))
+            }
             ScrapeResult::Answered { body, .. } if body.len() as u64 > self.config.max_metrics_bytes => {
-                Err(format!("scrape of {} bytes is over max_metrics_bytes", body.len()))
+                Err(ScrapeError::Failed(format!("scrape of {} bytes is over max_metrics_bytes", body.len())))
             }
             ScrapeResult::Answered { body, .. } => self.parse_page(index, body),
         };
@@ -277,21 +300,35 @@ impl PoolPoller {
                 self.record_success(index, metrics, now_ms);
                 ScrapeOutcome::Success
             }
-            Err(reason) => self.record_failure(index, reason),
+            Err(ScrapeError::NoLoadMetric(reason)) => match self.take_plain_path(index) {
+                Some(address) => ScrapeOutcome::PlainPathNext(address),
+                None => self.record_failure(index, reason),
+            },
+            Err(ScrapeError::Failed(reason)) => self.record_failure(index, reason),
         }
     }
 
+    /// A pod whose page named no load metric is scraped at the plain path from now on: only
+    /// from the default filtered path (a path the operator chose is kept), and once.
+    fn take_plain_path(&mut self, index: usize) -> Option<PodAddress> {
+        let filtered = self.filtered_by_default;
+        let record = self.pods.get_mut(index).filter(|r| filtered && !r.plain_path)?;
+        record.plain_path = true;
+        Some(record.address.clone())
+    }
+
     /// Parses a page, or reuses what the same pod's identical last page said.
-    fn parse_page(&mut self, index: usize, body: &[u8]) -> Result<EngineMetrics, String> {
+    fn parse_page(&mut self, index: usize, body: &[u8]) -> Result<EngineMetrics, ScrapeError> {
         let hash = xxhash_rust::xxh3::xxh3_64(body);
-        let record = self.pods.get_mut(index).ok_or("pod left the pool")?;
+        let left = || ScrapeError::Failed("pod left the pool".into());
+        let record = self.pods.get_mut(index).ok_or_else(left)?;
         if let Some((last, metrics)) = &record.last_page {
             if *last == hash {
                 return Ok(metrics.clone());
             }
         }
-        let metrics =
-            std::str::from_utf8(body).map_err(|_| "scrape is not UTF-8".to_string()).and_then(parse_engine_metrics)?;
+        let text = std::str::from_utf8(body).map_err(|_| ScrapeError::Failed("scrape is not UTF-8".into()))?;
+        let metrics = parse_engine_metrics(text).map_err(ScrapeError::NoLoadMetric)?;
         record.last_page = Some((hash, metrics.clone()));
         Ok(metrics)
     }
@@ -358,6 +395,12 @@ impl PoolPoller {
                 let event =
                     PodEvent::Unhealthy { address: state.address.clone(), failures: state.consecutive_failures };
                 push_event(&mut self.events, event);
+            } else if state.last_success_ms == 0 && state.consecutive_failures == threshold {
+                // `last_success_ms` 0: it never answered. Otherwise nothing would ever say why
+                // a pod is missing from the rotation: it never left it.
+                let address = state.address.clone();
+                let event = PodEvent::NeverHealthy { address, failures: threshold, reason: reason.clone() };
+                push_event(&mut self.events, event);
             }
             self.dirty = true;
         }
@@ -410,6 +453,16 @@ impl PoolPoller {
         self.dirty = true;
     }
 
+    /// The path to scrape `address` at: the configured one, or [`PLAIN_METRICS_PATH`] for a
+    /// pod that answered the default filtered path with no load metric.
+    pub fn metrics_path(&self, address: &PodAddress) -> &str {
+        let record = self.index_of.get(address).and_then(|&i| self.pods.get(i));
+        match record {
+            Some(record) if record.plain_path => PLAIN_METRICS_PATH,
+            _ => &self.config.metrics_path,
+        }
+    }
+
     /// Addresses of every pod in the pool.
     pub fn addresses(&self) -> Vec<PodAddress> {
         self.pods.iter().map(|r| r.address.clone()).collect()
@@ -421,6 +474,15 @@ impl PoolPoller {
     }
 }
 
+/// Why a scrape gave no metrics.
+enum ScrapeError {
+    /// No answer, not a 200, too large, not text.
+    Failed(String),
+    /// Text that names none of the load metrics (`parse_engine_metrics`' reason): a server
+    /// that cannot filter by name answers the filtered path so.
+    NoLoadMetric(String),
+}
+
 /// Keeps `event` for the service, dropping the oldest past [`MAX_PENDING_EVENTS`].
 fn push_event(events: &mut Vec<PodEvent>, event: PodEvent) {
     if events.len() >= MAX_PENDING_EVENTS {
@@ -428,6 +490,9 @@ fn push_event(events: &mut Vec<PodEvent>, event: PodEvent) {
     }
     events.push(event);
 }
+
+#[cfg(test)]
+mod metrics_path_tests;
 
 #[cfg(test)]
 mod tests {

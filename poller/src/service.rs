@@ -6,6 +6,7 @@
 //! then run faster than `poll_interval_ms`, so scrape rounds are gated by time, not by tick
 //! count. Every host call goes through the [`Host`] passed in.
 
+use picker::address::PodAddress;
 use picker::config::{parse_json, PollerConfig};
 use picker::keys;
 use picker::pod_table::{encode_version, PodTable};
@@ -28,6 +29,8 @@ struct Stats {
     /// The pod events, for alerts (the log says which pod); listed at 0 from the start.
     pods_turned_unhealthy: Counter,
     pod_caches_dropped: Counter,
+    /// Pods scraped at the plain `/metrics` after answering the filtered default with no load.
+    metrics_path_fallbacks: Counter,
 }
 
 impl Stats {
@@ -41,6 +44,7 @@ impl Stats {
             data_age_ms: metrics.gauge("wasm_epp.data_age_ms"),
             pods_turned_unhealthy: metrics.announced_counter("wasm_epp.pods_turned_unhealthy"),
             pod_caches_dropped: metrics.announced_counter("wasm_epp.pod_caches_dropped"),
+            metrics_path_fallbacks: metrics.counter("wasm_epp.metrics_path_fallbacks"),
         }
     }
 }
@@ -134,29 +138,13 @@ impl PoolService {
 
     fn dispatch_scrapes(&mut self, host: &dyn Host, now: u64) {
         let Some(poller) = self.poller.as_mut() else { return };
-        let config = poller.config().clone();
         let due = poller.due(now);
         if !due.is_empty() && self.first_round_started_ms.is_none() {
             // The first round's scrapes leave now: their time runs from here.
             self.first_round_started_ms = Some(now);
         }
         for address in due {
-            let headers = [
-                (":method", "GET"),
-                (":path", config.metrics_path.as_str()),
-                (":authority", address.as_str()),
-                (config.destination_header.as_str(), address.as_str()),
-                ("accept", "text/plain"),
-            ];
-            match host.dispatch_call(&config.metrics_cluster, &headers, &[], config.timeout_ms) {
-                Ok(token) => poller.scrape_started(&address, token, now),
-                Err(error) => {
-                    if let Some(stats) = &self.stats {
-                        self.metrics.increment(stats.scrapes_failed);
-                    }
-                    poller.scrape_not_sent(&address, &format!("dispatch refused: {error}"));
-                }
-            }
+            dispatch_scrape(host, poller, &address, now, &self.metrics, self.stats.as_ref());
         }
         log_pod_events(poller, &self.metrics, self.stats.as_ref());
     }
@@ -316,7 +304,6 @@ impl PoolService {
             None => ScrapeResult::NoAnswer,
         };
         let outcome = poller.on_scrape(token, result, now);
-        log_pod_events(poller, &self.metrics, self.stats.as_ref());
         if let Some(stats) = &self.stats {
             match &outcome {
                 ScrapeOutcome::Success => self.metrics.increment(stats.scrapes_ok),
@@ -324,9 +311,21 @@ impl PoolService {
                     self.metrics.increment(stats.scrapes_failed);
                     log::debug!("wasm-epp pool service: scrape failed: {reason}");
                 }
+                ScrapeOutcome::PlainPathNext(_) => self.metrics.increment(stats.metrics_path_fallbacks),
                 ScrapeOutcome::Unknown => {}
             }
         }
+        if let ScrapeOutcome::PlainPathNext(address) = &outcome {
+            log::info!(
+                "wasm-epp pool service: pod {} answered the name[]-filtered metrics path with no load metric \
+                 (its server cannot filter): scraping {} from now on",
+                address.as_str(),
+                poller.metrics_path(address)
+            );
+            // At once, not a round later: this round (the first, after a handover) ends with its load.
+            dispatch_scrape(host, poller, address, now, &self.metrics, self.stats.as_ref());
+        }
+        log_pod_events(poller, &self.metrics, self.stats.as_ref());
         if poller.round_complete() {
             self.first_round_done = true;
             self.publish_if_changed(host, now);
@@ -339,22 +338,61 @@ impl PoolService {
     }
 }
 
+/// Sends `address` its scrape, at the path the poller gives for it; a dispatch the host
+/// refuses is a failed scrape.
+fn dispatch_scrape(
+    host: &dyn Host,
+    poller: &mut PoolPoller,
+    address: &PodAddress,
+    now: u64,
+    metrics: &Metrics,
+    stats: Option<&Stats>,
+) {
+    let config = poller.config();
+    let headers = [
+        (":method", "GET"),
+        (":path", poller.metrics_path(address)),
+        (":authority", address.as_str()),
+        (config.destination_header.as_str(), address.as_str()),
+        ("accept", "text/plain"),
+    ];
+    match host.dispatch_call(&config.metrics_cluster, &headers, &[], config.timeout_ms) {
+        Ok(token) => poller.scrape_started(address, token, now),
+        Err(error) => {
+            if let Some(stats) = stats {
+                metrics.increment(stats.scrapes_failed);
+            }
+            poller.scrape_not_sent(address, &format!("dispatch refused: {error}"));
+        }
+    }
+}
+
 /// Tells the operator when a pod turns unhealthy, and when what the picker knew of its cache
 /// was dropped (it restarted, or answers again after failing with nothing to show it kept
 /// its cache), which shows as cache misses on its next requests: a warning each, and a
-/// counter each to alert on.
+/// counter each to alert on. A pod that never turned healthy gets a warning with the reason.
 fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Stats>) {
     for event in poller.take_events() {
         if let Some(stats) = stats {
             let counter = match &event {
-                PodEvent::Unhealthy { .. } => stats.pods_turned_unhealthy,
-                PodEvent::CacheDropped { .. } => stats.pod_caches_dropped,
+                PodEvent::Unhealthy { .. } => Some(stats.pods_turned_unhealthy),
+                PodEvent::CacheDropped { .. } => Some(stats.pod_caches_dropped),
+                // Never in rotation, so not taken out of it (pods_total - pods_healthy shows it).
+                PodEvent::NeverHealthy { .. } => None,
             };
-            metrics.increment(counter);
+            if let Some(counter) = counter {
+                metrics.increment(counter);
+            }
         }
         match event {
             PodEvent::Unhealthy { address, failures } => {
                 log::warn!("wasm-epp pool service: pod {} unhealthy after {failures} failed scrapes", address.as_str());
+            }
+            PodEvent::NeverHealthy { address, failures, reason } => {
+                log::warn!(
+                    "wasm-epp pool service: pod {} not in rotation: {failures} failed scrapes since it joined, the last: {reason}",
+                    address.as_str()
+                );
             }
             PodEvent::CacheDropped { address, restarted } => {
                 let why = if restarted {

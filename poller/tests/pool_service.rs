@@ -223,6 +223,33 @@ fn a_new_leader_whose_api_server_refuses_to_list_scrapes_the_last_known_pool() {
 }
 
 #[test]
+fn a_pod_whose_server_cannot_filter_by_name_is_scraped_at_the_plain_path() {
+    let host = host();
+    let mut service = service(&host, r#"{"pool": ["10.0.0.1:30000"], "poll_interval_ms": 100}"#);
+    let path = |call: &wasm_epp_host::mock::Call| {
+        call.headers.iter().find(|(k, _)| k == ":path").map(|(_, v)| v.clone()).unwrap_or_default()
+    };
+    // SGLang's multiprocess registry answers the name[] filters with an empty page.
+    let sglang = |call: &wasm_epp_host::mock::Call| match path(call).as_str() {
+        "/metrics" => (200, "sglang:num_queue_reqs 3\nsglang:num_running_reqs 1\n".to_string()),
+        _ => (200, String::new()),
+    };
+    let mut answered = 0;
+    service.tick(&host, NOW);
+    answer_each(&host, &mut service, &mut answered, sglang);
+    answer_each(&host, &mut service, &mut answered, sglang);
+    let paths: Vec<String> = host.calls.borrow().iter().map(path).collect();
+    assert!(paths[0].starts_with("/metrics?name%5B%5D=") && paths[1] == "/metrics", "{paths:?}");
+    let published = table(&host).expect("the first round ends with the plain page's load");
+    assert!(published.pods[0].healthy && published.pods[0].waiting == 3.0, "{published:?}");
+    service.tick(&host, NOW + 100);
+    let scrapes: Vec<String> = host.calls.borrow().iter().map(path).filter(|p| p.starts_with("/metrics")).collect();
+    assert_eq!(scrapes[2..], ["/metrics"], "remembered for the pod");
+    assert_eq!(host.metric("wasm_epp.metrics_path_fallbacks"), 1);
+    assert_eq!(host.metric("wasm_epp.poll_failure"), 0);
+}
+
+#[test]
 fn the_relay_drains_worker_batches_into_the_ring() {
     let host = host();
     let mut service = service(&host, TWO_PODS);

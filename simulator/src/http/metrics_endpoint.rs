@@ -1,8 +1,8 @@
 //! `GET /metrics`: the Prometheus document, delayed, failed or garbled on request.
 //!
 //! `?name[]=a&name[]=b` keeps only the samples with those names (and their HELP/TYPE
-//! lines), as vLLM's `prometheus_client` exposition does: a scraper that asks only for what
-//! it reads gets a page of a few hundred bytes instead of tens of KB.
+//! lines), as `prometheus_client`'s exposition of ordinary collectors does: a scraper that
+//! asks only for what it reads gets a page of a few hundred bytes instead of tens of KB.
 
 use std::time::Duration;
 

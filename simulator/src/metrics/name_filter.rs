@@ -1,7 +1,9 @@
-//! `name[]` filters on `/metrics`, as `prometheus_client` serves them (vLLM, SGLang): a
-//! scraper asks only for the sample names it reads and gets a page of a few hundred bytes
-//! instead of tens of KB. Shared by the simulator and the cost benchmark's upstream, so
-//! both answer a filtered scrape the way vLLM does.
+//! `name[]` filters on `/metrics`, as `prometheus_client` serves them over a registry of
+//! ordinary collectors: a scraper asks only for the sample names it reads and gets a page of
+//! a few hundred bytes instead of tens of KB. Shared by the simulator and the cost
+//! benchmark's upstream, so both answer a filtered scrape the way such a server does (vLLM
+//! may ignore the query and answer the whole page; SGLang's multiprocess registry answers an
+//! empty one).
 
 /// The page restricted to the query's `name[]` values, or `None` when it has none.
 pub fn restrict_to_query(text: &str, query: Option<&str>) -> Option<String> {
