@@ -18,11 +18,13 @@ use serde_json::value::RawValue;
 mod cut;
 mod fields;
 mod messages;
+mod model_place;
 mod responses;
 mod scan;
 
 pub use cut::{Message, MAX_CUT_MESSAGES};
 pub use messages::{parse_messages, parse_messages_plainly};
+pub use model_place::{find_model, read_model, ModelPlace, Unreadable};
 pub use responses::{parse_responses, parse_responses_plainly};
 
 /// Which OpenAI endpoint a path names.

@@ -66,14 +66,37 @@ pub fn rule_for<'a>(rules: &'a [ModelRewrite], model: &str) -> Option<&'a ModelR
     rules.iter().find(|rule| rule.model == model)
 }
 
-/// `body` with its top-level `"model"` value replaced by `model`; `None` if the body is not a
-/// JSON object. The body is written anew: same members and values, keys in sorted order and
-/// no whitespace (JSON objects are unordered; the engine reads it the same).
+/// `body` with its top-level `model` value replaced by `model` (added first if it has none),
+/// every other byte as it came: a JSON schema's property order (structured output generates in
+/// it), numbers of any size, white space. A key given twice has its last value replaced, which
+/// is the one vLLM reads ([`crate::request::find_model`]). `None` if no model can be read from
+/// `body` (not a JSON object).
 pub fn rewrite_body(body: &[u8], model: &str) -> Option<Vec<u8>> {
-    let mut object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
-    object.insert("model".to_owned(), serde_json::Value::String(model.to_owned()));
-    serde_json::to_vec(&object).ok()
+    let place = crate::request::find_model(body).ok()?;
+    // A JSON string: quotes, backslashes and control characters escaped.
+    let name = serde_json::to_string(model).ok()?;
+    let mut rewritten = Vec::with_capacity(body.len() + name.len() + ADDED_MEMBER_BYTES);
+    match place.value {
+        Some(value) => {
+            rewritten.extend_from_slice(body.get(..value.start)?);
+            rewritten.extend_from_slice(name.as_bytes());
+            rewritten.extend_from_slice(body.get(value.end..)?);
+        }
+        None => {
+            rewritten.extend_from_slice(body.get(..place.members_start)?);
+            rewritten.extend_from_slice(b"\"model\":");
+            rewritten.extend_from_slice(name.as_bytes());
+            if !place.empty {
+                rewritten.push(b',');
+            }
+            rewritten.extend_from_slice(body.get(place.members_start..)?);
+        }
+    }
+    Some(rewritten)
 }
+
+/// `"model":` and a comma: what an added member costs besides its value.
+const ADDED_MEMBER_BYTES: usize = 9;
 
 #[cfg(test)]
 mod tests {
@@ -111,5 +134,35 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!((value["model"].as_str(), value["prompt"].as_str()), (Some("v2"), Some("hi")));
         assert!(rewrite_body(b"[1]", "v2").is_none());
+    }
+
+    #[test]
+    fn a_rewrite_changes_the_model_value_and_no_other_byte() {
+        // Structured output generates fields in the schema's order: "reasoning" must stay first.
+        let schema = r#"{"type":"object","properties":{"reasoning":{"type":"string"},"answer":{"type":"string"}}}"#;
+        let body = format!(
+            r#"{{ "model": "public", "messages":[{{"role":"user","content":"hi"}}],
+               "response_format":{{"type":"json_schema","json_schema":{{"name":"x","schema":{schema}}}}},
+               "seed": 18446744073709551616, "x": 1e400, "t": 0.70 }}"#
+        );
+        let rewritten = rewrite_body(body.as_bytes(), "v2").unwrap();
+        assert_eq!(String::from_utf8(rewritten).unwrap(), body.replacen(r#""public""#, r#""v2""#, 1));
+    }
+
+    #[test]
+    fn a_rewrite_sets_the_model_vllm_reads_in_any_body_it_reads() {
+        let rewrite = |body: &[u8]| String::from_utf8(rewrite_body(body, "v2").unwrap()).unwrap();
+        // A key given twice: Python keeps the last, so the last is the one rewritten.
+        assert_eq!(rewrite(br#"{"model":"a","model":"public"}"#), r#"{"model":"a","model":"v2"}"#);
+        assert_eq!(
+            rewrite("\u{feff}{\"model\":\"public\",\"t\":NaN}".as_bytes()),
+            "\u{feff}{\"model\":\"v2\",\"t\":NaN}"
+        );
+        assert_eq!(rewrite(br#"{"prompt":"x"}"#), r#"{"model":"v2","prompt":"x"}"#);
+        assert_eq!(rewrite(b" { } "), r#" {"model":"v2" } "#);
+        let quoted = rewrite_body(br#"{"model":"public"}"#, "a\"b\\c").unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&quoted).unwrap();
+        assert_eq!(value["model"], "a\"b\\c", "the name is escaped as a JSON string");
+        assert!(rewrite_body(br#"{"model":"public""#, "v2").is_none());
     }
 }
