@@ -8,7 +8,9 @@
 //! validating scan of our own (`cut`, `scan`) that also notes where each message lies,
 //! which spares hashing a scan of the messages; serde_json reads any body that scan is not sure
 //! of, and decides its refusal. Any other endpoint's body is read for `model` alone
-//! ([`parse_model_only`]).
+//! ([`parse_model_only`]), as is a body its endpoint's parse refused but vLLM may still take
+//! (it reads JSON with Python and pydantic, more leniently than serde: `"stream": "true"`, a key
+//! given twice, `NaN`, a byte order mark, completions by `prompt_embeds` without `prompt`).
 
 use std::borrow::Cow;
 
@@ -179,18 +181,16 @@ pub fn parse_request(body: &[u8], endpoint: Endpoint) -> Result<InferenceRequest
 }
 
 /// Any other endpoint's body (`/tokenize`, the render endpoints; in vLLM embeddings, scoring,
-/// pooling): only its `model`, so the pick can keep it on pods serving
-/// that model. Whatever else the body holds is skipped unread, of any type: those endpoints'
-/// fields are not the completions' ones (`input` may be a list of token ids, `prompt` an
-/// object), and none of them feeds prefix hashing or learning.
+/// pooling), and a chat, completions, Responses or Messages body its own parse refused: only its
+/// `model`, so the pick can keep it on pods serving that model. Whatever else the body holds is
+/// skipped unread, of any type: those endpoints' fields are not the completions' ones (`input`
+/// may be a list of token ids, `prompt` an object), and none of them feeds prefix hashing or
+/// learning. Read as vLLM reads JSON ([`find_model`]): a byte order mark, `NaN`, a key given
+/// twice (the last is kept) are no obstacle. Refused: a body that is not one JSON object, or
+/// whose `model` is not a string.
 pub fn parse_model_only(body: &[u8]) -> Result<InferenceRequest<'_>, BodyError> {
-    #[derive(Deserialize)]
-    struct ModelOnly<'a> {
-        #[serde(borrow, default)]
-        model: Option<Cow<'a, str>>,
-    }
-    let only: ModelOnly<'_> = serde_json::from_slice(body).map_err(|e| BodyError::Invalid(e.to_string()))?;
-    Ok(InferenceRequest { model: only.model, ..InferenceRequest::default() })
+    let model = read_model(body).map_err(|unreadable| BodyError::Invalid(unreadable.to_string()))?;
+    Ok(InferenceRequest { model, ..InferenceRequest::default() })
 }
 
 /// [`parse_request`] without cutting the messages (what it falls back to): for tests and the
@@ -271,6 +271,23 @@ mod tests {
         assert_eq!(parse_model_only(br#"{"model":null}"#).unwrap().model, None);
         for broken in [&b"model=x&input=y"[..], b"{\"model\":3}", b"[1]", b"", b"\xff"] {
             assert!(matches!(parse_model_only(broken), Err(BodyError::Invalid(_))), "{broken:?}");
+        }
+    }
+
+    #[test]
+    fn bodies_vllm_takes_and_serde_refuses_are_read_for_their_model() {
+        let chat = r#""messages":[{"role":"user","content":"hi"}]"#;
+        for (body, endpoint) in [
+            (format!(r#"{{"model":"m",{chat},"stream":"true"}}"#), Endpoint::ChatCompletions),
+            (format!(r#"{{"model":"m",{chat},"stream":1}}"#), Endpoint::ChatCompletions),
+            (format!(r#"{{"model":"public",{chat},"model":"m"}}"#), Endpoint::ChatCompletions),
+            (format!("\u{feff}{{\"model\":\"m\",{chat}}}"), Endpoint::ChatCompletions),
+            (format!(r#"{{"model":"m",{chat},"temperature":NaN}}"#), Endpoint::ChatCompletions),
+            (r#"{"model":"m","prompt_embeds":"AAAA"}"#.to_owned(), Endpoint::Completions),
+            (r#"{"model":"m","input":"x","model":"m"}"#.to_owned(), Endpoint::Responses),
+        ] {
+            assert!(parse_request(body.as_bytes(), endpoint).is_err(), "{body}");
+            assert_eq!(parse_model_only(body.as_bytes()).unwrap().model.as_deref(), Some("m"), "{body}");
         }
     }
 

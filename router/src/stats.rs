@@ -25,6 +25,8 @@ pub struct Stats {
     pub no_pod: Counter,
     pub shed: Counter,
     pub body_invalid: Counter,
+    /// Of the bodies that did not parse, those read for their model alone and routed by it.
+    pub body_routed_by_model: Counter,
     pub body_rejected: Counter,
     pub body_over_limit: Counter,
     pub buffer_cap_reached: Counter,
@@ -82,6 +84,7 @@ impl Stats {
             no_pod: c("wasm_epp.no_pod"),
             shed: c("wasm_epp.shed"),
             body_invalid: c("wasm_epp.body_invalid"),
+            body_routed_by_model: c("wasm_epp.body_routed_by_model"),
             body_rejected: c("wasm_epp.body_rejected"),
             body_over_limit: c("wasm_epp.body_over_limit"),
             buffer_cap_reached: c("wasm_epp.buffer_cap_reached"),

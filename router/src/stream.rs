@@ -12,7 +12,7 @@ use std::rc::Rc;
 use picker::address::PodAddress;
 use picker::config::{InvalidBodyPolicy, UnknownModelPolicy};
 use picker::prefix::session_key;
-use picker::request::{parse_model_only, parse_request, Endpoint, InferenceRequest};
+use picker::request::{parse_model_only, parse_request, BodyError, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::comparison_stats::Compared;
@@ -249,7 +249,7 @@ impl RequestStream {
         let parsed = match self.endpoint {
             Endpoint::Other => parse_model_only(&body),
             Endpoint::Completions | Endpoint::ChatCompletions | Endpoint::Responses | Endpoint::Messages => {
-                parse_request(&body, self.endpoint)
+                parse_request(&body, self.endpoint).or_else(|error| self.read_for_model_alone(&body, error))
             }
         };
         parsing.end();
@@ -279,8 +279,8 @@ impl RequestStream {
             }
             // Any other endpoint's body need not be JSON (nor ours to judge): routed by load.
             Err(_) if self.endpoint == Endpoint::Other => self.route(host, None),
+            // No model can be read from it (see `read_for_model_alone`): the policy's.
             Err(error) => {
-                self.worker.stats.increment(self.worker.stats.body_invalid);
                 if self.worker.config.invalid_body == InvalidBodyPolicy::Reject {
                     self.worker.stats.increment(self.worker.stats.body_rejected);
                     self.finish_buffering();
@@ -291,6 +291,25 @@ impl RequestStream {
                 self.route(host, None)
             }
         }
+    }
+
+    /// A body its endpoint's parse refused, read for its model alone as any other endpoint's
+    /// is, and routed so (by model and load: no prefix, no flow-control queue, not learned
+    /// from). vLLM reads JSON with Python and pydantic, which take what serde refuses
+    /// (`"stream": "true"`, a key given twice, `NaN`, a byte order mark, completions by
+    /// `prompt_embeds`): routed by load, such a request would reach pods of another model
+    /// (their 404), and a rewrite's public name would reach the pod. `error` stands when no
+    /// model can be read at all (not a JSON object, a `model` that is not a string).
+    fn read_for_model_alone<'b>(
+        &mut self,
+        body: &'b [u8],
+        error: BodyError,
+    ) -> Result<InferenceRequest<'b>, BodyError> {
+        self.worker.stats.increment(self.worker.stats.body_invalid);
+        let request = parse_model_only(body).map_err(|_| error)?;
+        self.worker.stats.increment(self.worker.stats.body_routed_by_model);
+        self.endpoint = Endpoint::Other;
+        Ok(request)
     }
 
     /// `model` is one no pod of the current table serves (none names it, none is silent about
