@@ -21,12 +21,14 @@ mod cut;
 mod fields;
 mod messages;
 mod model_place;
+mod path;
 mod responses;
 mod scan;
 
 pub use cut::{Message, MAX_CUT_MESSAGES};
 pub use messages::{parse_messages, parse_messages_plainly};
 pub use model_place::{find_model, read_model, ModelPlace, Unreadable};
+pub use path::{strip_path_prefix, valid_path_prefix};
 pub use responses::{parse_responses, parse_responses_plainly};
 
 /// Which OpenAI endpoint a path names.
@@ -45,6 +47,8 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
+    /// The endpoint a path names, as the pod will see it (a route's prefix taken off first:
+    /// [`strip_path_prefix`]).
     pub fn from_path(path: &str) -> Self {
         let path = path.split('?').next().unwrap_or(path);
         match path.trim_end_matches('/') {

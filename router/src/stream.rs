@@ -12,7 +12,7 @@ use std::rc::Rc;
 use picker::address::PodAddress;
 use picker::config::{InvalidBodyPolicy, UnknownModelPolicy};
 use picker::prefix::session_key;
-use picker::request::{parse_model_only, parse_request, BodyError, Endpoint, InferenceRequest};
+use picker::request::{parse_model_only, parse_request, strip_path_prefix, BodyError, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::comparison_stats::Compared;
@@ -164,7 +164,8 @@ impl RequestStream {
             return Step::Pause;
         }
         let config = &self.worker.config;
-        let path = headers.get_text(":path").unwrap_or_default();
+        // As the pod will see it: a route's prefix rewrite runs after the plugin.
+        let path = strip_path_prefix(headers.get_text(":path").unwrap_or_default(), &config.path_prefix);
         // Only requests without a body can be the health probe or the model list.
         let bodyless_get = end_of_stream && headers.get_text(":method") == Some("GET");
         if bodyless_get && path == config.health_path {

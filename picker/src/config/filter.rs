@@ -75,6 +75,11 @@ pub struct FilterConfig {
     /// trusted any more (pods move, addresses are reused): the static `pool` is used if
     /// there is one, else requests get 503.
     pub fail_open_max_age_ms: u64,
+    /// The part of the path a route removes before the request reaches a pod (Envoy's
+    /// `prefix_rewrite`, Istio's `rewrite.uri`, which run after the plugin), as a pool chosen by
+    /// path does: taken off a path that begins with it before the endpoint and the paths the
+    /// gateway answers are matched. Empty (default): paths are matched as they come.
+    pub path_prefix: String,
     /// `GET` on this path is answered 200 by the filter itself while its VM runs: a
     /// liveness probe through the filter, which fails when the plugin cannot run.
     pub health_path: String,
@@ -129,6 +134,7 @@ impl Default for FilterConfig {
             max_body_bytes: 4 * 1024 * 1024,
             max_buffered_bytes: 256 * 1024 * 1024,
             fail_open_max_age_ms: 5 * 60 * 1000,
+            path_prefix: String::new(),
             health_path: "/wasm-epp/healthz".into(),
             peer_receiver: None,
             invalid_body: InvalidBodyPolicy::Route,
@@ -201,6 +207,12 @@ impl FilterConfig {
         check_range("max_body_bytes", self.max_body_bytes, 1024, 1 << 30)?;
         check_range("max_buffered_bytes", self.max_buffered_bytes, self.max_body_bytes, 1 << 34)?;
         check_range("fail_open_max_age_ms", self.fail_open_max_age_ms, 1_000, 86_400_000)?;
+        if !crate::request::valid_path_prefix(&self.path_prefix) {
+            return Err(format!(
+                "path_prefix '{}': empty, or an absolute path of visible ASCII, no query, no trailing '/'",
+                self.path_prefix
+            ));
+        }
         if !super::is_absolute_visible_path(&self.health_path) {
             return Err(format!("health_path '{}' must be an absolute path of visible ASCII", self.health_path));
         }
@@ -254,6 +266,10 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("twice"));
         let bad: FilterConfig = parse_json(br#"{"destination_header": "X-Bad Header"}"#).unwrap();
         assert!(bad.validate().is_err());
+        let bad: FilterConfig = parse_json(br#"{"path_prefix": "/llama/"}"#).unwrap();
+        assert!(bad.validate().unwrap_err().contains("path_prefix"));
+        let good: FilterConfig = parse_json(br#"{"path_prefix": "/llama"}"#).unwrap();
+        assert!(good.validate().is_ok());
     }
 
     #[test]
