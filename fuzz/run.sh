@@ -55,7 +55,7 @@ mkdir -p "$logs"
 dict_for() {
     case "$1" in
         metrics_text|poller) echo "-dict=dicts/prometheus.dict" ;;
-        request|prefix_hash|config|pod_table|route|discovery_parse|discovery_lister|usage_scan) echo "-dict=dicts/json.dict" ;;
+        request|model_rewrite|prefix_hash|config|pod_table|route|discovery_parse|discovery_lister|usage_scan) echo "-dict=dicts/json.dict" ;;
         *) echo "" ;;
     esac
 }
