@@ -81,6 +81,9 @@ pub struct RequestStream {
     rewrite_to: Option<String>,
     /// Flow control admitted it (routed at once or held): its answer reports the wait.
     flow_admitted: bool,
+    /// An inference request whose body was read for its model alone (`read_for_model_alone`):
+    /// routed as another endpoint's, but queued by flow control as the inference request it is.
+    read_for_model: bool,
     /// The comparison's arm that routed it (comparison on), timed until its end.
     compared: Option<Compared>,
     /// The destination header written (the pick, then fallbacks), once routed: outlier
@@ -126,6 +129,7 @@ impl RequestStream {
             response_id: None,
             rewrite_to: None,
             flow_admitted: false,
+            read_for_model: false,
             compared: None,
             destination: None,
             answered_by: None,
@@ -262,8 +266,9 @@ impl RequestStream {
                     Some(target) => Some(target).filter(|t| request.model.as_deref() != Some(t.as_str())),
                     None => crate::rewrite::draw_target(&self.worker, request.model.as_deref()),
                 };
-                // Other endpoints are not queued by flow control (as when they were not read).
-                let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other);
+                // Other endpoints are not queued by flow control (as when they were not read);
+                // an inference request read for its model alone is.
+                let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other || self.read_for_model);
                 let Some(class) = class else { return self.route_model(host, &request, &body, target) };
                 let model = target.as_deref().or(request.model.as_deref());
                 if self.refused_model(host, model) {
@@ -295,8 +300,8 @@ impl RequestStream {
     }
 
     /// A body its endpoint's parse refused, read for its model alone as any other endpoint's
-    /// is, and routed so (by model and load: no prefix, no flow-control queue, not learned
-    /// from). vLLM reads JSON with Python and pydantic, which take what serde refuses
+    /// is, and routed so (by model and load: no prefix, not learned from; flow control queues
+    /// it all the same). vLLM reads JSON with Python and pydantic, which take what serde refuses
     /// (`"stream": "true"`, a key given twice, `NaN`, a byte order mark, completions by
     /// `prompt_embeds`): routed by load, such a request would reach pods of another model
     /// (their 404), and a rewrite's public name would reach the pod. `error` stands when no
@@ -310,6 +315,7 @@ impl RequestStream {
         let request = parse_model_only(body).map_err(|_| error)?;
         self.worker.stats.increment(self.worker.stats.body_routed_by_model);
         self.endpoint = Endpoint::Other;
+        self.read_for_model = true;
         Ok(request)
     }
 

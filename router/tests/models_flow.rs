@@ -131,3 +131,33 @@ fn a_request_whose_model_left_while_it_waited_gets_the_404_it_would_get_arriving
     assert_eq!(bench.stat("wasm_epp.model_unknown"), 1);
     assert_eq!(bench.stat("wasm_epp.flow.dropped.unknown_model"), 1);
 }
+
+#[test]
+fn a_body_read_for_its_model_alone_waits_in_the_queue_and_is_released_to_its_models_pod() {
+    const LLAMA: &str = "10.0.0.4:8000";
+    let bench = Bench::new(CONFIG);
+    // The llama pod looks idler: routed by load alone, the released request would go there.
+    publish_models(&bench, &[(QWEN_A, "qwen", &[], 5.0), (LLAMA, "llama", &[], 0.0)]);
+    let (mut busy_qwen, _) = send(&bench, 1, "qwen", &[], &[]);
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN_A));
+    let (mut busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
+    assert_eq!(destination(&bench).as_deref(), Some(LLAMA));
+
+    // `"stream": "true"`: vLLM reads it, the picker's chat parse does not.
+    let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+    let body = r#"{"model":"qwen","messages":[{"role":"user","content":"hi"}],"stream":"true"}"#;
+    bench.host.set_request(&chat, body.as_bytes());
+    let mut lenient = RequestStream::for_context(bench.worker.clone(), 3);
+    assert_eq!(lenient.on_request_headers(&bench.host, false), Step::Pause);
+    let step = lenient.on_request_body(&bench.host, body.len(), true);
+    assert_eq!(step, Step::Pause, "held like any inference request while the pool is full");
+    assert_eq!(bench.stat("wasm_epp.body_routed_by_model"), 1);
+
+    // The llama pod's place frees first; wherever the request is released, it goes to qwen's.
+    let mut released = end(&bench, &mut busy_llama);
+    if released.is_empty() {
+        released = end(&bench, &mut busy_qwen);
+    }
+    assert_eq!(released, [3], "released");
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN_A), "released to its model's pod, read for its model again");
+}
