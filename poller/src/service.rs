@@ -31,6 +31,8 @@ struct Stats {
     pod_caches_dropped: Counter,
     /// Pods scraped at the plain `/metrics` after answering the filtered default with no load.
     metrics_path_fallbacks: Counter,
+    /// Model-list fetches that gave nothing (a status not 200, no answer, too large, not a list).
+    model_list_failures: Counter,
 }
 
 impl Stats {
@@ -45,6 +47,7 @@ impl Stats {
             pods_turned_unhealthy: metrics.announced_counter("wasm_epp.pods_turned_unhealthy"),
             pod_caches_dropped: metrics.announced_counter("wasm_epp.pod_caches_dropped"),
             metrics_path_fallbacks: metrics.counter("wasm_epp.metrics_path_fallbacks"),
+            model_list_failures: metrics.counter("wasm_epp.model_list_failures"),
         }
     }
 }
@@ -79,8 +82,8 @@ pub struct PoolService {
     first_round_started_ms: Option<u64>,
     /// Per-pod gauges (`wasm_epp_pod_*{pod=...}`), set on each publish.
     pod_gauges: Option<PodGauges>,
-    /// When each pod's `/v1/models` is fetched (slower than scrapes).
-    catalogs: picker::models::catalog_poll::CatalogSchedule,
+    /// Each pod's `/v1/models`, fetched slower than scrapes.
+    catalogs: crate::catalogs::Catalogs,
 }
 
 impl PoolService {
@@ -115,7 +118,7 @@ impl PoolService {
         if let Some(peers) = config.peers.clone() {
             self.peers = Some(PeerExchange::start(host, peers, &self.metrics)?);
         }
-        self.catalogs = picker::models::catalog_poll::CatalogSchedule::new(config.models_interval_ms);
+        self.catalogs = crate::catalogs::Catalogs::new(config.models_interval_ms);
         let mut poller = PoolPoller::new(config, pool);
         if let Some(published) = published_table(host) {
             poller.resume_from(&published);
@@ -193,7 +196,7 @@ impl PoolService {
         self.start_round_if_due(host, now);
         // Model lists once the pods have answered their first scrape (the table is up).
         if let Some(poller) = self.poller.as_ref().filter(|_| self.first_round_done) {
-            crate::catalogs::dispatch(host, poller, &mut self.catalogs, now);
+            self.catalogs.dispatch(host, poller, now);
         }
         if let (Some(peers), Some(poller)) = (self.peers.as_mut(), self.poller.as_ref()) {
             peers.tick(host, &self.metrics, now, poller.pods(), self.first_round_done);
@@ -281,7 +284,10 @@ impl PoolService {
         }
         let Some(poller) = self.poller.as_mut() else { return };
         if self.catalogs.owns(token) {
-            crate::catalogs::on_answer(host, poller, &mut self.catalogs, token, body_size);
+            let answer = self.catalogs.on_answer(host, poller, token, body_size);
+            if let (Err(_), Some(stats)) = (answer, &self.stats) {
+                self.metrics.increment(stats.model_list_failures);
+            }
             return;
         }
         if let Some(discovery) = self.discovery.as_mut().filter(|d| d.owns(token)) {

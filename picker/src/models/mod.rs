@@ -4,13 +4,15 @@
 //! of its metrics or from `/v1/models`) and any LoRA adapters it has registered (`/v1/models`
 //! lists them with a `parent`; `vllm:lora_adapter_loaded{adapter_name}` names them with the `level` they sit
 //! at; `vllm:lora_requests_info` names those running or waiting). [`residency`] reads the
-//! metrics, [`catalog`] reads `/v1/models` (fetched on [`catalog_poll`]'s slower schedule),
+//! metrics, [`catalog`] reads `/v1/models` (fetched on [`catalog_poll`]'s slower schedule;
+//! [`catalog_failures`]: why a fetch gave nothing, told once per pod and kind),
 //! [`index`] maps each name to the pods serving it (once per published table), [`affinity`]
 //! ranks pods for an adapter (with [`demand`]: which adapters were asked for lately), and
 //! [`rewrite`] maps a public model name onto weighted targets.
 
 pub mod affinity;
 pub mod catalog;
+pub mod catalog_failures;
 pub mod catalog_poll;
 pub mod demand;
 pub mod index;
