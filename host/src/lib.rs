@@ -54,6 +54,11 @@ pub trait Host: SharedStore {
     fn plugin_configuration(&self, size: usize) -> HostResult<Vec<u8>>;
     /// The VM id this plugin runs under, if the host says.
     fn vm_id(&self) -> Option<String>;
+    /// A variable of the VM's environment, if set: Envoy gives a VM only those its
+    /// `vm_config.environment_variables` names (`host_env_keys`, copied from Envoy's own
+    /// environment, and `key_values`), through WASI's `environ_get`. Read at configuration
+    /// (secrets kept out of the plugin's JSON, which Envoy's config_dump shows).
+    fn env_var(&self, name: &str) -> Option<String>;
 
     /// The current request's headers, as bytes.
     fn request_headers(&self) -> HostResult<HeaderMap>;

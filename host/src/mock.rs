@@ -61,6 +61,8 @@ pub struct MockHost {
     pub metric_names: RefCell<Vec<(String, MetricKind)>>,
     pub metric_values: RefCell<Vec<u64>>,
     pub tick_period_ms: Cell<Option<u64>>,
+    /// The VM's environment variables (Envoy's `vm_config.environment_variables`).
+    pub env: RefCell<BTreeMap<String, String>>,
     pub response_headers: RefCell<HeaderMap>,
     /// The response body chunk being delivered.
     pub response_body: RefCell<Vec<u8>>,
@@ -188,6 +190,12 @@ impl Host for MockHost {
 
     fn vm_id(&self) -> Option<String> {
         Some("wasm-epp".into())
+    }
+
+    fn env_var(&self, name: &str) -> Option<String> {
+        let value = self.env.borrow().get(name).cloned();
+        self.tally.note("environ_get", value.as_ref().map_or(0, String::len), name.len());
+        value
     }
 
     fn request_headers(&self) -> HostResult<HeaderMap> {

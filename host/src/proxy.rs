@@ -56,6 +56,12 @@ impl Host for ProxyHost {
         abi::current_time_ns().unwrap_or(0x5eed)
     }
 
+    fn env_var(&self, name: &str) -> Option<String> {
+        // WASI's environ_get, which Envoy serves from vm_config.environment_variables (natively,
+        // the process's environment). Not UTF-8: as good as unset.
+        std::env::var(name).ok()
+    }
+
     fn set_tick_period_ms(&self, period_ms: u64) -> HostResult<()> {
         abi::set_tick_period_ms(u32::try_from(period_ms).unwrap_or(u32::MAX))
     }

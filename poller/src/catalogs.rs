@@ -9,6 +9,8 @@ use picker::models::catalog_poll::CatalogSchedule;
 use picker::poller::PoolPoller;
 use wasm_epp_host::Host;
 
+use crate::pod_api_key::PodApiKey;
+
 /// The model-list fetches in flight and the failures already told of.
 #[derive(Debug, Default)]
 pub struct Catalogs {
@@ -27,8 +29,8 @@ impl Catalogs {
         self.schedule.owns(token)
     }
 
-    /// Asks every pod that is due for its model list.
-    pub fn dispatch(&mut self, host: &dyn Host, poller: &PoolPoller, now: u64) {
+    /// Asks every pod that is due for its model list (with the pods' API key, if any).
+    pub fn dispatch(&mut self, host: &dyn Host, poller: &PoolPoller, api_key: Option<&PodApiKey>, now: u64) {
         let config = poller.config();
         let pool = poller.addresses();
         let due = self.schedule.due(now, config.timeout_ms, &pool);
@@ -37,13 +39,16 @@ impl Catalogs {
         }
         self.told.retain(&pool);
         for address in due {
-            let headers = [
+            let mut headers = vec![
                 (":method", "GET"),
                 (":path", config.models_path.as_str()),
                 (":authority", address.as_str()),
                 (config.destination_header.as_str(), address.as_str()),
                 ("accept", "application/json"),
             ];
+            if let Some(key) = api_key {
+                headers.push(("authorization", key.authorization()));
+            }
             match host.dispatch_call(&config.metrics_cluster, &headers, &[], config.timeout_ms) {
                 Ok(token) => self.schedule.started(token, address, now),
                 Err(error) => log::debug!("wasm-epp pool service: /v1/models of {address} not asked: {error}"),
@@ -58,6 +63,7 @@ impl Catalogs {
         &mut self,
         host: &dyn Host,
         poller: &mut PoolPoller,
+        api_key: Option<&PodApiKey>,
         token: u32,
         size: usize,
     ) -> Result<(), CatalogFailure> {
@@ -65,7 +71,7 @@ impl Catalogs {
         let result = read_catalog(host, poller, &address, size);
         if let Err(failure) = result {
             if self.told.first_time(&address, failure) {
-                log::warn!("wasm-epp pool service: {}", explain(poller, &address, failure));
+                log::warn!("wasm-epp pool service: {}", explain(poller, &address, failure, api_key));
             } else {
                 log::debug!("wasm-epp pool service: /v1/models of {address}: {failure:?} again");
             }
@@ -103,16 +109,24 @@ fn read_catalog(
 }
 
 /// What the failure costs and what to do about it, for the one warning per pod and kind.
-fn explain(poller: &PoolPoller, address: &PodAddress, failure: CatalogFailure) -> String {
+fn explain(poller: &PoolPoller, address: &PodAddress, failure: CatalogFailure, api_key: Option<&PodApiKey>) -> String {
     let config = poller.config();
     let path = &config.models_path;
     let cost = "its LoRA adapters and other served names stay unknown to the gateway, which answers \
                 requests for them 404 (models.unknown_model) without asking any pod";
     match failure {
-        CatalogFailure::Status(status) if failure.is_refused() => format!(
-            "pod {address} refused {path} with {status}: {cost}. A pod started with --api-key (or \
-             VLLM_API_KEY) wants that key on /v1 paths, which the pool service does not send"
-        ),
+        CatalogFailure::Status(status) if failure.is_refused() => match api_key {
+            None => format!(
+                "pod {address} refused {path} with {status}: {cost}. A pod started with --api-key (or \
+                 VLLM_API_KEY) wants that key on /v1 paths: name the environment variable holding it in \
+                 the pool service's pods_api_key_env (docs/deployment.md, \"Pods with an API key\")"
+            ),
+            Some(key) => format!(
+                "pod {address} refused {path} with {status} and the key in {}: {cost}. Check that it \
+                 is the pod's --api-key",
+                key.variable()
+            ),
+        },
         CatalogFailure::Status(status) => format!(
             "pod {address} answered {path} with {status}: {cost}; set models_interval_ms to 0 if its \
              server lists no models"

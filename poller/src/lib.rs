@@ -16,6 +16,7 @@ mod clock_skew;
 pub mod discovery;
 pub mod election;
 pub mod peers;
+pub mod pod_api_key;
 pub mod pod_gauges;
 mod publish;
 mod relay;

@@ -15,6 +15,7 @@ use wasm_epp_host::{Counter, Gauge, Host, Metrics};
 
 use crate::discovery::{Discovery, Env};
 use crate::peers::PeerExchange;
+use crate::pod_api_key::PodApiKey;
 use crate::pod_gauges::PodGauges;
 use crate::publish::publish;
 use crate::relay::EventRelay;
@@ -84,6 +85,8 @@ pub struct PoolService {
     pod_gauges: Option<PodGauges>,
     /// Each pod's `/v1/models`, fetched slower than scrapes.
     catalogs: crate::catalogs::Catalogs,
+    /// The key the pods' API wants (`pods_api_key_env`), if any.
+    pod_api_key: Option<PodApiKey>,
 }
 
 impl PoolService {
@@ -98,6 +101,7 @@ impl PoolService {
     /// root context running it owns that; tick at least every `poll_interval_ms`).
     pub fn configure_embedded(&mut self, host: &dyn Host, config: PollerConfig) -> Result<(), String> {
         let pool = config.validate().map_err(|e| format!("invalid configuration: {e}"))?;
+        let pod_api_key = PodApiKey::from_config(host, &config).map_err(|e| format!("invalid configuration: {e}"))?;
         self.metrics.label_pool(&config.pool_name);
         self.discovery =
             config.kubernetes.clone().map(|k| Discovery::new(k, &self.metrics, "wasm_epp.discovery")).transpose()?;
@@ -119,6 +123,11 @@ impl PoolService {
             self.peers = Some(PeerExchange::start(host, peers, &self.metrics)?);
         }
         self.catalogs = crate::catalogs::Catalogs::new(config.models_interval_ms);
+        if let Some(key) = &pod_api_key {
+            let calls = if key.on_metrics() { "model-list fetches and scrapes" } else { "model-list fetches" };
+            log::info!("wasm-epp pool service: the pods' API key from {} goes with {calls}", key.variable());
+        }
+        self.pod_api_key = pod_api_key;
         let mut poller = PoolPoller::new(config, pool);
         if let Some(published) = published_table(host) {
             poller.resume_from(&published);
@@ -147,7 +156,7 @@ impl PoolService {
             self.first_round_started_ms = Some(now);
         }
         for address in due {
-            dispatch_scrape(host, poller, &address, now, &self.metrics, self.stats.as_ref());
+            dispatch_scrape(host, poller, &address, self.pod_api_key.as_ref(), now, &self.metrics, self.stats.as_ref());
         }
         log_pod_events(poller, &self.metrics, self.stats.as_ref());
     }
@@ -196,7 +205,7 @@ impl PoolService {
         self.start_round_if_due(host, now);
         // Model lists once the pods have answered their first scrape (the table is up).
         if let Some(poller) = self.poller.as_ref().filter(|_| self.first_round_done) {
-            self.catalogs.dispatch(host, poller, now);
+            self.catalogs.dispatch(host, poller, self.pod_api_key.as_ref(), now);
         }
         if let (Some(peers), Some(poller)) = (self.peers.as_mut(), self.poller.as_ref()) {
             peers.tick(host, &self.metrics, now, poller.pods(), self.first_round_done);
@@ -284,7 +293,7 @@ impl PoolService {
         }
         let Some(poller) = self.poller.as_mut() else { return };
         if self.catalogs.owns(token) {
-            let answer = self.catalogs.on_answer(host, poller, token, body_size);
+            let answer = self.catalogs.on_answer(host, poller, self.pod_api_key.as_ref(), token, body_size);
             if let (Err(_), Some(stats)) = (answer, &self.stats) {
                 self.metrics.increment(stats.model_list_failures);
             }
@@ -329,7 +338,7 @@ impl PoolService {
                 poller.metrics_path(address)
             );
             // At once, not a round later: this round (the first, after a handover) ends with its load.
-            dispatch_scrape(host, poller, address, now, &self.metrics, self.stats.as_ref());
+            dispatch_scrape(host, poller, address, self.pod_api_key.as_ref(), now, &self.metrics, self.stats.as_ref());
         }
         log_pod_events(poller, &self.metrics, self.stats.as_ref());
         if poller.round_complete() {
@@ -344,24 +353,28 @@ impl PoolService {
     }
 }
 
-/// Sends `address` its scrape, at the path the poller gives for it; a dispatch the host
-/// refuses is a failed scrape.
+/// Sends `address` its scrape, at the path the poller gives for it (with the pods' API key
+/// when `pods_api_key_on_metrics` asks for it); a dispatch the host refuses is a failed scrape.
 fn dispatch_scrape(
     host: &dyn Host,
     poller: &mut PoolPoller,
     address: &PodAddress,
+    api_key: Option<&PodApiKey>,
     now: u64,
     metrics: &Metrics,
     stats: Option<&Stats>,
 ) {
     let config = poller.config();
-    let headers = [
+    let mut headers = vec![
         (":method", "GET"),
         (":path", poller.metrics_path(address)),
         (":authority", address.as_str()),
         (config.destination_header.as_str(), address.as_str()),
         ("accept", "text/plain"),
     ];
+    if let Some(key) = api_key.filter(|key| key.on_metrics()) {
+        headers.push(("authorization", key.authorization()));
+    }
     match host.dispatch_call(&config.metrics_cluster, &headers, &[], config.timeout_ms) {
         Ok(token) => poller.scrape_started(address, token, now),
         Err(error) => {

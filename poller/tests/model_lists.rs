@@ -1,5 +1,5 @@
 //! Each pod's `/v1/models`, natively against the in-memory host: a list that cannot be had
-//! is counted and told of once per pod and kind.
+//! is counted and told of once per pod and kind; pods started with an API key get it.
 
 // Test support functions unwrap too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
@@ -111,7 +111,7 @@ fn a_pod_refusing_its_model_list_is_counted_and_told_of_once() {
     assert_eq!(told.len(), 2, "once per pod, not once per fetch: {told:?}");
     for (warning, pod) in told.iter().zip(["10.0.0.1:8000", "10.0.0.2:8000"]) {
         assert!(warning.contains(pod) && warning.contains("401"), "{warning}");
-        assert!(warning.contains("--api-key"), "says why: {warning}");
+        assert!(warning.contains("--api-key") && warning.contains("pods_api_key_env"), "says what to do: {warning}");
     }
     assert!(table(&host).pods.iter().all(|p| p.adapters.is_empty()), "nothing learned from a refusal");
 }
@@ -139,4 +139,96 @@ fn good_model_lists_are_not_failures() {
     assert_eq!(host.metric("wasm_epp.model_list_failures"), 0);
     assert!(warnings().is_empty());
     assert!(table(&host).pods.iter().all(|p| p.adapters == ["sql-lora"]));
+}
+
+const POD_KEY: &str = "sk-pool-key";
+
+fn authorization(call: &Call) -> Option<&str> {
+    call.headers.iter().find(|(name, _)| name == "authorization").map(|(_, value)| value.as_str())
+}
+
+/// Answers every call since `answered` as vLLM started with `--api-key key` does: `/v1`
+/// paths only with `Authorization: Bearer key` (401 without), `/metrics` open.
+fn answer_as_vllm_with_key(host: &MockHost, service: &mut PoolService, answered: &mut usize, key: &str) {
+    let calls = host.calls.borrow().clone();
+    for call in calls.iter().skip(*answered) {
+        let (status, body) = match is_model_list(call) {
+            true if authorization(call) == Some(format!("Bearer {key}").as_str()) => (200, CATALOG),
+            true => (401, r#"{"error":"Unauthorized"}"#),
+            false => (200, METRICS),
+        };
+        *host.call_answer.borrow_mut() = Some((status, body.as_bytes().to_vec()));
+        service.http_response(host, call.token, body.len());
+    }
+    *answered = calls.len();
+}
+
+/// Two rounds of scrapes and model lists against pods that want `POD_KEY`, then a publish.
+fn rounds_against_pods_with_a_key(host: &MockHost, service: &mut PoolService) {
+    let mut answered = 0;
+    for round in 0..2 {
+        service.tick(host, NOW + round * 5_000);
+        answer_as_vllm_with_key(host, service, &mut answered, POD_KEY);
+        service.tick(host, NOW + 100 + round * 5_000);
+        answer_as_vllm_with_key(host, service, &mut answered, POD_KEY);
+    }
+    service.tick(host, NOW + 5_200);
+}
+
+fn with_key(config: &str, key: &str) -> (MockHost, PoolService) {
+    let host = host();
+    host.env.borrow_mut().insert("VLLM_API_KEY".into(), format!("{key}\n"));
+    let service = service(&host, config);
+    (host, service)
+}
+
+const TWO_PODS_WITH_KEY: &str =
+    r#"{"pool": ["10.0.0.1:8000", "10.0.0.2:8000"], "poll_interval_ms": 100, "pods_api_key_env": "VLLM_API_KEY"}"#;
+
+#[test]
+fn pods_started_with_an_api_key_list_their_adapters_to_the_key_sent() {
+    // Without the key, such pods refuse their lists and their adapters stay unknown.
+    let host = host();
+    let mut service = service(&host, TWO_PODS);
+    rounds_against_pods_with_a_key(&host, &mut service);
+    assert!(table(&host).pods.iter().all(|p| p.adapters.is_empty()));
+    assert_eq!(host.metric("wasm_epp.model_list_failures"), 4);
+
+    let (host, mut service) = with_key(TWO_PODS_WITH_KEY, POD_KEY);
+    rounds_against_pods_with_a_key(&host, &mut service);
+    let published = table(&host);
+    assert!(published.pods.iter().all(|p| p.adapters == ["sql-lora"]), "{published:?}");
+    assert_eq!(host.metric("wasm_epp.model_list_failures"), 0);
+    let calls = host.calls.borrow();
+    let (lists, scrapes): (Vec<&Call>, Vec<&Call>) = calls.iter().partition(|c| is_model_list(c));
+    assert!(lists.len() == 4 && lists.iter().all(|c| authorization(c) == Some("Bearer sk-pool-key")), "{lists:?}");
+    assert!(scrapes.iter().all(|c| authorization(c).is_none()), "/metrics is open: no key sent there");
+}
+
+#[test]
+fn the_key_goes_with_scrapes_only_when_asked() {
+    let config = r#"{"pool": ["10.0.0.1:8000"], "pods_api_key_env": "VLLM_API_KEY", "pods_api_key_on_metrics": true}"#;
+    let (host, mut service) = with_key(config, POD_KEY);
+    rounds_against_pods_with_a_key(&host, &mut service);
+    let calls = host.calls.borrow();
+    assert!(calls.iter().any(|c| !is_model_list(c)), "scrapes were sent");
+    assert!(calls.iter().all(|c| authorization(c) == Some("Bearer sk-pool-key")), "{calls:?}");
+}
+
+#[test]
+fn a_key_the_pods_refuse_is_told_of_as_such() {
+    let (host, mut service) = with_key(TWO_PODS_WITH_KEY, "sk-stale-key");
+    rounds_against_pods_with_a_key(&host, &mut service);
+    assert_eq!(host.metric("wasm_epp.model_list_failures"), 4);
+    let told = warnings();
+    assert_eq!(told.len(), 2, "{told:?}");
+    assert!(told.iter().all(|w| w.contains("the key in VLLM_API_KEY") && !w.contains("sk-stale")), "{told:?}");
+}
+
+#[test]
+fn a_key_variable_the_vm_lacks_stops_the_service() {
+    let host = host();
+    let mut service = PoolService::default();
+    let refused = service.configure(&host, TWO_PODS_WITH_KEY.as_bytes()).unwrap_err();
+    assert!(refused.contains("VLLM_API_KEY") && refused.contains("host_env_keys"), "{refused}");
 }

@@ -2,6 +2,7 @@
 
 use picker::config::{parse_json, FilterConfig};
 use wasm_epp_host::{Host, HostError};
+use wasm_epp_poller::pod_api_key::PodApiKey;
 
 use crate::worker::Worker;
 
@@ -39,6 +40,11 @@ pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, Conf
         poller.pool_name = config.pool_name.clone();
     }
     let pool = config.validate().map_err(ConfigureError::Invalid)?;
+    // The no-singleton pool service starts only when this root is elected, and would then
+    // fail on every tick: a pods' API key it cannot read is refused now, with the rest.
+    if let Some(poller) = &config.poller {
+        PodApiKey::from_config(host, poller).map_err(|e| ConfigureError::Invalid(format!("poller: {e}")))?;
+    }
     host.set_tick_period_ms(tick_period_ms(&config)).map_err(ConfigureError::Tick)?;
     let vm_id = host.vm_id().unwrap_or_else(|| "wasm-epp".to_string());
     log::info!(
@@ -56,4 +62,25 @@ pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, Conf
 pub fn tick_period_ms(config: &FilterConfig) -> u64 {
     let poll = config.poller.as_ref().map_or(u64::MAX, |p| p.poll_interval_ms);
     config.prefix.sync_interval_ms.min(poll)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasm_epp_host::MockHost;
+
+    #[test]
+    fn a_no_singleton_pool_service_whose_pods_api_key_is_missing_is_refused_at_start() {
+        let host = MockHost::new();
+        let config = br#"{"pool": ["10.0.0.1:8000"],
+                          "poller": {"pool": ["10.0.0.1:8000"], "pods_api_key_env": "VLLM_API_KEY"}}"#;
+        *host.configuration.borrow_mut() = config.to_vec();
+        match configure(&host, config.len(), 1) {
+            Err(ConfigureError::Invalid(reason)) => assert!(reason.contains("host_env_keys"), "{reason}"),
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("started without the key its pool service needs"),
+        }
+        host.env.borrow_mut().insert("VLLM_API_KEY".into(), "sk-pool-key".into());
+        assert!(configure(&host, config.len(), 1).is_ok());
+    }
 }

@@ -37,6 +37,14 @@ pub struct PollerConfig {
     pub models_interval_ms: u64,
     /// Model lists larger than this are refused (a list of 64 adapters is ~20 KB).
     pub max_models_bytes: u64,
+    /// The environment variable holding the key the pods' API wants (vLLM's `--api-key`),
+    /// sent as `Authorization: Bearer <key>` on model-list fetches; empty: none is sent. A
+    /// variable name, not the key: the plugin's JSON is in Envoy's config_dump, and Envoy
+    /// hands the VM the variables its `vm_config.environment_variables` names.
+    pub pods_api_key_env: String,
+    /// Send that key on scrapes too. Off by default: vLLM leaves `/metrics` open (its key
+    /// guards `/v1` paths only), and a key sent where none is needed is one more copy of it.
+    pub pods_api_key_on_metrics: bool,
 }
 
 impl Default for PollerConfig {
@@ -57,6 +65,8 @@ impl Default for PollerConfig {
             models_path: "/v1/models".into(),
             models_interval_ms: 5_000,
             max_models_bytes: 256 * 1024,
+            pods_api_key_env: String::new(),
+            pods_api_key_on_metrics: false,
         }
     }
 }
@@ -86,6 +96,7 @@ impl PollerConfig {
             check_range("models_interval_ms", self.models_interval_ms, self.poll_interval_ms, 3_600_000)?;
         }
         check_range("max_models_bytes", self.max_models_bytes, 1024, 16 * 1024 * 1024)?;
+        self.check_pods_api_key()?;
         let pool = parse_pool(&self.pool)?;
         // The initial pool: the static one, or empty until the first list arrives.
         match (&self.kubernetes, pool.is_empty()) {
@@ -97,7 +108,30 @@ impl PollerConfig {
     }
 }
 
+/// Longest environment variable name accepted for `pods_api_key_env`.
+const MAX_ENV_NAME_BYTES: usize = 256;
+
 impl PollerConfig {
+    /// `pods_api_key_env` names a variable (letters, digits, `_`, not starting with a digit);
+    /// its value is read and checked when the pool service starts.
+    fn check_pods_api_key(&self) -> Result<(), String> {
+        let name = self.pods_api_key_env.as_str();
+        if name.is_empty() {
+            return match self.pods_api_key_on_metrics {
+                true => Err("pods_api_key_on_metrics needs pods_api_key_env".into()),
+                false => Ok(()),
+            };
+        }
+        let word = name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !word || name.starts_with(|c: char| c.is_ascii_digit()) || name.len() > MAX_ENV_NAME_BYTES {
+            return Err(format!(
+                "pods_api_key_env '{name}' must be an environment variable's name (A-Z a-z 0-9 _, at most \
+                 {MAX_ENV_NAME_BYTES} bytes), not the key"
+            ));
+        }
+        Ok(())
+    }
+
     /// The static roles, each address checked.
     pub fn role_map(&self) -> Result<crate::role::RoleMap, String> {
         if self.roles.len() > crate::pod_table::MAX_PODS {
@@ -158,6 +192,20 @@ mod tests {
         let bad: PollerConfig = parse_json(br#"{"pool": ["10.0.0.1:80"], "roles": {"pod-a:80": "decode"}}"#).unwrap();
         assert!(bad.validate().unwrap_err().contains("roles"));
         assert!(parse_json::<PollerConfig>(br#"{"roles": {"10.0.0.1:80": "leader"}}"#).is_err());
+    }
+
+    #[test]
+    fn the_pods_api_key_is_named_by_an_environment_variable() {
+        let config = |extra: &str| {
+            let json = format!(r#"{{"pool": ["10.0.0.1:80"]{extra}}}"#);
+            parse_json::<PollerConfig>(json.as_bytes()).unwrap().validate()
+        };
+        assert!(config("").is_ok(), "no key by default");
+        assert!(config(r#", "pods_api_key_env": "VLLM_API_KEY""#).is_ok());
+        assert!(config(r#", "pods_api_key_env": "VLLM_API_KEY", "pods_api_key_on_metrics": true"#).is_ok());
+        assert!(config(r#", "pods_api_key_env": "sk-abc123""#).unwrap_err().contains("not the key"));
+        assert!(config(r#", "pods_api_key_env": "1KEY""#).unwrap_err().contains("pods_api_key_env"));
+        assert!(config(r#", "pods_api_key_on_metrics": true"#).unwrap_err().contains("needs pods_api_key_env"));
     }
 
     #[test]
