@@ -53,6 +53,12 @@ CASES = {
          "match": {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": "interactive"}}]}},
         {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"},
          "filter": {"flow_control": {"enabled": True}, "weights": {"queue": 3.0}}}]},
+    # Pods started with vLLM's --api-key: the key from a Secret, through Envoy's environment,
+    # to the singletons (validate.py starts Envoy with WASM_EPP_PODS_API_KEY set).
+    "standalone-pods-api-key": {"podsApiKey": {"secretName": "vllm-api-key", "onMetrics": True},
+                                "pools": [
+        {"name": "interactive", "labelSelector": "app=vllm-qwen", "targetPort": 8000, "match": {"prefix": "/"}},
+        {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"}}]},
     # The gateway scaled on CPU instead of a fixed replica count.
     "standalone-autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
 }
@@ -85,6 +91,8 @@ REFUSED = {
     "no Istio server carrying the filter": {"mode": "istio", "istio": {"listenerPorts": []}},
     "several pools on Istio": {"mode": "istio", "pools": [{"name": "llama", "inferencePool": "a",
                                                            "match": {"prefix": "/"}}]},
+    "the pods' API key on Istio": {"mode": "istio", "podsApiKey": {"secretName": "vllm-api-key"}},
+    "a misspelt pods' API key field": {"podsApiKey": {"secret": "vllm-api-key"}},
 }
 
 

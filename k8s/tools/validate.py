@@ -16,7 +16,9 @@
    filter's .wasm and runs its configuration check, so file paths are rewritten to the
    built modules and to a scratch service-account folder. Validate mode skips bootstrap
    extensions, so configurations with the singleton are also started for real for a
-   moment (ports 0, no listener conflicts) until the singleton logs that it is configured.
+   moment (ports 0, no listener conflicts) until the singleton logs that it is configured,
+   with WASM_EPP_PODS_API_KEY in Envoy's environment; a singleton naming the pods' API key
+   variable must get it through its vm_config's host_env_keys (never inline key_values).
 3. The docker-compose file parses and agrees with its Envoy configuration.
 4. The Helm chart (k8s/helm/wasm-epp), rendered by `make helm-check` into target/helm/, goes
    through 1 and 2 too, and with its default values must render the same Envoy
@@ -764,6 +766,20 @@ def routes_to_pool(hcm):
     return any(c == "pool" or c.startswith("pool-") or c == "wasm_epp_pool" for c in clusters)
 
 
+def check_pods_api_key(where, extension, singleton):
+    """A singleton reading the pods' API key from a variable gets that variable from Envoy:
+    a Wasm VM sees only those its vm_config.environment_variables names (the singleton
+    refuses to start without it). The key itself stays out of the configuration."""
+    variable = singleton.get("pods_api_key_env")
+    if not variable:
+        return
+    env = dig(extension, "typed_config", "config", "vm_config", "environment_variables") or {}
+    if variable not in (env.get("host_env_keys") or []):
+        fail(where, f"pods_api_key_env {variable} is not in the singleton's vm_config.environment_variables.host_env_keys")
+    if variable in (env.get("key_values") or {}):
+        fail(where, f"the pods' API key {variable} is inline in key_values, in plain text in config_dump")
+
+
 def run_envoy_checks(where, config, files, scratch):
     check_inference_listeners(where, config)
     for extension, value in singleton_configs(config):
@@ -771,6 +787,8 @@ def run_envoy_checks(where, config, files, scratch):
             SINGLETON_CONFIGS.append((where, json.loads(value)))
         except json.JSONDecodeError as error:
             fail(where, f"singleton configuration is not JSON: {error}")
+            continue
+        check_pods_api_key(where, extension, SINGLETON_CONFIGS[-1][1])
     path = scratch / "envoy.yaml"
     path.write_text(localise(yaml.safe_dump(config, sort_keys=False), scratch, files))
     started = time.monotonic()
@@ -791,9 +809,12 @@ def run_envoy_checks(where, config, files, scratch):
 
 def smoke_start(where, path, singletons):
     """Starts Envoy for real until every singleton logs that it is configured."""
+    # A configuration naming the pods' API key variable gets it from Envoy's environment
+    # (the chart's Deployment sets it from a Secret): the singleton refuses to start without.
     process = subprocess.Popen([str(ENVOY), "-c", str(path), "--disable-hot-restart", "--concurrency", "1",
                                 "-l", "info"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "WASM_EPP_PODS_API_KEY": "validate-pods-key"})
     seen, log = 0, []
     deadline = time.monotonic() + SMOKE_SECONDS
     try:

@@ -49,7 +49,7 @@ label selector or InferencePool. */}}
 {{- toJson $pool -}}
 {{- end }}
 
-{{/* The singleton's configuration (JSON); `peers` only for the standalone gateway. With
+{{/* The singleton's configuration (JSON); `peers` and `podsApiKey` only for the standalone gateway. With
 several pools, `pool` is the one this singleton serves: its name labels its stats and its
 peer messages go to its own path. */}}
 {{- define "wasm-epp.singletonConfig" -}}
@@ -60,6 +60,11 @@ peer messages go to its own path. */}}
 {{- $name := (.pool | default dict).name | default "" -}}
 {{- if $name -}}
 {{- $_ := set $config "pool_name" $name -}}
+{{- end -}}
+{{- if .podsApiKey -}}
+{{- /* The variable's name, never the key: Envoy's config_dump shows this JSON. */ -}}
+{{- $_ := set $config "pods_api_key_env" (include "wasm-epp.podsApiKeyEnv" .root) -}}
+{{- if .root.Values.podsApiKey.onMetrics }}{{ $_ := set $config "pods_api_key_on_metrics" true }}{{ end -}}
 {{- end -}}
 {{- if .peers -}}
 {{- /* Peers drop a replica's load 2 s after its last message, and the singleton sends on its
@@ -72,6 +77,12 @@ polls: the plugin refuses a cadence over 1 s at start (docs/configuration.md, `p
 {{- $_ := set $config "peers" $peers -}}
 {{- end -}}
 {{- toPrettyJson $config -}}
+{{- end }}
+
+{{/* The Envoy container's environment variable holding the pods' API key (podsApiKey),
+which Envoy hands to the singletons' VMs (vm_config.environment_variables.host_env_keys). */}}
+{{- define "wasm-epp.podsApiKeyEnv" -}}
+WASM_EPP_PODS_API_KEY
 {{- end }}
 
 {{/* Where a named pool's peer messages go on the peer listener. */}}
