@@ -16,6 +16,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::hash::{BlockChain, ShapeError, SEPARATOR};
 use super::json::{around_member, for_each_element, span_of, string_contents, Element};
+use super::system::feed_system;
 use crate::request::Message;
 
 /// Fields of a content part that carry media rather than text (OpenAI and vLLM's extensions).
@@ -25,7 +26,8 @@ const MEDIA_FIELDS: [&str; 8] =
     ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil", "file_data", "source"];
 
 /// `tools` (as written), the tagged `system` prompt of a Messages API request (vLLM makes it
-/// the chat's system message; a chat's is one of its messages), then every message, in order.
+/// the chat's system message, without Claude Code's billing header: `system.rs`; a chat's is
+/// one of its messages), then every message, in order.
 /// `cut`: where the body parse found each message, if it did; otherwise the raw list is cut
 /// here (the same messages either way).
 pub(super) fn hash_chat(
@@ -41,7 +43,7 @@ pub(super) fn hash_chat(
     }
     feed_tools(tools, chain);
     if let Some(system) = system {
-        if !(chain.feed(INSTRUCTIONS_TAG) && chain.feed(system.as_bytes())) {
+        if !(chain.feed(INSTRUCTIONS_TAG) && feed_system(system, chain)?) {
             return Ok(());
         }
     }

@@ -72,3 +72,27 @@ fn a_cache_control_marker_moved_to_the_newest_blocks_keeps_the_earlier_turns_blo
     let kept = second.len() - 1;
     assert_eq!(third.get(..kept), second.get(..kept), "the marker's move broke the prefix");
 }
+
+#[test]
+fn claude_code_s_billing_header_changing_every_turn_keeps_the_earlier_turn_s_blocks() {
+    // Claude Code's first system block carries a `cch=` hash that changes with every request;
+    // vLLM drops that block before rendering, so the pod holds the turn without it.
+    let tools = format!(r#"[{{"name":"Bash","description":"{}","input_schema":{{"type":"object"}}}}]"#, words(300, 11));
+    let body = |cch: &str, messages: &[String]| {
+        format!(
+            r#"{{"model":"m","max_tokens":64,"tools":{tools},"system":[{{"type":"text","text":"x-anthropic-billing-header: cc_version=2.1.77.a1b; cc_entrypoint=cli; cch={cch};"}},{{"type":"text","text":"{}"}}],"messages":[{}]}}"#,
+            words(200, 12),
+            messages.join(",")
+        )
+    };
+    let mut messages = vec![format!(r#"{{"role":"user","content":[{{"type":"text","text":"{}"}}]}}"#, words(80, 13))];
+    let first = hashes(&body("3f9a1", &messages));
+    messages.push(r#"{"role":"assistant","content":"ok"}"#.into());
+    messages.push(r#"{"role":"user","content":"next"}"#.into());
+    let second = hashes(&body("77c02", &messages));
+    let tools_blocks = tools.len() / 64;
+    assert!(first.len() > tools_blocks + 20 && second.len() > first.len(), "{} then {}", first.len(), second.len());
+    assert_eq!(second.get(..first.len()), Some(first.as_slice()), "the earlier turn is a prefix");
+    let other_block = hashes(&body("77c02", &messages).replace("x-anthropic-billing-header", "You are Claude"));
+    assert_ne!(other_block.get(..first.len()), second.get(..first.len()), "any other block is hashed as written");
+}

@@ -32,6 +32,7 @@ mod messages_tests;
 #[cfg(test)]
 mod responses_tests;
 pub mod ring;
+mod system;
 pub mod worker;
 
 pub use events::RoutingEvent;
