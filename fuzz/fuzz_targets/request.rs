@@ -8,8 +8,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use picker::request::{
-    parse_messages_plainly, parse_request, parse_request_plainly, parse_responses_plainly, BodyError, Endpoint,
-    InferenceRequest,
+    media_in, parse_messages_plainly, parse_request, parse_request_plainly, parse_responses_plainly, BodyError,
+    Endpoint, InferenceRequest,
 };
 use serde_json::value::RawValue;
 
@@ -31,7 +31,10 @@ fn check(body: &[u8]) {
     for endpoint in [Endpoint::Completions, Endpoint::ChatCompletions, Endpoint::Other] {
         let answer = parse_request(body, endpoint);
         match (&answer, parse_request_plainly(body, endpoint)) {
-            (Ok(cut), Ok(plain)) => assert_eq!(fields(cut), fields(&plain), "cut and plain parses differ"),
+            (Ok(cut), Ok(plain)) => {
+                assert_eq!(fields(cut), fields(&plain), "cut and plain parses differ");
+                assert_eq!(media_in(cut), media_in(&plain), "the scan's media count is not the walk's");
+            }
             (Err(cut), Err(plain)) => assert_eq!(cut, &plain, "cut and plain parses refuse differently"),
             (cut, plain) => panic!("cut parse {cut:?}, plain parse {plain:?}"),
         }
@@ -75,7 +78,10 @@ fn check(body: &[u8]) {
         [(Endpoint::Responses, parse_responses_plainly as Parse), (Endpoint::Messages, parse_messages_plainly as Parse)]
     {
         match (parse_request(body, endpoint), plainly(body)) {
-            (Ok(fast), Ok(plain)) => assert_eq!(agent_fields(&fast), agent_fields(&plain), "scan and serde differ"),
+            (Ok(fast), Ok(plain)) => {
+                assert_eq!(agent_fields(&fast), agent_fields(&plain), "scan and serde differ");
+                assert_eq!(media_in(&fast), media_in(&plain), "the scan's media count is not the walk's");
+            }
             (Err(fast), Err(plain)) => assert_eq!(fast, plain, "scan and serde refuse differently"),
             (fast, plain) => panic!("scan {fast:?}, serde {plain:?}"),
         }

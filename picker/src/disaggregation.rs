@@ -9,7 +9,6 @@
 
 use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
-use crate::request::InferenceRequest;
 use crate::role::PodRole;
 
 /// A table split by role, rebuilt only when the table's version changes.
@@ -73,13 +72,6 @@ impl RoleTables {
             self.decode_models.note_routed(model, pod);
         }
     }
-}
-
-/// The prompt's length in tokens, estimated from its JSON text (what the prefix hashing cuts
-/// into blocks with the same `bytes_per_token`); 0 without a prompt.
-pub fn estimated_prompt_tokens(request: &InferenceRequest<'_>, bytes_per_token: usize) -> u64 {
-    let text_bytes = request.prompt.or(request.messages).map_or(0, str::len);
-    (text_bytes / bytes_per_token.max(1)) as u64
 }
 
 /// Tokens of the prompt the pod probably lacks: all but the blocks it matched of the hashed
@@ -234,12 +226,5 @@ mod tests {
         assert!(!prefill_pod_backed_up(ahead(8192), 8192));
         assert!(prefill_pod_backed_up(ahead(8193), 8192));
         assert!(!prefill_pod_backed_up(ahead(1 << 30), 0), "0 turns the limit off");
-    }
-
-    #[test]
-    fn prompt_tokens_come_from_the_prompt_text() {
-        let body = br#"{"model": "m", "prompt": "0123456789abcdef0123456789abcdef0123"}"#;
-        let request = crate::request::parse_request(body, crate::request::Endpoint::Completions).unwrap();
-        assert_eq!(estimated_prompt_tokens(&request, 4), 9, "38 bytes with the quotes");
     }
 }

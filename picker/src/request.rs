@@ -19,6 +19,7 @@ use serde_json::value::RawValue;
 
 mod cut;
 mod fields;
+mod media;
 mod messages;
 mod model_place;
 mod path;
@@ -26,6 +27,7 @@ mod responses;
 mod scan;
 
 pub use cut::{Message, MAX_CUT_MESSAGES};
+pub use media::{media_in, PromptMedia, MEDIA_FIELDS};
 pub use messages::{parse_messages, parse_messages_plainly};
 pub use model_place::{find_model, read_model, ModelPlace, Unreadable};
 pub use path::{strip_path_prefix, valid_path_prefix};
@@ -117,6 +119,11 @@ pub struct InferenceRequest<'a> {
     /// otherwise, and when deserialized directly: hashing then finds the messages itself.
     #[serde(skip)]
     pub messages_cut: Option<Vec<Message<'a>>>,
+    /// The media parts of `messages` (or of a Responses `input` list) as [`parse_request`]'s
+    /// scan counted them while reading the body; `None` when serde read it ([`media_in`] then
+    /// walks the list).
+    #[serde(skip)]
+    pub media: Option<PromptMedia>,
 }
 
 impl InferenceRequest<'_> {

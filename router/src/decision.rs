@@ -7,7 +7,6 @@
 
 use picker::address::PodAddress;
 use picker::config::TtftScore;
-use picker::disaggregation::estimated_prompt_tokens;
 use picker::inflight::WorkerInflight;
 use picker::learn::{prompt_size, Dispatch, PromptSize};
 use picker::outliers::Outliers;
@@ -143,11 +142,16 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     };
     // Positions in the role tables are not the full table's (the model index's notes).
     let split_routed = split.is_some();
+    // The prompt's tokens as the body says (media parts at an allowance), before learning's
+    // correction: the unit its blocks are cut in.
+    let size = match prompt.request {
+        Some(request) => prompt_size(request, prompt.endpoint, params.bytes_per_token),
+        None => PromptSize::default(),
+    };
     let decode_policy;
     let (route_table, policy) = match (&split, &worker.pd) {
         (Some(roles), Some(pd)) => {
-            let prompt_tokens = prompt.request.map_or(0, |r| estimated_prompt_tokens(r, prefix_config.bytes_per_token));
-            decode_policy = pd.decode_policy_for(prompt_tokens, hashes.len(), block_tokens);
+            decode_policy = pd.decode_policy_for(u64::from(size.tokens), hashes.len(), block_tokens);
             (Some(roles.decode), &decode_policy)
         }
         _ => (table, &worker.policy),
@@ -191,10 +195,6 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         reuse: prefix.reuse(),
     });
     let learning = worker.config.learning.enabled.then(|| worker.learning.try_borrow().ok()).flatten();
-    let size = match prompt.request {
-        Some(request) => prompt_size(request, prompt.endpoint, params.bytes_per_token),
-        None => PromptSize::default(),
-    };
     let tokens_of = |pod: &str| inflight.tokens(pod);
     // Pods that failed this worker's recent requests (nothing to pass over if it is busy).
     let mut outliers = worker.outliers.try_borrow_mut();
@@ -339,9 +339,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // read for `model` alone).
     let splittable = prompt.request.filter(|_| prompt.endpoint.answers_like_completions());
     let prefill = match (&split, &worker.pd, splittable) {
-        (Some(roles), Some(pd), Some(request)) => {
-            let decode = DecodeChoice { request, prefix_match, hashed_blocks: hashes.len(), block_tokens };
-            let prefill = prefill_pick(pd, prefix_config, &decode, view, *roles, &tokens_of, &mut random);
+        (Some(roles), Some(pd), Some(_)) => {
+            let decode = DecodeChoice {
+                prompt_tokens: u64::from(size.tokens),
+                prefix_match,
+                hashed_blocks: hashes.len(),
+                block_tokens,
+            };
+            let prefill = prefill_pick(pd, &decode, view, *roles, &tokens_of, &mut random);
             let counter = match prefill {
                 Ok(_) => worker.stats.pd_disaggregated,
                 Err(LocalPrefill::PrefillBackedUp) => worker.stats.pd_prefill_backed_up,

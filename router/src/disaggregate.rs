@@ -11,13 +11,12 @@
 use std::cell::RefCell;
 
 use picker::address::PodAddress;
-use picker::config::{PdConfig, PrefixConfig};
+use picker::config::PdConfig;
 use picker::disaggregation::{
-    estimated_prompt_tokens, least_prefill_work, prefill_pod_backed_up, share_skipping_prefill, uncached_tokens,
-    PrefillWork, RoleSplit, RoleTables,
+    least_prefill_work, prefill_pod_backed_up, share_skipping_prefill, uncached_tokens, PrefillWork, RoleSplit,
+    RoleTables,
 };
 use picker::random::TieBreaker;
-use picker::request::InferenceRequest;
 use picker::route::{choose, ModelQuery, RoutingView};
 use picker::scheduler::Policy;
 use wasm_epp_host::Host;
@@ -68,8 +67,10 @@ impl PdRouting {
 }
 
 /// What the decider needs to know about the chosen decode pod and the prompt.
-pub struct DecodeChoice<'a> {
-    pub request: &'a InferenceRequest<'a>,
+pub struct DecodeChoice {
+    /// The prompt's tokens as estimated from the body (`picker::learn::prompt_size`, before
+    /// the learned correction: the unit its blocks are cut in).
+    pub prompt_tokens: u64,
     /// The decode pod's matched share of the prompt's hashed blocks.
     pub prefix_match: f64,
     pub hashed_blocks: usize,
@@ -106,14 +107,13 @@ pub enum LocalPrefill {
 /// prompt's tokens it lacks.
 pub fn prefill_pick(
     pd: &PdRouting,
-    prefix: &PrefixConfig,
-    decode: &DecodeChoice<'_>,
+    decode: &DecodeChoice,
     view: RoutingView<'_>,
     roles: RoleSplit<'_>,
     tokens_in_flight: &dyn Fn(&str) -> u32,
     random: &mut TieBreaker,
 ) -> Result<PrefillChoice, LocalPrefill> {
-    let prompt_tokens = estimated_prompt_tokens(decode.request, prefix.bytes_per_token);
+    let prompt_tokens = decode.prompt_tokens;
     let lacking = uncached_tokens(prompt_tokens, decode.hashed_blocks, decode.prefix_match, decode.block_tokens);
     if prompt_tokens == 0 || lacking < pd.config.threshold_tokens {
         return Err(LocalPrefill::Cached);

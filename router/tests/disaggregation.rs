@@ -138,6 +138,29 @@ fn the_decider_skips_short_prompts_and_prompts_the_decode_pod_holds() {
     assert_eq!((bench.stat("wasm_epp.pd_disaggregated"), bench.stat("wasm_epp.pd_decode_only")), (1, 2));
 }
 
+const CHAT: [(&str, &str); 3] =
+    [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+
+#[test]
+fn the_decider_counts_an_image_at_its_allowance_and_the_tools_as_prompt() {
+    let bench = Bench::new(PD_CONFIG);
+    pd_pool(&bench);
+    // 400 KB of base64 is ~100,000 tokens as text, a few hundred to the engine.
+    let image = format!(
+        r#"{{"model":"m","messages":[{{"role":"user","content":[{{"type":"text","text":"What is this?"}},{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{}"}}}}]}}]}}"#,
+        "QUJD".repeat(100_000)
+    );
+    bench.complete(&CHAT, &image);
+    assert_eq!(bench.host.header(PREFILLER), None, "an image and a question are prefilled where they decode");
+    // 2,000 tokens of tool definitions are rendered into the prompt as much as its messages.
+    let tools = format!(
+        r#"{{"model":"m","tools":[{{"type":"function","function":{{"name":"f","description":"{}"}}}}],"messages":[{{"role":"user","content":"hi"}}]}}"#,
+        long_prompt(2000, 5)
+    );
+    bench.complete(&CHAT, &tools);
+    assert!(bench.host.header(PREFILLER).is_some(), "the tools' tokens are the prompt's too");
+}
+
 #[test]
 fn a_shared_prefix_too_short_to_skip_the_hop_does_not_pin_its_requests_to_one_pair() {
     let bench = Bench::new(PD_CONFIG);

@@ -37,7 +37,7 @@ pub use first_token::{FirstOutput, OutputEventFinder};
 use held::{Answer, Held};
 pub use readers::UsageReaders;
 pub use tail::{TailReport, TailShare};
-pub use tokens::{prompt_size, PromptSize, TextRatio};
+pub use tokens::{prompt_size, PromptSize, TextRatio, MEDIA_PART_TOKENS};
 pub use ttft::{Fit, Load, Prior, TtftModels};
 pub use usage::{Usage, UsageScanner};
 

@@ -3,14 +3,23 @@
 //! Token ids are counted exactly. Text is estimated from its raw JSON bytes at the
 //! configured bytes per token, then corrected by what the pods report: the ratio of
 //! `usage.prompt_tokens` to the estimate, averaged over recent answers ([`TextRatio`]), so a
-//! tokenizer denser or sparser than the configured guess is learned, not assumed.
+//! tokenizer denser or sparser than the configured guess is learned, not assumed. A media part
+//! (an image, audio, a file) is no text: its bytes are left out and it counts
+//! [`MEDIA_PART_TOKENS`] (`request/media.rs` finds them).
 
-use crate::request::{Endpoint, InferenceRequest};
+use crate::request::{media_in, Endpoint, InferenceRequest};
 
 /// Weight of the newest answer in the text ratio's moving average once warmed up: ~20 answers
 /// of memory. Before that the ratio is the plain mean of the answers so far, so the first
 /// answer already corrects the configured guess.
 const RATIO_STEP: f64 = 0.05;
+
+/// Tokens a media part (an image, audio, a file) is counted as in the prompt's size. The
+/// engine's count depends on the model and the image (Gemma 3: 256 an image; LLaVA-1.5: 576;
+/// Qwen2.5-VL: one per 28×28 pixels, 334 at 512×512, 1,369 at 1024×1024); this is the order of
+/// magnitude, which is what load and TTFT estimates need. The learned text ratio scales it with
+/// the text.
+pub const MEDIA_PART_TOKENS: u32 = 512;
 
 /// The ratio is believed within these bounds: beyond them the estimate is broken, not biased.
 const RATIO_BOUNDS: (f64, f64) = (0.1, 10.0);
@@ -24,7 +33,8 @@ pub struct PromptSize {
     pub exact: bool,
 }
 
-/// Counts or estimates the prompt's tokens.
+/// Counts or estimates the prompt's tokens: every part the engine renders (`tools` too), media
+/// parts at [`MEDIA_PART_TOKENS`] each.
 pub fn prompt_size(request: &InferenceRequest<'_>, endpoint: Endpoint, bytes_per_token: usize) -> PromptSize {
     let per_token = bytes_per_token.max(1);
     if endpoint == Endpoint::Completions {
@@ -34,7 +44,11 @@ pub fn prompt_size(request: &InferenceRequest<'_>, endpoint: Endpoint, bytes_per
     }
     let raw_values = [request.prompt, request.messages, request.tools, request.instructions, request.input];
     let bytes: usize = raw_values.iter().flatten().map(|raw| raw.len()).sum();
-    PromptSize { tokens: u32::try_from(bytes / per_token).unwrap_or(u32::MAX), exact: false }
+    let media = media_in(request);
+    let text_tokens = bytes.saturating_sub(media.bytes) / per_token;
+    let media_tokens = u64::from(media.parts) * u64::from(MEDIA_PART_TOKENS);
+    let tokens = (text_tokens as u64).saturating_add(media_tokens);
+    PromptSize { tokens: u32::try_from(tokens).unwrap_or(u32::MAX), exact: false }
 }
 
 /// The number of ids in a JSON list of unsigned integers, or in a batch of such lists
@@ -114,6 +128,26 @@ mod tests {
         assert_eq!(prompt_size(&text, Endpoint::Completions, 4), PromptSize { tokens: 4, exact: false });
         let chat = parse_request(br#"{"messages":[{"role":"user","content":"hi"}]}"#, Endpoint::ChatCompletions);
         assert!(prompt_size(&chat.unwrap(), Endpoint::ChatCompletions, 4).tokens > 0);
+    }
+
+    #[test]
+    fn an_image_counts_a_fixed_allowance_not_its_base64_bytes() {
+        let question = r#"{"type":"text","text":"What is in this picture?"}"#;
+        let chat = |image: &str| {
+            let part = format!(r#"{{"type":"image_url","image_url":{{"url":"data:image/png;base64,{image}"}}}}"#);
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{question},{part}]}}]}}"#)
+        };
+        let estimate = |body: String| {
+            let request = parse_request(body.as_bytes(), Endpoint::ChatCompletions).unwrap();
+            prompt_size(&request, Endpoint::ChatCompletions, 4)
+        };
+        let big = estimate(chat(&"QUJD".repeat(100_000)));
+        assert_eq!(big, estimate(chat("QUJD")), "400 KB of base64 weighs what 4 bytes do");
+        assert!(big.tokens > MEDIA_PART_TOKENS && big.tokens < MEDIA_PART_TOKENS + 40, "{big:?}");
+        // What vLLM reports for such a request leaves the ratio near 1, not at its floor.
+        let mut ratio = TextRatio::default();
+        ratio.observe(big, u64::from(MEDIA_PART_TOKENS) + 300);
+        assert!(ratio.value() > 0.5, "{ratio:?}");
     }
 
     #[test]

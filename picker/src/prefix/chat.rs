@@ -18,12 +18,7 @@ use super::hash::{BlockChain, ShapeError, SEPARATOR};
 use super::json::{around_member, for_each_element, span_of, string_contents, Element};
 use super::system::feed_system;
 use crate::request::Message;
-
-/// Fields of a content part that carry media rather than text (OpenAI and vLLM's extensions).
-/// `file_data` is the Responses API's `input_file` part's inline file; `source` the Messages
-/// API's image or document block's (`{"type": "base64", "data": ...}` or a `url`).
-const MEDIA_FIELDS: [&str; 8] =
-    ["image_url", "input_audio", "video_url", "audio_url", "file", "image_pil", "file_data", "source"];
+use crate::request::MEDIA_FIELDS;
 
 /// `tools` (as written), the tagged `system` prompt of a Messages API request (vLLM makes it
 /// the chat's system message, without Claude Code's billing header: `system.rs`; a chat's is

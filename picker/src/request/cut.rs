@@ -8,6 +8,7 @@
 //! caller parses it with serde, which then decides what is refused and why.
 
 use super::fields::{for_each_member, read_object, value_at, Known};
+use super::media::{content_value_end, PromptMedia};
 use super::scan::skip_white_space;
 use super::InferenceRequest;
 
@@ -28,11 +29,13 @@ pub struct Message<'a> {
 /// A body that is valid UTF-8, read with its messages cut, or `None` (then parse it the plain
 /// way).
 pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
-    let mut request = InferenceRequest::default();
+    let mut request = InferenceRequest { media: Some(PromptMedia::default()), ..InferenceRequest::default() };
     let mut known = Known::default();
     read_object(text, |key, start| {
         let (value, end, cut) = value_cut(text, start, key == "messages")?;
-        request.messages_cut = cut.or(request.messages_cut.take());
+        if let Some((cut, media)) = cut {
+            (request.messages_cut, request.media) = (cut, Some(media));
+        }
         match key {
             "model" => request.model = known.text(0, value)?,
             "stream" => request.stream = known.flag(1, value)?,
@@ -48,36 +51,43 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
     Some(request)
 }
 
+/// A messages list as the scan read it: where each message lies (if there are at most
+/// [`MAX_CUT_MESSAGES`]), and the media parts of all of them.
+pub(super) type CutList<'a> = (Option<Vec<Message<'a>>>, PromptMedia);
+
 /// The value starting at `start`, where it ends, and, if `cut` and it is a list, where each of
-/// its messages (or input items) lies ([`cut_messages`]).
-pub(super) fn value_cut(text: &str, start: usize, cut: bool) -> Option<(&str, usize, Option<Vec<Message<'_>>>)> {
+/// its messages (or input items) lies and their media parts ([`cut_messages`]).
+pub(super) fn value_cut(text: &str, start: usize, cut: bool) -> Option<(&str, usize, Option<CutList<'_>>)> {
     if cut && text.as_bytes().get(start) == Some(&b'[') {
-        let (end, messages) = cut_messages(text, start)?;
-        return Some((text.get(start..end)?, end, messages));
+        let (end, messages, media) = cut_messages(text, start)?;
+        return Some((text.get(start..end)?, end, Some((messages, media))));
     }
     let (value, end) = value_at(text, start)?;
     Some((value, end, None))
 }
 
-/// The messages list starting at `at` (its `[`): where it ends, and each message's place if
-/// there are at most [`MAX_CUT_MESSAGES`]. `None` for a list that is empty or holds anything
-/// but non-empty objects with `content` at most once.
-fn cut_messages(text: &str, at: usize) -> Option<(usize, Option<Vec<Message<'_>>>)> {
+/// The messages list starting at `at` (its `[`): where it ends, each message's place if
+/// there are at most [`MAX_CUT_MESSAGES`], and the media parts of every message's `content`.
+/// `None` for a list that is empty or holds anything but non-empty objects with `content` at
+/// most once.
+fn cut_messages(text: &str, at: usize) -> Option<(usize, Option<Vec<Message<'_>>>, PromptMedia)> {
     let bytes = text.as_bytes();
     let mut messages = Vec::with_capacity(8);
     let mut complete = true;
+    let mut media = PromptMedia::default();
     let mut at = skip_white_space(bytes, at + 1);
     // Each turn consumes one message and what follows it, so it ends.
     loop {
         let start = at;
         let (mut content, mut members) = (None, 0usize);
         let end = for_each_member(text, start, |key, value_start| {
-            let (value, end) = value_at(text, value_start)?;
             members += 1;
-            if key == "content" {
-                // Twice: the plain parse of a message refuses it; leave that to it.
-                content.replace(value).is_none().then_some(())?;
+            if key != "content" {
+                return value_at(text, value_start).map(|(_, end)| end);
             }
+            let end = content_value_end(text, value_start, &mut media)?;
+            // Twice: the plain parse of a message refuses it; leave that to it.
+            content.replace(text.get(value_start..end)?).is_none().then_some(())?;
             Some(end)
         })?;
         (members > 0).then_some(())?;
@@ -90,7 +100,7 @@ fn cut_messages(text: &str, at: usize) -> Option<(usize, Option<Vec<Message<'_>>
         at = skip_white_space(bytes, end);
         match bytes.get(at)? {
             b',' => at = skip_white_space(bytes, at + 1),
-            b']' => return Some((at + 1, complete.then_some(messages))),
+            b']' => return Some((at + 1, complete.then_some(messages), media)),
             _ => return None,
         }
     }

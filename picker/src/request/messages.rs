@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::cut::value_cut;
 use super::fields::{by_serde, read_object, scanned_or_serde, Known};
+use super::media::PromptMedia;
 use super::Message;
 use super::{raw_text, BodyError, InferenceRequest};
 
@@ -31,6 +32,9 @@ struct MessagesBody<'a> {
     /// Where the scan found each of `messages`'s items, if it read the body.
     #[serde(skip)]
     cut: Option<Vec<Message<'a>>>,
+    /// Their media parts, if the scan read the body.
+    #[serde(skip)]
+    media: Option<PromptMedia>,
 }
 
 /// Reads a Messages API body; `messages` must be there, a list, and `system` a string, a list
@@ -62,6 +66,7 @@ fn checked(body: MessagesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
         tools: body.tools,
         instructions: system,
         messages_cut: body.cut,
+        media: body.media,
         ..InferenceRequest::default()
     })
 }
@@ -69,10 +74,13 @@ fn checked(body: MessagesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
 /// The body read by the validating scan, as serde would read it, or `None` (then serde reads
 /// it and decides any refusal).
 fn scan_messages(text: &str) -> Option<MessagesBody<'_>> {
-    let (mut body, mut known) = (MessagesBody::default(), Known::default());
+    let mut body = MessagesBody { media: Some(PromptMedia::default()), ..MessagesBody::default() };
+    let mut known = Known::default();
     read_object(text, |key, start| {
         let (value, end, cut) = value_cut(text, start, key == "messages")?;
-        body.cut = cut.or(body.cut.take());
+        if let Some((cut, media)) = cut {
+            (body.cut, body.media) = (cut, Some(media));
+        }
         match key {
             "model" => body.model = known.text(0, value)?,
             "stream" => body.stream = known.flag(1, value)?,

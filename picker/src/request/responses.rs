@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use super::cut::value_cut;
 use super::fields::{by_serde, read_object, scanned_or_serde, Known};
+use super::media::PromptMedia;
 use super::Message;
 use super::{raw_text, BodyError, InferenceRequest};
 
@@ -37,6 +38,9 @@ struct ResponsesBody<'a> {
     /// Where the scan found each of `input`'s items, if it read the body.
     #[serde(skip)]
     cut: Option<Vec<Message<'a>>>,
+    /// Their media parts, if the scan read the body.
+    #[serde(skip)]
+    media: Option<PromptMedia>,
 }
 
 /// Reads a Responses API body; `input` must be there, a string or a list, and `instructions`
@@ -70,6 +74,7 @@ fn checked(body: ResponsesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
         input: Some(input),
         previous_response_id: body.previous_response_id,
         messages_cut: body.cut,
+        media: body.media,
         ..InferenceRequest::default()
     })
 }
@@ -77,10 +82,13 @@ fn checked(body: ResponsesBody<'_>) -> Result<InferenceRequest<'_>, BodyError> {
 /// The body read by the validating scan, as serde would read it, or `None` (then serde reads
 /// it and decides any refusal).
 fn scan_responses(text: &str) -> Option<ResponsesBody<'_>> {
-    let (mut body, mut known) = (ResponsesBody::default(), Known::default());
+    let mut body = ResponsesBody { media: Some(PromptMedia::default()), ..ResponsesBody::default() };
+    let mut known = Known::default();
     read_object(text, |key, start| {
         let (value, end, cut) = value_cut(text, start, key == "input")?;
-        body.cut = cut.or(body.cut.take());
+        if let Some((cut, media)) = cut {
+            (body.cut, body.media) = (cut, Some(media));
+        }
         match key {
             "model" => body.model = known.text(0, value)?,
             "stream" => body.stream = known.flag(1, value)?,

@@ -44,6 +44,8 @@ fn same_answers(body: &[u8]) -> bool {
             (Ok(fast), Ok(plain)) => {
                 assert_eq!(fields(fast), fields(plain), "{}", String::from_utf8_lossy(body));
                 assert!(plain.messages_cut.is_none());
+                let media = crate::request::media_in;
+                assert_eq!(media(fast), media(plain), "media of {}", String::from_utf8_lossy(body));
                 cut |= endpoint == Endpoint::ChatCompletions && fast.messages_cut.is_some();
                 for params in &PARAMS {
                     let (a, b) = (hashed(fast, endpoint, params), hashed(plain, endpoint, params));
