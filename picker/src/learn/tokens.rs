@@ -24,6 +24,12 @@ pub const MEDIA_PART_TOKENS: u32 = 512;
 /// The ratio is believed within these bounds: beyond them the estimate is broken, not biased.
 const RATIO_BOUNDS: (f64, f64) = (0.1, 10.0);
 
+/// Once warmed up, one answer is believed at most this factor away from the ratio: the ratio is
+/// the pool's, and one odd answer (a pod with another tokenizer, a prompt of an unusual
+/// script) would otherwise move it by 5 % of a tenfold error for every pod. A real change
+/// still gets through, 5 % a step (a doubling in ~14 answers).
+const ANSWER_FACTOR: f64 = 2.0;
+
 /// A prompt's size as estimated from the body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PromptSize {
@@ -89,9 +95,12 @@ impl TextRatio {
         if size.exact || size.tokens == 0 || reported == 0 {
             return;
         }
-        let ratio = (reported as f64 / f64::from(size.tokens)).clamp(RATIO_BOUNDS.0, RATIO_BOUNDS.1);
+        let mut ratio = (reported as f64 / f64::from(size.tokens)).clamp(RATIO_BOUNDS.0, RATIO_BOUNDS.1);
+        let step = (1.0 / f64::from(self.1.saturating_add(1))).max(RATIO_STEP);
+        if step <= RATIO_STEP {
+            ratio = ratio.clamp(self.0 / ANSWER_FACTOR, self.0 * ANSWER_FACTOR);
+        }
         self.1 = self.1.saturating_add(1);
-        let step = (1.0 / f64::from(self.1)).max(RATIO_STEP);
         self.0 += step * (ratio - self.0);
     }
 
@@ -161,5 +170,20 @@ mod tests {
         let exact = PromptSize { tokens: 7, exact: true };
         ratio.observe(exact, 700);
         assert_eq!(ratio.corrected(exact), 7, "exact counts are never corrected");
+    }
+
+    #[test]
+    fn one_odd_answer_moves_the_warmed_up_ratio_a_little() {
+        let mut ratio = TextRatio::default();
+        let estimate = PromptSize { tokens: 1_000, exact: false };
+        for _ in 0..50 {
+            ratio.observe(estimate, 1_000);
+        }
+        ratio.observe(estimate, 10_000);
+        assert!((ratio.value() - 1.05).abs() < 1e-9, "5 % of a doubling, not of a tenfold: {ratio:?}");
+        for _ in 0..100 {
+            ratio.observe(estimate, 3_000);
+        }
+        assert!((ratio.value() - 3.0).abs() < 0.05, "a real change still gets through: {ratio:?}");
     }
 }
