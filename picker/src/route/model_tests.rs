@@ -102,6 +102,22 @@ fn a_saturated_holder_keeps_its_adapter_rather_than_making_another_pod_evict_one
 }
 
 #[test]
+fn with_every_queue_full_an_adapter_still_queues_on_its_holder_rather_than_make_a_pod_evict() {
+    // Both queues past the saturation threshold (5): load alone decides, but not a swap.
+    let mut pods = vec![
+        pod("10.0.0.1:80", "base", &["a", "b", "c"], &["a", "b"], 9.0),
+        pod("10.0.0.2:80", "base", &["a", "b", "c"], &["b", "c"], 6.0),
+    ];
+    for _ in 0..20 {
+        assert_eq!(choose_for(&table(pods.clone()), ask("a")).unwrap().address.as_str(), "10.0.0.1:80", "queue");
+        assert_eq!(choose_for(&table(pods.clone()), ask("b")).unwrap().address.as_str(), "10.0.0.2:80", "by load");
+    }
+    // A full pod with a free slot needs no swap: load decides between it and the holder.
+    pods.push(pod("10.0.0.3:80", "base", &["a", "b", "c"], &[], 7.0));
+    assert_eq!(choose_for(&table(pods), ask("a")).unwrap().address.as_str(), "10.0.0.3:80");
+}
+
+#[test]
 fn in_a_tight_pool_a_saturated_holder_keeps_its_adapter_and_leaves_the_free_slot_to_another() {
     // One free slot in the pool, and `b` (in demand: every adapter is, without history) on no pod.
     let mut holder = pod("10.0.0.1:80", "base", &["a", "b"], &["a"], 1_000.0);

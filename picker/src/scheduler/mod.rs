@@ -7,7 +7,8 @@
 //! a pod holding the adapter exists, saturated or not); then, "sticky until saturated", keep the pods this
 //! request has affinity to (its session's pod, or pods holding at least `affinity_threshold`
 //! of its prefix) if any of them is left. When every queue is full, affinity and the prefix
-//! scorer step aside and load alone decides: no pod should idle while another queues. Each
+//! scorer step aside and load alone decides (among the pods that need no adapter swap, if
+//! any): no pod should idle while another queues. Each
 //! scorer gives every remaining pod a score in 0..1; the weighted mean decides. Ties break at
 //! random. A cold request (its prefix matches nothing anywhere) goes by rendezvous hashing
 //! of its first block among the pods scored near the best (skipping pods loaded above the
@@ -109,7 +110,7 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
     let trusted = trusted_learning(candidates, policy);
     let load_only = pool_busy && trusted.is_none();
     let open = match (pool_busy, trusted) {
-        (true, None) => return Filtered { indices: usable, fail_open: false, load_only: true, affinity: false },
+        (true, None) => return every_queue_full(candidates, usable),
         // Learning: a full queue does not drop a pod (nor the affinity to it); the predicted
         // TTFT, which counts the queue, decides whether moving buys time (below). Dropping it
         // sent a 6k-token prompt's requests to pods without it whenever its pod had five
@@ -154,6 +155,19 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
         }
     }
     Filtered { indices: tail_guarded(candidates, open, policy), fail_open: false, load_only, affinity: false }
+}
+
+/// Every usable pod's queue is full (learning off or untrusted): load decides among them, but
+/// not a pod that must evict an adapter while one that need not can queue the request (one
+/// holding the adapter, or with a free slot for it): the swap would cost a load now and
+/// another later, as when some queue is open.
+fn every_queue_full(candidates: &[Candidate<'_>], usable: Vec<usize>) -> Filtered {
+    let no_swap = indices_where(usable.iter().copied(), usable.len(), |i| {
+        candidates.get(i).is_some_and(|c| c.lora_tier < TIER_SWAP)
+    });
+    let narrowed = !no_swap.is_empty() && no_swap.len() < usable.len();
+    let indices = if no_swap.is_empty() { usable } else { no_swap };
+    Filtered { indices, fail_open: false, load_only: true, affinity: narrowed }
 }
 
 /// Learning on, a pick by load: the pods predicted to answer within `tail_guard` × the pool's
