@@ -61,7 +61,7 @@ fuzz_target!(|input: Input| {
     let mut models = TtftModels::new(Prior { overhead_ms: 40.0, ms_per_token: 0.06 });
     for &(pod, tokens, requests, ttft) in input.own.iter().take(200) {
         let address = CANONICAL_ADDRESSES[usize::from(pod) % CANONICAL_ADDRESSES.len()];
-        models.observe(address, Load { tokens: f64::from(tokens), requests: f64::from(requests) }, f64::from(ttft));
+        models.observe(address, Load { tokens: f64::from(tokens), requests: f64::from(requests) }, f64::from(ttft), 0);
     }
     let own = models.encode_own(NOW_MS);
     assert!(decode(&own, NOW_MS).is_some(), "a worker's fresh record is refused");
@@ -75,7 +75,7 @@ fuzz_target!(|input: Input| {
             others.add(learned);
         }
     }
-    models.set_others(others);
+    models.set_others(others, NOW_MS);
 
     for &(tokens, requests) in input.loads.iter().take(16) {
         // Up to the longest prompts served (a few hundred thousand tokens) and full batches.

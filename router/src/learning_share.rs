@@ -20,18 +20,21 @@ fn key(slot: usize) -> String {
     picker::keys::per_slot(picker::keys::LEARNED_TTFT_PREFIX, slot)
 }
 
-/// Every [`share_every_ms`] (100 ms up to 64 pods), learning on: publishes this worker's
-/// observations (when it observed more since, or to stay live) under its in-flight slot, then
-/// reads every other claimed slot's and sets them as the models' other workers' observations.
-/// A worker with no slot (more workers than slots) learns from its own answers only.
+/// Every [`share_every_ms`] (100 ms up to 64 pods), learning on: forgets its observations of
+/// pods gone stale (`TtftModels::forget_stale`), publishes this worker's observations (when
+/// they changed since, or to stay live) under its in-flight slot, then reads every other
+/// claimed slot's and sets them as the models' other workers' observations. A worker with no
+/// slot (more workers than slots) learns from its own answers only.
 pub fn share(worker: &Worker, host: &dyn Host, slot: Option<usize>, slots: usize, now_ms: u64) {
     let clock = &worker.learning_share;
     if !worker.config.learning.enabled || now_ms < clock.next_ms.get() {
         return;
     }
-    let Some(slot) = slot else { return };
     let Ok(mut learner) = worker.learning.try_borrow_mut() else { return };
     clock.next_ms.set(now_ms.saturating_add(share_every_ms(learner.models.pods())));
+    // Before publishing, so the other workers' copies of what is forgotten go too.
+    learner.models.forget_stale();
+    let Some(slot) = slot else { return };
     let observed = learner.models.observed();
     let stale = now_ms.saturating_sub(clock.published_ms.get()) >= REFRESH_EVERY_MS;
     if (clock.published_observed.get() != Some(observed) || stale)
@@ -51,5 +54,5 @@ pub fn share(worker: &Worker, host: &dyn Host, slot: Option<usize>, slots: usize
         }
     }
     worker.stats.add(worker.learning_stats.models_read, read);
-    learner.models.set_others(others);
+    learner.models.set_others(others, now_ms);
 }

@@ -136,11 +136,13 @@ impl Worker {
                 log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
             }
             Refresh::Updated if self.config.learning.enabled => {
-                // Once per publish: which pods were seen with a full batch, at what size and when.
+                // Once per publish: which pods were seen with a full batch, at what size and when,
+                // and which restarted (learned anew).
                 if let (Some(table), Ok(mut learner)) = (cache.table(), self.learning.try_borrow_mut()) {
                     learner.models.saw_batches(
                         table.pods.iter().map(|p| (p.address.as_str(), p.running, p.waiting, p.last_success_ms)),
                     );
+                    learner.saw_epochs(table.pods.iter().map(|p| (p.address.as_str(), p.epoch)));
                 }
             }
             Refresh::Updated | Refresh::Unchanged => {}

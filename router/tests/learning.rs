@@ -480,3 +480,39 @@ fn a_retried_answer_releases_the_picks_prompt_tokens_once_and_no_one_elses() {
     next.on_log(&bench.host);
     assert_eq!((tokens(pick), tokens(fallback)), (0, 0));
 }
+
+#[test]
+fn a_pod_whose_epoch_changes_is_learned_anew() {
+    use picker::address::PodAddress;
+    use picker::pod_table::{encode_version, PodState, PodTable};
+    use wasm_epp_host::{Host, SharedStore};
+    let bench = Bench::new(LEARNING);
+    let publish = |version: u64, restarts: u32| {
+        let now = bench.host.now_ms();
+        let mut table = PodTable { version, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+        for (address, _) in POOL {
+            let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+            (pod.healthy, pod.kv_usage, pod.last_success_ms) = (true, Some(0.1), now);
+            pod.epoch = if address == POOL[1].0 { restarts } else { 0 };
+            table.pods.push(pod);
+        }
+        bench.host.set(picker::keys::POD_TABLE, &table.encode(), None).unwrap();
+        bench.host.set(picker::keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
+        bench.heartbeat();
+        bench.tick();
+    };
+    publish(1, 0);
+    let dispatch = picker::learn::Dispatch {
+        load: picker::learn::Load { tokens: 1_000.0, requests: 0.0 },
+        sent_ms: bench.host.now_ms(),
+        ..Default::default()
+    };
+    for _ in 0..5 {
+        bench.worker.learning.borrow_mut().first_byte(POOL[1].0, &dispatch, bench.host.now_ms() + 900);
+    }
+    assert!(bench.worker.learning.borrow().models.fitted(POOL[1].0));
+    publish(2, 0);
+    assert!(bench.worker.learning.borrow().models.fitted(POOL[1].0), "a new table, the same engine");
+    publish(3, 1);
+    assert!(!bench.worker.learning.borrow().models.fitted(POOL[1].0), "it restarted: learned anew");
+}

@@ -109,6 +109,8 @@ pub struct Learner {
     pub tail_share: TailShare,
     /// Share of its KV size the index grants each pod (1 unless it under-reported).
     capacity_scale: HashMap<String, CapacityScale>,
+    /// Each pod's epoch as the pod table last showed it ([`Learner::saw_epochs`]).
+    epochs: HashMap<String, u32>,
 }
 
 /// Per pod: the share of its cached tokens that are prompt tokens, the feedback factor, and
@@ -136,6 +138,7 @@ impl Learner {
             text_ratio: TextRatio::default(),
             tail_share: TailShare::default(),
             capacity_scale: HashMap::new(),
+            epochs: HashMap::new(),
         }
     }
 
@@ -151,7 +154,7 @@ impl Learner {
         if load.requests <= 0.0 && self.models.queued_after(pod, dispatch.sent_ms) {
             load.requests = 1.0;
         }
-        self.models.observe(pod, load, ttft);
+        self.models.observe(pod, load, ttft, now_ms);
     }
 
     /// The pod reported `usage` for a request sent as `dispatch`. Returns the cached tokens
@@ -236,6 +239,29 @@ impl Learner {
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
         self.models.retain_pods(&keep);
         self.capacity_scale.retain(|pod, _| keep(pod));
+        self.epochs.retain(|pod, _| keep(pod));
+    }
+
+    /// A new pod table: each pod's address and epoch. A pod whose epoch changed restarted (or
+    /// rejoined): this worker's observations of its speed and of its cache are forgotten, as
+    /// the prefix index forgets its blocks; an engine that was slow or evicting is no guide
+    /// to the one that replaced it. O(pods), once per published table.
+    pub fn saw_epochs<'a>(&mut self, pods: impl Iterator<Item = (&'a str, u32)>) {
+        for (pod, epoch) in pods {
+            let room = self.epochs.len() < MAX_PODS;
+            match self.epochs.get_mut(pod) {
+                Some(known) if *known != epoch => {
+                    *known = epoch;
+                    self.models.forget(pod);
+                    self.capacity_scale.remove(pod);
+                }
+                Some(_) => {}
+                None if room => {
+                    self.epochs.insert(pod.to_owned(), epoch);
+                }
+                None => {}
+            }
+        }
     }
 }
 
@@ -372,6 +398,26 @@ mod tests {
         let mut unseen = learner.clone();
         unseen.first_byte("c", &free(3_000), 4_600);
         assert!(unseen.models.predict("c", load) > a + 40.0);
+    }
+
+    #[test]
+    fn a_restarted_pod_is_learned_anew() {
+        let mut learner = Learner::new(PRIOR);
+        learner.saw_epochs([("a", 3), ("b", 7)].into_iter());
+        let slow = Dispatch { load: Load { tokens: 500.0, requests: 0.0 }, sent_ms: 0, ..Dispatch::default() };
+        let evicted = Usage { prompt_tokens: 2_000, completion_tokens: 1, cached_tokens: Some(0) };
+        let missed = Dispatch { predicted_cached_tokens: 1_024, indexed_tokens: 4_096, ..slow };
+        for pod in ["a", "b"] {
+            for _ in 0..5 {
+                learner.first_byte(pod, &slow, 900);
+                learner.answered(pod, &missed, &evicted, 16);
+            }
+        }
+        assert!(learner.models.fitted("a") && learner.capacity("a", 10_000) < 10_000);
+        learner.saw_epochs([("a", 3), ("b", 8)].into_iter());
+        assert!(learner.models.fitted("a") && learner.capacity("a", 10_000) < 10_000, "the same engine");
+        assert!(!learner.models.fitted("b"), "b restarted: its speed is no longer known");
+        assert_eq!(learner.capacity("b", 10_000), 10_000, "nor what its cache evicted");
     }
 
     #[test]

@@ -78,8 +78,13 @@ impl Learned {
 }
 
 /// The record of `pool`, `pods` and `durations`, published at `now_ms`.
-pub(super) fn encode(now_ms: u64, pool: &Sums, pods: &HashMap<String, Sums>, durations: (f64, f64)) -> Vec<u8> {
-    let named = pods.iter().filter(|(pod, _)| pod.len() <= usize::from(u8::MAX)).take(usize::from(u16::MAX));
+pub(super) fn encode<'a>(
+    now_ms: u64,
+    pool: &Sums,
+    pods: impl Iterator<Item = (&'a str, Sums)> + Clone,
+    durations: (f64, f64),
+) -> Vec<u8> {
+    let named = pods.filter(|(pod, _)| pod.len() <= usize::from(u8::MAX)).take(usize::from(u16::MAX));
     let count = named.clone().count();
     let mut bytes = Vec::with_capacity(1 + 8 + 8 * (SUMS_LEN + 2) + 2 + count * (24 + 8 * SUMS_LEN));
     bytes.push(VERSION);
@@ -171,7 +176,7 @@ mod tests {
         for i in 0..answers {
             for &(pod, ms_per_token) in pods {
                 let tokens = 1_000.0 + f64::from(i % 5) * 500.0;
-                models.observe(pod, load(tokens), 40.0 + ms_per_token * tokens);
+                models.observe(pod, load(tokens), 40.0 + ms_per_token * tokens, 0);
             }
         }
         models
@@ -183,7 +188,7 @@ mod tests {
         let mut here = worker_that_saw(&[("fast", 0.1)], 4);
         let before = here.predict("slow", load(2_000.0));
         assert!(before < 300.0, "never seen here: predicted like the pool, {before}");
-        here.set_others(decode(&seen_there.encode_own(NOW), NOW).unwrap());
+        here.set_others(decode(&seen_there.encode_own(NOW), NOW).unwrap(), NOW);
         let (fast, slow) = (here.predict("fast", load(2_000.0)), here.predict("slow", load(2_000.0)));
         // 640 and 240 ms in truth; a dozen answers still lean on the prior's slope.
         assert!(slow > 1.5 * fast && slow > 2.0 * before, "slow {slow} ms vs fast {fast} ms");
@@ -243,10 +248,26 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_only_this_worker_saw_is_forgotten_once_the_others_answered_long_enough_without_it() {
+        use crate::learn::ttft::STALE_AFTER_MS;
+        // This worker saw "slow" and then got no more requests; the other one kept answering.
+        let mut here = worker_that_saw(&[("fast", 0.1), ("slow", 0.3)], 4);
+        let mut there = worker_that_saw(&[("fast", 0.1)], 4);
+        let mut now = 0;
+        while now <= STALE_AFTER_MS {
+            now += 1_000;
+            there.observe("fast", load(2_000.0), 240.0, now);
+            here.set_others(decode(&there.encode_own(NOW + now), NOW + now).unwrap(), now);
+            here.forget_stale();
+        }
+        assert!(!here.fitted("slow") && here.fitted("fast"), "the other worker's answers kept coming");
+    }
+
+    #[test]
     fn others_leave_with_their_pods() {
         let seen_there = worker_that_saw(&[("a", 0.1), ("gone", 0.3)], 4);
         let mut here = TtftModels::new(PRIOR);
-        here.set_others(decode(&seen_there.encode_own(NOW), NOW).unwrap());
+        here.set_others(decode(&seen_there.encode_own(NOW), NOW).unwrap(), NOW);
         assert!(here.fitted("gone"));
         here.retain_pods(|pod| pod == "a");
         assert!(!here.fitted("gone") && here.fitted("a"));

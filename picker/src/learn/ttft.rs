@@ -85,6 +85,22 @@ const MIN_SLOPE_MS_PER_TOKEN: f64 = 1e-5;
 /// prediction stays a number every comparison and mean can use.
 pub const MAX_PREDICTED_MS: f64 = 1e9;
 
+/// A pod this worker has not observed for this much of the pool's answering time (its other
+/// pods answering this worker's or the other workers' requests) has this worker's
+/// observations of it forgotten ([`TtftModels::forget_stale`]). A pod's sums fade only with
+/// its own answers, and a pod predicted past the tail guard (`scheduler::tail_guarded`) gets
+/// none: one hiccup (six 300 ms answers where its peers answer in 40) priced it at 85 ms
+/// against a bound of 58 for good, and a light pool never sent it another request.
+/// Forgotten, it is predicted like the pool until its next answers say otherwise: a pod that
+/// really is that slow costs a request or two every 30 s to find out again.
+pub const STALE_AFTER_MS: u64 = 30_000;
+
+/// The longest gap between two of the pool's answers that counts whole in its answering time:
+/// a pause of the traffic is no time the pods were seen without a pod, so a burst after an
+/// idle hour starts from what was learned rather than forgetting every pod it has not reached
+/// yet.
+const COUNTED_GAP_MS: u64 = 1_000;
+
 /// What the model assumes before any answer: the configured overhead and prefill cost (and
 /// nothing per request ahead until answers show it).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -336,13 +352,41 @@ impl Reference {
     }
 }
 
+/// This worker's observations of one pod, and the pool's answering time at the last of them.
+#[derive(Debug, Clone, Copy, Default)]
+struct OwnPod {
+    sums: Sums,
+    answering_ms: u64,
+}
+
+/// The pool's answering time: the time between its answers (this worker's observations, and
+/// shares that brought other workers' new ones), each gap counted up to [`COUNTED_GAP_MS`].
+#[derive(Debug, Clone, Copy, Default)]
+struct AnsweringClock {
+    elapsed_ms: u64,
+    last_answer_ms: Option<u64>,
+}
+
+impl AnsweringClock {
+    /// The pool answered at `now_ms`; returns its answering time then.
+    fn answered(&mut self, now_ms: u64) -> u64 {
+        let last = self.last_answer_ms.unwrap_or(now_ms);
+        let gap = now_ms.saturating_sub(last).min(COUNTED_GAP_MS);
+        self.elapsed_ms = self.elapsed_ms.saturating_add(gap);
+        self.last_answer_ms = Some(last.max(now_ms));
+        self.elapsed_ms
+    }
+}
+
 /// Every pod's model, plus the pool's (all pods' observations together).
 #[derive(Debug, Clone)]
 pub struct TtftModels {
     prior: Prior,
     /// This worker's own observations: the pool's and each pod's.
     pool: Sums,
-    pods: HashMap<String, Sums>,
+    pods: HashMap<String, OwnPod>,
+    /// How long the pool has been answering, as [`STALE_AFTER_MS`] counts it.
+    answering: AnsweringClock,
     /// The other workers' observations as they last published them, summed: each model rests
     /// on every worker's answers ([`super::shared_models`]).
     others: Learned,
@@ -366,6 +410,7 @@ impl TtftModels {
             prior,
             pool: Sums::default(),
             pods: HashMap::new(),
+            answering: AnsweringClock::default(),
             others: Learned::default(),
             reference: Reference::default(),
             pool_fitted: prior.fit(),
@@ -403,8 +448,9 @@ impl TtftModels {
         }
     }
 
-    /// The pod answered its first byte `ttft_ms` after being sent a request under `load`.
-    pub fn observe(&mut self, pod: &str, load: Load, ttft_ms: f64) {
+    /// The pod answered its first byte `ttft_ms` after being sent a request under `load`, at
+    /// `now_ms`.
+    pub fn observe(&mut self, pod: &str, load: Load, ttft_ms: f64, now_ms: u64) {
         let finite = load.tokens.is_finite() && load.requests.is_finite();
         if !(finite && (0.0..=MAX_OBSERVED_MS).contains(&ttft_ms)) {
             return;
@@ -416,15 +462,17 @@ impl TtftModels {
         self.pool.add(load, ttft_ms);
         let shared = self.others.pods.get(pod).copied().unwrap_or_default();
         // One lookup: a new pod is taken in while the table has room.
-        let sums = match self.pods.len() < MAX_PODS {
+        let own = match self.pods.len() < MAX_PODS {
             true => Some(self.pods.entry_ref(pod).or_default()),
             false => self.pods.get_mut(pod),
         };
-        if let Some(sums) = sums {
+        let answering_ms = self.answering.answered(now_ms);
+        if let Some(own) = own {
             // The pod's term in the reference is every worker's answers: only this worker's change.
-            self.reference.add(sums.plus(shared).moments(), -1.0);
-            sums.add(load, ttft_ms);
-            self.reference.add(sums.plus(shared).moments(), 1.0);
+            self.reference.add(own.sums.plus(shared).moments(), -1.0);
+            own.sums.add(load, ttft_ms);
+            self.reference.add(own.sums.plus(shared).moments(), 1.0);
+            own.answering_ms = answering_ms;
         }
         self.reference.updates += 1;
         if self.reference.updates >= REFERENCE_REBUILD_EVERY {
@@ -476,14 +524,17 @@ impl TtftModels {
     fn sums(&self, pod: &str) -> Option<Sums> {
         match (self.pods.get(pod), self.others.pods.get(pod)) {
             (None, None) => None,
-            (own, others) => Some(own.copied().unwrap_or_default().plus(others.copied().unwrap_or_default())),
+            (own, others) => {
+                Some(own.map(|own| own.sums).unwrap_or_default().plus(others.copied().unwrap_or_default()))
+            }
         }
     }
 
     /// This worker's own observations as published for the other workers, at `now_ms`
     /// ([`super::shared_models`]).
     pub fn encode_own(&self, now_ms: u64) -> Vec<u8> {
-        super::shared_models::encode(now_ms, &self.pool, &self.pods, self.durations)
+        let pods = self.pods.iter().map(|(pod, own)| (pod.as_str(), own.sums));
+        super::shared_models::encode(now_ms, &self.pool, pods, self.durations)
     }
 
     /// Pods some worker has observed.
@@ -497,9 +548,40 @@ impl TtftModels {
         self.observed
     }
 
-    /// The other workers' observations, summed, replacing those set before.
-    pub fn set_others(&mut self, others: Learned) {
+    /// The other workers' observations, summed, replacing those set before, read at `now_ms`.
+    /// Pool sums that changed since mean some worker saw an answer since the last read.
+    pub fn set_others(&mut self, others: Learned, now_ms: u64) {
+        if others.pool != self.others.pool {
+            self.answering.answered(now_ms);
+        }
         self.others = others;
+        self.rebuild_reference();
+    }
+
+    /// Forgets this worker's observations of the pods it has not observed for
+    /// [`STALE_AFTER_MS`] of the pool's answering time ([`STALE_AFTER_MS`] says why); on the
+    /// tick that shares them, so the other workers' copies go too. O(pods).
+    pub fn forget_stale(&mut self) {
+        let now = self.answering.elapsed_ms;
+        let before = self.pods.len();
+        self.pods.retain(|_, own| now.saturating_sub(own.answering_ms) < STALE_AFTER_MS);
+        if self.pods.len() != before {
+            self.forgot();
+        }
+    }
+
+    /// Forgets this worker's observations of `pod` (it restarted: what it was is no guide to
+    /// what it is).
+    pub fn forget(&mut self, pod: &str) {
+        if self.pods.remove(pod).is_some() {
+            self.forgot();
+        }
+    }
+
+    /// Observations were dropped: the reference is summed again, and the change counts as
+    /// something to publish ([`Self::observed`]).
+    fn forgot(&mut self) {
+        self.observed += 1;
         self.rebuild_reference();
     }
 
@@ -604,7 +686,7 @@ mod tests {
     /// A pod whose true TTFT is `overhead + slope × tokens`.
     fn feed(models: &mut TtftModels, pod: &str, overhead: f64, slope: f64, loads: &[f64]) {
         for &x in loads {
-            models.observe(pod, tokens(x), overhead + slope * x);
+            models.observe(pod, tokens(x), overhead + slope * x, 0);
         }
     }
 
@@ -638,7 +720,7 @@ mod tests {
         let mut models = TtftModels::new(PRIOR);
         for i in 0..200u32 {
             let load = Load { tokens: f64::from(i % 7) * 1_000.0, requests: f64::from(i % 11) };
-            models.observe("a", load, 20.0 + 0.05 * load.tokens + 40.0 * load.requests);
+            models.observe("a", load, 20.0 + 0.05 * load.tokens + 40.0 * load.requests, 0);
         }
         let fit = models.fit("a");
         assert!((fit.ms_per_token - 0.05).abs() < 0.005 && (fit.ms_per_request - 40.0).abs() < 4.0, "{fit:?}");
@@ -688,6 +770,7 @@ mod tests {
                 &pod,
                 tokens(f64::from(i % 13) * 300.0),
                 40.0 + f64::from(i % 7) * 0.03 * f64::from(i % 13) * 300.0,
+                0,
             );
         }
         let kept = models.pool_fit();
@@ -697,7 +780,8 @@ mod tests {
             assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{kept:?} vs {summed:?}");
         }
         models.retain_pods(|pod| pod == "pod-6");
-        let own = models.pods.get("pod-6").and_then(Sums::moments).map(|m| m.fit(models.prior_fit())).unwrap();
+        let own =
+            models.pods.get("pod-6").and_then(|own| own.sums.moments()).map(|m| m.fit(models.prior_fit())).unwrap();
         let left = models.pool_fit();
         assert!((left.ms_per_token - own.ms_per_token).abs() < 1e-12, "one pod left: {left:?} vs {own:?}");
     }
@@ -710,9 +794,9 @@ mod tests {
         feed(&mut models, "a", 30.0, 0.08, &loads); // the pod degraded
         assert!(models.fit("a").ms_per_token > 0.06, "{:?}", models.fit("a"));
         let before = models.fit("a");
-        models.observe("a", tokens(f64::NAN), 5.0);
-        models.observe("a", tokens(10.0), -1.0);
-        models.observe("a", tokens(10.0), 1e12);
+        models.observe("a", tokens(f64::NAN), 5.0, 0);
+        models.observe("a", tokens(10.0), -1.0, 0);
+        models.observe("a", tokens(10.0), 1e12, 0);
         assert_eq!(models.fit("a"), before);
     }
 
@@ -726,12 +810,12 @@ mod tests {
         for pod in ["a", "b", "c", "d"] {
             feed(&mut models, pod, 60.0, 0.02, &loads);
         }
-        models.observe("d", tokens(1_000.0), 1_700.0);
+        models.observe("d", tokens(1_000.0), 1_700.0, 0);
         let (a, d) = (models.predict("a", tokens(600.0)), models.predict("d", tokens(600.0)));
         assert!(d < a + 120.0, "d {d} vs a {a}");
         let slow = 60.0 + 0.06 * 1_000.0;
         for _ in 0..3 {
-            models.observe("e", tokens(1_000.0), slow);
+            models.observe("e", tokens(1_000.0), slow, 0);
         }
         assert!(models.predict("e", tokens(1_000.0)) > 0.8 * slow, "a pod 3 x slower is believed");
     }
@@ -747,10 +831,10 @@ mod tests {
             let pod = ["a", "b", "c", "d"][(i % 4) as usize];
             let in_flight = f64::from(i % 4);
             let load = Load { tokens: 500.0, requests: models.ahead_of_a_slot(pod, in_flight) };
-            models.observe(pod, load, 70.0);
+            models.observe(pod, load, 70.0, 0);
         }
         for pod in ["a", "b"] {
-            models.observe(pod, Load { tokens: 500.0, requests: models.ahead_of_a_slot(pod, 4.0) }, 570.0);
+            models.observe(pod, Load { tokens: 500.0, requests: models.ahead_of_a_slot(pod, 4.0) }, 570.0, 0);
         }
         let predict = |pod: &str, in_flight: f64| {
             models.predict(pod, Load { tokens: 500.0, requests: models.ahead_of_a_slot(pod, in_flight) })
@@ -780,14 +864,14 @@ mod tests {
         };
         for round in 0..12 {
             for pod in ["a", "b", "c", "d"] {
-                models.observe(pod, load(&models, pod, 3.0), 70.0);
+                models.observe(pod, load(&models, pod, 3.0), 70.0, 0);
                 if round % 4 == 0 {
-                    models.observe(pod, load(&models, pod, 4.0), 570.0);
+                    models.observe(pod, load(&models, pod, 4.0), 570.0, 0);
                 }
             }
         }
         for _ in 0..2 {
-            models.observe("d", load(&models, "d", 2.0), 380.0);
+            models.observe("d", load(&models, "d", 2.0), 380.0, 0);
         }
         let (a_free, d_free) =
             (models.predict("a", load(&models, "a", 3.0)), models.predict("d", load(&models, "d", 3.0)));
@@ -807,7 +891,7 @@ mod tests {
         for pod in ["a", "b", "c", "d"] {
             feed(&mut models, pod, 55.0, 0.03, &loads);
         }
-        models.observe("d", Load { tokens: 1_800.0, requests: 1.0 }, 2_200.0);
+        models.observe("d", Load { tokens: 1_800.0, requests: 1.0 }, 2_200.0, 0);
         let predict = |pod: &str, in_flight: f64| {
             models.predict(pod, Load { tokens: 600.0, requests: models.ahead_of_a_slot(pod, in_flight) })
         };
@@ -831,7 +915,7 @@ mod tests {
         let extra = models.predict("a", full) - models.predict("a", tokens(500.0));
         assert!((250.0..=350.0).contains(&extra), "a slot wait priced at {extra} ms");
         for _ in 0..20 {
-            models.observe("a", full, 60.0 + 900.0);
+            models.observe("a", full, 60.0 + 900.0, 0);
         }
         let learned = models.predict("a", full) - models.predict("a", tokens(500.0));
         assert!(learned > 600.0, "waits seen outweigh the prior: {learned} ms");
@@ -842,7 +926,7 @@ mod tests {
         let mut models = TtftModels::new(PRIOR);
         assert_eq!(models.predict("x", tokens(1_000.0)), 50.0);
         for i in 0..(MAX_PODS + 10) {
-            models.observe(&format!("pod-{i}"), tokens(100.0), 40.0);
+            models.observe(&format!("pod-{i}"), tokens(100.0), 40.0, 0);
         }
         assert_eq!(models.pods.len(), MAX_PODS);
         models.retain_pods(|pod| pod == "pod-1");

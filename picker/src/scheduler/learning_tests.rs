@@ -225,3 +225,93 @@ fn the_tail_guard_leaves_pods_predicted_alike_to_the_scores() {
     let policy = guarded(&mut pods, 1.3, 70.0);
     assert_eq!(chosen(&pods, &policy).0, "more_tokens", "past 1.3 × 70 ms but within 0.3 × 70 of the best");
 }
+
+/// Idle picks of four pods by their models, with learning's defaults (tail guard 1.45,
+/// `lead` scoring): how many went to each.
+fn idle_picks(models: &crate::learn::TtftModels, pods: &[&str; 4]) -> [usize; 4] {
+    let load = crate::learn::Load { tokens: 500.0, requests: 0.0 };
+    let typical = models.typical_ms().unwrap_or(0.0);
+    let policy = Policy {
+        learning: Some(LearningPolicy { tail_guard: 1.45, ..learning(1_000.0).learning.unwrap() }),
+        ..Policy::default()
+    };
+    let mut picks = [0; 4];
+    for seed in 0..400u64 {
+        let candidates: Vec<Candidate<'_>> = pods
+            .iter()
+            .map(|&address| Candidate {
+                predicted_ttft_ms: Some(models.predict(address, load)),
+                ttft_fitted: models.fitted(address),
+                ttft_scale_ms: typical,
+                ttft_margin_ms: typical * 0.1,
+                typical_ttft_ms: typical,
+                ..Candidate::with_load(address, true, 0.0, Some(0.1), 0)
+            })
+            .collect();
+        let placement = Placement::reused(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let decision = pick_placed(&candidates, &policy, &mut TieBreaker::new(seed), Some(placement)).unwrap();
+        picks[decision.index] += 1;
+    }
+    picks
+}
+
+#[test]
+fn a_pod_priced_slow_by_a_hiccup_is_tried_again_once_the_pool_has_answered_long_enough_without_it() {
+    use crate::learn::ttft::STALE_AFTER_MS;
+    use crate::learn::{Load, Prior, TtftModels};
+    let pods = ["a", "b", "c", "d"];
+    let mut models = TtftModels::new(Prior { overhead_ms: 30.0, ms_per_token: 0.02 });
+    let mut now = 0;
+    let answer = |models: &mut TtftModels, pods: &[&str], now: &mut u64| {
+        *now += 10;
+        for (i, pod) in pods.iter().enumerate() {
+            let tokens = 300.0 + (*now / 10 + i as u64) as f64 % 5.0 * 100.0;
+            models.observe(pod, Load { tokens, requests: 0.0 }, 30.0 + 0.02 * tokens, *now);
+        }
+        // The share tick, every 100 ms.
+        if now.is_multiple_of(100) {
+            models.forget_stale();
+        }
+    };
+    for _ in 0..40 {
+        answer(&mut models, &pods, &mut now);
+    }
+    // A 2 s hiccup on d (a noisy neighbour): six answers at a free slot take 300 ms.
+    for _ in 0..6 {
+        now += 10;
+        models.observe("d", Load { tokens: 500.0, requests: 0.0 }, 300.0, now);
+    }
+    let hiccup_ms = now;
+    // The pool goes on answering without d, which gets no request to show it recovered.
+    let answer_until = |models: &mut TtftModels, now: &mut u64, until: u64| {
+        while *now < until {
+            answer(models, &pods[..3], now);
+        }
+    };
+    answer_until(&mut models, &mut now, hiccup_ms + 5_000);
+    let d = |models: &TtftModels| models.predict("d", Load { tokens: 500.0, requests: 0.0 });
+    assert!(d(&models) > 80.0, "priced ~2 x its peers: {}", d(&models));
+    assert_eq!(idle_picks(&models, &pods)[3], 0, "past the tail guard: {:?}", idle_picks(&models, &pods));
+    answer_until(&mut models, &mut now, hiccup_ms + STALE_AFTER_MS - 100);
+    assert_eq!(idle_picks(&models, &pods)[3], 0, "{} answers later, still", 3 * (now - hiccup_ms) / 10);
+    answer_until(&mut models, &mut now, hiccup_ms + STALE_AFTER_MS + 100);
+    let picks = idle_picks(&models, &pods);
+    assert!(picks[3] >= 60, "d's stale model is forgotten: it is the pool's again, {picks:?}");
+}
+
+#[test]
+fn a_pause_in_the_traffic_is_no_time_without_a_pod() {
+    use crate::learn::{Load, Prior, TtftModels};
+    let mut models = TtftModels::new(Prior { overhead_ms: 30.0, ms_per_token: 0.02 });
+    let mut answer = |pod: &str, now: u64| models.observe(pod, Load { tokens: 500.0, requests: 0.0 }, 40.0, now);
+    for i in 0..5 {
+        answer("a", i * 10);
+        answer("b", i * 10);
+    }
+    // An idle hour, then a burst whose first 10 s of answers all come from a.
+    for i in 0..100 {
+        answer("a", 3_600_000 + i * 100);
+    }
+    models.forget_stale();
+    assert!(models.fitted("b"), "b was not passed over: nobody was asking");
+}
