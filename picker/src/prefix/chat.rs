@@ -15,7 +15,7 @@ use serde_json::value::RawValue;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::hash::{BlockChain, ShapeError, SEPARATOR};
-use super::json::{around_member, for_each_element, span_of, string_contents, Element};
+use super::json::{around_member, for_each_element, member_value, span_of, string_contents, Element};
 use super::system::feed_system;
 use crate::request::Message;
 use crate::request::MEDIA_FIELDS;
@@ -105,26 +105,17 @@ fn hash_message(text: &str, parts: Option<&str>, chain: &mut BlockChain<'_>) -> 
     Ok(more)
 }
 
-/// Bytes at each end of a message searched for its role. Clients write `role` first (Python
-/// and JavaScript SDKs keep insertion order) or last (serializers that sort keys put it after
-/// `content`); a role in the middle is not looked for (the reply is then not credited).
-const ROLE_WINDOW: usize = 48;
-
-/// Whether the message says `"role": "assistant"` near its start or its end (a cheap look,
-/// not a parse, which would read a long message twice: a miss only costs the credit of a reply
-/// the pod holds).
+/// Whether the message's own `role` member is `"assistant"`, wherever it is among its
+/// members: clients write it first (as typed), last (serializers that sort keys) or in the
+/// middle (the OpenAI Python SDK's `ChatCompletionMessage`, appended as the SDK returned it:
+/// content, refusal, role, annotations, ...; looked for near either end only, such a reply
+/// was never credited). The members before it are skipped by the hashing's own scan, not
+/// parsed, and nothing after it is read.
 fn is_assistant(message: &str) -> bool {
-    let bytes = message.as_bytes();
-    let says = |window: &[u8]| {
-        window.windows(ASSISTANT.len()).any(|w| w == ASSISTANT) && window.windows(ROLE.len()).any(|w| w == ROLE)
-    };
-    let head = bytes.get(..ROLE_WINDOW.min(bytes.len())).unwrap_or_default();
-    let tail = bytes.get(bytes.len().saturating_sub(ROLE_WINDOW)..).unwrap_or_default();
-    says(head) || says(tail)
+    member_value(message, "role") == Some(ASSISTANT)
 }
 
-const ASSISTANT: &[u8] = b"\"assistant\"";
-const ROLE: &[u8] = b"\"role\"";
+const ASSISTANT: &str = "\"assistant\"";
 
 /// A message cut out of the raw list: its `content` if that is a list of parts (`None` if not).
 fn message_parts(element: Element<'_>) -> Result<Option<&str>, ShapeError> {
@@ -312,14 +303,45 @@ mod tests {
     }
 
     #[test]
-    fn a_reply_is_told_by_its_role_at_either_end() {
+    fn a_reply_is_told_by_its_own_role_wherever_it_is() {
         use super::is_assistant;
         let long = text(500, 4);
         assert!(is_assistant(&format!(r#"{{"role": "assistant", "content": "{long}"}}"#)));
         assert!(is_assistant(&format!(r#"{{"content":"{long}","role":"assistant"}}"#)), "keys sorted");
-        assert!(!is_assistant(&format!(r#"{{"role":"user","content":"{long} \"assistant\""}}"#)));
+        assert!(!is_assistant(&format!(r#"{{"role":"user","content":"{long} \"role\":\"assistant\""}}"#)));
         assert!(!is_assistant(&format!(r#"{{"content":"{long}","role":"user"}}"#)));
+        assert!(!is_assistant(r#"{"role":"user","name":"assistant","content":"hi"}"#), "another member's value");
+        assert!(!is_assistant(r#"{"role":"tool","content":[{"role":"assistant"}]}"#), "a nested role");
         assert!(!is_assistant(""));
+    }
+
+    #[test]
+    fn a_reply_appended_as_the_openai_python_sdk_returned_it_is_credited() {
+        use crate::prefix::hash::{hash_prompt_noting_replies, ReplySpan};
+        // `messages.append(resp.choices[0].message)`: ChatCompletionMessage's fields in order.
+        let reply = format!(
+            r#"{{"content":"{}","refusal":null,"role":"assistant","annotations":[],"audio":null,"function_call":null,"tool_calls":null}}"#,
+            text(600, 5)
+        );
+        let user = |seed| format!(r#"{{"role":"user","content":"{}"}}"#, text(600, seed));
+        let body = format!(r#"{{"model":"m","messages":[{},{reply},{}]}}"#, user(6), user(7));
+        for request in [
+            crate::request::parse_request(body.as_bytes(), Endpoint::ChatCompletions).unwrap(),
+            serde_json::from_str::<InferenceRequest<'_>>(&body).unwrap(),
+        ] {
+            let (mut hashes, mut replies) = (Vec::new(), Vec::new());
+            hash_prompt_noting_replies(
+                &request,
+                Endpoint::ChatCompletions,
+                &HashParams::default(),
+                &mut hashes,
+                &mut replies,
+            )
+            .unwrap();
+            let start_block = (user(6).len() / 64) as u32;
+            let end_block = ((user(6).len() + reply.len()) / 64) as u32;
+            assert_eq!(replies, [ReplySpan { start_block, end_block }]);
+        }
     }
 
     #[test]

@@ -93,6 +93,33 @@ where
     }
 }
 
+/// The raw value of the member named `name` (compared as written, escapes and all) of the JSON
+/// object `object`, its first if several; `None` if it has none, or the object is cut short or
+/// not one. Members before it are skipped by the same scan as [`for_each_element`]'s, and
+/// nothing after it is read.
+pub(super) fn member_value<'a>(object: &'a str, name: &str) -> Option<&'a str> {
+    let bytes = object.as_bytes();
+    let mut at = skip_white_space(bytes, 0);
+    (bytes.get(at) == Some(&b'{')).then_some(())?;
+    at = skip_white_space(bytes, at + 1);
+    // Each turn consumes one member and the separator after it, so it ends.
+    loop {
+        (bytes.get(at) == Some(&b'"')).then_some(())?;
+        let (key_end, _) = string_end(bytes, at + 1)?;
+        let key = object.get(at + 1..key_end.checked_sub(1)?)?;
+        at = skip_white_space(bytes, key_end);
+        (bytes.get(at) == Some(&b':')).then_some(())?;
+        at = skip_white_space(bytes, at + 1);
+        let (end, _) = value_end(bytes, at)?;
+        if key == name {
+            return object.get(at..end);
+        }
+        at = skip_white_space(bytes, end);
+        (bytes.get(at) == Some(&b',')).then_some(())?;
+        at = skip_white_space(bytes, at + 1);
+    }
+}
+
 /// JSON's white space: space, tab, line feed, carriage return.
 fn skip_white_space(bytes: &[u8], mut at: usize) -> usize {
     while bytes.get(at).is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r')) {
@@ -295,6 +322,19 @@ mod tests {
         ];
         for array in &arrays {
             assert_eq!(scanned_elements(array).as_deref(), Ok(&serde_elements(array)[..]), "{array}");
+        }
+    }
+
+    #[test]
+    fn finds_a_member_wherever_it_is_and_only_at_the_top() {
+        let object = r#" { "content" : "a \"role\": [x]", "inner": {"role": "user"}, "role" :"assistant" , "n": 1} "#;
+        assert_eq!(member_value(object, "role"), Some(r#""assistant""#));
+        assert_eq!(member_value(object, "n"), Some("1"));
+        assert_eq!(member_value(object, "inner"), Some(r#"{"role": "user"}"#));
+        assert_eq!(member_value(object, "missing"), None);
+        assert_eq!(member_value(r#"{"role":"user","role":"assistant"}"#, "role"), Some(r#""user""#), "the first");
+        for broken in ["", "[]", "{", r#"{"a":1,"#, r#"{"a" 1}"#, r#"{"a":}"#, r#"{a:1}"#, r#"{"a":"x"#] {
+            assert_eq!(member_value(broken, "role"), None, "{broken}");
         }
     }
 
