@@ -292,7 +292,9 @@ impl Observation {
         let Some(usage) = usage else { return };
         let stats = &worker.learning_stats;
         worker.stats.increment(stats.usage_reports);
-        let block_tokens = u32::try_from(worker.config.prefix.block_tokens).unwrap_or(u32::MAX);
+        // In the blocks the prediction was made in (the pool's reported size), not the
+        // configured fallback: on a pool of 64-token blocks, 16 made rounding read as misses.
+        let block_tokens = self.dispatch.block_tokens;
         let Ok(mut learner) = worker.learning.try_borrow_mut() else { return };
         let Some(report) = learner.answered(pod.as_str(), &self.dispatch, &usage, block_tokens) else { return };
         worker.stats.increment(stats.cached_reports);

@@ -516,3 +516,43 @@ fn a_pod_whose_epoch_changes_is_learned_anew() {
     publish(3, 1);
     assert!(!bench.worker.learning.borrow().models.fitted(POOL[1].0), "it restarted: learned anew");
 }
+
+#[test]
+fn cached_tokens_are_judged_in_the_pool_s_blocks_not_the_configured_ones() {
+    use picker::address::PodAddress;
+    use picker::pod_table::{encode_version, PodState, PodTable};
+    use wasm_epp_host::{Host, SharedStore};
+    // The configuration's `prefix.block_tokens` is 16; the pods report 64-token blocks.
+    let bench = Bench::new(LEARNING);
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for (address, _) in POOL {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.block_size) = (true, Some(0.1), now, Some(64));
+        table.pods.push(pod);
+    }
+    bench.host.set(picker::keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(picker::keys::POD_TABLE_VERSION, &encode_version(1), None).unwrap();
+    bench.heartbeat();
+    bench.tick();
+    // 8,000 bytes of prompt: 2,000 tokens at 4 bytes each, 31 full blocks of 64 tokens.
+    let prompt = streamed(&"z".repeat(7_998));
+    let usage = |cached: u64| {
+        format!(
+            "data: {{\"choices\":[],\"usage\":{{\"prompt_tokens\":2000,\"completion_tokens\":0,\
+             \"prompt_tokens_details\":{{\"cached_tokens\":{cached}}}}}}}\n\ndata: [DONE]\n\n"
+        )
+    };
+    let (mut stream, routed) = bench.request(&COMPLETIONS, &prompt);
+    let pod = routed.destination.unwrap();
+    answer(&bench, &mut stream, 50, &usage(0));
+    for _ in 0..20 {
+        let (mut stream, routed) = bench.request(&COMPLETIONS, &prompt);
+        assert_eq!(routed.destination.as_deref(), Some(pod.as_str()), "the prompt's pod");
+        // Predicted: 31 blocks of 64, 1,984 tokens; the engine's own rounding reports 40 fewer.
+        answer(&bench, &mut stream, 50, &usage(1_944));
+    }
+    assert_eq!(bench.stat("wasm_epp.learning.cached_tokens_predicted"), 20 * 1_984);
+    let capacity = bench.worker.learning.borrow().capacity(&pod, 10_000);
+    assert_eq!(capacity, 10_000, "less than a block of the pool's apart is rounding, not eviction");
+}

@@ -71,6 +71,9 @@ pub struct Dispatch {
     pub hashed_blocks: u32,
     /// Hash of the last matched block: names the prefix the pod was predicted to hold.
     pub prefix_key: Option<u64>,
+    /// Tokens per block the prompt was hashed and predicted with: the pool's `block_size`,
+    /// or the configured one when the pods report none. The pod's report is judged in these.
+    pub block_tokens: u32,
     /// Prompt tokens it must compute: counted in flight until its first byte.
     pub uncached_tokens: u32,
     /// The pod's load when sent, this request's tokens included (the model's input).
