@@ -113,6 +113,10 @@ pub struct Observation {
     /// It holds one of the pod's stream-reading slots (`learning.usage_streams_per_pod`),
     /// given back at its end.
     holds_reader_slot: bool,
+    /// A chunk of it passed unscanned: any `usage` seen is not the answer's last (with
+    /// `continuous_usage_stats` vLLM puts the usage so far on every chunk; the first one's
+    /// has no token generated and no cached-token details, read as a miss).
+    passed_unread: bool,
     scanner: UsageScanner,
 }
 
@@ -144,6 +148,7 @@ impl Observation {
             event_stream: false,
             reading,
             holds_reader_slot: false,
+            passed_unread: false,
             scanner: UsageScanner::default(),
         }
     }
@@ -204,6 +209,7 @@ impl Observation {
         let mut first_token = streamed && self.awaiting_first_token && self.first_output.is_none();
         // A Responses stream past its opening chunks without an output event: no TTFT sample.
         let mut gave_up = false;
+        self.passed_unread |= chunk.is_none() || !self.reading;
         if let Some(chunk) = chunk.filter(|_| self.reading) {
             let _span = profile::span(host, Phase::ObserveScan);
             worker.stats.increment(worker.learning_stats.chunks_read);
@@ -279,7 +285,7 @@ impl Observation {
         if self.awaiting_first_token || !self.dispatch.streamed {
             self.release_tokens(worker, pod, None);
         }
-        let usage = self.scanner.usage().filter(|_| self.learnable);
+        let usage = self.scanner.usage().filter(|_| self.learnable && !self.passed_unread);
         // A success's whole duration (a stream that opened as one, an answer with `usage`):
         // how long a running request holds its slot, the prior of the slot wait. A stream
         // given up before its first byte opened as nothing.

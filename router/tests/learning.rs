@@ -284,6 +284,28 @@ fn a_pod_has_only_so_many_streams_read_for_usage_at_once() {
 }
 
 #[test]
+fn a_stream_left_unread_after_a_running_usage_in_its_first_chunk_teaches_nothing() {
+    // `stream_options.continuous_usage_stats`: vLLM puts the usage so far on every chunk, the
+    // first one's with no token generated and no cached-token details yet.
+    let bench = Bench::new(ONE_SLOT_NO_BUDGET_LIMIT);
+    bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
+    let (mut read, _) = bench.request(&COMPLETIONS, &streamed("first"));
+    open_stream(&bench, &mut read);
+    let (mut skipped, _) = bench.request(&COMPLETIONS, &streamed("second"));
+    bench.host.advance(30);
+    bench.host.set_response(&[(":status", "200")], b"");
+    skipped.on_response_headers(&bench.host, false);
+    let running = b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":0}}\n\n";
+    bench.host.set_response(&[(":status", "200")], running);
+    skipped.on_response_body(&bench.host, running.len(), false);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_streams_not_read"), 1, "the pod's one slot is taken");
+    finish_stream(&bench, &mut skipped);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 0, "the first chunk's running usage is not the answer's");
+    finish_stream(&bench, &mut read);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1, "the stream read to its end is learned from");
+}
+
+#[test]
 fn streams_are_read_for_usage_only_as_far_as_the_chunk_budget_goes() {
     // The streams' share alone (the mock clock moves 30 ms a stream: no time share).
     let bench = Bench::new(
