@@ -146,17 +146,24 @@ fn agent_fields<'a>(
 
 /// What a request says, to compare the two parses.
 #[allow(clippy::type_complexity)]
-fn fields<'a>(
-    request: &InferenceRequest<'a>,
-) -> (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>)
-{
+/// The fields both parses read: (model, stream, stream_options, prompt, messages, tools,
+/// cache_salt), then (prompt_logprobs, echo, logprobs).
+type Fields<'a> = (
+    (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>),
+    (Option<&'a str>, Option<&'a str>, Option<&'a str>),
+);
+
+fn fields<'a>(request: &InferenceRequest<'a>) -> Fields<'a> {
     (
-        request.model.as_deref().map(str::to_owned),
-        request.stream,
-        request.stream_options,
-        request.prompt,
-        request.messages,
-        request.tools,
-        request.cache_salt.as_deref().map(str::to_owned),
+        (
+            request.model.as_deref().map(str::to_owned),
+            request.stream,
+            request.stream_options,
+            request.prompt,
+            request.messages,
+            request.tools,
+            request.cache_salt.as_deref().map(str::to_owned),
+        ),
+        (request.prompt_logprobs, request.echo, request.logprobs),
     )
 }

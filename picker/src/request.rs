@@ -105,6 +105,15 @@ pub struct InferenceRequest<'a> {
     pub tools: Option<&'a str>,
     #[serde(borrow, default)]
     pub cache_salt: Option<Cow<'a, str>>,
+    /// vLLM's `prompt_logprobs`, and `echo` and `logprobs`, raw: a request asking for its
+    /// prompt's logprobs is computed without the prefix cache (see
+    /// [`Self::cached_tokens_speak_for_the_prompt`]).
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    pub prompt_logprobs: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    pub echo: Option<&'a str>,
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    pub logprobs: Option<&'a str>,
     /// The Responses API's prompt: `instructions` (a string) and `input` (a string or a list of
     /// items), raw; set by its own parse ([`responses::parse_responses`]) only.
     #[serde(skip)]
@@ -144,6 +153,27 @@ impl InferenceRequest<'_> {
         let options = self.stream_options.and_then(|raw| serde_json::from_str::<StreamOptions>(raw).ok());
         options.and_then(|options| options.include_usage).unwrap_or(false)
     }
+
+    /// The pod's `cached_tokens` for this request is the cached part of the one prompt the
+    /// picker hashed: not for a batch of prompts (vLLM reports the last prompt's alone), nor
+    /// for a request asking for its prompt's logprobs (`prompt_logprobs`, or `echo` with
+    /// `logprobs`: vLLM computes those without its prefix cache, so it reports 0 cached).
+    /// Compared with the index's prediction, such a report would read as eviction.
+    pub fn cached_tokens_speak_for_the_prompt(&self) -> bool {
+        let set = |raw: Option<&str>| raw.is_some_and(|value| value != "false");
+        let prompt_logprobs = set(self.prompt_logprobs) || (self.echo == Some("true") && set(self.logprobs));
+        !prompt_logprobs && !self.prompt.is_some_and(is_batch_of_prompts)
+    }
+}
+
+/// A completions `prompt` that is a list of several prompts (texts or token-id lists), not
+/// one prompt's token ids.
+fn is_batch_of_prompts(prompt: &str) -> bool {
+    let first = prompt.strip_prefix('[').map(|rest| rest.trim_start().as_bytes().first().copied());
+    if !matches!(first, Some(Some(b'"' | b'['))) {
+        return false;
+    }
+    serde_json::from_str::<Vec<&RawValue>>(prompt).is_ok_and(|prompts| prompts.len() > 1)
 }
 
 /// A raw value's text (present fields only: an absent one is `None` by `default`; `null` is
@@ -320,6 +350,22 @@ mod tests {
         // Skipped values are walked iteratively by serde_json: deep nesting is no stack risk.
         let request = parse_request(deep_body.as_bytes(), Endpoint::Completions).unwrap();
         assert_eq!(request.prompt.map(|p| p.len()), Some(20_000));
+    }
+
+    #[test]
+    fn cached_tokens_speak_for_one_prompt_without_prompt_logprobs() {
+        let speaks = |body: &str| {
+            parse_request(body.as_bytes(), Endpoint::Completions).unwrap().cached_tokens_speak_for_the_prompt()
+        };
+        assert!(speaks(r#"{"prompt":"one"}"#));
+        assert!(speaks(r#"{"prompt":["one"]}"#), "a list of one prompt");
+        assert!(speaks(r#"{"prompt":[1, 2, 3]}"#), "one prompt's token ids");
+        assert!(speaks(r#"{"prompt":"one","echo":true}"#), "echo alone asks no logprobs");
+        assert!(speaks(r#"{"prompt":"one","prompt_logprobs":null,"logprobs":2}"#));
+        assert!(!speaks(r#"{"prompt":[ "one", "two"]}"#), "a batch");
+        assert!(!speaks(r#"{"prompt":[[1, 2], [3]]}"#), "a batch of token ids");
+        assert!(!speaks(r#"{"prompt":"one","prompt_logprobs":0}"#));
+        assert!(!speaks(r#"{"prompt":"one","echo":true,"logprobs":0}"#));
     }
 
     #[test]

@@ -414,6 +414,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
                 || prompt.request.is_some_and(|r| !r.stream.unwrap_or(false) || r.includes_usage()),
             responses_api,
             details_only_on_hits,
+            cached_report_unrelated: prompt.request.is_some_and(|r| !r.cached_tokens_speak_for_the_prompt()),
         }
     });
     let publishing = profile::span(host, Phase::InflightPublish);

@@ -295,7 +295,8 @@ fn a_stream_left_unread_after_a_running_usage_in_its_first_chunk_teaches_nothing
     bench.host.advance(30);
     bench.host.set_response(&[(":status", "200")], b"");
     skipped.on_response_headers(&bench.host, false);
-    let running = b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":0}}\n\n";
+    let running =
+        b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":0}}\n\n";
     bench.host.set_response(&[(":status", "200")], running);
     skipped.on_response_body(&bench.host, running.len(), false);
     assert_eq!(bench.stat("wasm_epp.learning.usage_streams_not_read"), 1, "the pod's one slot is taken");
@@ -577,4 +578,27 @@ fn cached_tokens_are_judged_in_the_pool_s_blocks_not_the_configured_ones() {
     assert_eq!(bench.stat("wasm_epp.learning.cached_tokens_predicted"), 20 * 1_984);
     let capacity = bench.worker.learning.borrow().capacity(&pod, 10_000);
     assert_eq!(capacity, 10_000, "less than a block of the pool's apart is rounding, not eviction");
+}
+
+#[test]
+fn a_batch_or_a_prompt_logprobs_answer_reports_no_cached_figure_for_the_prompt_hashed() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    let options = r#""max_tokens":4,"stream":true,"stream_options":{"include_usage":true}"#;
+    let bodies = [
+        // vLLM reports the last prompt's cached tokens alone.
+        format!(r#"{{"model":"m","prompt":["first prompt","second prompt"],{options}}}"#),
+        // vLLM computes prompt logprobs without its prefix cache: 0 cached, whatever it holds.
+        format!(r#"{{"model":"m","prompt":"a prompt","prompt_logprobs":1,{options}}}"#),
+        format!(r#"{{"model":"m","prompt":"a prompt","echo":true,"logprobs":0,{options}}}"#),
+    ];
+    for body in &bodies {
+        let (mut stream, _) = bench.request(&COMPLETIONS, body);
+        answer(&bench, &mut stream, 30, &usage_event(20, 0));
+    }
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 3, "their usage is read");
+    assert_eq!(bench.stat("wasm_epp.learning.cached_reports"), 0, "but not compared with the prediction");
+    let (mut one, _) = bench.request(&COMPLETIONS, &streamed("one prompt"));
+    answer(&bench, &mut one, 30, &usage_event(20, 0));
+    assert_eq!(bench.stat("wasm_epp.learning.cached_reports"), 1, "one prompt's is");
 }

@@ -93,6 +93,11 @@ pub struct Dispatch {
     /// something was cached (and it runs with `--enable-prompt-tokens-details`). A Responses
     /// answer always carries its cached tokens; a Messages one never does.
     pub details_only_on_hits: bool,
+    /// The pod's cached-token figure will not be this prompt's: a batch of prompts (vLLM
+    /// reports the last one's) or a request for the prompt's logprobs (computed without the
+    /// prefix cache). Its `usage` still tells the prompt's size; its cached tokens are not
+    /// compared with the prediction.
+    pub cached_report_unrelated: bool,
 }
 
 /// Index accuracy: predicted vs reported cached tokens, summed over answers.
@@ -170,6 +175,9 @@ impl Learner {
         block_tokens: u32,
     ) -> Option<CacheReport> {
         self.text_ratio.observe(dispatch.prompt, usage.prompt_tokens);
+        if dispatch.cached_report_unrelated {
+            return None;
+        }
         let indexed = u64::from(dispatch.indexed_tokens);
         // vLLM writes a chat or completions answer's `prompt_tokens_details` only when something
         // was cached (and it runs with `--enable-prompt-tokens-details`): from a pod whose such

@@ -44,6 +44,9 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
             "messages" => request.messages = known.raw(4, value)?,
             "tools" => request.tools = known.raw(5, value)?,
             "cache_salt" => request.cache_salt = known.text(6, value)?,
+            "prompt_logprobs" => request.prompt_logprobs = known.raw(7, value)?,
+            "echo" => request.echo = known.raw(8, value)?,
+            "logprobs" => request.logprobs = known.raw(9, value)?,
             _ => {}
         }
         Some(end)
