@@ -19,6 +19,9 @@
    moment (ports 0, no listener conflicts) until the singleton logs that it is configured,
    with WASM_EPP_PODS_API_KEY in Envoy's environment; a singleton naming the pods' API key
    variable must get it through its vm_config's host_env_keys (never inline key_values).
+   The Istio assemblies hold another application's host beside the inference one, as Istio
+   merges every server of a port into one listener: in that start, its requests must reach
+   its own route and the inference host's health path the filter.
 3. The docker-compose file parses and agrees with its Envoy configuration.
 4. The Helm chart (k8s/helm/wasm-epp), rendered by `make helm-check` into target/helm/, goes
    through 1 and 2 too, and with its default values must render the same Envoy
@@ -33,6 +36,7 @@ Run by `make validate` (part of `make test`) with the Makefile's .venv python.
 """
 
 import copy
+import http.client
 import json
 import os
 import re
@@ -41,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -498,6 +503,14 @@ GATEWAY_LAYOUTS = {
 }
 GATEWAY_TARGET_PORTS = GATEWAY_LAYOUTS["istioctl's istio-ingressgateway"]
 STRIP_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
+# The Istio assemblies' two hosts on each Gateway port: the inference host (the one the
+# gateway's liveness probe names) and another application, answered by Envoy itself.
+INFERENCE_HOST = "llm.example.com"
+OTHER_APP_HOST = "other.example.com"
+OTHER_APP_ANSWER = "the other application's own answer"
+# Requests made to a configuration once its real start is up: where -> [(listener, host,
+# method, path, status, body part, why)].
+SMOKE_REQUESTS = {}
 WASM_FILTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 
 
@@ -543,7 +556,7 @@ def check_gateway_coverage(where, listeners):
     for server_port, (route, filters) in listeners.items():
         types = [dig(f, "typed_config", "@type") for f in filters]
         has_wasm = WASM_FILTER_TYPE in types
-        to_pool = route.get("cluster") == "wasm_epp_pool"
+        to_pool = dig(route, "route", "cluster") == "wasm_epp_pool"
         if to_pool and not has_wasm:
             fail(where, f"Gateway server {server_port} routes to wasm_epp_pool without the wasm-epp filter")
         if has_wasm and not to_pool:
@@ -552,16 +565,44 @@ def check_gateway_coverage(where, listeners):
                                      or types.index(STRIP_FILTER_TYPE) > types.index(WASM_FILTER_TYPE)):
             fail(where, f"Gateway server {server_port}: client destination headers are not removed before wasm-epp")
         if has_wasm:
-            policy = dig(filters[types.index(WASM_FILTER_TYPE)], "typed_config", "config", "failure_policy")
+            wasm = filters[types.index(WASM_FILTER_TYPE)]
+            policy = dig(wasm, "typed_config", "config", "failure_policy")
             if policy != "FAIL_RELOAD":
                 fail(where, f"Gateway server {server_port}: wasm-epp failure_policy is {policy}, not FAIL_RELOAD")
+            # Istio serves every host of the Gateway port from this one listener: a filter on
+            # for the whole listener answers other applications' requests (their /v1/models,
+            # 404s for models, 503s without a pod table) and ejects pods on their 5xx.
+            if not wasm.get("disabled"):
+                fail(where, f"Gateway server {server_port}: wasm-epp runs for every host on the listener; "
+                            "insert it with disabled: true and turn it on in the wasm-epp route")
+            elif wasm.get("name") not in (route.get("typed_per_filter_config") or {}):
+                fail(where, f"Gateway server {server_port}: the wasm-epp route does not turn on the filter "
+                            f"{wasm.get('name')} (typed_per_filter_config)")
+
+
+def other_app_requests(listener):
+    """What a gateway listener carrying wasm-epp must answer: the other host's requests reach
+    that application (the filter would answer them itself: its model list, or 503 with no
+    pod table, which the assembly never gets), and the inference host runs the filter (its
+    health path, the gateway's liveness probe)."""
+    chat = json.dumps({"model": "qwen3-8b", "messages": [{"role": "user", "content": "hi"}]})
+    return [
+        (listener, OTHER_APP_HOST, "GET", "/v1/models", None, 200, OTHER_APP_ANSWER,
+         "another host's GET /v1/models is its own, not the pool's model list"),
+        (listener, OTHER_APP_HOST, "POST", "/v1/chat/completions", chat, 200, OTHER_APP_ANSWER,
+         "another host's chat request reaches it, not the filter"),
+        (listener, INFERENCE_HOST, "GET", "/wasm-epp/healthz", None, 200, '"status":"ok"',
+         "the inference host runs the filter (the gateway's liveness probe)"),
+    ]
 
 
 def assemble_istio(patch_files, where):
     """A bootstrap built from EnvoyFilter patches the way Istio would apply them to a
     gateway with one listener per Gateway server: bootstrap MERGE, clusters ADDed, filters
     inserted first or before the router of the listener they match, the listener, its
-    connection manager and its route MERGEd when their port matches."""
+    connection manager and its route MERGEd when their port matches. Each listener's route
+    table also holds another application's host, as Istio merges every server of a port
+    into one: its requests, made in the real start, must not meet the filter."""
     config = {
         "node": {"id": "router~10.0.0.1~istio-ingressgateway.istio-system~istio-system.svc.cluster.local",
                  "cluster": "istio-ingressgateway.istio-system"},
@@ -594,11 +635,13 @@ def assemble_istio(patch_files, where):
             fail(where, f"Gateway server port {server_port} has no known gateway listener port")
             continue
         filters, listener_merge, hcm_merge = [], {}, {}
-        route = {"cluster": "outbound|8000||vllm-qwen.llm.svc.cluster.local"}
+        route = {"name": "wasm-epp", "match": {"prefix": "/"},
+                 "route": {"cluster": "outbound|8000||vllm-qwen.llm.svc.cluster.local"}}
         for patch in patches:
             value, target = copy.deepcopy(dig(patch, "patch", "value")), patch.get("applyTo")
             if target == "HTTP_ROUTE" and matches_port(patch, "routeConfiguration", "portNumber", server_port):
-                route.update(value.get("route", {}))
+                route["route"].update(value.pop("route", {}))
+                route.update(value)
                 continue
             if not matches_port(patch, "listener", "portNumber", listener_port):
                 continue
@@ -614,9 +657,14 @@ def assemble_istio(patch_files, where):
         hcm = {
             "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
             "stat_prefix": f"outbound_0.0.0.0_{listener_port}",
-            "route_config": {"virtual_hosts": [{"name": f"llm.example.com:{server_port}", "domains": ["*"],
-                                                "routes": [{"name": "wasm-epp", "match": {"prefix": "/"},
-                                                            "route": route}]}]},
+            # Istio merges every Gateway server of a port into one route table: the inference
+            # host beside another application's, which must never meet the filter.
+            "route_config": {"virtual_hosts": [
+                {"name": f"{INFERENCE_HOST}:{server_port}", "domains": [INFERENCE_HOST, f"{INFERENCE_HOST}:*"],
+                 "routes": [route]},
+                {"name": f"{OTHER_APP_HOST}:{server_port}", "domains": [OTHER_APP_HOST, f"{OTHER_APP_HOST}:*"],
+                 "routes": [{"name": "other-app", "match": {"prefix": "/"},
+                             "direct_response": {"status": 200, "body": {"inline_string": OTHER_APP_ANSWER}}}]}]},
             "http_filters": filters + [{"name": "envoy.filters.http.router", "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
         }
@@ -628,8 +676,11 @@ def assemble_istio(patch_files, where):
         listener.update(listener_merge)
         config["static_resources"]["listeners"].append(listener)
         coverage[server_port] = (route, filters)
-        if not any(c.get("name") == route.get("cluster") for c in config["static_resources"]["clusters"]):
-            fail(where, f"server {server_port}: the route goes to {route.get('cluster')}, which no patch adds")
+        cluster = route["route"].get("cluster")
+        if not any(c.get("name") == cluster for c in config["static_resources"]["clusters"]):
+            fail(where, f"server {server_port}: the route goes to {cluster}, which no patch adds")
+        if WASM_FILTER_TYPE in [dig(f, "typed_config", "@type") for f in filters]:
+            SMOKE_REQUESTS.setdefault(f"{where} (assembled)", []).extend(other_app_requests(listener["name"]))
     check_gateway_coverage(where, coverage)
     filters = [f for _, fs in coverage.values() for f in fs]
     # The no-singleton filter carries the poller's configuration in its own (lease mode):
@@ -803,16 +854,18 @@ def run_envoy_checks(where, config, files, scratch):
         set_ports_to_zero(smoke)
         smoke_path = scratch / "envoy-smoke.yaml"
         smoke_path.write_text(localise(yaml.safe_dump(smoke, sort_keys=False), scratch, files))
-        note = smoke_start(where, smoke_path, len(list(singleton_configs(config))))
+        note = smoke_start(where, smoke_path, len(list(singleton_configs(config))), SMOKE_REQUESTS.get(where, []))
     print(f"  ok  {where} ({time.monotonic() - started:.1f} s{note})")
 
 
-def smoke_start(where, path, singletons):
-    """Starts Envoy for real until every singleton logs that it is configured."""
+def smoke_start(where, path, singletons, requests=()):
+    """Starts Envoy for real until every singleton logs that it is configured, then makes
+    `requests` (SMOKE_REQUESTS) to its listeners."""
+    admin_file = path.parent / "admin-address"
     # A configuration naming the pods' API key variable gets it from Envoy's environment
     # (the chart's Deployment sets it from a Secret): the singleton refuses to start without.
     process = subprocess.Popen([str(ENVOY), "-c", str(path), "--disable-hot-restart", "--concurrency", "1",
-                                "-l", "info"],
+                                "-l", "info", "--admin-address-path", str(admin_file)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                env={**os.environ, "WASM_EPP_PODS_API_KEY": "validate-pods-key"})
     seen, log = 0, []
@@ -827,6 +880,8 @@ def smoke_start(where, path, singletons):
             seen += SINGLETON_CONFIGURED in line
             if "wasm-epp singleton:" in line and ("invalid" in line or "error" in line):
                 break
+        if seen >= singletons and requests:
+            make_requests(where, admin_file, requests)
     finally:
         process.terminate()
         try:
@@ -837,7 +892,35 @@ def smoke_start(where, path, singletons):
         lines = [l.strip() for l in log if "wasm-epp singleton" in l or "wasm-epp pool service" in l or "critical" in l][-3:]
         fail(where, "the singleton did not configure in a real start: " + " | ".join(lines))
         return ""
-    return ", singleton configured in a real start"
+    return ", singleton configured in a real start" + (f", {len(requests)} requests answered" if requests else "")
+
+
+def make_requests(where, admin_file, requests):
+    """Each request to its listener (found through the admin's /listeners: ports are 0),
+    retried for a few seconds while the workers' filters start."""
+    admin = admin_file.read_text().strip()
+    with urllib.request.urlopen(f"http://{admin}/listeners?format=json", timeout=5) as reply:
+        statuses = json.load(reply).get("listener_statuses") or []
+    ports = {s["name"]: dig(s, "local_address", "socket_address", "port_value") for s in statuses}
+    for listener, host, method, path, body, status, part, why in requests:
+        deadline, got = time.monotonic() + 5, None
+        while time.monotonic() < deadline:
+            connection = http.client.HTTPConnection("127.0.0.1", ports.get(listener), timeout=5)
+            try:
+                headers = {"Host": host, **({"content-type": "application/json"} if body else {})}
+                connection.request(method, path, body=body, headers=headers)
+                answer = connection.getresponse()
+                got = (answer.status, answer.read().decode(errors="replace"))
+            except OSError as error:
+                got = (None, str(error))
+            finally:
+                connection.close()
+            if got[0] == status and part in got[1]:
+                break
+            time.sleep(0.2)
+        else:
+            fail(where, f"listener {listener}: {method} {host}{path} answered {got[0]} {got[1][:160]!r}, "
+                        f"wanted {status} with {part!r}: {why}")
 
 
 # Stat names as the plugin defines them (Envoy adds `wasmcustom.`), and the labels the
