@@ -811,10 +811,31 @@ def template_inference_settings():
     return _template_inference
 
 
+def is_pool_cluster(name):
+    """The cluster inference requests go to: the template's `pool` (`pool-<name>` with
+    several), Istio's `wasm_epp_pool`."""
+    return name == "pool" or name.startswith("pool-") or name == "wasm_epp_pool"
+
+
 def routes_to_pool(hcm):
     clusters = [dig(route, "route", "cluster") or "" for host in dig(hcm, "route_config", "virtual_hosts") or []
                 for route in host.get("routes") or []]
-    return any(c == "pool" or c.startswith("pool-") or c == "wasm_epp_pool" for c in clusters)
+    return any(is_pool_cluster(c) for c in clusters)
+
+
+def check_pool_clusters(where, config):
+    """Every pool cluster carries the template's circuit breakers: Envoy's defaults (1024
+    requests, 3 retries in flight) would answer a busy pool's further requests 503 (UO)."""
+    wanted = template_pool_circuit_breakers()
+    for cluster in dig(config, "static_resources", "clusters") or []:
+        if is_pool_cluster(cluster.get("name", "")) and cluster.get("circuit_breakers") != wanted:
+            fail(where, f"cluster {cluster['name']}: circuit_breakers {cluster.get('circuit_breakers')} differ from "
+                        f"envoy/envoy.yaml.template's pool cluster ({wanted})")
+
+
+def template_pool_circuit_breakers():
+    config = render_template("override_host", True)
+    return next(c for c in config["static_resources"]["clusters"] if c["name"] == "pool")["circuit_breakers"]
 
 
 def check_pods_api_key(where, extension, singleton):
@@ -833,6 +854,7 @@ def check_pods_api_key(where, extension, singleton):
 
 def run_envoy_checks(where, config, files, scratch):
     check_inference_listeners(where, config)
+    check_pool_clusters(where, config)
     for extension, value in singleton_configs(config):
         try:
             SINGLETON_CONFIGS.append((where, json.loads(value)))
