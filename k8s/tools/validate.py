@@ -793,6 +793,7 @@ def check_inference_listeners(where, config):
                         if hcm.get(key) != wanted:
                             fail(name, f"{key} differs from envoy/envoy.yaml.template's inference listener "
                                        f"({hcm.get(key)!r})")
+                    check_pool_route_timeouts(name, hcm)
 
 
 # What every inference listener (one routing to a pool) takes from the template as it is:
@@ -809,6 +810,41 @@ def template_inference_settings():
         hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
         _template_inference.update({key: hcm.get(key) for key in TEMPLATE_INFERENCE_KEYS})
     return _template_inference
+
+
+# Envoy's stream_idle_timeout when the connection manager sets none.
+ENVOY_STREAM_IDLE_SECONDS = 300.0
+
+
+def seconds(duration):
+    """An Envoy duration as YAML writes it (`600s`, `0.5s`), in seconds."""
+    return float(str(duration).removesuffix("s"))
+
+
+def check_pool_route_timeouts(name, hcm):
+    """A non-streamed answer sends no byte until it is done: on every route to a pool the
+    stream's idle timer (the route's idle_timeout, else the listener's stream_idle_timeout)
+    must not fire before the route's timeout, which starts once the filter lets the request
+    go, up to request_timeout after its last byte. Else the client gets 504 "stream timeout"
+    (SI) at the idle timeout, and that 504 must be in OpenAI's shape too."""
+    listener_idle = seconds(hcm.get("stream_idle_timeout", ENVOY_STREAM_IDLE_SECONDS))
+    request = seconds(hcm.get("request_timeout", 0))
+    for host in dig(hcm, "route_config", "virtual_hosts") or []:
+        for route in host.get("routes") or []:
+            action = route.get("route") or {}
+            if not is_pool_cluster(action.get("cluster", "")):
+                continue
+            idle = seconds(action.get("idle_timeout", listener_idle))
+            timeout = seconds(action.get("timeout", 15))
+            if idle != 0 and idle < timeout + request:
+                fail(name, f"the route to {action['cluster']} cuts a stream idle for {idle:g} s, before its timeout "
+                           f"({timeout:g} s after the request_timeout's {request:g} s): a non-streamed answer "
+                           f"longer than that gets 504 \"stream timeout\"; set the route's idle_timeout to "
+                           f"{timeout + request:g}s")
+    flags = [f for mapper in dig(hcm, "local_reply_config", "mappers") or []
+             for f in dig(mapper, "filter", "response_flag_filter", "flags") or []]
+    if "SI" not in flags:
+        fail(name, "local_reply_config leaves Envoy's stream idle timeout (SI) as plain text, not OpenAI's shape")
 
 
 def is_pool_cluster(name):

@@ -123,7 +123,7 @@ typed_config:
   local_reply_config:
     mappers:
       - filter:
-          response_flag_filter: { flags: [UF, URX, UH, NR, UO, UT, UC, DC] }
+          response_flag_filter: { flags: [UF, URX, UH, NR, UO, UT, UC, DC, SI] }
         body_format_override:
           json_format:
             error:
