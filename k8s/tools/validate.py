@@ -1177,6 +1177,25 @@ def check_compose():
     print(f"  ok  {where} ({len(services)} services)")
 
 
+def check_plain_envoy_guide():
+    """docs/deployment.md's "Plain Envoy" points users at configurations to run natively:
+    one whose admin listens beyond loopback (compose's, for Docker's port forward) must come
+    with the instruction to bind it to 127.0.0.1 (admin can stop Envoy and dumps its
+    configuration)."""
+    where = "docs/deployment.md (Plain Envoy)"
+    section = (ROOT / "docs/deployment.md").read_text().split("\n## Plain Envoy\n", 1)[-1].split("\n## ", 1)[0]
+    named = sorted(set(re.findall(r"`(envoy/[\w./-]+\.yaml)`", section)))
+    before = len(failures)
+    for name in named:
+        config = yaml.safe_load((ROOT / name).read_text())
+        address = dig(config, "admin", "address", "socket_address", "address")
+        if address not in ("127.0.0.1", "::1") and not re.search(r"`admin[\w.]*` to `127\.0\.0\.1`", section):
+            fail(where, f"points native users at {name}, whose admin listens on {address}, without telling "
+                        "them to set `admin.address` to `127.0.0.1`")
+    if len(failures) == before:
+        print(f"  ok  {where}: {', '.join(named) or 'no configuration named'}, admin on loopback or told to be")
+
+
 def main():
     started = time.monotonic()
     print(f"Kubernetes manifests (schema {KUBERNETES_VERSION}, strict; custom resources by field checks)")
@@ -1209,6 +1228,7 @@ def main():
         print("  ok  k8s/alerts/wasm-epp.rules.yaml: promtool check rules, test rules")
     print("docker compose")
     check_compose()
+    check_plain_envoy_guide()
     if failures:
         print(f"\nvalidate: {len(failures)} problem(s):")
         for problem in failures:
