@@ -59,6 +59,14 @@ CASES = {
                                 "pools": [
         {"name": "interactive", "labelSelector": "app=vllm-qwen", "targetPort": 8000, "match": {"prefix": "/"}},
         {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"}}]},
+    # Bodies up to 32 MiB read by the filter (base64 images): the inference listener's buffer
+    # follows (validate.py checks it exceeds max_body_bytes), on either mode and per pool.
+    "istio-large-bodies": {"mode": "istio", "filter": {"max_body_bytes": 33554432}},
+    "standalone-two-pools-large-bodies": {"pools": [
+        {"name": "chat", "labelSelector": "app=vllm-qwen", "targetPort": 8000,
+         "match": {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": "chat"}}]},
+         "filter": {"max_body_bytes": 67108864}},
+        {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"}}]},
     # The gateway scaled on CPU instead of a fixed replica count.
     "standalone-autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
 }

@@ -794,6 +794,12 @@ def check_inference_listeners(where, config):
                             fail(name, f"{key} differs from envoy/envoy.yaml.template's inference listener "
                                        f"({hcm.get(key)!r})")
                     check_pool_route_timeouts(name, hcm)
+                    check_body_buffer(name, listener, hcm)
+                    if not any(dig(m, "filter", "status_code_filter", "comparison", "value", "default_value") == 413
+                               and dig(m, "filter", "status_code_filter", "comparison", "op") == "EQ"
+                               for m in dig(hcm, "local_reply_config", "mappers") or []):
+                        fail(name, "local_reply_config leaves Envoy's 413 (a body past the listener's buffer) as "
+                                   "plain text, not OpenAI's shape")
 
 
 # What every inference listener (one routing to a pool) takes from the template as it is:
@@ -810,6 +816,33 @@ def template_inference_settings():
         hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
         _template_inference.update({key: hcm.get(key) for key in TEMPLATE_INFERENCE_KEYS})
     return _template_inference
+
+
+# The filter's max_body_bytes when its configuration sets none, Envoy's listener buffer
+# when the listener sets none, and the room the listener needs above max_body_bytes: the
+# chunk that carries a body past it is buffered before the filter stops reading.
+PLUGIN_MAX_BODY_BYTES = 4 << 20
+ENVOY_LISTENER_BUFFER_BYTES = 1 << 20
+BODY_CHUNK_ROOM = 1 << 20
+
+
+def check_body_buffer(name, listener, hcm):
+    """The filter buffers a body up to its max_body_bytes before it picks the pod; Envoy
+    answers 413 to one that outgrows the listener's per_connection_buffer_limit_bytes
+    first. A max_body_bytes raised (for base64 images, say) without the listener's limit
+    turns every body between the two into a 413."""
+    limit = listener.get("per_connection_buffer_limit_bytes", ENVOY_LISTENER_BUFFER_BYTES)
+    for http_filter in hcm.get("http_filters") or []:
+        value = dig(http_filter, "typed_config", "config", "configuration", "value")
+        if dig(http_filter, "typed_config", "@type") != WASM_FILTER_TYPE or not value:
+            continue
+        plugin = json.loads(value)
+        if "peer_receiver" in plugin:
+            continue
+        body = plugin.get("max_body_bytes", PLUGIN_MAX_BODY_BYTES)
+        if limit < body + BODY_CHUNK_ROOM:
+            fail(name, f"per_connection_buffer_limit_bytes {limit} leaves less than {BODY_CHUNK_ROOM} bytes above "
+                       f"{http_filter.get('name')}'s max_body_bytes {body}: bodies in between get Envoy's 413")
 
 
 # Envoy's stream_idle_timeout when the connection manager sets none.

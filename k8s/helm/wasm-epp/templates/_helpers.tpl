@@ -101,6 +101,22 @@ WASM_EPP_PODS_API_KEY
 {{- toJson $config -}}
 {{- end }}
 
+{{/* The inference listener's per_connection_buffer_limit_bytes: 16 MiB, or more where a
+pool's filter reads larger bodies. The filter buffers a body up to its max_body_bytes
+(plugin default 4 MiB) and Envoy answers 413 to one that outgrows the listener's limit
+first, so the limit stays 1 MiB above the largest max_body_bytes (the chunk that carries a
+body past it is buffered before the filter stops reading). */}}
+{{- define "wasm-epp.listenerBufferBytes" -}}
+{{- $limit := 16777216 -}}
+{{- range (include "wasm-epp.servedPools" . | fromJsonArray) -}}
+{{- $config := include "wasm-epp.filterConfig" (dict "root" $ "poolFilter" .filter) | fromJson -}}
+{{- if hasKey $config "max_body_bytes" -}}
+{{- $limit = max $limit (add (int64 $config.max_body_bytes) 1048576) -}}
+{{- end -}}
+{{- end -}}
+{{- $limit -}}
+{{- end }}
+
 {{/* Istio: the connection manager settings merged into each inference listener's
 (k8s/istio/singleton/envoyfilter.yaml, patch 4). */}}
 {{- define "wasm-epp.istioConnectionManager" -}}
@@ -118,7 +134,7 @@ typed_config:
   internal_address_config:
     unix_sockets: false
     cidr_ranges: [{ address_prefix: 0.0.0.0, prefix_len: 32 }]
-  # Envoy's own failures (no pod reachable, timeouts) in OpenAI's error shape, as in
+  # Envoy's own failures (no pod reachable, timeouts, a body too large) in OpenAI's error shape, as in
   # envoy/envoy.yaml.template (docs/configuration.md).
   local_reply_config:
     mappers:
@@ -131,6 +147,16 @@ typed_config:
               type: upstream_unavailable
               code: "%RESPONSE_CODE%"
               flags: "%RESPONSE_FLAGS%"
+      # A body that outgrows per_connection_buffer_limit_bytes while it is buffered:
+      # Envoy's 413, which carries no response flag.
+      - filter:
+          status_code_filter: { comparison: { op: EQ, value: { default_value: 413, runtime_key: wasm_epp.local_reply_413 } } }
+        body_format_override:
+          json_format:
+            error:
+              message: "%LOCAL_REPLY_BODY%"
+              type: invalid_request_error
+              code: "%RESPONSE_CODE%"
 {{- end }}
 
 {{/* Istio: the router of the gateway listener on this port, which the HTTP filters are
