@@ -900,6 +900,21 @@ def check_pool_clusters(where, config):
         if is_pool_cluster(cluster.get("name", "")) and cluster.get("circuit_breakers") != wanted:
             fail(where, f"cluster {cluster['name']}: circuit_breakers {cluster.get('circuit_breakers')} differ from "
                         f"envoy/envoy.yaml.template's pool cluster ({wanted})")
+    # An ORIGINAL_DST pool follows the one address the filter wrote: a retry goes to the same
+    # pod, so a dead one costs a connect timeout per attempt.
+    original_dst = {c.get("name") for c in dig(config, "static_resources", "clusters") or []
+                    if is_pool_cluster(c.get("name", "")) and c.get("type") == "ORIGINAL_DST"}
+    for listener in dig(config, "static_resources", "listeners") or []:
+        for chain in listener.get("filter_chains") or []:
+            for network_filter in chain.get("filters") or []:
+                for host in dig(network_filter, "typed_config", "route_config", "virtual_hosts") or []:
+                    for route in host.get("routes") or []:
+                        retries = dig(route, "route", "retry_policy", "num_retries")
+                        cluster = dig(route, "route", "cluster")
+                        if cluster in original_dst and dig(route, "route", "retry_policy") and retries != 0:
+                            fail(where, f"the route to the ORIGINAL_DST cluster {cluster} retries "
+                                        f"({retries if retries is not None else 'Envoy default 1'}): every attempt "
+                                        "goes to the address that failed")
 
 
 def template_pool_circuit_breakers():

@@ -169,6 +169,7 @@ fn fill_globals(text: String, options: &EnvoyOptions) -> String {
     let filters_before: Vec<String> =
         options.filters_before_plugin.iter().map(|filter| format!("                  - {filter}")).collect();
     text.replace("{{FILTERS_BEFORE_PLUGIN}}", &filters_before.join("\n"))
+        .replace("{{NUM_RETRIES}}", &pool_route_retries(options.cluster_mode).to_string())
         .replace("{{PER_TRY_IDLE_TIMEOUT}}", &options.per_try_idle_timeout)
         .replace("{{ADMIN_ADDRESS}}", &options.admin_address)
         .replace("{{ADMIN_PORT}}", &options.admin_port.to_string())
@@ -192,6 +193,17 @@ fn fill_globals(text: String, options: &EnvoyOptions) -> String {
             "{{LIVE_FILTER_DIR}}",
             &options.live_filter_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
         )
+}
+
+/// The pool route's `num_retries`. With override_host a retry takes the filter's next
+/// choice: the filter's default `fallback_destinations`. An ORIGINAL_DST cluster follows the
+/// one address the filter wrote (with `fallback_destinations: 0`), so a retry would go to
+/// the same pod: a dead one would cost three connection attempts instead of one.
+fn pool_route_retries(mode: ClusterMode) -> u32 {
+    match mode {
+        ClusterMode::OverrideHost => 2,
+        ClusterMode::OriginalDst => 0,
+    }
 }
 
 /// Fails unless the committed file at `path` (from the workspace root) is a fresh render of
@@ -228,6 +240,20 @@ mod tests {
         }
         assert_eq!(rendered.matches("vm_id: wasm-epp ").count() + rendered.matches("vm_id: wasm-epp\n").count(), 2);
         assert!(rendered.contains("- match: { prefix: \"/\" }") && rendered.contains("cluster: pool\n"));
+    }
+
+    #[test]
+    fn an_original_dst_pool_is_not_retried_on_the_address_that_failed() {
+        let pods = ["127.0.0.1:8001".to_string()];
+        let override_host = EnvoyOptions::for_pool(&pods, 10_000, 9_901);
+        let rendered = render(&template(), &override_host);
+        assert!(rendered.contains("num_retries: 2\n"), "one retry per fallback the filter writes");
+        let original_dst = render(&template(), &override_host.with_original_dst());
+        assert!(original_dst.contains("type: ORIGINAL_DST") && original_dst.contains(r#""fallback_destinations":0"#));
+        assert!(
+            original_dst.contains("num_retries: 0\n") && !original_dst.contains("num_retries: 2"),
+            "{original_dst}"
+        );
     }
 
     #[test]
