@@ -1040,6 +1040,7 @@ STAT_NAME_SAMPLES = {
     "wasmcustom.wasm_epp.pool.a.flow.dropped.ttl_expired": {"pool": "a", "reason": "ttl_expired"},
     "wasmcustom.wasm_epp.pool.a.decision_time_us_bucket.le.+Inf": {"pool": "a", "le": "+Inf"},
     "wasmcustom.wasm_epp.pool.a.flow.wait_ms_bucket.le_50": {"pool": "a", "le": "50"},
+    "wasmcustom.wasm_epp.flow.wait_ms_bucket.le_+Inf": {"le": "+Inf"},
     "wasmcustom.wasm_epp.pool.a.flow.band_entered_bytes.n1": {"pool": "a", "band": "n1"},
     "wasmcustom.wasm_epp.pool.a.flow.released_by_worker.w0": {"pool": "a", "worker": "w0"},
     "wasmcustom.wasm_epp.pool.a.flow.pod_saturated.pod.10_0_0_1_8000": {"pool": "a", "pod": "10_0_0_1_8000"},

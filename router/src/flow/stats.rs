@@ -3,10 +3,13 @@
 //! Envoy gauges defined by several worker VMs are one stat that each worker overwrites, so
 //! queue sizes are counted as what entered and what left each band (counters sum across
 //! workers): length = `band_entered - band_left`, the same for bytes. Proxy-Wasm has no
-//! histograms, so the time waited is a cumulative bucket counter per bound (`le`), with a
-//! sum and a count, read as a Prometheus histogram.
+//! histograms, so the time waited is a [`CumulativeHistogram`] (a counter per bound, `le`,
+//! every bucket shown at 0 from the start, with a sum and a count), read as a Prometheus
+//! histogram.
 
 use wasm_epp_host::{Counter, Gauge, Metrics};
+
+use crate::histogram::CumulativeHistogram;
 
 /// Upper bounds of the wait-time buckets, in ms: from one waiting tick to past the TTL.
 pub const WAIT_BUCKETS_MS: [u64; 13] = [5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 30_000, 60_000];
@@ -52,8 +55,9 @@ pub struct FlowStats {
     pub released: Counter,
     /// Sent on at once: nothing waited and the pool had room.
     pub direct: Counter,
-    wait_sum_ms: Counter,
-    wait_count: Counter,
+    /// Time waited by released requests, ms: `wasm_epp.flow.wait_ms_bucket.le_<bound>` (and
+    /// `le_+Inf`), `_sum`, `_count`.
+    wait: CumulativeHistogram,
     pool_saturated: Gauge,
 }
 
@@ -63,8 +67,16 @@ impl FlowStats {
             queued: metrics.announced_counter("wasm_epp.flow.queued"),
             released: metrics.announced_counter("wasm_epp.flow.released"),
             direct: metrics.announced_counter("wasm_epp.flow.dispatched_directly"),
-            wait_sum_ms: metrics.announced_counter("wasm_epp.flow.wait_ms_sum"),
-            wait_count: metrics.announced_counter("wasm_epp.flow.wait_ms_count"),
+            // Every bucket exists from the start, as the decision time's: a bucket born at its
+            // first count has no earlier sample, so `rate` misses that count and
+            // `histogram_quantile` reads the buckets below it as empty.
+            wait: CumulativeHistogram::define(
+                metrics,
+                &WAIT_BUCKETS_MS,
+                |bound| format!("wasm_epp.flow.wait_ms_bucket.le_{bound}"),
+                "wasm_epp.flow.wait_ms_sum",
+                "wasm_epp.flow.wait_ms_count",
+            ),
             pool_saturated: metrics.gauge("wasm_epp.flow.pool_saturated"),
         }
     }
@@ -89,12 +101,7 @@ impl FlowStats {
     /// worker (its in-flight slot), so the split between workers can be read.
     pub fn released_after(&self, metrics: &Metrics, waited_ms: u64, worker: Option<usize>) {
         metrics.increment(self.released);
-        metrics.add(self.wait_sum_ms, waited_ms);
-        metrics.increment(self.wait_count);
-        for bound in WAIT_BUCKETS_MS.iter().filter(|b| waited_ms <= **b) {
-            metrics.add_labelled("wasm_epp.flow.wait_ms_bucket", &format!("le_{bound}"), 1);
-        }
-        metrics.add_labelled("wasm_epp.flow.wait_ms_bucket", "le_inf", 1);
+        self.wait.observe(metrics, waited_ms);
         if let Some(slot) = worker {
             metrics.add_labelled("wasm_epp.flow.released_by_worker", &format!("w{slot}"), 1);
         }
@@ -116,5 +123,39 @@ pub fn band_label(priority: i32) -> String {
         format!("n{}", priority.unsigned_abs())
     } else {
         format!("p{priority}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use wasm_epp_host::MockHost;
+
+    use super::*;
+
+    const BUCKET: &str = "wasm_epp.flow.wait_ms_bucket";
+
+    #[test]
+    fn every_wait_bucket_is_defined_at_zero_before_the_first_release() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let stats = FlowStats::define(&metrics);
+        metrics.flush(&host);
+        let defined = |name: &str| host.metric_names.borrow().iter().any(|(n, _)| n == name);
+        for bound in WAIT_BUCKETS_MS {
+            assert!(defined(&format!("{BUCKET}.le_{bound}")), "bucket {bound} not defined at start");
+        }
+        // `+Inf`, as the other histograms name it (the `le` tag rule makes it le="+Inf").
+        assert!(defined(&format!("{BUCKET}.le_+Inf")));
+        assert!(defined("wasm_epp.flow.wait_ms_sum") && defined("wasm_epp.flow.wait_ms_count"));
+
+        // A wait of 750 ms: in (500, 1000], so the 500 bucket stays at 0, not missing.
+        stats.released_after(&metrics, 750, None);
+        metrics.flush(&host);
+        assert_eq!(host.metric(&format!("{BUCKET}.le_500")), 0);
+        assert_eq!(host.metric(&format!("{BUCKET}.le_1000")), 1);
+        assert_eq!(host.metric(&format!("{BUCKET}.le_60000")), 1);
+        assert_eq!(host.metric(&format!("{BUCKET}.le_+Inf")), 1);
+        assert_eq!(host.metric("wasm_epp.flow.wait_ms_sum"), 750);
+        assert_eq!(host.metric("wasm_epp.flow.wait_ms_count"), 1);
     }
 }
