@@ -5,7 +5,8 @@
 //! stat per tick. Stats therefore reach `/stats` up to one tick late. Names show in
 //! `/stats/prometheus` as `wasm_epp_*`. Per-pod stats put the pod in the name
 //! (`wasm_epp.picks.pod.<ip_port>`); the bootstrap's `stats_tags` turn it into a label.
-//! Their number is bounded by [`MAX_LABELLED`] per family.
+//! Their number is bounded by [`MAX_LABELLED`] per family, and one more where counts past the
+//! bound go to a fallback label ([`Metrics::add_labelled_or`]).
 //!
 //! Where one Envoy serves several pools, each pool's VMs name it ([`Metrics::label_pool`]):
 //! every name then carries `pool.<name>` after `wasm_epp` (`wasm_epp.pool.llama.picks.pod.<ip_port>`),
@@ -131,10 +132,13 @@ impl Metrics {
     }
 
     /// As [`Self::add_labelled`], counted under `fallback` when the family has no room left
-    /// for `label` (announce `fallback` first so it always has its place).
+    /// for `label`, so nothing is lost past the bound. The fallback always has its place: if
+    /// the family filled before it was first used, it is the one stat past [`MAX_LABELLED`]
+    /// (announce it first to show it at 0 from the start and keep the family at the bound).
     pub fn add_labelled_or(&self, family: &str, label: &str, fallback: &str, by: u64) {
         let slot = self.labelled_slot(family, label, MetricKind::Counter);
-        if let Some(index) = slot.or_else(|| self.labelled_slot(family, fallback, MetricKind::Counter)) {
+        let slot = slot.or_else(|| self.labelled_slot_within(family, fallback, MetricKind::Counter, MAX_LABELLED + 1));
+        if let Some(index) = slot {
             self.add(Counter(index), by);
         }
     }
@@ -166,12 +170,17 @@ impl Metrics {
     }
 
     fn labelled_slot(&self, family: &str, label: &str, kind: MetricKind) -> Option<usize> {
+        self.labelled_slot_within(family, label, kind, MAX_LABELLED)
+    }
+
+    /// `family.label`'s slot, created if the family holds fewer than `bound` labels.
+    fn labelled_slot_within(&self, family: &str, label: &str, kind: MetricKind, bound: usize) -> Option<usize> {
         let mut labelled = self.labelled.try_borrow_mut().ok()?;
         if let Some(index) = labelled.get(family).and_then(|labels| labels.get(label)) {
             return Some(*index);
         }
         let labels = labelled.entry_ref(family).or_default();
-        if labels.len() >= MAX_LABELLED {
+        if labels.len() >= bound {
             return None;
         }
         let index = self.register(&format!("{family}.{label}"), kind);
@@ -287,6 +296,21 @@ mod tests {
         metrics.flush(&host);
         assert_eq!(host.metric_names.borrow().len(), MAX_LABELLED);
         assert_eq!(host.metric("wasm_epp.model_requests.model.other"), 6, "5 past the bound and the one without room");
+    }
+
+    #[test]
+    fn a_fallback_first_used_past_the_bound_still_counts() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        for pod in 0..1_100 {
+            let label = format!("10_0_{}_{}_8000", pod / 256, pod % 256);
+            metrics.add_labelled_or("wasm_epp.picks.pod", &label, "other", 1);
+        }
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.picks.pod.10_0_3_255_8000"), 1, "within the bound: its own label");
+        assert_eq!(host.metric("wasm_epp.picks.pod.10_0_4_75_8000"), 0, "the 1,100th has no label of its own");
+        assert_eq!(host.metric("wasm_epp.picks.pod.other"), 1_100 - MAX_LABELLED as u64, "nothing lost past the bound");
+        assert_eq!(host.metric_names.borrow().len(), MAX_LABELLED + 1, "the fallback is the one stat past it");
     }
 
     #[test]

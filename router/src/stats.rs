@@ -14,6 +14,10 @@ const EJECTIONS_FAMILY: &str = "wasm_epp.pod_ejections.pod";
 const MODELS_FAMILY: &str = "wasm_epp.model_requests.model";
 /// The label of requests for a model no pod of the table names.
 pub const OTHER_MODEL: &str = "other";
+/// The `pod` label of picks and ejections of pods past the families' bound
+/// ([`wasm_epp_host::metrics::MAX_LABELLED`] addresses over the VM's lifetime: Envoy keeps a
+/// stat until it restarts, so a label is never given back), counted, not dropped.
+pub const OTHER_POD: &str = "other";
 
 pub struct Stats {
     pub metrics: Metrics,
@@ -157,12 +161,12 @@ impl Stats {
                 self.increment(counter);
             }
         }
-        self.metrics.add_labelled(PICKS_FAMILY, pod.as_str(), 1);
+        self.metrics.add_labelled_or(PICKS_FAMILY, pod.as_str(), OTHER_POD, 1);
     }
 
     /// `pod` was taken out of rotation by this worker.
     pub fn ejected(&self, pod: &PodAddress) {
-        self.metrics.add_labelled(EJECTIONS_FAMILY, pod.as_str(), 1);
+        self.metrics.add_labelled_or(EJECTIONS_FAMILY, pod.as_str(), OTHER_POD, 1);
     }
 }
 
@@ -177,5 +181,25 @@ mod tests {
         stats.count_model("my model\u{e9}");
         assert_eq!(stats.metrics.pending("wasm_epp.model_requests.model.meta-llama/Llama-3.1-8B-Instruct"), 1);
         assert_eq!(stats.metrics.pending("wasm_epp.model_requests.model.my_model_"), 1);
+    }
+
+    #[test]
+    fn picks_and_ejections_of_pods_past_the_bound_count_as_other() {
+        let stats = Stats::define();
+        let pods: Vec<PodAddress> = (0..1_100)
+            .map(|n| PodAddress::parse(&format!("10.0.{}.{}:8000", n / 256, n % 256)))
+            .collect::<Result<_, _>>()
+            .unwrap_or_default();
+        assert_eq!(pods.len(), 1_100);
+        for pod in &pods {
+            stats.count_pick(pod, PickReason::Load, false, false);
+            stats.ejected(pod);
+        }
+        let last = pods.last().map(PodAddress::as_str).unwrap_or_default();
+        assert_eq!(stats.metrics.pending(&format!("{PICKS_FAMILY}.{last}")), 0, "past the bound: no label of its own");
+        let past = 1_100 - wasm_epp_host::metrics::MAX_LABELLED as u64;
+        assert_eq!(stats.metrics.pending(&format!("{PICKS_FAMILY}.{OTHER_POD}")), past, "the 1,100th pick is counted");
+        assert_eq!(stats.metrics.pending(&format!("{EJECTIONS_FAMILY}.{OTHER_POD}")), past);
+        assert_eq!(stats.metrics.pending("wasm_epp.requests_routed"), 1_100);
     }
 }
