@@ -2,7 +2,7 @@
 //! `wasm_epp_host::metrics`). Names are `wasm_epp.*` (`wasm_epp_*` in Prometheus).
 
 use picker::address::PodAddress;
-use wasm_epp_host::{Counter, Metrics};
+use wasm_epp_host::{Counter, Gauge, Metrics};
 
 use crate::decision_stats::{DecisionStats, PickReason};
 
@@ -73,6 +73,11 @@ pub struct Stats {
     pub answers_cut: Counter,
     /// Ejections this worker took over from another worker of its Envoy.
     pub pod_ejections_adopted: Counter,
+    /// How long ago the pool service last wrote its heartbeat, as of this worker's last tick:
+    /// the singleton's own gauges are set when it publishes, so they stop where they were
+    /// when it dies; this one grows. Every worker of an Envoy sets the same stat to about
+    /// the same value (Envoy keeps the last).
+    pub service_heartbeat_age_ms: Gauge,
 }
 
 impl Stats {
@@ -119,6 +124,7 @@ impl Stats {
             pod_attempts_failed: c("wasm_epp.pod_attempts_failed"),
             answers_cut: c("wasm_epp.answers_cut"),
             pod_ejections_adopted: c("wasm_epp.pod_ejections_adopted"),
+            service_heartbeat_age_ms: metrics.gauge("wasm_epp.service_heartbeat_age_ms"),
             metrics,
         };
         // Defined first, so it has its place in the family whatever comes later, and shown

@@ -48,6 +48,10 @@ fn sync(worker: &Worker, host: &dyn Host) {
     let refreshing = crate::profile::span(host, Phase::TickTable);
     worker.refresh_table(&mut cache, host);
     refreshing.end();
+    if let Some(seen) = cache.service_seen_ms() {
+        let age = host.now_ms().saturating_sub(seen);
+        worker.stats.metrics.set(worker.stats.service_heartbeat_age_ms, age);
+    }
     if let Ok(mut inflight) = worker.inflight.try_borrow_mut() {
         let _span = crate::profile::span(host, Phase::TickInflight);
         // One clock read for the counts and the records shared after them.

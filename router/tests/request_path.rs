@@ -145,6 +145,24 @@ fn fail_open_ends_when_the_pool_service_has_been_gone_too_long() {
 }
 
 #[test]
+fn the_pool_service_heartbeat_age_grows_when_the_service_stops() {
+    const AGE: &str = "wasm_epp.service_heartbeat_age_ms";
+    let bench = Bench::new("{}");
+    bench.publish(1, &POOL);
+    bench.host.advance(40);
+    bench.tick();
+    assert_eq!(bench.host.metric(AGE), 40);
+    // The singleton dies: no heartbeat, no publish. Its own gauges stay where they were;
+    // the workers' reading of its heartbeat grows.
+    bench.host.advance(30_000);
+    bench.tick();
+    assert_eq!(bench.host.metric(AGE), 30_040);
+    bench.heartbeat();
+    bench.tick();
+    assert_eq!(bench.host.metric(AGE), 0, "back when it beats again");
+}
+
+#[test]
 fn a_table_that_does_not_decode_keeps_the_last_good_one() {
     let bench = Bench::new(r#"{"fallback_destinations": 0}"#);
     bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
