@@ -27,7 +27,8 @@
    through 1 and 2 too, and with its default values must render the same Envoy
    configuration as k8s/standalone and k8s/istio/singleton (plugin configurations aside).
 5. The alerting rules (k8s/alerts) with promtool, and the chart's PrometheusRule and
-   PodMonitor against them (k8s/tools/alerts_check.py).
+   PodMonitor against them; the dashboard's queries with promtool on series of given shapes
+   (k8s/tools/alerts_check.py).
 6. With OLDEST_ENVOY_BIN set (the Makefile sets it), every configuration of 2 without the
    Kubernetes token injector's `header_value_prefix` (Envoy >= 1.37) also passes
    `envoy --mode validate` on that older Envoy (docs/deployment.md, "Envoy versions").
@@ -1269,12 +1270,17 @@ def main():
         print(f"  ok  {len(deployments)} Deployments: every mount of the module ConfigMaps unpacked by an init "
               f"container; {scripts} distinct unpack script(s) run, modules identical")
     check_chart_follows_manifests()
-    print("alerting rules (promtool)")
+    print("alerting rules and dashboard queries (promtool)")
     alert_problems = alerts_check.check_rule_files()
     for problem in alert_problems:
         fail("k8s/alerts", problem)
     if not alert_problems:
         print("  ok  k8s/alerts/wasm-epp.rules.yaml: promtool check rules, test rules")
+    dashboard_problems = alerts_check.check_dashboard_queries()
+    for problem in dashboard_problems:
+        fail("k8s/dashboards", problem)
+    if not dashboard_problems:
+        print("  ok  k8s/dashboards/wasm-epp.json: queries tested by wasm-epp.dashboard.test.yaml")
     print("docker compose")
     check_compose()
     check_plain_envoy_guide()
