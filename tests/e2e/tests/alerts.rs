@@ -48,11 +48,15 @@ fn metric_names(rules: &[serde_json::Value]) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     for rule in rules {
         let query = rule["query"].as_str().unwrap_or_default();
-        // Label matchers ({...}) and aggregation clauses (without (...)) name labels, not series.
+        // Label matchers ({...}) and aggregation clauses (without (...)) name labels, not series;
+        // strings (label_replace's label names and regexes) neither.
         let mut selectors = String::new();
         let mut depth = 0;
+        let mut quoted = false;
         for c in query.replace("without (", "{").replace("by (", "{").chars() {
             match c {
+                '"' => quoted = !quoted,
+                _ if quoted => {}
                 '{' => depth += 1,
                 '}' | ')' if depth > 0 => depth -= 1,
                 _ if depth == 0 => selectors.push(c),
