@@ -36,6 +36,17 @@ pub enum DropReason {
 }
 
 impl DropReason {
+    pub const ALL: [DropReason; 8] = [
+        Self::TtlExpired,
+        Self::NoPods,
+        Self::Capacity,
+        Self::Evicted,
+        Self::ClientGone,
+        Self::NoRoute,
+        Self::NoEndpoints,
+        Self::UnknownModel,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Self::TtlExpired => "ttl_expired",
@@ -61,8 +72,17 @@ pub struct FlowStats {
     pool_saturated: Gauge,
 }
 
+/// `wasm_epp.flow.dropped.<reason>` -> `wasm_epp_flow_dropped{reason="ttl_expired"}`.
+const DROPPED_FAMILY: &str = "wasm_epp.flow.dropped";
+
 impl FlowStats {
     pub fn define(metrics: &Metrics) -> Self {
+        // Every reason shows at 0 from the start, as the picks' reasons do: the refusals'
+        // alert (WasmEppFlowControlRefusing) then sees the first drops too, which `rate`
+        // misses on a series born at 1, and the dashboard shows 0, not no data.
+        for reason in DropReason::ALL {
+            metrics.announce_labelled(DROPPED_FAMILY, reason.label());
+        }
         Self {
             queued: metrics.announced_counter("wasm_epp.flow.queued"),
             released: metrics.announced_counter("wasm_epp.flow.released"),
@@ -94,7 +114,7 @@ impl FlowStats {
     }
 
     pub fn dropped(&self, metrics: &Metrics, reason: DropReason) {
-        metrics.add_labelled("wasm_epp.flow.dropped", reason.label(), 1);
+        metrics.add_labelled(DROPPED_FAMILY, reason.label(), 1);
     }
 
     /// A request was released after waiting `waited_ms`; `worker` names the releasing
@@ -133,6 +153,22 @@ mod tests {
     use super::*;
 
     const BUCKET: &str = "wasm_epp.flow.wait_ms_bucket";
+
+    #[test]
+    fn every_drop_reason_is_defined_at_zero_before_the_first_drop() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let stats = FlowStats::define(&metrics);
+        metrics.flush(&host);
+        for reason in DropReason::ALL {
+            let name = format!("wasm_epp.flow.dropped.{}", reason.label());
+            assert!(host.metric_names.borrow().iter().any(|(n, _)| *n == name), "{name} not defined at start");
+        }
+        stats.dropped(&metrics, DropReason::TtlExpired);
+        metrics.flush(&host);
+        assert_eq!(host.metric("wasm_epp.flow.dropped.ttl_expired"), 1);
+        assert_eq!(host.metric("wasm_epp.flow.dropped.capacity"), 0);
+    }
 
     #[test]
     fn every_wait_bucket_is_defined_at_zero_before_the_first_release() {
