@@ -84,6 +84,7 @@ SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 HELM_CHART = K8S / "helm"
 HELM_RENDERED = Path(os.environ.get("HELM_RENDERED", ROOT / "target/helm"))
 ALERTS = K8S / "alerts"
+DASHBOARDS = K8S / "dashboards"
 
 failures = []
 # Where each checked resource comes from (id of the parsed document -> file), for messages.
@@ -100,8 +101,10 @@ def rel(path):
 
 def manifest_paths():
     """Every manifest to check: k8s/** except the chart's templates, and the rendered chart."""
-    # k8s/alerts holds Prometheus rule files, not Kubernetes resources (alerts_check.py).
-    paths = [p for p in sorted(K8S.rglob("*.yaml")) if HELM_CHART not in p.parents and ALERTS not in p.parents]
+    # k8s/alerts and k8s/dashboards hold Prometheus rule files and promtool tests, not
+    # Kubernetes resources (alerts_check.py checks them).
+    skipped = (HELM_CHART, ALERTS, DASHBOARDS)
+    paths = [p for p in sorted(K8S.rglob("*.yaml")) if not any(folder in p.parents for folder in skipped)]
     return paths + sorted(HELM_RENDERED.rglob("*.yaml"))
 
 
