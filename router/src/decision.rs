@@ -155,7 +155,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     let decode_policy;
     let (route_table, policy) = match (&split, &worker.pd) {
         (Some(roles), Some(pd)) => {
-            decode_policy = pd.decode_policy_for(u64::from(size.tokens), hashes.len(), block_tokens);
+            // Only a request that may be split weighs its stickiness against the prefill hop it
+            // would skip; another (Responses, Messages) is computed on its decode pod alone, and
+            // keeps the configured threshold: a long prompt must stay with the pod holding it.
+            decode_policy = if prompt.endpoint.answers_like_completions() {
+                pd.decode_policy_for(u64::from(size.tokens), hashes.len(), block_tokens)
+            } else {
+                pd.decode_policy.clone()
+            };
             (Some(roles.decode), &decode_policy)
         }
         _ => (table, &worker.policy),

@@ -323,3 +323,48 @@ fn a_released_split_request_keeps_its_prefill_pod_busy_until_the_decode_pod_answ
     second.on_log(&bench.host);
     assert_eq!(inflight(&second_prefill), (0, 0), "a stream that ends unanswered releases it too");
 }
+
+/// A Responses or Messages request is never split: its decode pod computes the prompt, so a
+/// long one keeps the configured stickiness to the pod holding it (a splittable chat's is
+/// weighed against the prefill hop, which computes the prompt anyway).
+#[test]
+fn a_long_prompt_that_is_never_split_stays_on_the_decode_pod_holding_it() {
+    let responses = [(":method", "POST"), (":path", "/v1/responses"), ("content-type", "application/json")];
+    let messages = [(":method", "POST"), (":path", "/v1/messages"), ("content-type", "application/json")];
+    for (headers, body) in [
+        (&responses, format!(r#"{{"model":"m","input":"{}"}}"#, long_prompt(8000, 31))),
+        (
+            &messages,
+            format!(
+                r#"{{"model":"m","max_tokens":8,"messages":[{{"role":"user","content":"{}"}}]}}"#,
+                long_prompt(8000, 32)
+            ),
+        ),
+    ] {
+        let bench = Bench::new(PD_CONFIG);
+        pd_pool(&bench);
+        let (_first, answer) = bench.request(headers, &body);
+        let first = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+        // The holding pod now has a queue (not full); the other is idle.
+        let now = bench.host.now_ms();
+        let mut table = PodTable { version: 2, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+        for (address, role) in
+            PREFILL_PODS.iter().map(|a| (*a, PodRole::Prefill)).chain(DECODE_PODS.iter().map(|a| (*a, PodRole::Decode)))
+        {
+            let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+            (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, role);
+            if address == first {
+                pod.waiting = 2.0;
+                pod.running = 4.0;
+            }
+            table.pods.push(pod);
+        }
+        bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+        bench.host.set(keys::POD_TABLE_VERSION, &encode_version(2), None).unwrap();
+        bench.heartbeat();
+        bench.tick();
+        let (_second, answer) = bench.request(headers, &body);
+        let second = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+        assert_eq!(first, second, "{}: the decode pod holding the whole prompt, which computes it alone", headers[1].1);
+    }
+}
