@@ -161,3 +161,26 @@ fn a_body_read_for_its_model_alone_waits_in_the_queue_and_is_released_to_its_mod
     assert_eq!(released, [3], "released");
     assert_eq!(destination(&bench).as_deref(), Some(QWEN_A), "released to its model's pod, read for its model again");
 }
+
+#[test]
+fn a_body_read_for_its_model_alone_whose_model_left_while_it_waited_gets_the_404_naming_it() {
+    let bench = Bench::new(CONFIG);
+    publish_models(&bench, &[(QWEN_A, "qwen", &[], 0.0), (QWEN_B, "llama", &[], 0.0)]);
+    let (_busy_qwen, _) = send(&bench, 1, "qwen", &[], &[]);
+    let (mut busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
+    let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+    let body = r#"{"model":"qwen","messages":[{"role":"user","content":"hi"}],"stream":"true"}"#;
+    bench.host.set_request(&chat, body.as_bytes());
+    let mut lenient = RequestStream::for_context(bench.worker.clone(), 3);
+    assert_eq!(lenient.on_request_headers(&bench.host, false), Step::Pause);
+    assert_eq!(lenient.on_request_body(&bench.host, body.len(), true), Step::Pause);
+    publish_models_as(&bench, &[(QWEN_B, "llama", &[], 0.0)], 2);
+    bench.tick();
+    bench.host.replies.borrow_mut().clear();
+    end(&bench, &mut busy_llama);
+    let replies = bench.host.replies.borrow();
+    let refused = replies.last().unwrap();
+    assert_eq!(refused.status, 404);
+    let body: serde_json::Value = serde_json::from_slice(&refused.body).unwrap();
+    assert_eq!(body["error"]["message"], "The model `qwen` does not exist.");
+}

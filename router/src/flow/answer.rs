@@ -4,7 +4,6 @@
 
 use std::rc::Rc;
 
-use picker::request::parse_request;
 use wasm_epp_host::Host;
 
 use super::queue::Left;
@@ -48,7 +47,7 @@ pub fn answer(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, reason: D
     let Some((status, header, message)) = reply_for(reason) else {
         // Its model's pods all left while it waited (rare: the body is parsed again here).
         worker.stats.increment(worker.stats.model_unknown);
-        let request = parse_request(&held.body, held.endpoint).ok();
+        let request = held.request();
         send_model_not_found(host, held.routed_model(request.as_ref()).unwrap_or_default());
         return;
     };

@@ -95,6 +95,13 @@ pub struct Held {
 }
 
 impl Held {
+    /// Its body read again (at release, or to answer it): as its stream read it, a body its
+    /// endpoint's parse refuses for its model alone (`RequestStream::read_for_model_alone`).
+    pub fn request(&self) -> Option<picker::request::InferenceRequest<'_>> {
+        let body = self.body.as_slice();
+        picker::request::parse_request(body, self.endpoint).or_else(|_| picker::request::parse_model_only(body)).ok()
+    }
+
     /// The model it is routed as: its rewrite target, else its body's `model` (`request`,
     /// its parsed body), as had it been routed at once (`RequestStream::route_model`).
     pub fn routed_model<'a>(&'a self, request: Option<&'a picker::request::InferenceRequest<'a>>) -> Option<&'a str> {

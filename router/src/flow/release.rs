@@ -10,7 +10,6 @@ use std::rc::Rc;
 
 use picker::address::PodAddress;
 use picker::learn::Dispatch;
-use picker::request::{parse_model_only, parse_request};
 use wasm_epp_host::Host;
 
 use super::answer::{answer, answer_pending};
@@ -222,8 +221,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         worker.flow.stats.dropped(&worker.stats.metrics, DropReason::ClientGone);
         return;
     }
-    // A body held after its endpoint's parse refused it was read for its model alone.
-    let request = parse_request(&held.body, held.endpoint).or_else(|_| parse_model_only(&held.body)).ok();
+    let request = held.request();
     // The same model and subset as had it been routed at once.
     let model = held.routed_model(request.as_ref());
     let prompt = Prompt {
