@@ -167,13 +167,18 @@ impl InferenceRequest<'_> {
 }
 
 /// A completions `prompt` that is a list of several prompts (texts or token-id lists), not
-/// one prompt's token ids.
+/// one prompt's token ids. Walks the first element only (no allocation: this runs for every
+/// list prompt when learning is on), on raw text both parses checked is JSON.
 fn is_batch_of_prompts(prompt: &str) -> bool {
-    let first = prompt.strip_prefix('[').map(|rest| rest.trim_start().as_bytes().first().copied());
-    if !matches!(first, Some(Some(b'"' | b'['))) {
+    let bytes = prompt.as_bytes();
+    if bytes.first() != Some(&b'[') {
         return false;
     }
-    serde_json::from_str::<Vec<&RawValue>>(prompt).is_ok_and(|prompts| prompts.len() > 1)
+    let first = scan::skip_white_space(bytes, 1);
+    if !matches!(bytes.get(first), Some(b'"' | b'[')) {
+        return false;
+    }
+    scan::value_end(bytes, first).is_some_and(|end| bytes.get(scan::skip_white_space(bytes, end)) == Some(&b','))
 }
 
 /// A raw value's text (present fields only: an absent one is `None` by `default`; `null` is

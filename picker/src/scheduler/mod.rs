@@ -162,6 +162,11 @@ fn filtered(candidates: &[Candidate<'_>], policy: &Policy) -> Filtered {
 /// holding the adapter, or with a free slot for it): the swap would cost a load now and
 /// another later, as when some queue is open.
 fn every_queue_full(candidates: &[Candidate<'_>], usable: Vec<usize>) -> Filtered {
+    // The common case, no adapter or no pod that must swap one in: no list to build.
+    let needs_swap = |i: &usize| candidates.get(*i).is_some_and(|c| c.lora_tier >= TIER_SWAP);
+    if !usable.iter().any(needs_swap) {
+        return Filtered { indices: usable, fail_open: false, load_only: true, affinity: false };
+    }
     let no_swap = indices_where(usable.iter().copied(), usable.len(), |i| {
         candidates.get(i).is_some_and(|c| c.lora_tier < TIER_SWAP)
     });
