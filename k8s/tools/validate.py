@@ -1189,6 +1189,27 @@ def check_chart_follows_manifests():
 
 # --- 3. docker compose ------------------------------------------------------------------------
 
+def check_compose_builds(where, compose_dir, services):
+    """Every image compose builds has its Dockerfile, on the Rust the workspace declares, and a
+    context that leaves the build outputs out (.dockerignore)."""
+    rust_version = re.search(r'^rust-version = "([0-9.]+)"', (ROOT / "Cargo.toml").read_text(), re.M)
+    for name, service in services.items():
+        build = service.get("build")
+        if not build:
+            continue
+        context = (compose_dir / build.get("context", ".")).resolve()
+        dockerfile = context / build.get("dockerfile", "Dockerfile")
+        if not dockerfile.is_file():
+            fail(where, f"{name}: builds from {dockerfile.relative_to(ROOT)}, which does not exist")
+            continue
+        bases = re.findall(r"^FROM rust:([0-9.]+)", dockerfile.read_text(), re.M)
+        if rust_version and bases and bases != [rust_version.group(1)]:
+            fail(where, f"{name}: {dockerfile.name} builds on rust:{bases}, the workspace declares {rust_version.group(1)}")
+        ignored = (context / ".dockerignore").read_text().split() if (context / ".dockerignore").is_file() else []
+        if "target/" not in ignored:
+            fail(where, f"{name}: its build context sends target/ to Docker (no .dockerignore entry)")
+
+
 def check_compose():
     where = "envoy/compose/docker-compose.yaml"
     compose_dir = ROOT / "envoy/compose"
@@ -1208,6 +1229,7 @@ def check_compose():
             source = volume.split(":")[0]
             if source.startswith(".") and not (compose_dir / source).resolve().exists():
                 fail(where, f"{name}: volume source {source} does not exist")
+    check_compose_builds(where, compose_dir, services)
     prometheus = yaml.safe_load((compose_dir / "prometheus.yml").read_text())
     mounted = {v.split(":")[1] for v in dig(services, "prometheus", "volumes") or []}
     for rule_file in prometheus.get("rule_files") or []:
