@@ -193,7 +193,8 @@ fuzz: fuzz-tools
 	RUSTC_BOOTSTRAP=1 fuzz/run.sh --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) $(FUZZ_TARGETS)
 
 # --- routing-quality benchmark (bench/quality, bench/README.md) ---------------------------
-# `make bench` (about 11 minutes on 2 cores once built, then bench-flow and bench-inference-perf) or `BENCH_QUICK=1 make bench` (about 4);
+# `make bench` (about 11 minutes on 2 cores once built, then bench-flow, bench-inference-perf, bench-agents,
+# bench-comparison and bench-faults) or `BENCH_QUICK=1 make bench` (about 4);
 # BENCH_ARGS passes more flags, e.g. BENCH_ARGS="--workloads a,c --targets wasm-epp,envoy-round-robin".
 # The replicas dimension (1/2/4 wasm-epp Envoys behind a round-robin front, peering on and off;
 # bench/results/replicas.md) runs after the others; alone: BENCH_ARGS="--replicas-only
@@ -252,7 +253,7 @@ bench-faults: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(VENV)/bin/python bench/quality/plot_faults.py bench/results/faults
 
 # `make bench-flow`: workload j only (issue 16), the 2x overload with flow control on and off
-# and the peers; about 8 minutes on 2 cores. Results and plots in bench/results/flow-control/.
+# and the peers; about 11 minutes on 2 cores. Results and plots in bench/results/flow-control/.
 .PHONY: bench-flow
 bench-flow: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
