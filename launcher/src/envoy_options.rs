@@ -173,6 +173,10 @@ pub const DEFAULT_ASYNC_RESPONSE_LIMIT_BYTES: u64 = 4 << 20;
 pub const DEFAULT_FAILURE_POLICY: &str = "FAIL_RELOAD";
 /// The filter's default `destination_header`.
 pub const DEFAULT_DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+/// The response header naming the pod that answered (after any retry), which every pool
+/// route of the template has Envoy write (the inference extension's name for it). Real vLLM
+/// pods send no header of their own; the simulator's `x-served-by` says the same.
+pub const SERVED_ENDPOINT_HEADER: &str = "x-gateway-destination-endpoint-served";
 
 impl EnvoyOptions {
     /// A setup where both the filter and the singleton know `pool` statically.

@@ -224,7 +224,7 @@ pub(crate) fn assert_committed_render(path: &str, options: &EnvoyOptions) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::envoy_options::ServedPool;
+    use crate::envoy_options::{ServedPool, SERVED_ENDPOINT_HEADER};
 
     fn template() -> String {
         std::fs::read_to_string(crate::paths::envoy_template()).expect("the template")
@@ -240,6 +240,17 @@ mod tests {
         }
         assert_eq!(rendered.matches("vm_id: wasm-epp ").count() + rendered.matches("vm_id: wasm-epp\n").count(), 2);
         assert!(rendered.contains("- match: { prefix: \"/\" }") && rendered.contains("cluster: pool\n"));
+    }
+
+    #[test]
+    fn every_pool_route_names_the_pod_that_answered_in_the_header_make_run_points_to() {
+        let pods = ["127.0.0.1:8001".to_string()];
+        let written = format!("- header: {{ key: {SERVED_ENDPOINT_HEADER}, value: \"%UPSTREAM_REMOTE_ADDRESS%\" }}");
+        let one = render(&template(), &EnvoyOptions::for_pool(&pods, 10_000, 9_901));
+        assert_eq!(one.matches(&written).count(), 1, "{one}");
+        let pools = ["alpha", "beta"].map(|name| ServedPool::by_header(name, &pods, "x-pool"));
+        let several = render(&template(), &EnvoyOptions::for_pools(pools.to_vec(), 10_000, 9_901));
+        assert_eq!(several.matches(&written).count(), 2, "one per pool route");
     }
 
     #[test]

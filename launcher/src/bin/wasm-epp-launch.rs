@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use launcher::config_watch::ConfigWatch;
-use launcher::envoy::{Envoy, EnvoyOptions, ServedPool};
+use launcher::envoy::{Envoy, EnvoyOptions, ServedPool, SERVED_ENDPOINT_HEADER};
 use launcher::pods::Pod;
 use launcher::replicas::{ReplicaPlan, Replicas};
 
@@ -183,7 +183,7 @@ fn run() -> Result<(), String> {
     println!(
         "  curl -si http://127.0.0.1:{listen_port}/v1/completions {pool_header}-H 'content-type: application/json' \\\n    -d '{{\"model\":\"{model}\",\"prompt\":\"Hello, my name is\",\"max_tokens\":16}}'"
     );
-    println!("  (the x-served-by response header names the pod that answered)");
+    println!("  (the {SERVED_ENDPOINT_HEADER} response header names the pod that answered)");
     println!(
         "  curl -s http://127.0.0.1:{listen_port}/v1/models {pool_header} (the pool's models, listed by the gateway)"
     );
