@@ -22,6 +22,7 @@ pub mod proc_stats;
 pub mod process;
 pub mod render;
 pub mod replicas;
+pub mod run_setup;
 
 /// Ports handed out lie between this and the start of the kernel's ephemeral range: no
 /// outgoing connection ever takes one as its source port (Linux picks those from the

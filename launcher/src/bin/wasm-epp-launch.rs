@@ -13,19 +13,16 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use launcher::config_watch::ConfigWatch;
-use launcher::envoy::{Envoy, EnvoyOptions, ServedPool, SERVED_ENDPOINT_HEADER};
+use launcher::envoy::{Envoy, SERVED_ENDPOINT_HEADER};
 use launcher::pods::Pod;
 use launcher::replicas::{ReplicaPlan, Replicas};
+use launcher::run_setup::{RunSetup, POOL_HEADER};
 
 /// How often `make run` looks at its configuration file for a change.
 const CONFIG_POLL: Duration = Duration::from_millis(500);
 
 fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
-}
-
-fn parse_port(name: &str, text: &str) -> Result<u16, String> {
-    text.trim().parse().map_err(|_| format!("{name}: '{text}' is not a port"))
 }
 
 /// What `make run` started in front of the pods; stopped (by pid) when dropped.
@@ -44,14 +41,9 @@ impl Gateway {
     }
 }
 
-/// `count` wasm-epp Envoys behind a round-robin front Envoy on `listen_port`.
-fn start_replicas(
-    pool: &[String],
-    count: usize,
-    listen_port: u16,
-    admin_port: u16,
-    dir: &std::path::Path,
-) -> Result<Replicas, String> {
+/// `setup.replicas` wasm-epp Envoys behind a round-robin front Envoy on its listen port.
+fn start_replicas(setup: &RunSetup, dir: &std::path::Path) -> Result<Replicas, String> {
+    let (pool, count) = (&setup.pool, setup.replicas);
     let peering = env_or("PEERING", "1") != "0";
     let mut plan = ReplicaPlan::new(pool, count, peering)?;
     if let Ok(secret) = std::env::var("PEER_SECRET") {
@@ -72,109 +64,70 @@ fn start_replicas(
         }
         replicas.push(Some(envoy));
     }
+    let (listen_port, admin_port) = (setup.listen_port, setup.admin_port);
     let front = plan.start_front_on(dir, listen_port, admin_port)?;
     println!("envoy    127.0.0.1:{listen_port}  (round robin over the {count} replicas, log .run/front/)");
     Ok(Replicas { plan, replicas, front })
 }
 
-/// The request header that chooses a pool with `POOLS`.
-const POOL_HEADER: &str = "x-pool";
-
-/// `POOLS=a,b`: the pool names (DNS labels; the plugin checks them), none when unset.
-fn pool_names() -> Vec<String> {
-    env_or("POOLS", "").split(',').map(str::trim).filter(|n| !n.is_empty()).map(String::from).collect()
-}
-
-/// The pods split in order into one pool per name, each pod serving its pool's name as model.
-fn start_pools(
-    names: &[String],
-    ports: &[u16],
-    sim_args: &[&str],
-    dir: &std::path::Path,
-) -> Result<(Vec<Pod>, Vec<ServedPool>), String> {
-    if ports.len() < names.len() {
-        return Err(format!("POOLS: {} pools need at least as many POD_PORTS", names.len()));
+/// Starts every simulated pod, in order.
+fn start_pods(setup: &RunSetup, dir: &std::path::Path) -> Result<Vec<Pod>, String> {
+    let mut pods = Vec::with_capacity(setup.sim_ports.len());
+    for (index, port) in setup.sim_ports.iter().enumerate() {
+        let args = setup.pod_args(index);
+        pods.push(Pod::start(*port, &args.iter().map(String::as_str).collect::<Vec<_>>(), dir)?);
+        let what = match setup.pool_of(index) {
+            Some(name) => format!("pool {name}, model {name}"),
+            None => "simulated vLLM".to_string(),
+        };
+        println!("pod      127.0.0.1:{port}  ({what}, log .run/pod-{port}.log)");
     }
-    let (mut pods, mut pools) = (Vec::new(), Vec::new());
-    for (index, name) in names.iter().enumerate() {
-        let mut args = sim_args.to_vec();
-        args.extend(["--model", name.as_str()]);
-        let share = ports.iter().skip(index).step_by(names.len());
-        let members: Vec<Pod> = share.map(|port| Pod::start(*port, &args, dir)).collect::<Result<_, _>>()?;
-        for pod in &members {
-            println!("pod      {}  (pool {name}, model {name}, log .run/pod-{}.log)", pod.address(), pod.port);
-        }
-        pools.push(ServedPool::by_header(name, &members.iter().map(Pod::address).collect::<Vec<_>>(), POOL_HEADER));
-        pods.extend(members);
-    }
-    Ok((pods, pools))
+    Ok(pods)
 }
 
 fn run() -> Result<(), String> {
-    let pod_ports: Vec<u16> = env_or("POD_PORTS", "8001,8002,8003,8004")
-        .split(',')
-        .map(|p| parse_port("POD_PORTS", p))
-        .collect::<Result<_, _>>()?;
-    let listen_port = parse_port("LISTEN_PORT", &env_or("LISTEN_PORT", "10000"))?;
-    let admin_port = parse_port("ADMIN_PORT", &env_or("ADMIN_PORT", "9901"))?;
-    let sim_args = env_or("SIM_ARGS", "");
-    let sim_args: Vec<&str> = sim_args.split_whitespace().collect();
+    let setup = RunSetup::from_env(|name| std::env::var(name).ok())?;
+    let (listen_port, admin_port) = (setup.listen_port, setup.admin_port);
     let dir = launcher::paths::workspace_root().join(".run");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
 
-    let names = pool_names();
-    let replicas: usize = env_or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?;
+    let pods = start_pods(&setup, &dir)?;
     let mut live = None;
-    // The pool the suggested request names (with POOLS), else none.
-    let (pods, gateway, tried_pool) = if !names.is_empty() {
-        if replicas > 1 {
-            return Err("POOLS and REPLICAS: one at a time in make run".into());
-        }
-        let (pods, pools) = start_pools(&names, &pod_ports, &sim_args, &dir)?;
-        let envoy = Envoy::start(&EnvoyOptions::for_pools(pools, listen_port, admin_port), &dir)?;
+    let gateway = if !setup.pool_names.is_empty() {
+        let envoy = Envoy::start(&setup.envoy_options(), &dir)?;
         println!(
             "envoy    127.0.0.1:{listen_port}  ({} pools, chosen by the {POOL_HEADER} header; log .run/envoy.log)",
-            names.len()
+            setup.pool_names.len()
         );
         println!(
             "admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats, labelled pool=\"<name>\")"
         );
-        (pods, Gateway::One(envoy), names.first().cloned())
+        Gateway::One(envoy)
+    } else if setup.replicas > 1 {
+        Gateway::Replicas(start_replicas(&setup, &dir)?)
     } else {
-        let mut pods = Vec::new();
-        for port in &pod_ports {
-            pods.push(Pod::start(*port, &sim_args, &dir)?);
-            println!("pod      127.0.0.1:{port}  (simulated vLLM, log .run/pod-{port}.log)");
+        let mut options = setup.envoy_options();
+        options.live_filter_dir = Some(dir.join("live-filter"));
+        options.access_log = Some(dir.join("access.log"));
+        let envoy = Envoy::start(&options, &dir)?;
+        let watch = ConfigWatch::create(&dir.join("filter-config.json"), &options.filter_config)?;
+        println!(
+            "config   {}  (the filter's configuration: save a change and it is applied live)",
+            watch.path().display()
+        );
+        live = Some((watch, options));
+        println!(
+            "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
+        );
+        println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
+        println!("access   .run/access.log  (a JSON line per request: the pod picked, the pod that answered, timings)");
+        if !envoy.wait_for_healthy_pods(setup.pool.len() as u64, Duration::from_secs(10)) {
+            println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
         }
-        let pool: Vec<String> = pods.iter().map(Pod::address).collect();
-        let gateway = if replicas > 1 {
-            Gateway::Replicas(start_replicas(&pool, replicas, listen_port, admin_port, &dir)?)
-        } else {
-            let mut options = EnvoyOptions::for_pool(&pool, listen_port, admin_port);
-            options.live_filter_dir = Some(dir.join("live-filter"));
-            options.access_log = Some(dir.join("access.log"));
-            let envoy = Envoy::start(&options, &dir)?;
-            let watch = ConfigWatch::create(&dir.join("filter-config.json"), &options.filter_config)?;
-            println!(
-                "config   {}  (the filter's configuration: save a change and it is applied live)",
-                watch.path().display()
-            );
-            live = Some((watch, options));
-            println!(
-                "envoy    127.0.0.1:{listen_port}  (wasm-epp filter + singleton, log .run/envoy.log, config .run/envoy.yaml)"
-            );
-            println!("admin    http://127.0.0.1:{admin_port}/stats/prometheus  (wasm_epp_* stats)");
-            println!(
-                "access   .run/access.log  (a JSON line per request: the pod picked, the pod that answered, timings)"
-            );
-            if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
-                println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
-            }
-            Gateway::One(envoy)
-        };
-        (pods, gateway, None)
+        Gateway::One(envoy)
     };
-    let (pool_header, model) = match &tried_pool {
+    // The pool the suggested request names (with POOLS), else none.
+    let (pool_header, model) = match setup.pool_names.first() {
         Some(pool) => (format!("-H '{POOL_HEADER}: {pool}' "), pool.as_str()),
         None => (String::new(), "sim-model"),
     };
