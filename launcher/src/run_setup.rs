@@ -8,6 +8,12 @@ use crate::envoy::{EnvoyOptions, ServedPool};
 pub const DEFAULT_POD_PORTS: &str = "8001,8002,8003,8004";
 /// The request header that chooses a pool with `POOLS`.
 pub const POOL_HEADER: &str = "x-pool";
+/// Flags every simulated pod of `make run` gets before `SIM_ARGS`: keep Responses API answers
+/// (vLLM's `VLLM_ENABLE_RESPONSES_API_STORE=1`), so a `previous_response_id` continues on the
+/// pod that stored it, as the README's example does; without it the pod answers 400. A pod
+/// keeps at most [`vllm_sim::api::responses_api::MAX_STORED_RESPONSES`], the oldest dropped
+/// first. Tests and benchmarks start their pods without it, as vLLM runs by default.
+pub const MAKE_RUN_SIM_ARGS: [&str; 1] = ["--responses-store"];
 
 /// Everything `make run` starts, as its environment asked.
 #[derive(Debug, Clone)]
@@ -16,7 +22,7 @@ pub struct RunSetup {
     pub sim_ports: Vec<u16>,
     /// Every pod's `ip:port`, in order: the pool Envoy's cluster and the singleton get.
     pub pool: Vec<String>,
-    /// Flags every simulated pod gets (`SIM_ARGS`).
+    /// Flags every simulated pod gets ([`MAKE_RUN_SIM_ARGS`], then `SIM_ARGS`).
     pub sim_args: Vec<String>,
     /// `POOLS`: the pods split in turn between these pools (pod `i` to pool `i % n`), each
     /// pod serving its pool's name as model; none serves the one pool.
@@ -48,7 +54,11 @@ impl RunSetup {
         let setup = Self {
             pool: sim_ports.iter().map(|port| format!("127.0.0.1:{port}")).collect(),
             sim_ports,
-            sim_args: or("SIM_ARGS", "").split_whitespace().map(String::from).collect(),
+            sim_args: MAKE_RUN_SIM_ARGS
+                .into_iter()
+                .chain(or("SIM_ARGS", "").split_whitespace())
+                .map(String::from)
+                .collect(),
             pool_names: list(&or("POOLS", "")),
             replicas,
             listen_port: parse_port("LISTEN_PORT", &or("LISTEN_PORT", "10000"))?,
@@ -117,6 +127,7 @@ mod tests {
         assert_eq!(run.sim_ports, [8001, 8002, 8003, 8004]);
         assert_eq!(run.pool, ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003", "127.0.0.1:8004"]);
         assert_eq!((run.listen_port, run.admin_port, run.replicas), (10_000, 9_901, 1));
+        assert_eq!(run.pod_args(0), ["--responses-store"], "previous_response_id works as the README shows");
         let options = run.envoy_options();
         assert_eq!(options.pool, run.pool);
         assert_eq!(options.filter_config, serde_json::json!({ "pool": run.pool }));
@@ -130,7 +141,7 @@ mod tests {
             pools.iter().map(|p| p.pods.clone()).collect::<Vec<_>>(),
             [["127.0.0.1:8001", "127.0.0.1:8003"], ["127.0.0.1:8002", "127.0.0.1:8004"]]
         );
-        assert_eq!(run.pod_args(3), ["--preset", "large", "--model", "qwen"]);
+        assert_eq!(run.pod_args(3), ["--responses-store", "--preset", "large", "--model", "qwen"]);
         assert_eq!(run.envoy_options().pools.len(), 2);
         assert!(setup(&[("POOLS", "a,b,c"), ("POD_PORTS", "9001,9002")]).unwrap_err().contains("3 pools"));
         assert!(setup(&[("POOLS", "a,b"), ("REPLICAS", "2")]).unwrap_err().contains("one at a time"));
