@@ -18,9 +18,11 @@ pub const MAKE_RUN_SIM_ARGS: [&str; 1] = ["--responses-store"];
 /// Everything `make run` starts, as its environment asked.
 #[derive(Debug, Clone)]
 pub struct RunSetup {
-    /// The simulated pods' ports on 127.0.0.1, in `POD_PORTS` order.
+    /// The simulated pods' ports on 127.0.0.1, in `POD_PORTS` order; none with
+    /// `POD_ADDRESSES`, whose pods run already.
     pub sim_ports: Vec<u16>,
-    /// Every pod's `ip:port`, in order: the pool Envoy's cluster and the singleton get.
+    /// Every pod's `ip:port`, in order: the pool Envoy's cluster and the singleton get
+    /// (`POD_ADDRESSES` as the plugin writes them: IPv6 in brackets).
     pub pool: Vec<String>,
     /// Flags every simulated pod gets ([`MAKE_RUN_SIM_ARGS`], then `SIM_ARGS`).
     pub sim_args: Vec<String>,
@@ -42,25 +44,61 @@ fn list(text: &str) -> Vec<String> {
     text.split(',').map(str::trim).filter(|item| !item.is_empty()).map(String::from).collect()
 }
 
+/// Why `POOLS` takes simulated pods only.
+const POOLS_NEED_SIMULATED_PODS: &str = "POOLS splits simulated pods, each serving its pool's name as model; for \
+     pools of your own pods start from envoy/examples/two-pools.yaml (docs/deployment.md)";
+
+/// `POD_ADDRESSES`: pods that run already, checked as the plugin checks its `pool` (literal
+/// `ip:port`, each once, at most `picker::pod_table::MAX_PODS`), in its canonical form.
+fn running_pods(text: &str) -> Result<Vec<String>, String> {
+    let hint = "literal ip:port, IPv6 as [addr]:port: Envoy's pool cluster and the scrapes connect to \
+                addresses, not names";
+    let entries = list(text);
+    if entries.is_empty() {
+        return Err("POD_ADDRESSES: no address".into());
+    }
+    let pool = picker::config::parse_pool(&entries).map_err(|e| {
+        let reason = e.strip_prefix("pool: ").unwrap_or(&e);
+        format!("POD_ADDRESSES: {reason} ({hint})")
+    })?;
+    Ok(pool.iter().map(|address| address.as_str().to_string()).collect())
+}
+
 impl RunSetup {
     /// Reads the setup from `var` (the environment: `|name| std::env::var(name).ok()`).
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
         let or = |name: &str, default: &str| var(name).unwrap_or_else(|| default.to_string());
-        let sim_ports: Vec<u16> = or("POD_PORTS", DEFAULT_POD_PORTS)
-            .split(',')
-            .map(|p| parse_port("POD_PORTS", p))
-            .collect::<Result<_, _>>()?;
-        let replicas = or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?;
+        let set = |name: &str| var(name).is_some_and(|value| !value.trim().is_empty());
+        let (sim_ports, pool, sim_args) = match var("POD_ADDRESSES").filter(|text| !text.trim().is_empty()) {
+            Some(addresses) => {
+                for (other, why) in [
+                    ("POD_PORTS", "POD_PORTS starts simulated pods, POD_ADDRESSES points at running ones"),
+                    ("SIM_ARGS", "SIM_ARGS are simulator flags, and POD_ADDRESSES starts no simulator"),
+                    ("POOLS", POOLS_NEED_SIMULATED_PODS),
+                ] {
+                    if set(other) {
+                        return Err(format!("{other} and POD_ADDRESSES: one or the other ({why})"));
+                    }
+                }
+                (Vec::new(), running_pods(&addresses)?, Vec::new())
+            }
+            None => {
+                let ports: Vec<u16> = or("POD_PORTS", DEFAULT_POD_PORTS)
+                    .split(',')
+                    .map(|p| parse_port("POD_PORTS", p))
+                    .collect::<Result<_, _>>()?;
+                let pool = ports.iter().map(|port| format!("127.0.0.1:{port}")).collect();
+                let extra = or("SIM_ARGS", "");
+                let args = MAKE_RUN_SIM_ARGS.into_iter().chain(extra.split_whitespace()).map(String::from).collect();
+                (ports, pool, args)
+            }
+        };
         let setup = Self {
-            pool: sim_ports.iter().map(|port| format!("127.0.0.1:{port}")).collect(),
             sim_ports,
-            sim_args: MAKE_RUN_SIM_ARGS
-                .into_iter()
-                .chain(or("SIM_ARGS", "").split_whitespace())
-                .map(String::from)
-                .collect(),
+            pool,
+            sim_args,
             pool_names: list(&or("POOLS", "")),
-            replicas,
+            replicas: or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?,
             listen_port: parse_port("LISTEN_PORT", &or("LISTEN_PORT", "10000"))?,
             admin_port: parse_port("ADMIN_PORT", &or("ADMIN_PORT", "9901"))?,
         };
@@ -73,6 +111,11 @@ impl RunSetup {
             }
         }
         Ok(setup)
+    }
+
+    /// Whether the pods run already (`POD_ADDRESSES`): `make run` neither starts nor stops them.
+    pub fn pods_run_already(&self) -> bool {
+        self.sim_ports.is_empty()
     }
 
     /// The POOLS pool pod `index` belongs to, if the pods are split into pools.
@@ -112,6 +155,13 @@ impl RunSetup {
     }
 }
 
+/// The first model of a `GET /v1/models` answer (`data[0].id`), for the request `make run`
+/// suggests when the pods are not simulated.
+pub fn first_model(models_answer: &str) -> Option<String> {
+    let models: serde_json::Value = serde_json::from_str(models_answer).ok()?;
+    models.get("data")?.get(0)?.get("id")?.as_str().map(String::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +195,44 @@ mod tests {
         assert_eq!(run.envoy_options().pools.len(), 2);
         assert!(setup(&[("POOLS", "a,b,c"), ("POD_PORTS", "9001,9002")]).unwrap_err().contains("3 pools"));
         assert!(setup(&[("POOLS", "a,b"), ("REPLICAS", "2")]).unwrap_err().contains("one at a time"));
+    }
+
+    #[test]
+    fn pod_addresses_start_no_simulator_and_are_the_pool_as_the_plugin_writes_it() {
+        let run = setup(&[("POD_ADDRESSES", "10.0.0.7:8000, [fd00:0::1]:8000 ,"), ("REPLICAS", "2")]).unwrap();
+        assert!(run.pods_run_already() && run.sim_ports.is_empty() && run.sim_args.is_empty());
+        assert_eq!(run.pool, ["10.0.0.7:8000", "[fd00::1]:8000"], "canonical, as the header will name them");
+        let options = run.envoy_options();
+        assert_eq!(options.poller_config, Some(serde_json::json!({ "pool": run.pool, "poll_interval_ms": 100 })));
+        let template = std::fs::read_to_string(crate::paths::envoy_template()).unwrap();
+        let rendered = crate::envoy::render(&template, &options);
+        assert!(rendered.contains(r#"socket_address: { address: "fd00::1", port_value: 8000 }"#), "{rendered}");
+        assert!(!setup(&[]).unwrap().pods_run_already());
+    }
+
+    #[test]
+    fn pod_addresses_that_the_plugin_would_refuse_or_that_clash_are_named_before_anything_starts() {
+        let refused = |value: &str| setup(&[("POD_ADDRESSES", value)]).unwrap_err();
+        assert!(refused("vllm-0:8000").contains("'vllm-0:8000' is not a literal ip:port"), "{}", refused("x"));
+        assert!(refused("::1:8000").contains("[addr]:port"));
+        assert!(refused("10.0.0.7:8000,10.0.0.7:8000").contains("listed twice"));
+        assert!(refused("10.0.0.7:0").contains("port 0"));
+        assert_eq!(refused(" , "), "POD_ADDRESSES: no address");
+        for other in ["POD_PORTS", "SIM_ARGS", "POOLS"] {
+            let both = setup(&[("POD_ADDRESSES", "10.0.0.7:8000"), (other, "a")]).unwrap_err();
+            assert!(both.starts_with(&format!("{other} and POD_ADDRESSES: one or the other")), "{both}");
+        }
+        // Set but empty is not set.
+        assert!(setup(&[("POD_ADDRESSES", "10.0.0.7:8000"), ("SIM_ARGS", "")]).is_ok());
+        assert!(!setup(&[("POD_ADDRESSES", "")]).unwrap().pods_run_already());
+    }
+
+    #[test]
+    fn the_suggested_request_names_the_first_model_a_pod_lists() {
+        let answer = r#"{"object":"list","data":[{"id":"Qwen/Qwen3-8B","object":"model"},{"id":"lora-a"}]}"#;
+        assert_eq!(first_model(answer).as_deref(), Some("Qwen/Qwen3-8B"));
+        assert_eq!(first_model(r#"{"data":[]}"#), None);
+        assert_eq!(first_model(r#"{"error":{"message":"Unauthorized"}}"#), None);
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //!
 //! Ports come from the environment: `POD_PORTS` (default `8001,8002,8003,8004`),
 //! `LISTEN_PORT` (10000), `ADMIN_PORT` (9901); `SIM_ARGS` adds simulator flags.
+//! `POD_ADDRESSES=ip:port,...` starts no simulator and puts Envoy in front of pods that run
+//! already (launcher::run_setup reads and checks all of it).
 //! `REPLICAS=N` (N > 1) runs N wasm-epp Envoys on free ports behind a round-robin front
 //! Envoy on `LISTEN_PORT`, sharing their decisions (`PEERING=0` turns that off;
 //! `PEER_SECRET` sets the shared secret, at least 16 visible ASCII characters).
@@ -70,8 +72,13 @@ fn start_replicas(setup: &RunSetup, dir: &std::path::Path) -> Result<Replicas, S
     Ok(Replicas { plan, replicas, front })
 }
 
-/// Starts every simulated pod, in order.
+/// Starts every simulated pod, in order (none with `POD_ADDRESSES`: those are only listed).
 fn start_pods(setup: &RunSetup, dir: &std::path::Path) -> Result<Vec<Pod>, String> {
+    if setup.pods_run_already() {
+        for address in &setup.pool {
+            println!("pod      {address}  (yours: make run neither starts nor stops it)");
+        }
+    }
     let mut pods = Vec::with_capacity(setup.sim_ports.len());
     for (index, port) in setup.sim_ports.iter().enumerate() {
         let args = setup.pod_args(index);
@@ -83,6 +90,15 @@ fn start_pods(setup: &RunSetup, dir: &std::path::Path) -> Result<Vec<Pod>, Strin
         println!("pod      127.0.0.1:{port}  ({what}, log .run/pod-{port}.log)");
     }
     Ok(pods)
+}
+
+/// The first model the first pod lists, to name in the suggested request; a placeholder if
+/// it lists none (or wants an API key).
+fn served_model(pool: &[String]) -> String {
+    let answer = pool
+        .first()
+        .and_then(|pod| launcher::http::get(&format!("http://{pod}/v1/models"), Duration::from_secs(2)).ok());
+    answer.and_then(|reply| launcher::run_setup::first_model(&reply.body)).unwrap_or_else(|| "<your model>".into())
 }
 
 fn run() -> Result<(), String> {
@@ -123,13 +139,17 @@ fn run() -> Result<(), String> {
         println!("access   .run/access.log  (a JSON line per request: the pod picked, the pod that answered, timings)");
         if !envoy.wait_for_healthy_pods(setup.pool.len() as u64, Duration::from_secs(10)) {
             println!("warning: the singleton does not see every pod healthy yet; requests still route (fail open)");
+            if setup.pods_run_already() {
+                println!("         it scrapes each pod's /metrics: see wasm_epp_poll_failure and .run/envoy.log");
+            }
         }
         Gateway::One(envoy)
     };
     // The pool the suggested request names (with POOLS), else none.
     let (pool_header, model) = match setup.pool_names.first() {
-        Some(pool) => (format!("-H '{POOL_HEADER}: {pool}' "), pool.as_str()),
-        None => (String::new(), "sim-model"),
+        Some(pool) => (format!("-H '{POOL_HEADER}: {pool}' "), pool.clone()),
+        None if setup.pods_run_already() => (String::new(), served_model(&setup.pool)),
+        None => (String::new(), "sim-model".to_string()),
     };
     println!();
     println!("try:");
@@ -156,7 +176,10 @@ fn run() -> Result<(), String> {
             }
         }
     }
-    println!("stopping envoy and {} pods", pods.len());
+    match setup.pods_run_already() {
+        true => println!("stopping envoy (your pods keep running)"),
+        false => println!("stopping envoy and {} pods", pods.len()),
+    }
     gateway.stop();
     drop(pods);
     Ok(())
@@ -167,6 +190,8 @@ const USAGE: &str = "wasm-epp-launch (make run): simulated vLLM pods and Envoy w
 
 Takes no arguments; the environment sets it up:
   POD_PORTS    pod ports on 127.0.0.1, comma-separated (default 8001,8002,8003,8004)
+  POD_ADDRESSES  pods that run already (e.g. your vLLMs), ip:port comma-separated, IPv6 as
+               [addr]:port: no simulator is started, Envoy and its singleton use these
   LISTEN_PORT  Envoy's listener (default 10000)
   ADMIN_PORT   Envoy's admin interface (default 9901)
   SIM_ARGS     extra simulator flags (vllm-sim --help lists them)
