@@ -13,6 +13,7 @@ pub mod config_watch;
 pub mod envoy;
 pub mod envoy_options;
 pub mod fake_kube;
+pub mod filter_file;
 pub mod http;
 pub mod inference_perf;
 pub mod live_config;

@@ -3,6 +3,7 @@
 //! behind for it.
 
 use crate::envoy::{EnvoyOptions, ServedPool};
+use crate::filter_file::{self, FilterFile};
 
 /// The pods' ports when `POD_PORTS` is not set.
 pub const DEFAULT_POD_PORTS: &str = "8001,8002,8003,8004";
@@ -33,6 +34,8 @@ pub struct RunSetup {
     pub replicas: usize,
     pub listen_port: u16,
     pub admin_port: u16,
+    /// `FILTER_CONFIG`: the filter configuration to start with, over `make run`'s own.
+    pub filter_file: Option<FilterFile>,
 }
 
 fn parse_port(name: &str, text: &str) -> Result<u16, String> {
@@ -101,6 +104,10 @@ impl RunSetup {
             replicas: or("REPLICAS", "1").trim().parse().map_err(|_| "REPLICAS: not a number".to_string())?,
             listen_port: parse_port("LISTEN_PORT", &or("LISTEN_PORT", "10000"))?,
             admin_port: parse_port("ADMIN_PORT", &or("ADMIN_PORT", "9901"))?,
+            filter_file: match var("FILTER_CONFIG").filter(|path| !path.trim().is_empty()) {
+                Some(path) => Some(FilterFile::read(std::path::Path::new(path.trim()))?),
+                None => None,
+            },
         };
         if !setup.pool_names.is_empty() {
             if setup.replicas > 1 {
@@ -110,6 +117,10 @@ impl RunSetup {
                 return Err(format!("POOLS: {} pools need at least as many POD_PORTS", setup.pool_names.len()));
             }
         }
+        filter_file::check(&setup.envoy_options()).map_err(|reason| match &setup.filter_file {
+            Some(file) => format!("FILTER_CONFIG {}: the plugin would refuse it: {reason}", file.path.display()),
+            None => format!("the plugin would refuse make run's filter configuration: {reason}"),
+        })?;
         Ok(setup)
     }
 
@@ -148,9 +159,19 @@ impl RunSetup {
     /// The options of the one wasm-epp Envoy (of each replica, listening elsewhere):
     /// the pool, or the POOLS pools.
     pub fn envoy_options(&self) -> EnvoyOptions {
-        match self.pool_names.is_empty() {
+        let mut options = match self.pool_names.is_empty() {
             true => EnvoyOptions::for_pool(&self.pool, self.listen_port, self.admin_port),
             false => EnvoyOptions::for_pools(self.served_pools(), self.listen_port, self.admin_port),
+        };
+        self.configure(&mut options);
+        options
+    }
+
+    /// Makes `options`, built for this setup's pool or pools, start as asked: the filter
+    /// configuration with `FILTER_CONFIG`'s fields (checked by [`RunSetup::from_env`]).
+    pub fn configure(&self, options: &mut EnvoyOptions) {
+        if let Some(file) = &self.filter_file {
+            file.apply(options);
         }
     }
 }
@@ -233,6 +254,35 @@ mod tests {
         assert_eq!(first_model(answer).as_deref(), Some("Qwen/Qwen3-8B"));
         assert_eq!(first_model(r#"{"data":[]}"#), None);
         assert_eq!(first_model(r#"{"error":{"message":"Unauthorized"}}"#), None);
+    }
+
+    #[test]
+    fn a_filter_configuration_to_start_with_goes_to_every_mode_and_is_checked_first() {
+        let dir = crate::paths::run_dir("run-setup-filter-config").unwrap();
+        let path = dir.join("learning.json");
+        std::fs::write(&path, r#"{"learning": {"enabled": true}}"#).unwrap();
+        let file = path.to_str().unwrap();
+        let one = setup(&[("FILTER_CONFIG", file)]).unwrap().envoy_options();
+        assert_eq!(one.filter_config["learning"]["enabled"], true);
+        assert_eq!(one.filter_config["pool"].as_array().map(Vec::len), Some(4), "make run's pool");
+        let pools = setup(&[("FILTER_CONFIG", file), ("POOLS", "a,b")]).unwrap().envoy_options();
+        assert!(pools.pools.iter().all(|pool| pool.filter_config["learning"]["enabled"] == true));
+        let replicas = setup(&[("FILTER_CONFIG", file), ("REPLICAS", "2")]).unwrap();
+        let plan = crate::replicas::ReplicaPlan::new(&replicas.pool, 2, true).unwrap();
+        let mut replica = plan.options(1).unwrap();
+        replicas.configure(&mut replica);
+        assert_eq!(replica.filter_config["learning"]["enabled"], true);
+
+        std::fs::write(&path, r#"{"flow_control": {"enabled": true}, "comparison": {"baseline_share": 0.5}}"#).unwrap();
+        let refused = setup(&[("FILTER_CONFIG", file)]).unwrap_err();
+        assert_eq!(
+            refused,
+            format!(
+                "FILTER_CONFIG {file}: the plugin would refuse it: invalid configuration: comparison and \
+                 flow_control cannot be on together"
+            )
+        );
+        assert!(setup(&[("POOLS", "Not_A_Label")]).unwrap_err().starts_with("the plugin would refuse make run's"));
     }
 
     #[test]

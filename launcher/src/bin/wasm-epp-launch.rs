@@ -3,7 +3,8 @@
 //! Ports come from the environment: `POD_PORTS` (default `8001,8002,8003,8004`),
 //! `LISTEN_PORT` (10000), `ADMIN_PORT` (9901); `SIM_ARGS` adds simulator flags.
 //! `POD_ADDRESSES=ip:port,...` starts no simulator and puts Envoy in front of pods that run
-//! already (launcher::run_setup reads and checks all of it).
+//! already; `FILTER_CONFIG=path.json` starts the filter with that configuration over
+//! `make run`'s pool (launcher::run_setup reads and checks all of it).
 //! `REPLICAS=N` (N > 1) runs N wasm-epp Envoys on free ports behind a round-robin front
 //! Envoy on `LISTEN_PORT`, sharing their decisions (`PEERING=0` turns that off;
 //! `PEER_SECRET` sets the shared secret, at least 16 visible ASCII characters).
@@ -53,7 +54,7 @@ fn start_replicas(setup: &RunSetup, dir: &std::path::Path) -> Result<Replicas, S
     }
     let mut replicas = Vec::with_capacity(count);
     for index in 0..count {
-        let envoy = plan.start_replica(index, dir)?;
+        let envoy = plan.start_replica_with(index, dir, |options| setup.configure(options))?;
         let ports = plan.ports.get(index).copied().ok_or("no ports")?;
         println!(
             "replica  127.0.0.1:{}  admin {}  peer {}  (log .run/replica-{index}/envoy.log)",
@@ -108,6 +109,14 @@ fn run() -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
 
     let pods = start_pods(&setup, &dir)?;
+    // Where the filter's configuration comes from.
+    let source = match &setup.filter_file {
+        Some(file) => format!("FILTER_CONFIG {} with make run's pool", file.path.display()),
+        None => "make run's pool".to_string(),
+    };
+    if setup.filter_file.is_some() && !(setup.pool_names.is_empty() && setup.replicas <= 1) {
+        println!("filter   {source}");
+    }
     let mut live = None;
     let gateway = if !setup.pool_names.is_empty() {
         let envoy = Envoy::start(&setup.envoy_options(), &dir)?;
@@ -128,7 +137,7 @@ fn run() -> Result<(), String> {
         let envoy = Envoy::start(&options, &dir)?;
         let watch = ConfigWatch::create(&dir.join("filter-config.json"), &options.filter_config)?;
         println!(
-            "config   {}  (the filter's configuration: save a change and it is applied live)",
+            "config   {}  (the filter's configuration, {source}: save a change and it is applied live)",
             watch.path().display()
         );
         live = Some((watch, options));
@@ -201,8 +210,12 @@ Takes no arguments; the environment sets it up:
   POOLS        names (e.g. llama,qwen): the pods split into pools behind one Envoy, each
                pod serving its pool's name as model, the pool chosen by an x-pool header
                (no live configuration file or access log then)
+  FILTER_CONFIG  a JSON file of the filter's configuration to start with (docs/configuration.md),
+               e.g. {\"learning\": {\"enabled\": true}}; its fields go over make run's own (the pool
+               stays the pods make run points at); checked before anything starts
 
-The filter's configuration is written to .run/filter-config.json; a saved change applies live.";
+The filter's configuration is written to .run/filter-config.json; a saved change applies live,
+and FILTER_CONFIG=.run/filter-config.json starts the next run with it.";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
