@@ -2,6 +2,9 @@
 //! and checked whole before anything starts: a mistake is one line, and no process is left
 //! behind for it.
 
+use picker::role::PodRole;
+use serde_json::Value;
+
 use crate::envoy::{EnvoyOptions, ServedPool};
 use crate::filter_file::{self, FilterFile};
 
@@ -36,6 +39,34 @@ pub struct RunSetup {
     pub admin_port: u16,
     /// `FILTER_CONFIG`: the filter configuration to start with, over `make run`'s own.
     pub filter_file: Option<FilterFile>,
+    /// `POD_ROLES`: each pod's role in a prefill/decode pool, in pod order; none by default.
+    pub roles: Vec<PodRole>,
+}
+
+/// The role's name, as the simulator's `--role` and the singleton's `roles` take it.
+pub fn role_name(role: PodRole) -> &'static str {
+    match role {
+        PodRole::Prefill => "prefill",
+        PodRole::Decode => "decode",
+        PodRole::Both => "both",
+    }
+}
+
+/// `POD_ROLES`: one role per pod, at least one pod a request can go to.
+fn pod_roles(text: &str, pods: usize) -> Result<Vec<PodRole>, String> {
+    let roles = list(text)
+        .iter()
+        .map(|name| {
+            PodRole::from_label(name).ok_or_else(|| format!("POD_ROLES: '{name}' is not prefill, decode or both"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if roles.len() != pods {
+        return Err(format!("POD_ROLES: {} roles for {pods} pods (one per pod, in the pods' order)", roles.len()));
+    }
+    if !roles.iter().any(|role| role.decodes()) {
+        return Err("POD_ROLES: no decode (or both) pod: a request's destination is one".into());
+    }
+    Ok(roles)
 }
 
 fn parse_port(name: &str, text: &str) -> Result<u16, String> {
@@ -96,7 +127,7 @@ impl RunSetup {
                 (ports, pool, args)
             }
         };
-        let setup = Self {
+        let mut setup = Self {
             sim_ports,
             pool,
             sim_args,
@@ -108,7 +139,14 @@ impl RunSetup {
                 Some(path) => Some(FilterFile::read(std::path::Path::new(path.trim()))?),
                 None => None,
             },
+            roles: Vec::new(),
         };
+        if let Some(roles) = var("POD_ROLES").filter(|text| !text.trim().is_empty()) {
+            if !setup.pool_names.is_empty() {
+                return Err("POOLS and POD_ROLES: one at a time in make run".into());
+            }
+            setup.roles = pod_roles(&roles, setup.pool.len())?;
+        }
         if !setup.pool_names.is_empty() {
             if setup.replicas > 1 {
                 return Err("POOLS and REPLICAS: one at a time in make run".into());
@@ -135,9 +173,16 @@ impl RunSetup {
         (count > 0).then(|| self.pool_names.get(index % count)).flatten().map(String::as_str)
     }
 
-    /// The simulator flags of pod `index`: `SIM_ARGS`, then its pool's name as model.
+    /// The simulator flags of pod `index`: `SIM_ARGS`, its role, its pool's name as model
+    /// (none for pods that run already).
     pub fn pod_args(&self, index: usize) -> Vec<String> {
+        if self.pods_run_already() {
+            return Vec::new();
+        }
         let mut args = self.sim_args.clone();
+        if let Some(role) = self.roles.get(index) {
+            args.extend(["--role".to_string(), role_name(*role).to_string()]);
+        }
         if let Some(name) = self.pool_of(index) {
             args.extend(["--model".to_string(), name.to_string()]);
         }
@@ -168,10 +213,22 @@ impl RunSetup {
     }
 
     /// Makes `options`, built for this setup's pool or pools, start as asked: the filter
-    /// configuration with `FILTER_CONFIG`'s fields (checked by [`RunSetup::from_env`]).
+    /// configuration with `FILTER_CONFIG`'s fields (checked by [`RunSetup::from_env`]); with
+    /// `POD_ROLES`, the singleton's `roles` and, unless that file has one, a `pd` section of
+    /// the defaults, so the pool is split as llm-d splits it.
     pub fn configure(&self, options: &mut EnvoyOptions) {
         if let Some(file) = &self.filter_file {
             file.apply(options);
+        }
+        if self.roles.is_empty() {
+            return;
+        }
+        let roles = self.pool.iter().zip(&self.roles).map(|(pod, role)| (pod.clone(), role_name(*role).into()));
+        if let Some(poller) = options.poller_config.as_mut().and_then(Value::as_object_mut) {
+            poller.insert("roles".into(), Value::Object(roles.collect()));
+        }
+        if let Some(filter) = options.filter_config.as_object_mut() {
+            filter.entry("pd").or_insert_with(|| serde_json::json!({}));
         }
     }
 }
@@ -283,6 +340,56 @@ mod tests {
             )
         );
         assert!(setup(&[("POOLS", "Not_A_Label")]).unwrap_err().starts_with("the plugin would refuse make run's"));
+    }
+
+    #[test]
+    fn pod_roles_go_to_each_simulator_and_the_singleton_and_turn_pd_on() {
+        let run = setup(&[("POD_ROLES", "prefill, prefill,decode,prefill-decode")]).unwrap();
+        assert_eq!(run.pod_args(0), ["--responses-store", "--role", "prefill"]);
+        assert_eq!(run.pod_args(3), ["--responses-store", "--role", "both"], "llm-d's name for both");
+        let options = run.envoy_options();
+        let roles = &options.poller_config.as_ref().unwrap()["roles"];
+        assert_eq!(roles["127.0.0.1:8002"], "prefill");
+        assert_eq!(roles["127.0.0.1:8003"], "decode");
+        assert_eq!(options.filter_config["pd"], serde_json::json!({}), "P/D with its defaults");
+        let replicas = setup(&[("POD_ROLES", "prefill,decode,decode,decode"), ("REPLICAS", "2")]).unwrap();
+        let plan = crate::replicas::ReplicaPlan::new(&replicas.pool, 2, true).unwrap();
+        let mut replica = plan.options(0).unwrap();
+        replicas.configure(&mut replica);
+        let poller = replica.poller_config.unwrap();
+        assert_eq!((poller["roles"]["127.0.0.1:8001"].clone(), poller["peers"].is_object()), ("prefill".into(), true));
+
+        // A pd section of FILTER_CONFIG's stays; roles of running pods go to the singleton alone.
+        let dir = crate::paths::run_dir("run-setup-roles").unwrap();
+        let path = dir.join("pd.json");
+        std::fs::write(&path, r#"{"pd": {"threshold_tokens": 256}}"#).unwrap();
+        let running = [
+            ("POD_ADDRESSES", "10.0.0.1:8000,10.0.0.2:8000"),
+            ("POD_ROLES", "prefill,decode"),
+            ("FILTER_CONFIG", path.to_str().unwrap()),
+        ];
+        let run = setup(&running).unwrap();
+        assert!(run.pod_args(0).is_empty());
+        let options = run.envoy_options();
+        assert_eq!(options.filter_config["pd"]["threshold_tokens"], 256);
+        assert_eq!(options.poller_config.unwrap()["roles"]["10.0.0.1:8000"], "prefill");
+    }
+
+    #[test]
+    fn pod_roles_that_cannot_make_a_pool_are_named() {
+        let refused = |vars: &[(&str, &str)]| setup(vars).unwrap_err();
+        assert_eq!(
+            refused(&[("POD_ROLES", "prefill,decode")]),
+            "POD_ROLES: 2 roles for 4 pods (one per pod, in the pods' order)"
+        );
+        assert!(refused(&[("POD_ROLES", "prefill,decode,decoder,decode")]).contains("'decoder' is not prefill"));
+        assert!(refused(&[("POD_ROLES", "prefill"), ("POD_PORTS", "9001")]).contains("no decode (or both) pod"));
+        assert!(refused(&[("POD_ROLES", "decode,decode"), ("POOLS", "a")]).starts_with("POOLS and POD_ROLES"));
+        let dir = crate::paths::run_dir("run-setup-roles-comparison").unwrap();
+        let path = dir.join("comparison.json");
+        std::fs::write(&path, r#"{"comparison": {"baseline_share": 0.5}}"#).unwrap();
+        let both = refused(&[("POD_ROLES", "prefill,decode,decode,decode"), ("FILTER_CONFIG", path.to_str().unwrap())]);
+        assert!(both.ends_with("comparison and pd cannot be on together"), "{both}");
     }
 
     #[test]

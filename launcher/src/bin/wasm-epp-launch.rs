@@ -4,7 +4,8 @@
 //! `LISTEN_PORT` (10000), `ADMIN_PORT` (9901); `SIM_ARGS` adds simulator flags.
 //! `POD_ADDRESSES=ip:port,...` starts no simulator and puts Envoy in front of pods that run
 //! already; `FILTER_CONFIG=path.json` starts the filter with that configuration over
-//! `make run`'s pool (launcher::run_setup reads and checks all of it).
+//! `make run`'s pool; `POD_ROLES=prefill,decode,...` makes a prefill/decode pool
+//! (launcher::run_setup reads and checks all of it).
 //! `REPLICAS=N` (N > 1) runs N wasm-epp Envoys on free ports behind a round-robin front
 //! Envoy on `LISTEN_PORT`, sharing their decisions (`PEERING=0` turns that off;
 //! `PEER_SECRET` sets the shared secret, at least 16 visible ASCII characters).
@@ -19,7 +20,7 @@ use launcher::config_watch::ConfigWatch;
 use launcher::envoy::{Envoy, SERVED_ENDPOINT_HEADER};
 use launcher::pods::Pod;
 use launcher::replicas::{ReplicaPlan, Replicas};
-use launcher::run_setup::{RunSetup, POOL_HEADER};
+use launcher::run_setup::{role_name, RunSetup, POOL_HEADER};
 
 /// How often `make run` looks at its configuration file for a change.
 const CONFIG_POLL: Duration = Duration::from_millis(500);
@@ -75,9 +76,10 @@ fn start_replicas(setup: &RunSetup, dir: &std::path::Path) -> Result<Replicas, S
 
 /// Starts every simulated pod, in order (none with `POD_ADDRESSES`: those are only listed).
 fn start_pods(setup: &RunSetup, dir: &std::path::Path) -> Result<Vec<Pod>, String> {
+    let role = |index: usize| setup.roles.get(index).map_or(String::new(), |r| format!("role {}, ", role_name(*r)));
     if setup.pods_run_already() {
-        for address in &setup.pool {
-            println!("pod      {address}  (yours: make run neither starts nor stops it)");
+        for (index, address) in setup.pool.iter().enumerate() {
+            println!("pod      {address}  ({}yours: make run neither starts nor stops it)", role(index));
         }
     }
     let mut pods = Vec::with_capacity(setup.sim_ports.len());
@@ -88,7 +90,13 @@ fn start_pods(setup: &RunSetup, dir: &std::path::Path) -> Result<Vec<Pod>, Strin
             Some(name) => format!("pool {name}, model {name}"),
             None => "simulated vLLM".to_string(),
         };
-        println!("pod      127.0.0.1:{port}  ({what}, log .run/pod-{port}.log)");
+        println!("pod      127.0.0.1:{port}  ({what}, {}log .run/pod-{port}.log)", role(index));
+    }
+    if !setup.roles.is_empty() {
+        let pd = setup.envoy_options().filter_config.get("pd").cloned().unwrap_or_default();
+        println!(
+            "pd       the singleton has POD_ROLES' roles; the filter's pd section is {pd} (docs/configuration.md)"
+        );
     }
     Ok(pods)
 }
@@ -210,6 +218,9 @@ Takes no arguments; the environment sets it up:
   POOLS        names (e.g. llama,qwen): the pods split into pools behind one Envoy, each
                pod serving its pool's name as model, the pool chosen by an x-pool header
                (no live configuration file or access log then)
+  POD_ROLES    prefill, decode or both per pod, in order (e.g. prefill,prefill,decode,decode):
+               each simulated pod's --role, the singleton's roles, and the filter's pd section
+               (its defaults, unless FILTER_CONFIG sets one): a prefill/decode pool
   FILTER_CONFIG  a JSON file of the filter's configuration to start with (docs/configuration.md),
                e.g. {\"learning\": {\"enabled\": true}}; its fields go over make run's own (the pool
                stays the pods make run points at); checked before anything starts
