@@ -29,6 +29,11 @@ impl ReplicaPorts {
     pub fn peer_address(&self) -> String {
         format!("127.0.0.1:{}", self.peer)
     }
+
+    /// Where this replica's `wasm_epp_*` stats are (the front Envoy has none).
+    pub fn stats_url(&self) -> String {
+        format!("http://127.0.0.1:{}/stats/prometheus", self.admin)
+    }
 }
 
 /// How a set of replicas is started.
@@ -201,6 +206,16 @@ mod tests {
             assert!(listener.is_ok(), "free once released: {port}");
         }
         assert_eq!(plan.held.lock().unwrap()[0].len(), 3, "replica 0's ports are still held");
+    }
+
+    #[test]
+    fn each_replicas_stats_are_on_its_own_admin_port() {
+        let plan = ReplicaPlan::new(&["127.0.0.1:8001".to_string()], 2, false).unwrap();
+        for (index, ports) in plan.ports.iter().enumerate() {
+            let options = plan.options(index).unwrap();
+            assert_eq!(ports.stats_url(), format!("http://127.0.0.1:{}/stats/prometheus", options.admin_port));
+        }
+        assert_ne!(plan.ports[0].stats_url(), plan.ports[1].stats_url());
     }
 
     #[test]

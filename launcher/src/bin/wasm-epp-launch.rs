@@ -58,9 +58,9 @@ fn start_replicas(setup: &RunSetup, dir: &std::path::Path) -> Result<Replicas, S
         let envoy = plan.start_replica_with(index, dir, |options| setup.configure(options))?;
         let ports = plan.ports.get(index).copied().ok_or("no ports")?;
         println!(
-            "replica  127.0.0.1:{}  admin {}  peer {}  (log .run/replica-{index}/envoy.log)",
+            "replica  127.0.0.1:{}  (stats {}, peer {}, log .run/replica-{index}/envoy.log)",
             ports.listen,
-            ports.admin,
+            ports.stats_url(),
             if peering { ports.peer_address() } else { "off".into() }
         );
         if !envoy.wait_for_healthy_pods(pool.len() as u64, Duration::from_secs(10)) {
@@ -71,6 +71,10 @@ fn start_replicas(setup: &RunSetup, dir: &std::path::Path) -> Result<Replicas, S
     let (listen_port, admin_port) = (setup.listen_port, setup.admin_port);
     let front = plan.start_front_on(dir, listen_port, admin_port)?;
     println!("envoy    127.0.0.1:{listen_port}  (round robin over the {count} replicas, log .run/front/)");
+    println!(
+        "admin    http://127.0.0.1:{admin_port}  (the front Envoy's: no wasm_epp_* stats; each replica's are on its \
+         stats line above)"
+    );
     Ok(Replicas { plan, replicas, front })
 }
 
