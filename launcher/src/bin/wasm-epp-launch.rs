@@ -126,8 +126,13 @@ fn run() -> Result<(), String> {
         Some(file) => format!("FILTER_CONFIG {} with make run's pool", file.path.display()),
         None => "make run's pool".to_string(),
     };
-    if setup.filter_file.is_some() && !(setup.pool_names.is_empty() && setup.replicas <= 1) {
-        println!("filter   {source}");
+    if let Some(file) = &setup.filter_file {
+        let path = file.path.display();
+        if !setup.pool_names.is_empty() {
+            println!("filter   FILTER_CONFIG {path}, on each pool's filter with its pods and name");
+        } else if setup.replicas > 1 {
+            println!("filter   FILTER_CONFIG {path}, on each replica's filter with make run's pool");
+        }
     }
     let mut live = None;
     let gateway = if !setup.pool_names.is_empty() {
