@@ -213,7 +213,7 @@ impl Case {
     fn tick_now_and_then(&self) {
         let requests = self.requests.get().wrapping_add(1);
         self.requests.set(requests);
-        if requests % PICKS_PER_SYNC == 0 {
+        if requests.is_multiple_of(PICKS_PER_SYNC) {
             tick::on_tick(&self.worker, &self.host);
         }
     }
