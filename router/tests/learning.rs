@@ -234,10 +234,14 @@ fn a_stream_without_usage_is_read_no_further_than_its_first_chunk() {
 
 /// Headers and a first token of a stream, without its end.
 fn open_stream(bench: &Bench, stream: &mut RequestStream) {
+    open_stream_with(bench, stream, b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":null}\n\n");
+}
+
+/// Headers and `first`, the stream's first chunk, without its end.
+fn open_stream_with(bench: &Bench, stream: &mut RequestStream, first: &[u8]) {
     bench.host.advance(30);
     bench.host.set_response(&[(":status", "200")], b"");
     stream.on_response_headers(&bench.host, false);
-    let first = b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":null}\n\n";
     bench.host.set_response(&[(":status", "200")], first);
     stream.on_response_body(&bench.host, first.len(), false);
 }
@@ -292,13 +296,9 @@ fn a_stream_left_unread_after_a_running_usage_in_its_first_chunk_teaches_nothing
     let (mut read, _) = bench.request(&COMPLETIONS, &streamed("first"));
     open_stream(&bench, &mut read);
     let (mut skipped, _) = bench.request(&COMPLETIONS, &streamed("second"));
-    bench.host.advance(30);
-    bench.host.set_response(&[(":status", "200")], b"");
-    skipped.on_response_headers(&bench.host, false);
     let running =
         b"data: {\"choices\":[{\"text\":\" a\"}],\"usage\":{\"prompt_tokens\":900,\"completion_tokens\":0}}\n\n";
-    bench.host.set_response(&[(":status", "200")], running);
-    skipped.on_response_body(&bench.host, running.len(), false);
+    open_stream_with(&bench, &mut skipped, running);
     assert_eq!(bench.stat("wasm_epp.learning.usage_streams_not_read"), 1, "the pod's one slot is taken");
     finish_stream(&bench, &mut skipped);
     assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 0, "the first chunk's running usage is not the answer's");

@@ -38,6 +38,18 @@ fn send(bench: &Bench, id: u32, model: &str, headers: &[(&str, &str)], metadata:
     (stream, step)
 }
 
+/// Sends a chat for `model` on context `id` that vLLM reads and the picker's chat parse does not
+/// (`"stream": "true"`): read for its model alone.
+fn send_lenient(bench: &Bench, id: u32, model: &str) -> (RequestStream, Step) {
+    let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}],"stream":"true"}}"#);
+    bench.host.set_request(&chat, body.as_bytes());
+    let mut stream = RequestStream::for_context(bench.worker.clone(), id);
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    let step = stream.on_request_body(&bench.host, body.len(), true);
+    (stream, step)
+}
+
 fn destination(bench: &Bench) -> Option<String> {
     bench.host.header("x-gateway-destination-endpoint")
 }
@@ -143,13 +155,7 @@ fn a_body_read_for_its_model_alone_waits_in_the_queue_and_is_released_to_its_mod
     let (mut busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
     assert_eq!(destination(&bench).as_deref(), Some(LLAMA));
 
-    // `"stream": "true"`: vLLM reads it, the picker's chat parse does not.
-    let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
-    let body = r#"{"model":"qwen","messages":[{"role":"user","content":"hi"}],"stream":"true"}"#;
-    bench.host.set_request(&chat, body.as_bytes());
-    let mut lenient = RequestStream::for_context(bench.worker.clone(), 3);
-    assert_eq!(lenient.on_request_headers(&bench.host, false), Step::Pause);
-    let step = lenient.on_request_body(&bench.host, body.len(), true);
+    let (_lenient, step) = send_lenient(&bench, 3, "qwen");
     assert_eq!(step, Step::Pause, "held like any inference request while the pool is full");
     assert_eq!(bench.stat("wasm_epp.body_routed_by_model"), 1);
 
@@ -168,12 +174,8 @@ fn a_body_read_for_its_model_alone_whose_model_left_while_it_waited_gets_the_404
     publish_models(&bench, &[(QWEN_A, "qwen", &[], 0.0), (QWEN_B, "llama", &[], 0.0)]);
     let (_busy_qwen, _) = send(&bench, 1, "qwen", &[], &[]);
     let (mut busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
-    let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
-    let body = r#"{"model":"qwen","messages":[{"role":"user","content":"hi"}],"stream":"true"}"#;
-    bench.host.set_request(&chat, body.as_bytes());
-    let mut lenient = RequestStream::for_context(bench.worker.clone(), 3);
-    assert_eq!(lenient.on_request_headers(&bench.host, false), Step::Pause);
-    assert_eq!(lenient.on_request_body(&bench.host, body.len(), true), Step::Pause);
+    let (_lenient, step) = send_lenient(&bench, 3, "qwen");
+    assert_eq!(step, Step::Pause);
     publish_models_as(&bench, &[(QWEN_B, "llama", &[], 0.0)], 2);
     bench.tick();
     bench.host.replies.borrow_mut().clear();
