@@ -152,13 +152,16 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         Some(request) => prompt_size(request, prompt.endpoint, params.bytes_per_token),
         None => PromptSize::default(),
     };
+    // Only completions and chat are split (as llm-d's sidecar does; another endpoint's body was
+    // read for `model` alone, or is computed on its decode pod alone).
+    let split_endpoint = prompt.endpoint.answers_like_completions();
     let decode_policy;
     let (route_table, policy) = match (&split, &worker.pd) {
         (Some(roles), Some(pd)) => {
             // Only a request that may be split weighs its stickiness against the prefill hop it
             // would skip; another (Responses, Messages) is computed on its decode pod alone, and
             // keeps the configured threshold: a long prompt must stay with the pod holding it.
-            decode_policy = if prompt.endpoint.answers_like_completions() {
+            decode_policy = if split_endpoint {
                 pd.decode_policy_for(u64::from(size.tokens), hashes.len(), block_tokens)
             } else {
                 pd.decode_policy.clone()
@@ -346,9 +349,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         }
         value
     });
-    // Only completions and chat are split (as llm-d's sidecar does; another endpoint's body was
-    // read for `model` alone).
-    let splittable = prompt.request.filter(|_| prompt.endpoint.answers_like_completions());
+    let splittable = prompt.request.filter(|_| split_endpoint);
     let prefill = match (&split, &worker.pd, splittable) {
         (Some(roles), Some(pd), Some(_)) => {
             let decode = DecodeChoice {

@@ -125,18 +125,15 @@ fn is_assistant(message: &str) -> bool {
 fn last_member_role(message: &str) -> Option<&str> {
     let trim = |text: &str| text.trim_end_matches([' ', '\t', '\n', '\r']).len();
     let close = trim(message);
-    let inner = trim(message.get(..close)?.strip_suffix('}')?);
-    let value_end = inner;
-    let before_quote = message.get(..value_end)?.strip_suffix('"')?;
-    let open = before_quote.rfind('"')?;
+    let value_end = trim(message.get(..close)?.strip_suffix('}')?);
+    let open = message.get(..value_end)?.strip_suffix('"')?.rfind('"')?;
     let value = message.get(open..value_end)?;
     if value.contains('\\') {
         return None;
     }
-    let key_end = trim(message.get(..open)?);
-    let colon = message.get(..key_end)?.strip_suffix(':')?;
-    let key_start = trim(colon).checked_sub("\"role\"".len())?;
-    (message.get(key_start..trim(colon))? == "\"role\"").then_some(())?;
+    let key_end = trim(message.get(..trim(message.get(..open)?))?.strip_suffix(':')?);
+    let key_start = key_end.checked_sub("\"role\"".len())?;
+    (message.get(key_start..key_end)? == "\"role\"").then_some(())?;
     let separator = message.get(..trim(message.get(..key_start)?))?;
     (separator.ends_with(',') || separator.ends_with('{')).then_some(value)
 }
