@@ -7,6 +7,8 @@
 
 use hashbrown::HashMap;
 
+use crate::metrics_text::MAX_ADAPTER_NAME_BYTES;
+
 /// How long a request keeps its adapter in demand: far longer than the gap between two
 /// requests for a tail adapter in a busy pool (seconds), short enough that a retired
 /// adapter stops holding a slot back within a minute.
@@ -14,6 +16,11 @@ pub const DEMAND_WINDOW_MS: u64 = 60_000;
 /// Adapters tracked at most: more distinct adapters asked for within a minute than this
 /// is far beyond any pool's GPU slots, where holding slots back no longer matters.
 pub const MAX_TRACKED_ADAPTERS: usize = 1024;
+
+/// Entries forgotten at once when every tracked adapter is still in demand: the oldest
+/// eighth, so a stream of new names (the body's `model` is the client's to choose) costs one
+/// walk of the map per [`EVICTED_AT_ONCE`] names, not two per name.
+const EVICTED_AT_ONCE: usize = MAX_TRACKED_ADAPTERS / 8;
 
 #[derive(Debug, Clone, Default)]
 pub struct AdapterDemand {
@@ -24,9 +31,15 @@ pub struct AdapterDemand {
 }
 
 impl AdapterDemand {
-    /// `model` was routed at `now_ms`.
+    /// `model` was routed at `now_ms`. A name longer than any adapter a pod reports
+    /// ([`MAX_ADAPTER_NAME_BYTES`]: the table drops longer ones) is never asked about, and is
+    /// not kept: the body's `model` may be megabytes, and up to [`MAX_TRACKED_ADAPTERS`] of them
+    /// stayed a minute (a gigabyte of a worker's memory with 1 MiB names).
     pub fn note(&mut self, model: &str, now_ms: u64) {
         self.since_ms.get_or_insert(now_ms);
+        if model.len() > MAX_ADAPTER_NAME_BYTES {
+            return;
+        }
         if let Some(last) = self.last_ms.get_mut(model) {
             *last = now_ms;
             return;
@@ -35,10 +48,19 @@ impl AdapterDemand {
             self.last_ms.retain(|_, last| now_ms.saturating_sub(*last) <= DEMAND_WINDOW_MS);
         }
         if self.last_ms.len() >= MAX_TRACKED_ADAPTERS {
-            let oldest = self.last_ms.iter().min_by_key(|(_, last)| **last).map(|(name, _)| name.clone());
-            if let Some(oldest) = oldest {
-                self.last_ms.remove(&oldest);
-            }
+            // Everything is recent: the oldest go, a batch at once (those before the batch's
+            // newest time, then as many at that time as the batch has room for).
+            let mut times: Vec<u64> = self.last_ms.values().copied().collect();
+            let (older, &mut cutoff, _) = times.select_nth_unstable(EVICTED_AT_ONCE - 1);
+            let mut at_cutoff = EVICTED_AT_ONCE - older.iter().filter(|&&time| time < cutoff).count();
+            self.last_ms.retain(|_, last| match (*last).cmp(&cutoff) {
+                std::cmp::Ordering::Less => false,
+                std::cmp::Ordering::Equal if at_cutoff > 0 => {
+                    at_cutoff -= 1;
+                    false
+                }
+                _ => true,
+            });
         }
         self.last_ms.insert(model.to_owned(), now_ms);
     }
@@ -68,8 +90,45 @@ mod tests {
         for i in 0..2 * MAX_TRACKED_ADAPTERS {
             demand.note(&format!("m{i}"), 2_000 + i as u64);
         }
-        assert_eq!(demand.last_ms.len(), MAX_TRACKED_ADAPTERS);
+        assert!(demand.last_ms.len() <= MAX_TRACKED_ADAPTERS);
         let newest = 2_000 + 2 * MAX_TRACKED_ADAPTERS as u64 - 1;
         assert!(demand.wanted(&format!("m{}", 2 * MAX_TRACKED_ADAPTERS - 1), newest + DEMAND_WINDOW_MS), "kept");
+        assert!(!demand.last_ms.contains_key("m0"), "the oldest forgotten");
+    }
+
+    #[test]
+    fn a_name_no_pod_can_report_is_not_kept() {
+        let mut demand = AdapterDemand::default();
+        let longest = "a".repeat(MAX_ADAPTER_NAME_BYTES);
+        let longer = "b".repeat(MAX_ADAPTER_NAME_BYTES + 1);
+        let huge = "c".repeat(1 << 20);
+        for name in [&longest, &longer, &huge] {
+            demand.note(name, 1_000);
+        }
+        assert!(demand.last_ms.contains_key(&longest));
+        assert_eq!(demand.last_ms.len(), 1, "over-long names take no memory");
+        let stored: usize = demand.last_ms.keys().map(String::len).sum();
+        assert!(stored <= MAX_TRACKED_ADAPTERS * MAX_ADAPTER_NAME_BYTES);
+    }
+
+    #[test]
+    fn past_the_bound_the_oldest_eighth_goes_at_once_ties_included() {
+        // Distinct times: exactly the oldest batch goes, and the next names need no eviction.
+        let mut demand = AdapterDemand::default();
+        for i in 0..MAX_TRACKED_ADAPTERS {
+            demand.note(&format!("m{i}"), i as u64);
+        }
+        demand.note("new", MAX_TRACKED_ADAPTERS as u64);
+        assert_eq!(demand.last_ms.len(), MAX_TRACKED_ADAPTERS - EVICTED_AT_ONCE + 1);
+        assert!((0..EVICTED_AT_ONCE).all(|i| !demand.last_ms.contains_key(&format!("m{i}"))));
+        assert!((EVICTED_AT_ONCE..MAX_TRACKED_ADAPTERS).all(|i| demand.last_ms.contains_key(&format!("m{i}"))));
+        // Every name at one time (a burst within a millisecond): still one batch, not all.
+        let mut burst = AdapterDemand::default();
+        for i in 0..MAX_TRACKED_ADAPTERS {
+            burst.note(&format!("m{i}"), 7);
+        }
+        burst.note("new", 7);
+        assert_eq!(burst.last_ms.len(), MAX_TRACKED_ADAPTERS - EVICTED_AT_ONCE + 1);
+        assert!(burst.last_ms.contains_key("new"));
     }
 }
