@@ -9,6 +9,7 @@
 //! own, so a worker queues only while the service's heartbeat is recent: with the service
 //! gone, batches are dropped and counted, and the worker routes on its own decisions.
 
+use picker::address::PodAddress;
 use picker::prefix::EVENT_QUEUE;
 use wasm_epp_host::{Host, HostError, HostResult};
 
@@ -73,17 +74,25 @@ fn sync(worker: &Worker, host: &dyn Host) {
         crate::outliers_share::share(worker, host, cache.table(), slot, slots, now);
     }
     let new_pods = cache.take_new_pod_list();
-    if let (Some(pods), Ok(mut outliers)) = (&new_pods, worker.outliers.try_borrow_mut()) {
-        outliers.retain_pods(|pod| pods.contains(pod));
+    // Searched, not walked: each check below runs once per entry of a per-pod table (1,024
+    // pods checked against 1,024 by a walk each are a million comparisons).
+    let pool: Option<Vec<&str>> = new_pods.as_ref().map(|pods| {
+        let mut sorted: Vec<&str> = pods.iter().map(PodAddress::as_str).collect();
+        sorted.sort_unstable();
+        sorted
+    });
+    let in_pool = |pod: &str| pool.as_ref().is_some_and(|sorted| sorted.binary_search(&pod).is_ok());
+    if let (Some(_), Ok(mut outliers)) = (&pool, worker.outliers.try_borrow_mut()) {
+        outliers.retain_pods(|pod| in_pool(pod.as_str()));
     }
     if !worker.config.prefix.enabled {
         return;
     }
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return };
-    if let Some(pods) = new_pods {
-        prefix.retain_pods(|pod| pods.iter().any(|p| p == pod));
+    if pool.is_some() {
+        prefix.retain_pods(in_pool);
         if let Ok(mut learner) = worker.learning.try_borrow_mut() {
-            learner.retain_pods(|pod| pods.iter().any(|p| p == pod));
+            learner.retain_pods(in_pool);
         }
     }
     let now = host.now_ms();

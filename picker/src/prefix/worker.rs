@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 
-use hashbrown::HashMap;
+use hashbrown::{HashMap, HashSet};
 
 use crate::prefix::keyed::{HashKey, KeyedState};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -269,11 +269,24 @@ impl WorkerPrefix {
         Ok(SyncReport { events: learned, lost_segments: result.lost })
     }
 
-    /// Forgets pods that left the pool.
+    /// Forgets pods that left the pool. `keep` is asked once per pod, not once per session:
+    /// sessions are the clients' to make (up to [`MAX_SESSIONS`]) and few pods hold them, and
+    /// the caller's check may walk the pool (65,536 sessions × 1,024 pods was 0.1 s natively
+    /// on every change of the pool, the worker stalled meanwhile).
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
         self.index.retain_pods(&keep);
         self.last_picked.retain(|pod, _| keep(pod));
-        self.sessions.pods.retain(|_, (pod, _)| keep(pod));
+        let gone: HashSet<String> = {
+            let mut kept: HashMap<&str, bool> = HashMap::new();
+            for (pod, _) in self.sessions.pods.values() {
+                kept.entry(pod.as_str()).or_insert_with(|| keep(pod));
+            }
+            kept.into_iter().filter(|(_, kept)| !kept).map(|(pod, _)| pod.to_owned()).collect()
+        };
+        if gone.is_empty() {
+            return;
+        }
+        self.sessions.pods.retain(|_, (pod, _)| !gone.contains(pod.as_str()));
         let sessions = &self.sessions.pods;
         self.sessions.order.retain(|key| sessions.contains_key(key));
     }
@@ -378,6 +391,31 @@ mod tests {
         }
         assert_eq!(worker.sessions.order.len(), MAX_SESSIONS);
         assert!(worker.session_pod(MAX_SESSIONS as u64 + 1).is_some(), "the newest session is kept");
+    }
+
+    #[test]
+    fn forgetting_pods_asks_about_each_pod_once_not_each_session() {
+        let pods: Vec<String> = (0..64).map(|i| format!("10.0.0.{i}:80")).collect();
+        let mut worker = WorkerPrefix::new(1024);
+        for key in 0..MAX_SESSIONS as u64 {
+            let pod = &pods[key as usize % pods.len()];
+            worker.sessions.set(key, pod, 0);
+        }
+        worker.record_pick(&pods[0], 0, &[1, 2], Some(MAX_SESSIONS as u64), 100);
+        let asked = std::cell::Cell::new(0usize);
+        worker.retain_pods(|pod| {
+            asked.set(asked.get() + 1);
+            pod != pods[0] && pod != pods[1]
+        });
+        // The index's pods, the picked pods and the sessions' pods: each once.
+        assert!(asked.get() <= 3 * pods.len(), "keep asked {} times for {} pods", asked.get(), pods.len());
+        assert_eq!(worker.sessions.pods.len(), MAX_SESSIONS - 2 * MAX_SESSIONS / pods.len());
+        assert_eq!(worker.sessions.order.len(), worker.sessions.pods.len());
+        assert_eq!(worker.session_pod(64), None, "a session on a pod that left");
+        assert_eq!(worker.session_pod(65), None);
+        assert_eq!(worker.session_pod(2), Some((pods[2].as_str(), 0)));
+        assert_eq!(worker.index().pod_len(&pods[0]), 0);
+        assert_eq!(worker.last_picked(&pods[0]), 0);
     }
 
     #[test]
