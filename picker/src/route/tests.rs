@@ -235,3 +235,18 @@ fn a_pinned_session_waits_on_its_pod_through_stale_data_but_not_once_the_pod_is_
     v.prefix = Some(pinned_to_second());
     assert_eq!(choose_with(&v, 1).address.as_str(), "10.0.0.1:80", "its pod is down: routed as usual");
 }
+
+#[test]
+fn a_subset_hint_answers_alike_sorted_or_not() {
+    let listed: Vec<PodAddress> =
+        (0..300).map(|i| PodAddress::parse(&format!("10.0.{}.{}:8000", i / 7, i % 250)).unwrap()).collect();
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    let (walked, searched) = (SubsetHint::new(&listed), SubsetHint::new(&sorted));
+    assert!(!walked.sorted && searched.sorted);
+    let asked = listed.iter().cloned().chain((0..50).map(|i| PodAddress::parse(&format!("10.9.9.{i}:80")).unwrap()));
+    for address in asked {
+        assert_eq!(walked.holds(&address), searched.holds(&address), "{address:?}");
+        assert_eq!(searched.holds(&address), listed.contains(&address));
+    }
+}
