@@ -101,6 +101,12 @@ REFUSED = {
                                                            "match": {"prefix": "/"}}]},
     "the pods' API key on Istio": {"mode": "istio", "podsApiKey": {"secretName": "vllm-api-key"}},
     "a misspelt pods' API key field": {"podsApiKey": {"secret": "vllm-api-key"}},
+    # The pool clusters follow x-gateway-destination-endpoint: another header reaches them
+    # without a destination (every request 503), in either mode and per pool.
+    "a destination header the clusters do not follow": {"filter": {"destination_header": "x-pod"}},
+    "a destination header on Istio": {"mode": "istio", "filter": {"destination_header": "x-pod"}},
+    "a pool's destination header": {"pools": [{"name": "llama", "inferencePool": "a", "match": {"prefix": "/"},
+                                              "filter": {"destination_header": "x-pod"}}]},
 }
 
 

@@ -96,6 +96,12 @@ WASM_EPP_PODS_API_KEY
 {{- define "wasm-epp.filterConfig" -}}
 {{- $root := .root | default . -}}
 {{- $config := mergeOverwrite (deepCopy $root.Values.filter) (deepCopy (.poolFilter | default dict)) -}}
+{{- /* The pool clusters, the header strip and the access log name the protocol's header: a
+filter writing another would have every request reach its cluster without a destination. */ -}}
+{{- $header := $config.destination_header | default "x-gateway-destination-endpoint" -}}
+{{- if ne $header "x-gateway-destination-endpoint" -}}
+{{- fail (printf "%sfilter.destination_header: %s: the chart's pool clusters follow x-gateway-destination-endpoint (every request would be answered 503); leave it out" (ternary (printf "pools %s: " .poolName) "" (not (empty .poolName))) $header) -}}
+{{- end -}}
 {{- $_ := set $config "fallback_destinations" 0 -}}
 {{- if .poolName }}{{ $_ := set $config "pool_name" .poolName }}{{ end -}}
 {{- toJson $config -}}
@@ -109,7 +115,7 @@ body past it is buffered before the filter stops reading). */}}
 {{- define "wasm-epp.listenerBufferBytes" -}}
 {{- $limit := 16777216 -}}
 {{- range (include "wasm-epp.servedPools" . | fromJsonArray) -}}
-{{- $config := include "wasm-epp.filterConfig" (dict "root" $ "poolFilter" .filter) | fromJson -}}
+{{- $config := include "wasm-epp.filterConfig" (dict "root" $ "poolFilter" .filter "poolName" .name) | fromJson -}}
 {{- if hasKey $config "max_body_bytes" -}}
 {{- $limit = max $limit (add (int64 $config.max_body_bytes) 1048576) -}}
 {{- end -}}
