@@ -51,7 +51,7 @@ pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, Conf
         "wasm-epp filter configured: fallback pool of {} pods, weights {:?}, prefix affinity {}, vm_id {vm_id}{}",
         pool.len(),
         config.weights,
-        if config.prefix.enabled { "on" } else { "off" },
+        if config.prefix.enabled { "on" } else { "off (sessions and stored responses not followed)" },
         if config.pool_name.is_empty() { String::new() } else { format!(", pool {}", config.pool_name) },
     );
     Ok(Worker::new(config, pool, vm_id, seed))

@@ -355,3 +355,20 @@ fn a_pool_name_labels_the_filters_stats_and_goes_to_its_embedded_pool_service() 
     assert_eq!(bench.host.metric("wasm_epp.pool.llama.requests_routed"), 1);
     assert_eq!(bench.host.metric("wasm_epp.requests_routed"), 0);
 }
+
+#[test]
+fn a_session_sticks_to_its_pod_only_with_the_prefix_index_on() {
+    for (config, sticks) in [("{}", true), (r#"{"prefix": {"enabled": false}}"#, false)] {
+        let bench = Bench::new(config);
+        let session = [COMPLETIONS.as_slice(), &[("x-session-id", "conversation-1")]].concat();
+        bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 3.0)]);
+        let first = bench.complete(&session, &completion("first turn"));
+        assert_eq!(members(first.destination.as_deref().unwrap())[0], "10.0.0.1:8000", "{config}");
+        // The session's pod is now the busier one (not saturated: below queue_threshold).
+        bench.publish(2, &[("10.0.0.1:8000", 3.0), ("10.0.0.2:8000", 0.0)]);
+        bench.tick();
+        let second = bench.complete(&session, &completion("second turn, unrelated text"));
+        let expected = if sticks { "10.0.0.1:8000" } else { "10.0.0.2:8000" };
+        assert_eq!(members(second.destination.as_deref().unwrap())[0], expected, "{config}");
+    }
+}
