@@ -67,6 +67,9 @@ CASES = {
          "match": {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": "chat"}}]},
          "filter": {"max_body_bytes": 67108864}},
         {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"}}]},
+    # A slow scrape without peers, with pod data trusted for longer.
+    "standalone-slow-scrapes": {"peers": {"enabled": False}, "replicas": 1, "pollIntervalMs": 10000,
+                                "filter": {"stale_after_ms": 30000}},
     # The gateway scaled on CPU instead of a fixed replica count.
     "standalone-autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
 }
@@ -105,6 +108,11 @@ REFUSED = {
     # without a destination (every request 503), in either mode and per pool.
     "a destination header the clusters do not follow": {"filter": {"destination_header": "x-pod"}},
     "a destination header on Istio": {"mode": "istio", "filter": {"destination_header": "x-pod"}},
+    # Pod data older than stale_after_ms (5 s) is not trusted: it would expire between scrapes.
+    "a scrape interval past stale_after_ms": {"peers": {"enabled": False}, "pollIntervalMs": 5000},
+    "a pool's stale_after_ms below the scrape interval": {
+        "peers": {"enabled": False}, "pollIntervalMs": 2000,
+        "pools": [{"name": "llama", "inferencePool": "a", "match": {"prefix": "/"}, "filter": {"stale_after_ms": 1000}}]},
     "a pool's destination header": {"pools": [{"name": "llama", "inferencePool": "a", "match": {"prefix": "/"},
                                               "filter": {"destination_header": "x-pod"}}]},
 }

@@ -35,6 +35,9 @@ pub struct Worker {
     pub buffered_bytes: Cell<u64>,
     /// Whether the last pick failed open, so the change is logged once, not per request.
     failing_open: Cell<bool>,
+    /// A table came from a pool service scraping less often than `stale_after_ms` (logged
+    /// once: its data goes stale between scrapes, and picks fail open then).
+    pub stale_cadence_told: Cell<bool>,
     /// This root has created an HTTP context: it serves requests. Envoy's main-thread root
     /// never does, and must not keep (and sync) a prefix replica for nothing.
     pub serving: Cell<bool>,
@@ -107,6 +110,7 @@ impl Worker {
             vm_id,
             buffered_bytes: Cell::new(0),
             failing_open: Cell::new(false),
+            stale_cadence_told: Cell::new(false),
             serving: Cell::new(false),
             flow,
         }
@@ -130,7 +134,11 @@ impl Worker {
     /// Refreshes the table, counting and logging one that does not decode (the last good
     /// one is kept). The one place both the tick and a table-less request refresh through.
     pub fn refresh_table(&self, cache: &mut TableCache, store: &dyn picker::store::SharedStore) {
-        match cache.refresh(store) {
+        let refresh = cache.refresh(store);
+        if refresh == Refresh::Updated {
+            self.tell_stale_cadence(cache);
+        }
+        match refresh {
             Refresh::DecodeFailed(reason) => {
                 self.stats.increment(self.stats.table_decode_failed);
                 log::warn!("wasm-epp: pod table not usable, keeping the last one: {reason}");
@@ -156,6 +164,19 @@ impl Worker {
         match self.learning.try_borrow() {
             Ok(learner) if learning.enabled && learning.correct_index => learner.capacity(pod, kv_blocks),
             _ => kv_blocks,
+        }
+    }
+
+    /// Tells once (a warning) that the table's pool service scrapes less often than this
+    /// filter trusts pod data: the singleton's `poll_interval_ms` is its own configuration,
+    /// which the filter's `validate` cannot see.
+    fn tell_stale_cadence(&self, cache: &TableCache) {
+        let Some(table) = cache.table().filter(|_| !self.stale_cadence_told.get()) else { return };
+        if let Some(reason) =
+            picker::config::stale_before_next_scrape(table.poll_interval_ms, self.config.stale_after_ms)
+        {
+            self.stale_cadence_told.set(true);
+            log::warn!("wasm-epp: {reason}");
         }
     }
 

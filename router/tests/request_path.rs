@@ -372,3 +372,26 @@ fn a_session_sticks_to_its_pod_only_with_the_prefix_index_on() {
         assert_eq!(members(second.destination.as_deref().unwrap())[0], expected, "{config}");
     }
 }
+
+#[test]
+fn a_pool_service_scraping_less_often_than_pod_data_is_trusted_is_told_once() {
+    use picker::address::PodAddress;
+    use picker::pod_table::{encode_version, PodState, PodTable};
+    let publish = |bench: &Bench, version: u64, poll_interval_ms: u64| {
+        let now = bench.host.clock_ms.get();
+        let mut pod = PodState::unknown(&PodAddress::parse("10.0.0.1:8000").unwrap());
+        (pod.healthy, pod.last_success_ms) = (true, now);
+        let table =
+            PodTable { version, published_at_ms: now, poll_interval_ms, pods: vec![pod], ..PodTable::default() };
+        bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+        bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
+        bench.heartbeat();
+        bench.tick();
+    };
+    let bench = Bench::new(r#"{"stale_after_ms": 5000}"#);
+    publish(&bench, 1, 100);
+    assert!(!bench.worker.stale_cadence_told.get(), "scraped every 100 ms, trusted for 5 s");
+    // The singleton's own configuration scrapes every 10 s: each pod is stale half the time.
+    publish(&bench, 2, 10_000);
+    assert!(bench.worker.stale_cadence_told.get());
+}

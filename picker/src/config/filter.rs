@@ -156,6 +156,20 @@ impl Default for FilterConfig {
     }
 }
 
+/// Why pod data scraped every `poll_interval_ms` cannot be trusted for `stale_after_ms`:
+/// each pod's data would go stale before its next scrape could refresh it, so picks would
+/// fail open (in-flight counts only) between scrapes, and flow control with `stale_metrics:
+/// saturated` would release nothing then. `None` when the two agree.
+pub fn stale_before_next_scrape(poll_interval_ms: u64, stale_after_ms: u64) -> Option<String> {
+    (poll_interval_ms >= stale_after_ms).then(|| {
+        format!(
+            "stale_after_ms = {stale_after_ms} but the pool service scrapes every poll_interval_ms = \
+             {poll_interval_ms}: each pod's data goes stale before its next scrape, and routing fails open \
+             between scrapes; raise stale_after_ms above poll_interval_ms (with room for a scrape's answer)"
+        )
+    })
+}
+
 impl FilterConfig {
     /// The scheduling policy this configuration asks for.
     pub fn policy(&self) -> crate::scheduler::Policy {
@@ -217,6 +231,13 @@ impl FilterConfig {
             return Err(format!("health_path '{}' must be an absolute path of visible ASCII", self.health_path));
         }
         check_range("stale_after_ms", self.stale_after_ms, 100, 3_600_000)?;
+        if let Some(reason) = self
+            .poller
+            .as_ref()
+            .and_then(|poller| stale_before_next_scrape(poller.poll_interval_ms, self.stale_after_ms))
+        {
+            return Err(reason);
+        }
         check_range("fallback_destinations", u64::from(self.fallback_destinations), 0, 8)?;
         check_range("inflight_expiry_ms", self.inflight_expiry_ms, 1_000, 86_400_000)?;
         self.flow_control.validate()?;
@@ -281,6 +302,24 @@ mod tests {
         assert!(queued.validate().unwrap_err().contains("comparison and flow_control"));
         let off: FilterConfig = parse_json(br#"{"comparison": {"baseline_share": 0}, "pd": {}}"#).unwrap();
         assert!(off.validate().is_ok(), "a share of 0 is off");
+    }
+
+    #[test]
+    fn pod_data_must_outlive_the_no_singleton_pool_service_s_scrape_interval() {
+        let config = |poll: u64, stale: u64| {
+            let json = format!(
+                r#"{{"stale_after_ms": {stale},
+                    "poller": {{"pool": ["10.0.0.1:80"], "poll_interval_ms": {poll}, "models_interval_ms": 0}}}}"#
+            );
+            parse_json::<FilterConfig>(json.as_bytes()).unwrap().validate()
+        };
+        assert!(config(100, 5_000).is_ok());
+        assert!(config(4_999, 5_000).is_ok());
+        let error = config(10_000, 5_000).unwrap_err();
+        assert!(error.contains("stale_after_ms = 5000") && error.contains("poll_interval_ms = 10000"), "{error}");
+        assert!(config(5_000, 5_000).is_err());
+        assert!(config(10_000, 20_000).is_ok(), "a slow poll with data trusted for longer");
+        assert_eq!(stale_before_next_scrape(100, 5_000), None);
     }
 
     #[test]

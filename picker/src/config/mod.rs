@@ -15,7 +15,7 @@ mod poller;
 mod prefix;
 
 pub use comparison::{BaselinePolicy, ComparisonConfig};
-pub use filter::{FilterConfig, InvalidBodyPolicy, ScorerWeights};
+pub use filter::{stale_before_next_scrape, FilterConfig, InvalidBodyPolicy, ScorerWeights};
 pub use flow::{FlowControlConfig, StaleMetricsPolicy, MAX_PRIORITY, MAX_TTL_MS};
 pub use learning::{LearningConfig, TtftScore, MAX_USAGE_STREAMS_PER_POD};
 pub use models::{ModelsConfig, UnknownModelPolicy};

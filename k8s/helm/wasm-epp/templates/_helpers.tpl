@@ -54,6 +54,9 @@ several pools, `pool` is the one this singleton serves: its name labels its stat
 peer messages go to its own path. */}}
 {{- define "wasm-epp.singletonConfig" -}}
 {{- $config := dict "kubernetes" (include "wasm-epp.poolDiscovery" (dict "root" .root "cluster" .cluster "pool" .pool) | fromJson) "poll_interval_ms" .root.Values.pollIntervalMs -}}
+{{- /* Model lists are fetched at most as often as the scrapes (the plugin refuses a shorter
+models_interval_ms than poll_interval_ms): its 5 s default, or each scrape past that. */ -}}
+{{- if gt (int64 .root.Values.pollIntervalMs) 5000 }}{{ $_ := set $config "models_interval_ms" .root.Values.pollIntervalMs }}{{ end -}}
 {{- if .metricsCluster -}}
 {{- $_ := set $config "metrics_cluster" .metricsCluster -}}
 {{- end -}}
@@ -101,6 +104,12 @@ filter writing another would have every request reach its cluster without a dest
 {{- $header := $config.destination_header | default "x-gateway-destination-endpoint" -}}
 {{- if ne $header "x-gateway-destination-endpoint" -}}
 {{- fail (printf "%sfilter.destination_header: %s: the chart's pool clusters follow x-gateway-destination-endpoint (every request would be answered 503); leave it out" (ternary (printf "pools %s: " .poolName) "" (not (empty .poolName))) $header) -}}
+{{- end -}}
+{{- /* Pod data older than stale_after_ms is not trusted: scraped less often, every pod goes
+stale before its next scrape and picks fail open between scrapes (the plugin warns). */ -}}
+{{- $stale := $config.stale_after_ms | default 5000 -}}
+{{- if ge (int64 $root.Values.pollIntervalMs) (int64 $stale) -}}
+{{- fail (printf "pollIntervalMs: %v is not below %sfilter.stale_after_ms (%v): each pod's data would go stale before its next scrape and routing would fail open between scrapes; raise stale_after_ms" $root.Values.pollIntervalMs (ternary (printf "pools %s: " .poolName) "" (not (empty .poolName))) $stale) -}}
 {{- end -}}
 {{- $_ := set $config "fallback_destinations" 0 -}}
 {{- if .poolName }}{{ $_ := set $config "pool_name" .poolName }}{{ end -}}
