@@ -96,6 +96,9 @@ fn unfollowable_change(config: &serde_json::Value, options: &EnvoyOptions) -> Op
             options.destination_header
         ));
     }
+    if let Err(reason) = crate::envoy_options::listener_takes_bodies_of(config) {
+        return Some(format!("{reason} (restart with a listener of your own to go past it)"));
+    }
     // The same pods in any order: the cluster's membership is what counts.
     let mut pods: Vec<&str> = config
         .get("pool")
@@ -149,6 +152,11 @@ mod tests {
         assert!(matches!(&refused, Some(Err(line)) if line.contains("pool cannot change")), "{refused:?}");
         let no_pool = serde_json::json!({ "weights": { "queue": 2.0 } });
         assert!(matches!(save(&mut watch, &options, no_pool), Some(Err(_))));
+
+        // Bodies the plugin would buffer past the listener's 16 MiB: Envoy's 413, not a route.
+        let large_bodies = serde_json::json!({ "pool": pods, "max_body_bytes": 32 << 20 });
+        let refused = save(&mut watch, &options, large_bodies);
+        assert!(matches!(&refused, Some(Err(line)) if line.contains("max_body_bytes")), "{refused:?}");
 
         // The same pods in another order, the default header written out, other weights: on to Envoy.
         let followable = serde_json::json!({

@@ -173,6 +173,32 @@ pub const DEFAULT_ASYNC_RESPONSE_LIMIT_BYTES: u64 = 4 << 20;
 pub const DEFAULT_FAILURE_POLICY: &str = "FAIL_RELOAD";
 /// The filter's default `destination_header`.
 pub const DEFAULT_DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+
+/// The template's inference listener's `per_connection_buffer_limit_bytes`: a body the
+/// filter buffers (up to its `max_body_bytes`, and the read that carries it past) must fit,
+/// or Envoy answers it 413 before the filter could route it unread.
+pub const LISTENER_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Room kept in the listener's buffer above the filter's `max_body_bytes`
+/// (docs/configuration.md, "Envoy settings the plugin needs").
+const BODY_READ_ROOM_BYTES: u64 = 1024 * 1024;
+
+/// Whether the template's listener takes every body a filter of `config` buffers; the reason
+/// (naming `max_body_bytes`) when it does not.
+pub fn listener_takes_bodies_of(config: &serde_json::Value) -> Result<(), String> {
+    let Some(max_body_bytes) = config.get("max_body_bytes").and_then(serde_json::Value::as_u64) else {
+        return Ok(()); // the plugin's 4 MiB, or a value the plugin refuses with its own words
+    };
+    let most = LISTENER_BUFFER_BYTES - BODY_READ_ROOM_BYTES;
+    if max_body_bytes > most {
+        return Err(format!(
+            "max_body_bytes = {max_body_bytes}: Envoy's inference listener here buffers {LISTENER_BUFFER_BYTES} bytes \
+             per connection (envoy/envoy.yaml.template), so bodies past it would be answered 413 instead of routed; \
+             at most {most}"
+        ));
+    }
+    Ok(())
+}
 /// The response header naming the pod that answered (after any retry), which every pool
 /// route of the template has Envoy write (the inference extension's name for it). Real vLLM
 /// pods send no header of their own; the simulator's `x-served-by` says the same.
@@ -253,5 +279,21 @@ impl EnvoyOptions {
             config.insert("fallback_destinations".into(), 0.into());
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_listener_bound_is_the_template_s() {
+        let template = std::fs::read_to_string(crate::paths::envoy_template()).unwrap();
+        let inference = template.split("- name: inference").nth(1).unwrap();
+        let limit = inference.split("per_connection_buffer_limit_bytes:").nth(1).unwrap();
+        assert_eq!(limit.split_whitespace().next(), Some(LISTENER_BUFFER_BYTES.to_string().as_str()));
+        assert!(listener_takes_bodies_of(&serde_json::json!({"max_body_bytes": 15 << 20})).is_ok());
+        assert!(listener_takes_bodies_of(&serde_json::json!({"max_body_bytes": (15 << 20) + 1})).is_err());
+        assert!(listener_takes_bodies_of(&serde_json::json!({})).is_ok(), "the plugin's 4 MiB");
     }
 }

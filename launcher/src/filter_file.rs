@@ -69,6 +69,7 @@ pub fn check(options: &EnvoyOptions) -> Result<(), String> {
     for config in configs {
         let parsed: FilterConfig = parse_json(config.to_string().as_bytes())?;
         parsed.validate().map_err(|reason| format!("invalid configuration: {reason}"))?;
+        crate::envoy_options::listener_takes_bodies_of(config)?;
     }
     Ok(())
 }
@@ -120,6 +121,9 @@ mod tests {
             refusal("type", "{\n  \"weights\": {\"queue\": 1},\n  \"learning\": {\"enabled\": \"yes\"}\n}");
         assert!(wrong_type.contains("expected a boolean at line 3"), "the file's own line: {wrong_type}");
         assert!(refusal("bounds", r#"{"weights": {"queue": 500}}"#).contains("weights.queue = 500"));
+        // The plugin takes 32 MiB; make run's listener does not (Envoy's 413 in between).
+        let large = refusal("large-bodies", r#"{"max_body_bytes": 33554432, "max_buffered_bytes": 268435456}"#);
+        assert!(large.contains("max_body_bytes = 33554432") && large.contains("413"), "{large}");
         let not_json = refusal("not-json", "{learning: on}");
         assert!(not_json.starts_with("FILTER_CONFIG ") && not_json.contains("filter.json: not JSON"), "{not_json}");
         assert!(refusal("array", "[]").contains("not a JSON object"));
