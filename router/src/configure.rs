@@ -45,6 +45,9 @@ pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, Conf
     if let Some(poller) = &config.poller {
         PodApiKey::from_config(host, poller).map_err(|e| ConfigureError::Invalid(format!("poller: {e}")))?;
     }
+    for warning in config.warnings() {
+        log::warn!("wasm-epp filter: {warning}");
+    }
     host.set_tick_period_ms(tick_period_ms(&config)).map_err(ConfigureError::Tick)?;
     let vm_id = host.vm_id().unwrap_or_else(|| "wasm-epp".to_string());
     log::info!(

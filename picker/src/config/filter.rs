@@ -191,6 +191,23 @@ impl FilterConfig {
         }
     }
 
+    /// Combinations that are valid but probably not meant, each said as a warning to log at
+    /// start (a configuration that worked before is not refused for them).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let flow = &self.flow_control;
+        let held_at_most = flow.max_band_bytes.min(flow.max_queued_bytes);
+        if flow.enabled && held_at_most < self.max_body_bytes {
+            warnings.push(format!(
+                "flow_control holds at most {held_at_most} body bytes per band (max_band_bytes, max_queued_bytes) but \
+                 max_body_bytes is {}: a body in between is answered 429 whenever it would wait, however empty the \
+                 queue, while a larger one is routed unread at once; keep both at least max_body_bytes",
+                self.max_body_bytes
+            ));
+        }
+        warnings
+    }
+
     /// Checks every bound and returns the validated fallback pool.
     pub fn validate(&self) -> Result<Vec<PodAddress>, String> {
         for (field, header) in
@@ -320,6 +337,21 @@ mod tests {
         assert!(config(5_000, 5_000).is_err());
         assert!(config(10_000, 20_000).is_ok(), "a slow poll with data trusted for longer");
         assert_eq!(stale_before_next_scrape(100, 5_000), None);
+    }
+
+    #[test]
+    fn flow_control_that_cannot_hold_a_readable_body_is_warned_of() {
+        let config = |json: &str| parse_json::<FilterConfig>(json.as_bytes()).unwrap();
+        assert!(FilterConfig::default().warnings().is_empty());
+        let large = r#"{"max_body_bytes": 67108864, "flow_control": {"enabled": true}}"#;
+        let warnings = config(large).warnings();
+        assert!(warnings.len() == 1 && warnings[0].contains("max_band_bytes"), "{warnings:?}");
+        assert!(config(large).validate().is_ok(), "valid: warned of, not refused");
+        let off = r#"{"max_body_bytes": 67108864, "flow_control": {"enabled": false}}"#;
+        assert!(config(off).warnings().is_empty(), "nothing is held with flow control off");
+        let fits = r#"{"max_body_bytes": 67108864,
+                       "flow_control": {"enabled": true, "max_band_bytes": 67108864, "max_queued_bytes": 134217728}}"#;
+        assert!(config(fits).warnings().is_empty());
     }
 
     #[test]
