@@ -104,6 +104,11 @@ REFUSED = {
                                                            "match": {"prefix": "/"}}]},
     "the pods' API key on Istio": {"mode": "istio", "podsApiKey": {"secretName": "vllm-api-key"}},
     "a misspelt pods' API key field": {"podsApiKey": {"secret": "vllm-api-key"}},
+    # Kubernetes label values are strings (`--set dashboard.labels.grafana_dashboard=1` gives a
+    # number, which the API server refuses at install: "cannot unmarshal number").
+    "a number as a dashboard label": {"dashboard": {"labels": {"grafana_dashboard": 1}}},
+    "a misspelt dashboard field": {"dashboard": {"enable": True}},
+    "a number in the gateway selector": {"mode": "istio", "istio": {"gatewaySelector": {"istio": 1}}},
     # The pool clusters follow x-gateway-destination-endpoint: another header reaches them
     # without a destination (every request 503), in either mode and per pool.
     "a destination header the clusters do not follow": {"filter": {"destination_header": "x-pod"}},
