@@ -104,6 +104,10 @@ REFUSED = {
                                                            "match": {"prefix": "/"}}]},
     "the pods' API key on Istio": {"mode": "istio", "podsApiKey": {"secretName": "vllm-api-key"}},
     "a misspelt pods' API key field": {"podsApiKey": {"secret": "vllm-api-key"}},
+    # A misspelt top-level value (pollIntervalMs) or Istio one was silently ignored.
+    "a misspelt top-level value": {"pollIntervalMS": 1000},
+    "a misspelt Istio value": {"mode": "istio", "istio": {"gatewayNamepsace": "gateways"}},
+    "a misspelt service value": {"service": {"ports": 8000}},
     # Kubernetes label values are strings (`--set dashboard.labels.grafana_dashboard=1` gives a
     # number, which the API server refuses at install: "cannot unmarshal number").
     "a number as a dashboard label": {"dashboard": {"labels": {"grafana_dashboard": 1}}},
