@@ -6,6 +6,9 @@
 //! `a..=b` (or `≥ a`) must be accepted at both ends and refused just outside them, by the
 //! parser or by `validate`, whose error then names the field.
 
+// Test support: a table row without its columns, or a failed unwrap, is a failed test.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing, clippy::panic)]
+
 use picker::config::{parse_json, FilterConfig, PollerConfig};
 use picker::discovery::KubernetesConfig;
 use serde_json::{json, Value};

@@ -381,8 +381,7 @@ fn a_pool_service_scraping_less_often_than_pod_data_is_trusted_is_told_once() {
         let now = bench.host.clock_ms.get();
         let mut pod = PodState::unknown(&PodAddress::parse("10.0.0.1:8000").unwrap());
         (pod.healthy, pod.last_success_ms) = (true, now);
-        let table =
-            PodTable { version, published_at_ms: now, poll_interval_ms, pods: vec![pod], ..PodTable::default() };
+        let table = PodTable { version, published_at_ms: now, poll_interval_ms, pods: vec![pod] };
         bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
         bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
         bench.heartbeat();
