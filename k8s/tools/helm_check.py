@@ -52,7 +52,7 @@ CASES = {
         {"name": "interactive", "labelSelector": "app=vllm-qwen", "targetPort": 8000,
          "match": {"prefix": "/", "headers": [{"name": "x-pool", "string_match": {"exact": "interactive"}}]}},
         {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"},
-         "filter": {"flow_control": {"enabled": True}, "weights": {"queue": 3.0}}}]},
+         "filter": {"flow_control": {"enabled": True, "ttl_ms": 59000}, "weights": {"queue": 3.0}}}]},
     # Pods started with vLLM's --api-key: the key from a Secret, through Envoy's environment,
     # to the singletons (validate.py starts Envoy with WASM_EPP_PODS_API_KEY set).
     "standalone-pods-api-key": {"podsApiKey": {"secretName": "vllm-api-key", "onMetrics": True},
@@ -108,6 +108,11 @@ REFUSED = {
     "a misspelt top-level value": {"pollIntervalMS": 1000},
     "a misspelt Istio value": {"mode": "istio", "istio": {"gatewayNamepsace": "gateways"}},
     "a misspelt service value": {"service": {"ports": 8000}},
+    # The listener's request_timeout (60 s) runs while a request waits in flow control's queue.
+    "a flow-control TTL past the request timeout": {"filter": {"flow_control": {"enabled": True, "ttl_ms": 90000}}},
+    "a pool's sheddable TTL past the request timeout": {"pools": [
+        {"name": "llama", "inferencePool": "a", "match": {"prefix": "/"},
+         "filter": {"flow_control": {"enabled": True, "sheddable_ttl_ms": 60000}}}]},
     # Kubernetes label values are strings (`--set dashboard.labels.grafana_dashboard=1` gives a
     # number, which the API server refuses at install: "cannot unmarshal number").
     "a number as a dashboard label": {"dashboard": {"labels": {"grafana_dashboard": 1}}},

@@ -111,6 +111,17 @@ stale before its next scrape and picks fail open between scrapes (the plugin war
 {{- if ge (int64 $root.Values.pollIntervalMs) (int64 $stale) -}}
 {{- fail (printf "pollIntervalMs: %v is not below %sfilter.stale_after_ms (%v): each pod's data would go stale before its next scrape and routing would fail open between scrapes; raise stale_after_ms" $root.Values.pollIntervalMs (ternary (printf "pools %s: " .poolName) "" (not (empty .poolName))) $stale) -}}
 {{- end -}}
+{{- /* A request waiting in flow control's queue is still being received for Envoy: the
+inference listener's request_timeout (60 s) cuts it with a 408 before a TTL as long. */ -}}
+{{- $flow := $config.flow_control | default dict -}}
+{{- if $flow.enabled -}}
+{{- range $field, $default := dict "ttl_ms" 30000 "sheddable_ttl_ms" 5000 -}}
+{{- $ttl := get $flow $field | default $default -}}
+{{- if ge (int64 $ttl) 60000 -}}
+{{- fail (printf "%sfilter.flow_control.%s: %v is not below the inference listener's request_timeout (60 s), which also runs while a request waits: it would get Envoy's 408 instead of its TTL's 429" (ternary (printf "pools %s: " $.poolName) "" (not (empty $.poolName))) $field $ttl) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := set $config "fallback_destinations" 0 -}}
 {{- if .poolName }}{{ $_ := set $config "pool_name" .poolName }}{{ end -}}
 {{- toJson $config -}}
