@@ -96,7 +96,7 @@ fn unfollowable_change(config: &serde_json::Value, options: &EnvoyOptions) -> Op
             options.destination_header
         ));
     }
-    if let Err(reason) = crate::envoy_options::listener_takes_bodies_of(config) {
+    if let Err(reason) = options.serves_filter(config) {
         return Some(format!("{reason} (restart with a listener of your own to go past it)"));
     }
     // The same pods in any order: the cluster's membership is what counts.

@@ -183,6 +183,32 @@ pub const LISTENER_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
 /// (docs/configuration.md, "Envoy settings the plugin needs").
 const BODY_READ_ROOM_BYTES: u64 = 1024 * 1024;
 
+impl EnvoyOptions {
+    /// Whether this Envoy's inference listener serves a filter of `config` as the filter
+    /// means: it takes every body the filter buffers ([`listener_takes_bodies_of`]), and its
+    /// `request_timeout`, which runs while flow control holds a request, outlasts the queue's
+    /// TTLs (else Envoy answers 408 before the TTL's 429). The reason, naming the field, if not.
+    pub fn serves_filter(&self, config: &serde_json::Value) -> Result<(), String> {
+        listener_takes_bodies_of(config)?;
+        let flow = &config["flow_control"];
+        let Some(timeout_ms) = picker::go_duration::positive_duration_ms(&self.request_timeout) else { return Ok(()) };
+        if flow["enabled"].as_bool() != Some(true) {
+            return Ok(());
+        }
+        for (field, default) in [("ttl_ms", 30_000), ("sheddable_ttl_ms", 5_000)] {
+            let ttl = flow[field].as_u64().unwrap_or(default);
+            if ttl >= timeout_ms {
+                return Err(format!(
+                    "flow_control.{field} = {ttl}: Envoy's request_timeout here is {} and runs while a request \
+                     waits, so it would answer 408 first; keep the TTL below it",
+                    self.request_timeout
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Whether the template's listener takes every body a filter of `config` buffers; the reason
 /// (naming `max_body_bytes`) when it does not.
 pub fn listener_takes_bodies_of(config: &serde_json::Value) -> Result<(), String> {
@@ -295,5 +321,16 @@ mod tests {
         assert!(listener_takes_bodies_of(&serde_json::json!({"max_body_bytes": 15 << 20})).is_ok());
         assert!(listener_takes_bodies_of(&serde_json::json!({"max_body_bytes": (15 << 20) + 1})).is_err());
         assert!(listener_takes_bodies_of(&serde_json::json!({})).is_ok(), "the plugin's 4 MiB");
+    }
+
+    #[test]
+    fn a_queue_ttl_must_end_before_the_request_timeout() {
+        let options = EnvoyOptions::for_pool(&["127.0.0.1:8001".to_string()], 10_000, 9_901);
+        let flow = |flow: serde_json::Value| serde_json::json!({ "flow_control": flow });
+        assert!(options.serves_filter(&flow(serde_json::json!({"enabled": true}))).is_ok(), "30 s and 5 s");
+        let long = options.serves_filter(&flow(serde_json::json!({"enabled": true, "ttl_ms": 90_000})));
+        assert!(long.unwrap_err().contains("flow_control.ttl_ms = 90000"));
+        let off = flow(serde_json::json!({"enabled": false, "ttl_ms": 90_000}));
+        assert!(options.serves_filter(&off).is_ok(), "nothing waits with flow control off");
     }
 }

@@ -69,7 +69,7 @@ pub fn check(options: &EnvoyOptions) -> Result<(), String> {
     for config in configs {
         let parsed: FilterConfig = parse_json(config.to_string().as_bytes())?;
         parsed.validate().map_err(|reason| format!("invalid configuration: {reason}"))?;
-        crate::envoy_options::listener_takes_bodies_of(config)?;
+        options.serves_filter(config)?;
     }
     Ok(())
 }
