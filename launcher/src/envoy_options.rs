@@ -190,6 +190,17 @@ impl EnvoyOptions {
     /// TTLs (else Envoy answers 408 before the TTL's 429). The reason, naming the field, if not.
     pub fn serves_filter(&self, config: &serde_json::Value) -> Result<(), String> {
         listener_takes_bodies_of(config)?;
+        // The pool route retries on the filter's list: past its end Envoy's fallback policy
+        // picks any pod, of any model (configuration.md, the route's retries).
+        let retries = crate::render::pool_route_retries(self.cluster_mode);
+        let fallbacks = config.get("fallback_destinations").and_then(serde_json::Value::as_u64).unwrap_or(2);
+        if fallbacks < u64::from(retries) {
+            return Err(format!(
+                "fallback_destinations = {fallbacks}: the pool route here retries {retries} times \
+                 (envoy/envoy.yaml.template), so retries past the filter's list would go to any pod, of any \
+                 model (a 404 from another model's pod); keep it at least {retries}"
+            ));
+        }
         let flow = &config["flow_control"];
         let Some(timeout_ms) = picker::go_duration::positive_duration_ms(&self.request_timeout) else { return Ok(()) };
         if flow["enabled"].as_bool() != Some(true) {
@@ -332,5 +343,17 @@ mod tests {
         assert!(long.unwrap_err().contains("flow_control.ttl_ms = 90000"));
         let off = flow(serde_json::json!({"enabled": false, "ttl_ms": 90_000}));
         assert!(options.serves_filter(&off).is_ok(), "nothing waits with flow control off");
+    }
+
+    #[test]
+    fn the_filter_lists_as_many_fallbacks_as_the_route_retries() {
+        let pods = ["127.0.0.1:8001".to_string()];
+        let override_host = EnvoyOptions::for_pool(&pods, 10_000, 9_901);
+        let none = serde_json::json!({"fallback_destinations": 0});
+        assert!(override_host.serves_filter(&none).unwrap_err().contains("fallback_destinations = 0"));
+        assert!(override_host.serves_filter(&serde_json::json!({"fallback_destinations": 4})).is_ok());
+        assert!(override_host.serves_filter(&serde_json::json!({})).is_ok(), "the plugin's 2");
+        let original_dst = EnvoyOptions::for_pool(&pods, 10_000, 9_901).with_original_dst();
+        assert!(original_dst.serves_filter(&none).is_ok(), "one address, no retries");
     }
 }

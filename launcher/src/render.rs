@@ -199,7 +199,7 @@ fn fill_globals(text: String, options: &EnvoyOptions) -> String {
 /// choice: the filter's default `fallback_destinations`. An ORIGINAL_DST cluster follows the
 /// one address the filter wrote (with `fallback_destinations: 0`), so a retry would go to
 /// the same pod: a dead one would cost three connection attempts instead of one.
-fn pool_route_retries(mode: ClusterMode) -> u32 {
+pub(crate) fn pool_route_retries(mode: ClusterMode) -> u32 {
     match mode {
         ClusterMode::OverrideHost => 2,
         ClusterMode::OriginalDst => 0,
