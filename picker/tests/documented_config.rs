@@ -81,7 +81,8 @@ fn base(table: Table) -> Value {
     match table {
         Table::Filter => json!({}),
         Table::Singleton => json!({"pool": ["10.0.0.1:8000"]}),
-        Table::Peers => json!({"pool": ["10.0.0.1:8000"], "peers": {"secret": "a-shared-secret-of-some-length"}}),
+        Table::Peers => json!({"pool": ["10.0.0.1:8000"],
+                               "peers": {"peers": ["10.0.0.9:8081"], "secret": "a-shared-secret-of-some-length"}}),
         Table::Kubernetes => json!({"namespace": "llm", "label_selector": "app=vllm", "target_port": 8000}),
     }
 }

@@ -86,7 +86,13 @@ impl PeersConfig {
         if let Some(kubernetes) = &self.kubernetes {
             kubernetes.validate().map_err(|e| format!("peers.kubernetes: {e}"))?;
         }
-        Ok(peers)
+        // As the pool: a list the first Kubernetes list would silently replace, or no one to
+        // share with, is not what a peers section means.
+        match (peers.is_empty(), self.kubernetes.is_some()) {
+            (false, true) => Err("peers: set one of peers and kubernetes, not both".into()),
+            (true, false) => Err("peers: no replica to share with: set peers (ip:port list) or kubernetes".into()),
+            _ => Ok(peers),
+        }
     }
 }
 

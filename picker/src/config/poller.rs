@@ -168,7 +168,8 @@ mod tests {
         let config = |poll: u64, heartbeat: u64| {
             let json = format!(
                 r#"{{"pool": ["10.0.0.1:80"], "poll_interval_ms": {poll},
-                    "peers": {{"secret": "a-shared-secret-of-some-length", "heartbeat_ms": {heartbeat}}}}}"#
+                    "peers": {{"peers": ["10.0.0.9:8081"], "secret": "a-shared-secret-of-some-length",
+                              "heartbeat_ms": {heartbeat}}}}}"#
             );
             parse_json::<PollerConfig>(json.as_bytes()).unwrap().validate()
         };
@@ -181,6 +182,23 @@ mod tests {
         assert!(config(5_000, 500).unwrap_err().contains("poll_interval_ms"));
         let no_peers: PollerConfig = parse_json(br#"{"pool": ["10.0.0.1:80"], "poll_interval_ms": 5000}"#).unwrap();
         assert!(no_peers.validate().is_ok(), "a slow poll without peers is fine");
+    }
+
+    #[test]
+    fn peers_come_from_a_list_or_kubernetes_not_both_nor_neither() {
+        let config = |peers: &str| {
+            let json = format!(
+                r#"{{"pool": ["10.0.0.1:80"], "peers": {{"secret": "a-shared-secret-of-some-length"{peers}}}}}"#
+            );
+            parse_json::<PollerConfig>(json.as_bytes()).unwrap().validate()
+        };
+        let kubernetes = r#""kubernetes": {"namespace": "llm", "label_selector": "app=gw", "target_port": 8081}"#;
+        assert!(config(r#", "peers": ["10.0.0.9:8081"]"#).is_ok());
+        assert!(config(&format!(", {kubernetes}")).is_ok());
+        assert!(config(&format!(r#", "peers": [], {kubernetes}"#)).is_ok(), "an empty list is no list");
+        let both = config(&format!(r#", "peers": ["10.0.0.9:8081"], {kubernetes}"#)).unwrap_err();
+        assert!(both.contains("not both"), "{both}");
+        assert!(config("").unwrap_err().contains("no replica to share with"));
     }
 
     #[test]
