@@ -114,3 +114,54 @@ fn five_reconfigurations_under_load_fail_no_request_and_keep_the_prefix_index() 
     assert!(decision.starts_with(&format!("pod={served}; reason=")), "decision header: {decision:?}");
     assert!(decision.contains("candidates=") && !decision.contains("6.6.6.6"), "{decision}");
 }
+
+/// Requests waiting in flow control's queue when a new configuration turns it off are not
+/// lost: they stay on the filter they arrived through (its root keeps ticking while its
+/// streams live) and are released to the pod as its requests end, while new requests take
+/// the new configuration and go at once.
+#[test]
+fn requests_waiting_in_the_queue_survive_a_change_that_turns_flow_control_off() {
+    let live_dir = launcher::paths::run_dir("live-reconfig-flow").unwrap();
+    let mut options = None;
+    let cluster = Cluster::start("live-reconfig-flow", 1, &["--time-scale", "0"], |o| {
+        o.live_filter_dir = Some(live_dir.clone());
+        o.filter_config["flow_control"] =
+            serde_json::json!({"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 20000});
+        options = Some(o.clone());
+    });
+    let options = options.unwrap();
+    assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
+    cluster.pods[0].set_faults(&serde_json::json!({"extra_latency_ms": 1500})).unwrap();
+    const HELD: usize = 4;
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let senders: Vec<_> = (0..HELD)
+            .map(|i| {
+                let cluster = &cluster;
+                scope.spawn(move || {
+                    let body =
+                        serde_json::json!({"model": "sim-model", "prompt": format!("held {i}"), "max_tokens": 4});
+                    let reply = launcher::http::post(
+                        &cluster.envoy.url("/v1/completions"),
+                        &[],
+                        &body.to_string(),
+                        e2e::REQUEST_TIMEOUT,
+                    );
+                    reply.map_or(0, |r| r.status)
+                })
+            })
+            .collect();
+        // One in flight on the pod, the others held by the filter: then flow control goes off.
+        std::thread::sleep(Duration::from_millis(500));
+        let mut config = options.filter_config.clone();
+        config["flow_control"] = serde_json::json!({"enabled": false});
+        assert_eq!(apply(&cluster.envoy, &options, &config).unwrap(), Applied::Accepted);
+        let fresh = serde_json::json!({"model": "sim-model", "prompt": "after the change", "max_tokens": 4});
+        let reply =
+            launcher::http::post(&cluster.envoy.url("/v1/completions"), &[], &fresh.to_string(), e2e::REQUEST_TIMEOUT);
+        assert_eq!(reply.map(|r| r.status).ok(), Some(200), "a request after the change");
+        senders.into_iter().map(|sender| sender.join().unwrap()).collect()
+    });
+    assert_eq!(statuses, vec![200; HELD], "every request held across the change was answered");
+    let queued = cluster.envoy.stat("wasm_epp_flow_queued").unwrap_or(0.0);
+    assert!(queued >= 1.0, "requests waited in the queue before the change: {queued}");
+}
