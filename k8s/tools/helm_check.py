@@ -70,8 +70,21 @@ CASES = {
     # A slow scrape without peers, with pod data trusted for longer.
     "standalone-slow-scrapes": {"peers": {"enabled": False}, "replicas": 1, "pollIntervalMs": 10000,
                                 "filter": {"stale_after_ms": 30000}},
+    # A gateway that sends its subset hint under other names (per pool): clients' copies of
+    # each are stripped, as the protocol's is (STRIPPED below).
+    "standalone-custom-subset-header": {"filter": {"models": {"subset_header": "x-my-subset"}}, "pools": [
+        {"name": "chat", "labelSelector": "app=vllm-qwen", "targetPort": 8000, "match": {"prefix": "/"},
+         "filter": {"models": {"subset_header": "X-Chat-Subset"}}},
+        {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"}}]},
+    "istio-custom-subset-header": {"mode": "istio", "filter": {"models": {"subset_header": "x-my-subset"}}},
     # The gateway scaled on CPU instead of a fixed replica count.
     "standalone-autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
+}
+
+# Headers a case's listener must strip from clients (each beside the protocol's own).
+STRIPPED = {
+    "standalone-custom-subset-header": ["x-my-subset", "x-chat-subset"],
+    "istio-custom-subset-header": ["x-my-subset"],
 }
 
 # Values the chart must refuse (values.schema.json, or the templates' own checks).
@@ -147,6 +160,10 @@ def main(out):
         except Exception as error:  # the SDK raises its own error types; any is a failure here
             problems.append(f"{case}: template: {error}")
             continue
+        every_text = "\n".join(rendered.values())
+        for header in STRIPPED.get(case, []):
+            if f"- remove: {header}\n" not in every_text:
+                problems.append(f"{case}: the listener does not strip clients' {header}")
         written = 0
         for template, text in sorted(rendered.items()):
             # Templates switched off by the mode render to comments only.

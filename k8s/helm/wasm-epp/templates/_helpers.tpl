@@ -127,6 +127,21 @@ inference listener's request_timeout (60 s) cuts it with a 408 before a TTL as l
 {{- toJson $config -}}
 {{- end }}
 
+{{/* Subset hint headers other than the protocol's that some pool's filter reads
+(models.subset_header): the listener strips client copies of each, as it does the
+protocol's, or a client could narrow its own pick to the pod it names. One per line. */}}
+{{- define "wasm-epp.extraSubsetHeaders" -}}
+{{- $seen := dict "x-gateway-destination-endpoint-subset" true -}}
+{{- range (include "wasm-epp.servedPools" . | fromJsonArray) -}}
+{{- $config := include "wasm-epp.filterConfig" (dict "root" $ "poolFilter" .filter "poolName" .name) | fromJson -}}
+{{- $header := (($config.models | default dict).subset_header | default "x-gateway-destination-endpoint-subset") | lower -}}
+{{- if not (hasKey $seen $header) }}
+{{ $header }}
+{{- $_ := set $seen $header true -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
 {{/* The inference listener's per_connection_buffer_limit_bytes: 16 MiB, or more where a
 pool's filter reads larger bodies. The filter buffers a body up to its max_body_bytes
 (plugin default 4 MiB) and Envoy answers 413 to one that outgrows the listener's limit
