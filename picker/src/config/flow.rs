@@ -15,6 +15,12 @@ pub const MAX_PRIORITY: i32 = 8;
 /// own TTL header only shortens its band's).
 pub const MAX_TTL_MS: u64 = 3_600_000;
 
+/// The most body bytes a worker may be told to hold (`max_queued_bytes`, `max_band_bytes`):
+/// held bodies are copies in the worker's Wasm VM, whose memory (wasm32) ends at 4 GiB, and a
+/// queue filled past that would crash the VM with every request it holds. Half of it leaves
+/// room for the body being parsed (up to `max_body_bytes`, 1 GiB) and the tables.
+pub const MAX_HELD_BYTES: u64 = 1 << 31;
+
 /// What a pod whose metrics are stale (older than `stale_after_ms`) counts as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -108,9 +114,9 @@ impl FlowControlConfig {
         check_range(&field("ttl_ms"), self.ttl_ms, 1, MAX_TTL_MS)?;
         check_range(&field("sheddable_ttl_ms"), self.sheddable_ttl_ms, 1, MAX_TTL_MS)?;
         check_range(&field("max_queued_requests"), u64::from(self.max_queued_requests), 1, 65_536)?;
-        check_range(&field("max_queued_bytes"), self.max_queued_bytes, 1_024, 1 << 34)?;
+        check_range(&field("max_queued_bytes"), self.max_queued_bytes, 1_024, MAX_HELD_BYTES)?;
         check_range(&field("max_band_requests"), u64::from(self.max_band_requests), 1, 65_536)?;
-        check_range(&field("max_band_bytes"), self.max_band_bytes, 1_024, 1 << 34)?;
+        check_range(&field("max_band_bytes"), self.max_band_bytes, 1_024, MAX_HELD_BYTES)?;
         check_range(&field("max_flows_per_band"), u64::from(self.max_flows_per_band), 1, 4_096)?;
         check_range(&field("release_per_tick"), u64::from(self.release_per_tick), 1, 4_096)?;
         check_range(&field("waiting_tick_ms"), self.waiting_tick_ms, 1, 1_000)?;
