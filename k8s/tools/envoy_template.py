@@ -39,6 +39,8 @@ def pool_values(name, pool, cluster_mode, several, peers):
                                  'type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {} } }')
         if several else "",
         "ROUTE_MATCH": json.dumps(match) if match else '{ prefix: "/" }',
+        # The filter's max_body_bytes, one whole read of the 16 MiB listener and 1 MiB.
+        "REQUEST_BODY_BUFFER_LIMIT": str(filter_config.get("max_body_bytes", 4 << 20) + (16 << 20) + (1 << 20)),
         "PEER_ROUTE_MATCH": json.dumps({"path_separated_prefix": peer_path}) if several else '{ prefix: "/" }',
         "PEER_ROUTE_ENABLES_FILTER": (f'typed_per_filter_config: {{ {peer_filter_name}: {{ "@type": '
                                       'type.googleapis.com/envoy.config.route.v3.FilterConfig, config: {} } }')

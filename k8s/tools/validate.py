@@ -831,11 +831,16 @@ BODY_CHUNK_ROOM = 1 << 20
 
 
 def check_body_buffer(name, listener, hcm):
-    """The filter buffers a body up to its max_body_bytes before it picks the pod; Envoy
-    answers 413 to one that outgrows the listener's per_connection_buffer_limit_bytes
-    first. A max_body_bytes raised (for base64 images, say) without the listener's limit
+    """The filter buffers a body up to its max_body_bytes before it picks the pod. Envoy adds
+    each read of the connection (up to the listener's per_connection_buffer_limit_bytes) to
+    that buffer before the filter sees it, and answers 413 once the stream's limit is passed:
+    each pool route's request_body_buffer_limit (honoured from Envoy 1.37 on) must hold its
+    filter's max_body_bytes plus one whole read, or a body without a length (chunked) gets
+    413 below max_body_bytes. Before 1.37 the listener's limit is the stream's, so it must
+    still exceed max_body_bytes: a max_body_bytes raised (for base64 images, say) without it
     turns every body between the two into a 413."""
     limit = listener.get("per_connection_buffer_limit_bytes", ENVOY_LISTENER_BUFFER_BYTES)
+    bodies = {}
     for http_filter in hcm.get("http_filters") or []:
         value = dig(http_filter, "typed_config", "config", "configuration", "value")
         if dig(http_filter, "typed_config", "@type") != WASM_FILTER_TYPE or not value:
@@ -844,9 +849,26 @@ def check_body_buffer(name, listener, hcm):
         if "peer_receiver" in plugin:
             continue
         body = plugin.get("max_body_bytes", PLUGIN_MAX_BODY_BYTES)
+        bodies[http_filter.get("name")] = (body, bool(http_filter.get("disabled")))
         if limit < body + BODY_CHUNK_ROOM:
             fail(name, f"per_connection_buffer_limit_bytes {limit} leaves less than {BODY_CHUNK_ROOM} bytes above "
                        f"{http_filter.get('name')}'s max_body_bytes {body}: bodies in between get Envoy's 413")
+    for host in dig(hcm, "route_config", "virtual_hosts") or []:
+        for route in host.get("routes") or []:
+            cluster = dig(route, "route", "cluster") or ""
+            if not is_pool_cluster(cluster):
+                continue
+            enabled = [bodies[f][0] for f in route.get("typed_per_filter_config") or {} if f in bodies]
+            enabled = enabled or [body for body, disabled in bodies.values() if not disabled]
+            if not enabled:
+                continue
+            wanted = max(enabled) + limit + BODY_CHUNK_ROOM
+            got = route.get("request_body_buffer_limit", host.get("request_body_buffer_limit"))
+            if got is None or int(got) < wanted:
+                fail(name, f"the route to {cluster} buffers {got or limit} bytes of a body, less than its filter's "
+                           f"max_body_bytes {max(enabled)} plus one read of the listener ({limit}) and "
+                           f"{BODY_CHUNK_ROOM}: a body without a length gets Envoy's 413 below max_body_bytes; set "
+                           f"its request_body_buffer_limit to {wanted}")
 
 
 # Envoy's stream_idle_timeout when the connection manager sets none.

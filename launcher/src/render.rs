@@ -17,6 +17,28 @@ const PER_POOL: [&str; 7] =
 /// The HTTP filter's name with one pool (Envoy's own name for the Wasm filter).
 const SINGLE_POOL_FILTER_NAME: &str = "envoy.filters.http.wasm";
 
+/// The inference listener's `per_connection_buffer_limit_bytes` in the template: also the
+/// most Envoy reads from a connection before it hands the bytes on.
+pub const LISTENER_BUFFER_BYTES: u64 = 16 << 20;
+
+/// What one read may bring past [`LISTENER_BUFFER_BYTES`]: Envoy checks the limit after each
+/// read of the socket (at most 128 KiB each), with room to spare.
+const READ_PAST_LIMIT_BYTES: u64 = 1 << 20;
+
+/// A pool route's `request_body_buffer_limit` for a filter that reads bodies up to
+/// `max_body_bytes`. While the filter buffers a body, Envoy adds each read of the connection
+/// to the buffer before the filter sees it, and answers 413 if that passes the stream's
+/// limit: so the limit holds the most the filter buffers plus one whole read.
+pub fn request_body_buffer_limit(max_body_bytes: u64) -> u64 {
+    max_body_bytes.saturating_add(LISTENER_BUFFER_BYTES).saturating_add(READ_PAST_LIMIT_BYTES)
+}
+
+/// The `max_body_bytes` of a filter configuration (the plugin's default when unset).
+fn max_body_bytes(filter_config: &serde_json::Value) -> u64 {
+    let default = picker::config::FilterConfig::default().max_body_bytes;
+    filter_config.get("max_body_bytes").and_then(serde_json::Value::as_u64).unwrap_or(default)
+}
+
 /// Returns the name of a `# BEGIN name` / `# END name` marker line.
 fn marker<'a>(line: &'a str, kind: &str) -> Option<&'a str> {
     line.trim().strip_prefix("# ")?.strip_prefix(kind)?.strip_prefix(' ')
@@ -130,6 +152,7 @@ fn values_of(pool: &ServedPool, several: bool, peering: Option<&Peering>) -> Vec
         ("{{FILTER_DISABLED}}", disabled.to_string()),
         ("{{ROUTE_ENABLES_FILTER}}", enabled_on_route(several, &filter_name)),
         ("{{ROUTE_MATCH}}", route_match_yaml(&pool.route_match)),
+        ("{{REQUEST_BODY_BUFFER_LIMIT}}", request_body_buffer_limit(max_body_bytes(&pool.filter_config)).to_string()),
         ("{{POOL_ENDPOINTS}}", endpoints.join("\n")),
         ("{{FILTER_CONFIG}}", pool.filter_config.to_string()),
         ("{{POLLER_CONFIG}}", poller),
@@ -251,6 +274,23 @@ mod tests {
         let pools = ["alpha", "beta"].map(|name| ServedPool::by_header(name, &pods, "x-pool"));
         let several = render(&template(), &EnvoyOptions::for_pools(pools.to_vec(), 10_000, 9_901));
         assert_eq!(several.matches(&written).count(), 2, "one per pool route");
+    }
+
+    #[test]
+    fn each_pool_route_buffers_its_filters_largest_body_and_one_whole_read() {
+        let template = template();
+        let listener = format!("per_connection_buffer_limit_bytes: {LISTENER_BUFFER_BYTES}\n");
+        assert_eq!(template.matches(&listener).count(), 1, "the inference listener reads this much at once");
+        let pods = ["127.0.0.1:8001".to_string()];
+        let one = render(&template, &EnvoyOptions::for_pool(&pods, 10_000, 9_901));
+        assert!(one.contains("request_body_buffer_limit: 22020096\n"), "4 MiB + 16 MiB + 1 MiB: {one}");
+        let mut alpha = ServedPool::by_header("alpha", &pods, "x-pool");
+        alpha.filter_config["max_body_bytes"] = (64u64 << 20).into();
+        let beta = ServedPool::by_header("beta", &pods, "x-pool");
+        let several = render(&template, &EnvoyOptions::for_pools(vec![alpha, beta], 10_000, 9_901));
+        let limits: Vec<&str> =
+            several.lines().filter_map(|l| l.trim().strip_prefix("request_body_buffer_limit: ")).collect();
+        assert_eq!(limits, ["84934656", "22020096"], "each pool route from its own filter's max_body_bytes");
     }
 
     #[test]

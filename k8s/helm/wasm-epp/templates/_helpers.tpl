@@ -158,6 +158,19 @@ body past it is buffered before the filter stops reading). */}}
 {{- $limit -}}
 {{- end }}
 
+{{/* A pool route's request_body_buffer_limit (Envoy 1.37 and later honour it while a filter
+holds the request), given the chart's root and the pool's own `filter` values. The body is
+buffered until the pod is picked, and Envoy adds each read of the connection (up to the
+listener's per_connection_buffer_limit_bytes) to that buffer before the filter sees it, so
+the route holds the pool's max_body_bytes (plugin default 4 MiB), one whole read and 1 MiB;
+with less, a body without a length can get Envoy's 413 below max_body_bytes. */}}
+{{- define "wasm-epp.requestBodyBufferLimit" -}}
+{{- $config := include "wasm-epp.filterConfig" (dict "root" .root "poolFilter" .poolFilter) | fromJson -}}
+{{- $body := 4194304 -}}
+{{- if hasKey $config "max_body_bytes" }}{{ $body = int64 $config.max_body_bytes }}{{ end -}}
+{{- add $body (include "wasm-epp.listenerBufferBytes" .root | int64) 1048576 -}}
+{{- end }}
+
 {{/* Istio: the connection manager settings merged into each inference listener's
 (k8s/istio/singleton/envoyfilter.yaml, patch 4). */}}
 {{- define "wasm-epp.istioConnectionManager" -}}
