@@ -12,6 +12,20 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 /// One HTTP/2 (prior knowledge) POST whose body ends with trailers. Returns the status and
 /// the pod that served it.
 pub fn post_with_trailers(port: u16, extra: &[(&str, &str)], trailers: &[(&str, &str)]) -> (u16, Option<String>) {
+    let body = r#"{"model":"sim-model","prompt":"h2 with trailers","max_tokens":2}"#;
+    post_frames(port, "/v1/completions", extra, &[Bytes::from_static(body.as_bytes())], Some(trailers))
+}
+
+/// One HTTP/2 (prior knowledge) POST to `path` whose body is `chunks`, one DATA frame each
+/// (hyper splits a chunk past the peer's frame size), then `trailers` if given. Returns the
+/// status and the pod that served it.
+pub fn post_frames(
+    port: u16,
+    path: &str,
+    extra: &[(&str, &str)],
+    chunks: &[Bytes],
+    trailers: Option<&[(&str, &str)]>,
+) -> (u16, Option<String>) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
         let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -19,18 +33,21 @@ pub fn post_with_trailers(port: u16, extra: &[(&str, &str)], trailers: &[(&str, 
         let (mut sender, connection) =
             hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io).await.unwrap();
         tokio::spawn(connection);
-        let mut trailer_map = hyper::HeaderMap::new();
-        for (name, value) in trailers {
-            trailer_map.insert(hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(), value.parse().unwrap());
+        let mut frames: std::collections::VecDeque<Frame<Bytes>> = chunks.iter().cloned().map(Frame::data).collect();
+        if let Some(trailers) = trailers {
+            let mut trailer_map = hyper::HeaderMap::new();
+            for (name, value) in trailers {
+                let name = hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap();
+                trailer_map.insert(name, value.parse().unwrap());
+            }
+            frames.push_back(Frame::trailers(trailer_map));
         }
-        let body = r#"{"model":"sim-model","prompt":"h2 with trailers","max_tokens":2}"#;
-        let frames = Frames([Frame::data(Bytes::from_static(body.as_bytes())), Frame::trailers(trailer_map)].into());
-        let mut request = hyper::Request::post(format!("http://127.0.0.1:{port}/v1/completions"))
-            .header("content-type", "application/json");
+        let mut request =
+            hyper::Request::post(format!("http://127.0.0.1:{port}{path}")).header("content-type", "application/json");
         for (name, value) in extra {
             request = request.header(*name, *value);
         }
-        let request = request.body(frames).unwrap();
+        let request = request.body(Frames(frames)).unwrap();
         let response = tokio::time::timeout(TIMEOUT, sender.send_request(request)).await.unwrap().unwrap();
         let status = response.status().as_u16();
         let served = response.headers().get("x-served-by").and_then(|v| v.to_str().ok()).map(str::to_string);
