@@ -10,13 +10,15 @@ use std::time::SystemTime;
 use crate::envoy::{Envoy, EnvoyOptions};
 use crate::envoy_options::DEFAULT_DESTINATION_HEADER;
 use crate::live_config::{apply, Applied};
+use crate::render::max_body_bytes;
 
 /// The filter's keys that Envoy's own configuration was rendered from, which a new filter
 /// configuration cannot change: the `pool` cluster's override_host policy and the header
 /// strip follow the `destination_header` Envoy started with (a filter writing another one
 /// would have every request routed by the cluster's fallback policy), and the cluster's
 /// endpoints and the singleton's pool are the pods started (a filter naming others would
-/// pick pods Envoy skips or never scrapes). Changing them takes a restart.
+/// pick pods Envoy skips or never scrapes). Changing them takes a restart, as does raising
+/// `max_body_bytes` (the pool route's buffer was sized from it: [`crate::render`]).
 pub const FIXED_AT_START: [&str; 2] = ["destination_header", "pool"];
 
 pub struct ConfigWatch {
@@ -115,6 +117,16 @@ fn unfollowable_change(config: &serde_json::Value, options: &EnvoyOptions) -> Op
             started.join(", ")
         ));
     }
+    // The pool route buffers a body up to the max_body_bytes Envoy started with, plus one
+    // read (request_body_buffer_limit): past it, bodies the filter would read get Envoy's 413.
+    let (wanted, started) = (max_body_bytes(config), max_body_bytes(&options.filter_config));
+    if wanted > started {
+        return Some(format!(
+            "max_body_bytes cannot grow past {started} while Envoy runs: the pool route's \
+             request_body_buffer_limit was sized from it, and larger bodies would get Envoy's 413 \
+             (restart to raise it)"
+        ));
+    }
     None
 }
 
@@ -152,6 +164,11 @@ mod tests {
         assert!(matches!(&refused, Some(Err(line)) if line.contains("pool cannot change")), "{refused:?}");
         let no_pool = serde_json::json!({ "weights": { "queue": 2.0 } });
         assert!(matches!(save(&mut watch, &options, no_pool), Some(Err(_))));
+        let larger_bodies = serde_json::json!({ "pool": pods, "max_body_bytes": 32u64 << 20 });
+        let refused = save(&mut watch, &options, larger_bodies);
+        assert!(matches!(&refused, Some(Err(line)) if line.contains("max_body_bytes cannot grow")), "{refused:?}");
+        let smaller_bodies = serde_json::json!({ "pool": pods, "max_body_bytes": 1u64 << 20 });
+        assert!(matches!(save(&mut watch, &options, smaller_bodies), Some(Ok(_))));
 
         // Bodies the plugin would buffer past the listener's 16 MiB: Envoy's 413, not a route.
         let large_bodies = serde_json::json!({ "pool": pods, "max_body_bytes": 32 << 20 });

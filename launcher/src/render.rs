@@ -34,7 +34,7 @@ pub fn request_body_buffer_limit(max_body_bytes: u64) -> u64 {
 }
 
 /// The `max_body_bytes` of a filter configuration (the plugin's default when unset).
-fn max_body_bytes(filter_config: &serde_json::Value) -> u64 {
+pub(crate) fn max_body_bytes(filter_config: &serde_json::Value) -> u64 {
     let default = picker::config::FilterConfig::default().max_body_bytes;
     filter_config.get("max_body_bytes").and_then(serde_json::Value::as_u64).unwrap_or(default)
 }
