@@ -46,9 +46,11 @@ fn signal(pid: u32, name: &str) {
 /// A body without a length (chunked) is buffered while the filter reads it; past
 /// `max_body_bytes` the filter lets it go by load. Envoy hands the filter each read of the
 /// socket whole (up to the listener's 16 MiB per read) and adds it to what is buffered
-/// before the filter sees it: a large read on top of a buffered body outgrew the stream's
-/// buffer and the client got Envoy's 413, whatever the filter answered. Envoy is paused
-/// while the second piece is written, so it arrives as one read.
+/// before the filter sees it: a large read on top of a buffered body outgrows a buffer of
+/// the listener's size, and the client gets Envoy's 413 whatever the filter answers. The
+/// pool route's `request_body_buffer_limit` makes room for one whole read (Envoy 1.37 and
+/// later apply it; 1.36 does not). Envoy is paused while the second piece is written, so it
+/// arrives as one read.
 #[test]
 fn a_chunked_body_past_max_body_bytes_read_in_one_piece_is_routed() {
     // The listener's 16 MiB left room for max_body_bytes up to 15 MiB.
