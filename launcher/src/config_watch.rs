@@ -164,7 +164,7 @@ mod tests {
         assert!(matches!(&refused, Some(Err(line)) if line.contains("pool cannot change")), "{refused:?}");
         let no_pool = serde_json::json!({ "weights": { "queue": 2.0 } });
         assert!(matches!(save(&mut watch, &options, no_pool), Some(Err(_))));
-        let larger_bodies = serde_json::json!({ "pool": pods, "max_body_bytes": 32u64 << 20 });
+        let larger_bodies = serde_json::json!({ "pool": pods, "max_body_bytes": 8u64 << 20 });
         let refused = save(&mut watch, &options, larger_bodies);
         assert!(matches!(&refused, Some(Err(line)) if line.contains("max_body_bytes cannot grow")), "{refused:?}");
         let smaller_bodies = serde_json::json!({ "pool": pods, "max_body_bytes": 1u64 << 20 });
