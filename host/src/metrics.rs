@@ -5,8 +5,9 @@
 //! stat per tick. Stats therefore reach `/stats` up to one tick late. Names show in
 //! `/stats/prometheus` as `wasm_epp_*`. Per-pod stats put the pod in the name
 //! (`wasm_epp.picks.pod.<ip_port>`); the bootstrap's `stats_tags` turn it into a label.
-//! Their number is bounded by [`MAX_LABELLED`] per family, and one more where counts past the
-//! bound go to a fallback label ([`Metrics::add_labelled_or`]).
+//! Their number is bounded by [`MAX_LABELLED`] per family (or the caller's own bound,
+//! [`Metrics::set_labelled_within`]), and one more where counts past the bound go to a
+//! fallback label ([`Metrics::add_labelled_or`]).
 //!
 //! Where one Envoy serves several pools, each pool's VMs name it ([`Metrics::label_pool`]):
 //! every name then carries `pool.<name>` after `wasm_epp` (`wasm_epp.pool.llama.picks.pod.<ip_port>`),
@@ -145,9 +146,16 @@ impl Metrics {
 
     /// Sets the gauge `family.label`, created on first use (bounded as above).
     pub fn set_labelled(&self, family: &str, label: &str, value: u64) {
-        if let Some(index) = self.labelled_slot(family, label, MetricKind::Gauge) {
-            self.set(Gauge(index), value);
-        }
+        self.set_labelled_within(family, label, value, MAX_LABELLED);
+    }
+
+    /// As [`Self::set_labelled`], the family bounded at `bound` labels instead: for a caller
+    /// that keeps its own, documented bound on which labels get series. Returns whether the
+    /// gauge has its place (false: the family is full and `label` is not in it).
+    pub fn set_labelled_within(&self, family: &str, label: &str, value: u64, bound: usize) -> bool {
+        let Some(index) = self.labelled_slot_within(family, label, MetricKind::Gauge, bound) else { return false };
+        self.set(Gauge(index), value);
+        true
     }
 
     /// Names every stat of this VM after `pool` (empty: none), from the next flush on. A

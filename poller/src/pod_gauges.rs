@@ -136,7 +136,10 @@ impl PodGauges {
         for (index, (family, value)) in FAMILIES.iter().zip(changed).enumerate() {
             let old = before.map(|b| b.as_array()).and_then(|a| a.get(index).copied());
             if old != Some(value) {
-                metrics.set_labelled(family, address.as_str(), value);
+                // Bounded here by MAX_POD_SERIES_EVER addresses, not the metrics' default
+                // bound per family (1,024): past that the gauges were dropped silently while
+                // the pod counted as having series.
+                metrics.set_labelled_within(family, address.as_str(), value, MAX_POD_SERIES_EVER);
             }
         }
         self.last.insert(address.clone(), values);
@@ -228,5 +231,35 @@ mod tests {
         assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.39.0.15:8000"), 1, "the latest pods have series");
         assert_eq!(host.metric("wasm_epp.pod_in_pool.pod.10.38.0.0:8000"), 0, "the ones before left");
         assert_eq!(host.metric("wasm_epp.pod_series_omitted"), 0);
+    }
+
+    #[test]
+    fn pods_churned_past_the_stat_families_bound_still_get_series_until_the_lifetime_bound() {
+        let host = MockHost::new();
+        let metrics = Metrics::new();
+        let mut gauges = PodGauges::define(&metrics);
+        let address = |i: usize| format!("10.{}.{}.{}:8000", i / 65_536, (i / 256) % 256, i % 256);
+        // Rollouts of a pool of 16, each pod on a new address: 10,000 addresses in all.
+        let rollouts = 625;
+        for rollout in 0..rollouts {
+            let pods = (0..16).map(|i| pod(&address(rollout * 16 + i), 1.0, 0.5)).collect();
+            gauges.record(&metrics, &PodTable { pods, ..PodTable::default() }, &HashMap::new(), 1_000);
+            metrics.flush(&host);
+            let in_pool = |i: usize| host.metric(&format!("wasm_epp.pod_in_pool.pod.{}", address(i)));
+            let newest = rollout * 16 + 15;
+            if newest < MAX_POD_SERIES_EVER {
+                // Past the 1,024 labels a family holds by default, the gauges said nothing and
+                // counted the pods as given series.
+                assert_eq!(in_pool(newest), 1, "rollout {rollout}: the pool's pods have series");
+                assert_eq!(host.metric("wasm_epp.pod_series_omitted"), 0, "rollout {rollout}");
+            } else {
+                assert_eq!(in_pool(newest), 0, "past the lifetime bound: no series");
+                assert_eq!(host.metric("wasm_epp.pod_series_omitted"), 16, "rollout {rollout}: said so");
+            }
+        }
+        let per_pod = host.metric_names.borrow().iter().filter(|(n, _)| n.contains(".pod.")).count();
+        assert_eq!(per_pod, FAMILIES.len() * MAX_POD_SERIES_EVER, "Envoy's stats stay bounded");
+        assert!(gauges.last.len() <= 16, "departed pods forgotten");
+        assert_eq!(gauges.created.len(), MAX_POD_SERIES_EVER);
     }
 }
