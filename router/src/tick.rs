@@ -85,15 +85,16 @@ fn sync(worker: &Worker, host: &dyn Host) {
     if let (Some(_), Ok(mut outliers)) = (&pool, worker.outliers.try_borrow_mut()) {
         outliers.retain_pods(|pod| in_pool(pod.as_str()));
     }
+    // Learning runs with or without prefix routing: its tables forget departed pods either way.
+    if let (Some(_), Ok(mut learner)) = (&pool, worker.learning.try_borrow_mut()) {
+        learner.retain_pods(in_pool);
+    }
     if !worker.config.prefix.enabled {
         return;
     }
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return };
     if pool.is_some() {
         prefix.retain_pods(in_pool);
-        if let Ok(mut learner) = worker.learning.try_borrow_mut() {
-            learner.retain_pods(in_pool);
-        }
     }
     let now = host.now_ms();
     let service_alive = cache.service_seen_ms().is_some_and(|seen| heartbeat_fresh(seen, now));

@@ -85,6 +85,15 @@ impl BatchSizes {
         self.pods.get(pod).is_some_and(|q| q.waiting_seen_ms > sent_ms)
     }
 
+    /// Pods seen queueing and remembered.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
     /// Forgets pods that left the pool.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
         self.pods.retain(|pod, _| keep(pod));

@@ -246,6 +246,11 @@ impl Learner {
         corrected.max(floor).round().max(1.0) as usize
     }
 
+    /// Pods anything is remembered of (their epochs, index capacity, speed or batches).
+    pub fn pods_remembered(&self) -> usize {
+        self.epochs.len().max(self.capacity_scale.len()).max(self.models.pods_remembered())
+    }
+
     /// Forgets pods that left the pool.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
         self.models.retain_pods(&keep);

@@ -542,6 +542,12 @@ impl TtftModels {
         self.pods.len().max(self.others.pods())
     }
 
+    /// Pods anything is remembered of here: observed, heard of from other workers, or seen
+    /// queueing (bounded; pods that leave the pool are forgotten, [`Self::retain_pods`]).
+    pub fn pods_remembered(&self) -> usize {
+        self.pods().max(self.batches.len())
+    }
+
     /// Answers this worker observed (TTFT samples and ends): whether it learned something
     /// since it last published.
     pub fn observed(&self) -> u64 {
