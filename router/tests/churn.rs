@@ -2,9 +2,13 @@
 //! worker's table refresh and tick. Whatever a worker keeps per pod must forget the pods that
 //! left, so its tables stay the size of the pool, not of its history.
 
+// Helpers outside #[test] functions read answers: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
 mod common;
 
-use common::Bench;
+use common::{completion, Bench, COMPLETIONS};
+use wasm_epp_host::metrics::MAX_LABELLED;
 
 /// Pods in the pool at any time; each round replaces all of them with pods on new addresses.
 const POOL: usize = 4;
@@ -34,4 +38,58 @@ fn learning_without_prefix_routing_forgets_departed_pods() {
         // after that were never noted, so a restart of theirs went unnoticed.
         assert!(remembered <= POOL, "round {round}: the learner remembers {remembered} pods");
     }
+}
+
+/// One request for `prompt`, answered as Envoy would after its retries: `broken` answers
+/// 500 and the next choice in the header's list answers.
+fn request(bench: &Bench, prompt: &str, broken: &str) {
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(prompt));
+    let choices: Vec<String> = answer.destination.unwrap().split(',').map(str::to_owned).collect();
+    let served = choices.iter().find(|c| c.as_str() != broken).unwrap_or(&choices[0]).clone();
+    let status = if served == broken { "500" } else { "200" };
+    bench.host.set_response(&[(":status", status), ("x-gateway-destination-endpoint-served", &served)], b"");
+    stream.on_response_headers(&bench.host, false);
+    stream.on_log(&bench.host);
+}
+
+#[test]
+fn a_day_of_rollouts_leaves_every_per_pod_table_the_size_of_the_pool() {
+    let bench = Bench::new(
+        r#"{"fallback_destinations": 1, "learning": {"enabled": true},
+            "outlier_detection": {"consecutive_failures": 2, "base_ejection_ms": 1000}}"#,
+    );
+    let names = |bench: &Bench, family: &str| {
+        bench.host.metric_names.borrow().iter().filter(|(n, _)| n.starts_with(family)).count()
+    };
+    let mut keys_early = 0;
+    for round in 0..ROUNDS {
+        replace_pool(&bench, round);
+        // Each round's first pod fails every request it serves: ejected, then gone.
+        let broken = address(round * POOL);
+        for i in 0..6 {
+            // Shared prefixes across rounds: the index learns them on every new pod.
+            request(&bench, &format!("{} {i} {round}", "shared system prompt ".repeat(40)), &broken);
+        }
+        bench.host.advance(1_000);
+        if round == 10 {
+            keys_early = bench.host.store.key_count();
+        }
+        let prefix = bench.worker.prefix.borrow();
+        assert!(prefix.index().pod_count() <= POOL, "round {round}: {} pods indexed", prefix.index().pod_count());
+        let outliers = bench.worker.outliers.borrow();
+        assert!(outliers.ejected_now().len() <= POOL && outliers.suspects() <= POOL, "round {round}");
+        assert!(bench.worker.learning.borrow().pods_remembered() <= POOL, "round {round}");
+    }
+    bench.tick();
+    assert_eq!(bench.host.store.key_count(), keys_early, "shared data: a fixed key set, none per pod");
+    // Envoy keeps every stat: per-pod families stop at their bound and one fallback.
+    assert!(names(&bench, "wasm_epp.picks.pod.") <= MAX_LABELLED + 1);
+    assert!(names(&bench, "wasm_epp.pod_ejections.pod.") <= MAX_LABELLED + 1);
+    eprintln!(
+        "names {} picks {} ejections {} other picks {}",
+        bench.host.metric_names.borrow().len(),
+        names(&bench, "wasm_epp.picks.pod."),
+        names(&bench, "wasm_epp.pod_ejections.pod."),
+        bench.stat("wasm_epp.picks.pod.other")
+    );
 }
