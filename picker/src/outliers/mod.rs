@@ -286,7 +286,17 @@ impl Outliers {
                     return false;
                 }
                 match record.ejected_until {
-                    Some(until) if until > now_ms => true,
+                    Some(until) if until > now_ms => {
+                        if now_ms < record.ejected_at_ms {
+                            // The wall clock stepped back past the ejection: it lasts its own
+                            // length from now, not until the clock catches up (an hour
+                            // without the pod for an hour's step).
+                            let length = until.saturating_sub(record.ejected_at_ms);
+                            record.ejected_until = Some(now_ms.saturating_add(length));
+                            record.ejected_at_ms = now_ms;
+                        }
+                        true
+                    }
                     _ => {
                         record.ejected_until = None;
                         record.probation = true;

@@ -233,3 +233,20 @@ fn a_restarted_engine_starts_with_no_strikes_even_from_probation() {
     assert_eq!(other.adopt(&[peer], 1_030, &|_| Some(5)), 1);
     assert_eq!(other.ejections(1_030)[0].strikes, 1, "the old engine's strikes are not carried over");
 }
+
+#[test]
+fn an_ejection_lasts_its_length_across_a_wall_clock_stepped_back() {
+    let mut outliers = outliers();
+    let a = pod("10.0.0.1:8000");
+    let made = 3_600_000 + 10_000;
+    for t in 0..3 {
+        outliers.failed(&a, 0, made + t);
+    }
+    // Ejected for 1 s from `made + 2`; the wall clock then steps back an hour (NTP, a VM
+    // restored). It stayed out until the clock caught up: an hour without the pod.
+    let back = made - 3_600_000;
+    assert_eq!(outliers.ejected(back, &same), std::slice::from_ref(&a), "still ejected at the step");
+    assert_eq!(outliers.ejected(back + 500, &same), std::slice::from_ref(&a));
+    assert!(outliers.ejected(back + 1_001, &same).is_empty(), "back on probation after its own second");
+    assert!(outliers.is_suspect(a.as_str()));
+}
