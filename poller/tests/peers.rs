@@ -441,3 +441,35 @@ fn a_replica_that_lists_itself_stops_sending_to_itself() {
     service.tick(&host, NOW + 1_000);
     assert_eq!(host.metric("wasm_epp.peer_self_listed"), 1);
 }
+
+#[test]
+fn a_thousand_replicas_coming_and_going_leave_only_the_live_ones_counted() {
+    use picker::address::PodAddress;
+    use picker::peer::{PeerMessage, PeerPod};
+    use picker::inflight::SLOT_STALE_MS;
+    let mut b = Replica::new(2, "10.0.9.9:9000");
+    let mut now = NOW + 1_000;
+    b.tick(now);
+    // A replica every 100 ms, each heard once, each with one request on the pod, then gone
+    // (a rollout of the gateway, scaled up and down all day): at most 21 heard within the
+    // staleness window at any time.
+    let live_at_most = (SLOT_STALE_MS / 100 + 1) as u32;
+    for replica in 0..1_000u64 {
+        let pods = vec![PeerPod { address: PodAddress::parse(POD).unwrap(), epoch: b.epoch(), inflight: 1 }];
+        let message = PeerMessage { replica: 1_000 + replica, seq: 1, sent_ms: now, pods, events: Vec::new() };
+        b.receive(&[message.encode(&encode_batch(&[]))]);
+        b.tick(now);
+        let mut worker = WorkerInflight::new();
+        worker.sync(&b.host, now, 60_000);
+        assert!(worker.count(POD) <= live_at_most, "replica {replica}: {} counted", worker.count(POD));
+        assert!(b.host.metric("wasm_epp.peers_live") <= u64::from(live_at_most), "replica {replica}");
+        now += 100;
+    }
+    assert_eq!(b.stat("wasm_epp.peer_messages_received"), 1_000, "each replica heard, none refused");
+    now += SLOT_STALE_MS + 1;
+    b.tick(now);
+    let mut worker = WorkerInflight::new();
+    worker.sync(&b.host, now, 60_000);
+    assert_eq!(worker.count(POD), 0, "every departed replica's load expired");
+    assert_eq!(b.host.metric("wasm_epp.peers_live"), 0);
+}

@@ -85,11 +85,4 @@ fn a_day_of_rollouts_leaves_every_per_pod_table_the_size_of_the_pool() {
     // Envoy keeps every stat: per-pod families stop at their bound and one fallback.
     assert!(names(&bench, "wasm_epp.picks.pod.") <= MAX_LABELLED + 1);
     assert!(names(&bench, "wasm_epp.pod_ejections.pod.") <= MAX_LABELLED + 1);
-    eprintln!(
-        "names {} picks {} ejections {} other picks {}",
-        bench.host.metric_names.borrow().len(),
-        names(&bench, "wasm_epp.picks.pod."),
-        names(&bench, "wasm_epp.pod_ejections.pod."),
-        bench.stat("wasm_epp.picks.pod.other")
-    );
 }
