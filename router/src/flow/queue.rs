@@ -181,13 +181,26 @@ impl<T> WaitQueue<T> {
     /// Moves every request whose deadline is at or before `now_ms` into `out`. Every entry is
     /// looked at, not only each flow's front: a request's own TTL (its TTL header) may end
     /// before those of the requests queued ahead of it. The queue is bounded
-    /// (`max_queued_requests`), and this runs once per tick.
+    /// (`max_queued_requests`), and this runs once per tick. A request queued "after now" (the
+    /// wall clock stepped back) is taken as queued now, its TTL whole.
     pub fn expire(&mut self, now_ms: u64, out: &mut Vec<Left<T>>) {
         let mut band_index = 0;
         while let Some(band) = self.bands.get_mut(band_index) {
             let mut flow_index = 0;
             while let Some(flow) = band.flows.get_mut(flow_index) {
-                if flow.entries.iter().any(|e| e.deadline_ms <= now_ms) {
+                let mut expired = false;
+                for entry in flow.entries.iter_mut() {
+                    if entry.enqueued_ms > now_ms {
+                        // The wall clock stepped back past its queueing: it waits its own TTL
+                        // from now, not until the clock catches up with its deadline, and
+                        // counts as queued now (older than those queued after the step).
+                        let ttl = entry.deadline_ms.saturating_sub(entry.enqueued_ms);
+                        entry.enqueued_ms = now_ms;
+                        entry.deadline_ms = now_ms.saturating_add(ttl);
+                    }
+                    expired |= entry.deadline_ms <= now_ms;
+                }
+                if expired {
                     // One pass over the flow, keeping the others' order (removing each from
                     // the middle would move the rest once per expired entry).
                     for entry in std::mem::take(&mut flow.entries) {

@@ -206,3 +206,31 @@ fn against_a_simple_oracle_counts_never_drift() {
         assert!(queue.len() <= 40);
     }
 }
+
+#[test]
+fn a_wait_lasts_its_ttl_across_a_wall_clock_stepped_back() {
+    let mut queue = WaitQueue::new(ROOMY);
+    let at = 3_600_000 + 10;
+    queue.push(0, entry(1, 7, at));
+    // The wall clock steps back an hour (NTP, a VM restored): the request waited until the
+    // clock caught up with its deadline, an hour past its TTL, in a pool with no room.
+    let back = at - 3_600_000;
+    let mut out = Vec::new();
+    queue.expire(back, &mut out);
+    queue.expire(back + 999, &mut out);
+    assert!(out.is_empty(), "its TTL (1 s) is not over");
+    queue.expire(back + 1_000, &mut out);
+    assert_eq!(out.iter().map(|left| left.entry.id).collect::<Vec<_>>(), [1], "expired after its own TTL");
+    // A request queued after the step is newer than one queued before it: the newest is
+    // the one a higher band's request evicts.
+    let mut queue = WaitQueue::new(QueueLimits { total_requests: 2, ..ROOMY });
+    queue.push(-1, entry(1, 7, at));
+    queue.expire(back, &mut out);
+    queue.push(-1, entry(2, 8, back + 5));
+    match queue.push(0, entry(3, 9, back + 6)) {
+        Admission::QueuedEvicting(evicted) => {
+            assert_eq!(evicted.iter().map(|left| left.entry.id).collect::<Vec<_>>(), [2], "the newest");
+        }
+        other => panic!("{other:?}"),
+    }
+}
