@@ -87,7 +87,10 @@ fn count_waiting(store: &dyn SharedStore, own_slot: Option<usize>, now_ms: u64, 
         let Some(bytes) = record.get(..RECORD_BYTES) else { continue };
         let refreshed = bytes.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
         let count = bytes.get(8..).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes);
-        if count > 0 && now_ms.saturating_sub(refreshed) <= stale_after_ms {
+        // Before or after now: another worker may have read the clock after this one; but a
+        // record further ahead was written before the wall clock stepped back, by a worker
+        // that has not written since (a live one rewrites it on its next waiting tick).
+        if count > 0 && now_ms.abs_diff(refreshed) <= stale_after_ms {
             waiting += 1;
         }
     }
@@ -126,5 +129,19 @@ mod tests {
         assert_eq!(a.local_limit(16, true), 8, "b wrote 900 ms ago and ticks every 1,000 ms");
         a.sync(&store, Some(0), 5, 10_000 + stale_after_ms(1_000) + 1);
         assert_eq!(a.local_limit(16, true), 16, "two ticks and the slack without a write: gone");
+    }
+
+    #[test]
+    fn a_worker_gone_before_the_wall_clock_stepped_back_stops_counting() {
+        let store = MemoryStore::default();
+        let (mut a, mut b) = (WorkerShare::new(5), WorkerShare::new(5));
+        b.sync(&store, Some(1), 3, 3_600_000);
+        // b's VM goes away while it waits; the clock steps back an hour. b counted until the
+        // clock caught up with its last write: a's share of the pool halved for the hour.
+        a.sync(&store, Some(0), 5, 1_000);
+        assert_eq!(a.local_limit(16, true), 16, "b's record lies an hour ahead: gone");
+        b.sync(&store, Some(1), 3, 1_001);
+        a.sync(&store, Some(0), 5, 1_002);
+        assert_eq!(a.local_limit(16, true), 8, "a live worker counts again from its next write");
     }
 }
