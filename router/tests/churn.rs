@@ -86,3 +86,33 @@ fn a_day_of_rollouts_leaves_every_per_pod_table_the_size_of_the_pool() {
     assert!(names(&bench, "wasm_epp.picks.pod.") <= MAX_LABELLED + 1);
     assert!(names(&bench, "wasm_epp.pod_ejections.pod.") <= MAX_LABELLED + 1);
 }
+
+#[test]
+fn five_thousand_adapters_loaded_and_unloaded_leave_only_the_loaded_ones_listed_and_bounded_stats() {
+    let bench = Bench::new("{}");
+    let list = [(":method", "GET"), (":path", "/v1/models")];
+    for round in 0..2_500usize {
+        // Two pods serving the base model; each round unloads the last adapters and loads two new.
+        let (a, b) = (format!("lora-{}", 2 * round), format!("lora-{}", 2 * round + 1));
+        let adapters = [a.as_str(), b.as_str()];
+        let pods = [("10.0.0.1:8000", "base", &adapters[..1], 0.0), ("10.0.0.2:8000", "base", &adapters[1..], 0.0)];
+        common::publish_models_as(&bench, &pods, round as u64 + 1);
+        bench.tick();
+        let routed = bench.complete(&COMPLETIONS, &format!(r#"{{"model":"{a}","prompt":"hi","max_tokens":1}}"#));
+        assert_eq!(routed.destination.as_deref().and_then(|d| d.split(',').next()), Some("10.0.0.1:8000"), "{a}");
+        let gone = bench.complete(&COMPLETIONS, &format!(r#"{{"model":"lora-{}","prompt":"hi"}}"#, 2 * round + 2));
+        assert_eq!(gone.reply, Some(404), "round {round}: an adapter no pod serves (unloaded or not yet loaded)");
+        if round % 250 == 0 {
+            bench.complete(&list, "");
+            let replies = bench.host.replies.borrow();
+            let body: serde_json::Value = serde_json::from_slice(&replies.last().unwrap().body).unwrap();
+            let ids: Vec<&str> = body["data"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();
+            assert_eq!(ids, ["base", a.as_str(), b.as_str()], "round {round}: the loaded adapters alone");
+        }
+    }
+    bench.tick();
+    let names = bench.host.metric_names.borrow();
+    let models = names.iter().filter(|(n, _)| n.starts_with("wasm_epp.model_requests.model.")).count();
+    assert!(models <= MAX_LABELLED, "{models} model series");
+    assert_eq!(bench.stat("wasm_epp.model_requests.model.other"), 2_500 - (MAX_LABELLED as u64 - 1));
+}
