@@ -445,8 +445,8 @@ fn a_replica_that_lists_itself_stops_sending_to_itself() {
 #[test]
 fn a_thousand_replicas_coming_and_going_leave_only_the_live_ones_counted() {
     use picker::address::PodAddress;
-    use picker::peer::{PeerMessage, PeerPod};
     use picker::inflight::SLOT_STALE_MS;
+    use picker::peer::{PeerMessage, PeerPod};
     let mut b = Replica::new(2, "10.0.9.9:9000");
     let mut now = NOW + 1_000;
     b.tick(now);
