@@ -351,3 +351,31 @@ fn a_long_stream_that_ends_well_does_not_clear_failures_noted_since_it_began() {
     assert_eq!(request(&bench, "third", &[BROKEN]).0, BROKEN);
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1, "three failures in a row eject it");
 }
+
+#[test]
+fn after_the_wall_clock_stepped_back_the_other_worker_still_takes_an_ejection_over() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    let other = bench.another_worker(8);
+    let tick_both = || {
+        bench.tick();
+        wasm_epp_router::tick::on_tick(&other, &bench.host);
+    };
+    tick_both();
+    // The host's wall clock steps back an hour (NTP at boot, a VM restored). Each worker had
+    // set its next read of the others' ejections 100 ms ahead of the old time: it read none
+    // until the clock caught up, an hour later.
+    bench.host.clock_ms.set(common::NOW - 3_600_000);
+    bench.publish(2, &THREE_PODS);
+    tick_both();
+    for i in 0..3 {
+        request(&bench, &format!("p{i}"), &[BROKEN]);
+    }
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+    tick_both();
+    bench.host.advance(wasm_epp_router::outliers_share::READ_EVERY_MS);
+    tick_both();
+    for i in 0..10 {
+        assert_ne!(request_on(&bench, &other, &format!("q{i}"), &[BROKEN]).0, BROKEN, "request {i}");
+    }
+}
