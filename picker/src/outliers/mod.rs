@@ -176,6 +176,13 @@ impl Outliers {
             if ejection.until_ms <= now_ms || epoch_of(pod) != Some(ejection.epoch) {
                 continue;
             }
+            // Made further ahead of now than another thread's clock read can be: before the
+            // wall clock stepped back, by a worker that has not decided since (idle or gone;
+            // a deciding maker publishes it counted from the present, [`Outliers::ejected`]).
+            // Taken, it would be news again at every read, the pod out until the clock caught up.
+            if ejection.ejected_at_ms > now_ms.saturating_add(crate::inflight::SLOT_STALE_MS) {
+                continue;
+            }
             let held = self.records.get(pod).filter(|r| r.epoch == ejection.epoch && r.strikes > 0);
             let known = held.map_or(0, |r| r.ejected_at_ms).max(self.cleared_ms.get(pod).copied().unwrap_or(0));
             if ejection.ejected_at_ms <= known {

@@ -250,3 +250,28 @@ fn an_ejection_lasts_its_length_across_a_wall_clock_stepped_back() {
     assert!(outliers.ejected(back + 1_001, &same).is_empty(), "back on probation after its own second");
     assert!(outliers.is_suspect(a.as_str()));
 }
+
+#[test]
+fn an_ejection_made_before_the_wall_clock_stepped_back_is_not_taken_over_again_and_again() {
+    let mut maker = outliers();
+    let mut other = outliers();
+    let a = pod("10.0.0.1:8000");
+    let made = 3_600_000 + 10_000;
+    for t in 0..3 {
+        maker.failed(&a, 0, made + t);
+    }
+    // Published, then the clock steps back an hour; the maker decides nothing since (idle, or
+    // gone), so its record still says it was made an hour "ahead". Read every 100 ms, it was
+    // news each time to a worker that had counted its own copy from the present.
+    let published = maker.ejections(made + 2);
+    let back = made - 3_600_000;
+    let mut out_at = Vec::new();
+    for step in 0..30 {
+        let now = back + step * 100;
+        other.adopt(&published, now, &same);
+        if !other.ejected(now, &same).is_empty() {
+            out_at.push(now);
+        }
+    }
+    assert!(out_at.iter().all(|&t| t < back + 1_000), "out for at most its length: {out_at:?}");
+}
