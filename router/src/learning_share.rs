@@ -27,7 +27,10 @@ fn key(slot: usize) -> String {
 /// slot (more workers than slots) learns from its own answers only.
 pub fn share(worker: &Worker, host: &dyn Host, slot: Option<usize>, slots: usize, now_ms: u64) {
     let clock = &worker.learning_share;
-    if !worker.config.learning.enabled || now_ms < clock.next_ms.get() {
+    // A next share further off than the longest interval was set before the wall clock
+    // stepped back: due now, or nothing would be shared until the clock caught up.
+    let longest = share_every_ms(picker::pod_table::MAX_PODS);
+    if !worker.config.learning.enabled || picker::clock::not_due_yet(now_ms, clock.next_ms.get(), longest) {
         return;
     }
     let Ok(mut learner) = worker.learning.try_borrow_mut() else { return };
@@ -36,7 +39,8 @@ pub fn share(worker: &Worker, host: &dyn Host, slot: Option<usize>, slots: usize
     learner.models.forget_stale();
     let Some(slot) = slot else { return };
     let observed = learner.models.observed();
-    let stale = now_ms.saturating_sub(clock.published_ms.get()) >= REFRESH_EVERY_MS;
+    // Published "after now" (the clock stepped back): published again now, stamped so.
+    let stale = !picker::clock::within_last(now_ms, clock.published_ms.get(), REFRESH_EVERY_MS - 1);
     if (clock.published_observed.get() != Some(observed) || stale)
         && host.set(&key(slot), &learner.models.encode_own(now_ms), None).is_ok()
     {

@@ -602,3 +602,31 @@ fn a_batch_or_a_prompt_logprobs_answer_reports_no_cached_figure_for_the_prompt_h
     answer(&bench, &mut one, 30, &usage_event(20, 0));
     assert_eq!(bench.stat("wasm_epp.learning.cached_reports"), 1, "one prompt's is");
 }
+
+#[test]
+fn after_the_wall_clock_stepped_back_the_workers_still_share_what_they_learn() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    let other = bench.another_worker(8);
+    bench.tick();
+    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    // The wall clock steps back an hour (NTP at boot, a VM restored): each worker's next share
+    // was set 100 ms ahead of the old time, so none shared until the clock caught up.
+    bench.host.clock_ms.set(common::NOW - 3_600_000);
+    bench.publish(2, &POOL);
+    bench.tick();
+    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    let prompt = |i: usize| streamed(&format!("{i} {}", "y".repeat(4_000)));
+    for i in 0..12 {
+        let (mut stream, routed) = bench.request(&COMPLETIONS, &prompt(i));
+        let slow = routed.destination.unwrap() == POOL[1].0;
+        answer(&bench, &mut stream, if slow { 400 } else { 50 }, &usage_event(1_000, 0));
+    }
+    bench.host.advance(200);
+    bench.tick();
+    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    let load = picker::learn::Load { tokens: 1_000.0, requests: 0.0 };
+    let predicted = |pod: &str| other.learning.borrow().models.predict(pod, load);
+    let (fast, slow) = (predicted(POOL[0].0), predicted(POOL[1].0));
+    assert!(slow > 3.0 * fast, "slow {slow} ms vs fast {fast} ms, from the first worker's answers");
+}

@@ -106,14 +106,16 @@ fn put_numbers(bytes: &mut Vec<u8>, numbers: &[f64]) {
     }
 }
 
-/// A record published within [`SLOT_STALE_MS`] of `now_ms`, whole and finite.
+/// A record published within [`SLOT_STALE_MS`] of `now_ms`, before or after it (another
+/// worker may read the clock after this one; further ahead, it was published before the wall
+/// clock stepped back, by a worker that has not published since), whole and finite.
 pub fn decode(bytes: &[u8], now_ms: u64) -> Option<Learned> {
     let mut reader = Reader::new(bytes);
     if reader.u8()? != VERSION {
         return None;
     }
     let published = reader.u64()?;
-    if now_ms.saturating_sub(published) > SLOT_STALE_MS {
+    if now_ms.abs_diff(published) > SLOT_STALE_MS {
         return None;
     }
     let pool = sums(&mut reader)?;
@@ -213,6 +215,9 @@ mod tests {
         let record = models.encode_own(NOW);
         assert!(decode(&record, NOW + SLOT_STALE_MS).is_some());
         assert!(decode(&record, NOW + SLOT_STALE_MS + 1).is_none(), "its worker stopped publishing");
+        assert!(decode(&record, NOW - SLOT_STALE_MS).is_some(), "another thread read the clock later");
+        let clock_back = NOW - 3_600_000;
+        assert!(decode(&record, clock_back).is_none(), "published before the clock stepped back, not since");
         for cut in [0, 1, 9, record.len() / 2, record.len() - 1] {
             assert!(decode(&record[..cut], NOW).is_none(), "cut at {cut}");
         }
