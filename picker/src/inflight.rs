@@ -271,7 +271,8 @@ impl WorkerInflight {
     /// Whether this worker is in its first [`SLOT_DISCOVERY_MS`] of serving: the workers of
     /// a fresh Envoy open together, so their decisions cross most then.
     fn discovering(&self, now_ms: u64) -> bool {
-        self.discover_until_ms.is_some_and(|until| now_ms < until)
+        // Further off than its length: set before the wall clock stepped back, and over.
+        self.discover_until_ms.is_some_and(|until| crate::clock::not_due_yet(now_ms, until, SLOT_DISCOVERY_MS))
     }
 
     /// The other workers' requests in flight to `address` (as last read), without this
@@ -296,7 +297,8 @@ impl WorkerInflight {
     /// are not linearized does not bump the counter (both are when the pool runs full).
     pub fn begin_decision(&mut self, store: &dyn SharedStore, now_ms: u64) {
         self.ticket = None;
-        let linearize = self.discovering(now_ms) || now_ms < self.contended_until_ms;
+        let contended = crate::clock::not_due_yet(now_ms, self.contended_until_ms, CONTENDED_MS);
+        let linearize = self.discovering(now_ms) || contended;
         // Alone (no other worker's slot known), nothing can cross this decision.
         if !linearize || self.slot.is_none() || self.claimed_slots < 2 {
             return;

@@ -56,8 +56,7 @@ pub fn share(
     }
     // A next read further off than READ_EVERY_MS was set before the wall clock stepped back:
     // waited for, no other worker's ejection would be read until the clock caught up.
-    let next_read_ms = share.next_read_ms.get();
-    if now_ms < next_read_ms && next_read_ms - now_ms <= READ_EVERY_MS {
+    if picker::clock::not_due_yet(now_ms, share.next_read_ms.get(), READ_EVERY_MS) {
         return;
     }
     share.next_read_ms.set(now_ms.saturating_add(READ_EVERY_MS));

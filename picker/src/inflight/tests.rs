@@ -388,3 +388,22 @@ fn past_a_workers_first_seconds_decisions_are_linearized_only_after_a_pick_took_
     begin(&mut a, &store, POD, later + 1 + CONTENDED_MS);
     assert!(!a.linearized(), "for a while only");
 }
+
+#[test]
+fn after_the_wall_clock_stepped_back_decisions_are_linearized_for_their_while_only() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.sync(&store, NOW, EXPIRY);
+    b.sync(&store, NOW, EXPIRY);
+    a.sync(&store, NOW, EXPIRY);
+    let later = NOW + SLOT_DISCOVERY_MS;
+    a.note_last_slot_taken(later);
+    // The clock steps back 500 s: the first seconds of serving and the contended second lay
+    // ahead of it for as long, every decision paying a shared-data read and a CAS.
+    let back = later - 500_000;
+    a.sync(&store, back, EXPIRY);
+    b.sync(&store, back, EXPIRY);
+    let deciding = begin(&mut a, &store, POD, back + 1);
+    assert!(!a.linearized(), "neither a first second of serving nor a contended one");
+    assert!(end(&mut a, &store, POD, back + 1, deciding));
+}
