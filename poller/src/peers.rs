@@ -214,12 +214,10 @@ impl PeerExchange {
         if pool_known {
             self.ask_for_snapshot(host, now, expiry);
         }
-        let since = now.saturating_sub(self.last_send_ms);
-        let due = if self.outbox.is_empty() {
-            since >= self.config.heartbeat_ms
-        } else {
-            since >= self.config.send_interval_ms
-        };
+        let interval = if self.outbox.is_empty() { self.config.heartbeat_ms } else { self.config.send_interval_ms };
+        // A last send "after now" was before the wall clock stepped back: due now, or nothing
+        // (load, decisions) would reach the peers until the clock caught up.
+        let due = !picker::clock::within_last(now, self.last_send_ms, interval.saturating_sub(1));
         if !due || self.peers.is_empty() {
             return;
         }

@@ -473,3 +473,15 @@ fn a_thousand_replicas_coming_and_going_leave_only_the_live_ones_counted() {
     assert_eq!(worker.count(POD), 0, "every departed replica's load expired");
     assert_eq!(b.host.metric("wasm_epp.peers_live"), 0);
 }
+
+#[test]
+fn a_replica_whose_wall_clock_stepped_back_keeps_telling_its_peers() {
+    let (mut a, _b) = a_with_three_requests_and_b();
+    assert!(!a.tick(NOW + 600).is_empty(), "a heartbeat carries the load");
+    // a's clock steps back an hour (NTP at boot, a VM restored): its last send lay an hour
+    // ahead, and it sent nothing, heartbeat or decisions, until the clock caught up; its
+    // peers dropped its load after SLOT_STALE_MS.
+    let back = NOW - 3_600_000;
+    let sent: usize = (0..10).map(|step| a.tick(back + step * 100).len()).sum();
+    assert!(sent >= 1, "a heartbeat within the heartbeat interval");
+}
