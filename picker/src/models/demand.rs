@@ -36,7 +36,11 @@ impl AdapterDemand {
     /// not kept: the body's `model` may be megabytes, and up to [`MAX_TRACKED_ADAPTERS`] of them
     /// stayed a minute (a gigabyte of a worker's memory with 1 MiB names).
     pub fn note(&mut self, model: &str, now_ms: u64) {
-        self.since_ms.get_or_insert(now_ms);
+        // A first request "after now" was before the wall clock stepped back: the history is
+        // counted from here, or every adapter would count as in demand until the clock caught up.
+        if self.since_ms.is_none_or(|since| since > now_ms) {
+            self.since_ms = Some(now_ms);
+        }
         if model.len() > MAX_ADAPTER_NAME_BYTES {
             return;
         }
@@ -45,7 +49,7 @@ impl AdapterDemand {
             return;
         }
         if self.last_ms.len() >= MAX_TRACKED_ADAPTERS {
-            self.last_ms.retain(|_, last| now_ms.saturating_sub(*last) <= DEMAND_WINDOW_MS);
+            self.last_ms.retain(|_, last| crate::clock::within_last(now_ms, *last, DEMAND_WINDOW_MS));
         }
         if self.last_ms.len() >= MAX_TRACKED_ADAPTERS {
             // Everything is recent: the oldest go, a batch at once (those before the batch's
@@ -69,7 +73,7 @@ impl AdapterDemand {
     /// seen a whole window yet.
     pub fn wanted(&self, model: &str, now_ms: u64) -> bool {
         let young = self.since_ms.is_none_or(|since| now_ms.saturating_sub(since) <= DEMAND_WINDOW_MS);
-        young || self.last_ms.get(model).is_some_and(|last| now_ms.saturating_sub(*last) <= DEMAND_WINDOW_MS)
+        young || self.last_ms.get(model).is_some_and(|last| crate::clock::within_last(now_ms, *last, DEMAND_WINDOW_MS))
     }
 }
 
@@ -130,5 +134,21 @@ mod tests {
         burst.note("new", 7);
         assert_eq!(burst.last_ms.len(), MAX_TRACKED_ADAPTERS - EVICTED_AT_ONCE + 1);
         assert!(burst.last_ms.contains_key("new"));
+    }
+
+    #[test]
+    fn demand_follows_the_requests_after_the_wall_clock_stepped_back() {
+        let mut demand = AdapterDemand::default();
+        let at = 3_600_000 + 1_000;
+        demand.note("a", at);
+        // The clock steps back an hour: every adapter counted as in demand for the hour (no
+        // whole window of history yet, it seemed), holding free slots back for them.
+        let back = at - 3_600_000;
+        demand.note("b", back);
+        let later = back + DEMAND_WINDOW_MS + 1;
+        demand.note("b", later);
+        assert!(demand.wanted("b", later));
+        assert!(!demand.wanted("c", later), "never asked for");
+        assert!(!demand.wanted("a", later), "asked for before the step, not since");
     }
 }
