@@ -94,6 +94,17 @@ impl BatchSizes {
         self.pods.is_empty()
     }
 
+    /// Forgets what `pod` showed (its engine restarted, maybe with another `max_num_seqs`:
+    /// its old size would only step down 5 % a reading). Whether anything was known.
+    pub fn forget(&mut self, pod: &str) -> bool {
+        let Some(queueing) = self.pods.remove(pod) else { return false };
+        if let Some(size) = queueing.size {
+            self.sum -= size;
+            self.sized = self.sized.saturating_sub(1);
+        }
+        true
+    }
+
     /// Forgets pods that left the pool.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
         self.pods.retain(|pod, _| keep(pod));

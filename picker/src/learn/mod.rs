@@ -429,8 +429,13 @@ mod tests {
                 learner.answered(pod, &missed, &evicted, 16);
             }
         }
+        // Both seen with requests waiting behind full batches of 8; b comes back with 2.
+        learner.models.saw_batches([("a", 8.0, 1.0, 0), ("b", 8.0, 1.0, 0)].into_iter());
         assert!(learner.models.fitted("a") && learner.capacity("a", 10_000) < 10_000);
         learner.saw_epochs([("a", 3), ("b", 8)].into_iter());
+        assert_eq!(learner.models.batch_size("a"), Some(8.0), "the same engine");
+        learner.models.saw_batches([("b", 2.0, 1.0, 10)].into_iter());
+        assert_eq!(learner.models.batch_size("b"), Some(2.0), "b's new engine's batch, not 8 stepping down");
         assert!(learner.models.fitted("a") && learner.capacity("a", 10_000) < 10_000, "the same engine");
         assert!(!learner.models.fitted("b"), "b restarted: its speed is no longer known");
         assert_eq!(learner.capacity("b", 10_000), 10_000, "nor what its cache evicted");

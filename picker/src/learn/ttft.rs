@@ -577,10 +577,13 @@ impl TtftModels {
     }
 
     /// Forgets this worker's observations of `pod` (it restarted: what it was is no guide to
-    /// what it is).
+    /// what it is), its batch when full too.
     pub fn forget(&mut self, pod: &str) {
+        let batch_forgotten = self.batches.forget(pod);
         if self.pods.remove(pod).is_some() {
             self.forgot();
+        } else if batch_forgotten {
+            self.refit_pool();
         }
     }
 
