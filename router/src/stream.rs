@@ -3,8 +3,10 @@
 //! Envoy needs `allow_on_headers_stop_iteration: true` for this: headers are held
 //! ([`Step::Pause`]) while the body is buffered (paused until end of stream), then the
 //! header is set and both continue. Requests with no body, uploads to other endpoints, or a
-//! body over the configured limits, are routed by load at once without reading it. A client's own destination
-//! headers are always removed first, so only the picker's choice can reach the pool.
+//! body over the configured limits, are routed by load at once without reading it (with flow
+//! control on, an inference request with a body over the limits only when it need not wait:
+//! else 429). A client's own destination headers are always removed first, so only the
+//! picker's choice can reach the pool.
 //! Header values are bytes: a value that is not UTF-8 is simply not a number or a session.
 
 use std::rc::Rc;
@@ -203,11 +205,13 @@ impl RequestStream {
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
         let unread = self.endpoint == Endpoint::Other && !may_be_json(headers.get_text("content-type"));
         if end_of_stream || unread {
+            // No body: no prompt for an engine to generate from (a preflight, a HEAD), so not
+            // flow control's to hold or refuse either; an upload to another endpoint neither.
             return self.route(host, None);
         }
         if declared_length.is_some_and(|len| len > config.max_body_bytes) {
             self.worker.stats.increment(self.worker.stats.body_over_limit);
-            return self.route(host, None);
+            return self.route_unread(host);
         }
         Step::Pause
     }
@@ -230,13 +234,13 @@ impl RequestStream {
         if size > self.worker.config.max_body_bytes {
             // Streamed without a declared length and grew past the limit: stop buffering.
             self.worker.stats.increment(self.worker.stats.body_over_limit);
-            return self.route(host, None);
+            return self.route_unread(host);
         }
         self.account_buffered(size);
         if self.worker.buffered_bytes.get() > self.worker.config.max_buffered_bytes {
             // Every stream of this worker together holds too much: this one goes on unread.
             self.worker.stats.increment(self.worker.stats.buffer_cap_reached);
-            return self.route(host, None);
+            return self.route_unread(host);
         }
         if !end_of_stream {
             return Step::Pause;
@@ -294,9 +298,41 @@ impl RequestStream {
                     send_error(host, 400, "invalid_request_error", &error.to_string());
                     return Step::Pause;
                 }
-                self.route(host, None)
+                // Read whole, so with flow control on it waits as any inference request does
+                // (routed by load, now or at its release): else a body the parse refuses
+                // would go past the queue and past every pod's in-flight bound.
+                let Some(class) = self.flow_class else { return self.route(host, None) };
+                let priority = class.priority(&self.worker.config, None);
+                self.flow_admitted = true;
+                if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
+                    return self.route(host, None);
+                }
+                self.hold(host, priority, class, body, None)
             }
         }
+    }
+
+    /// Routes a request whose body is not read: over `max_body_bytes` or past
+    /// `max_buffered_bytes`. With flow control on, an inference request among them cannot
+    /// wait in the queue (its body is not held whole: it streams through Envoy), so it goes
+    /// on only when it would be sent at once (its band's turn, a
+    /// place within this worker's share; or the pool has no pod, which the decision answers)
+    /// and is otherwise answered as a full queue answers. Routed regardless, a client padding
+    /// its body past `max_body_bytes` would jump the queue and take pods past
+    /// `max_inflight_per_pod`. Its priority is its headers' (the model's is in the body).
+    /// Other endpoints' requests are not queued: routed by load, counted in flight.
+    fn route_unread(&mut self, host: &dyn Host) -> Step {
+        let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other);
+        let Some(class) = class else { return self.route(host, None) };
+        let priority = class.priority(&self.worker.config, None);
+        if crate::flow::admit_unheld(&self.worker, host, priority) {
+            self.flow_admitted = true;
+            return self.route(host, None);
+        }
+        self.finish_buffering();
+        self.decided = true;
+        crate::flow::answer::refuse_unheld(&self.worker, host);
+        Step::Pause
     }
 
     /// A body its endpoint's parse refused, read for its model alone as any other endpoint's

@@ -201,7 +201,7 @@ impl FilterConfig {
             warnings.push(format!(
                 "flow_control holds at most {held_at_most} body bytes per band (max_band_bytes, max_queued_bytes) but \
                  max_body_bytes is {}: a body in between is answered 429 whenever it would wait, however empty the \
-                 queue, while a larger one is routed unread at once; keep both at least max_body_bytes",
+                 queue (as is a body over max_body_bytes, which streams unread); keep both at least max_body_bytes",
                 self.max_body_bytes
             ));
         }

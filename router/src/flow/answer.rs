@@ -55,6 +55,21 @@ pub fn answer(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, reason: D
     send_dropped(host, status, header, kind, &format!("wasm-epp: {message}"));
 }
 
+/// Answers a request that would have to wait but cannot be held (its body is not buffered
+/// whole: over `max_body_bytes`, past `max_buffered_bytes`) as a full queue answers:
+/// 429 `rejected-saturated`, counted as `capacity`. From its own stream's callback.
+pub fn refuse_unheld(worker: &Worker, host: &dyn Host) {
+    worker.flow.stats.dropped(&worker.stats.metrics, DropReason::Capacity);
+    send_dropped(
+        host,
+        429,
+        DroppedReason::RejectedSaturated,
+        "rate_limit_exceeded",
+        "wasm-epp: every inference pod is busy or other requests wait, and this request cannot wait in the \
+         gateway's queue (its body is over the plugin's buffering limits)",
+    );
+}
+
 /// Answers the requests evicted since the last tick.
 pub fn answer_pending(worker: &Worker, host: &dyn Host) {
     let pending = match worker.flow.pending.try_borrow_mut() {

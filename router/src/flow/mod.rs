@@ -35,7 +35,7 @@ use self::share::WorkerShare;
 use self::stats::FlowStats;
 
 pub use self::class::RequestClass;
-pub use self::release::{abandon, admit, hold, on_tick, release_ready, Admitted};
+pub use self::release::{abandon, admit, admit_unheld, hold, on_tick, release_ready, Admitted};
 
 /// Added to the in-flight count of a pod at `max_inflight_per_pod` when routing reads it:
 /// the pod then looks like one with a long queue (far above any `queue_threshold`), so the

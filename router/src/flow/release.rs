@@ -82,6 +82,15 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32) -> Admitted {
     }
 }
 
+/// Whether a request flow control cannot hold (its body not buffered whole) goes on now:
+/// when [`admit`] would route it at once, or when the pool has no pod at all (the decision
+/// then answers it 503, as its wait would end). Otherwise it would have to wait, and cannot:
+/// its stream answers it ([`super::answer::refuse_unheld`]).
+pub fn admit_unheld(worker: &Worker, host: &dyn Host, priority: i32) -> bool {
+    admit(worker, host, priority) == Admitted::RouteNow
+        || matches!(look(worker, host, host.now_ms()), Some(Look { room: PoolRoom::NoPods, .. }))
+}
+
 /// Queues `held` (true); else it has been answered (429 if its band or the queue is full). Sheddable
 /// requests evicted to make room are answered on the next tick (answering another stream
 /// from this one's callback would change how Envoy reads this callback's answer).

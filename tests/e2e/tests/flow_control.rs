@@ -167,6 +167,46 @@ fn a_client_that_disconnects_while_waiting_leaves_the_queue_at_once() {
     cluster.assert_plugin_healthy();
 }
 
+#[test]
+fn bodies_the_filter_does_not_read_whole_do_not_pass_the_queue() {
+    // One place at the pod; bodies over 1 KiB are not read (they stream through Envoy).
+    let cluster = Cluster::start("flow-unread", 1, &SIM, |options| {
+        options.concurrency = 1;
+        options.filter_config["max_body_bytes"] = json!(1024);
+        options.filter_config["fallback_destinations"] = json!(0);
+        options.filter_config["flow_control"] = json!({"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 5000});
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(30));
+    cluster.pods[0].set_faults(&json!({"extra_latency_ms": 1500})).unwrap();
+    let padded = "padding ".repeat(300);
+    std::thread::scope(|scope| {
+        let blocker = scope.spawn(|| send(&cluster, &[], "blocker"));
+        std::thread::sleep(Duration::from_millis(300));
+        // A body the parse refuses was read whole: it waits its turn, then reaches the pod.
+        let unreadable = scope.spawn(|| {
+            let url = cluster.envoy.url("/v1/chat/completions");
+            http::post(&url, &[], "{not json", Duration::from_secs(30)).unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        // 2.4 KB: streamed unread, so it cannot wait, and it may not pass the waiting one.
+        let large = send(&cluster, &[("x-gateway-inference-priority", "2")], &padded);
+        assert_eq!(large.status, 429, "{}", large.body);
+        assert_eq!(large.header("x-llm-d-request-dropped-reason"), Some("rejected-saturated"));
+        assert_eq!(blocker.join().unwrap().status, 200);
+        let unreadable = unreadable.join().unwrap();
+        assert_ne!(unreadable.header("x-wasm-epp"), Some("local-reply"), "the pod answered it: {}", unreadable.body);
+        let waited: u64 = unreadable.header("x-llm-d-flow-queue-duration-ms").and_then(|v| v.parse().ok()).unwrap();
+        assert!(waited >= 1_000, "it waited behind the blocker: {waited} ms");
+    });
+    // With the pod free, the large body goes on at once.
+    let large = send(&cluster, &[], &padded);
+    assert_eq!(large.status, 200, "{}", large.body);
+    assert_eq!(large.header("x-llm-d-flow-queue-duration-ms"), Some("0"));
+    assert_eq!(stat(&cluster, "wasm_epp_flow_dropped{reason=\"capacity\"}"), 1.0);
+    assert_eq!(stat(&cluster, "wasm_epp_flow_queued"), 1.0);
+    cluster.assert_plugin_healthy();
+}
+
 /// Completed requests per tenant when tenant A runs `a` closed-loop clients and tenant B
 /// runs `b`, for `seconds`.
 fn closed_loop(cluster: &Cluster, a: usize, b: usize, seconds: u64) -> (usize, usize, usize) {

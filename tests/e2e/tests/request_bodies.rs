@@ -125,8 +125,10 @@ fn an_http2_body_in_many_frames_is_read_whole() {
 /// not flow control's places, not the bytes of one still buffered.
 #[test]
 fn clients_that_go_away_mid_body_leave_no_request_in_flight() {
+    // Three places per pod: the six requests routed unread take all of them (flow control
+    // admits a body it cannot hold only while a place is free).
     let cluster = Cluster::start_ready_with("mid-body-aborts", 2, &["--time-scale", "0"], |options| {
-        options.filter_config["flow_control"] = serde_json::json!({"enabled": true, "max_inflight_per_pod": 1});
+        options.filter_config["flow_control"] = serde_json::json!({"enabled": true, "max_inflight_per_pod": 3});
     });
     let inflight = || -> f64 {
         let pool = cluster.pool();
@@ -157,7 +159,7 @@ fn clients_that_go_away_mid_body_leave_no_request_in_flight() {
         "the six routed requests are in flight: {}",
         inflight()
     );
-    // Every pod is past its one place: whole requests now wait, and one waiting client goes too.
+    // Every place of every pod is taken: whole requests now wait, and one waiting client goes too.
     let small = r#"{"model":"sim-model","max_tokens":1,"prompt":"waits"}"#;
     let mut gone = TcpStream::connect(("127.0.0.1", cluster.envoy.listen_port)).unwrap();
     let framing = format!("content-length: {}", small.len());
@@ -170,7 +172,7 @@ fn clients_that_go_away_mid_body_leave_no_request_in_flight() {
     assert!(launcher::wait_until(Duration::from_secs(10), || inflight() == 0.0), "left in flight: {}", inflight());
     assert_eq!(waiting.join().unwrap().unwrap().status, 200, "released once the aborted requests ended");
     assert_eq!(cluster.envoy.stat("wasm_epp_flow_dropped{reason=\"client_gone\"}"), Some(1.0));
-    // Each pod's one place is free again: requests go on at once, none waits.
+    // Each pod's places are free again: requests go on at once, none waits.
     for i in 0..4 {
         assert_eq!(cluster.complete(&format!("after the aborts {i}")).status, 200);
     }
