@@ -2,14 +2,20 @@
 //! has the shape it promises (the prompt field the endpoint needs, of an allowed JSON type,
 //! itself valid JSON), and it answers as the plain parse does (`parse_request_plainly`,
 //! serde alone, where `parse_request` scans chat and completions bodies itself): the same
-//! fields, the same refusal, and messages cut where they lie.
+//! fields, the same refusal, and messages cut where they lie. What the routing and learning
+//! paths then read of an accepted request (its prompt size, media and batch reads, whether it
+//! asks for usage) never panics, and a batch of prompts, read from its first element alone, is
+//! what serde's whole list says. The same bytes as a header value: the TTL header's Go
+//! duration and the path prefix strip never panic.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use picker::go_duration::positive_duration_ms;
+use picker::learn::tokens::prompt_size;
 use picker::request::{
-    media_in, parse_messages_plainly, parse_request, parse_request_plainly, parse_responses_plainly, BodyError,
-    Endpoint, InferenceRequest,
+    media_in, parse_messages_plainly, parse_request, parse_request_plainly, parse_responses_plainly, strip_path_prefix,
+    BodyError, Endpoint, InferenceRequest,
 };
 use serde_json::value::RawValue;
 
@@ -61,6 +67,7 @@ fn check(body: &[u8]) {
                 if let Some(tools) = request.tools {
                     assert_valid_json(tools);
                 }
+                check_reads(&request, endpoint);
             }
             Err(error) => {
                 // The message goes into an OpenAI-shaped error body: it must render.
@@ -97,6 +104,7 @@ fn check(body: &[u8]) {
                 assert!(instructions.starts_with('"'), "instructions {instructions}");
             }
             assert!(request.prompt.is_none() && request.messages.is_none());
+            check_reads(&request, Endpoint::Responses);
         }
         Err(error) => assert!(!error.to_string().is_empty()),
     }
@@ -111,6 +119,7 @@ fn check(body: &[u8]) {
                 assert_valid_json(system);
             }
             assert!(request.prompt.is_none() && request.input.is_none());
+            check_reads(&request, Endpoint::Messages);
         }
         Err(error) => assert!(!error.to_string().is_empty()),
     }
@@ -119,8 +128,39 @@ fn check(body: &[u8]) {
         assert!(id.starts_with(b"resp") && id.len() <= picker::response_id::MAX_ID_BYTES);
         assert!(!id.contains(&b'"') && !id.contains(&b'\\'));
     }
-    if let Ok(path) = std::str::from_utf8(body) {
-        let _ = Endpoint::from_path(path);
+    if let Ok(text) = std::str::from_utf8(body) {
+        let _ = Endpoint::from_path(text);
+        // A header's value: the request TTL (Go's duration syntax), the path behind a prefix.
+        if let Some(ms) = positive_duration_ms(text) {
+            assert!(ms >= 1, "{text:?} read as {ms} ms");
+        }
+        let (prefix, path) = text.split_at(text.char_indices().nth(text.len() / 3).map_or(0, |(at, _)| at));
+        let stripped = strip_path_prefix(path, prefix);
+        assert!(stripped == "/" || path.ends_with(stripped), "{path:?} less {prefix:?} read as {stripped:?}");
+    }
+}
+
+/// What routing and learning read of an accepted request: its size estimate (media parts, token
+/// ids), whether it asks for usage, whether its cached tokens speak for one prompt.
+fn check_reads(request: &InferenceRequest<'_>, endpoint: Endpoint) {
+    let _ = request.includes_usage();
+    for bytes_per_token in [0, 1, 4, usize::MAX] {
+        let size = prompt_size(request, endpoint, bytes_per_token);
+        assert!(!size.exact || endpoint == Endpoint::Completions, "exact size for {endpoint:?}");
+    }
+    // Without prompt logprobs, only a batch of prompts (a list of two or more whose first is a
+    // text or a token-id list) has cached tokens that do not speak for the prompt.
+    if request.prompt_logprobs.is_none_or(|value| value == "false") && request.echo != Some("true") {
+        let batch = match request.prompt.map(serde_json::from_str::<Vec<&RawValue>>) {
+            Some(Ok(list)) => {
+                let first_opens = list.first().and_then(|first| first.get().bytes().next());
+                list.len() >= 2 && matches!(first_opens, Some(b'"' | b'['))
+            }
+            // A list serde cannot read on its own (nested past its depth limit): not judged.
+            Some(Err(_)) if request.prompt.is_some_and(|prompt| prompt.starts_with('[')) => return,
+            _ => false,
+        };
+        assert_eq!(request.cached_tokens_speak_for_the_prompt(), !batch, "prompt {:?}", request.prompt);
     }
 }
 

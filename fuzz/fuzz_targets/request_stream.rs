@@ -3,7 +3,11 @@
 //! header names and values as arbitrary bytes (not UTF-8 included), arbitrary bodies split
 //! into arbitrary chunks, streams reset early, pod tables published as arbitrary bytes or
 //! built from pods, corrupt in-flight counts, heartbeats and clock jumps, ticks in between,
-//! two requests at once (body chunks interleaved, sharing the worker's buffer cap).
+//! two requests at once (body chunks interleaved, sharing the worker's buffer cap), and the
+//! answer of a routed request: its status, the pod Envoy says answered (a pod or any bytes),
+//! response flags and arbitrary body chunks, read by learning (usage, TTFT), outlier
+//! detection, the response-id watch and the comparison. Configurations include learning,
+//! outlier detection, a path prefix, flow control (requests held, released on ticks) and P/D.
 //!
 //! Properties: never panics; a destination header present after a request alone was written
 //! by the router in this request (never the client's); any destination header names only
@@ -23,11 +27,13 @@ use picker::pod_table::{encode_version, PodState, PodTable};
 use picker::store::SharedStore;
 use picker_fuzz::CANONICAL_ADDRESSES;
 use wasm_epp_host::{HeaderMap, MockHost};
-use wasm_epp_router::{configure, tick, RequestStream, Worker};
+use wasm_epp_router::{configure, tick, RequestStream, Step, Worker};
 
 /// Configurations the worker may start with: defaults; small body limits that reject invalid
-/// bodies, with a static pool; prefix off, another destination header, no fallbacks, a rewrite.
-const CONFIGS: [&str; 4] = [
+/// bodies, with a static pool; prefix off, another destination header, no fallbacks, a rewrite;
+/// the live comparison; learning (every answer watched, every usage chunk read), outlier
+/// detection and a path prefix; flow control (one request a pod, a TTL header) with P/D.
+const CONFIGS: [&str; 6] = [
     "{}",
     r#"{"max_body_bytes": 1024, "max_buffered_bytes": 1536, "invalid_body": "reject",
         "pool": ["10.0.0.9:8000", "[fd00::9]:80"], "fail_open_max_age_ms": 1000}"#,
@@ -36,6 +42,11 @@ const CONFIGS: [&str; 4] = [
         "models": {"rewrites": [{"model": "public", "targets": [{"model": "sql-lora", "weight": 1}]}]}}"#,
     // The live comparison: each arm on its own pods, the baseline by load.
     r#"{"comparison": {"baseline_share": 0.5}, "debug_decision_header": true}"#,
+    r#"{"learning": {"enabled": true, "watch_share": 1.0, "usage_chunks_per_stream": 1000.0,
+        "usage_chunks_per_second": 1000000.0}, "outlier_detection": {"enabled": true, "consecutive_failures": 1},
+        "path_prefix": "/llama"}"#,
+    r#"{"flow_control": {"enabled": true, "max_inflight_per_pod": 1, "max_queued_requests": 2},
+        "learning": {"enabled": true, "watch_share": 1.0}, "pd": {}, "fallback_destinations": 2}"#,
 ];
 
 /// Headers a pool cluster could follow; no client copy may survive the request headers.
@@ -77,6 +88,25 @@ struct Request {
     headers_end_stream: bool,
     /// The client goes away after this many body chunks.
     reset_after: Option<u8>,
+    /// The answer, if the request reached a pod.
+    response: Option<Response>,
+}
+
+/// What comes back from upstream: Envoy's view of the answer.
+#[derive(Arbitrary, Debug)]
+struct Response {
+    /// `:status`: a number or any bytes.
+    status: Result<u16, Vec<u8>>,
+    /// The pod Envoy says answered (`upstream.address`): one of the pods, or any bytes.
+    served: Option<Result<u8, Vec<u8>>>,
+    /// Envoy's served-endpoint header as well.
+    served_header: bool,
+    /// `response.flags` (an upstream reset, a downstream one).
+    flags: Option<u64>,
+    headers: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The headers end the answer.
+    end_at_headers: bool,
+    chunks: Vec<Vec<u8>>,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -187,6 +217,8 @@ struct Flow {
     chunks: usize,
     fed: usize,
     replied: bool,
+    /// The last callback paused the stream (held by flow control, or read past its body).
+    paused: bool,
 }
 
 impl Flow {
@@ -197,7 +229,7 @@ impl Flow {
         *host.body.borrow_mut() = request.body.clone();
         let mut stream = RequestStream::new(Rc::clone(worker));
         let replies = host.replies.borrow().len();
-        stream.on_request_headers(host, request.headers_end_stream);
+        let step = stream.on_request_headers(host, request.headers_end_stream);
         for name in FORBIDDEN.iter().filter(|name| *name != destination) {
             assert!(host.headers.borrow().get(name).is_none(), "client's {name} survived the request headers");
         }
@@ -216,6 +248,7 @@ impl Flow {
             cuts,
             fed: 0,
             replied: host.replies.borrow().len() > replies,
+            paused: step == Step::Pause,
         }
     }
 
@@ -229,14 +262,63 @@ impl Flow {
         *host.body.borrow_mut() = self.body.clone();
         let replies = host.replies.borrow().len();
         self.fed += 1;
-        self.stream.on_request_body(host, size, self.fed == self.cuts.len());
+        self.paused = self.stream.on_request_body(host, size, self.fed == self.cuts.len()) == Step::Pause;
         self.replied |= host.replies.borrow().len() > replies;
         self.headers = host.headers.borrow().clone();
         true
     }
 
-    /// Ends the stream; a destination header left names only pool members.
+    /// The answer comes back, once the request went upstream (its body all sent, no local
+    /// reply).
+    fn answer(&mut self, host: &MockHost, response: &Response) {
+        if self.replied || self.paused || self.fed < self.cuts.len() {
+            return;
+        }
+        let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = vec![(
+            b":status".to_vec(),
+            match &response.status {
+                Ok(status) => status.to_string().into_bytes(),
+                Err(bytes) => bytes.clone(),
+            },
+        )];
+        let served = response.served.as_ref().map(|served| match served {
+            Ok(which) => CANONICAL_ADDRESSES[usize::from(*which) % CANONICAL_ADDRESSES.len()].as_bytes().to_vec(),
+            Err(bytes) => bytes.clone(),
+        });
+        if let (Some(served), true) = (&served, response.served_header) {
+            pairs.push((b"x-gateway-destination-endpoint-served".to_vec(), served.clone()));
+        }
+        pairs.extend(response.headers.iter().take(MAX_EXTRA_HEADERS).cloned());
+        *host.response_headers.borrow_mut() = HeaderMap::new(pairs);
+        {
+            let mut properties = host.properties.borrow_mut();
+            properties.clear();
+            if let Some(served) = served {
+                properties.insert("upstream\0address".into(), served);
+            }
+            if let Some(flags) = response.flags {
+                properties.insert("response\0flags".into(), flags.to_le_bytes().to_vec());
+            }
+        }
+        self.stream.on_response_headers(host, response.end_at_headers);
+        if response.end_at_headers {
+            return;
+        }
+        let chunks: Vec<&Vec<u8>> = response.chunks.iter().take(MAX_CHUNKS).collect();
+        if chunks.is_empty() {
+            host.response_body.borrow_mut().clear();
+            self.stream.on_response_body(host, 0, true);
+        }
+        for (index, chunk) in chunks.iter().enumerate() {
+            *host.response_body.borrow_mut() = chunk.to_vec();
+            self.stream.on_response_body(host, chunk.len(), index + 1 == chunks.len());
+        }
+    }
+
+    /// Ends the stream as Envoy does (`on_done`, then `on_log`); a destination header left
+    /// names only pool members.
     fn finish(mut self, worker: &Worker, host: &MockHost) -> Option<Vec<u8>> {
+        self.stream.on_done(host);
         self.stream.on_log(host);
         let written = self.headers.get(&worker.config.destination_header).map(<[u8]>::to_vec);
         if let Some(value) = &written {
@@ -271,6 +353,9 @@ fn run_request(worker: &Rc<Worker>, host: &MockHost, request: &Request) {
     let routed_before = routed_count(worker, host);
     let mut flow = Flow::start(worker, host, request);
     while flow.feed(host) {}
+    if let Some(response) = &request.response {
+        flow.answer(host, response);
+    }
     let routed = routed_count(worker, host) > routed_before;
     let replied = flow.replied;
     let written = flow.finish(worker, host);
@@ -291,7 +376,10 @@ fn run_overlapping(worker: &Rc<Worker>, host: &MockHost, first: &Request, second
             break;
         }
     }
-    for flow in flows {
+    for (mut flow, request) in flows.into_iter().zip([first, second]) {
+        if let Some(response) = &request.response {
+            flow.answer(host, response);
+        }
         flow.finish(worker, host);
     }
     check_replies_and_buffers(worker, host);
