@@ -6,7 +6,9 @@
 //! two requests at once (body chunks interleaved, sharing the worker's buffer cap), and the
 //! answer of a routed request: its status, the pod Envoy says answered (a pod or any bytes),
 //! response flags and arbitrary body chunks, read by learning (usage, TTFT), outlier
-//! detection, the response-id watch and the comparison. Configurations include learning,
+//! detection, the response-id watch and the comparison. Requests and answers may also be
+//! client- and vLLM-shaped ones (`REQUESTS`, `ANSWERS`), cut anywhere, which random bytes would
+//! rarely spell: routed by model, learned from. Configurations include learning,
 //! outlier detection, a path prefix, flow control (requests held, released on ticks) and P/D.
 //!
 //! Properties: never panics; a destination header present after a request alone was written
@@ -24,6 +26,7 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
+use picker::role::PodRole;
 use picker::store::SharedStore;
 use picker_fuzz::CANONICAL_ADDRESSES;
 use wasm_epp_host::{HeaderMap, MockHost};
@@ -46,7 +49,7 @@ const CONFIGS: [&str; 6] = [
         "usage_chunks_per_second": 1000000.0}, "outlier_detection": {"enabled": true, "consecutive_failures": 1},
         "path_prefix": "/llama"}"#,
     r#"{"flow_control": {"enabled": true, "max_inflight_per_pod": 1, "max_queued_requests": 2},
-        "learning": {"enabled": true, "watch_share": 1.0}, "pd": {}, "fallback_destinations": 2}"#,
+        "learning": {"enabled": true, "watch_share": 1.0}, "pd": {"threshold_tokens": 8}, "fallback_destinations": 2}"#,
 ];
 
 /// Headers a pool cluster could follow; no client copy may survive the request headers.
@@ -65,13 +68,63 @@ const PATHS: [&str; 8] = [
     "/v1/embeddings",
 ];
 
+/// Requests as clients send them (path, body), which a fuzzer would rarely write byte by byte:
+/// each endpoint's, streamed with usage, with media, a batch, behind the path prefix.
+const REQUESTS: [(&str, &str); 6] = [
+    (
+        "/v1/chat/completions",
+        r#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"system","content":"You are a helpful assistant. Answer in one short sentence, and never more than twenty words, whatever the question."},{"role":"user","content":"hi"}]}"#,
+    ),
+    (
+        "/v1/completions",
+        r#"{"model":"qwen","prompt":"Once upon a time, in a land far away, there lived","max_tokens":4}"#,
+    ),
+    (
+        "/v1/responses",
+        r#"{"model":"m","stream":true,"input":[{"role":"user","content":[{"type":"input_text","text":"what is it?"},{"type":"input_image","image_url":"data:image/png;base64,QUJDRA=="}]}]}"#,
+    ),
+    (
+        "/llama/v1/chat/completions",
+        r#"{"model":"sql-lora","messages":[{"role":"user","content":"x"},{"content":"y","role":"assistant"},{"role":"user","content":"z"}]}"#,
+    ),
+    (
+        "/v1/completions",
+        r#"{"model":"m","prompt":["a","b"],"echo":true,"logprobs":1,"stream":true,"stream_options":{}}"#,
+    ),
+    ("/v1/messages", r#"{"model":"m","max_tokens":9,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#),
+];
+
+/// Answers as vLLM writes them (cut where the input says): a whole completion, a chat stream
+/// and a Responses stream, each with `usage` and cached tokens, and a Messages stream.
+const ANSWERS: [&str; 4] = [
+    r#"{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":" a king"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":8}}}"#,
+    concat!(
+        "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n",
+        "data: {\"id\":\"c1\",\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":2,",
+        "\"total_tokens\":42,\"prompt_tokens_details\":{\"cached_tokens\":32}}}\n\ndata: [DONE]\n\n",
+    ),
+    concat!(
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_abc\"}}\n\n",
+        "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_abc\",",
+        "\"usage\":{\"input_tokens\":30,\"output_tokens\":2,\"total_tokens\":32,",
+        "\"input_tokens_details\":{\"cached_tokens\":16}}}}\n\n",
+    ),
+    concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",",
+        "\"usage\":{\"input_tokens\":20,\"output_tokens\":1,\"cache_read_input_tokens\":16}}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"Hi\"}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    ),
+];
+
 /// Most operations, requests, header pairs and body chunks one input drives: enough to reach
 /// every branch, small enough that one run stays fast.
 const MAX_OPS: usize = 32;
 const MAX_EXTRA_HEADERS: usize = 16;
 const MAX_CHUNKS: usize = 8;
 
-#[derive(Arbitrary, Debug)]
+#[derive(Arbitrary, Debug, Clone)]
 struct Request {
     method_get: bool,
     path: Result<u8, Vec<u8>>,
@@ -90,10 +143,29 @@ struct Request {
     reset_after: Option<u8>,
     /// The answer, if the request reached a pod.
     response: Option<Response>,
+    /// A client's request from [`REQUESTS`] in place of `path` and `body`.
+    canned: Option<u8>,
+}
+
+impl Request {
+    /// The request as sent: `canned` replaces the path and the body.
+    fn resolved(&self) -> Request {
+        let mut request = self.clone();
+        if let Some(which) = self.canned {
+            let (path, body) = REQUESTS[usize::from(which) % REQUESTS.len()];
+            request.path = Err(path.as_bytes().to_vec());
+            request.body = body.as_bytes().to_vec();
+            // Half of them give their own queue TTL (llm-d's header, in Go's duration syntax).
+            if usize::from(which) / REQUESTS.len() % 2 == 1 {
+                request.headers.insert(0, (b"x-llm-d-inference-ttl".to_vec(), b"1m0.25s".to_vec()));
+            }
+        }
+        request
+    }
 }
 
 /// What comes back from upstream: Envoy's view of the answer.
-#[derive(Arbitrary, Debug)]
+#[derive(Arbitrary, Debug, Clone)]
 struct Response {
     /// `:status`: a number or any bytes.
     status: Result<u16, Vec<u8>>,
@@ -107,6 +179,30 @@ struct Response {
     /// The headers end the answer.
     end_at_headers: bool,
     chunks: Vec<Vec<u8>>,
+    /// An answer from [`ANSWERS`] in place of `chunks`, cut where `cuts` say.
+    canned: Option<(u8, Vec<u16>)>,
+}
+
+impl Response {
+    /// The body chunks as they pass.
+    fn chunks(&self) -> Vec<Vec<u8>> {
+        let Some((which, cuts)) = &self.canned else {
+            return self.chunks.iter().take(MAX_CHUNKS).cloned().collect();
+        };
+        let answer = ANSWERS[usize::from(*which) % ANSWERS.len()].as_bytes();
+        let mut cuts: Vec<usize> = cuts.iter().take(MAX_CHUNKS).map(|&c| usize::from(c).min(answer.len())).collect();
+        cuts.push(answer.len());
+        cuts.sort_unstable();
+        let mut start = 0;
+        let mut chunks = Vec::new();
+        for end in cuts {
+            if end > start {
+                chunks.extend(answer.get(start..end).map(<[u8]>::to_vec));
+                start = end;
+            }
+        }
+        chunks
+    }
 }
 
 #[derive(Arbitrary, Debug)]
@@ -161,6 +257,8 @@ fn publish_pods(host: &MockHost, pods: &[(u8, bool, u8, u16)], version: u64) {
         pod.waiting = f64::from(waiting);
         pod.last_success_ms = now.saturating_sub(u64::from(age));
         let names = usize::from(which) / CANONICAL_ADDRESSES.len();
+        // The bits past the names: its P/D role (the P/D configuration splits between them).
+        pod.role = [PodRole::Both, PodRole::Prefill, PodRole::Decode][(names >> MODEL_NAMES.len()) % 3];
         for (bit, (name, adapter)) in MODEL_NAMES.iter().enumerate() {
             if names & (1 << bit) != 0 {
                 let list = if *adapter { &mut pod.adapters } else { &mut pod.models };
@@ -171,6 +269,8 @@ fn publish_pods(host: &MockHost, pods: &[(u8, bool, u8, u16)], version: u64) {
     }
     let _ = host.set(keys::POD_TABLE, &table.encode(), None);
     let _ = host.set(keys::POD_TABLE_VERSION, &encode_version(version), None);
+    // The pool service writes its heartbeat as it publishes: the table is fresh, not fail-open.
+    let _ = host.set(keys::SERVICE_HEARTBEAT, &encode_version(now), None);
 }
 
 /// Every pod the worker could route to now: its table's and its configured pool.
@@ -304,13 +404,13 @@ impl Flow {
         if response.end_at_headers {
             return;
         }
-        let chunks: Vec<&Vec<u8>> = response.chunks.iter().take(MAX_CHUNKS).collect();
+        let chunks = response.chunks();
         if chunks.is_empty() {
             host.response_body.borrow_mut().clear();
             self.stream.on_response_body(host, 0, true);
         }
         for (index, chunk) in chunks.iter().enumerate() {
-            *host.response_body.borrow_mut() = chunk.to_vec();
+            *host.response_body.borrow_mut() = chunk.clone();
             self.stream.on_response_body(host, chunk.len(), index + 1 == chunks.len());
         }
     }
@@ -350,6 +450,7 @@ fn check_replies_and_buffers(worker: &Worker, host: &MockHost) {
 
 /// One request alone: a destination header left must be the router's, from this request.
 fn run_request(worker: &Rc<Worker>, host: &MockHost, request: &Request) {
+    let request = &request.resolved();
     let routed_before = routed_count(worker, host);
     let mut flow = Flow::start(worker, host, request);
     while flow.feed(host) {}
@@ -368,6 +469,7 @@ fn run_request(worker: &Rc<Worker>, host: &MockHost, request: &Request) {
 
 /// Two requests at once on the worker, body chunks interleaved: they share its buffer cap.
 fn run_overlapping(worker: &Rc<Worker>, host: &MockHost, first: &Request, second: &Request) {
+    let (first, second) = (&first.resolved(), &second.resolved());
     let mut flows = [Flow::start(worker, host, first), Flow::start(worker, host, second)];
     loop {
         let [a, b] = &mut flows;
