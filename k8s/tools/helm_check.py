@@ -74,7 +74,7 @@ CASES = {
     # each are stripped, as the protocol's is (STRIPPED below).
     "standalone-custom-subset-header": {"filter": {"models": {"subset_header": "x-my-subset"}}, "pools": [
         {"name": "chat", "labelSelector": "app=vllm-qwen", "targetPort": 8000, "match": {"prefix": "/"},
-         "filter": {"models": {"subset_header": "X-Chat-Subset"}}},
+         "filter": {"models": {"subset_header": "x-chat-subset"}}},
         {"name": "batch", "inferencePool": "qwen-pool", "match": {"prefix": "/"}}]},
     "istio-custom-subset-header": {"mode": "istio", "filter": {"models": {"subset_header": "x-my-subset"}}},
     # The gateway scaled on CPU instead of a fixed replica count.
