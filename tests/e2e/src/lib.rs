@@ -118,6 +118,21 @@ pub fn add_to_pool(options: &mut EnvoyOptions, address: &str) {
     }
 }
 
+/// How long the workers take to read a table the pool service published: a few of their
+/// 20 ms ticks, with room for a loaded machine.
+pub const TABLE_REACHES_WORKERS: Duration = Duration::from_millis(200);
+
+/// Waits until the pool service has published `pod`'s per-pod gauge `wasm_epp_pod_<gauge>`
+/// at `value` (say `waiting` at 50 after a `/sim/faults` report), then for the workers to read
+/// that table. A scrape comes late on a loaded machine, so the wait is generous: a fixed sleep
+/// in its place let requests go out on the table before, and the test fail.
+pub fn wait_for_pod_gauge(envoy: &Envoy, gauge: &str, pod: &str, value: f64) {
+    let series = format!("wasm_epp_pod_{gauge}{{pod=\"{pod}\"}}");
+    let published = launcher::wait_until(Duration::from_secs(15), || envoy.stat(&series) == Some(value));
+    assert!(published, "{series} never read {value} (now {:?}):\n{}", envoy.stat(&series), envoy.log_tail(20));
+    std::thread::sleep(TABLE_REACHES_WORKERS);
+}
+
 /// How many replies each pod served.
 pub fn tally<'a>(pods: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();

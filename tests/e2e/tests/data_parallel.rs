@@ -55,7 +55,7 @@ fn every_rank_of_every_pod_is_an_endpoint_and_a_busy_rank_is_avoided_alone() {
     // One rank reports a long queue: its sibling on the same pod keeps serving.
     let busy = &ranks[0];
     busy.set_faults(&json!({"report": {"waiting": 50}})).unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    e2e::wait_for_pod_gauge(&envoy, "waiting", &busy.address(), 50.0);
     let served: Vec<String> = (0..40).map(|i| complete(format!("avoid {i}"))).collect();
     let counts = tally(served.iter().map(String::as_str));
     assert_eq!(counts.get(&busy.address()), None, "the busy rank got requests: {counts:?}");

@@ -121,7 +121,9 @@ fn sheddable_requests_get_429_when_every_pod_is_saturated() {
     for pod in &cluster.pods {
         pod.set_faults(&serde_json::json!({"report": {"waiting": 40}})).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(600));
+    for pod in &cluster.pods {
+        e2e::wait_for_pod_gauge(&cluster.envoy, "waiting", &pod.address(), 40.0);
+    }
     let body = r#"{"model":"sim-model","prompt":"can wait","max_tokens":2}"#;
     let shed = cluster.post("/v1/completions", &[("x-gateway-inference-priority", "-1")], body);
     assert_eq!(shed.status, 429, "{}", shed.body);

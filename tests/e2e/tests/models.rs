@@ -15,8 +15,22 @@ fn mixed_pool(name: &str, adjust: impl FnOnce(&mut launcher::envoy::EnvoyOptions
         [&fast[..], &["--model", "qwen", "--lora-adapters", "sql-lora,chat-lora,legal-lora", "--max-loras", "2"]]
             .concat();
     let cluster = Cluster::start_mixed(name, &[llama, qwen, qwen_more], adjust);
-    // Base models come with the first scrape; adapter lists with the first /v1/models round.
-    std::thread::sleep(Duration::from_millis(600));
+    // Base models come with the first scrape; adapter lists with the first /v1/models round,
+    // later on a loaded machine: until then a request for an adapter is answered 404. The
+    // gateway's own list shows when its table has them all.
+    let listed = || -> Vec<String> {
+        let reply = launcher::http::get(&cluster.envoy.url("/v1/models"), Duration::from_secs(10)).ok();
+        let list: serde_json::Value = reply.and_then(|r| serde_json::from_str(&r.body).ok()).unwrap_or_default();
+        let models = list["data"].as_array().cloned().unwrap_or_default();
+        models.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect()
+    };
+    let every = ["llama", "qwen", "sql-lora", "chat-lora", "legal-lora"];
+    let complete = launcher::wait_until(Duration::from_secs(15), || {
+        let ids = listed();
+        every.iter().all(|model| ids.iter().any(|id| id == model))
+    });
+    assert!(complete, "the gateway lists {:?}, not every model of the pool", listed());
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS); // the other worker's table too
     cluster
 }
 
@@ -51,6 +65,7 @@ fn the_gateway_lists_every_model_and_adapter_of_the_pool_the_same_on_every_call(
         options.filter_config["models"] = serde_json::json!({"rewrites": [{"model": "assistant", "targets": [
             {"model": "sql-lora", "weight": 1}]}]});
     });
+    let answered_before = cluster.envoy.stat("wasm_epp_model_lists_answered").unwrap_or(0.0);
     // Routed to a pod, each call would list that pod's models only: llama, or qwen with two or
     // three adapters. The gateway lists the pool's, bases first, each adapter with its base.
     let expected = serde_json::json!([
@@ -70,8 +85,9 @@ fn the_gateway_lists_every_model_and_adapter_of_the_pool_the_same_on_every_call(
         assert_eq!(serde_json::Value::from(listed), expected, "{}", reply.body);
     }
     assert_eq!(cluster.envoy.stat("wasm_epp_requests_routed").unwrap_or(0.0), 0.0, "no pod was asked");
-    launcher::wait_until(Duration::from_secs(2), || cluster.envoy.stat("wasm_epp_model_lists_answered") == Some(12.0));
-    assert_eq!(cluster.envoy.stat("wasm_epp_model_lists_answered"), Some(12.0));
+    let answered = || cluster.envoy.stat("wasm_epp_model_lists_answered").unwrap_or(0.0) - answered_before;
+    launcher::wait_until(Duration::from_secs(2), || answered() == 12.0);
+    assert_eq!(answered(), 12.0);
 }
 
 #[test]
@@ -165,7 +181,7 @@ fn a_sheddable_objective_is_refused_with_rejected_saturated_when_the_pool_is_sat
         options.filter_config["models"] = serde_json::json!({"objectives": {"batch": -1}});
     });
     cluster.pods[0].set_faults(&serde_json::json!({"report": {"waiting": 500}})).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
+    e2e::wait_for_pod_gauge(&cluster.envoy, "waiting", &cluster.pods[0].address(), 500.0);
     let refused = cluster.complete_model("llama", "later", &[("x-llm-d-inference-objective", "batch")]);
     assert_eq!(refused.status, 429, "{}", refused.body);
     assert_eq!(refused.header("x-llm-d-request-dropped-reason"), Some("rejected-saturated"));

@@ -79,7 +79,7 @@ fn affinity_is_released_when_the_pod_is_saturated() {
     std::thread::sleep(Duration::from_millis(150));
     let pod = cluster.pods.iter().find(|p| p.address() == home).unwrap();
     pod.set_faults(&serde_json::json!({"report": {"waiting": 30}})).unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    e2e::wait_for_pod_gauge(&cluster.envoy, "waiting", &home, 30.0);
     let served: Vec<String> = (1..10).map(|i| cluster.served_by_pool(&cluster.complete(&prompt(7, i)))).collect();
     assert!(!served.contains(&home), "the saturated pod kept its prefix traffic: {served:?}");
 }
@@ -95,9 +95,14 @@ fn a_restarted_pod_loses_its_prefix_affinity() {
     // A restart empties the engine's cache; its counters go back to zero and the singleton
     // gives the pod a new epoch, which voids what the index remembers of it.
     let pod = cluster.pods.iter().find(|p| p.address() == home).unwrap();
+    let dropped_before = cluster.envoy.stat("wasm_epp_pod_caches_dropped").unwrap_or(0.0);
     let reply = launcher::http::post(&pod.url("/sim/restart"), &[], "{}", Duration::from_secs(5)).unwrap();
     assert_eq!(reply.status, 200, "{}", reply.body);
-    std::thread::sleep(Duration::from_millis(500));
+    let dropped = launcher::wait_until(Duration::from_secs(15), || {
+        cluster.envoy.stat("wasm_epp_pod_caches_dropped").unwrap_or(0.0) > dropped_before
+    });
+    assert!(dropped, "the singleton never saw the restart:\n{}", cluster.envoy.log_tail(20));
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS);
     let before = cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0);
     cluster.served_by_pool(&cluster.complete(&prompt(9, 2)));
     assert_eq!(cluster.envoy.stat("wasm_epp_affinity_picks").unwrap_or(0.0), before, "affinity survived a restart");

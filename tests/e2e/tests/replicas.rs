@@ -66,10 +66,12 @@ fn a_restarted_pod_loses_what_peers_taught_about_it() {
     assert_eq!(cluster.served_via(1, &prompt(40, 1)), home);
     assert_eq!(cluster.stat(1, "wasm_epp_affinity_picks"), before + 1.0, "warm on replica 1 before the restart");
     let pod = cluster.pods.iter().find(|p| p.address() == home).unwrap();
+    let dropped_before = cluster.stat(1, "wasm_epp_pod_caches_dropped");
     let reply = launcher::http::post(&pod.url("/sim/restart"), &[], "{}", Duration::from_secs(5)).unwrap();
     assert_eq!(reply.status, 200, "{}", reply.body);
-    // Both replicas see the counters go back on their next scrapes (every 100 ms).
-    std::thread::sleep(Duration::from_millis(800));
+    // Replica 1's pool service sees the counters go back on a next scrape (every 100 ms).
+    cluster.wait_stat(1, "wasm_epp_pod_caches_dropped", dropped_before + 1.0);
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS);
     let before = cluster.stat(1, "wasm_epp_affinity_picks");
     cluster.served_via(1, &prompt(40, 2));
     assert_eq!(cluster.stat(1, "wasm_epp_affinity_picks"), before, "replica 1 kept a peer's decision past the restart");

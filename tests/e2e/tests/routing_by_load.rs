@@ -1,8 +1,6 @@
 //! Requests spread over the pool, avoid a pod with a long queue, and a burst spreads.
 
-use std::time::Duration;
-
-use e2e::{tally, Cluster};
+use e2e::{tally, wait_for_pod_gauge, Cluster};
 
 #[test]
 fn sequential_requests_spread_over_every_pod() {
@@ -31,13 +29,12 @@ fn a_pod_reporting_a_long_queue_is_avoided() {
     let cluster = Cluster::start_ready("long-queue", 4, &["--time-scale", "0"]);
     let busy = &cluster.pods[0];
     busy.set_faults(&serde_json::json!({"report": {"waiting": 50}})).unwrap();
-    // Give the singleton a few poll periods (100 ms each) to see the queue.
-    std::thread::sleep(Duration::from_millis(800));
+    wait_for_pod_gauge(&cluster.envoy, "waiting", &busy.address(), 50.0);
     let served: Vec<String> = (0..40).map(|i| cluster.served_by_pool(&cluster.complete(&format!("q {i}")))).collect();
     let counts = tally(served.iter().map(String::as_str));
     assert_eq!(counts.get(&busy.address()), None, "the pod with 50 waiting got requests: {counts:?}");
     busy.clear_faults().unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    wait_for_pod_gauge(&cluster.envoy, "waiting", &busy.address(), 0.0);
     let served: Vec<String> = (0..40).map(|i| cluster.served_by_pool(&cluster.complete(&format!("r {i}")))).collect();
     assert!(served.contains(&busy.address()), "the pod is used again once its queue clears");
 }
