@@ -46,25 +46,41 @@ fn stat(cluster: &Cluster, name: &str) -> f64 {
     cluster.envoy.stat(name).unwrap_or(0.0)
 }
 
+/// Waits until the counter `name` reaches `count`: a blocker went on to its pod
+/// (`wasm_epp_flow_dispatched_directly`), or a request waits (`wasm_epp_flow_queued`), before
+/// the test sends the next. A fixed pause in its place let a late blocker on a loaded machine
+/// arrive after the requests it should block.
+fn wait_for(cluster: &Cluster, name: &str, count: f64) {
+    let reached = launcher::wait_until(Duration::from_secs(10), || stat(cluster, name) >= count);
+    assert!(reached, "{name} never reached {count} (now {}):\n{}", stat(cluster, name), cluster.envoy.log_tail(20));
+}
+
 #[test]
 fn held_requests_are_released_in_priority_order_when_the_pod_frees_up() {
-    // One worker, so the one queue sees every request; one place at the pod.
-    let cluster = start("flow-priority", 1, 1, 400, json!({}));
+    // One worker, so the one queue sees every request; one place at the pod, which the
+    // blocker holds (its pod hangs) until the three others wait, sent in the reverse of their
+    // priority order.
+    let cluster = start("flow-priority", 1, 1, 300, json!({}));
+    cluster.pods[0].set_faults(&json!({"hang": true})).unwrap();
     let finished = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|scope| {
-        let run = |label: &'static str, priority: &'static str, delay_ms: u64| {
+        let run = |label: &'static str, priority: &'static str| {
             let (cluster, finished) = (&cluster, &finished);
             scope.spawn(move || {
-                std::thread::sleep(Duration::from_millis(delay_ms));
                 let reply = send(cluster, &[("x-gateway-inference-priority", priority)], label);
                 assert_eq!(reply.status, 200, "{label}: {}", reply.body);
                 finished.lock().unwrap().push(label);
             });
         };
-        run("blocker", "0", 0);
-        run("sheddable", "-1", 100);
-        run("standard", "0", 150);
-        run("critical", "2", 200);
+        run("blocker", "0");
+        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
+        for (waiting, (label, priority)) in
+            [("sheddable", "-1"), ("standard", "0"), ("critical", "2")].into_iter().enumerate()
+        {
+            run(label, priority);
+            wait_for(&cluster, "wasm_epp_flow_queued", waiting as f64 + 1.0);
+        }
+        cluster.pods[0].set_faults(&json!({"hang": false})).unwrap();
     });
     let order = finished.into_inner().unwrap();
     assert_eq!(order, ["blocker", "critical", "standard", "sheddable"], "released by priority, not arrival");
@@ -88,7 +104,7 @@ fn a_request_past_its_ttl_gets_429_with_the_reason_and_sheddable_ones_expire_fir
     let cluster = start("flow-ttl", 1, 1, 3000, json!({"ttl_ms": 1500, "sheddable_ttl_ms": 300}));
     std::thread::scope(|scope| {
         scope.spawn(|| assert_eq!(send(&cluster, &[], "blocker").status, 200));
-        std::thread::sleep(Duration::from_millis(200));
+        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
         let sheddable = scope.spawn(|| {
             let start = Instant::now();
             (send(&cluster, &[("x-gateway-inference-priority", "-1")], "sheddable"), start.elapsed())
@@ -113,8 +129,12 @@ fn a_request_ttl_header_cuts_its_wait_and_answers_report_how_long_they_waited() 
     // llm-d's headers: the request's own TTL (a Go duration) and the wait on the answer.
     let cluster = start("flow-ttl-header", 1, 1, 1500, json!({"ttl_ms": 5000}));
     std::thread::scope(|scope| {
+        let sent = Instant::now();
         let blocker = scope.spawn(|| send(&cluster, &[], "blocker"));
-        std::thread::sleep(Duration::from_millis(200));
+        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
+        // The patient request is sent this long after the blocker, so it waits the rest of
+        // the blocker's 1.5 s.
+        let head_start = sent.elapsed();
         let hurried = scope.spawn(|| {
             let start = Instant::now();
             (send(&cluster, &[("x-llm-d-inference-ttl", "300ms")], "hurried"), start.elapsed())
@@ -132,17 +152,23 @@ fn a_request_ttl_header_cuts_its_wait_and_answers_report_how_long_they_waited() 
         assert_eq!(patient.status, 200, "{}", patient.body);
         let waited: u64 = patient.header("x-llm-d-flow-queue-duration-ms").and_then(|v| v.parse().ok()).unwrap();
         println!("hurried: 429 after {} ms; patient waited {waited} ms", took.as_millis());
-        assert!((1_000..5_000).contains(&waited), "waited behind the 1.5 s blocker, under the band's TTL: {waited}");
+        let behind = u128::from(waited) + head_start.as_millis();
+        assert!(
+            behind >= 1_300 && waited < 5_000,
+            "waited behind the 1.5 s blocker (sent {head_start:?} after it), under the band's TTL: {waited}"
+        );
     });
     assert_eq!(stat(&cluster, "wasm_epp_flow_dropped{reason=\"ttl_expired\"}"), 1.0);
 }
 
 #[test]
 fn a_client_that_disconnects_while_waiting_leaves_the_queue_at_once() {
-    let cluster = start("flow-disconnect", 1, 1, 1500, json!({}));
+    // The blocker's pod hangs until the end, so it is busy however late the checks come.
+    let cluster = start("flow-disconnect", 1, 1, 0, json!({}));
+    cluster.pods[0].set_faults(&json!({"hang": true})).unwrap();
     std::thread::scope(|scope| {
         let blocker = scope.spawn(|| send(&cluster, &[], "blocker"));
-        std::thread::sleep(Duration::from_millis(200));
+        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
         let body = json!({"model": "sim-model", "prompt": "leaving", "max_tokens": 4}).to_string();
         let mut client = TcpStream::connect(("127.0.0.1", cluster.envoy.listen_port)).unwrap();
         let request = format!(
@@ -155,12 +181,14 @@ fn a_client_that_disconnects_while_waiting_leaves_the_queue_at_once() {
             "the request never waited"
         );
         drop(client);
+        // Well inside the 5 s TTL, whose expiry would count as ttl_expired instead.
         assert!(
-            launcher::wait_until(Duration::from_millis(800), || {
+            launcher::wait_until(Duration::from_secs(3), || {
                 stat(&cluster, "wasm_epp_flow_dropped{reason=\"client_gone\"}") == 1.0
             }),
             "the abandoned request was not removed while the pod was still busy"
         );
+        cluster.pods[0].set_faults(&json!({"hang": false})).unwrap();
         assert_eq!(blocker.join().unwrap().status, 200);
     });
     assert_eq!(stat(&cluster, "wasm_epp_flow_released"), 0.0, "nothing was sent for the client that left");
