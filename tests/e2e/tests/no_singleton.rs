@@ -26,11 +26,13 @@ fn one_elected_root_polls_and_routing_follows_its_table() {
     let scrapes = cluster.envoy.stat("wasm_epp_poll_success").unwrap_or(0.0) - before;
     let per_second = scrapes / started.elapsed().as_secs_f64();
     eprintln!("MEASURED no-singleton scrapes: {per_second:.1}/s for 3 pods at 100 ms");
-    assert!((20.0..=40.0).contains(&per_second), "one poller scrapes ~30/s, got {per_second:.1}/s");
+    // Three pollers would scrape ~90/s: the upper bound is the claim. A loaded machine runs
+    // the rounds late, so the lower one leaves room for a third of the cadence.
+    assert!((10.0..=40.0).contains(&per_second), "one poller scrapes ~30/s, got {per_second:.1}/s");
 
     let busy = &cluster.pods[0];
     busy.set_faults(&serde_json::json!({"report": {"waiting": 50}})).unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    e2e::wait_for_pod_gauge(&cluster.envoy, "waiting", &busy.address(), 50.0);
     for i in 0..20 {
         let pod = cluster.served_by_pool(&cluster.complete(&format!("elected {i}")));
         assert_ne!(pod, busy.address(), "the elected poller's table steers requests away from the busy pod");
