@@ -130,14 +130,16 @@ fn a_prefill_pod_killed_under_load_loses_no_request() {
     // Real time at 1/20: prefills of 3,000 tokens take a few ms, decodes of 64 tokens ~50 ms.
     let cluster = PdCluster::start("pd-kill", 2, 2, &["--time-scale", "0.05"], json!({"threshold_tokens": 512}));
     let started = Instant::now();
-    let (ok, failed) = std::thread::scope(|scope| {
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    let (ok, failed, answered_at_kill) = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..4u64)
             .map(|worker| {
-                let cluster = &cluster;
+                let (cluster, answered) = (&cluster, &answered);
                 scope.spawn(move || {
                     let (mut ok, mut failed) = (0, Vec::new());
                     for i in 0..40u64 {
                         let reply = cluster.complete(&prompt_of_tokens(3000, 1000 * worker + i), 64, &[]);
+                        answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         if reply.status == 200 {
                             ok += 1;
                         } else {
@@ -148,12 +150,18 @@ fn a_prefill_pod_killed_under_load_loses_no_request() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(1500));
+        // A quarter of the load answered, then the kill: a fixed pause let a fast machine
+        // answer every request before it, and a kill after the load tests nothing.
+        let count = || answered.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(launcher::wait_until(Duration::from_secs(60), || count() >= 40), "{} answered", count());
+        let answered_at_kill = count();
         cluster.prefill[0].kill();
-        workers.into_iter().map(|w| w.join().unwrap()).fold((0, Vec::new()), |(ok, mut failed), (o, f)| {
-            failed.extend(f);
-            (ok + o, failed)
-        })
+        let (ok, failed) =
+            workers.into_iter().map(|w| w.join().unwrap()).fold((0, Vec::new()), |(ok, mut failed), (o, f)| {
+                failed.extend(f);
+                (ok + o, failed)
+            });
+        (ok, failed, answered_at_kill)
     });
     eprintln!(
         "MEASURED prefill pod killed under load: {ok} ok, {} failed in {} ms; decode-side fallbacks {}, split {}",
@@ -164,5 +172,6 @@ fn a_prefill_pod_killed_under_load_loses_no_request() {
     );
     assert!(failed.is_empty(), "lost requests: {failed:?}");
     assert_eq!(ok, 160);
+    assert!(answered_at_kill <= 120, "the kill came after {answered_at_kill} of 160 answers, not under load");
     assert!(PdCluster::stat_sum(&cluster.prefill[1..], "generation_tokens") > 0, "the survivor kept prefilling");
 }
