@@ -151,7 +151,12 @@ fn requests_waiting_in_the_queue_survive_a_change_that_turns_flow_control_off() 
             })
             .collect();
         // One in flight on the pod, the others held by the filter: then flow control goes off.
-        std::thread::sleep(Duration::from_millis(500));
+        // Every request is waited for at the filter (a fixed pause let late ones arrive after
+        // the change on a loaded machine, where nothing holds them).
+        let stat = |name: &str| cluster.envoy.stat(name).unwrap_or(0.0);
+        let arrived = || stat("wasm_epp_flow_queued") + stat("wasm_epp_flow_dispatched_directly");
+        let all_in = launcher::wait_until(Duration::from_secs(10), || arrived() >= HELD as f64);
+        assert!(all_in, "{} of {HELD} requests reached flow control before the change", arrived());
         let mut config = options.filter_config.clone();
         config["flow_control"] = serde_json::json!({"enabled": false});
         assert_eq!(apply(&cluster.envoy, &options, &config).unwrap(), Applied::Accepted);
