@@ -34,7 +34,11 @@ fn requests_wait_for_the_first_pod_and_get_503_if_none_comes() {
     options.poller_config = Some(json!({"kubernetes": kubernetes, "poll_interval_ms": 100}));
     let overlay = kubernetes_overlay(kube.port(), &sds, tokens.dir());
     let envoy = start_kube_envoy(&options, &overlay, &dir).unwrap_or_else(|e| panic!("envoy: {e}"));
-    std::thread::sleep(Duration::from_millis(800));
+    // The first list (the pod not Ready) has been taken, so the request meets an empty pool.
+    let listed =
+        launcher::wait_until(Duration::from_secs(15), || envoy.stat("wasm_epp_discovery_success") >= Some(1.0));
+    assert!(listed, "no Kubernetes list succeeded:\n{}", envoy.log_tail(20));
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS);
 
     let body = json!({"model": "sim-model", "prompt": "first", "max_tokens": 4}).to_string();
     let post = || http::post(&envoy.url("/v1/completions"), &[], &body, Duration::from_secs(30)).unwrap();
