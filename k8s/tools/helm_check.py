@@ -145,6 +145,47 @@ REFUSED = {
 }
 
 
+# What each refusal must say (a fragment of Helm's message): a case refused for another
+# reason (a typo in its values, a template error in the check itself, which leaves the user
+# with "can't evaluate field name in type interface {}") tests nothing of its own check.
+REASONS = {
+    "unknown mode": "at '/mode'",
+    "no replica": "at '/replicas'",
+    "misspelt pool field": "'labelSelectr' not allowed",
+    "no pool at all": "pool: set labelSelector or inferencePool",
+    "unknown API access": "at '/istio/kubernetesApi'",
+    "more workers than slots": "at '/concurrency'",
+    "misspelt monitoring field": "at '/podMonitor': additional properties 'enable'",
+    "a grace period too short to drain": "at '/terminationGracePeriodSeconds'",
+    "scrape interval without a unit": "at '/podMonitor/interval'",
+    "a pool name that is no DNS label": "at '/pools/0/name': 'Llama'",
+    "a pool without its route": "missing property 'match'",
+    "a pool by selector without its port": "pools llama: labelSelector needs targetPort",
+    "two pools of one name": "pools: llama is named twice",
+    "the reserved pool name": "at '/pools/0/name': 'not' failed",
+    "a peer port on the inference listener's": "at '/peers/port'",
+    "a peer port on the metrics listener's": "at '/peers/port'",
+    "a peer port on the admin's": "at '/peers/port'",
+    "a poll interval peers cannot follow": "pollIntervalMs: 2000 is over 1000 with peers enabled",
+    "no Istio server carrying the filter": "at '/istio/listenerPorts'",
+    "several pools on Istio": "pools: several pools are for the standalone gateway",
+    "the pods' API key on Istio": "podsApiKey: the chart gives the key to the standalone gateway only",
+    "a misspelt pods' API key field": "'secret' not allowed",
+    "a misspelt top-level value": "'pollIntervalMS' not allowed",
+    "a misspelt Istio value": "'gatewayNamepsace' not allowed",
+    "a misspelt service value": "at '/service': additional properties 'ports'",
+    "a flow-control TTL past the request timeout": "filter.flow_control.ttl_ms: 90000 is not below",
+    "a pool's sheddable TTL past the request timeout": "pools llama: filter.flow_control.sheddable_ttl_ms: 60000",
+    "a number as a dashboard label": "at '/dashboard/labels/grafana_dashboard'",
+    "a misspelt dashboard field": "at '/dashboard': additional properties 'enable'",
+    "a number in the gateway selector": "at '/istio/gatewaySelector/istio'",
+    "a destination header the clusters do not follow": "filter.destination_header: x-pod: the chart's pool clusters",
+    "a destination header on Istio": "filter.destination_header: x-pod: the chart's pool clusters",
+    "a scrape interval past stale_after_ms": "pollIntervalMs: 5000 is not below filter.stale_after_ms",
+    "a pool's stale_after_ms below the scrape interval": "is not below pools llama: filter.stale_after_ms",
+    "a pool's destination header": "pools llama: filter.destination_header: x-pod",
+}
+
 def main(out):
     problems = []
     shutil.rmtree(out, ignore_errors=True)
@@ -175,11 +216,20 @@ def main(out):
             written += 1
         print(f"  ok  helm lint + template {case}: {written} manifests -> {out / case}")
     for case, values in REFUSED.items():
+        reason = REASONS.get(case)
+        if reason is None:
+            problems.append(f"{case}: no expected reason in REASONS")
+            continue
         try:
             chart.render(values, name="wasm-epp", namespace=NAMESPACE, is_install=True)
             problems.append(f"{case}: rendered, should be refused: {values}")
-        except Exception as error:  # the refusal is the expected outcome
-            print(f"  ok  refused ({case}): {str(error).splitlines()[-1].strip()[:100]}")
+        except Exception as error:  # the refusal is the expected outcome, for its reason
+            message = " ".join(str(error).split())
+            if reason not in message:
+                problems.append(f"{case}: refused, but not for {reason!r}: {message[-300:]}")
+            else:
+                print(f"  ok  refused ({case}): {str(error).splitlines()[-1].strip()[:100]}")
+    problems += [f"{case}: in REASONS, not in REFUSED" for case in sorted(REASONS.keys() - REFUSED.keys())]
     (out / "cases.json").write_text(json.dumps(sorted(CASES)))
     if problems:
         print("helm-check: " + "\n  ".join(["problems:"] + problems))
