@@ -87,7 +87,7 @@ native:
 # --- the two commands --------------------------------------------------------------------
 
 run: tools wasm native
-	./target/release/wasm-epp-launch
+	"$${CARGO_TARGET_DIR:-target}/release/wasm-epp-launch"
 
 test: tools lint unit fuzz-smoke wasm native validate e2e compat-smoke
 

@@ -62,7 +62,10 @@ wasm_configmaps = __import__("wasm-configmaps")
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 ENVOY = Path(os.environ.get("ENVOY_BIN", ROOT / ".venv/bin/envoy"))
-WASM_DIR = Path(os.environ.get("WASM_DIR", ROOT / "target/wasm32-wasip1/release"))
+# Where `make wasm` built them: under CARGO_TARGET_DIR when set (relative to the root, where
+# make runs cargo), else target/ (a stale build there would be validated instead).
+TARGET_DIR = ROOT / (os.environ.get("CARGO_TARGET_DIR") or "target")
+WASM_DIR = Path(os.environ.get("WASM_DIR") or TARGET_DIR / "wasm32-wasip1/release")
 ENVOY_VERSION = os.environ.get("ENVOY_VERSION", "1.40.0")
 # The oldest Envoy the configurations must load on, but for the token injector's prefix.
 OLDEST_ENVOY = os.environ.get("OLDEST_ENVOY_BIN")
