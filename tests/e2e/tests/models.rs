@@ -264,20 +264,34 @@ fn a_request_held_by_flow_control_is_rewritten_and_kept_in_its_subset_when_relea
     });
     let pods = cluster.pool();
     for pod in &cluster.pods {
-        pod.set_faults(&serde_json::json!({"extra_latency_ms": 600})).unwrap();
+        // The blockers hang at their pods until both others wait: a fixed pause and latency let
+        // late blockers on a loaded machine leave the queue empty.
+        pod.set_faults(&serde_json::json!({"hang": true})).unwrap();
     }
     let (cluster, pods) = (&cluster, &pods);
+    let flow_stat = |name: &str, count: f64| {
+        let series = format!("wasm_epp_flow_{name}");
+        let reached = launcher::wait_until(Duration::from_secs(10), || cluster.envoy.stat(&series) >= Some(count));
+        assert!(reached, "{series} never reached {count}: {:?}", cluster.envoy.stat(&series));
+    };
     let (rewritten, hinted) = std::thread::scope(|scope| {
         for (i, pod) in pods.iter().enumerate() {
             let model = if i == 0 { "llama" } else { "qwen" };
             scope.spawn(move || cluster.complete_model(model, "blocker", &[("x-test-subset-metadata", pod)]));
         }
-        std::thread::sleep(Duration::from_millis(200));
+        flow_stat("dispatched_directly", 3.0);
         let rewritten = scope.spawn(|| cluster.complete_model("legal-assistant", "waits", &[]));
         let hinted = scope.spawn(|| cluster.complete_model("qwen", "waits", &[("x-test-subset-metadata", &pods[1])]));
+        flow_stat("queued", 2.0);
+        for pod in &cluster.pods {
+            pod.set_faults(&serde_json::json!({"hang": false})).unwrap();
+        }
         (rewritten.join().unwrap(), hinted.join().unwrap())
     });
     assert!(cluster.envoy.stat("wasm_epp_flow_released").unwrap_or(0.0) >= 2.0, "both waited in the queue");
+    // Only the blockers went on at once (late blockers once waited instead, and the requests
+    // under test were never held: the count of releases alone did not tell).
+    assert_eq!(cluster.envoy.stat("wasm_epp_flow_dispatched_directly"), Some(3.0), "the requests under test were held");
     assert_eq!(rewritten.status, 200, "{}", rewritten.body);
     let body: serde_json::Value = serde_json::from_str(&rewritten.body).unwrap();
     assert_eq!(body["model"], "legal-lora", "the pod was asked for the rewrite target");
