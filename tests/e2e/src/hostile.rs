@@ -160,6 +160,10 @@ pub fn assert_vm_never_failed(cluster: &crate::Cluster) {
         );
         cluster.served_by_pool(&reply);
     }
+    // The counters are there to be read (at 0): a renamed plugin or stat would leave nothing to
+    // find non-zero, and the check would pass without looking.
+    let stats = wasm_stats(&cluster.envoy);
+    assert!(stats.contains("wasm.wasm-epp.vm_reload_failure: "), "no reload counters of the plugin:\n{stats}");
     let failures = wasm_failures(&cluster.envoy);
     assert!(failures.is_empty(), "Wasm failure counters are not 0: {failures:?}\n{}", wasm_stats(&cluster.envoy));
     let log = cluster.envoy.log();
