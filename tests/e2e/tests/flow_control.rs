@@ -191,7 +191,7 @@ fn a_client_that_disconnects_while_waiting_leaves_the_queue_at_once() {
         cluster.pods[0].set_faults(&json!({"hang": false})).unwrap();
         assert_eq!(blocker.join().unwrap().status, 200);
     });
-    assert_eq!(stat(&cluster, "wasm_epp_flow_released"), 0.0, "nothing was sent for the client that left");
+    assert_eq!(cluster.envoy.stat("wasm_epp_flow_released"), Some(0.0), "nothing was sent for the client that left");
     cluster.assert_plugin_healthy();
 }
 
