@@ -14,6 +14,13 @@ pub fn within_last(now_ms: u64, stamp_ms: u64, span_ms: u64) -> bool {
     stamp_ms <= now_ms && now_ms - stamp_ms <= span_ms
 }
 
+/// [`within_last`] of a stamp another thread took: its clock may be read a little after this
+/// one's, so a stamp up to `skew_ms` ahead of now is recent; one further ahead was taken
+/// before the clock stepped back.
+pub fn within_last_of_another(now_ms: u64, stamp_ms: u64, span_ms: u64, skew_ms: u64) -> bool {
+    stamp_ms <= now_ms.saturating_add(skew_ms) && now_ms.saturating_sub(stamp_ms) <= span_ms
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -25,5 +32,8 @@ mod tests {
         assert!(!not_due_yet(1_000, 3_600_000, 100), "set an hour ahead: before a step back");
         assert!(within_last(1_000, 900, 200) && !within_last(1_000, 700, 200));
         assert!(!within_last(1_000, 3_600_000, 200), "stamped after now: before a step back");
+        assert!(within_last_of_another(1_000, 1_005, 200, 2_000), "another thread, 5 ms later");
+        assert!(within_last_of_another(1_000, 900, 200, 2_000) && !within_last_of_another(1_000, 700, 200, 2_000));
+        assert!(!within_last_of_another(1_000, 3_600_000, 200, 2_000), "an hour ahead: before a step back");
     }
 }

@@ -7,6 +7,7 @@
 
 use hashbrown::HashMap;
 
+use crate::inflight::SLOT_STALE_MS;
 use crate::metrics_text::MAX_ADAPTER_NAME_BYTES;
 
 /// How long a request keeps its adapter in demand: far longer than the gap between two
@@ -70,10 +71,15 @@ impl AdapterDemand {
     }
 
     /// Whether `model` was routed within the window before `now_ms`, or the worker has not
-    /// seen a whole window yet.
+    /// seen a whole window yet. `now_ms` is the pod table's publication, the pool service's
+    /// clock: the worker reads the table up to a tick later, so its latest requests are
+    /// stamped a little after it, and count.
     pub fn wanted(&self, model: &str, now_ms: u64) -> bool {
         let young = self.since_ms.is_none_or(|since| now_ms.saturating_sub(since) <= DEMAND_WINDOW_MS);
-        young || self.last_ms.get(model).is_some_and(|last| crate::clock::within_last(now_ms, *last, DEMAND_WINDOW_MS))
+        young
+            || self.last_ms.get(model).is_some_and(|last| {
+                crate::clock::within_last_of_another(now_ms, *last, DEMAND_WINDOW_MS, SLOT_STALE_MS)
+            })
     }
 }
 
@@ -150,5 +156,16 @@ mod tests {
         assert!(demand.wanted("b", later));
         assert!(!demand.wanted("c", later), "never asked for");
         assert!(!demand.wanted("a", later), "asked for before the step, not since");
+    }
+
+    #[test]
+    fn a_request_routed_after_the_table_was_published_is_demand() {
+        let mut demand = AdapterDemand::default();
+        demand.note("other", 0);
+        // The table is published at 1,000,000 by the pool service; the worker routes the
+        // adapter 5 ms later and reads the table on its next tick, asking about that time.
+        demand.note("hot-adapter", 1_000_005);
+        assert!(demand.wanted("hot-adapter", 1_000_000));
+        assert!(!demand.wanted("other", 1_000_000), "out of the window");
     }
 }
