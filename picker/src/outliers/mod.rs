@@ -294,10 +294,12 @@ impl Outliers {
                 }
                 match record.ejected_until {
                     Some(until) if until > now_ms => {
-                        if now_ms < record.ejected_at_ms {
+                        if record.ejected_at_ms > now_ms.saturating_add(crate::inflight::SLOT_STALE_MS) {
                             // The wall clock stepped back past the ejection: it lasts its own
                             // length from now, not until the clock catches up (an hour
-                            // without the pod for an hour's step).
+                            // without the pod for an hour's step). A few ms ahead is only
+                            // another worker's clock read later: rebased, its record would
+                            // be news again at the next read (adopted, counted, twice).
                             let length = until.saturating_sub(record.ejected_at_ms);
                             record.ejected_until = Some(now_ms.saturating_add(length));
                             record.ejected_at_ms = now_ms;

@@ -275,3 +275,20 @@ fn an_ejection_made_before_the_wall_clock_stepped_back_is_not_taken_over_again_a
     }
     assert!(out_at.iter().all(|&t| t < back + 1_000), "out for at most its length: {out_at:?}");
 }
+
+#[test]
+fn an_ejection_another_worker_made_a_few_ms_ahead_is_adopted_once() {
+    let mut maker = outliers();
+    let mut other = outliers();
+    let a = pod("10.0.0.1:8000");
+    let made = 50_000;
+    for t in 0..3 {
+        maker.failed(&a, 0, made + t);
+    }
+    // The maker read its clock 5 ms after this worker's tick did: not a step back.
+    let published = maker.ejections(made + 2);
+    let now = made - 3;
+    assert_eq!(other.adopt(&published, now, &same), 1);
+    assert_eq!(other.ejected(now, &same), std::slice::from_ref(&a));
+    assert_eq!(other.adopt(&published, now + 100, &same), 0, "the same ejection is not news again");
+}
