@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+use crate::render::{LISTENER_BUFFER_BYTES, READ_PAST_LIMIT_BYTES};
+
 /// How the `pool` cluster follows the filter's choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClusterMode {
@@ -174,15 +176,6 @@ pub const DEFAULT_FAILURE_POLICY: &str = "FAIL_RELOAD";
 /// The filter's default `destination_header`.
 pub const DEFAULT_DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
 
-/// The template's inference listener's `per_connection_buffer_limit_bytes`: a body the
-/// filter buffers (up to its `max_body_bytes`, and the read that carries it past) must fit,
-/// or Envoy answers it 413 before the filter could route it unread.
-pub const LISTENER_BUFFER_BYTES: u64 = 16 * 1024 * 1024;
-
-/// Room kept in the listener's buffer above the filter's `max_body_bytes`
-/// (docs/configuration.md, "Envoy settings the plugin needs").
-const BODY_READ_ROOM_BYTES: u64 = 1024 * 1024;
-
 impl EnvoyOptions {
     /// Whether this Envoy's inference listener serves a filter of `config` as the filter
     /// means: it takes every body the filter buffers ([`listener_takes_bodies_of`]), and its
@@ -226,7 +219,9 @@ pub fn listener_takes_bodies_of(config: &serde_json::Value) -> Result<(), String
     let Some(max_body_bytes) = config.get("max_body_bytes").and_then(serde_json::Value::as_u64) else {
         return Ok(()); // the plugin's 4 MiB, or a value the plugin refuses with its own words
     };
-    let most = LISTENER_BUFFER_BYTES - BODY_READ_ROOM_BYTES;
+    // A body the filter buffers (up to max_body_bytes, and the read that carries it past)
+    // must fit the listener's buffer, which is the stream's before Envoy 1.37.
+    let most = LISTENER_BUFFER_BYTES - READ_PAST_LIMIT_BYTES;
     if max_body_bytes > most {
         return Err(format!(
             "max_body_bytes = {max_body_bytes}: Envoy's inference listener here buffers {LISTENER_BUFFER_BYTES} bytes \

@@ -23,7 +23,7 @@ pub const LISTENER_BUFFER_BYTES: u64 = 16 << 20;
 
 /// What one read may bring past [`LISTENER_BUFFER_BYTES`]: Envoy checks the limit after each
 /// read of the socket (at most 128 KiB each), with room to spare.
-const READ_PAST_LIMIT_BYTES: u64 = 1 << 20;
+pub(crate) const READ_PAST_LIMIT_BYTES: u64 = 1 << 20;
 
 /// A pool route's `request_body_buffer_limit` for a filter that reads bodies up to
 /// `max_body_bytes`. While the filter buffers a body, Envoy adds each read of the connection
