@@ -2,8 +2,9 @@
 //!
 //! Engines differ in names (vLLM V1, vLLM's older `gpu_*` names, SGLang, trtllm-serve), and
 //! a vLLM pod with data parallelism emits one series per engine, which we sum. A pod may
-//! lie or break: NaN, infinite or negative samples are ignored, never trusted, and a text
-//! with none of the load metrics is an error rather than an idle-looking pod.
+//! lie or break: NaN or negative samples are ignored, never trusted, loads past any engine's
+//! (`+Inf` too) are read at a bound, and a text with none of the load metrics is an error
+//! rather than an idle-looking pod.
 
 use crate::prometheus_line::{parse_sample, sample_name, Sample};
 
@@ -49,11 +50,13 @@ pub fn filtered_metrics_path() -> String {
 /// Lines read at most: a real vLLM `/metrics` has about a thousand; more is not a pod.
 pub const MAX_METRIC_LINES: usize = 50_000;
 
-/// Larger gauge samples are not believed: no engine has a billion requests queued, and
-/// summing a few huge ones would overflow to infinity, which JSON cannot carry in the pod
-/// table. Counters have no such bound: the prefix-cache ones count tokens since the engine
-/// started and pass a billion in hours; a sample dropped there makes the pod's sum fall,
-/// which reads as a restart.
+/// Larger gauge samples (`+Inf` too) are read as this: no engine has a billion requests
+/// queued, and summing a few huge ones would overflow to infinity, which JSON cannot carry in
+/// the pod table. Read at the bound, not dropped: a pod whose page says its queue is endless
+/// is not idle, and a dropped sample left its queue at 0, the emptiest of the pool, which
+/// drew the requests its healthy neighbours should have had. Counters have no such bound:
+/// the prefix-cache ones count tokens since the engine started and pass a billion in hours;
+/// a sample dropped there makes the pod's sum fall, which reads as a restart.
 const MAX_SANE_GAUGE: f64 = 1e9;
 
 /// What one scrape tells about a pod's load and capacity.
@@ -158,17 +161,24 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
     if crate::models::residency::apply(sample, &mut metrics.models) {
         return;
     }
-    if !value.is_finite() || value < 0.0 {
-        return; // A pod that reports NaN, a negative or an infinite number is not believed.
+    if value.is_nan() || value < 0.0 {
+        return; // A pod that reports NaN or a negative number is not believed.
     }
     match sample.name {
-        "vllm:prefix_cache_queries_total" | "vllm:gpu_prefix_cache_queries_total" => {
+        "vllm:prefix_cache_queries_total" | "vllm:gpu_prefix_cache_queries_total" if value.is_finite() => {
             add_counter(&mut totals.prefix_queries, value)
         }
-        "vllm:prefix_cache_hits_total" | "vllm:gpu_prefix_cache_hits_total" => {
+        "vllm:prefix_cache_hits_total" | "vllm:gpu_prefix_cache_hits_total" if value.is_finite() => {
             add_counter(&mut totals.prefix_hits, value)
         }
-        _ if value > MAX_SANE_GAUGE => {} // Nor is an absurd load.
+        _ => apply_gauge(sample.name, value.min(MAX_SANE_GAUGE), totals),
+    }
+}
+
+/// Adds a load gauge's sample, already within `0..=MAX_SANE_GAUGE`: at most
+/// [`MAX_METRIC_LINES`] of them, so their sum stays finite.
+fn apply_gauge(name: &str, value: f64, totals: &mut Totals) {
+    match name {
         "vllm:num_requests_waiting" | "sglang:num_queue_reqs" | "trtllm_num_requests_waiting" => {
             add(&mut totals.waiting, value)
         }
@@ -273,12 +283,29 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
     }
 
     #[test]
+    fn an_endless_queue_is_a_full_one_not_an_empty_one() {
+        // A pod whose page says its queue (or batch, or KV cache) is past any engine's is read
+        // at the bound: dropping the sample read its queue as 0, the pool's emptiest.
+        for waiting in ["+Inf", "1e300", "3e9"] {
+            let page = format!(
+                "vllm:num_requests_waiting {waiting}\nvllm:num_requests_running 4\nvllm:kv_cache_usage_perc +Inf\n"
+            );
+            let m = parse_engine_metrics(&page).unwrap();
+            assert_eq!((m.waiting, m.running, m.kv_usage), (MAX_SANE_GAUGE, 4.0, Some(1.0)), "{waiting}");
+        }
+        let page =
+            "vllm:num_requests_waiting 0\nvllm:num_requests_running +Inf\nvllm:prefix_cache_queries_total +Inf\n";
+        let m = parse_engine_metrics(page).unwrap();
+        assert_eq!((m.waiting, m.running, m.prefix_queries), (0.0, MAX_SANE_GAUGE, None));
+    }
+
+    #[test]
     fn distrusts_lies_and_refuses_foreign_text() {
         let huge = "vllm:num_requests_waiting 1e308\nvllm:num_requests_waiting 1e308\nvllm:num_requests_running 1\n";
-        assert_eq!(parse_engine_metrics(huge).unwrap().waiting, 0.0, "sums of absurd samples never reach infinity");
-        let lies = "vllm:num_requests_waiting NaN\nvllm:num_requests_waiting -4\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc +Inf\n";
+        assert_eq!(parse_engine_metrics(huge).unwrap().waiting, 2e9, "sums of absurd samples never reach infinity");
+        let lies = "vllm:num_requests_waiting NaN\nvllm:num_requests_waiting -4\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc 7\n";
         let m = parse_engine_metrics(lies).unwrap();
-        assert_eq!((m.waiting, m.running, m.kv_usage), (0.0, 2.0, None));
+        assert_eq!((m.waiting, m.running, m.kv_usage), (0.0, 2.0, Some(1.0)));
         assert!(parse_engine_metrics("<html>not found</html>").is_err());
         assert!(parse_engine_metrics("").is_err());
     }
