@@ -4,10 +4,13 @@
 //! vLLM exports no `max_num_seqs`, and its batch is bounded by the KV cache as much as by that
 //! setting, so neither is known ahead. What the metrics do show is the batch a pod runs while
 //! requests wait (`num_requests_running` when `num_requests_waiting` > 0): that is its batch
-//! when full. A pod never seen full is assumed to have the pool's size (pods of one pool
-//! usually run with the same settings); before any pod is seen full, no request is counted
+//! when full. A pod never seen full is assumed to have the pool's size, the median of the
+//! pods seen full (pods of one pool usually run with the same settings; one pod's absurd
+//! reading must not set every other pod's size); before any pod is seen full, no request is counted
 //! as waiting for a slot. When a pod last showed requests waiting is kept too: a request sent
 //! before it may have waited for a slot its counts did not show ([`BatchSizes::queued_after`]).
+
+use std::cell::Cell;
 
 use hashbrown::HashMap;
 
@@ -30,13 +33,13 @@ struct Queueing {
     waiting_seen_ms: u64,
 }
 
-/// Each pod seen queueing: its batch size when full and when it last queued; the sizes'
-/// sum and count (for the pool's mean).
+/// Each pod seen queueing: its batch size when full and when it last queued; the pool's
+/// size (the median of theirs), kept until a size changes.
 #[derive(Debug, Clone, Default)]
 pub struct BatchSizes {
     pods: HashMap<String, Queueing>,
-    sum: f64,
-    sized: usize,
+    /// `None` when a size changed since the pool's size was last taken.
+    pool: Cell<Option<Option<f64>>>,
 }
 
 impl BatchSizes {
@@ -58,8 +61,9 @@ impl BatchSizes {
             Some(size) if running <= size => size + STEP_DOWN * (running - size),
             _ => running,
         };
-        self.sum += moved - queueing.size.unwrap_or(0.0);
-        self.sized += usize::from(queueing.size.is_none());
+        if queueing.size != Some(moved) {
+            self.pool.set(None);
+        }
         queueing.size = Some(moved);
     }
 
@@ -68,9 +72,25 @@ impl BatchSizes {
         self.pods.get(pod).and_then(|q| q.size).or_else(|| self.pool_size())
     }
 
-    /// The pool's mean batch size when full (`None` before any pod was seen full).
+    /// The pool's batch size when full: the median of the pods seen full (`None` before any
+    /// was). Not their mean: one pod reading a billion running (a lying or broken page) made
+    /// the mean hundreds of millions, so no pod without its own reading was ever priced a slot
+    /// wait, and the slot-wait prior of the whole pool fell to nothing. O(pods log pods) once
+    /// after a size changed (a pod table), then kept.
     pub fn pool_size(&self) -> Option<f64> {
-        (self.sized > 0).then(|| self.sum / self.sized as f64)
+        if let Some(pool) = self.pool.get() {
+            return pool;
+        }
+        let mut sizes: Vec<f64> = self.pods.values().filter_map(|q| q.size).collect();
+        sizes.sort_unstable_by(f64::total_cmp);
+        let middle = sizes.len() / 2;
+        let pool = match (sizes.len() % 2, middle.checked_sub(1).and_then(|below| sizes.get(below)), sizes.get(middle))
+        {
+            (0, Some(below), Some(above)) => Some((below + above) / 2.0),
+            (_, _, middle) => middle.copied(),
+        };
+        self.pool.set(Some(pool));
+        pool
     }
 
     /// Requests that must finish before a new one on `pod` gets a slot, with `in_flight`
@@ -98,9 +118,8 @@ impl BatchSizes {
     /// its old size would only step down 5 % a reading). Whether anything was known.
     pub fn forget(&mut self, pod: &str) -> bool {
         let Some(queueing) = self.pods.remove(pod) else { return false };
-        if let Some(size) = queueing.size {
-            self.sum -= size;
-            self.sized = self.sized.saturating_sub(1);
+        if queueing.size.is_some() {
+            self.pool.set(None);
         }
         true
     }
@@ -108,8 +127,7 @@ impl BatchSizes {
     /// Forgets pods that left the pool.
     pub fn retain_pods(&mut self, keep: impl Fn(&str) -> bool) {
         self.pods.retain(|pod, _| keep(pod));
-        let sizes = self.pods.values().filter_map(|q| q.size);
-        (self.sum, self.sized) = sizes.fold((0.0, 0), |(sum, n), size| (sum + size, n + 1));
+        self.pool.set(None);
     }
 }
 
@@ -169,5 +187,24 @@ mod tests {
         sizes.saw("a", f64::NAN, 5.0, 0);
         sizes.saw("a", f64::INFINITY, 5.0, 0);
         assert_eq!(sizes.size("a"), None);
+    }
+
+    #[test]
+    fn one_pod_reading_an_absurd_batch_does_not_set_the_pools() {
+        let mut sizes = BatchSizes::default();
+        for pod in ["a", "b", "c"] {
+            sizes.saw(pod, 8.0, 1.0, 0);
+        }
+        sizes.saw("liar", 1e9, 1.0, 0);
+        assert_eq!(sizes.size("liar"), Some(1e9), "its own reading is its own");
+        assert_eq!(sizes.pool_size(), Some(8.0), "the pool's is the typical pod's");
+        assert_eq!(sizes.ahead_of_a_slot("new", 10.0), 3.0, "a pod never seen full still waits for a slot");
+        sizes.forget("a");
+        sizes.forget("b");
+        assert_eq!(sizes.pool_size(), Some((8.0 + 1e9) / 2.0), "two pods: their middle");
+        sizes.retain_pods(|pod| pod == "c");
+        assert_eq!(sizes.pool_size(), Some(8.0));
+        sizes.saw("c", 12.0, 1.0, 0);
+        assert_eq!(sizes.pool_size(), Some(12.0), "a size change is seen");
     }
 }
