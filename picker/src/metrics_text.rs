@@ -74,6 +74,10 @@ pub struct EngineMetrics {
     pub lora: Option<LoraState>,
     /// Base model and adapters the scrape names (see [`crate::models::residency`]).
     pub models: crate::models::residency::ScrapedModels,
+    /// A load sample past what any engine reports, read at its bound: what it was, for the
+    /// operator (a KV usage of 87 is an exporter giving a percent; the pod reads as full for
+    /// as long as it does, and nothing else would say why).
+    pub implausible: Option<String>,
 }
 
 /// The newest `vllm:lora_requests_info` series.
@@ -171,19 +175,27 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
         "vllm:prefix_cache_hits_total" | "vllm:gpu_prefix_cache_hits_total" if value.is_finite() => {
             add_counter(&mut totals.prefix_hits, value)
         }
-        _ => apply_gauge(sample.name, value.min(MAX_SANE_GAUGE), totals),
+        _ => {
+            let bounded = apply_gauge(sample.name, value, totals);
+            if bounded && metrics.implausible.is_none() {
+                metrics.implausible = Some(format!("{} {value}", sample.name));
+            }
+        }
     }
 }
 
-/// Adds a load gauge's sample, already within `0..=MAX_SANE_GAUGE`: at most
-/// [`MAX_METRIC_LINES`] of them, so their sum stays finite.
-fn apply_gauge(name: &str, value: f64, totals: &mut Totals) {
+/// Adds a load gauge's non-negative sample, read at most at its bound ([`MAX_SANE_GAUGE`] for
+/// counts: at most [`MAX_METRIC_LINES`] of them, so their sum stays finite; 1 for a usage).
+/// Whether it was past the bound.
+fn apply_gauge(name: &str, value: f64, totals: &mut Totals) -> bool {
     match name {
         "vllm:num_requests_waiting" | "sglang:num_queue_reqs" | "trtllm_num_requests_waiting" => {
-            add(&mut totals.waiting, value)
+            add(&mut totals.waiting, value.min(MAX_SANE_GAUGE));
+            value > MAX_SANE_GAUGE
         }
         "vllm:num_requests_running" | "sglang:num_running_reqs" | "trtllm_num_requests_running" => {
-            add(&mut totals.running, value)
+            add(&mut totals.running, value.min(MAX_SANE_GAUGE));
+            value > MAX_SANE_GAUGE
         }
         "vllm:kv_cache_usage_perc"
         | "vllm:gpu_cache_usage_perc"
@@ -191,8 +203,9 @@ fn apply_gauge(name: &str, value: f64, totals: &mut Totals) {
         | "trtllm_kv_cache_utilization" => {
             totals.kv_sum += value.min(1.0);
             totals.kv_series += 1;
+            value > 1.0
         }
-        _ => {}
+        _ => false,
     }
 }
 
@@ -297,6 +310,18 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
             "vllm:num_requests_waiting 0\nvllm:num_requests_running +Inf\nvllm:prefix_cache_queries_total +Inf\n";
         let m = parse_engine_metrics(page).unwrap();
         assert_eq!((m.waiting, m.running, m.prefix_queries), (0.0, MAX_SANE_GAUGE, None));
+        assert_eq!(m.implausible.as_deref(), Some("vllm:num_requests_running inf"), "told");
+    }
+
+    #[test]
+    fn a_kv_usage_given_as_a_percent_reads_as_full_and_is_told() {
+        let page = "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc{engine=\"0\"} 87.5\n\
+            vllm:kv_cache_usage_perc{engine=\"1\"} 0.5\n";
+        let m = parse_engine_metrics(page).unwrap();
+        assert_eq!(m.kv_usage, Some(0.75));
+        assert_eq!(m.implausible.as_deref(), Some("vllm:kv_cache_usage_perc 87.5"));
+        let m = parse_engine_metrics(VLLM_TWO_ENGINES).unwrap();
+        assert_eq!(m.implausible, None, "a true page says nothing");
     }
 
     #[test]

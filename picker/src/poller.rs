@@ -37,6 +37,8 @@ struct PodRecord {
     /// The pod answered the default filtered path with no load metric: it is scraped at
     /// [`PLAIN_METRICS_PATH`] from then on ([`PoolPoller::metrics_path`]).
     plain_path: bool,
+    /// [`PodEvent::Implausible`] was told for this pod.
+    told_implausible: bool,
 }
 
 impl PodRecord {
@@ -50,6 +52,7 @@ impl PodRecord {
             last_page: None,
             catalog: None,
             plain_path: false,
+            told_implausible: false,
         }
     }
 }
@@ -107,6 +110,10 @@ pub enum PodEvent {
     /// went back) or because it answers again after failing with nothing to show it did not
     /// (no counter, or away longer than [`TRUST_COUNTERS_FOR_MS`]).
     CacheDropped { address: PodAddress, restarted: bool },
+    /// Its page gave a load past any engine's (`reading`: the metric and its value), read at
+    /// the bound: a KV usage past 1 (an exporter giving a percent makes the pod read as full
+    /// for good), a queue or running count past a billion. Once per pod.
+    Implausible { address: PodAddress, reading: String },
 }
 
 /// What [`PoolPoller::on_scrape`] learned, for stats and logs.
@@ -369,6 +376,10 @@ impl PoolPoller {
             }
         }
         record.last_prefix_queries = metrics.prefix_queries;
+        if let Some(reading) = metrics.implausible.filter(|_| !record.told_implausible) {
+            record.told_implausible = true;
+            push_event(&mut self.events, PodEvent::Implausible { address: state.address.clone(), reading });
+        }
         state.healthy = true;
         state.waiting = metrics.waiting;
         state.running = metrics.running;

@@ -389,7 +389,8 @@ fn dispatch_scrape(
 /// Tells the operator when a pod turns unhealthy, and when what the picker knew of its cache
 /// was dropped (it restarted, or answers again after failing with nothing to show it kept
 /// its cache), which shows as cache misses on its next requests: a warning each, and a
-/// counter each to alert on. A pod that never turned healthy gets a warning with the reason.
+/// counter each to alert on. A pod that never turned healthy gets a warning with the reason, a
+/// pod reporting a load past any engine's a warning with the reading (once).
 fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Stats>) {
     for event in poller.take_events() {
         if let Some(stats) = stats {
@@ -398,6 +399,8 @@ fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Sta
                 PodEvent::CacheDropped { .. } => Some(stats.pod_caches_dropped),
                 // Never in rotation, so not taken out of it (pods_total - pods_healthy shows it).
                 PodEvent::NeverHealthy { .. } => None,
+                // Its reading is bounded and used; the warning is the news.
+                PodEvent::Implausible { .. } => None,
             };
             if let Some(counter) = counter {
                 metrics.increment(counter);
@@ -421,6 +424,13 @@ fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Sta
                 };
                 log::warn!(
                     "wasm-epp pool service: pod {} {why}: what was known of its cache is dropped",
+                    address.as_str()
+                );
+            }
+            PodEvent::Implausible { address, reading } => {
+                log::warn!(
+                    "wasm-epp pool service: pod {} reports {reading}, past any engine's (a KV usage is 0..1, \
+                     not a percent): read at the bound, so the pod counts as full while it does",
                     address.as_str()
                 );
             }

@@ -59,3 +59,17 @@ fn a_pod_that_never_answers_a_usable_page_is_reported_once() {
     scrape(&mut p, &a, 8, b"");
     assert_eq!(p.take_events(), [PodEvent::Unhealthy { address: a, failures: 2 }]);
 }
+
+#[test]
+fn a_pod_reporting_a_load_past_any_engines_is_told_once() {
+    let a = addr("10.0.0.1:8000");
+    let mut p = PoolPoller::new(PollerConfig::default(), vec![a.clone()]);
+    let percent = b"vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 87\n";
+    assert_eq!(scrape(&mut p, &a, 1, percent), ScrapeOutcome::Success);
+    let reading = "vllm:kv_cache_usage_perc 87".to_string();
+    assert_eq!(p.take_events(), [PodEvent::Implausible { address: a.clone(), reading }]);
+    assert_eq!(p.take_table(200).unwrap().pods[0].kv_usage, Some(1.0), "read as full");
+    scrape(&mut p, &a, 2, percent);
+    scrape(&mut p, &a, 3, b"vllm:num_requests_waiting +Inf\n");
+    assert_eq!(p.take_events(), [], "once per pod");
+}
