@@ -145,8 +145,12 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
     // Info series carry their data in labels; their value is 1 or a timestamp.
     match sample.name {
         "vllm:cache_config_info" => {
-            metrics.block_size = sample.label("block_size").and_then(|v| v.parse().ok());
-            metrics.num_gpu_blocks = sample.label("num_gpu_blocks").and_then(|v| v.parse().ok());
+            // 0 is no size: a block of 0 tokens hashed prompts in 1-byte blocks, so any two
+            // sharing their first few hundred bytes matched whole and went to one pod; a pod
+            // of 0 blocks held one block in the index. Unknown, the configured ones are used.
+            let positive = |label| sample.label(label).and_then(|v| v.parse().ok()).filter(|&n: &u64| n > 0);
+            metrics.block_size = positive("block_size").and_then(|n| u32::try_from(n).ok());
+            metrics.num_gpu_blocks = positive("num_gpu_blocks");
             return;
         }
         "vllm:lora_requests_info" => {
@@ -322,6 +326,18 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
         assert_eq!(m.implausible.as_deref(), Some("vllm:kv_cache_usage_perc 87.5"));
         let m = parse_engine_metrics(VLLM_TWO_ENGINES).unwrap();
         assert_eq!(m.implausible, None, "a true page says nothing");
+    }
+
+    #[test]
+    fn a_cache_of_zero_blocks_or_blocks_of_zero_tokens_is_unknown() {
+        let page = "vllm:num_requests_waiting 0\n\
+            vllm:cache_config_info{block_size=\"0\",num_gpu_blocks=\"0\"} 1\n";
+        let m = parse_engine_metrics(page).unwrap();
+        assert_eq!((m.block_size, m.num_gpu_blocks), (None, None));
+        let page = "vllm:num_requests_waiting 0\n\
+            vllm:cache_config_info{block_size=\"4294967296\",num_gpu_blocks=\"None\"} 1\n";
+        let m = parse_engine_metrics(page).unwrap();
+        assert_eq!((m.block_size, m.num_gpu_blocks), (None, None));
     }
 
     #[test]
