@@ -38,7 +38,7 @@ enum Kind {
 
 /// Fenced `json` blocks, each known by a piece of its first line.
 const EXAMPLES: &[(&str, &str, Kind)] = &[
-    ("docs/configuration.md", r#"{"kubernetes": {"namespace": "llm", "label_selector": "app=vllm-qwen""#, Kind::Singleton),
+    ("docs/configuration.md", r#"{"kubernetes": {"namespace": "llm", "label_selector""#, Kind::Singleton),
     ("docs/configuration.md", r#"{"models": {"#, Kind::Filter),
     ("docs/configuration.md", r#"{ "comparison": { "baseline_share": 0.5"#, Kind::Filter),
     ("docs/configuration.md", r#"{ "pool": [], "pd": { "threshold_tokens": 1024 } }"#, Kind::Filter),
