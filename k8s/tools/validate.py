@@ -29,7 +29,9 @@
 5. The alerting rules (k8s/alerts) with promtool, and the chart's PrometheusRule and
    PodMonitor against them; the dashboard's queries with promtool on series of given shapes
    (k8s/tools/alerts_check.py).
-6. With OLDEST_ENVOY_BIN set (the Makefile sets it), every configuration of 2 without the
+6. The docs name only series the plugin exports and `make` targets the Makefile has
+   (k8s/tools/docs_check.py).
+7. With OLDEST_ENVOY_BIN set (the Makefile sets it), every configuration of 2 without the
    Kubernetes token injector's `header_value_prefix` (Envoy >= 1.37) also passes
    `envoy --mode validate` on that older Envoy (docs/deployment.md, "Envoy versions").
 
@@ -54,6 +56,7 @@ import yaml
 import kubernetes_validate
 
 import alerts_check
+import docs_check
 import envoy_template
 import modules_check
 
@@ -1331,6 +1334,12 @@ def main():
         fail("k8s/dashboards", problem)
     if not dashboard_problems:
         print("  ok  k8s/dashboards/wasm-epp.json: queries tested by wasm-epp.dashboard.test.yaml")
+    print("docs: series and make targets")
+    doc_problems = docs_check.check()
+    for problem in doc_problems:
+        fail("docs", problem)
+    if not doc_problems:
+        print("  ok  every wasm_epp_* series the docs name is exported; every `make` target exists")
     print("docker compose")
     check_compose()
     check_plain_envoy_guide()
