@@ -1238,6 +1238,14 @@ def check_compose_builds(where, compose_dir, services):
             fail(where, f"{name}: its build context sends target/ to Docker (no .dockerignore entry)")
 
 
+def report_check(where, problems, ok_line):
+    """Each of a checker's problems as a failure of `where`; its ok line when it has none."""
+    for problem in problems:
+        fail(where, problem)
+    if not problems:
+        print(f"  ok  {ok_line}")
+
+
 def check_compose():
     where = "envoy/compose/docker-compose.yaml"
     compose_dir = ROOT / "envoy/compose"
@@ -1324,22 +1332,13 @@ def main():
               f"container; {scripts} distinct unpack script(s) run, modules identical")
     check_chart_follows_manifests()
     print("alerting rules and dashboard queries (promtool)")
-    alert_problems = alerts_check.check_rule_files()
-    for problem in alert_problems:
-        fail("k8s/alerts", problem)
-    if not alert_problems:
-        print("  ok  k8s/alerts/wasm-epp.rules.yaml: promtool check rules, test rules")
-    dashboard_problems = alerts_check.check_dashboard_queries()
-    for problem in dashboard_problems:
-        fail("k8s/dashboards", problem)
-    if not dashboard_problems:
-        print("  ok  k8s/dashboards/wasm-epp.json: queries tested by wasm-epp.dashboard.test.yaml")
+    report_check("k8s/alerts", alerts_check.check_rule_files(),
+                 "k8s/alerts/wasm-epp.rules.yaml: promtool check rules, test rules")
+    report_check("k8s/dashboards", alerts_check.check_dashboard_queries(),
+                 "k8s/dashboards/wasm-epp.json: queries tested by wasm-epp.dashboard.test.yaml")
     print("docs: series and make targets")
-    doc_problems = docs_check.check()
-    for problem in doc_problems:
-        fail("docs", problem)
-    if not doc_problems:
-        print("  ok  every wasm_epp_* series the docs name is exported; every `make` target exists")
+    report_check("docs", docs_check.check(),
+                 "every wasm_epp_* series the docs name is exported; every `make` target exists")
     print("docker compose")
     check_compose()
     check_plain_envoy_guide()
