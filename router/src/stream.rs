@@ -280,8 +280,7 @@ impl RequestStream {
                     return self.route_model(host, &request, &body, target);
                 }
                 let priority = class.priority(&self.worker.config, model);
-                self.flow_admitted = true;
-                if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
+                if self.admitted_now(host, priority) {
                     return self.route_model(host, &request, &body, target);
                 }
                 drop(request);
@@ -303,13 +302,19 @@ impl RequestStream {
                 // would go past the queue and past every pod's in-flight bound.
                 let Some(class) = self.flow_class else { return self.route(host, None) };
                 let priority = class.priority(&self.worker.config, None);
-                self.flow_admitted = true;
-                if crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow {
+                if self.admitted_now(host, priority) {
                     return self.route(host, None);
                 }
                 self.hold(host, priority, class, body, None)
             }
         }
+    }
+
+    /// Flow control's admission of a request whose body is held: whether it goes on now
+    /// (else the caller holds it). Either way it was admitted (its queue time is reported).
+    fn admitted_now(&mut self, host: &dyn Host, priority: i32) -> bool {
+        self.flow_admitted = true;
+        crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow
     }
 
     /// Routes a request whose body is not read: over `max_body_bytes` or past
