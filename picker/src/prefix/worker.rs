@@ -39,7 +39,8 @@ const SESSION_SEED: u64 = 0x5e55_1011_0000_0001;
 /// prompt chain: a chain starting with this exact value is a 1-in-2^64 accident.
 const SESSION_MARKER: u64 = 0x5e55_1011_ffff_fffe;
 
-/// Sessions remembered per worker; the oldest is forgotten past this (~100 bytes each).
+/// Sessions remembered per worker; the least recently used is forgotten past this (~100
+/// bytes each, and 16 per use queued).
 pub const MAX_SESSIONS: usize = 65_536;
 
 /// The index key of a session id: recorded for the session's pod like a one-block chain.
@@ -57,22 +58,63 @@ pub struct SyncReport {
 
 /// Where each session last went. Last writer wins, in ring order, so every worker converges on
 /// the same pod for a session (the index would keep every pod a session ever visited).
+/// Bounded to [`MAX_SESSIONS`]; the one used longest ago is forgotten first, so a long
+/// conversation stays on its pod however many short ones come and go beside it.
 #[derive(Default)]
 struct Sessions {
     /// Keyed: session keys are hashes of a client's header (see [`crate::prefix::keyed`]).
-    pods: HashMap<u64, (String, u32), KeyedState>,
-    order: VecDeque<u64>,
+    pods: HashMap<u64, Session, KeyedState>,
+    /// Every use as (key, its stamp), oldest first. A use whose stamp is no longer its
+    /// session's latest is stale and skipped: moving a key to the back would walk the queue.
+    uses: VecDeque<(u64, u64)>,
+    /// Stamps uses in order.
+    clock: u64,
 }
+
+struct Session {
+    pod: String,
+    epoch: u32,
+    /// The stamp of its latest use.
+    used: u64,
+}
+
+/// Stale uses allowed beyond [`MAX_SESSIONS`] before the queue is compacted: each compaction
+/// walks at most 1.5 × [`MAX_SESSIONS`] uses and frees at least half of [`MAX_SESSIONS`], so a
+/// use costs O(1) amortised.
+const STALE_USES: usize = MAX_SESSIONS / 2;
 
 impl Sessions {
     fn set(&mut self, key: u64, pod: &str, epoch: u32) {
-        if self.pods.insert(key, (pod.to_string(), epoch)).is_none() {
-            self.order.push_back(key);
+        self.clock += 1;
+        let used = self.clock;
+        match self.pods.get_mut(&key) {
+            Some(session) => {
+                if session.pod != pod {
+                    session.pod = pod.to_string();
+                }
+                session.epoch = epoch;
+                session.used = used;
+            }
+            None => {
+                self.pods.insert(key, Session { pod: pod.to_string(), epoch, used });
+            }
         }
+        self.uses.push_back((key, used));
         while self.pods.len() > MAX_SESSIONS {
-            let Some(oldest) = self.order.pop_front() else { break };
-            self.pods.remove(&oldest);
+            let Some((oldest, stamp)) = self.uses.pop_front() else { break };
+            if self.pods.get(&oldest).is_some_and(|session| session.used == stamp) {
+                self.pods.remove(&oldest);
+            }
         }
+        if self.uses.len() > MAX_SESSIONS + STALE_USES {
+            self.drop_stale_uses();
+        }
+    }
+
+    /// Keeps only each live session's latest use.
+    fn drop_stale_uses(&mut self) {
+        let pods = &self.pods;
+        self.uses.retain(|(key, stamp)| pods.get(key).is_some_and(|session| session.used == *stamp));
     }
 }
 
@@ -112,7 +154,7 @@ impl WorkerPrefix {
         let key = HashKey::from_seed(seed);
         Self {
             index: PrefixIndex::with_key(max_entries, key),
-            sessions: Sessions { pods: HashMap::with_hasher(KeyedState(key)), order: VecDeque::new() },
+            sessions: Sessions { pods: HashMap::with_hasher(KeyedState(key)), uses: VecDeque::new(), clock: 0 },
             reader: RingReader::new(StartAt::Oldest),
             origin: origin_of(seed),
             pending: VecDeque::new(),
@@ -152,7 +194,7 @@ impl WorkerPrefix {
 
     /// The pod (and its epoch then) that session `key` last went to.
     pub fn session_pod(&self, key: u64) -> Option<(&str, u32)> {
-        self.sessions.pods.get(&key).map(|(pod, epoch)| (pod.as_str(), *epoch))
+        self.sessions.pods.get(&key).map(|session| (session.pod.as_str(), session.epoch))
     }
 
     /// When this worker last picked `pod` (pick counter; 0 = never).
@@ -278,17 +320,16 @@ impl WorkerPrefix {
         self.last_picked.retain(|pod, _| keep(pod));
         let gone: HashSet<String> = {
             let mut kept: HashMap<&str, bool> = HashMap::new();
-            for (pod, _) in self.sessions.pods.values() {
-                kept.entry(pod.as_str()).or_insert_with(|| keep(pod));
+            for session in self.sessions.pods.values() {
+                kept.entry(session.pod.as_str()).or_insert_with(|| keep(&session.pod));
             }
             kept.into_iter().filter(|(_, kept)| !kept).map(|(pod, _)| pod.to_owned()).collect()
         };
         if gone.is_empty() {
             return;
         }
-        self.sessions.pods.retain(|_, (pod, _)| !gone.contains(pod.as_str()));
-        let sessions = &self.sessions.pods;
-        self.sessions.order.retain(|key| sessions.contains_key(key));
+        self.sessions.pods.retain(|_, session| !gone.contains(session.pod.as_str()));
+        self.sessions.drop_stale_uses();
     }
 }
 
@@ -389,7 +430,7 @@ mod tests {
         for key in 2..(MAX_SESSIONS as u64 + 2) {
             worker.sessions.set(key, "10.0.0.2:80", 0);
         }
-        assert_eq!(worker.sessions.order.len(), MAX_SESSIONS);
+        assert_eq!(worker.sessions.uses.len(), MAX_SESSIONS);
         assert!(worker.session_pod(MAX_SESSIONS as u64 + 1).is_some(), "the newest session is kept");
     }
 
@@ -410,7 +451,7 @@ mod tests {
         // The index's pods, the picked pods and the sessions' pods: each once.
         assert!(asked.get() <= 3 * pods.len(), "keep asked {} times for {} pods", asked.get(), pods.len());
         assert_eq!(worker.sessions.pods.len(), MAX_SESSIONS - 2 * MAX_SESSIONS / pods.len());
-        assert_eq!(worker.sessions.order.len(), worker.sessions.pods.len());
+        assert_eq!(worker.sessions.uses.len(), worker.sessions.pods.len());
         assert_eq!(worker.session_pod(64), None, "a session on a pod that left");
         assert_eq!(worker.session_pod(65), None);
         assert_eq!(worker.session_pod(2), Some((pods[2].as_str(), 0)));
@@ -426,6 +467,31 @@ mod tests {
         }
         assert_eq!(worker.sessions.pods.len(), MAX_SESSIONS);
         assert_eq!(worker.session_pod(0), None, "the oldest went first");
+    }
+
+    #[test]
+    fn a_session_in_use_outlives_newer_ones() {
+        let mut worker = WorkerPrefix::new(1024);
+        worker.sessions.set(0, "10.0.0.1:80", 0);
+        // A long conversation: a turn every thousand new one-request sessions, past the bound
+        // twice over. Forgotten in order of first use, it lost its pod at the bound.
+        for i in 1..(2 * MAX_SESSIONS as u64) {
+            worker.sessions.set(i, "10.0.0.2:80", 0);
+            if i % 1000 == 0 {
+                assert_eq!(worker.session_pod(0), Some(("10.0.0.1:80", 0)), "lost by turn {i}");
+                worker.sessions.set(0, "10.0.0.1:80", 0);
+            }
+        }
+        assert_eq!(worker.session_pod(0), Some(("10.0.0.1:80", 0)));
+        assert_eq!(worker.sessions.pods.len(), MAX_SESSIONS);
+        assert_eq!(worker.session_pod(1), None, "the least recently used went");
+        // The queue of uses stays bounded though one session is used again and again.
+        for _ in 0..(2 * MAX_SESSIONS) {
+            worker.sessions.set(0, "10.0.0.3:80", 1);
+        }
+        assert!(worker.sessions.uses.len() <= MAX_SESSIONS + STALE_USES);
+        assert_eq!(worker.session_pod(0), Some(("10.0.0.3:80", 1)), "last writer wins");
+        assert_eq!(worker.sessions.pods.len(), MAX_SESSIONS);
     }
 
     #[test]
