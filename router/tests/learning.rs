@@ -88,8 +88,7 @@ fn a_slow_pod_one_worker_learned_of_is_avoided_by_the_other_after_a_tick() {
     let bench = Bench::new(LEARNING);
     bench.publish(1, &POOL);
     let other = bench.another_worker(8);
-    bench.tick();
-    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    bench.tick_with(&other);
     let prompt = |i: usize| streamed(&format!("{i} {}", "y".repeat(4_000)));
     for i in 0..12 {
         let (mut stream, routed) = bench.request(&COMPLETIONS, &prompt(i));
@@ -100,8 +99,7 @@ fn a_slow_pod_one_worker_learned_of_is_avoided_by_the_other_after_a_tick() {
     let predicted = |pod: &str| other.learning.borrow().models.predict(pod, load);
     assert!(predicted(POOL[1].0) < 2.0 * predicted(POOL[0].0), "the other worker has not heard yet");
     bench.host.advance(100);
-    bench.tick();
-    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    bench.tick_with(&other);
     let (fast, slow) = (predicted(POOL[0].0), predicted(POOL[1].0));
     assert!(slow > 3.0 * fast, "slow {slow} ms vs fast {fast} ms, from the first worker's answers");
     assert_eq!(other.learning.borrow().models.observed(), 0, "it observed nothing itself");
@@ -608,14 +606,12 @@ fn after_the_wall_clock_stepped_back_the_workers_still_share_what_they_learn() {
     let bench = Bench::new(LEARNING);
     bench.publish(1, &POOL);
     let other = bench.another_worker(8);
-    bench.tick();
-    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    bench.tick_with(&other);
     // The wall clock steps back an hour (NTP at boot, a VM restored): each worker's next share
     // was set 100 ms ahead of the old time, so none shared until the clock caught up.
     bench.host.clock_ms.set(common::NOW - 3_600_000);
     bench.publish(2, &POOL);
-    bench.tick();
-    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    bench.tick_with(&other);
     let prompt = |i: usize| streamed(&format!("{i} {}", "y".repeat(4_000)));
     for i in 0..12 {
         let (mut stream, routed) = bench.request(&COMPLETIONS, &prompt(i));
@@ -623,8 +619,7 @@ fn after_the_wall_clock_stepped_back_the_workers_still_share_what_they_learn() {
         answer(&bench, &mut stream, if slow { 400 } else { 50 }, &usage_event(1_000, 0));
     }
     bench.host.advance(200);
-    bench.tick();
-    wasm_epp_router::tick::on_tick(&other, &bench.host);
+    bench.tick_with(&other);
     let load = picker::learn::Load { tokens: 1_000.0, requests: 0.0 };
     let predicted = |pod: &str| other.learning.borrow().models.predict(pod, load);
     let (fast, slow) = (predicted(POOL[0].0), predicted(POOL[1].0));

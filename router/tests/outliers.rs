@@ -197,10 +197,7 @@ fn a_pod_one_worker_ejected_is_passed_over_by_the_other_after_a_tick() {
     let bench = Bench::new(QUICK);
     bench.publish(1, &THREE_PODS);
     let other = bench.another_worker(8);
-    let tick_both = || {
-        bench.tick();
-        wasm_epp_router::tick::on_tick(&other, &bench.host);
-    };
+    let tick_both = || bench.tick_with(&other);
     tick_both();
     for i in 0..3 {
         request(&bench, &format!("p{i}"), &[BROKEN]);
@@ -357,10 +354,7 @@ fn after_the_wall_clock_stepped_back_the_other_worker_still_takes_an_ejection_ov
     let bench = Bench::new(QUICK);
     bench.publish(1, &THREE_PODS);
     let other = bench.another_worker(8);
-    let tick_both = || {
-        bench.tick();
-        wasm_epp_router::tick::on_tick(&other, &bench.host);
-    };
+    let tick_both = || bench.tick_with(&other);
     tick_both();
     // The host's wall clock steps back an hour (NTP at boot, a VM restored). Each worker had
     // set its next read of the others' ejections 100 ms ahead of the old time: it read none

@@ -7,6 +7,16 @@ const NOW: u64 = 1_000_000;
 const EXPIRY: u64 = 60_000;
 const POD: &str = "10.0.0.1:8000";
 
+/// Two workers of one Envoy that have each claimed a slot and read the other's (a synced
+/// again after b claimed its own).
+fn two_workers_knowing_each_others_slots(store: &MemoryStore) -> (WorkerInflight, WorkerInflight) {
+    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
+    a.sync(store, NOW, EXPIRY);
+    b.sync(store, NOW, EXPIRY);
+    a.sync(store, NOW, EXPIRY);
+    (a, b)
+}
+
 #[test]
 fn own_picks_count_at_once_and_others_after_their_tick() {
     let store = MemoryStore::new();
@@ -330,11 +340,8 @@ fn end(worker: &mut WorkerInflight, store: &MemoryStore, pod: &str, now_ms: u64,
 #[test]
 fn of_two_crossing_decisions_for_one_pod_exactly_the_later_gives_way_early_on() {
     let store = MemoryStore::new();
-    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
-    a.sync(&store, NOW, EXPIRY);
-    b.sync(&store, NOW, EXPIRY);
-    a.sync(&store, NOW, EXPIRY); // a learns of b's slot
-                                 // Both read before either publishes: each is blind to the other's pick.
+    let (mut a, mut b) = two_workers_knowing_each_others_slots(&store);
+    // Both read before either publishes: each is blind to the other's pick.
     let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, NOW + 1), begin(&mut b, &store, POD, NOW + 1));
     assert!(a.linearized() && b.linearized());
     assert!(end(&mut a, &store, POD, NOW + 1, deciding_a), "the first to confirm keeps its pick");
@@ -362,10 +369,7 @@ fn of_two_crossing_decisions_for_one_pod_exactly_the_later_gives_way_early_on() 
 #[test]
 fn past_a_workers_first_seconds_decisions_are_linearized_only_after_a_pick_took_a_last_slot() {
     let store = MemoryStore::new();
-    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
-    a.sync(&store, NOW, EXPIRY);
-    b.sync(&store, NOW, EXPIRY);
-    a.sync(&store, NOW, EXPIRY);
+    let (mut a, mut b) = two_workers_knowing_each_others_slots(&store);
     let later = NOW + SLOT_DISCOVERY_MS;
     let (deciding_a, deciding_b) = (begin(&mut a, &store, POD, later), begin(&mut b, &store, POD, later));
     assert!(!a.linearized() && !b.linearized(), "no shared-data read or write beyond the slots");
@@ -392,10 +396,7 @@ fn past_a_workers_first_seconds_decisions_are_linearized_only_after_a_pick_took_
 #[test]
 fn after_the_wall_clock_stepped_back_decisions_are_linearized_for_their_while_only() {
     let store = MemoryStore::new();
-    let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
-    a.sync(&store, NOW, EXPIRY);
-    b.sync(&store, NOW, EXPIRY);
-    a.sync(&store, NOW, EXPIRY);
+    let (mut a, mut b) = two_workers_knowing_each_others_slots(&store);
     let later = NOW + SLOT_DISCOVERY_MS;
     a.note_last_slot_taken(later);
     // The clock steps back 500 s: the first seconds of serving and the contended second lay

@@ -65,6 +65,13 @@ impl Bench {
         wasm_epp_router::tick::on_tick(&self.worker, &self.host);
     }
 
+    /// Ticks this worker, then `other` (one from [`Bench::another_worker`]): what each
+    /// shares reaches the other within two of these.
+    pub fn tick_with(&self, other: &Worker) {
+        self.tick();
+        wasm_epp_router::tick::on_tick(other, &self.host);
+    }
+
     /// Runs one request through headers and (if held) body, without ending it.
     pub fn request(&self, headers: &[(&str, &str)], body: &str) -> (RequestStream, Answer) {
         self.request_on(&self.worker, headers, body)
