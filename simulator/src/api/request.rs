@@ -3,8 +3,8 @@
 //! Accepts what vLLM accepts: `prompt` as a string, a list of strings (one choice each), a list
 //! of token ids, or a list of lists of token ids; `messages` with string content or a list of
 //! `text` / `image_url` parts. Sampling fields the simulator does not model (temperature, stop,
-//! ...) are ignored, as sampling does not change timing; `n` > 1, which would change it (vLLM
-//! runs `n` sequences), is refused with 400 rather than answered with fewer choices than asked.
+//! ...) are ignored, as sampling does not change timing; `n` is served as vLLM serves it, `n`
+//! sequences per prompt (see [`MAX_N`]).
 
 use serde::Deserialize;
 
@@ -16,6 +16,10 @@ use crate::tokenizer::{tokenize, VOCAB_SIZE};
 pub const MAX_BATCH_PROMPTS: usize = 256;
 /// Most messages in one chat request.
 pub const MAX_MESSAGES: usize = 4096;
+/// Largest `n`: vLLM's `VLLM_MAX_N_SEQUENCES` default (sampling_params.py
+/// `_verify_num_sequences`). Each sample is an engine request, so the pod's `--max-waiting`
+/// bounds what one request can queue well below this.
+pub const MAX_N: usize = 16384;
 
 /// One prompt, as given.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,8 +61,10 @@ pub struct CommonOptions {
 /// A parsed `POST /v1/completions` body.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompletionRequest {
-    /// Prompts, one choice each.
+    /// Prompts, `n` choices each.
     pub prompts: Vec<PromptInput>,
+    /// Choices per prompt (`n`, at least 1).
+    pub n: usize,
     /// Model, length and streaming options.
     pub options: CommonOptions,
 }
@@ -70,6 +76,8 @@ pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     /// Whether to append the assistant generation prompt (default true).
     pub add_generation_prompt: bool,
+    /// Choices (`n`, at least 1).
+    pub n: usize,
     /// Model, length and streaming options.
     pub options: CommonOptions,
 }
@@ -190,8 +198,8 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     }
     let mut options = common_options(raw.model, raw.max_tokens, "max_tokens", raw.stream, raw.stream_options)?;
     options.cache_salt = cache_salt(raw.cache_salt)?;
-    check_n(raw.n.as_ref())?;
-    Ok(CompletionRequest { prompts, options })
+    let n = check_n(raw.n.as_ref())?;
+    Ok(CompletionRequest { prompts, n, options })
 }
 
 /// Parses a chat completions body.
@@ -209,8 +217,8 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     };
     let mut options = common_options(raw.model, max_tokens, param, raw.stream, raw.stream_options)?;
     options.cache_salt = cache_salt(raw.cache_salt)?;
-    check_n(raw.n.as_ref())?;
-    Ok(ChatRequest { messages, add_generation_prompt: raw.add_generation_prompt.unwrap_or(true), options })
+    let n = check_n(raw.n.as_ref())?;
+    Ok(ChatRequest { messages, add_generation_prompt: raw.add_generation_prompt.unwrap_or(true), n, options })
 }
 
 /// vLLM's `check_cache_salt_support` (entrypoints/openai/protocol.py, on completions and chat):
@@ -225,20 +233,24 @@ fn cache_salt(raw: Option<serde_json::Value>) -> Result<Option<String>, ApiError
     }
 }
 
-/// `n`: vLLM returns `n` choices per prompt; the simulator serves one and refuses more rather
-/// than answer fewer choices than asked (`n` < 1 gets vLLM's own message).
-fn check_n(raw: Option<&serde_json::Value>) -> Result<(), ApiError> {
+/// `n`: choices per prompt, 1 when absent or null; vLLM's bounds and messages
+/// (sampling_params.py `_verify_num_sequences`): at least 1, at most [`MAX_N`]. Greedy
+/// sampling (`temperature` 0) with `n` > 1 is allowed, as in vLLM.
+fn check_n(raw: Option<&serde_json::Value>) -> Result<usize, ApiError> {
     let n = match raw {
-        None | Some(serde_json::Value::Null) => return Ok(()),
+        None | Some(serde_json::Value::Null) => return Ok(1),
         Some(value) => value.as_i64().ok_or_else(|| ApiError::bad_param("n", "n must be an int."))?,
     };
-    match n {
-        1 => Ok(()),
-        n if n < 1 => Err(ApiError::bad_param("n", format!("n must be at least 1, got {n}."))),
-        n => Err(ApiError::bad_param(
+    if n < 1 {
+        return Err(ApiError::bad_param("n", format!("n must be at least 1, got {n}.")));
+    }
+    match usize::try_from(n) {
+        Ok(n) if n <= MAX_N => Ok(n),
+        _ => Err(ApiError::bad_param(
             "n",
             format!(
-                "n = {n} is not supported by vllm-sim: it serves one choice per prompt (send {n} requests instead)."
+                "n must be at most {MAX_N}, got {n}. To increase this limit, set the VLLM_MAX_N_SEQUENCES \
+                 environment variable."
             ),
         )),
     }

@@ -23,8 +23,8 @@ pub struct SseBody {
     events: mpsc::Receiver<ChoiceEvent>,
     meta: ResponseMeta,
     usage_options: StreamUsage,
-    /// Per choice: whether its role chunk was sent (chat only).
-    role_sent: Vec<bool>,
+    /// Whether the role chunks were sent (chat only).
+    roles_sent: bool,
     /// Per choice: tokens sent so far (for continuous usage).
     generated: Vec<usize>,
     usage: UsageTally,
@@ -40,21 +40,16 @@ pub struct StreamUsage {
     pub continuous: bool,
     /// Each choice's prompt tokens, in choice order.
     pub prompt_tokens: Vec<usize>,
+    /// Choices per prompt (`n`): the final usage counts each prompt once (0 reads as 1).
+    pub samples: usize,
 }
 
 impl SseBody {
     /// A body for one choice per entry of `usage_options.prompt_tokens`, fed by `events`.
     pub fn new(events: mpsc::Receiver<ChoiceEvent>, meta: ResponseMeta, usage_options: StreamUsage) -> Self {
         let choices = usage_options.prompt_tokens.len();
-        Self {
-            events,
-            meta,
-            usage_options,
-            role_sent: vec![false; choices],
-            generated: vec![0; choices],
-            usage: UsageTally::default(),
-            done: false,
-        }
+        let usage = UsageTally::with_samples(usage_options.samples);
+        Self { events, meta, usage_options, roles_sent: false, generated: vec![0; choices], usage, done: false }
     }
 
     /// The choice's counts so far, if continuous usage is on.
@@ -71,11 +66,13 @@ impl SseBody {
         match choice_event.event {
             GenerationEvent::Token { text, last } => {
                 let mut out = String::new();
-                if self.meta.kind == ApiKind::Chat && self.role_sent.get(choice) == Some(&false) {
-                    if let Some(sent) = self.role_sent.get_mut(choice) {
-                        *sent = true;
+                // vLLM sends every choice's role chunk (index 0..n) with the first output of
+                // any of them (serving_chat.py, `first_iteration`), before that token.
+                if self.meta.kind == ApiKind::Chat && !self.roles_sent {
+                    self.roles_sent = true;
+                    for index in 0..self.generated.len() {
+                        push_event(&mut out, &role_chunk(&self.meta, index, self.running_usage(index)));
                     }
-                    push_event(&mut out, &role_chunk(&self.meta, choice, self.running_usage(choice)));
                 }
                 self.usage.token(choice);
                 if let Some(generated) = self.generated.get_mut(choice) {
@@ -88,7 +85,7 @@ impl SseBody {
             }
             GenerationEvent::Finished(usage) => {
                 self.usage.finished(choice, usage);
-                if self.usage.finished_choices() < self.role_sent.len() {
+                if self.usage.finished_choices() < self.generated.len() {
                     return None;
                 }
                 self.done = true;
@@ -218,7 +215,7 @@ mod tests {
     #[test]
     fn continuous_usage_is_on_every_chunk() {
         let (_sender, receiver) = mpsc::channel(1);
-        let usage = StreamUsage { include_usage: true, continuous: true, prompt_tokens: vec![4] };
+        let usage = StreamUsage { include_usage: true, continuous: true, prompt_tokens: vec![4], samples: 1 };
         let mut body = SseBody::new(receiver, ResponseMeta::new(ApiKind::Chat, 1, 0, "m"), usage);
         let text = collect(&mut body, vec![token(0, " a", false), token(0, " b", true), finished(0)]);
         let chunks: Vec<Value> = text
@@ -240,7 +237,7 @@ mod tests {
         assert!(chunks[1]["usage"].get("prompt_tokens_details").is_none(), "chat dumps only the fields it set");
 
         let (_sender, receiver) = mpsc::channel(1);
-        let usage = StreamUsage { include_usage: true, continuous: true, prompt_tokens: vec![4] };
+        let usage = StreamUsage { include_usage: true, continuous: true, prompt_tokens: vec![4], samples: 1 };
         let mut body = SseBody::new(receiver, ResponseMeta::new(ApiKind::Completion, 1, 0, "m"), usage);
         let text = collect(&mut body, vec![token(0, " a", true), finished(0)]);
         let first: Value =
@@ -273,9 +270,10 @@ mod tests {
         let text = collect(&mut body, vec![token(0, " a", true), token(1, " b", true), finished(0), finished(1)]);
         let events: Vec<&str> = text.split("\n\n").filter(|event| !event.is_empty()).collect();
         assert_eq!(events.len(), 6, "{text}");
-        assert!(events[0].contains("\"role\":\"assistant\""));
-        assert!(events[1].contains("\"content\":\" a\""));
-        assert!(events[4].contains("\"prompt_tokens\":8"), "usage sums the choices");
+        assert!(events[0].contains("\"role\":\"assistant\"") && events[0].contains("\"index\":0"));
+        assert!(events[1].contains("\"role\":\"assistant\"") && events[1].contains("\"index\":1"), "every role first");
+        assert!(events[2].contains("\"content\":\" a\""));
+        assert!(events[4].contains("\"prompt_tokens\":8"), "usage sums the prompts");
         assert_eq!(events[5], "data: [DONE]");
         assert!(body.ended());
     }

@@ -41,7 +41,7 @@ pub async fn completions(
     let request = parse_completion(body)?;
     let prompts = request.prompts.iter().map(|prompt| prompt.tokens()).collect();
     let remote = prefiller.map(|prefiller| RemotePrefill { prefiller, path: "/v1/completions", body });
-    generate(pod, ApiKind::Completion, prompts, request.options, arrival, remote).await
+    generate(pod, ApiKind::Completion, prompts, request.n, request.options, arrival, remote).await
 }
 
 /// Handles `POST /v1/chat/completions`.
@@ -54,7 +54,7 @@ pub async fn chat_completions(
     let request = parse_chat(body)?;
     let prompts = vec![tokenize(&request.rendered_prompt())];
     let remote = prefiller.map(|prefiller| RemotePrefill { prefiller, path: "/v1/chat/completions", body });
-    generate(pod, ApiKind::Chat, prompts, request.options, arrival, remote).await
+    generate(pod, ApiKind::Chat, prompts, request.n, request.options, arrival, remote).await
 }
 
 /// A request that names a prefill pod (`x-prefiller-host-port`): where, and what to send it.
@@ -71,7 +71,7 @@ pub async fn responses(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result
     let earlier = continued_conversation(pod, request.previous_response_id.as_deref())?;
     request.continue_from(&earlier);
     let prompts = vec![tokenize(&request.rendered_prompt())];
-    let started = start_generation(pod, prompts, &request.options, arrival, None).await?;
+    let started = start_generation(pod, prompts, 1, &request.options, arrival, None).await?;
     let pod_tag = {
         let mut hasher = StableHasher::with_seed(0x7265_7370); // "resp"
         hasher.write_bytes(pod.served_by().as_bytes());
@@ -95,7 +95,7 @@ pub async fn responses(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result
         let on_complete = store.map(|store| Box::new(store) as responses_api::OnComplete);
         return Ok(event_stream(EventBody(ResponsesStream::new(started.events, meta, on_complete)).boxed_unsync()));
     }
-    let (texts, usage) = collect_choices(started.events, started.choices).await?;
+    let (texts, usage) = collect_choices(started.events, started.choices, 1).await?;
     let text = texts.concat();
     if let Some(store) = store {
         store(&text, &usage);
@@ -111,14 +111,14 @@ pub async fn messages(pod: &Arc<Pod>, body: &Bytes, arrival: Instant) -> Result<
     let prompt = tokenize(&request.rendered_prompt());
     let prompt_tokens = prompt.len();
     let max_tokens = request.options.max_tokens;
-    let started = start_generation(pod, vec![prompt], &request.options, arrival, None).await?;
+    let started = start_generation(pod, vec![prompt], 1, &request.options, arrival, None).await?;
     // vLLM answers with its chat's id.
     let id = ResponseMeta::new(ApiKind::Chat, started.request_number, unix_seconds(), &started.model).id;
     if request.options.stream {
         let stream = MessagesStream::new(started.events, id, started.model, prompt_tokens, max_tokens);
         return Ok(event_stream(EventBody(stream).boxed_unsync()));
     }
-    let (texts, usage) = collect_choices(started.events, started.choices).await?;
+    let (texts, usage) = collect_choices(started.events, started.choices, 1).await?;
     Ok(json_response(200, &messages_api::full_message(&id, &started.model, &texts.concat(), &usage, max_tokens)))
 }
 
@@ -171,15 +171,18 @@ struct Started {
     prompt_tokens: Vec<usize>,
 }
 
+/// Serves a completions or chat request: `n` choices per prompt, numbered as vLLM numbers
+/// them (prompt `p`'s samples are choices `p*n .. p*n + n - 1`).
 async fn generate(
     pod: &Arc<Pod>,
     kind: ApiKind,
     prompts: Vec<Vec<u32>>,
+    n: usize,
     options: CommonOptions,
     arrival: Instant,
     remote: Option<RemotePrefill<'_>>,
 ) -> Result<Response<SimBody>, ApiError> {
-    let started = start_generation(pod, prompts, &options, arrival, remote).await?;
+    let started = start_generation(pod, prompts, n, &options, arrival, remote).await?;
     let mut meta = ResponseMeta::new(kind, started.request_number, unix_seconds(), &started.model);
     meta.prompt_tokens_details = pod.config().prompt_tokens_details;
     if options.stream {
@@ -187,11 +190,12 @@ async fn generate(
             include_usage: options.include_usage,
             continuous: options.continuous_usage,
             prompt_tokens: started.prompt_tokens,
+            samples: n,
         };
         let body = SseBody::new(started.events, meta, usage);
         return Ok(event_stream(EventBody(body).boxed_unsync()));
     }
-    collect_response(started.events, &meta, started.choices).await
+    collect_response(started.events, &meta, started.choices, n).await
 }
 
 fn event_stream(body: SimBody) -> Response<SimBody> {
@@ -202,11 +206,12 @@ fn event_stream(body: SimBody) -> Response<SimBody> {
     response
 }
 
-/// Checks the model and lengths, applies faults and P/D, queues every prompt and starts their
-/// generation tasks.
+/// Checks the model and lengths, applies faults and P/D, queues `n` samples of every prompt
+/// (one engine request each, as vLLM's parallel sampling) and starts their generation tasks.
 async fn start_generation(
     pod: &Arc<Pod>,
     prompts: Vec<Vec<u32>>,
+    n: usize,
     options: &CommonOptions,
     arrival: Instant,
     remote: Option<RemotePrefill<'_>>,
@@ -234,38 +239,50 @@ async fn start_generation(
         prefill_remotely(pod, remote.prefiller, remote.path, remote.body, &prompts, &key).await;
     }
 
-    let mut jobs = Vec::with_capacity(prompts.len());
-    for (choice, (prompt, max_tokens)) in prompts.into_iter().zip(max_tokens).enumerate() {
-        let prompt_tokens = prompt.len();
-        let stream_seed = stream_seed(&prompt, adapter.as_deref());
-        let submission = Submission {
-            tokens: prompt,
+    let n = n.max(1);
+    let seeds: Vec<u64> = prompts.iter().map(|prompt| stream_seed(prompt, adapter.as_deref())).collect();
+    // Choice `p*n + k` is sample `k` of prompt `p`, as vLLM numbers them.
+    let submissions = prompts.iter().zip(&max_tokens).zip(&seeds).flat_map(|((prompt, &max_tokens), &seed)| {
+        let adapter = &adapter;
+        (0..n).map(move |sample| Submission {
+            tokens: prompt.clone(),
             lora: adapter.clone(),
             cache_salt: options.cache_salt.clone(),
             max_tokens,
-            stream_seed,
+            stream_seed: sample_seed(seed, sample),
             arrival,
-        };
-        match pod.submit_request(submission) {
-            Ok(ticket) => jobs.push(GenerationJob { choice, ticket, prompt_tokens, max_tokens, stream_seed }),
-            Err(error) => {
-                for job in &jobs {
-                    pod.abort_request(job.ticket.id);
-                }
-                return Err(error);
-            }
-        }
-    }
-    let request_number = jobs.first().map(|job| job.ticket.id).unwrap_or_default();
+        })
+    });
+    let tickets = pod.submit_requests(submissions)?;
+    let request_number = tickets.first().map(|ticket| ticket.id).unwrap_or_default();
     let model = options.model.clone().unwrap_or_else(|| pod.config().model.clone());
-    let choices = jobs.len();
-    let prompt_tokens = jobs.iter().map(|job| job.prompt_tokens).collect();
-    let (sender, events) = mpsc::channel(EVENTS_BUFFERED_PER_CHOICE * choices.max(1));
-    for job in jobs {
+    let choices = tickets.len();
+    let prompt_tokens: Vec<usize> = (0..choices).map(|choice| prompts.get(choice / n).map_or(0, Vec::len)).collect();
+    let (sender, events) = mpsc::channel(EVENTS_BUFFERED_PER_CHOICE.saturating_mul(choices.max(1)));
+    for (choice, ticket) in tickets.into_iter().enumerate() {
+        let prompt = choice / n;
+        let job = GenerationJob {
+            choice,
+            ticket,
+            prompt_tokens: prompts.get(prompt).map_or(0, Vec::len),
+            max_tokens: max_tokens.get(prompt).copied().unwrap_or_default(),
+            stream_seed: sample_seed(seeds.get(prompt).copied().unwrap_or_default(), choice % n),
+        };
         tokio::spawn(run_generation(Arc::clone(pod), job, sender.clone()));
     }
     drop(sender);
     Ok(Started { events, request_number, model, choices, prompt_tokens })
+}
+
+/// Sample `sample` of a prompt: the first keeps the prompt's seed (so `n` = 1 answers as it
+/// always did), each other sample its own, so the `n` choices differ as sampled ones would.
+fn sample_seed(prompt_seed: u64, sample: usize) -> u64 {
+    if sample == 0 {
+        return prompt_seed;
+    }
+    let mut hasher = StableHasher::with_seed(prompt_seed);
+    hasher.write_u64(sample as u64);
+    hasher.finish()
 }
 
 /// Tokens to generate: as asked if it fits `max_model_len` (else 400, as vLLM), or the default
@@ -304,20 +321,22 @@ async fn collect_response(
     receiver: mpsc::Receiver<ChoiceEvent>,
     meta: &ResponseMeta,
     choices: usize,
+    n: usize,
 ) -> Result<Response<SimBody>, ApiError> {
-    let (texts, usage) = collect_choices(receiver, choices).await?;
+    let (texts, usage) = collect_choices(receiver, choices, n).await?;
     let choice_texts: Vec<ChoiceText> =
         texts.into_iter().map(|text| ChoiceText { text, finish_reason: "length" }).collect();
     Ok(json_response(200, &full_response(meta, &choice_texts, &usage)))
 }
 
-/// Every choice's text and the usage summed, once all have finished.
+/// Every choice's text and the usage summed (`n` choices per prompt), once all have finished.
 async fn collect_choices(
     mut receiver: mpsc::Receiver<ChoiceEvent>,
     choices: usize,
+    n: usize,
 ) -> Result<(Vec<String>, Usage), ApiError> {
     let mut texts = vec![String::new(); choices];
-    let mut usage = UsageTally::default();
+    let mut usage = UsageTally::with_samples(n);
     // Each event is a token, a finish or a failure; the tasks send a bounded number of them.
     while let Some(ChoiceEvent { choice, event }) = receiver.recv().await {
         match event {

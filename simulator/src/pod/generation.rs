@@ -27,12 +27,17 @@ pub struct Usage {
     pub cached_tokens: usize,
 }
 
-/// A request's `usage` from its choices' counts, as vLLM v0.11 reports it: token counts summed,
-/// and the cached tokens of one prompt, not their sum: the first output's when streaming
+/// A request's `usage` from its choices' counts, as vLLM v0.11 reports it: completion tokens
+/// summed over the choices, prompt tokens once per prompt however many samples it has (`n`:
+/// choices `p*n .. p*n + n - 1` share prompt `p`; serving_completion.py sums
+/// `num_prompt_tokens` per prompt, serving_chat.py counts its one prompt once), and the cached
+/// tokens of one prompt, not their sum: the first output's when streaming
 /// (serving_completion.py 346-348, serving_chat.py 583-584), the last prompt's in a JSON
 /// answer (serving_completion.py 511-512 and 587-590).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct UsageTally {
+    /// Choices per prompt (`n`; 0 reads as 1).
+    samples: usize,
     prompt_tokens: usize,
     completion_tokens: usize,
     /// The choice whose token reached the client first, and its cached tokens once it finished.
@@ -43,6 +48,11 @@ pub struct UsageTally {
 }
 
 impl UsageTally {
+    /// A tally for a request of `samples` choices per prompt (`n`).
+    pub fn with_samples(samples: usize) -> Self {
+        Self { samples, ..Self::default() }
+    }
+
     /// Notes a token of `choice` (the first one names the choice whose cached tokens a stream reports).
     pub fn token(&mut self, choice: usize) {
         self.first.get_or_insert((choice, 0));
@@ -50,7 +60,10 @@ impl UsageTally {
 
     /// Adds a finished choice's counts.
     pub fn finished(&mut self, choice: usize, usage: Usage) {
-        self.prompt_tokens += usage.prompt_tokens;
+        // Each prompt's first sample counts its prompt tokens; its siblings share that prompt.
+        if choice.is_multiple_of(self.samples.max(1)) {
+            self.prompt_tokens += usage.prompt_tokens;
+        }
         self.completion_tokens += usage.completion_tokens;
         self.finished += 1;
         match &mut self.first {
@@ -207,5 +220,18 @@ mod tests {
         first_is_zero.finished(0, usage(40, 32));
         assert_eq!(first_is_zero.streamed().cached_tokens, 32);
         assert_eq!(first_is_zero.answered().cached_tokens, 64);
+    }
+
+    /// `n` samples of a prompt count its prompt tokens once and sum their completion tokens
+    /// (vLLM's usage for `n` > 1).
+    #[test]
+    fn samples_of_one_prompt_count_its_tokens_once() {
+        let mut tally = UsageTally::with_samples(3);
+        for choice in [2, 0, 1, 5, 3, 4] {
+            let prompt_tokens = if choice < 3 { 40 } else { 80 };
+            tally.finished(choice, usage(prompt_tokens, 0));
+        }
+        assert_eq!(tally.finished_choices(), 6);
+        assert_eq!(tally.answered(), Usage { prompt_tokens: 120, completion_tokens: 12, cached_tokens: 0 });
     }
 }

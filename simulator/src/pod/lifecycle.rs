@@ -37,47 +37,73 @@ impl Pod {
     /// with 503 if it would have to wait behind `max_waiting` others with no seat free for it
     /// (a request admitted at once never is).
     pub fn submit_request(&self, submission: Submission) -> Result<Ticket, ApiError> {
+        let mut tickets = self.submit_requests(std::iter::once(submission))?;
+        tickets.pop().ok_or_else(|| ApiError::new(500, "No request was submitted."))
+    }
+
+    /// Puts the engine requests of one HTTP request (each prompt's `n` samples) in the waiting
+    /// queue together, under one lock, then starts a step if the engine is idle. vLLM fans a
+    /// request with `n` > 1 out into `n` child requests sent to the engine core at once
+    /// (v1/engine/async_llm.py `add_request`, parallel_sampling.py), so they are scheduled
+    /// together: the first computes the prompt and its siblings, admitted in the same step,
+    /// find its blocks (cached when scheduled) and compute only the last partial block.
+    ///
+    /// Refused as a whole with 503 if one of them would wait behind `max_waiting` others with
+    /// no seat free (as [`Pod::submit_request`]); the ones queued before it are withdrawn.
+    /// `submissions` is read lazily, so a large `n` stops at the refusal rather than building
+    /// every sample's prompt first.
+    pub fn submit_requests(&self, submissions: impl IntoIterator<Item = Submission>) -> Result<Vec<Ticket>, ApiError> {
         let delivery_delay = self.config.latency.to_delay(self.config.latency.api_overhead_ms)
             + Duration::from_millis(self.faults().extra_latency_ms);
         let mut state = self.lock();
-        let id = self.next_request_id();
-        let (sender, events) = mpsc::unbounded_channel();
-        let waiting_ahead = state.engine.num_waiting();
-        let seat_free = state.engine.has_seat_for_one_more();
-        state.streams.insert(
-            id,
-            RequestStream {
-                events: sender,
-                arrival: submission.arrival,
-                enqueued_at: Instant::now(),
-                delivery_delay,
-                prompt_tokens: submission.tokens.len(),
-                last_token_at: None,
-                queued: None,
-            },
-        );
-        state.engine.enqueue(NewRequest {
-            id,
-            tokens: submission.tokens,
-            lora: submission.lora,
-            cache_salt: submission.cache_salt,
-            max_tokens: submission.max_tokens,
-            stream_seed: submission.stream_seed,
-        });
-        self.start_step_if_idle(&mut state);
-        if waiting_ahead >= self.config.max_waiting && !seat_free && state.engine.is_waiting(id) {
-            state.streams.remove(&id);
-            state.engine.abort(id);
-            state.rejected_overload += 1;
-            return Err(ApiError::unavailable(format!(
-                "The server is overloaded: {waiting_ahead} requests are waiting (--max-waiting {}).",
-                self.config.max_waiting
-            )));
+        let mut tickets = Vec::new();
+        for submission in submissions {
+            let id = self.next_request_id();
+            let (sender, events) = mpsc::unbounded_channel();
+            let waiting_ahead = state.engine.num_waiting();
+            let seat_free = state.engine.has_seat_for_one_more();
+            state.streams.insert(
+                id,
+                RequestStream {
+                    events: sender,
+                    arrival: submission.arrival,
+                    enqueued_at: Instant::now(),
+                    delivery_delay,
+                    prompt_tokens: submission.tokens.len(),
+                    last_token_at: None,
+                    queued: None,
+                },
+            );
+            state.engine.enqueue(NewRequest {
+                id,
+                tokens: submission.tokens,
+                lora: submission.lora,
+                cache_salt: submission.cache_salt,
+                max_tokens: submission.max_tokens,
+                stream_seed: submission.stream_seed,
+            });
+            tickets.push(Ticket { id, events, delivery_delay });
+            if waiting_ahead >= self.config.max_waiting && !seat_free {
+                // One that the step starting now admits is not refused.
+                self.start_step_if_idle(&mut state);
+                if state.engine.is_waiting(id) {
+                    for ticket in &tickets {
+                        state.streams.remove(&ticket.id);
+                        state.engine.abort(ticket.id);
+                    }
+                    state.rejected_overload += 1;
+                    return Err(ApiError::unavailable(format!(
+                        "The server is overloaded: {waiting_ahead} requests are waiting (--max-waiting {}).",
+                        self.config.max_waiting
+                    )));
+                }
+            }
         }
-        Ok(Ticket { id, events, delivery_delay })
+        self.start_step_if_idle(&mut state);
+        Ok(tickets)
     }
 
-    /// Aborts a request (client gone, or a sibling prompt refused): frees its seat and blocks.
+    /// Aborts a request (client gone): frees its seat and blocks.
     /// As in vLLM v0.11, a client abort is no finished request: `vllm:request_success_total`
     /// and the e2e and queue-time histograms never see it (v1/engine/output_processor.py
     /// `abort_requests` drops the request's state without making finished-request stats;

@@ -143,15 +143,18 @@ fn cache_salt_is_a_non_empty_string() {
     }
 }
 
-/// `n` > 1 is refused (vLLM would run `n` sequences; silently serving one hid that), `n` < 1
-/// gets vLLM's own message (sampling_params.py `_verify_args`).
+/// `n` as vLLM reads it: absent or null is 1, at least 1 and at most `VLLM_MAX_N_SEQUENCES`
+/// (16384) with vLLM's messages (sampling_params.py `_verify_num_sequences`).
 #[test]
-fn n_above_one_is_refused_not_ignored() {
-    assert!(completion(r#"{"prompt": "x", "n": 1}"#).is_ok());
-    assert!(chat(r#"{"messages": [{"role": "user", "content": "x"}], "n": null}"#).is_ok());
-    let refused = completion(r#"{"prompt": "x", "n": 2}"#).unwrap_err();
-    assert_eq!(refused.status, 400);
-    assert!(refused.message.contains("n = 2 is not supported"), "{}", refused.message);
-    assert_eq!(chat(r#"{"messages": [{"role": "user", "content": "x"}], "n": 3}"#).unwrap_err().status, 400);
+fn n_is_read_and_bounded_as_vllm() {
+    assert_eq!(completion(r#"{"prompt": "x"}"#).unwrap().n, 1);
+    assert_eq!(chat(r#"{"messages": [{"role": "user", "content": "x"}], "n": null}"#).unwrap().n, 1);
+    assert_eq!(completion(r#"{"prompt": ["x", "y"], "n": 3}"#).unwrap().n, 3);
+    assert_eq!(chat(r#"{"messages": [{"role": "user", "content": "x"}], "n": 2, "temperature": 0}"#).unwrap().n, 2);
+    assert_eq!(completion(r#"{"prompt": "x", "n": 16384}"#).unwrap().n, 16384);
     assert_eq!(completion(r#"{"prompt": "x", "n": 0}"#).unwrap_err().message, "n must be at least 1, got 0.");
+    let too_many = completion(r#"{"prompt": "x", "n": 16385}"#).unwrap_err();
+    assert_eq!(too_many.status, 400);
+    assert!(too_many.message.starts_with("n must be at most 16384, got 16385."), "{}", too_many.message);
+    assert_eq!(completion(r#"{"prompt": "x", "n": 1.5}"#).unwrap_err().status, 400);
 }
