@@ -187,10 +187,10 @@ fn agent_fields<'a>(
 /// What a request says, to compare the two parses.
 #[allow(clippy::type_complexity)]
 /// The fields both parses read: (model, stream, stream_options, prompt, messages, tools,
-/// cache_salt), then (prompt_logprobs, echo, logprobs).
+/// cache_salt), then (prompt_logprobs, echo, logprobs, n).
 type Fields<'a> = (
     (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>),
-    (Option<&'a str>, Option<&'a str>, Option<&'a str>),
+    (Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>),
 );
 
 fn fields<'a>(request: &InferenceRequest<'a>) -> Fields<'a> {
@@ -204,6 +204,6 @@ fn fields<'a>(request: &InferenceRequest<'a>) -> Fields<'a> {
             request.tools,
             request.cache_salt.as_deref().map(str::to_owned),
         ),
-        (request.prompt_logprobs, request.echo, request.logprobs),
+        (request.prompt_logprobs, request.echo, request.logprobs, request.n),
     )
 }

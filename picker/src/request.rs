@@ -114,6 +114,9 @@ pub struct InferenceRequest<'a> {
     pub echo: Option<&'a str>,
     #[serde(borrow, default, deserialize_with = "raw_text")]
     pub logprobs: Option<&'a str>,
+    /// `n`, raw: choices per prompt (see [`Self::cached_tokens_speak_for_the_prompt`]).
+    #[serde(borrow, default, deserialize_with = "raw_text")]
+    pub n: Option<&'a str>,
     /// The Responses API's prompt: `instructions` (a string) and `input` (a string or a list of
     /// items), raw; set by its own parse ([`responses::parse_responses`]) only.
     #[serde(skip)]
@@ -158,11 +161,18 @@ impl InferenceRequest<'_> {
     /// picker hashed: not for a batch of prompts (vLLM reports the last prompt's alone), nor
     /// for a request asking for its prompt's logprobs (`prompt_logprobs`, or `echo` with
     /// `logprobs`: vLLM computes those without its prefix cache, so it reports 0 cached).
-    /// Compared with the index's prediction, such a report would read as eviction.
+    /// Compared with the index's prediction, such a report would read as eviction. Nor for a
+    /// whole (not streamed) answer of `n` > 1 choices: vLLM V1 runs one child request per
+    /// choice and reports the cached tokens of the child that finished last
+    /// (v1/engine/parallel_sampling.py, output_processor.py), a sibling that found the first
+    /// child's prompt blocks, so it reads as the whole prompt cached on any pod, a cold one
+    /// too. (A stream reports its first output's, the first child's real hit.)
     pub fn cached_tokens_speak_for_the_prompt(&self) -> bool {
         let set = |raw: Option<&str>| raw.is_some_and(|value| value != "false");
         let prompt_logprobs = set(self.prompt_logprobs) || (self.echo == Some("true") && set(self.logprobs));
-        !prompt_logprobs && !self.prompt.is_some_and(is_batch_of_prompts)
+        let samples_answered_whole =
+            self.stream != Some(true) && self.n.and_then(|raw| raw.trim().parse::<f64>().ok()).is_some_and(|n| n > 1.0);
+        !prompt_logprobs && !samples_answered_whole && !self.prompt.is_some_and(is_batch_of_prompts)
     }
 }
 
@@ -371,6 +381,16 @@ mod tests {
         assert!(!speaks(r#"{"prompt":[[1, 2], [3]]}"#), "a batch of token ids");
         assert!(!speaks(r#"{"prompt":"one","prompt_logprobs":0}"#));
         assert!(!speaks(r#"{"prompt":"one","echo":true,"logprobs":0}"#));
+        assert!(speaks(r#"{"prompt":"one","n":1}"#));
+        assert!(speaks(r#"{"prompt":"one","n":null}"#));
+        assert!(!speaks(r#"{"prompt":"one","n":2}"#), "a sibling's hit, answered whole");
+        assert!(!speaks(r#"{"prompt":"one","n":3,"stream":false}"#));
+        assert!(speaks(r#"{"prompt":"one","n":2,"stream":true}"#), "a stream's is the first child's");
+        let chat = |body: &str| {
+            parse_request(body.as_bytes(), Endpoint::ChatCompletions).unwrap().cached_tokens_speak_for_the_prompt()
+        };
+        assert!(!chat(r#"{"messages":[{"role":"user","content":"x"}],"n":4}"#), "the cut parse reads n too");
+        assert!(chat(r#"{"messages":[{"role":"user","content":"x"}],"n":4,"stream":true}"#));
     }
 
     #[test]

@@ -601,6 +601,25 @@ fn a_batch_or_a_prompt_logprobs_answer_reports_no_cached_figure_for_the_prompt_h
     assert_eq!(bench.stat("wasm_epp.learning.cached_reports"), 1, "one prompt's is");
 }
 
+/// `n` > 1: vLLM V1 runs a child request per choice; a whole answer carries the cached tokens
+/// of the child that finished last, a sibling that hit the first one's prompt blocks (the
+/// whole prompt on a cold pod), so it is not compared; a stream's is the first child's, and is.
+#[test]
+fn a_whole_answer_of_several_choices_reports_no_cached_figure_for_the_prompt() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    let whole = r#"{"model":"m","prompt":"a prompt","max_tokens":4,"n":2}"#;
+    let (mut stream, _) = bench.request(&COMPLETIONS, whole);
+    let body = r#"{"choices":[{"index":0,"text":" a"},{"index":1,"text":" b"}],"usage":{"prompt_tokens":20,"completion_tokens":8,"prompt_tokens_details":{"cached_tokens":16}}}"#;
+    answer_with(&bench, &mut stream, "200", body);
+    assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1, "its usage is read");
+    assert_eq!(bench.stat("wasm_epp.learning.cached_reports"), 0, "but not compared with the prediction");
+    let streamed_n = r#"{"model":"m","prompt":"a prompt","max_tokens":4,"n":2,"stream":true,"stream_options":{"include_usage":true}}"#;
+    let (mut stream, _) = bench.request(&COMPLETIONS, streamed_n);
+    answer(&bench, &mut stream, 30, &usage_event(20, 0));
+    assert_eq!(bench.stat("wasm_epp.learning.cached_reports"), 1, "a stream's is the first choice's");
+}
+
 #[test]
 fn after_the_wall_clock_stepped_back_the_workers_still_share_what_they_learn() {
     let bench = Bench::new(LEARNING);

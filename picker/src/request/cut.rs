@@ -47,6 +47,7 @@ pub(super) fn cut_request(text: &str) -> Option<InferenceRequest<'_>> {
             "prompt_logprobs" => request.prompt_logprobs = known.raw(7, value)?,
             "echo" => request.echo = known.raw(8, value)?,
             "logprobs" => request.logprobs = known.raw(9, value)?,
+            "n" => request.n = known.raw(10, value)?,
             _ => {}
         }
         Some(end)

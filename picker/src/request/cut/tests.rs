@@ -6,10 +6,10 @@ use super::MAX_CUT_MESSAGES;
 use crate::prefix::{hash_prompt_noting_replies, HashParams};
 
 /// The fields both parses read: (model, stream, stream_options, prompt, messages, tools,
-/// cache_salt), then (prompt_logprobs, echo, logprobs), as the `request` fuzz target compares.
+/// cache_salt), then (prompt_logprobs, echo, logprobs, n), as the `request` fuzz target compares.
 type Fields<'a> = (
     (Option<String>, Option<bool>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<String>),
-    (Option<&'a str>, Option<&'a str>, Option<&'a str>),
+    (Option<&'a str>, Option<&'a str>, Option<&'a str>, Option<&'a str>),
 );
 
 fn fields<'a>(request: &InferenceRequest<'a>) -> Fields<'a> {
@@ -23,7 +23,7 @@ fn fields<'a>(request: &InferenceRequest<'a>) -> Fields<'a> {
             request.tools,
             request.cache_salt.as_deref().map(str::to_owned),
         ),
-        (request.prompt_logprobs, request.echo, request.logprobs),
+        (request.prompt_logprobs, request.echo, request.logprobs, request.n),
     )
 }
 
@@ -89,6 +89,7 @@ fn plain_chats_are_cut_and_hash_as_before() {
         r#"{"messages":[{"role":"user","content":[]},{"role":"user","content":[{"type":"text","text":"\u00e9\ud83d\ude00"}]}],"tools":[{"type":"function"}]}"#.to_owned(),
         r#"{"messages":[{"content":"lone \ud800 surrogate","role":"user"}],"cache_salt":"s\u00e9","model":"m\u00e9"}"#.to_owned(),
         r#"{"messages":[{"role":"user","content":"x"}],"prompt_logprobs":1,"echo":true,"logprobs":null}"#.to_owned(),
+        r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#.to_owned(),
         format!(r#"{{"model":"m","messages":[{{"role":"system","content":"{long}"}},{{"role":"user","content":"{long}"}},{{"role":"assistant","content":"{long}"}},{{"role":"user","content":"q"}}]}}"#),
         format!(r#"{{"messages":[{{"role":"user","content":{}1{}}}]}}"#, "[".repeat(10_000), "]".repeat(10_000)),
         format!(r#"{{"messages":[{}{{"role":"user","content":"last"}}]}}"#, r#"{"role":"user","content":"m"},"#.repeat(MAX_CUT_MESSAGES - 1)),
