@@ -59,6 +59,48 @@ def chat_streamed(client, model, pool):
     return pod
 
 
+def chat_n_whole(client, model, pool):
+    """`n=2`, as best-of-n harnesses ask: two choices (index 0 and 1), usage over both."""
+    raw = client.chat.completions.with_raw_response.create(
+        model=model, messages=[{"role": "user", "content": "Pick a number."}], max_tokens=5, n=2
+    )
+    completion = raw.parse()
+    assert [choice.index for choice in completion.choices] == [0, 1], completion.choices
+    assert all(choice.message.content for choice in completion.choices), "chat_n_whole: an empty choice"
+    usage = completion.usage
+    assert usage.completion_tokens == 10 and usage.total_tokens == usage.prompt_tokens + 10, usage
+    return served_by(raw.headers, pool, "chat_n_whole")
+
+
+def chat_n_streamed(client, model, pool):
+    """`n=2` streamed: each chunk names its choice, each choice finishes once, and the usage
+    event counts the prompt once (the prompt each chunk's running usage shows) and both choices."""
+    with client.chat.completions.with_streaming_response.create(
+        model=model,
+        messages=[{"role": "user", "content": "Pick a number."}],
+        max_tokens=6,
+        n=2,
+        stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
+    ) as response:
+        pod = served_by(response.headers, pool, "chat_n_streamed")
+        texts, finishes, prompts, usage = {}, {}, set(), None
+        for chunk in response.parse():
+            for choice in chunk.choices:
+                texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+                if choice.finish_reason:
+                    finishes.setdefault(choice.index, []).append(choice.finish_reason)
+            if chunk.choices and chunk.usage:
+                prompts.add(chunk.usage.prompt_tokens)
+            elif chunk.usage:
+                usage = chunk.usage
+    assert sorted(texts) == [0, 1] and all(texts.values()), f"chat_n_streamed: {texts}"
+    assert finishes == {0: ["length"], 1: ["length"]}, f"chat_n_streamed: finishes {finishes}"
+    assert usage is not None and usage.completion_tokens == 12, f"chat_n_streamed: usage {usage}"
+    assert prompts == {usage.prompt_tokens}, f"chat_n_streamed: prompt {usage.prompt_tokens}, chunks {prompts}"
+    return pod
+
+
 def completion_whole(client, model, pool):
     raw = client.completions.with_raw_response.create(model=model, prompt="Once upon a time", max_tokens=6)
     completion = raw.parse()
@@ -176,7 +218,7 @@ def main():
     served = {}
     try:
         cases = (chat_whole, chat_streamed, completion_whole, completion_streamed, responses_whole, responses_streamed)
-        for case in cases + (odd_text, forged_destination):
+        for case in cases + (odd_text, forged_destination, chat_n_whole, chat_n_streamed):
             served[case.__name__] = case(client, args.model, pool)
         served["model_list"] = model_list(client)
         served["unknown_model_status"] = unknown_model(client)

@@ -2,7 +2,8 @@
 //! `.node-openai`) against Envoy with wasm-epp: chat and completions, whole and streamed (with
 //! the usage event), odd text, a forged destination header, the gateway's model list and its
 //! 404 for an unknown model, and 24 requests at once through one client. The cases live in
-//! `tests/e2e/clients/openai_sdk.py` and `openai_sdk_node.cjs`, alike; each test starts the pool
+//! `tests/e2e/clients/openai_sdk.py` and `openai_sdk_node.cjs`, alike (the Python script also
+//! asks for `n=2` choices, whole and streamed); each test starts the pool
 //! and Envoy, runs a script and checks what it reports: the Python SDK as shipped and with
 //! learning on (which reads the SDK's answers as they pass), the Node SDK as shipped.
 
@@ -14,11 +15,13 @@ use launcher::envoy::EnvoyOptions;
 use launcher::paths::workspace_root;
 
 /// The script's answers that learning reads: whole ones (chat, completion, odd text, forged
-/// destination and the 24 concurrent completions) and streams (chat with `include_usage`,
-/// completion without), then its Responses API answers, one whole and one streamed (whose
-/// `response.completed` always carries usage).
-const WHOLE_ANSWERS: f64 = 28.0;
-const STREAMS: f64 = 2.0;
+/// destination, chat with `n=2` and the 24 concurrent completions) and streams (chat with
+/// `include_usage`, completion without, chat with `n=2` and usage), then its Responses API
+/// answers, one whole and one streamed (whose `response.completed` always carries usage).
+const WHOLE_ANSWERS: f64 = 29.0;
+const STREAMS: f64 = 3.0;
+/// The streams that ask for usage (the two chats).
+const STREAMS_WITH_USAGE: f64 = 2.0;
 const RESPONSES_WHOLE: f64 = 1.0;
 const RESPONSES_STREAMS: f64 = 1.0;
 
@@ -44,7 +47,7 @@ fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
     };
     let cluster = Cluster::start_ready_with("openai-sdk-learning", 3, &["--time-scale", "0"], learning_on);
     run_sdk_cases(&cluster, Sdk::Python);
-    // Every whole answer, the chat stream that asked for it and both Responses answers carry
+    // Every whole answer, the chat streams that asked for it and both Responses answers carry
     // usage; every stream opens as an event stream and gives one TTFT sample (the Responses
     // stream's at its first output event); no answer came from another pod. A pick that gave
     // way to its runner-up (two workers' decisions crossing in their first seconds, as the
@@ -54,7 +57,7 @@ fn with_learning_on_the_sdks_answers_are_learned_from_and_pass_unchanged() {
     let answers = WHOLE_ANSWERS + STREAMS + RESPONSES_WHOLE + RESPONSES_STREAMS;
     launcher::wait_until(Duration::from_secs(5), || stat("first_bytes") + yielded >= answers);
     assert_eq!(stat("first_bytes") + yielded, answers, "every answer noted or its pick given way");
-    let usage = WHOLE_ANSWERS + 1.0 + RESPONSES_WHOLE + RESPONSES_STREAMS;
+    let usage = WHOLE_ANSWERS + STREAMS_WITH_USAGE + RESPONSES_WHOLE + RESPONSES_STREAMS;
     launcher::wait_until(Duration::from_secs(5), || stat("usage_reports") + yielded >= usage);
     let (reports, samples) = (stat("usage_reports"), stat("ttft_samples"));
     assert!(reports <= usage && reports + yielded >= usage, "{reports} usage reports of {usage}, {yielded} given way");
@@ -106,7 +109,13 @@ fn run_sdk_cases(cluster: &Cluster, sdk: Sdk) {
     eprintln!("openai {sdk:?} SDK report: {report}");
     let pool = cluster.pool();
     let cases = ["chat_whole", "chat_streamed", "completion_whole", "completion_streamed", "responses_whole"];
-    for case in cases.into_iter().chain(["responses_streamed", "odd_text", "forged_destination"]) {
+    // `n` > 1 (two choices, whole and streamed): the Python script's cases.
+    let n_cases: &[&str] = match sdk {
+        Sdk::Python => &["chat_n_whole", "chat_n_streamed"],
+        Sdk::Node => &[],
+    };
+    let more = ["responses_streamed", "odd_text", "forged_destination"];
+    for case in cases.into_iter().chain(more).chain(n_cases.iter().copied()) {
         let pod = report[case].as_str().unwrap_or_else(|| panic!("{case} missing: {report}"));
         assert!(pool.iter().any(|p| p == pod), "{case} served by {pod}");
     }
