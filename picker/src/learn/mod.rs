@@ -94,9 +94,10 @@ pub struct Dispatch {
     /// answer always carries its cached tokens; a Messages one never does.
     pub details_only_on_hits: bool,
     /// The pod's cached-token figure will not be this prompt's: a batch of prompts (vLLM
-    /// reports the last one's) or a request for the prompt's logprobs (computed without the
-    /// prefix cache). Its `usage` still tells the prompt's size; its cached tokens are not
-    /// compared with the prediction.
+    /// reports the last one's), a request for the prompt's logprobs (computed without the
+    /// prefix cache) or a whole answer of `n` > 1 choices (the last child's, a sibling's hit).
+    /// Its `usage` still tells the prompt's size; its cached tokens are not compared with the
+    /// prediction.
     pub cached_report_unrelated: bool,
 }
 
