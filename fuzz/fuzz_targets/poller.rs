@@ -33,7 +33,7 @@ fuzz_target!(|data: &[u8]| {
         now += 100;
         if let Some(addresses) = text.strip_prefix(b"pool\n") {
             let pool = String::from_utf8_lossy(addresses).lines().filter_map(|l| PodAddress::parse(l).ok()).collect();
-            poller.set_pool(pool);
+            poller.set_pool(pool, now);
             check_table(&mut poller, now);
             continue;
         }

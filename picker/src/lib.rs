@@ -13,6 +13,7 @@ pub mod address;
 pub mod clock;
 pub mod comparison;
 pub mod config;
+pub mod departed;
 pub mod disaggregation;
 pub mod discovery;
 pub mod go_duration;

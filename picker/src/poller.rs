@@ -39,6 +39,8 @@ struct PodRecord {
     plain_path: bool,
     /// [`PodEvent::Implausible`] was told for this pod.
     told_implausible: bool,
+    /// Listed again after it left, not scraped since: out of rotation as a pod that joins.
+    rejoined: bool,
 }
 
 impl PodRecord {
@@ -53,6 +55,7 @@ impl PodRecord {
             catalog: None,
             plain_path: false,
             told_implausible: false,
+            rejoined: false,
         }
     }
 }
@@ -85,6 +88,10 @@ pub struct PoolPoller {
     /// The pool is the table's published before us ([`Self::resume_from`]), not listed yet: a
     /// discovered pool's last known pool, scraped until its first list replaces it.
     pool_resumed: bool,
+    /// Records of pods that left the pool lately (a pod NotReady for a few seconds): listed
+    /// again within [`crate::departed::GRACE_MS`], a pod takes its record back, not healthy,
+    /// and its first scrape decides whether it is the same engine ([`Self::record_success`]).
+    departed: crate::departed::Departed<PodRecord>,
 }
 
 /// How long a pod may go unscraped and still be taken for the same engine when its counters
@@ -147,8 +154,9 @@ impl PoolPoller {
             discovered_roles: crate::role::RoleMap::default(),
             events: Vec::new(),
             pool_resumed: false,
+            departed: Default::default(),
         };
-        poller.set_pool(pool);
+        poller.set_pool(pool, 0);
         poller
     }
 
@@ -162,9 +170,13 @@ impl PoolPoller {
         &self.config
     }
 
-    /// Replaces the pool, keeping what is known about pods that stay. A pod that joins
-    /// starts unknown (it is scraped before the table calls it healthy).
-    pub fn set_pool(&mut self, pool: Vec<PodAddress>) {
+    /// Replaces the pool at `now_ms`, keeping what is known about pods that stay. A pod that
+    /// joins starts unknown (it is scraped before the table calls it healthy); one that left
+    /// within [`crate::departed::GRACE_MS`] comes back with its record, not healthy, so its
+    /// epoch is kept only if its first scrape shows the same engine (counters carried on,
+    /// away at most [`TRUST_COUNTERS_FOR_MS`]); an address taken by another pod meanwhile
+    /// shows counters that went back, a restart.
+    pub fn set_pool(&mut self, pool: Vec<PodAddress>, now_ms: u64) {
         let old = std::mem::take(&mut self.pods);
         let old_index = std::mem::take(&mut self.index_of);
         let mut taken: Vec<Option<PodRecord>> = old.into_iter().map(Some).collect();
@@ -174,7 +186,7 @@ impl PoolPoller {
                 continue; // Listed twice (two discovered pods on one address): one pod.
             }
             let kept = old_index.get(&address).and_then(|&i| taken.get_mut(i)).and_then(Option::take);
-            let record = match kept {
+            let record = match kept.or_else(|| self.departed.take(address.as_str(), now_ms)) {
                 Some(record) => record,
                 None => {
                     let state = PodState { epoch: self.take_epoch(), ..PodState::unknown(&address) };
@@ -183,6 +195,16 @@ impl PoolPoller {
             };
             self.pods.push(record);
         }
+        for mut record in taken.into_iter().flatten() {
+            // Its scrape in flight is forgotten (its answer is `Unknown`); back, it is scraped
+            // anew and is out of rotation until then, as a pod that joins.
+            record.call = None;
+            record.state.healthy = false;
+            record.state.consecutive_failures = 0;
+            record.rejoined = true;
+            self.departed.insert(record.address.clone(), record, now_ms);
+        }
+        self.departed.expire(now_ms, crate::pod_table::MAX_PODS);
         self.index_of = self.pods.iter().enumerate().map(|(i, r)| (r.address.clone(), i)).collect();
         self.in_flight = self.pods.iter().enumerate().filter_map(|(i, r)| Some((r.call?, i))).collect();
         self.pool_resumed = false;
@@ -249,9 +271,9 @@ impl PoolPoller {
     /// The pool has been listed since [`Self::resume_from`], changed or not. A list that
     /// changed it has set it already; the first list changes nothing only when it finds no
     /// pod (the lister's own pool starts empty), so then every resumed pod left.
-    pub fn end_resume(&mut self) {
+    pub fn end_resume(&mut self, now_ms: u64) {
         if self.pool_resumed {
-            self.set_pool(Vec::new());
+            self.set_pool(Vec::new(), now_ms);
         }
     }
 
@@ -376,6 +398,7 @@ impl PoolPoller {
             }
         }
         record.last_prefix_queries = metrics.prefix_queries;
+        record.rejoined = false;
         if let Some(reading) = metrics.implausible.filter(|_| !record.told_implausible) {
             record.told_implausible = true;
             push_event(&mut self.events, PodEvent::Implausible { address: state.address.clone(), reading });
@@ -406,9 +429,10 @@ impl PoolPoller {
                 let event =
                     PodEvent::Unhealthy { address: state.address.clone(), failures: state.consecutive_failures };
                 push_event(&mut self.events, event);
-            } else if state.last_success_ms == 0 && state.consecutive_failures == threshold {
-                // `last_success_ms` 0: it never answered. Otherwise nothing would ever say why
-                // a pod is missing from the rotation: it never left it.
+            } else if (state.last_success_ms == 0 || record.rejoined) && state.consecutive_failures == threshold {
+                // `last_success_ms` 0: it never answered (or not since it was listed again).
+                // Otherwise nothing would ever say why a pod is missing from the rotation: it
+                // never left it.
                 let address = state.address.clone();
                 let event = PodEvent::NeverHealthy { address, failures: threshold, reason: reason.clone() };
                 push_event(&mut self.events, event);
@@ -528,7 +552,7 @@ mod tests {
         p.scrape_started(&b, 2, 0);
         assert!(!p.round_complete());
         // The pool changes order and grows: the answers still find their pods.
-        p.set_pool(vec![addr("10.0.0.3:80"), b.clone(), a.clone()]);
+        p.set_pool(vec![addr("10.0.0.3:80"), b.clone(), a.clone()], 5);
         assert_eq!(p.on_scrape(2, ScrapeResult::Answered { status: 200, body: SCRAPE }, 10), ScrapeOutcome::Success);
         // A scrape given up and sent again: the first token is no longer waited for.
         p.scrape_started(&a, 3, 500);
@@ -571,16 +595,18 @@ mod tests {
         // The next leader's pool comes from Kubernetes.
         let mut after = discovered_poller();
         after.resume_from(&published);
-        after.set_pool(vec![b.clone(), a.clone(), c.clone()]);
+        after.set_pool(vec![b.clone(), a.clone(), c.clone()], 10);
         let first = after.take_table(10).unwrap();
         assert_eq!(epoch_of(&first, &a), epoch_of(&published, &a), "the same engine: what workers learned holds");
         assert_eq!(epoch_of(&first, &b), epoch_of(&published, &b));
         let highest = published.pods.iter().map(|p| p.epoch).max().unwrap();
         assert!(epoch_of(&first, &c).unwrap() > highest, "a pod the old table did not know is new");
-        // Only the first list: a pod that leaves and comes back may be another engine.
-        after.set_pool(vec![b.clone(), c.clone()]);
-        after.set_pool(vec![b.clone(), c.clone(), a.clone()]);
-        let later = after.take_table(20).unwrap();
+        // Only the first list: a pod that leaves and comes back past the grace may be another
+        // engine (within it, its own record's first scrape decides).
+        after.set_pool(vec![b.clone(), c.clone()], 20);
+        let back = 21 + crate::departed::GRACE_MS;
+        after.set_pool(vec![b.clone(), c.clone(), a.clone()], back);
+        let later = after.take_table(back).unwrap();
         assert!(epoch_of(&later, &a).unwrap() > highest, "back after leaving: a new epoch");
     }
 
@@ -607,9 +633,9 @@ mod tests {
         assert!(table.version > published.version && table.pods.len() == 2);
         assert_eq!(table.pods[0].last_success_ms, 20, "published with fresh data");
         // The first list finds no pod: the lister's pool had none, so it is no change to it.
-        after.end_resume();
+        after.end_resume(30);
         assert!(after.take_table(30).unwrap().pods.is_empty(), "every resumed pod left");
-        after.end_resume();
+        after.end_resume(40);
         assert!(after.take_table(40).is_none(), "only the first list ends the resume");
     }
 
@@ -747,16 +773,107 @@ mod tests {
     fn pool_changes_keep_known_pods_and_ignore_late_answers() {
         let mut p = poller();
         p.scrape_started(&addr("10.0.0.2:80"), 9, 0);
-        p.set_pool(vec![addr("10.0.0.1:80"), addr("10.0.0.3:80")]);
+        p.set_pool(vec![addr("10.0.0.1:80"), addr("10.0.0.3:80")], 5);
         assert_eq!(p.on_scrape(9, ScrapeResult::NoAnswer, 5), ScrapeOutcome::Unknown);
         let table = p.take_table(5).unwrap();
         let addresses: Vec<_> = table.pods.iter().map(|pod| pod.address.as_str()).collect();
         assert_eq!(addresses, ["10.0.0.1:80", "10.0.0.3:80"]);
-        // 10.0.0.2 left; if it (or a new pod on its address) comes back, its epoch is new.
+        // 10.0.0.2 left; if it (or a new pod on its address) comes back past the grace, its
+        // epoch is new.
         let epochs: Vec<u32> = table.pods.iter().map(|pod| pod.epoch).collect();
-        p.set_pool(vec![addr("10.0.0.1:80"), addr("10.0.0.2:80")]);
-        let again = p.take_table(6).unwrap();
+        let back = 6 + crate::departed::GRACE_MS;
+        p.set_pool(vec![addr("10.0.0.1:80"), addr("10.0.0.2:80")], back);
+        let again = p.take_table(back).unwrap();
         assert!(again.pods[1].epoch > epochs[1], "a returning address never reuses an old epoch");
+    }
+
+    /// Scrapes `pod` at `at_ms`, answered with a page whose prefix counter reads `queries`, and
+    /// returns its table state.
+    fn answer_with(p: &mut PoolPoller, pod: &PodAddress, token: u32, queries: u64, at_ms: u64) -> PodState {
+        let page = format!("vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total {queries}\n");
+        p.scrape_started(pod, token, at_ms);
+        p.on_scrape(token, ScrapeResult::Answered { status: 200, body: page.as_bytes() }, at_ms);
+        state_of(p, pod, at_ms).unwrap()
+    }
+
+    fn state_of(p: &mut PoolPoller, pod: &PodAddress, at_ms: u64) -> Option<PodState> {
+        p.touch();
+        p.take_table(at_ms).unwrap().pods.into_iter().find(|state| state.address == *pod)
+    }
+
+    #[test]
+    fn a_pod_listed_again_within_the_grace_keeps_its_epoch_when_its_counters_carried_on() {
+        let mut p = poller();
+        let (a, b) = (addr("10.0.0.1:80"), addr("10.0.0.2:80"));
+        let epoch = answer_with(&mut p, &a, 1, 1_000, 1).epoch;
+        // Its readiness probe timed out under load: NotReady, out of the listed pool.
+        p.scrape_started(&a, 2, 100);
+        p.set_pool(vec![b.clone()], 150);
+        assert!(state_of(&mut p, &a, 150).is_none(), "out of the table while away");
+        assert_eq!(p.on_scrape(2, ScrapeResult::NoAnswer, 160), ScrapeOutcome::Unknown);
+        // Ready again 20 s later: its record is back, out of rotation until a scrape says.
+        p.set_pool(vec![a.clone(), b.clone()], 20_000);
+        let back = state_of(&mut p, &a, 20_000).unwrap();
+        assert!(!back.healthy && back.epoch == epoch, "{back:?}");
+        assert_eq!(p.due(20_000), [a.clone(), b.clone()], "scraped at once (its old scrape forgotten)");
+        let scraped = answer_with(&mut p, &a, 3, 1_500, 20_100);
+        assert!(scraped.healthy && scraped.epoch == epoch, "its counters carried on: the same engine, cache warm");
+        assert!(p.take_events().is_empty());
+        // Back again, but its scrapes fail: told as for a pod that joins.
+        p.set_pool(vec![b.clone()], 30_000);
+        p.set_pool(vec![a.clone(), b.clone()], 31_000);
+        for token in 4..7 {
+            p.scrape_started(&a, token, 31_000);
+            p.on_scrape(token, ScrapeResult::NoAnswer, 31_000);
+        }
+        let reason = "no answer".to_string();
+        assert_eq!(p.take_events(), [PodEvent::NeverHealthy { address: a.clone(), failures: 2, reason }]);
+    }
+
+    #[test]
+    fn a_pod_listed_again_with_its_counters_reset_or_after_the_grace_gets_a_new_epoch() {
+        let mut p = poller();
+        let (a, b) = (addr("10.0.0.1:80"), addr("10.0.0.2:80"));
+        // Back within the grace, counters gone back: the engine restarted, or another pod took
+        // the address meanwhile.
+        let epoch = answer_with(&mut p, &a, 1, 1_000, 1).epoch;
+        p.set_pool(vec![b.clone()], 100);
+        p.set_pool(vec![a.clone(), b.clone()], 10_000);
+        let restarted = answer_with(&mut p, &a, 2, 10, 10_100);
+        assert!(restarted.healthy && restarted.epoch > epoch);
+        assert_eq!(p.take_events(), [PodEvent::CacheDropped { address: a.clone(), restarted: true }]);
+        // Listed again within the grace, but first answering past the counters' trust.
+        let epoch = restarted.epoch;
+        p.set_pool(vec![b.clone()], 20_000);
+        p.set_pool(vec![a.clone(), b.clone()], 20_000 + crate::departed::GRACE_MS);
+        let late = answer_with(&mut p, &a, 3, 20, 20_000 + crate::departed::GRACE_MS);
+        assert!(late.epoch > epoch, "away too long to trust its counters");
+        assert_eq!(p.take_events(), [PodEvent::CacheDropped { address: a.clone(), restarted: false }]);
+        // Listed again past the grace: a new pod from the start.
+        let epoch = late.epoch;
+        p.set_pool(vec![b.clone()], 100_000);
+        p.set_pool(vec![a.clone(), b.clone()], 100_001 + crate::departed::GRACE_MS);
+        assert!(state_of(&mut p, &a, 200_000).unwrap().epoch > epoch);
+        let fresh = answer_with(&mut p, &a, 4, 30, 200_000);
+        assert!(fresh.healthy && fresh.epoch > epoch);
+        assert!(p.take_events().is_empty(), "a pod's first answer is no news");
+    }
+
+    #[test]
+    fn departed_records_expire_and_stay_within_the_pool_cap() {
+        let pool = |from: usize| -> Vec<PodAddress> {
+            (from..from + MAX_PODS).map(|i| addr(&format!("10.{}.{}.1:80", i / 256, i % 256))).collect()
+        };
+        use crate::pod_table::MAX_PODS;
+        let mut p = PoolPoller::new(PollerConfig::default(), pool(0));
+        // Three whole pools replaced at once: only the pool cap of records is kept.
+        p.set_pool(pool(MAX_PODS), 10);
+        p.set_pool(pool(2 * MAX_PODS), 20);
+        assert_eq!(p.departed.len(), MAX_PODS);
+        assert!(p.departed.contains(pool(MAX_PODS)[0].as_str()), "the latest departures are kept");
+        // Past the grace, the next change forgets them.
+        p.set_pool(pool(2 * MAX_PODS)[1..].to_vec(), 21 + crate::departed::GRACE_MS);
+        assert_eq!(p.departed.len(), 1, "only the pod that just left");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The singleton's Kubernetes glue: sends the GETs `picker::discovery::PoolDiscovery` asks
 //! for to the API server cluster, hands the answers back, and gives a changed pool to the
-//! poller (pods that left are dropped from the published table; pods that joined are
-//! scraped before the filter trusts them).
+//! poller (pods that left are dropped from the published table, their records kept for a
+//! return within `picker::departed::GRACE_MS`; pods that joined are scraped before the filter
+//! trusts them).
 //!
 //! The bearer token never passes through here: Envoy's credential injector on the API
 //! server's cluster adds it, from a file Envoy watches (see docs/deployment.md).
@@ -13,26 +14,27 @@ use picker::poller::PoolPoller;
 /// What a discovered list is given to: the pool service's poller (the pods), or the peer
 /// exchange (the other gateway replicas).
 pub trait DiscoveryTarget {
-    fn set_pool(&mut self, pool: Vec<PodAddress>);
+    /// The pool listed at `now_ms` changed.
+    fn set_pool(&mut self, pool: Vec<PodAddress>, now_ms: u64);
 
     /// The pods' role labels (prefill/decode); only the pod poller keeps them.
     fn set_roles(&mut self, _roles: &picker::role::RoleMap) {}
 
-    /// A list came back, changed or not.
-    fn listed(&mut self) {}
+    /// A list came back at `now_ms`, changed or not.
+    fn listed(&mut self, _now_ms: u64) {}
 }
 
 impl DiscoveryTarget for PoolPoller {
-    fn set_pool(&mut self, pool: Vec<PodAddress>) {
-        PoolPoller::set_pool(self, pool);
+    fn set_pool(&mut self, pool: Vec<PodAddress>, now_ms: u64) {
+        PoolPoller::set_pool(self, pool, now_ms);
     }
 
     fn set_roles(&mut self, roles: &picker::role::RoleMap) {
         self.set_discovered_roles(roles.clone());
     }
 
-    fn listed(&mut self) {
-        self.end_resume();
+    fn listed(&mut self, now_ms: u64) {
+        self.end_resume(now_ms);
     }
 }
 use wasm_epp_host::{Counter, Gauge, Host, Metrics};
@@ -107,7 +109,7 @@ impl Discovery {
 
     pub fn on_tick(&mut self, env: &Env<'_>, now: u64, poller: &mut dyn DiscoveryTarget) {
         let progress = self.lister.tick(now);
-        self.advance(env, progress, poller);
+        self.advance(env, progress, now, poller);
     }
 
     pub fn on_response(
@@ -131,12 +133,12 @@ impl Discovery {
             (Some(status), body) => ApiResponse::Answered { status, body: body.as_deref().unwrap_or_default() },
         };
         let progress = self.lister.on_response(token, response, now);
-        self.advance(env, progress, poller);
+        self.advance(env, progress, now, poller);
     }
 
     /// Acts on what the lister asked for. A fetch whose dispatch is refused turns into a
     /// failure, never into another fetch, so this ends after at most two steps.
-    fn advance(&mut self, env: &Env<'_>, progress: Progress, poller: &mut dyn DiscoveryTarget) {
+    fn advance(&mut self, env: &Env<'_>, progress: Progress, now: u64, poller: &mut dyn DiscoveryTarget) {
         let metrics = env.metrics;
         let progress = match progress {
             Progress::Fetch(request) => match self.dispatch(env.host, &request.path) {
@@ -158,9 +160,9 @@ impl Discovery {
                     log_pool_change(&self.given, &pool);
                     self.given.clone_from(&pool);
                     poller.set_roles(self.lister.roles());
-                    poller.set_pool(pool);
+                    poller.set_pool(pool, now);
                 }
-                poller.listed();
+                poller.listed(now);
             }
             Progress::Failed(_) => metrics.increment(self.stats.failures),
         }

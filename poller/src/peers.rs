@@ -133,7 +133,7 @@ pub struct PeerExchange {
 }
 
 impl DiscoveryTarget for PeerExchange {
-    fn set_pool(&mut self, pool: Vec<PodAddress>) {
+    fn set_pool(&mut self, pool: Vec<PodAddress>, _now_ms: u64) {
         self.calls.clear(); // indices into the old list
         self.peers = pool;
     }

@@ -27,7 +27,7 @@ fn a_pod_answering_the_filtered_path_with_an_empty_page_is_scraped_at_the_plain_
     assert_eq!(scrape(&mut p, &a, 2, PAGE), ScrapeOutcome::Success);
     assert!(p.take_table(200).unwrap().pods[0].healthy);
     // Kept through a change of pool; an empty page at the plain path is a failure.
-    p.set_pool(vec![addr("10.0.0.2:30000"), a.clone()]);
+    p.set_pool(vec![addr("10.0.0.2:30000"), a.clone()], 200);
     assert_eq!(p.metrics_path(&a), PLAIN_METRICS_PATH);
     assert!(matches!(scrape(&mut p, &a, 3, b""), ScrapeOutcome::Failure(_)));
 }
