@@ -23,6 +23,8 @@ pub struct TableCache {
     demand: AdapterDemand,
     /// A table arrived whose pod list the prefix index has not been trimmed to yet.
     pods_changed: bool,
+    /// The pods that left the pool in the tables since [`TableCache::take_pod_change`].
+    left: Vec<picker::address::PodAddress>,
     /// The pool service's last heartbeat (host ms); `None` if it never wrote one.
     service_seen_ms: Option<u64>,
     /// The pool's model list as last answered (`None` inside: the table cannot give one),
@@ -68,7 +70,13 @@ impl TableCache {
                     old.pods.len() == table.pods.len()
                         && old.pods.iter().zip(&table.pods).all(|(a, b)| a.address == b.address)
                 });
-                self.pods_changed |= self.table.is_some() && !same_pods;
+                if let Some(old) = self.table.as_ref().filter(|_| !same_pods) {
+                    self.pods_changed = true;
+                    let mut listed: Vec<&str> = table.pods.iter().map(|p| p.address.as_str()).collect();
+                    listed.sort_unstable();
+                    let left = old.pods.iter().filter(|p| listed.binary_search(&p.address.as_str()).is_err());
+                    self.left.extend(left.map(|p| p.address.clone()));
+                }
                 let now = table.published_at_ms;
                 self.models = ModelIndex::build(&table, &|name| self.demand.wanted(name, now));
                 self.table = Some(table);
@@ -140,11 +148,13 @@ impl TableCache {
         self.service_seen_ms.is_some_and(|seen| now_ms.saturating_sub(seen) > max_age_ms)
     }
 
-    /// The pool's addresses, once after each change of membership (not of load).
-    pub fn take_new_pod_list(&mut self) -> Option<Vec<picker::address::PodAddress>> {
+    /// The pods that left the pool (some may be back in the current table), once after each
+    /// change of membership (not of load). The tick takes it every time it refreshes, so it
+    /// holds the departures of a tick's tables.
+    pub fn take_pod_change(&mut self) -> Option<Vec<picker::address::PodAddress>> {
         if !std::mem::take(&mut self.pods_changed) {
             return None;
         }
-        self.table.as_ref().map(|t| t.pods.iter().map(|p| p.address.clone()).collect())
+        Some(std::mem::take(&mut self.left))
     }
 }

@@ -10,6 +10,8 @@
 //! gone, batches are dropped and counted, and the worker routes on its own decisions.
 
 use picker::address::PodAddress;
+use picker::departed::Departed;
+use picker::pod_table::{PodTable, MAX_PODS};
 use picker::prefix::EVENT_QUEUE;
 use wasm_epp_host::{Host, HostError, HostResult};
 
@@ -73,30 +75,27 @@ fn sync(worker: &Worker, host: &dyn Host) {
         crate::learning_share::share(worker, host, slot, slots, now);
         crate::outliers_share::share(worker, host, cache.table(), slot, slots, now);
     }
-    let new_pods = cache.take_new_pod_list();
+    let now = host.now_ms();
+    let Ok(mut departed) = worker.departed.try_borrow_mut() else { return };
+    let pool = note_departures(&mut departed, cache.take_pod_change(), cache.table(), now);
     // Searched, not walked: each check below runs once per entry of a per-pod table (1,024
     // pods checked against 1,024 by a walk each are a million comparisons).
-    let pool: Option<Vec<&str>> = new_pods.as_ref().map(|pods| {
-        let mut sorted: Vec<&str> = pods.iter().map(PodAddress::as_str).collect();
-        sorted.sort_unstable();
-        sorted
-    });
-    let in_pool = |pod: &str| pool.as_ref().is_some_and(|sorted| sorted.binary_search(&pod).is_ok());
+    let keep =
+        |pod: &str| pool.as_ref().is_some_and(|sorted| sorted.binary_search(&pod).is_ok()) || departed.contains(pod);
     if let (Some(_), Ok(mut outliers)) = (&pool, worker.outliers.try_borrow_mut()) {
-        outliers.retain_pods(|pod| in_pool(pod.as_str()));
+        outliers.retain_pods(|pod| keep(pod.as_str()));
     }
     // Learning runs with or without prefix routing: its tables forget departed pods either way.
     if let (Some(_), Ok(mut learner)) = (&pool, worker.learning.try_borrow_mut()) {
-        learner.retain_pods(in_pool);
+        learner.retain_pods(keep);
     }
     if !worker.config.prefix.enabled {
         return;
     }
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return };
     if pool.is_some() {
-        prefix.retain_pods(in_pool);
+        prefix.retain_pods(keep);
     }
-    let now = host.now_ms();
     let service_alive = cache.service_seen_ms().is_some_and(|seen| heartbeat_fresh(seen, now));
     if let Some(batch) = prefix.take_batch() {
         let _span = crate::profile::span(host, Phase::TickSend);
@@ -122,6 +121,42 @@ fn sync(worker: &Worker, host: &dyn Host) {
             worker.stats.add(worker.stats.prefix_ring_lost, report.lost_segments);
         }
         Err(error) => log::debug!("wasm-epp: prefix ring not readable: {error:?}"),
+    }
+}
+
+/// Notes at `now_ms` the pods that left (`left`, from the table cache: `Some` after a change
+/// of membership) and forgets those gone past [`picker::departed::GRACE_MS`], or past the
+/// room the pool leaves under [`MAX_PODS`] (every per-pod table holds the pool and the
+/// departed pods together). Returns the pool, sorted, when the worker's per-pod tables are to
+/// be trimmed to it and the departed pods: its membership changed, or a departure expired.
+///
+/// A pod NotReady for a few seconds (a readiness probe timing out under load) leaves the
+/// discovered pool and comes back with its cache warm: what this worker knew of it is kept
+/// meanwhile. It cannot be picked while out of the table (picks read the table's pods), and
+/// what is kept is void if it comes back as another engine: prefix entries and sessions are
+/// of an epoch, the learner forgets a pod whose epoch changed, and an ejection ends then too.
+fn note_departures<'a>(
+    departed: &mut Departed<()>,
+    left: Option<Vec<PodAddress>>,
+    table: Option<&'a PodTable>,
+    now_ms: u64,
+) -> Option<Vec<&'a str>> {
+    let pods = table.map_or(&[][..], |t| t.pods.as_slice());
+    let sorted = || {
+        let mut sorted: Vec<&str> = pods.iter().map(|p| p.address.as_str()).collect();
+        sorted.sort_unstable();
+        sorted
+    };
+    let room = MAX_PODS.saturating_sub(pods.len());
+    match left {
+        Some(left) => {
+            let pool = sorted();
+            left.into_iter().for_each(|pod| departed.insert(pod, (), now_ms));
+            departed.remove_listed(|pod| pool.binary_search(&pod).is_ok());
+            departed.expire(now_ms, room);
+            Some(pool)
+        }
+        None => departed.expire(now_ms, room).then(sorted),
     }
 }
 

@@ -60,6 +60,9 @@ pub struct Worker {
     pub outliers: RefCell<picker::outliers::Outliers>,
     /// What this worker last told the other workers of its ejections.
     pub ejection_share: crate::outliers_share::EjectionShare,
+    /// Pods that left the pool lately: their prefix entries, sessions, learned state and
+    /// outlier records are kept for [`picker::departed::GRACE_MS`] (see [`crate::tick`]).
+    pub departed: RefCell<picker::departed::Departed<()>>,
 }
 
 /// What the comparison needs on every request: the baseline's policy and the arms' stats.
@@ -84,6 +87,7 @@ impl Worker {
             comparison,
             outliers: RefCell::new(picker::outliers::Outliers::new(config.outlier_detection.clone())),
             ejection_share: Default::default(),
+            departed: Default::default(),
             pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),
             policy,
             learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),

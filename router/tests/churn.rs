@@ -1,6 +1,7 @@
 //! Days of operation in a few seconds: pods replaced all day with new addresses, through the
 //! worker's table refresh and tick. Whatever a worker keeps per pod must forget the pods that
-//! left, so its tables stay the size of the pool, not of its history.
+//! left (once gone past the grace kept for a pod back in a moment), so its tables stay the
+//! size of the pool and the pods that left lately, not of its history.
 
 // Helpers outside #[test] functions read answers: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
@@ -8,6 +9,8 @@
 mod common;
 
 use common::{completion, Bench, COMPLETIONS};
+use picker::departed::GRACE_MS;
+use picker::pod_table::MAX_PODS;
 use wasm_epp_host::metrics::MAX_LABELLED;
 
 /// Pods in the pool at any time; each round replaces all of them with pods on new addresses.
@@ -33,12 +36,34 @@ fn learning_without_prefix_routing_forgets_departed_pods() {
     let bench = Bench::new(r#"{"prefix": {"enabled": false}, "learning": {"enabled": true}}"#);
     for round in 0..ROUNDS {
         replace_pool(&bench, round);
+        // Gone past the grace: forgotten at the next tick, with no new table.
+        bench.host.advance(GRACE_MS + 1);
+        bench.tick();
         let remembered = bench.worker.learning.borrow().pods_remembered();
         // The departed pods' epochs and queues were kept until 1,024 filled the tables; pods
         // after that were never noted, so a restart of theirs went unnoticed.
         assert!(remembered <= POOL, "round {round}: the learner remembers {remembered} pods");
     }
 }
+
+#[test]
+fn pods_leaving_faster_than_the_grace_keep_the_tables_within_the_pool_cap() {
+    let bench = Bench::new(r#"{"learning": {"enabled": true}}"#);
+    for round in 0..ROUNDS {
+        // All within one grace: each round's pods are still kept when the next round leaves.
+        replace_pool(&bench, round);
+        let remembered = bench.worker.learning.borrow().pods_remembered();
+        assert!(remembered <= MAX_PODS, "round {round}: the learner remembers {remembered} pods");
+        let indexed = bench.worker.prefix.borrow().index().pod_count();
+        assert!(indexed <= MAX_PODS, "round {round}: {indexed} pods indexed");
+    }
+    bench.host.advance(GRACE_MS + 1);
+    bench.tick();
+    assert!(bench.worker.learning.borrow().pods_remembered() <= POOL, "the departed pods are forgotten");
+}
+
+/// Pods that left in the rounds of the last grace (one round a second) and the pool.
+const KEPT: usize = POOL * (GRACE_MS as usize / 1_000 + 2);
 
 /// One request for `prompt`, answered as Envoy would after its retries: `broken` answers
 /// 500 and the next choice in the header's list answers.
@@ -75,10 +100,10 @@ fn a_day_of_rollouts_leaves_every_per_pod_table_the_size_of_the_pool() {
             keys_early = bench.host.store.key_count();
         }
         let prefix = bench.worker.prefix.borrow();
-        assert!(prefix.index().pod_count() <= POOL, "round {round}: {} pods indexed", prefix.index().pod_count());
+        assert!(prefix.index().pod_count() <= KEPT, "round {round}: {} pods indexed", prefix.index().pod_count());
         let outliers = bench.worker.outliers.borrow();
-        assert!(outliers.ejected_now().len() <= POOL && outliers.suspects() <= POOL, "round {round}");
-        assert!(bench.worker.learning.borrow().pods_remembered() <= POOL, "round {round}");
+        assert!(outliers.ejected_now().len() <= KEPT && outliers.suspects() <= KEPT, "round {round}");
+        assert!(bench.worker.learning.borrow().pods_remembered() <= KEPT, "round {round}");
     }
     bench.tick();
     assert_eq!(bench.host.store.key_count(), keys_early, "shared data: a fixed key set, none per pod");

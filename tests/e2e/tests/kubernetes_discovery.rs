@@ -342,6 +342,35 @@ fn a_joining_pod_gets_no_traffic_until_it_is_scraped() {
     assert!(setup.served(60, "scraped").contains(&setup.address(3)));
 }
 
+/// A pod whose readiness probe times out for a moment under load (NotReady, then Ready again)
+/// is the same engine, its KV cache warm: back in the pool, its prompts go back to it.
+#[test]
+fn a_pod_not_ready_for_a_moment_keeps_its_prefix_affinity() {
+    let setup = KubeSetup::start("kube-flap", 30, 3, json!({}), |_| {});
+    setup.wait_for_pool(3, 3);
+    let shared = (0..300).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ");
+    let prompt = |n: usize| format!("{shared} question {n}");
+    let home = setup.complete(&prompt(0)).served_by().unwrap_or_default().to_string();
+    let host = (1..=3).find(|&h| setup.address(h) == home).unwrap_or_else(|| panic!("served by {home}"));
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS); // the other worker learns the decision
+    let affinity = || setup.stat("wasm_epp_affinity_picks");
+    let before = affinity();
+    assert_eq!(setup.complete(&prompt(1)).served_by(), Some(home.as_str()));
+    assert_eq!(affinity(), before + 1.0, "warm before it turns NotReady");
+    let name = format!("vllm-{host}");
+    setup.kube.update(|state| state.update_pod(&name, |pod| pod.ready = false));
+    setup.wait_for_pool(2, 2);
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS); // every worker ticks with it gone
+    assert!(!setup.served(6, "away").contains(&home), "routed to a pod out of the pool");
+    setup.kube.update(|state| state.update_pod(&name, |pod| pod.ready = true));
+    setup.wait_for_pool(3, 3);
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS);
+    let before = affinity();
+    assert_eq!(setup.complete(&prompt(2)).served_by(), Some(home.as_str()), "the prompt left its warm pod");
+    assert_eq!(affinity(), before + 1.0, "picked for its cache, not by chance");
+    assert_eq!(setup.stat("wasm_epp_pod_caches_dropped"), 0.0, "its epoch stood");
+}
+
 /// Several pools behind one Envoy in Kubernetes (the Helm chart's `pools`): each pool's
 /// singleton lists its own selector from the same API server, and each route's requests go
 /// to that pool's pods only.
