@@ -87,6 +87,10 @@ pub const PEER_INBOX: &str = "wasm-epp/v1/peer-inbox";
 /// share the pool fairly (see `router/src/flow/share.rs`).
 pub const FLOW_WAITING_PREFIX: &str = "wasm-epp/v1/flow-waiting/";
 
+/// Flow control: how many workers of other gateway replicas wait, summed over the live
+/// peers, as the pool service last heard (see [`crate::flow_share`]).
+pub const FLOW_PEER_WAITING: &str = "wasm-epp/v1/flow-peer-waiting";
+
 /// Responses API answers' ids and the pods that answered them, one entry per slot
 /// (`<prefix><slot>`, [`crate::response_id::SLOTS`] keys): a follow-up naming an id reaches the
 /// worker that noted it only through the prefix ring, a sync interval or two later; another

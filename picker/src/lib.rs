@@ -16,6 +16,7 @@ pub mod config;
 pub mod departed;
 pub mod disaggregation;
 pub mod discovery;
+pub mod flow_share;
 pub mod go_duration;
 pub mod inflight;
 pub mod keys;

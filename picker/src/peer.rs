@@ -1,5 +1,6 @@
 //! What gateway replicas tell each other: their routing decisions, their requests in flight
-//! per pod, and the epoch they know each pod under.
+//! per pod, the epoch they know each pod under, and how many of their workers hold requests
+//! waiting (flow control's share of the pool across replicas, see [`crate::flow_share`]).
 //!
 //! One message per send, little-endian, no field names:
 //!
@@ -7,22 +8,37 @@
 //! message = magic:"WEPP" version:u8 replica:u64 seq:u64 sent_ms:u64
 //!           pod_count:u16 (address_len:u8 address epoch:u32 inflight:u32) × pod_count
 //!           batch (see crate::prefix::events)
+//!           [end:u8 = 0 waiting_workers:u32]
 //! ```
 //!
+//! The waiting workers come after the batch, behind a 0 byte: where a batch's next event
+//! would start, a 0 is an address of no byte, which ends the batch. So a receiver that
+//! predates the field (it decodes everything after the pods as the batch) reads the same
+//! decisions and ignores the rest, and mixed versions keep peering during a rolling upgrade;
+//! a message without the field (from such a sender, or a snapshot) counts no worker waiting.
+//! Bytes after `waiting_workers` are ignored, for fields to come.
+//!
 //! Decoding trusts nothing (a peer may be broken or hostile): sizes are bounded, addresses
-//! must be literal `ip:port`, and [`PeerLedger`] refuses replays, messages from the
-//! receiver itself and messages too old to describe the pool now.
+//! must be literal `ip:port`, a peer counts at most [`MAX_WAITING_PER_PEER`] waiting
+//! workers, and [`PeerLedger`] refuses replays, messages from the receiver itself and
+//! messages too old to describe the pool now.
 
 use hashbrown::HashMap;
 
 use crate::address::PodAddress;
+use crate::flow_share::MAX_WAITING_PER_PEER;
 use crate::pod_table::MAX_PODS;
-use crate::prefix::events::{decode_batch, RoutingEvent};
+use crate::prefix::events::{batch_len, decode_batch, RoutingEvent};
 use crate::wire::Reader;
 
 const MAGIC: &[u8; 4] = b"WEPP";
 const VERSION: u8 = 1;
 const HEADER_BYTES: usize = 4 + 1 + 8 + 8 + 8;
+
+/// What ends the batch before the fields that follow it (an event's address of no byte).
+const END_OF_BATCH: u8 = 0;
+/// The fields after the batch: the end mark, the waiting workers.
+const TRAILER_BYTES: usize = 1 + 4;
 
 /// Largest message accepted: a full batch of decisions and a full pod list fit well within.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -52,6 +68,9 @@ pub struct PeerMessage {
     pub sent_ms: u64,
     pub pods: Vec<PeerPod>,
     pub events: Vec<RoutingEvent>,
+    /// The sender's workers with requests waiting in flow control (0 from a sender that
+    /// predates the field; at most [`MAX_WAITING_PER_PEER`] once decoded).
+    pub waiting_workers: u32,
 }
 
 /// Why a message was refused.
@@ -85,6 +104,8 @@ impl PeerMessage {
             out.extend_from_slice(&pod.inflight.to_le_bytes());
         }
         out.extend_from_slice(batch);
+        out.push(END_OF_BATCH);
+        out.extend_from_slice(&self.waiting_workers.to_le_bytes());
         out
     }
 
@@ -95,7 +116,7 @@ impl PeerMessage {
         // Per pod: its address's length byte, the address, epoch and in-flight count.
         let pods_bytes =
             pods.iter().fold(0usize, |sum, pod| sum.saturating_add(pod.address.as_str().len()).saturating_add(1 + 8));
-        MAX_MESSAGE_BYTES.saturating_sub(HEADER_BYTES + 2).saturating_sub(pods_bytes)
+        MAX_MESSAGE_BYTES.saturating_sub(HEADER_BYTES + 2 + TRAILER_BYTES).saturating_sub(pods_bytes)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, Refused> {
@@ -123,8 +144,20 @@ impl PeerMessage {
             let inflight = reader.u32().ok_or(MALFORMED)?;
             pods.push(PeerPod { address, epoch, inflight });
         }
-        let events = decode_batch(reader.rest());
-        Ok(Self { replica, seq, sent_ms, pods, events })
+        let rest = reader.rest();
+        let (batch, trailer) = rest.split_at(batch_len(rest).min(rest.len()));
+        let events = decode_batch(batch);
+        Ok(Self { replica, seq, sent_ms, pods, events, waiting_workers: waiting_workers(trailer) })
+    }
+}
+
+/// The waiting workers after the batch, bounded; 0 if the message has none (an older sender's).
+fn waiting_workers(trailer: &[u8]) -> u32 {
+    match trailer.split_first() {
+        Some((&END_OF_BATCH, rest)) => {
+            rest.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes).min(MAX_WAITING_PER_PEER)
+        }
+        _ => 0,
     }
 }
 
@@ -209,7 +242,7 @@ impl PeerLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::prefix::events::encode_batch;
+    use crate::prefix::events::{decode_batch, encode_batch};
 
     #[test]
     fn a_peer_s_messages_may_arrive_out_of_order_but_not_twice() {
@@ -230,6 +263,7 @@ mod tests {
             sent_ms,
             pods: vec![PeerPod { address: PodAddress::parse("10.0.0.1:8000").unwrap(), epoch: 3, inflight: 7 }],
             events: vec![RoutingEvent { pod: "10.0.0.1:8000".into(), epoch: 3, origin: 0, hashes: vec![1, 2, 3] }],
+            waiting_workers: 2,
         }
     }
 
@@ -238,6 +272,36 @@ mod tests {
         let sent = message(5, 9, 1_000);
         let bytes = sent.encode(&encode_batch(&sent.events));
         assert_eq!(PeerMessage::decode(&bytes), Ok(sent));
+    }
+
+    #[test]
+    fn the_waiting_workers_follow_the_batch_and_a_receiver_that_predates_them_ignores_them() {
+        let sent = message(5, 9, 1_000);
+        let batch = encode_batch(&sent.events);
+        let bytes = sent.encode(&batch);
+        // An older receiver decodes everything after the pods as the batch: the same decisions.
+        let pods_end = bytes.len() - batch.len() - TRAILER_BYTES;
+        assert_eq!(decode_batch(&bytes[pods_end..]), sent.events);
+        // An older sender's message (no field after the batch): no worker counted as waiting.
+        let old = PeerMessage::decode(&bytes[..bytes.len() - TRAILER_BYTES]).unwrap();
+        assert_eq!(old, PeerMessage { waiting_workers: 0, ..sent.clone() });
+        // No decision in the message: the field right after the batch's version byte.
+        let idle = PeerMessage { events: Vec::new(), ..sent.clone() };
+        assert_eq!(PeerMessage::decode(&idle.encode(&encode_batch(&[]))), Ok(idle.clone()));
+        // An older receiver reads no decision there either (a 0 is no event).
+        assert!(decode_batch(&idle.encode(&encode_batch(&[]))[pods_end..]).is_empty());
+        // Fields to come after it are ignored; a cut field counts nothing.
+        let longer = [&bytes[..], b"more"].concat();
+        assert_eq!(PeerMessage::decode(&longer), Ok(sent.clone()));
+        assert_eq!(PeerMessage::decode(&bytes[..bytes.len() - 1]).unwrap().waiting_workers, 0);
+    }
+
+    #[test]
+    fn a_peer_claiming_a_billion_waiting_workers_counts_as_many_as_an_envoy_has() {
+        let sent = PeerMessage { waiting_workers: 1_000_000_000, ..message(5, 9, 1_000) };
+        let decoded = PeerMessage::decode(&sent.encode(&encode_batch(&sent.events))).unwrap();
+        assert_eq!(decoded.waiting_workers, MAX_WAITING_PER_PEER);
+        assert_eq!(decoded.events, sent.events);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Gateway replicas routing as one: each replica's pool service sends its workers' new
-//! routing decisions and its requests in flight per pod to every peer, and feeds what peers
-//! send into its own ring and in-flight view. No store, no extra process: the replicas are
-//! Envoys that talk HTTP to each other's internal peer listener.
+//! routing decisions, its requests in flight per pod and how many of its workers hold
+//! requests waiting (flow control) to every peer, and feeds what peers send into its own
+//! ring, in-flight view and flow control's share of the pool. No store, no extra process:
+//! the replicas are Envoys that talk HTTP to each other's internal peer listener.
 //!
 //! Sending: every `send_interval_ms` when there are new decisions, at least every
 //! `heartbeat_ms` for the load; one POST per peer, never more than
@@ -18,6 +19,7 @@ use hashbrown::HashMap;
 use picker::address::PodAddress;
 use picker::config::PEER_REPLICA_HEADER;
 use picker::config::{PeersConfig, PEER_SECRET_HEADER};
+use picker::flow_share::{publish_peer_waiting, waiting_workers, SERVICE_STALE_AFTER_MS};
 use picker::inflight::{envoy_totals, publish_peer_counts, SLOT_STALE_MS};
 use picker::keys::{PEER_INBOX, REPLICA_ID};
 use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused, MAX_MESSAGE_BYTES};
@@ -57,6 +59,8 @@ struct Stats {
     replayed: Counter,
     lag_ms: Gauge,
     live_peers: Gauge,
+    /// The live peers' workers with requests waiting in flow control, summed.
+    peer_waiting_workers: Gauge,
     /// 1 once this replica found itself in its peer list (and stopped sending there).
     self_listed: Gauge,
 }
@@ -80,9 +84,19 @@ impl Stats {
             replayed: c("wasm_epp.peer_messages_replayed"),
             lag_ms: metrics.gauge("wasm_epp.peer_lag_ms"),
             live_peers: metrics.gauge("wasm_epp.peers_live"),
+            peer_waiting_workers: metrics.gauge("wasm_epp.peer_waiting_workers"),
             self_listed: metrics.gauge("wasm_epp.peer_self_listed"),
         }
     }
+}
+
+/// What one peer said last.
+struct RemoteLoad {
+    heard_ms: u64,
+    /// Its requests in flight per pod.
+    load: Vec<(String, u32)>,
+    /// Its workers with requests waiting in flow control (bounded on decoding).
+    waiting_workers: u32,
 }
 
 struct Call {
@@ -118,8 +132,8 @@ pub struct PeerExchange {
     ledger: PeerLedger,
     /// Warns (rate-limited) when a peer's clock is too far from ours to peer with it.
     clock_skew: ClockSkewWarning,
-    /// What each peer last said it has in flight: `replica -> (heard at, counts)`.
-    remote_load: HashMap<u64, (u64, Vec<(String, u32)>)>,
+    /// What each peer last said it has in flight and waiting, by replica.
+    remote_load: HashMap<u64, RemoteLoad>,
     snapshot: Snapshot,
     /// When the snapshot first waited for peer discovery's first list (see
     /// [`PeerExchange::awaiting_peer_list`]).
@@ -230,7 +244,16 @@ impl PeerExchange {
                 PeerPod { address: pod.address.clone(), epoch: pod.epoch, inflight }
             })
             .collect();
-        let message = PeerMessage { replica: self.replica, seq: self.seq, sent_ms: now, pods, events: Vec::new() };
+        // Read on the send (a heartbeat at most), not per request: the workers' own records.
+        let waiting_workers = waiting_workers(host, None, now, SERVICE_STALE_AFTER_MS);
+        let message = PeerMessage {
+            replica: self.replica,
+            seq: self.seq,
+            sent_ms: now,
+            pods,
+            events: Vec::new(),
+            waiting_workers,
+        };
         // A message over MAX_MESSAGE_BYTES is refused whole by every peer (413): it carries the
         // oldest decisions that fit, and the rest wait in the (bounded) outbox for the next send.
         let take = count_within(&self.outbox, message.batch_budget());
@@ -448,7 +471,8 @@ impl PeerExchange {
             metrics.increment(self.stats.messages_received);
             metrics.set(self.stats.lag_ms, now.saturating_sub(message.sent_ms));
             let load = message.pods.iter().map(|p| (p.address.as_str().to_string(), p.inflight)).collect();
-            self.remote_load.insert(message.replica, (now, load));
+            let remote = RemoteLoad { heard_ms: now, load, waiting_workers: message.waiting_workers };
+            self.remote_load.insert(message.replica, remote);
             let (events, stale) = translate(message.events, &message.pods, &ours);
             metrics.add(self.stats.events_received, events.len() as u64);
             metrics.add(self.stats.events_stale, stale);
@@ -457,9 +481,10 @@ impl PeerExchange {
         accepted
     }
 
-    /// Sums what live peers have in flight and publishes it for the workers.
+    /// Sums what live peers have in flight, and their waiting workers, and publishes both
+    /// for the workers.
     fn publish_remote_load(&mut self, host: &dyn Host, metrics: &Metrics, now: u64) {
-        self.remote_load.retain(|_, (heard, _)| {
+        self.remote_load.retain(|_, RemoteLoad { heard_ms: heard, .. }| {
             // The host's clock is the wall clock: stepped back, a peer heard "after now" would
             // count as just heard until the clock caught up, a departed replica's load kept on
             // the pods for the length of the step. Heard now instead: a live peer stays live,
@@ -469,14 +494,22 @@ impl PeerExchange {
         });
         metrics.set(self.stats.live_peers, self.remote_load.len() as u64);
         let mut totals: HashMap<String, u32> = HashMap::new();
-        for (_, counts) in self.remote_load.values() {
-            for (address, count) in counts {
+        let mut waiting = 0u32;
+        for remote in self.remote_load.values() {
+            for (address, count) in &remote.load {
                 let total = totals.entry_ref(address.as_str()).or_insert(0);
                 *total = total.saturating_add(*count);
             }
+            waiting = waiting.saturating_add(remote.waiting_workers);
         }
         if let Err(error) = publish_peer_counts(host, now, &totals) {
             log::debug!("wasm-epp pool service: peer load not published: {error:?}");
+        }
+        // Bounded there (MAX_PEERS peers' worth): more replica ids than that within the
+        // expiry are one peer's forgeries, not more peers.
+        metrics.set(self.stats.peer_waiting_workers, u64::from(waiting));
+        if let Err(error) = publish_peer_waiting(host, now, waiting) {
+            log::debug!("wasm-epp pool service: peers' waiting workers not published: {error:?}");
         }
     }
 }

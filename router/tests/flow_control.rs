@@ -260,6 +260,47 @@ fn with_a_slow_waiting_tick_two_backlogged_workers_still_share_the_pool() {
 }
 
 #[test]
+fn a_replica_holding_the_pool_leaves_the_places_that_free_to_a_peer_replica_that_waits() {
+    // This replica's worker holds the pod's 4 places and has 2 more waiting; another replica,
+    // started during the overload, has a worker waiting too (its pool service told ours).
+    let bench = Bench::new(
+        r#"{"fallback_destinations": 0, "flow_control": {"enabled": true, "max_inflight_per_pod": 4, "ttl_ms": 60000}}"#,
+    );
+    bench.publish(1, &ONE_POD);
+    let mut busy: Vec<RequestStream> = (1..=4).map(|id| send(&bench, id, &[], &format!("busy {id}")).0).collect();
+    let held: Vec<(RequestStream, Step)> = (5..=7).map(|id| send(&bench, id, &[], &format!("held {id}"))).collect();
+    assert!(held.iter().all(|(_, step)| *step == Step::Pause));
+    bench.tick();
+    let later = |ms| {
+        bench.host.advance(ms);
+        bench.heartbeat();
+    };
+    // Alone in waiting, it refills the place that frees, in the ending request's callback.
+    busy.remove(0).on_log(&bench.host);
+    assert_eq!(resumed(&bench), [5], "no peer waits: refilled at once, as without peers");
+    picker::flow_share::publish_peer_waiting(&bench.host, bench.host.now_ms(), 1).unwrap();
+    later(5);
+    bench.tick();
+    // Two workers wait in all: its share is ceil(4 / 2) = 2, and it has 4 in flight.
+    busy.remove(0).on_log(&bench.host);
+    busy.remove(0).on_log(&bench.host);
+    later(5);
+    bench.tick();
+    assert!(resumed(&bench).is_empty(), "the two freed places are left to the peer replica");
+    busy.remove(0).on_log(&bench.host);
+    assert_eq!(resumed(&bench), [6], "below its share again: it takes the next");
+    // The peer's pool service stops publishing (the peer fell silent): the whole pool again.
+    later(picker::inflight::SLOT_STALE_MS + 1);
+    bench.tick(); // releases on its last count, then reads the new one
+    later(5);
+    bench.tick();
+    assert_eq!(resumed(&bench), [7], "the peer no longer counts");
+    for (mut stream, _) in held {
+        stream.on_done(&bench.host);
+    }
+}
+
+#[test]
 fn a_released_request_goes_to_a_pod_with_room_not_to_its_warm_but_full_pod() {
     let bench = Bench::new(&config_with(1, ""));
     bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)]);

@@ -127,6 +127,21 @@ pub fn decode_batch(bytes: &[u8]) -> Vec<RoutingEvent> {
     events
 }
 
+/// The length of the batch at the start of `bytes`: its version byte and its whole events,
+/// up to the first that is truncated or damaged, at most [`MAX_EVENTS_PER_BATCH`] of them
+/// (where [`decode_batch`] stops too). 0 for a batch of another version. What follows may be
+/// other fields (see [`crate::peer`]).
+pub fn batch_len(bytes: &[u8]) -> usize {
+    let Some((&BATCH_VERSION, mut rest)) = bytes.split_first() else { return 0 };
+    let mut len = 1;
+    for _ in 0..MAX_EVENTS_PER_BATCH {
+        let Some(event) = event_len(rest) else { break };
+        len += event;
+        rest = rest.get(event..).unwrap_or_default();
+    }
+    len
+}
+
 /// One event: `None` if truncated or malformed (stop), `Some(None)` if whole but naming no pod
 /// (skip it, go on).
 fn decode_event(bytes: &[u8]) -> Option<(Option<RoutingEvent>, &[u8])> {
@@ -212,6 +227,29 @@ impl<'a> Iterator for BatchRuns<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_s_length_ends_where_decoding_ends() {
+        let events: Vec<RoutingEvent> = (0..3)
+            .map(|n| RoutingEvent {
+                pod: format!("10.0.0.{n}:8000"),
+                epoch: n,
+                origin: 1,
+                hashes: vec![u64::from(n); 3],
+            })
+            .collect();
+        let batch = encode_batch(&events);
+        assert_eq!(batch_len(&batch), batch.len());
+        let followed = [&batch[..], &[0, 9, 9, 9, 9][..]].concat();
+        assert_eq!(batch_len(&followed), batch.len(), "a 0 (an address of no byte) ends it");
+        assert_eq!(decode_batch(&followed), events);
+        assert_eq!(batch_len(&[1, 0, 0]), 0, "another version");
+        assert_eq!(batch_len(&[]), 0);
+        // No more events than a batch decodes: what follows them is not walked.
+        let many = encode_batch(&vec![events[0].clone(); MAX_EVENTS_PER_BATCH]);
+        let more = [&many[..], &many[1..]].concat();
+        assert_eq!(batch_len(&more), many.len());
+    }
 
     fn event(pod: &str, epoch: u32, hashes: &[u64]) -> RoutingEvent {
         RoutingEvent { pod: pod.to_string(), epoch, origin: 7, hashes: hashes.to_vec() }

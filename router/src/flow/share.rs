@@ -1,44 +1,32 @@
-//! Fairness across Envoy workers: each worker holds its own paused requests, so without
-//! care the worker that ticks first, or whose requests end most often, takes every place
-//! that frees up and the other worker's queue starves.
+//! Fairness across Envoy workers and gateway replicas: each worker holds its own paused
+//! requests, so without care the worker that ticks first, or whose requests end most often,
+//! takes every place that frees up and the other worker's queue starves; and a replica that
+//! held the pool when the overload began keeps it, refilling each place as it frees, while
+//! the clients of a replica started later wait out their TTL.
 //!
 //! Each worker with requests waiting says so in shared data (a key per in-flight slot:
-//! its refresh time and queue length, written on its tick while it waits). While `n`
-//! workers wait, each may keep at most `ceil(capacity / n)` requests of its own in flight
-//! (capacity = pods × `max_inflight_per_pod`); a worker alone in waiting may use it all.
-//! So two backlogged workers converge to half the pool each, whichever ticks first, and a
-//! worker whose queue empties gives its share back on its next tick (one that stopped
-//! ticking, once its record is stale: [`stale_after_ms`]).
+//! its refresh time and queue length, written on its tick while it waits); the pool
+//! service counts those and tells its peers, and publishes how many of its peers' workers
+//! wait (see [`picker::flow_share`]). While `n` workers wait, this Envoy's and the peers',
+//! each may keep at most `ceil(capacity / n)` requests of its own in flight (capacity =
+//! pods × `max_inflight_per_pod`); a worker alone in waiting may use it all. So two
+//! backlogged workers converge to half the pool each, whichever ticks first, and a worker
+//! whose queue empties gives its share back on its next tick (one that stopped ticking,
+//! once its record is stale: [`stale_after_ms`]). A peer's workers count from its next
+//! message (every `peers.heartbeat_ms`) and stop counting with its next message once they
+//! no longer wait, or [`picker::inflight::SLOT_STALE_MS`] after its last message.
 
-use picker::inflight::MAX_SLOTS;
+use picker::flow_share::{peer_waiting, waiting_key, waiting_record, waiting_workers};
 use picker::store::SharedStore;
 
-/// Slack for a waiting record beyond its ticks: forty ticks of the default 5 ms waiting
-/// tick, well past any scheduling jitter.
-pub const WAITING_JITTER_MS: u64 = 200;
-
-/// A waiting record older than this is ignored (its worker stopped waiting or died). The
-/// record is rewritten only on its worker's tick, and workers tick out of step, so a live
-/// worker's record is up to a whole `waiting_tick_ms` old when read: two ticks (one late or
-/// missed is scheduling, not a worker gone) plus the jitter slack. A fixed limit below the
-/// tick would drop live workers from the count, and each would take the whole pool.
-pub fn stale_after_ms(waiting_tick_ms: u64) -> u64 {
-    waiting_tick_ms.saturating_mul(2).saturating_add(WAITING_JITTER_MS)
-}
-
-/// Record: refresh time in ms (u64 LE), requests waiting (u32 LE).
-const RECORD_BYTES: usize = 12;
-
-fn key(slot: usize) -> String {
-    picker::keys::per_slot(picker::keys::FLOW_WAITING_PREFIX, slot)
-}
+pub use picker::flow_share::{stale_after_ms, WAITING_JITTER_MS};
 
 /// This worker's view of who else waits.
 #[derive(Debug)]
 pub struct WorkerShare {
     /// What this worker last wrote (so an empty queue is written once, not every tick).
     published_waiting: u32,
-    /// Other workers waiting, as of the last read.
+    /// Other workers waiting, as of the last read: this Envoy's and the other replicas'.
     others_waiting: u32,
     /// Records older than this are ignored ([`stale_after_ms`] of the waiting tick).
     stale_after_ms: u64,
@@ -56,21 +44,22 @@ impl WorkerShare {
     pub fn sync(&mut self, store: &dyn SharedStore, slot: Option<usize>, waiting: u32, now_ms: u64) {
         if let Some(slot) = slot {
             if waiting > 0 || self.published_waiting > 0 {
-                let mut record = Vec::with_capacity(RECORD_BYTES);
-                record.extend_from_slice(&now_ms.to_le_bytes());
-                record.extend_from_slice(&waiting.to_le_bytes());
                 // Only this worker writes its key: a plain write, no compare-and-swap.
-                if store.set(&key(slot), &record, None).is_ok() {
+                if store.set(&waiting_key(slot), &waiting_record(now_ms, waiting), None).is_ok() {
                     self.published_waiting = waiting;
                 }
             }
         }
-        self.others_waiting = if waiting > 0 { count_waiting(store, slot, now_ms, self.stale_after_ms) } else { 0 };
+        self.others_waiting = if waiting > 0 {
+            waiting_workers(store, slot, now_ms, self.stale_after_ms).saturating_add(peer_waiting(store, now_ms))
+        } else {
+            0
+        };
     }
 
     /// Workers waiting, this one included if it waits.
     pub fn contenders(&self, waiting_here: bool) -> u32 {
-        self.others_waiting + u32::from(waiting_here)
+        self.others_waiting.saturating_add(u32::from(waiting_here))
     }
 
     /// How many requests of its own this worker may keep in flight.
@@ -78,23 +67,6 @@ impl WorkerShare {
         let contenders = self.contenders(waiting_here).max(1);
         capacity.div_ceil(contenders)
     }
-}
-
-fn count_waiting(store: &dyn SharedStore, own_slot: Option<usize>, now_ms: u64, stale_after_ms: u64) -> u32 {
-    let mut waiting = 0;
-    for slot in (0..MAX_SLOTS).filter(|s| Some(*s) != own_slot) {
-        let Ok((Some(record), _)) = store.get(&key(slot)) else { continue };
-        let Some(bytes) = record.get(..RECORD_BYTES) else { continue };
-        let refreshed = bytes.get(..8).and_then(|b| b.try_into().ok()).map_or(0, u64::from_le_bytes);
-        let count = bytes.get(8..).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes);
-        // Before or after now: another worker may have read the clock after this one; but a
-        // record further ahead was written before the wall clock stepped back, by a worker
-        // that has not written since (a live one rewrites it on its next waiting tick).
-        if count > 0 && now_ms.abs_diff(refreshed) <= stale_after_ms {
-            waiting += 1;
-        }
-    }
-    waiting
 }
 
 #[cfg(test)]
@@ -118,6 +90,33 @@ mod tests {
         b.sync(&store, Some(1), 2, 1_005);
         a.sync(&store, Some(0), 5, 1_005 + stale_after_ms(5) + 1);
         assert_eq!(a.local_limit(16, true), 16, "a record not refreshed is a worker gone");
+    }
+
+    #[test]
+    fn the_workers_of_other_replicas_that_wait_take_their_share() {
+        let store = MemoryStore::default();
+        let (mut a, mut b) = (WorkerShare::new(5), WorkerShare::new(5));
+        a.sync(&store, Some(0), 5, 1_000);
+        assert_eq!(a.local_limit(16, true), 16, "no peer waits: the whole pool, as without peers");
+        // Another replica's two workers wait (its pool service told this one's).
+        picker::flow_share::publish_peer_waiting(&store, 1_000, 2).unwrap();
+        a.sync(&store, Some(0), 5, 1_001);
+        assert_eq!(a.local_limit(16, true), 6, "a third of the pool: ceil(16 / 3)");
+        b.sync(&store, Some(1), 1, 1_002);
+        a.sync(&store, Some(0), 5, 1_003);
+        assert_eq!((a.local_limit(16, true), b.local_limit(16, true)), (4, 4), "four workers wait");
+        // A worker whose queue is empty is not held to a share (as before): routed at once
+        // when the pool has room, it waits like any other once it does not.
+        a.sync(&store, Some(0), 0, 1_004);
+        assert_eq!(a.local_limit(16, true), 16);
+        // The pool service stopped publishing: the peers' workers stop counting.
+        a.sync(&store, Some(0), 5, 1_000 + picker::inflight::SLOT_STALE_MS + 1);
+        assert_eq!(a.local_limit(16, true), 16, "b's record is stale too by now");
+        // A peer claiming a billion waiting workers is bounded: a place is always left.
+        picker::flow_share::publish_peer_waiting(&store, 5_000, 1_000_000_000).unwrap();
+        a.sync(&store, Some(0), 5, 5_000);
+        assert_eq!(a.local_limit(16, true), 1);
+        assert_eq!(a.contenders(true), picker::flow_share::MAX_PEER_WAITING + 1);
     }
 
     #[test]
