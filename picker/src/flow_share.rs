@@ -2,11 +2,18 @@
 //! the other gateway replicas (the rule itself is the filter's: `router/src/flow/share.rs`).
 //!
 //! Each worker with requests waiting says so in shared data (a key per in-flight slot:
-//! its refresh time and queue length, written on its tick while it waits). The pool
-//! service counts the fresh ones ([`waiting_workers`]) and tells its peers in every peer
-//! message ([`crate::peer`]); it publishes what its live peers said, summed
-//! ([`publish_peer_waiting`]), and each waiting worker counts those beside its own Envoy's.
+//! its refresh time, queue length and highest waiting band, written on its tick while it
+//! waits). The pool service counts the fresh ones ([`waiting_view`]) and tells its peers in
+//! every peer message ([`crate::peer`]); it publishes what its live peers said, summed
+//! ([`publish_peer_waiting`]), and each waiting worker reads those beside its own Envoy's.
+//!
+//! Priority holds across workers and replicas: only the workers waiting at the highest band
+//! waiting anywhere share the pool ([`Waiting::limit`]); a worker whose requests are all of
+//! lower bands holds them while that band waits elsewhere. A record without a band (an
+//! older build's, during an upgrade) counts at whatever band is highest: that worker does
+//! not hold for anyone, so it takes its share as before and the others count it in theirs.
 
+use crate::config::MAX_PRIORITY;
 use crate::inflight::{MAX_SLOTS, SLOT_STALE_MS};
 use crate::keys::{per_slot, FLOW_PEER_WAITING, FLOW_WAITING_PREFIX};
 use crate::peer::MAX_PEERS;
@@ -41,22 +48,96 @@ pub const MAX_WAITING_PER_PEER: u32 = MAX_SLOTS as u32;
 /// Most waiting workers all peers together count for ([`MAX_PEERS`] peers at most).
 pub const MAX_PEER_WAITING: u32 = MAX_WAITING_PER_PEER * MAX_PEERS as u32;
 
-/// Record: refresh time in ms (u64 LE), requests waiting (u32 LE).
+/// Record: refresh time in ms (u64 LE), requests waiting (u32 LE), then the priority of
+/// the highest band waiting (i32 LE). An older build's record stops before the band: its
+/// worker counts at any band ([`Waiting::unknown`]).
 const RECORD_BYTES: usize = 12;
+const RECORD_WITH_BAND_BYTES: usize = RECORD_BYTES + 4;
 
-/// A published peer sum: publish time in ms (u64 LE), waiting workers (u32 LE).
+/// A published peer sum: publish time in ms (u64 LE), waiting workers (u32 LE), then the
+/// workers of unknown band (u32 LE), the highest band (i32 LE) and the workers at it (u32
+/// LE; 0: no band known). A 12-byte record (an older pool service's) is all unknown band.
 const PEER_RECORD_BYTES: usize = 12;
+const PEER_RECORD_WITH_BANDS_BYTES: usize = PEER_RECORD_BYTES + 12;
+
+/// Who waits, as one worker sees the others: the highest band some worker waits at and how
+/// many wait at it, and the workers whose band is not known.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Waiting {
+    /// The highest band waiting and the workers at it (`None`: no worker of known band).
+    pub top: Option<(i32, u32)>,
+    /// Workers of unknown band (an older build's record or peer): they count at any band.
+    pub unknown: u32,
+    /// Every waiting worker counted, whatever its band (what older peers are told).
+    pub workers: u32,
+}
+
+impl Waiting {
+    /// Counts `workers` waiting with `band` as their highest (`None`: unknown).
+    pub fn add(&mut self, band: Option<i32>, workers: u32) {
+        if workers == 0 {
+            return;
+        }
+        self.workers = self.workers.saturating_add(workers);
+        let Some(band) = band.map(clamp_band) else {
+            self.unknown = self.unknown.saturating_add(workers);
+            return;
+        };
+        self.top = match self.top {
+            Some((top, at)) if top > band => Some((top, at)),
+            Some((top, at)) if top == band => Some((top, at.saturating_add(workers))),
+            _ => Some((band, workers)),
+        };
+    }
+
+    /// Both counted together.
+    pub fn merge(&mut self, other: Waiting) {
+        if let Some((band, workers)) = other.top {
+            self.add(Some(band), workers);
+        }
+        self.add(None, other.unknown);
+        // Workers below either top count too (`add` counted the tops and the unknown ones).
+        let below = other.workers.saturating_sub(other.unknown).saturating_sub(other.top.map_or(0, |(_, at)| at));
+        self.workers = self.workers.saturating_add(below);
+    }
+
+    /// How many requests of its own a worker may keep in flight to release one of
+    /// `priority`, these being the others that wait: none while a higher band waits
+    /// elsewhere; else the pool shared with the others waiting at its band (and those of
+    /// unknown band). A worker alone, or all at one band, get `ceil(capacity / n)` as
+    /// without bands.
+    pub fn limit(&self, capacity: u32, priority: i32) -> u32 {
+        let priority = clamp_band(priority);
+        let sharing = match self.top {
+            Some((top, _)) if top > priority => return 0,
+            Some((top, at)) if top == priority => at,
+            _ => 0,
+        };
+        capacity.div_ceil(sharing.saturating_add(self.unknown).saturating_add(1))
+    }
+
+    /// Whether a higher band than `priority` waits on some other worker.
+    pub fn outranks(&self, priority: i32) -> bool {
+        self.top.is_some_and(|(top, _)| top > clamp_band(priority))
+    }
+}
+
+/// Bands are priorities clamped as the queue clamps them (a record may come from anyone).
+fn clamp_band(priority: i32) -> i32 {
+    priority.clamp(-MAX_PRIORITY, MAX_PRIORITY)
+}
 
 /// The key of slot `slot`'s waiting record.
 pub fn waiting_key(slot: usize) -> String {
     per_slot(FLOW_WAITING_PREFIX, slot)
 }
 
-/// A waiting record: `waiting` requests as of `now_ms`.
-pub fn waiting_record(now_ms: u64, waiting: u32) -> Vec<u8> {
-    let mut record = Vec::with_capacity(RECORD_BYTES);
+/// A waiting record: `waiting` requests as of `now_ms`, the highest of them of band `top`.
+pub fn waiting_record(now_ms: u64, waiting: u32, top: i32) -> Vec<u8> {
+    let mut record = Vec::with_capacity(RECORD_WITH_BAND_BYTES);
     record.extend_from_slice(&now_ms.to_le_bytes());
     record.extend_from_slice(&waiting.to_le_bytes());
+    record.extend_from_slice(&top.to_le_bytes());
     record
 }
 
@@ -67,10 +148,19 @@ fn decode(bytes: &[u8]) -> Option<(u64, u32)> {
     Some((time, count))
 }
 
+/// The band after a record's first 12 bytes (at `at`), if the record has it.
+fn band_at(bytes: &[u8], at: usize) -> Option<i32> {
+    bytes.get(at..at + 4).and_then(|b| b.try_into().ok()).map(i32::from_le_bytes).map(clamp_band)
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    bytes.get(at..at + 4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes)
+}
+
 /// Workers of this Envoy (but `except`) whose record says they wait, refreshed within
-/// `stale_after_ms` of `now_ms`.
-pub fn waiting_workers(store: &dyn SharedStore, except: Option<usize>, now_ms: u64, stale_after_ms: u64) -> u32 {
-    let mut waiting = 0;
+/// `stale_after_ms` of `now_ms`, by their highest band.
+pub fn waiting_view(store: &dyn SharedStore, except: Option<usize>, now_ms: u64, stale_after_ms: u64) -> Waiting {
+    let mut waiting = Waiting::default();
     for slot in (0..MAX_SLOTS).filter(|s| Some(*s) != except) {
         let Ok((Some(record), _)) = store.get(&waiting_key(slot)) else { continue };
         let Some((refreshed, count)) = decode(&record) else { continue };
@@ -78,26 +168,50 @@ pub fn waiting_workers(store: &dyn SharedStore, except: Option<usize>, now_ms: u
         // record further ahead was written before the wall clock stepped back, by a worker
         // that has not written since (a live one rewrites it on its next waiting tick).
         if count > 0 && now_ms.abs_diff(refreshed) <= stale_after_ms {
-            waiting += 1;
+            waiting.add(band_at(&record, RECORD_BYTES), 1);
         }
     }
     waiting
 }
 
-/// Publishes the waiting workers of the live peers, summed (bounded by [`MAX_PEER_WAITING`]).
-pub fn publish_peer_waiting(store: &dyn SharedStore, now_ms: u64, waiting: u32) -> Result<(), StoreError> {
-    store.set(FLOW_PEER_WAITING, &waiting_record(now_ms, waiting.min(MAX_PEER_WAITING)), None)
+/// Workers of this Envoy (but `except`) whose record says they wait, refreshed within
+/// `stale_after_ms` of `now_ms`.
+pub fn waiting_workers(store: &dyn SharedStore, except: Option<usize>, now_ms: u64, stale_after_ms: u64) -> u32 {
+    waiting_view(store, except, now_ms, stale_after_ms).workers
+}
+
+/// Publishes the waiting workers of the live peers, summed (each count bounded by
+/// [`MAX_PEER_WAITING`]).
+pub fn publish_peer_waiting(store: &dyn SharedStore, now_ms: u64, waiting: Waiting) -> Result<(), StoreError> {
+    let (top, at) = waiting.top.map_or((0, 0), |(top, at)| (top, at.min(MAX_PEER_WAITING)));
+    let mut record = waiting_record(now_ms, waiting.workers.min(MAX_PEER_WAITING), 0);
+    record.truncate(PEER_RECORD_BYTES);
+    record.extend_from_slice(&waiting.unknown.min(MAX_PEER_WAITING).to_le_bytes());
+    record.extend_from_slice(&top.to_le_bytes());
+    record.extend_from_slice(&at.to_le_bytes());
+    store.set(FLOW_PEER_WAITING, &record, None)
 }
 
 /// The peers' waiting workers as last published: none if never published or not within
 /// [`SLOT_STALE_MS`] of `now_ms` (the pool service stopped: its peers' counts, like their
-/// requests in flight, are dropped as long after its last publish).
-pub fn peer_waiting(store: &dyn SharedStore, now_ms: u64) -> u32 {
-    let Ok((Some(record), _)) = store.get(FLOW_PEER_WAITING) else { return 0 };
-    match record.get(..PEER_RECORD_BYTES).and_then(decode) {
-        Some((published, waiting)) if now_ms.abs_diff(published) <= SLOT_STALE_MS => waiting.min(MAX_PEER_WAITING),
-        _ => 0,
+/// requests in flight, are dropped as long after its last publish). Every count is bounded
+/// by [`MAX_PEER_WAITING`]; an older pool service's record (no bands) is all unknown band.
+pub fn peer_waiting(store: &dyn SharedStore, now_ms: u64) -> Waiting {
+    let Ok((Some(record), _)) = store.get(FLOW_PEER_WAITING) else { return Waiting::default() };
+    let Some((published, workers)) = record.get(..PEER_RECORD_BYTES).and_then(decode) else {
+        return Waiting::default();
+    };
+    if now_ms.abs_diff(published) > SLOT_STALE_MS {
+        return Waiting::default();
     }
+    let workers = workers.min(MAX_PEER_WAITING);
+    if record.len() < PEER_RECORD_WITH_BANDS_BYTES {
+        return Waiting { top: None, unknown: workers, workers };
+    }
+    let unknown = u32_at(&record, PEER_RECORD_BYTES).unwrap_or(0).min(MAX_PEER_WAITING);
+    let top = band_at(&record, PEER_RECORD_BYTES + 4).unwrap_or(0);
+    let at = u32_at(&record, PEER_RECORD_BYTES + 8).unwrap_or(0).min(MAX_PEER_WAITING);
+    Waiting { top: (at > 0).then_some((top, at)), unknown, workers: workers.max(unknown.saturating_add(at)) }
 }
 
 #[cfg(test)]
@@ -105,12 +219,96 @@ mod tests {
     use super::*;
     use crate::store::MemoryStore;
 
+    fn unknown(workers: u32) -> Waiting {
+        let mut waiting = Waiting::default();
+        waiting.add(None, workers);
+        waiting
+    }
+
+    fn at(band: i32, workers: u32) -> Waiting {
+        let mut waiting = Waiting::default();
+        waiting.add(Some(band), workers);
+        waiting
+    }
+
+    #[test]
+    fn only_the_workers_at_the_highest_band_share_and_the_others_hold() {
+        // What worker `a` sees of the others: one waits at band 5, two at band 0.
+        let mut others = at(5, 1);
+        others.merge(at(0, 2));
+        assert_eq!((others.top, others.unknown, others.workers), (Some((5, 1)), 0, 3));
+        assert_eq!(others.limit(16, 0), 0, "a's band-0 requests hold while band 5 waits elsewhere");
+        assert_eq!(others.limit(16, -3), 0);
+        assert!(others.outranks(0) && !others.outranks(5));
+        assert_eq!(others.limit(16, 5), 8, "a at band 5 shares with the other band-5 worker only");
+        assert_eq!(others.limit(16, 7), 16, "a alone above everyone: the whole pool");
+        // Priorities clamp as the queue clamps them: 100 and 8 are one band.
+        assert_eq!(at(100, 1).limit(16, 8), 8);
+        // No band anywhere: as before bands, ceil(capacity / n).
+        assert_eq!(Waiting::default().limit(16, -8), 16, "alone");
+        assert_eq!(at(0, 3).limit(15, 0), 4, "all at one band: ceil(15 / 4)");
+    }
+
+    #[test]
+    fn workers_of_unknown_band_share_at_any_band_and_hold_no_one() {
+        // An older build's worker (no band in its record) takes its share as before, so the
+        // others count it whatever their band; it makes no one hold.
+        let mut others = unknown(1);
+        assert_eq!(others.limit(16, -8), 8);
+        others.merge(at(2, 1));
+        assert_eq!(others.limit(16, 2), 6, "with the band-2 worker and the unknown one: ceil(16 / 3)");
+        assert_eq!(others.limit(16, 3), 8, "above band 2: shares with the unknown one only");
+        assert_eq!(others.limit(16, 1), 0);
+        assert_eq!(others.workers, 2);
+    }
+
+    #[test]
+    fn records_carry_the_highest_band_and_older_ones_read_as_unknown() {
+        let store = MemoryStore::default();
+        store.set(&waiting_key(0), &waiting_record(1_000, 3, 2), None).unwrap();
+        store.set(&waiting_key(1), &waiting_record(1_000, 1, -1), None).unwrap();
+        store.set(&waiting_key(2), &waiting_record(1_000, 1, 2), None).unwrap();
+        // An older build's record: time and count, no band.
+        store.set(&waiting_key(3), &waiting_record(1_000, 4, 9)[..RECORD_BYTES], None).unwrap();
+        store.set(&waiting_key(4), &waiting_record(1_000, 0, 8), None).unwrap();
+        store.set(&waiting_key(5), &waiting_record(1_000, 2, i32::MAX), None).unwrap();
+        let view = waiting_view(&store, Some(5), 1_000, 205);
+        assert_eq!(view, Waiting { top: Some((2, 2)), unknown: 1, workers: 4 }, "slot 4 waits for nothing");
+        assert_eq!(waiting_view(&store, None, 1_000, 205).top, Some((MAX_PRIORITY, 1)), "a band out of range clamps");
+        assert_eq!(waiting_workers(&store, None, 1_000, 205), 5);
+    }
+
+    #[test]
+    fn the_peers_bands_are_published_and_an_older_record_has_none() {
+        let store = MemoryStore::default();
+        let mut peers = at(3, 2);
+        peers.merge(unknown(1));
+        peers.merge(at(-2, 4));
+        publish_peer_waiting(&store, 1_000, peers).unwrap();
+        assert_eq!(peer_waiting(&store, 1_000), Waiting { top: Some((3, 2)), unknown: 1, workers: 7 });
+        // An older pool service's record: the time and the sum only.
+        store.set(FLOW_PEER_WAITING, &waiting_record(1_000, 5, 0)[..PEER_RECORD_BYTES], None).unwrap();
+        assert_eq!(peer_waiting(&store, 1_000), Waiting { top: None, unknown: 5, workers: 5 });
+        // Written by another hand: bands clamp, counts are bounded.
+        let hostile = [
+            &waiting_record(1_000, u32::MAX, 0)[..PEER_RECORD_BYTES],
+            &u32::MAX.to_le_bytes(),
+            &i32::MIN.to_le_bytes(),
+            &u32::MAX.to_le_bytes(),
+        ]
+        .concat();
+        store.set(FLOW_PEER_WAITING, &hostile, None).unwrap();
+        let read = peer_waiting(&store, 1_000);
+        assert_eq!((read.top, read.unknown), (Some((-MAX_PRIORITY, MAX_PEER_WAITING)), MAX_PEER_WAITING));
+        assert_eq!(read.limit(16, -MAX_PRIORITY), 1, "a place is always left at the top band");
+    }
+
     #[test]
     fn fresh_records_with_requests_waiting_count() {
         let store = MemoryStore::default();
-        store.set(&waiting_key(0), &waiting_record(1_000, 3), None).unwrap();
-        store.set(&waiting_key(1), &waiting_record(1_000, 0), None).unwrap();
-        store.set(&waiting_key(2), &waiting_record(900, 1), None).unwrap();
+        store.set(&waiting_key(0), &waiting_record(1_000, 3, 0), None).unwrap();
+        store.set(&waiting_key(1), &waiting_record(1_000, 0, 0), None).unwrap();
+        store.set(&waiting_key(2), &waiting_record(900, 1, 0), None).unwrap();
         store.set(&waiting_key(3), b"short", None).unwrap();
         assert_eq!(waiting_workers(&store, None, 1_000, 205), 2, "slots 0 and 2");
         assert_eq!(waiting_workers(&store, Some(0), 1_000, 205), 1, "not the reader's own");
@@ -121,18 +319,20 @@ mod tests {
     #[test]
     fn the_peers_sum_is_bounded_and_expires() {
         let store = MemoryStore::default();
-        assert_eq!(peer_waiting(&store, 1_000), 0, "never published");
-        publish_peer_waiting(&store, 1_000, 3).unwrap();
-        assert_eq!(peer_waiting(&store, 1_000 + SLOT_STALE_MS), 3);
-        assert_eq!(peer_waiting(&store, 1_000 + SLOT_STALE_MS + 1), 0, "the pool service stopped publishing");
-        assert_eq!(peer_waiting(&store, 1_000u64.saturating_sub(1)), 3);
-        publish_peer_waiting(&store, 3_600_000, 3).unwrap();
-        assert_eq!(peer_waiting(&store, 1_000), 0, "published before the clock stepped back an hour");
-        publish_peer_waiting(&store, 1_000, u32::MAX).unwrap();
-        assert_eq!(peer_waiting(&store, 1_000), MAX_PEER_WAITING);
+        let workers = |store: &MemoryStore, now| peer_waiting(store, now).workers;
+        assert_eq!(workers(&store, 1_000), 0, "never published");
+        publish_peer_waiting(&store, 1_000, unknown(3)).unwrap();
+        assert_eq!(workers(&store, 1_000 + SLOT_STALE_MS), 3);
+        assert_eq!(workers(&store, 1_000 + SLOT_STALE_MS + 1), 0, "the pool service stopped publishing");
+        assert_eq!(workers(&store, 1_000u64.saturating_sub(1)), 3);
+        publish_peer_waiting(&store, 3_600_000, unknown(3)).unwrap();
+        assert_eq!(workers(&store, 1_000), 0, "published before the clock stepped back an hour");
+        publish_peer_waiting(&store, 1_000, unknown(u32::MAX)).unwrap();
+        assert_eq!(workers(&store, 1_000), MAX_PEER_WAITING);
         store
-            .set(FLOW_PEER_WAITING, &[&waiting_record(1_000, 0)[..8], &u32::MAX.to_le_bytes()[..]].concat(), None)
+            .set(FLOW_PEER_WAITING, &[&waiting_record(1_000, 0, 0)[..8], &u32::MAX.to_le_bytes()[..]].concat(), None)
             .unwrap();
-        assert_eq!(peer_waiting(&store, 1_000), MAX_PEER_WAITING, "written by another hand: still bounded");
+        assert_eq!(workers(&store, 1_000), MAX_PEER_WAITING, "written by another hand: still bounded");
+        assert_eq!(peer_waiting(&store, 1_000).unknown, MAX_PEER_WAITING, "an older pool service's: no band known");
     }
 }

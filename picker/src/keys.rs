@@ -82,13 +82,15 @@ pub const REPLICA_ID: &str = "wasm-epp/v1/replica-id";
 /// the pool service (see [`crate::peer`]).
 pub const PEER_INBOX: &str = "wasm-epp/v1/peer-inbox";
 
-/// Flow control: how many requests each worker holds waiting, one key per in-flight slot
-/// (`<prefix><slot>`, so at most [`crate::inflight::MAX_SLOTS`] keys), read by the others to
-/// share the pool fairly (see `router/src/flow/share.rs`).
+/// Flow control: how many requests each worker holds waiting and its highest waiting band,
+/// one key per in-flight slot (`<prefix><slot>`, so at most [`crate::inflight::MAX_SLOTS`]
+/// keys), read by the others to share the pool fairly and in priority order (see
+/// `router/src/flow/share.rs`).
 pub const FLOW_WAITING_PREFIX: &str = "wasm-epp/v1/flow-waiting/";
 
 /// Flow control: how many workers of other gateway replicas wait, summed over the live
-/// peers, as the pool service last heard (see [`crate::flow_share`]).
+/// peers, and the highest band they wait at, as the pool service last heard (see
+/// [`crate::flow_share`]).
 pub const FLOW_PEER_WAITING: &str = "wasm-epp/v1/flow-peer-waiting";
 
 /// Responses API answers' ids and the pods that answered them, one entry per slot

@@ -8,7 +8,7 @@
 //! message = magic:"WEPP" version:u8 replica:u64 seq:u64 sent_ms:u64
 //!           pod_count:u16 (address_len:u8 address epoch:u32 inflight:u32) × pod_count
 //!           batch (see crate::prefix::events)
-//!           [end:u8 = 0 waiting_workers:u32]
+//!           [end:u8 = 0 waiting_workers:u32 [top_band:i32 workers_at_top:u32]]
 //! ```
 //!
 //! The waiting workers come after the batch, behind a 0 byte: where a batch's next event
@@ -16,7 +16,11 @@
 //! predates the field (it decodes everything after the pods as the batch) reads the same
 //! decisions and ignores the rest, and mixed versions keep peering during a rolling upgrade;
 //! a message without the field (from such a sender, or a snapshot) counts no worker waiting.
-//! Bytes after `waiting_workers` are ignored, for fields to come.
+//! Then the highest band the sender's workers wait at and how many wait at it (those of
+//! unknown band, an older build's, included; `workers_at_top` 0: no band known): a receiver
+//! that predates them stops at `waiting_workers`, and a message without them (an older
+//! sender's) counts its `waiting_workers` at any band (see [`crate::flow_share::Waiting`]).
+//! Bytes after `workers_at_top` are ignored, for fields to come.
 //!
 //! Decoding trusts nothing (a peer may be broken or hostile): sizes are bounded, addresses
 //! must be literal `ip:port`, a peer counts at most [`MAX_WAITING_PER_PEER`] waiting
@@ -26,6 +30,7 @@
 use hashbrown::HashMap;
 
 use crate::address::PodAddress;
+use crate::config::MAX_PRIORITY;
 use crate::flow_share::MAX_WAITING_PER_PEER;
 use crate::pod_table::MAX_PODS;
 use crate::prefix::events::{batch_len, decode_batch, RoutingEvent};
@@ -37,8 +42,9 @@ const HEADER_BYTES: usize = 4 + 1 + 8 + 8 + 8;
 
 /// What ends the batch before the fields that follow it (an event's address of no byte).
 const END_OF_BATCH: u8 = 0;
-/// The fields after the batch: the end mark, the waiting workers.
-const TRAILER_BYTES: usize = 1 + 4;
+/// The fields after the batch: the end mark, the waiting workers, the top band and the
+/// workers at it.
+const TRAILER_BYTES: usize = 1 + 4 + 4 + 4;
 
 /// Largest message accepted: a full batch of decisions and a full pod list fit well within.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 20;
@@ -71,6 +77,11 @@ pub struct PeerMessage {
     /// The sender's workers with requests waiting in flow control (0 from a sender that
     /// predates the field; at most [`MAX_WAITING_PER_PEER`] once decoded).
     pub waiting_workers: u32,
+    /// The highest band the sender's workers wait at and how many of them wait at it (`None`
+    /// from a sender that predates the field, or when none of known band waits; once
+    /// decoded the band is clamped to the queue's bands and the workers to
+    /// `waiting_workers`).
+    pub waiting_top: Option<(i32, u32)>,
 }
 
 /// Why a message was refused.
@@ -106,6 +117,9 @@ impl PeerMessage {
         out.extend_from_slice(batch);
         out.push(END_OF_BATCH);
         out.extend_from_slice(&self.waiting_workers.to_le_bytes());
+        let (top, at) = self.waiting_top.unwrap_or((0, 0));
+        out.extend_from_slice(&top.to_le_bytes());
+        out.extend_from_slice(&at.to_le_bytes());
         out
     }
 
@@ -147,18 +161,24 @@ impl PeerMessage {
         let rest = reader.rest();
         let (batch, trailer) = rest.split_at(batch_len(rest).min(rest.len()));
         let events = decode_batch(batch);
-        Ok(Self { replica, seq, sent_ms, pods, events, waiting_workers: waiting_workers(trailer) })
+        let (waiting_workers, waiting_top) = waiting(trailer);
+        Ok(Self { replica, seq, sent_ms, pods, events, waiting_workers, waiting_top })
     }
 }
 
-/// The waiting workers after the batch, bounded; 0 if the message has none (an older sender's).
-fn waiting_workers(trailer: &[u8]) -> u32 {
-    match trailer.split_first() {
-        Some((&END_OF_BATCH, rest)) => {
-            rest.get(..4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_le_bytes).min(MAX_WAITING_PER_PEER)
+/// The waiting workers after the batch and the band of the highest, bounded; none if the
+/// message has none (an older sender's).
+fn waiting(trailer: &[u8]) -> (u32, Option<(i32, u32)>) {
+    let Some((&END_OF_BATCH, rest)) = trailer.split_first() else { return (0, None) };
+    let field = |at: usize| rest.get(at..at + 4).and_then(|b| <[u8; 4]>::try_from(b).ok());
+    let workers = field(0).map_or(0, u32::from_le_bytes).min(MAX_WAITING_PER_PEER);
+    let top = match (field(4).map(i32::from_le_bytes), field(8).map(u32::from_le_bytes)) {
+        (Some(band), Some(at)) if at > 0 && workers > 0 => {
+            Some((band.clamp(-MAX_PRIORITY, MAX_PRIORITY), at.min(workers)))
         }
-        _ => 0,
-    }
+        _ => None,
+    };
+    (workers, top)
 }
 
 /// Sequence numbers below a peer's highest that are still told apart: a peer keeps two
@@ -264,6 +284,7 @@ mod tests {
             pods: vec![PeerPod { address: PodAddress::parse("10.0.0.1:8000").unwrap(), epoch: 3, inflight: 7 }],
             events: vec![RoutingEvent { pod: "10.0.0.1:8000".into(), epoch: 3, origin: 0, hashes: vec![1, 2, 3] }],
             waiting_workers: 2,
+            waiting_top: Some((1, 1)),
         }
     }
 
@@ -284,7 +305,13 @@ mod tests {
         assert_eq!(decode_batch(&bytes[pods_end..]), sent.events);
         // An older sender's message (no field after the batch): no worker counted as waiting.
         let old = PeerMessage::decode(&bytes[..bytes.len() - TRAILER_BYTES]).unwrap();
-        assert_eq!(old, PeerMessage { waiting_workers: 0, ..sent.clone() });
+        assert_eq!(old, PeerMessage { waiting_workers: 0, waiting_top: None, ..sent.clone() });
+        // The sender of the last version (waiting workers, no band): counted at any band.
+        let no_band = PeerMessage::decode(&bytes[..bytes.len() - 8]).unwrap();
+        assert_eq!(no_band, PeerMessage { waiting_top: None, ..sent.clone() });
+        // Neither older receiver reads the band: the last one stops after `waiting_workers`
+        // (it ignores what follows), the one before stops at the batch's end.
+        assert_eq!(u32::from_le_bytes(bytes[pods_end + batch.len() + 1..][..4].try_into().unwrap()), 2);
         // No decision in the message: the field right after the batch's version byte.
         let idle = PeerMessage { events: Vec::new(), ..sent.clone() };
         assert_eq!(PeerMessage::decode(&idle.encode(&encode_batch(&[]))), Ok(idle.clone()));
@@ -293,7 +320,8 @@ mod tests {
         // Fields to come after it are ignored; a cut field counts nothing.
         let longer = [&bytes[..], b"more"].concat();
         assert_eq!(PeerMessage::decode(&longer), Ok(sent.clone()));
-        assert_eq!(PeerMessage::decode(&bytes[..bytes.len() - 1]).unwrap().waiting_workers, 0);
+        assert_eq!(PeerMessage::decode(&bytes[..bytes.len() - 9]).unwrap().waiting_workers, 0);
+        assert_eq!(PeerMessage::decode(&bytes[..bytes.len() - 1]).unwrap().waiting_top, None);
     }
 
     #[test]
@@ -302,6 +330,13 @@ mod tests {
         let decoded = PeerMessage::decode(&sent.encode(&encode_batch(&sent.events))).unwrap();
         assert_eq!(decoded.waiting_workers, MAX_WAITING_PER_PEER);
         assert_eq!(decoded.events, sent.events);
+        // A band out of range, more workers at it than wait: clamped.
+        let sent = PeerMessage { waiting_top: Some((i32::MAX, u32::MAX)), ..message(5, 9, 1_000) };
+        let decoded = PeerMessage::decode(&sent.encode(&encode_batch(&sent.events))).unwrap();
+        assert_eq!(decoded.waiting_top, Some((MAX_PRIORITY, 2)));
+        // Workers at a band while none waits: nothing.
+        let sent = PeerMessage { waiting_workers: 0, waiting_top: Some((3, 4)), ..message(5, 9, 1_000) };
+        assert_eq!(PeerMessage::decode(&sent.encode(&encode_batch(&sent.events))).unwrap().waiting_top, None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use hashbrown::HashMap;
 use picker::address::PodAddress;
 use picker::config::PEER_REPLICA_HEADER;
 use picker::config::{PeersConfig, PEER_SECRET_HEADER};
-use picker::flow_share::{publish_peer_waiting, waiting_workers, SERVICE_STALE_AFTER_MS};
+use picker::flow_share::{publish_peer_waiting, waiting_view, Waiting, SERVICE_STALE_AFTER_MS};
 use picker::inflight::{envoy_totals, publish_peer_counts, SLOT_STALE_MS};
 use picker::keys::{PEER_INBOX, REPLICA_ID};
 use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused, MAX_MESSAGE_BYTES};
@@ -97,6 +97,9 @@ struct RemoteLoad {
     load: Vec<(String, u32)>,
     /// Its workers with requests waiting in flow control (bounded on decoding).
     waiting_workers: u32,
+    /// The highest band they wait at and how many wait at it (`None`: an older peer's
+    /// message, its waiting workers of unknown band).
+    waiting_top: Option<(i32, u32)>,
 }
 
 struct Call {
@@ -245,14 +248,17 @@ impl PeerExchange {
             })
             .collect();
         // Read on the send (a heartbeat at most), not per request: the workers' own records.
-        let waiting_workers = waiting_workers(host, None, now, SERVICE_STALE_AFTER_MS);
+        let waiting = waiting_view(host, None, now, SERVICE_STALE_AFTER_MS);
         let message = PeerMessage {
             replica: self.replica,
             seq: self.seq,
             sent_ms: now,
             pods,
             events: Vec::new(),
-            waiting_workers,
+            waiting_workers: waiting.workers,
+            // Its workers of unknown band (an older build's, during an upgrade) count at any
+            // band, so at its highest too.
+            waiting_top: waiting.top.map(|(band, at)| (band, at.saturating_add(waiting.unknown))),
         };
         // A message over MAX_MESSAGE_BYTES is refused whole by every peer (413): it carries the
         // oldest decisions that fit, and the rest wait in the (bounded) outbox for the next send.
@@ -471,7 +477,12 @@ impl PeerExchange {
             metrics.increment(self.stats.messages_received);
             metrics.set(self.stats.lag_ms, now.saturating_sub(message.sent_ms));
             let load = message.pods.iter().map(|p| (p.address.as_str().to_string(), p.inflight)).collect();
-            let remote = RemoteLoad { heard_ms: now, load, waiting_workers: message.waiting_workers };
+            let remote = RemoteLoad {
+                heard_ms: now,
+                load,
+                waiting_workers: message.waiting_workers,
+                waiting_top: message.waiting_top,
+            };
             self.remote_load.insert(message.replica, remote);
             let (events, stale) = translate(message.events, &message.pods, &ours);
             metrics.add(self.stats.events_received, events.len() as u64);
@@ -494,20 +505,29 @@ impl PeerExchange {
         });
         metrics.set(self.stats.live_peers, self.remote_load.len() as u64);
         let mut totals: HashMap<String, u32> = HashMap::new();
-        let mut waiting = 0u32;
+        let mut waiting = Waiting::default();
         for remote in self.remote_load.values() {
             for (address, count) in &remote.load {
                 let total = totals.entry_ref(address.as_str()).or_insert(0);
                 *total = total.saturating_add(*count);
             }
-            waiting = waiting.saturating_add(remote.waiting_workers);
+            let mut peer = Waiting::default();
+            match remote.waiting_top {
+                Some((band, at)) => {
+                    peer.add(Some(band), at);
+                    // Its workers below its highest band wait too (the sum older builds read).
+                    peer.workers = peer.workers.saturating_add(remote.waiting_workers.saturating_sub(at));
+                }
+                None => peer.add(None, remote.waiting_workers),
+            }
+            waiting.merge(peer);
         }
         if let Err(error) = publish_peer_counts(host, now, &totals) {
             log::debug!("wasm-epp pool service: peer load not published: {error:?}");
         }
         // Bounded there (MAX_PEERS peers' worth): more replica ids than that within the
         // expiry are one peer's forgeries, not more peers.
-        metrics.set(self.stats.peer_waiting_workers, u64::from(waiting));
+        metrics.set(self.stats.peer_waiting_workers, u64::from(waiting.workers));
         if let Err(error) = publish_peer_waiting(host, now, waiting) {
             log::debug!("wasm-epp pool service: peers' waiting workers not published: {error:?}");
         }

@@ -204,49 +204,75 @@ fn a_peers_waiting_workers_reach_the_workers_share_and_expire_with_it() {
     let mut b = Replica::new(2, "127.0.0.1:10001");
     // Two of a's workers hold requests waiting; a third's queue emptied; a fourth died waiting.
     for (slot, waiting, at) in [(0, 4, NOW + 590), (1, 1, NOW + 595), (2, 0, NOW + 595)] {
-        a.host.set(&waiting_key(slot), &waiting_record(at, waiting), None).unwrap();
+        a.host.set(&waiting_key(slot), &waiting_record(at, waiting, 0), None).unwrap();
     }
-    a.host.set(&waiting_key(3), &waiting_record(NOW + 600 - SERVICE_STALE_AFTER_MS - 1, 7), None).unwrap();
+    a.host.set(&waiting_key(3), &waiting_record(NOW + 600 - SERVICE_STALE_AFTER_MS - 1, 7, 0), None).unwrap();
     let sent = a.tick(NOW + 600);
     assert_eq!(picker::peer::PeerMessage::decode(&sent[0]).unwrap().waiting_workers, 2);
-    assert_eq!(peer_waiting(&b.host, NOW + 610), 0, "nothing heard yet");
+    assert_eq!(peer_waiting(&b.host, NOW + 610).workers, 0, "nothing heard yet");
     b.receive(&sent);
     b.tick(NOW + 620);
-    assert_eq!(peer_waiting(&b.host, NOW + 630), 2, "b's workers count a's two waiting workers");
+    assert_eq!(peer_waiting(&b.host, NOW + 630).workers, 2, "b's workers count a's two waiting workers");
     assert_eq!(b.host.metric("wasm_epp.peer_waiting_workers"), 2);
     // a's queues empty: its next message says so.
     for slot in 0..2 {
-        a.host.set(&waiting_key(slot), &waiting_record(NOW + 1_100, 0), None).unwrap();
+        a.host.set(&waiting_key(slot), &waiting_record(NOW + 1_100, 0, 0), None).unwrap();
     }
     b.receive(&a.tick(NOW + 1_200));
     b.tick(NOW + 1_220);
-    assert_eq!(peer_waiting(&b.host, NOW + 1_230), 0);
+    assert_eq!(peer_waiting(&b.host, NOW + 1_230).workers, 0);
     // a waits again, then goes silent: counted until SLOT_STALE_MS after its last message.
-    a.host.set(&waiting_key(0), &waiting_record(NOW + 1_700, 3), None).unwrap();
+    a.host.set(&waiting_key(0), &waiting_record(NOW + 1_700, 3, 0), None).unwrap();
     let sent = a.tick(NOW + 1_800);
     b.host.clock_ms.set(NOW + 1_800);
     b.receive(&sent);
     let stale = picker::inflight::SLOT_STALE_MS;
     b.tick(NOW + 1_800 + stale);
-    assert_eq!(peer_waiting(&b.host, NOW + 1_800 + stale), 1);
+    assert_eq!(peer_waiting(&b.host, NOW + 1_800 + stale).workers, 1);
     b.tick(NOW + 1_800 + stale + 100);
-    assert_eq!(peer_waiting(&b.host, NOW + 1_800 + stale + 100), 0, "a stopped sending: it no longer counts");
+    assert_eq!(peer_waiting(&b.host, NOW + 1_800 + stale + 100).workers, 0, "a stopped sending: it no longer counts");
+}
+
+#[test]
+fn a_peers_highest_waiting_band_reaches_the_workers_and_an_older_peers_workers_count_at_any_band() {
+    use picker::flow_share::{peer_waiting, waiting_key, waiting_record, Waiting};
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    let mut c = Replica::new(4, "127.0.0.3:10001");
+    let mut b = Replica::new(2, "127.0.0.1:10001");
+    // a: two workers wait at band 2, one at band 0, and an older build's worker (no band).
+    for (slot, top) in [(0, 2), (1, 2), (2, 0)] {
+        a.host.set(&waiting_key(slot), &waiting_record(NOW + 590, 3, top), None).unwrap();
+    }
+    a.host.set(&waiting_key(3), &waiting_record(NOW + 590, 3, 5)[..12], None).unwrap();
+    let sent = a.tick(NOW + 600);
+    let message = picker::peer::PeerMessage::decode(&sent[0]).unwrap();
+    assert_eq!((message.waiting_workers, message.waiting_top), (4, Some((2, 3))), "the older worker at band 2 too");
+    // c: as the last build sends it (waiting workers, no band): one worker of unknown band.
+    c.host.set(&waiting_key(0), &waiting_record(NOW + 590, 1, 7), None).unwrap();
+    let old: Vec<Vec<u8>> = c.tick(NOW + 600).into_iter().map(|m| m[..m.len() - 8].to_vec()).collect();
+    b.receive(&sent);
+    b.receive(&old);
+    b.tick(NOW + 620);
+    assert_eq!(peer_waiting(&b.host, NOW + 630), Waiting { top: Some((2, 3)), unknown: 1, workers: 5 });
+    assert_eq!(b.host.metric("wasm_epp.peer_waiting_workers"), 5);
 }
 
 #[test]
 fn a_peer_that_predates_the_waiting_workers_keeps_peering_and_counts_none() {
     let (mut a, mut b) = a_with_three_requests_and_b();
-    a.host.set(&picker::flow_share::waiting_key(0), &picker::flow_share::waiting_record(NOW + 590, 4), None).unwrap();
+    a.host
+        .set(&picker::flow_share::waiting_key(0), &picker::flow_share::waiting_record(NOW + 590, 4, 0), None)
+        .unwrap();
     a.decide(&[1, 2, 3]);
     // As an older sender encodes it: nothing after the batch.
-    let old: Vec<Vec<u8>> = a.tick(NOW + 600).into_iter().map(|m| m[..m.len() - 5].to_vec()).collect();
+    let old: Vec<Vec<u8>> = a.tick(NOW + 600).into_iter().map(|m| m[..m.len() - 13].to_vec()).collect();
     b.receive(&old);
     b.tick(NOW + 620);
     assert_eq!(b.ring().len(), 1, "its decisions are taken");
     let mut b_worker = WorkerInflight::new();
     b_worker.sync(&b.host, NOW + 630, 60_000);
     assert_eq!(b_worker.count(POD), 3, "and its load");
-    assert_eq!(picker::flow_share::peer_waiting(&b.host, NOW + 630), 0, "but no worker of it waits");
+    assert_eq!(picker::flow_share::peer_waiting(&b.host, NOW + 630).workers, 0, "but no worker of it waits");
     assert_eq!(b.stat("wasm_epp.peer_messages_rejected"), 0);
 }
 
@@ -288,9 +314,16 @@ fn a_starting_replica_catches_up_from_a_peers_snapshot() {
         epoch: a.epoch(),
         inflight: 0,
     }];
-    let snapshot =
-        picker::peer::PeerMessage { replica: 0, seq: 0, sent_ms: NOW, pods, events: Vec::new(), waiting_workers: 0 }
-            .encode(&encode_batch(&events));
+    let snapshot = picker::peer::PeerMessage {
+        replica: 0,
+        seq: 0,
+        sent_ms: NOW,
+        pods,
+        events: Vec::new(),
+        waiting_workers: 0,
+        waiting_top: None,
+    }
+    .encode(&encode_batch(&events));
 
     let host = MockHost::new();
     host.clock_ms.set(NOW);
@@ -428,9 +461,16 @@ fn a_replica_that_asks_its_own_listener_for_a_snapshot_knows_itself() {
         epoch: replica.epoch(),
         inflight: 0,
     }];
-    let snapshot =
-        picker::peer::PeerMessage { replica: 0, seq: 0, sent_ms: NOW, pods, events: Vec::new(), waiting_workers: 0 }
-            .encode(&encode_batch(&[event]));
+    let snapshot = picker::peer::PeerMessage {
+        replica: 0,
+        seq: 0,
+        sent_ms: NOW,
+        pods,
+        events: Vec::new(),
+        waiting_workers: 0,
+        waiting_top: None,
+    }
+    .encode(&encode_batch(&[event]));
     *replica.host.call_answer_headers.borrow_mut() = vec![("x-wasm-epp-replica".into(), own_id)];
     *replica.host.call_answer.borrow_mut() = Some((200, snapshot.clone()));
     replica.service.http_response(&replica.host, ask.token, snapshot.len());
@@ -518,6 +558,7 @@ fn a_thousand_replicas_coming_and_going_leave_only_the_live_ones_counted() {
             pods,
             events: Vec::new(),
             waiting_workers: 0,
+            waiting_top: None,
         };
         b.receive(&[message.encode(&encode_batch(&[]))]);
         b.tick(now);

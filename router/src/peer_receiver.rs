@@ -54,8 +54,15 @@ fn send_snapshot(worker: &Worker, host: &dyn Host) {
     let table = host.get(POD_TABLE).ok().and_then(|(bytes, _)| PodTable::decode(&bytes?).ok()).unwrap_or_default();
     let pods = table.pods.iter().map(|p| PeerPod { address: p.address.clone(), epoch: p.epoch, inflight: 0 }).collect();
     // Replica 0, sequence 0: a snapshot is an answer to the asker's own call, not a message.
-    let message =
-        PeerMessage { replica: 0, seq: 0, sent_ms: host.now_ms(), pods, events: Vec::new(), waiting_workers: 0 };
+    let message = PeerMessage {
+        replica: 0,
+        seq: 0,
+        sent_ms: host.now_ms(),
+        pods,
+        events: Vec::new(),
+        waiting_workers: 0,
+        waiting_top: None,
+    };
     // The asker reads at most MAX_MESSAGE_BYTES (and Envoy cuts larger answers): the newest
     // decisions that fit are counted from the newest back, then sent oldest first, since the
     // asker appends them in order (the newest most recent in its index) and its decoder keeps

@@ -260,6 +260,97 @@ fn with_a_slow_waiting_tick_two_backlogged_workers_still_share_the_pool() {
 }
 
 #[test]
+fn a_critical_request_on_one_worker_goes_before_the_sheddable_ones_waiting_on_another() {
+    let bench = Bench::new(&config_with(4, ""));
+    bench.publish(1, &ONE_POD);
+    let other = bench.another_worker(9);
+    let other_tick = || wasm_epp_router::tick::on_tick(&other, &bench.host);
+    let later = |ms| {
+        bench.host.advance(ms);
+        bench.heartbeat();
+    };
+    // The other worker holds the pod's 4 places; this one has sheddable requests waiting.
+    let mut busy: Vec<RequestStream> =
+        (21..=24).map(|id| send_on(&bench, &other, id, &[], &completion(&format!("busy {id}"))).0).collect();
+    other_tick();
+    bench.tick();
+    let sheddable = [("x-gateway-inference-priority", "-1")];
+    let mut held: Vec<RequestStream> = (1..=2)
+        .map(|id| {
+            let (stream, step) = send(&bench, id, &sheddable, &format!("sheddable {id}"));
+            assert_eq!(step, Step::Pause, "the pool is full");
+            stream
+        })
+        .collect();
+    // A critical request reaches the other worker: it waits too.
+    let (mut critical, step) =
+        send_on(&bench, &other, 25, &[("x-gateway-inference-priority", "2")], &completion("critical"));
+    assert_eq!(step, Step::Pause);
+    for _ in 0..2 {
+        bench.tick();
+        other_tick();
+        later(5);
+    }
+    // A place frees on the other worker: its critical request takes it, although the other
+    // worker has more than half the pool in flight (the sheddable ones' worker holds).
+    busy.remove(0).on_log(&bench.host);
+    assert_eq!(resumed(&bench), [25], "the critical request first");
+    busy.remove(0).on_log(&bench.host);
+    bench.tick();
+    assert!(resumed(&bench).is_empty(), "this worker holds until the other says its critical band no longer waits");
+    later(5);
+    other_tick();
+    bench.tick(); // releases on its last view, then reads the new one
+    later(5);
+    bench.tick();
+    assert_eq!(resumed(&bench), [1], "then the sheddable ones");
+    critical.on_done(&bench.host);
+    for mut stream in busy.into_iter().chain(held.drain(..)) {
+        stream.on_done(&bench.host);
+    }
+}
+
+#[test]
+fn a_band_allowed_the_reserved_places_still_leaves_a_freed_place_to_a_higher_band_waiting_on_another_worker() {
+    // Standard requests may use the reserved places here, so they are not held to this
+    // worker's share; they are held behind a critical request waiting on the other worker.
+    let bench = Bench::new(&config_with(4, r#", "reserved_per_pod": 1, "reserved_min_priority": 0"#));
+    bench.publish(1, &ONE_POD);
+    let other = bench.another_worker(9);
+    let other_tick = || wasm_epp_router::tick::on_tick(&other, &bench.host);
+    let later = |ms| {
+        bench.host.advance(ms);
+        bench.heartbeat();
+    };
+    let critical = [("x-gateway-inference-priority", "2")];
+    let (mut mine, step) = send(&bench, 1, &critical, "busy 1");
+    assert_eq!(step, Step::Continue);
+    let mut busy: Vec<RequestStream> =
+        (21..=23).map(|id| send_on(&bench, &other, id, &critical, &completion(&format!("busy {id}"))).0).collect();
+    other_tick();
+    bench.tick();
+    let (mut standard, step) = send(&bench, 2, &[], "standard");
+    assert_eq!(step, Step::Pause, "the pool is full");
+    let (mut waiting, step) = send_on(&bench, &other, 24, &critical, &completion("critical"));
+    assert_eq!(step, Step::Pause);
+    for _ in 0..2 {
+        bench.tick();
+        other_tick();
+        later(5);
+    }
+    // This worker's own request ends: the place it frees is left to the other's critical one.
+    mine.on_log(&bench.host);
+    assert!(resumed(&bench).is_empty(), "the standard request holds while a critical one waits elsewhere");
+    other_tick();
+    assert_eq!(resumed(&bench), [24]);
+    waiting.on_done(&bench.host);
+    standard.on_done(&bench.host);
+    for mut stream in busy.drain(..) {
+        stream.on_done(&bench.host);
+    }
+}
+
+#[test]
 fn a_replica_holding_the_pool_leaves_the_places_that_free_to_a_peer_replica_that_waits() {
     // This replica's worker holds the pod's 4 places and has 2 more waiting; another replica,
     // started during the overload, has a worker waiting too (its pool service told ours).
@@ -278,7 +369,9 @@ fn a_replica_holding_the_pool_leaves_the_places_that_free_to_a_peer_replica_that
     // Alone in waiting, it refills the place that frees, in the ending request's callback.
     busy.remove(0).on_log(&bench.host);
     assert_eq!(resumed(&bench), [5], "no peer waits: refilled at once, as without peers");
-    picker::flow_share::publish_peer_waiting(&bench.host, bench.host.now_ms(), 1).unwrap();
+    let mut peer = picker::flow_share::Waiting::default();
+    peer.add(Some(0), 1);
+    picker::flow_share::publish_peer_waiting(&bench.host, bench.host.now_ms(), peer).unwrap();
     later(5);
     bench.tick();
     // Two workers wait in all: its share is ceil(4 / 2) = 2, and it has 4 in flight.

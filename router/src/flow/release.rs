@@ -9,6 +9,7 @@
 use std::rc::Rc;
 
 use picker::address::PodAddress;
+use picker::flow_share::Waiting;
 use picker::learn::Dispatch;
 use wasm_epp_host::Host;
 
@@ -34,24 +35,32 @@ pub enum Admitted {
 /// The pool's room and this worker's share of it, as of now.
 struct Look {
     room: PoolRoom,
-    /// Places this worker may still fill (its share minus its own in flight).
-    local_room: u32,
+    /// The pool's places (pods × `max_inflight_per_pod`), shared by the workers that wait.
+    capacity: u32,
+    /// This worker's requests in flight on the pods counted as room.
+    local: u32,
+    /// Who else waits, by band, as of this worker's last waiting tick.
+    others: Waiting,
     /// Places open to bands below `reserved_min_priority` (`room` less each pod's reserve).
     standard_room: u32,
     slot: Option<usize>,
 }
 
 impl Look {
-    /// Places a request of `priority` may take now. With places reserved, the bands that
-    /// may use them are not held to this worker's share either: the share keeps workers'
-    /// backlogs from starving each other, and must not hold a critical request on one
-    /// worker behind the other worker's standard ones.
+    /// Places a request of `priority` may take now. None while a higher band waits on
+    /// another worker or replica (priority holds across them: this worker's requests in
+    /// flight end and leave their places to it), reserved places included. With places
+    /// reserved, the bands that may use them are not held to this worker's share: the
+    /// share keeps workers' backlogs at one band from starving each other.
     fn free_for(&self, priority: i32, config: &picker::config::FlowControlConfig) -> u32 {
         let PoolRoom::Free(free) = self.room else { return 0 };
+        if self.others.outranks(priority) {
+            return 0;
+        }
         if config.reserved_per_pod > 0 && priority >= config.reserved_min_priority {
             return free;
         }
-        self.standard_room.min(self.local_room)
+        self.standard_room.min(self.others.limit(self.capacity, priority).saturating_sub(self.local))
     }
 
     /// Counts one release. Which pod it takes is the picker's, so the open places are
@@ -61,7 +70,7 @@ impl Look {
             *free = free.saturating_sub(1);
         }
         self.standard_room = self.standard_room.saturating_sub(1);
-        self.local_room = self.local_room.saturating_sub(1);
+        self.local = self.local.saturating_add(1);
     }
 }
 
@@ -185,9 +194,10 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
     }
     release_ready(worker, host);
     let waiting = worker.flow.waiting();
+    let top = worker.flow.queue.try_borrow().ok().and_then(|queue| queue.next_priority());
     let slot = worker.inflight.try_borrow().ok().and_then(|i| i.slot());
     if let Ok(mut share) = worker.flow.share.try_borrow_mut() {
-        share.sync(host, slot, u32::try_from(waiting).unwrap_or(u32::MAX), now);
+        share.sync(host, slot, u32::try_from(waiting).unwrap_or(u32::MAX), top, now);
     }
     if waiting > 0 || worker.flow.fast_tick.get() {
         publish_saturation(worker, host, now);
@@ -296,12 +306,12 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
         let config = &worker.config.flow_control;
         let room = pool_room(pods, &worker.config.saturation, config);
         let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
-        let limit = worker.flow.share.try_borrow().map_or(capacity, |share| share.local_limit(capacity, true));
+        let others = worker.flow.share.try_borrow().map(|share| share.others()).unwrap_or_default();
         let standard_room = standard_room(pods, &worker.config.saturation, config);
         // This worker's requests on the pods counted as room (under P/D a split request also
         // holds a prefill pod until its first token: that place is no room for anyone).
         let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
-        Look { room, local_room: limit.saturating_sub(local), standard_room, slot: inflight.slot() }
+        Look { room, capacity, local, others, standard_room, slot: inflight.slot() }
     })
 }
 
