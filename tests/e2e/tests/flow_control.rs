@@ -1,6 +1,7 @@
 //! Flow control in a real Envoy: requests held as paused streams and released from the
 //! plugin's tick or when a request ends; priority order, TTL answers, a client leaving
-//! while it waits, fairness between tenants and between Envoy workers, staleness policy.
+//! while it waits, fairness between tenants and between Envoy workers, priority across
+//! workers, staleness policy.
 //! (Scale from zero is in `flow_control_discovery.rs`.)
 
 use std::io::Write;
@@ -300,6 +301,60 @@ fn two_workers_with_queues_do_not_starve_each_other() {
     // machine the kernel's connection spread and a descheduled worker thread have moved it
     // to 0.32 (35 of 108 on Envoy 1.36), so the bound sits between the two.
     assert!(w0.min(w1) / released >= 0.25, "both workers' queues are served: w0 {w0}, w1 {w1}");
+}
+
+/// Answers (200) and refusals per group of closed-loop clients, each group sending with its
+/// headers, for `seconds`.
+fn closed_loop_groups(cluster: &Cluster, groups: &[(&[(&str, &str)], usize)], seconds: u64) -> Vec<(usize, usize)> {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let counts = std::sync::Mutex::new(vec![(0usize, 0usize); groups.len()]);
+    std::thread::scope(|scope| {
+        for (group, (headers, clients)) in groups.iter().enumerate() {
+            for client in 0..*clients {
+                let counts = &counts;
+                scope.spawn(move || {
+                    let mut i = 0;
+                    while Instant::now() < deadline {
+                        i += 1;
+                        let reply = send(cluster, headers, &format!("group {group} client {client} request {i}"));
+                        let mut counts = counts.lock().unwrap();
+                        if reply.status == 200 {
+                            counts[group].0 += 1;
+                        } else {
+                            counts[group].1 += 1;
+                        }
+                    }
+                });
+            }
+        }
+    });
+    counts.into_inner().unwrap()
+}
+
+#[test]
+fn priority_holds_across_workers_critical_requests_waiting_on_one_go_before_sheddable_ones_on_the_other() {
+    // Two Envoy workers, one pod of 2 places taking 100 ms a request. Three critical clients
+    // keep about one critical request waiting; four sheddable clients keep sheddable ones
+    // waiting. Connections spread over both workers, so the critical request waiting is
+    // often on the other worker than the one whose request just ended. Held per worker, that
+    // worker released its own sheddable one into the place instead (each worker keeping its
+    // half of the pool); held across workers, it leaves the place to the critical request.
+    let flow = json!({"max_inflight_per_pod": 2, "sheddable_ttl_ms": 1000});
+    let cluster = start("flow-priority-workers", 1, 2, 100, flow);
+    let critical: &[(&str, &str)] = &[("x-gateway-inference-priority", "2")];
+    let sheddable: &[(&str, &str)] = &[("x-gateway-inference-priority", "-1")];
+    let counts = closed_loop_groups(&cluster, &[(critical, 3), (sheddable, 4)], 5);
+    let ((critical_ok, critical_failed), (sheddable_ok, sheddable_failed)) = (counts[0], counts[1]);
+    let w0 = stat(&cluster, "wasm_epp_flow_released_by_worker{worker=\"w0\"}");
+    let w1 = stat(&cluster, "wasm_epp_flow_released_by_worker{worker=\"w1\"}");
+    println!(
+        "priority across workers: critical {critical_ok} answered ({critical_failed} refused), \
+         sheddable {sheddable_ok} answered ({sheddable_failed} refused); released w0 {w0}, w1 {w1}"
+    );
+    assert_eq!(critical_failed, 0, "no critical request refused");
+    assert!(w0.min(w1) >= 5.0, "both workers held and released requests: w0 {w0}, w1 {w1}");
+    let share = critical_ok as f64 / (critical_ok + sheddable_ok).max(1) as f64;
+    assert!(share >= 0.85, "the pool went to the critical clients: {critical_ok} of {}", critical_ok + sheddable_ok);
 }
 
 #[test]
