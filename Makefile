@@ -9,6 +9,8 @@ WASM_TARGET := wasm32-wasip1
 WASM_CRATES := -p wasm-epp-filter -p wasm-epp-shared-state
 WASM_LINT_CRATES := -p picker -p wasm-epp-host -p wasm-epp-poller -p wasm-epp-router $(WASM_CRATES)
 CARGO ?= cargo
+# Where cargo builds (CARGO_TARGET_DIR when set, as cargo reads it): the binaries run below.
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),target)
 
 
 .PHONY: soak
@@ -224,7 +226,7 @@ $(MATPLOTLIB_STAMP): $(ENVOY)
 
 bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
-	./target/release/wasm-epp-bench-quality $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(BENCH_ARGS)
+	$(TARGET_DIR)/release/wasm-epp-bench-quality $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results
 	$(VENV)/bin/python bench/quality/plot_replicas.py bench/results
 	test ! -f bench/results/pd/pd.json || $(VENV)/bin/python bench/quality/plot_pd.py bench/results/pd
@@ -241,7 +243,7 @@ bench: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 .PHONY: bench-comparison
 bench-comparison: tools wasm native $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
-	./target/release/wasm-epp-bench-quality --comparison-only --out-dir bench/results/comparison \
+	$(TARGET_DIR)/release/wasm-epp-bench-quality --comparison-only --out-dir bench/results/comparison \
 		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(COMPARISON_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot_comparison.py bench/results/comparison
 
@@ -252,7 +254,7 @@ bench-comparison: tools wasm native $(MATPLOTLIB_STAMP)
 .PHONY: bench-faults
 bench-faults: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
-	./target/release/wasm-epp-bench-quality --faults-only --out-dir bench/results/faults \
+	$(TARGET_DIR)/release/wasm-epp-bench-quality --faults-only --out-dir bench/results/faults \
 		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(FAULTS_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot_faults.py bench/results/faults
 
@@ -261,7 +263,7 @@ bench-faults: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 .PHONY: bench-flow
 bench-flow: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
-	./target/release/wasm-epp-bench-quality --flow-only --out-dir bench/results/flow-control $(FLOW_BENCH_ARGS)
+	$(TARGET_DIR)/release/wasm-epp-bench-quality --flow-only --out-dir bench/results/flow-control $(FLOW_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot_flow.py bench/results/flow-control
 
 # `make bench-agents`: workloads m and n, coding agents on the Responses API and on Anthropic's
@@ -272,7 +274,7 @@ AGENTS_TARGETS ?= wasm-epp,wasm-epp-learning,envoy-round-robin,envoy-least-reque
 .PHONY: bench-agents
 bench-agents: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
-	./target/release/wasm-epp-bench-quality --workloads m,n --out-dir bench/results/agents --no-replicas --no-peer-cost \
+	$(TARGET_DIR)/release/wasm-epp-bench-quality --workloads m,n --out-dir bench/results/agents --no-replicas --no-peer-cost \
 		--targets $(AGENTS_TARGETS) \
 		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(AGENTS_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot.py bench/results/agents
@@ -286,7 +288,7 @@ LADDER_TARGETS ?= wasm-epp-learning,wasm-epp,envoy-round-robin,envoy-least-reque
 bench-ladders: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release -p bench-quality
 	for ladder in g o; do \
-		./target/release/wasm-epp-bench-quality --workloads $$ladder --targets $(LADDER_TARGETS) \
+		$(TARGET_DIR)/release/wasm-epp-bench-quality --workloads $$ladder --targets $(LADDER_TARGETS) \
 			--out-dir bench/results/learning/$$ladder --no-replicas --no-peer-cost \
 			$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) || exit 1; \
 	done
@@ -299,7 +301,7 @@ bench-ladders: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP)
 .PHONY: bench-inference-perf
 bench-inference-perf: tools wasm native $(VLLM_ROUTER) $(MATPLOTLIB_STAMP) $(INFERENCE_PERF_STAMP)
 	$(CARGO) build --release -p bench-quality
-	./target/release/wasm-epp-bench-quality --inference-perf-only --out-dir bench/results/inference-perf \
+	$(TARGET_DIR)/release/wasm-epp-bench-quality --inference-perf-only --out-dir bench/results/inference-perf \
 		$(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) $(INFERENCE_PERF_BENCH_ARGS)
 	$(VENV)/bin/python bench/quality/plot_inference_perf.py bench/results/inference-perf
 
@@ -364,7 +366,7 @@ bench-cost: tools wasm profile-wasm $(MATPLOTLIB_STAMP)
 	$(CARGO) build --release --target $(WASM_TARGET) -p header-only-filter
 	$(CARGO) build --release -p bench-cost
 	$(CARGO) bench -p bench-cost --bench decision -- '$(BENCH_COST_NATIVE)'
-	./target/release/wasm-epp-bench-cost $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) all
+	$(TARGET_DIR)/release/wasm-epp-bench-cost $(if $(filter 1 true yes,$(BENCH_QUICK)),--quick) all
 	$(if $(filter 1 true yes,$(BENCH_QUICK)),,$(VENV)/bin/python bench/cost/plot_streams.py bench/results/cost.json bench/results/cost_streams.png)
 
 # `make profile-wasm-decision`: the native decision benchmark's cases timed natively and as
@@ -372,14 +374,14 @@ bench-cost: tools wasm profile-wasm $(MATPLOTLIB_STAMP)
 # without Envoy's host calls, warm and with caches swept between calls (cold). Needs node (20
 # or later). PROFILE_SECONDS of timed calls per case (cold runs take ~10x that in sweeps).
 PROFILE_SECONDS ?= 1
-WASM_DECISION := node --no-warnings bench/wasm-decision/run.mjs target/$(WASM_TARGET)/profiling/wasm-decision.wasm
+WASM_DECISION := node --no-warnings bench/wasm-decision/run.mjs $(TARGET_DIR)/$(WASM_TARGET)/profiling/wasm-decision.wasm
 
 .PHONY: profile-wasm-decision
 profile-wasm-decision: wasm-target
 	$(CARGO) build --profile profiling -p wasm-decision
 	$(CARGO) build --profile profiling --target $(WASM_TARGET) -p wasm-decision
-	@echo "== native, warm =="; ./target/profiling/wasm-decision $(PROFILE_SECONDS)
-	@echo "== native, cold =="; ./target/profiling/wasm-decision $(PROFILE_SECONDS) cold
+	@echo "== native, warm =="; $(TARGET_DIR)/profiling/wasm-decision $(PROFILE_SECONDS)
+	@echo "== native, cold =="; $(TARGET_DIR)/profiling/wasm-decision $(PROFILE_SECONDS) cold
 	@echo "== wasm32-wasip1 in node $$(node --version), warm =="; $(WASM_DECISION) $(PROFILE_SECONDS)
 	@echo "== wasm32-wasip1 in node $$(node --version), cold =="; $(WASM_DECISION) $(PROFILE_SECONDS) cold
 

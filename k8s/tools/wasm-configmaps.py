@@ -23,6 +23,7 @@ Standard library only, so it runs with any python3:
 import argparse
 import base64
 import gzip
+import os
 import sys
 from pathlib import Path
 
@@ -83,7 +84,10 @@ def render(wasm_dir, namespace):
 def main():
     root = Path(__file__).resolve().parents[2]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wasm-dir", default=root / "target/wasm32-wasip1/release")
+    # Where `make wasm` built them: under CARGO_TARGET_DIR when set (relative to the root,
+    # where make runs cargo), as validate.py reads them; else target/.
+    target_dir = root / (os.environ.get("CARGO_TARGET_DIR") or "target")
+    parser.add_argument("--wasm-dir", default=target_dir / "wasm32-wasip1/release")
     parser.add_argument("--namespace", default="llm")
     parser.add_argument("--out", default=root / "target/k8s/wasm-epp-modules.yaml")
     args = parser.parse_args()
