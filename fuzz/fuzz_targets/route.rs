@@ -59,6 +59,7 @@ fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
             model: None,
             subset: None,
             slo_ttft_ms: None,
+            weight: 1,
         };
         let Outcome::Routed { address, destination, .. } = decide(&worker, &host, &prompt) else {
             panic!("the shipped decision routed nowhere with a pool of {}", worker.fallback_pool.len())
@@ -83,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
     let mut index = PrefixIndex::new(4096);
     for (i, pod) in table.pods.iter().enumerate().take(16) {
         for _ in 0..i % 4 {
-            inflight.started(pod.address.as_str(), 0);
+            inflight.started(pod.address.as_str(), 1, 0);
         }
         index.record(pod.address.as_str(), pod.epoch, HASHES.get(..i % 6).unwrap_or(&HASHES), 64);
     }

@@ -1,6 +1,11 @@
 //! Requests in flight per pod, as one worker sees them: its own exactly, every other
 //! worker's as of that worker's last tick.
 //!
+//! Counts are in sequences, as the engine's batch (`--max-num-seqs`) and its
+//! `num_requests_running` count them: a request asking for `n` choices weighs `n` (vLLM runs
+//! one child request per choice, each holding a seat), see
+//! [`crate::request::InferenceRequest::sequences`].
+//!
 //! Polled metrics are ~100 ms old; a burst that arrives meanwhile would all land on the
 //! pod that looked idle. So each worker counts what it dispatches and what completes, in
 //! its own memory (no host call per request), and on every tick publishes its counts in a
@@ -136,7 +141,8 @@ impl WorkerInflight {
         Self::default()
     }
 
-    /// Requests in flight to `address`: this worker's plus the others'.
+    /// Sequences in flight to `address` (requests, each weighing its `n`): this worker's plus
+    /// the others'.
     pub fn count(&self, address: &str) -> u32 {
         let local = self.local.get(address).map_or(0, |l| l.count);
         let others = self.other_load(address).count;
@@ -202,20 +208,24 @@ impl WorkerInflight {
         self.claimed_slots
     }
 
-    /// A request was sent to `address`.
-    pub fn started(&mut self, address: &str, now_ms: u64) {
+    /// A request of `weight` sequences was sent to `address` (its weight: see
+    /// [`crate::request::InferenceRequest::sequences`]; 0 counts as 1). The same weight must
+    /// end it ([`Self::finished`]).
+    pub fn started(&mut self, address: &str, weight: u32, now_ms: u64) {
+        let weight = weight.max(1);
         if let Some(entry) = self.local.get_mut(address) {
-            entry.count = entry.count.saturating_add(1);
+            entry.count = entry.count.saturating_add(weight);
             entry.updated_ms = now_ms;
         } else if self.local.len() < MAX_PODS {
-            self.local.insert(address.to_string(), Local { count: 1, tokens: 0, updated_ms: now_ms });
+            self.local.insert(address.to_string(), Local { count: weight, tokens: 0, updated_ms: now_ms });
         }
     }
 
-    /// A request to `address` ended (completed, failed or reset).
-    pub fn finished(&mut self, address: &str, now_ms: u64) {
+    /// A request of `weight` sequences to `address` ended (completed, failed or reset), or
+    /// its count moved elsewhere (a retry, a pick that gave way).
+    pub fn finished(&mut self, address: &str, weight: u32, now_ms: u64) {
         if let Some(entry) = self.local.get_mut(address) {
-            entry.count = entry.count.saturating_sub(1);
+            entry.count = entry.count.saturating_sub(weight.max(1));
             entry.updated_ms = now_ms;
             if entry.count == 0 {
                 self.local.remove(address);

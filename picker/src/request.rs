@@ -176,6 +176,33 @@ impl InferenceRequest<'_> {
     }
 }
 
+/// The most sequences one request is counted as in flight: vLLM's default `--max-num-seqs`
+/// (256), a whole pod's batch. A request of more choices fills any such batch on its own.
+pub const MAX_SEQUENCES: u32 = 256;
+
+/// The largest `n` vLLM accepts (`VLLM_MAX_N_SEQUENCES`' default): it refuses a larger one at
+/// once (400), so such a request holds no seat.
+const ENGINE_MAX_N: u64 = 16_384;
+
+impl InferenceRequest<'_> {
+    /// The sequences this request takes in its pod's running batch, as `endpoint` serves it:
+    /// its `n`, as vLLM runs one child request per choice (v1/engine/parallel_sampling.py),
+    /// each holding a seat of `--max-num-seqs` and counted in `num_requests_running`; at most
+    /// [`MAX_SEQUENCES`]. 1 when `n` is absent, `null`, not a positive integer, or more than
+    /// vLLM accepts (those are refused at once), and for the Responses and Messages APIs,
+    /// which have no `n`. (Its prompt is computed once for all of them: its prompt tokens in
+    /// flight are not multiplied.) Cheap: a look at a raw value the parse already cut.
+    pub fn sequences(&self, endpoint: Endpoint) -> u32 {
+        if !endpoint.answers_like_completions() {
+            return 1;
+        }
+        match self.n.and_then(|raw| raw.trim().parse::<u64>().ok()) {
+            Some(n @ 2..=ENGINE_MAX_N) => u32::try_from(n).unwrap_or(MAX_SEQUENCES).min(MAX_SEQUENCES),
+            _ => 1,
+        }
+    }
+}
+
 /// A completions `prompt` that is a list of several prompts (texts or token-id lists), not
 /// one prompt's token ids. Walks the first element only (no allocation: this runs for every
 /// list prompt when learning is on), on raw text both parses checked is JSON.
@@ -276,6 +303,36 @@ fn raw_starts_with(value: Option<&str>, allowed: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_weighs_its_n_choices_within_bounds() {
+        let weight =
+            |endpoint: Endpoint, body: &str| parse_request(body.as_bytes(), endpoint).unwrap().sequences(endpoint);
+        let chat = |n: &str| weight(Endpoint::ChatCompletions, &format!(r#"{{"messages":[],"n":{n}}}"#));
+        assert_eq!(chat("8"), 8);
+        assert_eq!(chat(" 16 "), 16);
+        assert_eq!(chat("1"), 1);
+        assert_eq!(chat("256"), 256);
+        assert_eq!(chat("1000"), MAX_SEQUENCES, "more fills a whole batch");
+        assert_eq!(chat("16384"), MAX_SEQUENCES);
+        for refused_or_odd in
+            ["0", "-4", "2.5", "1e3", "\"8\"", "null", "true", "[2]", "16385", "99999999999999999999999"]
+        {
+            assert_eq!(chat(refused_or_odd), 1, "{refused_or_odd}");
+        }
+        assert_eq!(weight(Endpoint::ChatCompletions, r#"{"messages":[]}"#), 1, "absent");
+        assert_eq!(weight(Endpoint::Completions, r#"{"prompt":"x","n":4}"#), 4);
+        let plain = parse_request_plainly(br#"{"prompt":"x","n":3}"#, Endpoint::Completions).unwrap();
+        assert_eq!(plain.sequences(Endpoint::Completions), 3, "the plain parse reads it too");
+        assert_eq!(weight(Endpoint::Responses, r#"{"input":"x","n":4}"#), 1, "the Responses API has no n");
+        assert_eq!(weight(Endpoint::Messages, r#"{"messages":[],"max_tokens":5,"n":4}"#), 1, "nor Messages");
+        assert_eq!(
+            parse_request_plainly(br#"{"prompt":"x","n":4}"#, Endpoint::Completions)
+                .unwrap()
+                .sequences(Endpoint::Other),
+            1
+        );
+    }
 
     #[test]
     fn reads_completions_and_chat() {

@@ -179,7 +179,7 @@ fn a_with_three_requests_and_b() -> (Replica, Replica) {
     let b = Replica::new(2, "127.0.0.1:10001");
     let mut worker = WorkerInflight::new();
     for _ in 0..3 {
-        worker.started(POD, NOW);
+        worker.started(POD, 1, NOW);
     }
     worker.sync(&a.host, NOW + 40, 60_000);
     (a, b)

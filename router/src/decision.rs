@@ -102,6 +102,10 @@ pub struct Prompt<'a> {
     pub subset: Option<&'a [PodAddress]>,
     /// The client's TTFT objective (learning's SLO header), in ms.
     pub slo_ttft_ms: Option<f64>,
+    /// The sequences it takes in the pod's batch (its `n`, see
+    /// `picker::request::InferenceRequest::sequences`; 1 for a body not read): what its pick
+    /// counts in flight, on its pod, and what its stream releases at its end.
+    pub weight: u32,
 }
 
 pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome {
@@ -184,13 +188,14 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     reading.end();
     let full_at = worker.config.flow_control.enabled.then_some(worker.config.flow_control.max_inflight_per_pod);
-    let inflight_of = |pod: &str| crate::flow::routing_inflight(inflight.count(pod), full_at);
+    let weight = prompt.weight.max(1);
+    let inflight_of = |pod: &str| crate::flow::routing_inflight(inflight.count(pod), full_at, weight);
     let inflight_at = |position: usize, pod: &str| {
         let count = match in_order {
             Some(_) => inflight.count_at(position, pod),
             None => inflight.count(pod),
         };
-        crate::flow::routing_inflight(count, full_at)
+        crate::flow::routing_inflight(count, full_at, weight)
     };
     let Ok(mut prefix) = worker.prefix.try_borrow_mut() else { return Outcome::NoPod(NoPodReason::Busy) };
     // Likewise the prefix index's ids of the table's pods (looked up again only when the table
@@ -372,9 +377,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     drop(random);
     // A pick that takes the pod's last free batch slot (learned from its scrapes) makes the
     // next decisions linearized: two crossing ones would leave a request waiting for a slot.
+    // (A request of `n` choices takes `n` slots.)
     let batch_of = |pod: &str| learning.as_ref().and_then(|learner| learner.models.batch_size(pod));
-    let last_slot =
-        batch_of(address.as_str()).is_some_and(|size| f64::from(inflight.count(address.as_str())) + 1.0 >= size);
+    let last_slot = batch_of(address.as_str())
+        .is_some_and(|size| f64::from(inflight.count(address.as_str())) + f64::from(weight) >= size);
     if last_slot {
         inflight.note_last_slot_taken(now);
     }
@@ -389,9 +395,11 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // pick (two requests in the same millisecond on two workers can take one free slot).
     // Recording the prompt in the prefix index, the longest step after the choice, comes
     // after, so the blind window is the choice alone.
-    inflight.started(address.as_str(), now);
+    inflight.started(address.as_str(), weight, now);
     if let Some(prefill) = &prefill {
-        inflight.started(prefill.address.as_str(), now);
+        // The prefill pod computes the prompt once for all of its choices, each of which it
+        // ends after one token: one place there (released when the decode pod answers).
+        inflight.started(prefill.address.as_str(), 1, now);
         inflight.add_tokens(prefill.address.as_str(), prefill.uncached_tokens);
     }
     // A split request is not learned from: its first token is two pods' work and the hop, and
@@ -432,16 +440,16 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // Only a pick by load gives way: one by affinity (a prefix or session the pod holds) is
     // meant to join the other requests there, and its runner-up would prefill it cold.
     let by_load = reason == PickReason::Load;
-    let picked = (&address, fallbacks.as_slice(), seen.as_slice());
+    let picked = Picked { chosen: &address, fallbacks: fallbacks.as_slice(), seen: seen.as_slice(), weight };
     if let Some(runner_up) = give_way(&mut inflight, host, now, picked, route_table, by_load.then_some(&batch_of)) {
         // Another worker's crossing decision took this pod first: the runner-up instead. Not
         // learned from (its prediction was the first pick's), its prompt tokens not counted.
-        inflight.finished(address.as_str(), now);
+        inflight.finished(address.as_str(), weight, now);
         if let Some(dispatch) = dispatch.take() {
             inflight.release_tokens(address.as_str(), dispatch.uncached_tokens);
         }
         let RunnerUp { address: next, epoch: next_epoch, table_index: next_index } = runner_up;
-        inflight.started(next.as_str(), now);
+        inflight.started(next.as_str(), weight, now);
         inflight.publish_now(host, now);
         fallbacks.retain(|pod| *pod != next);
         let first = std::mem::replace(&mut address, next);
@@ -512,17 +520,16 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
 /// first, and the pick may give way (`batch_of`: given for picks by load, the pods' learned
 /// batch sizes), the first runner-up the other workers did not add to either since the
 /// choice, with its epoch. Two picks of a pod known to have a slot for both cost nothing: then,
-/// and when no runner-up has a slot left, the pick stands. `picked` is the chosen pod, its
-/// runners-up, and the other workers' counts of each at the choice.
+/// and when no runner-up has slots left for the request's sequences, the pick stands.
 fn give_way(
     inflight: &mut WorkerInflight,
     host: &dyn Host,
     now_ms: u64,
-    picked: (&PodAddress, &[PodAddress], &[u32]),
+    picked: Picked<'_>,
     table: Option<&PodTable>,
     batch_of: Option<BatchOf<'_>>,
 ) -> Option<RunnerUp> {
-    let (chosen, fallbacks, seen) = picked;
+    let Picked { chosen, fallbacks, seen, weight } = picked;
     let (&chosen_seen, fallbacks_seen) = seen.split_first()?;
     let crossed = !inflight.confirm_decision(host, now_ms, chosen.as_str(), chosen_seen);
     let batch_of = batch_of.filter(|_| crossed)?;
@@ -536,10 +543,19 @@ fn give_way(
     let (next, _) = fallbacks
         .iter()
         .zip(fallbacks_seen)
-        .find(|(pod, &seen)| inflight.others_count(pod.as_str()) <= seen && fits(pod, 1) != Some(false))?;
+        .find(|(pod, &seen)| inflight.others_count(pod.as_str()) <= seen && fits(pod, weight) != Some(false))?;
     let position = table.and_then(|t| t.pods.iter().position(|p| p.address.as_str() == next.as_str()));
     let epoch = table.zip(position).and_then(|(t, i)| t.pods.get(i)).map_or(0, |p| p.epoch);
     Some(RunnerUp { address: next.clone(), epoch, table_index: position })
+}
+
+/// A linearized pick, for [`give_way`]: the chosen pod, its runners-up, the other workers'
+/// counts of each at the choice, and the sequences the request weighs.
+struct Picked<'a> {
+    chosen: &'a PodAddress,
+    fallbacks: &'a [PodAddress],
+    seen: &'a [u32],
+    weight: u32,
 }
 
 /// A pod's learned batch size (`None` while unknown).

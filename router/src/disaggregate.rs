@@ -188,7 +188,8 @@ pub fn release_prefill(worker: &Worker, host: &dyn Host, prefilling_at: &mut Opt
         Ok(mut inflight) => {
             let now = host.now_ms();
             inflight.release_tokens(address.as_str(), uncached_tokens);
-            inflight.finished(address.as_str(), now);
+            // Counted as one place (see `decision::decide`).
+            inflight.finished(address.as_str(), 1, now);
             inflight.publish_now(host, now);
         }
         Err(_) => worker.stats.increment(worker.stats.inflight_update_failed),

@@ -99,6 +99,10 @@ pub struct RequestStream {
     /// Outlier detection judges the answer's success at its end (a pod may cut it); the
     /// worker's failure count at its headers.
     success_pending: Option<u64>,
+    /// The sequences it weighs in flight (its `n`, read from the body's parse; 1 until then
+    /// and for a body not read): counted on its pod at the pick, moved with a retry, released
+    /// at its end, always by this same weight.
+    weight: u32,
 }
 
 impl RequestStream {
@@ -137,6 +141,7 @@ impl RequestStream {
             answered_by: None,
             answer_open: false,
             success_pending: None,
+            weight: 1,
         }
     }
 
@@ -264,6 +269,8 @@ impl RequestStream {
         parsing.end();
         match parsed {
             Ok(request) => {
+                // (After `read_for_model_alone`, an `Other` endpoint: 1.)
+                self.weight = request.sequences(self.endpoint);
                 self.follow_response_id(host, &request);
                 let target = match self.rewrite_to.take() {
                     // The gateway's own rewrite wins over the rules; its model is the body's already.
@@ -280,7 +287,7 @@ impl RequestStream {
                     return self.route_model(host, &request, &body, target);
                 }
                 let priority = class.priority(&self.worker.config, model);
-                if self.admitted_now(host, priority) {
+                if self.admitted_now(host, priority, self.weight) {
                     return self.route_model(host, &request, &body, target);
                 }
                 drop(request);
@@ -302,7 +309,7 @@ impl RequestStream {
                 // would go past the queue and past every pod's in-flight bound.
                 let Some(class) = self.flow_class else { return self.route(host, None) };
                 let priority = class.priority(&self.worker.config, None);
-                if self.admitted_now(host, priority) {
+                if self.admitted_now(host, priority, 1) {
                     return self.route(host, None);
                 }
                 self.hold(host, priority, class, body, None)
@@ -310,11 +317,12 @@ impl RequestStream {
         }
     }
 
-    /// Flow control's admission of a request whose body is held: whether it goes on now
-    /// (else the caller holds it). Either way it was admitted (its queue time is reported).
-    fn admitted_now(&mut self, host: &dyn Host, priority: i32) -> bool {
+    /// Flow control's admission of a request of `weight` sequences whose body is held: whether
+    /// it goes on now (else the caller holds it). Either way it was admitted (its queue time
+    /// is reported).
+    fn admitted_now(&mut self, host: &dyn Host, priority: i32, weight: u32) -> bool {
         self.flow_admitted = true;
-        crate::flow::admit(&self.worker, host, priority) == crate::flow::Admitted::RouteNow
+        crate::flow::admit(&self.worker, host, priority, weight) == crate::flow::Admitted::RouteNow
     }
 
     /// Routes a request whose body is not read: over `max_body_bytes` or past
@@ -519,7 +527,7 @@ impl RequestStream {
         let counted_at = self.answered_by.take().unwrap_or(address);
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
-                inflight.finished(counted_at.as_str(), now);
+                inflight.finished(counted_at.as_str(), self.weight, now);
                 inflight.publish_now(host, now);
             }
             Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),
@@ -555,6 +563,7 @@ impl RequestStream {
             slo_ttft_ms: self.slo_ttft_ms,
             dispatch: std::cell::Cell::new(None),
             prefill: std::cell::RefCell::new(None),
+            weight: self.weight,
         });
         if crate::flow::hold(&self.worker, host, Rc::clone(&held), priority, class.flow, class.ttl_ms) {
             self.held = Some(held);
@@ -644,6 +653,7 @@ impl RequestStream {
             model,
             subset: self.subset.as_deref(),
             slo_ttft_ms: self.slo_ttft_ms,
+            weight: self.weight,
         };
         let started_us = host.now_us();
         let deciding = profile::span(host, Phase::Decide);
@@ -733,8 +743,8 @@ impl RequestStream {
         match self.worker.inflight.try_borrow_mut() {
             Ok(mut inflight) => {
                 let now = host.now_ms();
-                inflight.finished(pick.as_str(), now);
-                inflight.started(fallback.as_str(), now);
+                inflight.finished(pick.as_str(), self.weight, now);
+                inflight.started(fallback.as_str(), self.weight, now);
                 self.answered_by = Some(fallback);
             }
             Err(_) => self.worker.stats.increment(self.worker.stats.inflight_update_failed),

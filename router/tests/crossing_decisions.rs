@@ -30,7 +30,7 @@ fn crossing_worker(bench: &Bench) {
         }
         crossed = true;
         let mut other = other.borrow_mut();
-        other.started(FIRST, NOW);
+        other.started(FIRST, 1, NOW);
         other.publish_now(store, NOW);
         // (A failed bump shows as no pick given way, which the tests check.)
         if let Ok((_, version)) = store.get(INFLIGHT_DECISIONS) {
@@ -160,4 +160,51 @@ fn with_learning_a_crossing_on_a_pod_with_a_slot_for_both_costs_nothing_and_the_
     assert_eq!(bench.stat("wasm_epp.inflight_picks_yielded"), 0);
     assert_eq!(bench.worker.inflight.borrow().count(FIRST), 2, "the crossing was seen: both picks count");
     stream.on_log(&bench.host);
+}
+
+/// A completions request for `n` choices (vLLM runs one child request, one batch slot, per choice).
+fn samples(prompt: &str, n: u32) -> String {
+    format!(r#"{{"model":"m","prompt":"{prompt}","n":{n},"max_tokens":4}}"#)
+}
+
+#[test]
+fn a_pick_that_gives_way_moves_all_of_its_samples_to_the_runner_up() {
+    let bench = bench();
+    crossing_worker(&bench);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &samples("hello", 3));
+    assert_eq!(answer.destination.as_deref(), Some("10.0.0.2:8000,10.0.0.1:8000"));
+    let local = |pod: &str| bench.worker.inflight.borrow().local_count(pod);
+    assert_eq!((local(FIRST), local(SECOND)), (0, 3), "its 3 samples left the pod given up, all of them");
+    stream.on_log(&bench.host);
+    assert_eq!((local(FIRST), local(SECOND)), (0, 0));
+}
+
+#[test]
+fn with_learning_a_pick_whose_samples_fill_a_pods_free_batch_slots_linearizes_the_next_decisions() {
+    let bench = Bench::new(r#"{"learning": {"enabled": true}}"#);
+    bench.publish(1, &[(FIRST, 0.0)]);
+    bench.tick();
+    bench.host.advance(SLOT_DISCOVERY_MS);
+    let mut table = picker::pod_table::PodTable {
+        version: 2,
+        published_at_ms: bench.host.clock_ms.get(),
+        poll_interval_ms: 100,
+        ..Default::default()
+    };
+    let mut pod = picker::pod_table::PodState::unknown(&picker::address::PodAddress::parse(FIRST).unwrap());
+    (pod.healthy, pod.running, pod.waiting, pod.last_success_ms) = (true, 4.0, 1.0, bench.host.clock_ms.get());
+    table.pods.push(pod);
+    bench.host.store.set(picker::keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.store.set(picker::keys::POD_TABLE_VERSION, &picker::pod_table::encode_version(2), None).unwrap();
+    bench.heartbeat();
+    WorkerInflight::new().sync(&bench.host.store, bench.host.clock_ms.get(), 60_000);
+    bench.tick();
+    let counter = || bench.host.store.get(INFLIGHT_DECISIONS).unwrap().1;
+    // One request of 4 samples takes the batch's 4 slots.
+    let (mut four, _) = bench.request(&COMPLETIONS, &samples("four samples", 4));
+    assert_eq!(counter(), None);
+    let (mut next, _) = bench.request(&COMPLETIONS, &completion("next"));
+    assert!(counter().is_some(), "the pick of 4 samples took the last slot: the next decision is linearized");
+    four.on_log(&bench.host);
+    next.on_log(&bench.host);
 }

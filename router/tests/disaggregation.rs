@@ -368,3 +368,23 @@ fn a_long_prompt_that_is_never_split_stays_on_the_decode_pod_holding_it() {
         assert_eq!(first, second, "{}: the decode pod holding the whole prompt, which computes it alone", headers[1].1);
     }
 }
+
+#[test]
+fn a_split_request_of_n_choices_weighs_n_on_its_decode_pod_and_one_on_its_prefill_pod() {
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}, "learning": {"enabled": true}}"#);
+    pd_pool(&bench);
+    let body = format!(r#"{{"model":"m","prompt":"{}","n":4,"max_tokens":4}}"#, long_prompt(2000, 21));
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &body);
+    let decode = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    let prefiller = bench.host.header(PREFILLER).unwrap();
+    let count = |pod: &str| bench.worker.inflight.borrow().count(pod);
+    let tokens = |pod: &str| bench.worker.inflight.borrow().tokens(pod);
+    assert_eq!(count(&decode), 4, "4 samples decode there");
+    assert_eq!(count(&prefiller), 1, "the prompt is prefilled once");
+    assert!(tokens(&prefiller) > 1000 && tokens(&prefiller) < 3000, "once, not 4 times: {}", tokens(&prefiller));
+    stream.on_response_headers(&bench.host, false);
+    assert_eq!((count(&prefiller), tokens(&prefiller)), (0, 0));
+    assert_eq!(count(&decode), 4);
+    stream.on_log(&bench.host);
+    assert_eq!(count(&decode), 0);
+}

@@ -21,17 +21,17 @@ fn two_workers_knowing_each_others_slots(store: &MemoryStore) -> (WorkerInflight
 fn own_picks_count_at_once_and_others_after_their_tick() {
     let store = MemoryStore::new();
     let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
-    a.started(POD, NOW);
-    a.started(POD, NOW);
+    a.started(POD, 1, NOW);
+    a.started(POD, 1, NOW);
     assert_eq!(a.count(POD), 2, "a worker's own burst is seen at once");
     b.sync(&store, NOW, EXPIRY);
     assert_eq!(b.count(POD), 0, "not before a publishes");
     assert!(a.sync(&store, NOW, EXPIRY).published);
     let report = b.sync(&store, NOW, EXPIRY);
     assert_eq!((report.peers, b.count(POD)), (1, 2));
-    b.started(POD, NOW);
+    b.started(POD, 1, NOW);
     assert_eq!(b.count(POD), 3);
-    a.finished(POD, NOW);
+    a.finished(POD, 1, NOW);
     a.sync(&store, NOW + 20, EXPIRY);
     b.sync(&store, NOW + 20, EXPIRY);
     assert_eq!(b.count(POD), 2);
@@ -43,7 +43,7 @@ fn own_picks_count_at_once_and_others_after_their_tick() {
 fn a_gone_workers_counts_stop_counting_and_its_slot_is_reused() {
     let store = MemoryStore::new();
     let mut gone = WorkerInflight::new();
-    gone.started(POD, NOW);
+    gone.started(POD, 1, NOW);
     gone.sync(&store, NOW, EXPIRY);
     let mut alive = WorkerInflight::new();
     alive.sync(&store, NOW + 10, EXPIRY);
@@ -60,7 +60,7 @@ fn a_gone_workers_counts_stop_counting_and_its_slot_is_reused() {
 fn a_gone_workers_counts_stop_counting_after_the_clock_steps_back() {
     let store = MemoryStore::new();
     let mut gone = WorkerInflight::new();
-    gone.started(POD, NOW + 3_600_000);
+    gone.started(POD, 1, NOW + 3_600_000);
     gone.sync(&store, NOW + 3_600_000, EXPIRY); // its last refresh, an hour ahead of the clock now
     let mut alive = WorkerInflight::new();
     alive.sync(&store, NOW, EXPIRY);
@@ -69,7 +69,7 @@ fn a_gone_workers_counts_stop_counting_after_the_clock_steps_back() {
     assert_eq!(alive.slot, Some(0), "and its slot is free again");
     // A few ms ahead is another worker that wrote after this one read the clock: live.
     let mut busy = WorkerInflight::new();
-    busy.started(POD, NOW + 5);
+    busy.started(POD, 1, NOW + 5);
     busy.sync(&store, NOW + 5, EXPIRY);
     alive.sync(&store, NOW, EXPIRY);
     assert_eq!(alive.count(POD), 1);
@@ -79,9 +79,9 @@ fn a_gone_workers_counts_stop_counting_after_the_clock_steps_back() {
 fn leaked_counts_expire_and_never_go_negative() {
     let store = MemoryStore::new();
     let mut worker = WorkerInflight::new();
-    worker.finished(POD, NOW);
+    worker.finished(POD, 1, NOW);
     assert_eq!(worker.count(POD), 0);
-    worker.started(POD, NOW);
+    worker.started(POD, 1, NOW);
     worker.sync(&store, NOW + EXPIRY + 1, EXPIRY);
     assert_eq!(worker.count(POD), 0, "a count whose end was never seen is dropped");
 }
@@ -91,7 +91,7 @@ fn corrupt_slots_are_skipped_and_can_be_claimed() {
     let store = MemoryStore::new();
     store.set(INFLIGHT_SLOT_KEYS[0], b"\x01\x02", None).unwrap();
     let mut worker = WorkerInflight::new();
-    worker.started(POD, NOW);
+    worker.started(POD, 1, NOW);
     worker.sync(&store, NOW, EXPIRY);
     assert_eq!(worker.slot, Some(0));
     let mut other = WorkerInflight::new();
@@ -124,8 +124,8 @@ fn every_worker_gets_its_own_slot() {
 fn totals_and_peer_counts_reach_every_worker() {
     let store = MemoryStore::new();
     let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
-    a.started(POD, NOW);
-    b.started(POD, NOW);
+    a.started(POD, 1, NOW);
+    b.started(POD, 1, NOW);
     a.sync(&store, NOW, EXPIRY);
     b.sync(&store, NOW, EXPIRY);
     assert_eq!(envoy_totals(&store, NOW).get(POD), Some(&2));
@@ -143,9 +143,9 @@ fn totals_and_peer_counts_reach_every_worker() {
 fn prompt_tokens_in_flight_reach_the_other_workers_and_are_released_at_first_byte() {
     let store = MemoryStore::new();
     let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
-    a.started(POD, NOW);
+    a.started(POD, 1, NOW);
     a.add_tokens(POD, 8_000);
-    a.started(POD, NOW);
+    a.started(POD, 1, NOW);
     a.add_tokens(POD, 100);
     a.sync(&store, NOW, EXPIRY);
     b.sync(&store, NOW, EXPIRY);
@@ -164,11 +164,11 @@ fn a_pick_published_at_once_is_read_by_the_other_workers_next_decision() {
     let (mut a, mut b) = (WorkerInflight::new(), WorkerInflight::new());
     a.sync(&store, NOW, EXPIRY);
     b.sync(&store, NOW, EXPIRY);
-    a.started(POD, NOW + 1);
+    a.started(POD, 1, NOW + 1);
     a.publish_now(&store, NOW + 1);
     b.refresh_others(&store, NOW + 2);
     assert_eq!(b.count(POD), 1, "no tick between a's pick and b's decision");
-    a.finished(POD, NOW + 3);
+    a.finished(POD, 1, NOW + 3);
     a.publish_now(&store, NOW + 3);
     b.refresh_others(&store, NOW + 4);
     assert_eq!(b.count(POD), 0, "and its end");
@@ -176,7 +176,7 @@ fn a_pick_published_at_once_is_read_by_the_other_workers_next_decision() {
     // finds it (a_worker_that_claims_its_slot_after_another_is_seen_by_its_next_decision_early_on).
     let mut c = WorkerInflight::new();
     c.sync(&store, NOW + 5, EXPIRY);
-    c.started(POD, NOW + 5);
+    c.started(POD, 1, NOW + 5);
     c.publish_now(&store, NOW + 5);
     b.refresh_others(&store, NOW + 6);
     assert_eq!(b.count(POD), 1);
@@ -202,13 +202,13 @@ fn counts_kept_by_table_position_equal_counts_by_address() {
     b.sync(&store, NOW, EXPIRY);
     for (i, pod) in pods.iter().enumerate() {
         for _ in 0..=i {
-            a.started(pod, NOW);
+            a.started(pod, 1, NOW);
         }
     }
-    a.started("10.0.0.9:8000", NOW); // not in b's table
+    a.started("10.0.0.9:8000", 1, NOW); // not in b's table
     a.add_tokens(pods[2], 700);
     a.publish_now(&store, NOW);
-    b.started(pods[1], NOW);
+    b.started(pods[1], 1, NOW);
     let check = |b: &WorkerInflight, table: &PodTable| {
         for (i, pod) in table.pods.iter().enumerate() {
             let address = pod.address.as_str();
@@ -226,7 +226,7 @@ fn counts_kept_by_table_position_equal_counts_by_address() {
     check(&b, &reordered);
     assert_eq!((b.count_at(0, pods[3]), b.count(pods[1]), b.tokens(pods[2])), (4, 3, 700));
     // The tick's read and a plain refresh keep the positions' counts right.
-    a.finished(pods[3], NOW + 3);
+    a.finished(pods[3], 1, NOW + 3);
     a.sync(&store, NOW + 3, EXPIRY);
     b.sync(&store, NOW + 3, EXPIRY);
     check(&b, &reordered);
@@ -261,9 +261,9 @@ fn an_unchanged_slot_keeps_its_sums_and_any_change_or_staleness_is_seen() {
     for worker in [&mut a, &mut c, &mut b] {
         worker.sync(&store, NOW, EXPIRY);
     }
-    a.started(pods[0], NOW);
+    a.started(pods[0], 1, NOW);
     a.add_tokens(pods[0], 50);
-    c.started(pods[2], NOW);
+    c.started(pods[2], 1, NOW);
     a.publish_now(&store, NOW);
     c.publish_now(&store, NOW);
     b.refresh_others_in_order(&store, NOW + 1, &table);
@@ -272,7 +272,7 @@ fn an_unchanged_slot_keeps_its_sums_and_any_change_or_staleness_is_seen() {
     assert_same_as_summed_anew(&mut b, &store, NOW + 2, &table);
     assert_eq!(b.count_at(0, pods[0]), 1);
     // One worker's change (the other's slot unchanged) is seen at the next decision.
-    c.started(pods[2], NOW + 3);
+    c.started(pods[2], 1, NOW + 3);
     c.publish_now(&store, NOW + 3);
     b.refresh_others_in_order(&store, NOW + 4, &table);
     assert_eq!((b.count_at(0, pods[0]), b.count_at(2, pods[2])), (1, 2));
@@ -301,7 +301,7 @@ fn a_worker_that_claims_its_slot_after_another_is_seen_by_its_next_decision_earl
     a.sync(&store, NOW, EXPIRY);
     // b's first request, a millisecond later: b claims slot 1 and picks POD.
     b.sync(&store, NOW + 1, EXPIRY);
-    b.started(POD, NOW + 1);
+    b.started(POD, 1, NOW + 1);
     b.publish_now(&store, NOW + 1);
     // a decides before its next tick: it looks one slot past those it knew of.
     a.refresh_others(&store, NOW + 2);
@@ -310,7 +310,7 @@ fn a_worker_that_claims_its_slot_after_another_is_seen_by_its_next_decision_earl
     // Past the discovery time, a worker that starts serving later is read from the next tick.
     let mut c = WorkerInflight::new();
     c.sync(&store, NOW + SLOT_DISCOVERY_MS + 10, EXPIRY);
-    c.started(POD, NOW + SLOT_DISCOVERY_MS + 10);
+    c.started(POD, 1, NOW + SLOT_DISCOVERY_MS + 10);
     c.publish_now(&store, NOW + SLOT_DISCOVERY_MS + 10);
     b.publish_now(&store, NOW + SLOT_DISCOVERY_MS + 10);
     a.refresh_others(&store, NOW + SLOT_DISCOVERY_MS + 11);
@@ -332,7 +332,7 @@ fn begin(worker: &mut WorkerInflight, store: &MemoryStore, pod: &str, now_ms: u6
 }
 
 fn end(worker: &mut WorkerInflight, store: &MemoryStore, pod: &str, now_ms: u64, deciding: Deciding) -> bool {
-    worker.started(pod, now_ms);
+    worker.started(pod, 1, now_ms);
     worker.publish_now(store, now_ms);
     worker.confirm_decision(store, now_ms, pod, deciding.seen)
 }
@@ -407,4 +407,31 @@ fn after_the_wall_clock_stepped_back_decisions_are_linearized_for_their_while_on
     let deciding = begin(&mut a, &store, POD, back + 1);
     assert!(!a.linearized(), "neither a first second of serving nor a contended one");
     assert!(end(&mut a, &store, POD, back + 1, deciding));
+}
+
+#[test]
+fn a_request_of_n_choices_counts_n_everywhere_and_its_end_releases_all_of_them() {
+    let store = MemoryStore::new();
+    let (mut a, mut b) = two_workers_knowing_each_others_slots(&store);
+    a.started(POD, 8, NOW);
+    a.add_tokens(POD, 500);
+    a.started(POD, 1, NOW);
+    assert_eq!(a.count(POD), 9, "8 sequences and 1");
+    assert_eq!(a.tokens(POD), 500, "the prompt is computed once for its 8 choices");
+    a.publish_now(&store, NOW);
+    b.refresh_others(&store, NOW);
+    assert_eq!((b.count(POD), b.others_count(POD)), (9, 9), "the other workers see the 8");
+    assert_eq!(envoy_totals(&store, NOW).get(POD), Some(&9), "and so do the other replicas");
+    a.finished(POD, 8, NOW + 1);
+    assert_eq!(a.count(POD), 1);
+    a.finished(POD, 1, NOW + 1);
+    assert_eq!(a.local_count(POD), 0);
+    assert!(a.local.is_empty(), "nothing left to expire");
+    a.publish_now(&store, NOW + 1);
+    b.refresh_others(&store, NOW + 1);
+    assert_eq!(b.count(POD), 0);
+    a.started(POD, 0, NOW + 2);
+    assert_eq!(a.count(POD), 1, "a weight of 0 counts as 1");
+    a.finished(POD, 0, NOW + 2);
+    assert_eq!(a.count(POD), 0);
 }

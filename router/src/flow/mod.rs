@@ -43,12 +43,24 @@ pub use self::release::{abandon, admit, admit_unheld, hold, on_tick, release_rea
 /// Without it a released request could go to a full pod and wait in its engine's queue.
 pub const FULL_POD_PENALTY: u32 = 1_000;
 
-/// A pod's in-flight count as routing reads it (`full_at`: the bound, with flow control on).
-pub fn routing_inflight(count: u32, full_at: Option<u32>) -> u32 {
+/// A pod's in-flight count as routing reads it for a request of `weight` sequences (`full_at`:
+/// the bound, with flow control on): a pod the request would take past its bound is full to
+/// it. A request heavier than a whole pod's bound is full only to pods with anything in
+/// flight: an idle pod takes it (see [`admission_need`]).
+pub fn routing_inflight(count: u32, full_at: Option<u32>, weight: u32) -> u32 {
     match full_at {
-        Some(bound) if count >= bound => count.saturating_add(FULL_POD_PENALTY),
+        Some(bound) if count.saturating_add(weight.clamp(1, bound.max(1))) > bound => {
+            count.saturating_add(FULL_POD_PENALTY)
+        }
         _ => count,
     }
+}
+
+/// The places a request of `weight` sequences needs free to be admitted under a bound of
+/// `per_pod` places per pod: its weight, at most one whole pod's places (so a request of more
+/// choices than a pod runs at once is admitted when a pod's worth is free, not never).
+pub fn admission_need(weight: u32, per_pod: u32) -> u32 {
+    weight.min(per_pod).max(1)
 }
 
 /// What became of a held request (shared by the queue entry and its stream).
@@ -92,6 +104,9 @@ pub struct Held {
     /// The prefill pod named at release (P/D), in flight until its stream releases it when
     /// the decode pod answers, as for a request routed at once.
     pub prefill: RefCell<Option<crate::disaggregate::Prefill>>,
+    /// The sequences it weighs in flight (its `n`, see `InferenceRequest::sequences`): the
+    /// places its release needs and takes.
+    pub weight: u32,
 }
 
 impl Held {

@@ -32,12 +32,13 @@ pub enum Admitted {
     Wait,
 }
 
-/// The pool's room and this worker's share of it, as of now.
+/// The pool's room and this worker's share of it, as of now, in places: sequences in the
+/// pods' batches (a request of `n` choices takes `n`, see `InferenceRequest::sequences`).
 struct Look {
     room: PoolRoom,
     /// The pool's places (pods × `max_inflight_per_pod`), shared by the workers that wait.
     capacity: u32,
-    /// This worker's requests in flight on the pods counted as room.
+    /// This worker's places in flight on the pods counted as room.
     local: u32,
     /// Who else waits, by band, as of this worker's last waiting tick.
     others: Waiting,
@@ -47,35 +48,44 @@ struct Look {
 }
 
 impl Look {
-    /// Places a request of `priority` may take now. None while a higher band waits on
-    /// another worker or replica (priority holds across them: this worker's requests in
-    /// flight end and leave their places to it), reserved places included. With places
-    /// reserved, the bands that may use them are not held to this worker's share: the
-    /// share keeps workers' backlogs at one band from starving each other.
-    fn free_for(&self, priority: i32, config: &picker::config::FlowControlConfig) -> u32 {
-        let PoolRoom::Free(free) = self.room else { return 0 };
+    /// Whether a request of `priority` weighing `weight` sequences may be sent now. Not while
+    /// a higher band waits on another worker or replica (priority holds across them: this
+    /// worker's requests in flight end and leave their places to it), reserved places
+    /// included. Else when the places it needs are free ([`super::admission_need`]: a request
+    /// of more sequences than a pod's bound needs a whole pod's places, else it would never be
+    /// admitted). With places reserved, the bands that may use them are not held to this
+    /// worker's share: the share keeps workers' backlogs at one band from starving each
+    /// other. Held to the share, a request heavier than the whole share goes when this worker
+    /// has nothing in flight.
+    fn fits(&self, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> bool {
+        let PoolRoom::Free(free) = self.room else { return false };
         if self.others.outranks(priority) {
-            return 0;
+            return false;
         }
+        let need = super::admission_need(weight, config.max_inflight_per_pod);
         if config.reserved_per_pod > 0 && priority >= config.reserved_min_priority {
-            return free;
+            return free >= need;
         }
-        self.standard_room.min(self.others.limit(self.capacity, priority).saturating_sub(self.local))
+        let open_per_pod = config.max_inflight_per_pod.saturating_sub(config.reserved_per_pod);
+        let standard_need = need.min(open_per_pod.max(1));
+        let limit = self.others.limit(self.capacity, priority);
+        let local_need = need.min(limit.max(1));
+        self.standard_room >= standard_need && limit.saturating_sub(self.local) >= local_need
     }
 
-    /// Counts one release. Which pod it takes is the picker's, so the open places are
-    /// assumed to shrink too (the next look counts them again).
-    fn took_one(&mut self) {
+    /// Counts one release of `weight` sequences. Which pod it takes is the picker's, so the
+    /// open places are assumed to shrink too (the next look counts them again).
+    fn took(&mut self, weight: u32) {
         if let PoolRoom::Free(free) = &mut self.room {
-            *free = free.saturating_sub(1);
+            *free = free.saturating_sub(weight);
         }
-        self.standard_room = self.standard_room.saturating_sub(1);
-        self.local = self.local.saturating_add(1);
+        self.standard_room = self.standard_room.saturating_sub(weight);
+        self.local = self.local.saturating_add(weight);
     }
 }
 
-/// Whether a request of `priority` goes on at once or waits.
-pub fn admit(worker: &Worker, host: &dyn Host, priority: i32) -> Admitted {
+/// Whether a request of `priority` weighing `weight` sequences goes on at once or waits.
+pub fn admit(worker: &Worker, host: &dyn Host, priority: i32, weight: u32) -> Admitted {
     let first_waiting = worker.flow.queue.try_borrow().ok().and_then(|queue| queue.next_priority());
     if first_waiting.is_some_and(|waiting| waiting >= priority) {
         // Requests of its band or higher wait already: it takes its place in the release
@@ -83,7 +93,7 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32) -> Admitted {
         return Admitted::Wait;
     }
     match look(worker, host, host.now_ms()) {
-        Some(look) if look.free_for(priority, &worker.config.flow_control) > 0 => {
+        Some(look) if look.fits(priority, weight, &worker.config.flow_control) => {
             worker.stats.increment(worker.flow.stats.direct);
             Admitted::RouteNow
         }
@@ -96,7 +106,8 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32) -> Admitted {
 /// then answers it 503, as its wait would end). Otherwise it would have to wait, and cannot:
 /// its stream answers it ([`super::answer::refuse_unheld`]).
 pub fn admit_unheld(worker: &Worker, host: &dyn Host, priority: i32) -> bool {
-    admit(worker, host, priority) == Admitted::RouteNow
+    // Its `n` is not read: it weighs 1.
+    admit(worker, host, priority, 1) == Admitted::RouteNow
         || matches!(look(worker, host, host.now_ms()), Some(Look { room: PoolRoom::NoPods, .. }))
 }
 
@@ -216,13 +227,15 @@ pub fn release_ready(worker: &Worker, host: &dyn Host) {
     let Some(mut look) = look(worker, host, now) else { return };
     for _ in 0..config.release_per_tick {
         let next = worker.flow.queue.try_borrow_mut().ok().and_then(|mut queue| {
-            // The next in release order only if its band may take a place now (lower bands
-            // leave the reserved places to higher ones).
-            let priority = queue.next_priority()?;
-            (look.free_for(priority, config) > 0).then(|| queue.pop_next()).flatten()
+            // The next in release order only if its band may take the places it needs now
+            // (lower bands leave the reserved places to higher ones). A request of many
+            // choices that does not fit yet keeps its turn: the ones after it wait with it,
+            // as places free up for it, rather than take each place as it frees.
+            let (priority, next) = queue.peek_next()?;
+            look.fits(priority, next.payload.weight, config).then(|| queue.pop_next()).flatten()
         });
         let Some(left) = next else { break };
-        look.took_one();
+        look.took(left.entry.payload.weight.max(1));
         worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
         release_one(worker, host, &left, now, look.slot);
     }
@@ -252,6 +265,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         model,
         subset: held.subset.as_deref(),
         slo_ttft_ms: held.slo_ttft_ms,
+        weight: held.weight,
     };
     match decide(worker, host, &prompt) {
         Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared, retries_cap } => {
@@ -262,7 +276,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
             if let Err(error) = written {
                 log::error!("wasm-epp: cannot set destination header on a released request: {error}");
                 crate::disaggregate::release_prefill(worker, host, &mut prefilling_at);
-                finish_inflight(worker, host, &address, dispatch);
+                finish_inflight(worker, host, &address, held.weight, dispatch);
                 answer(worker, host, left, DropReason::NoRoute, true);
                 return;
             }
@@ -289,13 +303,13 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
     }
 }
 
-fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress, dispatch: Option<Dispatch>) {
+fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress, weight: u32, dispatch: Option<Dispatch>) {
     if let Ok(mut inflight) = worker.inflight.try_borrow_mut() {
         let now = host.now_ms();
         if let Some(dispatch) = dispatch {
             inflight.release_tokens(address.as_str(), dispatch.uncached_tokens);
         }
-        inflight.finished(address.as_str(), now);
+        inflight.finished(address.as_str(), weight, now);
         inflight.publish_now(host, now);
     }
 }

@@ -142,8 +142,8 @@ fn bench_steps(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), St
         let address = native::pod_address(0);
         let mut counts = WorkerInflight::new();
         step(&mut group, format!("inflight_start_finish/{pods}pods"), &mut || {
-            counts.started(&address, NOW_MS);
-            counts.finished(&address, NOW_MS);
+            counts.started(&address, 1, NOW_MS);
+            counts.finished(&address, 1, NOW_MS);
             black_box(counts.count(&address));
         });
         // A worker decodes the table each time the singleton publishes one (every poll).

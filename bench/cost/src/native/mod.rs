@@ -192,6 +192,7 @@ impl Case {
             model: self.model.as_deref(),
             subset: None,
             slo_ttft_ms: None,
+            weight: 1, // as `settle_decision` releases it
         };
         let Outcome::Routed { address, .. } = decide(&self.worker, &self.host, &prompt) else { return None };
         self.unreleased.replace(Some(address.clone()));
@@ -203,7 +204,7 @@ impl Case {
     pub fn settle_decision(&self) {
         if let Some(address) = self.unreleased.take() {
             if let Ok(mut inflight) = self.worker.inflight.try_borrow_mut() {
-                inflight.finished(address.as_str(), NOW_MS);
+                inflight.finished(address.as_str(), 1, NOW_MS);
             }
         }
         self.tick_now_and_then();

@@ -78,7 +78,7 @@ pub fn count_inflight(store: &dyn SharedStore, pods: usize, expiry_ms: u64) -> R
     let mut other_worker = WorkerInflight::new();
     for i in 0..pods {
         for _ in 0..i % 5 {
-            other_worker.started(&pod_address(i), NOW_MS);
+            other_worker.started(&pod_address(i), 1, NOW_MS);
         }
     }
     if other_worker.sync(store, NOW_MS, expiry_ms).published {
