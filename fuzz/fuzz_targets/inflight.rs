@@ -1,6 +1,7 @@
 //! In-flight counts (`inflight::WorkerInflight`, several workers over one `MemoryStore`):
-//! arbitrary starts, ends, ticks, clock jumps and slot corruptions. Never panics; a worker's
-//! own count of a pod is exactly its starts minus its ends (never negative) until it
+//! arbitrary starts, ends (of arbitrary weights), ticks, clock jumps and slot corruptions.
+//! Never panics; a worker's own count of a pod is exactly its starts' weights minus its ends'
+//! (never negative) until it
 //! expires; after every worker has ticked three times with no change in between, each sees every
 //! live worker's counts; at most `MAX_SLOTS` workers hold a slot, never two the same one.
 
@@ -20,13 +21,16 @@ const EXPIRY_MS: u64 = u64::MAX;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
+    /// A request of `weight` sequences (its `n`; 0 counts as 1).
     Start {
         worker: u8,
         address: u8,
+        weight: u8,
     },
     End {
         worker: u8,
         address: u8,
+        weight: u8,
     },
     Tick {
         worker: u8,
@@ -47,15 +51,15 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut corrupted = false;
     for op in ops.into_iter().take(512) {
         match op {
-            Op::Start { worker, address } => {
+            Op::Start { worker, address, weight } => {
                 let (w, a) = (usize::from(worker) % WORKERS, usize::from(address) % ADDRESSES.len().min(8));
-                workers[w].started(ADDRESSES[a], now);
-                expected[w][a] += 1;
+                workers[w].started(ADDRESSES[a], u32::from(weight), now);
+                expected[w][a] += u32::from(weight.max(1));
             }
-            Op::End { worker, address } => {
+            Op::End { worker, address, weight } => {
                 let (w, a) = (usize::from(worker) % WORKERS, usize::from(address) % ADDRESSES.len().min(8));
-                workers[w].finished(ADDRESSES[a], now);
-                expected[w][a] = expected[w][a].saturating_sub(1);
+                workers[w].finished(ADDRESSES[a], u32::from(weight), now);
+                expected[w][a] = expected[w][a].saturating_sub(u32::from(weight.max(1)));
             }
             Op::Tick { worker } => {
                 workers[usize::from(worker) % WORKERS].sync(&store, now, EXPIRY_MS);
