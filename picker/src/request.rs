@@ -187,20 +187,52 @@ const ENGINE_MAX_N: u64 = 16_384;
 impl InferenceRequest<'_> {
     /// The sequences this request takes in its pod's running batch, as `endpoint` serves it:
     /// its `n`, as vLLM runs one child request per choice (v1/engine/parallel_sampling.py),
-    /// each holding a seat of `--max-num-seqs` and counted in `num_requests_running`; at most
-    /// [`MAX_SEQUENCES`]. 1 when `n` is absent, `null`, not a positive integer, or more than
-    /// vLLM accepts (those are refused at once), and for the Responses and Messages APIs,
-    /// which have no `n`. (Its prompt is computed once for all of them: its prompt tokens in
-    /// flight are not multiplied.) Cheap: a look at a raw value the parse already cut.
+    /// each holding a seat of `--max-num-seqs` and counted in `num_requests_running`; times
+    /// the prompts of a completions batch (a `prompt` list of texts or of token-id lists:
+    /// vLLM runs each prompt as its own request); at most [`MAX_SEQUENCES`]. `n` counts 1
+    /// when absent, `null`, not a positive integer, or more than vLLM accepts (those are
+    /// refused at once); so does the Responses and Messages APIs' request (no `n`, one
+    /// prompt). (Each prompt is computed once for its choices: prompt tokens in flight are
+    /// not multiplied.) Cheap: a look at raw values the parse already cut; a batch's list is
+    /// walked element by element, no further than [`MAX_SEQUENCES`] of them.
     pub fn sequences(&self, endpoint: Endpoint) -> u32 {
         if !endpoint.answers_like_completions() {
             return 1;
         }
-        match self.n.and_then(|raw| raw.trim().parse::<u64>().ok()) {
+        let n = match self.n.and_then(|raw| raw.trim().parse::<u64>().ok()) {
             Some(n @ 2..=ENGINE_MAX_N) => u32::try_from(n).unwrap_or(MAX_SEQUENCES).min(MAX_SEQUENCES),
             _ => 1,
-        }
+        };
+        let prompts = match endpoint {
+            Endpoint::Completions => self.prompt.map_or(1, prompts_in),
+            _ => 1,
+        };
+        n.saturating_mul(prompts).min(MAX_SEQUENCES)
     }
+}
+
+/// The prompts of a completions `prompt`: the elements of a list of texts or of token-id lists
+/// (vLLM's batch), up to [`MAX_SEQUENCES`]; 1 for a text, one prompt's token ids, or anything
+/// else (an empty list, which vLLM refuses). On raw text both parses checked is JSON.
+fn prompts_in(prompt: &str) -> u32 {
+    let bytes = prompt.as_bytes();
+    if bytes.first() != Some(&b'[') {
+        return 1;
+    }
+    let mut at = scan::skip_white_space(bytes, 1);
+    if !matches!(bytes.get(at), Some(b'"' | b'[')) {
+        return 1;
+    }
+    let mut prompts = 0u32;
+    while let Some(end) = scan::value_end(bytes, at) {
+        prompts += 1;
+        at = scan::skip_white_space(bytes, end);
+        if prompts >= MAX_SEQUENCES || bytes.get(at) != Some(&b',') {
+            break;
+        }
+        at = scan::skip_white_space(bytes, at + 1);
+    }
+    prompts.max(1)
 }
 
 /// A completions `prompt` that is a list of several prompts (texts or token-id lists), not
@@ -332,6 +364,24 @@ mod tests {
                 .sequences(Endpoint::Other),
             1
         );
+    }
+
+    #[test]
+    fn a_batch_of_prompts_weighs_each_prompt_times_n() {
+        let weight = |body: &str| {
+            parse_request(body.as_bytes(), Endpoint::Completions).unwrap().sequences(Endpoint::Completions)
+        };
+        assert_eq!(weight(r#"{"prompt":["a","b","c"]}"#), 3, "vLLM runs each prompt as a request");
+        assert_eq!(weight(r#"{"prompt":[ "a" , "b,]" ],"n":4}"#), 8, "each prompt's 4 choices");
+        assert_eq!(weight(r#"{"prompt":[[1,2,3],[4,5]],"n":2}"#), 4, "token-id lists");
+        assert_eq!(weight(r#"{"prompt":[1,2,3],"n":2}"#), 2, "one prompt's token ids");
+        assert_eq!(weight(r#"{"prompt":["one"]}"#), 1);
+        assert_eq!(weight(r#"{"prompt":[]}"#), 1);
+        let many = format!(r#"{{"prompt":[{}]}}"#, vec!["\"p\""; 1000].join(","));
+        assert_eq!(weight(&many), MAX_SEQUENCES, "walked no further than a whole batch");
+        assert_eq!(weight(r#"{"prompt":["a","b"],"n":200}"#), MAX_SEQUENCES);
+        let chat = parse_request(br#"{"messages":[],"prompt":["a","b"],"n":2}"#, Endpoint::ChatCompletions).unwrap();
+        assert_eq!(chat.sequences(Endpoint::ChatCompletions), 2, "a chat's prompt field is not its prompt");
     }
 
     #[test]

@@ -82,6 +82,21 @@ fn n_that_vllm_would_refuse_or_that_is_not_a_count_weighs_one() {
 }
 
 #[test]
+fn a_batch_of_prompts_counts_each_prompts_samples() {
+    let bench = Bench::new("{}");
+    bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)]);
+    // lm-eval's batched completions: vLLM runs each prompt of the list as its own request.
+    let (mut batch, answer) = bench.request(&COMPLETIONS, r#"{"model":"m","prompt":["a","b","c"],"n":2}"#);
+    let busy = pick(answer.destination);
+    assert_eq!(count(&bench, &busy), 6, "3 prompts of 2 choices");
+    let (mut single, answer) = bench.request(&COMPLETIONS, &completions("single", 1));
+    assert_ne!(pick(answer.destination), busy);
+    batch.on_log(&bench.host);
+    single.on_log(&bench.host);
+    assert_eq!(count(&bench, &busy), 0);
+}
+
+#[test]
 fn a_retried_request_moves_all_of_its_samples_to_the_pod_that_answered() {
     let bench = Bench::new("{}");
     bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 1.0), ("10.0.0.3:8000", 1.0)]);
