@@ -160,8 +160,36 @@ fn check_reads(request: &InferenceRequest<'_>, endpoint: Endpoint) {
             Some(Err(_)) if request.prompt.is_some_and(|prompt| prompt.starts_with('[')) => return,
             _ => false,
         };
-        assert_eq!(request.cached_tokens_speak_for_the_prompt(), !batch, "prompt {:?}", request.prompt);
+        // Nor, since n is read, a whole answer of n > 1 choices (the last child's report).
+        let n_above_one = request.n.and_then(|raw| raw.trim().parse::<f64>().ok()).is_some_and(|n| n > 1.0);
+        let samples_answered_whole = n_above_one && request.stream != Some(true);
+        assert_eq!(
+            request.cached_tokens_speak_for_the_prompt(),
+            !batch && !samples_answered_whole,
+            "prompt {:?}, n {:?}",
+            request.prompt,
+            request.n
+        );
     }
+    // Its weight in flight: n (an integer vLLM accepts, else 1) times a completions batch's
+    // prompts, at most a whole batch; read by serde here, by a scan there.
+    let n = request.n.and_then(|raw| serde_json::from_str::<u64>(raw).ok()).filter(|n| (2..=16_384).contains(n));
+    let prompts = match (endpoint, request.prompt.map(serde_json::from_str::<Vec<&RawValue>>)) {
+        (Endpoint::Completions, Some(Ok(list))) => {
+            let first_opens = list.first().and_then(|first| first.get().bytes().next());
+            if matches!(first_opens, Some(b'"' | b'[')) {
+                list.len().max(1)
+            } else {
+                1
+            }
+        }
+        // A list serde cannot read on its own (nested past its depth limit): not judged.
+        (Endpoint::Completions, Some(Err(_))) if request.prompt.is_some_and(|prompt| prompt.starts_with('[')) => return,
+        _ => 1,
+    };
+    let expected = (n.unwrap_or(1) as usize).saturating_mul(prompts).min(picker::request::MAX_SEQUENCES as usize);
+    let expected = if endpoint.answers_like_completions() { expected } else { 1 };
+    assert_eq!(request.sequences(endpoint) as usize, expected, "prompt {:?}, n {:?}", request.prompt, request.n);
 }
 
 /// A borrowed raw value re-parses on its own (without recursion: deep nesting is allowed).
