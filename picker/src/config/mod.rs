@@ -37,7 +37,7 @@ pub fn parse_json<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> Res
         return Ok(T::default());
     }
     serde_json::from_slice(bytes).map_err(|e| {
-        let field = refused_field::<T>(bytes);
+        let field = field_at(bytes, e.line(), e.column());
         match field.is_empty() {
             true => format!("configuration is not valid: {e}"),
             false => format!("configuration is not valid: {field}: {e}"),
@@ -45,19 +45,87 @@ pub fn parse_json<T: serde::de::DeserializeOwned + Default>(bytes: &[u8]) -> Res
     })
 }
 
-/// The dotted path (`models.rewrites[0].targets[1].weight`) of the value serde refused in
-/// `bytes`, by serde_path_to_error, which tracks it as it parses: read again, once a parse
-/// failed, so a valid configuration is parsed once. For an unknown field, the section it is
-/// in (its path ends in the unknown key itself). Empty at the top.
-fn refused_field<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> String {
-    let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
-    let Err(error) = serde_path_to_error::deserialize::<_, T>(deserializer) else { return String::new() };
-    let path = error.path().to_string();
-    if error.inner().to_string().starts_with("unknown field") {
-        return path.rsplit_once('.').map_or_else(String::new, |(section, _)| section.to_owned());
+/// Deepest configuration nesting [`field_at`] follows (the configuration is a few levels deep;
+/// deeper input is named by its first levels).
+const MAX_FIELD_DEPTH: usize = 16;
+
+/// The dotted path (`models.rewrites[0].targets`) of the value being read at `line` and
+/// `column` (serde_json's 1-based position of an error: the bytes read so far), or of the
+/// object whose key was just read there (an unknown field names itself). Empty at the top.
+fn field_at(bytes: &[u8], line: usize, column: usize) -> String {
+    enum Level {
+        Object { key: Option<String>, after_colon: bool },
+        Array(usize),
     }
-    if path == "." {
-        return String::new();
+    let line_start = match line {
+        0 | 1 => 0,
+        _ => bytes.iter().enumerate().filter(|(_, b)| **b == b'\n').nth(line - 2).map_or(bytes.len(), |(i, _)| i + 1),
+    };
+    let end = line_start.saturating_add(column).min(bytes.len());
+    let mut levels: Vec<Level> = Vec::new();
+    let mut depth = 0usize;
+    let mut string: Option<Vec<u8>> = None;
+    let mut escaped = false;
+    for &byte in bytes.get(..end).unwrap_or_default() {
+        if let Some(text) = string.as_mut() {
+            match (escaped, byte) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => {
+                    let text = string.take().unwrap_or_default();
+                    if let Some(Level::Object { key, after_colon: false }) = levels.last_mut() {
+                        *key = Some(String::from_utf8_lossy(&text).into_owned());
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            text.push(byte);
+            continue;
+        }
+        match byte {
+            b'"' => string = Some(Vec::new()),
+            b'{' | b'[' => {
+                depth += 1;
+                if depth <= MAX_FIELD_DEPTH {
+                    levels.push(match byte {
+                        b'{' => Level::Object { key: None, after_colon: false },
+                        _ => Level::Array(0),
+                    });
+                }
+            }
+            b'}' | b']' => {
+                if depth <= MAX_FIELD_DEPTH {
+                    levels.pop();
+                }
+                depth = depth.saturating_sub(1);
+            }
+            b':' => {
+                if let Some(Level::Object { after_colon, .. }) = levels.last_mut() {
+                    *after_colon = true;
+                }
+            }
+            b',' => match levels.last_mut() {
+                Some(Level::Object { after_colon, .. }) => *after_colon = false,
+                Some(Level::Array(index)) => *index += 1,
+                None => {}
+            },
+            _ => {}
+        }
+    }
+    let mut path = String::new();
+    for level in &levels {
+        match level {
+            // A key read but no value yet: the error is about the key (unknown), not its value.
+            Level::Object { key: Some(key), after_colon: true } => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+            }
+            Level::Object { .. } => break,
+            Level::Array(index) => path.push_str(&format!("[{index}]")),
+        }
     }
     path
 }
