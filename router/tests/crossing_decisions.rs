@@ -1,6 +1,8 @@
 //! Two workers' decisions that cross (each reads the other's counts before the other
 //! publishes) during a worker's first seconds of serving: the later one gives way.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::cell::RefCell;
@@ -88,26 +90,7 @@ fn a_pick_nobody_crossed_stands_and_later_decisions_are_not_linearized() {
 
 #[test]
 fn with_learning_a_pick_that_takes_a_pods_last_free_batch_slot_linearizes_the_next_decisions() {
-    let bench = Bench::new(r#"{"learning": {"enabled": true}}"#);
-    bench.publish(1, &[(FIRST, 0.0)]);
-    bench.tick();
-    // Past the worker's first seconds; the pod's scrape shows a full batch of 4 with one waiting.
-    bench.host.advance(SLOT_DISCOVERY_MS);
-    let mut table = picker::pod_table::PodTable {
-        version: 2,
-        published_at_ms: bench.host.clock_ms.get(),
-        poll_interval_ms: 100,
-        ..Default::default()
-    };
-    let mut pod = picker::pod_table::PodState::unknown(&picker::address::PodAddress::parse(FIRST).unwrap());
-    (pod.healthy, pod.running, pod.waiting, pod.last_success_ms) = (true, 4.0, 1.0, bench.host.clock_ms.get());
-    table.pods.push(pod);
-    bench.host.store.set(picker::keys::POD_TABLE, &table.encode(), None).unwrap();
-    bench.host.store.set(picker::keys::POD_TABLE_VERSION, &picker::pod_table::encode_version(2), None).unwrap();
-    bench.heartbeat();
-    // Another worker serves beside it (alone, nothing could cross its decisions).
-    WorkerInflight::new().sync(&bench.host.store, bench.host.clock_ms.get(), 60_000);
-    bench.tick();
+    let bench = learning_beside_another_worker_with_a_batch_of_four();
     let counter = || bench.host.store.get(INFLIGHT_DECISIONS).unwrap().1;
     let mut streams = Vec::new();
     for k in 0..4 {
@@ -181,6 +164,20 @@ fn a_pick_that_gives_way_moves_all_of_its_samples_to_the_runner_up() {
 
 #[test]
 fn with_learning_a_pick_whose_samples_fill_a_pods_free_batch_slots_linearizes_the_next_decisions() {
+    let bench = learning_beside_another_worker_with_a_batch_of_four();
+    let counter = || bench.host.store.get(INFLIGHT_DECISIONS).unwrap().1;
+    // One request of 4 samples takes the batch's 4 slots.
+    let (mut four, _) = bench.request(&COMPLETIONS, &samples("four samples", 4));
+    assert_eq!(counter(), None);
+    let (mut next, _) = bench.request(&COMPLETIONS, &completion("next"));
+    assert!(counter().is_some(), "the pick of 4 samples took the last slot: the next decision is linearized");
+    four.on_log(&bench.host);
+    next.on_log(&bench.host);
+}
+
+/// A learning worker past its first seconds, beside another worker (alone, nothing could cross
+/// its decisions), whose one pod FIRST learned a batch of 4 from a scrape: 4 running, 1 waiting.
+fn learning_beside_another_worker_with_a_batch_of_four() -> Bench {
     let bench = Bench::new(r#"{"learning": {"enabled": true}}"#);
     bench.publish(1, &[(FIRST, 0.0)]);
     bench.tick();
@@ -199,12 +196,5 @@ fn with_learning_a_pick_whose_samples_fill_a_pods_free_batch_slots_linearizes_th
     bench.heartbeat();
     WorkerInflight::new().sync(&bench.host.store, bench.host.clock_ms.get(), 60_000);
     bench.tick();
-    let counter = || bench.host.store.get(INFLIGHT_DECISIONS).unwrap().1;
-    // One request of 4 samples takes the batch's 4 slots.
-    let (mut four, _) = bench.request(&COMPLETIONS, &samples("four samples", 4));
-    assert_eq!(counter(), None);
-    let (mut next, _) = bench.request(&COMPLETIONS, &completion("next"));
-    assert!(counter().is_some(), "the pick of 4 samples took the last slot: the next decision is linearized");
-    four.on_log(&bench.host);
-    next.on_log(&bench.host);
+    bench
 }

@@ -105,6 +105,19 @@ impl Cluster {
         assert_eq!(reply.status, 200, "{}", reply.body);
         self.served_by_pool(&reply);
     }
+
+    /// Envoy's stat `name` (Prometheus form), 0 while it does not exist.
+    pub fn stat(&self, name: &str) -> f64 {
+        self.envoy.stat(name).unwrap_or(0.0)
+    }
+
+    /// Waits (10 s at most) until the counter `name` reaches `count`, so a test sends its next
+    /// request once the plugin has done what it waits for (a blocker gone on to its pod, a
+    /// request queued): a fixed pause in its place loses to a loaded machine.
+    pub fn wait_for_stat(&self, name: &str, count: f64) {
+        let reached = launcher::wait_until(std::time::Duration::from_secs(10), || self.stat(name) >= count);
+        assert!(reached, "{name} never reached {count} (now {}):\n{}", self.stat(name), self.envoy.log_tail(20));
+    }
 }
 
 /// Adds `address` (a fake pod a test serves itself) to a static pool's three lists: the pool

@@ -43,19 +43,6 @@ fn send(cluster: &Cluster, headers: &[(&str, &str)], prompt: &str) -> Reply {
         .unwrap_or_else(|e| panic!("request failed: {e}\n{}", cluster.envoy.log_tail(20)))
 }
 
-fn stat(cluster: &Cluster, name: &str) -> f64 {
-    cluster.envoy.stat(name).unwrap_or(0.0)
-}
-
-/// Waits until the counter `name` reaches `count`: a blocker went on to its pod
-/// (`wasm_epp_flow_dispatched_directly`), or a request waits (`wasm_epp_flow_queued`), before
-/// the test sends the next. A fixed pause in its place let a late blocker on a loaded machine
-/// arrive after the requests it should block.
-fn wait_for(cluster: &Cluster, name: &str, count: f64) {
-    let reached = launcher::wait_until(Duration::from_secs(10), || stat(cluster, name) >= count);
-    assert!(reached, "{name} never reached {count} (now {}):\n{}", stat(cluster, name), cluster.envoy.log_tail(20));
-}
-
 #[test]
 fn held_requests_are_released_in_priority_order_when_the_pod_frees_up() {
     // One worker, so the one queue sees every request; one place at the pod, which the
@@ -74,22 +61,22 @@ fn held_requests_are_released_in_priority_order_when_the_pod_frees_up() {
             });
         };
         run("blocker", "0");
-        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
+        cluster.wait_for_stat("wasm_epp_flow_dispatched_directly", 1.0);
         for (waiting, (label, priority)) in
             [("sheddable", "-1"), ("standard", "0"), ("critical", "2")].into_iter().enumerate()
         {
             run(label, priority);
-            wait_for(&cluster, "wasm_epp_flow_queued", waiting as f64 + 1.0);
+            cluster.wait_for_stat("wasm_epp_flow_queued", waiting as f64 + 1.0);
         }
         cluster.pods[0].set_faults(&json!({"hang": false})).unwrap();
     });
     let order = finished.into_inner().unwrap();
     assert_eq!(order, ["blocker", "critical", "standard", "sheddable"], "released by priority, not arrival");
-    assert_eq!(stat(&cluster, "wasm_epp_flow_released"), 3.0);
-    assert_eq!(stat(&cluster, "wasm_epp_flow_wait_ms_count"), 3.0);
+    assert_eq!(cluster.stat("wasm_epp_flow_released"), 3.0);
+    assert_eq!(cluster.stat("wasm_epp_flow_wait_ms_count"), 3.0);
     assert_eq!(
-        stat(&cluster, "wasm_epp_flow_band_entered{band=\"p0\"}"),
-        stat(&cluster, "wasm_epp_flow_band_left{band=\"p0\"}"),
+        cluster.stat("wasm_epp_flow_band_entered{band=\"p0\"}"),
+        cluster.stat("wasm_epp_flow_band_left{band=\"p0\"}"),
         "the queue is empty again"
     );
     let pod = cluster.pods[0].address().replace(['.', ':'], "_");
@@ -105,7 +92,7 @@ fn a_request_past_its_ttl_gets_429_with_the_reason_and_sheddable_ones_expire_fir
     let cluster = start("flow-ttl", 1, 1, 3000, json!({"ttl_ms": 1500, "sheddable_ttl_ms": 300}));
     std::thread::scope(|scope| {
         scope.spawn(|| assert_eq!(send(&cluster, &[], "blocker").status, 200));
-        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
+        cluster.wait_for_stat("wasm_epp_flow_dispatched_directly", 1.0);
         let sheddable = scope.spawn(|| {
             let start = Instant::now();
             (send(&cluster, &[("x-gateway-inference-priority", "-1")], "sheddable"), start.elapsed())
@@ -122,7 +109,7 @@ fn a_request_past_its_ttl_gets_429_with_the_reason_and_sheddable_ones_expire_fir
             assert!(took >= Duration::from_millis(ttl_ms), "answered before its TTL: {took:?}");
         }
     });
-    assert_eq!(stat(&cluster, "wasm_epp_flow_dropped{reason=\"ttl_expired\"}"), 2.0);
+    assert_eq!(cluster.stat("wasm_epp_flow_dropped{reason=\"ttl_expired\"}"), 2.0);
 }
 
 #[test]
@@ -132,7 +119,7 @@ fn a_request_ttl_header_cuts_its_wait_and_answers_report_how_long_they_waited() 
     std::thread::scope(|scope| {
         let sent = Instant::now();
         let blocker = scope.spawn(|| send(&cluster, &[], "blocker"));
-        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
+        cluster.wait_for_stat("wasm_epp_flow_dispatched_directly", 1.0);
         // The patient request is sent this long after the blocker, so it waits the rest of
         // the blocker's 1.5 s.
         let head_start = sent.elapsed();
@@ -159,7 +146,7 @@ fn a_request_ttl_header_cuts_its_wait_and_answers_report_how_long_they_waited() 
             "waited behind the 1.5 s blocker (sent {head_start:?} after it), under the band's TTL: {waited}"
         );
     });
-    assert_eq!(stat(&cluster, "wasm_epp_flow_dropped{reason=\"ttl_expired\"}"), 1.0);
+    assert_eq!(cluster.stat("wasm_epp_flow_dropped{reason=\"ttl_expired\"}"), 1.0);
 }
 
 #[test]
@@ -169,7 +156,7 @@ fn a_client_that_disconnects_while_waiting_leaves_the_queue_at_once() {
     cluster.pods[0].set_faults(&json!({"hang": true})).unwrap();
     std::thread::scope(|scope| {
         let blocker = scope.spawn(|| send(&cluster, &[], "blocker"));
-        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
+        cluster.wait_for_stat("wasm_epp_flow_dispatched_directly", 1.0);
         let body = json!({"model": "sim-model", "prompt": "leaving", "max_tokens": 4}).to_string();
         let mut client = TcpStream::connect(("127.0.0.1", cluster.envoy.listen_port)).unwrap();
         let request = format!(
@@ -178,14 +165,14 @@ fn a_client_that_disconnects_while_waiting_leaves_the_queue_at_once() {
         );
         client.write_all(request.as_bytes()).unwrap();
         assert!(
-            launcher::wait_until(Duration::from_secs(2), || stat(&cluster, "wasm_epp_flow_queued") == 1.0),
+            launcher::wait_until(Duration::from_secs(2), || cluster.stat("wasm_epp_flow_queued") == 1.0),
             "the request never waited"
         );
         drop(client);
         // Well inside the 5 s TTL, whose expiry would count as ttl_expired instead.
         assert!(
             launcher::wait_until(Duration::from_secs(3), || {
-                stat(&cluster, "wasm_epp_flow_dropped{reason=\"client_gone\"}") == 1.0
+                cluster.stat("wasm_epp_flow_dropped{reason=\"client_gone\"}") == 1.0
             }),
             "the abandoned request was not removed while the pod was still busy"
         );
@@ -231,8 +218,8 @@ fn bodies_the_filter_does_not_read_whole_do_not_pass_the_queue() {
     let large = send(&cluster, &[], &padded);
     assert_eq!(large.status, 200, "{}", large.body);
     assert_eq!(large.header("x-llm-d-flow-queue-duration-ms"), Some("0"));
-    assert_eq!(stat(&cluster, "wasm_epp_flow_dropped{reason=\"capacity\"}"), 1.0);
-    assert_eq!(stat(&cluster, "wasm_epp_flow_queued"), 1.0);
+    assert_eq!(cluster.stat("wasm_epp_flow_dropped{reason=\"capacity\"}"), 1.0);
+    assert_eq!(cluster.stat("wasm_epp_flow_queued"), 1.0);
     cluster.assert_plugin_healthy();
 }
 
@@ -291,8 +278,8 @@ fn two_workers_with_queues_do_not_starve_each_other() {
     let cluster = start("flow-workers", 1, 2, 100, json!({"max_inflight_per_pod": 2}));
     let (a, b, failed) = closed_loop(&cluster, 8, 8, 5);
     assert_eq!(failed, 0);
-    let w0 = stat(&cluster, "wasm_epp_flow_released_by_worker{worker=\"w0\"}");
-    let w1 = stat(&cluster, "wasm_epp_flow_released_by_worker{worker=\"w1\"}");
+    let w0 = cluster.stat("wasm_epp_flow_released_by_worker{worker=\"w0\"}");
+    let w1 = cluster.stat("wasm_epp_flow_released_by_worker{worker=\"w1\"}");
     let released = w0 + w1;
     println!("workers: released w0 {w0}, w1 {w1}; completed a {a}, b {b}");
     assert!(released > 20.0, "requests waited and were released: {released}");
@@ -345,8 +332,8 @@ fn priority_holds_across_workers_critical_requests_waiting_on_one_go_before_shed
     let sheddable: &[(&str, &str)] = &[("x-gateway-inference-priority", "-1")];
     let counts = closed_loop_groups(&cluster, &[(critical, 3), (sheddable, 4)], 5);
     let ((critical_ok, critical_failed), (sheddable_ok, sheddable_failed)) = (counts[0], counts[1]);
-    let w0 = stat(&cluster, "wasm_epp_flow_released_by_worker{worker=\"w0\"}");
-    let w1 = stat(&cluster, "wasm_epp_flow_released_by_worker{worker=\"w1\"}");
+    let w0 = cluster.stat("wasm_epp_flow_released_by_worker{worker=\"w0\"}");
+    let w1 = cluster.stat("wasm_epp_flow_released_by_worker{worker=\"w1\"}");
     println!(
         "priority across workers: critical {critical_ok} answered ({critical_failed} refused), \
          sheddable {sheddable_ok} answered ({sheddable_failed} refused); released w0 {w0}, w1 {w1}"

@@ -49,27 +49,7 @@ fn a_replica_started_during_an_overload_gets_a_share_of_the_pool() {
         let clients_of = |replica: usize| {
             for client in 0..CLIENTS {
                 let (stop, counting, tallies, port) = (&stop, &counting, &tallies, ports[replica]);
-                scope.spawn(move || {
-                    let mut sent = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        sent += 1;
-                        let body = json!({"model": "sim-model", "prompt": format!("r{replica} c{client} {sent}"), "max_tokens": 4});
-                        let url = format!("http://127.0.0.1:{port}/v1/completions");
-                        let reply = launcher::http::post(&url, &[], &body.to_string(), e2e::REQUEST_TIMEOUT);
-                        if !counting.load(Ordering::Relaxed) {
-                            continue;
-                        }
-                        let mut tallies = tallies.lock().unwrap();
-                        match reply {
-                            Ok(reply) if reply.status == 200 => tallies[replica].ok += 1,
-                            Ok(reply) => {
-                                assert_eq!(reply.status, 429, "replica {replica}: {}", reply.body);
-                                tallies[replica].refused += 1;
-                            }
-                            Err(error) => panic!("replica {replica}: {error}"),
-                        }
-                    }
-                });
+                scope.spawn(move || closed_loop_client(port, replica, client, &[], stop, counting, tallies));
             }
         };
         // The overload begins on replica 0, alone: its requests wait.
@@ -135,29 +115,8 @@ fn priority_holds_across_replicas_sheddable_requests_on_one_leave_the_pool_to_cr
         for replica in 0..2 {
             for client in 0..CLIENTS {
                 let (stop, counting, tallies, port) = (&stop, &counting, &tallies, ports[replica]);
-                let priority = priorities[replica];
-                scope.spawn(move || {
-                    let mut sent = 0;
-                    while !stop.load(Ordering::Relaxed) {
-                        sent += 1;
-                        let body = json!({"model": "sim-model", "prompt": format!("r{replica} c{client} {sent}"), "max_tokens": 4});
-                        let url = format!("http://127.0.0.1:{port}/v1/completions");
-                        let headers = [("x-gateway-inference-priority", priority)];
-                        let reply = launcher::http::post(&url, &headers, &body.to_string(), e2e::REQUEST_TIMEOUT);
-                        if !counting.load(Ordering::Relaxed) {
-                            continue;
-                        }
-                        let mut tallies = tallies.lock().unwrap();
-                        match reply {
-                            Ok(reply) if reply.status == 200 => tallies[replica].ok += 1,
-                            Ok(reply) => {
-                                assert_eq!(reply.status, 429, "replica {replica}: {}", reply.body);
-                                tallies[replica].refused += 1;
-                            }
-                            Err(error) => panic!("replica {replica}: {error}"),
-                        }
-                    }
-                });
+                let headers = [("x-gateway-inference-priority", priorities[replica])];
+                scope.spawn(move || closed_loop_client(port, replica, client, &headers, stop, counting, tallies));
             }
         }
         // Measured once the peers have told each other their bands for a few heartbeats.
@@ -187,4 +146,37 @@ fn priority_holds_across_replicas_sheddable_requests_on_one_leave_the_pool_to_cr
         sheddable.ok
     );
     cluster.assert_plugins_healthy();
+}
+
+/// One client of `replica` (listening on `port`): sends its next request when the last is
+/// answered, until `stop`; while `counting`, tallies its 200s and 429s (anything else fails
+/// the test).
+fn closed_loop_client(
+    port: u16,
+    replica: usize,
+    client: usize,
+    headers: &[(&str, &str)],
+    stop: &AtomicBool,
+    counting: &AtomicBool,
+    tallies: &Mutex<[Tally; 2]>,
+) {
+    let mut sent = 0;
+    while !stop.load(Ordering::Relaxed) {
+        sent += 1;
+        let body = json!({"model": "sim-model", "prompt": format!("r{replica} c{client} {sent}"), "max_tokens": 4});
+        let url = format!("http://127.0.0.1:{port}/v1/completions");
+        let reply = launcher::http::post(&url, headers, &body.to_string(), e2e::REQUEST_TIMEOUT);
+        if !counting.load(Ordering::Relaxed) {
+            continue;
+        }
+        let mut tallies = tallies.lock().unwrap();
+        match reply {
+            Ok(reply) if reply.status == 200 => tallies[replica].ok += 1,
+            Ok(reply) => {
+                assert_eq!(reply.status, 429, "replica {replica}: {}", reply.body);
+                tallies[replica].refused += 1;
+            }
+            Err(error) => panic!("replica {replica}: {error}"),
+        }
+    }
 }

@@ -36,15 +36,6 @@ fn send(cluster: &Cluster, prompt: &str, n: u32) -> Reply {
         .unwrap_or_else(|e| panic!("request failed: {e}\n{}", cluster.envoy.log_tail(20)))
 }
 
-fn stat(cluster: &Cluster, name: &str) -> f64 {
-    cluster.envoy.stat(name).unwrap_or(0.0)
-}
-
-fn wait_for(cluster: &Cluster, name: &str, count: f64) {
-    let reached = launcher::wait_until(Duration::from_secs(10), || stat(cluster, name) >= count);
-    assert!(reached, "{name} never reached {count} (now {}):\n{}", stat(cluster, name), cluster.envoy.log_tail(20));
-}
-
 #[test]
 fn requests_sent_while_a_pod_runs_eight_samples_go_to_the_other_pod() {
     let cluster = start("n-burst", 2, 1_500, json!({"fallback_destinations": 0}));
@@ -57,17 +48,17 @@ fn requests_sent_while_a_pod_runs_eight_samples_go_to_the_other_pod() {
             assert_eq!(choices, 8, "the pod served 8 choices");
             cluster.served_by_pool(&reply)
         });
-        wait_for(cluster, "wasm_epp_requests_routed", 1.0);
+        cluster.wait_for_stat("wasm_epp_requests_routed", 1.0);
         let mut singles = Vec::new();
         for i in 0..4 {
-            let before = stat(cluster, "wasm_epp_requests_routed");
+            let before = cluster.stat("wasm_epp_requests_routed");
             singles.push(scope.spawn(move || {
                 let reply = send(cluster, &format!("single request {i}"), 1);
                 assert_eq!(reply.status, 200, "{}", reply.body);
                 cluster.served_by_pool(&reply)
             }));
             // Each is counted before the next is sent (all of them still in flight).
-            wait_for(cluster, "wasm_epp_requests_routed", before + 1.0);
+            cluster.wait_for_stat("wasm_epp_requests_routed", before + 1.0);
         }
         let busy = rollout.join().unwrap();
         let served: Vec<String> = singles.into_iter().map(|s| s.join().unwrap()).collect();
@@ -94,10 +85,10 @@ fn with_flow_control_eight_samples_fill_a_pod_of_eight_places_and_the_next_reque
             assert_eq!(reply.status, 200, "{}", reply.body);
             reply
         });
-        wait_for(&cluster, "wasm_epp_flow_dispatched_directly", 1.0);
+        cluster.wait_for_stat("wasm_epp_flow_dispatched_directly", 1.0);
         let single = scope.spawn(|| send(&cluster, "one more", 1));
-        wait_for(&cluster, "wasm_epp_flow_queued", 1.0);
-        assert_eq!(stat(&cluster, "wasm_epp_flow_dispatched_directly"), 1.0, "the 8 places are taken");
+        cluster.wait_for_stat("wasm_epp_flow_queued", 1.0);
+        assert_eq!(cluster.stat("wasm_epp_flow_dispatched_directly"), 1.0, "the 8 places are taken");
         let rollout = rollout.join().unwrap();
         let single = single.join().unwrap();
         assert_eq!(single.status, 200, "{}", single.body);
@@ -105,6 +96,6 @@ fn with_flow_control_eight_samples_fill_a_pod_of_eight_places_and_the_next_reque
         assert!(waited >= 500, "it waited for the 8 samples to end: {waited} ms");
         assert!(rollout.status == 200);
     });
-    assert_eq!(stat(&cluster, "wasm_epp_flow_released"), 1.0);
+    assert_eq!(cluster.stat("wasm_epp_flow_released"), 1.0);
     cluster.assert_plugin_healthy();
 }
