@@ -204,17 +204,19 @@ impl InferenceRequest<'_> {
             _ => 1,
         };
         let prompts = match endpoint {
-            Endpoint::Completions => self.prompt.map_or(1, prompts_in),
+            Endpoint::Completions => self.prompt.map_or(1, |prompt| prompts_in(prompt, MAX_SEQUENCES)),
             _ => 1,
         };
         n.saturating_mul(prompts).min(MAX_SEQUENCES)
     }
 }
 
-/// The prompts of a completions `prompt`: the elements of a list of texts or of token-id lists
-/// (vLLM's batch), up to [`MAX_SEQUENCES`]; 1 for a text, one prompt's token ids, or anything
-/// else (an empty list, which vLLM refuses). On raw text both parses checked is JSON.
-fn prompts_in(prompt: &str) -> u32 {
+/// The prompts of a completions `prompt`, counted up to `limit`: the elements of a list of
+/// texts or of token-id lists (vLLM's batch); 1 for a text, one prompt's token ids, or
+/// anything else (an empty list, which vLLM refuses). No allocation, and no element past the
+/// `limit`-th's start is walked: on raw text both parses checked is JSON, a comma is followed
+/// by an element.
+fn prompts_in(prompt: &str, limit: u32) -> u32 {
     let bytes = prompt.as_bytes();
     if bytes.first() != Some(&b'[') {
         return 1;
@@ -227,8 +229,11 @@ fn prompts_in(prompt: &str) -> u32 {
     while let Some(end) = scan::value_end(bytes, at) {
         prompts += 1;
         at = scan::skip_white_space(bytes, end);
-        if prompts >= MAX_SEQUENCES || bytes.get(at) != Some(&b',') {
+        if bytes.get(at) != Some(&b',') {
             break;
+        }
+        if prompts.saturating_add(1) >= limit {
+            return limit;
         }
         at = scan::skip_white_space(bytes, at + 1);
     }
@@ -236,18 +241,10 @@ fn prompts_in(prompt: &str) -> u32 {
 }
 
 /// A completions `prompt` that is a list of several prompts (texts or token-id lists), not
-/// one prompt's token ids. Walks the first element only (no allocation: this runs for every
-/// list prompt when learning is on), on raw text both parses checked is JSON.
+/// one prompt's token ids. Walks the first element only (this runs for every list prompt
+/// when learning is on).
 fn is_batch_of_prompts(prompt: &str) -> bool {
-    let bytes = prompt.as_bytes();
-    if bytes.first() != Some(&b'[') {
-        return false;
-    }
-    let first = scan::skip_white_space(bytes, 1);
-    if !matches!(bytes.get(first), Some(b'"' | b'[')) {
-        return false;
-    }
-    scan::value_end(bytes, first).is_some_and(|end| bytes.get(scan::skip_white_space(bytes, end)) == Some(&b','))
+    prompts_in(prompt, 2) == 2
 }
 
 /// A raw value's text (present fields only: an absent one is `None` by `default`; `null` is
