@@ -174,12 +174,6 @@ pub fn waiting_view(store: &dyn SharedStore, except: Option<usize>, now_ms: u64,
     waiting
 }
 
-/// Workers of this Envoy (but `except`) whose record says they wait, refreshed within
-/// `stale_after_ms` of `now_ms`.
-pub fn waiting_workers(store: &dyn SharedStore, except: Option<usize>, now_ms: u64, stale_after_ms: u64) -> u32 {
-    waiting_view(store, except, now_ms, stale_after_ms).workers
-}
-
 /// Publishes the waiting workers of the live peers, summed (each count bounded by
 /// [`MAX_PEER_WAITING`]).
 pub fn publish_peer_waiting(store: &dyn SharedStore, now_ms: u64, waiting: Waiting) -> Result<(), StoreError> {
@@ -275,7 +269,7 @@ mod tests {
         let view = waiting_view(&store, Some(5), 1_000, 205);
         assert_eq!(view, Waiting { top: Some((2, 2)), unknown: 1, workers: 4 }, "slot 4 waits for nothing");
         assert_eq!(waiting_view(&store, None, 1_000, 205).top, Some((MAX_PRIORITY, 1)), "a band out of range clamps");
-        assert_eq!(waiting_workers(&store, None, 1_000, 205), 5);
+        assert_eq!(waiting_view(&store, None, 1_000, 205).workers, 5);
     }
 
     #[test]
@@ -310,10 +304,10 @@ mod tests {
         store.set(&waiting_key(1), &waiting_record(1_000, 0, 0), None).unwrap();
         store.set(&waiting_key(2), &waiting_record(900, 1, 0), None).unwrap();
         store.set(&waiting_key(3), b"short", None).unwrap();
-        assert_eq!(waiting_workers(&store, None, 1_000, 205), 2, "slots 0 and 2");
-        assert_eq!(waiting_workers(&store, Some(0), 1_000, 205), 1, "not the reader's own");
-        assert_eq!(waiting_workers(&store, None, 1_000, 50), 1, "slot 2 is stale at 50 ms");
-        assert_eq!(waiting_workers(&store, None, 1_000 + SERVICE_STALE_AFTER_MS + 1, SERVICE_STALE_AFTER_MS), 0);
+        assert_eq!(waiting_view(&store, None, 1_000, 205).workers, 2, "slots 0 and 2");
+        assert_eq!(waiting_view(&store, Some(0), 1_000, 205).workers, 1, "not the reader's own");
+        assert_eq!(waiting_view(&store, None, 1_000, 50).workers, 1, "slot 2 is stale at 50 ms");
+        assert_eq!(waiting_view(&store, None, 1_000 + SERVICE_STALE_AFTER_MS + 1, SERVICE_STALE_AFTER_MS).workers, 0);
     }
 
     #[test]

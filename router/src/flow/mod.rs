@@ -49,7 +49,7 @@ pub const FULL_POD_PENALTY: u32 = 1_000;
 /// flight: an idle pod takes it (see [`admission_need`]).
 pub fn routing_inflight(count: u32, full_at: Option<u32>, weight: u32) -> u32 {
     match full_at {
-        Some(bound) if count.saturating_add(weight.clamp(1, bound.max(1))) > bound => {
+        Some(bound) if count.saturating_add(admission_need(weight, bound)) > bound => {
             count.saturating_add(FULL_POD_PENALTY)
         }
         _ => count,
