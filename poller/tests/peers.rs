@@ -309,21 +309,7 @@ fn a_starting_replica_catches_up_from_a_peers_snapshot() {
     let mut a = Replica::new(1, "127.0.0.2:10001");
     a.decide(&[4, 5, 6]);
     let events = a.ring();
-    let pods = vec![picker::peer::PeerPod {
-        address: picker::address::PodAddress::parse(POD).unwrap(),
-        epoch: a.epoch(),
-        inflight: 0,
-    }];
-    let snapshot = picker::peer::PeerMessage {
-        replica: 0,
-        seq: 0,
-        sent_ms: NOW,
-        pods,
-        events: Vec::new(),
-        waiting_workers: 0,
-        waiting_top: None,
-    }
-    .encode(&encode_batch(&events));
+    let snapshot = snapshot_of(a.epoch(), &events);
 
     let host = MockHost::new();
     host.clock_ms.set(NOW);
@@ -456,21 +442,7 @@ fn a_replica_that_asks_its_own_listener_for_a_snapshot_knows_itself() {
     // Its own listener's snapshot: its own ring, named with its own id.
     let own_id = String::from_utf8(replica.host.get(keys::REPLICA_ID).unwrap().0.unwrap()).unwrap();
     let event = RoutingEvent { pod: POD.into(), epoch: replica.epoch(), origin: 0, hashes: vec![1] };
-    let pods = vec![picker::peer::PeerPod {
-        address: picker::address::PodAddress::parse(POD).unwrap(),
-        epoch: replica.epoch(),
-        inflight: 0,
-    }];
-    let snapshot = picker::peer::PeerMessage {
-        replica: 0,
-        seq: 0,
-        sent_ms: NOW,
-        pods,
-        events: Vec::new(),
-        waiting_workers: 0,
-        waiting_top: None,
-    }
-    .encode(&encode_batch(&[event]));
+    let snapshot = snapshot_of(replica.epoch(), &[event]);
     *replica.host.call_answer_headers.borrow_mut() = vec![("x-wasm-epp-replica".into(), own_id)];
     *replica.host.call_answer.borrow_mut() = Some((200, snapshot.clone()));
     replica.service.http_response(&replica.host, ask.token, snapshot.len());
@@ -587,4 +559,20 @@ fn a_replica_whose_wall_clock_stepped_back_keeps_telling_its_peers() {
     let back = NOW - 3_600_000;
     let sent: usize = (0..10).map(|step| a.tick(back + step * 100).len()).sum();
     assert!(sent >= 1, "a heartbeat within the heartbeat interval");
+}
+
+/// A replica's snapshot answer: POD under `epoch` with nothing in flight, and `events`.
+fn snapshot_of(epoch: u32, events: &[RoutingEvent]) -> Vec<u8> {
+    let pods =
+        vec![picker::peer::PeerPod { address: picker::address::PodAddress::parse(POD).unwrap(), epoch, inflight: 0 }];
+    let message = picker::peer::PeerMessage {
+        replica: 0,
+        seq: 0,
+        sent_ms: NOW,
+        pods,
+        events: Vec::new(),
+        waiting_workers: 0,
+        waiting_top: None,
+    };
+    message.encode(&encode_batch(events))
 }

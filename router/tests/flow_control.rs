@@ -237,21 +237,17 @@ fn with_a_slow_waiting_tick_two_backlogged_workers_still_share_the_pool() {
     assert_eq!(step, Step::Pause, "the pod's 4 places are this worker's");
     let (_a6, _) = send(&bench, 6, &[], "a6");
     let other_tick = || wasm_epp_router::tick::on_tick(&other, &bench.host);
-    let later = |ms| {
-        bench.host.advance(ms);
-        bench.heartbeat();
-    };
     bench.tick();
     other_tick();
     let (_b1, step) = send_on(&bench, &other, 21, &[], &completion("b1"));
     assert_eq!(step, Step::Pause, "the other worker sees the pod full");
-    later(250);
+    bench.later(250);
     other_tick();
-    later(250);
+    bench.later(250);
     bench.tick();
     busy.remove(0).on_log(&bench.host);
     assert!(resumed(&bench).is_empty(), "both wait: this worker's share is 2 of 4, and it has 3 in flight");
-    later(250);
+    bench.later(250);
     other_tick();
     assert_eq!(resumed(&bench), [21], "the freed place goes to the other worker's queue");
     for mut stream in busy {
@@ -265,10 +261,6 @@ fn a_critical_request_on_one_worker_goes_before_the_sheddable_ones_waiting_on_an
     bench.publish(1, &ONE_POD);
     let other = bench.another_worker(9);
     let other_tick = || wasm_epp_router::tick::on_tick(&other, &bench.host);
-    let later = |ms| {
-        bench.host.advance(ms);
-        bench.heartbeat();
-    };
     // The other worker holds the pod's 4 places; this one has sheddable requests waiting.
     let mut busy: Vec<RequestStream> =
         (21..=24).map(|id| send_on(&bench, &other, id, &[], &completion(&format!("busy {id}"))).0).collect();
@@ -289,7 +281,7 @@ fn a_critical_request_on_one_worker_goes_before_the_sheddable_ones_waiting_on_an
     for _ in 0..2 {
         bench.tick();
         other_tick();
-        later(5);
+        bench.later(5);
     }
     // A place frees on the other worker: its critical request takes it, although the other
     // worker has more than half the pool in flight (the sheddable ones' worker holds).
@@ -298,10 +290,10 @@ fn a_critical_request_on_one_worker_goes_before_the_sheddable_ones_waiting_on_an
     busy.remove(0).on_log(&bench.host);
     bench.tick();
     assert!(resumed(&bench).is_empty(), "this worker holds until the other says its critical band no longer waits");
-    later(5);
+    bench.later(5);
     other_tick();
     bench.tick(); // releases on its last view, then reads the new one
-    later(5);
+    bench.later(5);
     bench.tick();
     assert_eq!(resumed(&bench), [1], "then the sheddable ones");
     critical.on_done(&bench.host);
@@ -318,10 +310,6 @@ fn a_band_allowed_the_reserved_places_still_leaves_a_freed_place_to_a_higher_ban
     bench.publish(1, &ONE_POD);
     let other = bench.another_worker(9);
     let other_tick = || wasm_epp_router::tick::on_tick(&other, &bench.host);
-    let later = |ms| {
-        bench.host.advance(ms);
-        bench.heartbeat();
-    };
     let critical = [("x-gateway-inference-priority", "2")];
     let (mut mine, step) = send(&bench, 1, &critical, "busy 1");
     assert_eq!(step, Step::Continue);
@@ -336,7 +324,7 @@ fn a_band_allowed_the_reserved_places_still_leaves_a_freed_place_to_a_higher_ban
     for _ in 0..2 {
         bench.tick();
         other_tick();
-        later(5);
+        bench.later(5);
     }
     // This worker's own request ends: the place it frees is left to the other's critical one.
     mine.on_log(&bench.host);
@@ -362,30 +350,26 @@ fn a_replica_holding_the_pool_leaves_the_places_that_free_to_a_peer_replica_that
     let held: Vec<(RequestStream, Step)> = (5..=7).map(|id| send(&bench, id, &[], &format!("held {id}"))).collect();
     assert!(held.iter().all(|(_, step)| *step == Step::Pause));
     bench.tick();
-    let later = |ms| {
-        bench.host.advance(ms);
-        bench.heartbeat();
-    };
     // Alone in waiting, it refills the place that frees, in the ending request's callback.
     busy.remove(0).on_log(&bench.host);
     assert_eq!(resumed(&bench), [5], "no peer waits: refilled at once, as without peers");
     let mut peer = picker::flow_share::Waiting::default();
     peer.add(Some(0), 1);
     picker::flow_share::publish_peer_waiting(&bench.host, bench.host.now_ms(), peer).unwrap();
-    later(5);
+    bench.later(5);
     bench.tick();
     // Two workers wait in all: its share is ceil(4 / 2) = 2, and it has 4 in flight.
     busy.remove(0).on_log(&bench.host);
     busy.remove(0).on_log(&bench.host);
-    later(5);
+    bench.later(5);
     bench.tick();
     assert!(resumed(&bench).is_empty(), "the two freed places are left to the peer replica");
     busy.remove(0).on_log(&bench.host);
     assert_eq!(resumed(&bench), [6], "below its share again: it takes the next");
     // The peer's pool service stops publishing (the peer fell silent): the whole pool again.
-    later(picker::inflight::SLOT_STALE_MS + 1);
+    bench.later(picker::inflight::SLOT_STALE_MS + 1);
     bench.tick(); // releases on its last count, then reads the new one
-    later(5);
+    bench.later(5);
     bench.tick();
     assert_eq!(resumed(&bench), [7], "the peer no longer counts");
     for (mut stream, _) in held {

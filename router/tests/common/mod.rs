@@ -61,6 +61,13 @@ impl Bench {
         self.host.set(keys::SERVICE_HEARTBEAT, &encode_version(self.host.now_ms()), None).unwrap();
     }
 
+    /// `ms` later: the clock advanced, and the pool service's heartbeat renewed (so the table
+    /// stays fresh).
+    pub fn later(&self, ms: u64) {
+        self.host.advance(ms);
+        self.heartbeat();
+    }
+
     pub fn tick(&self) {
         wasm_epp_router::tick::on_tick(&self.worker, &self.host);
     }

@@ -17,7 +17,7 @@ const SIM: [&str; 2] = ["--time-scale", "0"];
 /// A cluster of `pods` pods (each answering after `latency_ms`) behind Envoy with
 /// `concurrency` workers and flow control configured with `flow` over the defaults.
 fn start(name: &str, pods: usize, concurrency: u32, latency_ms: u64, flow: Value) -> Cluster {
-    let cluster = Cluster::start(name, pods, &SIM, |options| {
+    let cluster = Cluster::start_ready_with(name, pods, &SIM, |options| {
         options.concurrency = concurrency;
         let mut flow_control = json!({"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 5000});
         if let (Some(base), Value::Object(extra)) = (flow_control.as_object_mut(), flow) {
@@ -26,11 +26,6 @@ fn start(name: &str, pods: usize, concurrency: u32, latency_ms: u64, flow: Value
         options.filter_config["flow_control"] = flow_control;
         options.filter_config["fallback_destinations"] = json!(0);
     });
-    assert!(
-        cluster.envoy.wait_for_healthy_pods(pods as u64, Duration::from_secs(15)),
-        "{}",
-        cluster.envoy.log_tail(30)
-    );
     for pod in &cluster.pods {
         pod.set_faults(&json!({"extra_latency_ms": latency_ms})).unwrap();
     }

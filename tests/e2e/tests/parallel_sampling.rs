@@ -13,17 +13,12 @@ const SIM: [&str; 2] = ["--time-scale", "0"];
 /// `pods` pods answering each request after `latency_ms`, one Envoy worker (its counts are
 /// exact at once), `filter` merged into the filter's configuration.
 fn start(name: &str, pods: usize, latency_ms: u64, filter: Value) -> Cluster {
-    let cluster = Cluster::start(name, pods, &SIM, |options| {
+    let cluster = Cluster::start_ready_with(name, pods, &SIM, |options| {
         options.concurrency = 1;
         if let (Some(base), Value::Object(extra)) = (options.filter_config.as_object_mut(), filter) {
             base.extend(extra);
         }
     });
-    assert!(
-        cluster.envoy.wait_for_healthy_pods(pods as u64, Duration::from_secs(15)),
-        "{}",
-        cluster.envoy.log_tail(30)
-    );
     for pod in &cluster.pods {
         pod.set_faults(&json!({"extra_latency_ms": latency_ms})).unwrap();
     }
