@@ -63,6 +63,19 @@ async fn failing_and_hanging_pods() {
     assert_eq!(failed.json()["error"]["code"], 503);
     assert!(failed.served_by().is_some());
 
+    // As vLLM answers a stream whose generation fails: 200, the error event, then [DONE].
+    client.post_json(&format!("{base}/sim/faults"), &json!({"fail_in_stream": true})).await.unwrap();
+    let mut streamed = completion_body("a b", 2);
+    streamed["stream"] = json!(true);
+    let failed = client.request(Method::POST, &url, Bytes::from(streamed.to_string())).await.unwrap();
+    assert_eq!(failed.status, 200);
+    assert!(failed.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    let body = &failed.body;
+    assert!(body.starts_with(r#"data: {"error":"#), "{body}");
+    assert!(body.contains(r#""code":503"#) && body.ends_with("data: [DONE]\n\n"), "{body}");
+    let whole = client.request(Method::POST, &url, Bytes::from(completion_body("a b", 2).to_string())).await.unwrap();
+    assert_eq!(whole.status, 503, "a whole answer keeps its status");
+
     client.post_json(&format!("{base}/sim/faults"), &json!({"fail_fraction": 0.0, "hang": true})).await.unwrap();
     let hung = tokio::spawn({
         let (client, url) = (client.clone(), url.clone());

@@ -74,6 +74,10 @@ pub struct Faults {
     pub fail_fraction: f64,
     /// Status of failed requests.
     pub fail_status: u16,
+    /// A failed streamed request is answered `200` and its error as the stream's first event
+    /// (then `[DONE]`), as vLLM answers a stream whose generation fails: its headers are sent
+    /// before it generates. Whole answers still get `fail_status`.
+    pub fail_in_stream: bool,
     /// Inference requests are accepted but not answered until cleared (or a bound passes).
     pub hang: bool,
     /// `/metrics` answers this much later.
@@ -94,6 +98,7 @@ impl Default for Faults {
             extra_latency_ms: 0,
             fail_fraction: 0.0,
             fail_status: 500,
+            fail_in_stream: false,
             hang: false,
             metrics_delay_ms: 0,
             metrics_fail: false,
@@ -114,6 +119,7 @@ impl Faults {
                 "extra_latency_ms" => next.extra_latency_ms = bounded_u64(key, value, MAX_EXTRA_LATENCY_MS)?,
                 "fail_fraction" => next.fail_fraction = fraction(key, value)?,
                 "fail_status" => next.fail_status = status(key, value)?,
+                "fail_in_stream" => next.fail_in_stream = boolean(key, value)?,
                 "hang" => next.hang = boolean(key, value)?,
                 "metrics_delay_ms" => next.metrics_delay_ms = bounded_u64(key, value, MAX_EXTRA_LATENCY_MS)?,
                 "metrics_fail" => next.metrics_fail = boolean(key, value)?,
@@ -133,6 +139,7 @@ impl Faults {
             "extra_latency_ms": self.extra_latency_ms,
             "fail_fraction": self.fail_fraction,
             "fail_status": self.fail_status,
+            "fail_in_stream": self.fail_in_stream,
             "hang": self.hang,
             "metrics_delay_ms": self.metrics_delay_ms,
             "metrics_fail": self.metrics_fail,

@@ -171,6 +171,22 @@ struct Started {
     prompt_tokens: Vec<usize>,
 }
 
+impl Started {
+    /// A stream whose generation failed before its first token: its only event is `error`.
+    fn failed(error: ApiError, options: &CommonOptions, pod: &Pod, prompts: &[Vec<u32>]) -> Self {
+        let (sender, events) = mpsc::channel(1);
+        // A fresh channel of one place: the send cannot find it full or closed.
+        let _ = sender.try_send(ChoiceEvent { choice: 0, event: GenerationEvent::Failed(error) });
+        Self {
+            events,
+            request_number: 0,
+            model: options.model.clone().unwrap_or_else(|| pod.config().model.clone()),
+            choices: 1,
+            prompt_tokens: vec![prompts.first().map_or(0, Vec::len)],
+        }
+    }
+}
+
 /// Serves a completions or chat request: `n` choices per prompt, numbered as vLLM numbers
 /// them (prompt `p`'s samples are choices `p*n .. p*n + n - 1`).
 async fn generate(
@@ -231,7 +247,11 @@ async fn start_generation(
         .collect::<Result<Vec<_>, _>>()?;
     let faults = pod.faults();
     if faults.fail_fraction > 0.0 && pod.fault_draw() < faults.fail_fraction {
-        return Err(ApiError::new(faults.fail_status, "Injected failure (fault injection)."));
+        let error = ApiError::new(faults.fail_status, "Injected failure (fault injection).");
+        if options.stream && faults.fail_in_stream {
+            return Ok(Started::failed(error, options, pod, &prompts));
+        }
+        return Err(error);
     }
     pod.wait_while_hung().await?;
     if let Some(remote) = remote.filter(|_| pod.config().role.takes_remote_prefill()) {
