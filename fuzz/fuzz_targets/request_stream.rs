@@ -96,7 +96,7 @@ const REQUESTS: [(&str, &str); 6] = [
 
 /// Answers as vLLM writes them (cut where the input says): a whole completion, a chat stream
 /// and a Responses stream, each with `usage` and cached tokens, and a Messages stream.
-const ANSWERS: [&str; 4] = [
+const ANSWERS: [&str; 5] = [
     r#"{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":" a king"}],"usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":8}}}"#,
     concat!(
         "data: {\"id\":\"c1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n",
@@ -115,6 +115,11 @@ const ANSWERS: [&str; 4] = [
         "\"usage\":{\"input_tokens\":20,\"output_tokens\":1,\"cache_read_input_tokens\":16}}}\n\n",
         "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"Hi\"}}\n\n",
         "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    ),
+    // A stream whose generation failed after its 200 (outlier detection reads its first event).
+    concat!(
+        "data: {\"error\": {\"message\": \"Internal server error\", \"type\": \"InternalServerError\", ",
+        "\"param\": null, \"code\": 500}}\n\ndata: [DONE]\n\n",
     ),
 ];
 

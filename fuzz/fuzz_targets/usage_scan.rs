@@ -3,7 +3,7 @@
 //! answer, the answer byte by byte, and the answer cut where the input says all agree), nor
 //! is any found in bytes that never spell the key. Likewise `learn::OutputEventFinder` (a
 //! Responses stream's first output event): found in the chunk where the first marker ends,
-//! however the chunks split.
+//! however the chunks split. And `stream_error`'s judgement of a stream's first event.
 
 #![no_main]
 
@@ -34,6 +34,10 @@ fuzz_target!(|data: &[u8]| {
         assert!(chunk_start < end && end <= chunk_end, "found in the chunk {chunk_start}..{chunk_end}, ends at {end}");
     } else {
         assert_eq!(marker_end, None, "missed when cut at the input's points");
+    }
+    // Whose error a stream opens with: never a panic, and only when it opens with one.
+    if wasm_epp_router::stream_error::opens_with_server_error(answer) {
+        assert!(wasm_epp_router::stream_error::opens_with_error(answer));
     }
     if !answer.windows(7).any(|window| window == b"\"usage\"") {
         assert_eq!(whole, None, "usage found without its key");

@@ -134,20 +134,33 @@ pub fn cut_by_upstream(host: &dyn Host) -> bool {
     flags.is_some_and(|flags| flags & UPSTREAM_CUT != 0 && flags & DOWNSTREAM_CUT == 0)
 }
 
+/// How an answer that began as a success failed after its headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerFailure {
+    /// The pod cut it (reset mid-answer).
+    Cut,
+    /// A stream that opened with a server's error event ([`crate::stream_error`]).
+    ErrorEvent,
+}
+
 /// The end of an answer whose success [`note_answer`] left open (with the failure count it
-/// returned), from `pod`: a success, or a failure if the pod cut it.
-pub fn settle(worker: &Worker, pod: &PodAddress, failures_then: u64, cut: bool, now_ms: u64) {
+/// returned), from `pod`: a success, unless it failed after its headers.
+pub fn settle(worker: &Worker, pod: &PodAddress, failures_then: u64, failure: Option<AnswerFailure>, now_ms: u64) {
     let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
-    if !cut {
+    let Some(failure) = failure else {
         outliers.succeeded_unless_failed_since(pod.as_str(), failures_then, now_ms);
         return;
-    }
+    };
     worker.stats.increment(worker.stats.pod_attempts_failed);
-    worker.stats.increment(worker.stats.answers_cut);
+    let (counter, what) = match failure {
+        AnswerFailure::Cut => (worker.stats.answers_cut, "cutting its answers"),
+        AnswerFailure::ErrorEvent => (worker.stats.streams_failed, "failing its streams"),
+    };
+    worker.stats.increment(counter);
     if let Some(duration_ms) = outliers.failed(pod, epoch_of(worker, pod), now_ms) {
         worker.stats.ejected(pod);
         log::warn!(
-            "wasm-epp: pod {pod} keeps cutting its answers: out of rotation for {duration_ms} ms (on this worker; the others follow)"
+            "wasm-epp: pod {pod} keeps {what}: out of rotation for {duration_ms} ms (on this worker; the others follow)"
         );
     }
 }

@@ -39,6 +39,7 @@ pub mod rewrite;
 pub mod served;
 pub mod stats;
 pub mod stream;
+pub mod stream_error;
 pub mod table_cache;
 pub mod tick;
 pub mod worker;

@@ -332,20 +332,5 @@ impl Observation {
 /// at once: a first "token" in milliseconds would make the pod look fast).
 fn is_event_stream(first_chunk: &[u8]) -> bool {
     let opens = [&b"data:"[..], b"event:", b"id:", b"retry:", b":"].iter().any(|field| first_chunk.starts_with(field));
-    opens && !opens_with_error(first_chunk)
-}
-
-/// The stream's first event is an error: `event: error` (Responses, Messages), or a first
-/// `data:` whose object is one (vLLM's `{"error": ...}`, or `{"object": "error", ...}`).
-fn opens_with_error(first_chunk: &[u8]) -> bool {
-    let head = first_chunk.get(..256).unwrap_or(first_chunk);
-    let after = |prefix: &[u8]| head.strip_prefix(prefix).map(|rest| rest.trim_ascii_start());
-    if after(b"event:").is_some_and(|name| name.starts_with(b"error")) {
-        return true;
-    }
-    let Some(data) = after(b"data:") else { return false };
-    let object = data.strip_prefix(b"{").map(<[u8]>::trim_ascii_start).unwrap_or_default();
-    object.starts_with(b"\"error\"")
-        || object.starts_with(b"\"object\":\"error\"")
-        || object.starts_with(b"\"object\": \"error\"")
+    opens && !crate::stream_error::opens_with_error(first_chunk)
 }

@@ -71,6 +71,8 @@ pub struct Stats {
     pub pod_attempts_failed: Counter,
     /// Of those, answers the pod cut after its headers (a reset mid-stream).
     pub answers_cut: Counter,
+    /// Of those, streams that opened with a server's error event after their `200`.
+    pub streams_failed: Counter,
     /// Ejections this worker took over from another worker of its Envoy.
     pub pod_ejections_adopted: Counter,
     /// How long ago the pool service last wrote its heartbeat, as of this worker's last tick:
@@ -123,6 +125,7 @@ impl Stats {
             model_lists_answered: c("wasm_epp.model_lists_answered"),
             pod_attempts_failed: c("wasm_epp.pod_attempts_failed"),
             answers_cut: c("wasm_epp.answers_cut"),
+            streams_failed: c("wasm_epp.streams_failed"),
             pod_ejections_adopted: c("wasm_epp.pod_ejections_adopted"),
             service_heartbeat_age_ms: metrics.gauge("wasm_epp.service_heartbeat_age_ms"),
             metrics,

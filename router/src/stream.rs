@@ -103,6 +103,14 @@ pub struct RequestStream {
     /// and for a body not read): counted on its pod at the pick, moved with a retry, released
     /// at its end, always by this same weight.
     weight: u32,
+    /// The client asked for a stream (`"stream": true` in the body read) of an endpoint whose
+    /// first event is the first output or an error (chat, completions, Messages).
+    streamed: bool,
+    /// Outlier detection still reads the first body chunk: the answer is a stream whose success
+    /// is pending, and a stream may fail after its `200` ([`crate::stream_error`]).
+    first_chunk_judged: bool,
+    /// It opened with a server's error event: a failure of the pod that answered.
+    failed_in_stream: bool,
 }
 
 impl RequestStream {
@@ -142,6 +150,9 @@ impl RequestStream {
             answer_open: false,
             success_pending: None,
             weight: 1,
+            streamed: false,
+            first_chunk_judged: false,
+            failed_in_stream: false,
         }
     }
 
@@ -271,6 +282,9 @@ impl RequestStream {
             Ok(request) => {
                 // (After `read_for_model_alone`, an `Other` endpoint: 1.)
                 self.weight = request.sequences(self.endpoint);
+                // (A Responses stream opens with `response.created` whatever follows: only
+                // the other endpoints' first event can be the error.)
+                self.streamed = request.stream == Some(true) && self.endpoint != Endpoint::Responses;
                 self.follow_response_id(host, &request);
                 let target = match self.rewrite_to.take() {
                     // The gateway's own rewrite wins over the rules; its model is the body's already.
@@ -442,6 +456,7 @@ impl RequestStream {
             if judged {
                 let _span = profile::span(host, Phase::JudgeAnswer);
                 self.success_pending = self.note_answer(host, status.as_deref(), upstream.as_deref());
+                self.first_chunk_judged = self.streamed && self.success_pending.is_some();
             }
             // Learning first: an answer from another pod releases the pick's prompt tokens
             // before the request's count leaves the pick.
@@ -473,6 +488,9 @@ impl RequestStream {
             watch.on_body(&self.worker, host, chunk_size, chunk.as_deref());
         }
         if chunk_size > 0 {
+            if std::mem::take(&mut self.first_chunk_judged) {
+                self.failed_in_stream = opened_with_server_error(host, chunk_size, chunk.as_deref());
+            }
             self.compare_first_byte(host);
         }
         Step::Continue
@@ -511,7 +529,12 @@ impl RequestStream {
             answer_open && (judged.is_some() || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
         if let Some(failures_then) = judged {
             let pod = self.answered_by.as_ref().unwrap_or(&address);
-            crate::attempts::settle(&self.worker, pod, failures_then, cut, now);
+            let failure = if std::mem::take(&mut self.failed_in_stream) {
+                Some(crate::attempts::AnswerFailure::ErrorEvent)
+            } else {
+                cut.then_some(crate::attempts::AnswerFailure::Cut)
+            };
+            crate::attempts::settle(&self.worker, pod, failures_then, failure, now);
         }
         if let (Some(compared), Some(comparing)) = (self.compared.take(), &self.worker.comparison) {
             if compared.answered {
@@ -837,6 +860,22 @@ impl RequestStream {
 /// Whether a body on another endpoint may be JSON naming a `model`, and so is worth buffering:
 /// declared as JSON, or undeclared, or as curl's `-d` default and plain text (servers that read
 /// JSON whatever the label). Uploads (`multipart/form-data` audio, binary types) pass unread.
+/// Whether a stream's first chunk opens with a server's error event. Its opening bytes are
+/// copied first (one small copy per stream, unless a watcher copied the chunk already); the
+/// rest of the event only when it opens with an error.
+fn opened_with_server_error(host: &dyn Host, chunk_size: usize, copied: Option<&[u8]>) -> bool {
+    use crate::stream_error::{opens_with_error, opens_with_server_error, ERROR_EVENT_BYTES, OPENING_BYTES};
+    if let Some(chunk) = copied {
+        return opens_with_server_error(chunk);
+    }
+    let opening = host.response_body(0, chunk_size.min(OPENING_BYTES)).unwrap_or_default();
+    if !opens_with_error(&opening) {
+        return false;
+    }
+    let event = host.response_body(0, chunk_size.min(ERROR_EVENT_BYTES)).unwrap_or_default();
+    opens_with_server_error(&event)
+}
+
 fn may_be_json(content_type: Option<&str>) -> bool {
     let Some(value) = content_type else { return true };
     let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();

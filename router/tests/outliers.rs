@@ -331,6 +331,70 @@ fn a_pod_that_answers_its_headers_then_cuts_every_stream_is_passed_over() {
     assert_ne!(cut_answer(&bench, "after", 0), BROKEN, "out of rotation");
 }
 
+/// A streamed request (`"stream": true`) the pick answers 200 with `first_chunk`, then ends
+/// whole; `learning` as configured (it may copy the chunk itself).
+fn streamed_answer(bench: &Bench, prompt: &str, first_chunk: &[u8]) -> String {
+    let body = format!(r#"{{"model":"m","prompt":"{prompt}","stream":true}}"#);
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &body);
+    let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
+    stream.on_response_headers(&bench.host, false);
+    bench.host.set_response(&[(":status", "200")], first_chunk);
+    stream.on_response_body(&bench.host, first_chunk.len(), false);
+    bench.host.set_response(&[(":status", "200")], b"data: [DONE]\n\n");
+    stream.on_response_body(&bench.host, 14, true);
+    stream.on_log(&bench.host);
+    pick
+}
+
+const SERVER_ERROR_EVENT: &[u8] = b"data: {\"error\": {\"message\": \"Internal server error\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\n";
+const CLIENT_ERROR_EVENT: &[u8] =
+    b"data: {\"error\": {\"message\": \"bad\", \"type\": \"BadRequestError\", \"param\": null, \"code\": 400}}\n\n";
+const FIRST_TOKEN: &[u8] =
+    b"data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"choices\":[{\"index\":0,\"text\":\" a\"}]}\n\n";
+
+#[test]
+fn a_pod_whose_streams_open_with_a_server_error_is_passed_over() {
+    for learning in ["", r#", "learning": {"enabled": true}"#] {
+        let config =
+            format!(r#"{{"outlier_detection": {{"consecutive_failures": 3, "base_ejection_ms": 1000}}{learning}}}"#);
+        let bench = Bench::new(&config);
+        bench.publish(1, &THREE_PODS);
+        // Streams that open with a token, or with the client's own error, are the pod's successes.
+        for i in 0..4 {
+            assert_eq!(streamed_answer(&bench, &format!("ok{i}"), FIRST_TOKEN), BROKEN);
+            assert_eq!(streamed_answer(&bench, &format!("bad{i}"), CLIENT_ERROR_EVENT), BROKEN);
+        }
+        assert_eq!(bench.stat("wasm_epp.streams_failed"), 0, "{learning}");
+        // The idle-looking pod answers 200, then its generation fails: three in a row eject it.
+        for i in 0..3 {
+            assert_eq!(streamed_answer(&bench, &format!("err{i}"), SERVER_ERROR_EVENT), BROKEN, "{learning} {i}");
+        }
+        assert_eq!(bench.stat("wasm_epp.streams_failed"), 3, "{learning}");
+        assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 3, "{learning}");
+        assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1, "{learning}");
+        assert_ne!(streamed_answer(&bench, "after", FIRST_TOKEN), BROKEN, "{learning}: out of rotation");
+    }
+}
+
+#[test]
+fn a_whole_answer_is_not_read_for_an_error_event() {
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    for i in 0..4 {
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&format!("whole{i}")));
+        let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+        bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
+        stream.on_response_headers(&bench.host, false);
+        // Not a stream: vLLM gives a whole answer's errors a status, so its body is not read.
+        bench.host.set_response(&[(":status", "200")], SERVER_ERROR_EVENT);
+        stream.on_response_body(&bench.host, SERVER_ERROR_EVENT.len(), true);
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(bench.stat("wasm_epp.streams_failed"), 0);
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 0);
+}
+
 #[test]
 fn a_long_stream_that_ends_well_does_not_clear_failures_noted_since_it_began() {
     let bench = Bench::new(QUICK);

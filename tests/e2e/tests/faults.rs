@@ -188,3 +188,38 @@ fn pods_whose_metrics_lie_are_distrusted_and_slow_metrics_do_not_stall_routing()
     assert!(cluster.envoy.wait_for_healthy_pods(4, Duration::from_secs(10)), "honest again, back in rotation");
     cluster.assert_plugin_healthy();
 }
+
+#[test]
+fn a_pod_whose_streams_fail_after_their_200_leaves_the_rotation() {
+    // vLLM sends a stream's 200 before it generates: a generation that fails (a KV-cache load
+    // that failed, a broken engine) answers `data: {"error": {..., "code": 500}}` and [DONE].
+    // Before outlier detection read the first event, such a pod, idle-looking, kept its share
+    // of the streams: each a 200, so a success.
+    let cluster = Cluster::start("stream-500", 2, &["--time-scale", "0"], |options| {
+        options.filter_config["outlier_detection"] =
+            serde_json::json!({"consecutive_failures": 3, "base_ejection_ms": 60_000});
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(2, Duration::from_secs(15)));
+    let (broken, healthy) = (cluster.pods[0].address(), cluster.pods[1].address());
+    let faults = serde_json::json!({"fail_fraction": 1.0, "fail_status": 500, "fail_in_stream": true});
+    cluster.pods[0].set_faults(&faults).unwrap();
+    let stream = |prompt: &str| {
+        let body = serde_json::json!({"model": "sim-model", "prompt": prompt, "max_tokens": 4, "stream": true});
+        let reply = cluster.post("/v1/completions", &[], &body.to_string());
+        assert_eq!(reply.status, 200, "{prompt}: {}", reply.body);
+        let failed = reply.body.starts_with("data: {\"error\"");
+        (cluster.served_by_pool(&reply), failed)
+    };
+    // Each worker learns from the streams it sees: 3 failures in a row each at most.
+    let learning: Vec<(String, bool)> = (0..30).map(|i| stream(&format!("learning {i}"))).collect();
+    let failed_while_learning = learning.iter().filter(|(_, failed)| *failed).count();
+    assert!(failed_while_learning <= 6, "{failed_while_learning} of 30 failed while learning: {learning:?}");
+    assert!(learning.iter().all(|(pod, failed)| *failed == (*pod == broken)), "{learning:?}");
+    for i in 0..20 {
+        let (pod, failed) = stream(&format!("after {i}"));
+        assert!(!failed && pod == healthy, "stream {i}: served by {pod}, failed {failed}");
+    }
+    cluster.wait_for_stat(&format!("wasm_epp_pod_ejections{{pod=\"{broken}\"}}"), 1.0);
+    cluster.wait_for_stat("wasm_epp_streams_failed", failed_while_learning as f64);
+    assert_eq!(cluster.stat("wasm_epp_streams_failed"), failed_while_learning as f64, "each failed stream, once");
+}

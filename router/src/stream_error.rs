@@ -1,0 +1,132 @@
+//! Streams that fail after their `200`.
+//!
+//! vLLM sends a streamed request's `200` and headers before it generates. An error raised
+//! while generating therefore arrives as an event, not a status: `data: {"error": {"message":
+//! ..., "type": "InternalServerError", "param": null, "code": 500}}`, then `data: [DONE]`
+//! (older builds: `{"object": "error", ...}`). A KV-cache load that failed in a P/D pool, or an
+//! engine that broke, answers every stream this way. Learning must not take such a stream's
+//! first byte for a fast first token, and outlier detection must count it against the pod
+//! when the error is the server's, else a pod failing every generation looks healthy.
+
+use serde_json::Value;
+
+/// Bytes of a stream's first chunk that tell whether it opens with an error event.
+pub const OPENING_BYTES: usize = 64;
+
+/// Bytes read to judge whose error it is: vLLM's error object is ~100 bytes, but an error's
+/// message can be long and comes before its `code`.
+pub const ERROR_EVENT_BYTES: usize = 4096;
+
+/// The stream's first event is an error: `event: error` (Responses, Messages), or a first
+/// `data:` whose object is one (vLLM's `{"error": ...}`, or `{"object": "error", ...}`).
+pub fn opens_with_error(first_chunk: &[u8]) -> bool {
+    let head = first_chunk.get(..256).unwrap_or(first_chunk);
+    let after = |prefix: &[u8]| head.strip_prefix(prefix).map(|rest| rest.trim_ascii_start());
+    if after(b"event:").is_some_and(|name| name.starts_with(b"error")) {
+        return true;
+    }
+    let Some(data) = after(b"data:") else { return false };
+    let object = data.strip_prefix(b"{").map(<[u8]>::trim_ascii_start).unwrap_or_default();
+    object.starts_with(b"\"error\"")
+        || object.starts_with(b"\"object\":\"error\"")
+        || object.starts_with(b"\"object\": \"error\"")
+}
+
+/// The stream's first event is an error of the server's: a `code` of 500–599, or, with no
+/// numeric code, a server error's type (vLLM's `InternalServerError`, OpenAI's
+/// `server_error`, Anthropic's `api_error` or `overloaded_error`). Its first `data:` line is
+/// parsed as JSON, so text a client got echoed into the message cannot pass for a code. A
+/// client's error (a 4xx code: the request's fault, which another pod would refuse too), an
+/// error of no known kind, or an event cut before its line ends is not the pod's failure.
+pub fn opens_with_server_error(first_chunk: &[u8]) -> bool {
+    if !opens_with_error(first_chunk) {
+        return false;
+    }
+    let Some(line) = first_data_line(first_chunk) else { return false };
+    let Ok(event) = serde_json::from_slice::<Value>(line) else { return false };
+    let error = match event.get("error") {
+        Some(inner @ Value::Object(_)) => inner,
+        // `{"object": "error", ...}` (older vLLM) or `{"type": "error", "code": ...}`
+        // (a Responses API error event): the event is the error.
+        _ => &event,
+    };
+    match error.get("code") {
+        Some(Value::Number(code)) => code.as_u64().is_some_and(|code| (500..600).contains(&code)),
+        Some(Value::String(code)) if is_server_error_kind(code) => true,
+        _ => error.get("type").and_then(Value::as_str).is_some_and(is_server_error_kind),
+    }
+}
+
+/// The first `data:` line's value, whole (ending in a line break), without the field name.
+fn first_data_line(chunk: &[u8]) -> Option<&[u8]> {
+    let mut rest = chunk;
+    loop {
+        let end = rest.iter().position(|&byte| byte == b'\n')?;
+        let (line, next) = rest.split_at(end);
+        if let Some(value) = line.strip_prefix(b"data:") {
+            return Some(value.trim_ascii());
+        }
+        rest = next.get(1..)?;
+    }
+}
+
+fn is_server_error_kind(kind: &str) -> bool {
+    matches!(
+        kind,
+        "InternalServerError"
+            | "ServiceUnavailableError"
+            | "server_error"
+            | "internal_error"
+            | "api_error"
+            | "overloaded_error"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_server_error_event_blames_the_pod() {
+        let vllm = b"data: {\"error\": {\"message\": \"Internal server error\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\ndata: [DONE]\n\n";
+        assert!(opens_with_server_error(vllm));
+        let older = b"data: {\"object\": \"error\", \"message\": \"boom\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 503}\n\n";
+        assert!(opens_with_server_error(older));
+        let typed_only = b"data: {\"error\": {\"message\": \"boom\", \"type\": \"server_error\"}}\n\n";
+        assert!(opens_with_server_error(typed_only));
+        let responses =
+            b"event: error\ndata: {\"type\": \"error\", \"code\": \"server_error\", \"message\": \"boom\"}\n\n";
+        assert!(opens_with_server_error(responses));
+        let messages = b"event: error\ndata: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"message\": \"busy\"}}\n\n";
+        assert!(opens_with_server_error(messages));
+    }
+
+    #[test]
+    fn a_client_error_or_a_success_does_not() {
+        let client = b"data: {\"error\": {\"message\": \"bad\", \"type\": \"BadRequestError\", \"param\": null, \"code\": 400}}\n\n";
+        assert!(opens_with_error(client));
+        assert!(!opens_with_server_error(client), "the request's fault: another pod refuses it too");
+        // A client's text echoed into the message cannot pass for the code.
+        let echoed = b"data: {\"error\": {\"message\": \"bad value \\\"code\\\": 500, InternalServerError\", \"type\": \"BadRequestError\", \"code\": 400}}\n\n";
+        assert!(!opens_with_server_error(echoed));
+        let success = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        assert!(!opens_with_error(success));
+        assert!(!opens_with_server_error(success));
+        let unknown_kind = b"data: {\"error\": {\"message\": \"?\", \"type\": \"Error\"}}\n\n";
+        assert!(!opens_with_server_error(unknown_kind));
+    }
+
+    #[test]
+    fn an_event_cut_short_or_not_json_is_not_judged() {
+        let cut = b"data: {\"error\": {\"message\": \"Internal server error\", \"type\": \"InternalSe";
+        assert!(!opens_with_server_error(cut), "its line has not ended: no verdict from half an object");
+        let garbage = b"data: {\"error\" nonsense 500\n\n";
+        assert!(!opens_with_server_error(garbage));
+        assert!(!opens_with_server_error(b""));
+        assert!(!opens_with_server_error(b"data:"));
+        let odd_code = b"data: {\"error\": {\"code\": 5e2}}\n\n";
+        assert!(!opens_with_server_error(odd_code), "a code that is not an integer is no status");
+        let big = b"data: {\"error\": {\"code\": 18446744073709551616000}}\n\n";
+        assert!(!opens_with_server_error(big));
+    }
+}
