@@ -135,6 +135,7 @@ struct RawCompletion {
     stream_options: Option<serde_json::Value>,
     cache_salt: Option<serde_json::Value>,
     n: Option<serde_json::Value>,
+    best_of: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +177,7 @@ struct RawChat {
     add_generation_prompt: Option<bool>,
     cache_salt: Option<serde_json::Value>,
     n: Option<serde_json::Value>,
+    best_of: Option<serde_json::Value>,
 }
 
 /// Parses a completions body.
@@ -199,6 +201,7 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     let mut options = common_options(raw.model, raw.max_tokens, "max_tokens", raw.stream, raw.stream_options)?;
     options.cache_salt = cache_salt(raw.cache_salt)?;
     let n = check_n(raw.n.as_ref())?;
+    check_best_of(raw.best_of.as_ref(), n)?;
     Ok(CompletionRequest { prompts, n, options })
 }
 
@@ -218,6 +221,7 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let mut options = common_options(raw.model, max_tokens, param, raw.stream, raw.stream_options)?;
     options.cache_salt = cache_salt(raw.cache_salt)?;
     let n = check_n(raw.n.as_ref())?;
+    check_best_of(raw.best_of.as_ref(), n)?;
     Ok(ChatRequest { messages, add_generation_prompt: raw.add_generation_prompt.unwrap_or(true), n, options })
 }
 
@@ -254,6 +258,27 @@ fn check_n(raw: Option<&serde_json::Value>) -> Result<usize, ApiError> {
             ),
         )),
     }
+}
+
+/// `best_of`, which vLLM's V1 engine refuses above 1 (v1/engine/processor.py
+/// `_validate_supported_sampling_params`) after `SamplingParams` checked it against `n`; absent,
+/// null or 0 means none (vLLM tests it for truth).
+fn check_best_of(raw: Option<&serde_json::Value>, n: usize) -> Result<(), ApiError> {
+    let best_of = match raw {
+        None | Some(serde_json::Value::Null) => return Ok(()),
+        Some(value) => value.as_i64().ok_or_else(|| ApiError::bad_param("best_of", "best_of must be an int."))?,
+    };
+    if best_of == 0 {
+        return Ok(());
+    }
+    if usize::try_from(best_of).map_or(true, |best_of| best_of < n) {
+        let message = format!("best_of must be greater than or equal to n, got n={n} and best_of={best_of}.");
+        return Err(ApiError::bad_param("best_of", message));
+    }
+    if best_of > 1 {
+        return Err(ApiError::bad_param("best_of", "vLLM V1 does not yet support best_of."));
+    }
+    Ok(())
 }
 
 fn parse_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {

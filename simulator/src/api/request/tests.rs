@@ -158,3 +158,18 @@ fn n_is_read_and_bounded_as_vllm() {
     assert!(too_many.message.starts_with("n must be at most 16384, got 16385."), "{}", too_many.message);
     assert_eq!(completion(r#"{"prompt": "x", "n": 1.5}"#).unwrap_err().status, 400);
 }
+
+/// `best_of` as vLLM's V1 engine takes it: none, or 1, and never below `n`.
+#[test]
+fn best_of_is_refused_above_one_as_vllm_v1_refuses_it() {
+    for none in [r#""best_of": null"#, r#""best_of": 0"#, r#""best_of": 1"#] {
+        assert_eq!(completion(&format!(r#"{{"prompt": "x", {none}}}"#)).unwrap().n, 1, "{none}");
+    }
+    let refused = completion(r#"{"prompt": "x", "best_of": 4, "n": 2}"#).unwrap_err();
+    assert_eq!((refused.status, refused.message.as_str()), (400, "vLLM V1 does not yet support best_of."));
+    let fewer = chat(r#"{"messages": [{"role": "user", "content": "x"}], "n": 3, "best_of": 1}"#).unwrap_err();
+    assert_eq!(fewer.message, "best_of must be greater than or equal to n, got n=3 and best_of=1.");
+    let negative = completion(r#"{"prompt": "x", "best_of": -1}"#).unwrap_err();
+    assert!(negative.message.starts_with("best_of must be greater than or equal to n"), "{}", negative.message);
+    assert_eq!(completion(r#"{"prompt": "x", "best_of": "2"}"#).unwrap_err().message, "best_of must be an int.");
+}
