@@ -161,7 +161,7 @@ fn check_reads(request: &InferenceRequest<'_>, endpoint: Endpoint) {
             _ => false,
         };
         // Nor, since n is read, a whole answer of n > 1 choices (the last child's report).
-        let n_above_one = request.n.and_then(|raw| raw.trim().parse::<f64>().ok()).is_some_and(|n| n > 1.0);
+        let n_above_one = request.n.and_then(lax_count).is_some_and(|n| n > 1);
         let samples_answered_whole = n_above_one && request.stream != Some(true);
         assert_eq!(
             request.cached_tokens_speak_for_the_prompt(),
@@ -171,9 +171,9 @@ fn check_reads(request: &InferenceRequest<'_>, endpoint: Endpoint) {
             request.n
         );
     }
-    // Its weight in flight: n (an integer vLLM accepts, else 1) times a completions batch's
+    // Its weight in flight: n (a count vLLM accepts, else 1) times a completions batch's
     // prompts, at most a whole batch; read by serde here, by a scan there.
-    let n = request.n.and_then(|raw| serde_json::from_str::<u64>(raw).ok()).filter(|n| (2..=16_384).contains(n));
+    let n = request.n.and_then(lax_count).filter(|n| (2..=16_384).contains(n));
     let prompts = match (endpoint, request.prompt.map(serde_json::from_str::<Vec<&RawValue>>)) {
         (Endpoint::Completions, Some(Ok(list))) => {
             let first_opens = list.first().and_then(|first| first.get().bytes().next());
@@ -190,6 +190,26 @@ fn check_reads(request: &InferenceRequest<'_>, endpoint: Endpoint) {
     let expected = (n.unwrap_or(1) as usize).saturating_mul(prompts).min(picker::request::MAX_SEQUENCES as usize);
     let expected = if endpoint.answers_like_completions() { expected } else { 1 };
     assert_eq!(request.sequences(endpoint) as usize, expected, "prompt {:?}, n {:?}", request.prompt, request.n);
+}
+
+/// `n` as vLLM's pydantic models read an integer (lax mode), by serde's value: a whole JSON
+/// number, or a string of decimal digits with an optional `+`, a fraction of zeros and
+/// whitespace around (a string with an escape is left out: the picker does not decode it).
+fn lax_count(raw: &str) -> Option<u64> {
+    match serde_json::from_str::<serde_json::Value>(raw).ok()? {
+        serde_json::Value::Number(number) => number.as_u64().or_else(|| {
+            let value = number.as_f64()?;
+            (value >= 0.0 && value.fract() == 0.0).then_some(value as u64)
+        }),
+        serde_json::Value::String(text) if !raw.contains('\\') => {
+            let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+            let text = text.strip_prefix('+').unwrap_or(text);
+            let (whole, zeros) = text.split_once('.').unwrap_or((text, "0"));
+            let all = |part: &str, allowed: &[u8]| !part.is_empty() && part.bytes().all(|b| allowed.contains(&b));
+            (all(whole, b"0123456789") && all(zeros, b"0")).then(|| whole.parse().ok()).flatten()
+        }
+        _ => None,
+    }
 }
 
 /// A borrowed raw value re-parses on its own (without recursion: deep nesting is allowed).

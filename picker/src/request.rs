@@ -170,8 +170,7 @@ impl InferenceRequest<'_> {
     pub fn cached_tokens_speak_for_the_prompt(&self) -> bool {
         let set = |raw: Option<&str>| raw.is_some_and(|value| value != "false");
         let prompt_logprobs = set(self.prompt_logprobs) || (self.echo == Some("true") && set(self.logprobs));
-        let samples_answered_whole =
-            self.stream != Some(true) && self.n.and_then(|raw| raw.trim().parse::<f64>().ok()).is_some_and(|n| n > 1.0);
+        let samples_answered_whole = self.stream != Some(true) && self.n.and_then(lax_count).is_some_and(|n| n > 1);
         !prompt_logprobs && !samples_answered_whole && !self.prompt.is_some_and(is_batch_of_prompts)
     }
 }
@@ -189,9 +188,10 @@ impl InferenceRequest<'_> {
     /// its `n`, as vLLM runs one child request per choice (v1/engine/parallel_sampling.py),
     /// each holding a seat of `--max-num-seqs` and counted in `num_requests_running`; times
     /// the prompts of a completions batch (a `prompt` list of texts or of token-id lists:
-    /// vLLM runs each prompt as its own request); at most [`MAX_SEQUENCES`]. `n` counts 1
-    /// when absent, `null`, not a positive integer, or more than vLLM accepts (those are
-    /// refused at once); so does the Responses and Messages APIs' request (no `n`, one
+    /// vLLM runs each prompt as its own request); at most [`MAX_SEQUENCES`]. `n` is read as
+    /// vLLM reads it ([`lax_count`]: `8`, `8.0` and `"8"` are all 8); it counts 1 when
+    /// absent, `null`, not a count vLLM reads, below 2, or more than vLLM accepts (vLLM
+    /// refuses those at once); so does the Responses and Messages APIs' request (no `n`, one
     /// prompt). (Each prompt is computed once for its choices: prompt tokens in flight are
     /// not multiplied.) Cheap: a look at raw values the parse already cut; a batch's list is
     /// walked element by element, no further than [`MAX_SEQUENCES`] of them.
@@ -199,7 +199,7 @@ impl InferenceRequest<'_> {
         if !endpoint.answers_like_completions() {
             return 1;
         }
-        let n = match self.n.and_then(|raw| raw.trim().parse::<u64>().ok()) {
+        let n = match self.n.and_then(lax_count) {
             Some(n @ 2..=ENGINE_MAX_N) => u32::try_from(n).unwrap_or(MAX_SEQUENCES).min(MAX_SEQUENCES),
             _ => 1,
         };
@@ -209,6 +209,35 @@ impl InferenceRequest<'_> {
         };
         n.saturating_mul(prompts).min(MAX_SEQUENCES)
     }
+}
+
+/// A raw JSON value read as a count the way vLLM reads its integer fields: its request
+/// models are pydantic models in lax mode, which take a whole number in any JSON form. So a
+/// JSON integer (`8`), a number with no fraction (`8.0`, `1e3`), and a string holding decimal
+/// digits (`"8"`, `" +8 "`, `"8.0"`) are all counts, and vLLM runs that many choices; `None`
+/// for anything else (a fraction, a negative, a string in another form, a list, `true`:
+/// refused, or 1 to vLLM).
+fn lax_count(raw: &str) -> Option<u64> {
+    let raw = raw.trim();
+    if let Some(text) = raw.strip_prefix('"').and_then(|rest| rest.strip_suffix('"')) {
+        // Pydantic strips the string and takes an optional `+`, digits, and a fraction of
+        // zeros; an escape (`\u0038`) is left out (no client writes a count so).
+        let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+        let text = text.strip_prefix('+').unwrap_or(text);
+        let (whole, zeros) = text.split_once('.').unwrap_or((text, "0"));
+        let made_of = |part: &str, allowed: &[u8]| !part.is_empty() && part.bytes().all(|b| allowed.contains(&b));
+        if !made_of(whole, b"0123456789") || !made_of(zeros, b"0") {
+            return None;
+        }
+        return whole.parse().ok();
+    }
+    if let Ok(count) = raw.parse::<u64>() {
+        return Some(count);
+    }
+    // A JSON number with a fraction or an exponent, or past `u64` (the parse checked it is
+    // one); `as` saturates, so a huge one stays above any bound checked.
+    let value = raw.parse::<f64>().ok()?;
+    (value.is_finite() && value >= 0.0 && value.fract() == 0.0).then_some(value as u64)
 }
 
 /// The prompts of a completions `prompt`, counted up to `limit`: the elements of a list of
@@ -344,11 +373,33 @@ mod tests {
         assert_eq!(chat("256"), 256);
         assert_eq!(chat("1000"), MAX_SEQUENCES, "more fills a whole batch");
         assert_eq!(chat("16384"), MAX_SEQUENCES);
-        for refused_or_odd in
-            ["0", "-4", "2.5", "1e3", "\"8\"", "null", "true", "[2]", "16385", "99999999999999999999999"]
-        {
+        for refused_or_odd in [
+            "0",
+            "-4",
+            "2.5",
+            "-2.0",
+            "\"8.5\"",
+            "\"1e3\"",
+            "\"eight\"",
+            "\"\"",
+            "\"8.\"",
+            "null",
+            "true",
+            "[2]",
+            "16385",
+            "16385.0",
+            "\"16385\"",
+            "99999999999999999999999",
+            "1e300",
+        ] {
             assert_eq!(chat(refused_or_odd), 1, "{refused_or_odd}");
         }
+        // vLLM's request models read integers as pydantic's lax mode does: each of these runs
+        // 8 (or 1,000) child requests there, so each weighs as much here.
+        for eight in ["8.0", "8e0", "\"8\"", "\" 8 \"", "\"+8\"", "\"8.00\""] {
+            assert_eq!(chat(eight), 8, "{eight}");
+        }
+        assert_eq!(chat("1e3"), MAX_SEQUENCES);
         assert_eq!(weight(Endpoint::ChatCompletions, r#"{"messages":[]}"#), 1, "absent");
         assert_eq!(weight(Endpoint::Completions, r#"{"prompt":"x","n":4}"#), 4);
         let plain = parse_request_plainly(br#"{"prompt":"x","n":3}"#, Endpoint::Completions).unwrap();
@@ -489,6 +540,8 @@ mod tests {
         assert!(speaks(r#"{"prompt":"one","n":null}"#));
         assert!(!speaks(r#"{"prompt":"one","n":2}"#), "a sibling's hit, answered whole");
         assert!(!speaks(r#"{"prompt":"one","n":3,"stream":false}"#));
+        assert!(!speaks(r#"{"prompt":"one","n":"2"}"#), "vLLM reads a count in a string");
+        assert!(speaks(r#"{"prompt":"one","n":"1"}"#));
         assert!(speaks(r#"{"prompt":"one","n":2,"stream":true}"#), "a stream's is the first child's");
         let chat = |body: &str| {
             parse_request(body.as_bytes(), Endpoint::ChatCompletions).unwrap().cached_tokens_speak_for_the_prompt()

@@ -65,10 +65,18 @@ fn a_burst_between_scrapes_counts_each_request_as_its_n_and_leaves_nothing_at_it
 fn n_that_vllm_would_refuse_or_that_is_not_a_count_weighs_one() {
     let bench = Bench::new("{}");
     bench.publish(1, &[("10.0.0.1:8000", 0.0)]);
-    for n in ["0", "-3", "2.5", "\"8\"", "null", "99999"] {
+    for n in ["0", "-3", "2.5", "\"8.5\"", "\"eight\"", "null", "99999"] {
         let (mut stream, _) = bench.request(&CHAT, &chat("odd", n));
         assert_eq!(count(&bench, "10.0.0.1:8000"), 1, "n = {n}");
         stream.on_log(&bench.host);
+    }
+    // vLLM reads `n` as pydantic's lax mode reads an integer: 8.0 and "8" run 8 child
+    // requests there (a Python client's float, a shell script's quoted number).
+    for n in ["8.0", "\"8\"", "\" 8 \""] {
+        let (mut stream, _) = bench.request(&CHAT, &chat("lax", n));
+        assert_eq!(count(&bench, "10.0.0.1:8000"), 8, "n = {n}");
+        stream.on_log(&bench.host);
+        assert_eq!(count(&bench, "10.0.0.1:8000"), 0, "n = {n}");
     }
     let (mut stream, _) = bench.request(&CHAT, &chat("many", "1000"));
     assert_eq!(count(&bench, "10.0.0.1:8000"), picker::request::MAX_SEQUENCES, "a whole batch at most");
