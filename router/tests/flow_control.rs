@@ -303,6 +303,44 @@ fn a_critical_request_on_one_worker_goes_before_the_sheddable_ones_waiting_on_an
 }
 
 #[test]
+fn a_worker_that_starts_waiting_leaves_a_place_its_own_request_frees_to_a_higher_band_waiting_elsewhere() {
+    let bench = Bench::new(&config_with(2, ""));
+    bench.publish(1, &ONE_POD);
+    let other = bench.another_worker(9);
+    let other_tick = || wasm_epp_router::tick::on_tick(&other, &bench.host);
+    // One place each; this worker's queue is empty at its tick.
+    let (mut mine, step) = send(&bench, 1, &[], "mine");
+    assert_eq!(step, Step::Continue);
+    let (mut theirs, step) = send_on(&bench, &other, 21, &[], &completion("theirs"));
+    assert_eq!(step, Step::Continue);
+    other_tick();
+    bench.tick();
+    // A critical request waits on the other worker, which says so on its tick; then a
+    // sheddable one reaches this worker and waits, before this worker's next tick.
+    let (mut critical, step) =
+        send_on(&bench, &other, 22, &[("x-gateway-inference-priority", "2")], &completion("critical"));
+    assert_eq!(step, Step::Pause, "the pool is full");
+    other_tick();
+    bench.later(1);
+    let (mut sheddable, step) = send(&bench, 2, &[("x-gateway-inference-priority", "-1")], "sheddable");
+    assert_eq!(step, Step::Pause);
+    // This worker's request ends: the place it frees is the critical request's.
+    mine.on_log(&bench.host);
+    assert!(resumed(&bench).is_empty(), "the sheddable request holds while a critical one waits elsewhere");
+    other_tick();
+    assert_eq!(resumed(&bench), [22]);
+    critical.on_log(&bench.host);
+    bench.later(5);
+    other_tick(); // says it no longer waits
+    bench.tick(); // releases on its last view, then reads the new one
+    bench.later(5);
+    bench.tick();
+    assert_eq!(resumed(&bench), [2], "then the sheddable one");
+    theirs.on_log(&bench.host);
+    sheddable.on_log(&bench.host);
+}
+
+#[test]
 fn a_band_allowed_the_reserved_places_still_leaves_a_freed_place_to_a_higher_band_waiting_on_another_worker() {
     // Standard requests may use the reserved places here, so they are not held to this
     // worker's share; they are held behind a critical request waiting on the other worker.

@@ -137,6 +137,7 @@ pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flo
         answer(worker, host, &left, DropReason::NoRoute, false);
         return false;
     };
+    let starts_waiting = queue.is_empty();
     let admission = queue.push(priority, entry);
     drop(queue);
     let metrics = &worker.stats.metrics;
@@ -155,6 +156,15 @@ pub fn hold(worker: &Worker, host: &dyn Host, held: Rc<Held>, priority: i32, flo
             }
         }
         Admission::Queued => {}
+    }
+    if starts_waiting {
+        // Its view of the others was dropped when its queue emptied: without one, a place
+        // freed by one of its own requests before its next tick would go to this request
+        // whatever band waits on another worker or replica.
+        let slot = worker.inflight.try_borrow().ok().and_then(|inflight| inflight.slot());
+        if let Ok(mut share) = worker.flow.share.try_borrow_mut() {
+            share.look_around(host, slot, now);
+        }
     }
     metrics.increment(worker.flow.stats.queued);
     worker.flow.stats.band_entered(metrics, priority, bytes);

@@ -61,13 +61,22 @@ impl WorkerShare {
                 }
             }
         }
-        self.others = if waiting > 0 {
-            let mut others = waiting_view(store, slot, now_ms, self.stale_after_ms);
-            others.merge(peer_waiting(store, now_ms));
-            others
+        if waiting > 0 {
+            self.look_around(store, slot, now_ms);
         } else {
-            Waiting::default()
-        };
+            self.others = Waiting::default();
+        }
+    }
+
+    /// Reads who else waits, this Envoy's workers (but `slot`, this one's) and the peers'.
+    /// [`Self::sync`] does on every tick while this worker waits; a worker whose queue was
+    /// empty at its last tick has no view, so it reads one as it starts waiting: its releases
+    /// before its next tick (when one of its own requests ends) then hold to the others'
+    /// bands and shares as the later ones do.
+    pub fn look_around(&mut self, store: &dyn SharedStore, slot: Option<usize>, now_ms: u64) {
+        let mut others = waiting_view(store, slot, now_ms, self.stale_after_ms);
+        others.merge(peer_waiting(store, now_ms));
+        self.others = others;
     }
 
     /// The other workers waiting, by band, as of the last [`Self::sync`].
