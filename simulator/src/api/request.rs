@@ -225,6 +225,33 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     Ok(ChatRequest { messages, add_generation_prompt: raw.add_generation_prompt.unwrap_or(true), n, options })
 }
 
+/// An integer as pydantic reads one in lax mode: a JSON number with no fraction, or a string
+/// of decimal digits with an optional sign and a fraction of zeros, whitespace around it.
+fn lax_int(value: &serde_json::Value) -> Option<i64> {
+    match value {
+        serde_json::Value::Number(number) => number.as_i64().or_else(|| {
+            let value = number.as_f64()?;
+            // Within i64 (a larger one is refused as too many either way).
+            (value.fract() == 0.0 && value.abs() < 9.0e18).then_some(value as i64)
+        }),
+        serde_json::Value::String(text) => {
+            let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+            let (negative, digits) = match text.strip_prefix('-') {
+                Some(rest) => (true, rest),
+                None => (false, text.strip_prefix('+').unwrap_or(text)),
+            };
+            let (whole, zeros) = digits.split_once('.').unwrap_or((digits, "0"));
+            let made_of = |part: &str, allowed: &[u8]| !part.is_empty() && part.bytes().all(|b| allowed.contains(&b));
+            if !made_of(whole, b"0123456789") || !made_of(zeros, b"0") {
+                return None;
+            }
+            let magnitude: i64 = whole.parse().ok()?;
+            Some(if negative { -magnitude } else { magnitude })
+        }
+        _ => None,
+    }
+}
+
 /// vLLM's `check_cache_salt_support` (entrypoints/openai/protocol.py, on completions and chat):
 /// a salt, if given, is a non-empty string.
 fn cache_salt(raw: Option<serde_json::Value>) -> Result<Option<String>, ApiError> {
@@ -239,11 +266,12 @@ fn cache_salt(raw: Option<serde_json::Value>) -> Result<Option<String>, ApiError
 
 /// `n`: choices per prompt, 1 when absent or null; vLLM's bounds and messages
 /// (sampling_params.py `_verify_num_sequences`): at least 1, at most [`MAX_N`]. Greedy
-/// sampling (`temperature` 0) with `n` > 1 is allowed, as in vLLM.
+/// sampling (`temperature` 0) with `n` > 1 is allowed, as in vLLM. Read as vLLM's pydantic
+/// models read an integer (lax mode): `2.0` and `"2"` are 2.
 fn check_n(raw: Option<&serde_json::Value>) -> Result<usize, ApiError> {
     let n = match raw {
         None | Some(serde_json::Value::Null) => return Ok(1),
-        Some(value) => value.as_i64().ok_or_else(|| ApiError::bad_param("n", "n must be an int."))?,
+        Some(value) => lax_int(value).ok_or_else(|| ApiError::bad_param("n", "n must be an int."))?,
     };
     if n < 1 {
         return Err(ApiError::bad_param("n", format!("n must be at least 1, got {n}.")));

@@ -157,6 +157,15 @@ fn n_is_read_and_bounded_as_vllm() {
     assert_eq!(too_many.status, 400);
     assert!(too_many.message.starts_with("n must be at most 16384, got 16385."), "{}", too_many.message);
     assert_eq!(completion(r#"{"prompt": "x", "n": 1.5}"#).unwrap_err().status, 400);
+    // vLLM's request models are pydantic's, in lax mode: a whole number in any form is an int.
+    assert_eq!(completion(r#"{"prompt": "x", "n": 2.0}"#).unwrap().n, 2);
+    assert_eq!(completion(r#"{"prompt": "x", "n": "3"}"#).unwrap().n, 3);
+    assert_eq!(completion(r#"{"prompt": "x", "n": " +4.00 "}"#).unwrap().n, 4);
+    assert_eq!(completion(r#"{"prompt": "x", "n": "-1"}"#).unwrap_err().message, "n must be at least 1, got -1.");
+    for odd in ["\"2.5\"", "\"two\"", "\"\"", "true", "[2]"] {
+        let body = format!(r#"{{"prompt": "x", "n": {odd}}}"#);
+        assert_eq!(completion(&body).unwrap_err().message, "n must be an int.", "{odd}");
+    }
 }
 
 /// `best_of` as vLLM's V1 engine takes it: none, or 1, and never below `n`.
