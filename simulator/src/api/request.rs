@@ -294,7 +294,7 @@ fn check_n(raw: Option<&serde_json::Value>) -> Result<usize, ApiError> {
 fn check_best_of(raw: Option<&serde_json::Value>, n: usize) -> Result<(), ApiError> {
     let best_of = match raw {
         None | Some(serde_json::Value::Null) => return Ok(()),
-        Some(value) => value.as_i64().ok_or_else(|| ApiError::bad_param("best_of", "best_of must be an int."))?,
+        Some(value) => lax_int(value).ok_or_else(|| ApiError::bad_param("best_of", "best_of must be an int."))?,
     };
     if best_of == 0 {
         return Ok(());
