@@ -456,7 +456,6 @@ impl RequestStream {
             if judged {
                 let _span = profile::span(host, Phase::JudgeAnswer);
                 self.success_pending = self.note_answer(host, status.as_deref(), upstream.as_deref());
-                self.first_chunk_judged = self.streamed && self.success_pending.is_some();
             }
             // Learning first: an answer from another pod releases the pick's prompt tokens
             // before the request's count leaves the pick.
@@ -468,6 +467,10 @@ impl RequestStream {
                 watch.on_headers(upstream.as_deref(), self.routed_to.as_ref());
             }
         }
+        // A stream judged a success so far may still fail at its first event: outlier
+        // detection (at its end) and the comparison (its first byte) read it.
+        let comparing = self.compared.as_ref().is_some_and(|compared| compared.awaiting_first_byte);
+        self.first_chunk_judged = self.streamed && (self.success_pending.is_some() || comparing);
         Step::Continue
     }
 
@@ -490,6 +493,9 @@ impl RequestStream {
         if chunk_size > 0 {
             if std::mem::take(&mut self.first_chunk_judged) {
                 self.failed_in_stream = opened_with_server_error(host, chunk_size, chunk.as_deref());
+                if self.failed_in_stream {
+                    self.compare_failed_stream();
+                }
             }
             self.compare_first_byte(host);
         }
@@ -822,6 +828,16 @@ impl RequestStream {
     }
 
     /// A compared stream's first body byte: the time from its pick.
+    /// A stream that opened with a server's error: a failure of its arm, not a first token.
+    fn compare_failed_stream(&mut self) {
+        let Some(compared) = self.compared().filter(|c| c.awaiting_first_byte) else { return };
+        compared.awaiting_first_byte = false;
+        let arm = compared.arm;
+        if let Some(comparing) = &self.worker.comparison {
+            comparing.stats.arm(arm).failed(&self.worker.stats.metrics);
+        }
+    }
+
     fn compare_first_byte(&mut self, host: &dyn Host) {
         let Some(compared) = self.compared.as_mut().filter(|c| c.awaiting_first_byte) else { return };
         compared.awaiting_first_byte = false;

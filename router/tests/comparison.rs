@@ -135,6 +135,29 @@ fn answers_are_timed_and_failures_counted_per_arm() {
 }
 
 #[test]
+fn a_stream_that_opens_with_a_server_error_is_its_arms_failure_not_a_first_token() {
+    let bench = Bench::new(HALF);
+    bench.publish(1, &FOUR_PODS);
+    let error = b"data: {\"error\": {\"message\": \"boom\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\n";
+    let mut arms: BTreeMap<String, u64> = BTreeMap::new();
+    for i in 0..20 {
+        bench.publish(i + 2, &FOUR_PODS);
+        bench.tick();
+        let (mut stream, _) = bench.request(&COMPLETIONS, &streamed(&format!("prompt {i}")));
+        let arm = arm_of(&bench, &mut stream, "200");
+        bench.host.advance(5);
+        bench.host.set_response(&[(":status", "200")], error);
+        stream.on_response_body(&bench.host, error.len(), false);
+        stream.on_log(&bench.host);
+        *arms.entry(arm).or_default() += 1;
+    }
+    for (arm, failed) in arms {
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_errors.arm.{arm}")), failed, "{arm}");
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_first_byte_ms_count.arm.{arm}")), 0, "{arm}: no TTFT");
+    }
+}
+
+#[test]
 fn requests_the_picker_must_route_are_not_compared() {
     let bench = Bench::new(HALF);
     publish_models(
