@@ -314,3 +314,168 @@ fn with_places_reserved_a_standard_request_of_more_samples_than_the_open_places_
     eight.on_log(&bench.host);
     assert_eq!(count(&bench, POD), 0);
 }
+
+/// Sends `count` single requests from context `first` on: each goes on at once. The streams,
+/// by the pod each went to.
+fn fill(bench: &Bench, first: u32, count: u32) -> std::collections::HashMap<String, Vec<RequestStream>> {
+    let mut by_pod: std::collections::HashMap<String, Vec<RequestStream>> = Default::default();
+    for id in first..first + count {
+        let (stream, step) = send(bench, id, &chat(&format!("single {id}"), "1"));
+        assert_eq!(step, Step::Continue, "single {id}");
+        by_pod.entry(bench.host.header("x-gateway-destination-endpoint").unwrap()).or_default().push(stream);
+    }
+    by_pod
+}
+
+fn counts(bench: &Bench, pods: &[&str]) -> Vec<u32> {
+    pods.iter().map(|pod| count(bench, pod)).collect()
+}
+
+#[test]
+fn samples_wait_for_one_pod_with_places_for_all_of_them_not_for_as_many_across_the_pool() {
+    const PODS: [&str; 2] = ["10.0.0.1:8000", "10.0.0.2:8000"];
+    let bench = Bench::new(&flow(8));
+    bench.publish(1, &PODS.map(|pod| (pod, 0.0)));
+    let mut by_pod = fill(&bench, 1, 10);
+    assert_eq!(counts(&bench, &PODS), [5, 5]);
+    let (four, step) = send(&bench, 20, &chat("four", "4"));
+    assert_eq!(step, Step::Pause, "6 places free in the pool, 3 on each pod: 4 samples fit on neither");
+    assert_eq!(counts(&bench, &PODS), [5, 5], "no pod taken past its 8");
+    let (single, step) = send(&bench, 21, &chat("single", "1"));
+    assert_eq!(step, Step::Pause, "it waits behind the 4 (its turn is kept)");
+    bench.tick();
+    assert!(resumed(&bench).is_empty(), "still 3 places on each pod");
+    // One request ends on the first pod: 4 places there.
+    let mut first = by_pod.remove(PODS[0]).unwrap();
+    first.pop().unwrap().on_log(&bench.host);
+    assert_eq!(resumed(&bench), [20, 21], "the 4 samples go to the pod with 4 places, the single after them");
+    assert_eq!(counts(&bench, &PODS), [8, 6]);
+    for mut stream in first.into_iter().chain(by_pod.into_values().flatten()).chain([four, single]) {
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(counts(&bench, &PODS), [0, 0]);
+}
+
+#[test]
+fn a_held_request_of_n_choices_is_released_when_one_pod_has_its_places_not_before() {
+    const PODS: [&str; 2] = ["10.0.0.1:8000", "10.0.0.2:8000"];
+    let bench = Bench::new(&flow(8));
+    bench.publish(1, &PODS.map(|pod| (pod, 0.0)));
+    let mut by_pod = fill(&bench, 1, 16);
+    assert_eq!(counts(&bench, &PODS), [8, 8]);
+    let (four, step) = send(&bench, 20, &chat("four", "4"));
+    assert_eq!(step, Step::Pause, "the pool is full");
+    let (mut a, mut b) = (by_pod.remove(PODS[0]).unwrap(), by_pod.remove(PODS[1]).unwrap());
+    // Three requests end on each pod, one pod after the other: 3 places on each, 6 in all.
+    for mut stream in a.drain(..3).chain(b.drain(..3)) {
+        stream.on_log(&bench.host);
+        assert!(resumed(&bench).is_empty(), "4 samples fit on no pod: {:?}", counts(&bench, &PODS));
+    }
+    bench.tick();
+    assert!(resumed(&bench).is_empty());
+    assert_eq!(counts(&bench, &PODS), [5, 5], "no pod taken past its 8");
+    a.pop().unwrap().on_log(&bench.host);
+    assert_eq!(resumed(&bench), [20], "4 places on the first pod");
+    assert_eq!(counts(&bench, &PODS), [8, 5]);
+    for mut stream in a.into_iter().chain(b).chain([four]) {
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(counts(&bench, &PODS), [0, 0]);
+}
+
+/// [`send`] on `worker` (another worker of the same Envoy).
+fn send_on(bench: &Bench, worker: &std::rc::Rc<wasm_epp_router::Worker>, id: u32, body: &str) -> (RequestStream, Step) {
+    bench.host.set_request(&CHAT, body.as_bytes());
+    let mut stream = RequestStream::for_context(worker.clone(), id);
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    let step = stream.on_request_body(&bench.host, body.len(), true);
+    (stream, step)
+}
+
+#[test]
+fn samples_on_a_worker_with_nothing_in_flight_are_not_held_for_a_pod_another_worker_s_backlog_never_leaves() {
+    const PODS: [&str; 2] = ["10.0.0.1:8000", "10.0.0.2:8000"];
+    let bench = Bench::new(&flow(8));
+    bench.publish(1, &PODS.map(|pod| (pod, 0.0)));
+    let other = bench.another_worker(9);
+    let ticks = || {
+        for _ in 0..2 {
+            bench.tick_with(&other);
+            bench.later(5);
+        }
+    };
+    // The other worker fills both pods and has more waiting: a backlog that takes every place
+    // it may as it frees.
+    let mut by_pod: std::collections::HashMap<String, Vec<RequestStream>> = Default::default();
+    for id in 101..=116 {
+        let (stream, step) = send_on(&bench, &other, id, &chat(&format!("busy {id}"), "1"));
+        assert_eq!(step, Step::Continue);
+        by_pod.entry(bench.host.header("x-gateway-destination-endpoint").unwrap()).or_default().push(stream);
+    }
+    let backlog: Vec<RequestStream> = (201..=216)
+        .map(|id| {
+            let (stream, step) = send_on(&bench, &other, id, &chat(&format!("backlog {id}"), "1"));
+            assert_eq!(step, Step::Pause);
+            stream
+        })
+        .collect();
+    ticks();
+    let (eight, step) = send(&bench, 1, &chat("eight", "8"));
+    assert_eq!(step, Step::Pause, "the pool is full");
+    ticks();
+    // The other worker's requests end, a pod after the other: it keeps its share (8 of the
+    // 16 places), spread 4 and 4, and never leaves 8 free on one pod.
+    let (mut a, mut b) = (by_pod.remove(PODS[0]).unwrap(), by_pod.remove(PODS[1]).unwrap());
+    let mut ended = Vec::new();
+    let mut released = false;
+    for round in 0..8 {
+        let mut stream = if round % 2 == 0 { a.pop() } else { b.pop() }.unwrap();
+        stream.on_log(&bench.host);
+        ended.push(stream);
+        ticks();
+        released |= resumed(&bench).contains(&1);
+    }
+    assert!(released, "its worker has nothing in flight to end: it takes 8 places across the pool, not its TTL");
+    assert!(counts(&bench, &PODS).contains(&12), "its pod passes the bound by what it lacked there: 4 of its 8");
+    for mut stream in a.into_iter().chain(b).chain(backlog).chain([eight]) {
+        stream.on_log(&bench.host);
+    }
+}
+
+#[test]
+fn places_freed_on_two_pods_at_once_take_a_request_of_n_choices_on_each_in_one_release() {
+    const PODS: [&str; 2] = ["10.0.0.1:8000", "10.0.0.2:8000"];
+    let bench = Bench::new(&flow(8));
+    bench.publish(1, &PODS.map(|pod| (pod, 0.0)));
+    let other = bench.another_worker(9);
+    let mut mine = fill(&bench, 1, 8);
+    bench.tick_with(&other);
+    let theirs: Vec<RequestStream> = (101..=108)
+        .map(|id| {
+            let (stream, step) = send_on(&bench, &other, id, &chat(&format!("theirs {id}"), "1"));
+            assert_eq!(step, Step::Continue);
+            stream
+        })
+        .collect();
+    bench.tick_with(&other);
+    assert_eq!(counts(&bench, &PODS), [8, 8]);
+    let (first, step) = send(&bench, 20, &chat("first four", "4"));
+    assert_eq!(step, Step::Pause);
+    let (second, step) = send(&bench, 21, &chat("second four", "4"));
+    assert_eq!(step, Step::Pause);
+    // The other worker's requests end: this worker sees 4 places free on each pod at its tick.
+    for mut stream in theirs {
+        stream.on_log(&bench.host);
+    }
+    bench.tick();
+    assert_eq!(
+        resumed(&bench),
+        [20, 21],
+        "one pod each, in one release: the first's pod is not the only one looked at"
+    );
+    assert_eq!(counts(&bench, &PODS), [8, 8]);
+    for mut stream in mine.drain().flat_map(|(_, streams)| streams).chain([first, second]) {
+        stream.on_log(&bench.host);
+    }
+    assert_eq!(counts(&bench, &PODS), [0, 0]);
+}

@@ -16,7 +16,7 @@ use wasm_epp_host::Host;
 use super::answer::{answer, answer_pending};
 use super::pods::{publish_saturation, with_pods};
 use super::queue::{Admission, Entry, Left};
-use super::saturation::{pool_room, standard_room, PoolRoom};
+use super::saturation::{free_places, room_of, FreePlaces, Places, PoolRoom};
 use super::stats::DropReason;
 use super::{Fate, Held};
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
@@ -36,51 +36,78 @@ pub enum Admitted {
 /// pods' batches (a request of `n` choices takes `n`, see `InferenceRequest::sequences`).
 struct Look {
     room: PoolRoom,
+    /// Free places on the pods with room: summed, and on the widest pod; all of them, and
+    /// those open to bands below `reserved_min_priority` (each pod's less its reserve).
+    free: FreePlaces,
     /// The pool's places (pods × `max_inflight_per_pod`), shared by the workers that wait.
     capacity: u32,
     /// This worker's places in flight on the pods counted as room.
     local: u32,
     /// Who else waits, by band, as of this worker's last waiting tick.
     others: Waiting,
-    /// Places open to bands below `reserved_min_priority` (`room` less each pod's reserve).
-    standard_room: u32,
     slot: Option<usize>,
+    /// Releases were counted since it was read ([`Look::took`]): its places are lower bounds.
+    estimated: bool,
 }
 
 impl Look {
     /// Whether a request of `priority` weighing `weight` sequences may be sent now. Not while
     /// a higher band waits on another worker or replica (priority holds across them: this
     /// worker's requests in flight end and leave their places to it), reserved places
-    /// included. Else when the places it needs are free ([`super::admission_need`]: a request
-    /// of more sequences than a pod's bound needs a whole pod's places, else it would never be
-    /// admitted). With places reserved, the bands that may use them are not held to this
-    /// worker's share: the share keeps workers' backlogs at one band from starving each
-    /// other. Held to the share, a request heavier than the whole share goes when this worker
-    /// has nothing in flight.
+    /// included. Else when one pod has the places it needs free ([`super::admission_need`]: a
+    /// request of more sequences than a pod's bound needs a whole pod, else it would never be
+    /// admitted): it is sent to one pod, so places free on several would take the pod it
+    /// lands on past its bound ([`Look::has`]). With places reserved, the bands that may use
+    /// them are not held to this worker's share: the share keeps workers' backlogs at one
+    /// band from starving each other. Held to the share, a request heavier than the whole
+    /// share goes when this worker has nothing in flight.
     fn fits(&self, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> bool {
-        let PoolRoom::Free(free) = self.room else { return false };
+        let PoolRoom::Free(_) = self.room else { return false };
         if self.others.outranks(priority) {
             return false;
         }
         let need = super::admission_need(weight, config.max_inflight_per_pod);
         if config.reserved_per_pod > 0 && priority >= config.reserved_min_priority {
-            return free >= need;
+            return self.has(self.free.all, need);
         }
         let open_per_pod = config.max_inflight_per_pod.saturating_sub(config.reserved_per_pod);
         let standard_need = need.min(open_per_pod.max(1));
         let limit = self.others.limit(self.capacity, priority);
         let local_need = need.min(limit.max(1));
-        self.standard_room >= standard_need && limit.saturating_sub(self.local) >= local_need
+        self.has(self.free.standard, standard_need) && limit.saturating_sub(self.local) >= local_need
+    }
+
+    /// Whether `places` hold `need` for one request: on one pod. But with nothing of this
+    /// worker's own in flight, none of its requests will end to make room for it, and the
+    /// other workers' (backlogged ones, held to their share; closed-loop clients routed at
+    /// once) may take every place as it frees, so no pod need ever have its places: it then
+    /// takes them across the pool, as many as it needs, rather than wait out its TTL, and
+    /// its pod may pass its bound by up to `need` − 1 (the engine queues the excess).
+    fn has(&self, places: Places, need: u32) -> bool {
+        match self.local {
+            0 => places.total >= need,
+            _ => places.widest >= need,
+        }
     }
 
     /// Counts one release of `weight` sequences. Which pod it takes is the picker's, so the
-    /// open places are assumed to shrink too (the next look counts them again).
+    /// places are taken off the widest pod's too: what is left are lower bounds (it may have
+    /// gone to the widest; while the sum leaves a place, some pod has it), exact again at the
+    /// next look.
     fn took(&mut self, weight: u32) {
-        if let PoolRoom::Free(free) = &mut self.room {
-            *free = free.saturating_sub(weight);
+        for places in [&mut self.free.all, &mut self.free.standard] {
+            places.total = places.total.saturating_sub(weight);
+            places.widest = places.widest.saturating_sub(weight).max(places.total.min(1));
         }
-        self.standard_room = self.standard_room.saturating_sub(weight);
         self.local = self.local.saturating_add(weight);
+        self.estimated = true;
+    }
+
+    /// Releases were counted, and places are left beside the widest pod's: it may have more
+    /// than counted (the releases may have gone elsewhere), so a look again may find room for
+    /// a request this one says does not fit.
+    fn understated(&self) -> bool {
+        self.estimated && [self.free.all, self.free.standard].iter().any(|places| places.total > places.widest)
     }
 }
 
@@ -234,21 +261,31 @@ pub fn release_ready(worker: &Worker, host: &dyn Host) {
     }
     let now = host.now_ms();
     let config = &worker.config.flow_control;
-    let Some(mut look) = look(worker, host, now) else { return };
+    let Some(mut looked) = look(worker, host, now) else { return };
     for _ in 0..config.release_per_tick {
-        let next = worker.flow.queue.try_borrow_mut().ok().and_then(|mut queue| {
-            // The next in release order only if its band may take the places it needs now
-            // (lower bands leave the reserved places to higher ones). A request of many
-            // choices that does not fit yet keeps its turn: the ones after it wait with it,
-            // as places free up for it, rather than take each place as it frees.
-            let (priority, next) = queue.peek_next()?;
-            look.fits(priority, next.payload.weight, config).then(|| queue.pop_next()).flatten()
-        });
+        let mut next = next_fitting(worker, &looked, config);
+        if next.is_none() && looked.understated() {
+            // The places left after this call's releases are lower bounds (which pods they
+            // took is the picker's): read them again before the next in line is said not to fit.
+            let Some(again) = look(worker, host, now) else { return };
+            looked = again;
+            next = next_fitting(worker, &looked, config);
+        }
         let Some(left) = next else { break };
-        look.took(left.entry.payload.weight.max(1));
+        looked.took(left.entry.payload.weight.max(1));
         worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
-        release_one(worker, host, &left, now, look.slot);
+        release_one(worker, host, &left, now, looked.slot);
     }
+}
+
+/// The next request in release order, out of the queue, if its band may take the places it
+/// needs now (lower bands leave the reserved places to higher ones). A request of many
+/// choices that does not fit yet keeps its turn: the ones after it wait with it, as places
+/// free up for it, rather than take each place as it frees.
+fn next_fitting(worker: &Worker, looked: &Look, config: &picker::config::FlowControlConfig) -> Option<Left<Rc<Held>>> {
+    let mut queue = worker.flow.queue.try_borrow_mut().ok()?;
+    let (priority, next) = queue.peek_next()?;
+    looked.fits(priority, next.payload.weight, config).then(|| queue.pop_next()).flatten()
 }
 
 /// Routes one held request as of now and resumes its stream.
@@ -328,14 +365,13 @@ fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress, weigh
 fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
     with_pods(worker, host, now, |pods, inflight| {
         let config = &worker.config.flow_control;
-        let room = pool_room(pods, &worker.config.saturation, config);
+        let free = free_places(pods, &worker.config.saturation, config);
         let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
         let others = worker.flow.share.try_borrow().map(|share| share.others()).unwrap_or_default();
-        let standard_room = standard_room(pods, &worker.config.saturation, config);
         // This worker's requests on the pods counted as room (under P/D a split request also
         // holds a prefill pod until its first token: that place is no room for anyone).
         let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
-        Look { room, capacity, local, others, standard_room, slot: inflight.slot() }
+        Look { room: room_of(pods, &free), free, capacity, local, others, slot: inflight.slot(), estimated: false }
     })
 }
 

@@ -1,5 +1,6 @@
 //! The saturation detector: which pods have room for one more request, and how much room
-//! the pool has in all.
+//! the pool has, in all and on its widest pod (a request of `n` choices needs its places on
+//! the one pod it goes to).
 //!
 //! A pod has room when the requests this gateway has in flight to it (every worker, exact
 //! within a publish) are below `max_inflight_per_pod` and its polled metrics do not say it
@@ -58,33 +59,56 @@ pub fn pod_saturated(pod: &PodLoad<'_>, limits: &SaturationLimits, flow: &FlowCo
     limits.is_saturated(&candidate)
 }
 
-/// The pool's room: the sum of the free in-flight places of every pod that has room.
-pub fn pool_room(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowControlConfig) -> PoolRoom {
-    if pods.is_empty() {
-        return PoolRoom::NoPods;
-    }
-    let free = pods
-        .iter()
-        .filter(|pod| !pod_saturated(pod, limits, flow))
-        .map(|pod| flow.max_inflight_per_pod.saturating_sub(pod.inflight))
-        .fold(0u32, u32::saturating_add);
-    if free == 0 {
-        PoolRoom::Saturated
-    } else {
-        PoolRoom::Free(free)
+/// Free in-flight places of the pods that have room: in all, and on the widest one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Places {
+    /// Summed over the pods.
+    pub total: u32,
+    /// On the one pod with the most: a request goes to one pod, so the most it can be given
+    /// without taking a pod past its bound.
+    pub widest: u32,
+}
+
+impl Places {
+    fn add(self, free: u32) -> Self {
+        Self { total: self.total.saturating_add(free), widest: self.widest.max(free) }
     }
 }
 
-/// The places open to bands below `reserved_min_priority`: on every pod that has room, its
-/// free places above the `reserved_per_pod` kept for higher bands. Counted per pod, as the
-/// reserve is configured: a pod with no room (at its bound, saturated, failing) has no free
-/// places to reserve, so it must not take the reserve out of the others' room.
-pub fn standard_room(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowControlConfig) -> u32 {
+/// The free places of the pods that have room, in one pass: all of them (`all`), and those
+/// open to bands below `reserved_min_priority` (`standard`: each pod's free places above the
+/// `reserved_per_pod` kept for higher bands). Counted per pod, as the reserve is configured:
+/// a pod with no room (at its bound, saturated, failing) has no free places to reserve, so it
+/// must not take the reserve out of the others' room.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FreePlaces {
+    pub all: Places,
+    pub standard: Places,
+}
+
+/// The pods' [`FreePlaces`].
+pub fn free_places(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowControlConfig) -> FreePlaces {
     let open_per_pod = flow.max_inflight_per_pod.saturating_sub(flow.reserved_per_pod);
-    pods.iter()
-        .filter(|pod| !pod_saturated(pod, limits, flow))
-        .map(|pod| open_per_pod.saturating_sub(pod.inflight))
-        .fold(0u32, u32::saturating_add)
+    pods.iter().filter(|pod| !pod_saturated(pod, limits, flow)).fold(FreePlaces::default(), |places, pod| FreePlaces {
+        all: places.all.add(flow.max_inflight_per_pod.saturating_sub(pod.inflight)),
+        standard: places.standard.add(open_per_pod.saturating_sub(pod.inflight)),
+    })
+}
+
+/// What the pool can take now, from its pods and their [`FreePlaces`].
+pub fn room_of(pods: &[PodLoad<'_>], free: &FreePlaces) -> PoolRoom {
+    if pods.is_empty() {
+        PoolRoom::NoPods
+    } else if free.all.total == 0 {
+        PoolRoom::Saturated
+    } else {
+        PoolRoom::Free(free.all.total)
+    }
+}
+
+/// The pool's room: the sum of the free in-flight places of every pod that has room.
+pub fn pool_room(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowControlConfig) -> PoolRoom {
+    room_of(pods, &free_places(pods, limits, flow))
 }
 
 #[cfg(test)]
@@ -132,11 +156,29 @@ mod tests {
         let failing = PodLoad { healthy: false, ..pod(true, 0.0, 0.1, 0) };
         let full_kv = pod(true, 0.0, 0.95, 0);
         for other in [failing, full_kv] {
-            assert_eq!(standard_room(&[pod(true, 0.0, 0.1, 0), other], &limits, &config), 2, "{other:?}");
+            assert_eq!(free_places(&[pod(true, 0.0, 0.1, 0), other], &limits, &config).standard.total, 2, "{other:?}");
         }
         let busy = [pod(true, 0.0, 0.1, 1), pod(true, 0.0, 0.1, 3), pod(true, 0.0, 0.1, 4)];
-        assert_eq!(standard_room(&busy, &limits, &config), 1, "1 of the first's 2, none in the second's reserve");
-        let unreserved = FlowControlConfig { reserved_per_pod: 0, ..config };
-        assert_eq!(PoolRoom::Free(standard_room(&busy, &limits, &unreserved)), pool_room(&busy, &limits, &unreserved));
+        assert_eq!(
+            free_places(&busy, &limits, &config).standard.total,
+            1,
+            "1 of the first's 2, none in the second's reserve"
+        );
+        let unreserved = FlowControlConfig { reserved_per_pod: 0, ..config.clone() };
+        assert_eq!(
+            free_places(&busy, &limits, &unreserved).all,
+            Places { total: 4, widest: 3 },
+            "3 and 1 free: 4 in all, but a request of 4 fits on no pod"
+        );
+        let saturated_but_idle = [pod(true, 9.0, 0.1, 0), pod(true, 0.0, 0.1, 2)];
+        assert_eq!(
+            free_places(&saturated_but_idle, &limits, &config),
+            FreePlaces { all: Places { total: 2, widest: 2 }, standard: Places { total: 0, widest: 0 } },
+            "a saturated pod's places are no one's"
+        );
+        assert_eq!(
+            PoolRoom::Free(free_places(&busy, &limits, &unreserved).standard.total),
+            pool_room(&busy, &limits, &unreserved)
+        );
     }
 }
