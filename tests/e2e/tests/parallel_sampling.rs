@@ -94,3 +94,38 @@ fn with_flow_control_eight_samples_fill_a_pod_of_eight_places_and_the_next_reque
     assert_eq!(cluster.stat("wasm_epp_flow_released"), 1.0);
     cluster.assert_plugin_healthy();
 }
+
+#[test]
+fn with_flow_control_samples_wait_for_one_pod_with_places_for_them_not_for_as_many_across_the_pool() {
+    let flow = json!({"enabled": true, "max_inflight_per_pod": 8, "ttl_ms": 20_000});
+    // Long enough for the ten to be sent, each counted before the next, while all run.
+    let cluster = start("n-fit", 2, 5_000, json!({"fallback_destinations": 0, "flow_control": flow}));
+    let cluster = &cluster;
+    std::thread::scope(|scope| {
+        // Ten singles, five on each pod: 3 places free on each, 6 in the pool.
+        let singles: Vec<_> = (0..10)
+            .map(|i| {
+                let single = scope.spawn(move || send(cluster, &format!("single request {i}"), 1));
+                cluster.wait_for_stat("wasm_epp_flow_dispatched_directly", f64::from(i + 1));
+                single
+            })
+            .collect();
+        for pod in cluster.pool() {
+            let gauge = format!("wasm_epp_pod_inflight{{pod=\"{pod}\"}}");
+            let five = launcher::wait_until(Duration::from_secs(2), || cluster.envoy.stat(&gauge) == Some(5.0));
+            assert!(five, "{gauge} = {:?}: the singles are spread", cluster.envoy.stat(&gauge));
+        }
+        let four = scope.spawn(|| send(cluster, "a rollout of four samples", 4));
+        cluster.wait_for_stat("wasm_epp_flow_queued", 1.0);
+        assert_eq!(cluster.stat("wasm_epp_flow_dispatched_directly"), 10.0, "4 samples fit on neither pod");
+        for single in singles {
+            assert_eq!(single.join().unwrap().status, 200);
+        }
+        let four = four.join().unwrap();
+        assert_eq!(four.status, 200, "{}", four.body);
+        let waited: u64 = four.header("x-llm-d-flow-queue-duration-ms").and_then(|v| v.parse().ok()).unwrap_or(0);
+        assert!(waited >= 1_000, "it waited for a pod's singles to end: {waited} ms");
+    });
+    assert_eq!(cluster.stat("wasm_epp_flow_released"), 1.0);
+    cluster.assert_plugin_healthy();
+}
