@@ -60,6 +60,7 @@ fn shipped_decisions(data: &[u8], table: &PodTable, newest: u64) {
             subset: None,
             slo_ttft_ms: None,
             weight: 1,
+            band: None,
         };
         let Outcome::Routed { address, destination, .. } = decide(&worker, &host, &prompt) else {
             panic!("the shipped decision routed nowhere with a pool of {}", worker.fallback_pool.len())

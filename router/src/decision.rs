@@ -106,6 +106,10 @@ pub struct Prompt<'a> {
     /// `picker::request::InferenceRequest::sequences`; 1 for a body not read): what its pick
     /// counts in flight, on its pod, and what its stream releases at its end.
     pub weight: u32,
+    /// The flow-control band it was admitted in (`None`: not flow control's, or it is off).
+    /// Below `reserved_min_priority` a pod's `reserved_per_pod` places are not its own: routing
+    /// reads a pod as full when its open places are (see [`crate::flow::routing_bound`]).
+    pub band: Option<i32>,
 }
 
 pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome {
@@ -187,7 +191,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         None => inflight.refresh_others(host, now),
     }
     reading.end();
-    let full_at = worker.config.flow_control.enabled.then_some(worker.config.flow_control.max_inflight_per_pod);
+    let full_at = crate::flow::routing_bound(&worker.config.flow_control, prompt.band);
     let weight = prompt.weight.max(1);
     let inflight_of = |pod: &str| crate::flow::routing_inflight(inflight.count(pod), full_at, weight);
     let inflight_at = |position: usize, pod: &str| {

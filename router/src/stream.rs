@@ -63,6 +63,8 @@ pub struct RequestStream {
     context_id: u32,
     /// Band and flow, with flow control on (set from the headers).
     flow_class: Option<crate::flow::RequestClass>,
+    /// The band flow control admitted it in, to be routed at once (see `Prompt::band`).
+    flow_band: Option<i32>,
     /// Held in the wait queue (or released from it): shared with the queue entry.
     held: Option<Rc<crate::flow::Held>>,
     /// The decision header's value, written on the response (`debug_decision_header`).
@@ -133,6 +135,7 @@ impl RequestStream {
             body_size: 0,
             context_id,
             flow_class: None,
+            flow_band: None,
             held: None,
             explain: None,
             prefilling_at: None,
@@ -336,6 +339,7 @@ impl RequestStream {
     /// is reported).
     fn admitted_now(&mut self, host: &dyn Host, priority: i32, weight: u32) -> bool {
         self.flow_admitted = true;
+        self.flow_band = Some(priority);
         crate::flow::admit(&self.worker, host, priority, weight) == crate::flow::Admitted::RouteNow
     }
 
@@ -354,6 +358,7 @@ impl RequestStream {
         let priority = class.priority(&self.worker.config, None);
         if crate::flow::admit_unheld(&self.worker, host, priority) {
             self.flow_admitted = true;
+            self.flow_band = Some(priority);
             return self.route(host, None);
         }
         self.finish_buffering();
@@ -683,6 +688,7 @@ impl RequestStream {
             subset: self.subset.as_deref(),
             slo_ttft_ms: self.slo_ttft_ms,
             weight: self.weight,
+            band: self.flow_band,
         };
         let started_us = host.now_us();
         let deciding = profile::span(host, Phase::Decide);

@@ -573,3 +573,32 @@ fn a_request_whose_destination_cannot_be_written_gets_its_own_503_when_its_relea
         assert!(headers.contains(&reason), "routed at once or released, the same reason: {headers:?}");
     }
 }
+
+#[test]
+fn a_standard_request_goes_to_a_pod_with_an_open_place_not_into_its_warm_pod_s_reserve() {
+    let bench = Bench::new(&config_with(2, r#", "reserved_per_pod": 1, "reserved_min_priority": 1"#));
+    bench.publish(1, &[("10.0.0.1:8000", 0.0), ("10.0.0.2:8000", 0.0)]);
+    let prompt = "the same long prompt ".repeat(40);
+    let (mut first, step) = send(&bench, 1, &[], &prompt);
+    assert_eq!(step, Step::Continue);
+    let warm = bench.host.header("x-gateway-destination-endpoint").unwrap();
+    // The warm pod's open place is taken; its other place is reserved for critical requests.
+    let (mut second, step) = send(&bench, 2, &[], &prompt);
+    assert_eq!(step, Step::Continue, "the other pod has an open place");
+    let other = bench.host.header("x-gateway-destination-endpoint").unwrap();
+    assert_ne!(warm, other, "the warm pod's last place is reserved: the standard request goes where one is open");
+    let (mut third, step) = send(&bench, 3, &[], &prompt);
+    assert_eq!(step, Step::Pause, "both open places are taken");
+    let critical = [("x-gateway-inference-priority", "2")];
+    let mut criticals: Vec<RequestStream> = (4..=5)
+        .map(|id| {
+            let (stream, step) = send(&bench, id, &critical, &prompt);
+            assert_eq!(step, Step::Continue, "critical request {id}: each pod kept its reserved place");
+            stream
+        })
+        .collect();
+    third.on_done(&bench.host);
+    for stream in criticals.iter_mut().chain([&mut first, &mut second]) {
+        stream.on_log(&bench.host);
+    }
+}

@@ -37,16 +37,16 @@ use self::stats::FlowStats;
 pub use self::class::RequestClass;
 pub use self::release::{abandon, admit, admit_unheld, hold, on_tick, release_ready, Admitted};
 
-/// Added to the in-flight count of a pod at `max_inflight_per_pod` when routing reads it:
-/// the pod then looks like one with a long queue (far above any `queue_threshold`), so the
+/// Added to the in-flight count of a pod at its bound ([`routing_bound`]) when routing reads
+/// it: the pod then looks like one with a long queue (far above any `queue_threshold`), so the
 /// pick leaves it, affinity and rendezvous placement included, while another pod has room.
 /// Without it a released request could go to a full pod and wait in its engine's queue.
 pub const FULL_POD_PENALTY: u32 = 1_000;
 
 /// A pod's in-flight count as routing reads it for a request of `weight` sequences (`full_at`:
-/// the bound, with flow control on): a pod the request would take past its bound is full to
-/// it. A request heavier than a whole pod's bound is full only to pods with anything in
-/// flight: an idle pod takes it (see [`admission_need`]).
+/// [`routing_bound`]): a pod the request would take past its bound is full to it. A request
+/// heavier than a whole pod's bound is full only to pods with anything in flight: an idle pod
+/// takes it (see [`admission_need`]).
 pub fn routing_inflight(count: u32, full_at: Option<u32>, weight: u32) -> u32 {
     match full_at {
         Some(bound) if count.saturating_add(admission_need(weight, bound)) > bound => {
@@ -54,6 +54,22 @@ pub fn routing_inflight(count: u32, full_at: Option<u32>, weight: u32) -> u32 {
         }
         _ => count,
     }
+}
+
+/// The bound routing reads a pod's count against ([`routing_inflight`]), for a request flow
+/// control admitted in `band` (`None`: not one it admits): `max_inflight_per_pod`, less the
+/// `reserved_per_pod` places for a band below `reserved_min_priority`, as admission counts
+/// them (`release::Look::fits`). Admitted because some pod has an open place for it, such a
+/// request must not take another pod's reserved place (prefix affinity would): the reserve
+/// is kept per pod for the bands above, which would otherwise find it taken. `None` with
+/// flow control off.
+pub fn routing_bound(config: &FlowControlConfig, band: Option<i32>) -> Option<u32> {
+    if !config.enabled {
+        return None;
+    }
+    let reserve_kept = config.reserved_per_pod > 0 && band.is_some_and(|band| band < config.reserved_min_priority);
+    let reserved = if reserve_kept { config.reserved_per_pod } else { 0 };
+    Some(config.max_inflight_per_pod.saturating_sub(reserved).max(1))
 }
 
 /// The places a request of `weight` sequences needs free to be admitted under a bound of

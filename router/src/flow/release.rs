@@ -313,6 +313,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         subset: held.subset.as_deref(),
         slo_ttft_ms: held.slo_ttft_ms,
         weight: held.weight,
+        band: Some(left.priority),
     };
     match decide(worker, host, &prompt) {
         Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared, retries_cap } => {

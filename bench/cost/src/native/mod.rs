@@ -193,6 +193,7 @@ impl Case {
             subset: None,
             slo_ttft_ms: None,
             weight: 1, // as `settle_decision` releases it
+            band: None,
         };
         let Outcome::Routed { address, .. } = decide(&self.worker, &self.host, &prompt) else { return None };
         self.unreleased.replace(Some(address.clone()));
