@@ -479,3 +479,50 @@ fn places_freed_on_two_pods_at_once_take_a_request_of_n_choices_on_each_in_one_r
     }
     assert_eq!(counts(&bench, &PODS), [0, 0]);
 }
+
+#[test]
+fn samples_heavier_than_a_worker_s_share_go_when_the_share_is_free_while_another_worker_keeps_its_own() {
+    const POD: &str = "10.0.0.1:8000";
+    let bench = Bench::new(&flow(8));
+    bench.publish(1, &[(POD, 0.0)]);
+    let other = bench.another_worker(9);
+    let ticks = || {
+        for _ in 0..2 {
+            bench.tick_with(&other);
+            bench.later(5);
+        }
+    };
+    let mut busy: Vec<RequestStream> = (101..=108)
+        .map(|id| {
+            let (stream, step) = send_on(&bench, &other, id, &chat(&format!("busy {id}"), "1"));
+            assert_eq!(step, Step::Continue);
+            stream
+        })
+        .collect();
+    let backlog: Vec<RequestStream> = (201..=216)
+        .map(|id| {
+            let (stream, step) = send_on(&bench, &other, id, &chat(&format!("backlog {id}"), "1"));
+            assert_eq!(step, Step::Pause);
+            stream
+        })
+        .collect();
+    ticks();
+    let (eight, step) = send(&bench, 1, &chat("eight", "8"));
+    assert_eq!(step, Step::Pause, "the pod is full");
+    ticks();
+    // Both workers wait: each may keep 4 of the pod's 8 places. The other keeps its 4, so 8
+    // are never free at once.
+    let mut released_at = None;
+    for _ in 0..8 {
+        busy.remove(0).on_log(&bench.host);
+        ticks();
+        if resumed(&bench).contains(&1) {
+            released_at = released_at.or(Some(count(&bench, POD)));
+        }
+    }
+    let released_at = released_at.expect("heavier than its share of 4, it goes when its share is free, not at its TTL");
+    assert_eq!(released_at, 12, "the other worker's 4 and its 8: the engine queues 4");
+    for mut stream in busy.into_iter().chain(backlog).chain([eight]) {
+        stream.on_log(&bench.host);
+    }
+}

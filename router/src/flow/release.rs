@@ -60,7 +60,8 @@ impl Look {
     /// lands on past its bound ([`Look::has`]). With places reserved, the bands that may use
     /// them are not held to this worker's share: the share keeps workers' backlogs at one
     /// band from starving each other. Held to the share, a request heavier than the whole
-    /// share goes when this worker has nothing in flight.
+    /// share goes when this worker has nothing in flight and its share's worth of places is
+    /// free in the pool (its pod then passes its bound by up to `need` − 1).
     fn fits(&self, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> bool {
         let PoolRoom::Free(_) = self.room else { return false };
         if self.others.outranks(priority) {
@@ -74,7 +75,10 @@ impl Look {
         let standard_need = need.min(open_per_pod.max(1));
         let limit = self.others.limit(self.capacity, priority);
         let local_need = need.min(limit.max(1));
-        self.has(self.free.standard, standard_need) && limit.saturating_sub(self.local) >= local_need
+        // Heavier than the share, with nothing of its own in flight: the other workers waiting
+        // keep their shares, so only its share's worth of places will ever be free at once.
+        let room_need = if self.local == 0 { standard_need.min(local_need) } else { standard_need };
+        self.has(self.free.standard, room_need) && limit.saturating_sub(self.local) >= local_need
     }
 
     /// Whether `places` hold `need` for one request: on one pod. But with nothing of this
