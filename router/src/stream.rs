@@ -497,9 +497,10 @@ impl RequestStream {
         }
         if chunk_size > 0 {
             if std::mem::take(&mut self.first_chunk_judged) {
-                self.failed_in_stream = opened_with_server_error(host, chunk_size, chunk.as_deref());
-                if self.failed_in_stream {
-                    self.compare_failed_stream();
+                let opening = first_event(host, chunk_size, chunk.as_deref());
+                self.failed_in_stream = opening == FirstEvent::ServerError;
+                if opening != FirstEvent::Output {
+                    self.compare_failed_stream(self.failed_in_stream);
                 }
             }
             self.compare_first_byte(host);
@@ -833,17 +834,18 @@ impl RequestStream {
         }
     }
 
-    /// A compared stream's first body byte: the time from its pick.
-    /// A stream that opened with a server's error: a failure of its arm, not a first token.
-    fn compare_failed_stream(&mut self) {
+    /// A stream that opened with an error event: not a first token. The server's error
+    /// (`server`) is a failure of its arm, as a 5xx status is; a client's, as a 4xx, is not.
+    fn compare_failed_stream(&mut self, server: bool) {
         let Some(compared) = self.compared().filter(|c| c.awaiting_first_byte) else { return };
         compared.awaiting_first_byte = false;
         let arm = compared.arm;
-        if let Some(comparing) = &self.worker.comparison {
+        if let (Some(comparing), true) = (&self.worker.comparison, server) {
             comparing.stats.arm(arm).failed(&self.worker.stats.metrics);
         }
     }
 
+    /// A compared stream's first body byte: the time from its pick.
     fn compare_first_byte(&mut self, host: &dyn Host) {
         let Some(compared) = self.compared.as_mut().filter(|c| c.awaiting_first_byte) else { return };
         compared.awaiting_first_byte = false;
@@ -879,25 +881,43 @@ impl RequestStream {
     }
 }
 
+/// How a stream's first event reads ([`crate::stream_error`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FirstEvent {
+    /// Not an error: its first output.
+    Output,
+    /// An error not known as the server's (a client's 4xx, or of no known kind).
+    Error,
+    /// A server's error: the pod's failure.
+    ServerError,
+}
+
+/// How a stream's first chunk opens. Its opening bytes are copied first (one small copy per
+/// stream, unless a watcher copied the chunk already); the rest of the event only when it
+/// opens with an error.
+fn first_event(host: &dyn Host, chunk_size: usize, copied: Option<&[u8]>) -> FirstEvent {
+    use crate::stream_error::{opens_with_error, opens_with_server_error, ERROR_EVENT_BYTES, OPENING_BYTES};
+    let opening = match copied {
+        Some(chunk) => std::borrow::Cow::Borrowed(chunk),
+        None => std::borrow::Cow::Owned(host.response_body(0, chunk_size.min(OPENING_BYTES)).unwrap_or_default()),
+    };
+    if !opens_with_error(&opening) {
+        return FirstEvent::Output;
+    }
+    let server = match copied {
+        Some(chunk) => opens_with_server_error(chunk),
+        None => opens_with_server_error(&host.response_body(0, chunk_size.min(ERROR_EVENT_BYTES)).unwrap_or_default()),
+    };
+    if server {
+        FirstEvent::ServerError
+    } else {
+        FirstEvent::Error
+    }
+}
+
 /// Whether a body on another endpoint may be JSON naming a `model`, and so is worth buffering:
 /// declared as JSON, or undeclared, or as curl's `-d` default and plain text (servers that read
 /// JSON whatever the label). Uploads (`multipart/form-data` audio, binary types) pass unread.
-/// Whether a stream's first chunk opens with a server's error event. Its opening bytes are
-/// copied first (one small copy per stream, unless a watcher copied the chunk already); the
-/// rest of the event only when it opens with an error.
-fn opened_with_server_error(host: &dyn Host, chunk_size: usize, copied: Option<&[u8]>) -> bool {
-    use crate::stream_error::{opens_with_error, opens_with_server_error, ERROR_EVENT_BYTES, OPENING_BYTES};
-    if let Some(chunk) = copied {
-        return opens_with_server_error(chunk);
-    }
-    let opening = host.response_body(0, chunk_size.min(OPENING_BYTES)).unwrap_or_default();
-    if !opens_with_error(&opening) {
-        return false;
-    }
-    let event = host.response_body(0, chunk_size.min(ERROR_EVENT_BYTES)).unwrap_or_default();
-    opens_with_server_error(&event)
-}
-
 fn may_be_json(content_type: Option<&str>) -> bool {
     let Some(value) = content_type else { return true };
     let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();

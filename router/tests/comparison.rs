@@ -158,6 +158,33 @@ fn a_stream_that_opens_with_a_server_error_is_its_arms_failure_not_a_first_token
 }
 
 #[test]
+fn a_stream_that_opens_with_a_client_error_is_no_first_token_nor_an_arm_failure() {
+    let bench = Bench::new(HALF);
+    bench.publish(1, &FOUR_PODS);
+    // vLLM answered 200, then the request's own error (a 4xx code): as a 4xx status would be.
+    let error =
+        b"data: {\"error\": {\"message\": \"bad\", \"type\": \"BadRequestError\", \"param\": null, \"code\": 400}}\n\n";
+    for i in 0..20 {
+        bench.publish(i + 2, &FOUR_PODS);
+        bench.tick();
+        let (mut stream, _) = bench.request(&COMPLETIONS, &streamed(&format!("prompt {i}")));
+        arm_of(&bench, &mut stream, "200");
+        bench.host.advance(5);
+        bench.host.set_response(&[(":status", "200")], error);
+        stream.on_response_body(&bench.host, error.len(), false);
+        stream.on_log(&bench.host);
+    }
+    for arm in ["picker", "baseline"] {
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_errors.arm.{arm}")), 0, "{arm}: the pod answered");
+        assert_eq!(
+            bench.stat(&format!("wasm_epp.comparison_first_byte_ms_count.arm.{arm}")),
+            0,
+            "{arm}: an error in 5 ms is no first token"
+        );
+    }
+}
+
+#[test]
 fn requests_the_picker_must_route_are_not_compared() {
     let bench = Bench::new(HALF);
     publish_models(
