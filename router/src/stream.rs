@@ -108,9 +108,14 @@ pub struct RequestStream {
     /// The client asked for a stream (`"stream": true` in the body read) of an endpoint whose
     /// first event is the first output or an error (chat, completions, Messages).
     streamed: bool,
-    /// Outlier detection still reads the first body chunk: the answer is a stream whose success
-    /// is pending, and a stream may fail after its `200` ([`crate::stream_error`]).
-    first_chunk_judged: bool,
+    /// Events at the stream's opening still to read for an error (outlier detection or the
+    /// comparison judges it: a stream may fail after its `200`, see
+    /// [`crate::stream_error::opening_events`]); 0 once judged, or when not read.
+    opening_events: u32,
+    /// The comparison awaits the stream's first token: an error at its opening is its arm's.
+    compare_judged: bool,
+    /// When a compared stream's first body byte passed, while its opening is still read.
+    first_byte_ms: Option<u64>,
     /// It opened with a server's error event: a failure of the pod that answered.
     failed_in_stream: bool,
 }
@@ -154,7 +159,9 @@ impl RequestStream {
             success_pending: None,
             weight: 1,
             streamed: false,
-            first_chunk_judged: false,
+            opening_events: 0,
+            compare_judged: false,
+            first_byte_ms: None,
             failed_in_stream: false,
         }
     }
@@ -475,7 +482,9 @@ impl RequestStream {
         // A stream judged a success so far may still fail at its first event: outlier
         // detection (at its end) and the comparison (its first byte) read it.
         let comparing = self.compared.as_ref().is_some_and(|compared| compared.awaiting_first_byte);
-        self.first_chunk_judged = self.streamed && (self.success_pending.is_some() || comparing);
+        let judged = self.streamed && (self.success_pending.is_some() || comparing);
+        self.compare_judged = judged && comparing;
+        self.opening_events = if judged { crate::stream_error::opening_events(self.endpoint, self.weight) } else { 0 };
         Step::Continue
     }
 
@@ -496,11 +505,14 @@ impl RequestStream {
             watch.on_body(&self.worker, host, chunk_size, chunk.as_deref());
         }
         if chunk_size > 0 {
-            if std::mem::take(&mut self.first_chunk_judged) {
-                let opening = first_event(host, chunk_size, chunk.as_deref());
-                self.failed_in_stream = opening == FirstEvent::ServerError;
-                if opening != FirstEvent::Output {
-                    self.compare_failed_stream(self.failed_in_stream);
+            if self.opening_events > 0 {
+                use crate::stream_error::Opening;
+                if let Some(opening) = read_opening(host, chunk_size, chunk.as_deref(), &mut self.opening_events) {
+                    self.opening_events = 0;
+                    self.failed_in_stream = opening == Opening::ServerError;
+                    if opening != Opening::Output {
+                        self.compare_failed_stream(self.failed_in_stream);
+                    }
                 }
             }
             self.compare_first_byte(host);
@@ -837,7 +849,10 @@ impl RequestStream {
     /// A stream that opened with an error event: not a first token. The server's error
     /// (`server`) is a failure of its arm, as a 5xx status is; a client's, as a 4xx, is not.
     fn compare_failed_stream(&mut self, server: bool) {
-        let Some(compared) = self.compared().filter(|c| c.awaiting_first_byte) else { return };
+        if !std::mem::take(&mut self.compare_judged) {
+            return;
+        }
+        let Some(compared) = self.compared() else { return };
         compared.awaiting_first_byte = false;
         let arm = compared.arm;
         if let (Some(comparing), true) = (&self.worker.comparison, server) {
@@ -845,13 +860,18 @@ impl RequestStream {
         }
     }
 
-    /// A compared stream's first body byte: the time from its pick.
+    /// A compared stream's first body byte: the time from its pick, counted once its opening
+    /// is known to hold no error (a chat stream's error comes after its role chunk).
     fn compare_first_byte(&mut self, host: &dyn Host) {
         let Some(compared) = self.compared.as_mut().filter(|c| c.awaiting_first_byte) else { return };
+        let at_ms = *self.first_byte_ms.get_or_insert_with(|| host.now_ms());
+        if self.opening_events > 0 {
+            return;
+        }
         compared.awaiting_first_byte = false;
         let (arm, routed_ms) = (compared.arm, compared.routed_ms);
         if let Some(comparing) = &self.worker.comparison {
-            comparing.stats.arm(arm).first_byte(&self.worker.stats.metrics, host.now_ms().saturating_sub(routed_ms));
+            comparing.stats.arm(arm).first_byte(&self.worker.stats.metrics, at_ms.saturating_sub(routed_ms));
         }
     }
 
@@ -881,37 +901,34 @@ impl RequestStream {
     }
 }
 
-/// How a stream's first event reads ([`crate::stream_error`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FirstEvent {
-    /// Not an error: its first output.
-    Output,
-    /// An error not known as the server's (a client's 4xx, or of no known kind).
-    Error,
-    /// A server's error: the pod's failure.
-    ServerError,
-}
-
-/// How a stream's first chunk opens. Its opening bytes are copied first (one small copy per
-/// stream, unless a watcher copied the chunk already); the rest of the event only when it
-/// opens with an error.
-fn first_event(host: &dyn Host, chunk_size: usize, copied: Option<&[u8]>) -> FirstEvent {
-    use crate::stream_error::{opens_with_error, opens_with_server_error, ERROR_EVENT_BYTES, OPENING_BYTES};
-    let opening = match copied {
-        Some(chunk) => std::borrow::Cow::Borrowed(chunk),
-        None => std::borrow::Cow::Owned(host.response_body(0, chunk_size.min(OPENING_BYTES)).unwrap_or_default()),
-    };
-    if !opens_with_error(&opening) {
-        return FirstEvent::Output;
+/// Reads a stream's next chunk for the events left at its opening
+/// ([`crate::stream_error::read_opening`]); `None`: read the next chunk too. One small copy
+/// when a single event is left (unless a watcher copied the chunk already), more of it only
+/// when that event is an error; up to [`crate::stream_error::ERROR_EVENT_BYTES`] when events
+/// are to be read past. A chunk longer than that is not read on into the next one.
+fn read_opening(
+    host: &dyn Host,
+    chunk_size: usize,
+    copied: Option<&[u8]>,
+    events: &mut u32,
+) -> Option<crate::stream_error::Opening> {
+    use crate::stream_error::{Opening, ERROR_EVENT_BYTES, OPENING_BYTES};
+    if let Some(chunk) = copied {
+        return crate::stream_error::read_opening(chunk, events);
     }
-    let server = match copied {
-        Some(chunk) => opens_with_server_error(chunk),
-        None => opens_with_server_error(&host.response_body(0, chunk_size.min(ERROR_EVENT_BYTES)).unwrap_or_default()),
-    };
-    if server {
-        FirstEvent::ServerError
-    } else {
-        FirstEvent::Error
+    let wanted = if *events > 1 { ERROR_EVENT_BYTES } else { OPENING_BYTES };
+    let head = host.response_body(0, chunk_size.min(wanted)).unwrap_or_default();
+    let left = *events;
+    let mut opening = crate::stream_error::read_opening(&head, events);
+    if head.len() < chunk_size && head.len() < ERROR_EVENT_BYTES && opening == Some(Opening::Error) {
+        // Its error event may be cut at the opening's bytes: read it whole.
+        let event = host.response_body(0, chunk_size.min(ERROR_EVENT_BYTES)).unwrap_or_default();
+        *events = left;
+        opening = crate::stream_error::read_opening(&event, events);
+    }
+    match opening {
+        None if head.len() < chunk_size => Some(Opening::Output),
+        opening => opening,
     }
 }
 

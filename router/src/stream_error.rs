@@ -4,9 +4,12 @@
 //! while generating therefore arrives as an event, not a status: `data: {"error": {"message":
 //! ..., "type": "InternalServerError", "param": null, "code": 500}}`, then `data: [DONE]`
 //! (older builds: `{"object": "error", ...}`). A KV-cache load that failed in a P/D pool, or an
-//! engine that broke, answers every stream this way. Learning must not take such a stream's
-//! first byte for a fast first token, and outlier detection must count it against the pod
-//! when the error is the server's, else a pod failing every generation looks healthy.
+//! engine that broke, answers every stream this way. A chat stream's error comes after the
+//! chunk naming the assistant's role (one per choice), which vLLM sends with the engine's
+//! first output before it reads that output as an error ([`opening_events`]). Learning must
+//! not take such a stream's first byte for a fast first token, and outlier detection must
+//! count it against the pod when the error is the server's, else a pod failing every
+//! generation looks healthy.
 
 use serde_json::Value;
 
@@ -14,8 +17,71 @@ use serde_json::Value;
 pub const OPENING_BYTES: usize = 64;
 
 /// Bytes read to judge whose error it is: vLLM's error object is ~100 bytes, but an error's
-/// message can be long and comes before its `code`.
+/// message can be long and comes before its `code`. Also the most of a chunk read for the
+/// events before it (a chat stream's role chunks, ~200 bytes each).
 pub const ERROR_EVENT_BYTES: usize = 4096;
+
+/// A chat stream's role chunks read past at most: vLLM sends one per choice. A request of
+/// more choices is read no further than this many (its error then goes unseen).
+pub const MAX_ROLE_CHUNKS: u32 = 8;
+
+/// The events at a stream's opening that may carry its generation's error: the first; in a
+/// chat stream, the one after vLLM's chunks naming the assistant's role, one per choice
+/// (`weight`, its `n`): it sends them with the engine's first output, before it reads that
+/// output and finds it an error (serving_chat.py, `first_iteration`).
+pub fn opening_events(endpoint: picker::request::Endpoint, weight: u32) -> u32 {
+    match endpoint {
+        picker::request::Endpoint::ChatCompletions => 1 + weight.clamp(1, MAX_ROLE_CHUNKS),
+        _ => 1,
+    }
+}
+
+/// How a stream's opening reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opening {
+    /// No error among its opening events.
+    Output,
+    /// An error not known as the server's (a client's 4xx, one of no known kind, or cut short).
+    Error,
+    /// A server's error ([`opens_with_server_error`]): the pod's failure.
+    ServerError,
+}
+
+/// Reads the events at the start of `bytes`, `events` of them at most: the first that is an
+/// error decides; once `events` have passed without one, `Output`. `None` when `bytes` end
+/// where an event ends before that: the next chunk is read on, for the events left in
+/// `events`. An event that does not end within `bytes` is not read past (`Output`).
+pub fn read_opening(bytes: &[u8], events: &mut u32) -> Option<Opening> {
+    let mut rest = bytes;
+    while *events > 0 {
+        if rest.is_empty() {
+            return None;
+        }
+        if opens_with_error(rest) {
+            return Some(if opens_with_server_error(rest) { Opening::ServerError } else { Opening::Error });
+        }
+        *events -= 1;
+        if *events == 0 {
+            break;
+        }
+        let Some(end) = event_end(rest) else { return Some(Opening::Output) };
+        rest = rest.get(end..).unwrap_or_default();
+    }
+    Some(Opening::Output)
+}
+
+/// Where the first event of `bytes` ends: past the blank line that closes it.
+fn event_end(bytes: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    loop {
+        let next = at + bytes.get(at..)?.iter().position(|&byte| byte == b'\n')? + 1;
+        match bytes.get(next..) {
+            Some([b'\n', ..]) => return Some(next + 1),
+            Some([b'\r', b'\n', ..]) => return Some(next + 2),
+            _ => at = next,
+        }
+    }
+}
 
 /// The stream's first event is an error: `event: error` (Responses, Messages), or a first
 /// `data:` whose object is one (vLLM's `{"error": ...}`, or `{"object": "error", ...}`).
@@ -114,6 +180,30 @@ mod tests {
         assert!(!opens_with_server_error(success));
         let unknown_kind = b"data: {\"error\": {\"message\": \"?\", \"type\": \"Error\"}}\n\n";
         assert!(!opens_with_server_error(unknown_kind));
+    }
+
+    #[test]
+    fn the_opening_is_read_event_by_event_across_chunks() {
+        let role = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        let error = b"data: {\"error\": {\"type\": \"InternalServerError\", \"code\": 500}}\n\n";
+        let token = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+        let mut events = 2;
+        assert_eq!(read_opening(&[&role[..], error].concat(), &mut events), Some(Opening::ServerError));
+        let mut events = 2;
+        assert_eq!(read_opening(role, &mut events), None, "the next chunk is read on");
+        assert_eq!((read_opening(error, &mut events), events), (Some(Opening::ServerError), 1));
+        let mut events = 2;
+        assert_eq!(read_opening(&[&role[..], token, error].concat(), &mut events), Some(Opening::Output));
+        let mut events = 1;
+        assert_eq!(read_opening(&[&role[..], error].concat(), &mut events), Some(Opening::Output), "one event read");
+        let mut events = 3;
+        let crlf = b"data: {}\r\n\r\ndata: {}\n\n";
+        assert_eq!(read_opening(&[&crlf[..], error].concat(), &mut events), Some(Opening::ServerError));
+        let mut events = 3;
+        assert_eq!(read_opening(b"data: {\"choices\": [", &mut events), Some(Opening::Output), "not read past");
+        assert_eq!(opening_events(picker::request::Endpoint::ChatCompletions, 1), 2);
+        assert_eq!(opening_events(picker::request::Endpoint::ChatCompletions, 256), 1 + MAX_ROLE_CHUNKS);
+        assert_eq!(opening_events(picker::request::Endpoint::Completions, 4), 1);
     }
 
     #[test]

@@ -185,6 +185,39 @@ fn a_stream_that_opens_with_a_client_error_is_no_first_token_nor_an_arm_failure(
 }
 
 #[test]
+fn a_chat_stream_is_timed_from_its_role_chunk_unless_an_error_follows_it() {
+    let bench = Bench::new(HALF);
+    bench.publish(1, &FOUR_PODS);
+    let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+    let role = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+    let token = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+    let error = b"data: {\"error\": {\"message\": \"Internal server error\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\n";
+    let (mut failed, mut timed): (BTreeMap<String, u64>, BTreeMap<String, u64>) = Default::default();
+    for i in 0..20 {
+        bench.publish(i + 2, &FOUR_PODS);
+        bench.tick();
+        let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"chat {i}"}}],"stream":true}}"#);
+        let (mut stream, _) = bench.request(&chat, &body);
+        let arm = arm_of(&bench, &mut stream, "200");
+        bench.host.advance(40);
+        bench.host.set_response(&[(":status", "200")], role);
+        stream.on_response_body(&bench.host, role.len(), false);
+        bench.host.advance(20);
+        let next: &[u8] = if i % 2 == 0 { error } else { token };
+        bench.host.set_response(&[(":status", "200")], next);
+        stream.on_response_body(&bench.host, next.len(), false);
+        stream.on_log(&bench.host);
+        *(if i % 2 == 0 { &mut failed } else { &mut timed }).entry(arm).or_default() += 1;
+    }
+    for arm in ["picker", "baseline"] {
+        let (failed, timed) = (failed.get(arm).copied().unwrap_or(0), timed.get(arm).copied().unwrap_or(0));
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_errors.arm.{arm}")), failed, "{arm}");
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_first_byte_ms_count.arm.{arm}")), timed, "{arm}");
+        assert_eq!(bench.stat(&format!("wasm_epp.comparison_first_byte_ms_sum.arm.{arm}")), 40 * timed, "{arm}");
+    }
+}
+
+#[test]
 fn requests_the_picker_must_route_are_not_compared() {
     let bench = Bench::new(HALF);
     publish_models(

@@ -377,6 +377,58 @@ fn a_pod_whose_streams_open_with_a_server_error_is_passed_over() {
     }
 }
 
+const CHAT: [(&str, &str); 3] =
+    [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+
+/// vLLM's first chunk of a chat stream: the assistant's role, sent with the engine's first
+/// output, before that output is read (and found to be an error).
+const ROLE_CHUNK: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+
+/// A streamed chat request of `n` choices the pick answers 200 with `chunks`, then ends whole.
+fn streamed_chat(bench: &Bench, prompt: &str, n: u32, chunks: &[&[u8]]) -> String {
+    let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{prompt}"}}],"n":{n},"stream":true}}"#);
+    let (mut stream, answer) = bench.request(&CHAT, &body);
+    let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
+    stream.on_response_headers(&bench.host, false);
+    for chunk in chunks.iter().chain([&&b"data: [DONE]\n\n"[..]]) {
+        bench.host.set_response(&[(":status", "200")], chunk);
+        stream.on_response_body(&bench.host, chunk.len(), false);
+    }
+    stream.on_response_body(&bench.host, 0, true);
+    stream.on_log(&bench.host);
+    pick
+}
+
+#[test]
+fn a_chat_stream_whose_error_follows_its_role_chunk_fails_the_pod() {
+    let chat_token: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"}}]}\n\n";
+    let roles_and_error = [ROLE_CHUNK, ROLE_CHUNK, SERVER_ERROR_EVENT].concat();
+    for learning in ["", r#", "learning": {"enabled": true}"#] {
+        let config =
+            format!(r#"{{"outlier_detection": {{"consecutive_failures": 3, "base_ejection_ms": 1000}}{learning}}}"#);
+        let bench = Bench::new(&config);
+        bench.publish(1, &THREE_PODS);
+        // Successes, and the client's own error, whether in the role's chunk or the next.
+        for i in 0..4 {
+            assert_eq!(streamed_chat(&bench, &format!("ok{i}"), 1, &[ROLE_CHUNK, chat_token]), BROKEN);
+            let together = [ROLE_CHUNK, chat_token].concat();
+            assert_eq!(streamed_chat(&bench, &format!("one{i}"), 1, &[&together]), BROKEN);
+            assert_eq!(streamed_chat(&bench, &format!("bad{i}"), 1, &[ROLE_CHUNK, CLIENT_ERROR_EVENT]), BROKEN);
+        }
+        assert_eq!(bench.stat("wasm_epp.streams_failed"), 0, "{learning}");
+        // vLLM sends the role's chunk, then the generation's error: in the next chunk, in
+        // the same one, or after one role chunk per choice.
+        assert_eq!(streamed_chat(&bench, "err0", 1, &[ROLE_CHUNK, SERVER_ERROR_EVENT]), BROKEN, "{learning}");
+        let together = [ROLE_CHUNK, SERVER_ERROR_EVENT].concat();
+        assert_eq!(streamed_chat(&bench, "err1", 1, &[&together]), BROKEN, "{learning}");
+        assert_eq!(streamed_chat(&bench, "err2", 2, &[&roles_and_error]), BROKEN, "{learning}");
+        assert_eq!(bench.stat("wasm_epp.streams_failed"), 3, "{learning}");
+        assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1, "{learning}");
+        assert_ne!(streamed_chat(&bench, "after", 1, &[ROLE_CHUNK, chat_token]), BROKEN, "{learning}");
+    }
+}
+
 #[test]
 fn a_whole_answer_is_not_read_for_an_error_event() {
     let bench = Bench::new(QUICK);
