@@ -6,7 +6,8 @@
 //! (older builds: `{"object": "error", ...}`). A KV-cache load that failed in a P/D pool, or an
 //! engine that broke, answers every stream this way. A chat stream's error comes after the
 //! chunk naming the assistant's role (one per choice), which vLLM sends with the engine's
-//! first output before it reads that output as an error ([`opening_events`]). Learning must
+//! first output before it reads that output as an error, and a Messages stream's after its
+//! `message_start`, made of that chunk ([`opening_events`]). Learning must
 //! not take such a stream's first byte for a fast first token, and outlier detection must
 //! count it against the pod when the error is the server's, else a pod failing every
 //! generation looks healthy.
@@ -28,10 +29,13 @@ pub const MAX_ROLE_CHUNKS: u32 = 8;
 /// The events at a stream's opening that may carry its generation's error: the first; in a
 /// chat stream, the one after vLLM's chunks naming the assistant's role, one per choice
 /// (`weight`, its `n`): it sends them with the engine's first output, before it reads that
-/// output and finds it an error (serving_chat.py, `first_iteration`).
+/// output and finds it an error (serving_chat.py, `first_iteration`); in a Messages stream,
+/// the one after its `message_start`, which vLLM makes of that role chunk
+/// (serving_messages.py, `message_stream_converter`).
 pub fn opening_events(endpoint: picker::request::Endpoint, weight: u32) -> u32 {
     match endpoint {
         picker::request::Endpoint::ChatCompletions => 1 + weight.clamp(1, MAX_ROLE_CHUNKS),
+        picker::request::Endpoint::Messages => 2,
         _ => 1,
     }
 }
@@ -204,6 +208,7 @@ mod tests {
         assert_eq!(opening_events(picker::request::Endpoint::ChatCompletions, 1), 2);
         assert_eq!(opening_events(picker::request::Endpoint::ChatCompletions, 256), 1 + MAX_ROLE_CHUNKS);
         assert_eq!(opening_events(picker::request::Endpoint::Completions, 4), 1);
+        assert_eq!(opening_events(picker::request::Endpoint::Messages, 1), 2);
     }
 
     #[test]

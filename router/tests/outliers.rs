@@ -430,6 +430,43 @@ fn a_chat_stream_whose_error_follows_its_role_chunk_fails_the_pod() {
 }
 
 #[test]
+fn a_messages_stream_whose_error_follows_its_message_start_fails_the_pod() {
+    // vLLM makes its Messages stream of its chat stream: the role chunk becomes
+    // `message_start`, and the generation's error, which follows it, an `error` event.
+    let start: &[u8] = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"chatcmpl-1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\"}}\n\n";
+    let error: &[u8] = b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"internal_error\",\"message\":\"Internal server error\"}}\n\n";
+    let text: &[u8] = b"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    let messages = [(":method", "POST"), (":path", "/v1/messages"), ("content-type", "application/json")];
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    let stream = |prompt: &str, chunks: &[&[u8]]| {
+        let body = format!(
+            r#"{{"model":"m","max_tokens":4,"messages":[{{"role":"user","content":"{prompt}"}}],"stream":true}}"#
+        );
+        let (mut stream, answer) = bench.request(&messages, &body);
+        let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+        bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
+        stream.on_response_headers(&bench.host, false);
+        for chunk in chunks {
+            bench.host.set_response(&[(":status", "200")], chunk);
+            stream.on_response_body(&bench.host, chunk.len(), false);
+        }
+        stream.on_response_body(&bench.host, 0, true);
+        stream.on_log(&bench.host);
+        pick
+    };
+    for i in 0..4 {
+        assert_eq!(stream(&format!("ok{i}"), &[start, text]), BROKEN);
+    }
+    assert_eq!(bench.stat("wasm_epp.streams_failed"), 0);
+    for i in 0..3 {
+        assert_eq!(stream(&format!("err{i}"), &[start, error]), BROKEN, "{i}");
+    }
+    assert_eq!(bench.stat("wasm_epp.streams_failed"), 3);
+    assert_ne!(stream("after", &[start, text]), BROKEN, "out of rotation");
+}
+
+#[test]
 fn a_whole_answer_is_not_read_for_an_error_event() {
     let bench = Bench::new(QUICK);
     bench.publish(1, &THREE_PODS);
