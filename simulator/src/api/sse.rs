@@ -99,6 +99,14 @@ impl SseBody {
             GenerationEvent::Failed(error) => {
                 self.done = true;
                 let mut out = String::new();
+                // A failed generation reaches vLLM's chat stream as an engine output, so every
+                // choice's role chunk goes first there too (serving_chat.py, `first_iteration`).
+                if self.meta.kind == ApiKind::Chat && !self.roles_sent {
+                    self.roles_sent = true;
+                    for index in 0..self.generated.len() {
+                        push_event(&mut out, &role_chunk(&self.meta, index, self.running_usage(index)));
+                    }
+                }
                 push_event(&mut out, &error.to_json());
                 // vLLM yields `[DONE]` after its error event too (serving_chat.py 1142-1149,
                 // serving_completion.py 490-494).
@@ -293,5 +301,18 @@ mod tests {
         let text = collect(&mut failing, vec![failure]);
         assert!(text.starts_with("data: {\"error\""));
         assert!(text.ends_with("}\n\ndata: [DONE]\n\n"), "the error event, then [DONE], as vLLM: {text}");
+    }
+
+    #[test]
+    fn a_chat_stream_s_failure_follows_its_role_chunks() {
+        let (_sender, receiver) = mpsc::channel(1);
+        let meta = ResponseMeta::new(ApiKind::Chat, 2, 0, "m");
+        let mut failing = SseBody::new(receiver, meta, no_usage(2));
+        let failure = ChoiceEvent { choice: 0, event: GenerationEvent::Failed(ApiError::unavailable("gone")) };
+        let text = collect(&mut failing, vec![failure]);
+        let events: Vec<&str> = text.split("\n\n").filter(|event| !event.is_empty()).collect();
+        assert_eq!(events.len(), 4, "{text}");
+        assert!(events[0].contains("\"role\":\"assistant\"") && events[1].contains("\"index\":1"), "{text}");
+        assert!(events[2].starts_with("data: {\"error\"") && events[3] == "data: [DONE]", "{text}");
     }
 }
