@@ -195,7 +195,32 @@ fn a_pod_whose_streams_fail_after_their_200_leaves_the_rotation() {
     // that failed, a broken engine) answers `data: {"error": {..., "code": 500}}` and [DONE].
     // Before outlier detection read the first event, such a pod, idle-looking, kept its share
     // of the streams: each a 200, so a success.
-    let cluster = Cluster::start("stream-500", 2, &["--time-scale", "0"], |options| {
+    streams_failing_after_their_200_eject_their_pod(
+        "stream-500",
+        "/v1/completions",
+        |prompt| serde_json::json!({"model": "sim-model", "prompt": prompt, "max_tokens": 4, "stream": true}),
+    );
+}
+
+#[test]
+fn a_pod_whose_chat_streams_fail_after_their_role_chunk_leaves_the_rotation() {
+    // A chat stream's error follows the chunk naming the assistant's role, which vLLM sends
+    // with the engine's first output, the failed one included. When only the first event was
+    // read, every such stream counted as the pod's success.
+    streams_failing_after_their_200_eject_their_pod("chat-stream-500", "/v1/chat/completions", |prompt| {
+        let messages = serde_json::json!([{"role": "user", "content": prompt}]);
+        serde_json::json!({"model": "sim-model", "messages": messages, "max_tokens": 4, "stream": true})
+    });
+}
+
+/// Two pods, the first answering every stream `200` then its error event: it leaves the
+/// rotation once each worker saw it fail, and each failed stream is counted once.
+fn streams_failing_after_their_200_eject_their_pod(
+    name: &str,
+    path: &str,
+    body_of: impl Fn(&str) -> serde_json::Value,
+) {
+    let cluster = Cluster::start(name, 2, &["--time-scale", "0"], |options| {
         options.filter_config["outlier_detection"] =
             serde_json::json!({"consecutive_failures": 3, "base_ejection_ms": 60_000});
     });
@@ -204,10 +229,9 @@ fn a_pod_whose_streams_fail_after_their_200_leaves_the_rotation() {
     let faults = serde_json::json!({"fail_fraction": 1.0, "fail_status": 500, "fail_in_stream": true});
     cluster.pods[0].set_faults(&faults).unwrap();
     let stream = |prompt: &str| {
-        let body = serde_json::json!({"model": "sim-model", "prompt": prompt, "max_tokens": 4, "stream": true});
-        let reply = cluster.post("/v1/completions", &[], &body.to_string());
+        let reply = cluster.post(path, &[], &body_of(prompt).to_string());
         assert_eq!(reply.status, 200, "{prompt}: {}", reply.body);
-        let failed = reply.body.starts_with("data: {\"error\"");
+        let failed = reply.body.contains("data: {\"error\"");
         (cluster.served_by_pool(&reply), failed)
     };
     // Each worker learns from the streams it sees: 3 failures in a row each at most.
