@@ -3,7 +3,7 @@
 //! answer, the answer byte by byte, and the answer cut where the input says all agree), nor
 //! is any found in bytes that never spell the key. Likewise `learn::OutputEventFinder` (a
 //! Responses stream's first output event): found in the chunk where the first marker ends,
-//! however the chunks split. And `stream_error`'s judgement of a stream's first event.
+//! however the chunks split. And `stream_error`'s judgement of a stream's opening events.
 
 #![no_main]
 
@@ -38,6 +38,15 @@ fuzz_target!(|data: &[u8]| {
     // Whose error a stream opens with: never a panic, and only when it opens with one.
     if wasm_epp_router::stream_error::opens_with_server_error(answer) {
         assert!(wasm_epp_router::stream_error::opens_with_error(answer));
+    }
+    // Its opening read event by event (a chat stream's role chunks first): never a panic, and
+    // the events left only go down.
+    let opening_events = 1 + u32::from(count % 9);
+    let mut events = opening_events;
+    let opening = wasm_epp_router::stream_error::read_opening(answer, &mut events);
+    assert!(events <= opening_events);
+    if opening.is_none() {
+        assert!(events > 0, "read on into the next chunk only for events left");
     }
     if !answer.windows(7).any(|window| window == b"\"usage\"") {
         assert_eq!(whole, None, "usage found without its key");
