@@ -117,6 +117,10 @@ pub struct Observation {
     /// `continuous_usage_stats` vLLM puts the usage so far on every chunk; the first one's
     /// has no token generated and no cached-token details, read as a miss).
     passed_unread: bool,
+    /// Its first token's time, held while the caller reads the stream's opening for an error
+    /// (a chat stream's comes after the role chunk that is its first byte): sampled once the
+    /// opening holds none ([`Self::opening_read`]).
+    held_first_byte: Option<u64>,
     scanner: UsageScanner,
 }
 
@@ -149,6 +153,7 @@ impl Observation {
             reading,
             holds_reader_slot: false,
             passed_unread: false,
+            held_first_byte: None,
             scanner: UsageScanner::default(),
         }
     }
@@ -193,6 +198,9 @@ impl Observation {
     /// generation and at most a transfer before its end, so its tokens are released at the
     /// end with the request (one shared-data write, not two); its `usage` is what marks it a
     /// success (error bodies carry none).
+    ///
+    /// `opening_unread`: the caller has yet to read this stream's opening for an error; its
+    /// TTFT sample waits for [`Self::opening_read`].
     pub fn on_body(
         &mut self,
         worker: &Worker,
@@ -200,6 +208,7 @@ impl Observation {
         pod: &PodAddress,
         chunk_size: usize,
         chunk: Option<&[u8]>,
+        opening_unread: bool,
     ) {
         if chunk_size == 0 {
             return;
@@ -265,11 +274,33 @@ impl Observation {
             let _span = profile::span(host, Phase::ObserveFirstByte);
             self.release_tokens(worker, pod, Some((host, now)));
             if self.learnable && !gave_up {
-                if let Ok(mut learner) = worker.learning.try_borrow_mut() {
-                    learner.first_byte(pod.as_str(), &self.dispatch, now);
-                    worker.stats.increment(worker.learning_stats.ttft_samples);
+                if opening_unread {
+                    self.held_first_byte = Some(now);
+                } else {
+                    self.sample_first_byte(worker, pod, now);
                 }
             }
+        }
+    }
+
+    /// The caller read the stream's opening: a stream that opened with an error (`failed`)
+    /// gives no TTFT sample, and nothing more is learned from it; else its first byte's held
+    /// time is sampled now.
+    pub fn opening_read(&mut self, worker: &Worker, pod: &PodAddress, failed: bool) {
+        let held = self.held_first_byte.take();
+        if failed {
+            self.learnable = false;
+            return;
+        }
+        if let Some(at_ms) = held {
+            self.sample_first_byte(worker, pod, at_ms);
+        }
+    }
+
+    fn sample_first_byte(&self, worker: &Worker, pod: &PodAddress, at_ms: u64) {
+        if let Ok(mut learner) = worker.learning.try_borrow_mut() {
+            learner.first_byte(pod.as_str(), &self.dispatch, at_ms);
+            worker.stats.increment(worker.learning_stats.ttft_samples);
         }
     }
 

@@ -498,8 +498,9 @@ impl RequestStream {
             let _span = profile::span(host, Phase::ObserveScan);
             host.response_body(0, chunk_size).unwrap_or_default()
         });
+        let opening_unread = self.opening_events > 0;
         if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
-            observed.on_body(&self.worker, host, pod, chunk_size, chunk.as_deref());
+            observed.on_body(&self.worker, host, pod, chunk_size, chunk.as_deref(), opening_unread);
         }
         if let Some(watch) = &mut self.response_id {
             watch.on_body(&self.worker, host, chunk_size, chunk.as_deref());
@@ -510,6 +511,9 @@ impl RequestStream {
                 if let Some(opening) = read_opening(host, chunk_size, chunk.as_deref(), &mut self.opening_events) {
                     self.opening_events = 0;
                     self.failed_in_stream = opening == Opening::ServerError;
+                    if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
+                        observed.opening_read(&self.worker, pod, opening != Opening::Output);
+                    }
                     if opening != Opening::Output {
                         self.compare_failed_stream(self.failed_in_stream);
                     }
@@ -551,9 +555,10 @@ impl RequestStream {
         let judged = self.success_pending.take();
         let cut =
             answer_open && (judged.is_some() || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
+        let failed_in_stream = std::mem::take(&mut self.failed_in_stream);
         if let Some(failures_then) = judged {
             let pod = self.answered_by.as_ref().unwrap_or(&address);
-            let failure = if std::mem::take(&mut self.failed_in_stream) {
+            let failure = if failed_in_stream {
                 Some(crate::attempts::AnswerFailure::ErrorEvent)
             } else {
                 cut.then_some(crate::attempts::AnswerFailure::Cut)

@@ -475,6 +475,46 @@ fn a_stream_given_up_before_its_first_byte_is_no_duration_sample() {
 }
 
 #[test]
+fn a_chat_stream_whose_error_follows_its_role_chunk_teaches_nothing() {
+    let bench = Bench::new(LEARNING);
+    bench.publish(1, &POOL);
+    bench.tick();
+    let observed = || bench.worker.learning.borrow().models.observed();
+    // vLLM sends the role's chunk with the engine's first output, then finds that output an
+    // error: the stream opened as a success would, and failed.
+    let role = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+    let error = b"data: {\"error\": {\"message\": \"boom\", \"type\": \"InternalServerError\", \"code\": 500}}\n\n";
+    let before = observed();
+    let (mut stream, answer) = bench.request(&CHAT, &streamed_chat(&[r#"{"role":"user","content":"hi"}"#.to_owned()]));
+    let pod = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    bench.host.set_response(&[(":status", "200"), ("x-gateway-destination-endpoint-served", &pod)], b"");
+    stream.on_response_headers(&bench.host, false);
+    bench.host.advance(3);
+    for (chunk, end) in [(&role[..], false), (&error[..], false), (&b"data: [DONE]\n\n"[..], true)] {
+        bench.host.set_response(&[(":status", "200")], chunk);
+        stream.on_response_body(&bench.host, chunk.len(), end);
+    }
+    stream.on_log(&bench.host);
+    assert_eq!(bench.stat("wasm_epp.streams_failed"), 1);
+    // Its role chunk passed as a first byte would, but the error after it makes it no
+    // success: no 3 ms TTFT sample, and its length is no answer's duration.
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0);
+    assert_eq!(observed(), before, "nothing learned from it");
+    // A success whose role chunk and first token come apart is sampled once its opening is read.
+    let token = b"data: {\"id\":\"chatcmpl-2\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"}}]}\n\n";
+    let (mut stream, answer) = bench.request(&CHAT, &streamed_chat(&[r#"{"role":"user","content":"ok"}"#.to_owned()]));
+    let pod = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    bench.host.set_response(&[(":status", "200"), ("x-gateway-destination-endpoint-served", &pod)], b"");
+    stream.on_response_headers(&bench.host, false);
+    for chunk in [&role[..], &token[..]] {
+        bench.host.set_response(&[(":status", "200")], chunk);
+        stream.on_response_body(&bench.host, chunk.len(), false);
+    }
+    assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1);
+    stream.on_log(&bench.host);
+}
+
+#[test]
 fn a_retried_answer_releases_the_picks_prompt_tokens_once_and_no_one_elses() {
     let bench = Bench::new(r#"{"fallback_destinations": 1, "learning": {"enabled": true}}"#);
     // The pick stays every request's pick: the other pod is far busier.
