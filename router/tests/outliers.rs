@@ -331,20 +331,33 @@ fn a_pod_that_answers_its_headers_then_cuts_every_stream_is_passed_over() {
     assert_ne!(cut_answer(&bench, "after", 0), BROKEN, "out of rotation");
 }
 
-/// A streamed request (`"stream": true`) the pick answers 200 with `first_chunk`, then ends
-/// whole; `learning` as configured (it may copy the chunk itself).
-fn streamed_answer(bench: &Bench, prompt: &str, first_chunk: &[u8]) -> String {
-    let body = format!(r#"{{"model":"m","prompt":"{prompt}","stream":true}}"#);
-    let (mut stream, answer) = bench.request(&COMPLETIONS, &body);
+/// A streamed request (`headers`, `body`) the pick answers 200 with `chunks`, then ends
+/// whole (`[DONE]` where the endpoint sends it). Returns the pick.
+fn stream_answered(bench: &Bench, headers: &[(&str, &str)], body: &str, chunks: &[&[u8]]) -> String {
+    let (mut stream, answer) = bench.request(headers, body);
     let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
     bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
     stream.on_response_headers(&bench.host, false);
-    bench.host.set_response(&[(":status", "200")], first_chunk);
-    stream.on_response_body(&bench.host, first_chunk.len(), false);
-    bench.host.set_response(&[(":status", "200")], b"data: [DONE]\n\n");
-    stream.on_response_body(&bench.host, 14, true);
+    for chunk in chunks {
+        bench.host.set_response(&[(":status", "200")], chunk);
+        stream.on_response_body(&bench.host, chunk.len(), false);
+    }
+    stream.on_response_body(&bench.host, 0, true);
     stream.on_log(&bench.host);
     pick
+}
+
+/// A streamed completions request the pick answers 200 with `first_chunk`, then `[DONE]`.
+fn streamed_answer(bench: &Bench, prompt: &str, first_chunk: &[u8]) -> String {
+    let body = format!(r#"{{"model":"m","prompt":"{prompt}","stream":true}}"#);
+    stream_answered(bench, &COMPLETIONS, &body, &[first_chunk, b"data: [DONE]\n\n"])
+}
+
+/// [`QUICK`]'s outlier detection, with `learning` (JSON fields after it) or without.
+fn quick_with(learning: &str) -> Bench {
+    let config =
+        format!(r#"{{"outlier_detection": {{"consecutive_failures": 3, "base_ejection_ms": 1000}}{learning}}}"#);
+    Bench::new(&config)
 }
 
 const SERVER_ERROR_EVENT: &[u8] = b"data: {\"error\": {\"message\": \"Internal server error\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\n";
@@ -356,9 +369,7 @@ const FIRST_TOKEN: &[u8] =
 #[test]
 fn a_pod_whose_streams_open_with_a_server_error_is_passed_over() {
     for learning in ["", r#", "learning": {"enabled": true}"#] {
-        let config =
-            format!(r#"{{"outlier_detection": {{"consecutive_failures": 3, "base_ejection_ms": 1000}}{learning}}}"#);
-        let bench = Bench::new(&config);
+        let bench = quick_with(learning);
         bench.publish(1, &THREE_PODS);
         // Streams that open with a token, or with the client's own error, are the pod's successes.
         for i in 0..4 {
@@ -384,20 +395,11 @@ const CHAT: [(&str, &str); 3] =
 /// output, before that output is read (and found to be an error).
 const ROLE_CHUNK: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
 
-/// A streamed chat request of `n` choices the pick answers 200 with `chunks`, then ends whole.
+/// A streamed chat request of `n` choices the pick answers 200 with `chunks`, then `[DONE]`.
 fn streamed_chat(bench: &Bench, prompt: &str, n: u32, chunks: &[&[u8]]) -> String {
     let body = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{prompt}"}}],"n":{n},"stream":true}}"#);
-    let (mut stream, answer) = bench.request(&CHAT, &body);
-    let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
-    bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
-    stream.on_response_headers(&bench.host, false);
-    for chunk in chunks.iter().chain([&&b"data: [DONE]\n\n"[..]]) {
-        bench.host.set_response(&[(":status", "200")], chunk);
-        stream.on_response_body(&bench.host, chunk.len(), false);
-    }
-    stream.on_response_body(&bench.host, 0, true);
-    stream.on_log(&bench.host);
-    pick
+    let chunks: Vec<&[u8]> = chunks.iter().copied().chain([&b"data: [DONE]\n\n"[..]]).collect();
+    stream_answered(bench, &CHAT, &body, &chunks)
 }
 
 #[test]
@@ -405,9 +407,7 @@ fn a_chat_stream_whose_error_follows_its_role_chunk_fails_the_pod() {
     let chat_token: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"}}]}\n\n";
     let roles_and_error = [ROLE_CHUNK, ROLE_CHUNK, SERVER_ERROR_EVENT].concat();
     for learning in ["", r#", "learning": {"enabled": true}"#] {
-        let config =
-            format!(r#"{{"outlier_detection": {{"consecutive_failures": 3, "base_ejection_ms": 1000}}{learning}}}"#);
-        let bench = Bench::new(&config);
+        let bench = quick_with(learning);
         bench.publish(1, &THREE_PODS);
         // Successes, and the client's own error, whether in the role's chunk or the next.
         for i in 0..4 {
@@ -443,17 +443,7 @@ fn a_messages_stream_whose_error_follows_its_message_start_fails_the_pod() {
         let body = format!(
             r#"{{"model":"m","max_tokens":4,"messages":[{{"role":"user","content":"{prompt}"}}],"stream":true}}"#
         );
-        let (mut stream, answer) = bench.request(&messages, &body);
-        let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
-        bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
-        stream.on_response_headers(&bench.host, false);
-        for chunk in chunks {
-            bench.host.set_response(&[(":status", "200")], chunk);
-            stream.on_response_body(&bench.host, chunk.len(), false);
-        }
-        stream.on_response_body(&bench.host, 0, true);
-        stream.on_log(&bench.host);
-        pick
+        stream_answered(&bench, &messages, &body, chunks)
     };
     for i in 0..4 {
         assert_eq!(stream(&format!("ok{i}"), &[start, text]), BROKEN);

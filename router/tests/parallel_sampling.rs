@@ -392,18 +392,33 @@ fn send_on(bench: &Bench, worker: &std::rc::Rc<wasm_epp_router::Worker>, id: u32
     (stream, step)
 }
 
+/// 16 single requests held on `worker` (ids 201..=216): a backlog that takes every place it
+/// may as it frees.
+fn backlog_on(bench: &Bench, worker: &std::rc::Rc<wasm_epp_router::Worker>) -> Vec<RequestStream> {
+    (201..=216)
+        .map(|id| {
+            let (stream, step) = send_on(bench, worker, id, &chat(&format!("backlog {id}"), "1"));
+            assert_eq!(step, Step::Pause);
+            stream
+        })
+        .collect()
+}
+
+/// Two waiting ticks of both workers, 5 ms apart: each reads the other's queue.
+fn two_waiting_ticks(bench: &Bench, other: &wasm_epp_router::Worker) {
+    for _ in 0..2 {
+        bench.tick_with(other);
+        bench.later(5);
+    }
+}
+
 #[test]
 fn samples_on_a_worker_with_nothing_in_flight_are_not_held_for_a_pod_another_worker_s_backlog_never_leaves() {
     const PODS: [&str; 2] = ["10.0.0.1:8000", "10.0.0.2:8000"];
     let bench = Bench::new(&flow(8));
     bench.publish(1, &PODS.map(|pod| (pod, 0.0)));
     let other = bench.another_worker(9);
-    let ticks = || {
-        for _ in 0..2 {
-            bench.tick_with(&other);
-            bench.later(5);
-        }
-    };
+    let ticks = || two_waiting_ticks(&bench, &other);
     // The other worker fills both pods and has more waiting: a backlog that takes every place
     // it may as it frees.
     let mut by_pod: std::collections::HashMap<String, Vec<RequestStream>> = Default::default();
@@ -412,13 +427,7 @@ fn samples_on_a_worker_with_nothing_in_flight_are_not_held_for_a_pod_another_wor
         assert_eq!(step, Step::Continue);
         by_pod.entry(bench.host.header("x-gateway-destination-endpoint").unwrap()).or_default().push(stream);
     }
-    let backlog: Vec<RequestStream> = (201..=216)
-        .map(|id| {
-            let (stream, step) = send_on(&bench, &other, id, &chat(&format!("backlog {id}"), "1"));
-            assert_eq!(step, Step::Pause);
-            stream
-        })
-        .collect();
+    let backlog = backlog_on(&bench, &other);
     ticks();
     let (eight, step) = send(&bench, 1, &chat("eight", "8"));
     assert_eq!(step, Step::Pause, "the pool is full");
@@ -486,12 +495,7 @@ fn samples_heavier_than_a_worker_s_share_go_when_the_share_is_free_while_another
     let bench = Bench::new(&flow(8));
     bench.publish(1, &[(POD, 0.0)]);
     let other = bench.another_worker(9);
-    let ticks = || {
-        for _ in 0..2 {
-            bench.tick_with(&other);
-            bench.later(5);
-        }
-    };
+    let ticks = || two_waiting_ticks(&bench, &other);
     let mut busy: Vec<RequestStream> = (101..=108)
         .map(|id| {
             let (stream, step) = send_on(&bench, &other, id, &chat(&format!("busy {id}"), "1"));
@@ -499,13 +503,7 @@ fn samples_heavier_than_a_worker_s_share_go_when_the_share_is_free_while_another
             stream
         })
         .collect();
-    let backlog: Vec<RequestStream> = (201..=216)
-        .map(|id| {
-            let (stream, step) = send_on(&bench, &other, id, &chat(&format!("backlog {id}"), "1"));
-            assert_eq!(step, Step::Pause);
-            stream
-        })
-        .collect();
+    let backlog = backlog_on(&bench, &other);
     ticks();
     let (eight, step) = send(&bench, 1, &chat("eight", "8"));
     assert_eq!(step, Step::Pause, "the pod is full");
