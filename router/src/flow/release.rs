@@ -16,7 +16,7 @@ use wasm_epp_host::Host;
 use super::answer::{answer, answer_pending};
 use super::pods::{publish_saturation, with_pods};
 use super::queue::{Admission, Entry, Left};
-use super::saturation::{free_places, room_of, FreePlaces, Places, PoolRoom};
+use super::saturation::{free_places, FreePlaces, Places};
 use super::stats::DropReason;
 use super::{Fate, Held};
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
@@ -35,7 +35,8 @@ pub enum Admitted {
 /// The pool's room and this worker's share of it, as of now, in places: sequences in the
 /// pods' batches (a request of `n` choices takes `n`, see `InferenceRequest::sequences`).
 struct Look {
-    room: PoolRoom,
+    /// The pool has no pod at all (not merely no room).
+    no_pods: bool,
     /// Free places on the pods with room: summed, and on the widest pod; all of them, and
     /// those open to bands below `reserved_min_priority` (each pod's less its reserve).
     free: FreePlaces,
@@ -63,7 +64,7 @@ impl Look {
     /// share goes when this worker has nothing in flight and its share's worth of places is
     /// free in the pool (its pod then passes its bound by up to `need` − 1).
     fn fits(&self, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> bool {
-        let PoolRoom::Free(_) = self.room else { return false };
+        // (A pool without room fits nothing: every need is at least 1 place.)
         if self.others.outranks(priority) {
             return false;
         }
@@ -139,7 +140,7 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32, weight: u32) -> Ad
 pub fn admit_unheld(worker: &Worker, host: &dyn Host, priority: i32) -> bool {
     // Its `n` is not read: it weighs 1.
     admit(worker, host, priority, 1) == Admitted::RouteNow
-        || matches!(look(worker, host, host.now_ms()), Some(Look { room: PoolRoom::NoPods, .. }))
+        || matches!(look(worker, host, host.now_ms()), Some(Look { no_pods: true, .. }))
 }
 
 /// Queues `held` (true); else it has been answered (429 if its band or the queue is full). Sheddable
@@ -237,7 +238,7 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
         answer(worker, host, left, DropReason::Evicted, true);
     }
     if !expired.is_empty() {
-        let no_pods = matches!(look(worker, host, now), Some(Look { room: PoolRoom::NoPods, .. }));
+        let no_pods = matches!(look(worker, host, now), Some(Look { no_pods: true, .. }));
         let reason = if no_pods { DropReason::NoPods } else { DropReason::TtlExpired };
         for left in &expired {
             worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
@@ -376,7 +377,7 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
         // This worker's requests on the pods counted as room (under P/D a split request also
         // holds a prefill pod until its first token: that place is no room for anyone).
         let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
-        Look { room: room_of(pods, &free), free, capacity, local, others, slot: inflight.slot(), estimated: false }
+        Look { no_pods: pods.is_empty(), free, capacity, local, others, slot: inflight.slot(), estimated: false }
     })
 }
 

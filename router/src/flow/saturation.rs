@@ -95,20 +95,16 @@ pub fn free_places(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowC
     })
 }
 
-/// What the pool can take now, from its pods and their [`FreePlaces`].
-pub fn room_of(pods: &[PodLoad<'_>], free: &FreePlaces) -> PoolRoom {
-    if pods.is_empty() {
-        PoolRoom::NoPods
-    } else if free.all.total == 0 {
-        PoolRoom::Saturated
-    } else {
-        PoolRoom::Free(free.all.total)
-    }
-}
-
 /// The pool's room: the sum of the free in-flight places of every pod that has room.
 pub fn pool_room(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowControlConfig) -> PoolRoom {
-    room_of(pods, &free_places(pods, limits, flow))
+    let free = free_places(pods, limits, flow).all.total;
+    if pods.is_empty() {
+        PoolRoom::NoPods
+    } else if free == 0 {
+        PoolRoom::Saturated
+    } else {
+        PoolRoom::Free(free)
+    }
 }
 
 #[cfg(test)]
