@@ -112,8 +112,6 @@ pub struct RequestStream {
     /// comparison judges it: a stream may fail after its `200`, see
     /// [`crate::stream_error::opening_events`]); 0 once judged, or when not read.
     opening_events: u32,
-    /// The comparison awaits the stream's first token: an error at its opening is its arm's.
-    compare_judged: bool,
     /// When a compared stream's first body byte passed, while its opening is still read.
     first_byte_ms: Option<u64>,
     /// It opened with a server's error event: a failure of the pod that answered.
@@ -160,7 +158,6 @@ impl RequestStream {
             weight: 1,
             streamed: false,
             opening_events: 0,
-            compare_judged: false,
             first_byte_ms: None,
             failed_in_stream: false,
         }
@@ -483,7 +480,6 @@ impl RequestStream {
         // detection (at its end) and the comparison (its first byte) read it.
         let comparing = self.compared.as_ref().is_some_and(|compared| compared.awaiting_first_byte);
         let judged = self.streamed && (self.success_pending.is_some() || comparing);
-        self.compare_judged = judged && comparing;
         self.opening_events = if judged { crate::stream_error::opening_events(self.endpoint, self.weight) } else { 0 };
         Step::Continue
     }
@@ -854,10 +850,9 @@ impl RequestStream {
     /// A stream that opened with an error event: not a first token. The server's error
     /// (`server`) is a failure of its arm, as a 5xx status is; a client's, as a 4xx, is not.
     fn compare_failed_stream(&mut self, server: bool) {
-        if !std::mem::take(&mut self.compare_judged) {
-            return;
-        }
-        let Some(compared) = self.compared() else { return };
+        // (Its first byte is not timed while the opening is read: a compared stream still
+        // awaits it here.)
+        let Some(compared) = self.compared().filter(|c| c.awaiting_first_byte) else { return };
         compared.awaiting_first_byte = false;
         let arm = compared.arm;
         if let (Some(comparing), true) = (&self.worker.comparison, server) {
