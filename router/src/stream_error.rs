@@ -62,7 +62,7 @@ pub fn read_opening(bytes: &[u8], events: &mut u32) -> Option<Opening> {
             return None;
         }
         if opens_with_error(rest) {
-            return Some(if opens_with_server_error(rest) { Opening::ServerError } else { Opening::Error });
+            return Some(if blames_server(rest) { Opening::ServerError } else { Opening::Error });
         }
         *events -= 1;
         if *events == 0 {
@@ -109,10 +109,13 @@ pub fn opens_with_error(first_chunk: &[u8]) -> bool {
 /// client's error (a 4xx code: the request's fault, which another pod would refuse too), an
 /// error of no known kind, or an event cut before its line ends is not the pod's failure.
 pub fn opens_with_server_error(first_chunk: &[u8]) -> bool {
-    if !opens_with_error(first_chunk) {
-        return false;
-    }
-    let Some(line) = first_data_line(first_chunk) else { return false };
+    opens_with_error(first_chunk) && blames_server(first_chunk)
+}
+
+/// Whether an error event (`event`, known to open with one) is the server's: see
+/// [`opens_with_server_error`].
+fn blames_server(event: &[u8]) -> bool {
+    let Some(line) = first_data_line(event) else { return false };
     let Ok(event) = serde_json::from_slice::<Value>(line) else { return false };
     let error = match event.get("error") {
         Some(inner @ Value::Object(_)) => inner,
