@@ -75,6 +75,14 @@ async fn failing_and_hanging_pods() {
     assert!(body.contains(r#""code":503"#) && body.ends_with("data: [DONE]\n\n"), "{body}");
     let whole = client.request(Method::POST, &url, Bytes::from(completion_body("a b", 2).to_string())).await.unwrap();
     assert_eq!(whole.status, 503, "a whole answer keeps its status");
+    // A chat stream of two choices: both role chunks, then the error (vLLM's order).
+    let chat = json!({"messages": [{"role": "user", "content": "a b"}], "max_tokens": 2, "n": 2, "stream": true});
+    let chat_url = format!("{base}/v1/chat/completions");
+    let failed = client.request(Method::POST, &chat_url, Bytes::from(chat.to_string())).await.unwrap();
+    let events: Vec<&str> = failed.body.split("\n\n").filter(|event| !event.is_empty()).collect();
+    assert_eq!(events.len(), 4, "{}", failed.body);
+    assert!(events[0].contains(r#""role":"assistant""#) && events[1].contains(r#""index":1"#), "{}", failed.body);
+    assert!(events[2].starts_with(r#"data: {"error":"#), "{}", failed.body);
 
     client.post_json(&format!("{base}/sim/faults"), &json!({"fail_fraction": 0.0, "hang": true})).await.unwrap();
     let hung = tokio::spawn({

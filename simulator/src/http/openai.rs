@@ -172,19 +172,27 @@ struct Started {
 }
 
 impl Started {
-    /// A stream whose generation failed before its first token: its only event is `error`.
-    fn failed(error: ApiError, options: &CommonOptions, pod: &Pod, prompts: &[Vec<u32>]) -> Self {
+    /// A stream whose generation failed before its first token: its generation's only event
+    /// is the failure (a chat stream sends each choice's role chunk before it, as vLLM does).
+    fn failed(error: ApiError, options: &CommonOptions, pod: &Pod, prompts: &[Vec<u32>], n: usize) -> Self {
         let (sender, events) = mpsc::channel(1);
         // A fresh channel of one place: the send cannot find it full or closed.
         let _ = sender.try_send(ChoiceEvent { choice: 0, event: GenerationEvent::Failed(error) });
+        let prompt_tokens = prompt_tokens_by_choice(prompts, n, prompts.len().saturating_mul(n.max(1)));
         Self {
             events,
             request_number: 0,
             model: options.model.clone().unwrap_or_else(|| pod.config().model.clone()),
-            choices: 1,
-            prompt_tokens: vec![prompts.first().map_or(0, Vec::len)],
+            choices: prompt_tokens.len(),
+            prompt_tokens,
         }
     }
+}
+
+/// Each choice's prompt tokens: choice `p*n + k` is sample `k` of prompt `p`.
+fn prompt_tokens_by_choice(prompts: &[Vec<u32>], n: usize, choices: usize) -> Vec<usize> {
+    let n = n.max(1);
+    (0..choices).map(|choice| prompts.get(choice / n).map_or(0, Vec::len)).collect()
 }
 
 /// Serves a completions or chat request: `n` choices per prompt, numbered as vLLM numbers
@@ -249,7 +257,7 @@ async fn start_generation(
     if faults.fail_fraction > 0.0 && pod.fault_draw() < faults.fail_fraction {
         let error = ApiError::new(faults.fail_status, "Injected failure (fault injection).");
         if options.stream && faults.fail_in_stream {
-            return Ok(Started::failed(error, options, pod, &prompts));
+            return Ok(Started::failed(error, options, pod, &prompts, n));
         }
         return Err(error);
     }
@@ -277,7 +285,7 @@ async fn start_generation(
     let request_number = tickets.first().map(|ticket| ticket.id).unwrap_or_default();
     let model = options.model.clone().unwrap_or_else(|| pod.config().model.clone());
     let choices = tickets.len();
-    let prompt_tokens: Vec<usize> = (0..choices).map(|choice| prompts.get(choice / n).map_or(0, Vec::len)).collect();
+    let prompt_tokens = prompt_tokens_by_choice(&prompts, n, choices);
     let (sender, events) = mpsc::channel(EVENTS_BUFFERED_PER_CHOICE.saturating_mul(choices.max(1)));
     for (choice, ticket) in tickets.into_iter().enumerate() {
         let prompt = choice / n;
