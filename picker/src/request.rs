@@ -9,8 +9,9 @@
 //! which spares hashing a scan of the messages; serde_json reads any body that scan is not sure
 //! of, and decides its refusal. Any other endpoint's body is read for `model` alone
 //! ([`parse_model_only`]), as is a body its endpoint's parse refused but vLLM may still take
-//! (it reads JSON with Python and pydantic, more leniently than serde: `"stream": "true"`, a key
-//! given twice, `NaN`, a byte order mark, completions by `prompt_embeds` without `prompt`).
+//! (it reads JSON with Python and pydantic, more leniently than serde: a key given twice, `NaN`,
+//! a byte order mark, completions by `prompt_embeds` without `prompt`). Flags and counts are
+//! read as pydantic's lax mode reads them (`"stream": "true"` streams, `"n": "2"` is 2).
 
 use std::borrow::Cow;
 
@@ -90,7 +91,8 @@ impl Endpoint {
 pub struct InferenceRequest<'a> {
     #[serde(borrow, default)]
     pub model: Option<Cow<'a, str>>,
-    #[serde(default)]
+    /// Read as vLLM reads it: `"true"` and `1` stream too.
+    #[serde(default, deserialize_with = "fields::lax_flag_field")]
     pub stream: Option<bool>,
     /// Kept raw, so a value of any type is forwarded for the engine to judge, as before it
     /// was read; see [`Self::includes_usage`].
@@ -149,8 +151,8 @@ impl InferenceRequest<'_> {
         }
         #[derive(Deserialize)]
         struct StreamOptions {
-            // Absent: vLLM's default; `null`: none.
-            #[serde(default = "vllm_default")]
+            // Absent: vLLM's default; `null`: none. Read as vLLM reads a flag (`"true"`, 1).
+            #[serde(default = "vllm_default", deserialize_with = "fields::lax_flag_field")]
             include_usage: Option<bool>,
         }
         let options = self.stream_options.and_then(|raw| serde_json::from_str::<StreamOptions>(raw).ok());
@@ -454,7 +456,9 @@ mod tests {
             (r#"{"continuous_usage_stats":true}"#, true),
             (r#"{"include_usage":null}"#, false),
             (r#"{"include_usage":false}"#, false),
-            (r#"{"include_usage":"yes"}"#, false),
+            (r#"{"include_usage":"yes"}"#, true),
+            (r#"{"include_usage":0}"#, false),
+            (r#"{"include_usage":"maybe"}"#, false),
             ("null", false),
             ("[1,2]", false),
             ("\"text\"", false),
@@ -489,8 +493,6 @@ mod tests {
     fn bodies_vllm_takes_and_serde_refuses_are_read_for_their_model() {
         let chat = r#""messages":[{"role":"user","content":"hi"}]"#;
         for (body, endpoint) in [
-            (format!(r#"{{"model":"m",{chat},"stream":"true"}}"#), Endpoint::ChatCompletions),
-            (format!(r#"{{"model":"m",{chat},"stream":1}}"#), Endpoint::ChatCompletions),
             (format!(r#"{{"model":"public",{chat},"model":"m"}}"#), Endpoint::ChatCompletions),
             (format!("\u{feff}{{\"model\":\"m\",{chat}}}"), Endpoint::ChatCompletions),
             (format!(r#"{{"model":"m",{chat},"temperature":NaN}}"#), Endpoint::ChatCompletions),
@@ -499,6 +501,50 @@ mod tests {
         ] {
             assert!(parse_request(body.as_bytes(), endpoint).is_err(), "{body}");
             assert_eq!(parse_model_only(body.as_bytes()).unwrap().model.as_deref(), Some("m"), "{body}");
+        }
+    }
+
+    #[test]
+    fn flags_are_read_as_vllm_reads_them() {
+        let bodies = |stream: &str| {
+            let chat = format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}],"stream":{stream}}}"#);
+            let completion = format!(r#"{{"model":"m","prompt":"hi","stream":{stream}}}"#);
+            let responses = format!(r#"{{"model":"m","input":"hi","stream":{stream}}}"#);
+            [
+                (chat.clone(), Endpoint::ChatCompletions),
+                (completion, Endpoint::Completions),
+                (responses, Endpoint::Responses),
+                (chat, Endpoint::Messages),
+            ]
+        };
+        let cases = [
+            ("true", Some(true)),
+            (r#""true""#, Some(true)),
+            (r#""Yes""#, Some(true)),
+            (r#""on""#, Some(true)),
+            (r#""1""#, Some(true)),
+            (r#""t""#, Some(true)),
+            (r#""\u0074rue""#, Some(true)),
+            ("1", Some(true)),
+            ("1.0", Some(true)),
+            ("false", Some(false)),
+            (r#""FALSE""#, Some(false)),
+            (r#""off""#, Some(false)),
+            (r#""n""#, Some(false)),
+            ("0", Some(false)),
+            ("null", None),
+        ];
+        for (stream, read) in cases {
+            for (body, endpoint) in bodies(stream) {
+                let request = parse_request(body.as_bytes(), endpoint).unwrap();
+                assert_eq!(request.stream, read, "{body}");
+                assert!(request.messages.is_some() || request.prompt.is_some() || request.input.is_some());
+            }
+        }
+        for refused in ["2", "0.5", r#""maybe""#, r#"" true""#, r#""""#, "[]", "{}"] {
+            for (body, endpoint) in bodies(refused) {
+                assert!(parse_request(body.as_bytes(), endpoint).is_err(), "{body}: vLLM refuses it (400)");
+            }
         }
     }
 

@@ -374,7 +374,7 @@ impl RequestStream {
     /// A body its endpoint's parse refused, read for its model alone as any other endpoint's
     /// is, and routed so (by model and load: no prefix, not learned from; flow control queues
     /// it all the same). vLLM reads JSON with Python and pydantic, which take what serde refuses
-    /// (`"stream": "true"`, a key given twice, `NaN`, a byte order mark, completions by
+    /// (a key given twice, `NaN`, a byte order mark, completions by
     /// `prompt_embeds`): routed by load, such a request would reach pods of another model
     /// (their 404), and a rewrite's public name would reach the pod. `error` stands when no
     /// model can be read at all (not a JSON object, a `model` that is not a string).

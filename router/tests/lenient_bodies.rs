@@ -21,8 +21,8 @@ const MESSAGES: &str = r#""messages":[{"role":"user","content":"hi"}]"#;
 /// Bodies for `model` the picker's parse refuses and vLLM serves, with the endpoint each is for.
 fn lenient_bodies(model: &str) -> Vec<(&'static [(&'static str, &'static str)], String)> {
     vec![
-        (&CHAT, format!(r#"{{"model":"{model}",{MESSAGES},"stream":"true"}}"#)),
-        (&CHAT, format!(r#"{{"model":"{model}",{MESSAGES},"stream":1}}"#)),
+        (&CHAT, format!(r#"{{"model":"{model}",{MESSAGES},"stream":true,"stream":"true"}}"#)),
+        (&CHAT, format!(r#"{{"model":"{model}",{MESSAGES},"temperature":-Infinity}}"#)),
         (&CHAT, format!(r#"{{"model":"llama",{MESSAGES},"model":"{model}"}}"#)),
         (&CHAT, format!("\u{feff}{{\"model\":\"{model}\",{MESSAGES}}}")),
         (&CHAT, format!(r#"{{"model":"{model}",{MESSAGES},"temperature":NaN}}"#)),

@@ -39,10 +39,10 @@ fn send(bench: &Bench, id: u32, model: &str, headers: &[(&str, &str)], metadata:
 }
 
 /// Sends a chat for `model` on context `id` that vLLM reads and the picker's chat parse does not
-/// (`"stream": "true"`): read for its model alone.
+/// (`NaN`, which Python's `json` takes): read for its model alone.
 fn send_lenient(bench: &Bench, id: u32, model: &str) -> (RequestStream, Step) {
     let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
-    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}],"stream":"true"}}"#);
+    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}],"temperature":NaN}}"#);
     bench.host.set_request(&chat, body.as_bytes());
     let mut stream = RequestStream::for_context(bench.worker.clone(), id);
     assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);

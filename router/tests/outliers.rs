@@ -388,6 +388,22 @@ fn a_pod_whose_streams_open_with_a_server_error_is_passed_over() {
     }
 }
 
+/// vLLM reads `stream` as pydantic reads a flag (`"true"`, `1`, `"yes"` stream): so is such
+/// a stream read for its opening error.
+#[test]
+fn a_stream_asked_for_in_pydantic_lax_form_is_read_for_its_error_event() {
+    let bench = quick_with("");
+    bench.publish(1, &THREE_PODS);
+    for (i, flag) in [r#""true""#, "1", r#""yes""#].iter().enumerate() {
+        let body = format!(r#"{{"model":"m","prompt":"lax{i}","stream":{flag}}}"#);
+        let pick = stream_answered(&bench, &COMPLETIONS, &body, &[SERVER_ERROR_EVENT, b"data: [DONE]\n\n"]);
+        assert_eq!(pick, BROKEN, "{flag}");
+    }
+    assert_eq!(bench.stat("wasm_epp.streams_failed"), 3);
+    assert_eq!(bench.stat("wasm_epp.body_routed_by_model"), 0, "read whole, not for its model alone");
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+}
+
 const CHAT: [(&str, &str); 3] =
     [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
 

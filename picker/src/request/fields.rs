@@ -9,7 +9,9 @@
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
 
 use super::scan::{skip_white_space, string_end, value_end};
 use super::BodyError;
@@ -20,6 +22,47 @@ use super::BodyError;
 pub(super) fn read_object<'a>(text: &'a str, each: impl FnMut(&'a str, usize) -> Option<usize>) -> Option<()> {
     let end = for_each_member(text, 0, each)?;
     (skip_white_space(text.as_bytes(), end) == text.len()).then_some(())
+}
+
+/// A raw JSON value read as a boolean the way vLLM reads `stream` and its other flags: its
+/// request models are pydantic models in lax mode, which take `true` and `false`, the numbers
+/// 0 and 1 (`1.0` too), and the strings pydantic names (`"true"`, `"yes"`, `"on"`, `"1"`,
+/// `"t"`, `"y"`, and their opposites, in any case). So a client sending `"stream": "true"` is
+/// answered a stream, and must be read as streaming. `None` for anything else (vLLM refuses
+/// it: 400).
+pub(crate) fn lax_flag(raw: &str) -> Option<bool> {
+    match raw {
+        "true" => return Some(true),
+        "false" => return Some(false),
+        _ => {}
+    }
+    let Some(quoted) = raw.strip_prefix('"').and_then(|rest| rest.strip_suffix('"')) else {
+        // A JSON number (the parse checked it is one, or this `None` refuses it).
+        let number = raw.parse::<f64>().ok()?;
+        return [(0.0, false), (1.0, true)].iter().find(|(at, _)| number == *at).map(|&(_, flag)| flag);
+    };
+    let text: Cow<'_, str> = match quoted.contains('\\') {
+        false => Cow::Borrowed(quoted),
+        true => Cow::Owned(serde_json::from_str::<String>(raw).ok()?),
+    };
+    let is = |names: &[&str]| names.iter().any(|name| text.eq_ignore_ascii_case(name));
+    if is(&["true", "t", "yes", "y", "on", "1"]) {
+        Some(true)
+    } else if is(&["false", "f", "no", "n", "off", "0"]) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// A boolean field read by serde (`deserialize_with`), as [`lax_flag`] reads it; `null` is
+/// absent.
+pub(crate) fn lax_flag_field<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<bool>, D::Error> {
+    let Some(raw) = Option::<&'de RawValue>::deserialize(deserializer)? else { return Ok(None) };
+    match lax_flag(raw.get()) {
+        Some(flag) => Ok(Some(flag)),
+        None => Err(D::Error::custom(format!("invalid value: {}, expected a boolean", raw.get()))),
+    }
 }
 
 /// `body` read by `scan` when it is UTF-8 and the scan is sure of it, else by serde.
@@ -106,14 +149,12 @@ impl Known {
         serde_json::from_str::<String>(value).ok().map(|text| Some(Cow::Owned(text)))
     }
 
-    /// A boolean field (`Option<bool>`).
+    /// A boolean field (`Option<bool>`), read as vLLM reads it ([`lax_flag`]).
     pub fn flag(&mut self, bit: u8, value: &str) -> Option<Option<bool>> {
         self.first(bit)?;
         match value {
             "null" => Some(None),
-            "true" => Some(Some(true)),
-            "false" => Some(Some(false)),
-            _ => None,
+            _ => lax_flag(value).map(Some),
         }
     }
 

@@ -21,7 +21,8 @@ use super::{raw_text, BodyError, InferenceRequest};
 struct MessagesBody<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
-    #[serde(default)]
+    /// Read as vLLM reads it: `"true"` and `1` stream too.
+    #[serde(default, deserialize_with = "super::fields::lax_flag_field")]
     stream: Option<bool>,
     #[serde(borrow, default, deserialize_with = "raw_text")]
     system: Option<&'a str>,

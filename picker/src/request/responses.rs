@@ -23,7 +23,8 @@ use super::{raw_text, BodyError, InferenceRequest};
 struct ResponsesBody<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
-    #[serde(default)]
+    /// Read as vLLM reads it: `"true"` and `1` stream too.
+    #[serde(default, deserialize_with = "super::fields::lax_flag_field")]
     stream: Option<bool>,
     #[serde(borrow, default, deserialize_with = "raw_text")]
     instructions: Option<&'a str>,
@@ -135,6 +136,6 @@ mod tests {
             BodyError::WrongType("instructions")
         );
         assert!(matches!(parse_responses(b"{\"input\":"), Err(BodyError::Invalid(_))));
-        assert!(matches!(parse_responses(br#"{"input":"x","stream":"yes"}"#), Err(BodyError::Invalid(_))));
+        assert!(matches!(parse_responses(br#"{"input":"x","stream":"maybe"}"#), Err(BodyError::Invalid(_))));
     }
 }
