@@ -2,6 +2,7 @@
 //! Plain data in and out; the HTTP layer (`crate::http`) wires it to sockets.
 
 pub mod errors;
+pub mod lax;
 pub mod messages_api;
 pub mod request;
 pub mod responses;

@@ -9,6 +9,7 @@
 use serde::Deserialize;
 
 use super::errors::ApiError;
+use super::lax::{self, lax_int};
 use crate::chat_template::{render_chat, ChatMessage, ContentPart};
 use crate::tokenizer::{tokenize, VOCAB_SIZE};
 
@@ -93,8 +94,9 @@ impl ChatRequest {
 /// `continuous_usage_stats` to false, and an explicit `null` is falsy for both.
 #[derive(Deserialize)]
 struct RawStreamOptions {
-    #[serde(default = "absent_include_usage")]
+    #[serde(default = "absent_include_usage", deserialize_with = "lax::flag")]
     include_usage: Option<bool>,
+    #[serde(default, deserialize_with = "lax::flag")]
     continuous_usage_stats: Option<bool>,
 }
 
@@ -130,7 +132,9 @@ enum RawPrompt {
 struct RawCompletion {
     model: Option<String>,
     prompt: Option<RawPrompt>,
+    #[serde(default, deserialize_with = "lax::int")]
     max_tokens: Option<i64>,
+    #[serde(default, deserialize_with = "lax::flag")]
     stream: Option<bool>,
     stream_options: Option<serde_json::Value>,
     cache_salt: Option<serde_json::Value>,
@@ -170,10 +174,14 @@ struct RawMessage {
 struct RawChat {
     model: Option<String>,
     messages: Option<Vec<RawMessage>>,
+    #[serde(default, deserialize_with = "lax::int")]
     max_tokens: Option<i64>,
+    #[serde(default, deserialize_with = "lax::int")]
     max_completion_tokens: Option<i64>,
+    #[serde(default, deserialize_with = "lax::flag")]
     stream: Option<bool>,
     stream_options: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "lax::flag")]
     add_generation_prompt: Option<bool>,
     cache_salt: Option<serde_json::Value>,
     n: Option<serde_json::Value>,
@@ -223,33 +231,6 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let n = check_n(raw.n.as_ref())?;
     check_best_of(raw.best_of.as_ref(), n)?;
     Ok(ChatRequest { messages, add_generation_prompt: raw.add_generation_prompt.unwrap_or(true), n, options })
-}
-
-/// An integer as pydantic reads one in lax mode: a JSON number with no fraction, or a string
-/// of decimal digits with an optional sign and a fraction of zeros, whitespace around it.
-fn lax_int(value: &serde_json::Value) -> Option<i64> {
-    match value {
-        serde_json::Value::Number(number) => number.as_i64().or_else(|| {
-            let value = number.as_f64()?;
-            // Within i64 (a larger one is refused as too many either way).
-            (value.fract() == 0.0 && value.abs() < 9.0e18).then_some(value as i64)
-        }),
-        serde_json::Value::String(text) => {
-            let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
-            let (negative, digits) = match text.strip_prefix('-') {
-                Some(rest) => (true, rest),
-                None => (false, text.strip_prefix('+').unwrap_or(text)),
-            };
-            let (whole, zeros) = digits.split_once('.').unwrap_or((digits, "0"));
-            let made_of = |part: &str, allowed: &[u8]| !part.is_empty() && part.bytes().all(|b| allowed.contains(&b));
-            if !made_of(whole, b"0123456789") || !made_of(zeros, b"0") {
-                return None;
-            }
-            let magnitude: i64 = whole.parse().ok()?;
-            Some(if negative { -magnitude } else { magnitude })
-        }
-        _ => None,
-    }
 }
 
 /// vLLM's `check_cache_salt_support` (entrypoints/openai/protocol.py, on completions and chat):

@@ -11,6 +11,11 @@ fn streamed_completions_arrive_whole() {
             "/v1/chat/completions",
             r#"{"model":"sim-model","messages":[{"role":"user","content":"hi"}],"max_tokens":12,"stream":true}"#,
         ),
+        // `stream` as vLLM's pydantic models read a flag (lax mode): a stream all the same.
+        (
+            "/v1/chat/completions",
+            r#"{"model":"sim-model","messages":[{"role":"user","content":"hey"}],"max_tokens":12.0,"stream":"true"}"#,
+        ),
     ] {
         let reply = cluster.post(path, &[], body);
         assert_eq!(reply.status, 200, "{}", reply.body);
@@ -24,4 +29,6 @@ fn streamed_completions_arrive_whole() {
             assert!(json["choices"].is_array() || json["usage"].is_object(), "{chunk}");
         }
     }
+    assert_eq!(cluster.stat("wasm_epp_body_routed_by_model"), 0.0, "every body read whole, the lax one too");
+    assert_eq!(cluster.stat("wasm_epp_body_invalid"), 0.0);
 }

@@ -41,7 +41,9 @@ struct RawMessages {
     model: Option<String>,
     system: Option<Value>,
     messages: Option<Vec<Value>>,
+    #[serde(default, deserialize_with = "crate::api::lax::int")]
     max_tokens: Option<i64>,
+    #[serde(default, deserialize_with = "crate::api::lax::flag")]
     stream: Option<bool>,
 }
 

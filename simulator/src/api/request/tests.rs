@@ -186,3 +186,30 @@ fn best_of_is_refused_above_one_as_vllm_v1_refuses_it() {
     assert_eq!(completion(r#"{"prompt": "x", "best_of": 1.0}"#).unwrap().n, 1);
     assert_eq!(completion(r#"{"prompt": "x", "best_of": "two"}"#).unwrap_err().message, "best_of must be an int.");
 }
+
+/// Flags and lengths as vLLM's pydantic models read them in lax mode: a client sending
+/// `"stream": "true"` or `"max_tokens": 16.0` is served, as vLLM serves it.
+#[test]
+fn flags_and_lengths_are_read_in_pydantic_lax_mode() {
+    for (stream, streams) in [("\"true\"", true), ("1", true), ("\"Yes\"", true), ("\"off\"", false), ("0", false)] {
+        let body = format!(r#"{{"prompt": "x", "stream": {stream}}}"#);
+        assert_eq!(completion(&body).unwrap().options.stream, streams, "{stream}");
+        let body = format!(r#"{{"messages": [{{"role": "user", "content": "x"}}], "stream": {stream}}}"#);
+        assert_eq!(chat(&body).unwrap().options.stream, streams, "{stream}");
+    }
+    for (length, tokens) in [("16.0", 16), ("\"16\"", 16), ("\" 16 \"", 16)] {
+        let body = format!(r#"{{"prompt": "x", "max_tokens": {length}}}"#);
+        assert_eq!(completion(&body).unwrap().options.max_tokens, Some(tokens), "{length}");
+        let body =
+            format!(r#"{{"messages": [{{"role": "user", "content": "x"}}], "max_completion_tokens": {length}}}"#);
+        assert_eq!(chat(&body).unwrap().options.max_tokens, Some(tokens), "{length}");
+    }
+    let usage = completion(r#"{"prompt": "x", "stream": "true", "stream_options": {"include_usage": "yes"}}"#).unwrap();
+    assert!(usage.options.stream && usage.options.include_usage);
+    let template = chat(r#"{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": "false"}"#);
+    assert!(!template.unwrap().add_generation_prompt);
+    for refused in [r#""stream": "maybe""#, r#""stream": 2"#, r#""max_tokens": 1.5"#, r#""max_tokens": "many""#] {
+        let body = format!(r#"{{"prompt": "x", {refused}}}"#);
+        assert_eq!(completion(&body).unwrap_err().status, 400, "{refused}");
+    }
+}

@@ -51,7 +51,9 @@ struct RawResponses {
     model: Option<String>,
     input: Option<Value>,
     instructions: Option<String>,
+    #[serde(default, deserialize_with = "crate::api::lax::int")]
     max_output_tokens: Option<i64>,
+    #[serde(default, deserialize_with = "crate::api::lax::flag")]
     stream: Option<bool>,
     previous_response_id: Option<String>,
 }
