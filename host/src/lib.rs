@@ -64,8 +64,8 @@ pub trait Host: SharedStore {
     fn request_headers(&self) -> HostResult<HeaderMap>;
     fn set_request_header(&self, name: &str, value: &[u8]) -> HostResult<()>;
     fn remove_request_header(&self, name: &str) -> HostResult<()>;
-    /// The buffered request body, at most `size` bytes.
-    fn request_body(&self, size: usize) -> HostResult<Vec<u8>>;
+    /// Bytes `start..start + size` of the buffered request body.
+    fn request_body(&self, start: usize, size: usize) -> HostResult<Vec<u8>>;
     /// Replaces the buffered request body (`replaced` bytes of it, i.e. all it held) with `body`.
     fn set_request_body(&self, replaced: usize, body: &[u8]) -> HostResult<()>;
     /// The current response's headers (from the response-headers callback on), as bytes.

@@ -269,9 +269,10 @@ impl Host for MockHost {
         Ok(())
     }
 
-    fn request_body(&self, size: usize) -> HostResult<Vec<u8>> {
+    fn request_body(&self, start: usize, size: usize) -> HostResult<Vec<u8>> {
         let body = self.body.borrow();
-        let copy = body.get(..size.min(body.len())).unwrap_or_default().to_vec();
+        let end = start.saturating_add(size).min(body.len());
+        let copy = body.get(start.min(end)..end).unwrap_or_default().to_vec();
         self.tally.note("proxy_get_buffer_bytes", copy.len(), 0);
         Ok(copy)
     }

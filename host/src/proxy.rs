@@ -91,8 +91,8 @@ impl Host for ProxyHost {
         abi::remove_header(REQUEST_HEADERS, name)
     }
 
-    fn request_body(&self, size: usize) -> HostResult<Vec<u8>> {
-        Ok(abi::buffer(REQUEST_BODY, 0, size)?.unwrap_or_default())
+    fn request_body(&self, start: usize, size: usize) -> HostResult<Vec<u8>> {
+        Ok(abi::buffer(REQUEST_BODY, start, size)?.unwrap_or_default())
     }
 
     fn set_request_body(&self, replaced: usize, body: &[u8]) -> HostResult<()> {

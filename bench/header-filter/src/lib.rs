@@ -137,7 +137,7 @@ impl HttpContext for HeaderOnly {
             return Action::Pause;
         }
         if self.settings.read_body {
-            let body = ProxyHost.request_body(body_size).ok();
+            let body = ProxyHost.request_body(0, body_size).ok();
             std::hint::black_box(body);
         }
         self.set_destination()

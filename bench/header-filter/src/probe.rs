@@ -81,7 +81,7 @@ pub fn run(body_size: usize) {
     record(
         &format!("proxy_get_buffer_bytes/{body_size}"),
         time_per_call(clock, || {
-            std::hint::black_box(host.request_body(body_size).ok());
+            std::hint::black_box(host.request_body(0, body_size).ok());
         }),
     );
     record(

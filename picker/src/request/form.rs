@@ -1,0 +1,219 @@
+//! The `model` field of a `multipart/form-data` upload: vLLM's audio endpoints
+//! (`/v1/audio/transcriptions`, `/v1/audio/translations`) take the file and their fields as a
+//! form, and answer 404 for a model the pod does not serve, so in a pool of several models an
+//! upload must be routed by its `model` as a JSON body is.
+//!
+//! The body is read as it arrives, part by part (RFC 7578: each part opens with a delimiter
+//! line, `--` and the boundary, then its headers, a blank line and its content). The OpenAI
+//! SDKs send the form's fields before the file, so the model is usually in the first chunk
+//! and the upload streams on from there; a client that sends the file first is read up to its
+//! end, within the filter's buffer bound. A part that is not the model's is skipped: only the
+//! bytes that arrive after it are searched for the next delimiter, so a long file costs one
+//! pass. Anything unexpected (no delimiter, headers or a value too long, text that is not
+//! UTF-8) reads as "no model", and the upload is routed by load as before.
+
+/// The most bytes of one part's headers read (a part names itself in one short line).
+const MAX_PART_HEADERS: usize = 4096;
+
+/// The longest model name read from a form (as the pods' model lists bound their names).
+const MAX_MODEL_BYTES: usize = 256;
+
+/// RFC 2046: a boundary is 1 to 70 characters.
+const MAX_BOUNDARY: usize = 70;
+
+/// The boundary of a `multipart/form-data` content type; `None` for any other type, or a
+/// boundary missing or longer than RFC 2046 allows.
+pub fn form_boundary(content_type: &str) -> Option<String> {
+    let mut fields = content_type.split(';');
+    let essence = fields.next()?.trim();
+    if !essence.eq_ignore_ascii_case("multipart/form-data") {
+        return None;
+    }
+    let boundary = fields.find_map(|field| {
+        let (name, value) = field.split_once('=')?;
+        name.trim().eq_ignore_ascii_case("boundary").then(|| value.trim())
+    })?;
+    let boundary = boundary.strip_prefix('"').and_then(|b| b.strip_suffix('"')).unwrap_or(boundary);
+    (!boundary.is_empty() && boundary.len() <= MAX_BOUNDARY).then(|| boundary.to_owned())
+}
+
+/// What the body read so far says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormRead {
+    /// The form's `model` field.
+    Model(String),
+    /// Not yet known: read on from [`FormScan::resume_at`] when more of the body arrives.
+    More,
+    /// The form names no model that can be read (or is not one): route it without.
+    NoModel,
+}
+
+/// Where the scan stands, in offsets of the whole body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// Looking for the next delimiter from here (the first may open the body).
+    Delimiter { from: usize },
+    /// A part's headers start here.
+    Headers { start: usize },
+    /// The model's value starts here.
+    Value { start: usize },
+}
+
+/// A scan of one upload's form, fed the body as it arrives.
+#[derive(Debug, Clone)]
+pub struct FormScan {
+    /// `\r\n--` and the boundary: what ends a part's content.
+    delimiter: Vec<u8>,
+    place: Place,
+}
+
+impl FormScan {
+    pub fn new(boundary: &str) -> Self {
+        let mut delimiter = b"\r\n--".to_vec();
+        delimiter.extend_from_slice(boundary.as_bytes());
+        Self { delimiter, place: Place::Delimiter { from: 0 } }
+    }
+
+    /// The body's offset the next read must start at: what comes before it is not needed again.
+    pub fn resume_at(&self) -> usize {
+        match self.place {
+            Place::Delimiter { from } => from,
+            Place::Headers { start } | Place::Value { start } => start,
+        }
+    }
+
+    /// Reads `bytes`, the body from [`Self::resume_at`] to what has arrived; `complete`: the
+    /// body ends there.
+    pub fn scan(&mut self, bytes: &[u8], complete: bool) -> FormRead {
+        let base = self.resume_at();
+        // Each turn moves the place forward or answers.
+        loop {
+            // Places only move forward from `base`, so each is within or past `bytes`.
+            let from = |at: usize| bytes.get(at.saturating_sub(base)..).unwrap_or_default();
+            let read = match self.place {
+                Place::Delimiter { from: at } => self.find_delimiter(from(at), at),
+                Place::Headers { start } => self.read_headers(from(start), start),
+                Place::Value { start } => self.read_value(from(start)),
+            };
+            match read {
+                Step::Moved => continue,
+                Step::Answer(answer) => return answer,
+                Step::Wait if complete => return FormRead::NoModel,
+                Step::Wait => return FormRead::More,
+            }
+        }
+    }
+
+    /// `bytes` start at `from`: the next delimiter line opens a part's headers.
+    fn find_delimiter(&mut self, bytes: &[u8], from: usize) -> Step {
+        // The first delimiter may open the body, without the line break before it.
+        let opening = self.delimiter.get(2..).unwrap_or_default();
+        let found = if from == 0 && bytes.starts_with(opening) {
+            Some((0, opening.len()))
+        } else {
+            find(bytes, &self.delimiter).map(|at| (at, self.delimiter.len()))
+        };
+        let Some((at, length)) = found else {
+            // Keep what could be the start of a delimiter cut by the chunk's end.
+            let keep = self.delimiter.len().saturating_sub(1);
+            self.place = Place::Delimiter { from: from + bytes.len().saturating_sub(keep) };
+            return Step::Wait;
+        };
+        let after = at + length;
+        match bytes.get(after..after + 2) {
+            // The close delimiter: the form ends without a model.
+            Some(b"--") => Step::Answer(FormRead::NoModel),
+            Some(_) => match find(bytes.get(after..).unwrap_or_default(), b"\r\n") {
+                // (Transport padding may follow the boundary on its line.)
+                Some(end) => {
+                    self.place = Place::Headers { start: from + after + end + 2 };
+                    Step::Moved
+                }
+                None => self.wait_at(from + at),
+            },
+            None => self.wait_at(from + at),
+        }
+    }
+
+    /// Waits with the place at a delimiter whose line has not all arrived.
+    fn wait_at(&mut self, delimiter: usize) -> Step {
+        self.place = Place::Delimiter { from: delimiter };
+        Step::Wait
+    }
+
+    /// `bytes` start at a part's headers, at `start` in the body.
+    fn read_headers(&mut self, bytes: &[u8], start: usize) -> Step {
+        // A part without headers has its blank line at once.
+        let end = if bytes.starts_with(b"\r\n") { Some(0) } else { find(bytes, b"\r\n\r\n") };
+        let Some(end) = end else {
+            if bytes.len() > MAX_PART_HEADERS {
+                return Step::Answer(FormRead::NoModel);
+            }
+            return Step::Wait;
+        };
+        if end > MAX_PART_HEADERS {
+            return Step::Answer(FormRead::NoModel);
+        }
+        let blank = if end == 0 { 2 } else { 4 };
+        let content = start + end + blank;
+        let headers = bytes.get(..end).unwrap_or_default();
+        self.place = match part_name(headers) {
+            Some(name) if name == "model" => Place::Value { start: content },
+            // Another field or the file: skipped, its content searched once for its end.
+            _ => Place::Delimiter { from: content },
+        };
+        Step::Moved
+    }
+
+    /// `bytes` start at the model's value.
+    fn read_value(&mut self, bytes: &[u8]) -> Step {
+        let Some(end) = find(bytes, &self.delimiter) else {
+            if bytes.len() > MAX_MODEL_BYTES + self.delimiter.len() {
+                return Step::Answer(FormRead::NoModel);
+            }
+            return Step::Wait;
+        };
+        let value = bytes.get(..end).unwrap_or_default();
+        match std::str::from_utf8(value) {
+            Ok(name) if !name.is_empty() && name.len() <= MAX_MODEL_BYTES => {
+                Step::Answer(FormRead::Model(name.to_owned()))
+            }
+            _ => Step::Answer(FormRead::NoModel),
+        }
+    }
+}
+
+/// One turn of the scan.
+enum Step {
+    /// The place moved on: read again from there.
+    Moved,
+    Answer(FormRead),
+    /// More of the body is needed.
+    Wait,
+}
+
+/// The `name` a part's headers give it (`Content-Disposition: form-data; name="model"`).
+fn part_name(headers: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(headers).ok()?;
+    let disposition = text.split("\r\n").find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.trim().eq_ignore_ascii_case("content-disposition").then_some(value)
+    })?;
+    let mut fields = disposition.split(';');
+    fields.next()?.trim().eq_ignore_ascii_case("form-data").then_some(())?;
+    fields.find_map(|field| {
+        let (name, value) = field.split_once('=')?;
+        let value = value.trim();
+        let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
+        name.trim().eq_ignore_ascii_case("name").then(|| value.to_owned())
+    })
+}
+
+/// Where `needle` first occurs in `haystack`: in linear time, so a hostile upload full of
+/// near-delimiters costs a pass, not a pass per delimiter byte.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    memchr::memmem::find(haystack, needle)
+}
+
+#[cfg(test)]
+mod tests;

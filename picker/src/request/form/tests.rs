@@ -1,0 +1,135 @@
+use super::*;
+
+const BOUNDARY: &str = "----sdk7MA4YWxkTrZu0gW";
+
+/// A form of `parts` (name, content) as an HTTP client writes it, with a preamble if given.
+fn form(preamble: &str, parts: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut body = preamble.as_bytes().to_vec();
+    for (name, content) in parts {
+        let filename = if *name == "file" { "; filename=\"talk.wav\"\r\nContent-Type: audio/wav" } else { "" };
+        body.extend_from_slice(
+            format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"{filename}\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(content);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+    body
+}
+
+/// Feeds `body` to a scan `chunk` bytes at a time, as Envoy delivers it; returns the answer
+/// and the bytes the scan asked to read in all.
+fn feed(body: &[u8], chunk: usize) -> (FormRead, usize) {
+    let mut scan = FormScan::new(BOUNDARY);
+    let (mut arrived, mut read) = (0, 0);
+    loop {
+        arrived = (arrived + chunk).min(body.len());
+        let bytes = &body[scan.resume_at()..arrived];
+        read += bytes.len();
+        match scan.scan(bytes, arrived == body.len()) {
+            FormRead::More => assert!(arrived < body.len(), "the whole body read and still More"),
+            answer => return (answer, read),
+        }
+    }
+}
+
+fn audio(bytes: usize) -> Vec<u8> {
+    // Bytes of every value, line breaks and dashes among them, as a recording has.
+    (0..bytes).map(|i| (i * 7 % 256) as u8).collect()
+}
+
+#[test]
+fn the_model_is_read_when_the_fields_come_first_as_the_sdks_send_them() {
+    let file = audio(200_000);
+    let body = form("", &[("model", b"whisper-large-v3"), ("language", b"en"), ("file", &file)]);
+    for chunk in [1, 7, 64, 16_384, body.len()] {
+        let mut scan = FormScan::new(BOUNDARY);
+        let first = (chunk * 400).min(body.len());
+        if chunk >= 64 {
+            assert_eq!(scan.scan(&body[..first], false), FormRead::Model("whisper-large-v3".into()), "{chunk}");
+        }
+        assert_eq!(feed(&body, chunk).0, FormRead::Model("whisper-large-v3".into()), "{chunk}");
+    }
+}
+
+#[test]
+fn a_file_sent_first_is_passed_over_once() {
+    let file = audio(1_000_000);
+    let body = form("", &[("file", &file), ("model", b"whisper-1"), ("response_format", b"json")]);
+    for chunk in [13, 1_000, 16_384, 65_536] {
+        let (answer, read) = feed(&body, chunk);
+        assert_eq!(answer, FormRead::Model("whisper-1".into()), "{chunk}");
+        let chunks = body.len().div_ceil(chunk);
+        let overlap = chunks * (BOUNDARY.len() + 4);
+        assert!(
+            read <= body.len() + overlap,
+            "{chunk}: read {read} of {} (once, plus a delimiter per chunk)",
+            body.len()
+        );
+    }
+}
+
+#[test]
+fn a_form_without_a_model_says_so_at_its_end() {
+    let body = form("preamble text\r\n", &[("file", &audio(5_000)), ("language", b"en")]);
+    assert_eq!(feed(&body, 100).0, FormRead::NoModel);
+    let mut scan = FormScan::new(BOUNDARY);
+    assert_eq!(scan.scan(&body[..4_000], false), FormRead::More, "the file is still arriving");
+    // A body cut before its close delimiter, then ended.
+    let cut = &body[..body.len() - BOUNDARY.len() - 6];
+    assert_eq!(feed(cut, 50).0, FormRead::NoModel);
+}
+
+#[test]
+fn only_a_part_named_model_is_read() {
+    let named = |disposition: &str| {
+        let mut body = format!("--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n\r\nqwen\r\n").into_bytes();
+        body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+        feed(&body, 9).0
+    };
+    assert_eq!(named("form-data; name=model"), FormRead::Model("qwen".into()));
+    assert_eq!(named("FORM-DATA; NAME=\"model\""), FormRead::Model("qwen".into()));
+    assert_eq!(named("form-data; name=\"model\"; filename=\"m.txt\""), FormRead::Model("qwen".into()));
+    for other in
+        ["form-data; name=\"models\"", "form-data; name=\"file\"; filename=\"model\"", "attachment; name=\"model\""]
+    {
+        assert_eq!(named(other), FormRead::NoModel, "{other}");
+    }
+}
+
+#[test]
+fn odd_values_read_as_no_model() {
+    let long = vec![b'a'; 300];
+    for value in [&b""[..], b"\xff\xfe", &long] {
+        let body = form("", &[("model", value), ("file", &audio(100))]);
+        assert_eq!(feed(&body, 64).0, FormRead::NoModel, "{value:?}");
+    }
+    // Headers that never end, and a body with no delimiter at all.
+    let mut endless = format!("--{BOUNDARY}\r\nX-Pad: ").into_bytes();
+    endless.extend(std::iter::repeat_n(b'x', 10_000));
+    assert_eq!(FormScan::new(BOUNDARY).scan(&endless, false), FormRead::NoModel);
+    assert_eq!(feed(&audio(50_000), 1_000).0, FormRead::NoModel);
+    // A part without headers is no field.
+    let bare = format!("--{BOUNDARY}\r\n\r\nqwen\r\n--{BOUNDARY}--\r\n");
+    assert_eq!(feed(bare.as_bytes(), 3).0, FormRead::NoModel);
+}
+
+#[test]
+fn the_boundary_comes_from_a_form_content_type_only() {
+    assert_eq!(form_boundary("multipart/form-data; boundary=abc").as_deref(), Some("abc"));
+    assert_eq!(form_boundary("Multipart/Form-Data;charset=utf-8; Boundary=\"a b:c\"").as_deref(), Some("a b:c"));
+    for refused in [
+        "application/json",
+        "multipart/mixed; boundary=abc",
+        "multipart/form-data",
+        "multipart/form-data; boundary=",
+        "multipart/form-data; boundary=\"\"",
+    ] {
+        assert_eq!(form_boundary(refused), None, "{refused}");
+    }
+    assert_eq!(
+        form_boundary(&format!("multipart/form-data; boundary={}", "b".repeat(71))),
+        None,
+        "RFC 2046: 70 at most"
+    );
+}
