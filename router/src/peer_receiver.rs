@@ -86,7 +86,7 @@ pub fn accept_body(worker: &Worker, host: &dyn Host, body_size: usize) {
         send_error(host, 413, "too_large", "wasm-epp peer listener: message too large");
         return;
     }
-    let body = host.request_body(body_size).unwrap_or_default();
+    let body = host.request_body(0, body_size).unwrap_or_default();
     if !body.starts_with(b"WEPP") {
         worker.stats.increment(worker.stats.peer_refused);
         send_error(host, 400, "invalid_request_error", "wasm-epp peer listener: not a peer message");

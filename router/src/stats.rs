@@ -31,6 +31,8 @@ pub struct Stats {
     pub body_invalid: Counter,
     /// Of the bodies that did not parse, those read for their model alone and routed by it.
     pub body_routed_by_model: Counter,
+    /// `multipart/form-data` uploads routed by their form's `model`.
+    pub upload_routed_by_model: Counter,
     pub body_rejected: Counter,
     pub body_over_limit: Counter,
     pub buffer_cap_reached: Counter,
@@ -96,6 +98,7 @@ impl Stats {
             shed: c("wasm_epp.shed"),
             body_invalid: c("wasm_epp.body_invalid"),
             body_routed_by_model: c("wasm_epp.body_routed_by_model"),
+            upload_routed_by_model: c("wasm_epp.upload_routed_by_model"),
             body_rejected: c("wasm_epp.body_rejected"),
             body_over_limit: c("wasm_epp.body_over_limit"),
             buffer_cap_reached: c("wasm_epp.buffer_cap_reached"),

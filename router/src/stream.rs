@@ -14,7 +14,9 @@ use std::rc::Rc;
 use picker::address::PodAddress;
 use picker::config::{InvalidBodyPolicy, UnknownModelPolicy};
 use picker::prefix::session_key;
-use picker::request::{parse_model_only, parse_request, strip_path_prefix, BodyError, Endpoint, InferenceRequest};
+use picker::request::{
+    parse_model_only, parse_request, strip_path_prefix, BodyError, Endpoint, FormScan, InferenceRequest,
+};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::comparison_stats::Compared;
@@ -27,6 +29,8 @@ use crate::reply::{send_dropped, send_error, send_json, send_json_bytes, send_mo
 use crate::response::Observation;
 use crate::response_ids::ResponseIdWatch;
 use crate::worker::Worker;
+
+mod upload;
 
 /// Headers a pool cluster could follow besides the configured one; none may come from a
 /// client: the protocol's default name, ORIGINAL_DST's own, and P/D's prefill address.
@@ -116,6 +120,8 @@ pub struct RequestStream {
     first_byte_ms: Option<u64>,
     /// It opened with a server's error event: a failure of the pod that answered.
     failed_in_stream: bool,
+    /// A `multipart/form-data` upload being read for its `model` ([`upload`]).
+    upload: Option<FormScan>,
 }
 
 impl RequestStream {
@@ -160,6 +166,7 @@ impl RequestStream {
             opening_events: 0,
             first_byte_ms: None,
             failed_in_stream: false,
+            upload: None,
         }
     }
 
@@ -226,13 +233,20 @@ impl RequestStream {
         self.rewrite_to = crate::protocol::rewrite_target(&headers, config);
         self.slo_ttft_ms = crate::protocol::slo_ttft_ms(&headers, config);
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
-        let unread = self.endpoint == Endpoint::Other && !may_be_json(headers.get_text("content-type"));
+        let content_type = headers.get_text("content-type");
+        if self.endpoint == Endpoint::Other && !end_of_stream {
+            // An upload (an audio transcription's form) is read for its `model` as it arrives.
+            self.upload = content_type.and_then(picker::request::form_boundary).map(|b| FormScan::new(&b));
+        }
+        let unread = self.endpoint == Endpoint::Other && self.upload.is_none() && !may_be_json(content_type);
         if end_of_stream || unread {
             // No body: no prompt for an engine to generate from (a preflight, a HEAD), so not
-            // flow control's to hold or refuse either; an upload to another endpoint neither.
+            // flow control's to hold or refuse either; a binary upload to another endpoint neither.
             return self.route(host, None);
         }
-        if declared_length.is_some_and(|len| len > config.max_body_bytes) {
+        // (An upload's fields come before its file, as the SDKs send them: it is read, however
+        // long, until its model is found or `max_body_bytes` have come.)
+        if self.upload.is_none() && declared_length.is_some_and(|len| len > config.max_body_bytes) {
             self.worker.stats.increment(self.worker.stats.body_over_limit);
             return self.route_unread(host);
         }
@@ -265,11 +279,14 @@ impl RequestStream {
             self.worker.stats.increment(self.worker.stats.buffer_cap_reached);
             return self.route_unread(host);
         }
+        if self.upload.is_some() {
+            return self.read_upload(host, body_size, end_of_stream);
+        }
         if !end_of_stream {
             return Step::Pause;
         }
         let read = profile::span(host, Phase::BodyRead);
-        let body = match host.request_body(body_size) {
+        let body = match host.request_body(0, body_size) {
             Ok(body) => body,
             Err(error) => {
                 log::warn!("wasm-epp: cannot read request body: {error}");
@@ -934,7 +951,8 @@ fn read_opening(
 
 /// Whether a body on another endpoint may be JSON naming a `model`, and so is worth buffering:
 /// declared as JSON, or undeclared, or as curl's `-d` default and plain text (servers that read
-/// JSON whatever the label). Uploads (`multipart/form-data` audio, binary types) pass unread.
+/// JSON whatever the label). Binary uploads pass unread (a `multipart/form-data` form is read
+/// for its `model` field, see [`upload`]).
 fn may_be_json(content_type: Option<&str>) -> bool {
     let Some(value) = content_type else { return true };
     let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();

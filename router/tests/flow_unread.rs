@@ -201,9 +201,12 @@ fn requests_without_a_body_and_other_endpoints_are_not_queued_they_go_on_and_cou
         (":path", "/v1/audio/transcriptions"),
         ("content-type", "multipart/form-data; boundary=x"),
     ];
-    bench.host.set_request(&upload, b"");
+    // Read for its form's model (its first chunk carries it), then on: never queued.
+    let form = b"--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nm\r\n--x\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\nRIFF";
+    bench.host.set_request(&upload, form);
     let mut stream = RequestStream::for_context(bench.worker.clone(), 2);
-    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Continue, "not flow control's to hold");
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause, "until its model arrives");
+    assert_eq!(stream.on_request_body(&bench.host, form.len(), false), Step::Continue, "not flow control's to hold");
     assert_eq!(inflight(&bench), 2, "counted, so the queue sees the place taken");
     let (mut held, step) = send(&bench, 3, &COMPLETIONS, &completion("held"));
     assert_eq!(step, Step::Pause);

@@ -190,15 +190,20 @@ fn other_endpoints_go_to_pods_serving_the_model_their_json_body_names() {
 }
 
 #[test]
-fn uploads_and_bodyless_requests_on_other_endpoints_are_routed_by_load_at_their_headers() {
+fn binary_uploads_and_bodyless_requests_on_other_endpoints_are_routed_by_load_at_their_headers() {
     let bench = Bench::new("{}");
     publish_models(&bench, &POOL);
     let form = "--x\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nqwen\r\n--x--\r\n";
-    for content_type in ["multipart/form-data; boundary=x", "application/octet-stream", "audio/wav"] {
+    for content_type in ["application/octet-stream", "audio/wav"] {
         let answer = bench.complete(&post("/v1/audio/transcriptions", content_type), form);
         assert_eq!(answer.headers_step, Step::Continue, "{content_type}: not held for its body");
         assert!(answer.destination.is_some());
     }
+    // A form is read for its `model` (router/tests/uploads.rs).
+    let answer = bench.complete(&post("/v1/audio/transcriptions", "multipart/form-data; boundary=x"), form);
+    assert_eq!((answer.headers_step, answer.body_step), (Step::Pause, Some(Step::Continue)));
+    let pick = answer.destination.unwrap_or_default();
+    assert!(POOL.iter().any(|(pod, model, ..)| *model == "qwen" && pick.starts_with(pod)), "{pick}");
     let files = bench.complete(&[(":method", "GET"), (":path", "/v1/files")], "");
     assert_eq!((files.headers_step, files.destination.is_some()), (Step::Continue, true));
 }
