@@ -261,3 +261,37 @@ async fn a_cache_salt_keeps_tenants_apart() {
     assert_eq!(status, 400, "an empty salt is refused, as vLLM");
     pod.shutdown().await;
 }
+
+/// A `multipart/form-data` upload with `parts` (name, content), as clients send one.
+fn audio_form(boundary: &str, parts: &[(&str, &[u8])]) -> Bytes {
+    let mut body = Vec::new();
+    for (name, content) in parts {
+        let file = if *name == "file" { "; filename=\"a.wav\"\r\nContent-Type: audio/wav" } else { "" };
+        body.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"{file}\r\n\r\n").bytes());
+        body.extend_from_slice(content);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{boundary}--\r\n").bytes());
+    Bytes::from(body)
+}
+
+#[tokio::test]
+async fn audio_uploads_are_checked_for_their_file_and_model_as_vllm_checks_them() {
+    let pod = start_pod(|config| config.model = "whisper".into()).await;
+    let client = SimClient::new();
+    let content_type = [("content-type", "multipart/form-data; boundary=xyz")];
+    for path in ["/v1/audio/transcriptions", "/v1/audio/translations"] {
+        let url = format!("{}{path}", pod.base_url());
+        let send = |parts: &[(&str, &[u8])]| {
+            client.request_with_headers(Method::POST, &url, &content_type, audio_form("xyz", parts))
+        };
+        let answered = send(&[("file", b"RIFF0000WAVE"), ("model", b"whisper")]).await.unwrap();
+        assert_eq!(answered.status, 200, "{}", answered.body);
+        assert!(answered.json()["text"].as_str().unwrap().contains("12 bytes"), "{}", answered.body);
+        assert_eq!(send(&[("file", b"RIFF"), ("model", b"llama")]).await.unwrap().status, 404);
+        assert_eq!(send(&[("model", b"whisper")]).await.unwrap().status, 400, "no file");
+        let not_a_form = client.request_with_headers(Method::POST, &url, &[], Bytes::from_static(b"{}")).await.unwrap();
+        assert_eq!(not_a_form.status, 400);
+    }
+    assert_eq!(stats(&client, &pod).await["model_not_found"], 2);
+}

@@ -174,7 +174,11 @@ impl SimClient {
         headers: &[(&str, &str)],
         body: Bytes,
     ) -> Result<hyper::Response<hyper::body::Incoming>, ClientError> {
-        let mut builder = Request::builder().method(method).uri(url).header(CONTENT_TYPE, "application/json");
+        let mut builder = Request::builder().method(method).uri(url);
+        // JSON unless the caller names its own type (a form's, with its boundary).
+        if !headers.iter().any(|(name, _)| name.eq_ignore_ascii_case(CONTENT_TYPE.as_str())) {
+            builder = builder.header(CONTENT_TYPE, "application/json");
+        }
         for (name, value) in headers {
             builder = builder.header(*name, *value);
         }

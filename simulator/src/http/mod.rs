@@ -2,6 +2,7 @@
 //! and `crate::pod`. File order follows the request path: server → router → handlers.
 
 pub mod admin;
+pub mod audio;
 pub mod body;
 pub mod metrics_endpoint;
 pub mod misc;

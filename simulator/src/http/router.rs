@@ -7,12 +7,12 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{HeaderName, HeaderValue};
+use hyper::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use hyper::{Method, Request, Response};
 
 use super::body::{error_response, read_body, SimBody};
 use super::openai::answer;
-use super::{admin, metrics_endpoint, misc, openai};
+use super::{admin, audio, metrics_endpoint, misc, openai};
 use crate::api::errors::ApiError;
 use crate::pd::PREFILLER_HEADER;
 use crate::pod::Pod;
@@ -33,6 +33,8 @@ const ROUTES: &[(&str, &[Method])] = &[
     ("/v1/chat/completions", &[Method::POST]),
     ("/v1/responses", &[Method::POST]),
     ("/v1/messages", &[Method::POST]),
+    ("/v1/audio/transcriptions", &[Method::POST]),
+    ("/v1/audio/translations", &[Method::POST]),
     (STORED_RESPONSE, &[Method::GET]),
     ("/v1/models", &[Method::GET]),
     ("/health", &[Method::GET]),
@@ -53,6 +55,7 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
     let method = request.method().clone();
     let query = request.uri().query().map(str::to_owned);
     let prefiller = request.headers().get(PREFILLER_HEADER).and_then(|value| value.to_str().ok()).map(str::to_owned);
+    let content_type = request.headers().get(CONTENT_TYPE).and_then(|value| value.to_str().ok()).map(str::to_owned);
     let path = request.uri().path().to_owned();
     let stored_id = path.strip_prefix(STORED_RESPONSE_PREFIX).filter(|id| !id.is_empty() && !id.contains('/'));
     let route_path = if stored_id.is_some() { STORED_RESPONSE } else { path.as_str() };
@@ -64,8 +67,14 @@ pub async fn handle(pod: Arc<Pod>, request: Request<Incoming>) -> Response<SimBo
         Some((_, methods)) if !methods.contains(&method) => error_response(&ApiError::method_not_allowed()),
         Some((path, _)) => match read_body(request.into_body()).await {
             Ok(body) => {
-                let call =
-                    Call { path, query: query.as_deref(), method: &method, prefiller: prefiller.as_deref(), stored_id };
+                let call = Call {
+                    path,
+                    query: query.as_deref(),
+                    method: &method,
+                    prefiller: prefiller.as_deref(),
+                    stored_id,
+                    content_type: content_type.as_deref(),
+                };
                 dispatch(&pod, &call, &body, arrival).await
             }
             Err(error) => error_response(&error),
@@ -87,16 +96,21 @@ struct Call<'a> {
     prefiller: Option<&'a str>,
     /// The id of `GET /v1/responses/{id}`.
     stored_id: Option<&'a str>,
+    /// The body's `content-type` (a form's boundary).
+    content_type: Option<&'a str>,
 }
 
 async fn dispatch(pod: &Arc<Pod>, call: &Call<'_>, body: &Bytes, arrival: Instant) -> Response<SimBody> {
-    let Call { path, query, method, prefiller, stored_id } = *call;
+    let Call { path, query, method, prefiller, stored_id, content_type } = *call;
     match path {
         "/v1/completions" => answer(openai::completions(pod, body, arrival, prefiller).await),
         "/v1/chat/completions" => answer(openai::chat_completions(pod, body, arrival, prefiller).await),
         "/v1/responses" => answer(openai::responses(pod, body, arrival).await),
         STORED_RESPONSE => answer(openai::retrieve_response(pod, stored_id.unwrap_or_default())),
         "/v1/messages" => answer(openai::messages(pod, body, arrival).await),
+        "/v1/audio/transcriptions" | "/v1/audio/translations" => {
+            answer(audio::transcription(pod, content_type, body.clone()).await)
+        }
         "/v1/models" => misc::models(pod),
         "/health" => misc::health(pod),
         "/tokenize" => answer(misc::tokenize_endpoint(pod, body)),
