@@ -1,0 +1,82 @@
+//! Audio uploads (`multipart/form-data`, vLLM's Whisper endpoints) through a real Envoy reach
+//! a pod serving their form's `model`, in a pool where the least loaded pod serves another
+//! model: sent by the official OpenAI Python SDK (fields before the file) and by curl with the
+//! file first (as OpenAI's documentation writes the command), a megabyte long, so the plugin
+//! reads it across many body chunks.
+
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::Cluster;
+use launcher::paths::workspace_root;
+
+/// Pod 0 serves `llama`, pod 1 `whisper`.
+fn audio_pool() -> Cluster {
+    let fast = ["--time-scale", "0"];
+    let llama = [&fast[..], &["--model", "llama"]].concat();
+    let whisper = [&fast[..], &["--model", "whisper"]].concat();
+    let cluster = Cluster::start_mixed("uploads", &[llama, whisper], |_| {});
+    let listed = || {
+        let reply = launcher::http::get(&cluster.envoy.url("/v1/models"), Duration::from_secs(10)).ok();
+        reply.is_some_and(|r| r.body.contains("\"llama\"") && r.body.contains("\"whisper\""))
+    };
+    assert!(launcher::wait_until(Duration::from_secs(15), listed), "the gateway never listed both models");
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS); // the other worker's table too
+    cluster
+}
+
+/// The OpenAI Python SDK's transcription of a short file; returns the pod and the text.
+fn sdk_transcription(cluster: &Cluster, model: &str) -> (String, String) {
+    let script = r#"
+import json, sys
+from openai import OpenAI
+client = OpenAI(base_url=sys.argv[1], api_key="unused", max_retries=0)
+raw = client.audio.transcriptions.with_raw_response.create(model=sys.argv[2], file=("talk.wav", b"RIFF" + bytes(4000)))
+print(json.dumps({"pod": raw.headers.get("x-served-by"), "text": raw.parse().text}))
+"#;
+    let output = Command::new(workspace_root().join(".venv/bin/python"))
+        .args(["-c", script, &cluster.envoy.url("/v1"), model])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the OpenAI SDK (make e2e installs it): {e}"));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&output.stderr));
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    (report["pod"].as_str().unwrap_or_default().to_owned(), report["text"].as_str().unwrap_or_default().to_owned())
+}
+
+/// curl's upload of `file` before the model field; returns the status and the pod.
+fn curl_transcription(cluster: &Cluster, file: &std::path::Path, model: &str) -> (u16, String) {
+    let output = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "30"])
+        .arg("-F")
+        .arg(format!("file=@{};type=audio/wav", file.display()))
+        .args(["-F", &format!("model={model}")])
+        .arg(cluster.envoy.url("/v1/audio/transcriptions"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run curl: {e}"));
+    let head = String::from_utf8_lossy(&output.stdout);
+    let status = head.lines().find_map(|line| line.strip_prefix("HTTP/1.1 ")).and_then(|rest| rest.get(..3));
+    let pod = head.lines().find_map(|line| line.strip_prefix("x-served-by: "));
+    (status.and_then(|s| s.parse().ok()).unwrap_or(0), pod.unwrap_or_default().trim().to_owned())
+}
+
+#[test]
+fn uploads_reach_a_pod_serving_their_forms_model() {
+    let cluster = audio_pool();
+    let pods = cluster.pool();
+    for _ in 0..5 {
+        let (pod, text) = sdk_transcription(&cluster, "whisper");
+        assert_eq!(pod, pods[1], "the SDK's upload reached the whisper pod");
+        assert!(text.contains("4004 bytes"), "{text}");
+    }
+    let recording = cluster.dir.join("talk.wav");
+    let audio: Vec<u8> = (0..1_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(&recording, audio).unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..3 {
+        assert_eq!(curl_transcription(&cluster, &recording, "whisper"), (200, pods[1].clone()), "file first, by curl");
+        assert_eq!(curl_transcription(&cluster, &recording, "llama"), (200, pods[0].clone()));
+    }
+    assert_eq!(cluster.stat("wasm_epp_upload_routed_by_model"), 11.0);
+    assert_eq!(cluster.pods_stat("model_not_found"), 0, "no upload reached a pod without its model");
+    assert_eq!(e2e::hostile::wasm_failures(&cluster.envoy), Vec::<String>::new(), "no Wasm VM failed");
+}
