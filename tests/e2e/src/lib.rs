@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod chaos;
 pub mod drain;
 pub mod h2;
 pub mod header_fuzz;

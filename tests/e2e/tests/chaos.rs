@@ -1,0 +1,288 @@
+//! Everything on at once: two base models and an adapter on five pods, flow control with
+//! small per-pod bounds, priorities and tenants, learning, outlier detection, a pod whose
+//! streams sometimes fail, a pod killed and brought back, and clients sending every kind of
+//! request (four APIs, streams, `n` > 1, lax `"stream": "true"`, bodies vLLM refuses, an
+//! unknown model, clients leaving mid-body and mid-stream, a forged destination). Each
+//! feature has its own test; this one looks for what they break together, as invariants a
+//! user would call a bug: a request left unanswered, a status the docs do not allow for what
+//! was sent, an answer from a pod of another model, a forged address reached, a count or a
+//! queue place never given back, a Wasm VM failure.
+//!
+//! `CHAOS_SECONDS` sets the traffic's length (default 12), `CHAOS_SEED` replays a run (the
+//! seed is printed); `--nocapture` shows the summary.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use e2e::chaos::{self, Draw, Kind, Outcome};
+use e2e::hostile::Canary;
+use e2e::Cluster;
+use serde_json::json;
+
+const CLIENTS: usize = 16;
+/// The pod whose answers sometimes fail (whole answers 500, streams `200` with an error event).
+const FAULTY: usize = 1;
+/// The pod killed a third of the way in and started again at two thirds.
+const KILLED: usize = 0;
+/// How long after the killed pod is back its model's requests may still fail: the pool
+/// service must scrape it healthy again (100 ms polls) and the workers read the table.
+const BACK_IN_ROTATION: Duration = Duration::from_secs(3);
+/// Bound on the wait for every count to come back to 0 once the clients stopped.
+const SETTLE: Duration = Duration::from_secs(20);
+/// Flow-control bands the traffic uses: `x-gateway-inference-priority` -1, 0 (and none), 2.
+const BANDS: [&str; 3] = ["n1", "p0", "p2"];
+
+fn traffic_length() -> Duration {
+    let seconds = std::env::var("CHAOS_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(12);
+    Duration::from_secs(seconds)
+}
+
+fn seed() -> u64 {
+    std::env::var("CHAOS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    })
+}
+
+/// Pods 0-2 serve `sim-model` (the model `assert_plugin_healthy` asks for), 3 and 4 `qwen`,
+/// 4 also the adapter `sql-lora`; the models each pod serves, by address.
+fn start_pool() -> (Cluster, BTreeMap<String, Vec<&'static str>>) {
+    let timing = ["--time-scale", "0.3"];
+    let base = timing.to_vec();
+    let qwen = [&timing[..], &["--model", "qwen"]].concat();
+    let qwen_lora = [&timing[..], &["--model", "qwen", "--lora-adapters", "sql-lora"]].concat();
+    let args = [base.clone(), base.clone(), base, qwen, qwen_lora];
+    let cluster = Cluster::start_mixed("chaos", &args, |options| {
+        options.filter_config["flow_control"] =
+            json!({"enabled": true, "max_inflight_per_pod": 3, "ttl_ms": 4000, "sheddable_ttl_ms": 300});
+        options.filter_config["learning"] = json!({"enabled": true});
+        options.filter_config["outlier_detection"] = json!({"consecutive_failures": 3, "base_ejection_ms": 1000});
+    });
+    let served: Vec<Vec<&'static str>> =
+        vec![vec!["sim-model"], vec!["sim-model"], vec!["sim-model"], vec!["qwen"], vec!["qwen", "sql-lora"]];
+    let models = cluster.pool().into_iter().zip(served).collect();
+    // The adapter is listed after the first /v1/models round; until then it would be a 404.
+    let listed = launcher::wait_until(Duration::from_secs(15), || {
+        launcher::http::get(&cluster.envoy.url("/v1/models"), Duration::from_secs(5))
+            .is_ok_and(|reply| reply.body.contains("\"sql-lora\""))
+    });
+    assert!(listed, "the gateway never listed the adapter");
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS);
+    cluster.pods[FAULTY].set_faults(&json!({"fail_fraction": 0.3, "fail_in_stream": true})).unwrap();
+    (cluster, models)
+}
+
+/// When the killed pod was down, as far as the clients could tell.
+#[derive(Default)]
+struct Outage {
+    killed: Option<Instant>,
+    back: Option<Instant>,
+}
+
+impl Outage {
+    /// The request ran while the killed pod was down or not yet back in rotation.
+    fn overlaps(&self, outcome: &Outcome) -> bool {
+        let Some(killed) = self.killed else { return false };
+        let back = self.back.map_or(outcome.ended, |back| back + BACK_IN_ROTATION);
+        outcome.ended >= killed && outcome.started <= back
+    }
+}
+
+/// Why an outcome breaks invariant 1 (a status the docs allow) or 2 (the right model's
+/// pod); `None` when it is fine.
+fn judge(
+    outcome: &Outcome,
+    models: &BTreeMap<String, Vec<&str>>,
+    faulty: &str,
+    killed: &str,
+    outage: &Outage,
+) -> Option<String> {
+    let planned = &outcome.planned;
+    let status = match (&planned.kind, &outcome.status) {
+        (Kind::LeavesMidBody | Kind::LeavesWaiting, _) => return None,
+        (_, Err(reason)) => return Some(format!("no answer: {reason}")),
+        (_, Ok(status)) => *status,
+    };
+    let pod = outcome.pod.as_deref();
+    // The killed pod's model lost a pod; a body routed by load may have gone to it too.
+    let outage_may_fail = outage.overlaps(outcome)
+        && (pod.is_none() || pod == Some(killed))
+        && (planned.model == "sim-model" || planned.kind == Kind::BadJson);
+    let from_faulty = pod == Some(faulty);
+    match (&planned.kind, status) {
+        (Kind::UnknownModel, 404) if outcome.local_reply => return None,
+        (Kind::UnknownModel, _) => return Some("an unknown model gets the gateway's 404".into()),
+        (_, 429) if outcome.dropped_reason.is_some() => return None,
+        (_, 429) => return Some("429 without x-llm-d-request-dropped-reason".into()),
+        (_, 502..=504) if outage_may_fail => return None,
+        (_, 500) if from_faulty => return None,
+        (Kind::BadJson | Kind::MissingPrompt, 400) => return None,
+        (Kind::BadJson | Kind::MissingPrompt, _) => return Some(format!("{status}: a body vLLM refuses gets its 400")),
+        (Kind::Valid { .. } | Kind::LeavesMidStream, 200) => {}
+        (_, status) => return Some(format!("status {status} not allowed")),
+    }
+    let Some(pod) = pod else { return Some("200 without x-served-by".into()) };
+    let Some(serves) = models.get(pod) else { return Some(format!("answered by {pod}, not a pool member")) };
+    if !serves.contains(&planned.model.as_str()) {
+        return Some(format!("{} answered by {pod}, which serves {serves:?}", planned.model));
+    }
+    if planned.kind == Kind::LeavesMidStream {
+        return None;
+    }
+    if let Kind::Valid { stream: true, .. } = planned.kind {
+        // vLLM fails a stream after its headers: `200`, then an error event.
+        if chaos::stream_has_error_event(&outcome.body) {
+            return (!from_faulty).then(|| "a stream opened with an error event from a pod without faults".into());
+        }
+        if !outcome.whole {
+            let on_killed = outage.overlaps(outcome) && pod == killed;
+            return (!on_killed).then(|| "a stream cut short off the killed pod".into());
+        }
+    } else if !outcome.whole {
+        return Some("an answer cut short".into());
+    }
+    let named = [format!("\"model\":\"{}\"", planned.model), format!("\"model\": \"{}\"", planned.model)];
+    if !named.iter().any(|n| outcome.body.contains(n.as_str())) {
+        return Some(format!("the answer does not name {}", planned.model));
+    }
+    None
+}
+
+fn label(outcome: &Outcome) -> String {
+    let status = match &outcome.status {
+        Ok(status) => status.to_string(),
+        Err(_) if matches!(outcome.planned.kind, Kind::LeavesMidBody | Kind::LeavesWaiting) => "left".into(),
+        Err(_) => "none".into(),
+    };
+    let kind = match &outcome.planned.kind {
+        Kind::Valid { api, stream } => format!("{api:?}{}", if *stream { " stream" } else { "" }),
+        other => format!("{other:?}"),
+    };
+    format!("{kind:<22} {status}")
+}
+
+/// Everything the plugin and the pods hold for requests is given back: in-flight gauges,
+/// the queue's bands, the pods' running and waiting requests. Returns what is still held.
+fn still_held(cluster: &Cluster) -> Vec<String> {
+    let mut held = Vec::new();
+    for pod in cluster.pool() {
+        let inflight = cluster.envoy.stat(&format!("wasm_epp_pod_inflight{{pod=\"{pod}\"}}"));
+        if inflight != Some(0.0) {
+            held.push(format!("plugin in flight to {pod}: {inflight:?}"));
+        }
+    }
+    for band in BANDS {
+        let entered = cluster.stat(&format!("wasm_epp_flow_band_entered{{band=\"{band}\"}}"));
+        let left = cluster.stat(&format!("wasm_epp_flow_band_left{{band=\"{band}\"}}"));
+        if entered != left {
+            held.push(format!("band {band}: {entered} entered, {left} left"));
+        }
+    }
+    for pod in &cluster.pods {
+        let stats = pod.stats().unwrap_or_default();
+        let (running, waiting) = (stats["running"].as_u64(), stats["waiting"].as_u64());
+        if running != Some(0) || waiting != Some(0) {
+            held.push(format!("pod {}: running {running:?}, waiting {waiting:?}", pod.address()));
+        }
+    }
+    held
+}
+
+#[test]
+fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
+    let seed = seed();
+    let length = traffic_length();
+    println!("chaos: seed {seed} (CHAOS_SEED={seed} replays it), {length:?} of traffic, {CLIENTS} clients");
+    let (cluster, models) = start_pool();
+    let canary = Canary::start();
+    let pool = cluster.pool();
+    let (faulty, killed) = (pool[FAULTY].clone(), pool[KILLED].clone());
+    let port = cluster.envoy.listen_port;
+    let stop = AtomicBool::new(false);
+    let outcomes = Mutex::new(Vec::new());
+    let outage = Mutex::new(Outage::default());
+    std::thread::scope(|scope| {
+        for client in 0..CLIENTS {
+            let (stop, outcomes, canary) = (&stop, &outcomes, &canary);
+            scope.spawn(move || {
+                let mut draw = Draw::new(seed ^ (client as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                let mut index = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let planned =
+                        chaos::plan(&mut draw, client, index, &["sim-model", "qwen", "sql-lora"], &canary.address);
+                    let outcome = chaos::send(port, planned);
+                    outcomes.lock().unwrap().push(outcome);
+                    index += 1;
+                }
+            });
+        }
+        std::thread::sleep(length / 3);
+        outage.lock().unwrap().killed = Some(Instant::now());
+        cluster.pods[KILLED].kill();
+        std::thread::sleep(length / 3);
+        cluster.pods[KILLED].restart().unwrap();
+        outage.lock().unwrap().back = Some(Instant::now());
+        std::thread::sleep(length / 3);
+        stop.store(true, Ordering::Relaxed);
+    });
+    let outcomes = outcomes.into_inner().unwrap();
+    let outage = outage.into_inner().unwrap();
+
+    let mut summary: BTreeMap<String, usize> = BTreeMap::new();
+    for outcome in &outcomes {
+        *summary.entry(label(outcome)).or_default() += 1;
+    }
+    println!("chaos: {} requests by kind and status:", outcomes.len());
+    for (label, count) in &summary {
+        println!("  {label:<28} {count}");
+    }
+    let stat = |name: &str| cluster.stat(name);
+    println!(
+        "chaos: flow control queued {}, released {}, dropped ttl {} capacity {} evicted {} client_gone {}; ejections {}, streams failed {}, attempts failed {}",
+        stat("wasm_epp_flow_queued"),
+        stat("wasm_epp_flow_released"),
+        stat("wasm_epp_flow_dropped{reason=\"ttl_expired\"}"),
+        stat("wasm_epp_flow_dropped{reason=\"capacity\"}"),
+        stat("wasm_epp_flow_dropped{reason=\"evicted\"}"),
+        stat("wasm_epp_flow_dropped{reason=\"client_gone\"}"),
+        stat(&format!("wasm_epp_pod_ejections{{pod=\"{faulty}\"}}")),
+        stat("wasm_epp_streams_failed"),
+        stat("wasm_epp_pod_attempts_failed"),
+    );
+    // 1 and 2: an allowed answer to every request, each 200 from a pod of its model.
+    let broken: Vec<String> = outcomes
+        .iter()
+        .filter_map(|o| judge(o, &models, &faulty, &killed, &outage).map(|why| (o, why)))
+        .map(|(o, why)| {
+            format!(
+                "{why}: {:?} {:?} pod {:?} headers {:?} body {:.300}",
+                o.planned.kind, o.status, o.pod, o.planned.headers, o.body
+            )
+        })
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "seed {seed}: {} requests broke an invariant, the first:\n{}",
+        broken.len(),
+        broken[..broken.len().min(8)].join("\n")
+    );
+    let answered = outcomes.iter().filter(|o| o.status == Ok(200)).count();
+    assert!(answered * 2 > outcomes.len(), "seed {seed}: fewer than half the requests answered 200: {summary:?}");
+    // 3: the forged destination was never honoured.
+    assert_eq!(canary.hits(), 0, "seed {seed}: a client's forged destination was reached");
+    // 4: once the clients stopped, nothing is held.
+    let mut held = still_held(&cluster);
+    let settled = launcher::wait_until(SETTLE, || {
+        held = still_held(&cluster);
+        held.is_empty()
+    });
+    assert!(
+        settled,
+        "seed {seed}: still held {SETTLE:?} after the traffic stopped: {held:?}\n{}",
+        cluster.envoy.log_tail(20)
+    );
+    // 5: no VM failed, and ordinary requests route.
+    e2e::hostile::assert_vm_never_failed(&cluster);
+    cluster.assert_plugin_healthy();
+}
