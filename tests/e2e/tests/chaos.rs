@@ -1,6 +1,6 @@
 //! Everything on at once: two base models and an adapter on five pods, flow control with
 //! small per-pod bounds, priorities and tenants, learning, outlier detection, a pod whose
-//! streams sometimes fail, a pod killed and brought back, and clients sending every kind of
+//! streams sometimes fail, two pods killed (one the adapter's only pod) and brought back, and clients sending every kind of
 //! request (four APIs, streams, `n` > 1, lax `"stream": "true"`, bodies vLLM refuses, an
 //! unknown model, clients leaving mid-body and mid-stream, a forged destination). Each
 //! feature has its own test; this one looks for what they break together, as invariants a
@@ -22,10 +22,14 @@ use e2e::Cluster;
 use serde_json::json;
 
 const CLIENTS: usize = 16;
-/// The pod whose answers sometimes fail (whole answers 500, streams `200` with an error event).
-const FAULTY: usize = 1;
-/// The pod killed a third of the way in and started again at two thirds.
-const KILLED: usize = 0;
+/// The pods whose answers sometimes fail (whole answers 500, streams `200` with an error
+/// event): one of `sim-model`'s three, and the adapter's only pod (which outlier detection
+/// must not pass over for a pod without the adapter).
+const FAULTY: [usize; 2] = [1, 4];
+const FAULTS: &str = r#"{"fail_fraction": 0.3, "fail_in_stream": true}"#;
+/// The pods killed a third of the way in and started again at two thirds: one of
+/// `sim-model`'s three, and the only pod of the adapter.
+const KILLED: [usize; 2] = [0, 4];
 /// How long after the killed pod is back its model's requests may still fail: the pool
 /// service must scrape it healthy again (100 ms polls) and the workers read the table.
 const BACK_IN_ROTATION: Duration = Duration::from_secs(3);
@@ -69,11 +73,13 @@ fn start_pool() -> (Cluster, BTreeMap<String, Vec<&'static str>>) {
     });
     assert!(listed, "the gateway never listed the adapter");
     std::thread::sleep(e2e::TABLE_REACHES_WORKERS);
-    cluster.pods[FAULTY].set_faults(&json!({"fail_fraction": 0.3, "fail_in_stream": true})).unwrap();
+    for i in FAULTY {
+        cluster.pods[i].set_faults(&serde_json::from_str(FAULTS).unwrap()).unwrap();
+    }
     (cluster, models)
 }
 
-/// When the killed pod was down, as far as the clients could tell.
+/// When the killed pods were down, as far as the clients could tell.
 #[derive(Default)]
 struct Outage {
     killed: Option<Instant>,
@@ -81,7 +87,7 @@ struct Outage {
 }
 
 impl Outage {
-    /// The request ran while the killed pod was down or not yet back in rotation.
+    /// The request ran while the killed pods were down or not yet back in rotation.
     fn overlaps(&self, outcome: &Outcome) -> bool {
         let Some(killed) = self.killed else { return false };
         let back = self.back.map_or(outcome.ended, |back| back + BACK_IN_ROTATION);
@@ -89,15 +95,43 @@ impl Outage {
     }
 }
 
+/// What the judge knows of the pool: the models each pod serves, the faulty and the killed pods.
+struct Pool {
+    models: BTreeMap<String, Vec<&'static str>>,
+    faulty: Vec<String>,
+    killed: Vec<String>,
+    outage: Outage,
+}
+
+impl Pool {
+    fn serves(&self, pod: &str, model: &str) -> bool {
+        self.models.get(pod).is_some_and(|models| models.contains(&model))
+    }
+
+    /// `model` lost a pod in the outage.
+    fn lost_a_pod(&self, model: &str) -> bool {
+        self.killed.iter().any(|pod| self.serves(pod, model))
+    }
+
+    /// `model` had no pod left in the outage.
+    fn lost_every_pod(&self, model: &str) -> bool {
+        self.models.keys().filter(|pod| self.serves(pod, model)).all(|pod| self.killed.contains(pod))
+    }
+}
+
 /// Why an outcome breaks invariant 1 (a status the docs allow) or 2 (the right model's
 /// pod); `None` when it is fine.
-fn judge(
-    outcome: &Outcome,
-    models: &BTreeMap<String, Vec<&str>>,
-    faulty: &str,
-    killed: &str,
-    outage: &Outage,
-) -> Option<String> {
+///
+/// Allowed, beside 200 for a request vLLM serves: the pod's 400 for a body vLLM refuses
+/// (routed by its model, or by load when no model can be read), the gateway's 404 for a
+/// model no pod serves, flow control's 429 with its reason (TTL, a full queue, an eviction),
+/// a faulty pod's 500 (the last of Envoy's attempts landed on it) and its streams' error
+/// events; and in the outage (from the kill until `BACK_IN_ROTATION` after the restart), for
+/// requests that may have gone to a killed pod (its model's, or a body routed by load): 502,
+/// 503 and 504 with no answering pod or the killed one, a stream the killed pod cut, and for
+/// a model whose every pod was killed, the gateway's 503 (`rejected-no-endpoints`) or 404
+/// (no pod serves it any more).
+fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
     let planned = &outcome.planned;
     let status = match (&planned.kind, &outcome.status) {
         (Kind::LeavesMidBody | Kind::LeavesWaiting, _) => return None,
@@ -105,17 +139,19 @@ fn judge(
         (_, Ok(status)) => *status,
     };
     let pod = outcome.pod.as_deref();
-    // The killed pod's model lost a pod; a body routed by load may have gone to it too.
-    let outage_may_fail = outage.overlaps(outcome)
-        && (pod.is_none() || pod == Some(killed))
-        && (planned.model == "sim-model" || planned.kind == Kind::BadJson);
-    let from_faulty = pod == Some(faulty);
+    let in_outage = pool.outage.overlaps(outcome);
+    let on_killed = pod.is_some_and(|pod| pool.killed.iter().any(|killed| killed == pod));
+    let by_load = planned.kind == Kind::BadJson;
+    let outage_may_fail = in_outage && (pod.is_none() || on_killed) && (by_load || pool.lost_a_pod(&planned.model));
+    let model_gone = in_outage && !by_load && pool.lost_every_pod(&planned.model);
+    let from_faulty = pod.is_some_and(|pod| pool.faulty.iter().any(|faulty| faulty == pod));
     match (&planned.kind, status) {
         (Kind::UnknownModel, 404) if outcome.local_reply => return None,
         (Kind::UnknownModel, _) => return Some("an unknown model gets the gateway's 404".into()),
         (_, 429) if outcome.dropped_reason.is_some() => return None,
         (_, 429) => return Some("429 without x-llm-d-request-dropped-reason".into()),
         (_, 502..=504) if outage_may_fail => return None,
+        (_, 404 | 503) if model_gone && outcome.local_reply => return None,
         (_, 500) if from_faulty => return None,
         (Kind::BadJson | Kind::MissingPrompt, 400) => return None,
         (Kind::BadJson | Kind::MissingPrompt, _) => return Some(format!("{status}: a body vLLM refuses gets its 400")),
@@ -123,9 +159,11 @@ fn judge(
         (_, status) => return Some(format!("status {status} not allowed")),
     }
     let Some(pod) = pod else { return Some("200 without x-served-by".into()) };
-    let Some(serves) = models.get(pod) else { return Some(format!("answered by {pod}, not a pool member")) };
-    if !serves.contains(&planned.model.as_str()) {
-        return Some(format!("{} answered by {pod}, which serves {serves:?}", planned.model));
+    if !pool.models.contains_key(pod) {
+        return Some(format!("answered by {pod}, not a pool member"));
+    }
+    if !pool.serves(pod, &planned.model) {
+        return Some(format!("{} answered by {pod}, which serves {:?}", planned.model, pool.models.get(pod)));
     }
     if planned.kind == Kind::LeavesMidStream {
         return None;
@@ -136,8 +174,7 @@ fn judge(
             return (!from_faulty).then(|| "a stream opened with an error event from a pod without faults".into());
         }
         if !outcome.whole {
-            let on_killed = outage.overlaps(outcome) && pod == killed;
-            return (!on_killed).then(|| "a stream cut short off the killed pod".into());
+            return (!(in_outage && on_killed)).then(|| "a stream cut short off the killed pods".into());
         }
     } else if !outcome.whole {
         return Some("an answer cut short".into());
@@ -197,7 +234,7 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
     let (cluster, models) = start_pool();
     let canary = Canary::start();
     let pool = cluster.pool();
-    let (faulty, killed) = (pool[FAULTY].clone(), pool[KILLED].clone());
+    let (faulty, killed) = (FAULTY.map(|i| pool[i].clone()).to_vec(), KILLED.map(|i| pool[i].clone()).to_vec());
     let port = cluster.envoy.listen_port;
     let stop = AtomicBool::new(false);
     let outcomes = Mutex::new(Vec::new());
@@ -219,15 +256,20 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
         }
         std::thread::sleep(length / 3);
         outage.lock().unwrap().killed = Some(Instant::now());
-        cluster.pods[KILLED].kill();
+        KILLED.iter().for_each(|&i| cluster.pods[i].kill());
         std::thread::sleep(length / 3);
-        cluster.pods[KILLED].restart().unwrap();
+        for i in KILLED {
+            cluster.pods[i].restart().unwrap();
+            if FAULTY.contains(&i) {
+                cluster.pods[i].set_faults(&serde_json::from_str(FAULTS).unwrap()).unwrap();
+            }
+        }
         outage.lock().unwrap().back = Some(Instant::now());
         std::thread::sleep(length / 3);
         stop.store(true, Ordering::Relaxed);
     });
     let outcomes = outcomes.into_inner().unwrap();
-    let outage = outage.into_inner().unwrap();
+    let pool = Pool { models, faulty, killed, outage: outage.into_inner().unwrap() };
 
     let mut summary: BTreeMap<String, usize> = BTreeMap::new();
     for outcome in &outcomes {
@@ -237,23 +279,34 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
     for (label, count) in &summary {
         println!("  {label:<28} {count}");
     }
+    let mut failures: BTreeMap<String, usize> = BTreeMap::new();
+    for outcome in outcomes.iter().filter(|o| o.status.as_ref().is_ok_and(|status| *status >= 500)) {
+        let status = outcome.status.as_ref().map_or(0, |status| *status);
+        let by = if outcome.local_reply { "the gateway".to_owned() } else { format!("{:?}", outcome.pod) };
+        let reason = outcome.dropped_reason.as_deref().unwrap_or("-");
+        *failures.entry(format!("{status} {} by {by} ({reason})", outcome.planned.model)).or_default() += 1;
+    }
+    println!("chaos: 5xx answers by model, who answered and why:");
+    for (failure, count) in &failures {
+        println!("  {failure:<60} {count}");
+    }
     let stat = |name: &str| cluster.stat(name);
     println!(
-        "chaos: flow control queued {}, released {}, dropped ttl {} capacity {} evicted {} client_gone {}; ejections {}, streams failed {}, attempts failed {}",
+        "chaos: flow control queued {}, released {}, dropped ttl {} capacity {} evicted {} client_gone {}; ejections of the faulty pods {}, streams failed {}, attempts failed {}",
         stat("wasm_epp_flow_queued"),
         stat("wasm_epp_flow_released"),
         stat("wasm_epp_flow_dropped{reason=\"ttl_expired\"}"),
         stat("wasm_epp_flow_dropped{reason=\"capacity\"}"),
         stat("wasm_epp_flow_dropped{reason=\"evicted\"}"),
         stat("wasm_epp_flow_dropped{reason=\"client_gone\"}"),
-        stat(&format!("wasm_epp_pod_ejections{{pod=\"{faulty}\"}}")),
+        pool.faulty.iter().map(|pod| stat(&format!("wasm_epp_pod_ejections{{pod=\"{pod}\"}}"))).sum::<f64>(),
         stat("wasm_epp_streams_failed"),
         stat("wasm_epp_pod_attempts_failed"),
     );
     // 1 and 2: an allowed answer to every request, each 200 from a pod of its model.
     let broken: Vec<String> = outcomes
         .iter()
-        .filter_map(|o| judge(o, &models, &faulty, &killed, &outage).map(|why| (o, why)))
+        .filter_map(|o| judge(o, &pool).map(|why| (o, why)))
         .map(|(o, why)| {
             format!(
                 "{why}: {:?} {:?} pod {:?} headers {:?} body {:.300}",
