@@ -179,6 +179,10 @@ pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forge
     if draw.chance(15) {
         headers.push(("x-gateway-destination-endpoint".to_owned(), forged.to_owned()));
     }
+    if draw.chance(10) {
+        // llm-d's own queue TTL for this request, a Go duration.
+        headers.push(("x-llm-d-inference-ttl".to_owned(), format!("{}ms", 50 + draw.below(500))));
+    }
     Planned { kind, path, model, body, headers }
 }
 
