@@ -133,16 +133,17 @@ fn valid_body(draw: &mut Draw, api: Api, model: &str, stream: bool, text: &str) 
 pub const PRIORITIES: [Option<i32>; 4] = [None, Some(-1), Some(0), Some(2)];
 const TENANTS: [Option<&str>; 4] = [None, Some("tenant-a"), Some("tenant-b"), Some("tenant-c")];
 
-/// Draws the next request of `client`; `models` are the ones the pool serves, `forged` an
-/// address no request may reach.
-pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forged: &str) -> Planned {
+/// Draws the next request of `client`; `models` are the ones the pool serves, `forged` the
+/// addresses a client names as its destination (none may be followed: outside the pool, or
+/// pods of any model).
+pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forged: &[String]) -> Planned {
     let model = draw.pick(models).to_string();
     let text = prompt(draw, client, index);
     let roll = draw.below(100);
     let api = *draw.pick(&[Api::Completions, Api::Chat, Api::Responses, Api::Messages]);
     let stream = draw.chance(50);
     let path = match roll {
-        0..=16 => Api::Completions.path(),
+        0..=10 => Api::Completions.path(),
         _ => api.path(),
     };
     let (kind, model, body) = match roll {
@@ -153,7 +154,7 @@ pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forge
             (Kind::UnknownModel, "no-such-model".to_owned(), body.to_string().into())
         }
         11..=16 => {
-            let body = valid_body(draw, Api::Completions, &model, true, &text);
+            let body = valid_body(draw, api, &model, true, &text);
             (Kind::LeavesMidStream, model, body.to_string().into())
         }
         17..=21 => {
@@ -177,7 +178,11 @@ pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forge
         headers.push(("x-llm-d-inference-fairness-id".to_owned(), tenant.to_string()));
     }
     if draw.chance(15) {
-        headers.push(("x-gateway-destination-endpoint".to_owned(), forged.to_owned()));
+        headers.push(("x-gateway-destination-endpoint".to_owned(), draw.pick(forged).clone()));
+    }
+    if draw.chance(20) {
+        // A conversation's session, which sticks to its pod while that pod serves.
+        headers.push(("x-session-id".to_owned(), format!("session-{}", draw.below(8))));
     }
     if draw.chance(10) {
         // llm-d's own queue TTL for this request, a Go duration.

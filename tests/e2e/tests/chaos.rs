@@ -240,18 +240,20 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
     let pool = cluster.pool();
     let (faulty, killed) = (FAULTY.map(|i| pool[i].clone()).to_vec(), KILLED.map(|i| pool[i].clone()).to_vec());
     let port = cluster.envoy.listen_port;
+    // Outside the pool (the canary counts any connection), or a pod, maybe of another model:
+    // a 200 from a pod lacking the request's model would show it followed.
+    let forged: Vec<String> = [canary.address.clone(), pool[0].clone(), pool[4].clone()].into();
     let stop = AtomicBool::new(false);
     let outcomes = Mutex::new(Vec::new());
     let outage = Mutex::new(Outage::default());
     std::thread::scope(|scope| {
         for client in 0..clients {
-            let (stop, outcomes, canary) = (&stop, &outcomes, &canary);
+            let (stop, outcomes, forged) = (&stop, &outcomes, &forged);
             scope.spawn(move || {
                 let mut draw = Draw::new(seed ^ (client as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
                 let mut index = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    let planned =
-                        chaos::plan(&mut draw, client, index, &["sim-model", "qwen", "sql-lora"], &canary.address);
+                    let planned = chaos::plan(&mut draw, client, index, &["sim-model", "qwen", "sql-lora"], forged);
                     let outcome = chaos::send(port, planned);
                     outcomes.lock().unwrap().push(outcome);
                     index += 1;
