@@ -129,6 +129,14 @@ fn valid_body(draw: &mut Draw, api: Api, model: &str, stream: bool, text: &str) 
     }
 }
 
+impl Planned {
+    /// The request's priority (`x-gateway-inference-priority`), 0 when it sets none.
+    pub fn priority(&self) -> i32 {
+        let header = self.headers.iter().find(|(name, _)| name == "x-gateway-inference-priority");
+        header.and_then(|(_, value)| value.parse().ok()).unwrap_or(0)
+    }
+}
+
 /// Priority bands the traffic uses (`x-gateway-inference-priority`); `None` is the default 0.
 pub const PRIORITIES: [Option<i32>; 4] = [None, Some(-1), Some(0), Some(2)];
 const TENANTS: [Option<&str>; 4] = [None, Some("tenant-a"), Some("tenant-b"), Some("tenant-c")];
@@ -202,6 +210,8 @@ pub struct Outcome {
     /// The simulator's `x-served-by`, else Envoy's `x-gateway-destination-endpoint-served`.
     pub pod: Option<String>,
     pub dropped_reason: Option<String>,
+    /// `x-llm-d-flow-queue-duration-ms`: set on answers flow control let through.
+    pub queue_duration: Option<String>,
     pub local_reply: bool,
     pub body: String,
     /// The body was read to its end without a transport error.
@@ -231,6 +241,7 @@ pub fn send(port: u16, planned: Planned) -> Outcome {
         status: Err("left".into()),
         pod: None,
         dropped_reason: None,
+        queue_duration: None,
         local_reply: false,
         body: String::new(),
         whole: false,
@@ -255,6 +266,7 @@ fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
                 status,
                 pod: None,
                 dropped_reason: None,
+                queue_duration: None,
                 local_reply: false,
                 body: String::new(),
                 whole: false,
@@ -265,6 +277,7 @@ fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
     let header = |name: &str| response.header(name).map(str::to_owned);
     let pod = header("x-served-by").or_else(|| header("x-gateway-destination-endpoint-served"));
     let dropped_reason = header("x-llm-d-request-dropped-reason");
+    let queue_duration = header("x-llm-d-flow-queue-duration-ms");
     let local_reply = header("x-wasm-epp").as_deref() == Some("local-reply");
     let mut body = String::new();
     let mut reader = response.into_reader().take(4 << 20);
@@ -283,6 +296,7 @@ fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
         status: Ok(status),
         pod,
         dropped_reason,
+        queue_duration,
         local_reply,
         body,
         whole,

@@ -1,15 +1,18 @@
-//! Everything on at once: two base models and an adapter on five pods, flow control with
-//! small per-pod bounds, priorities and tenants, learning, outlier detection, a pod whose
-//! streams sometimes fail, two pods killed (one the adapter's only pod) and brought back, and clients sending every kind of
-//! request (four APIs, streams, `n` > 1, lax `"stream": "true"`, bodies vLLM refuses, an
-//! unknown model, clients leaving mid-body and mid-stream, a forged destination). Each
+//! Everything on at once: two base models and an adapter on five pods (pods that queue
+//! past two sequences), flow control with small per-pod and queue bounds, priorities,
+//! tenants, sessions and request TTLs, learning, outlier detection, two pods whose answers
+//! sometimes fail (one the adapter's only pod), two pods killed (that one too) and brought
+//! back, a pod that stalls for a while, and clients sending every kind of request (four
+//! APIs, streams, `n` > 1, lax `"stream": "true"`, bodies vLLM refuses, an unknown model,
+//! clients leaving mid-body, while waiting and mid-stream, forged destinations). Each
 //! feature has its own test; this one looks for what they break together, as invariants a
 //! user would call a bug: a request left unanswered, a status the docs do not allow for what
 //! was sent, an answer from a pod of another model, a forged address reached, a count or a
 //! queue place never given back, a Wasm VM failure.
 //!
 //! `CHAOS_SECONDS` sets the traffic's length (default 12), `CHAOS_SEED` replays a run (the
-//! seed is printed); `--nocapture` shows the summary.
+//! seed is printed), `CHAOS_CLIENTS` the client threads (16); `--nocapture` shows the
+//! summary.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +36,8 @@ const FAULTS: &str = r#"{"fail_fraction": 0.3, "fail_in_stream": true}"#;
 /// The pods killed a third of the way in and started again at two thirds: one of
 /// `sim-model`'s three, and the only pod of the adapter.
 const KILLED: [usize; 2] = [0, 4];
+/// The pod that stops answering (holds every request) for a ninth of the run near the end.
+const HUNG: usize = 2;
 /// How long after the killed pod is back its model's requests may still fail: the pool
 /// service must scrape it healthy again (100 ms polls) and the workers read the table.
 const BACK_IN_ROTATION: Duration = Duration::from_secs(3);
@@ -55,7 +60,7 @@ fn seed() -> u64 {
 /// Pods 0-2 serve `sim-model` (the model `assert_plugin_healthy` asks for), 3 and 4 `qwen`,
 /// 4 also the adapter `sql-lora`; the models each pod serves, by address.
 fn start_pool() -> (Cluster, BTreeMap<String, Vec<&'static str>>) {
-    let timing = ["--time-scale", "0.3"];
+    let timing = ["--time-scale", "0.3", "--max-num-seqs", "2"];
     let base = timing.to_vec();
     let qwen = [&timing[..], &["--model", "qwen"]].concat();
     let qwen_lora = [&timing[..], &["--model", "qwen", "--lora-adapters", "sql-lora"]].concat();
@@ -148,6 +153,9 @@ fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
     let outage_may_fail = in_outage && (pod.is_none() || on_killed) && (by_load || pool.lost_a_pod(&planned.model));
     let model_gone = in_outage && !by_load && pool.lost_every_pod(&planned.model);
     let from_faulty = pod.is_some_and(|pod| pool.faulty.iter().any(|faulty| faulty == pod));
+    if let Some(why) = judge_flow_headers(outcome, status) {
+        return Some(why);
+    }
     match (&planned.kind, status) {
         (Kind::UnknownModel, 404) if outcome.local_reply => return None,
         (Kind::UnknownModel, _) => return Some("an unknown model gets the gateway's 404".into()),
@@ -187,6 +195,28 @@ fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
         return Some(format!("the answer does not name {}", planned.model));
     }
     None
+}
+
+/// The flow-control headers as documented: a refusal's reason is one of llm-d's values (and
+/// ours, an eviction, only for a sheddable request); the time waited is on every answer
+/// flow control let through to a pod, never on the gateway's own refusals.
+fn judge_flow_headers(outcome: &Outcome, status: u16) -> Option<String> {
+    const REASONS: [&str; 4] =
+        ["rejected-saturated", "rejected-ttl-expired", "evicted-for-higher-priority", "rejected-no-endpoints"];
+    if let Some(reason) = outcome.dropped_reason.as_deref() {
+        if !REASONS.contains(&reason) {
+            return Some(format!("undocumented dropped reason {reason:?}"));
+        }
+        if reason == "evicted-for-higher-priority" && outcome.planned.priority() >= 0 {
+            return Some("a request of priority 0 or more evicted".into());
+        }
+    }
+    match (outcome.local_reply, outcome.queue_duration.as_deref()) {
+        (true, Some(waited)) => Some(format!("{status} from the gateway says it waited {waited} ms in the queue")),
+        (false, None) if outcome.pod.is_some() => Some(format!("{status} from a pod without the time waited")),
+        (false, Some(waited)) if waited.parse::<u64>().is_err() => Some(format!("time waited {waited:?}")),
+        _ => None,
+    }
 }
 
 fn label(outcome: &Outcome) -> String {
@@ -271,7 +301,12 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
             }
         }
         outage.lock().unwrap().back = Some(Instant::now());
-        std::thread::sleep(length / 3);
+        // Then a pod stops answering for a while (a stalled engine): its requests wait.
+        std::thread::sleep(length / 9);
+        cluster.pods[HUNG].set_faults(&json!({"hang": true})).unwrap();
+        std::thread::sleep(length / 9);
+        cluster.pods[HUNG].set_faults(&json!({"hang": false})).unwrap();
+        std::thread::sleep(length / 9);
         stop.store(true, Ordering::Relaxed);
     });
     let outcomes = outcomes.into_inner().unwrap();
