@@ -327,7 +327,13 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         sound.truncate(wanted_fallbacks);
         fallbacks = sound;
     }
-    worker.note_fail_open(fail_open || expired);
+    // The log tells of the pool's data, not of this request's pods: a model whose pods are all
+    // down fails open alone (counted), and judged per request the state would flip, and log,
+    // at every request alternating between it and a model still served.
+    let pool_fails_open = expired
+        || (fail_open
+            && !table.is_some_and(|t| t.pods.iter().any(|pod| pod.usable_at(now, worker.config.stale_after_ms))));
+    worker.note_fail_open(pool_fails_open);
     // A compared request is not shed by the pick: the baseline, as Envoy's balancers, cannot
     // shed, and shedding in one arm only would take its worst moments out of its figures.
     if prompt.sheddable && pool_saturated && arm.is_none() {

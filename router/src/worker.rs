@@ -184,7 +184,8 @@ impl Worker {
         }
     }
 
-    /// Logs when picking starts or stops failing open (no usable pod data).
+    /// Logs when picking starts or stops failing open for the pool (no pod of the table with
+    /// usable data, or no table).
     pub fn note_fail_open(&self, fail_open: bool) {
         if self.failing_open.replace(fail_open) == fail_open {
             return;
