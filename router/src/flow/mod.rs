@@ -147,6 +147,10 @@ pub struct FlowState {
     pub stats: FlowStats,
     /// The tick runs at `waiting_tick_ms` (something waits or just waited).
     fast_tick: Cell<bool>,
+    /// The saturation gauges this worker last set showed a pod or the pool without room:
+    /// they are set again on each tick until they read 0, so a pool that went idle after its
+    /// queue emptied does not go on showing its last busy moment.
+    saturation_shown: Cell<bool>,
     /// Requests evicted from the queue, answered on the next tick (at most the queue's
     /// `max_queued_requests`, as each was in it).
     pending: RefCell<Vec<(queue::Left<Rc<Held>>, stats::DropReason)>>,
@@ -166,6 +170,7 @@ impl FlowState {
             share: RefCell::new(WorkerShare::new(config.waiting_tick_ms)),
             stats: FlowStats::define(metrics),
             fast_tick: Cell::new(false),
+            saturation_shown: Cell::new(false),
             pending: RefCell::new(Vec::new()),
         }
     }

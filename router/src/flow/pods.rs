@@ -9,12 +9,13 @@ use wasm_epp_host::Host;
 use super::saturation::{pod_saturated, pool_room, PodLoad, PoolRoom};
 use crate::worker::Worker;
 
-/// Calls `f` with every pod's load as of `now`; `None` if the worker state is busy.
+/// Calls `f` with every pod's load as of `now`, and the pods left out for failing requests;
+/// `None` if the worker state is busy.
 pub fn with_pods<R>(
     worker: &Worker,
     host: &dyn Host,
     now: u64,
-    f: impl FnOnce(&[PodLoad<'_>], &WorkerInflight) -> R,
+    f: impl FnOnce(&[PodLoad<'_>], &WorkerInflight, &[&str]) -> R,
 ) -> Option<R> {
     let mut cache = worker.table.try_borrow_mut().ok()?;
     // As the decision reads it: an expired table no longer says who is in the pool.
@@ -67,7 +68,10 @@ pub fn with_pods<R>(
             pods.iter().any(|pod| pod.healthy && !is_ejected(pod)),
         )
     });
+    // Allocated only when a pod is left out (ejected pods are rare).
+    let mut left_out: Vec<&str> = Vec::new();
     if rule == Some(PassOver::Unusable) {
+        left_out.extend(pods.iter().filter(|pod| is_ejected(pod)).map(|pod| pod.address));
         pods.retain(|pod| !is_ejected(pod));
     }
     if !pods.iter().any(|pod| pod.healthy && pod.fresh) {
@@ -81,22 +85,34 @@ pub fn with_pods<R>(
         }
     }
     if rule == Some(PassOver::LeftOut) && pods.iter().any(|pod| !is_ejected(pod)) {
+        left_out.extend(pods.iter().filter(|pod| is_ejected(pod)).map(|pod| pod.address));
         pods.retain(|pod| !is_ejected(pod));
     }
     drop(outliers);
-    Some(f(&pods, &inflight))
+    Some(f(&pods, &inflight, &left_out))
 }
 
-/// Sets the saturation gauges: per pod (0/1) and for the pool.
-pub fn publish_saturation(worker: &Worker, host: &dyn Host, now: u64) {
+/// Sets the saturation gauges: per pod (0/1; a pod left out for failing requests has no
+/// room: 1) and for the pool. Returns whether any of them is 1 (false when there are no pods
+/// to judge).
+pub fn publish_saturation(worker: &Worker, host: &dyn Host, now: u64) -> bool {
     let metrics = &worker.stats.metrics;
     let stats = &worker.flow.stats;
-    with_pods(worker, host, now, |pods, _| {
+    with_pods(worker, host, now, |pods, _, left_out| {
         let config = &worker.config.flow_control;
+        for pod in left_out {
+            stats.saturation(metrics, pod, true);
+        }
+        let mut any = !left_out.is_empty();
         for pod in pods {
-            stats.saturation(metrics, pod.address, pod_saturated(pod, &worker.config.saturation, config));
+            let saturated = pod_saturated(pod, &worker.config.saturation, config);
+            stats.saturation(metrics, pod.address, saturated);
+            any |= saturated;
         }
         let room = pool_room(pods, &worker.config.saturation, config);
-        stats.pool_saturated(metrics, !matches!(room, PoolRoom::Free(_)));
-    });
+        let pool_saturated = !matches!(room, PoolRoom::Free(_));
+        stats.pool_saturated(metrics, pool_saturated);
+        any || pool_saturated
+    })
+    .unwrap_or(false)
 }

@@ -252,8 +252,8 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
     if let Ok(mut share) = worker.flow.share.try_borrow_mut() {
         share.sync(host, slot, u32::try_from(waiting).unwrap_or(u32::MAX), top, now);
     }
-    if waiting > 0 || worker.flow.fast_tick.get() {
-        publish_saturation(worker, host, now);
+    if waiting > 0 || worker.flow.fast_tick.get() || worker.flow.saturation_shown.get() {
+        worker.flow.saturation_shown.set(publish_saturation(worker, host, now));
     }
     set_tick(worker, host, waiting > 0);
 }
@@ -369,7 +369,7 @@ fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress, weigh
 
 /// The pool's room and this worker's share of it.
 fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
-    with_pods(worker, host, now, |pods, inflight| {
+    with_pods(worker, host, now, |pods, inflight, _| {
         let config = &worker.config.flow_control;
         let free = free_places(pods, &worker.config.saturation, config);
         let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
