@@ -41,7 +41,8 @@ const HUNG: usize = 2;
 /// How long after the killed pod is back its model's requests may still fail: the pool
 /// service must scrape it healthy again (100 ms polls) and the workers read the table.
 const BACK_IN_ROTATION: Duration = Duration::from_secs(3);
-/// Bound on the wait for every count to come back to 0 once the clients stopped.
+/// Bound on the wait for every count to come back to 0 once the clients stopped (and for the
+/// faulty pods' last ejection, at most `max_ejection_ms`, to end: an ejected pod reads saturated).
 const SETTLE: Duration = Duration::from_secs(20);
 /// Flow-control bands the traffic uses: `x-gateway-inference-priority` -1, 0 (and none), 2.
 const BANDS: [&str; 3] = ["n1", "p0", "p2"];
@@ -72,7 +73,8 @@ fn start_pool() -> (Cluster, BTreeMap<String, Vec<&'static str>>) {
         options.filter_config["flow_control"] = json!({"enabled": true, "max_inflight_per_pod": 3, "ttl_ms": 4000, "sheddable_ttl_ms": 300,
                    "max_queued_requests": 10, "max_band_requests": 6});
         options.filter_config["learning"] = json!({"enabled": true});
-        options.filter_config["outlier_detection"] = json!({"consecutive_failures": 3, "base_ejection_ms": 1000});
+        options.filter_config["outlier_detection"] =
+            json!({"consecutive_failures": 3, "base_ejection_ms": 1000, "max_ejection_ms": 4000});
     });
     let served: Vec<Vec<&'static str>> =
         vec![vec!["sim-model"], vec!["sim-model"], vec!["sim-model"], vec!["qwen"], vec!["qwen", "sql-lora"]];
@@ -236,13 +238,26 @@ fn label(outcome: &Outcome) -> String {
 }
 
 /// Everything the plugin and the pods hold for requests is given back: in-flight gauges,
-/// the queue's bands, the pods' running and waiting requests. Returns what is still held.
+/// the queue's bands, the pods' running and waiting requests; and flow control reads room
+/// again. Returns what is still held.
 fn still_held(cluster: &Cluster) -> Vec<String> {
     let mut held = Vec::new();
     for pod in cluster.pool() {
         let inflight = cluster.envoy.stat(&format!("wasm_epp_pod_inflight{{pod=\"{pod}\"}}"));
         if inflight != Some(0.0) {
             held.push(format!("plugin in flight to {pod}: {inflight:?}"));
+        }
+    }
+    // Flow control's saturation gauges: an idle pool has room (router/tests/flow_gauges.rs).
+    let pool_saturated = cluster.envoy.stat("wasm_epp_flow_pool_saturated");
+    if pool_saturated.is_some_and(|value| value != 0.0) {
+        held.push(format!("the pool reads saturated: {pool_saturated:?}"));
+    }
+    for pod in cluster.pool() {
+        let label: String = pod.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
+        let saturated = cluster.envoy.stat(&format!("wasm_epp_flow_pod_saturated{{pod=\"{label}\"}}"));
+        if saturated.is_some_and(|value| value != 0.0) {
+            held.push(format!("pod {pod} reads saturated"));
         }
     }
     for band in BANDS {
@@ -385,6 +400,13 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
         held = still_held(&cluster);
         held.is_empty()
     });
+    if !settled {
+        // What the plugin says of each pod, to tell a leak from a pod still out of rotation.
+        let stats = launcher::http::get(&cluster.envoy.admin_url("/stats/prometheus"), Duration::from_secs(5));
+        let body = stats.map(|reply| reply.body).unwrap_or_default();
+        let per_pod = body.lines().filter(|l| l.starts_with("wasm_epp_pod_") || l.starts_with("wasm_epp_flow_pod"));
+        println!("pool {:?}\n{}", cluster.pool(), per_pod.collect::<Vec<_>>().join("\n"));
+    }
     assert!(
         settled,
         "seed {seed}: still held {SETTLE:?} after the traffic stopped: {held:?}\n{}",
