@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub mod judge;
+
 /// A small deterministic generator (splitmix64): the e2e crate has no `rand`, and a seed
 /// printed by the test replays the same requests in the same order per client.
 pub struct Draw(u64);
