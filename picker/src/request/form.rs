@@ -57,6 +57,9 @@ enum Place {
     Headers { start: usize },
     /// The model's value starts here.
     Value { start: usize },
+    /// A delimiter ended before here: the rest of its line (transport padding, spaces and
+    /// tabs) and its line break are read from here.
+    Padding { from: usize },
 }
 
 /// A scan of one upload's form, fed the body as it arrives.
@@ -77,7 +80,7 @@ impl FormScan {
     /// The body's offset the next read must start at: what comes before it is not needed again.
     pub fn resume_at(&self) -> usize {
         match self.place {
-            Place::Delimiter { from } => from,
+            Place::Delimiter { from } | Place::Padding { from } => from,
             Place::Headers { start } | Place::Value { start } => start,
         }
     }
@@ -94,6 +97,7 @@ impl FormScan {
                 Place::Delimiter { from: at } => self.find_delimiter(from(at), at),
                 Place::Headers { start } => self.read_headers(from(start), start),
                 Place::Value { start } => self.read_value(from(start)),
+                Place::Padding { from: at } => self.read_padding(from(at), at),
             };
             match read {
                 Step::Moved => continue,
@@ -123,16 +127,33 @@ impl FormScan {
         match bytes.get(after..after + 2) {
             // The close delimiter: the form ends without a model.
             Some(b"--") => Step::Answer(FormRead::NoModel),
-            Some(_) => match find(bytes.get(after..).unwrap_or_default(), b"\r\n") {
-                // (Transport padding may follow the boundary on its line.)
-                Some(end) => {
-                    self.place = Place::Headers { start: from + after + end + 2 };
-                    Step::Moved
-                }
-                None => self.wait_at(from + at),
-            },
+            Some(_) => {
+                self.place = Place::Padding { from: from + after };
+                Step::Moved
+            }
             None => self.wait_at(from + at),
         }
+    }
+
+    /// `bytes` start at `from`, after a delimiter: spaces and tabs, then its line break, open
+    /// a part. Anything else there makes it no delimiter but content (`\r\n--boundaryX`, a
+    /// line feed alone), as python-multipart, which vLLM's forms are read with, reads it: the
+    /// search goes on from that byte. Each byte is looked at once, however long the padding.
+    fn read_padding(&mut self, bytes: &[u8], from: usize) -> Step {
+        let padding = bytes.iter().take_while(|b| matches!(b, b' ' | b'\t')).count();
+        let at = from + padding;
+        let rest = bytes.get(padding..).unwrap_or_default();
+        if rest.starts_with(b"\r\n") {
+            self.place = Place::Headers { start: at + 2 };
+            return Step::Moved;
+        }
+        if rest.is_empty() || rest == b"\r" {
+            // The line goes on in the next chunk.
+            self.place = Place::Padding { from: at };
+            return Step::Wait;
+        }
+        self.place = Place::Delimiter { from: at };
+        Step::Moved
     }
 
     /// Waits with the place at a delimiter whose line has not all arrived.

@@ -133,3 +133,51 @@ fn the_boundary_comes_from_a_form_content_type_only() {
         "RFC 2046: 70 at most"
     );
 }
+
+#[test]
+fn content_that_only_looks_like_a_delimiter_is_content() {
+    // `\r\n--boundary` followed by anything but padding and a line break is no delimiter:
+    // python-multipart (vLLM's form parser) reads it as the file's bytes, and so must we.
+    let mut file = b"RIFF".to_vec();
+    file.extend_from_slice(
+        format!("\r\n--{BOUNDARY}X\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nevil").as_bytes(),
+    );
+    file.extend_from_slice(
+        format!("\r\n--{BOUNDARY}\nContent-Disposition: form-data; name=\"model\"\n\nevil").as_bytes(),
+    );
+    let body = form("", &[("file", &file), ("model", b"whisper-1")]);
+    for chunk in [1, 5, 64, body.len()] {
+        assert_eq!(feed(&body, chunk).0, FormRead::Model("whisper-1".into()), "{chunk}");
+    }
+}
+
+#[test]
+fn transport_padding_of_any_length_is_read_once() {
+    // Spaces and tabs after a delimiter (RFC 2046's transport padding) open the part all the same.
+    let plain = form("", &[("language", b"en"), ("model", b"whisper-1")]);
+    let padded = with_delimiter_line(&plain, &format!("--{BOUNDARY}{}\t\r\n", " ".repeat(100_000)));
+    for chunk in [1_000, 16_384] {
+        let (answer, read) = feed(&padded, chunk);
+        assert_eq!(answer, FormRead::Model("whisper-1".into()), "{chunk}");
+        assert!(read <= padded.len() + padded.len().div_ceil(chunk) * (BOUNDARY.len() + 4), "{chunk}: read {read}");
+    }
+    // A client writing line feeds alone (which python-multipart refuses) has no delimiter after
+    // the first: its upload is passed over once too, not read again at every chunk.
+    let lf_only: Vec<u8> = form("", &[("file", &vec![b'a'; 1_000_000]), ("model", b"whisper-1")])
+        .into_iter()
+        .filter(|&b| b != b'\r')
+        .collect();
+    let (answer, read) = feed(&lf_only, 1_000);
+    assert_eq!(answer, FormRead::NoModel);
+    assert!(read <= lf_only.len() + lf_only.len().div_ceil(1_000) * (BOUNDARY.len() + 4), "read {read}");
+}
+
+/// `body` with its second delimiter line (the one after the first part) replaced by `line`.
+fn with_delimiter_line(body: &[u8], line: &str) -> Vec<u8> {
+    let plain = format!("\r\n--{BOUNDARY}\r\n");
+    let at = memchr::memmem::find(body, plain.as_bytes()).expect("a second part");
+    let mut replaced = body[..at + 2].to_vec();
+    replaced.extend_from_slice(line.as_bytes());
+    replaced.extend_from_slice(&body[at + plain.len()..]);
+    replaced
+}
