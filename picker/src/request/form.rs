@@ -213,21 +213,49 @@ enum Step {
     Wait,
 }
 
-/// The `name` a part's headers give it (`Content-Disposition: form-data; name="model"`).
+/// The `name` a part's headers give it (`Content-Disposition: form-data; name="model"`), read
+/// as python-multipart reads it (Starlette's parser, so vLLM's): the last `Content-Disposition`
+/// header's last `name` parameter, whatever the disposition's type; a `;` within quotes
+/// separates nothing (`filename="a; name=model"` names no model), and a quoted value is
+/// unescaped. Headers are not UTF-8 by rule (python-multipart reads them as Latin-1): bytes
+/// that are not do not hide a `name` beside them.
 fn part_name(headers: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(headers).ok()?;
-    let disposition = text.split("\r\n").find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.trim().eq_ignore_ascii_case("content-disposition").then_some(value)
-    })?;
-    let mut fields = disposition.split(';');
-    fields.next()?.trim().eq_ignore_ascii_case("form-data").then_some(())?;
-    fields.find_map(|field| {
-        let (name, value) = field.split_once('=')?;
-        let value = value.trim();
-        let value = value.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(value);
-        name.trim().eq_ignore_ascii_case("name").then(|| value.to_owned())
+    let text = String::from_utf8_lossy(headers);
+    let disposition = text
+        .split("\r\n")
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim().eq_ignore_ascii_case("content-disposition").then_some(value)
+        })
+        .last()?;
+    parameters(disposition)
+        .skip(1)
+        .filter_map(|parameter| {
+            let (key, value) = parameter.split_once('=')?;
+            key.trim_matches([' ', '\t']).eq_ignore_ascii_case("name").then(|| unquote(value.trim_matches([' ', '\t'])))
+        })
+        .last()
+}
+
+/// A header's `;`-separated parts, a `;` between unescaped quotes not one of them.
+fn parameters(value: &str) -> impl Iterator<Item = &str> {
+    let (mut quoted, mut escaped) = (false, false);
+    value.split(move |c: char| {
+        let separates = c == ';' && !quoted;
+        if c == '"' && !escaped {
+            quoted = !quoted;
+        }
+        escaped = c == '\\';
+        separates
     })
+}
+
+/// A parameter's value without its quotes, `\\` and `\"` within them unescaped.
+fn unquote(value: &str) -> String {
+    match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\\\\", "\\").replace("\\\"", "\""),
+        None => value.to_owned(),
+    }
 }
 
 /// Where `needle` first occurs in `haystack`: in linear time, so a hostile upload full of

@@ -90,10 +90,43 @@ fn only_a_part_named_model_is_read() {
     assert_eq!(named("form-data; name=model"), FormRead::Model("qwen".into()));
     assert_eq!(named("FORM-DATA; NAME=\"model\""), FormRead::Model("qwen".into()));
     assert_eq!(named("form-data; name=\"model\"; filename=\"m.txt\""), FormRead::Model("qwen".into()));
-    for other in
-        ["form-data; name=\"models\"", "form-data; name=\"file\"; filename=\"model\"", "attachment; name=\"model\""]
-    {
+    for other in ["form-data; name=\"models\"", "form-data; name=\"file\"; filename=\"model\""] {
         assert_eq!(named(other), FormRead::NoModel, "{other}");
+    }
+}
+
+#[test]
+fn a_part_is_named_as_python_multipart_names_it() {
+    // What Starlette 1.10 with python-multipart 0.0.34 (vLLM's form reading) made of each.
+    let named = |headers: &[u8]| {
+        let mut body = format!("--{BOUNDARY}\r\n").into_bytes();
+        body.extend_from_slice(headers);
+        body.extend_from_slice(format!("\r\n\r\nqwen\r\n--{BOUNDARY}--\r\n").as_bytes());
+        feed(&body, 9).0
+    };
+    let model = FormRead::Model("qwen".into());
+    for (headers, read) in [
+        // A `;` within quotes separates nothing.
+        (&b"Content-Disposition: form-data; filename=\"a; name=model; x\"; name=\"file\""[..], FormRead::NoModel),
+        (b"Content-Disposition: form-data; name=\"model;x\"", FormRead::NoModel),
+        (b"Content-Disposition: form-data; filename=\"a\\\"; name=model\"; name=\"model\"", model.clone()),
+        // The last name, of the last Content-Disposition, whatever its type.
+        (b"Content-Disposition: form-data; name=\"model\"; name=\"file\"", FormRead::NoModel),
+        (b"Content-Disposition: form-data; name=\"file\"; name=\"model\"", model.clone()),
+        (
+            b"Content-Disposition: form-data; name=\"file\"\r\nContent-Disposition: form-data; name=\"model\"",
+            model.clone(),
+        ),
+        (b"Content-Disposition: attachment; name=\"model\"", model.clone()),
+        (b"content-disposition:form-data;name = \"model\"", model.clone()),
+        // Latin-1 beside the name (a file name), a type of its own: the field all the same.
+        (b"Content-Disposition: form-data; name=\"model\"\r\nX-Note: caf\xe9", model.clone()),
+        (b"Content-Disposition: form-data; name=\"model\"\r\nContent-Type: text/plain; charset=utf-8", model.clone()),
+        // RFC 2231's extended names are not read (RFC 7578 forbids them).
+        (b"Content-Disposition: form-data; name*=utf-8''model", FormRead::NoModel),
+        (b"Content-Disposition: form-data; name=\"mo\\\"del\"", FormRead::NoModel),
+    ] {
+        assert_eq!(named(headers), read, "{}", String::from_utf8_lossy(headers));
     }
 }
 
