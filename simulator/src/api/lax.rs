@@ -6,8 +6,10 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-/// An integer as pydantic reads one in lax mode: a JSON number with no fraction, or a string
-/// of decimal digits with an optional sign and a fraction of zeros, whitespace around it.
+/// An integer as pydantic reads one in lax mode: a JSON number with no fraction, a boolean (1
+/// or 0), or a string of decimal digits (single underscores between them, as Python's `int`
+/// takes) with an optional sign and a fraction of zeros, whitespace around it (Unicode's, as
+/// pydantic-core trims it).
 pub fn lax_int(value: &serde_json::Value) -> Option<i64> {
     match value {
         serde_json::Value::Number(number) => number.as_i64().or_else(|| {
@@ -15,18 +17,20 @@ pub fn lax_int(value: &serde_json::Value) -> Option<i64> {
             // Within i64 (a larger one is refused as too many either way).
             (value.fract() == 0.0 && value.abs() < 9.0e18).then_some(value as i64)
         }),
+        serde_json::Value::Bool(flag) => Some(i64::from(*flag)),
         serde_json::Value::String(text) => {
-            let text = text.trim_matches(|c: char| c.is_ascii_whitespace());
+            let text = text.trim();
             let (negative, digits) = match text.strip_prefix('-') {
                 Some(rest) => (true, rest),
                 None => (false, text.strip_prefix('+').unwrap_or(text)),
             };
             let (whole, zeros) = digits.split_once('.').unwrap_or((digits, "0"));
             let made_of = |part: &str, allowed: &[u8]| !part.is_empty() && part.bytes().all(|b| allowed.contains(&b));
-            if !made_of(whole, b"0123456789") || !made_of(zeros, b"0") {
+            let digit_groups = || whole.split('_');
+            if !digit_groups().all(|group| made_of(group, b"0123456789")) || !made_of(zeros, b"0") {
                 return None;
             }
-            let magnitude: i64 = whole.parse().ok()?;
+            let magnitude: i64 = digit_groups().collect::<String>().parse().ok()?;
             Some(if negative { -magnitude } else { magnitude })
         }
         _ => None,

@@ -162,7 +162,10 @@ fn n_is_read_and_bounded_as_vllm() {
     assert_eq!(completion(r#"{"prompt": "x", "n": "3"}"#).unwrap().n, 3);
     assert_eq!(completion(r#"{"prompt": "x", "n": " +4.00 "}"#).unwrap().n, 4);
     assert_eq!(completion(r#"{"prompt": "x", "n": "-1"}"#).unwrap_err().message, "n must be at least 1, got -1.");
-    for odd in ["\"2.5\"", "\"two\"", "\"\"", "true", "[2]"] {
+    // (`true` is 1 to pydantic's lax int, as to Python.)
+    assert_eq!(completion(r#"{"prompt": "x", "n": true}"#).unwrap().n, 1);
+    assert_eq!(completion(r#"{"prompt": "x", "n": false}"#).unwrap_err().message, "n must be at least 1, got 0.");
+    for odd in ["\"2.5\"", "\"two\"", "\"\"", "{}", "[2]"] {
         let body = format!(r#"{{"prompt": "x", "n": {odd}}}"#);
         assert_eq!(completion(&body).unwrap_err().message, "n must be an int.", "{odd}");
     }
@@ -197,7 +200,11 @@ fn flags_and_lengths_are_read_in_pydantic_lax_mode() {
         let body = format!(r#"{{"messages": [{{"role": "user", "content": "x"}}], "stream": {stream}}}"#);
         assert_eq!(chat(&body).unwrap().options.stream, streams, "{stream}");
     }
-    for (length, tokens) in [("16.0", 16), ("\"16\"", 16), ("\" 16 \"", 16)] {
+    // (Each as pydantic 2.14 reads it: `true` is 1, Python's `int` takes `1_6`, and pydantic-core
+    // trims Unicode's white space.)
+    let lengths =
+        [("16.0", 16), ("\"16\"", 16), ("\" 16 \"", 16), ("\"1_6\"", 16), ("\"\\u200016.00\"", 16), ("true", 1)];
+    for (length, tokens) in lengths {
         let body = format!(r#"{{"prompt": "x", "max_tokens": {length}}}"#);
         assert_eq!(completion(&body).unwrap().options.max_tokens, Some(tokens), "{length}");
         let body =
@@ -208,7 +215,16 @@ fn flags_and_lengths_are_read_in_pydantic_lax_mode() {
     assert!(usage.options.stream && usage.options.include_usage);
     let template = chat(r#"{"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": "false"}"#);
     assert!(!template.unwrap().add_generation_prompt);
-    for refused in [r#""stream": "maybe""#, r#""stream": 2"#, r#""max_tokens": 1.5"#, r#""max_tokens": "many""#] {
+    let refused = [
+        r#""stream": "maybe""#,
+        r#""stream": 2"#,
+        r#""max_tokens": 1.5"#,
+        r#""max_tokens": "many""#,
+        r#""max_tokens": "1__6""#,
+        r#""max_tokens": "_16""#,
+        r#""max_tokens": "16.""#,
+    ];
+    for refused in refused {
         let body = format!(r#"{{"prompt": "x", {refused}}}"#);
         assert_eq!(completion(&body).unwrap_err().status, 400, "{refused}");
     }
