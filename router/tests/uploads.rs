@@ -98,3 +98,66 @@ fn an_upload_past_max_body_bytes_without_its_model_goes_by_load() {
     assert_eq!(steps.iter().filter(|step| **step == Step::Pause).count(), 4, "held up to the limit: {steps:?}");
     assert_eq!(bench.stat("wasm_epp.body_over_limit"), 1);
 }
+
+/// Sends the whole `body` in one chunk that does not end the stream, then its trailers.
+fn upload_with_trailers(bench: &Bench, body: &[u8]) -> (Step, Step, Option<String>) {
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let headers = [(":method", "POST"), (":path", "/v1/audio/translations"), ("content-type", content_type.as_str())];
+    bench.host.set_request(&headers, body);
+    let mut stream = RequestStream::new(bench.worker.clone());
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    let body_step = stream.on_request_body(&bench.host, body.len(), false);
+    let trailers_step = stream.on_request_trailers(&bench.host);
+    let destination = bench.host.header("x-gateway-destination-endpoint");
+    stream.on_log(&bench.host);
+    (body_step, trailers_step, destination)
+}
+
+#[test]
+fn trailers_end_an_upload_still_waiting_for_its_form() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    // The model's part cut short of its delimiter: only the trailers say the form has ended.
+    let mut cut = form(&[("file", &[5u8; 3_000])]);
+    cut.truncate(cut.len() - BOUNDARY.len() - 6);
+    cut.extend(format!("\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper").bytes());
+    let (body_step, trailers_step, destination) = upload_with_trailers(&bench, &cut);
+    assert_eq!((body_step, trailers_step), (Step::Pause, Step::Continue), "routed at the trailers, by load");
+    assert_eq!(pick(destination), "10.0.0.1:8000");
+    let whole = form(&[("file", &[5u8; 3_000]), ("model", b"whisper")]);
+    let (body_step, trailers_step, destination) = upload_with_trailers(&bench, &whole);
+    assert_eq!((body_step, trailers_step), (Step::Continue, Step::Continue));
+    assert_eq!(pick(destination), WHISPER);
+}
+
+#[test]
+fn an_upload_naming_a_model_no_pod_serves_is_answered_404_as_vllm_answers_it() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let (_, destination) = upload(&bench, &form(&[("model", b"whisper-9"), ("file", &[1u8; 2_000])]), 1_000);
+    assert_eq!(destination, None);
+    let replies = bench.host.replies.borrow();
+    assert_eq!(replies.last().map(|r| r.status), Some(404));
+    let reply: serde_json::Value = serde_json::from_slice(&replies.last().unwrap().body).unwrap();
+    assert_eq!(reply["error"]["message"], "The model `whisper-9` does not exist.");
+}
+
+#[test]
+fn flow_control_does_not_hold_an_upload() {
+    // The pool full (one in flight on each pod, of one allowed), a chat waits in the queue;
+    // an upload is not flow control's (as when it went unread), so it goes on.
+    let bench = Bench::new(r#"{"flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#);
+    publish_models(&bench, &POOL);
+    let chat = |model: &str| format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+    let path = [(":method", "POST"), (":path", "/v1/chat/completions")];
+    let (_whisper, answer) = bench.request(&path, &chat("whisper"));
+    assert_eq!(pick(answer.destination), WHISPER);
+    let (_llama, answer) = bench.request(&path, &chat("llama"));
+    assert_eq!(pick(answer.destination), "10.0.0.1:8000");
+    let (_queued, answer) = bench.request(&path, &chat("whisper"));
+    assert_eq!((answer.body_step, answer.destination), (Some(Step::Pause), None), "a chat waits");
+    let body = form(&[("model", b"whisper"), ("file", &vec![7u8; 50_000])]);
+    let (steps, destination) = upload(&bench, &body, 16_384);
+    assert_eq!(pick(destination), WHISPER);
+    assert_eq!(steps.first(), Some(&Step::Continue), "not queued: {steps:?}");
+}
