@@ -4,7 +4,8 @@
 //! sometimes fail (one the adapter's only pod), two pods killed (that one too) and brought
 //! back, a pod that stalls for a while, and clients sending every kind of request (four
 //! APIs, streams, `n` > 1, lax `"stream": "true"`, bodies vLLM refuses, an unknown model,
-//! clients leaving mid-body, while waiting and mid-stream, forged destinations). Each
+//! audio uploads routed by their form's model, clients leaving mid-body, while waiting and
+//! mid-stream, forged destinations). Each
 //! feature has its own test; this one looks for what they break together, as invariants a
 //! user would call a bug: a request left unanswered, a status the docs do not allow for what
 //! was sent, an answer from a pod of another model, a forged address reached, a count or a
@@ -101,6 +102,7 @@ fn label(outcome: &Outcome) -> String {
     };
     let kind = match &outcome.planned.kind {
         Kind::Valid { api, stream } => format!("{api:?}{}", if *stream { " stream" } else { "" }),
+        Kind::Upload { file_first } => format!("Upload{}", if *file_first { " file first" } else { "" }),
         other => format!("{other:?}"),
     };
     format!("{kind:<22} {status}")

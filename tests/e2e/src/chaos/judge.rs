@@ -62,7 +62,8 @@ impl Pool {
 /// requests that may have gone to a killed pod (its model's, or a body routed by load): 502,
 /// 503 and 504 with no answering pod or the killed one, a stream the killed pod cut, and for
 /// a model whose every pod was killed, the gateway's 503 (`rejected-no-endpoints`) or 404
-/// (no pod serves it any more).
+/// (no pod serves it any more). An upload is held to the same as a valid request, its 200
+/// read for the transcription's text (it names no model).
 pub fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
     let planned = &outcome.planned;
     let status = match (&planned.kind, &outcome.status) {
@@ -90,7 +91,7 @@ pub fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
         (_, 500) if from_faulty => return None,
         (Kind::BadJson | Kind::MissingPrompt, 400) => return None,
         (Kind::BadJson | Kind::MissingPrompt, _) => return Some(format!("{status}: a body vLLM refuses gets its 400")),
-        (Kind::Valid { .. } | Kind::LeavesMidStream, 200) => {}
+        (Kind::Valid { .. } | Kind::LeavesMidStream | Kind::Upload { .. }, 200) => {}
         (_, status) => return Some(format!("status {status} not allowed")),
     }
     let Some(pod) = pod else { return Some("200 without x-served-by".into()) };
@@ -114,6 +115,10 @@ pub fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
     } else if !outcome.whole {
         return Some("an answer cut short".into());
     }
+    if let Kind::Upload { .. } = planned.kind {
+        // A transcription names no model: the pod serving it is the check.
+        return (!outcome.body.contains("\"text\"")).then(|| "a transcription without its text".into());
+    }
     let named = [format!("\"model\":\"{}\"", planned.model), format!("\"model\": \"{}\"", planned.model)];
     if !named.iter().any(|n| outcome.body.contains(n.as_str())) {
         return Some(format!("the answer does not name {}", planned.model));
@@ -123,7 +128,8 @@ pub fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
 
 /// The flow-control headers as documented: a refusal's reason is one of llm-d's values (and
 /// ours, an eviction, only for a sheddable request); the time waited is on every answer
-/// flow control let through to a pod, never on the gateway's own refusals.
+/// flow control let through to a pod, never on the gateway's own refusals nor on an upload
+/// (another endpoint's request, not flow control's).
 fn judge_flow_headers(outcome: &Outcome, status: u16) -> Option<String> {
     const REASONS: [&str; 4] =
         ["rejected-saturated", "rejected-ttl-expired", "evicted-for-higher-priority", "rejected-no-endpoints"];
@@ -135,7 +141,10 @@ fn judge_flow_headers(outcome: &Outcome, status: u16) -> Option<String> {
             return Some("a request of priority 0 or more evicted".into());
         }
     }
+    let queued = !matches!(outcome.planned.kind, Kind::Upload { .. });
     match (outcome.local_reply, outcome.queue_duration.as_deref()) {
+        (_, Some(waited)) if !queued => Some(format!("an upload, not flow control's, says it waited {waited} ms")),
+        (false, None) if !queued => None,
         (true, Some(waited)) => Some(format!("{status} from the gateway says it waited {waited} ms in the queue")),
         (false, None) if outcome.pod.is_some() => Some(format!("{status} from a pod without the time waited")),
         (false, Some(waited)) if waited.parse::<u64>().is_err() => Some(format!("time waited {waited:?}")),

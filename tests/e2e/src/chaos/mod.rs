@@ -81,6 +81,10 @@ pub enum Kind {
     /// A whole request the client gives up on before its answer (while it waits in the
     /// queue, or while its pod generates): likewise.
     LeavesWaiting,
+    /// An audio upload (`multipart/form-data`, vLLM's transcriptions and translations), routed
+    /// by its form's `model`, its fields before the file as the SDKs send them or the file
+    /// first as a hand-written form may: 200 from a pod of its model, not queued by flow control.
+    Upload { file_first: bool },
 }
 
 /// One request to send.
@@ -88,9 +92,35 @@ pub enum Kind {
 pub struct Planned {
     pub kind: Kind,
     pub path: &'static str,
+    pub content_type: String,
     pub model: String,
     pub body: Vec<u8>,
     pub headers: Vec<(String, String)>,
+}
+
+const BOUNDARY: &str = "chaos-form-7d3b";
+
+/// An upload's form: `model` and another field, and a file of a few KB (before the fields when
+/// `file_first`).
+fn upload_form(draw: &mut Draw, model: &str, file_first: bool) -> Vec<u8> {
+    let field = |name: &str, value: &[u8]| {
+        let mut part = format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"{name}\"").into_bytes();
+        if name == "file" {
+            part.extend_from_slice(b"; filename=\"talk.wav\"\r\nContent-Type: audio/wav");
+        }
+        part.extend_from_slice(b"\r\n\r\n");
+        part.extend_from_slice(value);
+        part.extend_from_slice(b"\r\n");
+        part
+    };
+    // Bytes of every value, line breaks and dashes among them, as a recording has.
+    let seed = draw.next_u64();
+    let audio: Vec<u8> = (0..1_000 + draw.below(8_000)).map(|i| (seed.wrapping_add(i * 7) % 256) as u8).collect();
+    let fields = [field("model", model.as_bytes()), field("language", b"en")].concat();
+    let file = field("file", &audio);
+    let mut body = if file_first { [file, fields].concat() } else { [fields, file].concat() };
+    body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
+    body
 }
 
 /// Shared prompt openings (about 1 KB each), so prefix affinity has something to keep.
@@ -154,7 +184,13 @@ pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forge
     let stream = draw.chance(50);
     let path = match roll {
         0..=10 => Api::Completions.path(),
+        27..=29 => "/v1/audio/transcriptions",
+        30..=31 => "/v1/audio/translations",
         _ => api.path(),
+    };
+    let content_type = match roll {
+        27..=31 => format!("multipart/form-data; boundary={BOUNDARY}"),
+        _ => "application/json".to_owned(),
     };
     let (kind, model, body) = match roll {
         0..=3 => (Kind::BadJson, model, br#"{"model": "sim-model", "prompt": "cut sh"#.to_vec()),
@@ -174,6 +210,11 @@ pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forge
         22..=26 => {
             let body = valid_body(draw, api, &model, stream, &text);
             (Kind::LeavesWaiting, model, body.to_string().into())
+        }
+        27..=31 => {
+            let file_first = draw.chance(30);
+            let body = upload_form(draw, &model, file_first);
+            (Kind::Upload { file_first }, model, body)
         }
         _ => {
             let body = valid_body(draw, api, &model, stream, &text);
@@ -198,7 +239,7 @@ pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forge
         // llm-d's own queue TTL for this request, a Go duration.
         headers.push(("x-llm-d-inference-ttl".to_owned(), format!("{}ms", 50 + draw.below(500))));
     }
-    Planned { kind, path, model, body, headers }
+    Planned { kind, path, content_type, model, body, headers }
 }
 
 /// What came back.
@@ -253,7 +294,7 @@ pub fn send(port: u16, planned: Planned) -> Outcome {
 fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
     let url = format!("http://127.0.0.1:{port}{}", planned.path);
     let agent = ureq::AgentBuilder::new().timeout(REQUEST_TIMEOUT).build();
-    let mut request = agent.post(&url).set("content-type", "application/json");
+    let mut request = agent.post(&url).set("content-type", &planned.content_type);
     for (name, value) in &planned.headers {
         request = request.set(name, value);
     }
@@ -309,7 +350,8 @@ fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
 /// gateway holds it), closes.
 fn leave_early(port: u16, planned: &Planned, sent: usize, patience: Duration) {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return };
-    let mut head = format!("POST {} HTTP/1.1\r\nhost: gateway\r\ncontent-type: application/json\r\n", planned.path);
+    let mut head =
+        format!("POST {} HTTP/1.1\r\nhost: gateway\r\ncontent-type: {}\r\n", planned.path, planned.content_type);
     for (name, value) in &planned.headers {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
