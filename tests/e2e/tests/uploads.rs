@@ -44,10 +44,12 @@ print(json.dumps({"pod": raw.headers.get("x-served-by"), "text": raw.parse().tex
     (report["pod"].as_str().unwrap_or_default().to_owned(), report["text"].as_str().unwrap_or_default().to_owned())
 }
 
-/// curl's upload of `file` before the model field; returns the status and the pod.
-fn curl_transcription(cluster: &Cluster, file: &std::path::Path, model: &str) -> (u16, String) {
+/// curl's upload of `file` before the model field, with `options` (HTTP/2, `Expect`); returns
+/// the final status and the pod.
+fn curl_transcription(cluster: &Cluster, file: &std::path::Path, model: &str, options: &[&str]) -> (u16, String) {
     let output = Command::new("curl")
         .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "30"])
+        .args(options)
         .arg("-F")
         .arg(format!("file=@{};type=audio/wav", file.display()))
         .args(["-F", &format!("model={model}")])
@@ -55,7 +57,12 @@ fn curl_transcription(cluster: &Cluster, file: &std::path::Path, model: &str) ->
         .output()
         .unwrap_or_else(|e| panic!("cannot run curl: {e}"));
     let head = String::from_utf8_lossy(&output.stdout);
-    let status = head.lines().find_map(|line| line.strip_prefix("HTTP/1.1 ")).and_then(|rest| rest.get(..3));
+    // (The last status line: `Expect: 100-continue` brings a `100 Continue` first.)
+    let status = head
+        .lines()
+        .filter_map(|line| line.strip_prefix("HTTP/1.1 ").or_else(|| line.strip_prefix("HTTP/2 ")))
+        .next_back()
+        .and_then(|rest| rest.get(..3));
     let pod = head.lines().find_map(|line| line.strip_prefix("x-served-by: "));
     (status.and_then(|s| s.parse().ok()).unwrap_or(0), pod.unwrap_or_default().trim().to_owned())
 }
@@ -73,10 +80,16 @@ fn uploads_reach_a_pod_serving_their_forms_model() {
     let audio: Vec<u8> = (0..1_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     std::fs::write(&recording, audio).unwrap_or_else(|e| panic!("{e}"));
     for _ in 0..3 {
-        assert_eq!(curl_transcription(&cluster, &recording, "whisper"), (200, pods[1].clone()), "file first, by curl");
-        assert_eq!(curl_transcription(&cluster, &recording, "llama"), (200, pods[0].clone()));
+        assert_eq!(curl_transcription(&cluster, &recording, "whisper", &[]), (200, pods[1].clone()), "by curl");
+        assert_eq!(curl_transcription(&cluster, &recording, "llama", &[]), (200, pods[0].clone()));
     }
-    assert_eq!(cluster.stat("wasm_epp_upload_routed_by_model"), 11.0);
+    // Envoy answers `Expect: 100-continue` itself (the body then comes, read as it arrives), and
+    // an HTTP/2 upload's DATA frames are read as HTTP/1's chunks are.
+    let expect = ["-H", "Expect: 100-continue"];
+    assert_eq!(curl_transcription(&cluster, &recording, "whisper", &expect), (200, pods[1].clone()), "Expect");
+    let http2 = ["--http2-prior-knowledge"];
+    assert_eq!(curl_transcription(&cluster, &recording, "whisper", &http2), (200, pods[1].clone()), "HTTP/2");
+    assert_eq!(cluster.stat("wasm_epp_upload_routed_by_model"), 13.0);
     assert_eq!(cluster.pods_stat("model_not_found"), 0, "no upload reached a pod without its model");
     assert_eq!(e2e::hostile::wasm_failures(&cluster.envoy), Vec::<String>::new(), "no Wasm VM failed");
 }
