@@ -214,3 +214,27 @@ fn with_delimiter_line(body: &[u8], line: &str) -> Vec<u8> {
     replaced.extend_from_slice(&body[at + plain.len()..]);
     replaced
 }
+
+#[test]
+fn every_cut_of_the_body_reads_as_the_whole_body_does() {
+    // Delimiters, padding, line breaks and near-delimiters at every place a chunk may end.
+    let near = format!("x\r\n--{BOUNDARY}X\r\r\n-\r\n--{}\r\n", &BOUNDARY[..5]);
+    let mut bodies = vec![
+        form("", &[("model", b"m1"), ("file", near.as_bytes())]),
+        form("pre\r\n", &[("file", near.as_bytes()), ("language", b"en"), ("model", b"m2")]),
+        with_delimiter_line(&form("", &[("x", b"1"), ("model", b"m3")]), &format!("--{BOUNDARY} \t \r\n")),
+        with_delimiter_line(&form("", &[("x", b"1"), ("model", b"m4")]), &format!("--{BOUNDARY} \r\r\n")),
+        form("", &[("file", near.as_bytes())]),
+    ];
+    let cut = bodies[0].len() - 10;
+    bodies.push(bodies[0][..cut].to_vec());
+    let model = |name: &str| FormRead::Model(name.into());
+    let answers = [model("m1"), model("m2"), model("m3"), FormRead::NoModel, FormRead::NoModel, model("m1")];
+    for (body, answer) in bodies.iter().zip(answers) {
+        let whole = FormScan::new(BOUNDARY).scan(body, true);
+        assert_eq!(whole, answer, "{}", String::from_utf8_lossy(body));
+        for chunk in 1..=body.len().min(64) {
+            assert_eq!(feed(body, chunk).0, whole, "chunks of {chunk}: {}", String::from_utf8_lossy(body));
+        }
+    }
+}
