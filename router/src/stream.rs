@@ -233,12 +233,13 @@ impl RequestStream {
         self.rewrite_to = crate::protocol::rewrite_target(&headers, config);
         self.slo_ttft_ms = crate::protocol::slo_ttft_ms(&headers, config);
         let declared_length = headers.get_text("content-length").and_then(|v| v.parse::<u64>().ok());
-        let content_type = headers.get_text("content-type");
+        // (Looked up for other endpoints only: the inference endpoints read JSON whatever the label.)
+        let content_type = || headers.get_text("content-type");
         if self.endpoint == Endpoint::Other && !end_of_stream {
             // An upload (an audio transcription's form) is read for its `model` as it arrives.
-            self.upload = content_type.and_then(picker::request::form_boundary).map(|b| FormScan::new(&b));
+            self.upload = content_type().and_then(picker::request::form_boundary).map(|b| FormScan::new(&b));
         }
-        let unread = self.endpoint == Endpoint::Other && self.upload.is_none() && !may_be_json(content_type);
+        let unread = self.endpoint == Endpoint::Other && self.upload.is_none() && !may_be_json(content_type());
         if end_of_stream || unread {
             // No body: no prompt for an engine to generate from (a preflight, a HEAD), so not
             // flow control's to hold or refuse either; a binary upload to another endpoint neither.
