@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod mock;
 pub mod proxy;
 pub mod tally;
+pub mod warnings;
 
 pub use error::{HostError, HostResult};
 pub use headers::HeaderMap;

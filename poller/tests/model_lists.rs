@@ -4,11 +4,10 @@
 // Test support functions unwrap too: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
-use std::cell::RefCell;
-
 use picker::keys;
 use picker::pod_table::PodTable;
 use wasm_epp_host::mock::Call;
+use wasm_epp_host::warnings::logged_warnings;
 use wasm_epp_host::{MockHost, SharedStore};
 use wasm_epp_poller::PoolService;
 
@@ -22,34 +21,9 @@ const CATALOG: &str = r#"{"object":"list","data":[{"id":"m","parent":null},{"id"
 
 const TWO_PODS: &str = r#"{"pool": ["10.0.0.1:8000", "10.0.0.2:8000"], "poll_interval_ms": 100}"#;
 
-thread_local! {
-    /// What this test's thread logged at warning level (each test runs on its own thread).
-    static WARNINGS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
-}
-
-struct WarningLog;
-
-impl log::Log for WarningLog {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Warn
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if self.enabled(record.metadata()) {
-            WARNINGS.with(|w| w.borrow_mut().push(record.args().to_string()));
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-static LOGGER: WarningLog = WarningLog;
-
 /// The warnings logged on this thread so far (the logger is installed on first use).
 fn warnings() -> Vec<String> {
-    // Err: already installed by another test of this binary.
-    let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
-    WARNINGS.with(|w| w.borrow().clone())
+    logged_warnings()
 }
 
 fn host() -> MockHost {

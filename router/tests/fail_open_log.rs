@@ -7,42 +7,16 @@
 
 mod common;
 
-use std::cell::RefCell;
-
 use common::{Bench, COMPLETIONS};
 use picker::address::PodAddress;
 use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
+use wasm_epp_host::warnings::logged_warnings;
 use wasm_epp_host::{Host, SharedStore};
-
-thread_local! {
-    /// What this test's thread logged at warning level (each test runs on its own thread).
-    static WARNINGS: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
-}
-
-struct WarningLog;
-
-impl log::Log for WarningLog {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Warn
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if self.enabled(record.metadata()) {
-            WARNINGS.with(|w| w.borrow_mut().push(record.args().to_string()));
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-static LOGGER: WarningLog = WarningLog;
 
 /// The fail-open warnings logged on this thread so far (the logger is installed on first use).
 fn fail_open_warnings() -> usize {
-    // Err: already installed by another test of this binary.
-    let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Warn));
-    WARNINGS.with(|w| w.borrow().iter().filter(|line| line.contains("no fresh pod data")).count())
+    logged_warnings().iter().filter(|line| line.contains("no fresh pod data")).count()
 }
 
 /// `llama` on a healthy pod; `qwen` and its adapter on a pod the pool service found down.
