@@ -277,17 +277,24 @@ pub fn send(port: u16, planned: Planned) -> Outcome {
         }
         _ => return send_whole(port, planned, started),
     }
-    Outcome {
-        planned,
-        started,
-        ended: Instant::now(),
-        status: Err("left".into()),
-        pod: None,
-        dropped_reason: None,
-        queue_duration: None,
-        local_reply: false,
-        body: String::new(),
-        whole: false,
+    Outcome::unanswered(planned, started, "left".into())
+}
+
+impl Outcome {
+    /// No answer came (the client left, or the transport failed): `why`.
+    fn unanswered(planned: Planned, started: Instant, why: String) -> Self {
+        Self {
+            planned,
+            started,
+            ended: Instant::now(),
+            status: Err(why),
+            pod: None,
+            dropped_reason: None,
+            queue_duration: None,
+            local_reply: false,
+            body: String::new(),
+            whole: false,
+        }
     }
 }
 
@@ -300,21 +307,7 @@ fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
     }
     let response = match request.send_bytes(&planned.body) {
         Ok(response) | Err(ureq::Error::Status(_, response)) => response,
-        Err(ureq::Error::Transport(error)) => {
-            let status = Err(error.to_string());
-            return Outcome {
-                planned,
-                started,
-                ended: Instant::now(),
-                status,
-                pod: None,
-                dropped_reason: None,
-                queue_duration: None,
-                local_reply: false,
-                body: String::new(),
-                whole: false,
-            };
-        }
+        Err(ureq::Error::Transport(error)) => return Outcome::unanswered(planned, started, error.to_string()),
     };
     let status = response.status();
     let header = |name: &str| response.header(name).map(str::to_owned);
