@@ -32,10 +32,17 @@ pub(super) fn read_object<'a>(text: &'a str, each: impl FnMut(&'a str, usize) ->
 /// it: 400).
 pub(crate) fn lax_flag(raw: &str) -> Option<bool> {
     match raw {
-        "true" => return Some(true),
-        "false" => return Some(false),
-        _ => {}
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => lax_flag_in_another_form(raw),
     }
+}
+
+/// [`lax_flag`] past JSON's own `true` and `false`: rare, so kept out of the body scan's
+/// inlined code.
+#[cold]
+#[inline(never)]
+fn lax_flag_in_another_form(raw: &str) -> Option<bool> {
     let Some(quoted) = raw.strip_prefix('"').and_then(|rest| rest.strip_suffix('"')) else {
         // A JSON number (the parse checked it is one, or this `None` refuses it).
         let number = raw.parse::<f64>().ok()?;
