@@ -120,8 +120,9 @@ pub struct RequestStream {
     first_byte_ms: Option<u64>,
     /// It opened with a server's error event: a failure of the pod that answered.
     failed_in_stream: bool,
-    /// A `multipart/form-data` upload being read for its `model` ([`upload`]).
-    upload: Option<FormScan>,
+    /// A `multipart/form-data` upload being read for its `model` ([`upload`]); boxed, as most
+    /// requests are not uploads and the stream is built for each.
+    upload: Option<Box<FormScan>>,
 }
 
 impl RequestStream {
@@ -237,7 +238,7 @@ impl RequestStream {
         let content_type = || headers.get_text("content-type");
         if self.endpoint == Endpoint::Other && !end_of_stream {
             // An upload (an audio transcription's form) is read for its `model` as it arrives.
-            self.upload = content_type().and_then(picker::request::form_boundary).map(|b| FormScan::new(&b));
+            self.upload = content_type().and_then(picker::request::form_boundary).map(|b| Box::new(FormScan::new(&b)));
         }
         let unread = self.endpoint == Endpoint::Other && self.upload.is_none() && !may_be_json(content_type());
         if end_of_stream || unread {
