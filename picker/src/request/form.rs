@@ -24,17 +24,12 @@ const MAX_BOUNDARY: usize = 70;
 /// The boundary of a `multipart/form-data` content type; `None` for any other type, or a
 /// boundary missing or longer than RFC 2046 allows.
 pub fn form_boundary(content_type: &str) -> Option<String> {
-    let mut fields = content_type.split(';');
-    let essence = fields.next()?.trim();
+    let essence = content_type.split(';').next()?.trim();
     if !essence.eq_ignore_ascii_case("multipart/form-data") {
         return None;
     }
-    let boundary = fields.find_map(|field| {
-        let (name, value) = field.split_once('=')?;
-        name.trim().eq_ignore_ascii_case("boundary").then(|| value.trim())
-    })?;
-    let boundary = boundary.strip_prefix('"').and_then(|b| b.strip_suffix('"')).unwrap_or(boundary);
-    (!boundary.is_empty() && boundary.len() <= MAX_BOUNDARY).then(|| boundary.to_owned())
+    let boundary = named_parameters(content_type).find_map(|(name, value)| (name == "boundary").then_some(value))?;
+    (!boundary.is_empty() && boundary.len() <= MAX_BOUNDARY).then_some(boundary)
 }
 
 /// What the body read so far says.
@@ -228,13 +223,18 @@ fn part_name(headers: &[u8]) -> Option<String> {
             name.trim().eq_ignore_ascii_case("content-disposition").then_some(value)
         })
         .last()?;
-    parameters(disposition)
-        .skip(1)
-        .filter_map(|parameter| {
-            let (key, value) = parameter.split_once('=')?;
-            key.trim_matches([' ', '\t']).eq_ignore_ascii_case("name").then(|| unquote(value.trim_matches([' ', '\t'])))
-        })
-        .last()
+    named_parameters(disposition).filter_map(|(name, value)| (name == "name").then_some(value)).last()
+}
+
+/// A header value's parameters after its first part (`form-data; name="model"`,
+/// `multipart/form-data; boundary=x`): each name lowercased, each value trimmed of HTTP's
+/// white space and unquoted.
+fn named_parameters(value: &str) -> impl Iterator<Item = (String, String)> + '_ {
+    const WHITE_SPACE: [char; 2] = [' ', '\t'];
+    parameters(value).skip(1).filter_map(|parameter| {
+        let (name, value) = parameter.split_once('=')?;
+        Some((name.trim_matches(WHITE_SPACE).to_ascii_lowercase(), unquote(value.trim_matches(WHITE_SPACE))))
+    })
 }
 
 /// A header's `;`-separated parts, a `;` between unescaped quotes not one of them.
