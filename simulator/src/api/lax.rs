@@ -10,15 +10,15 @@ use serde_json::Value;
 /// or 0), or a string of decimal digits (single underscores between them, as Python's `int`
 /// takes) with an optional sign and a fraction of zeros, whitespace around it (Unicode's, as
 /// pydantic-core trims it).
-pub fn lax_int(value: &serde_json::Value) -> Option<i64> {
+pub fn lax_int(value: &Value) -> Option<i64> {
     match value {
-        serde_json::Value::Number(number) => number.as_i64().or_else(|| {
+        Value::Number(number) => number.as_i64().or_else(|| {
             let value = number.as_f64()?;
             // Within i64 (a larger one is refused as too many either way).
             (value.fract() == 0.0 && value.abs() < 9.0e18).then_some(value as i64)
         }),
-        serde_json::Value::Bool(flag) => Some(i64::from(*flag)),
-        serde_json::Value::String(text) => {
+        Value::Bool(flag) => Some(i64::from(*flag)),
+        Value::String(text) => {
             let text = text.trim();
             let (negative, digits) = match text.strip_prefix('-') {
                 Some(rest) => (true, rest),
@@ -64,20 +64,25 @@ pub fn lax_bool(value: &Value) -> Option<bool> {
 /// An optional integer field (`deserialize_with`): `null` is absent, anything [`lax_int`]
 /// refuses is a 400, as pydantic's error is.
 pub fn int<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<i64>, D::Error> {
-    match Option::<Value>::deserialize(deserializer)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(value) => lax_int(&value)
-            .map(Some)
-            .ok_or_else(|| D::Error::custom(format!("invalid value: {value}, expected an integer"))),
-    }
+    optional(deserializer, lax_int, "an integer")
 }
 
 /// An optional flag field (`deserialize_with`), as [`lax_bool`] reads it.
 pub fn flag<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<bool>, D::Error> {
+    optional(deserializer, lax_bool, "a boolean")
+}
+
+/// An optional field read by `read`: `null` is absent, a value `read` refuses an error naming
+/// what was `expected`.
+fn optional<'de, D: Deserializer<'de>, T>(
+    deserializer: D,
+    read: fn(&Value) -> Option<T>,
+    expected: &str,
+) -> Result<Option<T>, D::Error> {
     match Option::<Value>::deserialize(deserializer)? {
         None | Some(Value::Null) => Ok(None),
-        Some(value) => lax_bool(&value)
+        Some(value) => read(&value)
             .map(Some)
-            .ok_or_else(|| D::Error::custom(format!("invalid value: {value}, expected a boolean"))),
+            .ok_or_else(|| D::Error::custom(format!("invalid value: {value}, expected {expected}"))),
     }
 }
