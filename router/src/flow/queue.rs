@@ -10,6 +10,7 @@
 //! (priority < 0), so no critical or standard request is refused while sheddable ones wait.
 
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 
 use picker::config::MAX_PRIORITY;
 
@@ -164,6 +165,54 @@ impl<T> WaitQueue<T> {
             band.cursor = index + 1;
         }
         Some(self.account_removed(0, entry))
+    }
+
+    /// Calls `visit` on the waiting requests in release order (with their band's priority)
+    /// until it breaks: highest band first; inside a band, each flow's oldest in turn from
+    /// the flow whose turn is next, then each flow's second, and so on. What [`Self::pop_next`]
+    /// would release is visited first. Flow control's release looks past requests whose pods
+    /// have no room for one whose pods do ([`Self::take`] releases it).
+    pub fn find_in_order<R>(&self, mut visit: impl FnMut(i32, &Entry<T>) -> ControlFlow<R>) -> Option<R> {
+        for band in &self.bands {
+            let flows = band.flows.len();
+            // The flows in turn order, each while it has an entry at this depth.
+            let mut turns: Vec<&Flow<T>> =
+                (0..flows).filter_map(|k| band.flows.get((band.cursor + k) % flows.max(1))).collect();
+            let mut depth = 0;
+            while !turns.is_empty() {
+                turns.retain(|flow| flow.entries.len() > depth);
+                for flow in &turns {
+                    if let Some(entry) = flow.entries.get(depth) {
+                        if let ControlFlow::Break(found) = visit(band.priority, entry) {
+                            return Some(found);
+                        }
+                    }
+                }
+                depth += 1;
+            }
+        }
+        None
+    }
+
+    /// Takes the request `id` out to release it. Its flow's turn passes, as when
+    /// [`Self::pop_next`] releases the next in line: the next turn is the following flow's.
+    /// Flows passed over before it (their requests could not go) wait for their next turn.
+    pub fn take(&mut self, id: u32) -> Option<Left<T>> {
+        for (band_index, band) in self.bands.iter_mut().enumerate() {
+            for (flow_index, flow) in band.flows.iter_mut().enumerate() {
+                if let Some(position) = flow.entries.iter().position(|e| e.id == id) {
+                    let entry = flow.entries.remove(position)?;
+                    if flow.entries.is_empty() {
+                        band.flows.remove(flow_index);
+                        band.cursor = flow_index;
+                    } else {
+                        band.cursor = flow_index + 1;
+                    }
+                    return Some(self.account_removed(band_index, entry));
+                }
+            }
+        }
+        None
     }
 
     /// Removes the request `id` (its client went away), wherever it waits.

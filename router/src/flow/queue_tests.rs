@@ -234,3 +234,65 @@ fn a_wait_lasts_its_ttl_across_a_wall_clock_stepped_back() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The ids in the order `find_in_order` visits them.
+fn visit_order(queue: &WaitQueue<()>) -> Vec<u32> {
+    let mut order = Vec::new();
+    queue.find_in_order(|_, entry| {
+        order.push(entry.id);
+        ControlFlow::<()>::Continue(())
+    });
+    order
+}
+
+#[test]
+fn the_visit_order_is_the_release_order_and_taking_the_first_is_popping_it() {
+    let mut seed = 0x9e37_79b9_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..200 {
+        let mut queue = WaitQueue::new(ROOMY);
+        let mut twin = WaitQueue::new(ROOMY);
+        for id in 0..(next() % 30) as u32 {
+            let (priority, flow) = ((next() % 3) as i32 - 1, next() % 4);
+            queue.push(priority, entry(id, flow, u64::from(id)));
+            twin.push(priority, entry(id, flow, u64::from(id)));
+        }
+        // A few releases first, so turns do not start at the first flow.
+        for _ in 0..next() % 4 {
+            let popped = queue.pop_next().map(|l| l.entry.id);
+            assert_eq!(popped, twin.pop_next().map(|l| l.entry.id));
+        }
+        let visited = visit_order(&queue);
+        assert_eq!(visited, drain(&mut twin), "round {round}: visiting follows the release order");
+        // Taking what is visited first, again and again, releases in the same order.
+        let mut taken = Vec::new();
+        while let Some(first) = queue.find_in_order(|_, entry| ControlFlow::Break(entry.id)) {
+            taken.push(queue.take(first).map(|l| l.entry.id).unwrap());
+        }
+        assert_eq!(taken, visited, "round {round}");
+        assert!(queue.is_empty() && queue.bytes() == 0);
+    }
+}
+
+#[test]
+fn a_request_taken_past_others_passes_its_flows_turn_and_keeps_the_counts() {
+    // Flows 1, 2, 3 in turn, two requests each.
+    let mut queue = WaitQueue::new(ROOMY);
+    for (id, flow) in [(1, 1), (2, 2), (3, 3), (4, 1), (5, 2), (6, 3)] {
+        queue.push(0, entry(id, flow, u64::from(id)));
+    }
+    assert_eq!(visit_order(&queue), [1, 2, 3, 4, 5, 6]);
+    // Flow 1's request cannot go (its pods are full): flow 2's goes past it.
+    assert_eq!(queue.take(2).map(|l| (l.priority, l.entry.id)), Some((0, 2)));
+    assert_eq!(visit_order(&queue), [3, 1, 5, 6, 4], "flow 3's turn is next, flow 1 keeps its place after it");
+    assert_eq!((queue.len(), queue.bytes()), (5, 50));
+    assert!(queue.take(42).is_none());
+    assert_eq!(queue.take(6).map(|l| l.entry.id), Some(6), "a flow's second request");
+    assert_eq!(visit_order(&queue), [1, 5, 3, 4]);
+    assert_eq!(drain(&mut queue), [1, 5, 3, 4]);
+}
