@@ -125,10 +125,15 @@ impl<'a> SubsetHint<'a> {
     }
 }
 
+/// The table's pods a request of `query` may go to, by position in table order: what the pick
+/// chooses among (flow control counts their room, not the pool's, for a request waiting).
+pub fn eligible_positions(table: &PodTable, query: &ModelQuery<'_>) -> Result<Vec<usize>, NoRoute> {
+    eligible_pods(query, table).map(|pods| pods.into_iter().map(|(i, _)| i).collect())
+}
+
 /// The table's pods this request may go to, with their LoRA tiers: in the subset hint, and
 /// serving its model (or, if none says it does, those that do not tell). Table order.
-fn eligible_pods(view: &RoutingView<'_>, table: &PodTable) -> Result<Vec<(usize, u8)>, NoRoute> {
-    let query = &view.models;
+fn eligible_pods(query: &ModelQuery<'_>, table: &PodTable) -> Result<Vec<(usize, u8)>, NoRoute> {
     let subset = query.subset.map(SubsetHint::new);
     let in_subset = |i: usize| -> bool {
         subset.as_ref().is_none_or(|subset| table.pods.get(i).is_some_and(|pod| subset.holds(&pod.address)))
@@ -308,7 +313,7 @@ pub fn choose_at(
 ) -> Result<Route, NoRoute> {
     match view.table.filter(|t| !t.pods.is_empty()) {
         Some(table) => {
-            let eligible = eligible_pods(view, table)?;
+            let eligible = eligible_pods(&view.models, table)?;
             choose_among(view, table, eligible, order, policy, random)
         }
         None => choose_in_fallback_pool(view, policy, random),
@@ -340,7 +345,7 @@ pub fn choose_compared(
     let Some(table) = view.table.filter(|t| !t.pods.is_empty()) else {
         return choose_in_fallback_pool(view, policy, random).map(|route| (route, None));
     };
-    let eligible = eligible_pods(view, table)?;
+    let eligible = eligible_pods(&view.models, table)?;
     let arm_of = |i: usize| comparison.split.arm_at(i);
     // Drawn by the eligible pods, up or down, so a conversation keeps its arm while pods come
     // and go; an arm with no pod the scheduler would trust (down, or not yet scraped) does not

@@ -327,11 +327,12 @@ impl RequestStream {
                     return self.route_model(host, &request, &body, target);
                 }
                 let priority = class.priority(&self.worker.config, model);
-                if self.admitted_now(host, priority, self.weight) {
+                if self.admitted_now(host, priority, self.weight, model) {
                     return self.route_model(host, &request, &body, target);
                 }
+                let model = model.map(str::to_owned);
                 drop(request);
-                self.hold(host, priority, class, body, target)
+                self.hold(host, priority, class, body, target, model)
             }
             // Any other endpoint's body need not be JSON (nor ours to judge): routed by load.
             Err(_) if self.endpoint == Endpoint::Other => self.route(host, None),
@@ -349,10 +350,10 @@ impl RequestStream {
                 // would go past the queue and past every pod's in-flight bound.
                 let Some(class) = self.flow_class else { return self.route(host, None) };
                 let priority = class.priority(&self.worker.config, None);
-                if self.admitted_now(host, priority, 1) {
+                if self.admitted_now(host, priority, 1, None) {
                     return self.route(host, None);
                 }
-                self.hold(host, priority, class, body, None)
+                self.hold(host, priority, class, body, None, None)
             }
         }
     }
@@ -360,10 +361,11 @@ impl RequestStream {
     /// Flow control's admission of a request of `weight` sequences whose body is held: whether
     /// it goes on now (else the caller holds it). Either way it was admitted (its queue time
     /// is reported).
-    fn admitted_now(&mut self, host: &dyn Host, priority: i32, weight: u32) -> bool {
+    fn admitted_now(&mut self, host: &dyn Host, priority: i32, weight: u32, model: Option<&str>) -> bool {
         self.flow_admitted = true;
         self.flow_band = Some(priority);
-        crate::flow::admit(&self.worker, host, priority, weight) == crate::flow::Admitted::RouteNow
+        let reach = crate::flow::Reach { model, subset: self.subset.as_deref() };
+        crate::flow::admit(&self.worker, host, priority, weight, reach) == crate::flow::Admitted::RouteNow
     }
 
     /// Routes a request whose body is not read: over `max_body_bytes` or past
@@ -604,7 +606,8 @@ impl RequestStream {
     }
 
     /// Holds the request in the wait queue (flow control): paused until released.
-    /// It keeps what routing it needs: its rewrite target and the gateway's subset hint.
+    /// It keeps what routing it needs: its rewrite target, the model it is routed as and the
+    /// gateway's subset hint.
     fn hold(
         &mut self,
         host: &dyn Host,
@@ -612,9 +615,11 @@ impl RequestStream {
         class: crate::flow::RequestClass,
         body: Vec<u8>,
         target: Option<String>,
+        model: Option<String>,
     ) -> Step {
         self.finish_buffering();
         self.decided = true;
+        let model_key = crate::flow::model_key(model.as_deref());
         let held = Rc::new(crate::flow::Held {
             context_id: self.context_id,
             body,
@@ -622,6 +627,8 @@ impl RequestStream {
             session: self.session,
             session_pinned: self.session_pinned,
             target,
+            model,
+            model_key,
             subset: self.subset.take(),
             fate: std::cell::RefCell::new(crate::flow::Fate::Waiting),
             waited_ms: std::cell::Cell::new(0),

@@ -79,8 +79,15 @@ fn a_released_request_is_rewritten_and_stays_within_its_subset_hint() {
     assert_eq!(step, Step::Pause, "held");
     let (mut hinted, step) = send(&bench, 11, "qwen", &[], &[QWEN_C]);
     assert_eq!(step, Step::Pause, "held, its metadata hint kept");
-    let (_outside, step) = send(&bench, 12, "qwen", &[("x-gateway-destination-endpoint-subset", "10.0.0.9:8000")], &[]);
-    assert_eq!(step, Step::Pause, "held, its header hint kept");
+    bench.host.replies.borrow_mut().clear();
+    let (_outside, _) = send(&bench, 12, "qwen", &[("x-gateway-destination-endpoint-subset", "10.0.0.9:8000")], &[]);
+    {
+        let replies = bench.host.replies.borrow();
+        let refused = replies.last().expect("answered at once: no pod of its hint will ever have room for it");
+        assert_eq!(refused.status, 503, "never routed outside the hint");
+        assert!(refused.headers.contains(&("x-llm-d-request-dropped-reason".into(), "rejected-no-endpoints".into())));
+    }
+    assert_eq!(bench.stat("wasm_epp.flow.queued"), 2, "only the requests with pods to wait for");
 
     assert_eq!(end(&bench, &mut busy_b), [10], "B's place goes to the first in line");
     assert_eq!(destination(&bench).as_deref(), Some(QWEN_B), "routed as sql-lora, which A does not serve");
@@ -89,18 +96,11 @@ fn a_released_request_is_rewritten_and_stays_within_its_subset_hint() {
     assert_eq!(bench.host.header("content-length"), Some(bench.host.body.borrow().len().to_string()));
     assert_eq!(bench.stat("wasm_epp.model_rewritten"), 1);
 
-    assert_eq!(end(&bench, &mut busy_a), [11], "A's place frees the next release");
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN_C), "its metadata hint allows pod C only, full or not");
-
-    bench.host.replies.borrow_mut().clear();
-    assert!(end(&bench, &mut busy_c).is_empty(), "released, but refused: no pod of its hint");
-    let replies = bench.host.replies.borrow();
-    let refused = replies.last().unwrap();
-    assert_eq!(refused.status, 503, "never routed outside the hint");
-    assert!(refused.headers.contains(&("x-llm-d-request-dropped-reason".into(), "rejected-no-endpoints".into())));
-    assert_eq!(bench.host.effective_context.get(), Some(12));
-    assert_eq!(bench.stat("wasm_epp.flow.dropped.no_endpoints"), 1);
-    drop(replies);
+    assert!(end(&bench, &mut busy_a).is_empty(), "A's place is outside the waiting request's hint: no room for it");
+    bench.tick();
+    assert!(bench.host.resumed.borrow().is_empty(), "it waits for pod C, not past C's bound");
+    assert_eq!(end(&bench, &mut busy_c), [11], "C's place is its");
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN_C), "within its metadata hint");
     end(&bench, &mut hinted);
 }
 
@@ -131,17 +131,18 @@ fn a_request_whose_model_left_while_it_waited_gets_the_404_it_would_get_arriving
     assert_eq!(step, Step::Pause, "the pool is full: it waits");
     // qwen's only pod leaves the pool; llama's stays and frees its place.
     publish_models_as(&bench, &[(QWEN_B, "llama", &[], 0.0)], 2);
-    bench.tick();
     bench.host.replies.borrow_mut().clear();
-    end(&bench, &mut busy_llama);
+    bench.tick();
     let replies = bench.host.replies.borrow();
-    let refused = replies.last().unwrap();
+    let refused = replies.last().expect("answered on the next tick: no place will ever be its");
     assert_eq!(bench.host.effective_context.get(), Some(3));
     assert_eq!(refused.status, 404, "as a request for qwen arriving now, not a 503");
     let body: serde_json::Value = serde_json::from_slice(&refused.body).unwrap();
     assert_eq!(body["error"]["message"], "The model `qwen` does not exist.");
     assert_eq!(bench.stat("wasm_epp.model_unknown"), 1);
     assert_eq!(bench.stat("wasm_epp.flow.dropped.unknown_model"), 1);
+    drop(replies);
+    end(&bench, &mut busy_llama);
 }
 
 #[test]
@@ -149,7 +150,7 @@ fn a_body_read_for_its_model_alone_waits_in_the_queue_and_is_released_to_its_mod
     const LLAMA: &str = "10.0.0.4:8000";
     let bench = Bench::new(CONFIG);
     // The llama pod looks idler: routed by load alone, the released request would go there.
-    publish_models(&bench, &[(QWEN_A, "qwen", &[], 5.0), (LLAMA, "llama", &[], 0.0)]);
+    publish_models(&bench, &[(QWEN_A, "qwen", &[], 2.0), (LLAMA, "llama", &[], 0.0)]);
     let (mut busy_qwen, _) = send(&bench, 1, "qwen", &[], &[]);
     assert_eq!(destination(&bench).as_deref(), Some(QWEN_A));
     let (mut busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
@@ -159,12 +160,9 @@ fn a_body_read_for_its_model_alone_waits_in_the_queue_and_is_released_to_its_mod
     assert_eq!(step, Step::Pause, "held like any inference request while the pool is full");
     assert_eq!(bench.stat("wasm_epp.body_routed_by_model"), 1);
 
-    // The llama pod's place frees first; wherever the request is released, it goes to qwen's.
-    let mut released = end(&bench, &mut busy_llama);
-    if released.is_empty() {
-        released = end(&bench, &mut busy_qwen);
-    }
-    assert_eq!(released, [3], "released");
+    // The llama pod's place frees first: no room for a qwen request, which waits for qwen's.
+    assert!(end(&bench, &mut busy_llama).is_empty(), "llama's place is not qwen's");
+    assert_eq!(end(&bench, &mut busy_qwen), [3], "released");
     assert_eq!(destination(&bench).as_deref(), Some(QWEN_A), "released to its model's pod, read for its model again");
 }
 
@@ -173,15 +171,14 @@ fn a_body_read_for_its_model_alone_whose_model_left_while_it_waited_gets_the_404
     let bench = Bench::new(CONFIG);
     publish_models(&bench, &[(QWEN_A, "qwen", &[], 0.0), (QWEN_B, "llama", &[], 0.0)]);
     let (_busy_qwen, _) = send(&bench, 1, "qwen", &[], &[]);
-    let (mut busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
+    let (_busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
     let (_lenient, step) = send_lenient(&bench, 3, "qwen");
     assert_eq!(step, Step::Pause);
     publish_models_as(&bench, &[(QWEN_B, "llama", &[], 0.0)], 2);
-    bench.tick();
     bench.host.replies.borrow_mut().clear();
-    end(&bench, &mut busy_llama);
+    bench.tick();
     let replies = bench.host.replies.borrow();
-    let refused = replies.last().unwrap();
+    let refused = replies.last().expect("answered on the next tick");
     assert_eq!(refused.status, 404);
     let body: serde_json::Value = serde_json::from_slice(&refused.body).unwrap();
     assert_eq!(body["error"]["message"], "The model `qwen` does not exist.");

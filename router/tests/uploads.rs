@@ -12,8 +12,9 @@ use wasm_epp_router::{RequestStream, Step};
 
 const WHISPER: &str = "10.0.0.2:8000";
 
-/// The idle pod serves another model: routed by load, every upload would go there.
-const POOL: [(&str, &str, &[&str], f64); 2] = [("10.0.0.1:8000", "llama", &[], 0.0), (WHISPER, "whisper", &[], 5.0)];
+/// The idle pod serves another model: routed by load, every upload would go there (the
+/// other pod has a queue, short of saturated: flow control lets its model's requests go).
+const POOL: [(&str, &str, &[&str], f64); 2] = [("10.0.0.1:8000", "llama", &[], 0.0), (WHISPER, "whisper", &[], 2.0)];
 
 const BOUNDARY: &str = "formdata-3f9a";
 

@@ -30,8 +30,8 @@ pub fn candidate_scores(view: &RoutingView<'_>, policy: &Policy) -> Vec<Explaine
     let candidates: Vec<Candidate<'_>> = match view.table {
         // The pods that serve the request's model (every pod, if none would).
         Some(table) if !table.pods.is_empty() => {
-            let eligible =
-                super::eligible_pods(view, table).unwrap_or_else(|_| (0..table.pods.len()).map(|i| (i, 0)).collect());
+            let eligible = super::eligible_pods(&view.models, table)
+                .unwrap_or_else(|_| (0..table.pods.len()).map(|i| (i, 0)).collect());
             let by_address = super::TableOrder { inflight_at: &|_, address| (view.inflight)(address), index_ids: None };
             table_candidates(view, table, &eligible, &by_address, view.ejected)
         }

@@ -45,10 +45,9 @@ pub fn answer(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, reason: D
     }
     worker.flow.stats.dropped(metrics, reason);
     let Some((status, header, message)) = reply_for(reason) else {
-        // Its model's pods all left while it waited (rare: the body is parsed again here).
+        // Its model's pods all left while it waited.
         worker.stats.increment(worker.stats.model_unknown);
-        let request = held.request();
-        send_model_not_found(host, held.routed_model(request.as_ref()).unwrap_or_default());
+        send_model_not_found(host, held.routed_model().unwrap_or_default());
         return;
     };
     let kind = if status == 429 { "rate_limit_exceeded" } else { "service_unavailable" };

@@ -17,6 +17,7 @@ pub mod answer;
 pub mod class;
 pub mod pods;
 pub mod queue;
+pub mod reach;
 pub mod release;
 pub mod saturation;
 pub mod share;
@@ -35,6 +36,7 @@ use self::share::WorkerShare;
 use self::stats::FlowStats;
 
 pub use self::class::RequestClass;
+pub use self::reach::Reach;
 pub use self::release::{abandon, admit, admit_unheld, hold, on_tick, release_ready, Admitted};
 
 /// Added to the in-flight count of a pod at its bound ([`routing_bound`]) when routing reads
@@ -102,6 +104,11 @@ pub struct Held {
     pub session_pinned: bool,
     /// The rewrite target drawn when it arrived (its body's `model` is replaced at release).
     pub target: Option<String>,
+    /// The model it is routed as: its rewrite target, else its body's `model`, as had it been
+    /// routed at once (`RequestStream::route_model`). Its pods' room is what it waits for.
+    pub model: Option<String>,
+    /// `model` hashed ([`model_key`]): the release scan tells requests of one model apart by it.
+    pub model_key: u64,
     /// The gateway's subset hint (`None`: no hint).
     pub subset: Option<Vec<PodAddress>>,
     pub fate: RefCell<Fate>,
@@ -133,11 +140,15 @@ impl Held {
         picker::request::parse_request(body, self.endpoint).or_else(|_| picker::request::parse_model_only(body)).ok()
     }
 
-    /// The model it is routed as: its rewrite target, else its body's `model` (`request`,
-    /// its parsed body), as had it been routed at once (`RequestStream::route_model`).
-    pub fn routed_model<'a>(&'a self, request: Option<&'a picker::request::InferenceRequest<'a>>) -> Option<&'a str> {
-        self.target.as_deref().or_else(|| request.and_then(|r| r.model.as_deref()))
+    /// The model it is routed as (see [`Held::model`]).
+    pub fn routed_model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
+}
+
+/// The key of a waiting request's model ([`Held::model_key`]; 0: no model read).
+pub fn model_key(model: Option<&str>) -> u64 {
+    model.map_or(0, |model| xxhash_rust::xxh3::xxh3_64(model.as_bytes()))
 }
 
 /// One worker's flow-control state.

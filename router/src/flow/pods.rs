@@ -3,19 +3,29 @@
 
 use picker::config::StaleMetricsPolicy;
 use picker::inflight::WorkerInflight;
+use picker::models::index::ModelIndex;
 use picker::outliers::{pass_over, PassOver};
+use picker::pod_table::PodTable;
 use wasm_epp_host::Host;
 
 use super::saturation::{pod_saturated, pool_room, PodLoad, PoolRoom};
 use crate::worker::Worker;
 
-/// Calls `f` with every pod's load as of `now`, and the pods left out for failing requests;
-/// `None` if the worker state is busy.
+/// The table the pods were read from, for the pods each request may go to (`None`: no
+/// usable table; the static pool's pods serve any model).
+#[derive(Clone, Copy)]
+pub struct Shape<'t> {
+    pub table: &'t PodTable,
+    pub models: &'t ModelIndex,
+}
+
+/// Calls `f` with every pod's load as of `now`, the pods left out for failing requests and
+/// the table they come from; `None` if the worker state is busy.
 pub fn with_pods<R>(
     worker: &Worker,
     host: &dyn Host,
     now: u64,
-    f: impl FnOnce(&[PodLoad<'_>], &WorkerInflight, &[&str]) -> R,
+    f: impl FnOnce(&[PodLoad<'_>], &WorkerInflight, &[&str], Option<Shape<'_>>) -> R,
 ) -> Option<R> {
     let mut cache = worker.table.try_borrow_mut().ok()?;
     // As the decision reads it: an expired table no longer says who is in the pool.
@@ -30,9 +40,11 @@ pub fn with_pods<R>(
         Some(table) => table
             .pods
             .iter()
-            .filter(|pod| !split || pod.role.decodes())
-            .map(|pod| PodLoad {
+            .enumerate()
+            .filter(|(_, pod)| !split || pod.role.decodes())
+            .map(|(position, pod)| PodLoad {
                 address: pod.address.as_str(),
+                position,
                 known: true,
                 healthy: pod.healthy,
                 fresh: pod.fresh_at(now, worker.config.stale_after_ms),
@@ -44,8 +56,10 @@ pub fn with_pods<R>(
         None => worker
             .fallback_pool
             .iter()
-            .map(|address| PodLoad {
+            .enumerate()
+            .map(|(position, address)| PodLoad {
                 address: address.as_str(),
+                position,
                 known: false,
                 healthy: true,
                 fresh: false,
@@ -89,7 +103,8 @@ pub fn with_pods<R>(
         pods.retain(|pod| !is_ejected(pod));
     }
     drop(outliers);
-    Some(f(&pods, &inflight, &left_out))
+    let shape = table.filter(|t| !t.pods.is_empty()).map(|table| Shape { table, models: cache.models() });
+    Some(f(&pods, &inflight, &left_out, shape))
 }
 
 /// Sets the saturation gauges: per pod (0/1; a pod left out for failing requests has no
@@ -98,7 +113,7 @@ pub fn with_pods<R>(
 pub fn publish_saturation(worker: &Worker, host: &dyn Host, now: u64) -> bool {
     let metrics = &worker.stats.metrics;
     let stats = &worker.flow.stats;
-    with_pods(worker, host, now, |pods, _, left_out| {
+    with_pods(worker, host, now, |pods, _, left_out, _| {
         let config = &worker.config.flow_control;
         for pod in left_out {
             stats.saturation(metrics, pod, true);

@@ -143,13 +143,6 @@ impl<T> WaitQueue<T> {
         self.bands.first().map(|band| band.priority)
     }
 
-    /// The next request [`Self::pop_next`] would release, and its band's priority.
-    pub fn peek_next(&self) -> Option<(i32, &Entry<T>)> {
-        let band = self.bands.first()?;
-        let flow = band.flows.get(band.cursor % band.flows.len().max(1))?;
-        Some((band.priority, flow.entries.front()?))
-    }
-
     /// The next request to release: highest band, next flow's turn, oldest in that flow.
     pub fn pop_next(&mut self) -> Option<Left<T>> {
         let band = self.bands.first_mut()?;

@@ -6,17 +6,20 @@
 //! header can be written), and defers the `continue_stream` and any local reply until the
 //! callback returns, so nothing re-enters the plugin meanwhile.
 
+use std::ops::ControlFlow;
 use std::rc::Rc;
 
 use picker::address::PodAddress;
 use picker::flow_share::Waiting;
+use picker::inflight::WorkerInflight;
 use picker::learn::Dispatch;
 use wasm_epp_host::Host;
 
 use super::answer::{answer, answer_pending};
 use super::pods::{publish_saturation, with_pods};
 use super::queue::{Admission, Entry, Left};
-use super::saturation::{free_places, FreePlaces, Places};
+use super::reach::{PodRooms, Reach, Room};
+use super::saturation::{FreePlaces, Places, PodLoad};
 use super::stats::DropReason;
 use super::{Fate, Held};
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
@@ -34,12 +37,10 @@ pub enum Admitted {
 
 /// The pool's room and this worker's share of it, as of now, in places: sequences in the
 /// pods' batches (a request of `n` choices takes `n`, see `InferenceRequest::sequences`).
+/// Which pods' places a request may take is its own ([`super::reach`]).
 struct Look {
     /// The pool has no pod at all (not merely no room).
     no_pods: bool,
-    /// Free places on the pods with room: summed, and on the widest pod; all of them, and
-    /// those open to bands below `reserved_min_priority` (each pod's less its reserve).
-    free: FreePlaces,
     /// The pool's places (pods × `max_inflight_per_pod`), shared by the workers that wait.
     capacity: u32,
     /// This worker's places in flight on the pods counted as room.
@@ -47,46 +48,66 @@ struct Look {
     /// Who else waits, by band, as of this worker's last waiting tick.
     others: Waiting,
     slot: Option<usize>,
-    /// Releases were counted since it was read ([`Look::took`]): its places are lower bounds.
-    estimated: bool,
+}
+
+/// Whether a request may be sent now ([`Look::fit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    Now,
+    /// Its pods have not the places it needs: it keeps its turn on them.
+    NoRoom,
+    /// This worker may not send it, whatever its pods: a higher band waits elsewhere, or it
+    /// holds its share of the pool. Nothing after it in release order goes either.
+    Hold,
 }
 
 impl Look {
-    /// Whether a request of `priority` weighing `weight` sequences may be sent now. Not while
-    /// a higher band waits on another worker or replica (priority holds across them: this
-    /// worker's requests in flight end and leave their places to it), reserved places
-    /// included. Else when one pod has the places it needs free ([`super::admission_need`]: a
-    /// request of more sequences than a pod's bound needs a whole pod, else it would never be
-    /// admitted): it is sent to one pod, so places free on several would take the pod it
-    /// lands on past its bound ([`Look::has`]). With places reserved, the bands that may use
-    /// them are not held to this worker's share: the share keeps workers' backlogs at one
-    /// band from starving each other. Held to the share, a request heavier than the whole
-    /// share goes when this worker has nothing in flight and its share's worth of places is
-    /// free in the pool (its pod then passes its bound by up to `need` − 1).
-    fn fits(&self, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> bool {
-        // (A pool without room fits nothing: every need is at least 1 place.)
+    /// Whether a request of `priority` weighing `weight` sequences may be sent now to pods
+    /// with `free` places. Not while a higher band waits on another worker or replica
+    /// (priority holds across them: this worker's requests in flight end and leave their
+    /// places to it), reserved places included. Else when one pod has the places it needs
+    /// free ([`super::admission_need`]: a request of more sequences than a pod's bound needs
+    /// a whole pod, else it would never be admitted): it is sent to one pod, so places free
+    /// on several would take the pod it lands on past its bound ([`Look::has`]). With places
+    /// reserved, the bands that may use them are not held to this worker's share: the share
+    /// keeps workers' backlogs at one band from starving each other. Held to the share, a
+    /// request heavier than the whole share goes when this worker has nothing in flight and
+    /// its share's worth of places is free (its pod then passes its bound by up to `need` − 1).
+    fn fit(&self, priority: i32, weight: u32, config: &picker::config::FlowControlConfig, free: FreePlaces) -> Fit {
+        // (Pods without room fit nothing: every need is at least 1 place.)
         if self.others.outranks(priority) {
-            return false;
+            return Fit::Hold;
         }
         let need = super::admission_need(weight, config.max_inflight_per_pod);
         if config.reserved_per_pod > 0 && priority >= config.reserved_min_priority {
-            return self.has(self.free.all, need);
+            return self.room(free.all, need);
         }
         let open_per_pod = config.max_inflight_per_pod.saturating_sub(config.reserved_per_pod);
         let standard_need = need.min(open_per_pod.max(1));
         let limit = self.others.limit(self.capacity, priority);
         let local_need = need.min(limit.max(1));
+        if limit.saturating_sub(self.local) < local_need {
+            return Fit::Hold;
+        }
         // Heavier than the share, with nothing of its own in flight: the other workers waiting
         // keep their shares, so only its share's worth of places will ever be free at once.
         let room_need = if self.local == 0 { standard_need.min(local_need) } else { standard_need };
-        self.has(self.free.standard, room_need) && limit.saturating_sub(self.local) >= local_need
+        self.room(free.standard, room_need)
+    }
+
+    fn room(&self, places: Places, need: u32) -> Fit {
+        if self.has(places, need) {
+            Fit::Now
+        } else {
+            Fit::NoRoom
+        }
     }
 
     /// Whether `places` hold `need` for one request: on one pod. But with nothing of this
     /// worker's own in flight, none of its requests will end to make room for it, and the
     /// other workers' (backlogged ones, held to their share; closed-loop clients routed at
     /// once) may take every place as it frees, so no pod need ever have its places: it then
-    /// takes them across the pool, as many as it needs, rather than wait out its TTL, and
+    /// takes them across its pods, as many as it needs, rather than wait out its TTL, and
     /// its pod may pass its bound by up to `need` − 1 (the engine queues the excess).
     fn has(&self, places: Places, need: u32) -> bool {
         match self.local {
@@ -94,38 +115,49 @@ impl Look {
             _ => places.widest >= need,
         }
     }
+}
 
-    /// Counts one release of `weight` sequences. Which pod it takes is the picker's, so the
-    /// places are taken off the widest pod's too: what is left are lower bounds (it may have
-    /// gone to the widest; while the sum leaves a place, some pod has it), exact again at the
-    /// next look.
-    fn took(&mut self, weight: u32) {
-        for places in [&mut self.free.all, &mut self.free.standard] {
-            places.total = places.total.saturating_sub(weight);
-            places.widest = places.widest.saturating_sub(weight).max(places.total.min(1));
-        }
-        self.local = self.local.saturating_add(weight);
-        self.estimated = true;
-    }
+/// A request arriving while others wait: whether it would be sent now.
+struct Newcomer<'a> {
+    priority: i32,
+    weight: u32,
+    reach: Reach<'a>,
+}
 
-    /// Releases were counted, and places are left beside the widest pod's: it may have more
-    /// than counted (the releases may have gone elsewhere), so a look again may find room for
-    /// a request this one says does not fit.
-    fn understated(&self) -> bool {
-        self.estimated && [self.free.all, self.free.standard].iter().any(|places| places.total > places.widest)
+/// Where the scan of the queue stopped.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// At a request that may go now.
+    Release(u32),
+    /// At the first request of a band below the newcomer's.
+    Below,
+}
+
+/// Whether a request may go now to pods with `room`.
+fn fit_in(look: &Look, room: Room, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> Fit {
+    match room {
+        // Sent now, to be answered as a request arriving now would be.
+        Room::Refused => Fit::Now,
+        Room::Kept => Fit::NoRoom,
+        Room::Places(free) => look.fit(priority, weight, config, free),
     }
 }
 
-/// Whether a request of `priority` weighing `weight` sequences goes on at once or waits.
-pub fn admit(worker: &Worker, host: &dyn Host, priority: i32, weight: u32) -> Admitted {
-    let first_waiting = worker.flow.queue.try_borrow().ok().and_then(|queue| queue.next_priority());
-    if first_waiting.is_some_and(|waiting| waiting >= priority) {
-        // Requests of its band or higher wait already: it takes its place in the release
-        // order (only lower bands waiting: it would be released first anyway).
-        return Admitted::Wait;
-    }
-    match look(worker, host, host.now_ms()) {
-        Some(look) if look.fits(priority, weight, &worker.config.flow_control) => {
+/// What one look at the pool and the queue found.
+struct Scan {
+    /// The next request to release (its id), if one may go now.
+    next: Option<u32>,
+    /// The newcomer goes before every waiting request of its band or higher, and may go now.
+    newcomer_now: bool,
+    slot: Option<usize>,
+}
+
+/// Whether a request of `priority` weighing `weight` sequences, for the pods `reach` allows,
+/// goes on at once or waits.
+pub fn admit(worker: &Worker, host: &dyn Host, priority: i32, weight: u32, reach: Reach<'_>) -> Admitted {
+    let newcomer = Newcomer { priority, weight, reach };
+    match scan(worker, host, host.now_ms(), Some(&newcomer)) {
+        Some(Scan { newcomer_now: true, .. }) => {
             worker.stats.increment(worker.flow.stats.direct);
             Admitted::RouteNow
         }
@@ -138,8 +170,8 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32, weight: u32) -> Ad
 /// then answers it 503, as its wait would end). Otherwise it would have to wait, and cannot:
 /// its stream answers it ([`super::answer::refuse_unheld`]).
 pub fn admit_unheld(worker: &Worker, host: &dyn Host, priority: i32) -> bool {
-    // Its `n` is not read: it weighs 1.
-    admit(worker, host, priority, 1) == Admitted::RouteNow
+    // Its `n` and `model` are not read: it weighs 1, and may go to any pod.
+    admit(worker, host, priority, 1, Reach::default()) == Admitted::RouteNow
         || matches!(look(worker, host, host.now_ms()), Some(Look { no_pods: true, .. }))
 }
 
@@ -258,39 +290,81 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
     set_tick(worker, host, waiting > 0);
 }
 
-/// Releases waiting requests while the pool has room and this worker has share left, at
-/// most `release_per_tick` at a time.
+/// Releases waiting requests while their pods have room and this worker has share left, at
+/// most `release_per_tick` at a time. Each release looks at the pool again: the one before
+/// took places on a pod the picker chose.
 pub fn release_ready(worker: &Worker, host: &dyn Host) {
     if !worker.config.flow_control.enabled || worker.flow.waiting() == 0 {
         return;
     }
     let now = host.now_ms();
-    let config = &worker.config.flow_control;
-    let Some(mut looked) = look(worker, host, now) else { return };
-    for _ in 0..config.release_per_tick {
-        let mut next = next_fitting(worker, &looked, config);
-        if next.is_none() && looked.understated() {
-            // The places left after this call's releases are lower bounds (which pods they
-            // took is the picker's): read them again before the next in line is said not to fit.
-            let Some(again) = look(worker, host, now) else { return };
-            looked = again;
-            next = next_fitting(worker, &looked, config);
-        }
-        let Some(left) = next else { break };
-        looked.took(left.entry.payload.weight.max(1));
+    for _ in 0..worker.config.flow_control.release_per_tick {
+        let Some(Scan { next: Some(id), slot, .. }) = scan(worker, host, now, None) else { break };
+        let Some(left) = worker.flow.queue.try_borrow_mut().ok().and_then(|mut queue| queue.take(id)) else { break };
         worker.flow.stats.band_left(&worker.stats.metrics, left.priority, left.entry.bytes);
-        release_one(worker, host, &left, now, looked.slot);
+        release_one(worker, host, &left, now, slot);
     }
 }
 
-/// The next request in release order, out of the queue, if its band may take the places it
-/// needs now (lower bands leave the reserved places to higher ones). A request of many
-/// choices that does not fit yet keeps its turn: the ones after it wait with it, as places
-/// free up for it, rather than take each place as it frees.
-fn next_fitting(worker: &Worker, looked: &Look, config: &picker::config::FlowControlConfig) -> Option<Left<Rc<Held>>> {
-    let mut queue = worker.flow.queue.try_borrow_mut().ok()?;
-    let (priority, next) = queue.peek_next()?;
-    looked.fits(priority, next.payload.weight, config).then(|| queue.pop_next()).flatten()
+/// Looks at the pool and the queue: the first waiting request in release order that may go
+/// now to pods with room, passing over those whose pods have none (each keeps its turn on
+/// its pods: see [`super::reach`]); with a `newcomer`, whether it would go before every
+/// waiting request of its band or higher, now.
+fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'_>>) -> Option<Scan> {
+    let config = &worker.config.flow_control;
+    let queue = worker.flow.queue.try_borrow().ok()?;
+    with_pods(worker, host, now, |pods, inflight, _, shape| {
+        let look = look_at(worker, pods, inflight);
+        let unknown_model = worker.config.models.unknown_model;
+        let mut rooms = PodRooms::new(pods, shape, &worker.config.saturation, config, unknown_model);
+        // Requests of a model (and no subset hint of their own) whose pods were found without
+        // room: the ones after them are passed over without a look at their pods.
+        let mut passed: Vec<u64> = Vec::new();
+        // A request this worker may not send holds the rest, but for those no pod will ever
+        // take: they go, to be answered as if arriving now.
+        let mut holding = false;
+        let found = queue.find_in_order(|priority, entry| {
+            if newcomer.is_some_and(|newcomer| priority < newcomer.priority) {
+                // Released after the newcomer anyway.
+                return ControlFlow::Break(Stop::Below);
+            }
+            let held = &entry.payload;
+            let grouped = held.subset.is_none();
+            if grouped && passed.contains(&held.model_key) {
+                return ControlFlow::Continue(());
+            }
+            let room = rooms.of(Reach { model: held.routed_model(), subset: held.subset.as_deref() });
+            let fit = match room {
+                Room::Refused => return ControlFlow::Break(Stop::Release(entry.id)),
+                _ if holding => Fit::Hold,
+                Room::Kept => Fit::NoRoom,
+                Room::Places(free) => look.fit(priority, held.weight, config, free),
+            };
+            match fit {
+                Fit::Now => return ControlFlow::Break(Stop::Release(entry.id)),
+                Fit::Hold => holding = true,
+                Fit::NoRoom => rooms.keep_turn(),
+            }
+            if grouped {
+                passed.push(held.model_key);
+            }
+            ControlFlow::Continue(())
+        });
+        let next = match found {
+            Some(Stop::Release(id)) => Some(id),
+            _ => None,
+        };
+        // Only when nothing before it may go now, nor holds the release order.
+        let newcomer_now = match (newcomer, found) {
+            (Some(newcomer), None | Some(Stop::Below)) => {
+                let room = rooms.of(newcomer.reach);
+                matches!(room, Room::Refused)
+                    || (!holding && fit_in(&look, room, newcomer.priority, newcomer.weight, config) == Fit::Now)
+            }
+            _ => false,
+        };
+        Scan { next, newcomer_now, slot: look.slot }
+    })
 }
 
 /// Routes one held request as of now and resumes its stream.
@@ -307,7 +381,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
     }
     let request = held.request();
     // The same model and subset as had it been routed at once.
-    let model = held.routed_model(request.as_ref());
+    let model = held.routed_model();
     let prompt = Prompt {
         request: request.as_ref(),
         endpoint: held.endpoint,
@@ -367,18 +441,19 @@ fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress, weigh
     }
 }
 
-/// The pool's room and this worker's share of it.
+/// The pool as flow control reads it, and this worker's share of it.
 fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
-    with_pods(worker, host, now, |pods, inflight, _| {
-        let config = &worker.config.flow_control;
-        let free = free_places(pods, &worker.config.saturation, config);
-        let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
-        let others = worker.flow.share.try_borrow().map(|share| share.others()).unwrap_or_default();
-        // This worker's requests on the pods counted as room (under P/D a split request also
-        // holds a prefill pod until its first token: that place is no room for anyone).
-        let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
-        Look { no_pods: pods.is_empty(), free, capacity, local, others, slot: inflight.slot(), estimated: false }
-    })
+    with_pods(worker, host, now, |pods, inflight, _, _| look_at(worker, pods, inflight))
+}
+
+fn look_at(worker: &Worker, pods: &[PodLoad<'_>], inflight: &WorkerInflight) -> Look {
+    let config = &worker.config.flow_control;
+    let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
+    let others = worker.flow.share.try_borrow().map(|share| share.others()).unwrap_or_default();
+    // This worker's requests on the pods counted as room (under P/D a split request also
+    // holds a prefill pod until its first token: that place is no room for anyone).
+    let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
+    Look { no_pods: pods.is_empty(), capacity, local, others, slot: inflight.slot() }
 }
 
 /// Ticks fast while anything waits (releases and TTLs are checked on the tick), at the

@@ -18,6 +18,8 @@ use picker::scheduler::Candidate;
 #[derive(Debug, Clone, Copy)]
 pub struct PodLoad<'a> {
     pub address: &'a str,
+    /// Its position in the table it was read from (in the static pool without one).
+    pub position: usize,
     /// The pool service has data for it (a static-pool pod without a table has none).
     pub known: bool,
     pub healthy: bool,
@@ -86,13 +88,30 @@ pub struct FreePlaces {
     pub standard: Places,
 }
 
+impl FreePlaces {
+    /// Both pods' (or groups of pods') places together.
+    pub fn with(self, other: FreePlaces) -> Self {
+        let join =
+            |a: Places, b: Places| Places { total: a.total.saturating_add(b.total), widest: a.widest.max(b.widest) };
+        Self { all: join(self.all, other.all), standard: join(self.standard, other.standard) }
+    }
+}
+
+/// One pod's [`FreePlaces`]: none when it has no room.
+pub fn pod_places(pod: &PodLoad<'_>, limits: &SaturationLimits, flow: &FlowControlConfig) -> FreePlaces {
+    if pod_saturated(pod, limits, flow) {
+        return FreePlaces::default();
+    }
+    let open_per_pod = flow.max_inflight_per_pod.saturating_sub(flow.reserved_per_pod);
+    FreePlaces {
+        all: Places::default().add(flow.max_inflight_per_pod.saturating_sub(pod.inflight)),
+        standard: Places::default().add(open_per_pod.saturating_sub(pod.inflight)),
+    }
+}
+
 /// The pods' [`FreePlaces`].
 pub fn free_places(pods: &[PodLoad<'_>], limits: &SaturationLimits, flow: &FlowControlConfig) -> FreePlaces {
-    let open_per_pod = flow.max_inflight_per_pod.saturating_sub(flow.reserved_per_pod);
-    pods.iter().filter(|pod| !pod_saturated(pod, limits, flow)).fold(FreePlaces::default(), |places, pod| FreePlaces {
-        all: places.all.add(flow.max_inflight_per_pod.saturating_sub(pod.inflight)),
-        standard: places.standard.add(open_per_pod.saturating_sub(pod.inflight)),
-    })
+    pods.iter().fold(FreePlaces::default(), |places, pod| places.with(pod_places(pod, limits, flow)))
 }
 
 /// The pool's room: the sum of the free in-flight places of every pod that has room.
@@ -112,7 +131,16 @@ mod tests {
     use super::*;
 
     fn pod(fresh: bool, waiting: f64, kv: f64, inflight: u32) -> PodLoad<'static> {
-        PodLoad { address: "10.0.0.1:8000", known: true, healthy: true, fresh, waiting, kv_usage: Some(kv), inflight }
+        PodLoad {
+            address: "10.0.0.1:8000",
+            position: 0,
+            known: true,
+            healthy: true,
+            fresh,
+            waiting,
+            kv_usage: Some(kv),
+            inflight,
+        }
     }
 
     fn flow(policy: StaleMetricsPolicy) -> FlowControlConfig {

@@ -1,0 +1,96 @@
+//! In a pool of several models, flow control counts the room of the pods a request may go to:
+//! one model's full pods hold its requests in the gateway (their priorities and turns kept),
+//! while another model's requests go to their own pods with room, past them.
+
+mod common;
+
+use common::{publish_models, Bench, COMPLETIONS};
+use wasm_epp_router::{RequestStream, Step};
+
+/// Serves `qwen` and its adapter `sql-lora`.
+const QWEN: &str = "10.0.0.1:8000";
+const LLAMA: &str = "10.0.0.2:8000";
+
+fn config(per_pod: u32) -> String {
+    format!(
+        r#"{{"fallback_destinations": 0, "flow_control": {{"enabled": true, "max_inflight_per_pod": {per_pod}, "ttl_ms": 1000}}}}"#
+    )
+}
+
+/// Sends a completion for `model` of `n` choices on context `id`, with extra `headers`.
+fn send(bench: &Bench, id: u32, model: &str, n: u32, headers: &[(&str, &str)]) -> (RequestStream, Step) {
+    let mut all: Vec<(&str, &str)> = COMPLETIONS.to_vec();
+    all.extend_from_slice(headers);
+    let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4,"n":{n}}}"#);
+    bench.host.set_request(&all, body.as_bytes());
+    let mut stream = RequestStream::for_context(bench.worker.clone(), id);
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    let step = stream.on_request_body(&bench.host, body.len(), true);
+    (stream, step)
+}
+
+fn destination(bench: &Bench) -> Option<String> {
+    bench.host.header("x-gateway-destination-endpoint")
+}
+
+/// Ends `stream`; the requests its end released.
+fn end(bench: &Bench, stream: &mut RequestStream) -> Vec<u32> {
+    bench.host.set_request(&[], b"");
+    stream.on_log(&bench.host);
+    std::mem::take(&mut *bench.host.resumed.borrow_mut())
+}
+
+#[test]
+fn a_full_models_requests_wait_for_its_pods_while_another_models_go_to_theirs() {
+    let bench = Bench::new(&config(1));
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
+    let (mut first, step) = send(&bench, 1, "qwen", 1, &[]);
+    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)));
+
+    // The pool has room (llama's pod), but qwen's pod is at its bound: qwen waits here, not
+    // in the engine's queue past the bound.
+    let (_second, step) = send(&bench, 2, "qwen", 1, &[]);
+    assert_eq!(step, Step::Pause, "held: its model's pod is full");
+    let (_sheddable, step) = send(&bench, 3, "qwen", 1, &[("x-gateway-inference-priority", "-1")]);
+    assert_eq!(step, Step::Pause);
+    let (_critical, step) = send(&bench, 4, "qwen", 1, &[("x-gateway-inference-priority", "5")]);
+    assert_eq!(step, Step::Pause);
+    bench.tick();
+    assert!(bench.host.resumed.borrow().is_empty(), "nothing released past qwen's bound");
+
+    // A llama request of the same band goes past the waiting qwen ones, at once.
+    let (mut llama, step) = send(&bench, 5, "llama", 1, &[]);
+    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
+    assert!(end(&bench, &mut llama).is_empty(), "llama's place is no room for qwen");
+
+    // qwen's place frees: its requests go in their priorities' order.
+    assert_eq!(end(&bench, &mut first), [4], "the critical one first");
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+    assert_eq!(bench.stat("wasm_epp.flow.queued"), 3);
+}
+
+#[test]
+fn a_request_keeps_its_turn_on_its_pods_against_another_models_sharing_them() {
+    // Two places per pod; qwen's pod also serves the adapter.
+    let bench = Bench::new(&config(2));
+    publish_models(&bench, &[(QWEN, "qwen", &["sql-lora"], 0.0), (LLAMA, "llama", &[], 0.0)]);
+    let (mut busy_one, _) = send(&bench, 1, "qwen", 1, &[]);
+    let (mut busy_two, _) = send(&bench, 2, "qwen", 1, &[]);
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+
+    // Two choices need two places on one pod; the adapter's request after it needs one.
+    let (_pair, step) = send(&bench, 3, "qwen", 2, &[]);
+    assert_eq!(step, Step::Pause);
+    let (_adapter, step) = send(&bench, 4, "sql-lora", 1, &[]);
+    assert_eq!(step, Step::Pause);
+
+    // One place frees on qwen's pod: the pair does not fit, and the adapter's request, which
+    // would, does not take the place the pair waits for.
+    assert!(end(&bench, &mut busy_one).is_empty(), "the pair keeps its turn on its pod");
+    // A model on other pods is not held by it.
+    let (_llama, step) = send(&bench, 5, "llama", 1, &[]);
+    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
+
+    assert_eq!(end(&bench, &mut busy_two), [3], "both places free: the pair goes");
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+}
