@@ -3,14 +3,15 @@
 //!
 //! In request order:
 //! 1. [`class`]: the request's priority (band) and flow (tenant), from its headers and model.
-//! 2. [`admit`] (from the stream, body read): sent on at once if nothing waits and the pool
-//!    has room ([`saturation`]) within this worker's share ([`share`]); else held in the
-//!    worker's [`queue`] (bounded; full → 429, or a sheddable request evicted).
+//! 2. [`admit`] (from the stream, body read): sent on at once if nothing waiting goes before
+//!    it and its pods ([`reach`]: its model's, within its subset hint) have room
+//!    ([`saturation`]) within this worker's share ([`share`]); else held in the worker's
+//!    [`queue`] (bounded; full → 429, or a sheddable request evicted).
 //! 3. [`release`] (from the root's tick, fast while anything waits, and when a request of
-//!    this worker ends): expired requests answered 429 (503 with no pod at all); then, while
-//!    the pool has room, the next request in release order is routed by the picker as of
+//!    this worker ends): expired requests answered 429 (503 with no pod at all); then the
+//!    first request in release order whose pods have room is routed by the picker as of
 //!    now (so it still gets prefix affinity), as its rewrite target and within its subset
-//!    hint, and its stream resumed.
+//!    hint, and its stream resumed; again while one may go.
 //! 4. The stream's end removes it from the queue at once if it was still waiting.
 
 pub mod answer;
