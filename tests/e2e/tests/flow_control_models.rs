@@ -63,3 +63,80 @@ fn a_full_models_requests_wait_for_its_pod_while_the_other_models_go_at_once() {
     assert_eq!(cluster.pods_stat("model_not_found"), 0, "every request reached a pod of its model");
     cluster.assert_plugin_healthy();
 }
+
+/// The `q` quantile of `values` (sorted here), in ms.
+fn quantile_ms(values: &mut [Duration], q: f64) -> u128 {
+    values.sort_unstable();
+    let index = ((values.len() as f64 - 1.0) * q).round() as usize;
+    values.get(index).map_or(0, Duration::as_millis)
+}
+
+#[test]
+fn under_one_models_overload_its_backlog_waits_in_the_gateway_and_the_other_model_is_not_held() {
+    // Two places per pod and two sequences per engine batch: what flow control lets through
+    // to a pod, its engine runs at once; anything more would queue in the engine.
+    let timing = ["--time-scale", "0.3", "--max-num-seqs", "2"];
+    let sim = timing.to_vec();
+    let qwen = [&timing[..], &["--model", "qwen"]].concat();
+    let cluster = Cluster::start_mixed("flow-models-load", &[sim, qwen], |options| {
+        options.concurrency = 1;
+        options.filter_config["flow_control"] = json!({"enabled": true, "max_inflight_per_pod": 2, "ttl_ms": 30000});
+        options.filter_config["fallback_destinations"] = json!(0);
+    });
+    let run_for = Duration::from_secs(4);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (flooded, other) = (std::sync::Mutex::new(Vec::new()), std::sync::Mutex::new(Vec::new()));
+    // sim-model's engine queue, sampled every 10 ms: (samples, sum, max).
+    let mut engine_waiting = (0u64, 0u64, 0u64);
+    std::thread::scope(|scope| {
+        // Eight clients on sim-model's pod of two places, two on qwen's.
+        for (model, clients, out) in [("sim-model", 8, &flooded), ("qwen", 2, &other)] {
+            for client in 0..clients {
+                let (cluster, stop) = (&cluster, &stop);
+                scope.spawn(move || {
+                    let mut i = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let body = json!({"model": model, "prompt": format!("{model} {client} {i}"), "max_tokens": 16});
+                        let sent = std::time::Instant::now();
+                        let reply = http::post(
+                            &cluster.envoy.url("/v1/completions"),
+                            &[],
+                            &body.to_string(),
+                            Duration::from_secs(60),
+                        )
+                        .unwrap_or_else(|e| panic!("request failed: {e}"));
+                        assert_eq!(reply.status, 200, "{}", reply.body);
+                        let waited: u64 =
+                            reply.header("x-llm-d-flow-queue-duration-ms").and_then(|v| v.parse().ok()).unwrap_or(0);
+                        out.lock().unwrap().push((sent.elapsed(), waited));
+                        i += 1;
+                    }
+                });
+            }
+        }
+        let started = std::time::Instant::now();
+        while started.elapsed() < run_for {
+            let waiting = cluster.pods[0].stats().ok().and_then(|s| s["waiting"].as_u64()).unwrap_or(0);
+            engine_waiting = (engine_waiting.0 + 1, engine_waiting.1 + waiting, engine_waiting.2.max(waiting));
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let (flooded, other) = (flooded.into_inner().unwrap(), other.into_inner().unwrap());
+    let mut other_latency: Vec<Duration> = other.iter().map(|(took, _)| *took).collect();
+    let other_waited = other.iter().filter(|(_, waited)| *waited > 0).count();
+    let flooded_waited = flooded.iter().filter(|(_, waited)| *waited > 0).count();
+    let (samples, sum, max) = engine_waiting;
+    println!(
+        "sim-model (8 clients, 2 places): {} answered, {flooded_waited} waited in the gateway, its engine's queue {:.2} on average, at most {max} \
+         (a request arriving waits for the engine's next step); qwen (2 clients, 2 places): {} answered, {other_waited} waited, latency p50 {} ms, p99 {} ms",
+        flooded.len(),
+        sum as f64 / samples.max(1) as f64,
+        other.len(),
+        quantile_ms(&mut other_latency, 0.5),
+        quantile_ms(&mut other_latency, 0.99),
+    );
+    assert!(flooded_waited > 0, "the overloaded model's requests waited in the gateway");
+    assert_eq!(other_waited, 0, "the other model's requests never waited behind the overloaded model's");
+    cluster.assert_plugin_healthy();
+}
