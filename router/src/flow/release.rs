@@ -127,11 +127,25 @@ struct Newcomer<'a> {
 /// Where the scan of the queue stopped.
 #[derive(Debug, Clone, Copy)]
 enum Stop {
-    /// At a request that may go now.
+    /// At a request that may go now (or that no pod will take, to be answered).
     Release(u32),
     /// At the first request of a band below the newcomer's.
     Below,
+    /// At a request this worker may not send now, whatever its pods ([`Fit::Hold`]).
+    Hold,
+    /// Every pod with a free place is kept for a request already passed over.
+    Full,
+    /// After [`MAX_SCANNED`] requests.
+    Unseen,
 }
+
+/// The most waiting requests one scan looks at (the default queue holds 1,024). The scan
+/// runs on each tick while requests wait (5 ms) and at each request's end; at its worst
+/// (none may go, every request looked at) it costs 11 µs natively at 1,024 waiting and
+/// 36 µs at 4,096 (`cargo bench -p bench-cost --bench decision -- flow_scan`), so the
+/// largest queue (65,536) would cost over half a millisecond on every tick. Past the cap,
+/// requests wait until those before them leave, as when room was the pool's.
+const MAX_SCANNED: usize = 4_096;
 
 /// Whether a request may go now to pods with `room`.
 fn fit_in(look: &Look, room: Room, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> Fit {
@@ -320,13 +334,15 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
         // Requests of a model (and no subset hint of their own) whose pods were found without
         // room: the ones after them are passed over without a look at their pods.
         let mut passed: Vec<u64> = Vec::new();
-        // A request this worker may not send holds the rest, but for those no pod will ever
-        // take: they go, to be answered as if arriving now.
-        let mut holding = false;
+        let mut visited = 0usize;
         let found = queue.find_in_order(|priority, entry| {
             if newcomer.is_some_and(|newcomer| priority < newcomer.priority) {
                 // Released after the newcomer anyway.
                 return ControlFlow::Break(Stop::Below);
+            }
+            visited += 1;
+            if visited > MAX_SCANNED {
+                return ControlFlow::Break(Stop::Unseen);
             }
             let held = &entry.payload;
             let grouped = held.subset.is_none();
@@ -334,16 +350,14 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 return ControlFlow::Continue(());
             }
             let room = rooms.of(Reach { model: held.routed_model(), subset: held.subset.as_deref() });
-            let fit = match room {
-                Room::Refused => return ControlFlow::Break(Stop::Release(entry.id)),
-                _ if holding => Fit::Hold,
-                Room::Kept => Fit::NoRoom,
-                Room::Places(free) => look.fit(priority, held.weight, config, free),
-            };
-            match fit {
+            match fit_in(&look, room, priority, held.weight, config) {
                 Fit::Now => return ControlFlow::Break(Stop::Release(entry.id)),
-                Fit::Hold => holding = true,
+                Fit::Hold => return ControlFlow::Break(Stop::Hold),
                 Fit::NoRoom => rooms.keep_turn(),
+            }
+            if !rooms.any_open() {
+                // Every pod with a place is kept for a request before: none after may go.
+                return ControlFlow::Break(Stop::Full);
             }
             if grouped {
                 passed.push(held.model_key);
@@ -354,15 +368,14 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
             Some(Stop::Release(id)) => Some(id),
             _ => None,
         };
-        // Only when nothing before it may go now, nor holds the release order.
-        let newcomer_now = match (newcomer, found) {
-            (Some(newcomer), None | Some(Stop::Below)) => {
-                let room = rooms.of(newcomer.reach);
-                matches!(room, Room::Refused)
-                    || (!holding && fit_in(&look, room, newcomer.priority, newcomer.weight, config) == Fit::Now)
-            }
-            _ => false,
-        };
+        let newcomer_now = newcomer.is_some_and(|newcomer| {
+            let room = rooms.of(newcomer.reach);
+            // No pod will take it: it goes, to be answered as it would be at once.
+            matches!(room, Room::Refused)
+                // Else only when nothing before it may go now, nor holds the release order.
+                || (matches!(found, None | Some(Stop::Below))
+                    && fit_in(&look, room, newcomer.priority, newcomer.weight, config) == Fit::Now)
+        });
         Scan { next, newcomer_now, slot: look.slot }
     })
 }

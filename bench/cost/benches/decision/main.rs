@@ -199,6 +199,25 @@ fn bench_models(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), S
     Ok(())
 }
 
+/// Flow control's release scan at its worst (every waiting request looked at, none may go:
+/// one model's pods full, the other's with room), by queue length; the scan stops at 4,096.
+fn bench_flow_scan(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
+    let mut group = c.benchmark_group("flow_scan");
+    for waiting in [1_024, 4_096, 16_384] {
+        let scan = bench_cost::native::FlowScan::new(64, waiting)?;
+        let id = format!("64pods/{waiting}waiting");
+        let mut once = || scan.scan();
+        let allocations = allocations_of(&mut once);
+        group.bench_function(&id, |b| b.iter(&mut once));
+        if scan.waiting() != waiting {
+            return Err(format!("flow_scan {id}: the scan released a request"));
+        }
+        measured.push(Measured { group: "flow_scan", id, allocations });
+    }
+    group.finish();
+    Ok(())
+}
+
 fn summarise(measured: &[Measured], since: SystemTime) -> Result<(), String> {
     let mut results = Results::default();
     println!("\nnative decision cost (median from criterion, allocations of one call):");
@@ -229,7 +248,8 @@ fn main() {
     let outcome = bench_models(&mut criterion, &mut measured)
         .and_then(|()| bench_decisions(&mut criterion, &mut measured))
         .and_then(|()| bench_filter_path(&mut criterion, &mut measured))
-        .and_then(|()| bench_steps(&mut criterion, &mut measured));
+        .and_then(|()| bench_steps(&mut criterion, &mut measured))
+        .and_then(|()| bench_flow_scan(&mut criterion, &mut measured));
     criterion.final_summary();
     let outcome = outcome.and_then(|()| summarise(&measured, since));
     if let Err(error) = outcome {

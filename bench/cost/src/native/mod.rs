@@ -28,7 +28,10 @@ use wasm_epp_router::{configure, tick, RequestStream, Step, Worker};
 
 use crate::workload;
 
+mod flow;
 mod state;
+
+pub use flow::FlowScan;
 
 use state::{count_inflight, warm_prefix, FILTER_CONFIG, PICKS_PER_SYNC, WORKER_SEED};
 pub use state::{pod_address, pod_table, publish, BLOCK_SIZE, NOW_MS, POD_CAPACITY_BLOCKS, WARM_INDEX_ENTRIES};
