@@ -11,9 +11,20 @@
 //! was sent, an answer from a pod of another model, a forged address reached, a count or a
 //! queue place never given back, a Wasm VM failure.
 //!
+//! A share of the clients speak HTTP/2 (cleartext, prior knowledge) to the same listener, as
+//! the OpenAI SDKs with `http2=True`, gateways and sidecars do: each keeps one connection
+//! with several requests on it at once, and leaves by resetting that one stream (RST_STREAM
+//! CANCEL) mid-body, while waiting (queued by flow control or generating) and mid-stream,
+//! while its connection and other streams go on; Envoy's HTTP/2 codec then ends the Wasm
+//! filter's stream on its own, on a worker whose other streams share the connection. Their
+//! requests are drawn and judged as the HTTP/1 clients' are, and each HTTP/2 client must
+//! keep its connection (`chaos::h2`).
+//!
 //! `CHAOS_SECONDS` sets the traffic's length (default 12), `CHAOS_SEED` replays a run (the
-//! seed is printed), `CHAOS_CLIENTS` the client threads (16); `--nocapture` shows the
-//! summary.
+//! seed is printed; it also picks which clients speak HTTP/2), `CHAOS_CLIENTS` the client
+//! threads (16), `CHAOS_H2_SHARE` the share of them on HTTP/2 (0.25; 0 for none),
+//! `CHAOS_H2_STREAMS` the requests at once on each HTTP/2 connection (3); `--nocapture`
+//! shows the summary.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +42,23 @@ fn clients() -> usize {
     std::env::var("CHAOS_CLIENTS").ok().and_then(|s| s.parse().ok()).unwrap_or(16)
 }
 
+/// The share of client threads that speak HTTP/2 (`CHAOS_H2_SHARE`, 0 to 1).
+fn h2_share() -> f64 {
+    std::env::var("CHAOS_H2_SHARE").ok().and_then(|s| s.parse().ok()).unwrap_or(0.25)
+}
+
+/// Requests at once on each HTTP/2 client's connection (`CHAOS_H2_STREAMS`).
+fn h2_streams() -> usize {
+    std::env::var("CHAOS_H2_STREAMS").ok().and_then(|s| s.parse().ok()).unwrap_or(3).max(1)
+}
+
+/// A client's draw (stream 0 of an HTTP/2 client's connection too), and its connection's
+/// other streams'.
+fn draw(seed: u64, client: usize, stream: usize) -> Draw {
+    let client = (client as u64).wrapping_mul(0x2545_F491_4F6C_DD1D);
+    Draw::new(seed ^ client ^ (stream as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}
+
 /// The pods whose answers sometimes fail (whole answers 500, streams `200` with an error
 /// event): one of `sim-model`'s three, and the adapter's only pod (which outlier detection
 /// must not pass over for a pod without the adapter).
@@ -44,6 +72,10 @@ const HUNG: usize = 2;
 /// Bound on the wait for every count to come back to 0 once the clients stopped (and for the
 /// faulty pods' last ejection, at most `max_ejection_ms`, to end: an ejected pod reads saturated).
 const SETTLE: Duration = Duration::from_secs(20);
+/// Envoy's `max_requests_per_connection` on the listener (envoy/envoy.yaml.template).
+const MAX_REQUESTS_PER_CONNECTION: usize = 1000;
+/// The models the clients ask for (`start_pool`'s).
+const MODELS: [&str; 3] = ["sim-model", "qwen", "sql-lora"];
 /// Flow-control bands the traffic uses: `x-gateway-inference-priority` -1, 0 (and none), 2.
 const BANDS: [&str; 3] = ["n1", "p0", "p2"];
 
@@ -105,7 +137,8 @@ fn label(outcome: &Outcome) -> String {
         Kind::Upload { file_first } => format!("Upload{}", if *file_first { " file first" } else { "" }),
         other => format!("{other:?}"),
     };
-    format!("{kind:<22} {status}")
+    let protocol = if outcome.http2 { "h2" } else { "h1" };
+    format!("{kind:<22} {protocol} {status}")
 }
 
 /// Everything the plugin and the pods hold for requests is given back: in-flight gauges,
@@ -153,7 +186,10 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
     let seed = seed();
     let length = traffic_length();
     let clients = clients();
+    let (http2, streams) = (chaos::h2::chosen(seed, clients, h2_share()), h2_streams());
+    let h2_clients: Vec<usize> = (0..clients).filter(|&client| http2[client]).collect();
     println!("chaos: seed {seed} (CHAOS_SEED={seed} replays it), {length:?} of traffic, {clients} clients");
+    println!("chaos: clients {h2_clients:?} speak HTTP/2, {streams} requests at once on each one's connection");
     let (cluster, models) = start_pool();
     let canary = Canary::start();
     let pool = cluster.pool();
@@ -168,11 +204,19 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
     std::thread::scope(|scope| {
         for client in 0..clients {
             let (stop, outcomes, forged) = (&stop, &outcomes, &forged);
+            if http2[client] {
+                scope.spawn(move || {
+                    let draws = (0..streams).map(|stream| draw(seed, client, stream)).collect();
+                    let plan = |draw: &mut Draw, index| chaos::plan(draw, client, index, &MODELS, forged);
+                    chaos::h2::run(port, draws, plan, stop, |outcome| outcomes.lock().unwrap().push(outcome));
+                });
+                continue;
+            }
             scope.spawn(move || {
-                let mut draw = Draw::new(seed ^ (client as u64).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                let mut draw = draw(seed, client, 0);
                 let mut index = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    let planned = chaos::plan(&mut draw, client, index, &["sim-model", "qwen", "sql-lora"], forged);
+                    let planned = chaos::plan(&mut draw, client, index, &MODELS, forged);
                     let outcome = chaos::send(port, planned);
                     outcomes.lock().unwrap().push(outcome);
                     index += 1;
@@ -207,7 +251,7 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
     }
     println!("chaos: {} requests by kind and status:", outcomes.len());
     for (label, count) in &summary {
-        println!("  {label:<28} {count}");
+        println!("  {label:<32} {count}");
     }
     let mut failures: BTreeMap<String, usize> = BTreeMap::new();
     for outcome in outcomes.iter().filter(|o| o.status.as_ref().is_ok_and(|status| *status >= 500)) {
@@ -233,14 +277,34 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
         stat("wasm_epp_streams_failed"),
         stat("wasm_epp_pod_attempts_failed"),
     );
+    // Not an invariant either: the HTTP/2 clients kept their connections while their streams
+    // were reset (a connection closed under them fails its other streams' answers, above).
+    let h2_requests = outcomes.iter().filter(|o| o.http2).count();
+    let h2_left_mid_body = outcomes.iter().filter(|o| o.http2 && o.planned.kind == Kind::LeavesMidBody).count();
+    let connections = stat("envoy_http_downstream_cx_http2_total{envoy_http_conn_manager_prefix=\"inference\"}");
+    let resets = stat("envoy_http2_rx_reset");
+    println!(
+        "chaos: HTTP/2: {h2_requests} requests on {connections} connections, {resets} streams reset by their clients"
+    );
+    // Envoy closes a connection after max_requests_per_connection (1000) streams: more
+    // connections than that allows means one closed on its clients.
+    let allowed = h2_clients.len() + h2_requests / MAX_REQUESTS_PER_CONNECTION;
+    assert!(connections as usize <= allowed, "seed {seed}: {connections} HTTP/2 connections for {h2_clients:?}");
+    // Every mid-body leave resets a stream still sending (the others may find theirs ended).
+    assert!(resets as usize >= h2_left_mid_body, "seed {seed}: {resets} resets for {h2_left_mid_body} leaves mid-body");
     // 1 and 2: an allowed answer to every request, each 200 from a pod of its model.
     let broken: Vec<String> = outcomes
         .iter()
         .filter_map(|o| judge(o, &pool).map(|why| (o, why)))
         .map(|(o, why)| {
             format!(
-                "{why}: {:?} {:?} pod {:?} headers {:?} body {:.300}",
-                o.planned.kind, o.status, o.pod, o.planned.headers, o.body
+                "{why}: {}{:?} {:?} pod {:?} headers {:?} body {:.300}",
+                if o.http2 { "HTTP/2 " } else { "" },
+                o.planned.kind,
+                o.status,
+                o.pod,
+                o.planned.headers,
+                o.body
             )
         })
         .collect();

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+pub mod h2;
 pub mod judge;
 
 /// A small deterministic generator (splitmix64): the e2e crate has no `rand`, and a seed
@@ -259,6 +260,8 @@ pub struct Outcome {
     pub body: String,
     /// The body was read to its end without a transport error.
     pub whole: bool,
+    /// Sent on a stream of a shared HTTP/2 connection (`h2`), not on a connection of its own.
+    pub http2: bool,
 }
 
 /// Longest a request may take before it counts as a hang (the flow-control TTL, a generation
@@ -269,20 +272,28 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn send(port: u16, planned: Planned) -> Outcome {
     let started = Instant::now();
     match planned.kind {
-        Kind::LeavesMidBody => leave_early(port, &planned, planned.body.len() / 2, Duration::from_millis(50)),
-        Kind::LeavesWaiting => {
-            // 0-300 ms, varied by the body: some leave while queued, some while generating.
-            let patience = Duration::from_millis(planned.body.len() as u64 % 300);
-            leave_early(port, &planned, planned.body.len(), patience)
-        }
+        Kind::LeavesMidBody => leave_early(port, &planned, planned.body.len() / 2, MID_BODY_PAUSE),
+        Kind::LeavesWaiting => leave_early(port, &planned, planned.body.len(), planned.patience()),
         _ => return send_whole(port, planned, started),
     }
     Outcome::unanswered(planned, started, "left".into())
 }
 
+/// How long a client that leaves mid-body waits after its first half (so the gateway holds
+/// the partial body) before it goes.
+pub const MID_BODY_PAUSE: Duration = Duration::from_millis(50);
+
+impl Planned {
+    /// How long a client that leaves while waiting waits for its answer: 0-300 ms, varied by
+    /// the body, so some leave while queued, some while generating.
+    pub fn patience(&self) -> Duration {
+        Duration::from_millis(self.body.len() as u64 % 300)
+    }
+}
+
 impl Outcome {
     /// No answer came (the client left, or the transport failed): `why`.
-    fn unanswered(planned: Planned, started: Instant, why: String) -> Self {
+    pub fn unanswered(planned: Planned, started: Instant, why: String) -> Self {
         Self {
             planned,
             started,
@@ -294,6 +305,7 @@ impl Outcome {
             local_reply: false,
             body: String::new(),
             whole: false,
+            http2: false,
         }
     }
 }
@@ -336,6 +348,7 @@ fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
         local_reply,
         body,
         whole,
+        http2: false,
     }
 }
 
