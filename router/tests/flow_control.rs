@@ -182,6 +182,29 @@ fn a_full_queue_refuses_and_evicts_sheddable_work_for_higher_priority() {
 }
 
 #[test]
+fn an_evicted_request_whose_client_leaves_before_the_tick_is_not_answered() {
+    // Found by the chaos test's HTTP/2 clients (an Envoy crash): Envoy ends a reset stream's
+    // filter (`on_log`, `on_done`, then the SDK's `on_delete`) before it frees the stream, and
+    // until then `set_effective_context` on it still succeeds; a reply sent then runs the
+    // stream's response callbacks on a context the SDK has deleted ("invalid context_id").
+    let bench = Bench::new(&config(r#", "max_queued_requests": 2"#));
+    bench.publish(1, &ONE_POD);
+    let (_busy, _) = send(&bench, 1, &[], "busy");
+    let (_s1, _) = send(&bench, 2, &[("x-gateway-inference-priority", "-1")], "s1");
+    let (mut s2, _) = send(&bench, 3, &[("x-gateway-inference-priority", "-1")], "s2");
+    let (_std, _) = send(&bench, 4, &[], "standard");
+    // Evicted (answered on the tick), its client resets the stream first; Envoy still knows
+    // context 3 (it is not in `gone_contexts`).
+    s2.on_log(&bench.host);
+    s2.on_done(&bench.host);
+    bench.tick();
+    assert!(bench.host.replies.borrow().is_empty(), "no reply to a stream whose filter ended");
+    assert_eq!(bench.host.effective_context.get(), None, "nothing done on its stream");
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.client_gone"), 1, "counted once, as a client gone");
+    assert_eq!(bench.stat("wasm_epp.flow.dropped.evicted"), 0);
+}
+
+#[test]
 fn stale_metrics_follow_the_configured_policy() {
     for (policy, released) in [("ignore", true), ("saturated", false)] {
         let bench = Bench::new(&config_with(4, &format!(r#", "stale_metrics": "{policy}""#)));

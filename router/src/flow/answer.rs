@@ -37,8 +37,15 @@ fn reply_for(reason: DropReason) -> Option<(u32, DroppedReason, &'static str)> {
 /// the request's own (the tick), so the host must first act on its stream.
 pub fn answer(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, reason: DropReason, other_stream: bool) {
     let held = &left.entry.payload;
-    *held.fate.borrow_mut() = Fate::Answered;
     let metrics = &worker.stats.metrics;
+    if held.fate.replace(Fate::Answered) != Fate::Waiting {
+        // Its stream ended meanwhile (`on_done`: an evicted request's client left before the
+        // tick that answers it). Envoy may still take `set_effective_context` on it until it
+        // frees the stream, and a reply then would run the response callbacks of a context
+        // the SDK has deleted (the VM fails).
+        worker.flow.stats.dropped(metrics, DropReason::ClientGone);
+        return;
+    }
     if other_stream && host.set_effective_context(held.context_id).is_err() {
         worker.flow.stats.dropped(metrics, DropReason::ClientGone);
         return;
