@@ -133,7 +133,7 @@ async fn exchange(sender: SendRequest<Bytes>, port: u16, planned: Planned) -> Re
             let _ = body.send_data(whole_body, true);
             let answer = tokio::time::timeout(REQUEST_TIMEOUT, answer(response, &mut body, planned.clone(), started));
             return match answer.await {
-                Ok(Answer::Came(outcome)) => Ok(outcome),
+                Ok(Answer::Came(outcome)) => Ok(*outcome),
                 Ok(Answer::Refused) => Err(planned),
                 Ok(Answer::Failed(why)) => Ok(Outcome::unanswered(planned, started, why)),
                 Err(_) => {
@@ -160,7 +160,7 @@ fn head(planned: &Planned, port: u16) -> hyper::Request<()> {
 }
 
 enum Answer {
-    Came(Outcome),
+    Came(Box<Outcome>),
     /// RST_STREAM with REFUSED_STREAM: the gateway did not process it.
     Refused,
     Failed(String),
@@ -187,7 +187,7 @@ async fn answer(response: ResponseFuture, send: &mut SendStream<Bytes>, planned:
     } else {
         read_to_end(&mut received).await
     };
-    Answer::Came(Outcome {
+    Answer::Came(Box::new(Outcome {
         planned,
         started,
         ended: Instant::now(),
@@ -199,7 +199,7 @@ async fn answer(response: ResponseFuture, send: &mut SendStream<Bytes>, planned:
         body,
         whole,
         http2: true,
-    })
+    }))
 }
 
 /// The answer's body (its first `BODY_LIMIT` bytes) and whether it ended without a reset or
