@@ -24,7 +24,10 @@
 //! seed is printed; it also picks which clients speak HTTP/2), `CHAOS_CLIENTS` the client
 //! threads (16), `CHAOS_H2_SHARE` the share of them on HTTP/2 (0.25; 0 for none),
 //! `CHAOS_H2_STREAMS` the requests at once on each HTTP/2 connection (3); `--nocapture`
-//! shows the summary.
+//! shows the summary. The defaults keep the queue short of full; `CHAOS_H2_SHARE=1
+//! CHAOS_H2_STREAMS=6` overloads the pool (a full queue, evictions, clients leaving evicted
+//! requests), which is how an evicted request answered after its stream ended was found
+//! (router/tests/flow_control.rs).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
