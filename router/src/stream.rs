@@ -619,7 +619,7 @@ impl RequestStream {
     ) -> Step {
         self.finish_buffering();
         self.decided = true;
-        let model_key = crate::flow::model_key(model.as_deref());
+        let reach_key = crate::flow::reach_key(model.as_deref(), self.subset.as_deref());
         let held = Rc::new(crate::flow::Held {
             context_id: self.context_id,
             body,
@@ -628,7 +628,7 @@ impl RequestStream {
             session_pinned: self.session_pinned,
             target,
             model,
-            model_key,
+            reach_key,
             subset: self.subset.take(),
             fate: std::cell::RefCell::new(crate::flow::Fate::Waiting),
             waited_ms: std::cell::Cell::new(0),

@@ -94,3 +94,43 @@ fn a_request_keeps_its_turn_on_its_pods_against_another_models_sharing_them() {
     assert_eq!(end(&bench, &mut busy_two), [3], "both places free: the pair goes");
     assert_eq!(destination(&bench).as_deref(), Some(QWEN));
 }
+
+#[test]
+fn a_long_queue_of_hinted_requests_costs_each_arrival_no_look_at_every_waiting_ones_pods() {
+    // The gateway's hint on every request (it restricts to its healthy endpoints): each
+    // waiting request's pods are the same; looking them up again for each of a long queue at
+    // every arrival, tick and request end would cost the worker's thread seconds.
+    const WAITING: u32 = 1_500;
+    let config = r#"{"fallback_destinations": 0, "flow_control": {"enabled": true, "max_inflight_per_pod": 1,
+        "ttl_ms": 600000, "max_queued_requests": 4096, "max_band_requests": 4096}}"#;
+    let bench = Bench::new(config);
+    let addresses: Vec<String> = (1..=32).map(|i| format!("10.0.1.{i}:8000")).collect();
+    let mut pods: Vec<(&str, &str, &[&str], f64)> =
+        addresses.iter().map(|address| (address.as_str(), "qwen", &[][..], 0.0)).collect();
+    pods.push((LLAMA, "llama", &[], 0.0));
+    publish_models(&bench, &pods);
+    let mut hint: Vec<&str> = pods.iter().map(|pod| pod.0).collect();
+    hint.sort_unstable();
+    let hint = hint.join(",");
+    let hinted = [("x-gateway-destination-endpoint-subset", hint.as_str())];
+    let mut streams = Vec::new();
+    for id in 1..=32 {
+        let (stream, step) = send(&bench, id, "qwen", 1, &hinted);
+        assert_eq!(step, Step::Continue, "qwen's pods fill");
+        streams.push(stream);
+    }
+    let started = std::time::Instant::now();
+    for id in 100..100 + WAITING {
+        let (stream, step) = send(&bench, id, "qwen", 1, &hinted);
+        assert_eq!(step, Step::Pause);
+        streams.push(stream);
+    }
+    bench.tick();
+    let elapsed = started.elapsed();
+    // Looked up at each arrival, the waiting requests' pods cost ~50 s here (unoptimized).
+    assert!(elapsed < std::time::Duration::from_secs(10), "{WAITING} arrivals took {elapsed:?}");
+    // Llama's idle pod still takes a llama request at once, past the long qwen queue.
+    let (_llama, step) = send(&bench, 9_000, "llama", 1, &hinted);
+    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
+    assert_eq!(end(&bench, &mut streams[0]), [100], "qwen's freed place goes to the first in line");
+}

@@ -108,8 +108,9 @@ pub struct Held {
     /// The model it is routed as: its rewrite target, else its body's `model`, as had it been
     /// routed at once (`RequestStream::route_model`). Its pods' room is what it waits for.
     pub model: Option<String>,
-    /// `model` hashed ([`model_key`]): the release scan tells requests of one model apart by it.
-    pub model_key: u64,
+    /// `model` and `subset` hashed ([`reach_key`]): the release scan tells requests that may go
+    /// to the same pods apart by it, and looks at their pods once.
+    pub reach_key: u64,
     /// The gateway's subset hint (`None`: no hint).
     pub subset: Option<Vec<PodAddress>>,
     pub fate: RefCell<Fate>,
@@ -147,9 +148,19 @@ impl Held {
     }
 }
 
-/// The key of a waiting request's model ([`Held::model_key`]; 0: no model read).
-pub fn model_key(model: Option<&str>) -> u64 {
-    model.map_or(0, |model| xxhash_rust::xxh3::xxh3_64(model.as_bytes()))
+/// The key of a waiting request's pods ([`Held::reach_key`]): of the model it is routed as and
+/// its subset hint, each told apart from its absence. Equal keys, equal pods (a hint listing
+/// the same pods in another order has another key: its requests are only looked at apart).
+pub fn reach_key(model: Option<&str>, subset: Option<&[PodAddress]>) -> u64 {
+    use xxhash_rust::xxh3::xxh3_64_with_seed;
+    let mut key = model.map_or(0, |model| xxh3_64_with_seed(model.as_bytes(), 1));
+    if let Some(subset) = subset {
+        key = xxh3_64_with_seed(b"subset", key);
+        for address in subset {
+            key = xxh3_64_with_seed(address.as_str().as_bytes(), key);
+        }
+    }
+    key
 }
 
 /// One worker's flow-control state.
@@ -166,6 +177,11 @@ pub struct FlowState {
     /// Requests evicted from the queue, answered on the next tick (at most the queue's
     /// `max_queued_requests`, as each was in it).
     pending: RefCell<Vec<(queue::Left<Rc<Held>>, stats::DropReason)>>,
+    /// The version of the table every waiting request was last checked against for a pod that
+    /// may take it (`None`: not since a request was queued without a table to check it by).
+    /// A request no pod will take only appears in the queue when the table changes: until it
+    /// does, a release scan may stop where nothing after can go ([`release`]).
+    swept: Cell<Option<u64>>,
 }
 
 impl FlowState {
@@ -184,6 +200,7 @@ impl FlowState {
             fast_tick: Cell::new(false),
             saturation_shown: Cell::new(false),
             pending: RefCell::new(Vec::new()),
+            swept: Cell::new(None),
         }
     }
 

@@ -53,8 +53,8 @@ pub(super) struct PodRooms<'t> {
     kept: Vec<bool>,
     /// Some pod's turn is kept (else `kept` need not be read).
     any_kept: bool,
-    /// Pods with a free place not kept for anyone.
-    open: usize,
+    /// How many pods' turns are kept.
+    kept_pods: usize,
     /// The pods of the last request judged, by look index (reused).
     reached: Vec<u32>,
 }
@@ -70,7 +70,6 @@ impl<'t> PodRooms<'t> {
         let places: Vec<FreePlaces> = pods.iter().map(|pod| pod_places(pod, limits, flow)).collect();
         let pool = places.iter().fold(FreePlaces::default(), |sum, pod| sum.with(*pod));
         let positions = pods.iter().map(|pod| pod.position).collect();
-        let open = places.iter().filter(|pod| pod.all.total > 0).count();
         let kept = vec![false; pods.len()];
         Self {
             shape,
@@ -81,7 +80,7 @@ impl<'t> PodRooms<'t> {
             pool,
             kept,
             any_kept: false,
-            open,
+            kept_pods: 0,
             reached: Vec::new(),
         }
     }
@@ -129,17 +128,18 @@ impl<'t> PodRooms<'t> {
     /// The request last judged ([`PodRooms::of`]) could not go: it keeps its turn on its pods.
     pub fn keep_turn(&mut self) {
         for &i in &self.reached {
-            let Some(kept) = self.kept.get_mut(i as usize) else { continue };
-            if !*kept && self.places.get(i as usize).is_some_and(|pod| pod.all.total > 0) {
-                self.open = self.open.saturating_sub(1);
+            if let Some(kept) = self.kept.get_mut(i as usize) {
+                if !*kept {
+                    self.kept_pods += 1;
+                }
+                *kept = true;
+                self.any_kept = true;
             }
-            *kept = true;
-            self.any_kept = true;
         }
     }
 
-    /// Some pod has a free place that no request passed over keeps its turn on.
-    pub fn any_open(&self) -> bool {
-        self.open > 0
+    /// Every pod's turn is kept: no request may go now but one no pod will take.
+    pub fn all_kept(&self) -> bool {
+        self.kept_pods >= self.kept.len()
     }
 }

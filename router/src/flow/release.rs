@@ -127,25 +127,13 @@ struct Newcomer<'a> {
 /// Where the scan of the queue stopped.
 #[derive(Debug, Clone, Copy)]
 enum Stop {
-    /// At a request that may go now (or that no pod will take, to be answered).
+    /// At a request that may go now.
     Release(u32),
     /// At the first request of a band below the newcomer's.
     Below,
-    /// At a request this worker may not send now, whatever its pods ([`Fit::Hold`]).
-    Hold,
-    /// Every pod with a free place is kept for a request already passed over.
-    Full,
-    /// After [`MAX_SCANNED`] requests.
-    Unseen,
+    /// Where nothing after may go now: every pod's turn is kept, or this worker holds.
+    Settled,
 }
-
-/// The most waiting requests one scan looks at (the default queue holds 1,024). The scan
-/// runs on each tick while requests wait (5 ms) and at each request's end; at its worst
-/// (none may go, every request looked at) it costs 11 µs natively at 1,024 waiting and
-/// 36 µs at 4,096 (`cargo bench -p bench-cost --bench decision -- flow_scan`), so the
-/// largest queue (65,536) would cost over half a millisecond on every tick. Past the cap,
-/// requests wait until those before them leave, as when room was the pool's.
-const MAX_SCANNED: usize = 4_096;
 
 /// Whether a request may go now to pods with `room`.
 fn fit_in(look: &Look, room: Room, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> Fit {
@@ -331,49 +319,63 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
         let look = look_at(worker, pods, inflight);
         let unknown_model = worker.config.models.unknown_model;
         let mut rooms = PodRooms::new(pods, shape, &worker.config.saturation, config, unknown_model);
-        // Requests of a model (and no subset hint of their own) whose pods were found without
-        // room: the ones after them are passed over without a look at their pods.
+        // Requests of pods (a model and subset hint) found without room, sorted: the ones after
+        // them are passed over without a look at their pods. A comparison per waiting request
+        // (and a search among the few keys) is what a long queue costs.
         let mut passed: Vec<u64> = Vec::new();
-        let mut visited = 0usize;
+        // A request this worker may not send holds the rest, but for those no pod will ever
+        // take: they go, to be answered as if arriving now.
+        let mut holding = false;
+        // Such a request only appears when the table changes (a newcomer no pod takes is sent
+        // on at once): once every request was checked against this table, the scan stops
+        // where nothing after may go, rather than read the rest of a long queue at each
+        // arrival, tick and request end.
+        let version = shape.map(|shape| shape.table.version);
+        let swept = version.is_some() && worker.flow.swept.get() == version;
         let found = queue.find_in_order(|priority, entry| {
             if newcomer.is_some_and(|newcomer| priority < newcomer.priority) {
                 // Released after the newcomer anyway.
                 return ControlFlow::Break(Stop::Below);
             }
-            visited += 1;
-            if visited > MAX_SCANNED {
-                return ControlFlow::Break(Stop::Unseen);
+            if swept && (holding || rooms.all_kept()) {
+                return ControlFlow::Break(Stop::Settled);
             }
             let held = &entry.payload;
-            let grouped = held.subset.is_none();
-            if grouped && passed.contains(&held.model_key) {
-                return ControlFlow::Continue(());
-            }
+            let Err(unseen) = passed.binary_search(&held.reach_key) else { return ControlFlow::Continue(()) };
             let room = rooms.of(Reach { model: held.routed_model(), subset: held.subset.as_deref() });
-            match fit_in(&look, room, priority, held.weight, config) {
+            let fit = match room {
+                Room::Refused => return ControlFlow::Break(Stop::Release(entry.id)),
+                _ if holding => Fit::Hold,
+                Room::Kept => Fit::NoRoom,
+                Room::Places(free) => look.fit(priority, held.weight, config, free),
+            };
+            match fit {
                 Fit::Now => return ControlFlow::Break(Stop::Release(entry.id)),
-                Fit::Hold => return ControlFlow::Break(Stop::Hold),
+                Fit::Hold => holding = true,
                 Fit::NoRoom => rooms.keep_turn(),
             }
-            if !rooms.any_open() {
-                // Every pod with a place is kept for a request before: none after may go.
-                return ControlFlow::Break(Stop::Full);
-            }
-            if grouped {
-                passed.push(held.model_key);
-            }
+            passed.insert(unseen, held.reach_key);
             ControlFlow::Continue(())
         });
+        match (newcomer, found) {
+            // Every waiting request was read against this table.
+            (None, None) => worker.flow.swept.set(version),
+            // It is queued unchecked against a table (there is none): the next scan with one
+            // reads every waiting request.
+            (Some(_), _) if version.is_none() => worker.flow.swept.set(None),
+            _ => {}
+        }
         let next = match found {
             Some(Stop::Release(id)) => Some(id),
             _ => None,
         };
         let newcomer_now = newcomer.is_some_and(|newcomer| {
             let room = rooms.of(newcomer.reach);
-            // No pod will take it: it goes, to be answered as it would be at once.
+            // No pod will take it: answered at once, whatever waits.
             matches!(room, Room::Refused)
                 // Else only when nothing before it may go now, nor holds the release order.
-                || (matches!(found, None | Some(Stop::Below))
+                || (!holding
+                    && !matches!(found, Some(Stop::Release(_)))
                     && fit_in(&look, room, newcomer.priority, newcomer.weight, config) == Fit::Now)
         });
         Scan { next, newcomer_now, slot: look.slot }
