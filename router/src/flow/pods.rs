@@ -19,13 +19,25 @@ pub struct Shape<'t> {
     pub models: &'t ModelIndex,
 }
 
-/// Calls `f` with every pod's load as of `now`, the pods left out for failing requests and
-/// the table they come from; `None` if the worker state is busy.
+/// Every pod the requests may go to, before the pool's own rule for the pods out of rotation
+/// left any out: a request's pods are passed over by that rule among themselves, as its
+/// decision does (a model whose pods are all out of rotation is still routed to them).
+#[derive(Clone, Copy)]
+pub struct AllPods<'p, 'a> {
+    pub pods: &'p [PodLoad<'a>],
+    /// Whether each is out of rotation (empty: none is).
+    pub ejected: &'p [bool],
+}
+
+/// Calls `f` with every pod's load as of `now` (as the pool is counted: pods out of
+/// rotation for failing requests left out by the decision's rule over the whole pool), the
+/// pods so left out, the table they come from and every pod ([`AllPods`]); `None` if the
+/// worker state is busy.
 pub fn with_pods<R>(
     worker: &Worker,
     host: &dyn Host,
     now: u64,
-    f: impl FnOnce(&[PodLoad<'_>], &WorkerInflight, &[&str], Option<Shape<'_>>) -> R,
+    f: impl FnOnce(&[PodLoad<'_>], &WorkerInflight, &[&str], Option<Shape<'_>>, AllPods<'_, '_>) -> R,
 ) -> Option<R> {
     let mut cache = worker.table.try_borrow_mut().ok()?;
     // As the decision reads it: an expired table no longer says who is in the pool.
@@ -36,7 +48,7 @@ pub fn with_pods<R>(
     // Under P/D requests go to the decode pods (`decision::decide`, when the table has pods of
     // both roles): the prefill pods' places are no room for them.
     let split = worker.pd.is_some() && table.is_some_and(picker::disaggregation::splits);
-    let mut pods: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
+    let mut all: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
         Some(table) => table
             .pods
             .iter()
@@ -74,37 +86,53 @@ pub fn with_pods<R>(
     let mut outliers = worker.outliers.try_borrow_mut().ok();
     let epoch_of = |pod: &str| table.and_then(|t| t.epoch_of(pod));
     let ejected = outliers.as_mut().map_or(&[][..], |outliers| outliers.ejected(now, &epoch_of));
-    let is_ejected = |pod: &PodLoad<'_>| ejected.iter().any(|e| e == pod.address);
+    // Allocated only when a pod is out of rotation (rare).
+    let ejected: Vec<bool> = match ejected.is_empty() {
+        true => Vec::new(),
+        false => all.iter().map(|pod| ejected.iter().any(|e| e == pod.address)).collect(),
+    };
+    drop(outliers);
+    let is_ejected = |i: usize| ejected.get(i).copied().unwrap_or(false);
     let rule = (!ejected.is_empty()).then(|| {
+        let usable = |(i, pod): &(usize, &PodLoad<'_>)| pod.healthy && pod.fresh && !is_ejected(*i);
         pass_over(
-            pods.iter().any(|pod| pod.healthy && pod.fresh && !is_ejected(pod)),
-            pods.iter().any(|pod| pod.healthy && pod.fresh),
-            pods.iter().any(|pod| pod.healthy && !is_ejected(pod)),
+            all.iter().enumerate().any(|pod| usable(&pod)),
+            all.iter().any(|pod| pod.healthy && pod.fresh),
+            all.iter().enumerate().any(|(i, pod)| pod.healthy && !is_ejected(i)),
         )
     });
-    // Allocated only when a pod is left out (ejected pods are rare).
-    let mut left_out: Vec<&str> = Vec::new();
-    if rule == Some(PassOver::Unusable) {
-        left_out.extend(pods.iter().filter(|pod| is_ejected(pod)).map(|pod| pod.address));
-        pods.retain(|pod| !is_ejected(pod));
-    }
-    if !pods.iter().any(|pod| pod.healthy && pod.fresh) {
+    if !all.iter().any(|pod| pod.healthy && pod.fresh) {
         // No usable data for any pod (every scrape failing, or the pool service silent):
         // as routing fails open, so does the detector, unless stale data means saturated.
-        let ignore = worker.config.flow_control.stale_metrics == StaleMetricsPolicy::Ignore;
-        for pod in &mut pods {
-            pod.known = !ignore;
-            pod.healthy = true;
-            pod.fresh = false;
+        for pod in &mut all {
+            fail_open(pod, worker.config.flow_control.stale_metrics);
         }
     }
-    if rule == Some(PassOver::LeftOut) && pods.iter().any(|pod| !is_ejected(pod)) {
-        left_out.extend(pods.iter().filter(|pod| is_ejected(pod)).map(|pod| pod.address));
-        pods.retain(|pod| !is_ejected(pod));
-    }
-    drop(outliers);
+    // Left out while another pod is counted (the rule's `Unusable` leaves a usable one).
+    let leave_out = match rule {
+        Some(PassOver::Unusable) => true,
+        Some(PassOver::LeftOut) => (0..all.len()).any(|i| !is_ejected(i)),
+        _ => false,
+    };
+    let mut left_out: Vec<&str> = Vec::new();
+    let kept: Vec<PodLoad<'_>>;
+    let pods: &[PodLoad<'_>] = if leave_out {
+        left_out.extend(all.iter().enumerate().filter(|(i, _)| is_ejected(*i)).map(|(_, pod)| pod.address));
+        kept = all.iter().enumerate().filter(|(i, _)| !is_ejected(*i)).map(|(_, pod)| *pod).collect();
+        &kept
+    } else {
+        &all
+    };
     let shape = table.filter(|t| !t.pods.is_empty()).map(|table| Shape { table, models: cache.models() });
-    Some(f(&pods, &inflight, &left_out, shape))
+    Some(f(pods, &inflight, &left_out, shape, AllPods { pods: &all, ejected: &ejected }))
+}
+
+/// A pod read with no usable data, as routing reads it failing open: by its in-flight count
+/// alone, or saturated if stale data means saturated.
+pub fn fail_open(pod: &mut PodLoad<'_>, policy: StaleMetricsPolicy) {
+    pod.known = policy != StaleMetricsPolicy::Ignore;
+    pod.healthy = true;
+    pod.fresh = false;
 }
 
 /// Sets the saturation gauges: per pod (0/1; a pod left out for failing requests has no
@@ -113,7 +141,7 @@ pub fn with_pods<R>(
 pub fn publish_saturation(worker: &Worker, host: &dyn Host, now: u64) -> bool {
     let metrics = &worker.stats.metrics;
     let stats = &worker.flow.stats;
-    with_pods(worker, host, now, |pods, _, left_out, _| {
+    with_pods(worker, host, now, |pods, _, left_out, _, _| {
         let config = &worker.config.flow_control;
         for pod in left_out {
             stats.saturation(metrics, pod, true);

@@ -14,8 +14,10 @@ use picker::config::FlowControlConfig;
 use picker::route::{eligible_positions, ModelQuery};
 use picker::saturation::SaturationLimits;
 
-use super::pods::Shape;
-use super::saturation::{pod_places, FreePlaces, PodLoad};
+use picker::outliers::{pass_over, PassOver};
+
+use super::pods::{fail_open, AllPods, Shape};
+use super::saturation::{pod_places, FreePlaces};
 
 /// Where a request may be sent, as routing reads it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -37,18 +39,29 @@ pub(super) enum Room {
     Kept,
 }
 
+/// One pod of a look at the pool, as a request's room counts it.
+#[derive(Clone, Copy)]
+struct Pod {
+    places: FreePlaces,
+    /// Its places read as routing fails open (no pod of the request's has usable data).
+    open: FreePlaces,
+    usable: bool,
+    up: bool,
+    ejected: bool,
+}
+
 /// The pods of one look at the pool, with their free places and the turns kept on them.
 pub(super) struct PodRooms<'t> {
     shape: Option<Shape<'t>>,
     unknown_model: picker::config::UnknownModelPolicy,
-    places: Vec<FreePlaces>,
+    pods: Vec<Pod>,
+    /// Some pod is out of rotation for failing requests.
+    any_ejected: bool,
     /// Each pod's position in the table.
     positions: Vec<usize>,
-    /// The look's index of each table position, built at the first request for a model (`u32::MAX`: not among the pods looked at,
-    /// such as a prefill pod under P/D, or one left out for failing).
+    /// The look's index of each table position, built at the first request for a model
+    /// (`u32::MAX`: not among the pods looked at, such as a prefill pod under P/D).
     by_position: Vec<u32>,
-    /// The whole pool's places.
-    pub pool: FreePlaces,
     /// Pods a request that could not go keeps its turn on.
     kept: Vec<bool>,
     /// Some pod's turn is kept (else `kept` need not be read).
@@ -61,24 +74,33 @@ pub(super) struct PodRooms<'t> {
 
 impl<'t> PodRooms<'t> {
     pub fn new(
-        pods: &[PodLoad<'_>],
+        all: AllPods<'_, '_>,
         shape: Option<Shape<'t>>,
         limits: &SaturationLimits,
         flow: &FlowControlConfig,
         unknown_model: picker::config::UnknownModelPolicy,
     ) -> Self {
-        let places: Vec<FreePlaces> = pods.iter().map(|pod| pod_places(pod, limits, flow)).collect();
-        let pool = places.iter().fold(FreePlaces::default(), |sum, pod| sum.with(*pod));
-        let positions = pods.iter().map(|pod| pod.position).collect();
-        let kept = vec![false; pods.len()];
+        let pods: Vec<Pod> = (all.pods.iter().enumerate())
+            .map(|(i, pod)| {
+                let mut open = *pod;
+                fail_open(&mut open, flow.stale_metrics);
+                Pod {
+                    places: pod_places(pod, limits, flow),
+                    open: pod_places(&open, limits, flow),
+                    usable: pod.healthy && pod.fresh,
+                    up: pod.healthy,
+                    ejected: all.ejected.get(i).copied().unwrap_or(false),
+                }
+            })
+            .collect();
         Self {
             shape,
             unknown_model,
-            places,
-            positions,
+            any_ejected: pods.iter().any(|pod| pod.ejected),
+            kept: vec![false; pods.len()],
+            pods,
+            positions: all.pods.iter().map(|pod| pod.position).collect(),
             by_position: Vec::new(),
-            pool,
-            kept,
             any_kept: false,
             kept_pods: 0,
             reached: Vec::new(),
@@ -88,41 +110,66 @@ impl<'t> PodRooms<'t> {
     /// The room of the pods `reach` may go to.
     pub fn of(&mut self, reach: Reach<'_>) -> Room {
         let whole_pool = reach.model.is_none() && reach.subset.is_none();
-        let Some(shape) = self.shape.filter(|_| !whole_pool) else {
+        self.reached.clear();
+        match self.shape.filter(|_| !whole_pool) {
             // Every pod (the static pool has no models to tell them apart by).
-            self.reached.clear();
-            self.reached.extend((0..self.places.len()).filter_map(|i| u32::try_from(i).ok()));
-            return if self.any_kept { Room::Kept } else { Room::Places(self.pool) };
-        };
-        let query = ModelQuery {
-            model: reach.model,
-            unknown_model: self.unknown_model,
-            subset: reach.subset,
-            index: Some(shape.models),
-        };
-        let Ok(eligible) = eligible_positions(shape.table, &query) else { return Room::Refused };
-        if self.by_position.is_empty() {
-            self.by_position.resize(shape.table.pods.len(), u32::MAX);
-            for (index, &position) in self.positions.iter().enumerate() {
-                if let (Some(slot), Ok(index)) = (self.by_position.get_mut(position), u32::try_from(index)) {
-                    *slot = index;
+            None => self.reached.extend((0..self.pods.len()).filter_map(|i| u32::try_from(i).ok())),
+            Some(shape) => {
+                let query = ModelQuery {
+                    model: reach.model,
+                    unknown_model: self.unknown_model,
+                    subset: reach.subset,
+                    index: Some(shape.models),
+                };
+                let Ok(eligible) = eligible_positions(shape.table, &query) else { return Room::Refused };
+                if self.by_position.is_empty() {
+                    self.by_position.resize(shape.table.pods.len(), u32::MAX);
+                    for (index, &position) in self.positions.iter().enumerate() {
+                        if let (Some(slot), Ok(index)) = (self.by_position.get_mut(position), u32::try_from(index)) {
+                            *slot = index;
+                        }
+                    }
                 }
+                let by_position = &self.by_position;
+                self.reached
+                    .extend(eligible.iter().filter_map(|&p| by_position.get(p).copied().filter(|&i| i != u32::MAX)));
             }
         }
-        self.reached.clear();
-        let by_position = &self.by_position;
-        self.reached.extend(eligible.iter().filter_map(|&p| by_position.get(p).copied().filter(|&i| i != u32::MAX)));
+        let fail_open = self.pass_over_ejected();
         let kept = &self.kept;
         if self.any_kept && self.reached.iter().any(|&i| kept.get(i as usize).copied().unwrap_or(false)) {
             return Room::Kept;
         }
-        let places = &self.places;
+        let pods = &self.pods;
         Room::Places(
-            self.reached
-                .iter()
-                .filter_map(|&i| places.get(i as usize))
-                .fold(FreePlaces::default(), |sum, pod| sum.with(*pod)),
+            (self.reached.iter().filter_map(|&i| pods.get(i as usize)))
+                .map(|pod| if fail_open { pod.open } else { pod.places })
+                .fold(FreePlaces::default(), FreePlaces::with),
         )
+    }
+
+    /// Leaves out of the request's pods those out of rotation, by the rule its decision
+    /// applies among them (`picker::outliers::pass_over`): not when they are all it has. Returns
+    /// whether none of what is left has usable data (its decision then fails open).
+    fn pass_over_ejected(&mut self) -> bool {
+        let pods = &self.pods;
+        let pod = |i: &u32| pods.get(*i as usize).copied();
+        let any = |reached: &[u32], test: &dyn Fn(Pod) -> bool| reached.iter().any(|i| pod(i).is_some_and(test));
+        let rule = (self.any_ejected && any(&self.reached, &|pod| pod.ejected)).then(|| {
+            pass_over(
+                any(&self.reached, &|pod| pod.usable && !pod.ejected),
+                any(&self.reached, &|pod| pod.usable),
+                any(&self.reached, &|pod| pod.up && !pod.ejected),
+            )
+        });
+        if rule == Some(PassOver::Unusable) {
+            self.reached.retain(|i| pod(i).is_some_and(|pod| !pod.ejected));
+        }
+        let fail_open = !any(&self.reached, &|pod| pod.usable);
+        if rule == Some(PassOver::LeftOut) && any(&self.reached, &|pod| !pod.ejected) {
+            self.reached.retain(|i| pod(i).is_some_and(|pod| !pod.ejected));
+        }
+        fail_open
     }
 
     /// The request last judged ([`PodRooms::of`]) could not go: it keeps its turn on its pods.

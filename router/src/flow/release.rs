@@ -315,10 +315,10 @@ pub fn release_ready(worker: &Worker, host: &dyn Host) {
 fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'_>>) -> Option<Scan> {
     let config = &worker.config.flow_control;
     let queue = worker.flow.queue.try_borrow().ok()?;
-    with_pods(worker, host, now, |pods, inflight, _, shape| {
+    with_pods(worker, host, now, |pods, inflight, _, shape, all| {
         let look = look_at(worker, pods, inflight);
         let unknown_model = worker.config.models.unknown_model;
-        let mut rooms = PodRooms::new(pods, shape, &worker.config.saturation, config, unknown_model);
+        let mut rooms = PodRooms::new(all, shape, &worker.config.saturation, config, unknown_model);
         // Requests of pods (a model and subset hint) found without room, sorted: the ones after
         // them are passed over without a look at their pods. A comparison per waiting request
         // (and a search among the few keys) is what a long queue costs.
@@ -458,7 +458,7 @@ fn finish_inflight(worker: &Worker, host: &dyn Host, address: &PodAddress, weigh
 
 /// The pool as flow control reads it, and this worker's share of it.
 fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
-    with_pods(worker, host, now, |pods, inflight, _, _| look_at(worker, pods, inflight))
+    with_pods(worker, host, now, |pods, inflight, _, _, _| look_at(worker, pods, inflight))
 }
 
 fn look_at(worker: &Worker, pods: &[PodLoad<'_>], inflight: &WorkerInflight) -> Look {
