@@ -388,3 +388,29 @@ fn a_split_request_of_n_choices_weighs_n_on_its_decode_pod_and_one_on_its_prefil
     stream.on_log(&bench.host);
     assert_eq!(count(&decode), 0);
 }
+
+#[test]
+fn flow_control_counts_the_decode_pods_a_model_is_routed_to_as_the_decision_reads_them() {
+    // Only the prefill pods name the model; the decode pods name none, so the decision (which
+    // reads the decode pods alone) may send it to any of them.
+    let bench = Bench::new(PD_FLOW_CONFIG);
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    let prefill = PREFILL_PODS.iter().map(|a| (*a, PodRole::Prefill, &["qwen"][..]));
+    let decode = DECODE_PODS.iter().map(|a| (*a, PodRole::Decode, &[][..]));
+    for (address, role, models) in prefill.chain(decode) {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, role);
+        pod.models = models.iter().map(|m| (*m).to_owned()).collect();
+        table.pods.push(pod);
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(1), None).unwrap();
+    bench.heartbeat();
+    let body = r#"{"model":"qwen","prompt":"short","max_tokens":4}"#;
+    let (mut stream, answer) = bench.request(&COMPLETIONS, body);
+    assert_eq!(answer.body_step, Some(Step::Continue), "a decode pod has room: not held to its TTL");
+    let picked = answer.destination.as_deref().unwrap().split(',').next().unwrap().to_owned();
+    assert!(DECODE_PODS.contains(&picked.as_str()), "{picked}");
+    stream.on_log(&bench.host);
+}

@@ -48,12 +48,20 @@ pub fn with_pods<R>(
     // Under P/D requests go to the decode pods (`decision::decide`, when the table has pods of
     // both roles): the prefill pods' places are no room for them.
     let split = worker.pd.is_some() && table.is_some_and(picker::disaggregation::splits);
+    // Which of them a request may go to is read, as the decision reads it, in the decode pods'
+    // own table (its positions theirs: the decode pods in table order) and model index.
+    let mut role_tables = worker.pd.as_ref().and_then(|pd| pd.tables.try_borrow_mut().ok());
+    let roles = match (split, role_tables.as_deref_mut(), table) {
+        (true, Some(tables), Some(table)) => Some(tables.split(table, &|role_table| cache.model_index_of(role_table))?),
+        (true, _, _) => return None,
+        _ => None,
+    };
     let mut all: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
         Some(table) => table
             .pods
             .iter()
+            .filter(|pod| !split || pod.role.decodes())
             .enumerate()
-            .filter(|(_, pod)| !split || pod.role.decodes())
             .map(|(position, pod)| PodLoad {
                 address: pod.address.as_str(),
                 position,
@@ -123,7 +131,10 @@ pub fn with_pods<R>(
     } else {
         &all
     };
-    let shape = table.filter(|t| !t.pods.is_empty()).map(|table| Shape { table, models: cache.models() });
+    let shape = match roles {
+        Some(roles) => Some(Shape { table: roles.decode, models: roles.decode_models }),
+        None => table.filter(|t| !t.pods.is_empty()).map(|table| Shape { table, models: cache.models() }),
+    };
     Some(f(pods, &inflight, &left_out, shape, AllPods { pods: &all, ejected: &ejected }))
 }
 
