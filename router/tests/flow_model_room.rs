@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{publish_models, Bench, COMPLETIONS};
+use common::{publish_models, publish_models_as, Bench, COMPLETIONS};
 use wasm_epp_router::{RequestStream, Step};
 
 /// Serves `qwen` and its adapter `sql-lora`.
@@ -133,4 +133,46 @@ fn a_long_queue_of_hinted_requests_costs_each_arrival_no_look_at_every_waiting_o
     let (_llama, step) = send(&bench, 9_000, "llama", 1, &hinted);
     assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
     assert_eq!(end(&bench, &mut streams[0]), [100], "qwen's freed place goes to the first in line");
+}
+
+#[test]
+fn in_the_static_pool_a_hinted_request_waits_for_room_on_its_hints_pods() {
+    // No table: the static pool's pods, which the decision still picks among within the hint.
+    let bench = Bench::new(&format!(
+        r#"{{"pool": ["{QWEN}", "{LLAMA}"], "fallback_destinations": 0,
+            "flow_control": {{"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}}}"#
+    ));
+    let hinted = [("x-gateway-destination-endpoint-subset", QWEN)];
+    let (mut first, step) = send(&bench, 1, "qwen", 1, &hinted);
+    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)));
+    let (_second, step) = send(&bench, 2, "qwen", 1, &hinted);
+    assert_eq!(step, Step::Pause, "its hint's pod is full, whatever the other's room");
+    bench.host.replies.borrow_mut().clear();
+    let (_outside, _) = send(&bench, 3, "qwen", 1, &[("x-gateway-destination-endpoint-subset", "10.0.0.9:8000")]);
+    let status = bench.host.replies.borrow().last().map(|reply| reply.status);
+    assert_eq!(status, Some(503), "no pod of the pool in its hint: answered at once");
+    assert_eq!(end(&bench, &mut first), [2]);
+    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+}
+
+#[test]
+fn a_request_whose_hinted_pod_left_is_answered_though_the_ones_before_it_wait() {
+    const OTHER_QWEN: &str = "10.0.0.3:8000";
+    let bench = Bench::new(&config(1));
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (OTHER_QWEN, "qwen", &[], 0.0)]);
+    let (_busy, _) = send(&bench, 1, "qwen", 1, &[]);
+    let (_busy_too, _) = send(&bench, 2, "qwen", 1, &[]);
+    // Every pod is full and kept by the first waiting request: a scan stops there.
+    let (_waiting, step) = send(&bench, 3, "qwen", 1, &[]);
+    assert_eq!(step, Step::Pause);
+    let (_hinted, step) = send(&bench, 4, "qwen", 1, &[("x-gateway-destination-endpoint-subset", OTHER_QWEN)]);
+    assert_eq!(step, Step::Pause);
+    bench.tick();
+    // Its pod leaves the pool: no pod will ever take it.
+    publish_models_as(&bench, &[(QWEN, "qwen", &[], 0.0)], 2);
+    bench.host.replies.borrow_mut().clear();
+    bench.tick();
+    let status = bench.host.replies.borrow().last().map(|reply| reply.status);
+    assert_eq!(status, Some(503), "answered on the next tick, as one arriving now");
+    assert_eq!(bench.host.effective_context.get(), Some(4));
 }

@@ -177,10 +177,10 @@ pub struct FlowState {
     /// Requests evicted from the queue, answered on the next tick (at most the queue's
     /// `max_queued_requests`, as each was in it).
     pending: RefCell<Vec<(queue::Left<Rc<Held>>, stats::DropReason)>>,
-    /// The version of the table every waiting request was last checked against for a pod that
-    /// may take it (`None`: not since a request was queued without a table to check it by).
-    /// A request no pod will take only appears in the queue when the table changes: until it
-    /// does, a release scan may stop where nothing after can go ([`release`]).
+    /// The version of the table (or the static pool) every waiting request was last checked
+    /// against for a pod that may take it. A request no pod will take only appears in the
+    /// queue when the table changes (one arriving so is sent on at once to be answered): until
+    /// it does, a release scan may stop where nothing after can go ([`release`]).
     swept: Cell<Option<u64>>,
 }
 

@@ -59,6 +59,8 @@ pub(super) struct PodRooms<'t> {
     any_ejected: bool,
     /// Each pod's position in the table.
     positions: Vec<usize>,
+    /// Each pod's address (a static pool's pods are told apart by it alone).
+    addresses: Vec<&'t str>,
     /// The look's index of each table position, built at the first request for a model
     /// (`u32::MAX`: not among the pods looked at, such as a prefill pod under P/D).
     by_position: Vec<u32>,
@@ -74,7 +76,7 @@ pub(super) struct PodRooms<'t> {
 
 impl<'t> PodRooms<'t> {
     pub fn new(
-        all: AllPods<'_, '_>,
+        all: AllPods<'_, 't>,
         shape: Option<Shape<'t>>,
         limits: &SaturationLimits,
         flow: &FlowControlConfig,
@@ -100,6 +102,7 @@ impl<'t> PodRooms<'t> {
             kept: vec![false; pods.len()],
             pods,
             positions: all.pods.iter().map(|pod| pod.position).collect(),
+            addresses: all.pods.iter().map(|pod| pod.address).collect(),
             by_position: Vec::new(),
             any_kept: false,
             kept_pods: 0,
@@ -112,8 +115,19 @@ impl<'t> PodRooms<'t> {
         let whole_pool = reach.model.is_none() && reach.subset.is_none();
         self.reached.clear();
         match self.shape.filter(|_| !whole_pool) {
-            // Every pod (the static pool has no models to tell them apart by).
-            None => self.reached.extend((0..self.pods.len()).filter_map(|i| u32::try_from(i).ok())),
+            // The static pool's pods (no models to tell them apart by), within the hint.
+            None => {
+                let addresses = &self.addresses;
+                let in_subset = |i: &usize| {
+                    let address = addresses.get(*i).copied().unwrap_or_default();
+                    reach.subset.is_none_or(|subset| subset.iter().any(|hinted| hinted.as_str() == address))
+                };
+                self.reached.extend((0..self.pods.len()).filter(in_subset).filter_map(|i| u32::try_from(i).ok()));
+                if self.reached.is_empty() && !self.pods.is_empty() {
+                    // As the decision: no pod of the pool in its hint (503).
+                    return Room::Refused;
+                }
+            }
             Some(shape) => {
                 let query = ModelQuery {
                     model: reach.model,

@@ -330,8 +330,8 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
         // on at once): once every request was checked against this table, the scan stops
         // where nothing after may go, rather than read the rest of a long queue at each
         // arrival, tick and request end.
-        let version = shape.map(|shape| shape.table.version);
-        let swept = version.is_some() && worker.flow.swept.get() == version;
+        let version = Some(shape.map_or(NO_TABLE, |shape| shape.table.version));
+        let swept = worker.flow.swept.get() == version;
         let found = queue.find_in_order(|priority, entry| {
             if newcomer.is_some_and(|newcomer| priority < newcomer.priority) {
                 // Released after the newcomer anyway.
@@ -357,13 +357,9 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
             passed.insert(unseen, held.reach_key);
             ControlFlow::Continue(())
         });
-        match (newcomer, found) {
+        if newcomer.is_none() && found.is_none() {
             // Every waiting request was read against this table.
-            (None, None) => worker.flow.swept.set(version),
-            // It is queued unchecked against a table (there is none): the next scan with one
-            // reads every waiting request.
-            (Some(_), _) if version.is_none() => worker.flow.swept.set(None),
-            _ => {}
+            worker.flow.swept.set(version);
         }
         let next = match found {
             Some(Stop::Release(id)) => Some(id),
@@ -381,6 +377,9 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
         Scan { next, newcomer_now, slot: look.slot }
     })
 }
+
+/// The pods' version when there is no table (the static pool's, or none).
+const NO_TABLE: u64 = u64::MAX;
 
 /// Routes one held request as of now and resumes its stream.
 fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64, slot: Option<usize>) {
