@@ -176,3 +176,31 @@ fn a_request_whose_hinted_pod_left_is_answered_though_the_ones_before_it_wait() 
     assert_eq!(status, Some(503), "answered on the next tick, as one arriving now");
     assert_eq!(bench.host.effective_context.get(), Some(4));
 }
+
+/// [`send`] on `worker`, another worker of the same Envoy.
+fn send_on(bench: &Bench, worker: &std::rc::Rc<wasm_epp_router::Worker>, id: u32, model: &str) -> Step {
+    let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4}}"#);
+    bench.host.set_request(&COMPLETIONS, body.as_bytes());
+    let mut stream = RequestStream::for_context(worker.clone(), id);
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    stream.on_request_body(&bench.host, body.len(), true)
+}
+
+#[test]
+fn a_worker_with_nothing_in_flight_on_a_requests_pods_takes_their_places_summed() {
+    // Another worker's requests take a place on each of qwen's two pods; this worker's own
+    // request in flight is on llama's pod, and its end frees no place of qwen's.
+    const OTHER_QWEN: &str = "10.0.0.3:8000";
+    let bench = Bench::new(&config(2));
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (OTHER_QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
+    let other = bench.another_worker(11);
+    assert_eq!(send_on(&bench, &other, 1, "qwen"), Step::Continue);
+    assert_eq!(send_on(&bench, &other, 2, "qwen"), Step::Continue);
+    let (_llama, step) = send(&bench, 3, "llama", 1, &[]);
+    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
+    bench.tick_with(&other);
+    // No pod of qwen's has two places free, nor will one while the other worker's requests
+    // take each as it frees: as a worker with nothing in flight, it takes them across its pods.
+    let (_pair, step) = send(&bench, 4, "qwen", 2, &[]);
+    assert_eq!(step, Step::Continue, "not held for places no end of its own will free");
+}

@@ -11,6 +11,7 @@
 
 use picker::address::PodAddress;
 use picker::config::FlowControlConfig;
+use picker::inflight::WorkerInflight;
 use picker::route::{eligible_positions, ModelQuery};
 use picker::saturation::SaturationLimits;
 
@@ -30,8 +31,9 @@ pub struct Reach<'a> {
 
 /// What a request's pods have for it.
 pub(super) enum Room {
-    /// The free places of the pods it may go to.
-    Places(FreePlaces),
+    /// The free places of the pods it may go to, and this worker's places in flight on them
+    /// (none: no end of its own will free one of them).
+    Places(FreePlaces, u32),
     /// No pod may take it (its model's pods left, its subset hint names none): it goes now, to
     /// be answered as a request arriving now would be (404, 503).
     Refused,
@@ -43,6 +45,8 @@ pub(super) enum Room {
 #[derive(Clone, Copy)]
 struct Pod {
     places: FreePlaces,
+    /// This worker's places in flight on it.
+    local: u32,
     /// Its places read as routing fails open (no pod of the request's has usable data).
     open: FreePlaces,
     usable: bool,
@@ -77,6 +81,7 @@ pub(super) struct PodRooms<'t> {
 impl<'t> PodRooms<'t> {
     pub fn new(
         all: AllPods<'_, 't>,
+        inflight: &WorkerInflight,
         shape: Option<Shape<'t>>,
         limits: &SaturationLimits,
         flow: &FlowControlConfig,
@@ -88,6 +93,7 @@ impl<'t> PodRooms<'t> {
                 fail_open(&mut open, flow.stale_metrics);
                 Pod {
                     places: pod_places(pod, limits, flow),
+                    local: inflight.local_count(pod.address),
                     open: pod_places(&open, limits, flow),
                     usable: pod.healthy && pod.fresh,
                     up: pod.healthy,
@@ -155,10 +161,12 @@ impl<'t> PodRooms<'t> {
             return Room::Kept;
         }
         let pods = &self.pods;
+        let reached = || self.reached.iter().filter_map(|&i| pods.get(i as usize));
         Room::Places(
-            (self.reached.iter().filter_map(|&i| pods.get(i as usize)))
+            reached()
                 .map(|pod| if fail_open { pod.open } else { pod.places })
                 .fold(FreePlaces::default(), FreePlaces::with),
+            reached().fold(0u32, |sum, pod| sum.saturating_add(pod.local)),
         )
     }
 

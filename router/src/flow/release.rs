@@ -43,7 +43,7 @@ struct Look {
     no_pods: bool,
     /// The pool's places (pods × `max_inflight_per_pod`), shared by the workers that wait.
     capacity: u32,
-    /// This worker's places in flight on the pods counted as room.
+    /// This worker's places in flight on the pods counted as room (its share of the pool).
     local: u32,
     /// Who else waits, by band, as of this worker's last waiting tick.
     others: Waiting,
@@ -68,19 +68,27 @@ impl Look {
     /// places to it), reserved places included. Else when one pod has the places it needs
     /// free ([`super::admission_need`]: a request of more sequences than a pod's bound needs
     /// a whole pod, else it would never be admitted): it is sent to one pod, so places free
-    /// on several would take the pod it lands on past its bound ([`Look::has`]). With places
+    /// on several would take the pod it lands on past its bound ([`has`]). With places
     /// reserved, the bands that may use them are not held to this worker's share: the share
     /// keeps workers' backlogs at one band from starving each other. Held to the share, a
     /// request heavier than the whole share goes when this worker has nothing in flight and
     /// its share's worth of places is free (its pod then passes its bound by up to `need` − 1).
-    fn fit(&self, priority: i32, weight: u32, config: &picker::config::FlowControlConfig, free: FreePlaces) -> Fit {
+    /// `local`: this worker's places in flight on those pods ([`has`]).
+    fn fit(
+        &self,
+        priority: i32,
+        weight: u32,
+        config: &picker::config::FlowControlConfig,
+        free: FreePlaces,
+        local: u32,
+    ) -> Fit {
         // (Pods without room fit nothing: every need is at least 1 place.)
         if self.others.outranks(priority) {
             return Fit::Hold;
         }
         let need = super::admission_need(weight, config.max_inflight_per_pod);
         if config.reserved_per_pod > 0 && priority >= config.reserved_min_priority {
-            return self.room(free.all, need);
+            return room(free.all, need, local);
         }
         let open_per_pod = config.max_inflight_per_pod.saturating_sub(config.reserved_per_pod);
         let standard_need = need.min(open_per_pod.max(1));
@@ -92,28 +100,29 @@ impl Look {
         // Heavier than the share, with nothing of its own in flight: the other workers waiting
         // keep their shares, so only its share's worth of places will ever be free at once.
         let room_need = if self.local == 0 { standard_need.min(local_need) } else { standard_need };
-        self.room(free.standard, room_need)
+        room(free.standard, room_need, local)
     }
+}
 
-    fn room(&self, places: Places, need: u32) -> Fit {
-        if self.has(places, need) {
-            Fit::Now
-        } else {
-            Fit::NoRoom
-        }
+fn room(places: Places, need: u32, local: u32) -> Fit {
+    if has(places, need, local) {
+        Fit::Now
+    } else {
+        Fit::NoRoom
     }
+}
 
-    /// Whether `places` hold `need` for one request: on one pod. But with nothing of this
-    /// worker's own in flight, none of its requests will end to make room for it, and the
-    /// other workers' (backlogged ones, held to their share; closed-loop clients routed at
-    /// once) may take every place as it frees, so no pod need ever have its places: it then
-    /// takes them across its pods, as many as it needs, rather than wait out its TTL, and
-    /// its pod may pass its bound by up to `need` − 1 (the engine queues the excess).
-    fn has(&self, places: Places, need: u32) -> bool {
-        match self.local {
-            0 => places.total >= need,
-            _ => places.widest >= need,
-        }
+/// Whether `places` hold `need` for one request: on one pod. But with nothing of this
+/// worker's own in flight on the request's pods (`local`), none of its requests will end to
+/// make room there, and the other workers' (backlogged ones, held to their share;
+/// closed-loop clients routed at once) may take every place as it frees, so no pod need ever
+/// have its places: it then takes them across its pods, as many as it needs, rather than
+/// wait out its TTL, and its pod may pass its bound by up to `need` − 1 (the engine queues
+/// the excess). Its requests in flight on other pods (another model's) free none of these.
+fn has(places: Places, need: u32, local: u32) -> bool {
+    match local {
+        0 => places.total >= need,
+        _ => places.widest >= need,
     }
 }
 
@@ -141,7 +150,7 @@ fn fit_in(look: &Look, room: Room, priority: i32, weight: u32, config: &picker::
         // Sent now, to be answered as a request arriving now would be.
         Room::Refused => Fit::Now,
         Room::Kept => Fit::NoRoom,
-        Room::Places(free) => look.fit(priority, weight, config, free),
+        Room::Places(free, local) => look.fit(priority, weight, config, free, local),
     }
 }
 
@@ -318,7 +327,7 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
     with_pods(worker, host, now, |pods, inflight, _, shape, all| {
         let look = look_at(worker, pods, inflight);
         let unknown_model = worker.config.models.unknown_model;
-        let mut rooms = PodRooms::new(all, shape, &worker.config.saturation, config, unknown_model);
+        let mut rooms = PodRooms::new(all, inflight, shape, &worker.config.saturation, config, unknown_model);
         // Requests of pods (a model and subset hint) found without room, sorted: the ones after
         // them are passed over without a look at their pods. A comparison per waiting request
         // (and a search among the few keys) is what a long queue costs.
@@ -347,7 +356,7 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 Room::Refused => return ControlFlow::Break(Stop::Release(entry.id)),
                 _ if holding => Fit::Hold,
                 Room::Kept => Fit::NoRoom,
-                Room::Places(free) => look.fit(priority, held.weight, config, free),
+                Room::Places(free, local) => look.fit(priority, held.weight, config, free, local),
             };
             match fit {
                 Fit::Now => return ControlFlow::Break(Stop::Release(entry.id)),
