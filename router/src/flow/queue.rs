@@ -188,22 +188,31 @@ impl<T> WaitQueue<T> {
     }
 
     /// Takes the request `id` out to release it. Its flow's turn passes, as when
-    /// [`Self::pop_next`] releases the next in line: the next turn is the following flow's.
-    /// Flows passed over before it (their requests could not go) wait for their next turn.
+    /// [`Self::pop_next`] releases the next in line: its flow goes last in the turn order.
+    /// Flows passed over before it (their requests could not go) keep their turns, in their
+    /// order: the next is still the first of them. (Moving the turn past them instead gave
+    /// the flow before them the next place freeing for them all, again and again, while
+    /// another model's requests went past them.)
     pub fn take(&mut self, id: u32) -> Option<Left<T>> {
         for (band_index, band) in self.bands.iter_mut().enumerate() {
-            for (flow_index, flow) in band.flows.iter_mut().enumerate() {
-                if let Some(position) = flow.entries.iter().position(|e| e.id == id) {
-                    let entry = flow.entries.remove(position)?;
-                    if flow.entries.is_empty() {
-                        band.flows.remove(flow_index);
-                        band.cursor = flow_index;
-                    } else {
-                        band.cursor = flow_index + 1;
-                    }
-                    return Some(self.account_removed(band_index, entry));
-                }
+            let found = band.flows.iter().enumerate().find_map(|(flow_index, flow)| {
+                flow.entries.iter().position(|e| e.id == id).map(|position| (flow_index, position))
+            });
+            let Some((flow_index, position)) = found else { continue };
+            let flows = band.flows.len();
+            let cursor = band.cursor % flows.max(1);
+            let flow = band.flows.get_mut(flow_index)?;
+            let entry = flow.entries.remove(position)?;
+            let emptied = flow.entries.is_empty();
+            // Out of its place, then back in before the cursor's flow: last in turn.
+            let taken = (flow_index < band.flows.len()).then(|| band.flows.remove(flow_index));
+            let next = if flow_index < cursor { cursor - 1 } else { cursor };
+            band.cursor = next;
+            if let Some(taken) = taken.filter(|_| !emptied) {
+                band.flows.insert(next.min(band.flows.len()), taken);
+                band.cursor = next + 1;
             }
+            return Some(self.account_removed(band_index, entry));
         }
         None
     }

@@ -280,7 +280,7 @@ fn the_visit_order_is_the_release_order_and_taking_the_first_is_popping_it() {
 }
 
 #[test]
-fn a_request_taken_past_others_passes_its_flows_turn_and_keeps_the_counts() {
+fn a_request_taken_past_others_sends_its_flow_last_and_keeps_the_counts() {
     // Flows 1, 2, 3 in turn, two requests each.
     let mut queue = WaitQueue::new(ROOMY);
     for (id, flow) in [(1, 1), (2, 2), (3, 3), (4, 1), (5, 2), (6, 3)] {
@@ -289,10 +289,36 @@ fn a_request_taken_past_others_passes_its_flows_turn_and_keeps_the_counts() {
     assert_eq!(visit_order(&queue), [1, 2, 3, 4, 5, 6]);
     // Flow 1's request cannot go (its pods are full): flow 2's goes past it.
     assert_eq!(queue.take(2).map(|l| (l.priority, l.entry.id)), Some((0, 2)));
-    assert_eq!(visit_order(&queue), [3, 1, 5, 6, 4], "flow 3's turn is next, flow 1 keeps its place after it");
+    assert_eq!(visit_order(&queue), [1, 3, 5, 4, 6], "flow 1 keeps its turn; flow 2 goes last");
     assert_eq!((queue.len(), queue.bytes()), (5, 50));
     assert!(queue.take(42).is_none());
     assert_eq!(queue.take(6).map(|l| l.entry.id), Some(6), "a flow's second request");
-    assert_eq!(visit_order(&queue), [1, 5, 3, 4]);
+    assert_eq!(visit_order(&queue), [1, 5, 3, 4], "flow 3 goes last");
     assert_eq!(drain(&mut queue), [1, 5, 3, 4]);
+}
+
+#[test]
+fn flows_waiting_for_one_models_places_take_turns_while_another_models_go_past_them() {
+    // Tenants 1 and 2 wait for model A's pods, tenant 3 for model B's (ids 300 up). A's places
+    // free one at a time, each after one of B's: A's tenants alternate, as they would alone.
+    let mut queue = WaitQueue::new(ROOMY);
+    for k in 0..4 {
+        queue.push(0, entry(100 + k, 1, u64::from(k)));
+        queue.push(0, entry(200 + k, 2, u64::from(k)));
+        queue.push(0, entry(300 + k, 3, u64::from(k)));
+    }
+    let first_of = |queue: &WaitQueue<()>, model_b: bool| {
+        queue.find_in_order(|_, entry| match (entry.id >= 300) == model_b {
+            true => ControlFlow::Break(entry.id),
+            false => ControlFlow::Continue(()),
+        })
+    };
+    let mut model_a = Vec::new();
+    for _ in 0..4 {
+        let a = first_of(&queue, false).unwrap();
+        model_a.push(queue.take(a).unwrap().entry.id);
+        let b = first_of(&queue, true).unwrap();
+        queue.take(b).unwrap();
+    }
+    assert_eq!(model_a, [100, 200, 101, 201], "B's releases do not give tenant 1 tenant 2's turns");
 }
