@@ -96,10 +96,12 @@ fn a_request_keeps_its_turn_on_its_pods_against_another_models_sharing_them() {
 }
 
 #[test]
-fn a_long_queue_of_hinted_requests_costs_each_arrival_no_look_at_every_waiting_ones_pods() {
+fn behind_a_long_queue_of_hinted_requests_another_models_request_goes_at_once() {
     // The gateway's hint on every request (it restricts to its healthy endpoints): each
-    // waiting request's pods are the same; looking them up again for each of a long queue at
-    // every arrival, tick and request end would cost the worker's thread seconds.
+    // waiting request's pods are the same, looked up once per scan (looked up again for each
+    // of a long queue at every arrival, tick and request end, this test took ~50 s
+    // unoptimized; `flow_scan/.../hinted` in `cargo bench -p bench-cost --bench decision`
+    // gives the scan's cost).
     const WAITING: u32 = 1_500;
     let config = r#"{"fallback_destinations": 0, "flow_control": {"enabled": true, "max_inflight_per_pod": 1,
         "ttl_ms": 600000, "max_queued_requests": 4096, "max_band_requests": 4096}}"#;
@@ -119,16 +121,12 @@ fn a_long_queue_of_hinted_requests_costs_each_arrival_no_look_at_every_waiting_o
         assert_eq!(step, Step::Continue, "qwen's pods fill");
         streams.push(stream);
     }
-    let started = std::time::Instant::now();
     for id in 100..100 + WAITING {
         let (stream, step) = send(&bench, id, "qwen", 1, &hinted);
         assert_eq!(step, Step::Pause);
         streams.push(stream);
     }
     bench.tick();
-    let elapsed = started.elapsed();
-    // Looked up at each arrival, the waiting requests' pods cost ~50 s here (unoptimized).
-    assert!(elapsed < std::time::Duration::from_secs(10), "{WAITING} arrivals took {elapsed:?}");
     // Llama's idle pod still takes a llama request at once, past the long qwen queue.
     let (_llama, step) = send(&bench, 9_000, "llama", 1, &hinted);
     assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));

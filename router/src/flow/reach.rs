@@ -54,6 +54,12 @@ struct Pod {
     ejected: bool,
 }
 
+impl Pod {
+    fn has_a_place(&self) -> bool {
+        self.places.all.total > 0 || self.open.all.total > 0
+    }
+}
+
 /// The pods of one look at the pool, with their free places and the turns kept on them.
 pub(super) struct PodRooms<'t> {
     shape: Option<Shape<'t>>,
@@ -72,8 +78,9 @@ pub(super) struct PodRooms<'t> {
     kept: Vec<bool>,
     /// Some pod's turn is kept (else `kept` need not be read).
     any_kept: bool,
-    /// How many pods' turns are kept.
-    kept_pods: usize,
+    /// Pods with a free place (as counted, or as counted failing open) whose turn no request
+    /// passed over keeps: while there are none, no request after may go.
+    open_pods: usize,
     /// The pods of the last request judged, by look index (reused).
     reached: Vec<u32>,
 }
@@ -101,6 +108,7 @@ impl<'t> PodRooms<'t> {
                 }
             })
             .collect();
+        let open_pods = pods.iter().filter(|pod| pod.has_a_place()).count();
         Self {
             shape,
             unknown_model,
@@ -111,7 +119,7 @@ impl<'t> PodRooms<'t> {
             addresses: all.pods.iter().map(|pod| pod.address).collect(),
             by_position: Vec::new(),
             any_kept: false,
-            kept_pods: 0,
+            open_pods,
             reached: Vec::new(),
         }
     }
@@ -198,8 +206,8 @@ impl<'t> PodRooms<'t> {
     pub fn keep_turn(&mut self) {
         for &i in &self.reached {
             if let Some(kept) = self.kept.get_mut(i as usize) {
-                if !*kept {
-                    self.kept_pods += 1;
+                if !*kept && self.pods.get(i as usize).is_some_and(Pod::has_a_place) {
+                    self.open_pods = self.open_pods.saturating_sub(1);
                 }
                 *kept = true;
                 self.any_kept = true;
@@ -207,8 +215,9 @@ impl<'t> PodRooms<'t> {
         }
     }
 
-    /// Every pod's turn is kept: no request may go now but one no pod will take.
-    pub fn all_kept(&self) -> bool {
-        self.kept_pods >= self.kept.len()
+    /// Every pod with a free place has its turn kept: no request may go now but one no pod
+    /// will take.
+    pub fn none_open(&self) -> bool {
+        self.open_pods == 0
     }
 }

@@ -142,7 +142,18 @@ enum Stop {
     Below,
     /// Where nothing after may go now: every pod's turn is kept, or this worker holds.
     Settled,
+    /// After [`MAX_SCANNED`] requests.
+    Unseen,
 }
+
+/// The most waiting requests one scan looks at (the default queue holds 1,024). The scan
+/// runs on each tick while requests wait (5 ms) and at each request's end; at its worst (none
+/// may go, another model's pods have room, every request looked at) it costs 6.5 µs natively
+/// at 1,024 waiting and 17 µs at 4,096 (`cargo bench -p bench-cost --bench decision --
+/// flow_scan`), so a queue at its largest (65,536) would cost about a quarter of a
+/// millisecond on every tick. Past the cap, requests wait for those before them, as when room was the
+/// pool's, and the queue is not counted as swept.
+const MAX_SCANNED: usize = 4_096;
 
 /// Whether a request may go now to pods with `room`.
 fn fit_in(look: &Look, room: Room, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> Fit {
@@ -341,13 +352,18 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
         // arrival, tick and request end.
         let version = Some(shape.map_or(NO_TABLE, |shape| shape.table.version));
         let swept = worker.flow.swept.get() == version;
+        let mut visited = 0usize;
         let found = queue.find_in_order(|priority, entry| {
             if newcomer.is_some_and(|newcomer| priority < newcomer.priority) {
                 // Released after the newcomer anyway.
                 return ControlFlow::Break(Stop::Below);
             }
-            if swept && (holding || rooms.all_kept()) {
+            if swept && (holding || rooms.none_open()) {
                 return ControlFlow::Break(Stop::Settled);
+            }
+            visited += 1;
+            if visited > MAX_SCANNED {
+                return ControlFlow::Break(Stop::Unseen);
             }
             let held = &entry.payload;
             let Err(unseen) = passed.binary_search(&held.reach_key) else { return ControlFlow::Continue(()) };

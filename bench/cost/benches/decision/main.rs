@@ -200,12 +200,14 @@ fn bench_models(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), S
 }
 
 /// Flow control's release scan at its worst (every waiting request looked at, none may go:
-/// one model's pods full, the other's with room), by queue length; the scan stops at 4,096.
+/// one model's pods full, the other's with room), by queue length (the scan stops at 4,096),
+/// and with the gateway's subset hint on every request.
 fn bench_flow_scan(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
     let mut group = c.benchmark_group("flow_scan");
-    for waiting in [1_024, 4_096, 16_384] {
-        let scan = bench_cost::native::FlowScan::new(64, waiting)?;
-        let id = format!("64pods/{waiting}waiting");
+    let cases = [(1_024, false), (4_096, false), (16_384, false), (4_096, true)];
+    for (waiting, hinted) in cases {
+        let scan = bench_cost::native::FlowScan::new(64, waiting, hinted)?;
+        let id = format!("64pods/{waiting}waiting{}", if hinted { "/hinted" } else { "" });
         let mut once = || scan.scan();
         let allocations = allocations_of(&mut once);
         group.bench_function(&id, |b| b.iter(&mut once));

@@ -17,7 +17,9 @@ const ROOMY: &str = "roomy-model";
 const CONFIG: &str = r#"{"flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 600000,
     "max_queued_requests": 65536, "max_band_requests": 65536}}"#;
 
-/// A worker with `waiting` requests held for [`FULL`]'s pods (half of `pods`).
+/// A worker with `waiting` requests held for [`FULL`]'s pods (half of `pods`); `hinted`: each
+/// carries the gateway's subset hint naming every pod (as a gateway restricting to its
+/// healthy endpoints sends it).
 pub struct FlowScan {
     host: MockHost,
     worker: Rc<Worker>,
@@ -26,7 +28,7 @@ pub struct FlowScan {
 }
 
 impl FlowScan {
-    pub fn new(pods: usize, waiting: usize) -> Result<Self, String> {
+    pub fn new(pods: usize, waiting: usize, hinted: bool) -> Result<Self, String> {
         let host = MockHost::new();
         host.clock_ms.set(NOW_MS - picker::inflight::SLOT_DISCOVERY_MS);
         *host.configuration.borrow_mut() = CONFIG.as_bytes().to_vec();
@@ -43,15 +45,20 @@ impl FlowScan {
         }
         publish(&host, &table)?;
         tick::on_tick(&worker, &host);
+        let mut hint: Vec<String> = (0..pods).map(super::pod_address).collect();
+        hint.sort_unstable();
+        let hint = hint.join(",");
         let mut streams = Vec::new();
         let full_pods = pods / 2;
         for i in 0..full_pods + waiting {
             let body = format!(r#"{{"model":"{FULL}","prompt":"request {i}","max_tokens":4}}"#);
             let length = body.len().to_string();
-            host.set_request(
-                &[(":method", "POST"), (":path", "/v1/completions"), ("content-length", &length)],
-                body.as_bytes(),
-            );
+            let mut headers =
+                vec![(":method", "POST"), (":path", "/v1/completions"), ("content-length", length.as_str())];
+            if hinted {
+                headers.push(("x-gateway-destination-endpoint-subset", hint.as_str()));
+            }
+            host.set_request(&headers, body.as_bytes());
             let id = u32::try_from(i + 1).map_err(|e| e.to_string())?;
             let mut stream = RequestStream::for_context(Rc::clone(&worker), id);
             stream.on_request_headers(&host, false);
