@@ -116,6 +116,14 @@ impl Waiting {
         capacity.div_ceil(sharing.saturating_add(self.unknown).saturating_add(1))
     }
 
+    /// [`Waiting::limit`] for a band below the highest waiting, when the workers waiting at the
+    /// higher bands wait for other pods than its request's: not held for them, it shares the
+    /// pool with the workers of unknown band (those at its own band are not known: a record
+    /// carries its worker's highest band).
+    pub fn limit_beside_higher(&self, capacity: u32) -> u32 {
+        capacity.div_ceil(self.unknown.saturating_add(1))
+    }
+
     /// Whether a higher band than `priority` waits on some other worker.
     pub fn outranks(&self, priority: i32) -> bool {
         self.top.is_some_and(|(top, _)| top > clamp_band(priority))
@@ -139,6 +147,82 @@ pub fn waiting_record(now_ms: u64, waiting: u32, top: i32) -> Vec<u8> {
     record.extend_from_slice(&waiting.to_le_bytes());
     record.extend_from_slice(&top.to_le_bytes());
     record
+}
+
+/// Distinct (band, model) pairs one worker's record names at most; past them it claims every
+/// pod at its highest band.
+pub const MAX_CLAIMS: usize = 8;
+
+/// What a waiting worker waits for: a band, and the model whose pods it needs (`None`: any
+/// pod). Another worker holds its requests of lower bands only for those pods (priority holds
+/// where requests compete for places, not across models on pods of their own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub band: i32,
+    pub model: Option<String>,
+}
+
+/// [`waiting_record`] followed by what the worker waits for: a count, then each pair as its
+/// band (i32 LE), the model name's length (u8) and the name. `claims` of none or of more
+/// than [`MAX_CLAIMS`] pairs, or naming `None` (a request whose model was not read) or a name
+/// longer than 255 bytes, is written as a claim on every pod at `top` (count 255).
+pub fn waiting_record_with_claims(now_ms: u64, waiting: u32, top: i32, claims: &[(i32, Option<&str>)]) -> Vec<u8> {
+    let mut record = waiting_record(now_ms, waiting, top);
+    let named = (1..=MAX_CLAIMS).contains(&claims.len())
+        && claims.iter().all(|(_, model)| model.is_some_and(|m| m.len() <= 255));
+    if !named {
+        record.push(u8::MAX);
+        return record;
+    }
+    record.push(u8::try_from(claims.len()).unwrap_or(u8::MAX));
+    for (band, model) in claims {
+        let name = model.unwrap_or_default().as_bytes();
+        record.extend_from_slice(&band.to_le_bytes());
+        record.push(u8::try_from(name.len()).unwrap_or(u8::MAX));
+        record.extend_from_slice(name);
+    }
+    record
+}
+
+/// The claims after a record's band: `None` when the record has none, or claims every pod
+/// (an older build's record, a worker past [`MAX_CLAIMS`], a record cut short).
+fn claims_at(bytes: &[u8]) -> Option<Vec<Claim>> {
+    let count = *bytes.get(RECORD_WITH_BAND_BYTES)?;
+    if usize::from(count) > MAX_CLAIMS {
+        return None;
+    }
+    let mut claims = Vec::with_capacity(usize::from(count));
+    let mut at = RECORD_WITH_BAND_BYTES + 1;
+    for _ in 0..count {
+        let band = band_at(bytes, at)?;
+        let length = usize::from(*bytes.get(at + 4)?);
+        let name = bytes.get(at + 5..at + 5 + length)?;
+        claims.push(Claim { band, model: Some(String::from_utf8(name.to_vec()).ok()?) });
+        at += 5 + length;
+    }
+    Some(claims)
+}
+
+/// What the workers of this Envoy (but `except`) that wait, by their fresh records (as
+/// [`waiting_view`] reads them), wait for. A record that names no claims claims every pod at
+/// its highest band (at the highest band there is, without one).
+pub fn waiting_claims(store: &dyn SharedStore, except: Option<usize>, now_ms: u64, stale_after_ms: u64) -> Vec<Claim> {
+    let mut claims = Vec::new();
+    for slot in (0..MAX_SLOTS).filter(|s| Some(*s) != except) {
+        let Ok((Some(record), _)) = store.get(&waiting_key(slot)) else { continue };
+        let Some((refreshed, count)) = decode(&record) else { continue };
+        if count == 0 || now_ms.abs_diff(refreshed) > stale_after_ms {
+            continue;
+        }
+        match claims_at(&record) {
+            Some(named) => claims.extend(named),
+            None => {
+                let band = band_at(&record, RECORD_BYTES).unwrap_or(MAX_PRIORITY);
+                claims.push(Claim { band, model: None });
+            }
+        }
+    }
+    claims
 }
 
 fn decode(bytes: &[u8]) -> Option<(u64, u32)> {
@@ -328,5 +412,33 @@ mod tests {
             .unwrap();
         assert_eq!(workers(&store, 1_000), MAX_PEER_WAITING, "written by another hand: still bounded");
         assert_eq!(peer_waiting(&store, 1_000).unknown, MAX_PEER_WAITING, "an older pool service's: no band known");
+    }
+
+    #[test]
+    fn a_workers_claims_are_read_back_and_a_record_without_them_claims_every_pod() {
+        let store = MemoryStore::default();
+        let claims = [(5, Some("qwen")), (0, Some("llama"))];
+        store.set(&waiting_key(0), &waiting_record_with_claims(1_000, 3, 5, &claims), None).unwrap();
+        let named = |model: &str, band| Claim { band, model: Some(model.to_owned()) };
+        assert_eq!(waiting_claims(&store, None, 1_000, 50), [named("qwen", 5), named("llama", 0)]);
+        assert_eq!(waiting_view(&store, None, 1_000, 50), at(5, 1), "older readers see the band as before");
+        assert!(waiting_claims(&store, Some(0), 1_000, 50).is_empty(), "its own record is not read");
+        assert!(waiting_claims(&store, None, 2_000, 50).is_empty(), "stale");
+        // An older build's record, a model not read, too many pairs: every pod at its band.
+        let every = |band| vec![Claim { band, model: None }];
+        store.set(&waiting_key(0), &waiting_record(1_000, 3, 2), None).unwrap();
+        assert_eq!(waiting_claims(&store, None, 1_000, 50), every(2));
+        store.set(&waiting_key(0), &waiting_record_with_claims(1_000, 3, 4, &[(4, None)]), None).unwrap();
+        assert_eq!(waiting_claims(&store, None, 1_000, 50), every(4));
+        let many: Vec<(i32, Option<&str>)> = (0..=MAX_CLAIMS as i32).map(|band| (band, Some("m"))).collect();
+        store.set(&waiting_key(0), &waiting_record_with_claims(1_000, 3, 8, &many), None).unwrap();
+        assert_eq!(waiting_claims(&store, None, 1_000, 50), every(8));
+        // Cut short: every pod.
+        let mut cut = waiting_record_with_claims(1_000, 3, 5, &claims);
+        cut.truncate(cut.len() - 2);
+        store.set(&waiting_key(0), &cut, None).unwrap();
+        assert_eq!(waiting_claims(&store, None, 1_000, 50), every(5));
+        store.set(&waiting_key(0), &waiting_record(12_345, 12_345_678, 0)[..RECORD_BYTES], None).unwrap();
+        assert_eq!(waiting_claims(&store, None, 12_345, 50), every(MAX_PRIORITY), "no band: the highest");
     }
 }

@@ -165,7 +165,7 @@ impl<T> WaitQueue<T> {
     /// the flow whose turn is next, then each flow's second, and so on. What [`Self::pop_next`]
     /// would release is visited first. Flow control's release looks past requests whose pods
     /// have no room for one whose pods do ([`Self::take`] releases it).
-    pub fn find_in_order<R>(&self, mut visit: impl FnMut(i32, &Entry<T>) -> ControlFlow<R>) -> Option<R> {
+    pub fn find_in_order<'a, R>(&'a self, mut visit: impl FnMut(i32, &'a Entry<T>) -> ControlFlow<R>) -> Option<R> {
         for band in &self.bands {
             let flows = band.flows.len();
             // The flows in turn order, each while it has an entry at this depth.

@@ -10,7 +10,8 @@
 //! pod, and this is the pool's room and the release order as before.
 
 use picker::address::PodAddress;
-use picker::config::FlowControlConfig;
+use picker::config::{FlowControlConfig, MAX_PRIORITY};
+use picker::flow_share::Claim;
 use picker::inflight::WorkerInflight;
 use picker::route::{eligible_positions, ModelQuery};
 use picker::saturation::SaturationLimits;
@@ -83,6 +84,8 @@ pub(super) struct PodRooms<'t> {
     open_pods: usize,
     /// The pods of the last request judged, by look index (reused).
     reached: Vec<u32>,
+    /// The pods of each claim of another worker's ([`PodRooms::outranked`]), read at first use.
+    claimed: Vec<Option<Vec<u32>>>,
 }
 
 impl<'t> PodRooms<'t> {
@@ -121,6 +124,7 @@ impl<'t> PodRooms<'t> {
             any_kept: false,
             open_pods,
             reached: Vec::new(),
+            claimed: Vec::new(),
         }
     }
 
@@ -150,14 +154,7 @@ impl<'t> PodRooms<'t> {
                     index: Some(shape.models),
                 };
                 let Ok(eligible) = eligible_positions(shape.table, &query) else { return Room::Refused };
-                if self.by_position.is_empty() {
-                    self.by_position.resize(shape.table.pods.len(), u32::MAX);
-                    for (index, &position) in self.positions.iter().enumerate() {
-                        if let (Some(slot), Ok(index)) = (self.by_position.get_mut(position), u32::try_from(index)) {
-                            *slot = index;
-                        }
-                    }
-                }
+                self.index_positions(shape);
                 let by_position = &self.by_position;
                 self.reached
                     .extend(eligible.iter().filter_map(|&p| by_position.get(p).copied().filter(|&i| i != u32::MAX)));
@@ -176,6 +173,72 @@ impl<'t> PodRooms<'t> {
                 .fold(FreePlaces::default(), FreePlaces::with),
             reached().fold(0u32, |sum, pod| sum.saturating_add(pod.local)),
         )
+    }
+
+    /// Builds the look's index of each table position, once per look.
+    fn index_positions(&mut self, shape: Shape<'_>) {
+        if !self.by_position.is_empty() {
+            return;
+        }
+        self.by_position.resize(shape.table.pods.len(), u32::MAX);
+        for (index, &position) in self.positions.iter().enumerate() {
+            if let (Some(slot), Ok(index)) = (self.by_position.get_mut(position), u32::try_from(index)) {
+                *slot = index;
+            }
+        }
+    }
+
+    /// Whether a band above `priority` waiting on another worker (`claims`, the same for every
+    /// call of one look) needs one of the pods of the request last judged ([`PodRooms::of`]):
+    /// that band takes their places first, as priority holds across workers. A claim on a
+    /// model's pods holds only requests that may use one of them: a model with pods of its own
+    /// is not held by another's higher band.
+    pub fn outranked(&mut self, priority: i32, claims: &[Claim]) -> bool {
+        let band = priority.clamp(-MAX_PRIORITY, MAX_PRIORITY);
+        if !claims.iter().any(|claim| claim.band > band) {
+            return false;
+        }
+        if self.claimed.len() != claims.len() {
+            self.claimed = vec![None; claims.len()];
+        }
+        for (i, claim) in claims.iter().enumerate() {
+            if claim.band <= band {
+                continue;
+            }
+            let Some(model) = claim.model.as_deref() else { return true };
+            if self.claimed.get(i).is_some_and(Option::is_none) {
+                let pods = self.pods_of_model(model);
+                if let Some(slot) = self.claimed.get_mut(i) {
+                    *slot = Some(pods);
+                }
+            }
+            let Some(Some(claimed)) = self.claimed.get(i) else { return true };
+            if self.reached.iter().any(|pod| claimed.binary_search(pod).is_ok()) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The look's pods serving `model` (sorted), as a request for it is routed; every pod in
+    /// the static pool.
+    fn pods_of_model(&mut self, model: &str) -> Vec<u32> {
+        let Some(shape) = self.shape else {
+            return (0..self.pods.len()).filter_map(|i| u32::try_from(i).ok()).collect();
+        };
+        let query = ModelQuery {
+            model: Some(model),
+            unknown_model: self.unknown_model,
+            subset: None,
+            index: Some(shape.models),
+        };
+        let Ok(eligible) = eligible_positions(shape.table, &query) else { return Vec::new() };
+        self.index_positions(shape);
+        let by_position = &self.by_position;
+        let mut pods: Vec<u32> =
+            eligible.iter().filter_map(|&p| by_position.get(p).copied().filter(|&i| i != u32::MAX)).collect();
+        pods.sort_unstable();
+        pods
     }
 
     /// Leaves out of the request's pods those out of rotation, by the rule its decision

@@ -10,14 +10,14 @@ use std::ops::ControlFlow;
 use std::rc::Rc;
 
 use picker::address::PodAddress;
-use picker::flow_share::Waiting;
+use picker::flow_share::{Claim, Waiting, MAX_CLAIMS};
 use picker::inflight::WorkerInflight;
 use picker::learn::Dispatch;
 use wasm_epp_host::Host;
 
 use super::answer::{answer, answer_pending};
 use super::pods::{publish_saturation, with_pods};
-use super::queue::{Admission, Entry, Left};
+use super::queue::{Admission, Entry, Left, WaitQueue};
 use super::reach::{PodRooms, Reach, Room};
 use super::saturation::{FreePlaces, Places, PodLoad};
 use super::stats::DropReason;
@@ -47,6 +47,8 @@ struct Look {
     local: u32,
     /// Who else waits, by band, as of this worker's last waiting tick.
     others: Waiting,
+    /// What they wait for ([`PodRooms::outranked`]).
+    claims: Vec<Claim>,
     slot: Option<usize>,
 }
 
@@ -56,16 +58,17 @@ enum Fit {
     Now,
     /// Its pods have not the places it needs: it keeps its turn on them.
     NoRoom,
-    /// This worker may not send it, whatever its pods: a higher band waits elsewhere, or it
-    /// holds its share of the pool. Nothing after it in release order goes either.
+    /// This worker may not send it, whatever its pods: it holds its share of the pool.
+    /// Nothing after it in release order goes either.
     Hold,
 }
 
 impl Look {
     /// Whether a request of `priority` weighing `weight` sequences may be sent now to pods
-    /// with `free` places. Not while a higher band waits on another worker or replica
-    /// (priority holds across them: this worker's requests in flight end and leave their
-    /// places to it), reserved places included. Else when one pod has the places it needs
+    /// with `free` places. Not while a higher band waiting on another worker or replica needs
+    /// one of its pods (`outranked`, see `PodRooms::outranked`: priority holds across them,
+    /// this worker's requests in flight end and leave their places to it; the request keeps
+    /// its turn on its pods), reserved places included. Else when one pod has the places it needs
     /// free ([`super::admission_need`]: a request of more sequences than a pod's bound needs
     /// a whole pod, else it would never be admitted): it is sent to one pod, so places free
     /// on several would take the pod it lands on past its bound ([`has`]). With places
@@ -81,10 +84,11 @@ impl Look {
         config: &picker::config::FlowControlConfig,
         free: FreePlaces,
         local: u32,
+        outranked: bool,
     ) -> Fit {
         // (Pods without room fit nothing: every need is at least 1 place.)
-        if self.others.outranks(priority) {
-            return Fit::Hold;
+        if outranked {
+            return Fit::NoRoom;
         }
         let need = super::admission_need(weight, config.max_inflight_per_pod);
         if config.reserved_per_pod > 0 && priority >= config.reserved_min_priority {
@@ -92,7 +96,12 @@ impl Look {
         }
         let open_per_pod = config.max_inflight_per_pod.saturating_sub(config.reserved_per_pod);
         let standard_need = need.min(open_per_pod.max(1));
-        let limit = self.others.limit(self.capacity, priority);
+        let limit = if self.others.outranks(priority) {
+            // The higher bands waiting elsewhere wait for other pods (`outranked` is false).
+            self.others.limit_beside_higher(self.capacity)
+        } else {
+            self.others.limit(self.capacity, priority)
+        };
         let local_need = need.min(limit.max(1));
         if limit.saturating_sub(self.local) < local_need {
             return Fit::Hold;
@@ -154,16 +163,6 @@ enum Stop {
 /// millisecond on every tick. Past the cap, requests wait for those before them, as when room was the
 /// pool's, and the queue is not counted as swept.
 const MAX_SCANNED: usize = 4_096;
-
-/// Whether a request may go now to pods with `room`.
-fn fit_in(look: &Look, room: Room, priority: i32, weight: u32, config: &picker::config::FlowControlConfig) -> Fit {
-    match room {
-        // Sent now, to be answered as a request arriving now would be.
-        Room::Refused => Fit::Now,
-        Room::Kept => Fit::NoRoom,
-        Room::Places(free, local) => look.fit(priority, weight, config, free, local),
-    }
-}
 
 /// What one look at the pool and the queue found.
 struct Scan {
@@ -303,13 +302,41 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
     let waiting = worker.flow.waiting();
     let top = worker.flow.queue.try_borrow().ok().and_then(|queue| queue.next_priority());
     let slot = worker.inflight.try_borrow().ok().and_then(|i| i.slot());
+    let queue = worker.flow.queue.try_borrow().ok();
+    let claims = queue.as_deref().map(claims_of).unwrap_or_default();
     if let Ok(mut share) = worker.flow.share.try_borrow_mut() {
-        share.sync(host, slot, u32::try_from(waiting).unwrap_or(u32::MAX), top, now);
+        share.sync(host, slot, u32::try_from(waiting).unwrap_or(u32::MAX), top, &claims, now);
     }
+    drop(queue);
     if waiting > 0 || worker.flow.fast_tick.get() || worker.flow.saturation_shown.get() {
         worker.flow.saturation_shown.set(publish_saturation(worker, host, now));
     }
     set_tick(worker, host, waiting > 0);
+}
+
+/// What this worker's waiting requests wait for, for the other workers: each distinct band
+/// and model (as routed), first in release order; past [`MAX_CLAIMS`] pairs, or with a
+/// request whose model was not read, every pod (`picker::flow_share::waiting_record_with_claims`).
+/// A request's subset hint narrows its pods within its model's: its model's are claimed.
+fn claims_of(queue: &WaitQueue<Rc<Held>>) -> Vec<(i32, Option<&str>)> {
+    let mut claims: Vec<(i32, Option<&str>)> = Vec::new();
+    let mut visited = 0usize;
+    queue.find_in_order(|priority, entry| {
+        let claim = (priority, entry.payload.routed_model());
+        visited += 1;
+        if visited > MAX_SCANNED {
+            return ControlFlow::Break(());
+        }
+        if !claims.contains(&claim) {
+            claims.push(claim);
+            if claim.1.is_none() || claims.len() > MAX_CLAIMS {
+                // Written as a claim on every pod: no need to read on.
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    });
+    claims
 }
 
 /// Releases waiting requests while their pods have room and this worker has share left, at
@@ -372,7 +399,10 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 Room::Refused => return ControlFlow::Break(Stop::Release(entry.id)),
                 _ if holding => Fit::Hold,
                 Room::Kept => Fit::NoRoom,
-                Room::Places(free, local) => look.fit(priority, held.weight, config, free, local),
+                Room::Places(free, local) => {
+                    let outranked = rooms.outranked(priority, &look.claims);
+                    look.fit(priority, held.weight, config, free, local, outranked)
+                }
             };
             match fit {
                 Fit::Now => return ControlFlow::Break(Stop::Release(entry.id)),
@@ -397,7 +427,13 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 // Else only when nothing before it may go now, nor holds the release order.
                 || (!holding
                     && !matches!(found, Some(Stop::Release(_)))
-                    && fit_in(&look, room, newcomer.priority, newcomer.weight, config) == Fit::Now)
+                    && match room {
+                        Room::Places(free, local) => {
+                            let outranked = rooms.outranked(newcomer.priority, &look.claims);
+                            look.fit(newcomer.priority, newcomer.weight, config, free, local, outranked) == Fit::Now
+                        }
+                        Room::Refused | Room::Kept => false,
+                    })
         });
         Scan { next, newcomer_now, slot: look.slot }
     })
@@ -488,11 +524,12 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
 fn look_at(worker: &Worker, pods: &[PodLoad<'_>], inflight: &WorkerInflight) -> Look {
     let config = &worker.config.flow_control;
     let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
-    let others = worker.flow.share.try_borrow().map(|share| share.others()).unwrap_or_default();
+    let (others, claims) =
+        worker.flow.share.try_borrow().map(|share| (share.others(), share.claims().to_vec())).unwrap_or_default();
     // This worker's requests on the pods counted as room (under P/D a split request also
     // holds a prefill pod until its first token: that place is no room for anyone).
     let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
-    Look { no_pods: pods.is_empty(), capacity, local, others, slot: inflight.slot() }
+    Look { no_pods: pods.is_empty(), capacity, local, others, claims, slot: inflight.slot() }
 }
 
 /// Ticks fast while anything waits (releases and TTLs are checked on the tick), at the

@@ -1,0 +1,75 @@
+//! Priority across Envoy workers, in a pool of several models: a higher band waiting on one
+//! worker holds another worker's lower bands only for the pods it waits for. Each worker's
+//! waiting record names its bands' models; a request of a model on pods of its own is not
+//! held by another model's higher band (it was, until that band stopped waiting: a critical
+//! backlog of one model made every other model's requests wait on every other worker).
+
+mod common;
+
+use std::rc::Rc;
+
+use common::{publish_models, Bench, COMPLETIONS};
+use wasm_epp_router::{RequestStream, Step, Worker};
+
+const QWEN: &str = "10.0.0.1:8000";
+const LLAMA: &str = "10.0.0.2:8000";
+
+const CONFIG: &str = r#"{"fallback_destinations": 0,
+    "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#;
+
+/// Sends a completion for `model` on `worker`, context `id`, with extra `headers`.
+fn send_on(
+    bench: &Bench,
+    worker: &Rc<Worker>,
+    id: u32,
+    model: &str,
+    headers: &[(&str, &str)],
+) -> (RequestStream, Step) {
+    let mut all: Vec<(&str, &str)> = COMPLETIONS.to_vec();
+    all.extend_from_slice(headers);
+    let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4}}"#);
+    bench.host.set_request(&all, body.as_bytes());
+    let mut stream = RequestStream::for_context(worker.clone(), id);
+    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+    let step = stream.on_request_body(&bench.host, body.len(), true);
+    (stream, step)
+}
+
+fn resumed(bench: &Bench) -> Vec<u32> {
+    std::mem::take(&mut *bench.host.resumed.borrow_mut())
+}
+
+#[test]
+fn a_critical_backlog_of_one_model_holds_another_workers_requests_only_for_its_pods() {
+    let bench = Bench::new(CONFIG);
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
+    let other = bench.another_worker(9);
+    let critical = [("x-gateway-inference-priority", "5")];
+
+    // The other worker fills qwen's pod; this worker's critical qwen request waits for it.
+    let (mut busy, step) = send_on(&bench, &other, 1, "qwen", &[]);
+    assert_eq!(step, Step::Continue);
+    bench.tick_with(&other);
+    let (_critical, step) = send_on(&bench, &bench.worker, 2, "qwen", &critical);
+    assert_eq!(step, Step::Pause);
+    // Both tick: this worker publishes what it waits for, the other reads it.
+    bench.tick_with(&other);
+
+    // The other worker has a standard qwen request waiting too (so it reads who else waits).
+    let (_standard, step) = send_on(&bench, &other, 4, "qwen", &[]);
+    assert_eq!(step, Step::Pause);
+    bench.tick_with(&other);
+
+    // A standard llama request on the other worker: llama's pod is free and the critical band
+    // waits for qwen's, so it goes at once.
+    let (_llama, step) = send_on(&bench, &other, 3, "llama", &[]);
+    assert_eq!(step, Step::Continue, "not held for a band waiting on another model's pods");
+    assert_eq!(bench.host.header("x-gateway-destination-endpoint").as_deref(), Some(LLAMA));
+
+    // When qwen's place frees on the other worker, the critical request on this one takes it.
+    bench.host.set_request(&[], b"");
+    busy.on_log(&bench.host);
+    assert!(resumed(&bench).is_empty(), "the other worker holds its qwen request for the critical one");
+    bench.tick();
+    assert_eq!(resumed(&bench), [2], "the critical request takes qwen's place");
+}
