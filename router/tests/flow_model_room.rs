@@ -202,3 +202,31 @@ fn a_worker_with_nothing_in_flight_on_a_requests_pods_takes_their_places_summed(
     let (_pair, step) = send(&bench, 4, "qwen", 2, &[]);
     assert_eq!(step, Step::Continue, "not held for places no end of its own will free");
 }
+
+#[test]
+fn a_workers_share_is_of_a_requests_own_pods_not_of_the_pool() {
+    // Two workers wait (llama's two pods are full); this one holds both llama places, half the
+    // pool's three. Counted over the pool it has used its share; qwen's pod, free and of
+    // another model, is no part of what it holds.
+    const LLAMA_TWO: &str = "10.0.0.3:8000";
+    let bench = Bench::new(&config(1));
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0), (LLAMA_TWO, "llama", &[], 0.0)]);
+    let other = bench.another_worker(11);
+    let (_one, step) = send(&bench, 1, "llama", 1, &[]);
+    assert_eq!(step, Step::Continue);
+    let (_two, step) = send(&bench, 2, "llama", 1, &[]);
+    assert_eq!(step, Step::Continue);
+    let (_three, step) = send(&bench, 3, "llama", 1, &[]);
+    assert_eq!(step, Step::Pause, "llama's pods are full");
+    bench.tick_with(&other);
+    assert_eq!(send_on(&bench, &other, 4, "llama"), Step::Pause, "the other worker waits too");
+    // The other worker says so on its tick; this one reads it on its next.
+    bench.tick_with(&other);
+    bench.tick();
+    let (_qwen, step) = send(&bench, 5, "qwen", 1, &[]);
+    assert_eq!(
+        (step, destination(&bench).as_deref()),
+        (Step::Continue, Some(QWEN)),
+        "its share of qwen's pod is whole"
+    );
+}

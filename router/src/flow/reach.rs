@@ -32,14 +32,24 @@ pub struct Reach<'a> {
 
 /// What a request's pods have for it.
 pub(super) enum Room {
-    /// The free places of the pods it may go to, and this worker's places in flight on them
-    /// (none: no end of its own will free one of them).
-    Places(FreePlaces, u32),
+    /// What the pods it may go to have.
+    Places(OwnPods),
     /// No pod may take it (its model's pods left, its subset hint names none): it goes now, to
     /// be answered as a request arriving now would be (404, 503).
     Refused,
     /// A request before it in release order keeps its turn on one of its pods.
     Kept,
+}
+
+/// The pods a request may go to, as its room counts them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OwnPods {
+    /// Their free places.
+    pub free: FreePlaces,
+    /// This worker's places in flight on them (none: no end of its own will free one).
+    pub local: u32,
+    /// How many they are.
+    pub pods: u32,
 }
 
 /// One pod of a look at the pool, as a request's room counts it.
@@ -167,12 +177,13 @@ impl<'t> PodRooms<'t> {
         }
         let pods = &self.pods;
         let reached = || self.reached.iter().filter_map(|&i| pods.get(i as usize));
-        Room::Places(
-            reached()
+        Room::Places(OwnPods {
+            free: reached()
                 .map(|pod| if fail_open { pod.open } else { pod.places })
                 .fold(FreePlaces::default(), FreePlaces::with),
-            reached().fold(0u32, |sum, pod| sum.saturating_add(pod.local)),
-        )
+            local: reached().fold(0u32, |sum, pod| sum.saturating_add(pod.local)),
+            pods: u32::try_from(self.reached.len()).unwrap_or(u32::MAX),
+        })
     }
 
     /// Builds the look's index of each table position, once per look.

@@ -18,8 +18,8 @@ use wasm_epp_host::Host;
 use super::answer::{answer, answer_pending};
 use super::pods::{publish_saturation, with_pods};
 use super::queue::{Admission, Entry, Left, WaitQueue};
-use super::reach::{PodRooms, Reach, Room};
-use super::saturation::{FreePlaces, Places, PodLoad};
+use super::reach::{OwnPods, PodRooms, Reach, Room};
+use super::saturation::{Places, PodLoad};
 use super::stats::DropReason;
 use super::{Fate, Held};
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
@@ -35,16 +35,12 @@ pub enum Admitted {
     Wait,
 }
 
-/// The pool's room and this worker's share of it, as of now, in places: sequences in the
-/// pods' batches (a request of `n` choices takes `n`, see `InferenceRequest::sequences`).
-/// Which pods' places a request may take is its own ([`super::reach`]).
+/// Who else waits, as of now. A request's room is counted on its own pods ([`super::reach`]),
+/// in places: sequences in the pods' batches (a request of `n` choices takes `n`, see
+/// `InferenceRequest::sequences`); so is this worker's share of them ([`Look::fit`]).
 struct Look {
     /// The pool has no pod at all (not merely no room).
     no_pods: bool,
-    /// The pool's places (pods × `max_inflight_per_pod`), shared by the workers that wait.
-    capacity: u32,
-    /// This worker's places in flight on the pods counted as room (its share of the pool).
-    local: u32,
     /// Who else waits, by band, as of this worker's last waiting tick.
     others: Waiting,
     /// What they wait for ([`PodRooms::outranked`]).
@@ -58,9 +54,6 @@ enum Fit {
     Now,
     /// Its pods have not the places it needs: it keeps its turn on them.
     NoRoom,
-    /// This worker may not send it, whatever its pods: it holds its share of the pool.
-    /// Nothing after it in release order goes either.
-    Hold,
 }
 
 impl Look {
@@ -82,10 +75,10 @@ impl Look {
         priority: i32,
         weight: u32,
         config: &picker::config::FlowControlConfig,
-        free: FreePlaces,
-        local: u32,
+        own: OwnPods,
         outranked: bool,
     ) -> Fit {
+        let OwnPods { free, local, pods } = own;
         // (Pods without room fit nothing: every need is at least 1 place.)
         if outranked {
             return Fit::NoRoom;
@@ -96,19 +89,22 @@ impl Look {
         }
         let open_per_pod = config.max_inflight_per_pod.saturating_sub(config.reserved_per_pod);
         let standard_need = need.min(open_per_pod.max(1));
+        // The share is of the request's pods: this worker's requests of another model, on
+        // other pods, do not count against it.
+        let capacity = pods.saturating_mul(config.max_inflight_per_pod);
         let limit = if self.others.outranks(priority) {
             // The higher bands waiting elsewhere wait for other pods (`outranked` is false).
-            self.others.limit_beside_higher(self.capacity)
+            self.others.limit_beside_higher(capacity)
         } else {
-            self.others.limit(self.capacity, priority)
+            self.others.limit(capacity, priority)
         };
         let local_need = need.min(limit.max(1));
-        if limit.saturating_sub(self.local) < local_need {
-            return Fit::Hold;
+        if limit.saturating_sub(local) < local_need {
+            return Fit::NoRoom;
         }
         // Heavier than the share, with nothing of its own in flight: the other workers waiting
         // keep their shares, so only its share's worth of places will ever be free at once.
-        let room_need = if self.local == 0 { standard_need.min(local_need) } else { standard_need };
+        let room_need = if local == 0 { standard_need.min(local_need) } else { standard_need };
         room(free.standard, room_need, local)
     }
 }
@@ -370,13 +366,10 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
         // them are passed over without a look at their pods. A comparison per waiting request
         // (and a search among the few keys) is what a long queue costs.
         let mut passed: Vec<u64> = Vec::new();
-        // A request this worker may not send holds the rest, but for those no pod will ever
-        // take: they go, to be answered as if arriving now.
-        let mut holding = false;
-        // Such a request only appears when the table changes (a newcomer no pod takes is sent
-        // on at once): once every request was checked against this table, the scan stops
-        // where nothing after may go, rather than read the rest of a long queue at each
-        // arrival, tick and request end.
+        // Such a request (one no pod will take) only appears when the table changes (a
+        // newcomer no pod takes is sent on at once): once every request was checked against
+        // this table, the scan stops where nothing after may go, rather than read the rest of
+        // a long queue at each arrival, tick and request end.
         let version = Some(shape.map_or(NO_TABLE, |shape| shape.table.version));
         let swept = worker.flow.swept.get() == version;
         let mut visited = 0usize;
@@ -385,7 +378,7 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 // Released after the newcomer anyway.
                 return ControlFlow::Break(Stop::Below);
             }
-            if swept && (holding || rooms.none_open()) {
+            if swept && rooms.none_open() {
                 return ControlFlow::Break(Stop::Settled);
             }
             visited += 1;
@@ -397,18 +390,20 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
             let room = rooms.of(Reach { model: held.routed_model(), subset: held.subset.as_deref() });
             let fit = match room {
                 Room::Refused => return ControlFlow::Break(Stop::Release(entry.id)),
-                _ if holding => Fit::Hold,
                 Room::Kept => Fit::NoRoom,
-                Room::Places(free, local) => {
+                Room::Places(own) => {
                     let outranked = rooms.outranked(priority, &look.claims);
-                    look.fit(priority, held.weight, config, free, local, outranked)
+                    look.fit(priority, held.weight, config, own, outranked)
                 }
             };
-            match fit {
-                Fit::Now => return ControlFlow::Break(Stop::Release(entry.id)),
-                Fit::Hold => holding = true,
-                Fit::NoRoom => rooms.keep_turn(),
+            if fit == Fit::Now {
+                if newcomer.is_some() {
+                    // It goes first (at the next release): the newcomer may not take its pods.
+                    rooms.keep_turn();
+                }
+                return ControlFlow::Break(Stop::Release(entry.id));
             }
+            rooms.keep_turn();
             passed.insert(unseen, held.reach_key);
             ControlFlow::Continue(())
         });
@@ -421,19 +416,18 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
             _ => None,
         };
         let newcomer_now = newcomer.is_some_and(|newcomer| {
-            let room = rooms.of(newcomer.reach);
-            // No pod will take it: answered at once, whatever waits.
-            matches!(room, Room::Refused)
-                // Else only when nothing before it may go now, nor holds the release order.
-                || (!holding
-                    && !matches!(found, Some(Stop::Release(_)))
-                    && match room {
-                        Room::Places(free, local) => {
-                            let outranked = rooms.outranked(newcomer.priority, &look.claims);
-                            look.fit(newcomer.priority, newcomer.weight, config, free, local, outranked) == Fit::Now
-                        }
-                        Room::Refused | Room::Kept => false,
-                    })
+            // Not when the scan stopped before every request of its band or higher was read
+            // (some may use its pods); a request before it that may go now keeps its pods.
+            let read = matches!(found, None | Some(Stop::Below | Stop::Release(_) | Stop::Settled));
+            match rooms.of(newcomer.reach) {
+                // No pod will take it: answered at once, whatever waits.
+                Room::Refused => true,
+                Room::Places(own) if read => {
+                    let outranked = rooms.outranked(newcomer.priority, &look.claims);
+                    look.fit(newcomer.priority, newcomer.weight, config, own, outranked) == Fit::Now
+                }
+                _ => false,
+            }
         });
         Scan { next, newcomer_now, slot: look.slot }
     })
@@ -522,14 +516,9 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
 }
 
 fn look_at(worker: &Worker, pods: &[PodLoad<'_>], inflight: &WorkerInflight) -> Look {
-    let config = &worker.config.flow_control;
-    let capacity = u32::try_from(pods.len()).unwrap_or(u32::MAX).saturating_mul(config.max_inflight_per_pod);
     let (others, claims) =
         worker.flow.share.try_borrow().map(|share| (share.others(), share.claims().to_vec())).unwrap_or_default();
-    // This worker's requests on the pods counted as room (under P/D a split request also
-    // holds a prefill pod until its first token: that place is no room for anyone).
-    let local = pods.iter().fold(0u32, |sum, pod| sum.saturating_add(inflight.local_count(pod.address)));
-    Look { no_pods: pods.is_empty(), capacity, local, others, claims, slot: inflight.slot() }
+    Look { no_pods: pods.is_empty(), others, claims, slot: inflight.slot() }
 }
 
 /// Ticks fast while anything waits (releases and TTLs are checked on the tick), at the

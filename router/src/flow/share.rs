@@ -9,7 +9,8 @@
 //! service counts those and tells its peers, and publishes how many of its peers' workers
 //! wait (see [`picker::flow_share`]). While `n` workers wait, this Envoy's and the peers',
 //! each may keep at most `ceil(capacity / n)` requests of its own in flight (capacity =
-//! pods × `max_inflight_per_pod`); a worker alone in waiting may use it all. So two
+//! pods × `max_inflight_per_pod`, of the pods a request may go to, and its requests in flight
+//! on those; `release::Look::fit`); a worker alone in waiting may use it all. So two
 //! backlogged workers converge to half the pool each, whichever ticks first, and a worker
 //! whose queue empties gives its share back on its next tick (one that stopped ticking,
 //! once its record is stale: [`stale_after_ms`]). A peer's workers count from its next

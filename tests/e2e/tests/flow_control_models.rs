@@ -73,13 +73,27 @@ fn quantile_ms(values: &mut [Duration], q: f64) -> u128 {
 
 #[test]
 fn under_one_models_overload_its_backlog_waits_in_the_gateway_and_the_other_model_is_not_held() {
+    overload_beside_another_model("flow-models-load", 1, &[]);
+}
+
+#[test]
+fn on_two_workers_a_critical_overload_of_one_model_holds_no_request_of_the_other() {
+    // Each worker with the overloaded model's critical requests waiting tells the other: a
+    // standard request of the other model, on pods of its own, is not held for them.
+    overload_beside_another_model("flow-models-priority", 2, &[("x-gateway-inference-priority", "5")]);
+}
+
+/// Eight closed-loop clients of `sim-model` (with `flooded_headers`) on its pod of two places,
+/// two of `qwen` on its own, for 4 s behind an Envoy of `workers` workers; prints both
+/// models' figures and checks that qwen's requests never waited.
+fn overload_beside_another_model(name: &str, workers: u32, flooded_headers: &[(&str, &str)]) {
     // Two places per pod and two sequences per engine batch: what flow control lets through
     // to a pod, its engine runs at once; anything more would queue in the engine.
     let timing = ["--time-scale", "0.3", "--max-num-seqs", "2"];
     let sim = timing.to_vec();
     let qwen = [&timing[..], &["--model", "qwen"]].concat();
-    let cluster = Cluster::start_mixed("flow-models-load", &[sim, qwen], |options| {
-        options.concurrency = 1;
+    let cluster = Cluster::start_mixed(name, &[sim, qwen], |options| {
+        options.concurrency = workers;
         options.filter_config["flow_control"] = json!({"enabled": true, "max_inflight_per_pod": 2, "ttl_ms": 30000});
         options.filter_config["fallback_destinations"] = json!(0);
     });
@@ -90,7 +104,9 @@ fn under_one_models_overload_its_backlog_waits_in_the_gateway_and_the_other_mode
     let mut engine_waiting = (0u64, 0u64, 0u64);
     std::thread::scope(|scope| {
         // Eight clients on sim-model's pod of two places, two on qwen's.
-        for (model, clients, out) in [("sim-model", 8, &flooded), ("qwen", 2, &other)] {
+        let plain: &[(&str, &str)] = &[];
+        for (model, clients, out, headers) in [("sim-model", 8, &flooded, flooded_headers), ("qwen", 2, &other, plain)]
+        {
             for client in 0..clients {
                 let (cluster, stop) = (&cluster, &stop);
                 scope.spawn(move || {
@@ -100,7 +116,7 @@ fn under_one_models_overload_its_backlog_waits_in_the_gateway_and_the_other_mode
                         let sent = std::time::Instant::now();
                         let reply = http::post(
                             &cluster.envoy.url("/v1/completions"),
-                            &[],
+                            headers,
                             &body.to_string(),
                             Duration::from_secs(60),
                         )
@@ -125,10 +141,13 @@ fn under_one_models_overload_its_backlog_waits_in_the_gateway_and_the_other_mode
     let (flooded, other) = (flooded.into_inner().unwrap(), other.into_inner().unwrap());
     let mut other_latency: Vec<Duration> = other.iter().map(|(took, _)| *took).collect();
     let other_waited = other.iter().filter(|(_, waited)| *waited > 0).count();
+    let mut other_waits: Vec<u64> = other.iter().map(|(_, waited)| *waited).filter(|w| *w > 0).collect();
+    other_waits.sort_unstable();
+    println!("qwen waits (ms): {other_waits:?}");
     let flooded_waited = flooded.iter().filter(|(_, waited)| *waited > 0).count();
     let (samples, sum, max) = engine_waiting;
     println!(
-        "sim-model (8 clients, 2 places): {} answered, {flooded_waited} waited in the gateway, its engine's queue {:.2} on average, at most {max} \
+        "{workers} worker(s), {flooded_headers:?}: sim-model (8 clients, 2 places): {} answered, {flooded_waited} waited in the gateway, its engine's queue {:.2} on average, at most {max} \
          (a request arriving waits for the engine's next step); qwen (2 clients, 2 places): {} answered, {other_waited} waited, latency p50 {} ms, p99 {} ms",
         flooded.len(),
         sum as f64 / samples.max(1) as f64,
