@@ -230,3 +230,31 @@ fn a_workers_share_is_of_a_requests_own_pods_not_of_the_pool() {
         "its share of qwen's pod is whole"
     );
 }
+
+#[test]
+fn a_request_queued_while_the_table_had_expired_is_checked_against_it_when_it_is_back() {
+    // The static pool is qwen's pod; the table (version 1) serves qwen alone.
+    let bench = Bench::new(&format!(
+        r#"{{"pool": ["{QWEN}"], "fallback_destinations": 0, "fail_open_max_age_ms": 1000,
+            "flow_control": {{"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 600000}}}}"#
+    ));
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0)]);
+    let (_busy, step) = send(&bench, 1, "qwen", 1, &[]);
+    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)));
+    let (_waiting, step) = send(&bench, 2, "qwen", 1, &[]);
+    assert_eq!(step, Step::Pause);
+    // Every waiting request checked against table 1: a scan may now stop at the first.
+    bench.tick();
+    // The pool service goes silent: the table no longer says who is in the pool, and a
+    // request for a model it does not serve waits for the static pool's full pod.
+    bench.host.advance(2_000);
+    let (_unknown, step) = send(&bench, 3, "mistral", 1, &[]);
+    assert_eq!(step, Step::Pause, "in the static pool every pod may serve it");
+    // The service is back with table 1 before any tick: no pod of it serves that model.
+    bench.heartbeat();
+    bench.host.replies.borrow_mut().clear();
+    bench.tick();
+    let status = bench.host.replies.borrow().last().map(|reply| reply.status);
+    assert_eq!(status, Some(404), "answered as one arriving now, though the one before it waits");
+    assert_eq!(bench.host.effective_context.get(), Some(3));
+}

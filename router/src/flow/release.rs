@@ -372,6 +372,13 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
         // a long queue at each arrival, tick and request end.
         let version = Some(shape.map_or(NO_TABLE, |shape| shape.table.version));
         let swept = worker.flow.swept.get() == version;
+        if !swept {
+            // The pods changed since the sweep: a request this scan lets in (or keeps) is
+            // checked against these alone, so the sweep of the last table no longer holds when
+            // it comes back with the same version (an expired table renewed; the static pool's
+            // key after a table's time).
+            worker.flow.swept.set(None);
+        }
         let mut visited = 0usize;
         let found = queue.find_in_order(|priority, entry| {
             if newcomer.is_some_and(|newcomer| priority < newcomer.priority) {
