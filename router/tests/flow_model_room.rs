@@ -258,3 +258,31 @@ fn a_request_queued_while_the_table_had_expired_is_checked_against_it_when_it_is
     assert_eq!(status, Some(404), "answered as one arriving now, though the one before it waits");
     assert_eq!(bench.host.effective_context.get(), Some(3));
 }
+
+#[test]
+fn past_the_scans_cap_a_newcomer_does_not_take_a_place_a_higher_band_waits_for() {
+    // More qwen requests wait than one scan looks at, all in a high band; behind them, a llama
+    // request of that band waits for llama's pod.
+    let config = r#"{"fallback_destinations": 0, "flow_control": {"enabled": true, "max_inflight_per_pod": 1,
+        "ttl_ms": 600000, "max_queued_requests": 8192, "max_band_requests": 8192}}"#;
+    let bench = Bench::new(config);
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
+    let (_qwen_busy, _) = send(&bench, 1, "qwen", 1, &[]);
+    let (mut llama_busy, step) = send(&bench, 2, "llama", 1, &[]);
+    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
+    let high = [("x-gateway-inference-priority", "5")];
+    let mut streams = Vec::new();
+    for id in 100..4_300 {
+        let (stream, step) = send(&bench, id, "qwen", 1, &high);
+        assert_eq!(step, Step::Pause);
+        streams.push(stream);
+    }
+    let (_llama_waiting, step) = send(&bench, 9_000, "llama", 1, &high);
+    assert_eq!(step, Step::Pause, "llama's pod is full");
+    // Llama's place frees; the scan stops at its cap before the waiting llama request (past
+    // it, requests wait for those before them).
+    end(&bench, &mut llama_busy);
+    // A lower band's llama request must not take the place the higher band's waits for.
+    let (_low, step) = send(&bench, 9_001, "llama", 1, &[("x-gateway-inference-priority", "0")]);
+    assert_eq!(step, Step::Pause, "a lower band does not go past a waiting request of its pods");
+}

@@ -157,7 +157,8 @@ enum Stop {
 /// at 1,024 waiting and 17 µs at 4,096 (`cargo bench -p bench-cost --bench decision --
 /// flow_scan`), so a queue at its largest (65,536) would cost about a quarter of a
 /// millisecond on every tick. Past the cap, requests wait for those before them, as when room was the
-/// pool's, and the queue is not counted as swept.
+/// pool's (a newcomer whose scan reaches the cap waits too), and the queue is not counted as
+/// swept.
 const MAX_SCANNED: usize = 4_096;
 
 /// What one look at the pool and the queue found.
