@@ -381,7 +381,7 @@ impl RequestStream {
         let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other);
         let Some(class) = class else { return self.route(host, None) };
         let priority = class.priority(&self.worker.config, None);
-        if crate::flow::admit_unheld(&self.worker, host, priority) {
+        if crate::flow::admit_unheld(&self.worker, host, priority, self.subset.as_deref()) {
             self.flow_admitted = true;
             self.flow_band = Some(priority);
             return self.route(host, None);

@@ -226,3 +226,23 @@ fn requests_without_a_body_and_other_endpoints_are_not_queued_they_go_on_and_cou
     assert_eq!(inflight(&bench), 0);
     assert!(bench.host.replies.borrow().is_empty());
 }
+
+#[test]
+fn a_hinted_body_over_max_body_bytes_is_judged_by_its_hints_pods_not_the_pools() {
+    // Two pods; the gateway's hint names the first alone, which is full.
+    const OTHER: &str = "10.0.0.2:8000";
+    let bench = bench("");
+    bench.publish(2, &[(POD, 0.0), (OTHER, 0.0)]);
+    let hinted = [("x-gateway-destination-endpoint-subset", POD)];
+    let mut headers = COMPLETIONS.to_vec();
+    headers.extend_from_slice(&hinted);
+    let (_busy, step) = send(&bench, 1, &headers, &completion("busy"));
+    assert_eq!((step, bench.host.header("x-gateway-destination-endpoint").as_deref()), (Step::Continue, Some(POD)));
+
+    // Its body streams unread, so it cannot wait; the other pod's room is none of its own:
+    // routed within its hint, it would take the full pod past its bound.
+    bench.host.replies.borrow_mut().clear();
+    let (_large, _) = send_large(&bench, 2, &hinted);
+    assert_eq!(inflight(&bench), 1, "not sent to its hint's full pod");
+    assert_eq!(take_refusal(&bench), saturated());
+}

@@ -187,9 +187,11 @@ pub fn admit(worker: &Worker, host: &dyn Host, priority: i32, weight: u32, reach
 /// when [`admit`] would route it at once, or when the pool has no pod at all (the decision
 /// then answers it 503, as its wait would end). Otherwise it would have to wait, and cannot:
 /// its stream answers it ([`super::answer::refuse_unheld`]).
-pub fn admit_unheld(worker: &Worker, host: &dyn Host, priority: i32) -> bool {
-    // Its `n` and `model` are not read: it weighs 1, and may go to any pod.
-    admit(worker, host, priority, 1, Reach::default()) == Admitted::RouteNow
+pub fn admit_unheld(worker: &Worker, host: &dyn Host, priority: i32, subset: Option<&[PodAddress]>) -> bool {
+    // Its `n` and `model` are not read: it weighs 1, and may go to any pod within its subset
+    // hint (its headers'), as routing sends it: another pod's room is none of its own.
+    let reach = Reach { model: None, subset };
+    admit(worker, host, priority, 1, reach) == Admitted::RouteNow
         || matches!(look(worker, host, host.now_ms()), Some(Look { no_pods: true, .. }))
 }
 
