@@ -371,8 +371,8 @@ impl RequestStream {
     /// Routes a request whose body is not read: over `max_body_bytes` or past
     /// `max_buffered_bytes`. With flow control on, an inference request among them cannot
     /// wait in the queue (its body is not held whole: it streams through Envoy), so it goes
-    /// on only when it would be sent at once (its band's turn, a
-    /// place within this worker's share; or the pool has no pod, which the decision answers)
+    /// on only when it would be sent at once (its band's turn, a place on a pod of its subset
+    /// hint within this worker's share; or the pool has no pod, which the decision answers)
     /// and is otherwise answered as a full queue answers. Routed regardless, a client padding
     /// its body past `max_body_bytes` would jump the queue and take pods past
     /// `max_inflight_per_pod`. Its priority is its headers' (the model's is in the body).
