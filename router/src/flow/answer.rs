@@ -38,14 +38,22 @@ fn reply_for(reason: DropReason) -> Option<(u32, DroppedReason, &'static str)> {
 pub fn answer(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, reason: DropReason, other_stream: bool) {
     let held = &left.entry.payload;
     let metrics = &worker.stats.metrics;
-    if held.fate.replace(Fate::Answered) != Fate::Waiting {
+    let fate = held.fate.borrow().clone();
+    match fate {
+        Fate::Waiting => {}
+        // Sent to a pod already (no path answers such a request; were one to, taking its fate
+        // would leave its place in flight for ever: its stream's end releases it by its fate).
+        Fate::Routed(_) => return,
         // Its stream ended meanwhile (`on_done`: an evicted request's client left before the
         // tick that answers it). Envoy may still take `set_effective_context` on it until it
         // frees the stream, and a reply then would run the response callbacks of a context
         // the SDK has deleted (the VM fails).
-        worker.flow.stats.dropped(metrics, DropReason::ClientGone);
-        return;
+        Fate::Answered => {
+            worker.flow.stats.dropped(metrics, DropReason::ClientGone);
+            return;
+        }
     }
+    *held.fate.borrow_mut() = Fate::Answered;
     if other_stream && host.set_effective_context(held.context_id).is_err() {
         worker.flow.stats.dropped(metrics, DropReason::ClientGone);
         return;
