@@ -153,8 +153,8 @@ enum Stop {
 
 /// The most waiting requests one scan looks at (the default queue holds 1,024). The scan
 /// runs on each tick while requests wait (5 ms) and at each request's end; at its worst (none
-/// may go, another model's pods have room, every request looked at) it costs 6.5 µs natively
-/// at 1,024 waiting and 17 µs at 4,096 (`cargo bench -p bench-cost --bench decision --
+/// may go, another model's pods have room, every request looked at) it costs 7 µs natively
+/// at 1,024 waiting and 17–20 µs at 4,096 (`cargo bench -p bench-cost --bench decision --
 /// flow_scan`), so a queue at its largest (65,536) would cost about a quarter of a
 /// millisecond on every tick. Past the cap, requests wait for those before them, as when room was the
 /// pool's (a newcomer whose scan reaches the cap waits too), and the queue is not counted as
