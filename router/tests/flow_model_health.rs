@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{publish_models, Bench, COMPLETIONS};
+use common::{model_completion, publish_models, Bench, COMPLETIONS};
 use picker::address::PodAddress;
 use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
@@ -27,16 +27,7 @@ fn config(extra: &str) -> String {
 }
 
 fn send(bench: &Bench, id: u32, model: &str) -> (RequestStream, Step) {
-    let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4}}"#);
-    bench.host.set_request(&COMPLETIONS, body.as_bytes());
-    let mut stream = RequestStream::for_context(bench.worker.clone(), id);
-    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
-    let step = stream.on_request_body(&bench.host, body.len(), true);
-    (stream, step)
-}
-
-fn destination(bench: &Bench) -> Option<String> {
-    bench.host.header("x-gateway-destination-endpoint")
+    bench.send_as(&bench.worker, id, &COMPLETIONS, &model_completion(model, id, 1))
 }
 
 /// Ends `stream` answered `status` by `pod`; the requests its end released.
@@ -44,7 +35,7 @@ fn end(bench: &Bench, stream: &mut RequestStream, pod: &str, status: &str) -> Ve
     bench.host.set_response(&[(":status", status), (SERVED, pod)], b"");
     stream.on_response_headers(&bench.host, false);
     stream.on_log(&bench.host);
-    std::mem::take(&mut *bench.host.resumed.borrow_mut())
+    bench.resumed()
 }
 
 #[test]
@@ -65,12 +56,12 @@ fn a_model_whose_only_pod_is_down_is_routed_to_it_within_its_bound_while_another
 
     // The decision fails open to qwen's pod, its only one (as in a pool of qwen alone).
     let (mut first, step) = send(&bench, 1, "qwen");
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)), "routed, not held to its TTL");
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(QWEN)), "routed, not held to its TTL");
     // Its in-flight bound still holds.
     let (_second, step) = send(&bench, 2, "qwen");
     assert_eq!(step, Step::Pause);
     assert_eq!(end(&bench, &mut first, QWEN, "200"), [2], "its place frees: the next goes");
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+    assert_eq!(bench.destination().as_deref(), Some(QWEN));
 }
 
 #[test]
@@ -79,16 +70,16 @@ fn a_model_whose_only_pod_is_out_of_rotation_is_routed_to_it_within_its_bound() 
     publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
     for id in 1..=3 {
         let (mut failing, step) = send(&bench, id, "qwen");
-        assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)));
+        assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(QWEN)));
         end(&bench, &mut failing, QWEN, "500");
     }
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{QWEN}")), 1);
 
     // Out of rotation, but the only pod of its model: the decision sends it there anyway.
     let (mut next, step) = send(&bench, 10, "qwen");
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)), "routed, not held to its TTL");
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(QWEN)), "routed, not held to its TTL");
     let (_after, step) = send(&bench, 11, "qwen");
     assert_eq!(step, Step::Pause, "within its bound");
     assert_eq!(end(&bench, &mut next, QWEN, "200"), [11]);
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+    assert_eq!(bench.destination().as_deref(), Some(QWEN));
 }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{publish_models, publish_models_as, Bench, COMPLETIONS};
+use common::{completions_with, model_completion, publish_models, publish_models_as, Bench, COMPLETIONS};
 use wasm_epp_router::{RequestStream, Step};
 
 /// Serves `qwen` and its adapter `sql-lora`.
@@ -19,25 +19,7 @@ fn config(per_pod: u32) -> String {
 
 /// Sends a completion for `model` of `n` choices on context `id`, with extra `headers`.
 fn send(bench: &Bench, id: u32, model: &str, n: u32, headers: &[(&str, &str)]) -> (RequestStream, Step) {
-    let mut all: Vec<(&str, &str)> = COMPLETIONS.to_vec();
-    all.extend_from_slice(headers);
-    let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4,"n":{n}}}"#);
-    bench.host.set_request(&all, body.as_bytes());
-    let mut stream = RequestStream::for_context(bench.worker.clone(), id);
-    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
-    let step = stream.on_request_body(&bench.host, body.len(), true);
-    (stream, step)
-}
-
-fn destination(bench: &Bench) -> Option<String> {
-    bench.host.header("x-gateway-destination-endpoint")
-}
-
-/// Ends `stream`; the requests its end released.
-fn end(bench: &Bench, stream: &mut RequestStream) -> Vec<u32> {
-    bench.host.set_request(&[], b"");
-    stream.on_log(&bench.host);
-    std::mem::take(&mut *bench.host.resumed.borrow_mut())
+    bench.send_as(&bench.worker, id, &completions_with(headers), &model_completion(model, id, n))
 }
 
 #[test]
@@ -45,7 +27,7 @@ fn a_full_models_requests_wait_for_its_pods_while_another_models_go_to_theirs() 
     let bench = Bench::new(&config(1));
     publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
     let (mut first, step) = send(&bench, 1, "qwen", 1, &[]);
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)));
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(QWEN)));
 
     // The pool has room (llama's pod), but qwen's pod is at its bound: qwen waits here, not
     // in the engine's queue past the bound.
@@ -60,12 +42,12 @@ fn a_full_models_requests_wait_for_its_pods_while_another_models_go_to_theirs() 
 
     // A llama request of the same band goes past the waiting qwen ones, at once.
     let (mut llama, step) = send(&bench, 5, "llama", 1, &[]);
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
-    assert!(end(&bench, &mut llama).is_empty(), "llama's place is no room for qwen");
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(LLAMA)));
+    assert!(bench.end(&mut llama).is_empty(), "llama's place is no room for qwen");
 
     // qwen's place frees: its requests go in their priorities' order.
-    assert_eq!(end(&bench, &mut first), [4], "the critical one first");
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+    assert_eq!(bench.end(&mut first), [4], "the critical one first");
+    assert_eq!(bench.destination().as_deref(), Some(QWEN));
     assert_eq!(bench.stat("wasm_epp.flow.queued"), 3);
 }
 
@@ -76,7 +58,7 @@ fn a_request_keeps_its_turn_on_its_pods_against_another_models_sharing_them() {
     publish_models(&bench, &[(QWEN, "qwen", &["sql-lora"], 0.0), (LLAMA, "llama", &[], 0.0)]);
     let (mut busy_one, _) = send(&bench, 1, "qwen", 1, &[]);
     let (mut busy_two, _) = send(&bench, 2, "qwen", 1, &[]);
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+    assert_eq!(bench.destination().as_deref(), Some(QWEN));
 
     // Two choices need two places on one pod; the adapter's request after it needs one.
     let (_pair, step) = send(&bench, 3, "qwen", 2, &[]);
@@ -86,13 +68,13 @@ fn a_request_keeps_its_turn_on_its_pods_against_another_models_sharing_them() {
 
     // One place frees on qwen's pod: the pair does not fit, and the adapter's request, which
     // would, does not take the place the pair waits for.
-    assert!(end(&bench, &mut busy_one).is_empty(), "the pair keeps its turn on its pod");
+    assert!(bench.end(&mut busy_one).is_empty(), "the pair keeps its turn on its pod");
     // A model on other pods is not held by it.
     let (_llama, step) = send(&bench, 5, "llama", 1, &[]);
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(LLAMA)));
 
-    assert_eq!(end(&bench, &mut busy_two), [3], "both places free: the pair goes");
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+    assert_eq!(bench.end(&mut busy_two), [3], "both places free: the pair goes");
+    assert_eq!(bench.destination().as_deref(), Some(QWEN));
 }
 
 #[test]
@@ -129,8 +111,8 @@ fn behind_a_long_queue_of_hinted_requests_another_models_request_goes_at_once() 
     bench.tick();
     // Llama's idle pod still takes a llama request at once, past the long qwen queue.
     let (_llama, step) = send(&bench, 9_000, "llama", 1, &hinted);
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
-    assert_eq!(end(&bench, &mut streams[0]), [100], "qwen's freed place goes to the first in line");
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(LLAMA)));
+    assert_eq!(bench.end(&mut streams[0]), [100], "qwen's freed place goes to the first in line");
 }
 
 #[test]
@@ -142,15 +124,15 @@ fn in_the_static_pool_a_hinted_request_waits_for_room_on_its_hints_pods() {
     ));
     let hinted = [("x-gateway-destination-endpoint-subset", QWEN)];
     let (mut first, step) = send(&bench, 1, "qwen", 1, &hinted);
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)));
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(QWEN)));
     let (_second, step) = send(&bench, 2, "qwen", 1, &hinted);
     assert_eq!(step, Step::Pause, "its hint's pod is full, whatever the other's room");
     bench.host.replies.borrow_mut().clear();
     let (_outside, _) = send(&bench, 3, "qwen", 1, &[("x-gateway-destination-endpoint-subset", "10.0.0.9:8000")]);
     let status = bench.host.replies.borrow().last().map(|reply| reply.status);
     assert_eq!(status, Some(503), "no pod of the pool in its hint: answered at once");
-    assert_eq!(end(&bench, &mut first), [2]);
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN));
+    assert_eq!(bench.end(&mut first), [2]);
+    assert_eq!(bench.destination().as_deref(), Some(QWEN));
 }
 
 #[test]
@@ -177,11 +159,7 @@ fn a_request_whose_hinted_pod_left_is_answered_though_the_ones_before_it_wait() 
 
 /// [`send`] on `worker`, another worker of the same Envoy.
 fn send_on(bench: &Bench, worker: &std::rc::Rc<wasm_epp_router::Worker>, id: u32, model: &str) -> Step {
-    let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4}}"#);
-    bench.host.set_request(&COMPLETIONS, body.as_bytes());
-    let mut stream = RequestStream::for_context(worker.clone(), id);
-    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
-    stream.on_request_body(&bench.host, body.len(), true)
+    bench.send_as(worker, id, &COMPLETIONS, &model_completion(model, id, 1)).1
 }
 
 #[test]
@@ -195,7 +173,7 @@ fn a_worker_with_nothing_in_flight_on_a_requests_pods_takes_their_places_summed(
     assert_eq!(send_on(&bench, &other, 1, "qwen"), Step::Continue);
     assert_eq!(send_on(&bench, &other, 2, "qwen"), Step::Continue);
     let (_llama, step) = send(&bench, 3, "llama", 1, &[]);
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(LLAMA)));
     bench.tick_with(&other);
     // No pod of qwen's has two places free, nor will one while the other worker's requests
     // take each as it frees: as a worker with nothing in flight, it takes them across its pods.
@@ -225,7 +203,7 @@ fn a_workers_share_is_of_a_requests_own_pods_not_of_the_pool() {
     bench.tick();
     let (_qwen, step) = send(&bench, 5, "qwen", 1, &[]);
     assert_eq!(
-        (step, destination(&bench).as_deref()),
+        (step, bench.destination().as_deref()),
         (Step::Continue, Some(QWEN)),
         "its share of qwen's pod is whole"
     );
@@ -240,7 +218,7 @@ fn a_request_queued_while_the_table_had_expired_is_checked_against_it_when_it_is
     ));
     publish_models(&bench, &[(QWEN, "qwen", &[], 0.0)]);
     let (_busy, step) = send(&bench, 1, "qwen", 1, &[]);
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(QWEN)));
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(QWEN)));
     let (_waiting, step) = send(&bench, 2, "qwen", 1, &[]);
     assert_eq!(step, Step::Pause);
     // Every waiting request checked against table 1: a scan may now stop at the first.
@@ -269,7 +247,7 @@ fn past_the_scans_cap_a_newcomer_does_not_take_a_place_a_higher_band_waits_for()
     publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
     let (_qwen_busy, _) = send(&bench, 1, "qwen", 1, &[]);
     let (mut llama_busy, step) = send(&bench, 2, "llama", 1, &[]);
-    assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(LLAMA)));
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(LLAMA)));
     let high = [("x-gateway-inference-priority", "5")];
     let mut streams = Vec::new();
     for id in 100..4_300 {
@@ -281,7 +259,7 @@ fn past_the_scans_cap_a_newcomer_does_not_take_a_place_a_higher_band_waits_for()
     assert_eq!(step, Step::Pause, "llama's pod is full");
     // Llama's place frees; the scan stops at its cap before the waiting llama request (past
     // it, requests wait for those before them).
-    end(&bench, &mut llama_busy);
+    bench.end(&mut llama_busy);
     // A lower band's llama request must not take the place the higher band's waits for.
     let (_low, step) = send(&bench, 9_001, "llama", 1, &[("x-gateway-inference-priority", "0")]);
     assert_eq!(step, Step::Pause, "a lower band does not go past a waiting request of its pods");

@@ -8,7 +8,7 @@ mod common;
 
 use std::rc::Rc;
 
-use common::{publish_models, Bench, COMPLETIONS};
+use common::{completions_with, model_completion, publish_models, Bench};
 use wasm_epp_router::{RequestStream, Step, Worker};
 
 const QWEN: &str = "10.0.0.1:8000";
@@ -25,18 +25,7 @@ fn send_on(
     model: &str,
     headers: &[(&str, &str)],
 ) -> (RequestStream, Step) {
-    let mut all: Vec<(&str, &str)> = COMPLETIONS.to_vec();
-    all.extend_from_slice(headers);
-    let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4}}"#);
-    bench.host.set_request(&all, body.as_bytes());
-    let mut stream = RequestStream::for_context(worker.clone(), id);
-    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
-    let step = stream.on_request_body(&bench.host, body.len(), true);
-    (stream, step)
-}
-
-fn resumed(bench: &Bench) -> Vec<u32> {
-    std::mem::take(&mut *bench.host.resumed.borrow_mut())
+    bench.send_as(worker, id, &completions_with(headers), &model_completion(model, id, 1))
 }
 
 #[test]
@@ -64,12 +53,12 @@ fn a_critical_backlog_of_one_model_holds_another_workers_requests_only_for_its_p
     // waits for qwen's, so it goes at once.
     let (_llama, step) = send_on(&bench, &other, 3, "llama", &[]);
     assert_eq!(step, Step::Continue, "not held for a band waiting on another model's pods");
-    assert_eq!(bench.host.header("x-gateway-destination-endpoint").as_deref(), Some(LLAMA));
+    assert_eq!(bench.destination().as_deref(), Some(LLAMA));
 
     // When qwen's place frees on the other worker, the critical request on this one takes it.
     bench.host.set_request(&[], b"");
     busy.on_log(&bench.host);
-    assert!(resumed(&bench).is_empty(), "the other worker holds its qwen request for the critical one");
+    assert!(bench.resumed().is_empty(), "the other worker holds its qwen request for the critical one");
     bench.tick();
-    assert_eq!(resumed(&bench), [2], "the critical request takes qwen's place");
+    assert_eq!(bench.resumed(), [2], "the critical request takes qwen's place");
 }

@@ -50,17 +50,6 @@ fn send_lenient(bench: &Bench, id: u32, model: &str) -> (RequestStream, Step) {
     (stream, step)
 }
 
-fn destination(bench: &Bench) -> Option<String> {
-    bench.host.header("x-gateway-destination-endpoint")
-}
-
-/// Ends `stream` with the host showing no request, so what its end releases is seen alone.
-fn end(bench: &Bench, stream: &mut RequestStream) -> Vec<u32> {
-    bench.host.set_request(&[], b"");
-    stream.on_log(&bench.host);
-    std::mem::take(&mut *bench.host.resumed.borrow_mut())
-}
-
 #[test]
 fn a_released_request_is_rewritten_and_stays_within_its_subset_hint() {
     let bench = Bench::new(CONFIG);
@@ -70,7 +59,7 @@ fn a_released_request_is_rewritten_and_stays_within_its_subset_hint() {
     let mut busy = Vec::new();
     for (id, pod) in [(1, QWEN_A), (2, QWEN_B), (3, QWEN_C)] {
         let (stream, step) = send(&bench, id, "qwen", &[("x-gateway-destination-endpoint-subset", pod)], &[]);
-        assert_eq!((step, destination(&bench).as_deref()), (Step::Continue, Some(pod)));
+        assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(pod)));
         busy.push(stream);
     }
     let [mut busy_a, mut busy_b, mut busy_c] = <[RequestStream; 3]>::try_from(busy).ok().unwrap();
@@ -89,19 +78,19 @@ fn a_released_request_is_rewritten_and_stays_within_its_subset_hint() {
     }
     assert_eq!(bench.stat("wasm_epp.flow.queued"), 2, "only the requests with pods to wait for");
 
-    assert_eq!(end(&bench, &mut busy_b), [10], "B's place goes to the first in line");
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN_B), "routed as sql-lora, which A does not serve");
+    assert_eq!(bench.end(&mut busy_b), [10], "B's place goes to the first in line");
+    assert_eq!(bench.destination().as_deref(), Some(QWEN_B), "routed as sql-lora, which A does not serve");
     let sent: serde_json::Value = serde_json::from_slice(&bench.host.body.borrow()).unwrap();
     assert_eq!(sent["model"], "sql-lora", "the released request's body carries its rewrite target");
     assert_eq!(bench.host.header("content-length"), Some(bench.host.body.borrow().len().to_string()));
     assert_eq!(bench.stat("wasm_epp.model_rewritten"), 1);
 
-    assert!(end(&bench, &mut busy_a).is_empty(), "A's place is outside the waiting request's hint: no room for it");
+    assert!(bench.end(&mut busy_a).is_empty(), "A's place is outside the waiting request's hint: no room for it");
     bench.tick();
     assert!(bench.host.resumed.borrow().is_empty(), "it waits for pod C, not past C's bound");
-    assert_eq!(end(&bench, &mut busy_c), [11], "C's place is its");
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN_C), "within its metadata hint");
-    end(&bench, &mut hinted);
+    assert_eq!(bench.end(&mut busy_c), [11], "C's place is its");
+    assert_eq!(bench.destination().as_deref(), Some(QWEN_C), "within its metadata hint");
+    bench.end(&mut hinted);
 }
 
 #[test]
@@ -118,7 +107,7 @@ fn a_request_for_a_model_no_pod_serves_is_refused_at_once_not_queued() {
     assert_eq!(replies.last().map(|r| r.status), Some(404), "the gateway's 404 at once, as when there is room");
     assert_eq!(bench.stat("wasm_epp.flow.queued"), 1, "only the qwen request was queued");
     drop(replies);
-    end(&bench, &mut busy);
+    bench.end(&mut busy);
 }
 
 #[test]
@@ -142,7 +131,7 @@ fn a_request_whose_model_left_while_it_waited_gets_the_404_it_would_get_arriving
     assert_eq!(bench.stat("wasm_epp.model_unknown"), 1);
     assert_eq!(bench.stat("wasm_epp.flow.dropped.unknown_model"), 1);
     drop(replies);
-    end(&bench, &mut busy_llama);
+    bench.end(&mut busy_llama);
 }
 
 #[test]
@@ -152,18 +141,18 @@ fn a_body_read_for_its_model_alone_waits_in_the_queue_and_is_released_to_its_mod
     // The llama pod looks idler: routed by load alone, the released request would go there.
     publish_models(&bench, &[(QWEN_A, "qwen", &[], 2.0), (LLAMA, "llama", &[], 0.0)]);
     let (mut busy_qwen, _) = send(&bench, 1, "qwen", &[], &[]);
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN_A));
+    assert_eq!(bench.destination().as_deref(), Some(QWEN_A));
     let (mut busy_llama, _) = send(&bench, 2, "llama", &[], &[]);
-    assert_eq!(destination(&bench).as_deref(), Some(LLAMA));
+    assert_eq!(bench.destination().as_deref(), Some(LLAMA));
 
     let (_lenient, step) = send_lenient(&bench, 3, "qwen");
     assert_eq!(step, Step::Pause, "held like any inference request while the pool is full");
     assert_eq!(bench.stat("wasm_epp.body_routed_by_model"), 1);
 
     // The llama pod's place frees first: no room for a qwen request, which waits for qwen's.
-    assert!(end(&bench, &mut busy_llama).is_empty(), "llama's place is not qwen's");
-    assert_eq!(end(&bench, &mut busy_qwen), [3], "released");
-    assert_eq!(destination(&bench).as_deref(), Some(QWEN_A), "released to its model's pod, read for its model again");
+    assert!(bench.end(&mut busy_llama).is_empty(), "llama's place is not qwen's");
+    assert_eq!(bench.end(&mut busy_qwen), [3], "released");
+    assert_eq!(bench.destination().as_deref(), Some(QWEN_A), "released to its model's pod, read for its model again");
 }
 
 #[test]

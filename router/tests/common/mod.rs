@@ -117,6 +117,34 @@ impl Bench {
     }
 
     /// A counter as the host will see it after the next flush.
+    /// Sends `body` with `headers` on `worker` as context `id` (needed to hold and release it):
+    /// its headers are held for the body; the body's step (held or routed).
+    pub fn send_as(&self, worker: &Rc<Worker>, id: u32, headers: &[(&str, &str)], body: &str) -> (RequestStream, Step) {
+        self.host.set_request(headers, body.as_bytes());
+        let mut stream = RequestStream::for_context(worker.clone(), id);
+        assert_eq!(stream.on_request_headers(&self.host, false), Step::Pause);
+        let step = stream.on_request_body(&self.host, body.len(), true);
+        (stream, step)
+    }
+
+    /// The destination header the last routed request left.
+    pub fn destination(&self) -> Option<String> {
+        self.host.header("x-gateway-destination-endpoint")
+    }
+
+    /// The held requests resumed since the last call.
+    pub fn resumed(&self) -> Vec<u32> {
+        std::mem::take(&mut *self.host.resumed.borrow_mut())
+    }
+
+    /// Ends `stream` with the host showing no request (what its end releases is seen alone);
+    /// the requests its end resumed.
+    pub fn end(&self, stream: &mut RequestStream) -> Vec<u32> {
+        self.host.set_request(&[], b"");
+        stream.on_log(&self.host);
+        self.resumed()
+    }
+
     pub fn stat(&self, name: &str) -> u64 {
         self.worker.stats.metrics.pending(name) + self.host.metric(name)
     }
@@ -144,6 +172,18 @@ pub fn publish_models_as(bench: &Bench, pods: &[(&str, &str, &[&str], f64)], ver
     bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
     bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
     bench.heartbeat();
+}
+
+/// A completion for `model` of `n` choices (its prompt names the request `id`).
+pub fn model_completion(model: &str, id: u32, n: u32) -> String {
+    format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4,"n":{n}}}"#)
+}
+
+/// [`COMPLETIONS`]'s headers and `extra`.
+pub fn completions_with<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut all = COMPLETIONS.to_vec();
+    all.extend_from_slice(extra);
+    all
 }
 
 pub fn completion(prompt: &str) -> String {
