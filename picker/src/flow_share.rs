@@ -205,7 +205,7 @@ fn claims_at(bytes: &[u8]) -> Option<Vec<Claim>> {
 
 /// What the workers of this Envoy (but `except`) that wait, by their fresh records (as
 /// [`waiting_view`] reads them), wait for. A record that names no claims claims every pod at
-/// its highest band (at the highest band there is, without one).
+/// its highest band; one without a band claims nothing (it makes no worker hold).
 pub fn waiting_claims(store: &dyn SharedStore, except: Option<usize>, now_ms: u64, stale_after_ms: u64) -> Vec<Claim> {
     let mut claims = Vec::new();
     for slot in (0..MAX_SLOTS).filter(|s| Some(*s) != except) {
@@ -216,9 +216,12 @@ pub fn waiting_claims(store: &dyn SharedStore, except: Option<usize>, now_ms: u6
         }
         match claims_at(&record) {
             Some(named) => claims.extend(named),
+            // A record without a band (an older build's) holds no one: it counts in the
+            // share at any band ([`Waiting::unknown`]), not as the highest band on every pod.
             None => {
-                let band = band_at(&record, RECORD_BYTES).unwrap_or(MAX_PRIORITY);
-                claims.push(Claim { band, model: None });
+                if let Some(band) = band_at(&record, RECORD_BYTES) {
+                    claims.push(Claim { band, model: None });
+                }
             }
         }
     }
@@ -439,6 +442,6 @@ mod tests {
         store.set(&waiting_key(0), &cut, None).unwrap();
         assert_eq!(waiting_claims(&store, None, 1_000, 50), every(5));
         store.set(&waiting_key(0), &waiting_record(12_345, 12_345_678, 0)[..RECORD_BYTES], None).unwrap();
-        assert_eq!(waiting_claims(&store, None, 12_345, 50), every(MAX_PRIORITY), "no band: the highest");
+        assert!(waiting_claims(&store, None, 12_345, 50).is_empty(), "no band: it holds no one");
     }
 }

@@ -9,6 +9,9 @@ mod common;
 use std::rc::Rc;
 
 use common::{completions_with, model_completion, publish_models, Bench};
+use picker::flow_share::{publish_peer_waiting, waiting_key, waiting_record, Waiting};
+use picker::store::SharedStore;
+use wasm_epp_host::Host;
 use wasm_epp_router::{RequestStream, Step, Worker};
 
 const QWEN: &str = "10.0.0.1:8000";
@@ -61,4 +64,34 @@ fn a_critical_backlog_of_one_model_holds_another_workers_requests_only_for_its_p
     assert!(bench.resumed().is_empty(), "the other worker holds its qwen request for the critical one");
     bench.tick();
     assert_eq!(bench.resumed(), [2], "the critical request takes qwen's place");
+}
+
+#[test]
+fn workers_of_unknown_band_an_older_peer_or_build_hold_no_one() {
+    // An older pool service's peer sum (workers of no band) and an older build's record (12
+    // bytes, no band) count in the share at any band but make no worker hold (docs/design.md,
+    // "Priority across workers"); a claim on every pod at the highest band held every request
+    // below it for as long as they waited.
+    for older in ["peer", "record"] {
+        let bench = Bench::new(CONFIG);
+        publish_models(&bench, &[(QWEN, "qwen", &[], 0.0)]);
+        let (mut busy, step) = send_on(&bench, &bench.worker, 1, "qwen", &[]);
+        assert_eq!(step, Step::Continue);
+        let (_waiting, step) = send_on(&bench, &bench.worker, 2, "qwen", &[]);
+        assert_eq!(step, Step::Pause);
+        let now = bench.host.now_ms();
+        if older == "peer" {
+            let mut peer = Waiting::default();
+            peer.add(None, 1);
+            publish_peer_waiting(&bench.host, now, peer).unwrap();
+        } else {
+            let record = waiting_record(now, 3, 0);
+            bench.host.set(&waiting_key(7), record.get(..12).unwrap(), None).unwrap();
+        }
+        bench.tick();
+        busy.on_log(&bench.host);
+        bench.later(5);
+        bench.tick();
+        assert_eq!(bench.resumed(), [2], "{older}: its share is ceil(1 / 2), none of its own in flight");
+    }
 }

@@ -27,7 +27,6 @@
 //! A stale record counts for no band (the same freshness rules), so a worker that stopped
 //! waiting or died holds no one longer than that.
 
-use picker::config::MAX_PRIORITY;
 use picker::flow_share::{
     peer_waiting, waiting_claims, waiting_key, waiting_record_with_claims, waiting_view, Claim, Waiting,
 };
@@ -105,9 +104,7 @@ impl WorkerShare {
         if let Some((band, _)) = peers.top {
             self.claims.push(Claim { band, model: None });
         }
-        if peers.unknown > 0 {
-            self.claims.push(Claim { band: MAX_PRIORITY, model: None });
-        }
+        // Peers of unknown band (an older pool service's) hold no one: they count in the share.
     }
 
     /// What the other workers waiting wait for, as of the last read.
