@@ -116,14 +116,6 @@ impl Waiting {
         capacity.div_ceil(sharing.saturating_add(self.unknown).saturating_add(1))
     }
 
-    /// [`Waiting::limit`] for a band below the highest waiting, when the workers waiting at the
-    /// higher bands wait for other pods than its request's: not held for them, it shares the
-    /// pool with the workers of unknown band (those at its own band are not known: a record
-    /// carries its worker's highest band).
-    pub fn limit_beside_higher(&self, capacity: u32) -> u32 {
-        capacity.div_ceil(self.unknown.saturating_add(1))
-    }
-
     /// Whether a higher band than `priority` waits on some other worker.
     pub fn outranks(&self, priority: i32) -> bool {
         self.top.is_some_and(|(top, _)| top > clamp_band(priority))
@@ -160,6 +152,9 @@ pub const MAX_CLAIMS: usize = 8;
 pub struct Claim {
     pub band: i32,
     pub model: Option<String>,
+    /// The worker's slot on this Envoy (`None`: another replica's workers), so the workers
+    /// sharing a request's pods at its band are counted once each.
+    pub worker: Option<usize>,
 }
 
 /// [`waiting_record`] followed by what the worker waits for: a count, then each pair as its
@@ -186,7 +181,7 @@ pub fn waiting_record_with_claims(now_ms: u64, waiting: u32, top: i32, claims: &
 
 /// The claims after a record's band: `None` when the record has none, or claims every pod
 /// (an older build's record, a worker past [`MAX_CLAIMS`], a record cut short).
-fn claims_at(bytes: &[u8]) -> Option<Vec<Claim>> {
+fn claims_at(bytes: &[u8], worker: usize) -> Option<Vec<Claim>> {
     let count = *bytes.get(RECORD_WITH_BAND_BYTES)?;
     if usize::from(count) > MAX_CLAIMS {
         return None;
@@ -197,7 +192,7 @@ fn claims_at(bytes: &[u8]) -> Option<Vec<Claim>> {
         let band = band_at(bytes, at)?;
         let length = usize::from(*bytes.get(at + 4)?);
         let name = bytes.get(at + 5..at + 5 + length)?;
-        claims.push(Claim { band, model: Some(String::from_utf8(name.to_vec()).ok()?) });
+        claims.push(Claim { band, model: Some(String::from_utf8(name.to_vec()).ok()?), worker: Some(worker) });
         at += 5 + length;
     }
     Some(claims)
@@ -214,13 +209,13 @@ pub fn waiting_claims(store: &dyn SharedStore, except: Option<usize>, now_ms: u6
         if count == 0 || now_ms.abs_diff(refreshed) > stale_after_ms {
             continue;
         }
-        match claims_at(&record) {
+        match claims_at(&record, slot) {
             Some(named) => claims.extend(named),
             // A record without a band (an older build's) holds no one: it counts in the
             // share at any band ([`Waiting::unknown`]), not as the highest band on every pod.
             None => {
                 if let Some(band) = band_at(&record, RECORD_BYTES) {
-                    claims.push(Claim { band, model: None });
+                    claims.push(Claim { band, model: None, worker: Some(slot) });
                 }
             }
         }
@@ -422,13 +417,13 @@ mod tests {
         let store = MemoryStore::default();
         let claims = [(5, Some("qwen")), (0, Some("llama"))];
         store.set(&waiting_key(0), &waiting_record_with_claims(1_000, 3, 5, &claims), None).unwrap();
-        let named = |model: &str, band| Claim { band, model: Some(model.to_owned()) };
+        let named = |model: &str, band| Claim { band, model: Some(model.to_owned()), worker: Some(0) };
         assert_eq!(waiting_claims(&store, None, 1_000, 50), [named("qwen", 5), named("llama", 0)]);
         assert_eq!(waiting_view(&store, None, 1_000, 50), at(5, 1), "older readers see the band as before");
         assert!(waiting_claims(&store, Some(0), 1_000, 50).is_empty(), "its own record is not read");
         assert!(waiting_claims(&store, None, 2_000, 50).is_empty(), "stale");
         // An older build's record, a model not read, too many pairs: every pod at its band.
-        let every = |band| vec![Claim { band, model: None }];
+        let every = |band| vec![Claim { band, model: None, worker: Some(0) }];
         store.set(&waiting_key(0), &waiting_record(1_000, 3, 2), None).unwrap();
         assert_eq!(waiting_claims(&store, None, 1_000, 50), every(2));
         store.set(&waiting_key(0), &waiting_record_with_claims(1_000, 3, 4, &[(4, None)]), None).unwrap();

@@ -95,3 +95,108 @@ fn workers_of_unknown_band_an_older_peer_or_build_hold_no_one() {
         assert_eq!(bench.resumed(), [2], "{older}: its share is ceil(1 / 2), none of its own in flight");
     }
 }
+
+#[test]
+fn workers_at_one_band_share_their_pods_while_a_higher_band_waits_for_other_pods() {
+    // Two workers backlogged at band 0 on qwen's pod (2 places) share it, one place each, as
+    // they do when nothing else waits. A critical request waiting on a third worker for
+    // llama's pod held neither, and took their share away: each then counted only the workers
+    // of unknown band, so the one whose requests end first refilled the whole pod.
+    let config = r#"{"fallback_destinations": 0,
+        "flow_control": {"enabled": true, "max_inflight_per_pod": 2, "ttl_ms": 60000}}"#;
+    for critical_elsewhere in [false, true] {
+        let bench = Bench::new(config);
+        publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
+        let (b, c, d) = (bench.another_worker(2), bench.another_worker(3), bench.another_worker(4));
+        // Each worker takes its in-flight slot and finds the others'.
+        for _ in 0..4 {
+            for worker in [&bench.worker, &b, &c, &d] {
+                wasm_epp_router::tick::on_tick(worker, &bench.host);
+            }
+        }
+        let tick_all = || {
+            for worker in [&bench.worker, &b, &c] {
+                wasm_epp_router::tick::on_tick(worker, &bench.host);
+            }
+        };
+        // qwen's pod: one of this worker's, one of d's (a worker that never waits).
+        let (_mine, step) = send_on(&bench, &bench.worker, 1, "qwen", &[]);
+        assert_eq!(step, Step::Continue);
+        let (mut passing, step) = send_on(&bench, &d, 2, "qwen", &[]);
+        assert_eq!(step, Step::Continue);
+        for worker in [&bench.worker, &b, &c, &d] {
+            wasm_epp_router::tick::on_tick(worker, &bench.host);
+        }
+        // This worker and b wait for qwen at band 0.
+        let (_a_waits, step) = send_on(&bench, &bench.worker, 3, "qwen", &[]);
+        assert_eq!(step, Step::Pause);
+        let (_b_waits, step) = send_on(&bench, &b, 4, "qwen", &[]);
+        assert_eq!(step, Step::Pause);
+        let mut llama = Vec::new();
+        if critical_elsewhere {
+            // c fills llama's pod and waits for it at band 5.
+            for id in 5..=6 {
+                let (stream, step) = send_on(&bench, &c, id, "llama", &[]);
+                assert_eq!(step, Step::Continue);
+                llama.push(stream);
+            }
+            wasm_epp_router::tick::on_tick(&c, &bench.host);
+            let (stream, step) = send_on(&bench, &c, 7, "llama", &[("x-gateway-inference-priority", "5")]);
+            assert_eq!(step, Step::Pause);
+            llama.push(stream);
+        }
+        for _ in 0..2 {
+            tick_all();
+            bench.later(5);
+        }
+        // d's request ends: a place on qwen's pod. This worker holds its share (1) already.
+        bench.host.set_request(&[], b"");
+        passing.on_log(&bench.host);
+        bench.tick();
+        assert!(resumed(&bench).is_empty(), "critical elsewhere: {critical_elsewhere}: this worker holds its share");
+        wasm_epp_router::tick::on_tick(&b, &bench.host);
+        assert_eq!(resumed(&bench), [4], "critical elsewhere: {critical_elsewhere}: b takes its share");
+    }
+}
+
+#[test]
+fn a_worker_waiting_at_the_same_band_for_another_models_pods_takes_no_share_of_these() {
+    // This worker waits for qwen's pod (2 places), b for llama's, both at band 0. b's requests
+    // take no place on qwen's pod: this worker's share of it is the whole pod. It was half
+    // (the workers at a band were counted whatever they waited for), and the other half of the
+    // pod stayed empty while this worker's requests waited.
+    let config = r#"{"fallback_destinations": 0,
+        "flow_control": {"enabled": true, "max_inflight_per_pod": 2, "ttl_ms": 60000}}"#;
+    let bench = Bench::new(config);
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
+    let (b, d) = (bench.another_worker(2), bench.another_worker(4));
+    let tick_all = || {
+        for worker in [&bench.worker, &b, &d] {
+            wasm_epp_router::tick::on_tick(worker, &bench.host);
+        }
+    };
+    for _ in 0..4 {
+        tick_all();
+    }
+    let (_mine, step) = send_on(&bench, &bench.worker, 1, "qwen", &[]);
+    assert_eq!(step, Step::Continue);
+    let (mut passing, step) = send_on(&bench, &d, 2, "qwen", &[]);
+    assert_eq!(step, Step::Continue);
+    let mut llama = Vec::new();
+    for id in 3..=5 {
+        let (stream, step) = send_on(&bench, &b, id, "llama", &[]);
+        assert_eq!(step, if id < 5 { Step::Continue } else { Step::Pause });
+        llama.push(stream);
+        tick_all();
+    }
+    let (_waits, step) = send_on(&bench, &bench.worker, 6, "qwen", &[]);
+    assert_eq!(step, Step::Pause);
+    for _ in 0..2 {
+        tick_all();
+        bench.later(5);
+    }
+    bench.host.set_request(&[], b"");
+    passing.on_log(&bench.host);
+    bench.tick();
+    assert_eq!(resumed(&bench), [6], "b waits for llama's pod: qwen's free place is this worker's");
+}

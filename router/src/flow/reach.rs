@@ -209,26 +209,42 @@ impl<'t> PodRooms<'t> {
         if !claims.iter().any(|claim| claim.band > band) {
             return false;
         }
+        (0..claims.len()).any(|i| claims.get(i).is_some_and(|claim| claim.band > band) && self.reaches(claims, i))
+    }
+
+    /// The other workers of this Envoy waiting at `priority`'s band for one of the pods of the
+    /// request last judged ([`PodRooms::of`]): those it shares them with. Workers waiting for
+    /// other pods only are not counted (their requests take no place on these).
+    pub fn sharing(&mut self, priority: i32, claims: &[Claim]) -> u32 {
+        let band = priority.clamp(-MAX_PRIORITY, MAX_PRIORITY);
+        // Worker slots counted, as bits (a worker names its band once per model).
+        let mut workers = 0u64;
+        for i in 0..claims.len() {
+            let Some(Claim { band: claimed, worker: Some(slot), .. }) = claims.get(i) else { continue };
+            let bit = 1u64.checked_shl(u32::try_from(*slot).unwrap_or(u32::MAX)).unwrap_or(0);
+            if *claimed == band && workers & bit == 0 && self.reaches(claims, i) {
+                workers |= bit;
+            }
+        }
+        workers.count_ones()
+    }
+
+    /// Whether claim `i` of `claims` names a pod of the request last judged: a claim on every
+    /// pod does; a model's claim when one of its pods (read at first use) is one of them.
+    fn reaches(&mut self, claims: &[Claim], i: usize) -> bool {
+        let Some(claim) = claims.get(i) else { return false };
+        let Some(model) = claim.model.as_deref() else { return true };
         if self.claimed.len() != claims.len() {
             self.claimed = vec![None; claims.len()];
         }
-        for (i, claim) in claims.iter().enumerate() {
-            if claim.band <= band {
-                continue;
-            }
-            let Some(model) = claim.model.as_deref() else { return true };
-            if self.claimed.get(i).is_some_and(Option::is_none) {
-                let pods = self.pods_of_model(model);
-                if let Some(slot) = self.claimed.get_mut(i) {
-                    *slot = Some(pods);
-                }
-            }
-            let Some(Some(claimed)) = self.claimed.get(i) else { return true };
-            if self.reached.iter().any(|pod| claimed.binary_search(pod).is_ok()) {
-                return true;
+        if self.claimed.get(i).is_some_and(Option::is_none) {
+            let pods = self.pods_of_model(model);
+            if let Some(slot) = self.claimed.get_mut(i) {
+                *slot = Some(pods);
             }
         }
-        false
+        let Some(Some(claimed)) = self.claimed.get(i) else { return true };
+        self.reached.iter().any(|pod| claimed.binary_search(pod).is_ok())
     }
 
     /// The look's pods serving `model` (sorted), as a request for it is routed; every pod in

@@ -43,8 +43,10 @@ struct Look {
     no_pods: bool,
     /// Who else waits, by band, as of this worker's last waiting tick.
     others: Waiting,
-    /// What they wait for ([`PodRooms::outranked`]).
+    /// What they wait for ([`PodRooms::outranked`], [`PodRooms::sharing`]).
     claims: Vec<Claim>,
+    /// The other replicas' part of `others` (their claims name no models).
+    peers: Waiting,
     slot: Option<usize>,
 }
 
@@ -69,7 +71,8 @@ impl Look {
     /// keeps workers' backlogs at one band from starving each other. Held to the share, a
     /// request heavier than the whole share goes when this worker has nothing in flight and
     /// its share's worth of places is free (its pod then passes its bound by up to `need` − 1).
-    /// `local`: this worker's places in flight on those pods ([`has`]).
+    /// `local`: this worker's places in flight on those pods ([`has`]); `sharing`: the other
+    /// workers of this Envoy waiting at its band for one of them (`PodRooms::sharing`).
     fn fit(
         &self,
         priority: i32,
@@ -77,6 +80,7 @@ impl Look {
         config: &picker::config::FlowControlConfig,
         own: OwnPods,
         outranked: bool,
+        sharing: u32,
     ) -> Fit {
         let OwnPods { free, local, pods } = own;
         // (Pods without room fit nothing: every need is at least 1 place.)
@@ -90,14 +94,15 @@ impl Look {
         let open_per_pod = config.max_inflight_per_pod.saturating_sub(config.reserved_per_pod);
         let standard_need = need.min(open_per_pod.max(1));
         // The share is of the request's pods: this worker's requests of another model, on
-        // other pods, do not count against it.
+        // other pods, do not count against it. It is shared with the workers waiting at its
+        // band for them (`sharing`, this Envoy's), with the other replicas' at its band (their
+        // claims are on every pod; a band of theirs above it has `outranked` it) and with the
+        // workers of unknown band. A higher band waiting for other pods holds none of them.
         let capacity = pods.saturating_mul(config.max_inflight_per_pod);
-        let limit = if self.others.outranks(priority) {
-            // The higher bands waiting elsewhere wait for other pods (`outranked` is false).
-            self.others.limit_beside_higher(capacity)
-        } else {
-            self.others.limit(capacity, priority)
-        };
+        let band = priority.clamp(-picker::config::MAX_PRIORITY, picker::config::MAX_PRIORITY);
+        let peers = self.peers.top.filter(|&(top, _)| top == band).map_or(0, |(_, at)| at);
+        let workers = sharing.saturating_add(peers).saturating_add(self.others.unknown);
+        let limit = capacity.div_ceil(workers.saturating_add(1));
         let local_need = need.min(limit.max(1));
         if limit.saturating_sub(local) < local_need {
             return Fit::NoRoom;
@@ -403,7 +408,8 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 Room::Kept => Fit::NoRoom,
                 Room::Places(own) => {
                     let outranked = rooms.outranked(priority, &look.claims);
-                    look.fit(priority, held.weight, config, own, outranked)
+                    let sharing = if outranked { 0 } else { rooms.sharing(priority, &look.claims) };
+                    look.fit(priority, held.weight, config, own, outranked, sharing)
                 }
             };
             if fit == Fit::Now {
@@ -434,7 +440,8 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 Room::Refused => true,
                 Room::Places(own) if read => {
                     let outranked = rooms.outranked(newcomer.priority, &look.claims);
-                    look.fit(newcomer.priority, newcomer.weight, config, own, outranked) == Fit::Now
+                    let sharing = if outranked { 0 } else { rooms.sharing(newcomer.priority, &look.claims) };
+                    look.fit(newcomer.priority, newcomer.weight, config, own, outranked, sharing) == Fit::Now
                 }
                 _ => false,
             }
@@ -526,9 +533,13 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
 }
 
 fn look_at(worker: &Worker, pods: &[PodLoad<'_>], inflight: &WorkerInflight) -> Look {
-    let (others, claims) =
-        worker.flow.share.try_borrow().map(|share| (share.others(), share.claims().to_vec())).unwrap_or_default();
-    Look { no_pods: pods.is_empty(), others, claims, slot: inflight.slot() }
+    let (others, claims, peers) = worker
+        .flow
+        .share
+        .try_borrow()
+        .map(|share| (share.others(), share.claims().to_vec(), share.peers()))
+        .unwrap_or_default();
+    Look { no_pods: pods.is_empty(), others, claims, peers, slot: inflight.slot() }
 }
 
 /// Ticks fast while anything waits (releases and TTLs are checked on the tick), at the

@@ -45,6 +45,8 @@ pub struct WorkerShare {
     /// What they wait for: this Envoy's workers by model, the other replicas' on every pod
     /// (their messages carry bands, not models).
     claims: Vec<Claim>,
+    /// The other replicas' part of `others`.
+    peers: Waiting,
     /// Records older than this are ignored ([`stale_after_ms`] of the waiting tick).
     stale_after_ms: u64,
 }
@@ -57,6 +59,7 @@ impl WorkerShare {
             published_waiting: 0,
             others: Waiting::default(),
             claims: Vec::new(),
+            peers: Waiting::default(),
             stale_after_ms: stale_after_ms(waiting_tick_ms),
         }
     }
@@ -86,6 +89,7 @@ impl WorkerShare {
             self.look_around(store, slot, now_ms);
         } else {
             self.others = Waiting::default();
+            self.peers = Waiting::default();
             self.claims.clear();
         }
     }
@@ -100,9 +104,10 @@ impl WorkerShare {
         let peers = peer_waiting(store, now_ms);
         others.merge(peers);
         self.others = others;
+        self.peers = peers;
         self.claims = waiting_claims(store, slot, now_ms, self.stale_after_ms);
         if let Some((band, _)) = peers.top {
-            self.claims.push(Claim { band, model: None });
+            self.claims.push(Claim { band, model: None, worker: None });
         }
         // Peers of unknown band (an older pool service's) hold no one: they count in the share.
     }
@@ -110,6 +115,11 @@ impl WorkerShare {
     /// What the other workers waiting wait for, as of the last read.
     pub fn claims(&self) -> &[Claim] {
         &self.claims
+    }
+
+    /// The other replicas' workers waiting, by band, as of the last read.
+    pub fn peers(&self) -> Waiting {
+        self.peers
     }
 
     /// The other workers waiting, by band, as of the last [`Self::sync`].
