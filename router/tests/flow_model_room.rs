@@ -264,3 +264,39 @@ fn past_the_scans_cap_a_newcomer_does_not_take_a_place_a_higher_band_waits_for()
     let (_low, step) = send(&bench, 9_001, "llama", 1, &[("x-gateway-inference-priority", "0")]);
     assert_eq!(step, Step::Pause, "a lower band does not go past a waiting request of its pods");
 }
+
+#[test]
+fn a_newcomer_does_not_take_a_place_a_request_after_a_releasable_one_waits_for() {
+    // Another worker (one that never waits) fills llama's pod and qwen's; a critical llama
+    // request, then a critical qwen one, wait here for them.
+    let bench = Bench::new(&config(1));
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
+    let other = bench.another_worker(11);
+    let mut busy = Vec::new();
+    for (id, model) in [(1, "llama"), (2, "qwen")] {
+        let body = format!(r#"{{"model":"{model}","prompt":"request {id}","max_tokens":4}}"#);
+        bench.host.set_request(&COMPLETIONS, body.as_bytes());
+        let mut stream = RequestStream::for_context(other.clone(), id);
+        assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause);
+        assert_eq!(stream.on_request_body(&bench.host, body.len(), true), Step::Continue);
+        busy.push(stream);
+    }
+    bench.tick_with(&other);
+    let critical = [("x-gateway-inference-priority", "5")];
+    let (_llama, step) = send(&bench, 3, "llama", 1, &critical);
+    assert_eq!(step, Step::Pause);
+    let (_qwen, step) = send(&bench, 4, "qwen", 1, &critical);
+    assert_eq!(step, Step::Pause);
+    bench.tick();
+    // Both of the other worker's requests end: both pods have a place, before this worker's
+    // next tick releases its two waiting requests.
+    for stream in &mut busy {
+        assert!(end(&bench, stream).is_empty());
+    }
+    // A standard qwen request arrives: the llama request may go first (its pods are not
+    // qwen's), and the critical qwen request after it waits for qwen's place.
+    let (_newcomer, step) = send(&bench, 5, "qwen", 1, &[]);
+    assert_eq!(step, Step::Pause, "the critical qwen request waits for qwen's free place");
+    bench.tick();
+    assert_eq!(std::mem::take(&mut *bench.host.resumed.borrow_mut()), [3, 4]);
+}

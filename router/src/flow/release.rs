@@ -404,6 +404,8 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
             let Err(unseen) = passed.binary_search(&held.reach_key) else { return ControlFlow::Continue(()) };
             let room = rooms.of(Reach { model: held.routed_model(), subset: held.subset.as_deref() });
             let fit = match room {
+                // It takes no pod's place: a newcomer's scan reads on (see below).
+                Room::Refused if newcomer.is_some() => return ControlFlow::Continue(()),
                 Room::Refused => return ControlFlow::Break(Stop::Release(entry.id)),
                 Room::Kept => Fit::NoRoom,
                 Room::Places(own) => {
@@ -412,13 +414,13 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                     look.fit(priority, held.weight, config, own, outranked, sharing)
                 }
             };
-            if fit == Fit::Now {
-                if newcomer.is_some() {
-                    // It goes first (at the next release): the newcomer may not take its pods.
-                    rooms.keep_turn();
-                }
+            if fit == Fit::Now && newcomer.is_none() {
                 return ControlFlow::Break(Stop::Release(entry.id));
             }
+            // With a newcomer, one that may go now goes first (at the next release) and keeps
+            // its pods; the scan reads on, as the requests after it of the newcomer's band or
+            // higher keep theirs too (stopped here, the newcomer took a place one of them, of a
+            // higher band, could take now).
             rooms.keep_turn();
             passed.insert(unseen, held.reach_key);
             ControlFlow::Continue(())
@@ -434,7 +436,7 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
         let newcomer_now = newcomer.is_some_and(|newcomer| {
             // Not when the scan stopped before every request of its band or higher was read
             // (some may use its pods); a request before it that may go now keeps its pods.
-            let read = matches!(found, None | Some(Stop::Below | Stop::Release(_) | Stop::Settled));
+            let read = matches!(found, None | Some(Stop::Below | Stop::Settled));
             match rooms.of(newcomer.reach) {
                 // No pod will take it: answered at once, whatever waits.
                 Room::Refused => true,
