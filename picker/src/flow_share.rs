@@ -183,7 +183,9 @@ pub fn waiting_record_with_claims(now_ms: u64, waiting: u32, top: i32, claims: &
 /// (an older build's record, a worker past [`MAX_CLAIMS`], a record cut short).
 fn claims_at(bytes: &[u8], worker: usize) -> Option<Vec<Claim>> {
     let count = *bytes.get(RECORD_WITH_BAND_BYTES)?;
-    if usize::from(count) > MAX_CLAIMS {
+    // A waiting worker waits for something: no claim at all is not one of ours (the writer
+    // names at least one), and read so it would make the worker's band hold no one.
+    if count == 0 || usize::from(count) > MAX_CLAIMS {
         return None;
     }
     let mut claims = Vec::with_capacity(usize::from(count));
@@ -435,6 +437,27 @@ mod tests {
         let mut cut = waiting_record_with_claims(1_000, 3, 5, &claims);
         cut.truncate(cut.len() - 2);
         store.set(&waiting_key(0), &cut, None).unwrap();
+        assert_eq!(waiting_claims(&store, None, 1_000, 50), every(5));
+        // Every cut and every byte of a record changed: read without a panic.
+        let full = waiting_record_with_claims(1_000, 3, 5, &claims);
+        for at in 0..full.len() {
+            store.set(&waiting_key(0), &full[..at], None).unwrap();
+            waiting_claims(&store, None, 1_000, 50);
+            for byte in [0, 1, 0x7f, 0xff] {
+                let mut changed = full.clone();
+                changed[at] = byte;
+                store.set(&waiting_key(0), &changed, None).unwrap();
+                waiting_claims(&store, None, 1_000, 50);
+            }
+        }
+        // Written by another hand: no claim at all, a name not UTF-8.
+        let mut none = waiting_record(1_000, 3, 5);
+        none.push(0);
+        store.set(&waiting_key(0), &none, None).unwrap();
+        assert_eq!(waiting_claims(&store, None, 1_000, 50), every(5));
+        let mut bad = waiting_record(1_000, 3, 5);
+        bad.extend_from_slice(&[1, 5, 0, 0, 0, 2, 0xff, 0xfe]);
+        store.set(&waiting_key(0), &bad, None).unwrap();
         assert_eq!(waiting_claims(&store, None, 1_000, 50), every(5));
         store.set(&waiting_key(0), &waiting_record(12_345, 12_345_678, 0)[..RECORD_BYTES], None).unwrap();
         assert!(waiting_claims(&store, None, 12_345, 50).is_empty(), "no band: it holds no one");
