@@ -291,7 +291,7 @@ fn a_newcomer_does_not_take_a_place_a_request_after_a_releasable_one_waits_for()
     // Both of the other worker's requests end: both pods have a place, before this worker's
     // next tick releases its two waiting requests.
     for stream in &mut busy {
-        assert!(end(&bench, stream).is_empty());
+        assert!(bench.end(stream).is_empty());
     }
     // A standard qwen request arrives: the llama request may go first (its pods are not
     // qwen's), and the critical qwen request after it waits for qwen's place.

@@ -153,9 +153,9 @@ fn workers_at_one_band_share_their_pods_while_a_higher_band_waits_for_other_pods
         bench.host.set_request(&[], b"");
         passing.on_log(&bench.host);
         bench.tick();
-        assert!(resumed(&bench).is_empty(), "critical elsewhere: {critical_elsewhere}: this worker holds its share");
+        assert!(bench.resumed().is_empty(), "critical elsewhere: {critical_elsewhere}: this worker holds its share");
         wasm_epp_router::tick::on_tick(&b, &bench.host);
-        assert_eq!(resumed(&bench), [4], "critical elsewhere: {critical_elsewhere}: b takes its share");
+        assert_eq!(bench.resumed(), [4], "critical elsewhere: {critical_elsewhere}: b takes its share");
     }
 }
 
@@ -198,5 +198,5 @@ fn a_worker_waiting_at_the_same_band_for_another_models_pods_takes_no_share_of_t
     bench.host.set_request(&[], b"");
     passing.on_log(&bench.host);
     bench.tick();
-    assert_eq!(resumed(&bench), [6], "b waits for llama's pod: qwen's free place is this worker's");
+    assert_eq!(bench.resumed(), [6], "b waits for llama's pod: qwen's free place is this worker's");
 }
