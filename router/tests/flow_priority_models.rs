@@ -200,3 +200,23 @@ fn a_worker_waiting_at_the_same_band_for_another_models_pods_takes_no_share_of_t
     bench.tick();
     assert_eq!(bench.resumed(), [6], "b waits for llama's pod: qwen's free place is this worker's");
 }
+
+#[test]
+fn a_higher_band_waiting_for_a_model_this_workers_table_does_not_know_holds_every_pod() {
+    // Another worker's table may be a poll ahead (a model just deployed): its claim cannot be
+    // placed on pods here, so it holds them all rather than none.
+    let bench = Bench::new(CONFIG);
+    publish_models(&bench, &[(QWEN, "qwen", &[], 0.0), (LLAMA, "llama", &[], 0.0)]);
+    let (mut busy, step) = send_on(&bench, &bench.worker, 1, "qwen", &[]);
+    assert_eq!(step, Step::Continue);
+    let (_waiting, step) = send_on(&bench, &bench.worker, 2, "qwen", &[]);
+    assert_eq!(step, Step::Pause);
+    let now = bench.host.now_ms();
+    let record = picker::flow_share::waiting_record_with_claims(now, 1, 5, &[(5, Some("new-model"))]);
+    bench.host.set(&waiting_key(7), &record, None).unwrap();
+    bench.tick();
+    busy.on_log(&bench.host);
+    bench.later(5);
+    bench.tick();
+    assert!(bench.resumed().is_empty(), "held: the band waiting elsewhere may need qwen's pod");
+}

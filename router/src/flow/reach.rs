@@ -259,7 +259,11 @@ impl<'t> PodRooms<'t> {
             subset: None,
             index: Some(shape.models),
         };
-        let Ok(eligible) = eligible_positions(shape.table, &query) else { return Vec::new() };
+        let Ok(eligible) = eligible_positions(shape.table, &query) else {
+            // A model this worker's table does not know (the other worker's table may be a
+            // poll ahead or behind): every pod, so a higher band is never passed over.
+            return (0..self.pods.len()).filter_map(|i| u32::try_from(i).ok()).collect();
+        };
         self.index_positions(shape);
         let by_position = &self.by_position;
         let mut pods: Vec<u32> =

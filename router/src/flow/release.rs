@@ -44,7 +44,7 @@ struct Look {
     /// Who else waits, by band, as of this worker's last waiting tick.
     others: Waiting,
     /// What they wait for ([`PodRooms::outranked`], [`PodRooms::sharing`]).
-    claims: Vec<Claim>,
+    claims: Rc<[Claim]>,
     /// The other replicas' part of `others` (their claims name no models).
     peers: Waiting,
     slot: Option<usize>,
@@ -535,12 +535,8 @@ fn look(worker: &Worker, host: &dyn Host, now: u64) -> Option<Look> {
 }
 
 fn look_at(worker: &Worker, pods: &[PodLoad<'_>], inflight: &WorkerInflight) -> Look {
-    let (others, claims, peers) = worker
-        .flow
-        .share
-        .try_borrow()
-        .map(|share| (share.others(), share.claims().to_vec(), share.peers()))
-        .unwrap_or_default();
+    let (others, claims, peers) =
+        worker.flow.share.try_borrow().map(|share| (share.others(), share.claims(), share.peers())).unwrap_or_default();
     Look { no_pods: pods.is_empty(), others, claims, peers, slot: inflight.slot() }
 }
 

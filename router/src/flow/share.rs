@@ -27,6 +27,8 @@
 //! A stale record counts for no band (the same freshness rules), so a worker that stopped
 //! waiting or died holds no one longer than that.
 
+use std::rc::Rc;
+
 use picker::flow_share::{
     peer_waiting, waiting_claims, waiting_key, waiting_record_with_claims, waiting_view, Claim, Waiting,
 };
@@ -44,7 +46,7 @@ pub struct WorkerShare {
     others: Waiting,
     /// What they wait for: this Envoy's workers by model, the other replicas' on every pod
     /// (their messages carry bands, not models).
-    claims: Vec<Claim>,
+    claims: Rc<[Claim]>,
     /// The other replicas' part of `others`.
     peers: Waiting,
     /// Records older than this are ignored ([`stale_after_ms`] of the waiting tick).
@@ -58,7 +60,7 @@ impl WorkerShare {
         Self {
             published_waiting: 0,
             others: Waiting::default(),
-            claims: Vec::new(),
+            claims: Rc::from(Vec::new()),
             peers: Waiting::default(),
             stale_after_ms: stale_after_ms(waiting_tick_ms),
         }
@@ -90,7 +92,7 @@ impl WorkerShare {
         } else {
             self.others = Waiting::default();
             self.peers = Waiting::default();
-            self.claims.clear();
+            self.claims = Rc::from(Vec::new());
         }
     }
 
@@ -105,16 +107,18 @@ impl WorkerShare {
         others.merge(peers);
         self.others = others;
         self.peers = peers;
-        self.claims = waiting_claims(store, slot, now_ms, self.stale_after_ms);
+        let mut claims = waiting_claims(store, slot, now_ms, self.stale_after_ms);
         if let Some((band, _)) = peers.top {
-            self.claims.push(Claim { band, model: None, worker: None });
+            claims.push(Claim { band, model: None, worker: None });
         }
+        // Shared with each look at the pool until the next read (not copied per release).
+        self.claims = Rc::from(claims);
         // Peers of unknown band (an older pool service's) hold no one: they count in the share.
     }
 
     /// What the other workers waiting wait for, as of the last read.
-    pub fn claims(&self) -> &[Claim] {
-        &self.claims
+    pub fn claims(&self) -> Rc<[Claim]> {
+        Rc::clone(&self.claims)
     }
 
     /// The other replicas' workers waiting, by band, as of the last read.
@@ -127,8 +131,10 @@ impl WorkerShare {
         self.others
     }
 
-    /// How many requests of its own this worker may keep in flight to release one of
-    /// `priority` ([`Waiting::limit`]): 0 while a higher band waits on another worker.
+    /// The pool-wide share ([`Waiting::limit`]: 0 while a higher band waits on another
+    /// worker), by which these tests read the view of the others; the release counts a
+    /// request's own pods and the claims on them (`release::Look::fit`).
+    #[cfg(test)]
     pub fn local_limit(&self, capacity: u32, priority: i32) -> u32 {
         self.others.limit(capacity, priority)
     }
