@@ -19,7 +19,7 @@ use picker::saturation::SaturationLimits;
 use picker::outliers::{pass_over, PassOver};
 
 use super::pods::{fail_open, AllPods, Shape};
-use super::saturation::{pod_places, FreePlaces};
+use super::saturation::{pod_places, FreePlaces, PodLoad};
 
 /// Where a request may be sent, as routing reads it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -72,16 +72,14 @@ impl Pod {
 }
 
 /// The pods of one look at the pool, with their free places and the turns kept on them.
-pub(super) struct PodRooms<'t> {
+pub(super) struct PodRooms<'p, 't> {
     shape: Option<Shape<'t>>,
+    /// The pods looked at (their table positions and addresses are read from them).
+    looked: &'p [PodLoad<'t>],
     unknown_model: picker::config::UnknownModelPolicy,
     pods: Vec<Pod>,
     /// Some pod is out of rotation for failing requests.
     any_ejected: bool,
-    /// Each pod's position in the table.
-    positions: Vec<usize>,
-    /// Each pod's address (a static pool's pods are told apart by it alone).
-    addresses: Vec<&'t str>,
     /// The look's index of each table position, built at the first request for a model
     /// (`u32::MAX`: not among the pods looked at, such as a prefill pod under P/D).
     by_position: Vec<u32>,
@@ -98,9 +96,9 @@ pub(super) struct PodRooms<'t> {
     claimed: Vec<Option<Vec<u32>>>,
 }
 
-impl<'t> PodRooms<'t> {
+impl<'p, 't> PodRooms<'p, 't> {
     pub fn new(
-        all: AllPods<'_, 't>,
+        all: AllPods<'p, 't>,
         inflight: &WorkerInflight,
         shape: Option<Shape<'t>>,
         limits: &SaturationLimits,
@@ -128,8 +126,7 @@ impl<'t> PodRooms<'t> {
             any_ejected: pods.iter().any(|pod| pod.ejected),
             kept: vec![false; pods.len()],
             pods,
-            positions: all.pods.iter().map(|pod| pod.position).collect(),
-            addresses: all.pods.iter().map(|pod| pod.address).collect(),
+            looked: all.pods,
             by_position: Vec::new(),
             any_kept: false,
             open_pods,
@@ -145,9 +142,9 @@ impl<'t> PodRooms<'t> {
         match self.shape.filter(|_| !whole_pool) {
             // The static pool's pods (no models to tell them apart by), within the hint.
             None => {
-                let addresses = &self.addresses;
+                let looked = self.looked;
                 let in_subset = |i: &usize| {
-                    let address = addresses.get(*i).copied().unwrap_or_default();
+                    let address = looked.get(*i).map_or("", |pod| pod.address);
                     reach.subset.is_none_or(|subset| subset.iter().any(|hinted| hinted.as_str() == address))
                 };
                 self.reached.extend((0..self.pods.len()).filter(in_subset).filter_map(|i| u32::try_from(i).ok()));
@@ -164,10 +161,9 @@ impl<'t> PodRooms<'t> {
                     index: Some(shape.models),
                 };
                 let Ok(eligible) = eligible_positions(shape.table, &query) else { return Room::Refused };
-                self.index_positions(shape);
-                let by_position = &self.by_position;
-                self.reached
-                    .extend(eligible.iter().filter_map(|&p| by_position.get(p).copied().filter(|&i| i != u32::MAX)));
+                let mut reached = std::mem::take(&mut self.reached);
+                self.look_indices(shape, &eligible, &mut reached);
+                self.reached = reached;
             }
         }
         let fail_open = self.pass_over_ejected();
@@ -186,17 +182,24 @@ impl<'t> PodRooms<'t> {
         })
     }
 
-    /// Builds the look's index of each table position, once per look.
-    fn index_positions(&mut self, shape: Shape<'_>) {
-        if !self.by_position.is_empty() {
-            return;
-        }
-        self.by_position.resize(shape.table.pods.len(), u32::MAX);
-        for (index, &position) in self.positions.iter().enumerate() {
-            if let (Some(slot), Ok(index)) = (self.by_position.get_mut(position), u32::try_from(index)) {
-                *slot = index;
+    /// Adds to `out` the look's index of each table position in `eligible` that is among
+    /// the pods looked at (table order kept). The index of positions is built at first use.
+    fn look_indices(&mut self, shape: Shape<'_>, eligible: &[usize], out: &mut Vec<u32>) {
+        if self.by_position.is_empty() {
+            self.by_position.resize(shape.table.pods.len(), u32::MAX);
+            for (index, pod) in self.looked.iter().enumerate() {
+                if let (Some(slot), Ok(index)) = (self.by_position.get_mut(pod.position), u32::try_from(index)) {
+                    *slot = index;
+                }
             }
         }
+        let by_position = &self.by_position;
+        out.extend(eligible.iter().filter_map(|&p| by_position.get(p).copied().filter(|&i| i != u32::MAX)));
+    }
+
+    /// Every pod looked at, by look index.
+    fn every_pod(&self) -> Vec<u32> {
+        (0..self.pods.len()).filter_map(|i| u32::try_from(i).ok()).collect()
     }
 
     /// Whether a band above `priority` waiting on another worker (`claims`, the same for every
@@ -250,9 +253,7 @@ impl<'t> PodRooms<'t> {
     /// The look's pods serving `model` (sorted), as a request for it is routed; every pod in
     /// the static pool.
     fn pods_of_model(&mut self, model: &str) -> Vec<u32> {
-        let Some(shape) = self.shape else {
-            return (0..self.pods.len()).filter_map(|i| u32::try_from(i).ok()).collect();
-        };
+        let Some(shape) = self.shape else { return self.every_pod() };
         let query = ModelQuery {
             model: Some(model),
             unknown_model: self.unknown_model,
@@ -262,12 +263,10 @@ impl<'t> PodRooms<'t> {
         let Ok(eligible) = eligible_positions(shape.table, &query) else {
             // A model this worker's table does not know (the other worker's table may be a
             // poll ahead or behind): every pod, so a higher band is never passed over.
-            return (0..self.pods.len()).filter_map(|i| u32::try_from(i).ok()).collect();
+            return self.every_pod();
         };
-        self.index_positions(shape);
-        let by_position = &self.by_position;
-        let mut pods: Vec<u32> =
-            eligible.iter().filter_map(|&p| by_position.get(p).copied().filter(|&i| i != u32::MAX)).collect();
+        let mut pods = Vec::new();
+        self.look_indices(shape, &eligible, &mut pods);
         pods.sort_unstable();
         pods
     }

@@ -59,6 +59,21 @@ enum Fit {
 }
 
 impl Look {
+    /// [`Look::fit`] for the request `rooms` last judged, its pods `own`: whether a higher band
+    /// elsewhere needs one of them, and who shares them at its band, read from the claims.
+    fn judge(
+        &self,
+        rooms: &mut PodRooms<'_, '_>,
+        priority: i32,
+        weight: u32,
+        config: &picker::config::FlowControlConfig,
+        own: OwnPods,
+    ) -> Fit {
+        let outranked = rooms.outranked(priority, &self.claims);
+        let sharing = if outranked { 0 } else { rooms.sharing(priority, &self.claims) };
+        self.fit(priority, weight, config, own, outranked, sharing)
+    }
+
     /// Whether a request of `priority` weighing `weight` sequences may be sent now to pods
     /// with `free` places. Not while a higher band waiting on another worker or replica needs
     /// one of its pods (`outranked`, see `PodRooms::outranked`: priority holds across them,
@@ -150,7 +165,7 @@ enum Stop {
     Release(u32),
     /// At the first request of a band below the newcomer's.
     Below,
-    /// Where nothing after may go now: every pod's turn is kept, or this worker holds.
+    /// Where nothing after may go now: every pod with a free place has its turn kept.
     Settled,
     /// After [`MAX_SCANNED`] requests.
     Unseen,
@@ -161,9 +176,9 @@ enum Stop {
 /// may go, another model's pods have room, every request looked at) it costs 7 µs natively
 /// at 1,024 waiting and 17–20 µs at 4,096 (`cargo bench -p bench-cost --bench decision --
 /// flow_scan`), so a queue at its largest (65,536) would cost about a quarter of a
-/// millisecond on every tick. Past the cap, requests wait for those before them, as when room was the
-/// pool's (a newcomer whose scan reaches the cap waits too), and the queue is not counted as
-/// swept.
+/// millisecond on every tick. Past the cap, requests wait for those before them, as when
+/// room was the pool's (a newcomer whose scan reaches the cap waits too), and the queue is
+/// not counted as swept.
 const MAX_SCANNED: usize = 4_096;
 
 /// What one look at the pool and the queue found.
@@ -304,9 +319,9 @@ pub fn on_tick(worker: &Worker, host: &dyn Host) {
     }
     release_ready(worker, host);
     let waiting = worker.flow.waiting();
-    let top = worker.flow.queue.try_borrow().ok().and_then(|queue| queue.next_priority());
     let slot = worker.inflight.try_borrow().ok().and_then(|i| i.slot());
     let queue = worker.flow.queue.try_borrow().ok();
+    let top = queue.as_deref().and_then(WaitQueue::next_priority);
     let claims = queue.as_deref().map(claims_of).unwrap_or_default();
     if let Ok(mut share) = worker.flow.share.try_borrow_mut() {
         share.sync(host, slot, u32::try_from(waiting).unwrap_or(u32::MAX), top, &claims, now);
@@ -408,11 +423,7 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 Room::Refused if newcomer.is_some() => return ControlFlow::Continue(()),
                 Room::Refused => return ControlFlow::Break(Stop::Release(entry.id)),
                 Room::Kept => Fit::NoRoom,
-                Room::Places(own) => {
-                    let outranked = rooms.outranked(priority, &look.claims);
-                    let sharing = if outranked { 0 } else { rooms.sharing(priority, &look.claims) };
-                    look.fit(priority, held.weight, config, own, outranked, sharing)
-                }
+                Room::Places(own) => look.judge(&mut rooms, priority, held.weight, config, own),
             };
             if fit == Fit::Now && newcomer.is_none() {
                 return ControlFlow::Break(Stop::Release(entry.id));
@@ -441,9 +452,7 @@ fn scan(worker: &Worker, host: &dyn Host, now: u64, newcomer: Option<&Newcomer<'
                 // No pod will take it: answered at once, whatever waits.
                 Room::Refused => true,
                 Room::Places(own) if read => {
-                    let outranked = rooms.outranked(newcomer.priority, &look.claims);
-                    let sharing = if outranked { 0 } else { rooms.sharing(newcomer.priority, &look.claims) };
-                    look.fit(newcomer.priority, newcomer.weight, config, own, outranked, sharing) == Fit::Now
+                    look.judge(&mut rooms, newcomer.priority, newcomer.weight, config, own) == Fit::Now
                 }
                 _ => false,
             }
