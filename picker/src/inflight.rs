@@ -63,9 +63,12 @@ struct Local {
 
 /// One pod's load summed over slots: requests, and uncached prompt tokens not yet answered.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-struct Load {
-    count: u32,
-    tokens: u32,
+pub struct Load {
+    /// Requests in flight, in sequences (a request of `n` choices counts `n`).
+    pub count: u32,
+    /// Uncached prompt tokens of those requests whose pod has not started answering
+    /// (learning and P/D count them; 0 otherwise).
+    pub tokens: u32,
 }
 
 /// This worker's view of the requests in flight per pod.
@@ -493,6 +496,11 @@ fn add_entries(totals: &mut HashMap<String, Load>, mut positioned: Option<Positi
 /// This Envoy's requests in flight per pod: every live worker slot, summed (what the pool
 /// service tells other replicas).
 pub fn envoy_totals(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, u32> {
+    envoy_loads(store, now_ms).into_iter().map(|(address, load)| (address, load.count)).collect()
+}
+
+/// This Envoy's load per pod, requests and prompt tokens: every live worker slot, summed.
+pub fn envoy_loads(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, Load> {
     let mut totals = HashMap::new();
     for key in INFLIGHT_SLOT_KEYS {
         let Ok((Some(bytes), _)) = store.get(key) else { break };
@@ -500,7 +508,7 @@ pub fn envoy_totals(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, u32
             add_entries(&mut totals, None, &bytes);
         }
     }
-    totals.into_iter().map(|(address, load)| (address, load.count)).collect()
+    totals
 }
 
 /// Publishes other replicas' summed counts for this Envoy's workers to add to their view.

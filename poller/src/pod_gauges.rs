@@ -1,6 +1,6 @@
 //! Per-pod gauges as the picker sees them, set each time the pool service publishes a table:
-//! queue (`waiting`, `running`), KV-cache use, this Envoy's requests in flight, age of the
-//! pod's data and whether it is in rotation.
+//! queue (`waiting`, `running`), KV-cache use, this Envoy's requests and uncached prompt
+//! tokens in flight, age of the pod's data and whether it is in rotation.
 //!
 //! Each gauge is named `wasm_epp.<gauge>.pod.<ip:port>`; the bootstrap's `stats_tags` rule
 //! (envoy/envoy.yaml.template) turns the address into a label, so `/stats/prometheus` shows
@@ -10,23 +10,25 @@
 
 use hashbrown::HashMap;
 use picker::address::PodAddress;
+use picker::inflight::Load;
 use picker::pod_table::PodTable;
 use wasm_epp_host::{Gauge, Metrics};
 
 /// Pods that get per-pod series, at most. A dashboard cannot show more lines usefully, a
 /// Prometheus series costs memory for as long as it is kept, and each gauge changed is one
-/// host call per publish (7 gauges x 256 pods = 1,792 calls per poll interval at worst). Pods
+/// host call per publish (8 gauges x 256 pods = 2,048 calls per poll interval at worst). Pods
 /// beyond it (in table order) are counted in `wasm_epp_pod_series_omitted`.
 pub const MAX_POD_SERIES: usize = 256;
 
 /// The families, in the order [`PodValues::as_array`] gives their values.
-const FAMILIES: [&str; 7] = [
+const FAMILIES: [&str; 8] = [
     "wasm_epp.pod_in_pool.pod",
     "wasm_epp.pod_healthy.pod",
     "wasm_epp.pod_waiting.pod",
     "wasm_epp.pod_running.pod",
     "wasm_epp.pod_kv_usage_permille.pod",
     "wasm_epp.pod_inflight.pod",
+    "wasm_epp.pod_prompt_tokens_in_flight.pod",
     "wasm_epp.pod_data_age_ms.pod",
 ];
 
@@ -40,11 +42,14 @@ struct PodValues {
     /// KV-cache use in thousandths (vLLM reports a fraction 0..1).
     kv_usage_permille: u64,
     inflight: u64,
+    /// Uncached prompt tokens sent and not yet answered (the token load learning and P/D
+    /// weigh pods by; 0 with both off).
+    prompt_tokens_in_flight: u64,
     data_age_ms: u64,
 }
 
 impl PodValues {
-    fn as_array(self) -> [u64; 7] {
+    fn as_array(self) -> [u64; 8] {
         [
             self.in_pool,
             self.healthy,
@@ -52,6 +57,7 @@ impl PodValues {
             self.running,
             self.kv_usage_permille,
             self.inflight,
+            self.prompt_tokens_in_flight,
             self.data_age_ms,
         ]
     }
@@ -67,7 +73,7 @@ fn whole(value: f64) -> u64 {
 }
 
 /// Addresses that ever get series, at most: Envoy keeps a stat for good, so each pod of every
-/// rollout (a new IP each) adds 7 that stay. A pool of 16 rolled out 256 times.
+/// rollout (a new IP each) adds 8 that stay. A pool of 16 rolled out 256 times.
 pub const MAX_POD_SERIES_EVER: usize = 4_096;
 
 /// The pods with series in the pool now, and what each was last set to (only changes reach
@@ -93,8 +99,8 @@ impl PodGauges {
     }
 
     /// Sets every pod's gauges from the table just published and `inflight` (this Envoy's
-    /// requests in flight per pod, every worker summed).
-    pub fn record(&mut self, metrics: &Metrics, table: &PodTable, inflight: &HashMap<String, u32>, now_ms: u64) {
+    /// load per pod, every worker summed).
+    pub fn record(&mut self, metrics: &Metrics, table: &PodTable, inflight: &HashMap<String, Load>, now_ms: u64) {
         // Departed pods first: their places go to the pods of this table.
         let gone: Vec<PodAddress> =
             self.last.keys().filter(|address| !table.pods.iter().any(|p| &p.address == *address)).cloned().collect();
@@ -116,13 +122,15 @@ impl PodGauges {
             let joined_ms = *self.joined_ms.entry(pod.address.clone()).or_insert(now_ms);
             // `last_success_ms` 0: never answered (the host's clock is never 0).
             let data_since_ms = if pod.last_success_ms == 0 { joined_ms } else { pod.last_success_ms };
+            let load = inflight.get(pod.address.as_str()).copied().unwrap_or_default();
             let values = PodValues {
                 in_pool: 1,
                 healthy: u64::from(pod.healthy),
                 waiting: whole(pod.waiting),
                 running: whole(pod.running),
                 kv_usage_permille: pod.kv_usage.map_or(0, |kv| whole(kv * 1000.0)),
-                inflight: inflight.get(pod.address.as_str()).copied().map_or(0, u64::from),
+                inflight: u64::from(load.count),
+                prompt_tokens_in_flight: u64::from(load.tokens),
                 data_age_ms: now_ms.saturating_sub(data_since_ms),
             };
             self.set(metrics, &pod.address, values);
@@ -172,12 +180,13 @@ mod tests {
         let metrics = Metrics::new();
         let mut gauges = PodGauges::define(&metrics);
         let table = PodTable { pods: vec![pod("10.0.0.1:8000", 3.4, 0.25)], ..PodTable::default() };
-        let inflight = HashMap::from([("10.0.0.1:8000".to_string(), 5)]);
+        let inflight = HashMap::from([("10.0.0.1:8000".to_string(), Load { count: 5, tokens: 4_096 })]);
         gauges.record(&metrics, &table, &inflight, 1_000);
         metrics.flush(&host);
         assert_eq!(host.metric("wasm_epp.pod_waiting.pod.10.0.0.1:8000"), 3);
         assert_eq!(host.metric("wasm_epp.pod_kv_usage_permille.pod.10.0.0.1:8000"), 250);
         assert_eq!(host.metric("wasm_epp.pod_inflight.pod.10.0.0.1:8000"), 5);
+        assert_eq!(host.metric("wasm_epp.pod_prompt_tokens_in_flight.pod.10.0.0.1:8000"), 4_096);
         assert_eq!(host.metric("wasm_epp.pod_data_age_ms.pod.10.0.0.1:8000"), 100);
         assert_eq!(host.metric("wasm_epp.pod_healthy.pod.10.0.0.1:8000"), 1);
     }

@@ -180,7 +180,7 @@ impl PoolService {
         let oldest = table.pods.iter().filter(|p| p.healthy).map(|p| now.saturating_sub(p.last_success_ms)).max();
         self.metrics.set(stats.data_age_ms, oldest.unwrap_or(0));
         if let Some(gauges) = self.pod_gauges.as_mut() {
-            gauges.record(&self.metrics, &table, &picker::inflight::envoy_totals(host, now), now);
+            gauges.record(&self.metrics, &table, &picker::inflight::envoy_loads(host, now), now);
         }
     }
 

@@ -106,6 +106,28 @@ fn a_burst_of_long_prompts_spreads_and_short_ones_avoid_them() {
     assert_spread(&burst(&cluster, "/v1/completions", |tag, words| streamed(&text(tag, words), 4)));
 }
 
+/// The pool service's per-pod gauge shows a long prompt's uncached tokens while its pod has
+/// not answered, and none once it has: what token load weighs the pod by, for a dashboard.
+#[test]
+fn a_pods_prompt_tokens_in_flight_show_until_it_answers() {
+    let cluster = start("learn-token-gauge", 1, &["--time-scale", "0"]);
+    let pod = cluster.pods[0].address();
+    let gauge = format!("wasm_epp_pod_prompt_tokens_in_flight{{pod=\"{pod}\"}}");
+    cluster.pods[0].set_faults(&serde_json::json!({"extra_latency_ms": 3000})).unwrap();
+    std::thread::scope(|scope| {
+        let answer = scope.spawn(|| cluster.post("/v1/completions", &[], &streamed(&text("gauge", 6_000), 4)));
+        let mut seen = 0.0;
+        let shown = launcher::wait_until(Duration::from_millis(2_500), || {
+            seen = cluster.stat(&gauge);
+            seen >= 1_000.0
+        });
+        assert!(shown, "{gauge} read {seen} while a 6,000-token prompt waited for its first token");
+        assert_eq!(answer.join().unwrap().status, 200);
+    });
+    let released = launcher::wait_until(Duration::from_secs(5), || cluster.stat(&gauge) == 0.0);
+    assert!(released, "{gauge} still reads {} after the answer", cluster.stat(&gauge));
+}
+
 /// An agent's streamed Responses API turn with `words` tokens of instructions.
 fn agent_turn(tag: &str, words: usize) -> String {
     serde_json::json!({
