@@ -93,6 +93,7 @@ fn pod(u: &mut Unstructured<'_>) -> Result<(PodState, String)> {
             models: u.arbitrary()?,
             adapters: u.arbitrary()?,
             resident_loras: u.arbitrary()?,
+            names_cut: u.arbitrary()?,
         },
         raw,
     ))

@@ -79,6 +79,10 @@ pub fn same_pod(a: &PodState, b: &PodState) -> bool {
         && a.max_loras == b.max_loras
         && a.running_loras == b.running_loras
         && a.waiting_loras == b.waiting_loras
+        && a.models == b.models
+        && a.adapters == b.adapters
+        && a.resident_loras == b.resident_loras
+        && a.names_cut == b.names_cut
 }
 
 /// Panics unless `decoded` is `expected` up to float parsing precision.

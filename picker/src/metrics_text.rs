@@ -86,6 +86,8 @@ pub struct LoraState {
     pub max_loras: u32,
     pub running: Vec<String>,
     pub waiting: Vec<String>,
+    /// A name was dropped from a list (over-long, or past the bound).
+    pub cut: bool,
 }
 
 #[derive(Default)]
@@ -156,10 +158,13 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
         "vllm:lora_requests_info" => {
             if value.is_finite() && value >= totals.lora_timestamp {
                 totals.lora_timestamp = value;
+                let (running, running_cut) = split_list(sample.label("running_lora_adapters"));
+                let (waiting, waiting_cut) = split_list(sample.label("waiting_lora_adapters"));
                 metrics.lora = Some(LoraState {
                     max_loras: sample.label("max_lora").and_then(|v| v.parse().ok()).unwrap_or(0),
-                    running: split_list(sample.label("running_lora_adapters")),
-                    waiting: split_list(sample.label("waiting_lora_adapters")),
+                    running,
+                    waiting,
+                    cut: running_cut || waiting_cut,
                 });
             }
             return;
@@ -223,15 +228,18 @@ pub const MAX_ADAPTER_NAME_BYTES: usize = 256;
 
 /// A comma-separated adapter list, bounded in count and name length: it is stored in the
 /// pod table and published to every worker, so a pod may not make it grow without limit.
-fn split_list(value: Option<&str>) -> Vec<String> {
-    value
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|name| !name.is_empty() && name.len() <= MAX_ADAPTER_NAME_BYTES)
-        .take(MAX_ADAPTERS_PER_LIST)
-        .map(str::to_string)
-        .collect()
+/// `true` beside it when a name was dropped.
+fn split_list(value: Option<&str>) -> (Vec<String>, bool) {
+    let mut list = Vec::new();
+    let mut cut = false;
+    for name in value.unwrap_or("").split(',').map(str::trim).filter(|name| !name.is_empty()) {
+        if name.len() <= MAX_ADAPTER_NAME_BYTES && list.len() < MAX_ADAPTERS_PER_LIST {
+            list.push(name.to_string());
+        } else {
+            cut = true;
+        }
+    }
+    (list, cut)
 }
 
 #[cfg(test)]
@@ -258,9 +266,11 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
     fn adapter_lists_from_a_lying_pod_are_bounded() {
         let many: Vec<String> = (0..10_000).map(|i| format!("adapter-{i}")).collect();
         let long = "x".repeat(MAX_ADAPTER_NAME_BYTES + 1);
-        let list = split_list(Some(&format!("{long},{}", many.join(","))));
+        let (list, cut) = split_list(Some(&format!("{long},{}", many.join(","))));
         assert_eq!(list.len(), MAX_ADAPTERS_PER_LIST);
         assert_eq!(list.first().map(String::as_str), Some("adapter-0"), "an over-long name is dropped");
+        assert!(cut, "and the list says it lacks names");
+        assert_eq!(split_list(Some("a, b,")), (vec!["a".to_owned(), "b".to_owned()], false));
     }
 
     #[test]

@@ -49,6 +49,12 @@ pub struct PodState {
     /// Adapters resident on the pod's GPU now.
     #[serde(default)]
     pub resident_loras: Vec<String>,
+    /// The pod named more models or adapters than its lists keep (or a name too long to
+    /// keep): it may serve a name no list holds, so a request for a name no pod lists goes to
+    /// it rather than being answered 404 by the gateway. Written only when set, so tables
+    /// stay as they were for pods within the bounds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub names_cut: bool,
 }
 
 impl PodState {
@@ -63,8 +69,10 @@ impl PodState {
     }
 
     /// Drops over-long names and keeps at most [`crate::metrics_text::MAX_ADAPTERS_PER_LIST`]
-    /// in each of the pod's model and adapter lists, as a pod's own report is bounded.
+    /// in each of the pod's model and adapter lists, as a pod's own report is bounded (and
+    /// marks the lists cut when it dropped a name).
     pub fn bound_name_lists(&mut self) {
+        let mut cut = false;
         let lists = [
             &mut self.running_loras,
             &mut self.waiting_loras,
@@ -73,9 +81,12 @@ impl PodState {
             &mut self.resident_loras,
         ];
         for list in lists {
+            let before = list.len();
             list.retain(|name| name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES);
             list.truncate(crate::metrics_text::MAX_ADAPTERS_PER_LIST);
+            cut |= list.len() != before;
         }
+        self.names_cut |= cut;
     }
 
     /// Every list naming the pod's adapters: registered, running, waiting, resident.
@@ -120,35 +131,45 @@ impl PodState {
             models: Vec::new(),
             adapters: Vec::new(),
             resident_loras: Vec::new(),
+            names_cut: false,
         }
     }
 
-    pub fn set_lora(&mut self, lora: Option<LoraState>) {
+    /// Takes a scrape's names: its adapter requests (`lora`), the models it named (`scraped`),
+    /// and those `/v1/models` listed (kept from the last catalog poll, which runs less often
+    /// than the scrape).
+    pub fn set_names(
+        &mut self,
+        lora: Option<LoraState>,
+        scraped: crate::models::residency::ScrapedModels,
+        catalog: Option<&crate::models::catalog::Catalog>,
+    ) {
         let lora = lora.unwrap_or_default();
         self.max_loras = lora.max_loras;
         self.running_loras = lora.running;
         self.waiting_loras = lora.waiting;
-    }
-
-    /// Takes the models a scrape named, and those `/v1/models` listed (kept from the last
-    /// catalog poll, which runs less often than the scrape).
-    pub fn set_models(
-        &mut self,
-        scraped: crate::models::residency::ScrapedModels,
-        catalog: Option<&crate::models::catalog::Catalog>,
-    ) {
-        let mut models = scraped.base;
-        let mut adapters = scraped.adapters;
-        if let Some(catalog) = catalog {
-            catalog.base.iter().for_each(|name| crate::models::push_bounded(&mut models, name));
-            catalog.adapters.iter().for_each(|name| crate::models::push_bounded(&mut adapters, name));
-        }
-        self.models = models;
-        self.adapters = adapters;
+        self.names_cut = lora.cut || scraped.cut;
+        self.models = scraped.base;
+        self.adapters = scraped.adapters;
         self.resident_loras = scraped.resident;
         if let Some(slots) = scraped.max_gpu_loras {
             self.max_loras = slots;
         }
+        if let Some(catalog) = catalog {
+            self.add_catalog(catalog);
+        }
+    }
+
+    /// Adds what `/v1/models` listed to the names the pod's scrapes gave.
+    pub fn add_catalog(&mut self, catalog: &crate::models::catalog::Catalog) {
+        let mut cut = catalog.cut;
+        for name in &catalog.base {
+            cut |= !crate::models::push_bounded(&mut self.models, name);
+        }
+        for name in &catalog.adapters {
+            cut |= !crate::models::push_bounded(&mut self.adapters, name);
+        }
+        self.names_cut |= cut;
     }
 }
 

@@ -411,8 +411,7 @@ impl PoolPoller {
         state.num_gpu_blocks = metrics.num_gpu_blocks.or(state.num_gpu_blocks);
         state.last_success_ms = now_ms;
         state.consecutive_failures = 0;
-        state.set_lora(metrics.lora);
-        state.set_models(metrics.models, record.catalog.as_ref());
+        state.set_names(metrics.lora, metrics.models, record.catalog.as_ref());
         self.dirty = true;
         if new_epoch {
             self.take_epoch();
@@ -481,9 +480,7 @@ impl PoolPoller {
     /// A pod's `/v1/models` list arrived: kept for later scrapes and merged into its state now.
     pub fn set_catalog(&mut self, address: &PodAddress, catalog: crate::models::catalog::Catalog) {
         let Some(record) = self.pods.iter_mut().find(|r| &r.address == address) else { return };
-        let state = &mut record.state;
-        catalog.base.iter().for_each(|name| crate::models::push_bounded(&mut state.models, name));
-        catalog.adapters.iter().for_each(|name| crate::models::push_bounded(&mut state.adapters, name));
+        record.state.add_catalog(&catalog);
         record.catalog = Some(catalog);
         self.dirty = true;
     }
@@ -575,7 +572,10 @@ mod tests {
         let names = |p: &mut PoolPoller, now| p.take_table(now).unwrap().pods[0].models.clone();
         p.scrape_started(&a, 1, 1);
         p.on_scrape(1, ScrapeResult::Answered { status: 200, body: SCRAPE }, 1);
-        p.set_catalog(&a, crate::models::catalog::Catalog { base: vec!["old-model".into()], adapters: Vec::new() });
+        p.set_catalog(
+            &a,
+            crate::models::catalog::Catalog { base: vec!["old-model".into()], adapters: Vec::new(), cut: false },
+        );
         assert_eq!(names(&mut p, 2), ["old-model"]);
         // Its prefix counter went back: another engine, whose `/v1/models` has not answered yet.
         let restarted =

@@ -172,6 +172,12 @@ fn eligible_pods(query: &ModelQuery<'_>, table: &PodTable) -> Result<Vec<(usize,
     if !serving.is_empty() {
         return Ok(serving.into_iter().map(|(i, _)| (i, 0)).collect());
     }
+    // A name no pod lists may still be served by a pod whose lists were cut at their bound:
+    // it answers for itself (its own 404 if it does not serve the name either).
+    let cut: Vec<(usize, u8)> = index.cut().iter().map(|&i| (i as usize, 0)).filter(|&(i, _)| in_subset(i)).collect();
+    if !cut.is_empty() {
+        return Ok(cut);
+    }
     match query.unknown_model {
         UnknownModelPolicy::RouteByLoad => everyone(),
         UnknownModelPolicy::Reject if query.subset.is_some() && index.knows(model) => Err(NoRoute::SubsetEmpty),

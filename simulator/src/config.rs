@@ -21,8 +21,10 @@ pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: usize = 8192;
 /// KV transfer per prompt token, ms: an 8B model's KV is about 128 KiB per token, which NIXL
 /// over a 25 GB/s RDMA link moves in about 5 µs (an 8k-token prompt in about 40 ms).
 pub const DEFAULT_KV_TRANSFER_PER_TOKEN_MS: f64 = 0.005;
-/// Most LoRA adapters one pod knows at once (flags plus runtime loads).
-pub const MAX_LORA_ADAPTERS: usize = 64;
+/// Most LoRA adapters one pod knows at once (flags plus runtime loads). vLLM bounds the
+/// adapters held in memory (`--max-cpu-loras`), not those registered: a multi-tenant pod may
+/// register hundreds, more than a gateway's lists keep.
+pub const MAX_LORA_ADAPTERS: usize = 1024;
 
 /// Time to bring an adapter onto the GPU, ms: a rank-16 adapter of a small model is tens of
 /// MB copied from host memory; a modelling choice, not a measurement (`--lora-load-ms`).

@@ -13,6 +13,8 @@ pub struct Catalog {
     pub base: Vec<String>,
     /// Models with a parent (LoRA adapters).
     pub adapters: Vec<String>,
+    /// A name was dropped (over-long, or past the bound): the pod serves more than listed.
+    pub cut: bool,
 }
 
 #[derive(Deserialize)]
@@ -38,7 +40,7 @@ pub fn parse_catalog(body: &[u8], max_bytes: usize) -> Result<Catalog, String> {
     let mut catalog = Catalog::default();
     for card in &list.data {
         let list = if card.parent.is_some() { &mut catalog.adapters } else { &mut catalog.base };
-        super::push_bounded(list, &card.id);
+        catalog.cut |= !super::push_bounded(list, &card.id);
     }
     Ok(catalog)
 }
@@ -64,5 +66,7 @@ mod tests {
         let body = format!("{{\"data\":[{}]}}", many.join(","));
         let catalog = parse_catalog(body.as_bytes(), 1 << 20).unwrap();
         assert_eq!(catalog.base.len(), super::super::MAX_MODELS_PER_POD);
+        assert!(catalog.cut, "the pod lists more than is kept");
+        assert!(!parse_catalog(br#"{"data":[{"id":"a"}]}"#, 100).unwrap().cut);
     }
 }

@@ -46,6 +46,8 @@ pub struct ModelIndex {
     pod_keys: Vec<u64>,
     /// Pods that name no model at all (they may serve anything).
     silent: Vec<u32>,
+    /// Pods that named more than their lists keep: they may serve a name no list holds.
+    cut: Vec<u32>,
     /// Free adapter slots on the pods that hold adapters; `None` if one of them does not
     /// report `max_loras` (no slot is then known to be scarce).
     free_total: Option<i64>,
@@ -69,6 +71,9 @@ impl ModelIndex {
                     index.silent.push(i);
                 }
                 continue;
+            }
+            if pod.names_cut {
+                index.cut.push(i);
             }
             if adapters.iter().any(|list| !list.is_empty()) {
                 index.free_total =
@@ -168,6 +173,12 @@ impl ModelIndex {
     /// Pods that name no model.
     pub fn silent(&self) -> &[u32] {
         &self.silent
+    }
+
+    /// Pods whose model or adapter lists were cut at their bound (a pod registering more
+    /// adapters than the table keeps): a name no pod lists may be one of theirs.
+    pub fn cut(&self) -> &[u32] {
+        &self.cut
     }
 }
 

@@ -13,8 +13,9 @@
 //! never refused as unknown), except a name a model rewrite sends elsewhere, which is listed
 //! when one of the targets the rule can draw is served. When the table cannot say (a pod that
 //! names no model may serve anything: an engine without model labels, or while no pod names
-//! any; see [`crate::pod_table::PodState::may_serve_any_model`]), there is no list and the
-//! request goes to a pod as before.
+//! any; see [`crate::pod_table::PodState::may_serve_any_model`]; or a pod that named more
+//! names than its lists keep, [`crate::pod_table::PodState::names_cut`]), there is no list and
+//! the request goes to a pod as before.
 
 use std::collections::BTreeMap;
 
@@ -36,7 +37,8 @@ const OWNED_BY: &str = "wasm-epp";
 pub fn pool_model_list(table: &PodTable, rewrites: &[ModelRewrite], created_s: u64) -> Option<Value> {
     let pods = &table.pods;
     let table_names_models = pods.iter().any(|pod| !pod.names_no_model());
-    if !table_names_models || pods.iter().any(|pod| pod.may_serve_any_model(table_names_models)) {
+    let unlisted = |pod: &crate::pod_table::PodState| pod.may_serve_any_model(table_names_models) || pod.names_cut;
+    if !table_names_models || pods.iter().any(unlisted) {
         return None;
     }
     // Name → parent. Base models first, so a name one pod serves as its base and another as an
@@ -154,6 +156,9 @@ mod tests {
         let list = pool_model_list(&table(vec![pod("10.0.0.1:8000", &["llama"], &[]), never_answered.clone()]), &[], 0);
         assert_eq!(ids_and_parents(&list.unwrap()), vec![("llama".to_owned(), None)]);
         assert!(pool_model_list(&table(vec![never_answered]), &[], 0).is_none(), "a pool starting up");
+        // A pod registering more adapters than its lists keep serves names none lists.
+        let cut = PodState { names_cut: true, ..pod("10.0.0.5:8000", &["qwen"], &["a0"]) };
+        assert!(pool_model_list(&table(vec![pod("10.0.0.1:8000", &["llama"], &[]), cut]), &[], 0).is_none());
     }
 
     #[test]

@@ -24,12 +24,17 @@ pub mod rewrite;
 /// pod (vLLM's `--max-cpu-loras` is a few dozen); a longer list is a pod flooding the table.
 pub const MAX_MODELS_PER_POD: usize = crate::metrics_text::MAX_ADAPTERS_PER_LIST;
 
-/// Keeps `name` in `list` if it is new, short enough and the list has room.
-pub(crate) fn push_bounded(list: &mut Vec<String>, name: &str) {
-    let fits = !name.is_empty() && name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES;
-    if fits && list.len() < MAX_MODELS_PER_POD && !list.iter().any(|known| known == name) {
+/// Keeps `name` in `list` if it is new, short enough and the list has room; `false` when a
+/// name was dropped (too long, or the list full): the pod serves a name its list lacks.
+pub(crate) fn push_bounded(list: &mut Vec<String>, name: &str) -> bool {
+    if name.is_empty() || list.iter().any(|known| known == name) {
+        return true;
+    }
+    let fits = name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES && list.len() < MAX_MODELS_PER_POD;
+    if fits {
         list.push(name.to_owned());
     }
+    fits
 }
 
 #[cfg(test)]
@@ -39,10 +44,11 @@ mod tests {
     #[test]
     fn lists_stay_bounded() {
         let mut list = Vec::new();
-        for i in 0..1000 {
-            push_bounded(&mut list, &format!("m{i}"));
-        }
-        push_bounded(&mut list, "m0");
+        let kept = (0..1000).filter(|i| push_bounded(&mut list, &format!("m{i}"))).count();
+        assert!(push_bounded(&mut list, "m0"), "a name kept already is no drop");
         assert_eq!(list.len(), MAX_MODELS_PER_POD);
+        assert_eq!(kept, MAX_MODELS_PER_POD, "every name past the bound is reported dropped");
+        let long = "x".repeat(crate::metrics_text::MAX_ADAPTER_NAME_BYTES + 1);
+        assert!(!push_bounded(&mut Vec::new(), &long));
     }
 }

@@ -24,6 +24,8 @@ pub struct ScrapedModels {
     pub resident: Vec<String>,
     /// `vllm:max_gpu_lora_adapters`, when reported.
     pub max_gpu_loras: Option<u32>,
+    /// A name was dropped (over-long, or past the bound): the pod serves more than listed.
+    pub cut: bool,
 }
 
 /// Longest slot count believed (GPUs hold a few dozen adapters at most).
@@ -37,9 +39,9 @@ pub fn apply(sample: &Sample<'_>, models: &mut ScrapedModels) -> bool {
             // label lookup keeps a pool of old and new builds readable during an upgrade.
             if let Some(name) = sample.label("adapter_name").or_else(|| sample.label("lora_name")) {
                 if sample.value > 0.0 {
-                    super::push_bounded(&mut models.adapters, name);
+                    models.cut |= !super::push_bounded(&mut models.adapters, name);
                     if sample.label("level") == Some("gpu") {
-                        super::push_bounded(&mut models.resident, name);
+                        models.cut |= !super::push_bounded(&mut models.resident, name);
                     }
                 }
             }
@@ -53,7 +55,7 @@ pub fn apply(sample: &Sample<'_>, models: &mut ScrapedModels) -> bool {
         }
         _ => {
             if let Some(name) = sample.label("model_name") {
-                super::push_bounded(&mut models.base, name);
+                models.cut |= !super::push_bounded(&mut models.base, name);
             }
             false
         }

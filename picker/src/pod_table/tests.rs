@@ -134,3 +134,39 @@ fn past_the_bound_the_rest_is_not_kept() {
     assert_eq!(decoded.pods.len(), MAX_PODS);
     assert_eq!(decoded.pods.last().map(|p| &p.address), big.pods.get(MAX_PODS - 1).map(|p| &p.address));
 }
+
+#[test]
+fn a_pods_cut_lists_say_so_through_the_table_and_a_list_cut_on_the_way_in_too() {
+    let mut cut = table();
+    cut.pods[0].names_cut = true;
+    assert!(PodTable::decode(&cut.encode()).unwrap().pods[0].names_cut);
+    assert!(!String::from_utf8(table().encode()).unwrap().contains("names_cut"), "written only when set");
+    let mut flood = table();
+    flood.pods[1].adapters = (0..crate::metrics_text::MAX_ADAPTERS_PER_LIST + 1).map(|i| format!("a{i}")).collect();
+    let decoded = PodTable::decode(&flood.encode()).unwrap();
+    assert_eq!(decoded.pods[1].adapters.len(), crate::metrics_text::MAX_ADAPTERS_PER_LIST);
+    assert!(decoded.pods[1].names_cut);
+    assert!(!decoded.pods[0].names_cut);
+}
+
+#[test]
+fn a_scrape_or_model_list_naming_more_than_is_kept_marks_the_pod_cut_until_one_does_not() {
+    use crate::models::catalog::Catalog;
+    use crate::models::residency::ScrapedModels;
+    let mut state = pod("10.0.0.1:8000");
+    let scraped = || ScrapedModels { base: vec!["base".into()], ..ScrapedModels::default() };
+    let listed = Catalog { base: vec!["base".into()], adapters: vec!["a1".into()], cut: true };
+    state.set_names(None, scraped(), Some(&listed));
+    assert!(state.names_cut, "/v1/models listed more than it kept");
+    state.set_names(None, scraped(), Some(&Catalog { cut: false, ..listed.clone() }));
+    assert!(!state.names_cut, "each scrape says anew");
+    let lora = crate::metrics_text::LoraState { cut: true, ..Default::default() };
+    state.set_names(Some(lora), scraped(), None);
+    assert!(state.names_cut, "adapter requests named past the bound");
+    // The scrape's names and the catalog's together past the bound.
+    let many = |prefix: &str| (0..40).map(|i| format!("{prefix}{i}")).collect::<Vec<String>>();
+    let scraped = ScrapedModels { adapters: many("s"), ..scraped() };
+    state.set_names(None, scraped, Some(&Catalog { adapters: many("c"), ..Catalog::default() }));
+    assert_eq!(state.adapters.len(), crate::models::MAX_MODELS_PER_POD);
+    assert!(state.names_cut);
+}

@@ -62,6 +62,22 @@ fn pods_that_do_not_tell_their_models_still_serve_when_no_pod_claims_the_model()
 }
 
 #[test]
+fn a_name_no_pod_lists_goes_to_a_pod_whose_lists_were_cut_not_to_a_404() {
+    // The second pod registers more adapters than its lists keep: the adapter asked for may
+    // be one of those it lacks, so it gets the request (and answers for itself).
+    let mut many = pod("10.0.0.2:80", "base", &["a0", "a1"], &[], 5.0);
+    many.names_cut = true;
+    let pool = table(vec![pod("10.0.0.1:80", "other", &[], &[], 0.0), many.clone()]);
+    for _ in 0..20 {
+        assert_eq!(choose_for(&pool, ask("a99")).unwrap().address.as_str(), "10.0.0.2:80");
+        assert_eq!(choose_for(&pool, ask("other")).unwrap().address.as_str(), "10.0.0.1:80", "a listed name as before");
+    }
+    many.names_cut = false;
+    let pool = table(vec![pod("10.0.0.1:80", "other", &[], &[], 0.0), many]);
+    assert_eq!(choose_for(&pool, ask("a99")).unwrap_err(), NoRoute::UnknownModel, "lists whole: the gateway's 404");
+}
+
+#[test]
 fn resident_adapters_win_then_free_slots_then_swaps() {
     let pool = table(vec![
         pod("10.0.0.1:80", "base", &["a", "b", "c"], &["b", "c"], 0.0),

@@ -34,6 +34,34 @@ fn mixed_pool(name: &str, adjust: impl FnOnce(&mut launcher::envoy::EnvoyOptions
     cluster
 }
 
+/// A pod registering more adapters than the gateway's lists keep (64 per pod) serves the rest
+/// too: a request for one of those reaches it (not the gateway's 404), and a name no pod
+/// serves is still answered 404, by that pod.
+#[test]
+fn an_adapter_past_a_pods_listed_bound_is_served_not_refused_as_unknown() {
+    let adapters = (0..100).map(|i| format!("tenant-{i}")).collect::<Vec<_>>().join(",");
+    let many = vec!["--time-scale", "0", "--model", "qwen", "--max-loras", "4", "--lora-adapters", &adapters];
+    let llama = vec!["--time-scale", "0", "--model", "llama"];
+    let cluster = Cluster::start_mixed("models-many-adapters", &[llama, many], |_| {});
+    let pods = cluster.pool();
+    // The adapter lists come with the first /v1/models round: wait until a listed one routes.
+    let listed =
+        launcher::wait_until(Duration::from_secs(15), || cluster.complete_model("tenant-3", "warm", &[]).status == 200);
+    assert!(listed, "{}", cluster.envoy.log_tail(20));
+    std::thread::sleep(e2e::TABLE_REACHES_WORKERS);
+    for i in [3, 63, 64, 90, 99] {
+        let model = format!("tenant-{i}");
+        let reply = cluster.complete_model(&model, &format!("t {i}"), &[]);
+        assert_eq!((reply.status, cluster.served_by_pool(&reply)), (200, pods[1].clone()), "{model}: {}", reply.body);
+    }
+    let unknown = cluster.complete_model("gpt-9", "x", &[]);
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert_eq!(unknown.header("x-wasm-epp"), None, "answered by the pod whose list was cut");
+    assert_eq!(cluster.served_by_pool(&unknown), pods[1]);
+    let llama = cluster.complete_model("llama", "l", &[]);
+    assert_eq!((llama.status, cluster.served_by_pool(&llama)), (200, pods[0].clone()), "listed names as before");
+}
+
 #[test]
 fn requests_reach_only_pods_serving_their_model_and_unknown_models_get_404_from_the_gateway() {
     let cluster = mixed_pool("models-filter", |_| {});
