@@ -12,6 +12,10 @@
 //! pass. Anything unexpected (no delimiter, headers or a value too long, text that is not
 //! UTF-8) reads as "no model", and the upload is routed by load as before.
 
+mod part_headers;
+
+use part_headers::{named_parameters, part_name};
+
 /// The most bytes of one part's headers read (a part names itself in one short line).
 const MAX_PART_HEADERS: usize = 4096;
 
@@ -206,56 +210,6 @@ enum Step {
     Answer(FormRead),
     /// More of the body is needed.
     Wait,
-}
-
-/// The `name` a part's headers give it (`Content-Disposition: form-data; name="model"`), read
-/// as python-multipart reads it (Starlette's parser, so vLLM's): the last `Content-Disposition`
-/// header's last `name` parameter, whatever the disposition's type; a `;` within quotes
-/// separates nothing (`filename="a; name=model"` names no model), and a quoted value is
-/// unescaped. Headers are not UTF-8 by rule (python-multipart reads them as Latin-1): bytes
-/// that are not do not hide a `name` beside them.
-fn part_name(headers: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(headers);
-    let disposition = text
-        .split("\r\n")
-        .filter_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.trim().eq_ignore_ascii_case("content-disposition").then_some(value)
-        })
-        .last()?;
-    named_parameters(disposition).filter_map(|(name, value)| (name == "name").then_some(value)).last()
-}
-
-/// A header value's parameters after its first part (`form-data; name="model"`,
-/// `multipart/form-data; boundary=x`): each name lowercased, each value trimmed of HTTP's
-/// white space and unquoted.
-fn named_parameters(value: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    const WHITE_SPACE: [char; 2] = [' ', '\t'];
-    parameters(value).skip(1).filter_map(|parameter| {
-        let (name, value) = parameter.split_once('=')?;
-        Some((name.trim_matches(WHITE_SPACE).to_ascii_lowercase(), unquote(value.trim_matches(WHITE_SPACE))))
-    })
-}
-
-/// A header's `;`-separated parts, a `;` between unescaped quotes not one of them.
-fn parameters(value: &str) -> impl Iterator<Item = &str> {
-    let (mut quoted, mut escaped) = (false, false);
-    value.split(move |c: char| {
-        let separates = c == ';' && !quoted;
-        if c == '"' && !escaped {
-            quoted = !quoted;
-        }
-        escaped = c == '\\';
-        separates
-    })
-}
-
-/// A parameter's value without its quotes, `\\` and `\"` within them unescaped.
-fn unquote(value: &str) -> String {
-    match value.strip_prefix('"').and_then(|v| v.strip_suffix('"')) {
-        Some(quoted) => quoted.replace("\\\\", "\\").replace("\\\"", "\""),
-        None => value.to_owned(),
-    }
 }
 
 /// Where `needle` first occurs in `haystack`: in linear time, so a hostile upload full of
