@@ -14,7 +14,9 @@
 
 mod part_headers;
 
-use part_headers::{named_parameters, part_name};
+use std::ops::Range;
+
+use part_headers::{named_parameters, part_name, transfer_encoded};
 
 /// The most bytes of one part's headers read (a part names itself in one short line).
 const MAX_PART_HEADERS: usize = 4096;
@@ -36,15 +38,40 @@ pub fn form_boundary(content_type: &str) -> Option<String> {
     (!boundary.is_empty() && boundary.len() <= MAX_BOUNDARY).then_some(boundary)
 }
 
+/// Whether a form's values are read as UTF-8: its content type names no charset (Starlette
+/// then decodes them as UTF-8) or names UTF-8. A form of another charset is read as UTF-8 all
+/// the same, to route it, but its values are not rewritten: what a server makes of bytes
+/// written in their place is not known.
+fn utf8_values(content_type: &str) -> bool {
+    named_parameters(content_type)
+        .filter_map(|(name, value)| (name == "charset").then_some(value))
+        .all(|charset| charset.eq_ignore_ascii_case("utf-8") || charset.eq_ignore_ascii_case("utf8"))
+}
+
 /// What the body read so far says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormRead {
     /// The form's `model` field.
-    Model(String),
+    Model(FormModel),
     /// Not yet known: read on from [`FormScan::resume_at`] when more of the body arrives.
     More,
     /// The form names no model that can be read (or is not one): route it without.
     NoModel,
+}
+
+/// The form's `model` field as read, and where it lies, so that it can be rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormModel {
+    pub name: String,
+    /// The value's bytes in the whole body: from the end of its part's headers to the line
+    /// break before the next delimiter (a form's content is sent raw, never escaped).
+    pub value: Range<usize>,
+    /// Another name's UTF-8 bytes written over [`Self::value`] are read as that name: the form's
+    /// values are UTF-8 ([`FormScan::for_content_type`]) and the part declares no
+    /// `Content-Transfer-Encoding` but an identity one. (Starlette passes a part's content
+    /// raw whatever it declares, but python-multipart's own form parser decodes base64 and
+    /// quoted-printable: such a value is routed by its bytes, as read, and not rewritten.)
+    pub replaceable: bool,
 }
 
 /// Where the scan stands, in offsets of the whole body.
@@ -54,8 +81,8 @@ enum Place {
     Delimiter { from: usize },
     /// A part's headers start here.
     Headers { start: usize },
-    /// The model's value starts here.
-    Value { start: usize },
+    /// The model's value starts here; `encoded`: its part declares a transfer encoding.
+    Value { start: usize, encoded: bool },
     /// A delimiter ended before here: the rest of its line (transport padding, spaces and
     /// tabs) and its line break are read from here.
     Padding { from: usize },
@@ -67,20 +94,29 @@ pub struct FormScan {
     /// `\r\n--` and the boundary: what ends a part's content.
     delimiter: Vec<u8>,
     place: Place,
+    /// The form's values are UTF-8 (see [`utf8_values`]).
+    utf8: bool,
 }
 
 impl FormScan {
+    /// A scan of a form with this boundary, whose values are UTF-8.
     pub fn new(boundary: &str) -> Self {
         let mut delimiter = b"\r\n--".to_vec();
         delimiter.extend_from_slice(boundary.as_bytes());
-        Self { delimiter, place: Place::Delimiter { from: 0 } }
+        Self { delimiter, place: Place::Delimiter { from: 0 }, utf8: true }
+    }
+
+    /// A scan of a body of this content type; `None` if it is not a form ([`form_boundary`]).
+    pub fn for_content_type(content_type: &str) -> Option<Self> {
+        let boundary = form_boundary(content_type)?;
+        Some(Self { utf8: utf8_values(content_type), ..Self::new(&boundary) })
     }
 
     /// The body's offset the next read must start at: what comes before it is not needed again.
     pub fn resume_at(&self) -> usize {
         match self.place {
             Place::Delimiter { from } | Place::Padding { from } => from,
-            Place::Headers { start } | Place::Value { start } => start,
+            Place::Headers { start } | Place::Value { start, .. } => start,
         }
     }
 
@@ -95,7 +131,7 @@ impl FormScan {
             let read = match self.place {
                 Place::Delimiter { from: at } => self.find_delimiter(from(at), at),
                 Place::Headers { start } => self.read_headers(from(start), start),
-                Place::Value { start } => self.read_value(from(start)),
+                Place::Value { start, encoded } => self.read_value(from(start), start, encoded),
                 Place::Padding { from: at } => self.read_padding(from(at), at),
             };
             match read {
@@ -178,15 +214,15 @@ impl FormScan {
         let content = start + end + blank;
         let headers = bytes.get(..end).unwrap_or_default();
         self.place = match part_name(headers) {
-            Some(name) if name == "model" => Place::Value { start: content },
+            Some(name) if name == "model" => Place::Value { start: content, encoded: transfer_encoded(headers) },
             // Another field or the file: skipped, its content searched once for its end.
             _ => Place::Delimiter { from: content },
         };
         Step::Moved
     }
 
-    /// `bytes` start at the model's value.
-    fn read_value(&mut self, bytes: &[u8]) -> Step {
+    /// `bytes` start at the model's value, at `start` in the body.
+    fn read_value(&mut self, bytes: &[u8], start: usize, encoded: bool) -> Step {
         let Some(end) = find(bytes, &self.delimiter) else {
             if bytes.len() > MAX_MODEL_BYTES + self.delimiter.len() {
                 return Step::Answer(FormRead::NoModel);
@@ -195,9 +231,11 @@ impl FormScan {
         };
         let value = bytes.get(..end).unwrap_or_default();
         match std::str::from_utf8(value) {
-            Ok(name) if !name.is_empty() && name.len() <= MAX_MODEL_BYTES => {
-                Step::Answer(FormRead::Model(name.to_owned()))
-            }
+            Ok(name) if !name.is_empty() && name.len() <= MAX_MODEL_BYTES => Step::Answer(FormRead::Model(FormModel {
+                name: name.to_owned(),
+                value: start..start + end,
+                replaceable: self.utf8 && !encoded,
+            })),
             _ => Step::Answer(FormRead::NoModel),
         }
     }
@@ -220,3 +258,5 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod value_tests;

@@ -33,7 +33,7 @@ impl RequestStream {
         match read {
             FormRead::Model(model) => {
                 self.worker.stats.increment(self.worker.stats.upload_routed_by_model);
-                let request = InferenceRequest { model: Some(Cow::Owned(model)), ..InferenceRequest::default() };
+                let request = InferenceRequest { model: Some(Cow::Owned(model.name)), ..InferenceRequest::default() };
                 // (A rewrite rule is not applied: the form is not rewritten.)
                 self.route_model(host, &request, &[], None)
             }

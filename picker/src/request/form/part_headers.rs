@@ -19,6 +19,18 @@ pub(super) fn part_name(headers: &[u8]) -> Option<String> {
     named_parameters(disposition).filter_map(|(name, value)| (name == "name").then_some(value)).last()
 }
 
+/// Whether the part declares a `Content-Transfer-Encoding` other than an identity one (`7bit`,
+/// `8bit`, `binary`): its content's bytes may then be read as other bytes (base64,
+/// quoted-printable). Header values are compared trimmed, whatever their case.
+pub(super) fn transfer_encoded(headers: &[u8]) -> bool {
+    String::from_utf8_lossy(headers).split("\r\n").any(|line| {
+        let Some((name, value)) = line.split_once(':') else { return false };
+        let value = value.trim_matches([' ', '\t']);
+        name.trim().eq_ignore_ascii_case("content-transfer-encoding")
+            && !["7bit", "8bit", "binary"].iter().any(|identity| value.eq_ignore_ascii_case(identity))
+    })
+}
+
 /// A header value's parameters after its first part (`form-data; name="model"`,
 /// `multipart/form-data; boundary=x`): each name lowercased, each value trimmed of HTTP's
 /// white space and unquoted.

@@ -1,9 +1,9 @@
 use super::*;
 
-const BOUNDARY: &str = "----sdk7MA4YWxkTrZu0gW";
+pub(super) const BOUNDARY: &str = "----sdk7MA4YWxkTrZu0gW";
 
 /// A form of `parts` (name, content) as an HTTP client writes it, with a preamble if given.
-fn form(preamble: &str, parts: &[(&str, &[u8])]) -> Vec<u8> {
+pub(super) fn form(preamble: &str, parts: &[(&str, &[u8])]) -> Vec<u8> {
     let mut body = preamble.as_bytes().to_vec();
     for (name, content) in parts {
         let filename = if *name == "file" { "; filename=\"talk.wav\"\r\nContent-Type: audio/wav" } else { "" };
@@ -19,8 +19,12 @@ fn form(preamble: &str, parts: &[(&str, &[u8])]) -> Vec<u8> {
 
 /// Feeds `body` to a scan `chunk` bytes at a time, as Envoy delivers it; returns the answer
 /// and the bytes the scan asked to read in all.
-fn feed(body: &[u8], chunk: usize) -> (FormRead, usize) {
-    let mut scan = FormScan::new(BOUNDARY);
+pub(super) fn feed(body: &[u8], chunk: usize) -> (FormRead, usize) {
+    feed_scan(FormScan::new(BOUNDARY), body, chunk)
+}
+
+/// [`feed`] to a scan of one's own.
+pub(super) fn feed_scan(mut scan: FormScan, body: &[u8], chunk: usize) -> (FormRead, usize) {
     let (mut arrived, mut read) = (0, 0);
     loop {
         arrived = (arrived + chunk).min(body.len());
@@ -33,9 +37,17 @@ fn feed(body: &[u8], chunk: usize) -> (FormRead, usize) {
     }
 }
 
-fn audio(bytes: usize) -> Vec<u8> {
+pub(super) fn audio(bytes: usize) -> Vec<u8> {
     // Bytes of every value, line breaks and dashes among them, as a recording has.
     (0..bytes).map(|i| (i * 7 % 256) as u8).collect()
+}
+
+/// The model an answer names (`None`: no model, or not yet).
+fn named(read: &FormRead) -> Option<&str> {
+    match read {
+        FormRead::Model(model) => Some(&model.name),
+        FormRead::More | FormRead::NoModel => None,
+    }
 }
 
 #[test]
@@ -46,9 +58,9 @@ fn the_model_is_read_when_the_fields_come_first_as_the_sdks_send_them() {
         let mut scan = FormScan::new(BOUNDARY);
         let first = (chunk * 400).min(body.len());
         if chunk >= 64 {
-            assert_eq!(scan.scan(&body[..first], false), FormRead::Model("whisper-large-v3".into()), "{chunk}");
+            assert_eq!(named(&scan.scan(&body[..first], false)), Some("whisper-large-v3"), "{chunk}");
         }
-        assert_eq!(feed(&body, chunk).0, FormRead::Model("whisper-large-v3".into()), "{chunk}");
+        assert_eq!(named(&feed(&body, chunk).0), Some("whisper-large-v3"), "{chunk}");
     }
 }
 
@@ -58,7 +70,7 @@ fn a_file_sent_first_is_passed_over_once() {
     let body = form("", &[("file", &file), ("model", b"whisper-1"), ("response_format", b"json")]);
     for chunk in [13, 1_000, 16_384, 65_536] {
         let (answer, read) = feed(&body, chunk);
-        assert_eq!(answer, FormRead::Model("whisper-1".into()), "{chunk}");
+        assert_eq!(named(&answer), Some("whisper-1"), "{chunk}");
         let chunks = body.len().div_ceil(chunk);
         let overlap = chunks * (BOUNDARY.len() + 4);
         assert!(
@@ -82,36 +94,36 @@ fn a_form_without_a_model_says_so_at_its_end() {
 
 #[test]
 fn only_a_part_named_model_is_read() {
-    let named = |disposition: &str| {
+    let read = |disposition: &str| {
         let mut body = format!("--{BOUNDARY}\r\nContent-Disposition: {disposition}\r\n\r\nqwen\r\n").into_bytes();
         body.extend_from_slice(format!("--{BOUNDARY}--\r\n").as_bytes());
         feed(&body, 9).0
     };
-    assert_eq!(named("form-data; name=model"), FormRead::Model("qwen".into()));
-    assert_eq!(named("FORM-DATA; NAME=\"model\""), FormRead::Model("qwen".into()));
-    assert_eq!(named("form-data; name=\"model\"; filename=\"m.txt\""), FormRead::Model("qwen".into()));
+    assert_eq!(named(&read("form-data; name=model")), Some("qwen"));
+    assert_eq!(named(&read("FORM-DATA; NAME=\"model\"")), Some("qwen"));
+    assert_eq!(named(&read("form-data; name=\"model\"; filename=\"m.txt\"")), Some("qwen"));
     for other in ["form-data; name=\"models\"", "form-data; name=\"file\"; filename=\"model\""] {
-        assert_eq!(named(other), FormRead::NoModel, "{other}");
+        assert_eq!(read(other), FormRead::NoModel, "{other}");
     }
 }
 
 #[test]
 fn a_part_is_named_as_python_multipart_names_it() {
     // What Starlette 1.10 with python-multipart 0.0.34 (vLLM's form reading) made of each.
-    let named = |headers: &[u8]| {
+    let read = |headers: &[u8]| {
         let mut body = format!("--{BOUNDARY}\r\n").into_bytes();
         body.extend_from_slice(headers);
         body.extend_from_slice(format!("\r\n\r\nqwen\r\n--{BOUNDARY}--\r\n").as_bytes());
-        feed(&body, 9).0
+        named(&feed(&body, 9).0).map(str::to_owned)
     };
-    let model = FormRead::Model("qwen".into());
-    for (headers, read) in [
+    let model = Some("qwen".to_owned());
+    for (headers, answer) in [
         // A `;` within quotes separates nothing.
-        (&b"Content-Disposition: form-data; filename=\"a; name=model; x\"; name=\"file\""[..], FormRead::NoModel),
-        (b"Content-Disposition: form-data; name=\"model;x\"", FormRead::NoModel),
+        (&b"Content-Disposition: form-data; filename=\"a; name=model; x\"; name=\"file\""[..], None),
+        (b"Content-Disposition: form-data; name=\"model;x\"", None),
         (b"Content-Disposition: form-data; filename=\"a\\\"; name=model\"; name=\"model\"", model.clone()),
         // The last name, of the last Content-Disposition, whatever its type.
-        (b"Content-Disposition: form-data; name=\"model\"; name=\"file\"", FormRead::NoModel),
+        (b"Content-Disposition: form-data; name=\"model\"; name=\"file\"", None),
         (b"Content-Disposition: form-data; name=\"file\"; name=\"model\"", model.clone()),
         (
             b"Content-Disposition: form-data; name=\"file\"\r\nContent-Disposition: form-data; name=\"model\"",
@@ -123,10 +135,10 @@ fn a_part_is_named_as_python_multipart_names_it() {
         (b"Content-Disposition: form-data; name=\"model\"\r\nX-Note: caf\xe9", model.clone()),
         (b"Content-Disposition: form-data; name=\"model\"\r\nContent-Type: text/plain; charset=utf-8", model.clone()),
         // RFC 2231's extended names are not read (RFC 7578 forbids them).
-        (b"Content-Disposition: form-data; name*=utf-8''model", FormRead::NoModel),
-        (b"Content-Disposition: form-data; name=\"mo\\\"del\"", FormRead::NoModel),
+        (b"Content-Disposition: form-data; name*=utf-8''model", None),
+        (b"Content-Disposition: form-data; name=\"mo\\\"del\"", None),
     ] {
-        assert_eq!(named(headers), read, "{}", String::from_utf8_lossy(headers));
+        assert_eq!(read(headers), answer, "{}", String::from_utf8_lossy(headers));
     }
 }
 
@@ -180,7 +192,7 @@ fn content_that_only_looks_like_a_delimiter_is_content() {
     );
     let body = form("", &[("file", &file), ("model", b"whisper-1")]);
     for chunk in [1, 5, 64, body.len()] {
-        assert_eq!(feed(&body, chunk).0, FormRead::Model("whisper-1".into()), "{chunk}");
+        assert_eq!(named(&feed(&body, chunk).0), Some("whisper-1"), "{chunk}");
     }
 }
 
@@ -191,7 +203,7 @@ fn transport_padding_of_any_length_is_read_once() {
     let padded = with_delimiter_line(&plain, &format!("--{BOUNDARY}{}\t\r\n", " ".repeat(100_000)));
     for chunk in [1_000, 16_384] {
         let (answer, read) = feed(&padded, chunk);
-        assert_eq!(answer, FormRead::Model("whisper-1".into()), "{chunk}");
+        assert_eq!(named(&answer), Some("whisper-1"), "{chunk}");
         assert!(read <= padded.len() + padded.len().div_ceil(chunk) * (BOUNDARY.len() + 4), "{chunk}: read {read}");
     }
     // A client writing line feeds alone (which python-multipart refuses) has no delimiter after
@@ -228,11 +240,10 @@ fn every_cut_of_the_body_reads_as_the_whole_body_does() {
     ];
     let cut = bodies[0].len() - 10;
     bodies.push(bodies[0][..cut].to_vec());
-    let model = |name: &str| FormRead::Model(name.into());
-    let answers = [model("m1"), model("m2"), model("m3"), FormRead::NoModel, FormRead::NoModel, model("m1")];
+    let answers = [Some("m1"), Some("m2"), Some("m3"), None, None, Some("m1")];
     for (body, answer) in bodies.iter().zip(answers) {
         let whole = FormScan::new(BOUNDARY).scan(body, true);
-        assert_eq!(whole, answer, "{}", String::from_utf8_lossy(body));
+        assert_eq!(named(&whole), answer, "{}", String::from_utf8_lossy(body));
         for chunk in 1..=body.len().min(64) {
             assert_eq!(feed(body, chunk).0, whole, "chunks of {chunk}: {}", String::from_utf8_lossy(body));
         }
