@@ -33,6 +33,9 @@ pub struct Stats {
     pub body_routed_by_model: Counter,
     /// `multipart/form-data` uploads routed by their form's `model`.
     pub upload_routed_by_model: Counter,
+    /// Of those, uploads whose model has a rewrite but whose form's value cannot be rewritten
+    /// (see `picker::request::FormModel::replaceable`): sent as they came.
+    pub upload_not_rewritten: Counter,
     pub body_rejected: Counter,
     pub body_over_limit: Counter,
     pub buffer_cap_reached: Counter,
@@ -99,6 +102,7 @@ impl Stats {
             body_invalid: c("wasm_epp.body_invalid"),
             body_routed_by_model: c("wasm_epp.body_routed_by_model"),
             upload_routed_by_model: c("wasm_epp.upload_routed_by_model"),
+            upload_not_rewritten: c("wasm_epp.upload_not_rewritten"),
             body_rejected: c("wasm_epp.body_rejected"),
             body_over_limit: c("wasm_epp.body_over_limit"),
             buffer_cap_reached: c("wasm_epp.buffer_cap_reached"),

@@ -14,9 +14,7 @@ use std::rc::Rc;
 use picker::address::PodAddress;
 use picker::config::{InvalidBodyPolicy, UnknownModelPolicy};
 use picker::prefix::session_key;
-use picker::request::{
-    parse_model_only, parse_request, strip_path_prefix, BodyError, Endpoint, FormScan, InferenceRequest,
-};
+use picker::request::{parse_model_only, parse_request, strip_path_prefix, BodyError, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
 use crate::comparison_stats::Compared;
@@ -122,7 +120,7 @@ pub struct RequestStream {
     failed_in_stream: bool,
     /// A `multipart/form-data` upload being read for its `model` ([`upload`]); boxed, as most
     /// requests are not uploads and the stream is built for each.
-    upload: Option<Box<FormScan>>,
+    upload: Option<Box<upload::Upload>>,
 }
 
 impl RequestStream {
@@ -238,7 +236,7 @@ impl RequestStream {
         let content_type = || headers.get_text("content-type");
         if self.endpoint == Endpoint::Other && !end_of_stream {
             // An upload (an audio transcription's form) is read for its `model` as it arrives.
-            self.upload = content_type().and_then(picker::request::form_boundary).map(|b| Box::new(FormScan::new(&b)));
+            self.upload = content_type().and_then(|value| upload::Upload::start(value, declared_length));
         }
         let unread = self.endpoint == Endpoint::Other && self.upload.is_none() && !may_be_json(content_type());
         if end_of_stream || unread {
@@ -312,11 +310,8 @@ impl RequestStream {
                 // the other endpoints' first event can be the error.)
                 self.streamed = request.stream == Some(true) && self.endpoint != Endpoint::Responses;
                 self.follow_response_id(host, &request);
-                let target = match self.rewrite_to.take() {
-                    // The gateway's own rewrite wins over the rules; its model is the body's already.
-                    Some(target) => Some(target).filter(|t| request.model.as_deref() != Some(t.as_str())),
-                    None => crate::rewrite::draw_target(&self.worker, request.model.as_deref()),
-                };
+                let target =
+                    crate::rewrite::choose_target(&self.worker, self.rewrite_to.take(), request.model.as_deref());
                 // Other endpoints are not queued by flow control (as when they were not read);
                 // an inference request read for its model alone is.
                 let class = self.flow_class.filter(|_| self.endpoint != Endpoint::Other || self.read_for_model);
@@ -691,8 +686,7 @@ impl RequestStream {
     }
 
     /// Routes a parsed request as the model it names, or as its rewrite `target` (the body's
-    /// `model` replaced once the pod is chosen); the model's priority applies when no header
-    /// set one.
+    /// `model` replaced once the pod is chosen).
     fn route_model(
         &mut self,
         host: &dyn Host,
@@ -700,16 +694,23 @@ impl RequestStream {
         body: &[u8],
         target: Option<String>,
     ) -> Step {
-        let models = &self.worker.config.models;
-        let model = target.as_deref().or(request.model.as_deref());
-        if self.priority.is_none() {
-            self.sheddable = model.and_then(|m| models.priorities.get(m)).is_some_and(|&p| p < 0);
-        }
-        let step = self.route_as(host, Some(request), model);
+        let step = self.route_sent_as(host, request, target.as_deref());
         if let (Some(target), Some(_)) = (&target, &self.routed_to) {
             crate::rewrite::replace_model(&self.worker, host, body, target);
         }
         step
+    }
+
+    /// Routes a request as the model it names, or as `target`, to pods serving that model;
+    /// the model's priority applies when no header set one. The caller replaces the model
+    /// the request names once it is routed (`routed_to`).
+    fn route_sent_as(&mut self, host: &dyn Host, request: &InferenceRequest<'_>, target: Option<&str>) -> Step {
+        let models = &self.worker.config.models;
+        let model = target.or(request.model.as_deref());
+        if self.priority.is_none() {
+            self.sheddable = model.and_then(|m| models.priorities.get(m)).is_some_and(|&p| p < 0);
+        }
+        self.route_as(host, Some(request), model)
     }
 
     fn route_as(&mut self, host: &dyn Host, request: Option<&InferenceRequest<'_>>, model: Option<&str>) -> Step {
