@@ -2,7 +2,8 @@
 //! a pod serving their form's `model`, in a pool where the least loaded pod serves another
 //! model: sent by the official OpenAI Python SDK (fields before the file) and by curl with the
 //! file first (as OpenAI's documentation writes the command), a megabyte long, so the plugin
-//! reads it across many body chunks.
+//! reads it across many body chunks. A public name with a rewrite rule reaches the pod as the
+//! rule's target, in the form Envoy forwards.
 
 use std::process::Command;
 use std::time::Duration;
@@ -12,13 +13,18 @@ use launcher::paths::workspace_root;
 
 /// Pod 0 serves `llama`, pod 1 `whisper`.
 fn audio_pool() -> Cluster {
+    audio_pool_of("uploads", "whisper", |_| {})
+}
+
+/// Pod 0 serves `llama`, pod 1 `whisper_model` only.
+fn audio_pool_of(name: &str, whisper_model: &str, adjust: impl FnOnce(&mut launcher::envoy::EnvoyOptions)) -> Cluster {
     let fast = ["--time-scale", "0"];
     let llama = [&fast[..], &["--model", "llama"]].concat();
-    let whisper = [&fast[..], &["--model", "whisper"]].concat();
-    let cluster = Cluster::start_mixed("uploads", &[llama, whisper], |_| {});
+    let whisper = [&fast[..], &["--model", whisper_model]].concat();
+    let cluster = Cluster::start_mixed(name, &[llama, whisper], adjust);
     let listed = || {
         let reply = launcher::http::get(&cluster.envoy.url("/v1/models"), Duration::from_secs(10)).ok();
-        reply.is_some_and(|r| r.body.contains("\"llama\"") && r.body.contains("\"whisper\""))
+        reply.is_some_and(|r| r.body.contains("\"llama\"") && r.body.contains(&format!("\"{whisper_model}\"")))
     };
     assert!(launcher::wait_until(Duration::from_secs(15), listed), "the gateway never listed both models");
     std::thread::sleep(e2e::TABLE_REACHES_WORKERS); // the other worker's table too
@@ -47,8 +53,14 @@ print(json.dumps({"pod": raw.headers.get("x-served-by"), "text": raw.parse().tex
 /// curl's upload of `file` before the model field, with `options` (HTTP/2, `Expect`); returns
 /// the final status and the pod.
 fn curl_transcription(cluster: &Cluster, file: &std::path::Path, model: &str, options: &[&str]) -> (u16, String) {
+    let (status, pod, _) = curl_upload(cluster, file, model, options);
+    (status, pod)
+}
+
+/// [`curl_transcription`], and the answer's body.
+fn curl_upload(cluster: &Cluster, file: &std::path::Path, model: &str, options: &[&str]) -> (u16, String, String) {
     let output = Command::new("curl")
-        .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "30"])
+        .args(["-sS", "-D", "-", "--max-time", "30"])
         .args(options)
         .arg("-F")
         .arg(format!("file=@{};type=audio/wav", file.display()))
@@ -64,7 +76,9 @@ fn curl_transcription(cluster: &Cluster, file: &std::path::Path, model: &str, op
         .next_back()
         .and_then(|rest| rest.get(..3));
     let pod = head.lines().find_map(|line| line.strip_prefix("x-served-by: "));
-    (status.and_then(|s| s.parse().ok()).unwrap_or(0), pod.unwrap_or_default().trim().to_owned())
+    // (The body follows the last response's headers.)
+    let body = head.rsplit("\r\n\r\n").next().unwrap_or_default().to_owned();
+    (status.and_then(|s| s.parse().ok()).unwrap_or(0), pod.unwrap_or_default().trim().to_owned(), body)
 }
 
 #[test]
@@ -91,5 +105,33 @@ fn uploads_reach_a_pod_serving_their_forms_model() {
     assert_eq!(curl_transcription(&cluster, &recording, "whisper", &http2), (200, pods[1].clone()), "HTTP/2");
     assert_eq!(cluster.stat("wasm_epp_upload_routed_by_model"), 13.0);
     assert_eq!(cluster.pods_stat("model_not_found"), 0, "no upload reached a pod without its model");
+    assert_eq!(e2e::hostile::wasm_failures(&cluster.envoy), Vec::<String>::new(), "no Wasm VM failed");
+}
+
+#[test]
+fn an_uploads_public_model_reaches_the_pod_as_its_rewrite_target() {
+    // The pod serves the target only: an upload still naming the public name is its 404.
+    let cluster = audio_pool_of("upload-rewrites", "whisper-v3", |options| {
+        options.filter_config["models"] = serde_json::json!({"rewrites": [{"model": "whisper", "targets": [
+            {"model": "whisper-v3", "weight": 1}]}]});
+    });
+    let pods = cluster.pool();
+    for _ in 0..3 {
+        let (pod, text) = sdk_transcription(&cluster, "whisper");
+        assert_eq!(pod, pods[1], "the SDK's upload reached the target's pod");
+        assert!(text.contains("4004 bytes"), "the file whole: {text}");
+    }
+    // The file first, a megabyte: the model's value is rewritten deep in the buffered form.
+    let recording = cluster.dir.join("talk.wav");
+    std::fs::write(&recording, vec![b'-'; 1_000_000]).unwrap_or_else(|e| panic!("{e}"));
+    let chunked = ["-H", "Transfer-Encoding: chunked"];
+    for options in [&[][..], &["--http2-prior-knowledge"], &chunked] {
+        let (status, pod, body) = curl_upload(&cluster, &recording, "whisper", options);
+        assert_eq!((status, pod.as_str()), (200, pods[1].as_str()), "{options:?}: {body}");
+        assert!(body.contains("1000000 bytes"), "{options:?}: the file whole: {body}");
+    }
+    cluster.wait_for_stat("wasm_epp_model_rewritten", 6.0);
+    assert_eq!(cluster.stat("wasm_epp_model_rewritten"), 6.0);
+    assert_eq!(cluster.pods_stat("model_not_found"), 0, "no upload reached the pod as the public name");
     assert_eq!(e2e::hostile::wasm_failures(&cluster.envoy), Vec::<String>::new(), "no Wasm VM failed");
 }
