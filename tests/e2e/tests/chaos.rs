@@ -5,7 +5,8 @@
 //! back, a pod that stalls for a while, and clients sending every kind of request (four
 //! APIs, streams, `n` > 1, lax `"stream": "true"`, bodies vLLM refuses, an unknown model,
 //! audio uploads routed by their form's model, clients leaving mid-body, while waiting and
-//! mid-stream, forged destinations). Each
+//! mid-stream, clients that stop reading their answers a while and then read on or leave,
+//! forged destinations). Each
 //! feature has its own test; this one looks for what they break together, as invariants a
 //! user would call a bug: a request left unanswered, a status the docs do not allow for what
 //! was sent, an answer from a pod of another model, a forged address reached, a count or a
@@ -23,7 +24,9 @@
 //! `CHAOS_SECONDS` sets the traffic's length (default 12), `CHAOS_SEED` replays a run (the
 //! seed is printed; it also picks which clients speak HTTP/2), `CHAOS_CLIENTS` the client
 //! threads (16), `CHAOS_H2_SHARE` the share of them on HTTP/2 (0.25; 0 for none),
-//! `CHAOS_H2_STREAMS` the requests at once on each HTTP/2 connection (3); `--nocapture`
+//! `CHAOS_H2_STREAMS` the requests at once on each HTTP/2 connection (3),
+//! `CHAOS_STOP_READING` the percent of requests vLLM serves whose clients stop reading (5;
+//! 0 replays a seed of a run from before they existed); `--nocapture`
 //! shows the summary. The defaults keep the queue short of full; `CHAOS_H2_SHARE=1
 //! CHAOS_H2_STREAMS=6` overloads the pool (a full queue, evictions, clients leaving evicted
 //! requests), which is how an evicted request answered after its stream ended was found
@@ -48,6 +51,13 @@ fn clients() -> usize {
 /// The share of client threads that speak HTTP/2 (`CHAOS_H2_SHARE`, 0 to 1).
 fn h2_share() -> f64 {
     std::env::var("CHAOS_H2_SHARE").ok().and_then(|s| s.parse().ok()).unwrap_or(0.25)
+}
+
+/// Percent of the requests vLLM serves whose clients stop reading their answers a while
+/// (`CHAOS_STOP_READING`, 0 for none).
+fn mix() -> chaos::Mix {
+    let stops_reading = std::env::var("CHAOS_STOP_READING").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
+    chaos::Mix { stops_reading }
 }
 
 /// Requests at once on each HTTP/2 client's connection (`CHAOS_H2_STREAMS`).
@@ -137,6 +147,11 @@ fn label(outcome: &Outcome) -> String {
     };
     let kind = match &outcome.planned.kind {
         Kind::Valid { api, stream } => format!("{api:?}{}", if *stream { " stream" } else { "" }),
+        Kind::StopsReading { stream, resumes, .. } => format!(
+            "StopsReading{}{}",
+            if *stream { " stream" } else { "" },
+            if *resumes { " resumes" } else { " leaves" }
+        ),
         Kind::Upload { file_first } => format!("Upload{}", if *file_first { " file first" } else { "" }),
         other => format!("{other:?}"),
     };
@@ -193,6 +208,8 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
     let h2_clients: Vec<usize> = (0..clients).filter(|&client| http2[client]).collect();
     println!("chaos: seed {seed} (CHAOS_SEED={seed} replays it), {length:?} of traffic, {clients} clients");
     println!("chaos: clients {h2_clients:?} speak HTTP/2, {streams} requests at once on each one's connection");
+    let mix = mix();
+    println!("chaos: {mix:?}");
     let (cluster, models) = start_pool();
     let canary = Canary::start();
     let pool = cluster.pool();
@@ -206,11 +223,11 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
     let outage = Mutex::new(Outage::default());
     std::thread::scope(|scope| {
         for (client, &speaks_h2) in http2.iter().enumerate() {
-            let (stop, outcomes, forged) = (&stop, &outcomes, &forged);
+            let (stop, outcomes, forged, mix) = (&stop, &outcomes, &forged, mix);
             if speaks_h2 {
                 scope.spawn(move || {
                     let draws = (0..streams).map(|stream| draw(seed, client, stream)).collect();
-                    let plan = |draw: &mut Draw, index| chaos::plan(draw, client, index, &MODELS, forged);
+                    let plan = |draw: &mut Draw, index| chaos::plan(draw, client, index, &MODELS, forged, mix);
                     chaos::h2::run(port, draws, plan, stop, |outcome| outcomes.lock().unwrap().push(outcome));
                 });
                 continue;
@@ -219,7 +236,7 @@ fn mixed_traffic_with_every_feature_on_keeps_every_invariant() {
                 let mut draw = draw(seed, client, 0);
                 let mut index = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    let planned = chaos::plan(&mut draw, client, index, &MODELS, forged);
+                    let planned = chaos::plan(&mut draw, client, index, &MODELS, forged, mix);
                     let outcome = chaos::send(port, planned);
                     outcomes.lock().unwrap().push(outcome);
                     index += 1;

@@ -5,7 +5,10 @@
 //! callbacks, where an HTTP/1 client's leaving closes its whole connection.
 //!
 //! The same requests as the HTTP/1 clients (`super::plan`), left at the same moments: mid-body,
-//! while waiting (in flow control's queue or generating) and mid-stream.
+//! while waiting (in flow control's queue or generating) and mid-stream; and answers left
+//! unread a while, their stream's flow-control window shut (`Kind::StopsReading`): each
+//! stream's window is small (`STREAM_WINDOW`), so Envoy, not the client's buffer, holds the
+//! rest of such an answer.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,6 +24,13 @@ use super::{Draw, Kind, Outcome, Planned, MID_BODY_PAUSE, REQUEST_TIMEOUT};
 
 /// Most of an answer's body kept, as the HTTP/1 clients keep.
 const BODY_LIMIT: usize = 4 << 20;
+
+/// Each stream's initial flow-control window (the client's SETTINGS_INITIAL_WINDOW_SIZE, in
+/// place of HTTP/2's 64 KiB): smaller than most answers here (a stream of a few dozen events,
+/// a whole answer of several choices), so one the client stops reading stalls in Envoy, whose
+/// stream then cannot end until the client reads on or resets. Clients that read give each
+/// chunk back at once, so their answers flow as before.
+const STREAM_WINDOW: u32 = 2048;
 
 /// Which of `clients` client threads speak HTTP/2: `share` of them (rounded), drawn from
 /// `seed` so a replayed run makes the same ones HTTP/2.
@@ -77,7 +87,8 @@ pub fn run(
 
 async fn connect(port: u16) -> Option<SendRequest<Bytes>> {
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-    let (sender, connection) = h2::client::handshake(tcp).await.ok()?;
+    let (sender, connection) =
+        h2::client::Builder::new().initial_window_size(STREAM_WINDOW).handshake(tcp).await.ok()?;
     tokio::spawn(connection);
     Some(sender)
 }
@@ -179,13 +190,34 @@ async fn answer(response: ResponseFuture, send: &mut SendStream<Bytes>, planned:
     let local_reply = header("x-wasm-epp").as_deref() == Some("local-reply");
     let status = response.status().as_u16();
     let mut received = response.into_body();
-    let (body, whole) = if planned.kind == Kind::LeavesMidStream {
-        // Read the first bytes, then go: a reset of this stream alone.
-        let _ = received.data().await;
-        send.send_reset(Reason::CANCEL);
-        (String::new(), false)
-    } else {
-        read_to_end(&mut received).await
+    let (body, whole) = match planned.kind {
+        Kind::LeavesMidStream => {
+            // Read the first bytes, then go: a reset of this stream alone.
+            let _ = received.data().await;
+            send.send_reset(Reason::CANCEL);
+            (String::new(), false)
+        }
+        Kind::StopsReading { resumes, .. } => {
+            // Read the first bytes without giving them back to the window, which stays shut
+            // a while (the connection and its other streams go on), then read on or reset.
+            let first = received.data().await;
+            tokio::time::sleep(planned.pause()).await;
+            match first {
+                Some(Ok(first)) if resumes => {
+                    let _ = received.flow_control().release_capacity(first.len());
+                    let (rest, whole) = read_to_end(&mut received).await;
+                    (String::from_utf8_lossy(&first).into_owned() + &rest, whole)
+                }
+                Some(Ok(_)) => {
+                    send.send_reset(Reason::CANCEL);
+                    (String::new(), false)
+                }
+                Some(Err(_)) => (String::new(), false),
+                // An empty body, ended: nothing was left unread.
+                None => (String::new(), resumes),
+            }
+        }
+        _ => read_to_end(&mut received).await,
     };
     Answer::Came(Box::new(Outcome {
         planned,

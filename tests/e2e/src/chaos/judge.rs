@@ -63,7 +63,8 @@ impl Pool {
 /// 503 and 504 with no answering pod or the killed one, a stream the killed pod cut, and for
 /// a model whose every pod was killed, the gateway's 503 (`rejected-no-endpoints`) or 404
 /// (no pod serves it any more). An upload is held to the same as a valid request, its 200
-/// read for the transcription's text (it names no model).
+/// read for the transcription's text (it names no model). A client that stopped reading a
+/// while is held to the same as one that read at once: its answer whole once it read on.
 pub fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
     let planned = &outcome.planned;
     let status = match (&planned.kind, &outcome.status) {
@@ -91,7 +92,7 @@ pub fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
         (_, 500) if from_faulty => return None,
         (Kind::BadJson | Kind::MissingPrompt, 400) => return None,
         (Kind::BadJson | Kind::MissingPrompt, _) => return Some(format!("{status}: a body vLLM refuses gets its 400")),
-        (Kind::Valid { .. } | Kind::LeavesMidStream | Kind::Upload { .. }, 200) => {}
+        (Kind::Valid { .. } | Kind::LeavesMidStream | Kind::StopsReading { .. } | Kind::Upload { .. }, 200) => {}
         (_, status) => return Some(format!("status {status} not allowed")),
     }
     let Some(pod) = pod else { return Some("200 without x-served-by".into()) };
@@ -101,10 +102,10 @@ pub fn judge(outcome: &Outcome, pool: &Pool) -> Option<String> {
     if !pool.serves(pod, &planned.model) {
         return Some(format!("{} answered by {pod}, which serves {:?}", planned.model, pool.models.get(pod)));
     }
-    if planned.kind == Kind::LeavesMidStream {
+    if planned.reads_first_bytes_only() {
         return None;
     }
-    if let Kind::Valid { stream: true, .. } = planned.kind {
+    if let Kind::Valid { stream: true, .. } | Kind::StopsReading { stream: true, .. } = planned.kind {
         // vLLM fails a stream after its headers: `200`, then an error event.
         if stream_has_error_event(&outcome.body) {
             return (!from_faulty).then(|| "a stream opened with an error event from a pod without faults".into());

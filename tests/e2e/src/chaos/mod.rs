@@ -86,6 +86,12 @@ pub enum Kind {
     /// by its form's `model`, its fields before the file as the SDKs send them or the file
     /// first as a hand-written form may: 200 from a pod of its model, not queued by flow control.
     Upload { file_first: bool },
+    /// A request vLLM serves whose client reads its answer's first bytes, then stops reading
+    /// for a while (`Planned::pause`) with its connection open, as a paused consumer or a slow
+    /// link does: an HTTP/1 client leaves its socket unread, an HTTP/2 client leaves its
+    /// stream's flow-control window shut. Then it `resumes` reading to the end (judged as a
+    /// `Valid` answer), or leaves (a reset or a close; judged as `LeavesMidStream`).
+    StopsReading { api: Api, stream: bool, resumes: bool },
 }
 
 /// One request to send.
@@ -174,10 +180,18 @@ impl Planned {
 pub const PRIORITIES: [Option<i32>; 4] = [None, Some(-1), Some(0), Some(2)];
 const TENANTS: [Option<&str>; 4] = [None, Some("tenant-a"), Some("tenant-b"), Some("tenant-c")];
 
+/// What share of the requests is which kind, beyond the fixed mix of `plan`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Mix {
+    /// Percent of the requests vLLM serves whose clients stop reading their answers
+    /// ([`Kind::StopsReading`]); 0 draws the same requests as before that kind existed.
+    pub stops_reading: u64,
+}
+
 /// Draws the next request of `client`; `models` are the ones the pool serves, `forged` the
 /// addresses a client names as its destination (none may be followed: outside the pool, or
 /// pods of any model).
-pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forged: &[String]) -> Planned {
+pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forged: &[String], mix: Mix) -> Planned {
     let model = draw.pick(models).to_string();
     let text = prompt(draw, client, index);
     let roll = draw.below(100);
@@ -219,7 +233,13 @@ pub fn plan(draw: &mut Draw, client: usize, index: usize, models: &[&str], forge
         }
         _ => {
             let body = valid_body(draw, api, &model, stream, &text);
-            (Kind::Valid { api, stream }, model, body.to_string().into())
+            // Drawn only when asked for: a replayed seed of a run without them draws the same.
+            let kind = if mix.stops_reading > 0 && draw.chance(mix.stops_reading) {
+                Kind::StopsReading { api, stream, resumes: draw.chance(50) }
+            } else {
+                Kind::Valid { api, stream }
+            };
+            (kind, model, body.to_string().into())
         }
     };
     let mut headers = Vec::new();
@@ -289,6 +309,19 @@ impl Planned {
     pub fn patience(&self) -> Duration {
         Duration::from_millis(self.body.len() as u64 % 300)
     }
+
+    /// How long a client that stops reading leaves its answer unread: 0.5-3 s, varied by the
+    /// body. Longer than a generation here (so the pod is done while the gateway still holds
+    /// the answer's end), a flow-control TTL of a sheddable request and the outlier ejections'
+    /// base; well within `REQUEST_TIMEOUT` and the test.
+    pub fn pause(&self) -> Duration {
+        Duration::from_millis(500 + (self.body.len() as u64).wrapping_mul(7) % 2_500)
+    }
+
+    /// The client reads the answer's first bytes only, then leaves.
+    pub fn reads_first_bytes_only(&self) -> bool {
+        matches!(self.kind, Kind::LeavesMidStream | Kind::StopsReading { resumes: false, .. })
+    }
 }
 
 impl Outcome {
@@ -329,13 +362,28 @@ fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
     let local_reply = header("x-wasm-epp").as_deref() == Some("local-reply");
     let mut body = String::new();
     let mut reader = response.into_reader().take(4 << 20);
-    let whole = if planned.kind == Kind::LeavesMidStream {
+    let whole = match planned.kind {
         // Read the first bytes, then go: dropping the reader closes the connection.
-        let mut first = [0u8; 64];
-        let _ = reader.read(&mut first);
-        false
-    } else {
-        reader.read_to_string(&mut body).is_ok()
+        Kind::LeavesMidStream => {
+            let mut first = [0u8; 64];
+            let _ = reader.read(&mut first);
+            false
+        }
+        // Read the first bytes, leave the socket unread a while (the gateway's writes back up
+        // into the socket's buffers), then read on or go.
+        Kind::StopsReading { resumes, .. } => {
+            let mut read = Vec::new();
+            let mut first = [0u8; 64];
+            let first_read = reader.read(&mut first).unwrap_or(0);
+            read.extend_from_slice(&first[..first_read]);
+            std::thread::sleep(planned.pause());
+            let whole = resumes && reader.read_to_end(&mut read).is_ok();
+            if resumes {
+                body = String::from_utf8_lossy(&read).into_owned();
+            }
+            whole
+        }
+        _ => reader.read_to_string(&mut body).is_ok(),
     };
     Outcome {
         planned,
