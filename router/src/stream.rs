@@ -497,6 +497,9 @@ impl RequestStream {
         let comparing = self.compared.as_ref().is_some_and(|compared| compared.awaiting_first_byte);
         let judged = self.streamed && (self.success_pending.is_some() || comparing);
         self.opening_events = if judged { crate::stream_error::opening_events(self.endpoint, self.weight) } else { 0 };
+        if end_of_stream {
+            self.release(host);
+        }
         Step::Continue
     }
 
@@ -533,6 +536,9 @@ impl RequestStream {
             }
             self.compare_first_byte(host);
         }
+        if end_of_stream {
+            self.release(host);
+        }
         Step::Continue
     }
 
@@ -547,9 +553,20 @@ impl RequestStream {
         }
     }
 
-    /// The stream ended (completed, failed or reset): release what it held.
+    /// The stream ended (completed, failed or reset): release what it held, unless its
+    /// answer's end did ([`Self::release`]).
     pub fn on_log(&mut self, host: &dyn Host) {
         let _span = profile::span(host, Phase::Log);
+        self.release(host);
+    }
+
+    /// Gives back what the request holds: its queue place, its pod's in-flight count, its
+    /// reading slot, its outlier and learning verdicts. Once: at its answer's last byte (the
+    /// pod is done), else at the stream's end. The stream may end long after its answer: a
+    /// client that stops reading keeps it open (an HTTP/2 one with its window shut holds the
+    /// answer's end in Envoy until the stream idle timeout), and a pod's place held so long
+    /// kept every other request off an idle pod (e2e tests/slow_readers.rs).
+    fn release(&mut self, host: &dyn Host) {
         self.on_done(host);
         self.take_release();
         if let Some(held) = self.held.take() {

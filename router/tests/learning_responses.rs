@@ -98,10 +98,11 @@ fn a_whole_responses_answer_teaches_its_usage_and_a_failed_stream_releases_at_it
     bench.host.set_response(&[(":status", "200")], b"");
     whole.on_response_headers(&bench.host, false);
     let body = r#"{"id":"resp_77","object":"response","output":[],"usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},"output_tokens":3}}"#;
-    chunk(&bench, &mut whole, body, true);
+    chunk(&bench, &mut whole, body, false);
     assert!(bench.worker.inflight.borrow().tokens(&pod) > 0, "a whole answer's tokens go at its end");
+    chunk(&bench, &mut whole, "", true);
+    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0, "at its last byte, not the stream's end");
     whole.on_log(&bench.host);
-    assert_eq!(bench.worker.inflight.borrow().tokens(&pod), 0);
     assert_eq!(bench.stat("wasm_epp.learning.usage_reports"), 1);
     assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "a whole answer's first byte is no TTFT");
 
