@@ -369,8 +369,9 @@ fn send_whole(port: u16, planned: Planned, started: Instant) -> Outcome {
             let _ = reader.read(&mut first);
             false
         }
-        // Read the first bytes, leave the socket unread a while (the gateway's writes back up
-        // into the socket's buffers), then read on or go.
+        // Read the first bytes, leave the socket unread a while, then read on or go. (The
+        // answers here fit the sockets' buffers, so Envoy's stream ends at once: it is the
+        // HTTP/2 clients, their windows shut, that keep Envoy holding an answer's end.)
         Kind::StopsReading { resumes, .. } => {
             let mut read = Vec::new();
             let mut first = [0u8; 64];
