@@ -21,7 +21,8 @@
 //! the prompt part of each request the pod has not started answering yet ([`WorkerInflight::add_tokens`]
 //! at the pick, [`WorkerInflight::release_tokens`] at the first response byte). Request counts
 //! mislead when one 8k-token prompt costs a pod as much prefill as a hundred short chats;
-//! tokens ahead is what its next request waits behind. Other replicas relay request counts only.
+//! tokens ahead is what its next request waits behind. Other replicas relay theirs with their
+//! counts (as old as their last message: a burst's tokens reach them within a send).
 
 use hashbrown::HashMap;
 
@@ -174,10 +175,12 @@ impl WorkerInflight {
     }
 
     /// Uncached prompt tokens in flight to `address` and not yet answered: this worker's
-    /// plus the other workers' (as of their last publish).
+    /// plus the other workers' (as of their last publish) and the other replicas' (as of
+    /// their last message).
     pub fn tokens(&self, address: &str) -> u32 {
         let local = self.local.get(address).map_or(0, |l| l.tokens);
-        local.saturating_add(self.other_load(address).tokens)
+        let replicas = self.replicas.get(address).map_or(0, |l| l.tokens);
+        local.saturating_add(self.other_load(address).tokens).saturating_add(replicas)
     }
 
     /// A request just [`Self::started`] to `address` carries `tokens` uncached prompt tokens.
@@ -469,7 +472,8 @@ struct Positioned<'a> {
 }
 
 impl Load {
-    fn add(&mut self, other: Load) {
+    /// Adds `other`'s requests and tokens (saturating).
+    pub fn add(&mut self, other: Load) {
         self.count = self.count.saturating_add(other.count);
         self.tokens = self.tokens.saturating_add(other.tokens);
     }
@@ -511,13 +515,13 @@ pub fn envoy_loads(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, Load
     totals
 }
 
-/// Publishes other replicas' summed counts for this Envoy's workers to add to their view.
+/// Publishes other replicas' summed loads for this Envoy's workers to add to their view.
 pub fn publish_peer_counts(
     store: &dyn SharedStore,
     now_ms: u64,
-    counts: &HashMap<String, u32>,
+    loads: &HashMap<String, Load>,
 ) -> Result<(), StoreError> {
-    let loads = counts.iter().take(MAX_PODS).map(|(address, &count)| (address.as_str(), Load { count, tokens: 0 }));
+    let loads = loads.iter().take(MAX_PODS).map(|(address, &load)| (address.as_str(), load));
     let value = encode(0, now_ms, loads);
     store.set(PEER_INFLIGHT, &value, None)
 }

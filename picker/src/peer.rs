@@ -8,7 +8,8 @@
 //! message = magic:"WEPP" version:u8 replica:u64 seq:u64 sent_ms:u64
 //!           pod_count:u16 (address_len:u8 address epoch:u32 inflight:u32) × pod_count
 //!           batch (see crate::prefix::events)
-//!           [end:u8 = 0 waiting_workers:u32 [top_band:i32 workers_at_top:u32]]
+//!           [end:u8 = 0 waiting_workers:u32 [top_band:i32 workers_at_top:u32
+//!            [token_count:u16 tokens:u32 × token_count]]]
 //! ```
 //!
 //! The waiting workers come after the batch, behind a 0 byte: where a batch's next event
@@ -20,7 +21,10 @@
 //! unknown band, an older build's, included; `workers_at_top` 0: no band known): a receiver
 //! that predates them stops at `waiting_workers`, and a message without them (an older
 //! sender's) counts its `waiting_workers` at any band (see [`crate::flow_share::Waiting`]).
-//! Bytes after `workers_at_top` are ignored, for fields to come.
+//! Then each pod's uncached prompt tokens in flight (learning's and P/D's token load), in the
+//! pods' order: a receiver that predates them stops at `workers_at_top`, and a message
+//! without them (or whose count is not the pods') counts no token. Bytes after them are
+//! ignored, for fields to come.
 //!
 //! Decoding trusts nothing (a peer may be broken or hostile): sizes are bounded, addresses
 //! must be literal `ip:port`, a peer counts at most [`MAX_WAITING_PER_PEER`] waiting
@@ -64,6 +68,8 @@ pub struct PeerPod {
     pub epoch: u32,
     /// Requests the sender has in flight to the pod.
     pub inflight: u32,
+    /// Uncached prompt tokens the sender has in flight to the pod, not yet answered.
+    pub tokens: u32,
 }
 
 /// A decoded message.
@@ -120,6 +126,10 @@ impl PeerMessage {
         let (top, at) = self.waiting_top.unwrap_or((0, 0));
         out.extend_from_slice(&top.to_le_bytes());
         out.extend_from_slice(&at.to_le_bytes());
+        out.extend_from_slice(&u16::try_from(pods.len()).unwrap_or(u16::MAX).to_le_bytes());
+        for pod in pods {
+            out.extend_from_slice(&pod.tokens.to_le_bytes());
+        }
         out
     }
 
@@ -127,10 +137,12 @@ impl PeerMessage {
     /// so that the whole stays within [`MAX_MESSAGE_BYTES`] (a receiver refuses more).
     pub fn batch_budget(&self) -> usize {
         let pods = self.pods.get(..MAX_PODS).unwrap_or(&self.pods);
-        // Per pod: its address's length byte, the address, epoch and in-flight count.
-        let pods_bytes =
-            pods.iter().fold(0usize, |sum, pod| sum.saturating_add(pod.address.as_str().len()).saturating_add(1 + 8));
-        MAX_MESSAGE_BYTES.saturating_sub(HEADER_BYTES + 2 + TRAILER_BYTES).saturating_sub(pods_bytes)
+        // Per pod: its address's length byte, the address, epoch and in-flight count, and its
+        // tokens after the trailer.
+        let pods_bytes = pods
+            .iter()
+            .fold(0usize, |sum, pod| sum.saturating_add(pod.address.as_str().len()).saturating_add(1 + 8 + 4));
+        MAX_MESSAGE_BYTES.saturating_sub(HEADER_BYTES + 2 + TRAILER_BYTES + 2).saturating_sub(pods_bytes)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, Refused> {
@@ -156,12 +168,13 @@ impl PeerMessage {
             let address = PodAddress::parse(text).map_err(|_| Refused::Malformed)?;
             let epoch = reader.u32().ok_or(MALFORMED)?;
             let inflight = reader.u32().ok_or(MALFORMED)?;
-            pods.push(PeerPod { address, epoch, inflight });
+            pods.push(PeerPod { address, epoch, inflight, tokens: 0 });
         }
         let rest = reader.rest();
         let (batch, trailer) = rest.split_at(batch_len(rest).min(rest.len()));
         let events = decode_batch(batch);
         let (waiting_workers, waiting_top) = waiting(trailer);
+        read_tokens(trailer.get(TRAILER_BYTES..).unwrap_or_default(), &mut pods);
         Ok(Self { replica, seq, sent_ms, pods, events, waiting_workers, waiting_top })
     }
 }
@@ -179,6 +192,19 @@ fn waiting(trailer: &[u8]) -> (u32, Option<(i32, u32)>) {
         _ => None,
     };
     (workers, top)
+}
+
+/// Reads the pods' tokens after the trailer into `pods`; none unless the field is whole and
+/// names as many pods as the message does.
+fn read_tokens(field: &[u8], pods: &mut [PeerPod]) {
+    let mut reader = Reader::new(field);
+    if reader.u16().map(usize::from) != Some(pods.len()) {
+        return;
+    }
+    let Some(tokens) = reader.take(pods.len() * 4) else { return };
+    for (pod, bytes) in pods.iter_mut().zip(tokens.chunks_exact(4)) {
+        pod.tokens = <[u8; 4]>::try_from(bytes).map_or(0, u32::from_le_bytes);
+    }
 }
 
 /// Sequence numbers below a peer's highest that are still told apart: a peer keeps two
@@ -281,7 +307,12 @@ mod tests {
             replica,
             seq,
             sent_ms,
-            pods: vec![PeerPod { address: PodAddress::parse("10.0.0.1:8000").unwrap(), epoch: 3, inflight: 7 }],
+            pods: vec![PeerPod {
+                address: PodAddress::parse("10.0.0.1:8000").unwrap(),
+                epoch: 3,
+                inflight: 7,
+                tokens: 6_000,
+            }],
             events: vec![RoutingEvent { pod: "10.0.0.1:8000".into(), epoch: 3, origin: 0, hashes: vec![1, 2, 3] }],
             waiting_workers: 2,
             waiting_top: Some((1, 1)),
@@ -295,11 +326,40 @@ mod tests {
         assert_eq!(PeerMessage::decode(&bytes), Ok(sent));
     }
 
+    /// The pods' tokens after the trailer: their count and one `u32` per pod.
+    const TOKENS_BYTES: usize = 2 + 4;
+
+    /// What a sender before the pods' tokens wrote.
+    fn without_tokens(message: &PeerMessage) -> PeerMessage {
+        let mut older = message.clone();
+        older.pods.iter_mut().for_each(|pod| pod.tokens = 0);
+        older
+    }
+
+    #[test]
+    fn the_pods_tokens_follow_the_band_and_a_message_without_them_counts_none() {
+        let sent = message(5, 9, 1_000);
+        let bytes = sent.encode(&encode_batch(&sent.events));
+        let older = PeerMessage::decode(&bytes[..bytes.len() - TOKENS_BYTES]).unwrap();
+        assert_eq!(older, without_tokens(&sent), "a sender before them: the rest as sent");
+        assert_eq!(PeerMessage::decode(&bytes[..bytes.len() - 1]).unwrap(), without_tokens(&sent), "cut");
+        // A count that is not the pods': no token counted, nothing else refused.
+        let mut wrong = bytes.clone();
+        let at = bytes.len() - TOKENS_BYTES;
+        wrong[at..at + 2].copy_from_slice(&2u16.to_le_bytes());
+        assert_eq!(PeerMessage::decode(&wrong).unwrap(), without_tokens(&sent));
+        let longer = [&bytes[..], b"more"].concat();
+        assert_eq!(PeerMessage::decode(&longer), Ok(sent), "fields to come are ignored");
+    }
+
     #[test]
     fn the_waiting_workers_follow_the_batch_and_a_receiver_that_predates_them_ignores_them() {
         let sent = message(5, 9, 1_000);
         let batch = encode_batch(&sent.events);
         let bytes = sent.encode(&batch);
+        // What a sender before the pods' tokens wrote, which this test is about.
+        let bytes = &bytes[..bytes.len() - TOKENS_BYTES];
+        let sent = without_tokens(&sent);
         // An older receiver decodes everything after the pods as the batch: the same decisions.
         let pods_end = bytes.len() - batch.len() - TRAILER_BYTES;
         assert_eq!(decode_batch(&bytes[pods_end..]), sent.events);
@@ -318,7 +378,7 @@ mod tests {
         // An older receiver reads no decision there either (a 0 is no event).
         assert!(decode_batch(&idle.encode(&encode_batch(&[]))[pods_end..]).is_empty());
         // Fields to come after it are ignored; a cut field counts nothing.
-        let longer = [&bytes[..], b"more"].concat();
+        let longer = [bytes, b"more"].concat();
         assert_eq!(PeerMessage::decode(&longer), Ok(sent.clone()));
         assert_eq!(PeerMessage::decode(&bytes[..bytes.len() - 9]).unwrap().waiting_workers, 0);
         assert_eq!(PeerMessage::decode(&bytes[..bytes.len() - 1]).unwrap().waiting_top, None);

@@ -20,7 +20,7 @@ use picker::address::PodAddress;
 use picker::config::PEER_REPLICA_HEADER;
 use picker::config::{PeersConfig, PEER_SECRET_HEADER};
 use picker::flow_share::{publish_peer_waiting, waiting_view, Waiting, SERVICE_STALE_AFTER_MS};
-use picker::inflight::{envoy_totals, publish_peer_counts, SLOT_STALE_MS};
+use picker::inflight::{envoy_loads, publish_peer_counts, Load, SLOT_STALE_MS};
 use picker::keys::{PEER_INBOX, REPLICA_ID};
 use picker::peer::{PeerLedger, PeerMessage, PeerPod, Refused, MAX_MESSAGE_BYTES};
 use picker::pod_table::PodState;
@@ -93,8 +93,8 @@ impl Stats {
 /// What one peer said last.
 struct RemoteLoad {
     heard_ms: u64,
-    /// Its requests in flight per pod.
-    load: Vec<(String, u32)>,
+    /// Its requests and uncached prompt tokens in flight per pod.
+    load: Vec<(String, Load)>,
     /// Its workers with requests waiting in flow control (bounded on decoding).
     waiting_workers: u32,
     /// The highest band they wait at and how many wait at it (`None`: an older peer's
@@ -240,11 +240,11 @@ impl PeerExchange {
         }
         self.last_send_ms = now;
         self.seq = self.seq.saturating_add(1);
-        let inflight = envoy_totals(host, now);
+        let loads = envoy_loads(host, now);
         let pods = pods
             .map(|pod| {
-                let inflight = inflight.get(pod.address.as_str()).copied().unwrap_or(0);
-                PeerPod { address: pod.address.clone(), epoch: pod.epoch, inflight }
+                let Load { count: inflight, tokens } = loads.get(pod.address.as_str()).copied().unwrap_or_default();
+                PeerPod { address: pod.address.clone(), epoch: pod.epoch, inflight, tokens }
             })
             .collect();
         // Read on the send (a heartbeat at most), not per request: the workers' own records.
@@ -476,7 +476,9 @@ impl PeerExchange {
             };
             metrics.increment(self.stats.messages_received);
             metrics.set(self.stats.lag_ms, now.saturating_sub(message.sent_ms));
-            let load = message.pods.iter().map(|p| (p.address.as_str().to_string(), p.inflight)).collect();
+            let load = (message.pods.iter())
+                .map(|p| (p.address.as_str().to_string(), Load { count: p.inflight, tokens: p.tokens }))
+                .collect();
             let remote = RemoteLoad {
                 heard_ms: now,
                 load,
@@ -504,12 +506,11 @@ impl PeerExchange {
             now.saturating_sub(*heard) <= SLOT_STALE_MS
         });
         metrics.set(self.stats.live_peers, self.remote_load.len() as u64);
-        let mut totals: HashMap<String, u32> = HashMap::new();
+        let mut totals: HashMap<String, Load> = HashMap::new();
         let mut waiting = Waiting::default();
         for remote in self.remote_load.values() {
-            for (address, count) in &remote.load {
-                let total = totals.entry_ref(address.as_str()).or_insert(0);
-                *total = total.saturating_add(*count);
+            for (address, load) in &remote.load {
+                totals.entry_ref(address.as_str()).or_default().add(*load);
             }
             let mut peer = Waiting::default();
             match remote.waiting_top {
@@ -568,7 +569,7 @@ mod tests {
     fn a_full_message_is_translated_pod_by_pod() {
         let address = |n: u32| format!("10.0.{}.{}:8000", n / 256, n % 256);
         let theirs: Vec<PeerPod> = (0..1_024)
-            .map(|n| PeerPod { address: PodAddress::parse(&address(n)).unwrap(), epoch: n, inflight: 0 })
+            .map(|n| PeerPod { address: PodAddress::parse(&address(n)).unwrap(), epoch: n, inflight: 0, tokens: 0 })
             .collect();
         let our_addresses: Vec<String> = (0..1_024).map(address).collect();
         let ours: HashMap<&str, u32> = our_addresses.iter().map(|a| (a.as_str(), 7)).collect();
@@ -585,7 +586,7 @@ mod tests {
         assert!(kept.iter().all(|e| e.epoch == 7 && e.origin == NO_ORIGIN && e.hashes[0] % 2 == 0));
         // A pod the peer names twice: its first epoch counts.
         let mut twice = theirs.clone();
-        twice.push(PeerPod { address: PodAddress::parse(&address(0)).unwrap(), epoch: 99, inflight: 0 });
+        twice.push(PeerPod { address: PodAddress::parse(&address(0)).unwrap(), epoch: 99, inflight: 0, tokens: 0 });
         let event = RoutingEvent { pod: address(0), epoch: 0, origin: 3, hashes: vec![1] };
         assert_eq!(translate(vec![event], &twice, &ours).0.len(), 1);
     }

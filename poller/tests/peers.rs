@@ -173,7 +173,8 @@ fn a_peer_whose_clock_is_too_far_off_is_counted() {
     assert!(b.ring().is_empty());
 }
 
-/// Replicas a and b, a's workers holding three requests on `POD` (published in a's store).
+/// Replicas a and b, a's workers holding three requests on `POD`, one of them a 6,000-token
+/// prompt not yet answered (published in a's store).
 fn a_with_three_requests_and_b() -> (Replica, Replica) {
     let a = Replica::new(1, "127.0.0.2:10001");
     let b = Replica::new(2, "127.0.0.1:10001");
@@ -181,6 +182,7 @@ fn a_with_three_requests_and_b() -> (Replica, Replica) {
     for _ in 0..3 {
         worker.started(POD, 1, NOW);
     }
+    worker.add_tokens(POD, 6_000);
     worker.sync(&a.host, NOW + 40, 60_000);
     (a, b)
 }
@@ -195,6 +197,7 @@ fn a_peers_load_reaches_the_workers_in_flight_view() {
     let mut b_worker = WorkerInflight::new();
     b_worker.sync(&b.host, NOW + 630, 60_000);
     assert_eq!(b_worker.count(POD), 3, "a's three requests count on b");
+    assert_eq!(b_worker.tokens(POD), 6_000, "and its long prompt's tokens, before any scrape shows it");
 }
 
 #[test]
@@ -264,14 +267,15 @@ fn a_peer_that_predates_the_waiting_workers_keeps_peering_and_counts_none() {
         .set(&picker::flow_share::waiting_key(0), &picker::flow_share::waiting_record(NOW + 590, 4, 0), None)
         .unwrap();
     a.decide(&[1, 2, 3]);
-    // As an older sender encodes it: nothing after the batch.
-    let old: Vec<Vec<u8>> = a.tick(NOW + 600).into_iter().map(|m| m[..m.len() - 13].to_vec()).collect();
+    // As an older sender encodes it: nothing after the batch (nor the one pod's tokens).
+    let old: Vec<Vec<u8>> = a.tick(NOW + 600).into_iter().map(|m| m[..m.len() - 13 - (2 + 4)].to_vec()).collect();
     b.receive(&old);
     b.tick(NOW + 620);
     assert_eq!(b.ring().len(), 1, "its decisions are taken");
     let mut b_worker = WorkerInflight::new();
     b_worker.sync(&b.host, NOW + 630, 60_000);
     assert_eq!(b_worker.count(POD), 3, "and its load");
+    assert_eq!(b_worker.tokens(POD), 0, "no token from a sender that sends none");
     assert_eq!(picker::flow_share::peer_waiting(&b.host, NOW + 630).workers, 0, "but no worker of it waits");
     assert_eq!(b.stat("wasm_epp.peer_messages_rejected"), 0);
 }
@@ -522,7 +526,7 @@ fn a_thousand_replicas_coming_and_going_leave_only_the_live_ones_counted() {
     // staleness window at any time.
     let live_at_most = (SLOT_STALE_MS / 100 + 1) as u32;
     for replica in 0..1_000u64 {
-        let pods = vec![PeerPod { address: PodAddress::parse(POD).unwrap(), epoch: b.epoch(), inflight: 1 }];
+        let pods = vec![PeerPod { address: PodAddress::parse(POD).unwrap(), epoch: b.epoch(), inflight: 1, tokens: 0 }];
         let message = PeerMessage {
             replica: 1_000 + replica,
             seq: 1,
@@ -563,8 +567,12 @@ fn a_replica_whose_wall_clock_stepped_back_keeps_telling_its_peers() {
 
 /// A replica's snapshot answer: POD under `epoch` with nothing in flight, and `events`.
 fn snapshot_of(epoch: u32, events: &[RoutingEvent]) -> Vec<u8> {
-    let pods =
-        vec![picker::peer::PeerPod { address: picker::address::PodAddress::parse(POD).unwrap(), epoch, inflight: 0 }];
+    let pods = vec![picker::peer::PeerPod {
+        address: picker::address::PodAddress::parse(POD).unwrap(),
+        epoch,
+        inflight: 0,
+        tokens: 0,
+    }];
     let message = picker::peer::PeerMessage {
         replica: 0,
         seq: 0,

@@ -52,7 +52,11 @@ pub fn accept_headers(worker: &Worker, host: &dyn Host, config: &PeerReceiverCon
 fn send_snapshot(worker: &Worker, host: &dyn Host) {
     let events = RingReader::new(StartAt::Oldest).poll(host, RING_SEGMENTS).map(|r| r.events).unwrap_or_default();
     let table = host.get(POD_TABLE).ok().and_then(|(bytes, _)| PodTable::decode(&bytes?).ok()).unwrap_or_default();
-    let pods = table.pods.iter().map(|p| PeerPod { address: p.address.clone(), epoch: p.epoch, inflight: 0 }).collect();
+    let pods = table
+        .pods
+        .iter()
+        .map(|p| PeerPod { address: p.address.clone(), epoch: p.epoch, inflight: 0, tokens: 0 })
+        .collect();
     // Replica 0, sequence 0: a snapshot is an answer to the asker's own call, not a message.
     let message = PeerMessage {
         replica: 0,

@@ -129,11 +129,13 @@ fn totals_and_peer_counts_reach_every_worker() {
     a.sync(&store, NOW, EXPIRY);
     b.sync(&store, NOW, EXPIRY);
     assert_eq!(envoy_totals(&store, NOW).get(POD), Some(&2));
+    a.add_tokens(POD, 100);
     let mut peers = HashMap::new();
-    peers.insert(POD.to_string(), 5);
+    peers.insert(POD.to_string(), Load { count: 5, tokens: 6_000 });
     publish_peer_counts(&store, NOW, &peers).unwrap();
     a.sync(&store, NOW + 10, EXPIRY);
     assert_eq!(a.count(POD), 1 + 1 + 5, "own, the other worker's, other replicas'");
+    assert_eq!(a.tokens(POD), 100 + 6_000, "a long prompt another replica sent counts here");
     a.sync(&store, NOW + SLOT_STALE_MS + 100, EXPIRY);
     assert_eq!(a.local_count(POD), 1);
     assert!(a.count(POD) < 7, "peer counts nobody refreshes stop counting");
