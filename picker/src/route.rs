@@ -172,17 +172,20 @@ fn eligible_pods(query: &ModelQuery<'_>, table: &PodTable) -> Result<Vec<(usize,
     if !serving.is_empty() {
         return Ok(serving.into_iter().map(|(i, _)| (i, 0)).collect());
     }
-    // A name no pod lists may still be served by a pod whose lists were cut at their bound:
-    // it answers for itself (its own 404 if it does not serve the name either).
+    if query.unknown_model == UnknownModelPolicy::RouteByLoad {
+        // Any pod may serve it (one whose lists were cut among them): by load over all.
+        return everyone();
+    }
+    // Instead of the gateway's 404: a name no pod lists may still be served by a pod whose
+    // lists were cut at their bound; it answers for itself (its own 404 if it does not).
     let cut: Vec<(usize, u8)> = index.cut().iter().map(|&i| (i as usize, 0)).filter(|&(i, _)| in_subset(i)).collect();
     if !cut.is_empty() {
         return Ok(cut);
     }
-    match query.unknown_model {
-        UnknownModelPolicy::RouteByLoad => everyone(),
-        UnknownModelPolicy::Reject if query.subset.is_some() && index.knows(model) => Err(NoRoute::SubsetEmpty),
-        UnknownModelPolicy::Reject => Err(NoRoute::UnknownModel),
+    if query.subset.is_some() && index.knows(model) {
+        return Err(NoRoute::SubsetEmpty);
     }
+    Err(NoRoute::UnknownModel)
 }
 
 /// What a caller keeps of the routed table's pods in table order (built once per published

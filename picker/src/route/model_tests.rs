@@ -78,6 +78,17 @@ fn a_name_no_pod_lists_goes_to_a_pod_whose_lists_were_cut_not_to_a_404() {
 }
 
 #[test]
+fn with_unknown_names_routed_by_load_a_cut_pod_does_not_take_them_all() {
+    // `route_by_load` sends a name no pod lists to any pod (an adapter loaded since the last
+    // fetch may be on any), by load: a pod whose lists were cut is one of them, not the only one.
+    let mut many = pod("10.0.0.2:80", "base", &["a0", "a1"], &[], 5.0);
+    many.names_cut = true;
+    let pool = table(vec![pod("10.0.0.1:80", "other", &[], &[], 0.0), many]);
+    let by_load = ModelQuery { unknown_model: UnknownModelPolicy::RouteByLoad, ..ask("a99") };
+    assert_eq!(choose_for(&pool, by_load).unwrap().address.as_str(), "10.0.0.1:80", "least loaded of all");
+}
+
+#[test]
 fn resident_adapters_win_then_free_slots_then_swaps() {
     let pool = table(vec![
         pod("10.0.0.1:80", "base", &["a", "b", "c"], &["b", "c"], 0.0),
