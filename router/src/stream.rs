@@ -408,7 +408,8 @@ impl RequestStream {
     }
 
     /// `model` is one no pod of the current table serves (none names it, none is silent about
-    /// its models) and such requests are refused: the decision answers 404. Not while the
+    /// its models, none had its lists cut: such a pod gets it, so it waits for a place there)
+    /// and such requests are refused: the decision answers 404. Not while the
     /// pool has no pod at all (requests wait for the first: scale from zero), nor once the
     /// table has expired (the decision then routes on the static pool, which names no model).
     fn refused_model(&self, host: &dyn Host, model: Option<&str>) -> bool {
@@ -423,6 +424,7 @@ impl RequestStream {
                 && !cache.expired(host.now_ms(), config.fail_open_max_age_ms)
                 && !index.knows(model)
                 && index.silent().is_empty()
+                && index.cut().is_empty()
         })
     }
 
