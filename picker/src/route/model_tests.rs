@@ -78,6 +78,18 @@ fn a_name_no_pod_lists_goes_to_a_pod_whose_lists_were_cut_not_to_a_404() {
 }
 
 #[test]
+fn a_subset_hint_leaving_out_the_cut_pods_is_no_pod_for_an_unlisted_name_not_a_404() {
+    // The pod that may serve the name is outside the gateway's hint: as for a listed name
+    // whose pods are all outside it, no pod (503), not "the model does not exist".
+    let mut many = pod("10.0.0.2:80", "base", &["a0"], &[], 0.0);
+    many.names_cut = true;
+    let pool = table(vec![pod("10.0.0.1:80", "other", &[], &[], 0.0), many]);
+    let subset = [PodAddress::parse("10.0.0.1:80").unwrap()];
+    let query = ModelQuery { subset: Some(&subset), ..ask("a99") };
+    assert_eq!(choose_for(&pool, query).unwrap_err(), NoRoute::SubsetEmpty);
+}
+
+#[test]
 fn with_unknown_names_routed_by_load_a_cut_pod_does_not_take_them_all() {
     // `route_by_load` sends a name no pod lists to any pod (an adapter loaded since the last
     // fetch may be on any), by load: a pod whose lists were cut is one of them, not the only one.
