@@ -10,7 +10,7 @@ use picker::metrics_text::parse_engine_metrics;
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
-    let Ok(metrics) = parse_engine_metrics(&text) else { return };
+    let Ok(metrics) = parse_engine_metrics(&text, picker::models::MAX_NAMES_PER_POD) else { return };
     for (name, value) in [("waiting", metrics.waiting), ("running", metrics.running)] {
         assert!(value.is_finite() && value >= 0.0, "{name} = {value}");
     }

@@ -101,8 +101,9 @@ struct Totals {
     lora_timestamp: f64,
 }
 
-/// Parses a scrape. Errors name why the text is not usable engine metrics.
-pub fn parse_engine_metrics(text: &str) -> Result<EngineMetrics, String> {
+/// Parses a scrape, keeping at most `max_names` names in each model and adapter list (the
+/// pool service's `max_names_per_pod`). Errors name why the text is not usable engine metrics.
+pub fn parse_engine_metrics(text: &str, max_names: usize) -> Result<EngineMetrics, String> {
     let mut totals = Totals::default();
     let mut metrics = EngineMetrics::default();
     for line in text.lines().take(MAX_METRIC_LINES) {
@@ -115,7 +116,7 @@ pub fn parse_engine_metrics(text: &str) -> Result<EngineMetrics, String> {
         let Some(sample) = parse_sample(line.trim_end()) else {
             continue;
         };
-        apply_sample(&sample, &mut totals, &mut metrics);
+        apply_sample(&sample, max_names, &mut totals, &mut metrics);
     }
     match (totals.waiting, totals.running) {
         (None, None) => return Err("no queue or running-request metric in the scrape".into()),
@@ -142,7 +143,7 @@ fn add_counter(slot: &mut Option<f64>, value: f64) {
     *slot = Some((slot.unwrap_or(0.0) + value).min(f64::MAX));
 }
 
-fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMetrics) {
+fn apply_sample(sample: &Sample<'_>, max_names: usize, totals: &mut Totals, metrics: &mut EngineMetrics) {
     let value = sample.value;
     // Info series carry their data in labels; their value is 1 or a timestamp.
     match sample.name {
@@ -158,8 +159,8 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
         "vllm:lora_requests_info" => {
             if value.is_finite() && value >= totals.lora_timestamp {
                 totals.lora_timestamp = value;
-                let (running, running_cut) = split_list(sample.label("running_lora_adapters"));
-                let (waiting, waiting_cut) = split_list(sample.label("waiting_lora_adapters"));
+                let (running, running_cut) = split_list(sample.label("running_lora_adapters"), max_names);
+                let (waiting, waiting_cut) = split_list(sample.label("waiting_lora_adapters"), max_names);
                 metrics.lora = Some(LoraState {
                     max_loras: sample.label("max_lora").and_then(|v| v.parse().ok()).unwrap_or(0),
                     running,
@@ -171,7 +172,7 @@ fn apply_sample(sample: &Sample<'_>, totals: &mut Totals, metrics: &mut EngineMe
         }
         _ => {}
     }
-    if crate::models::residency::apply(sample, &mut metrics.models) {
+    if crate::models::residency::apply(sample, max_names, &mut metrics.models) {
         return;
     }
     if value.is_nan() || value < 0.0 {
@@ -218,22 +219,18 @@ fn apply_gauge(name: &str, value: f64, totals: &mut Totals) -> bool {
     }
 }
 
-/// Adapters kept per list: vLLM's `--max-loras` is a small number (its default is 1; GPUs
-/// hold a few dozen at most), so a longer list is a pod lying or flooding.
-pub const MAX_ADAPTERS_PER_LIST: usize = 64;
-
 /// Longest adapter name kept, in bytes; longer names are dropped, not cut (a cut name
 /// would match a different adapter).
 pub const MAX_ADAPTER_NAME_BYTES: usize = 256;
 
-/// A comma-separated adapter list, bounded in count and name length: it is stored in the
-/// pod table and published to every worker, so a pod may not make it grow without limit.
+/// A comma-separated adapter list, bounded in count (`max`) and name length: it is stored in
+/// the pod table and published to every worker, so a pod may not make it grow without limit.
 /// `true` beside it when a name was dropped.
-fn split_list(value: Option<&str>) -> (Vec<String>, bool) {
+fn split_list(value: Option<&str>, max: usize) -> (Vec<String>, bool) {
     let mut list = Vec::new();
     let mut cut = false;
     for name in value.unwrap_or("").split(',').map(str::trim).filter(|name| !name.is_empty()) {
-        if name.len() <= MAX_ADAPTER_NAME_BYTES && list.len() < MAX_ADAPTERS_PER_LIST {
+        if name.len() <= MAX_ADAPTER_NAME_BYTES && list.len() < max {
             list.push(name.to_string());
         } else {
             cut = true;
@@ -262,20 +259,41 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a",waiting_lora_adap
 vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"} 1.8e9
 "#;
 
+    /// The pool service's default `max_names_per_pod`.
+    const NAMES: usize = crate::models::DEFAULT_NAMES_PER_POD;
+
     #[test]
     fn adapter_lists_from_a_lying_pod_are_bounded() {
         let many: Vec<String> = (0..10_000).map(|i| format!("adapter-{i}")).collect();
         let long = "x".repeat(MAX_ADAPTER_NAME_BYTES + 1);
-        let (list, cut) = split_list(Some(&format!("{long},{}", many.join(","))));
-        assert_eq!(list.len(), MAX_ADAPTERS_PER_LIST);
+        let (list, cut) = split_list(Some(&format!("{long},{}", many.join(","))), NAMES);
+        assert_eq!(list.len(), NAMES);
         assert_eq!(list.first().map(String::as_str), Some("adapter-0"), "an over-long name is dropped");
         assert!(cut, "and the list says it lacks names");
-        assert_eq!(split_list(Some("a, b,")), (vec!["a".to_owned(), "b".to_owned()], false));
+        assert_eq!(split_list(Some("a, b,"), NAMES), (vec!["a".to_owned(), "b".to_owned()], false));
+    }
+
+    #[test]
+    fn running_and_waiting_lists_keep_the_configured_number_of_names() {
+        let names = |from: usize, count: usize| (from..from + count).map(|i| format!("t-{i}")).collect::<Vec<_>>();
+        let page = |running: usize, waiting: usize| {
+            format!(
+                "vllm:num_requests_running 1\nvllm:lora_requests_info{{max_lora=\"4\",running_lora_adapters=\"{}\",\
+                 waiting_lora_adapters=\"{}\"}} 1.8e9\n",
+                names(0, running).join(","),
+                names(1000, waiting).join(",")
+            )
+        };
+        for (max, running, waiting, cut) in [(256, 256, 100, false), (256, 100, 257, true), (256, 257, 0, true)] {
+            let lora = parse_engine_metrics(&page(running, waiting), max).unwrap().lora.unwrap();
+            let expected = (names(0, running.min(max)), names(1000, waiting.min(max)), cut);
+            assert_eq!((lora.running, lora.waiting, lora.cut), expected, "{running} running, {waiting} waiting");
+        }
     }
 
     #[test]
     fn sums_engines_and_reads_info_labels() {
-        let m = parse_engine_metrics(VLLM_TWO_ENGINES).unwrap();
+        let m = parse_engine_metrics(VLLM_TWO_ENGINES, NAMES).unwrap();
         assert_eq!((m.waiting, m.running), (5.0, 5.0));
         assert_eq!(m.kv_usage, Some(0.375));
         assert_eq!((m.block_size, m.num_gpu_blocks), (Some(16), Some(27000)));
@@ -287,12 +305,12 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
     #[test]
     fn reads_legacy_sglang_and_trtllm_names() {
         let legacy = "vllm:num_requests_waiting 1\nvllm:gpu_cache_usage_perc 0.9\n";
-        assert_eq!(parse_engine_metrics(legacy).unwrap().kv_usage, Some(0.9));
+        assert_eq!(parse_engine_metrics(legacy, NAMES).unwrap().kv_usage, Some(0.9));
         let sglang = "sglang:num_queue_reqs{model_name=\"m\"} 7\nsglang:num_running_reqs 2\nsglang:token_usage 0.1\n";
-        let m = parse_engine_metrics(sglang).unwrap();
+        let m = parse_engine_metrics(sglang, NAMES).unwrap();
         assert_eq!((m.waiting, m.running, m.kv_usage), (7.0, 2.0, Some(0.1)));
         let trt = "trtllm_num_requests_waiting 0\ntrtllm_num_requests_running 3\ntrtllm_kv_cache_utilization 0.2\n";
-        assert_eq!(parse_engine_metrics(trt).unwrap().running, 3.0);
+        assert_eq!(parse_engine_metrics(trt, NAMES).unwrap().running, 3.0);
     }
 
     #[test]
@@ -301,11 +319,11 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
             vllm:prefix_cache_queries_total{engine=\"0\"} 1001000000\n\
             vllm:prefix_cache_queries_total{engine=\"1\"} 901000000\n\
             vllm:prefix_cache_hits_total{engine=\"0\"} 2e12\n";
-        let m = parse_engine_metrics(engines).unwrap();
+        let m = parse_engine_metrics(engines, NAMES).unwrap();
         assert_eq!((m.prefix_queries, m.prefix_hits), (Some(1_902_000_000.0), Some(2e12)));
         let lies = "vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total 1e308\n\
             vllm:prefix_cache_queries_total 1e308\nvllm:prefix_cache_hits_total -1\n";
-        let m = parse_engine_metrics(lies).unwrap();
+        let m = parse_engine_metrics(lies, NAMES).unwrap();
         assert_eq!((m.prefix_queries, m.prefix_hits), (Some(f64::MAX), None), "finite, and never negative");
     }
 
@@ -317,12 +335,12 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
             let page = format!(
                 "vllm:num_requests_waiting {waiting}\nvllm:num_requests_running 4\nvllm:kv_cache_usage_perc +Inf\n"
             );
-            let m = parse_engine_metrics(&page).unwrap();
+            let m = parse_engine_metrics(&page, NAMES).unwrap();
             assert_eq!((m.waiting, m.running, m.kv_usage), (MAX_SANE_GAUGE, 4.0, Some(1.0)), "{waiting}");
         }
         let page =
             "vllm:num_requests_waiting 0\nvllm:num_requests_running +Inf\nvllm:prefix_cache_queries_total +Inf\n";
-        let m = parse_engine_metrics(page).unwrap();
+        let m = parse_engine_metrics(page, NAMES).unwrap();
         assert_eq!((m.waiting, m.running, m.prefix_queries), (0.0, MAX_SANE_GAUGE, None));
         assert_eq!(m.implausible.as_deref(), Some("vllm:num_requests_running inf"), "told");
     }
@@ -331,10 +349,10 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
     fn a_kv_usage_given_as_a_percent_reads_as_full_and_is_told() {
         let page = "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc{engine=\"0\"} 87.5\n\
             vllm:kv_cache_usage_perc{engine=\"1\"} 0.5\n";
-        let m = parse_engine_metrics(page).unwrap();
+        let m = parse_engine_metrics(page, NAMES).unwrap();
         assert_eq!(m.kv_usage, Some(0.75));
         assert_eq!(m.implausible.as_deref(), Some("vllm:kv_cache_usage_perc 87.5"));
-        let m = parse_engine_metrics(VLLM_TWO_ENGINES).unwrap();
+        let m = parse_engine_metrics(VLLM_TWO_ENGINES, NAMES).unwrap();
         assert_eq!(m.implausible, None, "a true page says nothing");
     }
 
@@ -342,22 +360,26 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
     fn a_cache_of_zero_blocks_or_blocks_of_zero_tokens_is_unknown() {
         let page = "vllm:num_requests_waiting 0\n\
             vllm:cache_config_info{block_size=\"0\",num_gpu_blocks=\"0\"} 1\n";
-        let m = parse_engine_metrics(page).unwrap();
+        let m = parse_engine_metrics(page, NAMES).unwrap();
         assert_eq!((m.block_size, m.num_gpu_blocks), (None, None));
         let page = "vllm:num_requests_waiting 0\n\
             vllm:cache_config_info{block_size=\"4294967296\",num_gpu_blocks=\"None\"} 1\n";
-        let m = parse_engine_metrics(page).unwrap();
+        let m = parse_engine_metrics(page, NAMES).unwrap();
         assert_eq!((m.block_size, m.num_gpu_blocks), (None, None));
     }
 
     #[test]
     fn distrusts_lies_and_refuses_foreign_text() {
         let huge = "vllm:num_requests_waiting 1e308\nvllm:num_requests_waiting 1e308\nvllm:num_requests_running 1\n";
-        assert_eq!(parse_engine_metrics(huge).unwrap().waiting, 2e9, "sums of absurd samples never reach infinity");
+        assert_eq!(
+            parse_engine_metrics(huge, NAMES).unwrap().waiting,
+            2e9,
+            "sums of absurd samples never reach infinity"
+        );
         let lies = "vllm:num_requests_waiting NaN\nvllm:num_requests_waiting -4\nvllm:num_requests_running 2\nvllm:kv_cache_usage_perc 7\n";
-        let m = parse_engine_metrics(lies).unwrap();
+        let m = parse_engine_metrics(lies, NAMES).unwrap();
         assert_eq!((m.waiting, m.running, m.kv_usage), (0.0, 2.0, Some(1.0)));
-        assert!(parse_engine_metrics("<html>not found</html>").is_err());
-        assert!(parse_engine_metrics("").is_err());
+        assert!(parse_engine_metrics("<html>not found</html>", NAMES).is_err());
+        assert!(parse_engine_metrics("", NAMES).is_err());
     }
 }

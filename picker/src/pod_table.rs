@@ -68,9 +68,10 @@ impl PodState {
         self.healthy && self.fresh_at(now_ms, stale_after_ms)
     }
 
-    /// Drops over-long names and keeps at most [`crate::metrics_text::MAX_ADAPTERS_PER_LIST`]
-    /// in each of the pod's model and adapter lists, as a pod's own report is bounded (and
-    /// marks the lists cut when it dropped a name).
+    /// Drops over-long names and keeps at most [`crate::models::MAX_NAMES_PER_POD`] in each
+    /// of the pod's model and adapter lists, as a pod's own report is bounded (and marks the
+    /// lists cut when it dropped a name). The hard maximum, not the pool service's configured
+    /// bound, which it applied already and which a worker does not know.
     pub fn bound_name_lists(&mut self) {
         let mut cut = false;
         let lists = [
@@ -83,7 +84,7 @@ impl PodState {
         for list in lists {
             let before = list.len();
             list.retain(|name| name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES);
-            list.truncate(crate::metrics_text::MAX_ADAPTERS_PER_LIST);
+            list.truncate(crate::models::MAX_NAMES_PER_POD);
             cut |= list.len() != before;
         }
         self.names_cut |= cut;
@@ -137,12 +138,13 @@ impl PodState {
 
     /// Takes a scrape's names: its adapter requests (`lora`), the models it named (`scraped`),
     /// and those `/v1/models` listed (kept from the last catalog poll, which runs less often
-    /// than the scrape).
+    /// than the scrape); at most `max_names` in each list (`max_names_per_pod`).
     pub fn set_names(
         &mut self,
         lora: Option<LoraState>,
         scraped: crate::models::residency::ScrapedModels,
         catalog: Option<&crate::models::catalog::Catalog>,
+        max_names: usize,
     ) {
         let lora = lora.unwrap_or_default();
         self.max_loras = lora.max_loras;
@@ -156,18 +158,19 @@ impl PodState {
             self.max_loras = slots;
         }
         if let Some(catalog) = catalog {
-            self.add_catalog(catalog);
+            self.add_catalog(catalog, max_names);
         }
     }
 
-    /// Adds what `/v1/models` listed to the names the pod's scrapes gave.
-    pub fn add_catalog(&mut self, catalog: &crate::models::catalog::Catalog) {
+    /// Adds what `/v1/models` listed to the names the pod's scrapes gave, at most `max_names`
+    /// in each list.
+    pub fn add_catalog(&mut self, catalog: &crate::models::catalog::Catalog, max_names: usize) {
         let mut cut = catalog.cut;
         for name in &catalog.base {
-            cut |= !crate::models::push_bounded(&mut self.models, name);
+            cut |= !crate::models::push_bounded(&mut self.models, name, max_names);
         }
         for name in &catalog.adapters {
-            cut |= !crate::models::push_bounded(&mut self.adapters, name);
+            cut |= !crate::models::push_bounded(&mut self.adapters, name, max_names);
         }
         self.names_cut |= cut;
     }

@@ -357,7 +357,7 @@ impl PoolPoller {
             }
         }
         let text = std::str::from_utf8(body).map_err(|_| ScrapeError::Failed("scrape is not UTF-8".into()))?;
-        let metrics = parse_engine_metrics(text).map_err(ScrapeError::NoLoadMetric)?;
+        let metrics = parse_engine_metrics(text, self.config.names_per_pod()).map_err(ScrapeError::NoLoadMetric)?;
         record.last_page = Some((hash, metrics.clone()));
         Ok(metrics)
     }
@@ -411,7 +411,7 @@ impl PoolPoller {
         state.num_gpu_blocks = metrics.num_gpu_blocks.or(state.num_gpu_blocks);
         state.last_success_ms = now_ms;
         state.consecutive_failures = 0;
-        state.set_names(metrics.lora, metrics.models, record.catalog.as_ref());
+        state.set_names(metrics.lora, metrics.models, record.catalog.as_ref(), self.config.names_per_pod());
         self.dirty = true;
         if new_epoch {
             self.take_epoch();
@@ -480,7 +480,7 @@ impl PoolPoller {
     /// A pod's `/v1/models` list arrived: kept for later scrapes and merged into its state now.
     pub fn set_catalog(&mut self, address: &PodAddress, catalog: crate::models::catalog::Catalog) {
         let Some(record) = self.pods.iter_mut().find(|r| &r.address == address) else { return };
-        record.state.add_catalog(&catalog);
+        record.state.add_catalog(&catalog, self.config.names_per_pod());
         record.catalog = Some(catalog);
         self.dirty = true;
     }

@@ -96,7 +96,7 @@ fn read_catalog(
         return Err(CatalogFailure::TooLarge);
     }
     let body = host.call_response_body(size, limit).unwrap_or_default();
-    match parse_catalog(&body, limit) {
+    match parse_catalog(&body, limit, poller.config().names_per_pod()) {
         Ok(catalog) => {
             poller.set_catalog(address, catalog);
             Ok(())

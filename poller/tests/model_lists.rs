@@ -206,3 +206,58 @@ fn a_key_variable_the_vm_lacks_stops_the_service() {
     let refused = service.configure(&host, TWO_PODS_WITH_KEY.as_bytes()).unwrap_err();
     assert!(refused.contains("VLLM_API_KEY") && refused.contains("host_env_keys"), "{refused}");
 }
+
+/// A scrape of a pod with `running` and `waiting` adapters in its requests and `registered`
+/// adapters held (all on the GPU, `t-0`...), and its `/v1/models` listing `listed` of them.
+fn pod_naming(running: usize, waiting: usize, registered: usize, listed: usize) -> (String, String) {
+    let names = |count: usize| (0..count).map(|i| format!("t-{i}")).collect::<Vec<_>>();
+    let mut page = format!(
+        "{METRICS}vllm:lora_requests_info{{max_lora=\"4\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"}} 1.8e9\n",
+        names(running).join(","),
+        names(waiting).join(",")
+    );
+    for name in names(registered) {
+        page += &format!("vllm:lora_adapter_loaded{{adapter_name=\"{name}\",level=\"gpu\"}} 1\n");
+    }
+    let cards = names(listed).into_iter().map(|name| format!(r#"{{"id":"{name}","parent":"m"}}"#));
+    let cards: Vec<String> = std::iter::once(r#"{"id":"m","parent":null}"#.to_owned()).chain(cards).collect();
+    (page, format!(r#"{{"object":"list","data":[{}]}}"#, cards.join(",")))
+}
+
+#[test]
+fn every_name_list_keeps_max_names_per_pod_from_every_source_and_a_pod_naming_more_is_marked() {
+    let with_bound = r#"{"pool": ["10.0.0.1:8000"], "poll_interval_ms": 100, "max_names_per_pod": 300}"#;
+    let default = r#"{"pool": ["10.0.0.1:8000"], "poll_interval_ms": 100}"#;
+    // (config, running, waiting, registered, listed) → lengths of (running, waiting, adapters,
+    // resident) in the published table, and whether the pod is marked as naming more.
+    let cases = [
+        (with_bound, (300, 300, 300, 300), (300, 300, 300, 300), false),
+        (with_bound, (301, 0, 10, 10), (300, 0, 10, 10), true),
+        (with_bound, (0, 301, 10, 10), (0, 300, 10, 10), true),
+        (with_bound, (0, 0, 301, 10), (0, 0, 300, 300), true),
+        (with_bound, (0, 0, 10, 301), (0, 0, 300, 10), true),
+        (default, (100, 100, 100, 100), (64, 64, 64, 64), true),
+        (default, (64, 64, 64, 64), (64, 64, 64, 64), false),
+    ];
+    for (config, (running, waiting, registered, listed), expected, cut) in cases {
+        let host = host();
+        let mut service = service(&host, config);
+        let (page, catalog) = pod_naming(running, waiting, registered, listed);
+        let mut answered = 0;
+        for at in [NOW, NOW + 100, NOW + 200] {
+            service.tick(&host, at);
+            let calls = host.calls.borrow().clone();
+            for call in calls.iter().skip(answered) {
+                let body = if is_model_list(call) { &catalog } else { &page };
+                *host.call_answer.borrow_mut() = Some((200, body.as_bytes().to_vec()));
+                service.http_response(&host, call.token, body.len());
+            }
+            answered = calls.len();
+        }
+        let pod = table(&host).pods.remove(0);
+        let lengths = (pod.running_loras.len(), pod.waiting_loras.len(), pod.adapters.len(), pod.resident_loras.len());
+        let case = format!("{config}: {running} running, {waiting} waiting, {registered} registered, {listed} listed");
+        assert_eq!((lengths, pod.names_cut), (expected, cut), "{case}");
+        assert_eq!(pod.models, ["m"], "{case}");
+    }
+}

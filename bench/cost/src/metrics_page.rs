@@ -121,6 +121,29 @@ pub fn vllm_page(waiting: u32) -> String {
     out
 }
 
+/// A pod registering `adapters` LoRA adapters (`adapter-0`...), two on the GPU and running:
+/// its page ([`vllm_page`] with the adapters' series) and its `/v1/models`, each adapter card
+/// as vLLM writes it (~450 bytes with its permission object).
+pub fn page_naming_adapters(adapters: usize) -> (String, String) {
+    let mut page = vllm_page(3);
+    let _ = writeln!(
+        page,
+        "vllm:lora_requests_info{{max_lora=\"2\",running_lora_adapters=\"adapter-0,adapter-1\",waiting_lora_adapters=\"\"}} 1.7e+09"
+    );
+    let mut cards = Vec::with_capacity(adapters);
+    for i in 0..adapters {
+        let level = if i < 2 { "gpu" } else { "cpu" };
+        let _ = writeln!(
+            page,
+            "vllm:lora_adapter_loaded{{{LABELS},adapter_name=\"adapter-{i}\",level=\"{level}\",pinned=\"false\"}} 1.0"
+        );
+        cards.push(format!(
+            r#"{{"id":"adapter-{i}","object":"model","created":1700000000,"owned_by":"vllm","root":"/adapters/tenant-{i}","parent":"sim-model","max_model_len":null,"permission":[{{"id":"modelperm-{i:032x}","object":"model_permission","created":1700000000,"allow_create_engine":false,"allow_sampling":true,"allow_logprobs":true,"allow_search_indices":false,"allow_view":true,"allow_fine_tuning":false,"organization":"*","group":null,"is_blocking":false}}]}}"#
+        ));
+    }
+    (page, format!(r#"{{"object":"list","data":[{}]}}"#, cards.join(",")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,8 +151,18 @@ mod tests {
     #[test]
     fn the_picker_reads_it_and_it_has_a_real_pages_size() {
         let page = vllm_page(4);
-        let metrics = picker::metrics_text::parse_engine_metrics(&page).unwrap();
+        let metrics = picker::metrics_text::parse_engine_metrics(&page, picker::models::DEFAULT_NAMES_PER_POD).unwrap();
         assert_eq!((metrics.waiting, metrics.num_gpu_blocks, metrics.block_size), (4.0, Some(16_384), Some(16)));
         assert!((15_000..60_000).contains(&page.len()), "{} bytes", page.len());
+    }
+
+    #[test]
+    fn a_page_and_list_naming_adapters_say_the_same() {
+        let (page, list) = page_naming_adapters(100);
+        let metrics = picker::metrics_text::parse_engine_metrics(&page, 100).unwrap();
+        let catalog = picker::models::catalog::parse_catalog(list.as_bytes(), 1 << 20, 100).unwrap();
+        assert_eq!((metrics.models.adapters.len(), metrics.models.resident.len(), metrics.models.cut), (100, 2, false));
+        assert_eq!((catalog.adapters, catalog.cut), (metrics.models.adapters, false));
+        assert!((40_000..50_000).contains(&list.len()), "~450 bytes a card: {}", list.len());
     }
 }

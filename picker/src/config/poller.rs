@@ -35,8 +35,14 @@ pub struct PollerConfig {
     /// How often each pod's model list is fetched; 0 = never (models then come from the
     /// metrics' labels alone). Slower than scrapes: adapters change rarely.
     pub models_interval_ms: u64,
-    /// Model lists larger than this are refused (a list of 64 adapters is ~20 KB).
+    /// Model lists larger than this are refused (vLLM lists an adapter in ~450 bytes: 64
+    /// adapters are ~30 KB, 1,024 ~460 KB, within the 1 MiB default).
     pub max_models_bytes: u64,
+    /// Names kept in each of a pod's model and adapter lists (registered, running, waiting,
+    /// resident, base models): a pod registering more is marked `names_cut`, and the names
+    /// past it get no adapter-aware routing. Every name costs each worker its share of the
+    /// table's decode and model index on every publish.
+    pub max_names_per_pod: u32,
     /// The environment variable holding the key the pods' API wants (vLLM's `--api-key`),
     /// sent as `Authorization: Bearer <key>` on model-list fetches; empty: none is sent. A
     /// variable name, not the key: the plugin's JSON is in Envoy's config_dump, and Envoy
@@ -64,7 +70,8 @@ impl Default for PollerConfig {
             roles: std::collections::BTreeMap::new(),
             models_path: "/v1/models".into(),
             models_interval_ms: 5_000,
-            max_models_bytes: 256 * 1024,
+            max_models_bytes: 1024 * 1024,
+            max_names_per_pod: crate::models::DEFAULT_NAMES_PER_POD as u32,
             pods_api_key_env: String::new(),
             pods_api_key_on_metrics: false,
         }
@@ -96,6 +103,12 @@ impl PollerConfig {
             check_range("models_interval_ms", self.models_interval_ms, self.poll_interval_ms, 3_600_000)?;
         }
         check_range("max_models_bytes", self.max_models_bytes, 1024, 16 * 1024 * 1024)?;
+        check_range(
+            "max_names_per_pod",
+            u64::from(self.max_names_per_pod),
+            1,
+            crate::models::MAX_NAMES_PER_POD as u64,
+        )?;
         self.check_pods_api_key()?;
         let pool = parse_pool(&self.pool)?;
         // The initial pool: the static one, or empty until the first list arrives.
@@ -105,6 +118,15 @@ impl PollerConfig {
             (Some(_), false) => Err("set one of pool and kubernetes, not both".into()),
             (None, true) => Err("the pool is empty: set pool (ip:port list) or kubernetes".into()),
         }
+    }
+}
+
+impl PollerConfig {
+    /// `max_names_per_pod` as a list length, never past [`crate::models::MAX_NAMES_PER_POD`]
+    /// (a configuration built in code skips [`PollerConfig::validate`]).
+    pub fn names_per_pod(&self) -> usize {
+        usize::try_from(self.max_names_per_pod)
+            .map_or(crate::models::MAX_NAMES_PER_POD, |n| n.min(crate::models::MAX_NAMES_PER_POD))
     }
 }
 
@@ -161,6 +183,26 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("localhost"));
         let bad: PollerConfig = parse_json(br#"{"poll_interval_ms": 1}"#).unwrap();
         assert!(bad.validate().unwrap_err().contains("poll_interval_ms"));
+    }
+
+    #[test]
+    fn names_per_pod_are_1_to_1024() {
+        let config = |names: &str| {
+            let json = format!(r#"{{"pool": ["10.0.0.1:80"]{names}}}"#);
+            parse_json::<PollerConfig>(json.as_bytes()).unwrap()
+        };
+        assert_eq!(config("").names_per_pod(), 64, "the default");
+        for ok in [1, 256, 1024] {
+            let set = config(&format!(r#", "max_names_per_pod": {ok}"#));
+            assert_eq!((set.validate().is_ok(), set.names_per_pod()), (true, ok as usize));
+        }
+        for bad in [0, 1025] {
+            let error = config(&format!(r#", "max_names_per_pod": {bad}"#)).validate().unwrap_err();
+            assert!(error.contains("max_names_per_pod"), "{error}");
+        }
+        assert!(parse_json::<PollerConfig>(br#"{"max_names_per_pod": -1}"#).is_err());
+        let unchecked = PollerConfig { max_names_per_pod: u32::MAX, ..PollerConfig::default() };
+        assert_eq!(unchecked.names_per_pod(), 1024, "never past the hard maximum");
     }
 
     #[test]

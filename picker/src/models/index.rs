@@ -3,9 +3,10 @@
 //!
 //! Built by the worker when its table changes (every publish, ~10 per second) and by
 //! [`crate::route::choose`] when none is given (tests). Size: one entry per (pod, name) the
-//! table lists, and each pod lists at most 5 × [`super::MAX_MODELS_PER_POD`] names, so at
-//! most 1024 × 320 entries of 8 bytes (2.6 MB) for a hostile full table; a real pool of 64
-//! pods with 32 adapters each holds about 2,000.
+//! table lists, and each pod lists at most 5 × `max_names_per_pod` names (the pool service's
+//! bound, 64 by default, at most [`super::MAX_NAMES_PER_POD`]): at the default, at most
+//! 1024 × 320 entries of 8 bytes (2.6 MB) for a hostile full table, 16 times that at 1,024
+//! names; a real pool of 64 pods with 32 adapters each holds about 2,000.
 
 use hashbrown::HashMap;
 

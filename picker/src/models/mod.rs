@@ -20,17 +20,25 @@ pub mod listing;
 pub mod residency;
 pub mod rewrite;
 
-/// Model names kept per pod: one base model and `MAX_ADAPTERS_PER_LIST` adapters cover a real
-/// pod (vLLM's `--max-cpu-loras` is a few dozen); a longer list is a pod flooding the table.
-pub const MAX_MODELS_PER_POD: usize = crate::metrics_text::MAX_ADAPTERS_PER_LIST;
+/// Names the pool service keeps in each of a pod's lists (models, adapters, running, waiting,
+/// resident) unless `max_names_per_pod` says otherwise: vLLM holds a few dozen adapters in
+/// memory (`--max-cpu-loras`), and a pod registering more is marked (`names_cut`).
+pub const DEFAULT_NAMES_PER_POD: usize = 64;
 
-/// Keeps `name` in `list` if it is new, short enough and the list has room; `false` when a
-/// name was dropped (too long, or the list full): the pod serves a name its list lacks.
-pub(crate) fn push_bounded(list: &mut Vec<String>, name: &str) -> bool {
+/// The most `max_names_per_pod` may be, and what a worker keeps of a decoded table's lists
+/// (the pool service bounded them already, at its configured value): a multi-tenant pod
+/// registers hundreds of adapters, and each name costs every worker its decode and index
+/// entry on every publish (docs/configuration.md, `max_names_per_pod`, has the figures).
+pub const MAX_NAMES_PER_POD: usize = 1024;
+
+/// Keeps `name` in `list` if it is new, short enough and the list holds fewer than `max`;
+/// `false` when a name was dropped (too long, or the list full): the pod serves a name its
+/// list lacks.
+pub(crate) fn push_bounded(list: &mut Vec<String>, name: &str, max: usize) -> bool {
     if name.is_empty() || list.iter().any(|known| known == name) {
         return true;
     }
-    let fits = name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES && list.len() < MAX_MODELS_PER_POD;
+    let fits = name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES && list.len() < max;
     if fits {
         list.push(name.to_owned());
     }
@@ -44,11 +52,11 @@ mod tests {
     #[test]
     fn lists_stay_bounded() {
         let mut list = Vec::new();
-        let kept = (0..1000).filter(|i| push_bounded(&mut list, &format!("m{i}"))).count();
-        assert!(push_bounded(&mut list, "m0"), "a name kept already is no drop");
-        assert_eq!(list.len(), MAX_MODELS_PER_POD);
-        assert_eq!(kept, MAX_MODELS_PER_POD, "every name past the bound is reported dropped");
+        let kept = (0..1000).filter(|i| push_bounded(&mut list, &format!("m{i}"), 300)).count();
+        assert!(push_bounded(&mut list, "m0", 300), "a name kept already is no drop");
+        assert_eq!(list.len(), 300);
+        assert_eq!(kept, 300, "every name past the bound is reported dropped");
         let long = "x".repeat(crate::metrics_text::MAX_ADAPTER_NAME_BYTES + 1);
-        assert!(!push_bounded(&mut Vec::new(), &long));
+        assert!(!push_bounded(&mut Vec::new(), &long, 300));
     }
 }

@@ -31,17 +31,18 @@ pub struct ScrapedModels {
 /// Longest slot count believed (GPUs hold a few dozen adapters at most).
 const MAX_GPU_LORAS: f64 = 4096.0;
 
-/// Reads one sample if it names a model or an adapter; `true` if it was a residency metric.
-pub fn apply(sample: &Sample<'_>, models: &mut ScrapedModels) -> bool {
+/// Reads one sample if it names a model or an adapter, keeping at most `max_names` names per
+/// list; `true` if it was a residency metric.
+pub fn apply(sample: &Sample<'_>, max_names: usize, models: &mut ScrapedModels) -> bool {
     match sample.name {
         "vllm:lora_adapter_loaded" => {
             // `lora_name` is what simulator builds before the proposal's names wrote; one more
             // label lookup keeps a pool of old and new builds readable during an upgrade.
             if let Some(name) = sample.label("adapter_name").or_else(|| sample.label("lora_name")) {
                 if sample.value > 0.0 {
-                    models.cut |= !super::push_bounded(&mut models.adapters, name);
+                    models.cut |= !super::push_bounded(&mut models.adapters, name, max_names);
                     if sample.label("level") == Some("gpu") {
-                        models.cut |= !super::push_bounded(&mut models.resident, name);
+                        models.cut |= !super::push_bounded(&mut models.resident, name, max_names);
                     }
                 }
             }
@@ -55,7 +56,7 @@ pub fn apply(sample: &Sample<'_>, models: &mut ScrapedModels) -> bool {
         }
         _ => {
             if let Some(name) = sample.label("model_name") {
-                models.cut |= !super::push_bounded(&mut models.base, name);
+                models.cut |= !super::push_bounded(&mut models.base, name, max_names);
             }
             false
         }
@@ -66,6 +67,8 @@ pub fn apply(sample: &Sample<'_>, models: &mut ScrapedModels) -> bool {
 mod tests {
     use crate::metrics_text::parse_engine_metrics;
 
+    const NAMES: usize = crate::models::DEFAULT_NAMES_PER_POD;
+
     #[test]
     fn base_model_adapters_and_slots_come_from_the_scrape() {
         let text = "vllm:num_requests_running{model_name=\"base\"} 1\n\
@@ -73,7 +76,7 @@ mod tests {
             vllm:lora_adapter_loaded{engine=\"0\",adapter_name=\"b\",level=\"cpu\",pinned=\"false\"} 1\n\
             vllm:num_gpu_loaded_lora_adapters{engine=\"0\"} 1\n\
             vllm:max_gpu_lora_adapters{model_name=\"base\"} 2\n";
-        let models = parse_engine_metrics(text).unwrap().models;
+        let models = parse_engine_metrics(text, NAMES).unwrap().models;
         assert_eq!(models.base, ["base"]);
         assert_eq!(models.adapters, ["a", "b"]);
         assert_eq!(models.resident, ["a"]);
@@ -84,10 +87,30 @@ mod tests {
     fn older_simulator_builds_name_adapters_with_lora_name() {
         let text = "vllm:num_requests_running{model_name=\"base\"} 1\n\
             vllm:lora_adapter_loaded{model_name=\"base\",lora_name=\"a\",level=\"gpu\"} 1\n";
-        let models = parse_engine_metrics(text).unwrap().models;
+        let models = parse_engine_metrics(text, NAMES).unwrap().models;
         assert_eq!(
             (models.adapters.as_slice(), models.resident.as_slice()),
             (&["a".to_owned()][..], &["a".to_owned()][..])
         );
+    }
+
+    #[test]
+    fn registered_and_resident_adapters_keep_the_configured_number_of_names() {
+        let page = |adapters: usize| {
+            let mut text = String::from("vllm:num_requests_running{model_name=\"base\"} 1\n");
+            for i in 0..adapters {
+                let level = if i % 2 == 0 { "gpu" } else { "cpu" };
+                text += &format!("vllm:lora_adapter_loaded{{adapter_name=\"t-{i}\",level=\"{level}\"}} 1\n");
+            }
+            text
+        };
+        let models = parse_engine_metrics(&page(256), 256).unwrap().models;
+        assert_eq!((models.adapters.len(), models.resident.len(), models.cut), (256, 128, false), "all kept");
+        let models = parse_engine_metrics(&page(600), 256).unwrap().models;
+        assert_eq!((models.adapters.len(), models.resident.len()), (256, 256));
+        assert_eq!(models.adapters.last().map(String::as_str), Some("t-255"), "the first ones, in page order");
+        assert!(models.cut, "the pod registers more than is kept");
+        let models = parse_engine_metrics(&page(100), NAMES).unwrap().models;
+        assert_eq!((models.adapters.len(), models.cut), (NAMES, true), "the default bound");
     }
 }

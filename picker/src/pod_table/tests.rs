@@ -141,12 +141,15 @@ fn a_pods_cut_lists_say_so_through_the_table_and_a_list_cut_on_the_way_in_too() 
     cut.pods[0].names_cut = true;
     assert!(PodTable::decode(&cut.encode()).unwrap().pods[0].names_cut);
     assert!(!String::from_utf8(table().encode()).unwrap().contains("names_cut"), "written only when set");
+    // A worker keeps what the pool service kept (at its configured bound, up to the hard
+    // maximum) and cuts only past the hard maximum.
     let mut flood = table();
-    flood.pods[1].adapters = (0..crate::metrics_text::MAX_ADAPTERS_PER_LIST + 1).map(|i| format!("a{i}")).collect();
+    let max = crate::models::MAX_NAMES_PER_POD;
+    flood.pods[0].adapters = (0..max).map(|i| format!("a{i}")).collect();
+    flood.pods[1].adapters = (0..max + 1).map(|i| format!("a{i}")).collect();
     let decoded = PodTable::decode(&flood.encode()).unwrap();
-    assert_eq!(decoded.pods[1].adapters.len(), crate::metrics_text::MAX_ADAPTERS_PER_LIST);
-    assert!(decoded.pods[1].names_cut);
-    assert!(!decoded.pods[0].names_cut);
+    assert_eq!((decoded.pods[0].adapters.len(), decoded.pods[0].names_cut), (max, false));
+    assert_eq!((decoded.pods[1].adapters.len(), decoded.pods[1].names_cut), (max, true));
 }
 
 #[test]
@@ -156,17 +159,24 @@ fn a_scrape_or_model_list_naming_more_than_is_kept_marks_the_pod_cut_until_one_d
     let mut state = pod("10.0.0.1:8000");
     let scraped = || ScrapedModels { base: vec!["base".into()], ..ScrapedModels::default() };
     let listed = Catalog { base: vec!["base".into()], adapters: vec!["a1".into()], cut: true };
-    state.set_names(None, scraped(), Some(&listed));
+    let names = crate::models::DEFAULT_NAMES_PER_POD;
+    state.set_names(None, scraped(), Some(&listed), names);
     assert!(state.names_cut, "/v1/models listed more than it kept");
-    state.set_names(None, scraped(), Some(&Catalog { cut: false, ..listed.clone() }));
+    state.set_names(None, scraped(), Some(&Catalog { cut: false, ..listed.clone() }), names);
     assert!(!state.names_cut, "each scrape says anew");
     let lora = crate::metrics_text::LoraState { cut: true, ..Default::default() };
-    state.set_names(Some(lora), scraped(), None);
+    state.set_names(Some(lora), scraped(), None, names);
     assert!(state.names_cut, "adapter requests named past the bound");
     // The scrape's names and the catalog's together past the bound.
-    let many = |prefix: &str| (0..40).map(|i| format!("{prefix}{i}")).collect::<Vec<String>>();
-    let scraped = ScrapedModels { adapters: many("s"), ..scraped() };
-    state.set_names(None, scraped, Some(&Catalog { adapters: many("c"), ..Catalog::default() }));
-    assert_eq!(state.adapters.len(), crate::models::MAX_MODELS_PER_POD);
+    let many = |prefix: &str, count: usize| (0..count).map(|i| format!("{prefix}{i}")).collect::<Vec<String>>();
+    let scraped = ScrapedModels { adapters: many("s", 40), ..scraped() };
+    state.set_names(None, scraped, Some(&Catalog { adapters: many("c", 40), ..Catalog::default() }), names);
+    assert_eq!(state.adapters.len(), names);
     assert!(state.names_cut);
+    // Within a configured bound of 300, the same 80 names and more are whole; past it, cut.
+    let scraped = || ScrapedModels { base: vec!["base".into()], adapters: many("s", 150), ..ScrapedModels::default() };
+    state.set_names(None, scraped(), Some(&Catalog { adapters: many("c", 150), ..Catalog::default() }), 300);
+    assert_eq!((state.adapters.len(), state.names_cut), (300, false));
+    state.set_names(None, scraped(), Some(&Catalog { adapters: many("c", 151), ..Catalog::default() }), 300);
+    assert_eq!((state.adapters.len(), state.names_cut), (300, true));
 }

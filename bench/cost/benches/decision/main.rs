@@ -160,7 +160,7 @@ fn bench_steps(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), St
     // The singleton's side: one scrape of a vLLM-shaped page, parsed.
     let page = bench_cost::metrics_page::vllm_page(3);
     step(&mut group, format!("metrics_parse/vllm_page_{}B", page.len()), &mut || {
-        black_box(picker::metrics_text::parse_engine_metrics(&page).is_ok());
+        black_box(picker::metrics_text::parse_engine_metrics(&page, picker::models::DEFAULT_NAMES_PER_POD).is_ok());
     });
     group.finish();
     Ok(())
