@@ -62,6 +62,94 @@ fn an_adapter_past_a_pods_listed_bound_is_served_not_refused_as_unknown() {
     assert_eq!((llama.status, cluster.served_by_pool(&llama)), (200, pods[0].clone()), "listed names as before");
 }
 
+/// The ids of the gateway's `GET /v1/models` (empty if it does not answer a list).
+fn gateway_model_ids(cluster: &Cluster) -> Vec<String> {
+    let reply = launcher::http::get(&cluster.envoy.url("/v1/models"), Duration::from_secs(10)).ok();
+    let list: serde_json::Value = reply.and_then(|r| serde_json::from_str(&r.body).ok()).unwrap_or_default();
+    let models = list["data"].as_array().cloned().unwrap_or_default();
+    models.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect()
+}
+
+/// Two pods of one base model registering different sets of 100 adapters (`alpha-000`... on
+/// pod 0, `beta-000`... on pod 1: the simulator lists them sorted, so #64..#99 of each set are
+/// the ones past the default bound), the pool service keeping `max_names_per_pod` names (its
+/// default without). Returns the cluster, each adapter with the pod that registered it, once
+/// the first model-list round is in the table.
+fn two_tenant_sets(name: &str, max_names_per_pod: Option<u32>) -> (Cluster, Vec<(String, String)>) {
+    let set = |prefix: &str| (0..100).map(|i| format!("{prefix}-{i:03}")).collect::<Vec<_>>();
+    let (alpha, beta) = (set("alpha").join(","), set("beta").join(","));
+    let pod = |adapters| vec!["--time-scale", "0", "--model", "qwen", "--max-loras", "4", "--lora-adapters", adapters];
+    let cluster = Cluster::start_mixed(name, &[pod(&alpha), pod(&beta)], |options| {
+        if let (Some(poller), Some(names)) = (options.poller_config.as_mut(), max_names_per_pod) {
+            poller["max_names_per_pod"] = names.into();
+        }
+    });
+    let pods = cluster.pool();
+    let owned =
+        |prefix, pod: &String| set(prefix).into_iter().map(|adapter| (adapter, pod.clone())).collect::<Vec<_>>();
+    let adapters: Vec<(String, String)> = [owned("alpha", &pods[0]), owned("beta", &pods[1])].concat();
+    // Wait until the last name each pod's list keeps routes to it.
+    let last = max_names_per_pod.unwrap_or(64).min(100) - 1;
+    let listed = launcher::wait_until(Duration::from_secs(15), || {
+        adapters.iter().filter(|(adapter, _)| adapter.ends_with(&format!("-{last:03}"))).all(|(adapter, owner)| {
+            let reply = cluster.complete_model(adapter, "warm", &[]);
+            reply.status == 200 && reply.served_by() == Some(owner)
+        })
+    });
+    assert!(listed, "{}", cluster.envoy.log_tail(20));
+    std::thread::sleep(Duration::from_millis(500) + e2e::TABLE_REACHES_WORKERS);
+    (cluster, adapters)
+}
+
+/// Each adapter asked for once: how many reached the pod that registered it, and the rest.
+fn route_every_adapter(cluster: &Cluster, adapters: &[(String, String)]) -> (usize, Vec<String>) {
+    let mut misrouted = Vec::new();
+    for (adapter, owner) in adapters {
+        let reply = cluster.complete_model(adapter, &format!("for {adapter}"), &[]);
+        let served = reply.served_by().unwrap_or("the gateway").to_owned();
+        if (reply.status, &served) != (200, owner) {
+            misrouted.push(format!("{adapter} → {} from {served}", reply.status));
+        }
+    }
+    (adapters.len() - misrouted.len(), misrouted)
+}
+
+/// Pods registering more adapters than the default bound, each a different set: with
+/// `max_names_per_pod` 256 every adapter (#64..#99 too) reaches the pod that registered it and
+/// the gateway lists them all. The default bound's figures are printed beside them (some go to
+/// the other pod, which answers 404; the list is one pod's): the before-figure, not asserted.
+#[test]
+fn two_pods_with_different_sets_of_100_adapters_each_get_their_own_with_max_names_per_pod_256() {
+    let (cluster, adapters) = two_tenant_sets("models-tenant-sets-default", None);
+    let (right, misrouted) = route_every_adapter(&cluster, &adapters);
+    let listed = gateway_model_ids(&cluster);
+    eprintln!(
+        "default bound (64): {right} of {} adapters reached the pod that registered them; {} did not \
+         (e.g. {:?}); the gateway's GET /v1/models listed {} ids",
+        adapters.len(),
+        misrouted.len(),
+        misrouted.iter().take(3).collect::<Vec<_>>(),
+        listed.len()
+    );
+    drop(cluster);
+
+    let (cluster, adapters) = two_tenant_sets("models-tenant-sets-256", Some(256));
+    let (right, misrouted) = route_every_adapter(&cluster, &adapters);
+    eprintln!("max_names_per_pod 256: {right} of {} adapters reached the pod that registered them", adapters.len());
+    assert!(misrouted.is_empty(), "{} misrouted: {misrouted:?}", misrouted.len());
+    let listed = gateway_model_ids(&cluster);
+    let missing: Vec<&String> =
+        adapters.iter().map(|(adapter, _)| adapter).filter(|adapter| !listed.contains(adapter)).collect();
+    assert!(missing.is_empty(), "the gateway's list lacks {missing:?}");
+    assert_eq!(listed.len(), adapters.len() + 1, "every adapter and the base model, once: {listed:?}");
+    let unknown = cluster.complete_model("gamma-000", "x", &[]);
+    assert_eq!(
+        (unknown.status, unknown.header("x-wasm-epp")),
+        (404, Some("local-reply")),
+        "lists whole: the gateway's 404"
+    );
+}
+
 #[test]
 fn requests_reach_only_pods_serving_their_model_and_unknown_models_get_404_from_the_gateway() {
     let cluster = mixed_pool("models-filter", |_| {});
