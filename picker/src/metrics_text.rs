@@ -105,6 +105,7 @@ struct Totals {
 /// pool service's `max_names_per_pod`). Errors name why the text is not usable engine metrics.
 pub fn parse_engine_metrics(text: &str, max_names: usize) -> Result<EngineMetrics, String> {
     let mut totals = Totals::default();
+    let mut names = crate::models::residency::ScrapedNames::new(max_names);
     let mut metrics = EngineMetrics::default();
     for line in text.lines().take(MAX_METRIC_LINES) {
         let line = line.trim_start();
@@ -116,8 +117,9 @@ pub fn parse_engine_metrics(text: &str, max_names: usize) -> Result<EngineMetric
         let Some(sample) = parse_sample(line.trim_end()) else {
             continue;
         };
-        apply_sample(&sample, max_names, &mut totals, &mut metrics);
+        apply_sample(&sample, max_names, &mut totals, &mut names, &mut metrics);
     }
+    metrics.models = names.finish();
     match (totals.waiting, totals.running) {
         (None, None) => return Err("no queue or running-request metric in the scrape".into()),
         (waiting, running) => {
@@ -143,7 +145,13 @@ fn add_counter(slot: &mut Option<f64>, value: f64) {
     *slot = Some((slot.unwrap_or(0.0) + value).min(f64::MAX));
 }
 
-fn apply_sample(sample: &Sample<'_>, max_names: usize, totals: &mut Totals, metrics: &mut EngineMetrics) {
+fn apply_sample(
+    sample: &Sample<'_>,
+    max_names: usize,
+    totals: &mut Totals,
+    names: &mut crate::models::residency::ScrapedNames,
+    metrics: &mut EngineMetrics,
+) {
     let value = sample.value;
     // Info series carry their data in labels; their value is 1 or a timestamp.
     match sample.name {
@@ -172,7 +180,7 @@ fn apply_sample(sample: &Sample<'_>, max_names: usize, totals: &mut Totals, metr
         }
         _ => {}
     }
-    if crate::models::residency::apply(sample, max_names, &mut metrics.models) {
+    if crate::models::residency::apply(sample, names) {
         return;
     }
     if value.is_nan() || value < 0.0 {

@@ -165,12 +165,14 @@ impl PodState {
     /// Adds what `/v1/models` listed to the names the pod's scrapes gave, at most `max_names`
     /// in each list.
     pub fn add_catalog(&mut self, catalog: &crate::models::catalog::Catalog, max_names: usize) {
+        use crate::models::name_list::NameList;
         let mut cut = catalog.cut;
-        for name in &catalog.base {
-            cut |= !crate::models::push_bounded(&mut self.models, name, max_names);
-        }
-        for name in &catalog.adapters {
-            cut |= !crate::models::push_bounded(&mut self.adapters, name, max_names);
+        for (list, listed) in [(&mut self.models, &catalog.base), (&mut self.adapters, &catalog.adapters)] {
+            let mut merged = NameList::with_names(std::mem::take(list), max_names);
+            for name in listed {
+                cut |= !merged.push(name);
+            }
+            *list = merged.into_names();
         }
         self.names_cut |= cut;
     }

@@ -7,6 +7,8 @@
 
 use serde::Deserialize;
 
+use super::name_list::NameList;
+
 /// What `/v1/models` says a pod serves.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Catalog {
@@ -38,12 +40,13 @@ pub fn parse_catalog(body: &[u8], max_bytes: usize, max_names: usize) -> Result<
         return Err(format!("/v1/models answer of {} bytes is over {max_bytes}", body.len()));
     }
     let list: ModelList<'_> = serde_json::from_slice(body).map_err(|e| format!("/v1/models does not parse: {e}"))?;
-    let mut catalog = Catalog::default();
+    let (mut base, mut adapters) = (NameList::new(max_names), NameList::new(max_names));
+    let mut cut = false;
     for card in &list.data {
-        let list = if card.parent.is_some() { &mut catalog.adapters } else { &mut catalog.base };
-        catalog.cut |= !super::push_bounded(list, &card.id, max_names);
+        let list = if card.parent.is_some() { &mut adapters } else { &mut base };
+        cut |= !list.push(&card.id);
     }
-    Ok(catalog)
+    Ok(Catalog { base: base.into_names(), adapters: adapters.into_names(), cut })
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ pub mod catalog_poll;
 pub mod demand;
 pub mod index;
 pub mod listing;
+pub mod name_list;
 pub mod residency;
 pub mod rewrite;
 
@@ -30,33 +31,3 @@ pub const DEFAULT_NAMES_PER_POD: usize = 64;
 /// registers hundreds of adapters, and each name costs every worker its decode and index
 /// entry on every publish (docs/configuration.md, `max_names_per_pod`, has the figures).
 pub const MAX_NAMES_PER_POD: usize = 1024;
-
-/// Keeps `name` in `list` if it is new, short enough and the list holds fewer than `max`;
-/// `false` when a name was dropped (too long, or the list full): the pod serves a name its
-/// list lacks.
-pub(crate) fn push_bounded(list: &mut Vec<String>, name: &str, max: usize) -> bool {
-    if name.is_empty() || list.iter().any(|known| known == name) {
-        return true;
-    }
-    let fits = name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES && list.len() < max;
-    if fits {
-        list.push(name.to_owned());
-    }
-    fits
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lists_stay_bounded() {
-        let mut list = Vec::new();
-        let kept = (0..1000).filter(|i| push_bounded(&mut list, &format!("m{i}"), 300)).count();
-        assert!(push_bounded(&mut list, "m0", 300), "a name kept already is no drop");
-        assert_eq!(list.len(), 300);
-        assert_eq!(kept, 300, "every name past the bound is reported dropped");
-        let long = "x".repeat(crate::metrics_text::MAX_ADAPTER_NAME_BYTES + 1);
-        assert!(!push_bounded(&mut Vec::new(), &long, 300));
-    }
-}

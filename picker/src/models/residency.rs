@@ -8,6 +8,7 @@
 //! - GPU slots: `vllm:max_gpu_lora_adapters` (the same proposal, as llm-d-router#2792 reads it)
 //!   or `max_lora` of `vllm:lora_requests_info` (every vLLM release).
 
+use super::name_list::NameList;
 use crate::prometheus_line::Sample;
 
 /// Metric names read here, beside the load metrics (added to the scrape filter).
@@ -28,21 +29,46 @@ pub struct ScrapedModels {
     pub cut: bool,
 }
 
+/// [`ScrapedModels`] as a scrape is read, each list at most `max_names_per_pod` long.
+pub struct ScrapedNames {
+    base: NameList,
+    adapters: NameList,
+    resident: NameList,
+    max_gpu_loras: Option<u32>,
+    cut: bool,
+}
+
+impl ScrapedNames {
+    pub fn new(max_names: usize) -> Self {
+        let list = || NameList::new(max_names);
+        Self { base: list(), adapters: list(), resident: list(), max_gpu_loras: None, cut: false }
+    }
+
+    pub fn finish(self) -> ScrapedModels {
+        ScrapedModels {
+            base: self.base.into_names(),
+            adapters: self.adapters.into_names(),
+            resident: self.resident.into_names(),
+            max_gpu_loras: self.max_gpu_loras,
+            cut: self.cut,
+        }
+    }
+}
+
 /// Longest slot count believed (GPUs hold a few dozen adapters at most).
 const MAX_GPU_LORAS: f64 = 4096.0;
 
-/// Reads one sample if it names a model or an adapter, keeping at most `max_names` names per
-/// list; `true` if it was a residency metric.
-pub fn apply(sample: &Sample<'_>, max_names: usize, models: &mut ScrapedModels) -> bool {
+/// Reads one sample if it names a model or an adapter; `true` if it was a residency metric.
+pub fn apply(sample: &Sample<'_>, models: &mut ScrapedNames) -> bool {
     match sample.name {
         "vllm:lora_adapter_loaded" => {
             // `lora_name` is what simulator builds before the proposal's names wrote; one more
             // label lookup keeps a pool of old and new builds readable during an upgrade.
             if let Some(name) = sample.label("adapter_name").or_else(|| sample.label("lora_name")) {
                 if sample.value > 0.0 {
-                    models.cut |= !super::push_bounded(&mut models.adapters, name, max_names);
+                    models.cut |= !models.adapters.push(name);
                     if sample.label("level") == Some("gpu") {
-                        models.cut |= !super::push_bounded(&mut models.resident, name, max_names);
+                        models.cut |= !models.resident.push(name);
                     }
                 }
             }
@@ -56,7 +82,7 @@ pub fn apply(sample: &Sample<'_>, max_names: usize, models: &mut ScrapedModels) 
         }
         _ => {
             if let Some(name) = sample.label("model_name") {
-                models.cut |= !super::push_bounded(&mut models.base, name, max_names);
+                models.cut |= !models.base.push(name);
             }
             false
         }
