@@ -80,18 +80,23 @@ impl ModelIndex {
                 index.free_total =
                     index.free_total.zip((free != u32::MAX).then_some(i64::from(free))).map(|(a, b)| a + b);
             }
+            // Each list says one thing of its names, and `add` merges a pod's entries for one
+            // name: no list is searched for another's names (a search per name made a pod of
+            // n adapters cost O(n²) per table, at 1,024 names a million comparisons).
             for name in &pod.models {
                 index.add(name, Entry { pod: i, on_pod: true, waiting_for_slot: false, adapter: false });
             }
-            for name in adapters.into_iter().flatten() {
-                if !pod.models.contains(name) {
-                    let loaded = pod.running_loras.contains(name) || pod.resident_loras.contains(name);
-                    // vLLM lists a waiting request's adapter whether or not a slot awaits it.
-                    let waiting = !loaded && pod.waiting_loras.contains(name);
-                    let on_pod = loaded || (waiting && free > 0);
-                    let waiting_for_slot = waiting && !on_pod;
-                    index.add(name, Entry { pod: i, on_pod, waiting_for_slot, adapter: true });
-                }
+            let loaded = Entry { pod: i, on_pod: true, waiting_for_slot: false, adapter: true };
+            for name in pod.running_loras.iter().chain(&pod.resident_loras) {
+                index.add(name, loaded);
+            }
+            // vLLM lists a waiting request's adapter whether or not a slot awaits it.
+            let waiting = Entry { pod: i, on_pod: free > 0, waiting_for_slot: free == 0, adapter: true };
+            for name in &pod.waiting_loras {
+                index.add(name, waiting);
+            }
+            for name in &pod.adapters {
+                index.add(name, Entry { pod: i, on_pod: false, waiting_for_slot: false, adapter: true });
             }
         }
         for (name, served) in &mut index.by_name {
@@ -103,7 +108,9 @@ impl ModelIndex {
     }
 
     /// Adds `entry` under `name` once per pod (pods are added in order, so the last entry is
-    /// the only one that can be this pod's; adapters on the pod are listed first).
+    /// the only one that can be this pod's), merged with what the pod's other lists said: on
+    /// the pod if any says so, waiting for a slot only if none does, an adapter only if no
+    /// list names it as a base model.
     fn add(&mut self, name: &str, entry: Entry) {
         let served = match self.by_name.get_mut(name) {
             Some(served) => served,
@@ -112,6 +119,7 @@ impl ModelIndex {
         match served.entries.last_mut() {
             Some(last) if last.pod == entry.pod => {
                 last.on_pod |= entry.on_pod;
+                last.adapter &= entry.adapter;
                 last.waiting_for_slot = (last.waiting_for_slot || entry.waiting_for_slot) && !last.on_pod;
             }
             _ => served.entries.push(entry),
@@ -278,5 +286,46 @@ mod tests {
         assert!(!index.tight(), "placing the homeless adapter uses the slot kept for it");
         index.note_routed("cold", 1);
         assert!(index.tight(), "a second copy took the last free slot");
+    }
+
+    #[test]
+    fn each_pods_entry_is_what_searching_its_lists_for_the_name_says() {
+        // The oracle: the search per name the build made before it merged its lists' entries.
+        let searched = |pod: &PodState, name: &String| {
+            if pod.models.contains(name) {
+                return (true, false, false);
+            }
+            let loaded = pod.running_loras.contains(name) || pod.resident_loras.contains(name);
+            let waiting = !loaded && pod.waiting_loras.contains(name);
+            let on_pod = loaded || (waiting && free_slots(pod) > 0);
+            (on_pod, waiting && !on_pod, true)
+        };
+        let mut seed = 7_u64;
+        let mut draw = |below: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % below
+        };
+        for round in 0..200 {
+            let mut pods = Vec::new();
+            for p in 0..4 {
+                let mut pod = PodState::unknown(&PodAddress::parse(&format!("10.0.0.{}:80", p + 1)).unwrap());
+                let mut names = |count: u64| (0..count).map(|_| format!("n{}", draw(12))).collect::<Vec<_>>();
+                (pod.models, pod.adapters) = (names(1), names(8));
+                (pod.running_loras, pod.waiting_loras, pod.resident_loras) = (names(2), names(3), names(2));
+                pod.max_loras = draw(4) as u32;
+                pods.push(pod);
+            }
+            let table = PodTable { pods, ..PodTable::default() };
+            let index = ModelIndex::build(&table, &|_| false);
+            for (i, pod) in table.pods.iter().enumerate() {
+                let lists = [&pod.models, &pod.adapters, &pod.running_loras, &pod.waiting_loras, &pod.resident_loras];
+                for name in lists.into_iter().flatten() {
+                    let entries = &index.by_name[name].entries;
+                    let entry = entries.iter().find(|e| e.pod as usize == i).unwrap();
+                    let built = (entry.on_pod, entry.waiting_for_slot, entry.adapter);
+                    assert_eq!(built, searched(pod, name), "round {round}, pod {i}, {name}: {pod:?}");
+                }
+            }
+        }
     }
 }
