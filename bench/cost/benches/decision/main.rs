@@ -11,6 +11,10 @@
 //! every 32 requests. `step` times each step alone, to show where the time goes. The state is
 //! built by `bench_cost::native`; no step of the pipeline is copied here.
 //!
+//! `many_names` is what the pool service's `max_names_per_pod` costs: a table of 64 pods
+//! registering 64 or 512 adapters decoded and indexed by a worker, and a pod's names read by
+//! the pool service per scrape.
+//!
 //! A counting global allocator reports allocations per call; the medians and allocation
 //! counts are merged into `bench/results/cost.json` (benchmark `native_decision`).
 //! Run: `cargo bench -p bench-cost` (filter: `cargo bench -p bench-cost -- decision/chat`).
@@ -199,6 +203,84 @@ fn bench_models(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), S
     Ok(())
 }
 
+/// What raising the pool service's `max_names_per_pod` costs (docs/configuration.md): every
+/// worker decodes each published table and builds its model index from it (about 10 times a
+/// second), and the pool service parses each pod's names on every scrape. 64 pods registering
+/// 64 (the default bound) and 512 adapters each, two resident.
+fn bench_many_names(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
+    let mut group = c.benchmark_group("many_names");
+    for adapters in [64, 512] {
+        let table = bench_cost::native::adapter_table(64, adapters)?;
+        let encoded = table.encode();
+        let decoded = PodTable::decode(&encoded)?;
+        if decoded.pods.iter().any(|pod| pod.adapters.len() != adapters || pod.names_cut) {
+            return Err(format!("many_names: the decoded table of {adapters} adapters lost names"));
+        }
+        println!("many_names: a table of 64 pods with {adapters} adapters each is {} bytes", encoded.len());
+        let cases: [(String, &mut dyn FnMut()); 3] = [
+            (format!("table_decode/64pods/{adapters}adapters"), &mut || {
+                black_box(PodTable::decode(&encoded).is_ok());
+            }),
+            (format!("model_index_build/64pods/{adapters}adapters"), &mut || {
+                black_box(picker::models::index::ModelIndex::build(&decoded, &|_| true));
+            }),
+            (format!("table_decode_and_index/64pods/{adapters}adapters"), &mut || {
+                let table = PodTable::decode(&encoded).unwrap_or_default();
+                black_box(picker::models::index::ModelIndex::build(&table, &|_| true));
+            }),
+        ];
+        for (id, run) in cases {
+            step_in(&mut group, "many_names", id, run, measured);
+        }
+        // A pod under load lists many adapters waiting, and its running ones: the index build
+        // must not search one list per name of another.
+        let mut busy = decoded.clone();
+        for pod in &mut busy.pods {
+            pod.waiting_loras = pod.adapters.clone();
+            pod.running_loras = pod.adapters.iter().rev().take(adapters / 2).cloned().collect();
+        }
+        step_in(
+            &mut group,
+            "many_names",
+            format!("model_index_build/64pods/{adapters}adapters_all_waiting_half_running"),
+            &mut || {
+                black_box(picker::models::index::ModelIndex::build(&busy, &|_| true));
+            },
+            measured,
+        );
+        // The pool service, per pod and scrape: the page's names parsed and merged with the
+        // pod's last `/v1/models` list.
+        let (page, catalog) = bench_cost::metrics_page::page_naming_adapters(adapters);
+        let catalog = picker::models::catalog::parse_catalog(catalog.as_bytes(), 1 << 20, adapters)?;
+        let mut state = decoded.pods.first().cloned().ok_or("many_names: no pod")?;
+        step_in(
+            &mut group,
+            "many_names",
+            format!("pool_service_scrape_names/{adapters}adapters"),
+            &mut || {
+                let metrics = picker::metrics_text::parse_engine_metrics(&page, adapters).unwrap_or_default();
+                state.set_names(metrics.lora, metrics.models, Some(&catalog), adapters);
+                black_box(state.adapters.len());
+            },
+            measured,
+        );
+    }
+    group.finish();
+    Ok(())
+}
+
+fn step_in(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    group_name: &'static str,
+    id: String,
+    run: &mut dyn FnMut(),
+    measured: &mut Vec<Measured>,
+) {
+    let allocations = allocations_of(run);
+    group.bench_function(BenchmarkId::from_parameter(&id), |b| b.iter(&mut *run));
+    measured.push(Measured { group: group_name, id, allocations });
+}
+
 /// Flow control's release scan at its worst (every waiting request looked at, none may go:
 /// one model's pods full, the other's with room), by queue length (the scan stops at 4,096),
 /// and with the gateway's subset hint on every request.
@@ -248,6 +330,7 @@ fn main() {
         .configure_from_args();
     let mut measured = Vec::new();
     let outcome = bench_models(&mut criterion, &mut measured)
+        .and_then(|()| bench_many_names(&mut criterion, &mut measured))
         .and_then(|()| bench_decisions(&mut criterion, &mut measured))
         .and_then(|()| bench_filter_path(&mut criterion, &mut measured))
         .and_then(|()| bench_steps(&mut criterion, &mut measured))
