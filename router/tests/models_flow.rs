@@ -113,15 +113,15 @@ fn a_request_for_a_model_no_pod_serves_is_refused_at_once_not_queued() {
 #[test]
 fn a_request_for_a_name_only_a_cut_pod_may_serve_waits_for_its_place_like_any_other() {
     let bench = Bench::new(CONFIG);
-    // The pod registers more adapters than its lists keep (the table drops the 65th): a name
+    // The pod registers more adapters than its lists keep (a worker drops the names past the hard bound): a name
     // no pod lists goes to it, so it waits for a place there, never past the pod's bound.
-    let adapters: Vec<String> = (0..=picker::metrics_text::MAX_ADAPTERS_PER_LIST).map(|i| format!("a{i}")).collect();
+    let adapters: Vec<String> = (0..=picker::models::MAX_NAMES_PER_POD).map(|i| format!("a{i}")).collect();
     let adapters: Vec<&str> = adapters.iter().map(String::as_str).collect();
     publish_models(&bench, &[(QWEN_A, "qwen", &adapters, 0.0)]);
     let (mut busy, step) = send(&bench, 1, "qwen", &[], &[]);
     assert_eq!(step, Step::Continue);
     bench.host.replies.borrow_mut().clear();
-    let unlisted = format!("a{}", picker::metrics_text::MAX_ADAPTERS_PER_LIST);
+    let unlisted = format!("a{}", picker::models::MAX_NAMES_PER_POD);
     let (_waiting, step) = send(&bench, 2, &unlisted, &[], &[]);
     assert_eq!(step, Step::Pause, "held: the pod that may serve it is full");
     assert!(bench.host.replies.borrow().is_empty(), "not the gateway's 404 either");
