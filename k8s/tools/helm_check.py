@@ -39,7 +39,10 @@ CASES = {
     # The istio/gateway Helm chart's gateway: its Service targets listeners 80 and 443.
     "istio-gateway-chart": {"mode": "istio", "istio": {"listenerPorts": [{"serverPort": 80, "listenerPort": 80},
                                                                          {"serverPort": 443, "listenerPort": 443}]}},
-    "istio-wasmplugin": {"mode": "istio", "istio": {"wasmPlugin": {"enabled": True}}},
+    "istio-wasmplugin": {"mode": "istio", "istio": {"wasmPlugin": {"enabled": True}},
+                         "singleton": {"max_names_per_pod": 256}},
+    # Pods registering hundreds of LoRA adapters: more of the singleton's configuration.
+    "standalone-many-adapters": {"singleton": {"max_names_per_pod": 512, "models_interval_ms": 2000}},
     # Istio 1.27-1.28: the API server through a kubectl proxy sidecar (validated on the oldest Envoy).
     "istio-kubectl-proxy": {"mode": "istio", "istio": {"kubernetesApi": "kubectlProxy"}},
     # The Prometheus Operator's PodMonitor and PrometheusRule (k8s/alerts), for either mode.

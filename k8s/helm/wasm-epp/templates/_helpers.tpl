@@ -53,7 +53,10 @@ label selector or InferencePool. */}}
 several pools, `pool` is the one this singleton serves: its name labels its stats and its
 peer messages go to its own path. */}}
 {{- define "wasm-epp.singletonConfig" -}}
-{{- $config := dict "kubernetes" (include "wasm-epp.poolDiscovery" (dict "root" .root "cluster" .cluster "pool" .pool) | fromJson) "poll_interval_ms" .root.Values.pollIntervalMs -}}
+{{- /* The user's `singleton` values first: what the chart sets below replaces theirs. */ -}}
+{{- $config := deepCopy (.root.Values.singleton | default dict) -}}
+{{- $_ := set $config "kubernetes" (include "wasm-epp.poolDiscovery" (dict "root" .root "cluster" .cluster "pool" .pool) | fromJson) -}}
+{{- $_ := set $config "poll_interval_ms" .root.Values.pollIntervalMs -}}
 {{- /* Model lists are fetched at most as often as the scrapes (the plugin refuses a shorter
 models_interval_ms than poll_interval_ms): its 5 s default, or each scrape past that. */ -}}
 {{- if gt (int64 .root.Values.pollIntervalMs) 5000 }}{{ $_ := set $config "models_interval_ms" .root.Values.pollIntervalMs }}{{ end -}}
