@@ -9,7 +9,7 @@ mod common;
 
 use common::{publish_models, Bench};
 use wasm_epp_host::warnings::logged_warnings;
-use wasm_epp_router::{RequestStream, Step};
+use wasm_epp_router::Step;
 
 const STABLE: &str = "10.0.0.2:8000";
 const CANARY: &str = "10.0.0.3:8000";
@@ -59,15 +59,7 @@ fn upload(bench: &Bench, body: &[u8], chunk: usize, chunked: bool, extra: &[(&st
         headers.push(("content-length", length.as_str()));
     }
     headers.extend_from_slice(extra);
-    bench.host.set_request(&headers, body);
-    let mut stream = RequestStream::new(bench.worker.clone());
-    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause, "held for its form");
-    let mut steps = Vec::new();
-    let mut arrived = 0;
-    while arrived < body.len() {
-        arrived = (arrived + chunk).min(body.len());
-        steps.push(stream.on_request_body(&bench.host, arrived, arrived == body.len()));
-    }
+    let (mut stream, steps) = bench.upload_in_chunks(&headers, body, chunk);
     let destination = bench.host.header("x-gateway-destination-endpoint").unwrap_or_default();
     stream.on_log(&bench.host);
     Sent {

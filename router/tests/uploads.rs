@@ -35,15 +35,7 @@ fn form(parts: &[(&str, &[u8])]) -> Vec<u8> {
 fn upload(bench: &Bench, body: &[u8], chunk: usize) -> (Vec<Step>, Option<String>) {
     let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
     let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", content_type.as_str())];
-    bench.host.set_request(&headers, body);
-    let mut stream = RequestStream::new(bench.worker.clone());
-    assert_eq!(stream.on_request_headers(&bench.host, false), Step::Pause, "held for its form");
-    let mut steps = Vec::new();
-    let mut arrived = 0;
-    while arrived < body.len() {
-        arrived = (arrived + chunk).min(body.len());
-        steps.push(stream.on_request_body(&bench.host, arrived, arrived == body.len()));
-    }
+    let (mut stream, steps) = bench.upload_in_chunks(&headers, body, chunk);
     let destination = bench.host.header("x-gateway-destination-endpoint");
     stream.on_log(&bench.host);
     (steps, destination)

@@ -145,6 +145,21 @@ impl Bench {
         self.resumed()
     }
 
+    /// Starts an upload of `body` with `headers` (its form held for its model), then feeds
+    /// the body in chunks of `chunk` bytes; the stream and the step of each body call.
+    pub fn upload_in_chunks(&self, headers: &[(&str, &str)], body: &[u8], chunk: usize) -> (RequestStream, Vec<Step>) {
+        self.host.set_request(headers, body);
+        let mut stream = RequestStream::new(self.worker.clone());
+        assert_eq!(stream.on_request_headers(&self.host, false), Step::Pause, "held for its form");
+        let mut steps = Vec::new();
+        let mut arrived = 0;
+        while arrived < body.len() {
+            arrived = (arrived + chunk.max(1)).min(body.len());
+            steps.push(stream.on_request_body(&self.host, arrived, arrived == body.len()));
+        }
+        (stream, steps)
+    }
+
     pub fn stat(&self, name: &str) -> u64 {
         self.worker.stats.metrics.pending(name) + self.host.metric(name)
     }
