@@ -485,6 +485,17 @@ impl PoolPoller {
         self.dirty = true;
     }
 
+    /// A pod's `/v1/models` list was over `max_models_bytes`: it names more than can be read,
+    /// so it is marked as naming more than its lists hold (names no pod lists may go to it),
+    /// keeping what an earlier list of it gave.
+    pub fn catalog_too_large(&mut self, address: &PodAddress) {
+        let Some(record) = self.pods.iter_mut().find(|r| &r.address == address) else { return };
+        let catalog = record.catalog.get_or_insert_with(Default::default);
+        catalog.cut = true;
+        record.state.names_cut = true;
+        self.dirty = true;
+    }
+
     /// The path to scrape `address` at: the configured one, or [`PLAIN_METRICS_PATH`] for a
     /// pod that answered the default filtered path with no load metric.
     pub fn metrics_path(&self, address: &PodAddress) -> &str {

@@ -93,6 +93,7 @@ fn read_catalog(
         Some(status) => return Err(CatalogFailure::Status(status)),
     }
     if size > limit {
+        poller.catalog_too_large(address);
         return Err(CatalogFailure::TooLarge);
     }
     let body = host.call_response_body(size, limit).unwrap_or_default();
@@ -134,9 +135,12 @@ fn explain(poller: &PoolPoller, address: &PodAddress, failure: CatalogFailure, a
         CatalogFailure::NoAnswer => {
             format!("pod {address} did not answer {path} within timeout_ms ({} ms): {cost}", config.timeout_ms)
         }
-        CatalogFailure::TooLarge => {
-            format!("pod {address}'s {path} is over max_models_bytes ({}): {cost}", config.max_models_bytes)
-        }
+        CatalogFailure::TooLarge => format!(
+            "pod {address}'s {path} is over max_models_bytes ({}): the names it lists past its metrics' stay \
+             unknown to the gateway, which sends requests for names no pod lists to this pod (and any other \
+             such) by load, without adapter affinity; raise max_models_bytes (and max_names_per_pod)",
+            config.max_models_bytes
+        ),
         CatalogFailure::Unreadable => format!("pod {address}'s {path} is not a model list: {cost}"),
     }
 }

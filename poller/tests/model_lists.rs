@@ -115,6 +115,35 @@ fn good_model_lists_are_not_failures() {
     assert!(table(&host).pods.iter().all(|p| p.adapters == ["sql-lora"]));
 }
 
+#[test]
+fn a_model_list_over_max_models_bytes_marks_its_pod_as_naming_more_and_keeps_its_earlier_names() {
+    let host = host();
+    let config = r#"{"pool": ["10.0.0.1:8000"], "poll_interval_ms": 100, "max_models_bytes": 1024}"#;
+    let mut service = service(&host, config);
+    model_list_rounds(&host, &mut service, 1, 200, CATALOG);
+    let pod = table(&host).pods.remove(0);
+    assert_eq!((pod.adapters.as_slice(), pod.names_cut), (&["sql-lora".to_owned()][..], false));
+    // The pod registered many more adapters since: its list no longer fits.
+    let cards: Vec<String> = (0..100).map(|i| format!(r#"{{"id":"tenant-{i}","parent":"m"}}"#)).collect();
+    let big = format!(r#"{{"object":"list","data":[{}]}}"#, cards.join(","));
+    let mut answered = host.calls.borrow().len();
+    service.tick(&host, NOW + 5_100);
+    answer(&host, &mut service, &mut answered, 200, &big);
+    service.tick(&host, NOW + 5_200);
+    let pod = table(&host).pods.remove(0);
+    assert!(pod.names_cut, "a request for tenant-70 goes to it, not to the gateway's 404");
+    assert_eq!(pod.adapters, ["sql-lora"], "what its earlier list said is kept");
+    assert_eq!(host.metric("wasm_epp.model_list_failures"), 1);
+    let told = warnings();
+    assert!(told.iter().any(|w| w.contains("max_models_bytes") && w.contains("by load")), "{told:?}");
+    // Each scrape merges the kept list: the mark stays until a list that fits comes.
+    let mut answered = host.calls.borrow().len();
+    service.tick(&host, NOW + 5_300);
+    answer(&host, &mut service, &mut answered, 200, &big);
+    service.tick(&host, NOW + 5_400);
+    assert!(table(&host).pods[0].names_cut);
+}
+
 const POD_KEY: &str = "sk-pool-key";
 
 fn authorization(call: &Call) -> Option<&str> {
