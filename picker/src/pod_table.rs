@@ -73,6 +73,13 @@ impl PodState {
     /// lists cut when it dropped a name). The hard maximum, not the pool service's configured
     /// bound, which it applied already and which a worker does not know.
     pub fn bound_name_lists(&mut self) {
+        self.bound_name_lists_at(crate::models::MAX_NAMES_PER_POD);
+    }
+
+    /// [`Self::bound_name_lists`] at `max` names per list: a pool service resuming a table
+    /// published under another `max_names_per_pod` applies its own to the pods it takes over.
+    pub fn bound_name_lists_at(&mut self, max: usize) {
+        let max = max.min(crate::models::MAX_NAMES_PER_POD);
         let mut cut = false;
         let lists = [
             &mut self.running_loras,
@@ -84,7 +91,7 @@ impl PodState {
         for list in lists {
             let before = list.len();
             list.retain(|name| name.len() <= crate::metrics_text::MAX_ADAPTER_NAME_BYTES);
-            list.truncate(crate::models::MAX_NAMES_PER_POD);
+            list.truncate(max);
             cut |= list.len() != before;
         }
         self.names_cut |= cut;

@@ -249,6 +249,11 @@ impl PoolPoller {
         if self.config.kubernetes.is_some() && self.pods.is_empty() {
             self.adopt_pool(published);
         }
+        // Published under the previous leader's `max_names_per_pod`, which may have been larger
+        // (no-singleton mode: the filter's configuration changed): a pod that stays down would
+        // keep those lists, as only a scrape replaces them.
+        let max_names = self.config.names_per_pod();
+        self.pods.iter_mut().for_each(|record| record.state.bound_name_lists_at(max_names));
         let highest = published.pods.iter().map(|p| p.epoch).chain(self.pods.iter().map(|r| r.state.epoch)).max();
         self.next_epoch = self.next_epoch.max(highest.unwrap_or(0).saturating_add(1));
         self.apply_roles();
@@ -536,6 +541,9 @@ fn push_event(events: &mut Vec<PodEvent>, event: PodEvent) {
 
 #[cfg(test)]
 mod metrics_path_tests;
+
+#[cfg(test)]
+mod resume_tests;
 
 #[cfg(test)]
 mod tests {
