@@ -93,6 +93,8 @@ impl Stats {
 /// What one peer said last.
 struct RemoteLoad {
     heard_ms: u64,
+    /// The sequence number of the message it was read from.
+    seq: u64,
     /// Its requests and uncached prompt tokens in flight per pod.
     load: Vec<(String, Load)>,
     /// Its workers with requests waiting in flow control (bounded on decoding).
@@ -481,11 +483,20 @@ impl PeerExchange {
                 .collect();
             let remote = RemoteLoad {
                 heard_ms: now,
+                seq: message.seq,
                 load,
                 waiting_workers: message.waiting_workers,
                 waiting_top: message.waiting_top,
             };
-            self.remote_load.insert(message.replica, remote);
+            // The ledger takes a message handed over after a newer one (two connections, either
+            // order) for its decisions; its load is older than what the newer one said (tokens
+            // released since would count again until the next message).
+            match self.remote_load.get_mut(&message.replica) {
+                Some(known) if known.seq > message.seq => known.heard_ms = now,
+                _ => {
+                    self.remote_load.insert(message.replica, remote);
+                }
+            }
             let (events, stale) = translate(message.events, &message.pods, &ours);
             metrics.add(self.stats.events_received, events.len() as u64);
             metrics.add(self.stats.events_stale, stale);

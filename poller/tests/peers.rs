@@ -201,6 +201,30 @@ fn a_peers_load_reaches_the_workers_in_flight_view() {
 }
 
 #[test]
+fn a_peers_older_message_handed_over_second_does_not_bring_back_its_older_load() {
+    let mut a = Replica::new(1, "127.0.0.2:10001");
+    let mut b = Replica::new(2, "127.0.0.1:10001");
+    let mut worker = WorkerInflight::new();
+    worker.started(POD, 1, NOW);
+    worker.add_tokens(POD, 6_000);
+    worker.sync(&a.host, NOW + 40, 60_000);
+    let older = a.tick(NOW + 600);
+    // The long prompt's first token: its tokens are released, and the next heartbeat says so.
+    worker.release_tokens(POD, 6_000);
+    worker.sync(&a.host, NOW + 1_150, 60_000);
+    let newer = a.tick(NOW + 1_200);
+    assert!(!older.is_empty() && !newer.is_empty());
+    // Two connections hand them to b's workers in the other order (the ledger takes both).
+    b.receive(&[newer, older].concat());
+    b.tick(NOW + 1_220);
+    assert_eq!(b.stat("wasm_epp.peer_messages_received"), 2);
+    let mut b_worker = WorkerInflight::new();
+    b_worker.sync(&b.host, NOW + 1_230, 60_000);
+    assert_eq!(b_worker.count(POD), 1);
+    assert_eq!(b_worker.tokens(POD), 0, "a's newest load, not the one it sent before");
+}
+
+#[test]
 fn a_peers_waiting_workers_reach_the_workers_share_and_expire_with_it() {
     use picker::flow_share::{peer_waiting, waiting_key, waiting_record, SERVICE_STALE_AFTER_MS};
     let mut a = Replica::new(1, "127.0.0.2:10001");
