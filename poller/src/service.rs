@@ -26,6 +26,9 @@ struct Stats {
     publishes: Counter,
     pods_healthy: Gauge,
     pods_total: Gauge,
+    /// Pods naming more models or adapters than their lists keep (`max_names_per_pod`,
+    /// `max_models_bytes`): requests for names no pod lists go to them, without affinity.
+    pods_names_cut: Gauge,
     data_age_ms: Gauge,
     /// The pod events, for alerts (the log says which pod); listed at 0 from the start.
     pods_turned_unhealthy: Counter,
@@ -44,6 +47,7 @@ impl Stats {
             publishes: metrics.counter("wasm_epp.table_publishes"),
             pods_healthy: metrics.gauge("wasm_epp.pods_healthy"),
             pods_total: metrics.gauge("wasm_epp.pods_total"),
+            pods_names_cut: metrics.gauge("wasm_epp.pods_names_cut"),
             data_age_ms: metrics.gauge("wasm_epp.data_age_ms"),
             pods_turned_unhealthy: metrics.announced_counter("wasm_epp.pods_turned_unhealthy"),
             pod_caches_dropped: metrics.announced_counter("wasm_epp.pod_caches_dropped"),
@@ -177,6 +181,7 @@ impl PoolService {
         let healthy = table.pods.iter().filter(|p| p.healthy).count();
         self.metrics.set(stats.pods_healthy, healthy as u64);
         self.metrics.set(stats.pods_total, table.pods.len() as u64);
+        self.metrics.set(stats.pods_names_cut, table.pods.iter().filter(|p| p.names_cut).count() as u64);
         let oldest = table.pods.iter().filter(|p| p.healthy).map(|p| now.saturating_sub(p.last_success_ms)).max();
         self.metrics.set(stats.data_age_ms, oldest.unwrap_or(0));
         if let Some(gauges) = self.pod_gauges.as_mut() {

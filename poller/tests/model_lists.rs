@@ -287,6 +287,7 @@ fn every_name_list_keeps_max_names_per_pod_from_every_source_and_a_pod_naming_mo
         let lengths = (pod.running_loras.len(), pod.waiting_loras.len(), pod.adapters.len(), pod.resident_loras.len());
         let case = format!("{config}: {running} running, {waiting} waiting, {registered} registered, {listed} listed");
         assert_eq!((lengths, pod.names_cut), (expected, cut), "{case}");
+        assert_eq!(host.metric("wasm_epp.pods_names_cut"), u64::from(cut), "{case}");
         assert_eq!(pod.models, ["m"], "{case}");
     }
 }
