@@ -145,18 +145,24 @@ fn workers_at_one_band_share_their_pods_while_a_higher_band_waits_for_other_pods
             assert_eq!(step, Step::Pause);
             llama.push(stream);
         }
-        for _ in 0..2 {
-            tick_all();
-            bench.later(5);
-        }
         // d's request ends: a place on qwen's pod. This worker holds its share (1) already.
-        bench.host.set_request(&[], b"");
-        passing.on_log(&bench.host);
-        bench.tick();
+        end_once_settled(&bench, &tick_all, &mut passing);
         assert!(bench.resumed().is_empty(), "critical elsewhere: {critical_elsewhere}: this worker holds its share");
         wasm_epp_router::tick::on_tick(&b, &bench.host);
         assert_eq!(bench.resumed(), [4], "critical elsewhere: {critical_elsewhere}: b takes its share");
     }
+}
+
+/// Lets every worker publish its waiting records (two ticks, 5 ms apart), then ends `stream`
+/// (the host showing no request) and ticks this worker; what it resumed is left to read.
+fn end_once_settled(bench: &Bench, tick_all: &dyn Fn(), stream: &mut RequestStream) {
+    for _ in 0..2 {
+        tick_all();
+        bench.later(5);
+    }
+    bench.host.set_request(&[], b"");
+    stream.on_log(&bench.host);
+    bench.tick();
 }
 
 #[test]
@@ -191,13 +197,7 @@ fn a_worker_waiting_at_the_same_band_for_another_models_pods_takes_no_share_of_t
     }
     let (_waits, step) = send_on(&bench, &bench.worker, 6, "qwen", &[]);
     assert_eq!(step, Step::Pause);
-    for _ in 0..2 {
-        tick_all();
-        bench.later(5);
-    }
-    bench.host.set_request(&[], b"");
-    passing.on_log(&bench.host);
-    bench.tick();
+    end_once_settled(&bench, &tick_all, &mut passing);
     assert_eq!(bench.resumed(), [6], "b waits for llama's pod: qwen's free place is this worker's");
 }
 
