@@ -497,13 +497,8 @@ fn add_entries(totals: &mut HashMap<String, Load>, mut positioned: Option<Positi
     }
 }
 
-/// This Envoy's requests in flight per pod: every live worker slot, summed (what the pool
-/// service tells other replicas).
-pub fn envoy_totals(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, u32> {
-    envoy_loads(store, now_ms).into_iter().map(|(address, load)| (address, load.count)).collect()
-}
-
-/// This Envoy's load per pod, requests and prompt tokens: every live worker slot, summed.
+/// This Envoy's load per pod, requests and prompt tokens: every live worker slot, summed
+/// (what the pool service tells other replicas and shows per pod).
 pub fn envoy_loads(store: &dyn SharedStore, now_ms: u64) -> HashMap<String, Load> {
     let mut totals = HashMap::new();
     for key in INFLIGHT_SLOT_KEYS {

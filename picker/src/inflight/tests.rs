@@ -65,7 +65,7 @@ fn a_gone_workers_counts_stop_counting_after_the_clock_steps_back() {
     let mut alive = WorkerInflight::new();
     alive.sync(&store, NOW, EXPIRY);
     assert_eq!(alive.count(POD), 0, "a refresh further ahead than SLOT_STALE_MS is no sign of life");
-    assert_eq!(envoy_totals(&store, NOW).get(POD), None);
+    assert_eq!(envoy_loads(&store, NOW).get(POD).map(|load| load.count), None);
     assert_eq!(alive.slot, Some(0), "and its slot is free again");
     // A few ms ahead is another worker that wrote after this one read the clock: live.
     let mut busy = WorkerInflight::new();
@@ -128,7 +128,7 @@ fn totals_and_peer_counts_reach_every_worker() {
     b.started(POD, 1, NOW);
     a.sync(&store, NOW, EXPIRY);
     b.sync(&store, NOW, EXPIRY);
-    assert_eq!(envoy_totals(&store, NOW).get(POD), Some(&2));
+    assert_eq!(envoy_loads(&store, NOW).get(POD).map(|load| load.count), Some(2));
     a.add_tokens(POD, 100);
     let mut peers = HashMap::new();
     peers.insert(POD.to_string(), Load { count: 5, tokens: 6_000 });
@@ -423,7 +423,7 @@ fn a_request_of_n_choices_counts_n_everywhere_and_its_end_releases_all_of_them()
     a.publish_now(&store, NOW);
     b.refresh_others(&store, NOW);
     assert_eq!((b.count(POD), b.others_count(POD)), (9, 9), "the other workers see the 8");
-    assert_eq!(envoy_totals(&store, NOW).get(POD), Some(&9), "and so do the other replicas");
+    assert_eq!(envoy_loads(&store, NOW).get(POD).map(|load| load.count), Some(9), "and so do the other replicas");
     a.finished(POD, 8, NOW + 1);
     assert_eq!(a.count(POD), 1);
     a.finished(POD, 1, NOW + 1);
