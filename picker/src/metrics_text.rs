@@ -231,20 +231,17 @@ fn apply_gauge(name: &str, value: f64, totals: &mut Totals) -> bool {
 /// would match a different adapter).
 pub const MAX_ADAPTER_NAME_BYTES: usize = 256;
 
-/// A comma-separated adapter list, bounded in count (`max`) and name length: it is stored in
-/// the pod table and published to every worker, so a pod may not make it grow without limit.
-/// `true` beside it when a name was dropped.
+/// A comma-separated adapter list, bounded as every name list a pod gives
+/// ([`crate::models::name_list::NameList`]): it is stored in the pod table and published to
+/// every worker, so a pod may not make it grow without limit. `true` beside it when a name
+/// was dropped.
 fn split_list(value: Option<&str>, max: usize) -> (Vec<String>, bool) {
-    let mut list = Vec::new();
+    let mut list = crate::models::name_list::NameList::new(max);
     let mut cut = false;
-    for name in value.unwrap_or("").split(',').map(str::trim).filter(|name| !name.is_empty()) {
-        if name.len() <= MAX_ADAPTER_NAME_BYTES && list.len() < max {
-            list.push(name.to_string());
-        } else {
-            cut = true;
-        }
+    for name in value.unwrap_or("").split(',').map(str::trim) {
+        cut |= !list.push(name);
     }
-    (list, cut)
+    (list.into_names(), cut)
 }
 
 #[cfg(test)]
