@@ -182,8 +182,8 @@ fn eligible_pods(query: &ModelQuery<'_>, table: &PodTable) -> Result<Vec<(usize,
     if !cut.is_empty() {
         return Ok(cut);
     }
-    // Pods outside the gateway's hint serve it, or may (their lists cut): no pod, not a 404.
-    if query.subset.is_some() && (index.knows(model) || !index.cut().is_empty()) {
+    // Pods outside the gateway's hint serve it, or may: no pod, not a 404.
+    if query.subset.is_some() && index.may_be_served(model) {
         return Err(NoRoute::SubsetEmpty);
     }
     Err(NoRoute::UnknownModel)

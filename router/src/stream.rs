@@ -422,9 +422,7 @@ impl RequestStream {
             let index = cache.models();
             cache.table().is_some_and(|t| !t.pods.is_empty())
                 && !cache.expired(host.now_ms(), config.fail_open_max_age_ms)
-                && !index.knows(model)
-                && index.silent().is_empty()
-                && index.cut().is_empty()
+                && !index.may_be_served(model)
         })
     }
 

@@ -159,6 +159,12 @@ impl ModelIndex {
         self.by_name.contains_key(model)
     }
 
+    /// Whether some pod serves `model` or may: one names it, one names no model at all, or
+    /// one named more than its lists keep. Not so, the name is the gateway's 404.
+    pub fn may_be_served(&self, model: &str) -> bool {
+        self.knows(model) || !self.silent.is_empty() || !self.cut.is_empty()
+    }
+
     /// This worker just sent a request for `model` to table pod `pod`: the adapter is on its
     /// way onto that GPU, taking a slot, so the next requests see it resident there before the
     /// next scrape says so (without this, a burst spreads one adapter over every pod holding it).
