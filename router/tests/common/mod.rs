@@ -153,9 +153,33 @@ impl Bench {
         assert_eq!(stream.on_request_headers(&self.host, false), Step::Pause, "held for its form");
         let mut steps = Vec::new();
         let mut arrived = 0;
+        // As Envoy delivers a body: while the filter pauses, each call sees the whole body
+        // buffered so far; once it continued, only the chunk that just arrived. The host's body
+        // ends as what went on: the buffered part as the filter left it, then the chunks.
+        let mut went_on: Option<Vec<u8>> = None;
         while arrived < body.len() {
+            let from = arrived;
             arrived = (arrived + chunk.max(1)).min(body.len());
-            steps.push(stream.on_request_body(&self.host, arrived, arrived == body.len()));
+            let end = arrived == body.len();
+            let step = match went_on.as_mut() {
+                None => stream.on_request_body(&self.host, arrived, end),
+                Some(sent) => {
+                    *self.host.body.borrow_mut() = body.get(from..arrived).unwrap_or_default().to_vec();
+                    let step = stream.on_request_body(&self.host, arrived - from, end);
+                    sent.extend_from_slice(&self.host.body.borrow());
+                    step
+                }
+            };
+            if step == Step::Continue && went_on.is_none() {
+                let mut buffered = self.host.body.borrow().clone();
+                // (The mock holds the whole body; Envoy had only what arrived, as rewritten.)
+                buffered.truncate(buffered.len() - (body.len() - arrived));
+                went_on = Some(buffered);
+            }
+            steps.push(step);
+        }
+        if let Some(sent) = went_on {
+            *self.host.body.borrow_mut() = sent;
         }
         (stream, steps)
     }
