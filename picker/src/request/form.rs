@@ -12,9 +12,12 @@
 //! pass. Anything unexpected (no delimiter, headers or a value too long, text that is not
 //! UTF-8) reads as "no model", and the upload is routed by load as before.
 
+mod model_watch;
 mod part_headers;
 
 use std::ops::Range;
+
+pub use model_watch::{ModelWatch, Watched};
 
 use part_headers::{named_parameters, part_name, transfer_encoded};
 
@@ -118,6 +121,17 @@ impl FormScan {
             Place::Delimiter { from } | Place::Padding { from } => from,
             Place::Headers { start } | Place::Value { start, .. } => start,
         }
+    }
+
+    /// A scan of the rest of the form, from the end of `model`'s value (read by this scan).
+    fn after(&self, model: &FormModel) -> Self {
+        Self { place: Place::Delimiter { from: model.value.end }, ..self.clone() }
+    }
+
+    /// The scan answered [`FormRead::NoModel`] in a `model` part's value: one that cannot be
+    /// read (too long, not UTF-8, empty, or cut by the body's end), not a form without one.
+    fn stopped_in_model_value(&self) -> bool {
+        matches!(self.place, Place::Value { .. })
     }
 
     /// Reads `bytes`, the body from [`Self::resume_at`] to what has arrived; `complete`: the
