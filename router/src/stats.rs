@@ -36,6 +36,8 @@ pub struct Stats {
     /// Of those, uploads whose model has a rewrite but whose form's value cannot be rewritten
     /// (see `picker::request::FormModel::replaceable`): sent as they came.
     pub upload_not_rewritten: Counter,
+    /// Uploads refused (400) for a form naming `model` again after the one they were routed by.
+    pub upload_model_conflict: Counter,
     pub body_rejected: Counter,
     pub body_over_limit: Counter,
     pub buffer_cap_reached: Counter,
@@ -103,6 +105,7 @@ impl Stats {
             body_routed_by_model: c("wasm_epp.body_routed_by_model"),
             upload_routed_by_model: c("wasm_epp.upload_routed_by_model"),
             upload_not_rewritten: c("wasm_epp.upload_not_rewritten"),
+            upload_model_conflict: c("wasm_epp.upload_model_conflict"),
             body_rejected: c("wasm_epp.body_rejected"),
             body_over_limit: c("wasm_epp.body_over_limit"),
             buffer_cap_reached: c("wasm_epp.buffer_cap_reached"),

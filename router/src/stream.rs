@@ -121,6 +121,9 @@ pub struct RequestStream {
     /// A `multipart/form-data` upload being read for its `model` ([`upload`]); boxed, as most
     /// requests are not uploads and the stream is built for each.
     upload: Option<Box<upload::Upload>>,
+    /// The rest of an upload routed by its form's `model`, read for another `model` part as it
+    /// streams through ([`picker::request::ModelWatch`]).
+    model_watch: Option<Box<picker::request::ModelWatch>>,
 }
 
 impl RequestStream {
@@ -166,6 +169,7 @@ impl RequestStream {
             first_byte_ms: None,
             failed_in_stream: false,
             upload: None,
+            model_watch: None,
         }
     }
 
@@ -265,6 +269,9 @@ impl RequestStream {
             return Step::Pause;
         }
         if self.decided {
+            if self.model_watch.is_some() {
+                return self.watch_upload(host, body_size, end_of_stream);
+            }
             return Step::Continue;
         }
         let size = body_size as u64;

@@ -177,3 +177,15 @@ fn flow_control_never_holds_an_upload_so_its_rewrite_is_made_at_once() {
     assert_eq!((sent.steps.first(), sent.pick.as_str()), (Some(&Step::Continue), STABLE), "not queued");
     assert!(sent.body == form(&[("model", b"whisper-v3"), ("file", &[7u8; 50_000])], ""));
 }
+
+#[test]
+fn a_rewritten_form_naming_its_model_again_is_refused_as_the_repeat_would_go_unrewritten() {
+    let bench = Bench::new(CANARY_RULE);
+    publish_models(&bench, &POOL);
+    let body = form(&[("model", b"whisper"), ("file", &[1u8; 20_000]), ("model", b"whisper")], "");
+    let sent = upload(&bench, &body, 4_096, false, &[]);
+    assert_eq!(sent.steps.first(), Some(&Step::Continue));
+    assert_eq!(sent.steps.last(), Some(&Step::Pause), "{:?}", sent.steps);
+    assert_eq!(bench.host.replies.borrow().last().map(|reply| reply.status), Some(400));
+    assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 1);
+}

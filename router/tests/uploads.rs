@@ -154,3 +154,54 @@ fn flow_control_does_not_hold_an_upload() {
     assert_eq!(pick(destination), WHISPER);
     assert_eq!(steps.first(), Some(&Step::Continue), "not queued: {steps:?}");
 }
+
+/// Uploads `body` in chunks, as [`upload`], and leaves the stream open: the steps, the
+/// replies sent and the pod's count before the stream's end and after it.
+fn upload_held(bench: &Bench, body: &[u8], chunk: usize) -> (Vec<Step>, Vec<u32>, (u32, u32)) {
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", content_type.as_str())];
+    let (mut stream, steps) = bench.upload_in_chunks(&headers, body, chunk);
+    let during = bench.worker.inflight.borrow().local_count(WHISPER);
+    stream.on_log(&bench.host);
+    let after = bench.worker.inflight.borrow().local_count(WHISPER);
+    (steps, bench.host.replies.borrow().iter().map(|reply| reply.status).collect(), (during, after))
+}
+
+#[test]
+fn a_form_naming_another_model_after_its_file_is_refused_before_it_ends() {
+    // vLLM serves a form's last `model`: routed by the first, this one would be answered as
+    // "llama" by the whisper pod (or its 404). Refused as the second name streams past.
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let body = form(&[("model", b"whisper"), ("file", &vec![7u8; 100_000]), ("model", b"llama")]);
+    let (steps, replies, counts) = upload_held(&bench, &body, 16_384);
+    assert_eq!(steps.first(), Some(&Step::Continue), "routed with its first chunk: {steps:?}");
+    assert_eq!(steps.last(), Some(&Step::Pause), "the chunk with the second model is stopped: {steps:?}");
+    assert_eq!(replies, vec![400]);
+    let reply: serde_json::Value = serde_json::from_slice(&bench.host.replies.borrow()[0].body).unwrap();
+    assert!(reply["error"]["message"].as_str().unwrap().contains("\"llama\""), "{reply}");
+    assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 1);
+    assert_eq!(counts, (1, 0), "counted on the pod picked until the stream's end");
+}
+
+#[test]
+fn a_second_model_already_buffered_is_refused_before_the_request_goes_on() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    // The file first: the whole form is read to its first model, the second in the same read.
+    let body = form(&[("file", &[b'-'; 30_000]), ("model", b"whisper"), ("model", b"llama")]);
+    let (steps, replies, counts) = upload_held(&bench, &body, 16_384);
+    assert!(steps.iter().all(|step| *step == Step::Pause), "never went on: {steps:?}");
+    assert_eq!((replies, counts), (vec![400], (1, 0)));
+}
+
+#[test]
+fn a_form_naming_its_model_twice_alike_goes_on_as_vllm_reads_it() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let body = form(&[("model", b"whisper"), ("file", &vec![7u8; 50_000]), ("model", b"whisper")]);
+    let (steps, replies, counts) = upload_held(&bench, &body, 4_096);
+    assert!(steps.iter().all(|step| *step == Step::Continue), "{steps:?}");
+    assert_eq!((replies, counts), (vec![], (1, 0)));
+    assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 0);
+}

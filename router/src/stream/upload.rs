@@ -11,10 +11,11 @@
 
 use std::borrow::Cow;
 
-use picker::request::{FormModel, FormRead, FormScan, InferenceRequest};
+use picker::request::{FormModel, FormRead, FormScan, InferenceRequest, ModelWatch, Watched};
 use wasm_epp_host::Host;
 
 use super::{RequestStream, Step};
+use crate::reply::send_error;
 
 /// An upload being read for its `model`.
 pub(super) struct Upload {
@@ -49,21 +50,73 @@ impl RequestStream {
         if read == FormRead::More {
             return Step::Pause;
         }
-        let declared_length = upload.declared_length;
-        self.upload = None;
+        let Some(upload) = self.upload.take() else { return Step::Pause };
         match read {
             FormRead::Model(model) => {
                 self.worker.stats.increment(self.worker.stats.upload_routed_by_model);
                 let target = self.upload_target(&model);
-                let FormModel { name, value, .. } = model;
-                let request = InferenceRequest { model: Some(Cow::Owned(name)), ..InferenceRequest::default() };
+                let request =
+                    InferenceRequest { model: Some(Cow::Borrowed(&model.name)), ..InferenceRequest::default() };
                 let step = self.route_sent_as(host, &request, target.as_deref());
-                if let (Some(target), Some(_)) = (&target, &self.routed_to) {
-                    crate::rewrite::replace_form_model(&self.worker, host, value, target, declared_length);
+                if self.routed_to.is_none() {
+                    // Answered here (404, 503): nothing goes on to watch.
+                    return step;
                 }
-                step
+                if let Some(target) = &target {
+                    crate::rewrite::replace_form_model(
+                        &self.worker,
+                        host,
+                        model.value.clone(),
+                        target,
+                        upload.declared_length,
+                    );
+                }
+                // The parts after the model, buffered so far, are read now; the rest as it streams.
+                let mut watch = ModelWatch::after(&upload.scan, &model, target.is_some());
+                let after_model = bytes.get(model.value.end.saturating_sub(start)..).unwrap_or_default();
+                let watched = watch.feed(after_model, end_of_stream);
+                self.model_watch = Some(Box::new(watch));
+                self.judge_watched(host, watched).unwrap_or(step)
             }
             _ => self.route(host, None),
+        }
+    }
+
+    /// Reads a chunk of an upload that went on, for another `model` part.
+    pub(super) fn watch_upload(&mut self, host: &dyn Host, chunk_size: usize, end_of_stream: bool) -> Step {
+        let Some(watch) = self.model_watch.as_mut() else { return Step::Continue };
+        let watched = match host.request_body(0, chunk_size) {
+            Ok(chunk) => watch.feed(&chunk, end_of_stream),
+            Err(error) => {
+                log::warn!("wasm-epp: cannot read an upload's body: {error}");
+                Watched::Done
+            }
+        };
+        self.judge_watched(host, watched).unwrap_or(Step::Continue)
+    }
+
+    /// Refuses the upload when its form names another model than the one it went by (vLLM
+    /// would serve that one, on a pod not picked for it): 400, before the pod has the whole form,
+    /// and so before it answers. `None`: it goes on.
+    fn judge_watched(&mut self, host: &dyn Host, watched: Watched) -> Option<Step> {
+        match watched {
+            Watched::Fine => None,
+            Watched::Done => {
+                self.model_watch = None;
+                None
+            }
+            Watched::Conflict(other) => {
+                self.model_watch = None;
+                self.worker.stats.increment(self.worker.stats.upload_model_conflict);
+                let other = other.map_or_else(|| "one that cannot be read".to_owned(), |name| format!("{name:?}"));
+                send_error(
+                    host,
+                    400,
+                    "invalid_request_error",
+                    &format!("the form names `model` again, as {other}: an upload names one model, once"),
+                );
+                Some(Step::Pause)
+            }
         }
     }
 

@@ -135,3 +135,41 @@ fn an_uploads_public_model_reaches_the_pod_as_its_rewrite_target() {
     assert_eq!(cluster.pods_stat("model_not_found"), 0, "no upload reached the pod as the public name");
     assert_eq!(e2e::hostile::wasm_failures(&cluster.envoy), Vec::<String>::new(), "no Wasm VM failed");
 }
+
+#[test]
+fn a_form_naming_another_model_after_its_file_is_refused_and_no_pod_serves_it() {
+    // vLLM serves a form's last `model`; the upload is routed by its first as soon as it is
+    // read. Naming another one after the file: refused as it streams past, by HTTP/1.1 and
+    // HTTP/2, before the pod has the form (so before it answers); the pod's count is given back.
+    let cluster = audio_pool_of("upload-conflicts", "whisper", |_| {});
+    let pods = cluster.pool();
+    let recording = cluster.dir.join("talk.wav");
+    std::fs::write(&recording, vec![b'-'; 1_000_000]).unwrap_or_else(|e| panic!("{e}"));
+    let upload = |second: &str, options: &[&str]| {
+        let output = Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30"])
+            .args(options)
+            .args(["-F", "model=whisper", "-F"])
+            .arg(format!("file=@{};type=audio/wav", recording.display()))
+            .args(["-F", &format!("model={second}")])
+            .arg(cluster.envoy.url("/v1/audio/transcriptions"))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run curl: {e}"));
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    };
+    for options in [&[][..], &["--http2-prior-knowledge"]] {
+        assert_eq!(upload("llama", options), "400", "{options:?}");
+        assert_eq!(upload("whisper", options), "200", "{options:?}: the same name again is what vLLM reads");
+    }
+    cluster.wait_for_stat("wasm_epp_upload_model_conflict", 2.0);
+    let served = cluster.pods[1].stats().unwrap_or_else(|e| panic!("{e}"));
+    // (The refused ones reached it, and were cut off before their form ended.)
+    let transcriptions = &served["endpoints"]["/v1/audio/transcriptions"];
+    assert_eq!(transcriptions["served"], 2, "the pod answered only the uploads naming one model: {served}");
+    assert_eq!(cluster.pods_stat("model_not_found"), 0);
+    let released = launcher::wait_until(Duration::from_secs(5), || {
+        pods.iter().all(|pod| cluster.envoy.stat(&format!("wasm_epp_pod_inflight{{pod=\"{pod}\"}}")) == Some(0.0))
+    });
+    assert!(released, "a refused upload's count was kept");
+    assert_eq!(e2e::hostile::wasm_failures(&cluster.envoy), Vec::<String>::new(), "no Wasm VM failed");
+}
