@@ -1,0 +1,64 @@
+//! An upload's form read as Envoy delivers it: `request::FormScan` (the `model` an upload is
+//! routed by) and `request::ModelWatch` (another `model` after it, read as the rest streams
+//! past), on any bytes cut into chunks of any size. Beyond "no panic": each answers the same
+//! however the body is cut (the routing cannot depend on the network's chunking); a model read
+//! is the bytes its range names; the watch keeps no more than a part's bounded headers and
+//! value between chunks, however long the form.
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use picker::request::{FormRead, FormScan, ModelWatch, Watched};
+
+const BOUNDARY: &str = "b0";
+
+/// Bytes the watch may keep between chunks: a part's headers (4 KiB), a value (256 bytes),
+/// and a delimiter cut twice, with room to spare.
+const MOST_KEPT: usize = 4096 + 256 + 4 * (BOUNDARY.len() + 4) + 64;
+
+fuzz_target!(|input: &[u8]| {
+    let Some((&chunk, body)) = input.split_first() else { return };
+    let chunk = usize::from(chunk).max(1);
+    let (whole, scan) = read(body, body.len().max(1));
+    let (cut, _) = read(body, chunk);
+    assert_eq!(whole, cut, "the form's model depends on its chunking ({chunk})");
+    let FormRead::Model(model) = whole else { return };
+    assert_eq!(body.get(model.value.clone()), Some(model.name.as_bytes()), "the range is not the name");
+    let rest = body.get(model.value.end..).unwrap_or_default();
+    for rewritten in [false, true] {
+        let at_once = watch(&scan, &model, rewritten, rest, rest.len().max(1));
+        assert_eq!(watch(&scan, &model, rewritten, rest, chunk), at_once, "the watch depends on chunking ({chunk})");
+    }
+});
+
+/// The scan's answer on `body` fed `chunk` bytes at a time, and the scan that gave it.
+fn read(body: &[u8], chunk: usize) -> (FormRead, FormScan) {
+    let mut scan = FormScan::new(BOUNDARY);
+    let mut arrived: usize = 0;
+    loop {
+        arrived = arrived.saturating_add(chunk).min(body.len());
+        let bytes = body.get(scan.resume_at().min(arrived)..arrived).unwrap_or_default();
+        let answer = scan.scan(bytes, arrived == body.len());
+        if answer != FormRead::More {
+            return (answer, scan);
+        }
+        assert!(arrived < body.len(), "the whole body read and still More");
+    }
+}
+
+/// The watch's answer after `model` on `rest`, fed `chunk` bytes at a time.
+fn watch(scan: &FormScan, model: &picker::request::FormModel, rewritten: bool, rest: &[u8], chunk: usize) -> Watched {
+    let mut watch = ModelWatch::after(scan, model, rewritten);
+    let mut chunks = rest.chunks(chunk).peekable();
+    if chunks.peek().is_none() {
+        return watch.feed(&[], true);
+    }
+    while let Some(bytes) = chunks.next() {
+        let answer = watch.feed(bytes, chunks.peek().is_none());
+        assert!(watch.kept_len() <= MOST_KEPT, "kept {} bytes", watch.kept_len());
+        if answer != Watched::Fine {
+            return answer;
+        }
+    }
+    Watched::Fine
+}
