@@ -33,8 +33,8 @@ pub struct Stats {
     pub body_routed_by_model: Counter,
     /// `multipart/form-data` uploads routed by their form's `model`.
     pub upload_routed_by_model: Counter,
-    /// Of those, uploads whose model has a rewrite but whose form's value cannot be rewritten
-    /// (see `picker::request::FormModel::replaceable`): sent as they came.
+    /// Of those, uploads whose model has a rewrite but whose form's value cannot be replaced
+    /// by the target (see `picker::request::FormModel::replaceable_by`): sent as they came.
     pub upload_not_rewritten: Counter,
     /// Uploads refused (400) for a form naming `model` again after the one they were routed by.
     pub upload_model_conflict: Counter,

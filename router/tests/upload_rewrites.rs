@@ -51,10 +51,21 @@ struct Sent {
 /// Uploads `body` in chunks of `chunk` bytes, with a declared length unless `chunked`, and
 /// `extra` headers.
 fn upload(bench: &Bench, body: &[u8], chunk: usize, chunked: bool, extra: &[(&str, &str)]) -> Sent {
-    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    upload_typed(bench, &format!("multipart/form-data; boundary={BOUNDARY}"), body, chunk, chunked, extra)
+}
+
+/// [`upload`] with a content type of one's own.
+fn upload_typed(
+    bench: &Bench,
+    content_type: &str,
+    body: &[u8],
+    chunk: usize,
+    chunked: bool,
+    extra: &[(&str, &str)],
+) -> Sent {
     let length = body.len().to_string();
     let mut headers = vec![(":method", "POST"), (":path", "/v1/audio/transcriptions")];
-    headers.push(("content-type", content_type.as_str()));
+    headers.push(("content-type", content_type));
     if !chunked {
         headers.push(("content-length", length.as_str()));
     }
@@ -156,6 +167,39 @@ fn a_value_under_a_transfer_encoding_is_not_rewritten_but_logged_and_counted() {
     assert_eq!((bench.stat("wasm_epp.upload_not_rewritten"), bench.stat("wasm_epp.model_rewritten")), (1, 0));
     let warnings = logged_warnings();
     assert!(warnings.iter().any(|w| w.contains("\"whisper\" is not sent as \"whisper-v")), "{warnings:?}");
+}
+
+#[test]
+fn a_form_of_an_ascii_compatible_charset_is_rewritten_when_both_names_are_ascii() {
+    let _ = logged_warnings(); // (installs the logger)
+    let bench = Bench::new(
+        r#"{"models": {"rewrites": [{"model": "whisper", "targets": [{"model": "whisper-v4", "weight": 1}]},
+            {"model": "whisper-eu", "targets": [{"model": "whisper-v4-\u00e9", "weight": 1}]}]}}"#,
+    );
+    publish_models(&bench, &POOL);
+    let file = [5u8; 4_000];
+    let body = form(&[("model", b"whisper"), ("file", &file)], "");
+    for charset in ["us-ascii", "ISO-8859-1", "windows-1252"] {
+        let content_type = format!("multipart/form-data; boundary={BOUNDARY}; charset={charset}");
+        let sent = upload_typed(&bench, &content_type, &body, 1_000, false, &[]);
+        assert_eq!(sent.pick, CANARY, "{charset}");
+        let expected = form(&[("model", b"whisper-v4"), ("file", &file)], "");
+        assert!(sent.body == expected, "{charset}: the target's bytes read as the target in it");
+        assert_eq!(sent.content_length, Some(expected.len().to_string()), "{charset}");
+    }
+    assert_eq!((bench.stat("wasm_epp.model_rewritten"), bench.stat("wasm_epp.upload_not_rewritten")), (3, 0));
+    // A target that is not ASCII (its UTF-8 bytes read as other characters in Latin-1), or a
+    // charset not known to keep ASCII: sent as it came, logged and counted.
+    let latin1 = format!("multipart/form-data; boundary={BOUNDARY}; charset=latin1");
+    let to_accented = form(&[("model", b"whisper-eu"), ("file", &file)], "");
+    let utf16 = format!("multipart/form-data; boundary={BOUNDARY}; charset=utf-16");
+    for (content_type, body) in [(&latin1, &to_accented), (&utf16, &body)] {
+        let sent = upload_typed(&bench, content_type, body, 1_000, false, &[]);
+        assert!(sent.body == *body, "{content_type}: the form as it came");
+    }
+    assert_eq!((bench.stat("wasm_epp.model_rewritten"), bench.stat("wasm_epp.upload_not_rewritten")), (3, 2));
+    let warnings = logged_warnings();
+    assert!(warnings.iter().any(|w| w.contains("\"whisper-eu\" is not sent as \"whisper-v4-\u{e9}\"")), "{warnings:?}");
 }
 
 #[test]

@@ -12,14 +12,16 @@
 //! pass. Anything unexpected (no delimiter, headers or a value too long, text that is not
 //! UTF-8) reads as "no model", and the upload is routed by load as before.
 
+mod charset;
 mod model_watch;
 mod part_headers;
 
 use std::ops::Range;
 
-pub use model_watch::{ModelWatch, Watched};
-
+use charset::{form_charset, FormCharset};
 use part_headers::{named_parameters, part_name, transfer_encoded};
+
+pub use model_watch::{ModelWatch, Watched};
 
 /// The most bytes of one part's headers read (a part names itself in one short line).
 const MAX_PART_HEADERS: usize = 4096;
@@ -41,16 +43,6 @@ pub fn form_boundary(content_type: &str) -> Option<String> {
     (!boundary.is_empty() && boundary.len() <= MAX_BOUNDARY).then_some(boundary)
 }
 
-/// Whether a form's values are read as UTF-8: its content type names no charset (Starlette
-/// then decodes them as UTF-8) or names UTF-8. A form of another charset is read as UTF-8 all
-/// the same, to route it, but its values are not rewritten: what a server makes of bytes
-/// written in their place is not known.
-fn utf8_values(content_type: &str) -> bool {
-    named_parameters(content_type)
-        .filter_map(|(name, value)| (name == "charset").then_some(value))
-        .all(|charset| charset.eq_ignore_ascii_case("utf-8") || charset.eq_ignore_ascii_case("utf8"))
-}
-
 /// What the body read so far says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormRead {
@@ -69,12 +61,38 @@ pub struct FormModel {
     /// The value's bytes in the whole body: from the end of its part's headers to the line
     /// break before the next delimiter (a form's content is sent raw, never escaped).
     pub value: Range<usize>,
-    /// Another name's UTF-8 bytes written over [`Self::value`] are read as that name: the form's
-    /// values are UTF-8 ([`FormScan::for_content_type`]) and the part declares no
-    /// `Content-Transfer-Encoding` but an identity one. (Starlette passes a part's content
-    /// raw whatever it declares, but python-multipart's own form parser decodes base64 and
-    /// quoted-printable: such a value is routed by its bytes, as read, and not rewritten.)
-    pub replaceable: bool,
+    /// Which names' UTF-8 bytes written over [`Self::value`] are read as those names (see
+    /// [`FormModel::replaceable_by`]).
+    pub replaceable: Replaceable,
+}
+
+/// Which names a form's `model` value can be replaced by, so that a server reads the name
+/// written. Never when the part declares a `Content-Transfer-Encoding` but an identity one
+/// (Starlette passes a part's content raw whatever it declares, but python-multipart's own
+/// form parser decodes base64 and quoted-printable: such a value is routed by its bytes, as
+/// read, and not rewritten).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replaceable {
+    /// The form's values are UTF-8 ([`FormScan::for_content_type`]): by any name.
+    ByAnyName,
+    /// The form's charset encodes ASCII as ASCII (US-ASCII, ISO 8859, Windows-125x) and the
+    /// value read is ASCII, so the server read the name the rewrite rule matched: by an ASCII
+    /// name, whose bytes mean the same in that charset.
+    ByAsciiName,
+    /// Another charset, or a value not ASCII in an ASCII-compatible one: what a server makes
+    /// of the value, or of bytes written in its place, is not known.
+    No,
+}
+
+impl FormModel {
+    /// Whether `target` can be written over the value and be read as `target`.
+    pub fn replaceable_by(&self, target: &str) -> bool {
+        match self.replaceable {
+            Replaceable::ByAnyName => true,
+            Replaceable::ByAsciiName => target.is_ascii(),
+            Replaceable::No => false,
+        }
+    }
 }
 
 /// Where the scan stands, in offsets of the whole body.
@@ -97,8 +115,8 @@ pub struct FormScan {
     /// `\r\n--` and the boundary: what ends a part's content.
     delimiter: Vec<u8>,
     place: Place,
-    /// The form's values are UTF-8 (see [`utf8_values`]).
-    utf8: bool,
+    /// How the form's values are decoded (its content type's charset).
+    charset: FormCharset,
 }
 
 impl FormScan {
@@ -106,13 +124,16 @@ impl FormScan {
     pub fn new(boundary: &str) -> Self {
         let mut delimiter = b"\r\n--".to_vec();
         delimiter.extend_from_slice(boundary.as_bytes());
-        Self { delimiter, place: Place::Delimiter { from: 0 }, utf8: true }
+        Self { delimiter, place: Place::Delimiter { from: 0 }, charset: FormCharset::Utf8 }
     }
 
     /// A scan of a body of this content type; `None` if it is not a form ([`form_boundary`]).
+    /// A form of another charset than UTF-8 is read as UTF-8 all the same, to route it; its
+    /// value is rewritten only when the bytes written mean the same in its charset
+    /// ([`Replaceable`]).
     pub fn for_content_type(content_type: &str) -> Option<Self> {
         let boundary = form_boundary(content_type)?;
-        Some(Self { utf8: utf8_values(content_type), ..Self::new(&boundary) })
+        Some(Self { charset: form_charset(content_type), ..Self::new(&boundary) })
     }
 
     /// The body's offset the next read must start at: what comes before it is not needed again.
@@ -248,7 +269,12 @@ impl FormScan {
             Ok(name) if !name.is_empty() && name.len() <= MAX_MODEL_BYTES => Step::Answer(FormRead::Model(FormModel {
                 name: name.to_owned(),
                 value: start..start + end,
-                replaceable: self.utf8 && !encoded,
+                replaceable: match self.charset {
+                    _ if encoded => Replaceable::No,
+                    FormCharset::Utf8 => Replaceable::ByAnyName,
+                    FormCharset::AsciiCompatible if name.is_ascii() => Replaceable::ByAsciiName,
+                    FormCharset::AsciiCompatible | FormCharset::Other => Replaceable::No,
+                },
             })),
             _ => Step::Answer(FormRead::NoModel),
         }

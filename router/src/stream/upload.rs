@@ -121,17 +121,18 @@ impl RequestStream {
     }
 
     /// The model an upload is sent as, chosen as a JSON body's is; `None` also when its form's
-    /// value cannot be rewritten (what a server would read in its place is not known): then it
-    /// goes as it came, to pods serving the name it asks for, logged and counted.
+    /// value cannot be replaced by the target (what a server would read in its place is not
+    /// known): then it goes as it came, to pods serving the name it asks for, logged and counted.
     fn upload_target(&mut self, model: &FormModel) -> Option<String> {
         let target = crate::rewrite::choose_target(&self.worker, self.rewrite_to.take(), Some(&model.name))?;
-        if model.replaceable {
+        if model.replaceable_by(&target) {
             return Some(target);
         }
         self.worker.stats.increment(self.worker.stats.upload_not_rewritten);
         log::warn!(
             "wasm-epp: an upload asking for model {:?} is not sent as {target:?}: its form's value is encoded \
-             (a transfer encoding, or a charset other than UTF-8)",
+             (a transfer encoding, a charset other than UTF-8 and US-ASCII, ISO 8859 or Windows-125x, or \
+             one of those with a name that is not ASCII)",
             model.name
         );
         None

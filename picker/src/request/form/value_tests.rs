@@ -30,7 +30,7 @@ fn the_value_lies_between_its_headers_and_the_next_delimiter_however_the_body_is
     let last = form("preamble\r\n", &[("file", &audio(30_000)), ("language", b"en"), ("model", b"whisper-1")]);
     let end = last.len() - format!("\r\n--{BOUNDARY}--\r\n").len();
     assert_eq!(read_in_every_cut(&last).value, end - 9..end);
-    assert!(read_in_every_cut(&last).replaceable);
+    assert_eq!(read_in_every_cut(&last).replaceable, Replaceable::ByAnyName);
 }
 
 #[test]
@@ -44,7 +44,7 @@ fn quoted_names_and_padded_delimiters_leave_the_value_where_it_is() {
         let body = format!("--{BOUNDARY} \t\r\n{headers}\r\n\r\nqwen-7b\r\n--{BOUNDARY}--\r\n");
         let read = read_in_every_cut(body.as_bytes());
         let start = body.find("qwen").unwrap_or_default();
-        assert_eq!((read.value, read.replaceable), (start..start + 7, true), "{headers}");
+        assert_eq!((read.value, read.replaceable), (start..start + 7, Replaceable::ByAnyName), "{headers}");
     }
 }
 
@@ -58,23 +58,48 @@ fn a_value_whose_bytes_may_be_read_otherwise_is_not_replaceable() {
         let read = read_in_every_cut(body.as_bytes());
         assert_eq!(
             (read.name.as_str(), read.replaceable),
-            ("d2hpc3Blcg==", false),
+            ("d2hpc3Blcg==", Replaceable::No),
             "{encoding}: routed as read, not rewritten"
         );
     }
     // A form of another charset: its values are decoded with it.
     let body = form("", &[("model", b"whisper-1")]);
     for (content_type, replaceable) in [
-        (format!("multipart/form-data; boundary={BOUNDARY}"), true),
-        (format!("multipart/form-data; charset=UTF-8; boundary={BOUNDARY}"), true),
-        (format!("multipart/form-data; boundary=\"{BOUNDARY}\"; charset=\"utf8\""), true),
-        (format!("multipart/form-data; boundary={BOUNDARY}; charset=utf-16"), false),
-        (format!("multipart/form-data; boundary={BOUNDARY}; charset=iso-8859-1"), false),
+        (format!("multipart/form-data; boundary={BOUNDARY}"), Replaceable::ByAnyName),
+        (format!("multipart/form-data; charset=UTF-8; boundary={BOUNDARY}"), Replaceable::ByAnyName),
+        (format!("multipart/form-data; boundary=\"{BOUNDARY}\"; charset=\"utf8\""), Replaceable::ByAnyName),
+        (format!("multipart/form-data; boundary={BOUNDARY}; charset=utf-16"), Replaceable::No),
+        (format!("multipart/form-data; boundary={BOUNDARY}; charset=iso-8859-1"), Replaceable::ByAsciiName),
+        (format!("multipart/form-data; boundary={BOUNDARY}; charset=US-ASCII"), Replaceable::ByAsciiName),
     ] {
         let scan = FormScan::for_content_type(&content_type).unwrap_or_else(|| panic!("{content_type}"));
         let read = model(&body, feed_scan(scan, &body, 10).0);
         assert_eq!(read.replaceable, replaceable, "{content_type}");
     }
+}
+
+#[test]
+fn an_ascii_compatible_charset_takes_an_ascii_name_over_an_ascii_value() {
+    let read = |content_type: &str, name: &str| {
+        let body = form("", &[("model", name.as_bytes()), ("file", &audio(500))]);
+        let scan = FormScan::for_content_type(content_type).unwrap_or_else(|| panic!("{content_type}"));
+        model(&body, feed_scan(scan, &body, 7).0)
+    };
+    for charset in ["us-ascii", "iso-8859-1", "latin1", "windows-1252", "ISO-8859-15"] {
+        let content_type = format!("multipart/form-data; boundary={BOUNDARY}; charset={charset}");
+        let ascii = read(&content_type, "whisper-public");
+        assert!(ascii.replaceable_by("whisper-large-v3"), "{charset}: the same bytes in that charset");
+        assert!(!ascii.replaceable_by("whisper-\u{e9}"), "{charset}: é is two bytes read as two characters");
+        // Bytes past ASCII: the name the server read is not the one the rule matched.
+        let accented = read(&content_type, "whisper-\u{e9}");
+        assert_eq!((accented.name.as_str(), accented.replaceable), ("whisper-\u{e9}", Replaceable::No), "{charset}");
+        assert!(!accented.replaceable_by("whisper-large-v3"), "{charset}");
+    }
+    // UTF-8 takes any name; another charset none.
+    let utf8 = read(&format!("multipart/form-data; boundary={BOUNDARY}"), "whisper-public");
+    assert!(utf8.replaceable_by("whisper-\u{e9}"));
+    let utf16 = read(&format!("multipart/form-data; boundary={BOUNDARY}; charset=utf-16"), "whisper-public");
+    assert!(!utf16.replaceable_by("whisper-large-v3"));
 }
 
 #[test]
