@@ -74,6 +74,8 @@ pub struct Stats {
     pub model_rewritten: Counter,
     /// `GET /v1/models` answered by the gateway with the pool's models.
     pub model_lists_answered: Counter,
+    /// Of those, lists past `picker::models::listing::MAX_LIST_BYTES`, some names left out.
+    pub model_lists_cut: Counter,
     /// Attempts on a pod judged failed: a 5xx answer, or one Envoy retried on another pod.
     pub pod_attempts_failed: Counter,
     /// Of those, answers the pod cut after its headers (a reset mid-stream).
@@ -133,6 +135,7 @@ impl Stats {
             model_unknown: c("wasm_epp.model_unknown"),
             model_rewritten: c("wasm_epp.model_rewritten"),
             model_lists_answered: c("wasm_epp.model_lists_answered"),
+            model_lists_cut: c("wasm_epp.model_lists_cut"),
             pod_attempts_failed: c("wasm_epp.pod_attempts_failed"),
             answers_cut: c("wasm_epp.answers_cut"),
             streams_failed: c("wasm_epp.streams_failed"),

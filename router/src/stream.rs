@@ -213,8 +213,8 @@ impl RequestStream {
         if bodyless_get && crate::model_list::is_list_path(path, &config.models.list_path) {
             if let Some(list) = crate::model_list::pool_models(&self.worker, host) {
                 self.decided = true;
-                self.worker.stats.increment(self.worker.stats.model_lists_answered);
-                send_json_bytes(host, &list);
+                crate::model_list::count_answer(&self.worker, &list);
+                send_json_bytes(host, &list.body);
                 return Step::Pause;
             }
         }

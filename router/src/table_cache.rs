@@ -10,6 +10,7 @@ use picker::comparison::PodSplit;
 use picker::keys;
 use picker::models::demand::AdapterDemand;
 use picker::models::index::ModelIndex;
+use picker::models::listing::ModelList;
 use picker::pod_table::{decode_version, PodTable};
 use picker::store::SharedStore;
 
@@ -30,7 +31,7 @@ pub struct TableCache {
     /// The pool's model list as last answered (`None` inside: the table cannot give one),
     /// kept until the table changes: a client repeating `GET /v1/models` costs one build per
     /// publish, not one per request.
-    model_list: Option<Option<Rc<[u8]>>>,
+    model_list: Option<Option<Rc<ModelList>>>,
     /// The comparison's split of the current table's pods into arms, built once per table.
     split: Option<PodSplit>,
 }
@@ -93,9 +94,9 @@ impl TableCache {
     }
 
     /// The model list of the current table, built by `build` once per table.
-    pub fn model_list(&mut self, build: impl FnOnce(&PodTable) -> Option<Vec<u8>>) -> Option<Rc<[u8]>> {
+    pub fn model_list(&mut self, build: impl FnOnce(&PodTable) -> Option<ModelList>) -> Option<Rc<ModelList>> {
         if self.model_list.is_none() {
-            self.model_list = Some(self.table.as_ref().and_then(build).map(Rc::from));
+            self.model_list = Some(self.table.as_ref().and_then(build).map(Rc::new));
         }
         self.model_list.clone().flatten()
     }

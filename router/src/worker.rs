@@ -38,6 +38,9 @@ pub struct Worker {
     /// A table came from a pool service scraping less often than `stale_after_ms` (logged
     /// once: its data goes stale between scrapes, and picks fail open then).
     pub stale_cadence_told: Cell<bool>,
+    /// The last model list answered lacked names, and a warning said so (logged again only
+    /// after a whole list: a client polling `GET /v1/models` is not a warning per poll).
+    pub model_list_cut_told: Cell<bool>,
     /// This root has created an HTTP context: it serves requests. Envoy's main-thread root
     /// never does, and must not keep (and sync) a prefix replica for nothing.
     pub serving: Cell<bool>,
@@ -115,6 +118,7 @@ impl Worker {
             buffered_bytes: Cell::new(0),
             failing_open: Cell::new(false),
             stale_cadence_told: Cell::new(false),
+            model_list_cut_told: Cell::new(false),
             serving: Cell::new(false),
             flow,
         }

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{publish_models, publish_models_as, Bench, COMPLETIONS};
+use wasm_epp_host::warnings::logged_warnings;
 use wasm_epp_router::Step;
 
 fn body(model: &str) -> String {
@@ -259,6 +260,44 @@ fn the_model_list_follows_each_new_table() {
     bench.complete(&LIST, "");
     let ids: Vec<String> = listed(&bench).into_iter().map(|(id, _)| id).collect();
     assert_eq!(ids, ["mistral", "qwen", "sql-lora"]);
+}
+
+#[test]
+fn a_model_list_past_its_bytes_is_cut_counted_and_logged_once_while_it_stays_cut() {
+    let _ = logged_warnings(); // (installs the logger)
+    let bench = Bench::new("{}");
+    // 40 pods of 512 adapters of 200-byte names: about 6 MB of entries, past the 4 MiB bound.
+    let names: Vec<Vec<String>> =
+        (0..40).map(|p| (0..512).map(|n| format!("tenant-{p:02}-{n:03}-{}", "x".repeat(186))).collect()).collect();
+    let names: Vec<Vec<&str>> = names.iter().map(|pod| pod.iter().map(String::as_str).collect()).collect();
+    let addresses: Vec<String> = (0..40).map(|p| format!("10.0.1.{}:8000", p + 1)).collect();
+    let many: Vec<(&str, &str, &[&str], f64)> = addresses
+        .iter()
+        .zip(&names)
+        .map(|(address, adapters)| (address.as_str(), "base", adapters.as_slice(), 0.0))
+        .collect();
+    let told = || logged_warnings().iter().filter(|w| w.contains("of the pool's model names")).count();
+    publish_models(&bench, &many);
+    for _ in 0..2 {
+        assert_eq!(bench.complete(&LIST, "").reply, Some(200));
+        let body_len = bench.host.replies.borrow().last().unwrap().body.len();
+        assert!(body_len <= picker::models::listing::MAX_LIST_BYTES, "{body_len} bytes");
+        let listed = listed(&bench);
+        assert_eq!(listed.first().map(|(id, _)| id.as_str()), Some("base"), "bases first");
+        assert!((10_000..40 * 512).contains(&listed.len()), "{} of {} names", listed.len(), 40 * 512 + 1);
+    }
+    assert_eq!((bench.stat("wasm_epp.model_lists_answered"), bench.stat("wasm_epp.model_lists_cut")), (2, 2));
+    let warnings = logged_warnings();
+    assert_eq!(told(), 1, "one warning while the lists stay cut: {warnings:?}");
+    // A whole list in between: a list cut again is told again.
+    publish_models_as(&bench, &POOL, 2);
+    bench.tick();
+    bench.complete(&LIST, "");
+    assert_eq!((listed(&bench).len(), bench.stat("wasm_epp.model_lists_cut"), told()), (4, 2, 1));
+    publish_models_as(&bench, &many, 3);
+    bench.tick();
+    bench.complete(&LIST, "");
+    assert_eq!((bench.stat("wasm_epp.model_lists_cut"), told()), (3, 2));
 }
 
 #[test]

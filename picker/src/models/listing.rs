@@ -16,25 +16,66 @@
 //! any; see [`crate::pod_table::PodState::may_serve_any_model`]; or a pod that named more
 //! names than its lists keep, [`crate::pod_table::PodState::names_cut`]), there is no list and
 //! the request goes to a pod as before.
+//!
+//! A client expects every name, so the list is bounded by its bytes, [`MAX_LIST_BYTES`], not
+//! by a count of names (short names fit more): tens of thousands of names, past what pools
+//! of many pods with hundreds of distinct adapters each name. Names past it are left out,
+//! adapters before bases, and counted in [`ModelList::left_out`], which the router tells
+//! the operator of (a counter and a warning): a client checking its model may miss it.
 
 use std::collections::BTreeMap;
 
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use super::rewrite::ModelRewrite;
 use crate::pod_table::PodTable;
 
-/// Names listed at most. A real pool names a few dozen; a pool of 1,024 pods each naming
-/// hundreds of distinct adapters would otherwise make a reply of tens of megabytes.
-pub const MAX_LISTED_MODELS: usize = 4096;
+/// The most bytes of a list's body: about 27,000 adapters of 40-byte names (an entry is some
+/// 80 bytes and its names). Each worker keeps its table's list, and builds it anew for each
+/// table a request asks about; a pool of 1,024 pods each naming hundreds of distinct adapters
+/// would otherwise make a reply of tens of megabytes, in each worker.
+pub const MAX_LIST_BYTES: usize = 4 << 20;
 
 /// Who answers for the list's entries: the gateway, from what the pods reported.
 const OWNED_BY: &str = "wasm-epp";
 
-/// `{"object": "list", "data": [...]}` for `table`'s pods and `rewrites`, each entry with
-/// OpenAI's fields (`id`, `object`, `created`, `owned_by`) and vLLM's `parent` (the base model
-/// of an adapter, `null` for a base model). `None` when the table cannot list the pool.
-pub fn pool_model_list(table: &PodTable, rewrites: &[ModelRewrite], created_s: u64) -> Option<Value> {
+/// The list's opening and closing, around its entries.
+const OPENING: &[u8] = br#"{"object":"list","data":["#;
+const CLOSING: &[u8] = b"]}";
+
+/// The pool's list as answered, and how many names it lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelList {
+    /// The JSON body.
+    pub body: Vec<u8>,
+    /// Names past [`MAX_LIST_BYTES`], left out of [`Self::body`]; 0 when it names them all.
+    pub left_out: usize,
+}
+
+/// One entry: OpenAI's fields (`id`, `object`, `created`, `owned_by`) and vLLM's `parent`
+/// (the base model of an adapter, `null` for a base model), in vLLM's order.
+#[derive(Serialize)]
+struct Entry<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    owned_by: &'static str,
+    parent: Option<&'a str>,
+}
+
+/// `{"object": "list", "data": [...]}` for `table`'s pods and `rewrites`, base models before
+/// adapters, within [`MAX_LIST_BYTES`]. `None` when the table cannot list the pool.
+pub fn pool_model_list(table: &PodTable, rewrites: &[ModelRewrite], created_s: u64) -> Option<ModelList> {
+    pool_model_list_within(table, rewrites, created_s, MAX_LIST_BYTES)
+}
+
+/// [`pool_model_list`] within `max_bytes` (at least the empty list's).
+fn pool_model_list_within(
+    table: &PodTable,
+    rewrites: &[ModelRewrite],
+    created_s: u64,
+    max_bytes: usize,
+) -> Option<ModelList> {
     let pods = &table.pods;
     let table_names_models = pods.iter().any(|pod| !pod.names_no_model());
     let unlisted = |pod: &crate::pod_table::PodState| pod.may_serve_any_model(table_names_models) || pod.names_cut;
@@ -72,17 +113,31 @@ pub fn pool_model_list(table: &PodTable, rewrites: &[ModelRewrite], created_s: u
         }
     }
     let (bases, adapters): (Vec<_>, Vec<_>) = parents.into_iter().partition(|(_, parent)| parent.is_none());
-    let data: Vec<Value> = bases
-        .into_iter()
-        .chain(adapters)
-        .take(MAX_LISTED_MODELS)
-        .map(|(id, parent)| json!({"id": id, "object": "model", "created": created_s, "owned_by": OWNED_BY, "parent": parent}))
-        .collect();
-    Some(json!({"object": "list", "data": data}))
+    let names = bases.len() + adapters.len();
+    let mut body = OPENING.to_vec();
+    let mut listed = 0;
+    let mut entry = Vec::new();
+    for (id, parent) in bases.into_iter().chain(adapters) {
+        entry.clear();
+        if listed > 0 {
+            entry.push(b',');
+        }
+        let fields = Entry { id, object: "model", created: created_s, owned_by: OWNED_BY, parent };
+        // Writing into a Vec fails only for a map with non-string keys, which an entry is not.
+        if serde_json::to_writer(&mut entry, &fields).is_err() || body.len() + entry.len() + CLOSING.len() > max_bytes {
+            break;
+        }
+        body.extend_from_slice(&entry);
+        listed += 1;
+    }
+    body.extend_from_slice(CLOSING);
+    Some(ModelList { body, left_out: names - listed })
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::{json, Value};
+
     use super::*;
     use crate::address::PodAddress;
     use crate::pod_table::PodState;
@@ -99,13 +154,19 @@ mod tests {
         PodTable { pods, ..PodTable::default() }
     }
 
-    fn ids_and_parents(list: &Value) -> Vec<(String, Option<String>)> {
+    fn ids_and_parents(list: &ModelList) -> Vec<(String, Option<String>)> {
+        assert_eq!(list.left_out, 0, "every name listed");
+        let list = parsed(list);
         list["data"]
             .as_array()
             .unwrap()
             .iter()
             .map(|entry| (entry["id"].as_str().unwrap().to_owned(), entry["parent"].as_str().map(str::to_owned)))
             .collect()
+    }
+
+    fn parsed(list: &ModelList) -> Value {
+        serde_json::from_slice(&list.body).unwrap()
     }
 
     fn rewrite(public: &str, targets: &[&str]) -> ModelRewrite {
@@ -121,7 +182,7 @@ mod tests {
             pod("10.0.0.3:8000", &["qwen"], &["sql-lora", "chat-lora", "legal-lora"]),
         ]);
         let list = pool_model_list(&table, &[], 1_700_000_000).unwrap();
-        assert_eq!(list["object"], "list");
+        assert_eq!(parsed(&list)["object"], "list");
         let expected = [
             ("llama", None),
             ("qwen", None),
@@ -131,7 +192,7 @@ mod tests {
         ];
         let expected: Vec<_> = expected.iter().map(|(id, p)| (id.to_string(), p.map(str::to_owned))).collect();
         assert_eq!(ids_and_parents(&list), expected);
-        let first = &list["data"][0];
+        let first = &parsed(&list)["data"][0];
         assert_eq!((first["object"].as_str(), first["created"].as_u64()), (Some("model"), Some(1_700_000_000)));
         assert_eq!(first["owned_by"], OWNED_BY);
     }
@@ -203,18 +264,58 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_list_is_bounded() {
-        let names: Vec<String> = (0..64).map(|i| format!("adapter-{i:03}")).collect();
-        let pods: Vec<PodState> = (0..80)
+    /// `pods` pods, each with the base model `base` and `adapters` adapters of its own.
+    fn many_adapters(pods: usize, adapters: usize) -> PodTable {
+        let pods: Vec<PodState> = (0..pods)
             .map(|p| {
-                let adapters: Vec<String> = names.iter().map(|n| format!("{n}-{p}")).collect();
+                let adapters: Vec<String> = (0..adapters).map(|n| format!("adapter-{n:03}-{p}")).collect();
                 let adapters: Vec<&str> = adapters.iter().map(String::as_str).collect();
                 pod(&format!("10.0.{}.{}:8000", p / 200, p % 200 + 1), &["base"], &adapters)
             })
             .collect();
-        let list = pool_model_list(&table(pods), &[], 0).unwrap();
-        assert_eq!(list["data"].as_array().unwrap().len(), MAX_LISTED_MODELS);
-        assert_eq!(list["data"][0]["id"], "base", "bases come first, so they survive the bound");
+        table(pods)
+    }
+
+    #[test]
+    fn a_pool_of_thousands_of_adapters_is_listed_whole() {
+        // 5,121 names: past the 4,096 a count once bounded the list at, well within its bytes.
+        let list = pool_model_list(&many_adapters(80, 64), &[], 0).unwrap();
+        assert_eq!((ids_and_parents(&list).len(), list.left_out), (1 + 80 * 64, 0));
+        assert!(list.body.len() < MAX_LIST_BYTES / 8, "{} bytes", list.body.len());
+    }
+
+    #[test]
+    fn the_list_is_bounded_by_its_bytes_and_tells_what_it_left_out() {
+        let table = many_adapters(4, 8);
+        let whole = pool_model_list(&table, &[], 1_700_000_000).unwrap();
+        let ids = ids_and_parents(&whole);
+        // Every bound from the empty list's to the whole list's.
+        let empty = OPENING.len() + CLOSING.len();
+        for max_bytes in empty..=whole.body.len() {
+            let cut = pool_model_list_within(&table, &[], 1_700_000_000, max_bytes).unwrap();
+            assert!(cut.body.len() <= max_bytes, "{max_bytes}: {} bytes", cut.body.len());
+            let data = parsed(&cut)["data"].as_array().unwrap().clone();
+            let listed: Vec<&str> = data.iter().map(|entry| entry["id"].as_str().unwrap()).collect();
+            assert_eq!(listed.len() + cut.left_out, ids.len(), "{max_bytes}: each name listed or counted");
+            let first: Vec<&str> = ids.iter().take(listed.len()).map(|(id, _)| id.as_str()).collect();
+            assert_eq!(listed, first, "{max_bytes}: the first names, bases first");
+            // As many as fit: the next entry, and its comma, would not.
+            if let Some((id, parent)) = ids.get(listed.len()) {
+                let next = Entry {
+                    id,
+                    object: "model",
+                    created: 1_700_000_000,
+                    owned_by: OWNED_BY,
+                    parent: parent.as_deref(),
+                };
+                let next_len = serde_json::to_vec(&next).unwrap().len() + usize::from(!listed.is_empty());
+                assert!(cut.body.len() + next_len > max_bytes, "{max_bytes}: room left for {id}");
+            }
+        }
+        let small = pool_model_list_within(&table, &[], 0, 150).unwrap();
+        assert_eq!(parsed(&small)["data"][0]["id"], "base", "bases come first, so they survive the bound");
+        assert_eq!(small.left_out, ids.len() - 1);
+        let none = pool_model_list_within(&table, &[], 0, empty).unwrap();
+        assert_eq!((parsed(&none)["data"].as_array().map(Vec::len), none.left_out), (Some(0), ids.len()));
     }
 }
