@@ -42,6 +42,10 @@ impl HttpContext for Http {
         action(self.0.on_response_body(&ProxyHost, body_size, end_of_stream))
     }
 
+    fn on_http_response_trailers(&mut self, _trailers: usize) -> Action {
+        action(self.0.on_response_trailers(&ProxyHost))
+    }
+
     fn on_log(&mut self) {
         self.0.on_log(&ProxyHost);
     }

@@ -549,6 +549,16 @@ impl RequestStream {
         Step::Continue
     }
 
+    /// The answer's trailers (an HTTP/2 answer's, a gRPC one's `grpc-status`): its last body
+    /// chunk did not end the stream, they do. The pod is done: released here, not at `on_log`,
+    /// which a client that stops reading holds off until the stream idle timeout.
+    pub fn on_response_trailers(&mut self, host: &dyn Host) -> Step {
+        let _span = profile::span(host, Phase::ResponseBody);
+        self.answer_open = false;
+        self.release(host);
+        Step::Continue
+    }
+
     /// The stream is done (Envoy calls this before `on_log`): if it still waits in the
     /// queue, its client went away, so it leaves the queue at once.
     pub fn on_done(&mut self, _host: &dyn Host) {
