@@ -97,7 +97,7 @@ def render(cluster_mode, singleton, peers=False, pools=None):
         "ADMIN_ADDRESS": "127.0.0.1", "ADMIN_PORT": "9901", "LISTEN_ADDRESS": "127.0.0.1", "LISTEN_PORT": "10000",
         "FILTER_WASM": "/etc/wasm-epp/wasm_epp_filter.wasm", "SINGLETON_WASM": "/etc/wasm-epp/wasm_epp_shared_state.wasm",
         "PEER_ADDRESS": "127.0.0.1", "PEER_PORT": "10001",
-        "PER_TRY_IDLE_TIMEOUT": "0s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
+        "PER_TRY_IDLE_TIMEOUT": "0s", "ROUTE_IDLE_TIMEOUT": "660s", "FAILURE_POLICY": "FAIL_RELOAD", "REQUEST_TIMEOUT": "60s",
         # An ORIGINAL_DST pool follows one address: a retry would hit the same pod.
         "NUM_RETRIES": "0" if cluster_mode == "original_dst" else "2",
         "DESTINATION_HEADER": "x-gateway-destination-endpoint", "MAX_HEAP_BYTES": "1073741824",

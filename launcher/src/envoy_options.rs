@@ -34,6 +34,9 @@ pub struct EnvoyOptions {
     pub poller_config: Option<serde_json::Value>,
     /// Envoy duration string for the route's `per_try_idle_timeout` (`0s` = off).
     pub per_try_idle_timeout: String,
+    /// Envoy duration string for the pool routes' stream idle timeout (`idle_timeout`):
+    /// a stream with no byte either way this long is ended (flags `SI`).
+    pub route_idle_timeout: String,
     /// Worker threads; 2 exercises the cross-worker paths on every machine.
     pub concurrency: u32,
     pub filter_wasm: PathBuf,
@@ -164,6 +167,9 @@ pub const DEFAULT_PEER_PATH: &str = "/wasm-epp/v1/peer";
 
 /// The shipped bounds (docs/configuration.md, "Resource bounds").
 pub const DEFAULT_REQUEST_TIMEOUT: &str = "60s";
+/// The pool routes' `timeout` (600 s) plus `request_timeout`: the idle timer never fires
+/// before the route's timeout on a non-streamed answer, which sends nothing until it is done.
+pub const DEFAULT_ROUTE_IDLE_TIMEOUT: &str = "660s";
 /// 1 GiB of Envoy heap (buffers, headers, connections) before overload actions start.
 pub const DEFAULT_MAX_HEAP_BYTES: u64 = 1 << 30;
 /// Enough for 256 slow clients many times over; each costs tens of KB when idle.
@@ -251,6 +257,7 @@ impl EnvoyOptions {
             poller_config: Some(serde_json::json!({ "pool": pool, "poll_interval_ms": 100 })),
             concurrency: 2,
             per_try_idle_timeout: "0s".into(),
+            route_idle_timeout: DEFAULT_ROUTE_IDLE_TIMEOUT.into(),
             filter_wasm: crate::paths::filter_wasm(),
             singleton_wasm: crate::paths::singleton_wasm(),
             failure_policy: DEFAULT_FAILURE_POLICY.into(),

@@ -194,6 +194,7 @@ fn fill_globals(text: String, options: &EnvoyOptions) -> String {
     text.replace("{{FILTERS_BEFORE_PLUGIN}}", &filters_before.join("\n"))
         .replace("{{NUM_RETRIES}}", &pool_route_retries(options.cluster_mode).to_string())
         .replace("{{PER_TRY_IDLE_TIMEOUT}}", &options.per_try_idle_timeout)
+        .replace("{{ROUTE_IDLE_TIMEOUT}}", &options.route_idle_timeout)
         .replace("{{ADMIN_ADDRESS}}", &options.admin_address)
         .replace("{{ADMIN_PORT}}", &options.admin_port.to_string())
         .replace("{{LISTEN_ADDRESS}}", &options.listen_address)
