@@ -120,14 +120,17 @@ pub fn note_answer(
 }
 
 /// Envoy's response flags (`response.flags`, its legacy bit set) of an upstream that cut the
-/// answer: a remote reset (UR), a connection terminated (UC), a protocol error (UPE).
-const UPSTREAM_CUT: u64 = 0x10 | 0x40 | 0x80_0000;
+/// answer: a remote reset (UR), a connection terminated (UC), a protocol error (UPE); or that
+/// went silent mid-answer until the route's stream idle timeout ended it (SI: a hung engine.
+/// A client that stops reading does not stall the pod before Envoy's buffer of the answer is
+/// full; an answer the pod finished was released at its end and is not judged here).
+const UPSTREAM_CUT: u64 = 0x10 | 0x40 | 0x80_0000 | 0x1_0000;
 /// The client cut it: its connection terminated (DC) or it reset the stream (DR).
 const DOWNSTREAM_CUT: u64 = 0x4000 | 0x1000_0000;
 
-/// The answer ended without its last byte, cut by the pod (not by the client): Envoy's
-/// response flags say which side reset. Read only for an answer that did not end whole (one
-/// host call on that rare path).
+/// The answer ended without its last byte, cut or left unfinished by the pod (not by the
+/// client): Envoy's response flags say which side reset, or that the stream idled out. Read
+/// only for an answer that did not end whole (one host call on that rare path).
 pub fn cut_by_upstream(host: &dyn Host) -> bool {
     let flags = host.property(&["response", "flags"]).ok().flatten();
     let flags = flags.and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok()).map(u64::from_le_bytes);
@@ -137,7 +140,7 @@ pub fn cut_by_upstream(host: &dyn Host) -> bool {
 /// How an answer that began as a success failed after its headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnswerFailure {
-    /// The pod cut it (reset mid-answer).
+    /// The pod cut it (reset mid-answer), or went silent until the stream idle timeout.
     Cut,
     /// A stream that opened with a server's error event ([`crate::stream_error`]).
     ErrorEvent,

@@ -331,6 +331,28 @@ fn a_pod_that_answers_its_headers_then_cuts_every_stream_is_passed_over() {
     assert_ne!(cut_answer(&bench, "after", 0), BROKEN, "out of rotation");
 }
 
+#[test]
+fn a_pod_whose_answers_stall_until_the_stream_idle_timeout_is_passed_over() {
+    // A hung engine: 200 and a first chunk, then silence until Envoy's stream idle timeout
+    // ends the stream (flags SI) and resets the pod's connection. Judged a success, each such
+    // answer cleared the pod's record.
+    const STREAM_IDLE_TIMEOUT: u64 = 0x1_0000;
+    const CLIENT_GONE: u64 = 0x4000;
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    // A client that left while the answer was idle says nothing of the pod.
+    for i in 0..5 {
+        assert_eq!(cut_answer(&bench, &format!("gone{i}"), CLIENT_GONE | STREAM_IDLE_TIMEOUT), BROKEN);
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_cut"), 0);
+    for i in 0..3 {
+        assert_eq!(cut_answer(&bench, &format!("stalled{i}"), STREAM_IDLE_TIMEOUT), BROKEN, "request {i}");
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_cut"), 3);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+    assert_ne!(cut_answer(&bench, "after", 0), BROKEN, "out of rotation");
+}
+
 /// A streamed request (`headers`, `body`) the pick answers 200 with `chunks`, then ends
 /// whole (`[DONE]` where the endpoint sends it). Returns the pick.
 fn stream_answered(bench: &Bench, headers: &[(&str, &str)], body: &str, chunks: &[&[u8]]) -> String {

@@ -1,0 +1,199 @@
+//! A pod that answers its headers and a first chunk, then says nothing more (a hung engine
+//! whose API server still answers `/metrics`), to an HTTP/2 client that has stopped reading
+//! too. Nothing ends the answer but the pool route's stream idle timeout (`idle_timeout`,
+//! shortened here): Envoy resets the stream (flags `SI`) and the filter gives back what the
+//! request held of the pod at the stream's end (`on_log`), once: its in-flight count and its
+//! flow-control place, so a request queued behind it is served then. A silence the idle
+//! timeout ends mid-answer is the pod's failure, as a pod's reset is (docs/design.md,
+//! "Pods that fail requests").
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use e2e::Cluster;
+use serde_json::json;
+
+/// The route's idle timeout in this test (660 s shipped).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The client's initial stream window: smaller than the first chunk, so Envoy holds part of it.
+const WINDOW: u32 = 1024;
+
+const METRICS: &str = "vllm:num_requests_running{model_name=\"sim-model\",engine=\"0\"} 0\n\
+vllm:num_requests_waiting{model_name=\"sim-model\",engine=\"0\"} 0\n\
+vllm:kv_cache_usage_perc{model_name=\"sim-model\",engine=\"0\"} 0\n";
+const MODELS: &str = r#"{"object":"list","data":[{"id":"sim-model","object":"model","parent":null}]}"#;
+const COMPLETION: &str = r#"{"id":"cmpl-1","object":"text_completion","model":"sim-model","choices":[{"index":0,"text":" ok","finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}}"#;
+
+/// The fake pod: a prompt naming `stall` gets its headers and first chunk, then silence
+/// until Envoy closes the connection (`closed` counts those); any other is answered whole.
+struct StallingPod {
+    address: String,
+    stalled: Arc<AtomicU64>,
+    closed: Arc<AtomicU64>,
+}
+
+impl StallingPod {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (stalled, closed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let counters = (stalled.clone(), closed.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let counters = counters.clone();
+                std::thread::spawn(move || serve(stream, &counters.0, &counters.1));
+            }
+        });
+        Self { address, stalled, closed }
+    }
+}
+
+fn serve(stream: TcpStream, stalled: &AtomicU64, closed: &AtomicU64) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    loop {
+        let (mut request_line, mut content_length) = (String::new(), 0usize);
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            if request_line.is_empty() {
+                request_line = line.clone();
+            }
+            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                content_length = value.trim().parse().unwrap_or(0);
+            }
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; content_length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        let whole = |content_type: &str, body: &str| {
+            format!("HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}", body.len())
+        };
+        let answer = if request_line.starts_with("GET /metrics") {
+            whole("text/plain", METRICS)
+        } else if request_line.starts_with("GET /v1/models") {
+            whole("application/json", MODELS)
+        } else if String::from_utf8_lossy(&body).contains("stall") {
+            stalled.fetch_add(1, Ordering::SeqCst);
+            // A first event past the client's window, then nothing: the engine hung.
+            let event = format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"{}\"}}]}}\n\n", "a".repeat(4096));
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+            let _ = writer.write_all(format!("{head}{:x}\r\n{event}\r\n", event.len()).as_bytes());
+            let _ = writer.flush();
+            // Until Envoy gives up on the answer and closes the connection.
+            while reader.read(&mut [0; 64]).is_ok_and(|n| n > 0) {}
+            closed.fetch_add(1, Ordering::SeqCst);
+            return;
+        } else {
+            whole("application/json", COMPLETION)
+        };
+        if writer.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn access_log(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect()
+}
+
+#[test]
+fn the_stream_idle_timeout_ends_a_stalled_answer_and_frees_its_pod_once() {
+    let fake = StallingPod::start();
+    let log = launcher::paths::run_dir("stalled-answers").unwrap().join("access.log");
+    let _ = std::fs::remove_file(&log);
+    let log_path = log.clone();
+    let cluster = Cluster::start("stalled-answers", 0, &[], |options| {
+        e2e::add_to_pool(options, &fake.address);
+        options.concurrency = 1;
+        options.route_idle_timeout = format!("{}s", IDLE_TIMEOUT.as_secs());
+        options.access_log = Some(log_path);
+        options.filter_config["flow_control"] = json!({"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 20_000});
+        options.filter_config["fallback_destinations"] = json!(0);
+        options.filter_config["outlier_detection"] = json!({"consecutive_failures": 1});
+        options.filter_config["learning"] = json!({"enabled": true});
+    });
+    assert!(cluster.envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", cluster.envoy.log_tail(20));
+    let inflight_stat = format!("wasm_epp_pod_inflight{{pod=\"{}\"}}", fake.address);
+    let inflight = || cluster.envoy.stat(&inflight_stat);
+    let port = cluster.envoy.listen_port;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let (sender, connection) =
+            h2::client::Builder::new().initial_window_size(WINDOW).handshake::<_, Bytes>(tcp).await.unwrap();
+        tokio::spawn(connection);
+        let mut sender = sender.ready().await.unwrap();
+        let body = json!({"model": "sim-model", "prompt": "stall", "max_tokens": 300, "stream": true}).to_string();
+        // (Its length declared: the fake pod reads no chunked body.)
+        let request = hyper::Request::post(format!("http://127.0.0.1:{port}/v1/completions"))
+            .header("content-type", "application/json")
+            .header("content-length", body.len())
+            .body(())
+            .unwrap();
+        let (response, mut send) = sender.send_request(request, false).unwrap();
+        send.send_data(Bytes::from(body), true).unwrap();
+        let response = response.await.unwrap();
+        assert_eq!(response.status(), 200);
+        let mut received = response.into_body();
+        // Part of the first chunk, not given back to the window: the client reads no more.
+        let first = received.data().await.unwrap().unwrap();
+        let stalled_at = Instant::now();
+        assert!(!first.is_empty());
+        // (The gauge is set at each table the pool service publishes: every 100 ms.)
+        let held = launcher::wait_until(Duration::from_secs(1), || inflight() == Some(1.0));
+        assert!(held, "the stalled answer holds the pod's one place: {:?}", inflight());
+
+        // Sent well after the stall began, so its own idle timer (it is held by the filter,
+        // silent both ways) runs out after the stalled stream's.
+        tokio::time::sleep(IDLE_TIMEOUT / 3).await;
+        let url = cluster.envoy.url("/v1/completions");
+        let queued = tokio::task::spawn_blocking(move || {
+            let body = json!({"model": "sim-model", "prompt": "queued", "max_tokens": 4}).to_string();
+            launcher::http::post(&url, &[], &body, Duration::from_secs(20))
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(cluster.envoy.stat("wasm_epp_flow_queued"), Some(1.0), "it waits for the stalled answer's place");
+
+        // The stream idle timeout resets the stalled stream.
+        let ended = tokio::time::timeout(IDLE_TIMEOUT * 3, received.data()).await;
+        let ended_after = stalled_at.elapsed();
+        assert!(matches!(ended, Ok(Some(Err(_)))), "the stalled answer was not reset: {ended:?}");
+        assert!(ended_after >= IDLE_TIMEOUT - Duration::from_millis(100), "ended early: {ended_after:?}");
+        let reply = queued.await.unwrap().unwrap();
+        assert_eq!(reply.status, 200, "the queued request is served once the place is free: {}", reply.body);
+        assert!(stalled_at.elapsed() < IDLE_TIMEOUT * 2, "served late: {:?}", stalled_at.elapsed());
+    });
+    assert!(
+        launcher::wait_until(Duration::from_secs(5), || fake.closed.load(Ordering::SeqCst) == 1),
+        "Envoy left the pod's connection open"
+    );
+    assert_eq!(fake.stalled.load(Ordering::SeqCst), 1);
+    let released = launcher::wait_until(Duration::from_secs(1), || inflight() == Some(0.0));
+    assert!(released, "released once: back to zero, not below: {:?}", inflight());
+    assert_eq!(cluster.envoy.stat("wasm_epp_flow_queued"), Some(1.0));
+    assert_eq!(cluster.envoy.stat("wasm_epp_flow_released"), Some(1.0));
+    assert_eq!(cluster.envoy.stat("wasm_epp_inflight_update_failed").unwrap_or(0.0), 0.0);
+
+    assert!(launcher::wait_until(Duration::from_secs(5), || access_log(&log).len() >= 2), "{}", log.display());
+    let entries = access_log(&log);
+    let stalled = entries.iter().find(|e| e["status"] == 200 && e["flags"].as_str().is_some_and(|f| f.contains("SI")));
+    assert!(stalled.is_some(), "the stalled answer's entry has no SI flag: {entries:?}");
+    // The pod's silence mid-answer is its failure (its length no duration sample).
+    assert_eq!(cluster.envoy.stat("wasm_epp_answers_cut"), Some(1.0));
+    assert_eq!(cluster.envoy.stat("wasm_epp_pod_attempts_failed"), Some(1.0));
+    // (Not `assert_plugin_healthy`: the fake pod is no simulator, which that request wants.)
+    let log = cluster.envoy.log();
+    assert!(!log.contains("panicked") && !log.contains("wasm trap"), "{}", cluster.envoy.log_tail(40));
+}
