@@ -82,6 +82,9 @@ CASES = {
     "istio-custom-subset-header": {"mode": "istio", "filter": {"models": {"subset_header": "x-my-subset"}}},
     # The gateway scaled on CPU instead of a fixed replica count.
     "standalone-autoscaling": {"autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 10}},
+    # Generations of up to 30 minutes: the pool routes' timeout and idle timeout raised together.
+    "standalone-long-generations": {"poolRoute": {"timeout": "1800s", "idleTimeout": "1860s"}},
+    "istio-long-generations": {"mode": "istio", "poolRoute": {"timeout": "1800s", "idleTimeout": "1860s"}},
 }
 
 # Headers a case's listener must strip from clients (each beside the protocol's own).
@@ -128,6 +131,8 @@ REFUSED = {
     "a misspelt top-level value": {"pollIntervalMS": 1000},
     "a misspelt Istio value": {"mode": "istio", "istio": {"gatewayNamepsace": "gateways"}},
     "a misspelt service value": {"service": {"ports": 8000}},
+    # Envoy reads a duration without its unit as no duration at all (the config is refused).
+    "a route timeout without its unit": {"poolRoute": {"idleTimeout": "660"}},
     # The listener's request_timeout (60 s) runs while a request waits in flow control's queue.
     "a flow-control TTL past the request timeout": {"filter": {"flow_control": {"enabled": True, "ttl_ms": 90000}}},
     "a pool's sheddable TTL past the request timeout": {"pools": [
@@ -181,6 +186,7 @@ REASONS = {
     "a misspelt top-level value": "'pollIntervalMS' not allowed",
     "a misspelt Istio value": "'gatewayNamepsace' not allowed",
     "a misspelt service value": "at '/service': additional properties 'ports'",
+    "a route timeout without its unit": "at '/poolRoute/idleTimeout'",
     "a flow-control TTL past the request timeout": "filter.flow_control.ttl_ms: 90000 is not below",
     "a pool's sheddable TTL past the request timeout": "pools llama: filter.flow_control.sheddable_ttl_ms: 60000",
     "a number as a dashboard label": "at '/dashboard/labels/grafana_dashboard'",
