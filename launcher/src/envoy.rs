@@ -60,14 +60,25 @@ impl Envoy {
     /// As [`Envoy::start`], with extra command-line arguments (e.g. `--config-yaml` overlays)
     /// after the options' own (`EnvoyOptions::extra_args`).
     pub fn start_with(options: &EnvoyOptions, extra_args: &[String], dir: &Path) -> Result<Self, String> {
+        let template = std::fs::read_to_string(crate::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
+        Self::start_rendered(&render(&template, options), options, extra_args, dir)
+    }
+
+    /// As [`Envoy::start_with`], on `config`: the template rendered for `options`, then changed
+    /// where no option reaches (a test's cluster setting).
+    pub fn start_rendered(
+        config: &str,
+        options: &EnvoyOptions,
+        extra_args: &[String],
+        dir: &Path,
+    ) -> Result<Self, String> {
         if !options.pools.is_empty() && options.live_filter_dir.is_some() {
             return Err(
                 "the live (ECDS) filter configuration serves one pool; several pools are configured inline".into()
             );
         }
-        let template = std::fs::read_to_string(crate::paths::envoy_template()).map_err(|e| format!("template: {e}"))?;
         let config_path = dir.join("envoy.yaml");
-        std::fs::write(&config_path, render(&template, options)).map_err(|e| format!("write config: {e}"))?;
+        std::fs::write(&config_path, config).map_err(|e| format!("write config: {e}"))?;
         if let Some(live_dir) = &options.live_filter_dir {
             crate::live_config::write_filter_config(options, live_dir, &options.filter_config)?;
         }
