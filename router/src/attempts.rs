@@ -120,21 +120,45 @@ pub fn note_answer(
 }
 
 /// Envoy's response flags (`response.flags`, its legacy bit set) of an upstream that cut the
-/// answer: a remote reset (UR), a connection terminated (UC), a protocol error (UPE); or that
-/// went silent mid-answer until the route's stream idle timeout ended it (SI: a hung engine.
-/// A client that stops reading does not stall the pod before Envoy's buffer of the answer is
-/// full; an answer the pod finished was released at its end and is not judged here).
-const UPSTREAM_CUT: u64 = 0x10 | 0x40 | 0x80_0000 | 0x1_0000;
+/// answer: a remote reset (UR), a connection terminated (UC), a protocol error (UPE).
+const UPSTREAM_CUT: u64 = 0x10 | 0x40 | 0x80_0000;
+/// The route's stream idle timeout ended it (SI): nothing moved for that long mid-answer.
+const STREAM_IDLE: u64 = 0x1_0000;
 /// The client cut it: its connection terminated (DC) or it reset the stream (DR).
 const DOWNSTREAM_CUT: u64 = 0x4000 | 0x1000_0000;
 
-/// The answer ended without its last byte, cut or left unfinished by the pod (not by the
-/// client): Envoy's response flags say which side reset, or that the stream idled out. Read
-/// only for an answer that did not end whole (one host call on that rare path).
-pub fn cut_by_upstream(host: &dyn Host) -> bool {
+/// Answer bytes below which a client that stops reading cannot be what stalled the pod: Envoy
+/// reads on from the pod until it holds the listener's `per_connection_buffer_limit_bytes`
+/// unsent to the client (1 MiB by default, 16 MiB as shipped), on top of what the sockets and
+/// the client's window take. Past it, an idle timeout may be the client's doing.
+const CLIENT_CANNOT_STALL_BELOW: u64 = 1 << 20;
+
+/// Who left an answer unfinished (one that did not end whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfinished {
+    /// The pod: it reset the stream or its connection, broke the protocol, or went silent
+    /// until the stream idle timeout before the answer could have filled Envoy's buffer
+    /// toward a client that stopped reading (a hung engine).
+    ByThePod,
+    /// Not to be told: the idle timeout ended an answer long enough that a client that stopped
+    /// reading may have stalled it as much as a hung pod. Neither a failure nor a success.
+    Unclear,
+    /// The client (it left or reset), or nothing Envoy names.
+    NotByThePod,
+}
+
+/// Who left an answer unfinished, from Envoy's response flags and the answer's bytes that
+/// passed. Read only for an answer that did not end whole (one host call on that rare path).
+pub fn unfinished_by(host: &dyn Host, answer_bytes: u64) -> Unfinished {
     let flags = host.property(&["response", "flags"]).ok().flatten();
     let flags = flags.and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok()).map(u64::from_le_bytes);
-    flags.is_some_and(|flags| flags & UPSTREAM_CUT != 0 && flags & DOWNSTREAM_CUT == 0)
+    match flags {
+        Some(flags) if flags & DOWNSTREAM_CUT != 0 => Unfinished::NotByThePod,
+        Some(flags) if flags & UPSTREAM_CUT != 0 => Unfinished::ByThePod,
+        Some(flags) if flags & STREAM_IDLE != 0 && answer_bytes < CLIENT_CANNOT_STALL_BELOW => Unfinished::ByThePod,
+        Some(flags) if flags & STREAM_IDLE != 0 => Unfinished::Unclear,
+        _ => Unfinished::NotByThePod,
+    }
 }
 
 /// How an answer that began as a success failed after its headers.
@@ -146,14 +170,29 @@ pub enum AnswerFailure {
     ErrorEvent,
 }
 
+/// What the end of an answer that began as a success says of its pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnswerEnd {
+    Succeeded,
+    Failed(AnswerFailure),
+    /// Nothing: see [`Unfinished::Unclear`].
+    Unclear,
+}
+
 /// The end of an answer whose success [`note_answer`] left open (with the failure count it
-/// returned), from `pod`: a success, unless it failed after its headers.
-pub fn settle(worker: &Worker, pod: &PodAddress, failures_then: u64, failure: Option<AnswerFailure>, now_ms: u64) {
-    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
-    let Some(failure) = failure else {
-        outliers.succeeded_unless_failed_since(pod.as_str(), failures_then, now_ms);
-        return;
+/// returned), from `pod`.
+pub fn settle(worker: &Worker, pod: &PodAddress, failures_then: u64, end: AnswerEnd, now_ms: u64) {
+    let failure = match end {
+        AnswerEnd::Failed(failure) => failure,
+        AnswerEnd::Unclear => return,
+        AnswerEnd::Succeeded => {
+            if let Ok(mut outliers) = worker.outliers.try_borrow_mut() {
+                outliers.succeeded_unless_failed_since(pod.as_str(), failures_then, now_ms);
+            }
+            return;
+        }
     };
+    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     worker.stats.increment(worker.stats.pod_attempts_failed);
     let (counter, what) = match failure {
         AnswerFailure::Cut => (worker.stats.answers_cut, "cutting its answers"),

@@ -17,6 +17,7 @@ use picker::prefix::session_key;
 use picker::request::{parse_model_only, parse_request, strip_path_prefix, BodyError, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
+use crate::attempts::{unfinished_by, AnswerEnd, AnswerFailure, Unfinished};
 use crate::comparison_stats::Compared;
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
@@ -100,6 +101,9 @@ pub struct RequestStream {
     answered_by: Option<PodAddress>,
     /// The answer's headers came and it has not ended whole yet (its last byte not passed).
     answer_open: bool,
+    /// The answer's body bytes that passed so far (who left it unfinished: see
+    /// [`crate::attempts::unfinished_by`]).
+    answer_bytes: u64,
     /// Outlier detection judges the answer's success at its end (a pod may cut it); the
     /// worker's failure count at its headers.
     success_pending: Option<u64>,
@@ -162,6 +166,7 @@ impl RequestStream {
             destination: None,
             answered_by: None,
             answer_open: false,
+            answer_bytes: 0,
             success_pending: None,
             weight: 1,
             streamed: false,
@@ -514,6 +519,7 @@ impl RequestStream {
     pub fn on_response_body(&mut self, host: &dyn Host, chunk_size: usize, end_of_stream: bool) -> Step {
         let _span = profile::span(host, Phase::ResponseBody);
         self.answer_open &= !end_of_stream;
+        self.answer_bytes = self.answer_bytes.saturating_add(chunk_size as u64);
         // One copy of the chunk into the VM serves both watchers.
         let wanted = self.observed.as_ref().is_some_and(Observation::reads_next_chunk) && chunk_size > 0;
         let chunk = wanted.then(|| {
@@ -596,20 +602,24 @@ impl RequestStream {
         let Some(address) = self.routed_to.take() else { return };
         let now = host.now_ms();
         // An answer that began but did not end whole: did the pod cut it? (Envoy's flags, read
-        // on this rare path only: a client gone, a pod reset mid-stream.)
+        // on this rare path only: a client gone, a pod reset mid-stream or silent.)
         let answer_open = std::mem::take(&mut self.answer_open);
         let judged = self.success_pending.take();
-        let cut =
-            answer_open && (judged.is_some() || self.observed.is_some()) && crate::attempts::cut_by_upstream(host);
+        let unfinished = if answer_open && (judged.is_some() || self.observed.is_some()) {
+            unfinished_by(host, self.answer_bytes)
+        } else {
+            Unfinished::NotByThePod
+        };
         let failed_in_stream = std::mem::take(&mut self.failed_in_stream);
         if let Some(failures_then) = judged {
             let pod = self.answered_by.as_ref().unwrap_or(&address);
-            let failure = if failed_in_stream {
-                Some(crate::attempts::AnswerFailure::ErrorEvent)
-            } else {
-                cut.then_some(crate::attempts::AnswerFailure::Cut)
+            let end = match unfinished {
+                _ if failed_in_stream => AnswerEnd::Failed(AnswerFailure::ErrorEvent),
+                Unfinished::ByThePod => AnswerEnd::Failed(AnswerFailure::Cut),
+                Unfinished::Unclear => AnswerEnd::Unclear,
+                Unfinished::NotByThePod => AnswerEnd::Succeeded,
             };
-            crate::attempts::settle(&self.worker, pod, failures_then, failure, now);
+            crate::attempts::settle(&self.worker, pod, failures_then, end, now);
         }
         if let (Some(compared), Some(comparing)) = (self.compared.take(), &self.worker.comparison) {
             if compared.answered {
@@ -620,7 +630,8 @@ impl RequestStream {
             }
         }
         if let Some(observed) = self.observed.take() {
-            observed.on_end(&self.worker, host, &address, now, cut);
+            // (An answer left unfinished by the pod, or maybe, is no duration sample.)
+            observed.on_end(&self.worker, host, &address, now, unfinished != Unfinished::NotByThePod);
         }
         let counted_at = self.answered_by.take().unwrap_or(address);
         match self.worker.inflight.try_borrow_mut() {

@@ -299,12 +299,17 @@ fn set_response_flags(bench: &Bench, flags: u64) {
 
 /// A request the pick answers 200, whose stream then ends with `flags` before its last byte.
 fn cut_answer(bench: &Bench, prompt: &str, flags: u64) -> String {
+    cut_answer_after(bench, prompt, flags, 20)
+}
+
+/// [`cut_answer`] once `passed` bytes of the answer went to the client.
+fn cut_answer_after(bench: &Bench, prompt: &str, flags: u64, passed: usize) -> String {
     let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(prompt));
     let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
     bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
     stream.on_response_headers(&bench.host, false);
     bench.host.set_response(&[(":status", "200")], b"data: {\"choices\":[]}\n\n");
-    stream.on_response_body(&bench.host, 20, false);
+    stream.on_response_body(&bench.host, passed, false);
     set_response_flags(bench, flags);
     stream.on_log(&bench.host);
     bench.host.properties.borrow_mut().remove("response\0flags");
@@ -351,6 +356,28 @@ fn a_pod_whose_answers_stall_until_the_stream_idle_timeout_is_passed_over() {
     assert_eq!(bench.stat("wasm_epp.answers_cut"), 3);
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
     assert_ne!(cut_answer(&bench, "after", 0), BROKEN, "out of rotation");
+}
+
+#[test]
+fn an_idle_timeout_after_a_long_answer_is_no_verdict_on_the_pod() {
+    // Past a mebibyte of answer, Envoy may have stopped reading from the pod because its
+    // client stopped reading: the idle timeout is then the client's doing as much as the pod's.
+    // Neither a failure (a client could get healthy pods ejected so) nor a success (it would
+    // clear a hung pod's record).
+    const STREAM_IDLE_TIMEOUT: u64 = 0x1_0000;
+    const UPSTREAM_RESET: u64 = 0x10;
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    for i in 0..5 {
+        assert_eq!(cut_answer_after(&bench, &format!("long{i}"), STREAM_IDLE_TIMEOUT, 2 << 20), BROKEN);
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_cut"), 0, "no failure");
+    // Two cuts, an unclear end between them, a third cut: the record was not cleared.
+    assert_eq!(cut_answer(&bench, "cut0", UPSTREAM_RESET), BROKEN);
+    assert_eq!(cut_answer(&bench, "cut1", UPSTREAM_RESET), BROKEN);
+    assert_eq!(cut_answer_after(&bench, "long", STREAM_IDLE_TIMEOUT, 2 << 20), BROKEN);
+    assert_eq!(cut_answer(&bench, "cut2", UPSTREAM_RESET), BROKEN);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1, "no success either");
 }
 
 /// A streamed request (`headers`, `body`) the pick answers 200 with `chunks`, then ends
