@@ -315,3 +315,14 @@ fn a_pause_in_the_traffic_is_no_time_without_a_pod() {
     models.forget_stale();
     assert!(models.fitted("b"), "b was not passed over: nobody was asking");
 }
+
+#[test]
+fn a_pod_saying_its_queue_is_endless_stays_a_candidate_but_does_not_flatten_the_queue_scores() {
+    // Learning on, a full queue does not drop a pod, so the liar's billion was the queue
+    // scorer's scale: 0 and 3 waiting tied, and the busier pod got half the requests.
+    let pods = [pod("a", 0.0, 300.0), pod("b", 3.0, 300.0), pod("liar", 1e9, 300.0)];
+    for seed in 0..40 {
+        let decision = pick(&pods, &learning(200.0), &mut TieBreaker::new(seed)).unwrap();
+        assert_eq!(pods[decision.index].address, "a", "seed {seed}");
+    }
+}

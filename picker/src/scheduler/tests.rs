@@ -143,6 +143,21 @@ fn when_every_queue_is_full_load_alone_decides() {
 }
 
 #[test]
+fn one_pod_saying_its_queue_is_endless_does_not_hide_the_others_queues() {
+    // Every queue full (learning off): load decides, the emptiest queue first. A pod whose page
+    // says a billion (the parser's bound) set the scale: 6 and 40 waiting scored 1 and
+    // 0.99999997, a tie, and half the requests went to the pod with 40 waiting.
+    let pods = [pod("a", 6.0, 0.5, 0), pod("b", 40.0, 0.5, 0), pod("liar", 1e9, 0.5, 0)];
+    for seed in 0..40 {
+        assert_eq!(pick_address(&pods, seed).0, "a", "seed {seed}");
+    }
+    let refs: Vec<_> = pods.iter().collect();
+    let scores = QueueScorer.score(&refs);
+    assert_eq!(scores.first().copied(), Some(1.0));
+    assert!(scores[1] < 0.6 && scores[2] == 0.0, "{scores:?}");
+}
+
+#[test]
 fn saturated_pods_are_left_out_but_remain_fallbacks() {
     let pods = [pod("a", 9.0, 0.1, 0), pod("b", 0.0, 0.1, 5), pod("c", 7.0, 0.1, 0)];
     let decision = pick(&pods, &Policy { fallbacks: 2, ..policy() }, &mut TieBreaker::new(4)).unwrap();
