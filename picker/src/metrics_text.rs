@@ -167,8 +167,8 @@ fn apply_sample(
         "vllm:lora_requests_info" => {
             if value.is_finite() && value >= totals.lora_timestamp {
                 totals.lora_timestamp = value;
-                let (running, running_cut) = split_list(sample.label("running_lora_adapters"), max_names);
-                let (waiting, waiting_cut) = split_list(sample.label("waiting_lora_adapters"), max_names);
+                let (running, running_cut) = split_list(sample.label_text("running_lora_adapters"), max_names);
+                let (waiting, waiting_cut) = split_list(sample.label_text("waiting_lora_adapters"), max_names);
                 metrics.lora = Some(LoraState {
                     max_loras: sample.label("max_lora").and_then(|v| v.parse().ok()).unwrap_or(0),
                     running,
@@ -235,10 +235,10 @@ pub const MAX_ADAPTER_NAME_BYTES: usize = 256;
 /// ([`crate::models::name_list::NameList`]): it is stored in the pod table and published to
 /// every worker, so a pod may not make it grow without limit. `true` beside it when a name
 /// was dropped.
-fn split_list(value: Option<&str>, max: usize) -> (Vec<String>, bool) {
+fn split_list(value: Option<std::borrow::Cow<'_, str>>, max: usize) -> (Vec<String>, bool) {
     let mut list = crate::models::name_list::NameList::new(max);
     let mut cut = false;
-    for name in value.unwrap_or("").split(',').map(str::trim) {
+    for name in value.as_deref().unwrap_or("").split(',').map(str::trim) {
         cut |= !list.push(name);
     }
     (list.into_names(), cut)
@@ -271,11 +271,11 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
     fn adapter_lists_from_a_lying_pod_are_bounded() {
         let many: Vec<String> = (0..10_000).map(|i| format!("adapter-{i}")).collect();
         let long = "x".repeat(MAX_ADAPTER_NAME_BYTES + 1);
-        let (list, cut) = split_list(Some(&format!("{long},{}", many.join(","))), NAMES);
+        let (list, cut) = split_list(Some(format!("{long},{}", many.join(",")).into()), NAMES);
         assert_eq!(list.len(), NAMES);
         assert_eq!(list.first().map(String::as_str), Some("adapter-0"), "an over-long name is dropped");
         assert!(cut, "and the list says it lacks names");
-        assert_eq!(split_list(Some("a, b,"), NAMES), (vec!["a".to_owned(), "b".to_owned()], false));
+        assert_eq!(split_list(Some("a, b,".into()), NAMES), (vec!["a".to_owned(), "b".to_owned()], false));
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! `name{label="value",...} value [timestamp]`. Escaped quotes inside label values are
 //! honoured; anything malformed yields `None` and the line is skipped.
 
+use std::borrow::Cow;
+
 /// Labels read per series at most; vLLM's widest info series has about a dozen.
 const MAX_LABELS: usize = 32;
 
@@ -15,10 +17,44 @@ pub struct Sample<'a> {
 }
 
 impl<'a> Sample<'a> {
-    /// A label's raw value (escapes left as written; metric labels we read have none).
+    /// A label's raw value, escapes left as written: for values that have none (numbers,
+    /// fixed words such as `level`).
     pub fn label(&self, key: &str) -> Option<&'a str> {
         self.labels.iter().take(self.label_count).find(|(k, _)| *k == key).map(|(_, v)| *v)
     }
+
+    /// A label's value as the exporter was given it: the text format's escapes (`\\`, `\"`,
+    /// `\n`) undone, for names (models, adapters) that requests name unescaped. Borrowed
+    /// unless it holds a backslash.
+    pub fn label_text(&self, key: &str) -> Option<Cow<'a, str>> {
+        self.label(key).map(unescape)
+    }
+}
+
+/// Undoes the text format's label escapes; any other backslash is kept as written, as
+/// Prometheus' own parser does.
+fn unescape(raw: &str) -> Cow<'_, str> {
+    if !raw.contains('\\') {
+        return Cow::Borrowed(raw);
+    }
+    let mut text = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            text.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => text.push('\n'),
+            Some(escaped @ ('\\' | '"')) => text.push(escaped),
+            Some(other) => {
+                text.push('\\');
+                text.push(other);
+            }
+            None => text.push('\\'),
+        }
+    }
+    Cow::Owned(text)
 }
 
 /// The metric name at the start of a sample line (up to `{` or white space).
@@ -97,6 +133,14 @@ mod tests {
             (Some("1"), Some(r#"q\"uote"#), Some(""), None)
         );
         assert_eq!(parse_sample("plain 3").unwrap().value, 3.0);
+    }
+
+    #[test]
+    fn label_text_undoes_the_formats_escapes_only() {
+        let s = parse_sample(r#"x{a="q\"d\\b\nc",b="C:\d",c="plain"} 1"#).unwrap();
+        assert_eq!(s.label_text("a").as_deref(), Some("q\"d\\b\nc"));
+        assert_eq!(s.label_text("b").as_deref(), Some(r"C:\d"), "an unknown escape is kept as written");
+        assert!(matches!(s.label_text("c"), Some(Cow::Borrowed("plain"))), "no copy without a backslash");
     }
 
     #[test]

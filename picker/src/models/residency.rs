@@ -64,11 +64,11 @@ pub fn apply(sample: &Sample<'_>, models: &mut ScrapedNames) -> bool {
         "vllm:lora_adapter_loaded" => {
             // `lora_name` is what simulator builds before the proposal's names wrote; one more
             // label lookup keeps a pool of old and new builds readable during an upgrade.
-            if let Some(name) = sample.label("adapter_name").or_else(|| sample.label("lora_name")) {
+            if let Some(name) = sample.label_text("adapter_name").or_else(|| sample.label_text("lora_name")) {
                 if sample.value > 0.0 {
-                    models.cut |= !models.adapters.push(name);
+                    models.cut |= !models.adapters.push(&name);
                     if sample.label("level") == Some("gpu") {
-                        models.cut |= !models.resident.push(name);
+                        models.cut |= !models.resident.push(&name);
                     }
                 }
             }
@@ -81,8 +81,8 @@ pub fn apply(sample: &Sample<'_>, models: &mut ScrapedNames) -> bool {
             true
         }
         _ => {
-            if let Some(name) = sample.label("model_name") {
-                models.cut |= !models.base.push(name);
+            if let Some(name) = sample.label_text("model_name") {
+                models.cut |= !models.base.push(&name);
             }
             false
         }
@@ -107,6 +107,20 @@ mod tests {
         assert_eq!(models.adapters, ["a", "b"]);
         assert_eq!(models.resident, ["a"]);
         assert_eq!(models.max_gpu_loras, Some(2));
+    }
+
+    #[test]
+    fn names_are_read_as_the_pod_wrote_them_not_as_escaped_on_the_page() {
+        // The text format escapes `\`, `"` and line feeds in label values; a name kept escaped
+        // matched no request naming the model (the gateway answered 404 for a served model when
+        // `/v1/models` was not polled) nor the adapter it is.
+        let text = "vllm:num_requests_running{model_name=\"org\\\"q\\\" model\"} 1\n\
+            vllm:lora_adapter_loaded{adapter_name=\"C:\\\\t\",level=\"gpu\"} 1\n\
+            vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"a\\nb,c\",waiting_lora_adapters=\"\"} 1\n";
+        let metrics = parse_engine_metrics(text, NAMES).unwrap();
+        assert_eq!(metrics.models.base, ["org\"q\" model"]);
+        assert_eq!((metrics.models.adapters.as_slice(), metrics.models.resident.len()), (&["C:\\t".to_owned()][..], 1));
+        assert_eq!(metrics.lora.unwrap().running, ["a\nb", "c"]);
     }
 
     #[test]
