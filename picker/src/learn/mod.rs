@@ -243,8 +243,11 @@ impl Learner {
         let text_blocks = 1.0 / self.text_ratio.value().clamp(0.25, 4.0);
         let kv_size = (kv_blocks as f64) * text_blocks;
         let floor = (scale.map_or(0, |s| s.held.floor()) as f64).min(kv_size);
+        // The feedback may exceed 1 (the prompt share underestimated what prompts keep), but
+        // no pod holds more than its KV cache: past it only a pod over-reporting its cached
+        // tokens pushes the factor, and its prefixes would outlive any engine's memory.
         let corrected = (kv_blocks as f64) * (share * feedback * text_blocks).max(MIN_CAPACITY_SCALE);
-        corrected.max(floor).round().max(1.0) as usize
+        corrected.min(kv_size).max(floor).round().max(1.0) as usize
     }
 
     /// Pods anything is remembered of (their epochs, index capacity, speed or batches).
@@ -326,6 +329,25 @@ mod tests {
         let responses = Dispatch { details_only_on_hits: false, ..dispatch };
         learner.answered("d", &responses, &confirmed, 16);
         assert_eq!(learner.answered("d", &chat, &silent, 16), None);
+    }
+
+    #[test]
+    fn a_pod_reporting_every_prompt_cached_gets_no_more_index_than_its_kv_cache_holds() {
+        // A lying (or broken) pod: `cached_tokens` = the whole prompt, whatever was predicted.
+        // Its feedback factor climbs to its bound, and the index kept twice the prompts any
+        // engine of its size could, and the traffic that sticks to them.
+        let mut learner = Learner::new(PRIOR);
+        let dispatch = Dispatch { predicted_cached_tokens: 512, indexed_tokens: 4_096, ..Dispatch::default() };
+        let all_cached = Usage { prompt_tokens: 4_096, completion_tokens: 1, cached_tokens: Some(4_096) };
+        for _ in 0..300 {
+            learner.answered("liar", &dispatch, &all_cached, 16);
+        }
+        assert_eq!(learner.capacity("liar", 10_000), 10_000);
+        // Prompts estimated at half their real tokens: its KV size is half as many index blocks.
+        for _ in 0..100 {
+            learner.text_ratio.observe(PromptSize { tokens: 1_000, exact: false }, 2_000);
+        }
+        assert_eq!(learner.capacity("liar", 10_000), 5_000);
     }
 
     #[test]
