@@ -12,23 +12,39 @@ pub const ENVOY_SERVED_HEADER: &str = "x-gateway-destination-endpoint-served";
 
 /// The pod that answered: Envoy's own header when the route writes it (one header lookup),
 /// else the `upstream.address` attribute (~5 µs per read in Envoy's V8, docs/performance.md).
-pub fn answering_pod(host: &dyn Host) -> Option<Vec<u8>> {
-    match host.response_header_value(ENVOY_SERVED_HEADER) {
-        Ok(Some(address)) if !address.is_empty() => Some(address),
-        _ => host.property(&["upstream", "address"]).ok().flatten(),
+///
+/// `route_writes_header` false (the plugin names the pod itself, `models.served_endpoint_header`,
+/// which is for Envoy configurations whose route cannot): the attribute alone. A header of
+/// that name is then the pod's own, which nothing overwrites before the plugin reads it, and a
+/// pod naming a neighbour in it had its failures, answers and response ids put on the
+/// neighbour.
+pub fn answering_pod(host: &dyn Host, route_writes_header: bool) -> Option<Vec<u8>> {
+    let header = route_writes_header.then(|| host.response_header_value(ENVOY_SERVED_HEADER));
+    match header {
+        Some(Ok(Some(address))) if !address.is_empty() => Some(address),
+        _ => upstream_address(host),
     }
+}
+
+fn upstream_address(host: &dyn Host) -> Option<Vec<u8>> {
+    host.property(&["upstream", "address"]).ok().flatten()
 }
 
 /// Longest upstream address copied into the header (an `ip:port` is at most 47 bytes).
 const MAX_ADDRESS_BYTES: usize = 64;
 
 /// Writes the upstream address Envoy connected to into `header`; nothing if the host does not
-/// tell (a local reply has no upstream) or `header` is empty (reporting is off).
-pub fn report_served_endpoint(host: &dyn Host, header: &str) {
+/// tell (a local reply has no upstream) or `header` is empty (reporting is off). `known`: the
+/// address as [`answering_pod`] read it from the attribute already (one read, not two).
+pub fn report_served_endpoint(host: &dyn Host, header: &str, known: Option<&[u8]>) {
     if header.is_empty() {
         return;
     }
-    match host.property(&["upstream", "address"]) {
+    let address = match known {
+        Some(address) => Ok(Some(address.to_vec())),
+        None => host.property(&["upstream", "address"]),
+    };
+    match address {
         Ok(Some(address)) if !address.is_empty() && address.len() <= MAX_ADDRESS_BYTES => {
             if let Err(error) = host.set_response_header(header, &address) {
                 log::warn!("wasm-epp: cannot set {header}: {error}");
@@ -48,18 +64,19 @@ mod tests {
     fn the_answering_pod_is_reported() {
         let host = MockHost::new();
         host.properties.borrow_mut().insert("upstream\0address".into(), b"10.0.0.7:8000".to_vec());
-        report_served_endpoint(&host, "x-served");
+        report_served_endpoint(&host, "x-served", None);
         assert_eq!(host.response_header("x-served").as_deref(), Some("10.0.0.7:8000"));
-        report_served_endpoint(&MockHost::new(), "x-served");
+        report_served_endpoint(&MockHost::new(), "x-served", None);
     }
 
     #[test]
     fn the_answering_pod_is_envoys_header_when_the_route_writes_it() {
         let host = MockHost::new();
         host.properties.borrow_mut().insert("upstream\0address".into(), b"10.0.0.7:8000".to_vec());
-        assert_eq!(answering_pod(&host).as_deref(), Some(&b"10.0.0.7:8000"[..]), "no header: the attribute");
+        assert_eq!(answering_pod(&host, true).as_deref(), Some(&b"10.0.0.7:8000"[..]), "no header: the attribute");
         host.set_response(&[(ENVOY_SERVED_HEADER, "10.0.0.8:8000")], b"");
-        assert_eq!(answering_pod(&host).as_deref(), Some(&b"10.0.0.8:8000"[..]), "the header first");
-        assert_eq!(answering_pod(&MockHost::new()), None);
+        assert_eq!(answering_pod(&host, true).as_deref(), Some(&b"10.0.0.8:8000"[..]), "the header first");
+        assert_eq!(answering_pod(&MockHost::new(), true), None);
+        assert_eq!(answering_pod(&host, false).as_deref(), Some(&b"10.0.0.7:8000"[..]), "the pod's own: not read");
     }
 }

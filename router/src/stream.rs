@@ -473,9 +473,12 @@ impl RequestStream {
         // Outlier detection, learning and the response-id watch need the pod that answered:
         // one lookup.
         let watched = self.observed.as_ref().is_some_and(Observation::watched) || self.response_id.is_some();
+        // The plugin writing the served header itself means the route does not (see
+        // `served::answering_pod`): the pod is Envoy's attribute then, read once for both.
+        let route_writes_served = self.worker.config.models.served_endpoint_header.is_empty();
         let upstream = (judged || watched).then(|| {
             let _span = profile::span(host, Phase::ObserveHeaders);
-            crate::served::answering_pod(host)
+            crate::served::answering_pod(host, route_writes_served)
         });
         // Outlier detection and the comparison both judge the status: one lookup.
         let status = (judged || self.compared().is_some())
@@ -487,7 +490,8 @@ impl RequestStream {
         self.compare_answer(status.as_deref());
         if routed {
             let _span = profile::span(host, Phase::ServedEndpoint);
-            crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header);
+            let known = upstream.as_ref().filter(|_| !route_writes_served).and_then(Option::as_deref);
+            crate::served::report_served_endpoint(host, &self.worker.config.models.served_endpoint_header, known);
         }
         if let Some(upstream) = upstream {
             if judged {

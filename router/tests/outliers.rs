@@ -585,3 +585,27 @@ fn after_the_wall_clock_stepped_back_the_other_worker_still_takes_an_ejection_ov
         assert_ne!(request_on(&bench, &other, &format!("q{i}"), &[BROKEN]).0, BROKEN, "request {i}");
     }
 }
+
+#[test]
+fn with_the_plugin_naming_the_served_pod_a_pods_own_served_header_is_not_believed() {
+    // `models.served_endpoint_header` is for Envoy configurations that cannot write the header
+    // on the route: then nothing overwrites a header of that name the pod itself sends. A pod
+    // failing every request and naming a healthy neighbour in it had its failures (and, as the
+    // "retry" that answered, a failed pick besides) put on that neighbour, which was ejected.
+    let config = r#"{"models": {"served_endpoint_header": "x-gateway-destination-endpoint-served"},
+        "outlier_detection": {"consecutive_failures": 3, "base_ejection_ms": 1000}}"#;
+    let bench = Bench::new(config);
+    bench.publish(1, &THREE_PODS);
+    let neighbour = THREE_PODS[1].0;
+    bench.host.properties.borrow_mut().insert("upstream\0address".into(), BROKEN.as_bytes().to_vec());
+    for i in 0..3 {
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(&format!("r{i}")));
+        assert!(answer.destination.unwrap().starts_with(BROKEN), "the idle-looking pod is the pick");
+        bench.host.set_response(&[(":status", "500"), (SERVED, neighbour)], b"");
+        stream.on_response_headers(&bench.host, false);
+        stream.on_log(&bench.host);
+        assert_eq!(bench.host.response_header(SERVED).as_deref(), Some(BROKEN), "the client is told the truth");
+    }
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{neighbour}")), 0, "the neighbour never failed");
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+}
