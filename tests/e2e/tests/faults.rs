@@ -143,6 +143,29 @@ fn sheddable_requests_get_429_when_every_pod_is_saturated() {
 }
 
 #[test]
+fn a_pod_claiming_an_endless_queue_does_not_hide_which_full_queue_is_shortest() {
+    // Every queue full: load decides. The third pod's page says +Inf waiting (read at the
+    // parser's bound, a billion), which made that the queue scores' scale: 6 and 40 waiting
+    // scored alike, and the pod with 40 got about half the requests.
+    let cluster = Cluster::start_ready("endless-queue", 3, &["--time-scale", "0"]);
+    for (pod, waiting) in
+        cluster.pods.iter().zip([serde_json::json!(6), serde_json::json!(40), serde_json::json!("+Inf")])
+    {
+        pod.set_faults(&serde_json::json!({"report": {"waiting": waiting}})).unwrap();
+    }
+    e2e::wait_for_pod_gauge(&cluster.envoy, "waiting", &cluster.pods[0].address(), 6.0);
+    e2e::wait_for_pod_gauge(&cluster.envoy, "waiting", &cluster.pods[1].address(), 40.0);
+    e2e::wait_for_pod_gauge(&cluster.envoy, "waiting", &cluster.pods[2].address(), 1e9);
+    let shortest = cluster.pods[0].address();
+    for i in 0..20 {
+        let reply = cluster.complete(&format!("which queue {i}"));
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+        assert_eq!(cluster.served_by_pool(&reply), shortest, "request {i}");
+    }
+    cluster.assert_plugin_healthy();
+}
+
+#[test]
 fn every_pod_dead_gives_a_prompt_503_in_openai_shape() {
     let mut cluster = Cluster::start_ready("all-dead", 2, &["--time-scale", "0"]);
     for pod in &mut cluster.pods {
