@@ -277,7 +277,11 @@ fn rendezvous_weight(key: u64, pod: &str) -> u64 {
 /// the pods among those whose indexed blocks are within it of the fewest take part.
 fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64, home_slack: Option<usize>) -> Option<usize> {
     let load = |c: &Candidate<'_>| c.waiting.max(0.0) + c.running.max(0.0);
-    let mean = eligible.iter().map(|c| load(c)).sum::<f64>() / eligible.len().max(1) as f64;
+    // One pod's load counts in the mean at most twice the next highest (plus one): a page
+    // saying a billion running made the mean so large that every other pod passed the bound,
+    // however loaded, and new prefixes went by hash alone.
+    let cap = scorers::capped_longest(eligible.iter().map(|c| load(c)));
+    let mean = eligible.iter().map(|c| load(c).min(cap)).sum::<f64>() / eligible.len().max(1) as f64;
     let bound = load_factor * mean + 1.0;
     let within =
         indices_where(0..eligible.len(), eligible.len(), |i| eligible.get(i).is_some_and(|c| load(c) <= bound));

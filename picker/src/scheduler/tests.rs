@@ -205,6 +205,24 @@ fn rendezvous_skips_a_pod_loaded_above_the_bound() {
 }
 
 #[test]
+fn one_pod_saying_it_runs_a_billion_does_not_lift_the_rendezvous_load_bound() {
+    // Seven pods, one of them busy (30 running): rendezvous passes it over (mean 4.3, bound
+    // 9.6). An eighth pod whose page says +Inf running (a billion) made the mean 125 million:
+    // every pod was within the bound again, and new prefixes went to the busy one by hash.
+    let addresses: Vec<String> = (1..=8).map(|i| format!("10.0.0.{i}:80")).collect();
+    let mut pods: Vec<Candidate<'_>> = addresses.iter().map(|a| pod(a, 0.0, 0.2, 0)).collect();
+    let placed = |pods: &[Candidate<'_>], key| {
+        pick_placed(pods, &policy(), &mut TieBreaker::new(1), Some(Placement::reused(key))).unwrap().index
+    };
+    let honest = &pods[..7].to_vec();
+    let key = (0..1000u64).find(|&k| placed(honest, k) == 0).unwrap();
+    pods[0].running = 30.0;
+    assert_ne!(placed(&pods[..7], key), 0, "the busy pod is passed over");
+    pods[7].running = 1e9;
+    assert_ne!(placed(&pods, key), 0, "and still is beside a pod claiming a billion");
+}
+
+#[test]
 fn load_decides_for_unrelated_prompts() {
     // Prompts that never come back (reuse 0): a cold one goes to the least loaded pod
     // whatever its hash says.
