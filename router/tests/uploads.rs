@@ -181,7 +181,7 @@ fn a_form_naming_another_model_after_its_file_is_refused_before_it_ends() {
     let reply: serde_json::Value = serde_json::from_slice(&bench.host.replies.borrow()[0].body).unwrap();
     assert!(reply["error"]["message"].as_str().unwrap().contains("\"llama\""), "{reply}");
     assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 1);
-    assert_eq!(counts, (1, 0), "counted on the pod picked until the stream's end");
+    assert_eq!(counts, (0, 0), "given back to the pod picked as the upload is refused");
 }
 
 #[test]
@@ -192,7 +192,7 @@ fn a_second_model_already_buffered_is_refused_before_the_request_goes_on() {
     let body = form(&[("file", &[b'-'; 30_000]), ("model", b"whisper"), ("model", b"llama")]);
     let (steps, replies, counts) = upload_held(&bench, &body, 16_384);
     assert!(steps.iter().all(|step| *step == Step::Pause), "never went on: {steps:?}");
-    assert_eq!((replies, counts), (vec![400], (1, 0)));
+    assert_eq!((replies, counts), (vec![400], (0, 0)));
 }
 
 #[test]
@@ -204,4 +204,45 @@ fn a_form_naming_its_model_twice_alike_goes_on_as_vllm_reads_it() {
     assert!(steps.iter().all(|step| *step == Step::Continue), "{steps:?}");
     assert_eq!((replies, counts), (vec![], (1, 0)));
     assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 0);
+}
+
+/// Uploads `body` in chunks, then answers it as Envoy does: `status` from the pod (named by
+/// the served-endpoint header), or, for `None`, the gateway's own reply, the 400 it sent,
+/// passed through the response hooks (the upstream Envoy had begun sending to still known).
+fn upload_answered(bench: &Bench, body: &[u8], status: Option<&str>) {
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", content_type.as_str())];
+    let (mut stream, _) = bench.upload_in_chunks(&headers, body, 8_192);
+    bench.host.properties.borrow_mut().insert("upstream\0address".into(), WHISPER.as_bytes().to_vec());
+    match status {
+        Some(status) => {
+            bench.host.set_response(&[(":status", status), ("x-gateway-destination-endpoint-served", WHISPER)], b"")
+        }
+        None => {
+            let reply = bench.host.replies.borrow().last().map(|reply| reply.body.clone()).unwrap();
+            bench.host.set_response(&[(":status", "400")], &reply);
+        }
+    }
+    stream.on_response_headers(&bench.host, false);
+    stream.on_response_body(&bench.host, 64, true);
+    stream.on_log(&bench.host);
+}
+
+#[test]
+fn a_refused_upload_is_the_gateways_answer_not_its_pods() {
+    // Outlier detection counts a pod's failures in a row: the gateway's own 400 to a form
+    // naming two models, sent after the upload went on to the pod, is no success of that pod.
+    let bench = Bench::new(
+        r#"{"outlier_detection": {"consecutive_failures": 2, "base_ejection_ms": 1000},
+            "models": {"served_endpoint_header": "x-served"}}"#,
+    );
+    publish_models(&bench, &POOL);
+    let one = form(&[("model", b"whisper"), ("file", &vec![7u8; 20_000])]);
+    let two = form(&[("model", b"whisper"), ("file", &vec![7u8; 20_000]), ("model", b"llama")]);
+    upload_answered(&bench, &one, Some("500"));
+    upload_answered(&bench, &two, None);
+    assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 1);
+    assert_eq!(bench.host.response_header("x-served"), None, "no pod served the gateway's 400");
+    upload_answered(&bench, &one, Some("500"));
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{WHISPER}")), 1, "two failures in a row");
 }

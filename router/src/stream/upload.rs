@@ -115,6 +115,11 @@ impl RequestStream {
                     "invalid_request_error",
                     &format!("the form names `model` again, as {other}: an upload names one model, once"),
                 );
+                // Its pick is given back now (Envoy resets the upstream request as the reply
+                // ends it): the response hooks then see the gateway's answer, not the pod's,
+                // which outlier detection would count a success and the served header name.
+                // (After the reply: the release may hand the place to a held request.)
+                self.release(host);
                 Some(Step::Pause)
             }
         }
