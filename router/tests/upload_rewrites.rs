@@ -233,3 +233,20 @@ fn a_rewritten_form_naming_its_model_again_is_refused_as_the_repeat_would_go_unr
     assert_eq!(bench.host.replies.borrow().last().map(|reply| reply.status), Some(400));
     assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 1);
 }
+
+#[test]
+fn a_form_naming_its_model_again_goes_on_when_the_drawn_target_is_that_name() {
+    // A rule that keeps its name for most requests (a canary taking a share of its traffic):
+    // drawn as itself, the value is written again as it was, so the repeat reaches the pod as
+    // the name it was picked for, which vLLM reads; refusing it would refuse a form that
+    // names its model twice alike, as without the rule.
+    let bench = Bench::new(
+        r#"{"models": {"rewrites": [{"model": "whisper-v3", "targets": [{"model": "whisper-v3", "weight": 1}]}]}}"#,
+    );
+    publish_models(&bench, &POOL);
+    let body = form(&[("model", b"whisper-v3"), ("file", &[1u8; 20_000]), ("model", b"whisper-v3")], "");
+    let sent = upload(&bench, &body, 4_096, false, &[]);
+    assert!(sent.steps.iter().all(|step| *step == Step::Continue), "{:?}", sent.steps);
+    assert_eq!((sent.pick.as_str(), bench.host.replies.borrow().len()), (STABLE, 0));
+    assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 0);
+}

@@ -72,7 +72,9 @@ impl RequestStream {
                     );
                 }
                 // The parts after the model, buffered so far, are read now; the rest as it streams.
-                let mut watch = ModelWatch::after(&upload.scan, &model, target.is_some());
+                // (A target drawn as the name itself leaves a repeat of it as the pod reads it.)
+                let renamed = target.as_deref().is_some_and(|target| *target != model.name);
+                let mut watch = ModelWatch::after(&upload.scan, &model, renamed);
                 let after_model = bytes.get(model.value.end.saturating_sub(start)..).unwrap_or_default();
                 let watched = watch.feed(after_model, end_of_stream);
                 self.model_watch = Some(Box::new(watch));
