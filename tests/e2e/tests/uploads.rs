@@ -147,13 +147,16 @@ fn a_form_naming_another_model_after_its_file_is_refused_and_no_pod_serves_it() 
     // vLLM serves a form's last `model`; the upload is routed by its first as soon as it is
     // read. Naming another one after the file: refused as it streams past, by HTTP/1.1 and
     // HTTP/2, before the pod has the form (so before it answers); the pod's count is given back.
-    let cluster = audio_pool_of("upload-conflicts", "whisper", |_| {});
+    // The plugin names the pod that answered too: a refusal is the gateway's answer, no pod's.
+    let cluster = audio_pool_of("upload-conflicts", "whisper", |options| {
+        options.filter_config["models"]["served_endpoint_header"] = serde_json::json!("x-plugin-served");
+    });
     let pods = cluster.pool();
     let recording = cluster.dir.join("talk.wav");
     std::fs::write(&recording, vec![b'-'; 1_000_000]).unwrap_or_else(|e| panic!("{e}"));
     let upload = |second: &str, options: &[&str]| {
         let output = Command::new("curl")
-            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "30"])
+            .args(["-sS", "-o", "/dev/null", "-D", "-", "--max-time", "30"])
             .args(options)
             .args(["-F", "model=whisper", "-F"])
             .arg(format!("file=@{};type=audio/wav", recording.display()))
@@ -161,7 +164,14 @@ fn a_form_naming_another_model_after_its_file_is_refused_and_no_pod_serves_it() 
             .arg(cluster.envoy.url("/v1/audio/transcriptions"))
             .output()
             .unwrap_or_else(|e| panic!("cannot run curl: {e}"));
-        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+        let head = String::from_utf8_lossy(&output.stdout).to_ascii_lowercase();
+        // (The last status line: `Expect: 100-continue` brings a `100 Continue` first.)
+        let status =
+            head.lines().filter_map(|line| line.strip_prefix("http/").and_then(|l| l.split(' ').nth(1))).last();
+        let status = status.unwrap_or_default().to_owned();
+        let named = head.lines().any(|line| line.starts_with("x-plugin-served:"));
+        assert_eq!(named, status == "200", "{status}: the served pod named on the pod's answers only\n{head}");
+        status
     };
     // (Chunked and after a 100-continue too: once the filter went on, Envoy hands it each
     // chunk alone however the body is framed.)
