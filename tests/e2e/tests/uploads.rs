@@ -167,7 +167,7 @@ fn a_form_naming_another_model_after_its_file_is_refused_and_no_pod_serves_it() 
         let head = String::from_utf8_lossy(&output.stdout).to_ascii_lowercase();
         // (The last status line: `Expect: 100-continue` brings a `100 Continue` first.)
         let status =
-            head.lines().filter_map(|line| line.strip_prefix("http/").and_then(|l| l.split(' ').nth(1))).last();
+            head.lines().filter_map(|line| line.strip_prefix("http/").and_then(|l| l.split(' ').nth(1))).next_back();
         let status = status.unwrap_or_default().to_owned();
         let named = head.lines().any(|line| line.starts_with("x-plugin-served:"));
         assert_eq!(named, status == "200", "{status}: the served pod named on the pod's answers only\n{head}");
