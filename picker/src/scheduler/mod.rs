@@ -277,11 +277,7 @@ fn rendezvous_weight(key: u64, pod: &str) -> u64 {
 /// the pods among those whose indexed blocks are within it of the fewest take part.
 fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64, home_slack: Option<usize>) -> Option<usize> {
     let load = |c: &Candidate<'_>| c.waiting.max(0.0) + c.running.max(0.0);
-    // One pod's load counts in the mean at most twice the next highest (plus one): a page
-    // saying a billion running made the mean so large that every other pod passed the bound,
-    // however loaded, and new prefixes went by hash alone.
-    let cap = scorers::capped_longest(eligible.iter().map(|c| load(c)));
-    let mean = eligible.iter().map(|c| load(c).min(cap)).sum::<f64>() / eligible.len().max(1) as f64;
+    let mean = mean_load_past_one_outlier(eligible.iter().map(|c| load(c)));
     let bound = load_factor * mean + 1.0;
     let within =
         indices_where(0..eligible.len(), eligible.len(), |i| eligible.get(i).is_some_and(|c| load(c) <= bound));
@@ -294,6 +290,25 @@ fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64, home_slac
         .filter(light)
         .max_by_key(|&i| eligible.get(i).map_or(0, |c| rendezvous_weight(key, c.address)))
 }
+
+/// The mean of `loads`, the largest counted at most [`OUTLIER_LOAD_FACTOR`] × the others' mean
+/// plus [`OUTLIER_LOAD_SLACK`]: a page saying a billion running made the mean so large that
+/// every other pod passed the bound, however loaded, and new prefixes went by hash alone. An
+/// honest pool's busiest pod is seldom so far above the rest, so its bound is as before.
+fn mean_load_past_one_outlier(loads: impl Iterator<Item = f64> + Clone) -> f64 {
+    let (count, sum, top) =
+        loads.fold((0usize, 0.0, f64::NEG_INFINITY), |(n, sum, top), v| (n + 1, sum + v, top.max(v)));
+    if count < 2 {
+        return if count == 1 { sum } else { 0.0 };
+    }
+    let others_mean = (sum - top) / (count - 1) as f64;
+    let counted = top.min(OUTLIER_LOAD_FACTOR * others_mean + OUTLIER_LOAD_SLACK);
+    (sum - top + counted) / count as f64
+}
+
+/// See [`mean_load_past_one_outlier`].
+const OUTLIER_LOAD_FACTOR: f64 = 8.0;
+const OUTLIER_LOAD_SLACK: f64 = 16.0;
 
 /// How a cold prompt is placed by rendezvous: its key, and how often prompts come back.
 #[derive(Debug, Clone, Copy, PartialEq)]

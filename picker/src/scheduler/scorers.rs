@@ -69,9 +69,8 @@ fn add_min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone, weight
 /// The largest of `values` may count at most this much (infinite with fewer than two values):
 /// [`OUTLIER_FACTOR`] × the second largest, plus one (a pod with queued requests against a pool
 /// of empty queues still scores 0, and the empty ones 1). Below the second largest it never
-/// is, so the order of the values is kept. Rendezvous placement bounds the pool's mean load
-/// by it too (`super::rendezvous`).
-pub(super) fn capped_longest(values: impl Iterator<Item = f64>) -> f64 {
+/// is, so the order of the values is kept.
+fn capped_longest(values: impl Iterator<Item = f64>) -> f64 {
     let (_, second) = values.fold((f64::NEG_INFINITY, f64::NEG_INFINITY), |(first, second), v| {
         if v > first {
             (v, first)

@@ -243,3 +243,15 @@ fn when_prompts_come_back_the_hash_may_overrule_a_small_load_difference() {
         .collect();
     assert_eq!(chosen.len(), 3, "busier pods still get their share of new prefixes: {chosen:?}");
 }
+
+#[test]
+fn an_honest_pools_mean_load_is_the_plain_mean_and_only_an_absurd_one_is_bounded() {
+    for honest in [&[0.0, 0.0, 0.0, 2.0][..], &[5.0, 5.0, 5.0, 30.0], &[10.0, 10.0, 10.0, 48.0], &[7.0], &[]] {
+        let plain = honest.iter().sum::<f64>() / honest.len().max(1) as f64;
+        assert_eq!(mean_load_past_one_outlier(honest.iter().copied()), plain, "{honest:?}");
+    }
+    // 30, six idle pods and a page saying a billion: the billion counts as 8 × 30/7 + 16.
+    let lying = [30.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1e9];
+    let expected = (30.0 + 8.0 * 30.0 / 7.0 + 16.0) / 8.0;
+    assert!((mean_load_past_one_outlier(lying.iter().copied()) - expected).abs() < 1e-9);
+}
