@@ -8,6 +8,7 @@
 
 pub mod chaos;
 pub mod drain;
+pub mod fake_pod;
 pub mod h2;
 pub mod header_fuzz;
 pub mod hostile;

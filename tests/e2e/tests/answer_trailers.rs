@@ -5,8 +5,6 @@
 //! stream. The shipped pool cluster speaks HTTP/1.1 without trailers (Envoy drops a pod's);
 //! this test's cluster passes them (`enable_trailers`), as an HTTP/2 or gRPC pool would.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,68 +16,20 @@ const WINDOW: u32 = 1024;
 /// Long past the test: without the release at the trailers, the place waits for it.
 const IDLE_TIMEOUT: &str = "60s";
 
-const METRICS: &str = "vllm:num_requests_running{model_name=\"sim-model\",engine=\"0\"} 0\n\
-vllm:num_requests_waiting{model_name=\"sim-model\",engine=\"0\"} 0\n\
-vllm:kv_cache_usage_perc{model_name=\"sim-model\",engine=\"0\"} 0\n";
-const MODELS: &str = r#"{"object":"list","data":[{"id":"sim-model","object":"model","parent":null}]}"#;
 const COMPLETION: &str = r#"{"id":"cmpl-1","object":"text_completion","model":"sim-model","choices":[{"index":0,"text":" ok","finish_reason":"stop"}]}"#;
 
 /// The fake pod: a prompt naming `trailers` gets a chunked answer of 8 KiB ending in
 /// trailers; any other is answered whole.
 fn start_pod() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || serve(stream));
+    e2e::fake_pod::start(|request, _| {
+        if !request.asks_for("trailers") {
+            return Some(e2e::fake_pod::whole("application/json", COMPLETION));
         }
-    });
-    address
-}
-
-fn serve(stream: TcpStream) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut writer = stream;
-    loop {
-        let (mut request_line, mut content_length) = (String::new(), 0usize);
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if request_line.is_empty() {
-                request_line = line.clone();
-            }
-            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                content_length = value.trim().parse().unwrap_or(0);
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0; content_length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let whole = |content_type: &str, body: &str| {
-            format!("HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}", body.len())
-        };
-        let answer = if request_line.starts_with("GET /metrics") {
-            whole("text/plain", METRICS)
-        } else if request_line.starts_with("GET /v1/models") {
-            whole("application/json", MODELS)
-        } else if String::from_utf8_lossy(&body).contains("trailers") {
-            let event = format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"{}\"}}]}}\n\n", "a".repeat(8192));
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\
-                        trailer: grpc-status\r\n\r\n";
-            format!("{head}{:x}\r\n{event}\r\n0\r\ngrpc-status: 0\r\n\r\n", event.len())
-        } else {
-            whole("application/json", COMPLETION)
-        };
-        if writer.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
-    }
+        let event = format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"{}\"}}]}}\n\n", "a".repeat(8192));
+        let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\
+                    trailer: grpc-status\r\n\r\n";
+        Some(format!("{head}{:x}\r\n{event}\r\n0\r\ngrpc-status: 0\r\n\r\n", event.len()))
+    })
 }
 
 /// The rendered configuration, with the pool cluster passing its pods' HTTP/1.1 trailers.

@@ -6,19 +6,12 @@
 //! end of an answer that did not end whole and takes the pod out of rotation like one that
 //! answers 5xx.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use e2e::{Cluster, REQUEST_TIMEOUT};
-
-/// An idle vLLM page naming the simulator's model.
-const METRICS: &str = "vllm:num_requests_running{model_name=\"sim-model\",engine=\"0\"} 0\n\
-vllm:num_requests_waiting{model_name=\"sim-model\",engine=\"0\"} 0\n\
-vllm:kv_cache_usage_perc{model_name=\"sim-model\",engine=\"0\"} 0\n";
-const MODELS: &str = r#"{"object":"list","data":[{"id":"sim-model","object":"model","parent":null}]}"#;
 
 /// The fake pod; `cut` counts the answers it cut.
 struct CuttingPod {
@@ -28,62 +21,17 @@ struct CuttingPod {
 
 impl CuttingPod {
     fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap().to_string();
         let cut = Arc::new(AtomicU64::new(0));
         let counter = cut.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let counter = counter.clone();
-                std::thread::spawn(move || serve(stream, &counter));
-            }
+        let address = e2e::fake_pod::start(move |_, connection| {
+            // Headers and the first piece of a chunked answer, then the connection closes.
+            counter.fetch_add(1, Ordering::SeqCst);
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
+            let _ = connection.writer.write_all(format!("{head}8\r\n{{\"id\":\"x\r\n").as_bytes());
+            let _ = connection.writer.flush();
+            None
         });
         Self { address, cut }
-    }
-}
-
-fn serve(stream: TcpStream, cut: &AtomicU64) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut writer = stream;
-    loop {
-        let (mut request_line, mut content_length) = (String::new(), 0usize);
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if request_line.is_empty() {
-                request_line = line.clone();
-            }
-            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                content_length = value.trim().parse().unwrap_or(0);
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0; content_length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let whole = |content_type: &str, body: &str| {
-            format!("HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}", body.len())
-        };
-        let answer = if request_line.starts_with("GET /metrics") {
-            whole("text/plain", METRICS)
-        } else if request_line.starts_with("GET /v1/models") {
-            whole("application/json", MODELS)
-        } else {
-            // Headers and the first piece of a chunked answer, then the connection closes.
-            cut.fetch_add(1, Ordering::SeqCst);
-            let head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n";
-            let _ = writer.write_all(format!("{head}8\r\n{{\"id\":\"x\r\n").as_bytes());
-            let _ = writer.flush();
-            return;
-        };
-        if writer.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
     }
 }
 

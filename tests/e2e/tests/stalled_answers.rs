@@ -7,8 +7,7 @@
 //! timeout ends mid-answer is the pod's failure, as a pod's reset is (docs/design.md,
 //! "Pods that fail requests").
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,10 +21,6 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// The client's initial stream window: smaller than the first chunk, so Envoy holds part of it.
 const WINDOW: u32 = 1024;
 
-const METRICS: &str = "vllm:num_requests_running{model_name=\"sim-model\",engine=\"0\"} 0\n\
-vllm:num_requests_waiting{model_name=\"sim-model\",engine=\"0\"} 0\n\
-vllm:kv_cache_usage_perc{model_name=\"sim-model\",engine=\"0\"} 0\n";
-const MODELS: &str = r#"{"object":"list","data":[{"id":"sim-model","object":"model","parent":null}]}"#;
 const COMPLETION: &str = r#"{"id":"cmpl-1","object":"text_completion","model":"sim-model","choices":[{"index":0,"text":" ok","finish_reason":"stop"}],"usage":{"prompt_tokens":2,"completion_tokens":1,"total_tokens":3}}"#;
 
 /// The fake pod: a prompt naming `stall` gets its headers and first chunk, then silence
@@ -38,68 +33,24 @@ struct StallingPod {
 
 impl StallingPod {
     fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap().to_string();
         let (stalled, closed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
         let counters = (stalled.clone(), closed.clone());
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let counters = counters.clone();
-                std::thread::spawn(move || serve(stream, &counters.0, &counters.1));
+        let address = e2e::fake_pod::start(move |request, connection| {
+            if !request.asks_for("stall") {
+                return Some(e2e::fake_pod::whole("application/json", COMPLETION));
             }
-        });
-        Self { address, stalled, closed }
-    }
-}
-
-fn serve(stream: TcpStream, stalled: &AtomicU64, closed: &AtomicU64) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut writer = stream;
-    loop {
-        let (mut request_line, mut content_length) = (String::new(), 0usize);
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            if request_line.is_empty() {
-                request_line = line.clone();
-            }
-            if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                content_length = value.trim().parse().unwrap_or(0);
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0; content_length];
-        if reader.read_exact(&mut body).is_err() {
-            return;
-        }
-        let whole = |content_type: &str, body: &str| {
-            format!("HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n{body}", body.len())
-        };
-        let answer = if request_line.starts_with("GET /metrics") {
-            whole("text/plain", METRICS)
-        } else if request_line.starts_with("GET /v1/models") {
-            whole("application/json", MODELS)
-        } else if String::from_utf8_lossy(&body).contains("stall") {
-            stalled.fetch_add(1, Ordering::SeqCst);
+            counters.0.fetch_add(1, Ordering::SeqCst);
             // A first event past the client's window, then nothing: the engine hung.
             let event = format!("data: {{\"choices\":[{{\"index\":0,\"text\":\"{}\"}}]}}\n\n", "a".repeat(4096));
             let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
-            let _ = writer.write_all(format!("{head}{:x}\r\n{event}\r\n", event.len()).as_bytes());
-            let _ = writer.flush();
+            let _ = connection.writer.write_all(format!("{head}{:x}\r\n{event}\r\n", event.len()).as_bytes());
+            let _ = connection.writer.flush();
             // Until Envoy gives up on the answer and closes the connection.
-            while reader.read(&mut [0; 64]).is_ok_and(|n| n > 0) {}
-            closed.fetch_add(1, Ordering::SeqCst);
-            return;
-        } else {
-            whole("application/json", COMPLETION)
-        };
-        if writer.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
+            while connection.reader.read(&mut [0; 64]).is_ok_and(|n| n > 0) {}
+            counters.1.fetch_add(1, Ordering::SeqCst);
+            None
+        });
+        Self { address, stalled, closed }
     }
 }
 
