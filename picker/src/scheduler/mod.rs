@@ -291,24 +291,14 @@ fn rendezvous(eligible: &[&Candidate<'_>], key: u64, load_factor: f64, home_slac
         .max_by_key(|&i| eligible.get(i).map_or(0, |c| rendezvous_weight(key, c.address)))
 }
 
-/// The mean of `loads`, the largest counted at most [`OUTLIER_LOAD_FACTOR`] × the others' mean
-/// plus [`OUTLIER_LOAD_SLACK`]: a page saying a billion running made the mean so large that
-/// every other pod passed the bound, however loaded, and new prefixes went by hash alone. An
-/// honest pool's busiest pod is seldom so far above the rest, so its bound is as before.
+/// The mean of `loads`, each counted at most [`scorers::outlier_cap`]: a page saying a billion
+/// running made the mean so large that every other pod passed the bound, however loaded, and
+/// new prefixes went by hash alone. An honest pool's mean is the plain one.
 fn mean_load_past_one_outlier(loads: impl Iterator<Item = f64> + Clone) -> f64 {
-    let (count, sum, top) =
-        loads.fold((0usize, 0.0, f64::NEG_INFINITY), |(n, sum, top), v| (n + 1, sum + v, top.max(v)));
-    if count < 2 {
-        return if count == 1 { sum } else { 0.0 };
-    }
-    let others_mean = (sum - top) / (count - 1) as f64;
-    let counted = top.min(OUTLIER_LOAD_FACTOR * others_mean + OUTLIER_LOAD_SLACK);
-    (sum - top + counted) / count as f64
+    let cap = scorers::outlier_cap(loads.clone());
+    let (count, sum) = loads.fold((0usize, 0.0), |(n, sum), v| (n + 1, sum + v.min(cap)));
+    sum / count.max(1) as f64
 }
-
-/// See [`mean_load_past_one_outlier`].
-const OUTLIER_LOAD_FACTOR: f64 = 8.0;
-const OUTLIER_LOAD_SLACK: f64 = 16.0;
 
 /// How a cold prompt is placed by rendezvous: its key, and how often prompts come back.
 #[derive(Debug, Clone, Copy, PartialEq)]

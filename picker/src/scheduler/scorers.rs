@@ -30,20 +30,20 @@ fn add_each(scores: impl Iterator<Item = f64>, weight: f64, totals: &mut [f64]) 
 }
 
 /// Fewer waiting requests is better, min-max normalised over the candidates (as llm-d's
-/// queue scorer does): the emptiest queue scores 1, the longest 0. The longest queue is read
-/// at most at [`OUTLIER_FACTOR`] × the next longest, plus one, so that one pod cannot set the
-/// scale for all the others ([`capped_longest`]).
+/// queue scorer does): the emptiest queue scores 1, the longest 0. A queue counts at most
+/// [`outlier_cap`], so that one pod cannot set the scale for all the others.
 pub struct QueueScorer;
 
-/// How far past the next longest queue the longest one counts when normalising. A pod's queue
-/// is what its page says: one page saying a billion (a lying or broken exporter, read at
+/// How far past the others' mean one pod's load counts ([`outlier_cap`]). A pod's queue is
+/// what its page says: one page saying a billion (a lying or broken exporter, read at
 /// `metrics_text`'s bound) made the range a billion, so every other pod's queue scored within
 /// 1e-8 of 1, under the pick's tie tolerance, and the honest pods' queues stopped counting
-/// (learning on, such a pod stays a candidate; learning off, when every queue is full). Read
-/// at twice the next longest, the longest still scores 0 and the others keep at least half
-/// their spread. Only the one largest value is bounded so: a pool where most pods lie is
-/// beyond repair by scoring.
-const OUTLIER_FACTOR: f64 = 2.0;
+/// (learning on, such a pod stays a candidate; learning off, when every queue is full); and
+/// the mean that rendezvous placement bounds loads by, so every pod passed it. Far past an
+/// honest pool's spread (a busy pod beside idle ones: 16), so such a pool scores and places as
+/// before; the honest pods then keep about an eighth of the scale at least.
+const OUTLIER_FACTOR: f64 = 8.0;
+const OUTLIER_SLACK: f64 = 16.0;
 
 /// More free KV cache is better: `1 - usage`.
 pub struct KvCacheScorer;
@@ -66,28 +66,23 @@ fn add_min_max_lower_is_better(values: impl Iterator<Item = f64> + Clone, weight
     add_each(values.map(|v| if range > 0.0 { (max - v) / range } else { 1.0 }), weight, totals);
 }
 
-/// The largest of `values` may count at most this much (infinite with fewer than two values):
-/// [`OUTLIER_FACTOR`] × the second largest, plus one (a pod with queued requests against a pool
-/// of empty queues still scores 0, and the empty ones 1). Below the second largest it never
-/// is, so the order of the values is kept.
-fn capped_longest(values: impl Iterator<Item = f64>) -> f64 {
-    let (_, second) = values.fold((f64::NEG_INFINITY, f64::NEG_INFINITY), |(first, second), v| {
-        if v > first {
-            (v, first)
-        } else {
-            (first, second.max(v))
-        }
-    });
-    if second.is_finite() {
-        OUTLIER_FACTOR * second.max(0.0) + 1.0
-    } else {
-        f64::INFINITY
+/// The most a value of `values` counts when the pods are compared: [`OUTLIER_FACTOR`] × the
+/// mean of the others (all but the largest) plus [`OUTLIER_SLACK`]; infinite with fewer than
+/// two values. Only one pod's value is so far from the rest: a pool where most pods lie is
+/// beyond repair by scoring.
+pub(super) fn outlier_cap(values: impl Iterator<Item = f64>) -> f64 {
+    let (count, sum, top) =
+        values.fold((0usize, 0.0, f64::NEG_INFINITY), |(n, sum, top), v| (n + 1, sum + v.max(0.0), top.max(v)));
+    if count < 2 {
+        return f64::INFINITY;
     }
+    let others_mean = (sum - top.max(0.0)) / (count - 1) as f64;
+    OUTLIER_FACTOR * others_mean + OUTLIER_SLACK
 }
 
 impl Scorer for QueueScorer {
     fn add_scores(&self, candidates: &[&Candidate<'_>], weight: f64, totals: &mut [f64]) {
-        let cap = capped_longest(candidates.iter().map(|c| c.waiting));
+        let cap = outlier_cap(candidates.iter().map(|c| c.waiting));
         add_min_max_lower_is_better(candidates.iter().map(|c| c.waiting.min(cap)), weight, totals);
     }
 }
@@ -175,18 +170,22 @@ mod tests {
     }
 
     #[test]
-    fn only_the_longest_queue_is_bounded_and_the_order_is_kept() {
-        assert_eq!(capped_longest([].into_iter()), f64::INFINITY);
-        assert_eq!(capped_longest([7.0].into_iter()), f64::INFINITY, "one pod: nothing to compare");
-        assert_eq!(capped_longest([0.0, 1e9, 0.0].into_iter()), 1.0, "queued against empty queues");
-        assert_eq!(capped_longest([3.0, 1e9, 1e9].into_iter()), 2e9 + 1.0, "two alike: not one outlier");
+    fn only_a_queue_far_past_the_others_is_bounded_so_honest_pools_score_as_before() {
+        assert_eq!(outlier_cap([].into_iter()), f64::INFINITY);
+        assert_eq!(outlier_cap([7.0].into_iter()), f64::INFINITY, "one pod: nothing to compare");
+        assert_eq!(outlier_cap([0.0, 1e9, 0.0].into_iter()), 16.0, "queued against empty queues");
         let scores = |waiting: &[f64]| {
             let pods: Vec<_> = waiting.iter().map(|&w| candidate(w, None, 0)).collect();
             QueueScorer.score(&pods.iter().collect::<Vec<_>>())
         };
-        assert_eq!(scores(&[0.0, 0.0, 3.0]), vec![1.0, 1.0, 0.0]);
-        assert_eq!(scores(&[6.0, 40.0]), vec![1.0, 0.0], "two pods: as plain min-max");
-        assert_eq!(scores(&[0.0, 5.0, 1e9]), vec![1.0, 6.0 / 11.0, 0.0]);
+        for honest in [&[0.0, 0.0, 3.0][..], &[6.0, 10.0, 40.0], &[6.0, 40.0], &[0.0, 0.0, 0.0, 16.0]] {
+            let max = honest.iter().copied().fold(0.0, f64::max);
+            let min = honest.iter().copied().fold(f64::INFINITY, f64::min);
+            let plain: Vec<f64> = honest.iter().map(|w| (max - w) / (max - min)).collect();
+            assert_eq!(scores(honest), plain, "{honest:?}");
+        }
+        // A page saying a billion beside 0 and 5: it counts as 8 × 2.5 + 16 = 36.
+        assert_eq!(scores(&[0.0, 5.0, 1e9]), vec![1.0, 31.0 / 36.0, 0.0]);
     }
 
     #[test]
