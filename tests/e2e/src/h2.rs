@@ -69,3 +69,28 @@ impl hyper::body::Body for Frames {
         std::task::Poll::Ready(self.0.pop_front().map(Ok))
     }
 }
+
+/// An HTTP/2 client that stops reading its answer: a POST of `body` to `path` on `port`, over
+/// a connection whose stream window is `window` bytes. Returns the answer's body stream once
+/// its first chunk arrived, with that chunk, not given back to the window: Envoy holds what
+/// does not fit until the caller reads on (`flow_control().release_capacity`). Asserts a 200.
+pub async fn open_unread(port: u16, path: &str, window: u32, body: String) -> (::h2::RecvStream, Bytes) {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (sender, connection) =
+        ::h2::client::Builder::new().initial_window_size(window).handshake::<_, Bytes>(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut sender = sender.ready().await.unwrap();
+    // (Its length declared: the tests' fake pods read no chunked body.)
+    let request = hyper::Request::post(format!("http://127.0.0.1:{port}{path}"))
+        .header("content-type", "application/json")
+        .header("content-length", body.len())
+        .body(())
+        .unwrap();
+    let (response, mut send) = sender.send_request(request, false).unwrap();
+    send.send_data(Bytes::from(body), true).unwrap();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut received = response.into_body();
+    let first = received.data().await.unwrap().unwrap();
+    (received, first)
+}

@@ -7,7 +7,6 @@
 
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use launcher::envoy::{Envoy, EnvoyOptions};
 use serde_json::json;
 
@@ -59,25 +58,9 @@ fn an_answer_s_trailers_give_its_pod_s_place_to_the_next_request() {
     assert!(envoy.wait_for_healthy_pods(1, Duration::from_secs(15)), "{}", envoy.log_tail(20));
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", listen)).await.unwrap();
-        let (sender, connection) =
-            h2::client::Builder::new().initial_window_size(WINDOW).handshake::<_, Bytes>(tcp).await.unwrap();
-        tokio::spawn(connection);
-        let mut sender = sender.ready().await.unwrap();
         let body = json!({"model": "sim-model", "prompt": "trailers", "stream": true}).to_string();
-        // (Its length declared: the fake pod reads no chunked body.)
-        let request = hyper::Request::post(format!("http://127.0.0.1:{listen}/v1/completions"))
-            .header("content-type", "application/json")
-            .header("content-length", body.len())
-            .body(())
-            .unwrap();
-        let (response, mut send) = sender.send_request(request, false).unwrap();
-        send.send_data(Bytes::from(body), true).unwrap();
-        let response = response.await.unwrap();
-        assert_eq!(response.status(), 200);
-        let mut received = response.into_body();
         // Part of the answer, not given back to the window: the client reads no more for now.
-        let first = received.data().await.unwrap().unwrap();
+        let (mut received, first) = e2e::h2::open_unread(listen, "/v1/completions", WINDOW, body).await;
 
         // The pod is done (its trailers passed Envoy's filters); the client still reads nothing.
         let url = envoy.url("/v1/completions");

@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use e2e::Cluster;
 use launcher::http;
 use serde_json::json;
@@ -27,23 +26,9 @@ fn a_client_that_stops_reading_does_not_hold_its_pod_s_place() {
     let pod = cluster.pool()[0].clone();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let (sender, connection) =
-            h2::client::Builder::new().initial_window_size(WINDOW).handshake::<_, Bytes>(tcp).await.unwrap();
-        tokio::spawn(connection);
-        let mut sender = sender.ready().await.unwrap();
-        let body = json!({"model": "sim-model", "prompt": "unread", "max_tokens": 300, "stream": true});
-        let request = hyper::Request::post(format!("http://127.0.0.1:{port}/v1/completions"))
-            .header("content-type", "application/json")
-            .body(())
-            .unwrap();
-        let (response, mut send) = sender.send_request(request, false).unwrap();
-        send.send_data(Bytes::from(body.to_string()), true).unwrap();
-        let response = response.await.unwrap();
-        assert_eq!(response.status(), 200);
-        let mut received = response.into_body();
+        let body = json!({"model": "sim-model", "prompt": "unread", "max_tokens": 300, "stream": true}).to_string();
         // The first chunk, not given back to the window: the client reads no more for now.
-        let first = received.data().await.unwrap().unwrap();
+        let (mut received, first) = e2e::h2::open_unread(port, "/v1/completions", WINDOW, body).await;
         let done = launcher::wait_until(Duration::from_secs(5), || {
             cluster.pods[0].stats().is_ok_and(|stats| {
                 let finished = &stats["requests_finished"];

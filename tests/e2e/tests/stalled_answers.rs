@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use e2e::Cluster;
 use serde_json::json;
 
@@ -81,25 +80,9 @@ fn the_stream_idle_timeout_ends_a_stalled_answer_and_frees_its_pod_once() {
     let port = cluster.envoy.listen_port;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let (sender, connection) =
-            h2::client::Builder::new().initial_window_size(WINDOW).handshake::<_, Bytes>(tcp).await.unwrap();
-        tokio::spawn(connection);
-        let mut sender = sender.ready().await.unwrap();
         let body = json!({"model": "sim-model", "prompt": "stall", "max_tokens": 300, "stream": true}).to_string();
-        // (Its length declared: the fake pod reads no chunked body.)
-        let request = hyper::Request::post(format!("http://127.0.0.1:{port}/v1/completions"))
-            .header("content-type", "application/json")
-            .header("content-length", body.len())
-            .body(())
-            .unwrap();
-        let (response, mut send) = sender.send_request(request, false).unwrap();
-        send.send_data(Bytes::from(body), true).unwrap();
-        let response = response.await.unwrap();
-        assert_eq!(response.status(), 200);
-        let mut received = response.into_body();
         // Part of the first chunk, not given back to the window: the client reads no more.
-        let first = received.data().await.unwrap().unwrap();
+        let (mut received, first) = e2e::h2::open_unread(port, "/v1/completions", WINDOW, body).await;
         let stalled_at = Instant::now();
         assert!(!first.is_empty());
         // (The gauge is set at each table the pool service publishes: every 100 ms.)
