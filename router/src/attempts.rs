@@ -147,6 +147,19 @@ pub enum Unfinished {
     NotByThePod,
 }
 
+impl Unfinished {
+    /// What the answer's end says of its pod; `failed_in_stream`: it opened with a server's
+    /// error event ([`crate::stream_error`]), a failure however it ended.
+    pub fn end(self, failed_in_stream: bool) -> AnswerEnd {
+        match self {
+            _ if failed_in_stream => AnswerEnd::Failed(AnswerFailure::ErrorEvent),
+            Self::ByThePod => AnswerEnd::Failed(AnswerFailure::Cut),
+            Self::Unclear => AnswerEnd::Unclear,
+            Self::NotByThePod => AnswerEnd::Succeeded,
+        }
+    }
+}
+
 /// Who left an answer unfinished, from Envoy's response flags and the answer's bytes that
 /// passed. Read only for an answer that did not end whole (one host call on that rare path).
 pub fn unfinished_by(host: &dyn Host, answer_bytes: u64) -> Unfinished {
@@ -182,17 +195,12 @@ pub enum AnswerEnd {
 /// The end of an answer whose success [`note_answer`] left open (with the failure count it
 /// returned), from `pod`.
 pub fn settle(worker: &Worker, pod: &PodAddress, failures_then: u64, end: AnswerEnd, now_ms: u64) {
+    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     let failure = match end {
         AnswerEnd::Failed(failure) => failure,
         AnswerEnd::Unclear => return,
-        AnswerEnd::Succeeded => {
-            if let Ok(mut outliers) = worker.outliers.try_borrow_mut() {
-                outliers.succeeded_unless_failed_since(pod.as_str(), failures_then, now_ms);
-            }
-            return;
-        }
+        AnswerEnd::Succeeded => return outliers.succeeded_unless_failed_since(pod.as_str(), failures_then, now_ms),
     };
-    let Ok(mut outliers) = worker.outliers.try_borrow_mut() else { return };
     worker.stats.increment(worker.stats.pod_attempts_failed);
     let (counter, what) = match failure {
         AnswerFailure::Cut => (worker.stats.answers_cut, "cutting its answers"),

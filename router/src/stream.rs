@@ -17,7 +17,7 @@ use picker::prefix::session_key;
 use picker::request::{parse_model_only, parse_request, strip_path_prefix, BodyError, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
-use crate::attempts::{unfinished_by, AnswerEnd, AnswerFailure, Unfinished};
+use crate::attempts::{unfinished_by, Unfinished};
 use crate::comparison_stats::Compared;
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
@@ -617,13 +617,7 @@ impl RequestStream {
         let failed_in_stream = std::mem::take(&mut self.failed_in_stream);
         if let Some(failures_then) = judged {
             let pod = self.answered_by.as_ref().unwrap_or(&address);
-            let end = match unfinished {
-                _ if failed_in_stream => AnswerEnd::Failed(AnswerFailure::ErrorEvent),
-                Unfinished::ByThePod => AnswerEnd::Failed(AnswerFailure::Cut),
-                Unfinished::Unclear => AnswerEnd::Unclear,
-                Unfinished::NotByThePod => AnswerEnd::Succeeded,
-            };
-            crate::attempts::settle(&self.worker, pod, failures_then, end, now);
+            crate::attempts::settle(&self.worker, pod, failures_then, unfinished.end(failed_in_stream), now);
         }
         if let (Some(compared), Some(comparing)) = (self.compared.take(), &self.worker.comparison) {
             if compared.answered {
