@@ -40,15 +40,14 @@ pub fn count_answer(worker: &Worker, list: &ModelList) {
     if cut {
         stats.increment(stats.model_lists_cut);
     }
-    if cut && !worker.model_list_cut_told.replace(true) {
+    let told_before = worker.model_list_cut_told.replace(cut);
+    if cut && !told_before {
         log::warn!(
             "wasm-epp: GET models.list_path answered without {} of the pool's model names: the list \
              is bounded at {} MiB (adapters are left out first)",
             list.left_out,
             MAX_LIST_BYTES >> 20
         );
-    } else if !cut {
-        worker.model_list_cut_told.set(false);
     }
 }
 
