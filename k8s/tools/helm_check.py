@@ -97,6 +97,25 @@ STRIPPED = {
 # 1.40): Istio 1.27's gateway, whose Envoy 1.35 refuses the route's body buffer limit.
 ENVOY_1_35 = {"mode": "istio", "istio": {"kubernetesApi": "kubectlProxy", "routeBodyBufferLimit": False}}
 
+# Advice of values.yaml the chart does not refuse, the settings being right somewhere (an idle
+# timeout under the timeout + 60 s for all-streamed traffic): NOTES.txt warns at install. A
+# case of CASES named here must carry its warning; every other case must carry none.
+WARNED = {
+    "istio-wasmplugin": "WARNING: istio.wasmPlugin.enabled: Istio's WasmPlugin cannot set",
+}
+
+# Value sets rendered for their NOTES alone (not written to OUT), each with its warning.
+NOTES_ONLY = {
+    "an idle timeout for all-streamed traffic": (
+        {"poolRoute": {"idleTimeout": "120s"}},
+        "WARNING: poolRoute.idleTimeout (120s) is under poolRoute.timeout + 60 s (660s)"),
+    # One second short of long-generations' pair above, which gets no warning.
+    "long generations, the idle timeout a second short": (
+        {"poolRoute": {"timeout": "1800s", "idleTimeout": "1859s"}}, "set idleTimeout to at least 1860s"),
+    "an idle timeout for all-streamed traffic on Istio": (
+        {"mode": "istio", "poolRoute": {"idleTimeout": "300s"}}, "WARNING: poolRoute.idleTimeout (300s)"),
+}
+
 # Values the chart must refuse (values.schema.json, or the templates' own checks).
 REFUSED = {
     "unknown mode": {"mode": "nginx"},
@@ -199,6 +218,15 @@ REASONS = {
     "a pool's destination header": "pools llama: filter.destination_header: x-pod",
 }
 
+def notes_problems(case, rendered, warning):
+    """The problems with a case's NOTES.txt: `warning` missing from it, or with `warning`
+    None, any warning in it (empty if none)."""
+    notes = " ".join(next((t for name, t in rendered.items() if name.endswith("/NOTES.txt")), "").split())
+    if warning is None:
+        return [f"{case}: NOTES warns: {notes[notes.find('WARNING'):][:200]}"] if "WARNING" in notes else []
+    return [] if warning in notes else [f"{case}: NOTES without {warning!r}: {notes[-400:]}"]
+
+
 def main(out):
     problems = []
     shutil.rmtree(out, ignore_errors=True)
@@ -214,6 +242,7 @@ def main(out):
         except Exception as error:  # the SDK raises its own error types; any is a failure here
             problems.append(f"{case}: template: {error}")
             continue
+        problems += notes_problems(case, rendered, WARNED.get(case))
         every_text = "\n".join(rendered.values())
         for header in STRIPPED.get(case, []):
             if f"- remove: {header}\n" not in every_text:
@@ -236,6 +265,12 @@ def main(out):
         problems.append("istio on Envoy 1.35: routeBodyBufferLimit false still renders request_body_buffer_limit")
     else:
         print("  ok  helm lint + template istio on Envoy 1.35: no route body buffer limit")
+    for case, (values, warning) in NOTES_ONLY.items():
+        found = notes_problems(case, chart.render(values, name="wasm-epp", namespace=NAMESPACE, is_install=True), warning)
+        problems += found
+        if not found:
+            print(f"  ok  NOTES warn ({case})")
+    problems += [f"{case}: in WARNED, not in CASES" for case in sorted(WARNED.keys() - CASES.keys())]
     for case, values in REFUSED.items():
         reason = REASONS.get(case)
         if reason is None:
