@@ -2,7 +2,7 @@
 //! routed by) and `request::ModelWatch` (another `model` after it, read as the rest streams
 //! past), on any bytes cut into chunks of any size. Beyond "no panic": each answers the same
 //! however the body is cut (the routing cannot depend on the network's chunking); a model read
-//! is the bytes its range names; the watch keeps no more than a part's bounded headers and
+//! is the bytes its range names; the watch keeps no more than a part's bounded header line and
 //! value between chunks, however long the form.
 
 #![no_main]
@@ -12,7 +12,7 @@ use picker::request::{FormRead, FormScan, ModelWatch, Watched};
 
 const BOUNDARY: &str = "b0";
 
-/// Bytes the watch may keep between chunks: a part's headers (4 KiB), a value (256 bytes),
+/// Bytes the watch may keep between chunks: a part's header line (4 KiB), a value (256 bytes),
 /// and a delimiter cut twice, with room to spare.
 const MOST_KEPT: usize = 4096 + 256 + 4 * (BOUNDARY.len() + 4) + 64;
 

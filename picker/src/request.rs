@@ -29,7 +29,7 @@ mod responses;
 mod scan;
 
 pub use cut::{Message, MAX_CUT_MESSAGES};
-pub use form::{form_boundary, FormModel, FormRead, FormScan, ModelWatch, Replaceable, Watched};
+pub use form::{form_boundary, FormModel, FormRead, FormScan, ModelWatch, Replaceable, Watched, MAX_HEADER_LINE};
 pub use media::{media_in, PromptMedia, MEDIA_FIELDS};
 pub use messages::{parse_messages, parse_messages_plainly};
 pub use model_place::{find_model, read_model, ModelPlace, Unreadable};

@@ -246,3 +246,64 @@ fn a_refused_upload_is_the_gateways_answer_not_its_pods() {
     upload_answered(&bench, &one, Some("500"));
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{WHISPER}")), 1, "two failures in a row");
 }
+
+const MODEL_DISPOSITION: &[u8] = b"Content-Disposition: form-data; name=\"model\"";
+
+/// `body` with a part of raw header `lines` (without their line breaks) and `content` added
+/// before its close delimiter.
+fn with_part(body: &[u8], lines: &[&[u8]], content: &[u8]) -> Vec<u8> {
+    let close = format!("--{BOUNDARY}--\r\n");
+    let mut added = body[..body.len() - close.len()].to_vec();
+    added.extend(format!("--{BOUNDARY}\r\n").bytes());
+    for line in lines {
+        added.extend_from_slice(line);
+        added.extend(b"\r\n");
+    }
+    added.extend(b"\r\n");
+    added.extend_from_slice(content);
+    added.extend(b"\r\n");
+    added.extend(close.bytes());
+    added
+}
+
+/// A header line of `bytes` bytes that says nothing of its part.
+fn padding_header(bytes: usize) -> Vec<u8> {
+    let mut line = b"X-Pad: ".to_vec();
+    line.resize(bytes, b'p');
+    line
+}
+
+/// The message of the last reply sent.
+fn last_message(bench: &Bench) -> String {
+    let reply: serde_json::Value = serde_json::from_slice(&bench.host.replies.borrow().last().unwrap().body).unwrap();
+    reply["error"]["message"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_second_model_behind_long_part_headers_is_refused_and_long_file_headers_go_on() {
+    // python-multipart bounds no header line: vLLM reads this part's model past the padding.
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let first = form(&[("model", b"whisper"), ("file", &vec![7u8; 50_000])]);
+    let hidden = with_part(&first, &[&padding_header(5 * 1024), MODEL_DISPOSITION], b"llama");
+    let (steps, replies, counts) = upload_held(&bench, &hidden, 16_384);
+    assert_eq!(steps.first(), Some(&Step::Continue), "routed with its first chunk: {steps:?}");
+    assert_eq!(steps.last(), Some(&Step::Pause), "{steps:?}");
+    assert_eq!((replies, counts), (vec![400], (0, 0)));
+    assert!(last_message(&bench).contains("\"llama\""), "{}", last_message(&bench));
+    // A Content-Disposition longer than any client writes may name a model past what is read.
+    let mut disposition = b"Content-Disposition: form-data; filename=\"".to_vec();
+    disposition.resize(5_000, b'a');
+    disposition.extend(b"\"; name=\"model\"");
+    let (_, replies, counts) = upload_held(&bench, &with_part(&first, &[&disposition], b"llama"), 16_384);
+    assert_eq!((replies, counts), (vec![400, 400], (0, 0)));
+    assert!(last_message(&bench).contains("Content-Disposition"), "{}", last_message(&bench));
+    assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 2);
+    // A client's long header beside its file is no conflict: the upload streams on.
+    let file_disposition = b"Content-Disposition: form-data; name=\"file\"; filename=\"a.wav\"";
+    let long_file =
+        with_part(&form(&[("model", b"whisper")]), &[file_disposition, &padding_header(100_000)], &[7; 50_000]);
+    let (steps, replies, counts) = upload_held(&bench, &long_file, 16_384);
+    assert!(steps.iter().all(|step| *step == Step::Continue), "{steps:?}");
+    assert_eq!((replies, counts), (vec![400, 400], (1, 0)));
+}

@@ -9,8 +9,11 @@
 //! and the upload streams on from there; a client that sends the file first is read up to its
 //! end, within the filter's buffer bound. A part that is not the model's is skipped: only the
 //! bytes that arrive after it are searched for the next delimiter, so a long file costs one
-//! pass. Anything unexpected (no delimiter, headers or a value too long, text that is not
-//! UTF-8) reads as "no model", and the upload is routed by load as before.
+//! pass. A part's headers are read a line at a time, and only its `Content-Disposition` (its
+//! name) and `Content-Transfer-Encoding` are looked into: any other header line, however long,
+//! is passed over unkept, as python-multipart, which bounds none, reads past it. Anything
+//! unexpected (no delimiter, a value too long, text that is not UTF-8) reads as "no model",
+//! and the upload is routed by load as before.
 
 mod charset;
 mod model_watch;
@@ -19,12 +22,16 @@ mod part_headers;
 use std::ops::Range;
 
 use charset::{form_charset, FormCharset};
-use part_headers::{named_parameters, part_name, transfer_encoded};
+use part_headers::{named_parameters, PartHeaders};
 
 pub use model_watch::{ModelWatch, Watched};
 
-/// The most bytes of one part's headers read (a part names itself in one short line).
-const MAX_PART_HEADERS: usize = 4096;
+/// The longest part header line read whole. A `Content-Disposition` is a part's name and, for
+/// a file, its filename (at most 255 bytes on common file systems; even percent-encoded, or as
+/// RFC 2231's `filename*`, under 1 KiB in all): no client writes one longer, and a longer one
+/// is refused ([`FormRead::DispositionTooLong`]), as what it names cannot be known from what
+/// was read of it. Any other header line longer than this is passed over unread.
+pub const MAX_HEADER_LINE: usize = 4096;
 
 /// The longest model name read from a form (as the pods' model lists bound their names).
 const MAX_MODEL_BYTES: usize = 256;
@@ -52,6 +59,9 @@ pub enum FormRead {
     More,
     /// The form names no model that can be read (or is not one): route it without.
     NoModel,
+    /// A part's `Content-Disposition` line is longer than [`MAX_HEADER_LINE`]: which field it
+    /// is (`model` or another) is not known.
+    DispositionTooLong,
 }
 
 /// The form's `model` field as read, and where it lies, so that it can be rewritten.
@@ -100,8 +110,12 @@ impl FormModel {
 enum Place {
     /// Looking for the next delimiter from here (the first may open the body).
     Delimiter { from: usize },
-    /// A part's headers start here.
-    Headers { start: usize },
+    /// A part's header line, or the blank line that ends its headers, starts here; `part`:
+    /// what its lines before said.
+    Headers { start: usize, part: PartHeaders },
+    /// A header line longer than [`MAX_HEADER_LINE`] goes on from here to its line break,
+    /// passed over.
+    LongLine { from: usize, part: PartHeaders },
     /// The model's value starts here; `encoded`: its part declares a transfer encoding.
     Value { start: usize, encoded: bool },
     /// A delimiter ended before here: the rest of its line (transport padding, spaces and
@@ -139,8 +153,8 @@ impl FormScan {
     /// The body's offset the next read must start at: what comes before it is not needed again.
     pub fn resume_at(&self) -> usize {
         match self.place {
-            Place::Delimiter { from } | Place::Padding { from } => from,
-            Place::Headers { start } | Place::Value { start, .. } => start,
+            Place::Delimiter { from } | Place::Padding { from } | Place::LongLine { from, .. } => from,
+            Place::Headers { start, .. } | Place::Value { start, .. } => start,
         }
     }
 
@@ -165,7 +179,8 @@ impl FormScan {
             let from = |at: usize| bytes.get(at.saturating_sub(base)..).unwrap_or_default();
             let read = match self.place {
                 Place::Delimiter { from: at } => self.find_delimiter(from(at), at),
-                Place::Headers { start } => self.read_headers(from(start), start),
+                Place::Headers { start, part } => self.read_header_line(from(start), start, part),
+                Place::LongLine { from: at, part } => self.pass_long_line(from(at), at, part),
                 Place::Value { start, encoded } => self.read_value(from(start), start, encoded),
                 Place::Padding { from: at } => self.read_padding(from(at), at),
             };
@@ -214,7 +229,7 @@ impl FormScan {
         let at = from + padding;
         let rest = bytes.get(padding..).unwrap_or_default();
         if rest.starts_with(b"\r\n") {
-            self.place = Place::Headers { start: at + 2 };
+            self.place = Place::Headers { start: at + 2, part: PartHeaders::default() };
             return Step::Moved;
         }
         if rest.is_empty() || rest == b"\r" {
@@ -232,28 +247,49 @@ impl FormScan {
         Step::Wait
     }
 
-    /// `bytes` start at a part's headers, at `start` in the body.
-    fn read_headers(&mut self, bytes: &[u8], start: usize) -> Step {
-        // A part without headers has its blank line at once.
-        let end = if bytes.starts_with(b"\r\n") { Some(0) } else { find(bytes, b"\r\n\r\n") };
-        let Some(end) = end else {
-            if bytes.len() > MAX_PART_HEADERS {
-                return Step::Answer(FormRead::NoModel);
-            }
-            return Step::Wait;
-        };
-        if end > MAX_PART_HEADERS {
-            return Step::Answer(FormRead::NoModel);
+    /// `bytes` start at a part's header line, at `start` in the body, or at the blank line
+    /// that ends its headers (at once for a part without headers).
+    fn read_header_line(&mut self, bytes: &[u8], start: usize, mut part: PartHeaders) -> Step {
+        if bytes.starts_with(b"\r\n") {
+            let content = start + 2;
+            self.place = match part {
+                PartHeaders { names_model: true, encoded } => Place::Value { start: content, encoded },
+                // Another field or the file: skipped, its content searched once for its end.
+                PartHeaders { names_model: false, .. } => Place::Delimiter { from: content },
+            };
+            return Step::Moved;
         }
-        let blank = if end == 0 { 2 } else { 4 };
-        let content = start + end + blank;
-        let headers = bytes.get(..end).unwrap_or_default();
-        self.place = match part_name(headers) {
-            Some(name) if name == "model" => Place::Value { start: content, encoded: transfer_encoded(headers) },
-            // Another field or the file: skipped, its content searched once for its end.
-            _ => Place::Delimiter { from: content },
-        };
-        Step::Moved
+        // A line that may be read whole has its line break within these (each byte looked at
+        // once more at most: a long line is searched on from its opening's end).
+        let opening = bytes.get(..MAX_HEADER_LINE + 2).unwrap_or(bytes);
+        match find(opening, b"\r\n") {
+            Some(end) if end <= MAX_HEADER_LINE => {
+                part.read_line(bytes.get(..end).unwrap_or_default());
+                self.place = Place::Headers { start: start + end + 2, part };
+                Step::Moved
+            }
+            None if opening.len() < MAX_HEADER_LINE + 2 => Step::Wait,
+            _ => {
+                if part.read_long_line(bytes.get(..MAX_HEADER_LINE).unwrap_or_default()).is_err() {
+                    return Step::Answer(FormRead::DispositionTooLong);
+                }
+                // Its line break is past the opening's last line-length byte.
+                self.place = Place::LongLine { from: start + MAX_HEADER_LINE, part };
+                Step::Moved
+            }
+        }
+    }
+
+    /// `bytes` start at `from`, within a header line too long to read: passed over, each
+    /// byte once and none kept but a `\r` that may open its line break.
+    fn pass_long_line(&mut self, bytes: &[u8], from: usize, part: PartHeaders) -> Step {
+        if let Some(end) = find(bytes, b"\r\n") {
+            self.place = Place::Headers { start: from + end + 2, part };
+            return Step::Moved;
+        }
+        let kept = usize::from(bytes.ends_with(b"\r"));
+        self.place = Place::LongLine { from: from + bytes.len() - kept, part };
+        Step::Wait
     }
 
     /// `bytes` start at the model's value, at `start` in the body.

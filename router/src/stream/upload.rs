@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use picker::request::{FormModel, FormRead, FormScan, InferenceRequest, ModelWatch, Watched};
+use picker::request::{FormModel, FormRead, FormScan, InferenceRequest, ModelWatch, Watched, MAX_HEADER_LINE};
 use wasm_epp_host::Host;
 
 use super::{RequestStream, Step};
@@ -80,7 +80,10 @@ impl RequestStream {
                 self.model_watch = Some(Box::new(watch));
                 self.judge_watched(host, watched).unwrap_or(step)
             }
-            _ => self.route(host, None),
+            // Nothing was picked for a model yet: a form that cannot be read goes by load, as
+            // one without a model does (a `Content-Disposition` too long to read among them;
+            // after the model it went by, the watch refuses one instead). (`More` waited above.)
+            FormRead::NoModel | FormRead::DispositionTooLong | FormRead::More => self.route(host, None),
         }
     }
 
@@ -108,23 +111,34 @@ impl RequestStream {
                 None
             }
             Watched::Conflict(other) => {
-                self.model_watch = None;
-                self.worker.stats.increment(self.worker.stats.upload_model_conflict);
                 let other = other.map_or_else(|| "one that cannot be read".to_owned(), |name| format!("{name:?}"));
-                send_error(
+                self.refuse_upload(
                     host,
-                    400,
-                    "invalid_request_error",
                     &format!("the form names `model` again, as {other}: an upload names one model, once"),
-                );
-                // Its pick is given back now (Envoy resets the upstream request as the reply
-                // ends it): the response hooks then see the gateway's answer, not the pod's,
-                // which outlier detection would count a success and the served header name.
-                // (After the reply: the release may hand the place to a held request.)
-                self.release(host);
-                Some(Step::Pause)
+                )
             }
+            // It may name another model past what was read of it.
+            Watched::DispositionTooLong => self.refuse_upload(
+                host,
+                &format!(
+                    "a part of the form after its `model` has a Content-Disposition header longer than \
+                     {MAX_HEADER_LINE} bytes, which no client writes: which field it is cannot be told"
+                ),
+            ),
         }
+    }
+
+    /// Answers an upload that went on 400 with `message`, counted as one naming another model.
+    fn refuse_upload(&mut self, host: &dyn Host, message: &str) -> Option<Step> {
+        self.model_watch = None;
+        self.worker.stats.increment(self.worker.stats.upload_model_conflict);
+        send_error(host, 400, "invalid_request_error", message);
+        // Its pick is given back now (Envoy resets the upstream request as the reply ends it):
+        // the response hooks then see the gateway's answer, not the pod's, which outlier
+        // detection would count a success and the served header name. (After the reply: the
+        // release may hand the place to a held request.)
+        self.release(host);
+        Some(Step::Pause)
     }
 
     /// The model an upload is sent as, chosen as a JSON body's is; `None` also when its form's

@@ -21,14 +21,17 @@ pub enum Watched {
     /// vLLM would still read as the model). Named again after a rewrite, even as the same name:
     /// that value would reach the pod unrewritten.
     Conflict(Option<String>),
+    /// A part's `Content-Disposition` longer than any client writes
+    /// ([`super::MAX_HEADER_LINE`]): it may name another `model` past what was read of it.
+    DispositionTooLong,
 }
 
 /// A watch over the parts after a form's first `model`.
 #[derive(Debug, Clone)]
 pub struct ModelWatch {
     scan: FormScan,
-    /// The bytes from the scan's resume point to the end of what was fed: a delimiter, part
-    /// headers or a value cut by a chunk's end (bounded as the scan bounds them).
+    /// The bytes from the scan's resume point to the end of what was fed: a delimiter, a part's
+    /// header line or a value cut by a chunk's end (bounded as the scan bounds them).
     kept: Vec<u8>,
     /// The name the upload was routed by, as the form gave it.
     routed_by: String,
@@ -43,7 +46,7 @@ impl ModelWatch {
         Self { scan: scan.after(model), kept: Vec::new(), routed_by: model.name.clone(), rewritten }
     }
 
-    /// The bytes kept between chunks (bounded as the scan bounds a part's headers and value).
+    /// The bytes kept between chunks (bounded as the scan bounds a part's header line and value).
     pub fn kept_len(&self) -> usize {
         self.kept.len()
     }
@@ -75,6 +78,7 @@ impl ModelWatch {
                 }
                 FormRead::Model(model) => return Watched::Conflict(Some(model.name)),
                 FormRead::NoModel if self.scan.stopped_in_model_value() => return Watched::Conflict(None),
+                FormRead::DispositionTooLong => return Watched::DispositionTooLong,
                 FormRead::NoModel => return Watched::Done,
             }
         }

@@ -46,7 +46,7 @@ pub(super) fn audio(bytes: usize) -> Vec<u8> {
 fn named(read: &FormRead) -> Option<&str> {
     match read {
         FormRead::Model(model) => Some(&model.name),
-        FormRead::More | FormRead::NoModel => None,
+        FormRead::More | FormRead::NoModel | FormRead::DispositionTooLong => None,
     }
 }
 
@@ -149,10 +149,12 @@ fn odd_values_read_as_no_model() {
         let body = form("", &[("model", value), ("file", &audio(100))]);
         assert_eq!(feed(&body, 64).0, FormRead::NoModel, "{value:?}");
     }
-    // Headers that never end, and a body with no delimiter at all.
+    // A header line that never ends (passed over as it arrives, python-multipart bounding
+    // none), and a body with no delimiter at all.
     let mut endless = format!("--{BOUNDARY}\r\nX-Pad: ").into_bytes();
     endless.extend(std::iter::repeat_n(b'x', 10_000));
-    assert_eq!(FormScan::new(BOUNDARY).scan(&endless, false), FormRead::NoModel);
+    assert_eq!(FormScan::new(BOUNDARY).scan(&endless, false), FormRead::More);
+    assert_eq!(FormScan::new(BOUNDARY).scan(&endless, true), FormRead::NoModel);
     assert_eq!(feed(&audio(50_000), 1_000).0, FormRead::NoModel);
     // A part without headers is no field.
     let bare = format!("--{BOUNDARY}\r\n\r\nqwen\r\n--{BOUNDARY}--\r\n");
@@ -248,4 +250,62 @@ fn every_cut_of_the_body_reads_as_the_whole_body_does() {
             assert_eq!(feed(body, chunk).0, whole, "chunks of {chunk}: {}", String::from_utf8_lossy(body));
         }
     }
+}
+
+/// A form whose one part has these raw header `lines` and the content `qwen`.
+fn one_part(lines: &[&[u8]]) -> Vec<u8> {
+    let mut body = format!("--{BOUNDARY}\r\n").into_bytes();
+    for line in lines {
+        body.extend_from_slice(line);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("\r\nqwen\r\n--{BOUNDARY}--\r\n").as_bytes());
+    body
+}
+
+#[test]
+fn header_lines_of_any_length_beside_the_name_are_passed_over_once() {
+    // python-multipart bounds no header line: vLLM reads the part's name whatever comes beside it.
+    let mut pad = b"X-Pad: ".to_vec();
+    pad.resize(300_000, b'p');
+    let disposition = &b"Content-Disposition: form-data; name=\"model\""[..];
+    for lines in [[&pad[..], disposition], [disposition, &pad[..]]] {
+        let body = one_part(&lines);
+        for chunk in [1_000, 16_384, body.len()] {
+            let (answer, read) = feed(&body, chunk);
+            assert_eq!(named(&answer), Some("qwen"), "{chunk}");
+            // Once, and a line's opening once more.
+            assert!(read <= body.len() + body.len().div_ceil(chunk) * (MAX_HEADER_LINE + 2), "{chunk}: read {read}");
+        }
+    }
+    // A file's long header, the file sent before the model.
+    let mut long_file = form("", &[("file", &audio(1_000)), ("model", b"whisper")]);
+    let at = memchr::memmem::find(&long_file, b"Content-Type: audio/wav").expect("the file's type");
+    let mut header = b"X-Signature: ".to_vec();
+    header.resize(20_000, b's');
+    header.extend_from_slice(b"\r\n");
+    long_file.splice(at..at, header);
+    for chunk in [7, 1_000, long_file.len()] {
+        assert_eq!(named(&feed(&long_file, chunk).0), Some("whisper"), "{chunk}");
+    }
+    // A transfer encoding too long to read is taken for one that changes the value's bytes.
+    let mut encoding = b"Content-Transfer-Encoding: ".to_vec();
+    encoding.resize(5_000, b' ');
+    encoding.extend_from_slice(b"binary");
+    let FormRead::Model(model) = feed(&one_part(&[disposition, &encoding]), 64).0 else { panic!("no model") };
+    assert_eq!(model.replaceable, Replaceable::No);
+}
+
+#[test]
+fn a_content_disposition_longer_than_any_client_writes_is_told() {
+    let mut disposition = b"Content-Disposition: form-data; filename=\"".to_vec();
+    disposition.resize(MAX_HEADER_LINE + 1 - b"\"; name=\"model\"".len(), b'a');
+    disposition.extend_from_slice(b"\"; name=\"model\"");
+    let body = one_part(&[&disposition]);
+    for chunk in [1, 64, 4_096, body.len()] {
+        assert_eq!(feed(&body, chunk).0, FormRead::DispositionTooLong, "{chunk}");
+    }
+    // A byte shorter, it is read.
+    disposition.remove(50);
+    assert_eq!(named(&feed(&one_part(&[&disposition]), 64).0), Some("qwen"));
 }

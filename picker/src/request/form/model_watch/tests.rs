@@ -73,3 +73,88 @@ fn the_watch_keeps_no_more_than_a_cut_delimiter_or_part_between_chunks() {
     assert_eq!(answer, Watched::Done);
     assert!(most_kept < 4096 + 256 + 2 * BOUNDARY.len() + 8, "kept {most_kept}");
 }
+
+/// `body` with a part of these raw `headers` (lines without their line breaks) and `content`
+/// added before its close delimiter.
+fn with_part(body: &[u8], headers: &[&[u8]], content: &[u8]) -> Vec<u8> {
+    let close = format!("--{BOUNDARY}--\r\n");
+    let mut added = body[..body.len() - close.len()].to_vec();
+    added.extend_from_slice(format!("--{BOUNDARY}\r\n").as_bytes());
+    for line in headers {
+        added.extend_from_slice(line);
+        added.extend_from_slice(b"\r\n");
+    }
+    added.extend_from_slice(b"\r\n");
+    added.extend_from_slice(content);
+    added.extend_from_slice(b"\r\n");
+    added.extend_from_slice(close.as_bytes());
+    added
+}
+
+/// A header line of `bytes` bytes that says nothing of its part.
+fn padding_header(bytes: usize) -> Vec<u8> {
+    let mut line = b"X-Pad: ".to_vec();
+    line.resize(bytes, b'p');
+    line
+}
+
+const MODEL_DISPOSITION: &[u8] = b"Content-Disposition: form-data; name=\"model\"";
+
+#[test]
+fn another_model_behind_long_part_headers_is_told() {
+    // python-multipart bounds no header line: vLLM reads this part's model whatever comes beside it.
+    let first = form("", &[("model", b"whisper"), ("file", &audio(20_000))]);
+    let pad = padding_header(5 * 1024);
+    let huge = padding_header(200_000);
+    for headers in [
+        [&pad[..], MODEL_DISPOSITION],
+        [MODEL_DISPOSITION, &pad[..]],
+        [&huge[..], MODEL_DISPOSITION],
+        [b"Content-Disposition: form-data; name=\"language\"", &pad[..]],
+    ] {
+        let body = with_part(&first, &headers, b"llama");
+        let named_model = headers.contains(&MODEL_DISPOSITION);
+        let told = if named_model { Watched::Conflict(Some("llama".into())) } else { Watched::Done };
+        for chunk in CHUNKS {
+            let (answer, most_kept) = watch(&body, chunk, false);
+            assert_eq!(answer, told, "chunk {chunk}");
+            assert!(most_kept <= 4096 + 256 + 2 * BOUNDARY.len() + 8, "chunk {chunk}: kept {most_kept}");
+        }
+    }
+}
+
+#[test]
+fn long_headers_in_the_file_part_are_passed_over() {
+    // A client's own long header (a signature, a note) beside the file: the upload goes on.
+    let first = form("", &[("model", b"whisper")]);
+    let disposition = b"Content-Disposition: form-data; name=\"file\"; filename=\"talk.wav\"";
+    let pad = padding_header(100_000);
+    let body = with_part(&first, &[disposition, &pad, b"Content-Type: audio/wav"], &audio(50_000));
+    for chunk in CHUNKS {
+        let (answer, most_kept) = watch(&body, chunk, false);
+        assert_eq!(answer, Watched::Done, "chunk {chunk}");
+        assert!(most_kept <= 4096 + 256 + 2 * BOUNDARY.len() + 8, "chunk {chunk}: kept {most_kept}");
+    }
+}
+
+#[test]
+fn a_content_disposition_longer_than_any_client_writes_is_refused() {
+    // It could name another model (its last `name`) past what the watch reads of it.
+    let first = form("", &[("model", b"whisper"), ("file", &audio(5_000))]);
+    let mut long_file_name = b"Content-Disposition: form-data; filename=\"".to_vec();
+    long_file_name.resize(5_000, b'a');
+    long_file_name.extend_from_slice(b"\"; name=\"model\"");
+    let body = with_part(&first, &[&long_file_name], b"llama");
+    for chunk in CHUNKS {
+        assert_eq!(watch(&body, chunk, false).0, Watched::DispositionTooLong, "chunk {chunk}");
+    }
+    // As long as one may be (4 KiB), it is read.
+    let mut longest = b"Content-Disposition: form-data; filename=\"".to_vec();
+    longest.resize(4096 - b"\"; name=\"model\"".len(), b'a');
+    longest.extend_from_slice(b"\"; name=\"model\"");
+    assert_eq!(longest.len(), 4096);
+    let body = with_part(&first, &[&longest], b"llama");
+    for chunk in CHUNKS {
+        assert_eq!(watch(&body, chunk, false).0, Watched::Conflict(Some("llama".into())), "chunk {chunk}");
+    }
+}
