@@ -443,7 +443,8 @@ impl RequestStream {
     /// never reaches `end_of_stream`, and the request would leave unrouted.
     pub fn on_request_trailers(&mut self, host: &dyn Host) -> Step {
         if self.decided && !self.peer {
-            return Step::Continue;
+            // An upload that went on: its form ends here.
+            return self.end_upload_watch(host);
         }
         match self.on_request_body(host, self.body_size, true) {
             Step::Continue => Step::Continue,

@@ -307,3 +307,27 @@ fn a_second_model_behind_long_part_headers_is_refused_and_long_file_headers_go_o
     assert!(steps.iter().all(|step| *step == Step::Continue), "{steps:?}");
     assert_eq!((replies, counts), (vec![400, 400], (1, 0)));
 }
+
+#[test]
+fn a_second_model_cut_by_the_forms_end_is_refused_at_its_trailers() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", content_type.as_str())];
+    let whole = form(&[("model", b"whisper"), ("file", &vec![7u8; 50_000])]);
+    // The second model's value has no delimiter after it: only the trailers say it is whole.
+    let mut cut = whole[..whole.len() - BOUNDARY.len() - 6].to_vec();
+    cut.extend(format!("--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nllama").bytes());
+    for (body, refused) in [(&cut, true), (&whole, false)] {
+        let (mut stream, steps) = bench.upload_in_chunks_until(&headers, body, 16_384, true);
+        let during = bench.worker.inflight.borrow().local_count(WHISPER);
+        stream.on_log(&bench.host);
+        assert_eq!(steps.first(), Some(&Step::Continue), "routed with its first chunk: {steps:?}");
+        let at_trailers = if refused { Step::Pause } else { Step::Continue };
+        assert_eq!(steps.last(), Some(&at_trailers), "{steps:?}");
+        assert_eq!(during, u32::from(!refused), "given back as it is refused");
+    }
+    assert_eq!(bench.host.replies.borrow().iter().map(|reply| reply.status).collect::<Vec<_>>(), vec![400]);
+    assert!(last_message(&bench).contains("cannot be read"), "{}", last_message(&bench));
+    assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 1);
+}

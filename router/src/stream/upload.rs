@@ -100,6 +100,16 @@ impl RequestStream {
         self.judge_watched(host, watched).unwrap_or(Step::Continue)
     }
 
+    /// Trailers end an upload that went on: the form has no more bytes, so a second `model`
+    /// cut by its end (the watch was waiting for its delimiter) is told now, as it would be
+    /// by a last chunk that ends the stream. Still before the pod answers: vLLM reads the
+    /// form to its end, and Envoy sends the pod the trailers only when this goes on.
+    pub(super) fn end_upload_watch(&mut self, host: &dyn Host) -> Step {
+        let Some(watch) = self.model_watch.as_mut() else { return Step::Continue };
+        let watched = watch.feed(&[], true);
+        self.judge_watched(host, watched).unwrap_or(Step::Continue)
+    }
+
     /// Refuses the upload when its form names another model than the one it went by (vLLM
     /// would serve that one, on a pod not picked for it): 400, before the pod has the whole form,
     /// and so before it answers. `None`: it goes on.

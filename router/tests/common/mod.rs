@@ -148,6 +148,18 @@ impl Bench {
     /// Starts an upload of `body` with `headers` (its form held for its model), then feeds
     /// the body in chunks of `chunk` bytes; the stream and the step of each body call.
     pub fn upload_in_chunks(&self, headers: &[(&str, &str)], body: &[u8], chunk: usize) -> (RequestStream, Vec<Step>) {
+        self.upload_in_chunks_until(headers, body, chunk, false)
+    }
+
+    /// [`Self::upload_in_chunks`], the stream ended by trailers after the last chunk if
+    /// `trailers` (an HTTP/2 or gRPC-style client's): their step is the last.
+    pub fn upload_in_chunks_until(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        chunk: usize,
+        trailers: bool,
+    ) -> (RequestStream, Vec<Step>) {
         self.host.set_request(headers, body);
         let mut stream = RequestStream::new(self.worker.clone());
         assert_eq!(stream.on_request_headers(&self.host, false), Step::Pause, "held for its form");
@@ -160,7 +172,7 @@ impl Bench {
         while arrived < body.len() {
             let from = arrived;
             arrived = (arrived + chunk.max(1)).min(body.len());
-            let end = arrived == body.len();
+            let end = arrived == body.len() && !trailers;
             let step = match went_on.as_mut() {
                 None => stream.on_request_body(&self.host, arrived, end),
                 Some(sent) => {
@@ -177,6 +189,9 @@ impl Bench {
                 went_on = Some(buffered);
             }
             steps.push(step);
+        }
+        if trailers {
+            steps.push(stream.on_request_trailers(&self.host));
         }
         if let Some(sent) = went_on {
             *self.host.body.borrow_mut() = sent;
