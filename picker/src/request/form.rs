@@ -203,9 +203,9 @@ impl FormScan {
             find(bytes, &self.delimiter).map(|at| (at, self.delimiter.len()))
         };
         let Some((at, length)) = found else {
-            // Keep what could be the start of a delimiter cut by the chunk's end.
-            let keep = self.delimiter.len().saturating_sub(1);
-            self.place = Place::Delimiter { from: from + bytes.len().saturating_sub(keep) };
+            // Keep only what could start a delimiter cut by the chunk's end (mostly nothing:
+            // the watch then has no bytes to join the next chunk to, and copies none).
+            self.place = Place::Delimiter { from: from + bytes.len() - self.cut_delimiter(bytes, from) };
             return Step::Wait;
         };
         let after = at + length;
@@ -218,6 +218,20 @@ impl FormScan {
             }
             None => self.wait_at(from + at),
         }
+    }
+
+    /// How many of the last of `bytes` (which start at `from` and hold no whole delimiter) a
+    /// delimiter may start with, the rest of it in the next bytes: the longest such end.
+    fn cut_delimiter(&self, bytes: &[u8], from: usize) -> usize {
+        // The body's first bytes may be the start of an opening delimiter, without its line break.
+        let opening = self.delimiter.get(2..).unwrap_or_default();
+        if from == 0 && opening.starts_with(bytes) {
+            return bytes.len();
+        }
+        (1..self.delimiter.len().min(bytes.len() + 1))
+            .rev()
+            .find(|&length| bytes.get(bytes.len() - length..).is_some_and(|end| self.delimiter.starts_with(end)))
+            .unwrap_or(0)
     }
 
     /// `bytes` start at `from`, after a delimiter: spaces and tabs, then its line break, open

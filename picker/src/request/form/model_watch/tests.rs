@@ -72,6 +72,26 @@ fn the_watch_keeps_no_more_than_a_cut_delimiter_or_part_between_chunks() {
     let (answer, most_kept) = watch(&body, 65_536, false);
     assert_eq!(answer, Watched::Done);
     assert!(most_kept < 4096 + 256 + 2 * BOUNDARY.len() + 8, "kept {most_kept}");
+    // A file whose chunks end in nothing a delimiter starts with: nothing kept, so no chunk is
+    // copied to be joined to what was.
+    let plain = form("", &[("model", b"whisper"), ("file", &vec![b'a'; 200_000])]);
+    let mut scan = FormScan::new(BOUNDARY);
+    let FormRead::Model(model) = scan.scan(&plain, true) else { panic!("no first model") };
+    let file = memchr::memmem::find(&plain, b"aaaa").unwrap();
+    for chunk in [1, 7, 4096, 65_536] {
+        let mut watch = ModelWatch::after(&scan, &model, false);
+        assert_eq!(watch.feed(&plain[model.value.end..file], false), Watched::Fine);
+        for bytes in plain[file..file + 200_000].chunks(chunk) {
+            assert_eq!((watch.feed(bytes, false), watch.kept_len()), (Watched::Fine, 0), "chunk {chunk}");
+        }
+    }
+    // Any end of a delimiter cut is kept, and read with what follows.
+    let near = format!("\r\n--{}", &BOUNDARY[..BOUNDARY.len() - 1]);
+    let file = [near.as_bytes(), b"x", near.as_bytes()].concat();
+    let cut = form("", &[("model", b"whisper"), ("file", &file), ("model", b"llama")]);
+    for chunk in 1..=64 {
+        assert_eq!(watch(&cut, chunk, false).0, Watched::Conflict(Some("llama".into())), "chunk {chunk}");
+    }
 }
 
 /// `body` with a part of these raw `headers` (lines without their line breaks) and `content`
