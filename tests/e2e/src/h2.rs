@@ -17,8 +17,8 @@ pub fn post_with_trailers(port: u16, extra: &[(&str, &str)], trailers: &[(&str, 
 }
 
 /// One HTTP/2 (prior knowledge) POST to `path` whose body is `chunks`, one DATA frame each
-/// (hyper splits a chunk past the peer's frame size), then `trailers` if given. Returns the
-/// status and the pod that served it.
+/// (hyper splits a chunk past the peer's frame size), then `trailers` if given; JSON unless
+/// `extra` names a content type. Returns the status and the pod that served it.
 pub fn post_frames(
     port: u16,
     path: &str,
@@ -42,8 +42,10 @@ pub fn post_frames(
             }
             frames.push_back(Frame::trailers(trailer_map));
         }
-        let mut request =
-            hyper::Request::post(format!("http://127.0.0.1:{port}{path}")).header("content-type", "application/json");
+        let mut request = hyper::Request::post(format!("http://127.0.0.1:{port}{path}"));
+        if !extra.iter().any(|(name, _)| name.eq_ignore_ascii_case("content-type")) {
+            request = request.header("content-type", "application/json");
+        }
         for (name, value) in extra {
             request = request.header(*name, *value);
         }

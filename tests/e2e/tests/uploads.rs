@@ -181,7 +181,31 @@ fn a_form_naming_another_model_after_its_file_is_refused_and_no_pod_serves_it() 
         assert_eq!(upload("llama", options), "400", "{options:?}");
         assert_eq!(upload("whisper", options), "200", "{options:?}: the same name again is what vLLM reads");
     }
-    cluster.wait_for_stat("wasm_epp_upload_model_conflict", 4.0);
+    // Behind part headers past 4 KiB, which vLLM's parser reads past: refused all the same.
+    // (curl writes the header file's lines after the part's Content-Disposition, each cut
+    // to ~1 KiB.)
+    let padding = cluster.dir.join("padding-headers");
+    let lines: Vec<String> = (0..6).map(|i| format!("X-Pad-{i}: {}", "p".repeat(900))).collect();
+    std::fs::write(&padding, lines.join("\n")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(upload(&format!("llama;headers=@{}", padding.display()), &[]), "400", "behind a long header");
+    // Over HTTP/2 a form may end in trailers: a second model its body's end cuts is told at them.
+    let boundary = "e2e-trailers";
+    let fields = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper\r\n--{boundary}\r\n\
+         Content-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\r\n{}\r\n",
+        "-".repeat(100_000)
+    );
+    let cut = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nllama");
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    let (status, served) = e2e::h2::post_frames(
+        cluster.envoy.listen_port,
+        "/v1/audio/transcriptions",
+        &[("content-type", &content_type)],
+        &[fields.into(), cut.into()],
+        Some(&[("x-checksum", "0")]),
+    );
+    assert_eq!((status, served), (400, None), "refused at the trailers, by the gateway");
+    cluster.wait_for_stat("wasm_epp_upload_model_conflict", 6.0);
     let served = cluster.pods[1].stats().unwrap_or_else(|e| panic!("{e}"));
     // (The refused ones reached it, and were cut off before their form ended.)
     let transcriptions = &served["endpoints"]["/v1/audio/transcriptions"];
