@@ -64,6 +64,11 @@ pub struct ModelQuery<'a> {
     pub subset: Option<&'a [PodAddress]>,
     /// The table's model index (built per publish by the worker); built here when `None`.
     pub index: Option<&'a ModelIndex>,
+    /// A pod outside the routed table names `model` (under P/D, a decode pod, for the prefill
+    /// pick among the prefill pods): a name no pod here lists is then known to be another
+    /// pod's, so a pod whose lists were cut is not presumed to serve it, nor is any pod by
+    /// load. Pods that name no model still may.
+    pub named_elsewhere: bool,
 }
 
 /// Where one request goes, and how the choice was made.
@@ -171,6 +176,10 @@ fn eligible_pods(query: &ModelQuery<'_>, table: &PodTable) -> Result<Vec<(usize,
     }
     if !serving.is_empty() {
         return Ok(serving.into_iter().map(|(i, _)| (i, 0)).collect());
+    }
+    // As for a table where another pod lists the name: its lists say who serves it.
+    if query.named_elsewhere {
+        return Err(NoRoute::UnknownModel);
     }
     if query.unknown_model == UnknownModelPolicy::RouteByLoad {
         // Any pod may serve it (one whose lists were cut among them): by load over all.

@@ -253,6 +253,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             subset: prompt.subset,
             // A role table's positions are not the full table's: its own index.
             index: Some(split.map_or(cache.models(), |roles| roles.decode_models)),
+            named_elsewhere: false,
         },
         learning: learning.as_ref().map(|learner| {
             let typical_ttft_ms = learner.models.typical_ms().unwrap_or(0.0);

@@ -120,7 +120,12 @@ pub fn prefill_pick(
     }
     let query = view.prefix.as_ref().map(|q| (q.index, q.hashes));
     let prefill_table = roles.prefill;
-    let models = ModelQuery { index: Some(roles.prefill_models), ..view.models };
+    // A model a decode pod lists and no prefill pod does is the decode pods' (a prefill pod
+    // whose lists were cut would most likely answer the sidecar's call 404, a round trip
+    // before the decode pod prefills anyway): as the decode pick, cut pods get only names no
+    // pod lists.
+    let named_elsewhere = view.models.model.is_some_and(|model| roles.decode_models.knows(model));
+    let models = ModelQuery { index: Some(roles.prefill_models), named_elsewhere, ..view.models };
     let view = RoutingView { table: Some(prefill_table), fallback_pool: &[], models, ..view };
     let route = choose(&view, &pd.prefill_policy, random).map_err(|_| LocalPrefill::NoPrefillPod)?;
     // A prefill pod with no fresh data is a guess; a decode pod prefilling itself is not.

@@ -101,6 +101,26 @@ fn with_unknown_names_routed_by_load_a_cut_pod_does_not_take_them_all() {
 }
 
 #[test]
+fn a_name_another_table_lists_goes_to_no_cut_pod_here_but_to_one_naming_no_model() {
+    // Under P/D the prefill pick routes on the prefill pods alone: a name a decode pod lists
+    // is known, so neither a cut prefill pod nor load is a reason to send it to one.
+    let mut many = pod("10.0.0.2:80", "base", &["a0"], &[], 0.0);
+    many.names_cut = true;
+    let pool = table(vec![pod("10.0.0.1:80", "other", &[], &[], 0.0), many]);
+    for unknown_model in [UnknownModelPolicy::Reject, UnknownModelPolicy::RouteByLoad] {
+        let query = ModelQuery { named_elsewhere: true, unknown_model, ..ask("b") };
+        assert_eq!(choose_for(&pool, query).unwrap_err(), NoRoute::UnknownModel, "{unknown_model:?}");
+    }
+    let listed = ModelQuery { named_elsewhere: true, ..ask("a0") };
+    assert_eq!(choose_for(&pool, listed).unwrap().address.as_str(), "10.0.0.2:80", "a name it lists as before");
+    let mut silent = pod("10.0.0.3:80", "", &[], &[], 0.0);
+    silent.models.clear();
+    let pool = table(vec![pod("10.0.0.1:80", "other", &[], &[], 0.0), silent]);
+    let query = ModelQuery { named_elsewhere: true, ..ask("b") };
+    assert_eq!(choose_for(&pool, query).unwrap().address.as_str(), "10.0.0.3:80", "it may serve anything");
+}
+
+#[test]
 fn resident_adapters_win_then_free_slots_then_swaps() {
     let pool = table(vec![
         pod("10.0.0.1:80", "base", &["a", "b", "c"], &["b", "c"], 0.0),

@@ -159,6 +159,7 @@ impl<'p, 't> PodRooms<'p, 't> {
                     unknown_model: self.unknown_model,
                     subset: reach.subset,
                     index: Some(shape.models),
+                    named_elsewhere: false,
                 };
                 let Ok(eligible) = eligible_positions(shape.table, &query) else { return Room::Refused };
                 let mut reached = std::mem::take(&mut self.reached);
@@ -259,6 +260,7 @@ impl<'p, 't> PodRooms<'p, 't> {
             unknown_model: self.unknown_model,
             subset: None,
             index: Some(shape.models),
+            named_elsewhere: false,
         };
         let Ok(eligible) = eligible_positions(shape.table, &query) else {
             // A model this worker's table does not know (the other worker's table may be a

@@ -1,0 +1,111 @@
+//! Prefill/decode disaggregation and model names: the prefill pick sends a prompt only to a
+//! prefill pod that serves its model, or may (names none; its lists were cut and no pod lists
+//! the name), as the decode pick and the aggregated pick presume.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use common::{Bench, COMPLETIONS};
+use picker::address::PodAddress;
+use picker::keys;
+use picker::pod_table::{encode_version, PodState, PodTable};
+use picker::role::PodRole;
+use wasm_epp_host::{Host, SharedStore};
+
+const PREFILLER: &str = "x-prefiller-host-port";
+const PD_CONFIG: &str = r#"{"pd": {"threshold_tokens": 1024}}"#;
+
+/// One pod of a published table: its role, the models it names, whether its lists were cut.
+struct Pod(&'static str, PodRole, &'static [&'static str], bool);
+
+fn publish(bench: &Bench, version: u64, pods: &[Pod]) {
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for Pod(address, role, models, cut) in pods {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, *role);
+        pod.models = models.iter().map(|m| (*m).to_owned()).collect();
+        pod.names_cut = *cut;
+        table.pods.push(pod);
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
+    bench.heartbeat();
+}
+
+/// About `tokens` tokens of prompt text at the default 4 bytes per token.
+fn long_prompt(tokens: usize, seed: usize) -> String {
+    (0..tokens).map(|i| format!("w{:03}", (i * 7 + seed) % 1000)).collect()
+}
+
+/// Sends a long prompt for `model`: its destination and prefill pod.
+fn route(bench: &Bench, model: &str, seed: usize) -> (Option<String>, Option<String>) {
+    let body = format!(r#"{{"model":"{model}","prompt":"{}","max_tokens":4}}"#, long_prompt(2000, seed));
+    let answer = bench.complete(&COMPLETIONS, &body);
+    (answer.destination, bench.host.header(PREFILLER))
+}
+
+#[test]
+fn a_model_its_decode_pods_list_is_not_prefilled_on_a_cut_prefill_pod_that_does_not() {
+    // Model b is served by a decode pod alone; the one prefill pod lists model a (and, cut,
+    // more adapters than its lists keep). A name some pod lists is that pod's: the prefill
+    // pod would answer 404 and the decode pod prefill after all, a round trip later. Nor is
+    // it routed by load: `route_by_load` is for names no pod lists.
+    let by_load = r#"{"pd": {"threshold_tokens": 1024}, "models": {"unknown_model": "route_by_load"}}"#;
+    for (config, cut) in [(PD_CONFIG, true), (by_load, true), (by_load, false)] {
+        let bench = Bench::new(config);
+        publish(
+            &bench,
+            1,
+            &[
+                Pod("10.0.0.1:8000", PodRole::Prefill, &["a"], cut),
+                Pod("10.0.0.2:8000", PodRole::Decode, &["a"], false),
+                Pod("10.0.0.3:8000", PodRole::Decode, &["b"], false),
+            ],
+        );
+        let (destination, prefiller) = route(&bench, "b", 1);
+        assert_eq!((destination.as_deref(), prefiller.as_deref()), (Some("10.0.0.3:8000"), None), "{config} {cut}");
+        assert_eq!(bench.stat("wasm_epp.pd_decode_only"), 1, "{config} {cut}");
+        let (destination, prefiller) = route(&bench, "a", 2);
+        assert_eq!(destination.as_deref(), Some("10.0.0.2:8000"), "{config}");
+        assert_eq!(prefiller.as_deref(), Some("10.0.0.1:8000"), "a model it lists: {config}");
+    }
+}
+
+#[test]
+fn a_name_no_pod_lists_goes_to_cut_pods_of_both_roles() {
+    // As the aggregated pick: a name no list holds may be one a cut pod left out.
+    let bench = Bench::new(PD_CONFIG);
+    publish(
+        &bench,
+        1,
+        &[
+            Pod("10.0.0.1:8000", PodRole::Prefill, &["a"], false),
+            Pod("10.0.0.2:8000", PodRole::Prefill, &["a"], true),
+            Pod("10.0.0.3:8000", PodRole::Decode, &["a"], false),
+            Pod("10.0.0.4:8000", PodRole::Decode, &["a"], true),
+        ],
+    );
+    for seed in 0..4 {
+        let (destination, prefiller) = route(&bench, "a99", seed);
+        assert_eq!(destination.as_deref(), Some("10.0.0.4:8000"));
+        assert_eq!(
+            prefiller.as_deref(),
+            Some("10.0.0.2:8000"),
+            "the cut prefill pod, not the one whose lists are whole"
+        );
+    }
+}
+
+#[test]
+fn prefill_pods_that_name_no_model_still_prefill_a_model_the_decode_pods_list() {
+    // An engine without model labels may serve anything: it is no cut pod guessing.
+    let bench = Bench::new(PD_CONFIG);
+    publish(
+        &bench,
+        1,
+        &[Pod("10.0.0.1:8000", PodRole::Prefill, &[], false), Pod("10.0.0.2:8000", PodRole::Decode, &["b"], false)],
+    );
+    let (destination, prefiller) = route(&bench, "b", 3);
+    assert_eq!((destination.as_deref(), prefiller.as_deref()), (Some("10.0.0.2:8000"), Some("10.0.0.1:8000")));
+}
