@@ -79,6 +79,9 @@ pub struct Route {
     pub epoch: u32,
     /// Runners-up, best first: Envoy's override_host policy retries on them in order.
     pub fallbacks: Vec<PodAddress>,
+    /// How many of `fallbacks` (the first) passed the scheduler's filters, as the chosen pod
+    /// did ([`crate::scheduler::Decision::fallbacks_in_field`]).
+    pub fallbacks_in_field: usize,
     /// No pod had fresh, healthy data: chosen by in-flight counts alone.
     pub fail_open: bool,
     /// Every pod with usable data is saturated (see [`crate::saturation::SaturationLimits`]).
@@ -503,11 +506,16 @@ fn pick_route(
     let blocks = view.prefix.as_ref().map_or(0, |q| q.hashes.len());
     let matched = (chosen.prefix_match * blocks as f64).round() as usize;
     let predicted = view.learning.as_ref().map(|l| l.predict(address.as_str(), matched, chosen.inflight));
-    let fallbacks = decision.fallbacks.iter().filter_map(|&i| pod(i)).map(|(address, _)| address).collect();
+    let named = |from: &[usize]| -> Vec<PodAddress> { from.iter().filter_map(|&i| pod(i)).map(|(a, _)| a).collect() };
+    let (in_field, rest) = decision.fallbacks.split_at(decision.fallbacks_in_field.min(decision.fallbacks.len()));
+    let mut fallbacks = named(in_field);
+    let fallbacks_in_field = fallbacks.len();
+    fallbacks.extend(named(rest));
     Ok(Route {
         address,
         epoch,
         fallbacks,
+        fallbacks_in_field,
         fail_open: decision.fail_open,
         pool_saturated: policy.saturation.pool_saturated(candidates),
         prefix_match: chosen.prefix_match,

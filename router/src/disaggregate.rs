@@ -134,8 +134,10 @@ pub fn prefill_pick(
     }
     let epoch_of =
         |address: &PodAddress| prefill_table.pods.iter().find(|pod| pod.address == *address).map_or(0, |pod| pod.epoch);
+    // Only runners-up the scheduler's filters kept: one they left out would, say, evict an
+    // adapter to load this one, which the prompts of the adapter evicted pay again.
     let ranked: Vec<(&PodAddress, u32)> = std::iter::once(&route.address)
-        .chain(route.fallbacks.iter())
+        .chain(route.fallbacks.iter().take(route.fallbacks_in_field))
         .take(PREFILL_PODS_COMPARED)
         .map(|address| (address, epoch_of(address)))
         .collect();

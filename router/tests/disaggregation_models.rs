@@ -109,3 +109,42 @@ fn prefill_pods_that_name_no_model_still_prefill_a_model_the_decode_pods_list() 
     let (destination, prefiller) = route(&bench, "b", 3);
     assert_eq!((destination.as_deref(), prefiller.as_deref()), (Some("10.0.0.2:8000"), Some("10.0.0.1:8000")));
 }
+
+#[test]
+fn a_prefill_pod_holding_the_adapter_takes_its_prompts_over_an_idler_one_that_must_swap_it_in() {
+    // Adapter x is resident on prefill pod 1; prefill pod 2's one adapter slot holds y. The
+    // prefill pick compares its best pods by tokens in flight: only pods of the adapter's best
+    // tier, as the scheduler keeps them, not runners-up it filtered out (a swap evicts y and
+    // loads x, which the next request for y pays again).
+    let bench = Bench::new(PD_CONFIG);
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for (address, role, resident) in [
+        ("10.0.0.1:8000", PodRole::Prefill, "x"),
+        ("10.0.0.2:8000", PodRole::Prefill, "y"),
+        ("10.0.0.3:8000", PodRole::Decode, "x"),
+        ("10.0.0.4:8000", PodRole::Decode, "x"),
+    ] {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, role);
+        pod.models = vec!["base".to_owned()];
+        pod.adapters = vec!["x".to_owned(), "y".to_owned()];
+        (pod.resident_loras, pod.max_loras) = (vec![resident.to_owned()], 1);
+        table.pods.push(pod);
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(1), None).unwrap();
+    bench.heartbeat();
+    let body = |seed| format!(r#"{{"model":"x","prompt":"{}","max_tokens":4}}"#, long_prompt(2000, seed));
+    let mut streams = Vec::new();
+    for seed in 0..3 {
+        let (stream, answer) = bench.request(&COMPLETIONS, &body(seed));
+        assert_eq!(answer.reply, None);
+        let prefiller = bench.host.header(PREFILLER);
+        assert_eq!(prefiller.as_deref(), Some("10.0.0.1:8000"), "prompt {seed}: x's prefill pod, busy or not");
+        streams.push(stream);
+    }
+    for mut stream in streams {
+        stream.on_log(&bench.host);
+    }
+}

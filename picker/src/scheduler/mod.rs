@@ -53,6 +53,10 @@ pub struct Decision {
     /// Next-best candidates, best first, for Envoy to retry on when the first choice
     /// cannot be reached (override_host follows a comma-separated list in order).
     pub fallbacks: Vec<usize>,
+    /// How many of `fallbacks` (the first ones) passed the filters the pick passed: the rest
+    /// are usable pods the filters left out (an adapter to swap in, a full queue), fit to
+    /// retry on but not to be chosen among equals.
+    pub fallbacks_in_field: usize,
 }
 
 /// What the filters left, as indices into the candidate list.
@@ -389,6 +393,7 @@ pub fn pick_placed(
     // Top-k runners-up by selection and eligibility by mask: O(n·k), not a sort and O(n²).
     let k = policy.fallbacks;
     let mut fallbacks: Vec<usize> = Vec::with_capacity(k);
+    let mut fallbacks_in_field = 0;
     if k > 0 {
         let mut best: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
         for (i, &t) in totals.iter().enumerate() {
@@ -402,6 +407,7 @@ pub fn pick_placed(
             }
         }
         fallbacks.extend(best.iter().filter_map(|&(_, i)| eligible_indices.get(i).copied()));
+        fallbacks_in_field = fallbacks.len();
         // A stored response's pod has no stand-in: another pod would answer 404, hiding the
         // pod's own failure from the client. (A pinned pod, when there is one, is all that
         // `filtered` leaves.)
@@ -419,7 +425,7 @@ pub fn pick_placed(
             fallbacks.extend(others.take(k - fallbacks.len()));
         }
     }
-    Some(Decision { index, score: best, fail_open, affinity, tied: tied.len(), fallbacks })
+    Some(Decision { index, score: best, fail_open, affinity, tied: tied.len(), fallbacks, fallbacks_in_field })
 }
 
 #[cfg(test)]

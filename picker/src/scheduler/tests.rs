@@ -164,6 +164,10 @@ fn saturated_pods_are_left_out_but_remain_fallbacks() {
     let decision = pick(&pods, &Policy { fallbacks: 2, ..policy() }, &mut TieBreaker::new(4)).unwrap();
     assert_eq!(pods[decision.index].address, "b", "the only queue not full, despite its in-flight load");
     assert_eq!(decision.fallbacks.len(), 2);
+    assert_eq!(decision.fallbacks_in_field, 0, "both full: fit to retry on, not to choose among");
+    let open = [pod("a", 0.0, 0.1, 1), pod("b", 0.0, 0.1, 5), pod("c", 7.0, 0.1, 0)];
+    let decision = pick(&open, &Policy { fallbacks: 2, ..policy() }, &mut TieBreaker::new(4)).unwrap();
+    assert_eq!((decision.fallbacks.len(), decision.fallbacks_in_field), (2, 1), "b's queue is open, c's full");
 }
 
 #[test]
