@@ -18,6 +18,7 @@ use picker::disaggregation::{
 };
 use picker::random::TieBreaker;
 use picker::route::{choose, ModelQuery, RoutingView};
+use picker::saturation::SaturationLimits;
 use picker::scheduler::Policy;
 use wasm_epp_host::Host;
 
@@ -33,7 +34,10 @@ pub struct PdRouting {
     /// hard prefix affinity: a prefill pod admits every prompt at once (chunked), so its
     /// queue never fills and "sticky until saturated" would pin each shared prefix to the
     /// first pod that computed it for good, however busy. The prefix scorer still prefers it; load can outweigh it,
-    /// and then the other prefill pod learns the prefix too.
+    /// and then the other prefill pod learns the prefix too. For the same reason no queue is
+    /// full: its requests in flight past those running are mostly prompts already prefilled,
+    /// waiting for their decode pods' answers, and the least-work rule weighs their tokens
+    /// (a filter leaving such a pod out kept it from the comparison).
     pub prefill_policy: Policy,
     pub tables: RefCell<RoleTables>,
 }
@@ -46,6 +50,7 @@ impl PdRouting {
                 weights: config.prefill_weights.clone(),
                 fallbacks: PREFILL_PODS_COMPARED - 1,
                 affinity_threshold: 0.0,
+                saturation: SaturationLimits { queue_threshold: f64::INFINITY, ..policy.saturation.clone() },
                 ..policy.clone()
             },
             config: config.clone(),

@@ -148,3 +148,38 @@ fn a_prefill_pod_holding_the_adapter_takes_its_prompts_over_an_idler_one_that_mu
         stream.on_log(&bench.host);
     }
 }
+
+#[test]
+fn a_prefill_pod_with_many_short_prompts_in_flight_is_not_left_out_as_a_full_queue() {
+    // A prefill pod admits every prompt at once (chunked): its requests in flight past its
+    // running ones are no queue, and the least-work rule weighs their tokens. Six short
+    // prompts on one pod are less work than one long prompt on the other.
+    let bench = Bench::new(PD_CONFIG);
+    publish(
+        &bench,
+        1,
+        &[
+            Pod("10.0.0.1:8000", PodRole::Prefill, &[], false),
+            Pod("10.0.0.2:8000", PodRole::Prefill, &[], false),
+            Pod("10.0.0.3:8000", PodRole::Decode, &[], false),
+            Pod("10.0.0.4:8000", PodRole::Decode, &[], false),
+        ],
+    );
+    let send = |tokens, seed| {
+        let body = format!(r#"{{"model":"m","prompt":"{}","max_tokens":4}}"#, long_prompt(tokens, seed));
+        let (stream, _) = bench.request(&COMPLETIONS, &body);
+        (stream, bench.host.header(PREFILLER).unwrap())
+    };
+    let (long, busy) = send(8000, 0);
+    let mut streams = vec![long];
+    let mut short_pods = Vec::new();
+    for seed in 1..=7 {
+        let (stream, pod) = send(1100, seed);
+        short_pods.push(pod);
+        streams.push(stream);
+    }
+    assert!(short_pods.iter().all(|pod| *pod != busy), "7,700 tokens ahead or fewer beat 9,100: {short_pods:?}");
+    for mut stream in streams {
+        stream.on_log(&bench.host);
+    }
+}
