@@ -23,10 +23,19 @@ impl PdCluster {
     /// `prefill` + `decode` pods with `sim_args`, roles from the static configuration, the
     /// filter's `pd` section set to `pd`; waits until every pod is healthy.
     pub fn start(name: &str, prefill: usize, decode: usize, sim_args: &[&str], pd: Value) -> Self {
+        Self::start_apart(name, (prefill, sim_args), (decode, sim_args), pd)
+    }
+
+    /// [`PdCluster::start`], each role's pods with their own count and `sim_args` (models,
+    /// adapters).
+    pub fn start_apart(name: &str, prefill: (usize, &[&str]), decode: (usize, &[&str]), pd: Value) -> Self {
         let dir = launcher::paths::run_dir(name).unwrap_or_else(|e| panic!("run dir: {e}"));
-        let with_role = |role: &'static str| [sim_args, &["--role", role]].concat();
-        let prefill = start_pool(prefill, &with_role("prefill"), &dir).unwrap_or_else(|e| panic!("pods: {e}"));
-        let decode = start_pool(decode, &with_role("decode"), &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+        fn with_role<'a>(sim_args: &[&'a str], role: &'a str) -> Vec<&'a str> {
+            [sim_args, &["--role", role]].concat()
+        }
+        let prefill =
+            start_pool(prefill.0, &with_role(prefill.1, "prefill"), &dir).unwrap_or_else(|e| panic!("pods: {e}"));
+        let decode = start_pool(decode.0, &with_role(decode.1, "decode"), &dir).unwrap_or_else(|e| panic!("pods: {e}"));
         let pool: Vec<String> = prefill.iter().chain(&decode).map(Pod::address).collect();
         let roles: serde_json::Map<String, Value> = prefill
             .iter()

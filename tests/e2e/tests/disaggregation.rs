@@ -1,6 +1,7 @@
 //! Prefill/decode disaggregation end to end: the real Envoy with wasm-epp in front of prefill
 //! and decode pods, whose simulated sidecar has the named prefill pod prefill the prompt.
-//! Roles from the static configuration and from Kubernetes labels; the decider both ways; a
+//! Roles from the static configuration and from Kubernetes labels; the decider both ways; a model
+//! its decode pods serve alone never sent to a prefill pod whose lists were cut; a
 //! client's own `x-prefiller-host-port` never reaching a pod; a prefill pod killed under load.
 
 use std::time::{Duration, Instant};
@@ -58,6 +59,28 @@ fn roles_from_configuration_long_prompts_split_short_ones_not_and_forged_headers
     served_by(&cluster.complete(&prompt_of_tokens(2000, 99), 8, &forged));
     assert_eq!(PdCluster::pd_counter(&cluster.decode, "prefill_fallbacks"), 0, "no pod saw the forged address");
     assert_eq!(PdCluster::pd_counter(&cluster.decode, "remote_prefills"), 5, "the long one used a real prefill pod");
+}
+
+#[test]
+fn a_model_only_decode_pods_serve_is_not_sent_to_a_prefill_pod_with_cut_lists() {
+    // The prefill pods serve sim-model and 100 adapters, more than the pool service keeps
+    // (64): their lists are cut. The decode pods serve other-model alone. A prefill pod named
+    // for other-model answers the sidecar 404 and the decode pod prefills after all.
+    let adapters = (0..100).map(|i| format!("a{i}")).collect::<Vec<_>>().join(",");
+    let prefill_args = [&FAST[..], &["--lora-adapters", &adapters]].concat();
+    let decode_args = [&FAST[..], &["--model", "other-model"]].concat();
+    let pd = json!({"threshold_tokens": 512});
+    let cluster = PdCluster::start_apart("pd-cut", (2, &prefill_args), (1, &decode_args), pd);
+    let cut = || cluster.envoy.stat("wasm_epp_pods_names_cut") == Some(2.0);
+    assert!(launcher::wait_until(Duration::from_secs(10), cut), "{:?}", cluster.envoy.stat("wasm_epp_pods_names_cut"));
+    // The model lists are published with the table that counted them; both workers take it.
+    std::thread::sleep(Duration::from_millis(500));
+    let body = json!({"model": "other-model", "prompt": prompt_of_tokens(2000, 7), "max_tokens": 4}).to_string();
+    let reply = http::post(&cluster.envoy.url("/v1/completions"), &[], &body, Duration::from_secs(30)).unwrap();
+    assert_eq!(served_by(&reply), cluster.decode_addresses()[0]);
+    assert_eq!(PdCluster::stat_sum(&cluster.prefill, "model_not_found"), 0, "no prefill pod was asked for it");
+    assert_eq!(PdCluster::pd_counter(&cluster.decode, "prefill_fallbacks"), 0);
+    assert_eq!(PdCluster::pd_counter(&cluster.decode, "remote_prefills"), 0, "its decode pod prefilled it");
 }
 
 #[test]
