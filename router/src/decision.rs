@@ -349,7 +349,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         (false, false) => PickReason::Load,
     };
     let mut explain = worker.config.debug_decision_header.then(|| {
-        let candidates = candidate_scores(&view, &worker.policy);
+        // The weights the pick used (under P/D, the decode weights).
+        let candidates = candidate_scores(&view, policy);
         // The worker's in-flight slot tells the workers of one Envoy apart (they share the
         // configured VM id).
         let decider = inflight.slot().map_or_else(|| "unknown".to_string(), |slot| format!("slot-{slot}"));

@@ -183,3 +183,36 @@ fn a_prefill_pod_with_many_short_prompts_in_flight_is_not_left_out_as_a_full_que
         stream.on_log(&bench.host);
     }
 }
+
+#[test]
+fn the_decision_header_scores_the_decode_pods_with_the_decode_weights() {
+    // Weighed on in-flight requests alone (none yet), the decode pods tie whatever their KV
+    // cache: the header showed them scored with the filter's weights, which the pick never used.
+    let bench = Bench::new(
+        r#"{"pd": {"threshold_tokens": 1024, "decode_weights": {"queue": 0, "kv_cache": 0, "inflight": 1, "prefix": 0}},
+            "debug_decision_header": true}"#,
+    );
+    publish(
+        &bench,
+        1,
+        &[
+            Pod("10.0.0.1:8000", PodRole::Prefill, &[], false),
+            Pod("10.0.0.2:8000", PodRole::Decode, &[], false),
+            Pod("10.0.0.3:8000", PodRole::Decode, &[], false),
+        ],
+    );
+    let mut table = PodTable::decode(&bench.host.get(keys::POD_TABLE).unwrap().0.unwrap()).unwrap();
+    table.version = 2;
+    table.pods[1].kv_usage = Some(0.7);
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(2), None).unwrap();
+    let (mut stream, _) = bench.request(&COMPLETIONS, r#"{"model":"m","prompt":"short","max_tokens":4}"#);
+    bench.host.set_response(&[(":status", "200")], b"");
+    stream.on_response_headers(&bench.host, false);
+    let explain = bench.host.response_header("x-wasm-epp-decision").unwrap();
+    let candidates = explain.split("candidates=").nth(1).unwrap().split(';').next().unwrap();
+    let scores: Vec<&str> = candidates.split(',').map(|c| c.rsplit('=').next().unwrap()).collect();
+    assert_eq!(scores.len(), 2, "the decode pods only: {explain}");
+    assert_eq!(scores[0], scores[1], "{explain}");
+    stream.on_log(&bench.host);
+}
