@@ -382,6 +382,16 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
                 Err(LocalPrefill::Cached | LocalPrefill::NoPrefillPod) => worker.stats.pd_decode_only,
             };
             worker.stats.increment(counter);
+            // The second pick is the decision's too: which pod prefills, or why the decode pod does.
+            if let Some(explain) = explain.as_mut() {
+                explain.push_str("; prefill=");
+                explain.push_str(match &prefill {
+                    Ok(chosen) => chosen.address.as_str(),
+                    Err(LocalPrefill::Cached) => "local:cached",
+                    Err(LocalPrefill::PrefillBackedUp) => "local:backed_up",
+                    Err(LocalPrefill::NoPrefillPod) => "local:no_prefill_pod",
+                });
+            }
             prefill.ok()
         }
         _ => None,

@@ -216,3 +216,27 @@ fn the_decision_header_scores_the_decode_pods_with_the_decode_weights() {
     assert_eq!(scores[0], scores[1], "{explain}");
     stream.on_log(&bench.host);
 }
+
+#[test]
+fn the_decision_header_names_the_prefill_pod_or_why_the_decode_pod_prefills() {
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}, "debug_decision_header": true}"#);
+    publish(
+        &bench,
+        1,
+        &[
+            Pod("10.0.0.1:8000", PodRole::Prefill, &["m"], false),
+            Pod("10.0.0.2:8000", PodRole::Decode, &["m", "b"], false),
+        ],
+    );
+    let explain = |model: &str, tokens: usize| {
+        let body = format!(r#"{{"model":"{model}","prompt":"{}","max_tokens":4}}"#, long_prompt(tokens, tokens));
+        let (mut stream, _) = bench.request(&COMPLETIONS, &body);
+        bench.host.set_response(&[(":status", "200")], b"");
+        stream.on_response_headers(&bench.host, false);
+        stream.on_log(&bench.host);
+        bench.host.response_header("x-wasm-epp-decision").unwrap()
+    };
+    assert!(explain("m", 2000).ends_with("; prefill=10.0.0.1:8000"), "{}", explain("m", 2001));
+    assert!(explain("m", 10).ends_with("; prefill=local:cached"), "{}", explain("m", 11));
+    assert!(explain("b", 2000).ends_with("; prefill=local:no_prefill_pod"), "{}", explain("b", 2002));
+}
