@@ -1,8 +1,8 @@
 //! Reads the few numbers the picker needs out of an engine's Prometheus `/metrics` text.
 //!
 //! Engines differ in names (vLLM V1, vLLM's older `gpu_*` names, SGLang, trtllm-serve), and
-//! a vLLM pod with data parallelism emits one series per engine, which we sum. A pod may
-//! lie or break: NaN or negative samples are ignored, never trusted, loads past any engine's
+//! a vLLM pod with data parallelism emits one series per engine, which we sum (a series given
+//! twice is read once). A pod may lie or break: NaN or negative samples are ignored, never trusted, loads past any engine's
 //! (`+Inf` too) are read at a bound, and a text with none of the load metrics is an error
 //! rather than an idle-looking pod.
 
@@ -107,6 +107,9 @@ pub fn parse_engine_metrics(text: &str, max_names: usize) -> Result<EngineMetric
     let mut totals = Totals::default();
     let mut names = crate::models::residency::ScrapedNames::new(max_names);
     let mut metrics = EngineMetrics::default();
+    // Keys of the wanted series read so far: a few dozen on a true page, at most
+    // MAX_METRIC_LINES (8 bytes each) on a lying one.
+    let mut series = hashbrown::HashSet::new();
     for line in text.lines().take(MAX_METRIC_LINES) {
         let line = line.trim_start();
         // Most of a vLLM scrape is comments and histogram buckets: skip them by name alone,
@@ -117,6 +120,13 @@ pub fn parse_engine_metrics(text: &str, max_names: usize) -> Result<EngineMetric
         let Some(sample) = parse_sample(line.trim_end()) else {
             continue;
         };
+        // A series given twice (invalid text: a broken or lying exporter) would count twice
+        // in a sum. The first is kept, as Prometheus keeps it (it drops a later sample of a
+        // series at the same scrape as a duplicate). Engines' series differ by label (vLLM's
+        // data-parallel `engine`, `model_name`): those are all summed.
+        if !series.insert(sample.series_key()) {
+            continue;
+        }
         apply_sample(&sample, max_names, &mut totals, &mut names, &mut metrics);
     }
     metrics.models = names.finish();
@@ -308,6 +318,26 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
     }
 
     #[test]
+    fn a_series_given_twice_is_read_once_and_engines_still_sum() {
+        // A broken or lying exporter repeating its series (in any label order) doubled its
+        // queue and running counts, and its prefix-cache counters.
+        let page = format!(
+            "{VLLM_TWO_ENGINES}vllm:num_requests_waiting{{engine=\"0\",model_name=\"m\"}} 30.0\n\
+             vllm:num_requests_running{{model_name=\"m\",engine=\"1\"}} 1.0\n\
+             vllm:kv_cache_usage_perc{{engine=\"1\",model_name=\"m\"}} 0.25\n\
+             vllm:prefix_cache_queries_total{{engine=\"0\",model_name=\"m\"}} 1000.0\n"
+        );
+        let m = parse_engine_metrics(&page, NAMES).unwrap();
+        assert_eq!((m.waiting, m.running), (5.0, 5.0), "the first of a series is kept");
+        assert_eq!(m.kv_usage, Some(0.375));
+        assert_eq!(m.prefix_queries, Some(1000.0));
+        // Series that differ in any label (a model, an engine) are different series: summed.
+        let models = "vllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 2\n\
+            vllm:num_requests_waiting{model_name=\"b\",engine=\"1\"} 2\nvllm:num_requests_running 1\n";
+        assert_eq!(parse_engine_metrics(models, NAMES).unwrap().waiting, 6.0);
+    }
+
+    #[test]
     fn reads_legacy_sglang_and_trtllm_names() {
         let legacy = "vllm:num_requests_waiting 1\nvllm:gpu_cache_usage_perc 0.9\n";
         assert_eq!(parse_engine_metrics(legacy, NAMES).unwrap().kv_usage, Some(0.9));
@@ -326,8 +356,8 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
             vllm:prefix_cache_hits_total{engine=\"0\"} 2e12\n";
         let m = parse_engine_metrics(engines, NAMES).unwrap();
         assert_eq!((m.prefix_queries, m.prefix_hits), (Some(1_902_000_000.0), Some(2e12)));
-        let lies = "vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total 1e308\n\
-            vllm:prefix_cache_queries_total 1e308\nvllm:prefix_cache_hits_total -1\n";
+        let lies = "vllm:num_requests_waiting 0\nvllm:prefix_cache_queries_total{engine=\"0\"} 1e308\n\
+            vllm:prefix_cache_queries_total{engine=\"1\"} 1e308\nvllm:prefix_cache_hits_total -1\n";
         let m = parse_engine_metrics(lies, NAMES).unwrap();
         assert_eq!((m.prefix_queries, m.prefix_hits), (Some(f64::MAX), None), "finite, and never negative");
     }
@@ -375,7 +405,8 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
 
     #[test]
     fn distrusts_lies_and_refuses_foreign_text() {
-        let huge = "vllm:num_requests_waiting 1e308\nvllm:num_requests_waiting 1e308\nvllm:num_requests_running 1\n";
+        let huge = "vllm:num_requests_waiting{engine=\"0\"} 1e308\nvllm:num_requests_waiting{engine=\"1\"} 1e308\n\
+            vllm:num_requests_running 1\n";
         assert_eq!(
             parse_engine_metrics(huge, NAMES).unwrap().waiting,
             2e9,

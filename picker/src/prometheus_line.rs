@@ -5,6 +5,8 @@
 
 use std::borrow::Cow;
 
+use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
+
 /// Labels read per series at most; vLLM's widest info series has about a dozen.
 const MAX_LABELS: usize = 32;
 
@@ -28,6 +30,18 @@ impl<'a> Sample<'a> {
     /// unless it holds a backslash.
     pub fn label_text(&self, key: &str) -> Option<Cow<'a, str>> {
         self.label(key).map(unescape)
+    }
+
+    /// A key for the series: its name and label set, whatever the labels' order (values as
+    /// written, escapes and all). Two samples of one series in one page share it; 64 bits of
+    /// xxh3, so two different series collide about once in 2^64 pairs. No allocation.
+    pub fn series_key(&self) -> u64 {
+        // A sum of each label's own hash, so the order they were written in does not count.
+        let labels = self.labels.iter().take(self.label_count).fold(0u64, |sum, (key, value)| {
+            let key_hash = xxh3_64(key.as_bytes());
+            sum.wrapping_add(xxh3_64_with_seed(value.as_bytes(), key_hash))
+        });
+        xxh3_64_with_seed(self.name.as_bytes(), labels)
     }
 }
 
@@ -141,6 +155,16 @@ mod tests {
         assert_eq!(s.label_text("a").as_deref(), Some("q\"d\\b\nc"));
         assert_eq!(s.label_text("b").as_deref(), Some(r"C:\d"), "an unknown escape is kept as written");
         assert!(matches!(s.label_text("c"), Some(Cow::Borrowed("plain"))), "no copy without a backslash");
+    }
+
+    #[test]
+    fn a_series_key_is_its_name_and_label_set_in_any_order() {
+        let key = |line| parse_sample(line).unwrap().series_key();
+        assert_eq!(key(r#"w{a="1",b="2"} 3"#), key(r#"w{b="2",a="1"} 4"#));
+        assert_ne!(key(r#"w{a="1",b="2"} 3"#), key(r#"w{a="2",b="1"} 3"#), "values stay with their keys");
+        assert_ne!(key(r#"w{a="1"} 3"#), key(r#"v{a="1"} 3"#));
+        assert_ne!(key(r#"w{a="1"} 3"#), key("w 3"));
+        assert_ne!(key(r#"w{engine="0"} 3"#), key(r#"w{engine="1"} 3"#));
     }
 
     #[test]
