@@ -254,12 +254,29 @@ impl PodTable {
 }
 
 impl PodTable {
-    /// The `block_size` every healthy pod that reports one agrees on; `None` if none reports
-    /// or they differ (then the filter's configured block size is used).
+    /// The `block_size` more than half of the healthy pods that report one report; `None` if
+    /// none reports or no size has such a majority (then the filter's configured block size is
+    /// used). Every prompt is hashed in this one size, for every pod: a pod's claim is one
+    /// vote, so a lying or misconfigured pod among agreeing ones changes no one's hashing
+    /// (when it undid the agreement, every pod fell back to the configured size, and each time
+    /// it came and went every remembered prefix hashed anew, matching no pod). Where all
+    /// reporting pods agree, as in a true pool, that is their size, as before. A pod of
+    /// another size is still held to its prefixes as hashed; only its predicted cached
+    /// tokens are rounded in the pool's blocks.
     pub fn common_block_size(&self) -> Option<u32> {
-        let mut sizes = self.pods.iter().filter(|p| p.healthy).filter_map(|p| p.block_size);
-        let first = sizes.next()?;
-        sizes.all(|size| size == first).then_some(first)
+        let sizes = || self.pods.iter().filter(|p| p.healthy).filter_map(|p| p.block_size);
+        // Boyer-Moore's vote: the one size that can hold a majority, then a count to see it
+        // does (two passes over the pods, no allocation: this runs per request).
+        let (candidate, _) = sizes().fold((None, 0u32), |(candidate, lead), size| match candidate {
+            _ if lead == 0 => (Some(size), 1),
+            Some(current) if current == size => (candidate, lead + 1),
+            _ => (candidate, lead - 1),
+        });
+        let candidate = candidate?;
+        let (votes, reports) = sizes().fold((0usize, 0usize), |(votes, reports), size| {
+            (votes + usize::from(size == candidate), reports + 1)
+        });
+        (votes * 2 > reports).then_some(candidate)
     }
 
     /// The table's pod at `address` (a scan: for the rare paths, not per candidate).

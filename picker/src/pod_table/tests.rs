@@ -180,3 +180,32 @@ fn a_scrape_or_model_list_naming_more_than_is_kept_marks_the_pod_cut_until_one_d
     state.set_names(None, scraped(), Some(&Catalog { adapters: many("c", 151), ..Catalog::default() }), 300);
     assert_eq!((state.adapters.len(), state.names_cut), (300, true));
 }
+
+/// A table of healthy pods reporting `sizes` (`None`: no `vllm:cache_config_info`), and one
+/// unhealthy pod of `sick` tokens.
+fn reporting(sizes: &[Option<u32>], sick: Option<u32>) -> PodTable {
+    let mut pods: Vec<PodState> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| PodState { block_size: size, ..pod(&format!("10.0.0.{}:8000", i + 1)) })
+        .collect();
+    pods.push(PodState { healthy: false, block_size: sick, ..pod("10.0.1.1:8000") });
+    PodTable { pods, ..table() }
+}
+
+#[test]
+fn one_pod_claiming_another_block_size_changes_no_ones_hashing() {
+    // A lying or misconfigured pod among agreeing ones: the pool's size stands (it used to
+    // send every pod back to the configured size, and every remembered prefix with it).
+    assert_eq!(reporting(&[Some(32), Some(32), Some(64)], None).common_block_size(), Some(32));
+    assert_eq!(reporting(&[Some(64), Some(32), Some(32), Some(32), Some(1)], Some(8)).common_block_size(), Some(32));
+    // A true pool: every reporting pod's size, as before; an unhealthy pod has no vote.
+    assert_eq!(reporting(&[Some(64), Some(64)], Some(16)).common_block_size(), Some(64));
+    assert_eq!(reporting(&[Some(64), None, None], None).common_block_size(), Some(64), "silent pods have no vote");
+    // No majority, or no report: the configured size.
+    assert_eq!(reporting(&[Some(32), Some(64)], None).common_block_size(), None, "one against one");
+    assert_eq!(reporting(&[Some(16), Some(32), Some(64)], None).common_block_size(), None);
+    assert_eq!(reporting(&[Some(16), Some(16), Some(32), Some(32)], None).common_block_size(), None);
+    assert_eq!(reporting(&[None, None], Some(16)).common_block_size(), None);
+    assert_eq!(reporting(&[], None).common_block_size(), None);
+}
