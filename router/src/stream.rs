@@ -9,6 +9,7 @@
 //! picker's choice can reach the pool.
 //! Header values are bytes: a value that is not UTF-8 is simply not a number or a session.
 
+use std::borrow::Cow;
 use std::rc::Rc;
 
 use picker::address::PodAddress;
@@ -118,6 +119,9 @@ pub struct RequestStream {
     /// comparison judges it: a stream may fail after its `200`, see
     /// [`crate::stream_error::opening_events`]); 0 once judged, or when not read.
     opening_events: u32,
+    /// The bytes so far of the opening's event the last chunk ended in (fewer than
+    /// [`crate::stream_error::ERROR_EVENT_BYTES`]; empty but for such a cut).
+    opening_tail: Vec<u8>,
     /// When a compared stream's first body byte passed, while its opening is still read.
     first_byte_ms: Option<u64>,
     /// It opened with a server's error event: a failure of the pod that answered.
@@ -171,6 +175,7 @@ impl RequestStream {
             weight: 1,
             streamed: false,
             opening_events: 0,
+            opening_tail: Vec::new(),
             first_byte_ms: None,
             failed_in_stream: false,
             upload: None,
@@ -538,26 +543,42 @@ impl RequestStream {
         if let Some(watch) = &mut self.response_id {
             watch.on_body(&self.worker, host, chunk_size, chunk.as_deref());
         }
-        if chunk_size > 0 {
-            if self.opening_events > 0 {
-                use crate::stream_error::Opening;
-                if let Some(opening) = read_opening(host, chunk_size, chunk.as_deref(), &mut self.opening_events) {
-                    self.opening_events = 0;
-                    self.failed_in_stream = opening == Opening::ServerError;
-                    if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
-                        observed.opening_read(&self.worker, pod, opening != Opening::Output);
-                    }
-                    if opening != Opening::Output {
-                        self.compare_failed_stream(self.failed_in_stream);
-                    }
-                }
+        if self.opening_events > 0 {
+            let tail = &mut self.opening_tail;
+            let mut opening = None;
+            if chunk_size > 0 {
+                opening = read_opening(host, chunk_size, chunk.as_deref(), &mut self.opening_events, tail);
             }
+            if end_of_stream && opening.is_none() && !tail.is_empty() {
+                // It ended inside an event of its opening.
+                opening = Some(crate::stream_error::read_cut_opening(&std::mem::take(tail)));
+            }
+            if let Some(opening) = opening {
+                self.opening_read(opening);
+            }
+        }
+        // (A first byte noted while the opening was read is sampled once it is read, even at
+        // the stream's empty last chunk.)
+        if chunk_size > 0 || self.first_byte_ms.is_some() {
             self.compare_first_byte(host);
         }
         if end_of_stream {
             self.release(host);
         }
         Step::Continue
+    }
+
+    /// The stream's opening was read: it holds an error event, or not.
+    fn opening_read(&mut self, opening: crate::stream_error::Opening) {
+        use crate::stream_error::Opening;
+        self.opening_events = 0;
+        self.failed_in_stream = opening == Opening::ServerError;
+        if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
+            observed.opening_read(&self.worker, pod, opening != Opening::Output);
+        }
+        if opening != Opening::Output {
+            self.compare_failed_stream(self.failed_in_stream);
+        }
     }
 
     /// The answer's trailers (an HTTP/2 answer's, a gRPC one's `grpc-status`): its last body
@@ -975,32 +996,66 @@ impl RequestStream {
 /// Reads a stream's next chunk for the events left at its opening
 /// ([`crate::stream_error::read_opening`]); `None`: read the next chunk too. One small copy
 /// when a single event is left (unless a watcher copied the chunk already), more of it only
-/// when that event is an error; up to [`crate::stream_error::ERROR_EVENT_BYTES`] when events
-/// are to be read past. A chunk longer than that is not read on into the next one.
+/// when that event may be an error; up to [`crate::stream_error::ERROR_EVENT_BYTES`] when
+/// events are to be read past. An event the chunk ends in is read on into the next chunk:
+/// its bytes so far are kept in `tail` (a copy; the answer itself passes on unheld), as long
+/// as they are fewer than that bound, else it is not read past (`Output`).
 fn read_opening(
     host: &dyn Host,
     chunk_size: usize,
     copied: Option<&[u8]>,
     events: &mut u32,
+    tail: &mut Vec<u8>,
 ) -> Option<crate::stream_error::Opening> {
-    use crate::stream_error::{Opening, ERROR_EVENT_BYTES, OPENING_BYTES};
-    if let Some(chunk) = copied {
-        return crate::stream_error::read_opening(chunk, events);
-    }
-    let wanted = if *events > 1 { ERROR_EVENT_BYTES } else { OPENING_BYTES };
-    let head = host.response_body(0, chunk_size.min(wanted)).unwrap_or_default();
+    use crate::stream_error::{Opening, Reading, ERROR_EVENT_BYTES, OPENING_BYTES};
+    // The most of this chunk that, after the tail, keeps within the bound.
+    let room = ERROR_EVENT_BYTES.saturating_sub(tail.len());
+    let wanted = if *events > 1 || !tail.is_empty() || copied.is_some() { room } else { OPENING_BYTES };
+    let read = |limit: usize| match copied {
+        Some(chunk) => Cow::Borrowed(chunk.get(..limit).unwrap_or(chunk)),
+        None => Cow::Owned(host.response_body(0, chunk_size.min(limit)).unwrap_or_default()),
+    };
     let left = *events;
-    let mut opening = crate::stream_error::read_opening(&head, events);
-    if head.len() < chunk_size && head.len() < ERROR_EVENT_BYTES && opening == Some(Opening::Error) {
-        // Its error event may be cut at the opening's bytes: read it whole.
-        let event = host.response_body(0, chunk_size.min(ERROR_EVENT_BYTES)).unwrap_or_default();
+    let mut head = read(wanted);
+    let mut reading = read_after(tail, &head, events);
+    if matches!(reading, Reading::Within(_)) && head.len() < chunk_size.min(room) {
+        // The event goes on past the opening's bytes: read it whole, within the bound.
         *events = left;
-        opening = crate::stream_error::read_opening(&event, events);
+        head = read(room);
+        reading = read_after(tail, &head, events);
     }
-    match opening {
-        None if head.len() < chunk_size => Some(Opening::Output),
-        opening => opening,
+    let whole_chunk = head.len() >= chunk_size;
+    match reading {
+        Reading::Judged(opening) => {
+            *tail = Vec::new();
+            Some(opening)
+        }
+        Reading::Between if whole_chunk => {
+            *tail = Vec::new();
+            None
+        }
+        Reading::Within(at) if whole_chunk && (tail.len() + head.len()).saturating_sub(at) < ERROR_EVENT_BYTES => {
+            // (A tail is rare: an event a chunk ends in. The copy is of that event alone.)
+            let mut event = std::mem::take(tail);
+            event.extend_from_slice(&head);
+            *tail = event.get(at..).unwrap_or_default().to_vec();
+            None
+        }
+        // Past the bound: not read further.
+        Reading::Between | Reading::Within(_) => {
+            *tail = Vec::new();
+            Some(Opening::Output)
+        }
     }
+}
+
+/// [`crate::stream_error::read_opening`] of `tail` then `head` (one buffer only when a tail
+/// is kept).
+fn read_after(tail: &[u8], head: &[u8], events: &mut u32) -> crate::stream_error::Reading {
+    if tail.is_empty() {
+        return crate::stream_error::read_opening(head, events);
+    }
+    crate::stream_error::read_opening(&[tail, head].concat(), events)
 }
 
 /// Whether a body on another endpoint may be JSON naming a `model`, and so is worth buffering:

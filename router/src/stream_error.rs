@@ -51,27 +51,72 @@ pub enum Opening {
     ServerError,
 }
 
+/// What the bytes of a stream's opening read so far tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    Judged(Opening),
+    /// They end where an event ends, events left to read: read on in the next chunk.
+    Between,
+    /// They end inside the event that starts at this offset, which is still to be judged (an
+    /// error whose `data:` line is cut, or too few bytes to tell whether it is one) or to be
+    /// read past (events left after it): read on with its bytes put before the next chunk's.
+    Within(usize),
+}
+
 /// Reads the events at the start of `bytes`, `events` of them at most: the first that is an
-/// error decides; once `events` have passed without one, `Output`. `None` when `bytes` end
-/// where an event ends before that: the next chunk is read on, for the events left in
-/// `events`. An event that does not end within `bytes` is not read past (`Output`).
-pub fn read_opening(bytes: &[u8], events: &mut u32) -> Option<Opening> {
-    let mut rest = bytes;
+/// error decides; once `events` have passed without one, `Output`. `events` counts down as
+/// events pass (not for the event a `Within` reading stops in: it is read again whole).
+pub fn read_opening(bytes: &[u8], events: &mut u32) -> Reading {
+    let mut at = 0;
     while *events > 0 {
+        let rest = bytes.get(at..).unwrap_or_default();
         if rest.is_empty() {
-            return None;
+            return Reading::Between;
         }
         if opens_with_error(rest) {
-            return Some(if blames_server(rest) { Opening::ServerError } else { Opening::Error });
+            // Whose error it is, its `data:` line tells: judged once that line is whole.
+            return match first_data_line(rest) {
+                Some(_) if blames_server(rest) => Reading::Judged(Opening::ServerError),
+                Some(_) => Reading::Judged(Opening::Error),
+                None => Reading::Within(at),
+            };
         }
-        *events -= 1;
-        if *events == 0 {
+        if may_open_with_error(rest) {
+            return Reading::Within(at);
+        }
+        if *events == 1 {
+            *events = 0;
             break;
         }
-        let Some(end) = event_end(rest) else { return Some(Opening::Output) };
-        rest = rest.get(end..).unwrap_or_default();
+        let Some(end) = event_end(rest) else { return Reading::Within(at) };
+        *events -= 1;
+        at += end;
     }
-    Some(Opening::Output)
+    Reading::Judged(Opening::Output)
+}
+
+/// How an opening whose stream ended inside an event (`bytes`, from that event on) reads: an
+/// error cut short is no verdict on the pod, but it is no output either.
+pub fn read_cut_opening(bytes: &[u8]) -> Opening {
+    if opens_with_error(bytes) {
+        Opening::Error
+    } else {
+        Opening::Output
+    }
+}
+
+/// `cut`, the start of an event that ends past it, is too short to tell whether the event
+/// opens as [`opens_with_error`] reads an error (`data: {"err`): more bytes may make it one.
+fn may_open_with_error(cut: &[u8]) -> bool {
+    if b"event:".starts_with(cut) || b"data:".starts_with(cut) {
+        return true;
+    }
+    if let Some(name) = cut.strip_prefix(b"event:") {
+        return b"error".starts_with(name.trim_ascii_start());
+    }
+    let Some(data) = cut.strip_prefix(b"data:").map(<[u8]>::trim_ascii_start) else { return false };
+    let Some(object) = data.strip_prefix(b"{").map(<[u8]>::trim_ascii_start) else { return data.is_empty() };
+    [&b"\"error\""[..], b"\"object\":\"error\"", b"\"object\": \"error\""].iter().any(|whole| whole.starts_with(object))
 }
 
 /// Where the first event of `bytes` ends: past the blank line that closes it.
@@ -194,24 +239,58 @@ mod tests {
         let role = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
         let error = b"data: {\"error\": {\"type\": \"InternalServerError\", \"code\": 500}}\n\n";
         let token = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n";
+        let judged = |opening| Reading::Judged(opening);
         let mut events = 2;
-        assert_eq!(read_opening(&[&role[..], error].concat(), &mut events), Some(Opening::ServerError));
+        assert_eq!(read_opening(&[&role[..], error].concat(), &mut events), judged(Opening::ServerError));
         let mut events = 2;
-        assert_eq!(read_opening(role, &mut events), None, "the next chunk is read on");
-        assert_eq!((read_opening(error, &mut events), events), (Some(Opening::ServerError), 1));
+        assert_eq!(read_opening(role, &mut events), Reading::Between, "the next chunk is read on");
+        assert_eq!((read_opening(error, &mut events), events), (judged(Opening::ServerError), 1));
         let mut events = 2;
-        assert_eq!(read_opening(&[&role[..], token, error].concat(), &mut events), Some(Opening::Output));
+        assert_eq!(read_opening(&[&role[..], token, error].concat(), &mut events), judged(Opening::Output));
         let mut events = 1;
-        assert_eq!(read_opening(&[&role[..], error].concat(), &mut events), Some(Opening::Output), "one event read");
+        assert_eq!(read_opening(&[&role[..], error].concat(), &mut events), judged(Opening::Output), "one event read");
         let mut events = 3;
         let crlf = b"data: {}\r\n\r\ndata: {}\n\n";
-        assert_eq!(read_opening(&[&crlf[..], error].concat(), &mut events), Some(Opening::ServerError));
+        assert_eq!(read_opening(&[&crlf[..], error].concat(), &mut events), judged(Opening::ServerError));
         let mut events = 3;
-        assert_eq!(read_opening(b"data: {\"choices\": [", &mut events), Some(Opening::Output), "not read past");
+        assert_eq!(read_opening(b"data: {\"choices\": [", &mut events), Reading::Within(0), "read past in the next");
+        assert_eq!(events, 3, "the event it stops in is read again whole");
         assert_eq!(opening_events(picker::request::Endpoint::ChatCompletions, 1), 2);
         assert_eq!(opening_events(picker::request::Endpoint::ChatCompletions, 256), 1 + MAX_ROLE_CHUNKS);
         assert_eq!(opening_events(picker::request::Endpoint::Completions, 4), 1);
         assert_eq!(opening_events(picker::request::Endpoint::Messages, 1), 2);
+    }
+
+    #[test]
+    fn an_error_event_cut_between_chunks_is_read_whole_from_its_start() {
+        let role = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        let error = b"data: {\"error\": {\"message\": \"boom\", \"type\": \"InternalServerError\", \"code\": 500}}\n\n";
+        let whole = [&role[..], error].concat();
+        for cut in role.len() + 1..whole.len() - 1 {
+            let head = whole.get(..cut).unwrap();
+            let mut events = 2;
+            let Reading::Within(at) = read_opening(head, &mut events) else { panic!("cut at {cut}: not judged yet") };
+            assert_eq!((at, events), (role.len(), 1), "cut at {cut}");
+            assert_eq!(read_opening(whole.get(at..).unwrap(), &mut events), Reading::Judged(Opening::ServerError));
+        }
+        // Cut where it cannot be an error any more, or in an event before it: as the bytes say.
+        let token = b"data: {\"id\":\"cmpl-1\",\"choices\":[{\"text\":\" a\"}]}\n\n";
+        assert_eq!(read_opening(token.get(..10).unwrap(), &mut 1), Reading::Judged(Opening::Output));
+        assert_eq!(read_opening(token.get(..7).unwrap(), &mut 1), Reading::Within(0), "`data: {{` may be an error");
+        assert_eq!(read_opening(role.get(..40).unwrap(), &mut 2), Reading::Within(0), "the error may follow it");
+        for partial in [&b"d"[..], b"data:", b"event: er", b"data: {\"obj", b"data: {\"object\": \"err"] {
+            assert_eq!(read_opening(partial, &mut 1), Reading::Within(0), "{}", String::from_utf8_lossy(partial));
+        }
+        for other in [&b"event: message_start"[..], b"data: [DONE]", b"data: {\"object\":\"chat"] {
+            assert_eq!(
+                read_opening(other, &mut 1),
+                Reading::Judged(Opening::Output),
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
+        let cut_error = error.get(..30).unwrap();
+        assert_eq!((read_cut_opening(cut_error), read_cut_opening(b"data: {\"id")), (Opening::Error, Opening::Output));
     }
 
     #[test]

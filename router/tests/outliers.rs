@@ -522,6 +522,66 @@ fn a_messages_stream_whose_error_follows_its_message_start_fails_the_pod() {
 }
 
 #[test]
+fn an_error_event_split_across_body_chunks_fails_the_pod() {
+    // Envoy passes an answer on in the chunks it reads: vLLM's error event may come in two.
+    let chat_token: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"}}]}\n\n";
+    let error = SERVER_ERROR_EVENT;
+    for learning in ["", r#", "learning": {"enabled": true}"#] {
+        for cut in [2, 8, 20, 60, error.len() - 1] {
+            let bench = quick_with(learning);
+            bench.publish(1, &THREE_PODS);
+            let body = format!(r#"{{"model":"m","prompt":"split{cut}","stream":true}}"#);
+            let (head, tail) = error.split_at(cut);
+            stream_answered(&bench, &COMPLETIONS, &body, &[head, tail, b"data: [DONE]\n\n"]);
+            // A chat stream: the error after its role chunk, or the role chunk itself cut.
+            let role_and_head = [ROLE_CHUNK, head].concat();
+            streamed_chat(&bench, &format!("chat{cut}"), 1, &[&role_and_head, tail]);
+            let (role_head, role_tail) = ROLE_CHUNK.split_at(cut);
+            let role_tail_and_error = [role_tail, error].concat();
+            streamed_chat(&bench, &format!("role{cut}"), 1, &[role_head, &role_tail_and_error]);
+            assert_eq!(bench.stat("wasm_epp.streams_failed"), 3, "{learning} cut at {cut}");
+            assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1, "{learning} {cut}");
+        }
+        // Successes and a client's error cut so are none of the pod's failures.
+        let bench = quick_with(learning);
+        bench.publish(1, &THREE_PODS);
+        for cut in [2, 8, 20, 60] {
+            let (head, tail) = CLIENT_ERROR_EVENT.split_at(cut);
+            assert_eq!(streamed_chat(&bench, &format!("bad{cut}"), 1, &[ROLE_CHUNK, head, tail]), BROKEN);
+            let (head, tail) = chat_token.split_at(cut);
+            assert_eq!(streamed_chat(&bench, &format!("ok{cut}"), 1, &[ROLE_CHUNK, head, tail]), BROKEN);
+            let (head, tail) = FIRST_TOKEN.split_at(cut);
+            assert_eq!(stream_answered(&bench, &COMPLETIONS, &completion_stream(cut), &[head, tail]), BROKEN);
+        }
+        assert_eq!(bench.stat("wasm_epp.streams_failed"), 0, "{learning}");
+        assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 0, "{learning}");
+    }
+}
+
+/// A streamed completions request's body.
+fn completion_stream(i: usize) -> String {
+    format!(r#"{{"model":"m","prompt":"stream{i}","stream":true}}"#)
+}
+
+#[test]
+fn an_opening_event_longer_than_the_bound_is_not_read_past_it() {
+    // What is kept of an event cut between chunks is bounded: a first event of more than
+    // ERROR_EVENT_BYTES (4 KiB) is not read to its end, so an error after it goes unseen.
+    let bench = quick_with("");
+    bench.publish(1, &THREE_PODS);
+    let long_role = format!(
+        "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"role\":\"assistant\",\"content\":\"{}\"}}}}]}}\n\n",
+        "x".repeat(5000)
+    );
+    for i in 0..4 {
+        let (head, tail) = long_role.as_bytes().split_at(3000);
+        let tail_and_error = [tail, SERVER_ERROR_EVENT].concat();
+        assert_eq!(streamed_chat(&bench, &format!("long{i}"), 1, &[head, &tail_and_error]), BROKEN);
+    }
+    assert_eq!(bench.stat("wasm_epp.streams_failed"), 0);
+}
+
+#[test]
 fn a_whole_answer_is_not_read_for_an_error_event() {
     let bench = Bench::new(QUICK);
     bench.publish(1, &THREE_PODS);
