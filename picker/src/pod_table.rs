@@ -273,9 +273,8 @@ impl PodTable {
             _ => (candidate, lead - 1),
         });
         let candidate = candidate?;
-        let (votes, reports) = sizes().fold((0usize, 0usize), |(votes, reports), size| {
-            (votes + usize::from(size == candidate), reports + 1)
-        });
+        let (votes, reports) = sizes()
+            .fold((0usize, 0usize), |(votes, reports), size| (votes + usize::from(size == candidate), reports + 1));
         (votes * 2 > reports).then_some(candidate)
     }
 
