@@ -67,7 +67,8 @@ fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {
 }
 
 /// Notes the answer to a request whose destination header was `list` (the pick, then its
-/// fallbacks): its `:status` and the pod that gave it. With `open` (a body is still to come),
+/// fallbacks): its `:status` and the pod that gave it; `foreign`: a 2xx of a content type no
+/// answer of its endpoint has ([`crate::answer_type`]), failed as a 5xx is. With `open` (a body is still to come),
 /// a pod's success is not noted now but left to [`settle`] at the answer's end: a pod that
 /// answers its headers and then resets every stream would otherwise clear its record with
 /// each header and never be ejected. Returns, when a success was left so, the worker's failure
@@ -76,6 +77,7 @@ pub fn note_answer(
     worker: &Worker,
     list: &str,
     status: Option<&[u8]>,
+    foreign: bool,
     served: Option<&[u8]>,
     now_ms: &dyn Fn() -> u64,
     open: bool,
@@ -83,7 +85,10 @@ pub fn note_answer(
     let mut addresses = list.split(',').map(str::trim);
     let pick = addresses.next().filter(|p| !p.is_empty())?;
     let mut outliers = worker.outliers.try_borrow_mut().ok()?;
-    let failed = status.and_then(|s| s.first()) == Some(&b'5');
+    let failed = status.and_then(|s| s.first()) == Some(&b'5') || foreign;
+    if foreign {
+        worker.stats.increment(worker.stats.answers_foreign);
+    }
     let answered_by = answerer(pick, addresses, served);
     let succeeded = !failed && answered_by != Answerer::Unknown;
     if !failed && outliers.is_clear() && answered_by == Answerer::ThePick {

@@ -76,12 +76,16 @@ pub struct Stats {
     pub model_lists_answered: Counter,
     /// Of those, lists past `picker::models::listing::MAX_LIST_BYTES`, some names left out.
     pub model_lists_cut: Counter,
-    /// Attempts on a pod judged failed: a 5xx answer, or one Envoy retried on another pod.
+    /// Attempts on a pod judged failed: a 5xx answer, one of a foreign content type, or one
+    /// Envoy retried on another pod.
     pub pod_attempts_failed: Counter,
     /// Of those, answers the pod cut after its headers (a reset mid-stream).
     pub answers_cut: Counter,
     /// Of those, streams that opened with a server's error event after their `200`.
     pub streams_failed: Counter,
+    /// Of those, 2xx answers of a content type no answer of their endpoint has
+    /// ([`crate::answer_type`]).
+    pub answers_foreign: Counter,
     /// Ejections this worker took over from another worker of its Envoy.
     pub pod_ejections_adopted: Counter,
     /// How long ago the pool service last wrote its heartbeat, as of this worker's last tick:
@@ -139,6 +143,7 @@ impl Stats {
             pod_attempts_failed: c("wasm_epp.pod_attempts_failed"),
             answers_cut: c("wasm_epp.answers_cut"),
             streams_failed: c("wasm_epp.streams_failed"),
+            answers_foreign: c("wasm_epp.answers_foreign"),
             pod_ejections_adopted: c("wasm_epp.pod_ejections_adopted"),
             service_heartbeat_age_ms: metrics.gauge("wasm_epp.service_heartbeat_age_ms"),
             metrics,

@@ -860,8 +860,18 @@ impl RequestStream {
     fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) -> Option<u64> {
         let now = || host.now_ms();
         let open = self.answer_open;
-        self.with_destination(|list| crate::attempts::note_answer(&self.worker, list, status, served, &now, open))
-            .flatten()
+        // A 2xx of an inference endpoint is judged by its content type too (one more header
+        // lookup, on that path alone: see `answer_type`).
+        let foreign = status.and_then(|s| s.first()) == Some(&b'2')
+            && self.endpoint.generates()
+            && crate::answer_type::foreign_answer(
+                self.endpoint,
+                host.response_header_value("content-type").ok().flatten().as_deref(),
+            );
+        self.with_destination(|list| {
+            crate::attempts::note_answer(&self.worker, list, status, foreign, served, &now, open)
+        })
+        .flatten()
     }
 
     /// `f` of the destination header written (routed at once, or on release from the queue).

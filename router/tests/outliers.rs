@@ -581,6 +581,47 @@ fn an_opening_event_longer_than_the_bound_is_not_read_past_it() {
     assert_eq!(bench.stat("wasm_epp.streams_failed"), 0);
 }
 
+/// A request on `headers` the pick answers 200 as `content_type` (none: no such header), whole.
+/// Returns the pick.
+fn answered_as(bench: &Bench, headers: &[(&str, &str)], body: &str, content_type: Option<&str>) -> String {
+    let (mut stream, answer) = bench.request(headers, body);
+    let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    let mut response = vec![(":status", "200"), (SERVED, pick.as_str())];
+    response.extend(content_type.map(|value| ("content-type", value)));
+    bench.host.set_response(&response, b"");
+    stream.on_response_headers(&bench.host, false);
+    bench.host.set_response(&response, b"{}");
+    stream.on_response_body(&bench.host, 2, true);
+    stream.on_log(&bench.host);
+    pick
+}
+
+#[test]
+fn a_pod_answering_200_with_a_page_no_openai_client_reads_is_passed_over() {
+    // A pod, or a broken proxy before it, answering an HTML page with a 200 fails fast and
+    // looks idle: counted a success, it drew the pool's requests.
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    let answer = |prompt: &str, content_type| answered_as(&bench, &COMPLETIONS, &completion(prompt), content_type);
+    for i in 0..4 {
+        assert_eq!(answer(&format!("json{i}"), Some("application/json")), BROKEN);
+        assert_eq!(answer(&format!("sse{i}"), Some("text/event-stream; charset=utf-8")), BROKEN);
+        assert_eq!(answer(&format!("none{i}"), None), BROKEN, "no header: no evidence");
+        // Other endpoints are not judged: a transcription's text formats answer text/plain.
+        let transcription =
+            [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", "application/json")];
+        answered_as(&bench, &transcription, r#"{"model":"m"}"#, Some("text/plain; charset=utf-8"));
+    }
+    assert_eq!((bench.stat("wasm_epp.answers_foreign"), bench.stat("wasm_epp.pod_attempts_failed")), (0, 0));
+    for i in 0..3 {
+        assert_eq!(answer(&format!("html{i}"), Some("text/html; charset=utf-8")), BROKEN, "{i}");
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_foreign"), 3);
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 3);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+    assert_ne!(answer("after", Some("application/json")), BROKEN, "out of rotation");
+}
+
 #[test]
 fn a_whole_answer_is_not_read_for_an_error_event() {
     let bench = Bench::new(QUICK);
