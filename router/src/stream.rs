@@ -1026,46 +1026,37 @@ fn read_opening(
         None => Cow::Owned(host.response_body(0, chunk_size.min(limit)).unwrap_or_default()),
     };
     let left = *events;
-    let mut head = read(wanted);
-    let mut reading = read_after(tail, &head, events);
-    if matches!(reading, Reading::Within(_)) && head.len() < chunk_size.min(room) {
+    let mut bytes = after(tail, read(wanted));
+    let mut reading = crate::stream_error::read_opening(&bytes, events);
+    if matches!(reading, Reading::Within(_)) && bytes.len().saturating_sub(tail.len()) < chunk_size.min(room) {
         // The event goes on past the opening's bytes: read it whole, within the bound.
         *events = left;
-        head = read(room);
-        reading = read_after(tail, &head, events);
+        bytes = after(tail, read(room));
+        reading = crate::stream_error::read_opening(&bytes, events);
     }
-    let whole_chunk = head.len() >= chunk_size;
+    let whole_chunk = bytes.len().saturating_sub(tail.len()) >= chunk_size;
+    *tail = Vec::new();
     match reading {
-        Reading::Judged(opening) => {
-            *tail = Vec::new();
-            Some(opening)
-        }
-        Reading::Between if whole_chunk => {
-            *tail = Vec::new();
+        Reading::Judged(opening) => Some(opening),
+        Reading::Between if whole_chunk => None,
+        Reading::Within(at) if whole_chunk && bytes.len().saturating_sub(at) < ERROR_EVENT_BYTES => {
+            // (Rare: an event a chunk ends in. The copy is of that event alone.)
+            *tail = bytes.get(at..).unwrap_or_default().to_vec();
             None
         }
-        Reading::Within(at) if whole_chunk && (tail.len() + head.len()).saturating_sub(at) < ERROR_EVENT_BYTES => {
-            // (A tail is rare: an event a chunk ends in. The copy is of that event alone.)
-            let mut event = std::mem::take(tail);
-            event.extend_from_slice(&head);
-            *tail = event.get(at..).unwrap_or_default().to_vec();
-            None
-        }
-        // Past the bound: not read further.
-        Reading::Between | Reading::Within(_) => {
-            *tail = Vec::new();
-            Some(Opening::Output)
-        }
+        // Past the bound: not read further. An event cut there is judged as it stands.
+        Reading::Within(at) => Some(crate::stream_error::read_cut_opening(bytes.get(at..).unwrap_or_default())),
+        Reading::Between => Some(Opening::Output),
     }
 }
 
-/// [`crate::stream_error::read_opening`] of `tail` then `head` (one buffer only when a tail
-/// is kept).
-fn read_after(tail: &[u8], head: &[u8], events: &mut u32) -> crate::stream_error::Reading {
+/// `tail`, the start of an event a former chunk ended in, then `head`, this chunk's bytes
+/// (one buffer only when there is a tail).
+fn after<'a>(tail: &[u8], head: Cow<'a, [u8]>) -> Cow<'a, [u8]> {
     if tail.is_empty() {
-        return crate::stream_error::read_opening(head, events);
+        return head;
     }
-    crate::stream_error::read_opening(&[tail, head].concat(), events)
+    Cow::Owned([tail, &head].concat())
 }
 
 /// Whether a body on another endpoint may be JSON naming a `model`, and so is worth buffering:

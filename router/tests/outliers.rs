@@ -577,6 +577,14 @@ fn an_opening_event_longer_than_the_bound_is_not_read_past_it() {
         let (head, tail) = long_role.as_bytes().split_at(3000);
         let tail_and_error = [tail, SERVER_ERROR_EVENT].concat();
         assert_eq!(streamed_chat(&bench, &format!("long{i}"), 1, &[head, &tail_and_error]), BROKEN);
+        // An error event whose message runs past the bound is not judged the server's either.
+        let long_error = format!(
+            "data: {{\"error\": {{\"message\": \"{}\", \"type\": \"InternalServerError\", \"code\": 500}}}}\n\n",
+            "x".repeat(5000)
+        );
+        let (head, tail) = long_error.as_bytes().split_at(3000);
+        let body = format!(r#"{{"model":"m","prompt":"long error {i}","stream":true}}"#);
+        assert_eq!(stream_answered(&bench, &COMPLETIONS, &body, &[head, tail]), BROKEN);
     }
     assert_eq!(bench.stat("wasm_epp.streams_failed"), 0);
 }
