@@ -9,6 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use picker::learn::{FirstOutput, OutputEventFinder, Usage, UsageScanner};
+use wasm_epp_router::stream_error::{read_opening, Reading};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte says how many cut points follow; the rest is the answer.
@@ -29,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     // Byte by byte, the finder stops at the byte that completes the first marker.
     let marker_end = first_output(answer.chunks(1)).map(|(_, end)| end);
     assert_eq!(first_output(std::iter::once(answer)).is_some(), marker_end.is_some(), "whole vs byte by byte");
-    if let Some((chunk_start, chunk_end)) = first_output(chunks.into_iter()) {
+    if let Some((chunk_start, chunk_end)) = first_output(chunks.iter().copied()) {
         let end = marker_end.unwrap_or(usize::MAX);
         assert!(chunk_start < end && end <= chunk_end, "found in the chunk {chunk_start}..{chunk_end}, ends at {end}");
     } else {
@@ -43,10 +44,32 @@ fuzz_target!(|data: &[u8]| {
     // the events left only go down.
     let opening_events = 1 + u32::from(count % 9);
     let mut events = opening_events;
-    let opening = wasm_epp_router::stream_error::read_opening(answer, &mut events);
+    let opening = read_opening(answer, &mut events);
     assert!(events <= opening_events);
-    if opening.is_none() {
-        assert!(events > 0, "read on into the next chunk only for events left");
+    match opening {
+        Reading::Judged(_) => {}
+        Reading::Between => assert!(events > 0, "read on into the next chunk only for events left"),
+        Reading::Within(at) => assert!(events > 0 && at < answer.len(), "within an event of the bytes"),
+    }
+    // Cut at the input's points, the event a chunk ends in carried on into the next (as the
+    // router does, short of its bound): the verdict of the whole answer, however it is cut.
+    let mut events = opening_events;
+    let mut tail = Vec::new();
+    let mut split = None;
+    for chunk in chunks.iter().filter(|chunk| !chunk.is_empty()) {
+        let bytes = [&tail[..], chunk].concat();
+        match read_opening(&bytes, &mut events) {
+            Reading::Judged(verdict) => {
+                split = Some(verdict);
+                break;
+            }
+            Reading::Between => tail.clear(),
+            Reading::Within(at) => tail = bytes[at..].to_vec(),
+        }
+    }
+    match opening {
+        Reading::Judged(verdict) => assert_eq!(split, Some(verdict), "cut at the input's points"),
+        Reading::Between | Reading::Within(_) => assert_eq!(split, None, "cut at the input's points"),
     }
     if !answer.windows(7).any(|window| window == b"\"usage\"") {
         assert_eq!(whole, None, "usage found without its key");
