@@ -7,6 +7,7 @@
 //! (llm-d's P/D decider). The prefix index is keyed by pod, so each role's pods keep their own
 //! entries: a prefill pod the prompts it computed, a decode pod the blocks transferred to it.
 
+use crate::config::PdConfig;
 use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
 use crate::role::PodRole;
@@ -132,6 +133,19 @@ pub fn prefill_pod_backed_up(work: PrefillWork, max_tokens_ahead: u64) -> bool {
     max_tokens_ahead > 0 && work.tokens_ahead > max_tokens_ahead
 }
 
+/// How long after its pick a prefill pod is estimated to have the prompt's KV ready: `work`
+/// is what it computes before then ([`PrefillWork::total`]: the uncached tokens in flight to
+/// it and the prompt's own); `learned_ms` the learned TTFT model's prediction for that load
+/// (learning on). Learning off, `prefill_overhead_ms` plus `prefill_ms_per_token` per token.
+/// Never below `prefill_overhead_ms`, in whole ms rounded up. The prefill pod's count of the
+/// request ends then, or at the decode pod's answer headers if they come first: a whole
+/// (non-streamed) answer's come after its decode, long after the prefill ended.
+pub fn prefill_duration_ms(work: PrefillWork, learned_ms: Option<f64>, config: &PdConfig) -> u64 {
+    let configured = || config.prefill_overhead_ms + work.total() as f64 * config.prefill_ms_per_token;
+    // `max` ignores a NaN prediction; the cast saturates an infinite one.
+    learned_ms.unwrap_or_else(configured).max(config.prefill_overhead_ms).ceil() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +240,16 @@ mod tests {
         assert!(!prefill_pod_backed_up(ahead(8192), 8192));
         assert!(prefill_pod_backed_up(ahead(8193), 8192));
         assert!(!prefill_pod_backed_up(ahead(1 << 30), 0), "0 turns the limit off");
+    }
+
+    #[test]
+    fn a_prefill_lasts_its_tokens_at_the_configured_cost_or_the_learned_time_never_below_the_overhead() {
+        let config = PdConfig { prefill_overhead_ms: 100.0, prefill_ms_per_token: 0.05, ..PdConfig::default() };
+        let work = PrefillWork { tokens_ahead: 2000, uncached_tokens: 2001 };
+        assert_eq!(prefill_duration_ms(work, None, &config), 301, "100 + 4,001 × 0.05, rounded up");
+        assert_eq!(prefill_duration_ms(work, Some(180.0), &config), 180, "the learned model's time");
+        assert_eq!(prefill_duration_ms(work, Some(40.0), &config), 100, "never below the overhead");
+        assert_eq!(prefill_duration_ms(work, Some(f64::NAN), &config), 100);
+        assert_eq!(prefill_duration_ms(work, Some(f64::INFINITY), &config), u64::MAX, "the answer's end bounds it");
     }
 }

@@ -7,8 +7,9 @@
 
 use picker::address::PodAddress;
 use picker::config::TtftScore;
+use picker::disaggregation::prefill_duration_ms;
 use picker::inflight::WorkerInflight;
-use picker::learn::{prompt_size, Dispatch, PromptSize};
+use picker::learn::{prompt_size, Dispatch, Load, PromptSize};
 use picker::outliers::Outliers;
 use picker::pod_table::PodTable;
 use picker::prefix::hash::MAX_BLOCKS;
@@ -24,7 +25,8 @@ use wasm_epp_host::Host;
 use crate::comparison_stats::Compared;
 use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
-use crate::disaggregate::{prefill_pick, DecodeChoice, LocalPrefill, Prefill};
+use crate::disaggregate::{prefill_pick, DecodeChoice, LocalPrefill};
+use crate::prefill_hold::Prefill;
 use crate::profile::{self, Phase};
 use crate::stats::OTHER_MODEL;
 use crate::worker::Worker;
@@ -39,7 +41,7 @@ pub enum Outcome {
     /// Send it to `address`; `destination` is the header value (with fallbacks); `explain`
     /// the decision header's value when `debug_decision_header` is on; `prefiller` the
     /// prefill pod when the request is disaggregated (counted in flight until the decode pod
-    /// answers); with learning on, `dispatch` is what the answer will be compared with;
+    /// answers or the prefill's estimated end); with learning on, `dispatch` is what the answer will be compared with;
     /// `compared` its arm when the comparison is on.
     Routed {
         address: PodAddress,
@@ -397,6 +399,17 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         _ => None,
     };
     drop(random);
+    // When the prefill pod is estimated to have the prompt's KV ready: the learned TTFT model's
+    // time for the work it has before then (learning on; a prefill pod never answers through
+    // the proxy, so the pool's fit), else the configured cost.
+    let prefill_ms = match (&prefill, &worker.pd) {
+        (Some(chosen), Some(pd)) => {
+            let load = Load { tokens: chosen.work.total() as f64, requests: 0.0 };
+            let learned = learning.as_ref().map(|learner| learner.models.predict(chosen.address.as_str(), load));
+            prefill_duration_ms(chosen.work, learned, &pd.config)
+        }
+        _ => 0,
+    };
     // A pick that takes the pod's last free batch slot (learned from its scrapes) makes the
     // next decisions linearized: two crossing ones would leave a request waiting for a slot.
     // (A request of `n` choices takes `n` slots.)
@@ -420,7 +433,8 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     inflight.started(address.as_str(), weight, now);
     if let Some(prefill) = &prefill {
         // The prefill pod computes the prompt once for all of its choices, each of which it
-        // ends after one token: one place there (released when the decode pod answers).
+        // ends after one token: one place there (released when the decode pod answers or the
+        // prefill's estimated end comes, see `crate::prefill_hold`).
         inflight.started(prefill.address.as_str(), 1, now);
         inflight.add_tokens(prefill.address.as_str(), prefill.uncached_tokens);
     }
@@ -517,8 +531,11 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     drop(prefix);
     drop(role_tables);
     drop(cache);
-    let prefiller =
-        prefill.map(|prefill| Prefill { address: prefill.address, uncached_tokens: prefill.uncached_tokens });
+    let prefiller = prefill.map(|prefill| Prefill {
+        ends_by_ms: now.saturating_add(prefill_ms),
+        address: prefill.address,
+        uncached_tokens: prefill.uncached_tokens,
+    });
     worker.stats.count_pick(&address, reason, affinity, prefix_match > 0.0);
     if let Some(model) = model_label {
         worker.stats.count_model(model);

@@ -5,8 +5,9 @@
 //! probably lacks at least `threshold_tokens` of the prompt and, if so, picks a prefill pod
 //! among the prefill pods with the prefill weights. For the stream, [`write_prefiller`] puts
 //! the prefill pod's `ip:port` into `prefiller_header` for the decode pod's sidecar and
-//! [`release_prefill`] ends its in-flight count (and, learning on, its uncached tokens in
-//! flight: they are the prefill pod's work, not the decode pod's) when the decode pod answers.
+//! [`crate::prefill_hold`] ends its in-flight count and its uncached tokens in flight (the
+//! prefill pod's work, not the decode pod's) when the decode pod answers or the prefill's
+//! estimated end comes, whichever is first.
 
 use std::cell::RefCell;
 
@@ -22,6 +23,7 @@ use picker::saturation::SaturationLimits;
 use picker::scheduler::Policy;
 use wasm_epp_host::Host;
 
+use crate::prefill_hold::{release_prefill, Prefill, PrefillHold};
 use crate::worker::Worker;
 
 /// The compiled `pd` section: its two policies and the worker's role split of the table.
@@ -92,6 +94,8 @@ pub struct PrefillChoice {
     pub address: PodAddress,
     pub epoch: u32,
     pub uncached_tokens: u32,
+    /// What it computes before the prompt's KV is ready: what the prefill's end is estimated by.
+    pub work: PrefillWork,
 }
 
 /// Why the decode pod prefills a request itself.
@@ -168,42 +172,20 @@ pub fn prefill_pick(
         address: address.clone(),
         epoch,
         uncached_tokens: u32::try_from(chosen.uncached_tokens).unwrap_or(u32::MAX),
+        work: *chosen,
     })
 }
 
-/// A request's prefill pod, in flight from the pick until the decode pod answers.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Prefill {
-    pub address: PodAddress,
-    /// Uncached prompt tokens counted in flight on the prefill pod: the prefill pod computes
-    /// them, the decode pod only imports their KV.
-    pub uncached_tokens: u32,
-}
-
-/// Names the prefill pod for the decode pod's sidecar and returns it (in flight until the decode
-/// pod answers); if the header is refused, the decode pod prefills itself (only the split is lost).
-pub fn write_prefiller(worker: &Worker, host: &dyn Host, prefill: Option<Prefill>) -> Option<Prefill> {
-    let (Some(pd), Some(chosen)) = (&worker.pd, &prefill) else { return prefill };
+/// Names the prefill pod for the decode pod's sidecar and returns its hold (timed to the
+/// prefill's estimated end, see [`crate::prefill_hold`]); if the header is refused, the decode
+/// pod prefills itself (only the split is lost).
+pub fn write_prefiller(worker: &Worker, host: &dyn Host, prefill: Option<Prefill>) -> Option<PrefillHold> {
+    let (Some(pd), Some(chosen)) = (&worker.pd, &prefill) else { return prefill.map(PrefillHold::Untimed) };
     if let Err(error) = host.set_request_header(&pd.config.prefiller_header, chosen.address.as_str().as_bytes()) {
         log::warn!("wasm-epp: cannot set {}: {error}", pd.config.prefiller_header);
-        let mut held = prefill;
+        let mut held = prefill.map(PrefillHold::Untimed);
         release_prefill(worker, host, &mut held);
         return None;
     }
-    prefill
-}
-
-/// Ends the prefill pod's in-flight count and token load, once.
-pub fn release_prefill(worker: &Worker, host: &dyn Host, prefilling_at: &mut Option<Prefill>) {
-    let Some(Prefill { address, uncached_tokens }) = prefilling_at.take() else { return };
-    match worker.inflight.try_borrow_mut() {
-        Ok(mut inflight) => {
-            let now = host.now_ms();
-            inflight.release_tokens(address.as_str(), uncached_tokens);
-            // Counted as one place (see `decision::decide`).
-            inflight.finished(address.as_str(), 1, now);
-            inflight.publish_now(host, now);
-        }
-        Err(_) => worker.stats.increment(worker.stats.inflight_update_failed),
-    }
+    prefill.map(|prefill| crate::prefill_hold::hold(worker, prefill))
 }

@@ -31,6 +31,7 @@ pub mod learning_share;
 pub mod model_list;
 pub mod outliers_share;
 pub mod peer_receiver;
+pub mod prefill_hold;
 pub mod profile;
 pub mod protocol;
 pub mod reply;

@@ -23,7 +23,8 @@ use crate::comparison_stats::Compared;
 use crate::decision::{decide, NoPodReason, Outcome, Prompt};
 use crate::decision_header::DECISION_HEADER;
 use crate::destination::write_destination;
-use crate::disaggregate::{release_prefill, write_prefiller};
+use crate::disaggregate::write_prefiller;
+use crate::prefill_hold::release_prefill;
 use crate::profile::{self, Phase};
 use crate::reply::{send_dropped, send_error, send_json, send_json_bytes, send_model_not_found, DroppedReason};
 use crate::response::Observation;
@@ -73,8 +74,9 @@ pub struct RequestStream {
     held: Option<Rc<crate::flow::Held>>,
     /// The decision header's value, written on the response (`debug_decision_header`).
     explain: Option<String>,
-    /// The prefill pod of a disaggregated request, in flight until the decode pod answers.
-    prefilling_at: Option<crate::disaggregate::Prefill>,
+    /// The hold on the prefill pod of a disaggregated request, in flight until the decode pod
+    /// answers or the prefill's estimated end ([`crate::prefill_hold`]).
+    prefilling_at: Option<crate::prefill_hold::PrefillHold>,
     /// Priority from the priority or objective header; `None` lets the model's priority apply.
     priority: Option<i64>,
     /// The gateway's subset hint (`None`: no hint).
@@ -471,7 +473,8 @@ impl RequestStream {
         }
         // (First: a released request's prefill pod becomes the stream's there.)
         self.take_release();
-        // The decode pod answers once its prompt is prefilled: the prefill pod is done.
+        // The decode pod answers once its prompt is prefilled: the prefill pod is done (if the
+        // tick has not ended its hold at the prefill's estimated end already).
         release_prefill(&self.worker, host, &mut self.prefilling_at);
         let routed = self.sent_to_pod();
         self.answer_open = routed && !end_of_stream;
@@ -905,7 +908,8 @@ impl RequestStream {
     /// A request released from the queue: what the release decided becomes the stream's, as
     /// had it been routed at once (its pod, for the answer's observers; learning's record,
     /// whose prompt tokens in flight the answer's first byte releases; its prefill pod, in
-    /// flight until the decode pod answers). Once: each is taken from the queue entry.
+    /// flight until the decode pod answers or its prefill's estimated end). Once: each is taken
+    /// from the queue entry.
     fn take_release(&mut self) {
         let Some(held) = &self.held else { return };
         if let (None, crate::flow::Fate::Routed(address)) = (&self.routed_to, &*held.fate.borrow()) {

@@ -59,6 +59,9 @@ fn sync(worker: &Worker, host: &dyn Host) {
         let _span = crate::profile::span(host, Phase::TickInflight);
         // One clock read for the counts and the records shared after them.
         let now = host.now_ms();
+        // Prefills estimated done end their pods' holds before the counts are published (a
+        // whole answer's headers, which end them otherwise, come after its decode).
+        crate::prefill_hold::release_due(worker, &mut inflight, now);
         let report = inflight.sync(host, now, worker.config.inflight_expiry_ms);
         if !report.published {
             worker.stats.increment(worker.stats.inflight_update_failed);

@@ -48,6 +48,9 @@ pub struct Worker {
     pub flow: crate::flow::FlowState,
     /// Prefill/decode disaggregation, when the configuration has a `pd` section.
     pub pd: Option<crate::disaggregate::PdRouting>,
+    /// Split requests' holds on their prefill pods, ended by the tick at their prefills'
+    /// estimated ends (see [`crate::prefill_hold`]).
+    pub prefill_timers: RefCell<crate::prefill_hold::PrefillTimers>,
     /// What this worker learned from the answers it proxied (see [`picker::learn`]).
     pub learning: RefCell<picker::learn::Learner>,
     pub learning_stats: LearningStats,
@@ -92,6 +95,7 @@ impl Worker {
             ejection_share: Default::default(),
             departed: Default::default(),
             pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),
+            prefill_timers: Default::default(),
             policy,
             learning: RefCell::new(picker::learn::Learner::new(config.learning.prior())),
             learning_stats,

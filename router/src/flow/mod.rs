@@ -126,9 +126,10 @@ pub struct Held {
     /// Learning's record of the pick made at release, for its stream to observe the answer
     /// with (and release the prompt's tokens in flight at its first byte).
     pub dispatch: Cell<Option<picker::learn::Dispatch>>,
-    /// The prefill pod named at release (P/D), in flight until its stream releases it when
-    /// the decode pod answers, as for a request routed at once.
-    pub prefill: RefCell<Option<crate::disaggregate::Prefill>>,
+    /// The hold on the prefill pod named at release (P/D), in flight until its stream releases
+    /// it when the decode pod answers, or the prefill's estimated end, as for a request routed
+    /// at once.
+    pub prefill: RefCell<Option<crate::prefill_hold::PrefillHold>>,
     /// The sequences it weighs in flight (its `n`, see `InferenceRequest::sequences`): the
     /// places its release needs and takes.
     pub weight: u32,

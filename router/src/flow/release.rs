@@ -493,13 +493,14 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
     };
     match decide(worker, host, &prompt) {
         Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared, retries_cap } => {
-            // The prefill pod stays in flight until the decode pod answers: the stream takes it
-            // over (`take_release`), so the next picks see its load, released or not.
+            // The prefill pod stays in flight until the decode pod answers (or the prefill's
+            // estimated end, on the tick): the stream takes it over (`take_release`), so the
+            // next picks see its load, released or not.
             let mut prefilling_at = crate::disaggregate::write_prefiller(worker, host, prefiller);
             let written = write_destination(host, &worker.config.destination_header, &destination, retries_cap);
             if let Err(error) = written {
                 log::error!("wasm-epp: cannot set destination header on a released request: {error}");
-                crate::disaggregate::release_prefill(worker, host, &mut prefilling_at);
+                crate::prefill_hold::release_prefill(worker, host, &mut prefilling_at);
                 finish_inflight(worker, host, &address, held.weight, dispatch);
                 answer(worker, host, left, DropReason::NoRoute, true);
                 return;
