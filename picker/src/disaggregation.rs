@@ -73,6 +73,15 @@ impl RoleTables {
             self.decode_models.note_routed(model, pod);
         }
     }
+
+    /// A prompt for `model` went to prefill table pod `pod`: its adapter loads there too, and
+    /// until the next scrape says so the next prefill picks must see it resident and its slot
+    /// taken, as the decode picks do ([`Self::note_routed`]).
+    pub fn note_prefilled(&mut self, model: &str, pod: usize) {
+        if let Ok(pod) = u32::try_from(pod) {
+            self.prefill_models.note_routed(model, pod);
+        }
+    }
 }
 
 /// Tokens of the prompt the pod probably lacks: all but the blocks it matched of the hashed

@@ -521,6 +521,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             Some(tables) => {
                 cache.note_demand(model, now);
                 tables.note_routed(model, pod);
+                // The prompt's adapter loads on its prefill pod too.
+                if let Some(prefill_pod) = prefill.as_ref().and_then(|p| p.table_index) {
+                    tables.note_prefilled(model, prefill_pod);
+                }
             }
             None => cache.note_routed(model, pod, now),
         }

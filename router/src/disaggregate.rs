@@ -93,6 +93,8 @@ const PREFILL_PODS_COMPARED: usize = 8;
 pub struct PrefillChoice {
     pub address: PodAddress,
     pub epoch: u32,
+    /// Its position in the prefill table (its model index's name for it), if found.
+    pub table_index: Option<usize>,
     pub uncached_tokens: u32,
     /// What it computes before the prompt's KV is ready: what the prefill's end is estimated by.
     pub work: PrefillWork,
@@ -141,8 +143,9 @@ pub fn prefill_pick(
     if route.fail_open {
         return Err(LocalPrefill::NoPrefillPod);
     }
+    let position_of = |address: &PodAddress| prefill_table.pods.iter().position(|pod| pod.address == *address);
     let epoch_of =
-        |address: &PodAddress| prefill_table.pods.iter().find(|pod| pod.address == *address).map_or(0, |pod| pod.epoch);
+        |address: &PodAddress| position_of(address).and_then(|i| prefill_table.pods.get(i)).map_or(0, |pod| pod.epoch);
     // Only runners-up the scheduler's filters kept: one they left out would, say, evict an
     // adapter to load this one, which the prompts of the adapter evicted pay again.
     let ranked: Vec<(&PodAddress, u32)> = std::iter::once(&route.address)
@@ -171,6 +174,7 @@ pub fn prefill_pick(
     Ok(PrefillChoice {
         address: address.clone(),
         epoch,
+        table_index: position_of(address),
         uncached_tokens: u32::try_from(chosen.uncached_tokens).unwrap_or(u32::MAX),
         work: *chosen,
     })

@@ -240,3 +240,42 @@ fn the_decision_header_names_the_prefill_pod_or_why_the_decode_pod_prefills() {
     assert!(explain("m", 10).ends_with("; prefill=local:cached"), "{}", explain("m", 11));
     assert!(explain("b", 2000).ends_with("; prefill=local:no_prefill_pod"), "{}", explain("b", 2002));
 }
+
+#[test]
+fn a_prefill_pod_s_free_adapter_slot_taken_by_one_cold_adapter_is_not_offered_to_the_next() {
+    // Prefill pod 1 has the pool's one free adapter slot; pod 2's holds z. Adapter x's prompt
+    // loads x into it; before the next scrape, adapter y's prompt must not see that slot free
+    // (as the decode picks see theirs taken): it would load y there and evict x, which its
+    // prompt in flight is using.
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}}"#);
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for (address, role, resident, slots) in [
+        ("10.0.0.1:8000", PodRole::Prefill, &[][..], 1),
+        ("10.0.0.2:8000", PodRole::Prefill, &["z"][..], 1),
+        ("10.0.0.3:8000", PodRole::Decode, &["x", "y"][..], 2),
+        ("10.0.0.4:8000", PodRole::Decode, &["x", "y"][..], 2),
+    ] {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, role);
+        pod.models = vec!["base".to_owned()];
+        pod.adapters = ["x", "y", "z"].iter().map(|a| (*a).to_owned()).collect();
+        (pod.resident_loras, pod.max_loras) = (resident.iter().map(|a| (*a).to_owned()).collect(), slots);
+        table.pods.push(pod);
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(1), None).unwrap();
+    bench.heartbeat();
+    let body =
+        |adapter, seed| format!(r#"{{"model":"{adapter}","prompt":"{}","max_tokens":4}}"#, long_prompt(2000, seed));
+    let (mut first, _) = bench.request(&COMPLETIONS, &body("x", 1));
+    assert_eq!(bench.host.header(PREFILLER).as_deref(), Some("10.0.0.1:8000"), "x takes the free slot");
+    let (mut second, _) = bench.request(&COMPLETIONS, &body("y", 2));
+    assert_eq!(
+        bench.host.header(PREFILLER).as_deref(),
+        Some("10.0.0.2:8000"),
+        "no free slot is left: y swaps in on the idle pod, not over x on the busy one"
+    );
+    bench.end(&mut first);
+    bench.end(&mut second);
+}
