@@ -2,7 +2,8 @@
 //! and decode pods, whose simulated sidecar has the named prefill pod prefill the prompt.
 //! Roles from the static configuration and from Kubernetes labels; the decider both ways; a model
 //! its decode pods serve alone never sent to a prefill pod whose lists were cut; a
-//! client's own `x-prefiller-host-port` never reaching a pod; a prefill pod killed under load.
+//! client's own `x-prefiller-host-port` never reaching a pod; a prefill pod killed under load;
+//! a prefill pod free again once its prompts are prefilled, though their whole answers are not.
 
 use std::time::{Duration, Instant};
 
@@ -197,4 +198,41 @@ fn a_prefill_pod_killed_under_load_loses_no_request() {
     assert_eq!(ok, 160);
     assert!(answered_at_kill <= 120, "the kill came after {answered_at_kill} of 160 answers, not under load");
     assert!(PdCluster::stat_sum(&cluster.prefill[1..], "generation_tokens") > 0, "the survivor kept prefilling");
+}
+
+#[test]
+fn a_prefill_pod_is_free_once_its_prompts_are_prefilled_though_their_whole_answers_are_not() {
+    // Real time: a 2,000-token prefill takes ~70 ms, a 150-token decode ~2 s. Four such
+    // prompts put 4,000 tokens on each prefill pod, past `max_prefill_tokens_ahead`; 800 ms
+    // later their prefills are long done, their whole (non-streamed) answers are not. Held to
+    // those answers' headers, both prefill pods looked backed up and the fifth prompt was
+    // prefilled by its decode pod; held to the prefills' estimated ends, it is split.
+    let pd = json!({"threshold_tokens": 512, "max_prefill_tokens_ahead": 3000});
+    let cluster = PdCluster::start("pd-hold", 2, 2, &[], pd);
+    std::thread::scope(|scope| {
+        let decoding: Vec<_> = (0..4u64)
+            .map(|seed| {
+                let cluster = &cluster;
+                // A little apart: each worker's pick is published before the next decision.
+                std::thread::sleep(Duration::from_millis(20));
+                scope.spawn(move || served_by(&cluster.complete(&prompt_of_tokens(2000, seed), 150, &[])))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(800));
+        assert_eq!(PdCluster::pd_counter(&cluster.decode, "remote_prefills"), 4, "the four were split");
+        assert!(decoding.iter().all(|answer| !answer.is_finished()), "their answers are still decoding");
+        served_by(&cluster.complete(&prompt_of_tokens(2000, 4), 8, &[]));
+        assert_eq!(PdCluster::pd_counter(&cluster.decode, "remote_prefills"), 5, "the fifth was split too");
+        for answer in decoding {
+            answer.join().unwrap();
+        }
+    });
+    // Flushed on the workers' ticks.
+    let split = || cluster.envoy.stat("wasm_epp_pd_disaggregated") == Some(5.0);
+    assert!(
+        launcher::wait_until(Duration::from_secs(3), split),
+        "{:?}",
+        cluster.envoy.stat("wasm_epp_pd_disaggregated")
+    );
+    assert_eq!(cluster.envoy.stat("wasm_epp_pd_prefill_backed_up").unwrap_or(0.0), 0.0, "none prefilled locally");
 }
