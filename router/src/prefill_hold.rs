@@ -89,12 +89,16 @@ impl PrefillTimers {
     }
 }
 
-/// Times `prefill` in the worker's timers (untimed if they are busy or full).
+/// Times `prefill` in the worker's timers (untimed if they are busy or full, counted).
 pub fn hold(worker: &Worker, prefill: Prefill) -> PrefillHold {
-    match worker.prefill_timers.try_borrow_mut() {
+    let hold = match worker.prefill_timers.try_borrow_mut() {
         Ok(mut timers) => timers.time(prefill),
         Err(_) => PrefillHold::Untimed(prefill),
+    };
+    if matches!(hold, PrefillHold::Untimed(_)) {
+        worker.stats.increment(worker.stats.pd_prefill_holds_untimed);
     }
+    hold
 }
 
 /// Ends the prefill pod's in-flight count and token load, once: nothing if the tick ended a
@@ -109,6 +113,7 @@ pub fn release_prefill(worker: &Worker, host: &dyn Host, hold: &mut Option<Prefi
             Ok(None) | Err(_) => return,
         },
     };
+    worker.stats.increment(worker.stats.pd_prefill_holds_ended_by_request);
     match worker.inflight.try_borrow_mut() {
         Ok(mut inflight) => {
             let now = host.now_ms();
@@ -132,6 +137,7 @@ pub fn release_due(worker: &Worker, inflight: &mut WorkerInflight, now_ms: u64) 
     for prefill in &due {
         end(inflight, prefill, now_ms);
     }
+    worker.stats.add(worker.stats.pd_prefill_holds_ended_by_estimate, due.len() as u64);
     due.len()
 }
 

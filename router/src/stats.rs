@@ -68,6 +68,14 @@ pub struct Stats {
     pub pd_disaggregated: Counter,
     pub pd_decode_only: Counter,
     pub pd_prefill_backed_up: Counter,
+    /// How split requests' holds on their prefill pods ended ([`crate::prefill_hold`]): at the
+    /// prefill's estimated end (the tick), or first by the request (its answer's headers, its
+    /// end, a header that could not be written); and holds left untimed because the worker's
+    /// timers were full (ended by the request alone). Streamed answers mostly ended by the
+    /// estimate say it is too short; whole ones mostly ended by the request, too long.
+    pub pd_prefill_holds_ended_by_estimate: Counter,
+    pub pd_prefill_holds_ended_by_request: Counter,
+    pub pd_prefill_holds_untimed: Counter,
     /// Requests answered 404: no pod serves their model.
     pub model_unknown: Counter,
     /// Requests whose model was rewritten to a weighted target.
@@ -136,6 +144,9 @@ impl Stats {
             pd_disaggregated: c("wasm_epp.pd_disaggregated"),
             pd_decode_only: c("wasm_epp.pd_decode_only"),
             pd_prefill_backed_up: c("wasm_epp.pd_prefill_backed_up"),
+            pd_prefill_holds_ended_by_estimate: c("wasm_epp.pd_prefill_holds_ended_by_estimate"),
+            pd_prefill_holds_ended_by_request: c("wasm_epp.pd_prefill_holds_ended_by_request"),
+            pd_prefill_holds_untimed: c("wasm_epp.pd_prefill_holds_untimed"),
             model_unknown: c("wasm_epp.model_unknown"),
             model_rewritten: c("wasm_epp.model_rewritten"),
             model_lists_answered: c("wasm_epp.model_lists_answered"),

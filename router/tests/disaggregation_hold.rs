@@ -12,6 +12,7 @@ use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
 use picker::role::PodRole;
 use wasm_epp_host::{Host, SharedStore};
+use wasm_epp_router::prefill_hold::{Prefill, MAX_TIMED_HOLDS};
 
 const PREFILLER: &str = "x-prefiller-host-port";
 
@@ -91,6 +92,13 @@ fn the_hold_ends_at_the_estimate_for_a_whole_answer_and_at_the_headers_for_a_str
     assert_eq!(held(), (2, both_tokens), "no prefill estimated done yet");
     tick_after(&bench, 100);
     assert_eq!(held(), (1, stream_tokens), "the whole answer's prefill is estimated done: its hold ends");
+    let endings = || {
+        (
+            bench.stat("wasm_epp.pd_prefill_holds_ended_by_estimate"),
+            bench.stat("wasm_epp.pd_prefill_holds_ended_by_request"),
+        )
+    };
+    assert_eq!(endings(), (1, 0), "counted as ended by the estimate");
     bench.host.set_response(&[(":status", "200")], b"");
     whole.on_response_headers(&bench.host, false);
     bench.end(&mut whole);
@@ -98,6 +106,7 @@ fn the_hold_ends_at_the_estimate_for_a_whole_answer_and_at_the_headers_for_a_str
     // The stream's first token comes before its estimate: its headers end its hold.
     streamed.on_response_headers(&bench.host, false);
     assert_eq!(held(), (0, 0));
+    assert_eq!(endings(), (1, 1), "counted as ended by the request (its headers), the whole answer's end not at all");
     let (mut next, _) = bench.request(&COMPLETIONS, &body(2000, 3, false));
     let next_held = held();
     assert_eq!(next_held.0, 1);
@@ -110,6 +119,30 @@ fn the_hold_ends_at_the_estimate_for_a_whole_answer_and_at_the_headers_for_a_str
     tick_after(&bench, 1_000);
     assert_eq!(held(), (0, 0));
     assert!(bench.worker.prefill_timers.borrow().is_empty(), "no timer left behind");
+    assert_eq!(endings(), (1, 2), "each hold counted once, by what ended it");
+    assert_eq!(bench.stat("wasm_epp.pd_prefill_holds_untimed"), 0);
+}
+
+#[test]
+fn a_hold_the_full_timers_cannot_take_is_counted_untimed_and_ended_by_its_request() {
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}}"#);
+    let pod = "10.0.0.1:8000";
+    publish(&bench, &[(pod, PodRole::Prefill), ("10.0.0.2:8000", PodRole::Decode)]);
+    // Timers full of holds on a pod not in the table, due never.
+    let elsewhere =
+        Prefill { address: PodAddress::parse("10.9.9.9:8000").unwrap(), uncached_tokens: 1, ends_by_ms: u64::MAX };
+    for _ in 0..MAX_TIMED_HOLDS {
+        bench.worker.prefill_timers.borrow_mut().time(elsewhere.clone());
+    }
+    let (mut whole, _) = bench.request(&COMPLETIONS, &body(2000, 1, false));
+    assert_eq!(bench.host.header(PREFILLER).as_deref(), Some(pod), "split");
+    assert_eq!(bench.stat("wasm_epp.pd_prefill_holds_untimed"), 1);
+    tick_after(&bench, 1_000);
+    assert_eq!(bench.worker.inflight.borrow().count(pod), 1, "past its estimate, held to its answer");
+    assert_eq!(bench.stat("wasm_epp.pd_prefill_holds_ended_by_estimate"), 0);
+    bench.end(&mut whole);
+    assert_eq!(bench.worker.inflight.borrow().count(pod), 0);
+    assert_eq!(bench.stat("wasm_epp.pd_prefill_holds_ended_by_request"), 1);
 }
 
 #[test]
