@@ -78,6 +78,12 @@ pub struct EngineMetrics {
     /// operator (a KV usage of 87 is an exporter giving a percent; the pod reads as full for
     /// as long as it does, and nothing else would say why).
     pub implausible: Option<String>,
+    /// Samples of a series the page gave already (same name and label set), skipped; and the
+    /// first one's metric. A true exporter never repeats one: a count above 0 is a broken
+    /// exporter the operator should hear of (no allocation per sample: a count and a name
+    /// from [`WANTED`]).
+    pub repeated_samples: u32,
+    pub first_repeated: Option<&'static str>,
 }
 
 /// The newest `vllm:lora_requests_info` series.
@@ -125,6 +131,10 @@ pub fn parse_engine_metrics(text: &str, max_names: usize) -> Result<EngineMetric
         // series at the same scrape as a duplicate). Engines' series differ by label (vLLM's
         // data-parallel `engine`, `model_name`): those are all summed.
         if !series.insert(sample.series_key()) {
+            metrics.repeated_samples = metrics.repeated_samples.saturating_add(1);
+            if metrics.first_repeated.is_none() {
+                metrics.first_repeated = WANTED.iter().copied().find(|&name| name == sample.name);
+            }
             continue;
         }
         apply_sample(&sample, max_names, &mut totals, &mut names, &mut metrics);
@@ -331,10 +341,13 @@ vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_ad
         assert_eq!((m.waiting, m.running), (5.0, 5.0), "the first of a series is kept");
         assert_eq!(m.kv_usage, Some(0.375));
         assert_eq!(m.prefix_queries, Some(1000.0));
+        assert_eq!((m.repeated_samples, m.first_repeated), (4, Some("vllm:num_requests_waiting")), "and told");
         // Series that differ in any label (a model, an engine) are different series: summed.
         let models = "vllm:num_requests_waiting{model_name=\"a\"} 2\nvllm:num_requests_waiting{model_name=\"b\"} 2\n\
             vllm:num_requests_waiting{model_name=\"b\",engine=\"1\"} 2\nvllm:num_requests_running 1\n";
-        assert_eq!(parse_engine_metrics(models, NAMES).unwrap().waiting, 6.0);
+        let m = parse_engine_metrics(models, NAMES).unwrap();
+        assert_eq!(m.waiting, 6.0);
+        assert_eq!((m.repeated_samples, m.first_repeated), (0, None), "a true page repeats nothing");
     }
 
     #[test]

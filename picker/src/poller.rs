@@ -39,6 +39,8 @@ struct PodRecord {
     plain_path: bool,
     /// [`PodEvent::Implausible`] was told for this pod.
     told_implausible: bool,
+    /// [`PodEvent::RepeatedSeries`] was told for this pod.
+    told_repeated: bool,
     /// Listed again after it left, not scraped since: out of rotation as a pod that joins.
     rejoined: bool,
 }
@@ -55,6 +57,7 @@ impl PodRecord {
             catalog: None,
             plain_path: false,
             told_implausible: false,
+            told_repeated: false,
             rejoined: false,
         }
     }
@@ -121,6 +124,10 @@ pub enum PodEvent {
     /// the bound: a KV usage past 1 (an exporter giving a percent makes the pod read as full
     /// for good), a queue or running count past a billion. Once per pod.
     Implausible { address: PodAddress, reading: String },
+    /// Its page gave a series again with the same label set (`samples` of them in one
+    /// scrape, the first of `metric`): invalid text from a broken exporter, whose repeats are
+    /// skipped (the first of each series is read, as Prometheus reads it). Once per pod.
+    RepeatedSeries { address: PodAddress, metric: &'static str, samples: u32 },
 }
 
 /// What [`PoolPoller::on_scrape`] learned, for stats and logs.
@@ -407,6 +414,12 @@ impl PoolPoller {
         if let Some(reading) = metrics.implausible.filter(|_| !record.told_implausible) {
             record.told_implausible = true;
             push_event(&mut self.events, PodEvent::Implausible { address: state.address.clone(), reading });
+        }
+        if let Some(metric) = metrics.first_repeated.filter(|_| !record.told_repeated) {
+            record.told_repeated = true;
+            let event =
+                PodEvent::RepeatedSeries { address: state.address.clone(), metric, samples: metrics.repeated_samples };
+            push_event(&mut self.events, event);
         }
         state.healthy = true;
         state.waiting = metrics.waiting;

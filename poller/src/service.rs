@@ -395,7 +395,8 @@ fn dispatch_scrape(
 /// was dropped (it restarted, or answers again after failing with nothing to show it kept
 /// its cache), which shows as cache misses on its next requests: a warning each, and a
 /// counter each to alert on. A pod that never turned healthy gets a warning with the reason, a
-/// pod reporting a load past any engine's a warning with the reading (once).
+/// pod reporting a load past any engine's a warning with the reading (once), a pod repeating
+/// a series a warning with its metric (once).
 fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Stats>) {
     for event in poller.take_events() {
         if let Some(stats) = stats {
@@ -406,6 +407,8 @@ fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Sta
                 PodEvent::NeverHealthy { .. } => None,
                 // Its reading is bounded and used; the warning is the news.
                 PodEvent::Implausible { .. } => None,
+                // Its repeats are skipped; the warning is the news.
+                PodEvent::RepeatedSeries { .. } => None,
             };
             if let Some(counter) = counter {
                 metrics.increment(counter);
@@ -436,6 +439,13 @@ fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Sta
                 log::warn!(
                     "wasm-epp pool service: pod {} reports {reading}, past any engine's (a KV usage is 0..1, \
                      not a percent): read at the bound, so the pod counts as full while it does",
+                    address.as_str()
+                );
+            }
+            PodEvent::RepeatedSeries { address, metric, samples } => {
+                log::warn!(
+                    "wasm-epp pool service: pod {} gives a series again with the same labels ({samples} samples in \
+                     one scrape, the first of {metric}): its exporter is broken; the first of each series is read",
                     address.as_str()
                 );
             }

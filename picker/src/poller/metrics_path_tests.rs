@@ -73,3 +73,17 @@ fn a_pod_reporting_a_load_past_any_engines_is_told_once() {
     scrape(&mut p, &a, 3, b"vllm:num_requests_waiting +Inf\n");
     assert_eq!(p.take_events(), [], "once per pod");
 }
+
+#[test]
+fn a_pod_repeating_a_series_is_told_once() {
+    let a = addr("10.0.0.1:8000");
+    let mut p = PoolPoller::new(PollerConfig::default(), vec![a.clone()]);
+    let repeated = b"vllm:num_requests_waiting 3\nvllm:num_requests_running 1\nvllm:num_requests_waiting 3\n";
+    assert_eq!(scrape(&mut p, &a, 1, repeated), ScrapeOutcome::Success);
+    let event = PodEvent::RepeatedSeries { address: a.clone(), metric: "vllm:num_requests_waiting", samples: 1 };
+    assert_eq!(p.take_events(), [event]);
+    assert_eq!(p.take_table(200).unwrap().pods[0].waiting, 3.0, "read once");
+    scrape(&mut p, &a, 2, repeated);
+    scrape(&mut p, &a, 3, b"vllm:num_requests_running 1\nvllm:num_requests_running 1\n");
+    assert_eq!(p.take_events(), [], "once per pod");
+}
