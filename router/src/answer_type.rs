@@ -19,15 +19,22 @@ pub fn foreign_answer(endpoint: Endpoint, content_type: Option<&[u8]>) -> bool {
     if !endpoint.generates() {
         return false;
     }
-    let Some(value) = content_type else { return false };
-    let essence = value.split(|&byte| byte == b';').next().unwrap_or_default().trim_ascii();
-    if essence.is_empty() {
-        return false;
-    }
+    let Some(essence) = content_type.map(essence).filter(|essence| !essence.is_empty()) else { return false };
     let is = |name: &[u8]| essence.eq_ignore_ascii_case(name);
     let json_suffix = essence.len() > 5
         && essence.get(essence.len() - 5..).is_some_and(|suffix| suffix.eq_ignore_ascii_case(b"+json"));
     !(is(b"application/json") || is(b"text/event-stream") || json_suffix)
+}
+
+/// Whether `content_type` is `text/event-stream` (parameters and case aside): the answer of
+/// an upload whose form asked to stream (vLLM answers one that did not with JSON or text).
+pub fn event_stream(content_type: Option<&[u8]>) -> bool {
+    content_type.map(essence).is_some_and(|essence| essence.eq_ignore_ascii_case(b"text/event-stream"))
+}
+
+/// A content type without its parameters.
+fn essence(value: &[u8]) -> &[u8] {
+    value.split(|&byte| byte == b';').next().unwrap_or_default().trim_ascii()
 }
 
 #[cfg(test)]
@@ -54,5 +61,15 @@ mod tests {
         // A transcription's text formats answer text/plain; other endpoints are not judged.
         assert!(!foreign_answer(Endpoint::Other, Some(b"text/plain; charset=utf-8")));
         assert!(!foreign_answer(Endpoint::Other, Some(b"text/html")));
+    }
+
+    #[test]
+    fn an_event_stream_is_told_by_its_essence() {
+        assert!(event_stream(Some(b"text/event-stream; charset=utf-8")));
+        assert!(event_stream(Some(b" Text/Event-Stream")));
+        for other in [&b"application/json"[..], b"text/plain", b"text/event-streams", b""] {
+            assert!(!event_stream(Some(other)), "{}", String::from_utf8_lossy(other));
+        }
+        assert!(!event_stream(None));
     }
 }

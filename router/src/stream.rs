@@ -117,6 +117,9 @@ pub struct RequestStream {
     /// The client asked for a stream (`"stream": true` in the body read) of an endpoint whose
     /// first event is the first output or an error (chat, completions, Messages).
     streamed: bool,
+    /// A `multipart/form-data` upload (vLLM's audio transcriptions and translations): its
+    /// form's `stream` is not read, so an answer of `text/event-stream` says it streams.
+    form_upload: bool,
     /// Events at the stream's opening still to read for an error (outlier detection or the
     /// comparison judges it: a stream may fail after its `200`, see
     /// [`crate::stream_error::opening_events`]); 0 once judged, or when not read.
@@ -176,6 +179,7 @@ impl RequestStream {
             success_pending: None,
             weight: 1,
             streamed: false,
+            form_upload: false,
             opening_events: 0,
             opening_tail: Vec::new(),
             first_byte_ms: None,
@@ -253,6 +257,7 @@ impl RequestStream {
         if self.endpoint == Endpoint::Other && !end_of_stream {
             // An upload (an audio transcription's form) is read for its `model` as it arrives.
             self.upload = content_type().and_then(|value| upload::Upload::start(value, declared_length));
+            self.form_upload = self.upload.is_some();
         }
         let unread = self.endpoint == Endpoint::Other && self.upload.is_none() && !may_be_json(content_type());
         if end_of_stream || unread {
@@ -520,7 +525,7 @@ impl RequestStream {
         // A stream judged a success so far may still fail at its first event: outlier
         // detection (at its end) and the comparison (its first byte) read it.
         let comparing = self.compared.as_ref().is_some_and(|compared| compared.awaiting_first_byte);
-        let judged = self.streamed && (self.success_pending.is_some() || comparing);
+        let judged = (self.success_pending.is_some() || comparing) && self.answer_streams(host);
         self.opening_events = if judged { crate::stream_error::opening_events(self.endpoint, self.weight) } else { 0 };
         if end_of_stream {
             self.release(host);
@@ -856,6 +861,18 @@ impl RequestStream {
             &format!("wasm-epp: no inference pod available ({})", why.describe()),
         );
         Step::Pause
+    }
+
+    /// Whether the answer is a stream whose first event is the first output or an error: one
+    /// asked in the body, or a form upload's `text/event-stream` (vLLM's transcription stream
+    /// opens as a completion's: an error is its first event, under a `200`; one more header
+    /// lookup, for uploads alone).
+    fn answer_streams(&self, host: &dyn Host) -> bool {
+        self.streamed
+            || (self.form_upload
+                && crate::answer_type::event_stream(
+                    host.response_header_value("content-type").ok().flatten().as_deref(),
+                ))
     }
 
     /// Outlier detection learns from the answer to the pods this request was sent to (a

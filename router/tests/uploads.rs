@@ -331,3 +331,43 @@ fn a_second_model_cut_by_the_forms_end_is_refused_at_its_trailers() {
     assert!(last_message(&bench).contains("cannot be read"), "{}", last_message(&bench));
     assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 1);
 }
+
+/// vLLM's answer to a transcription asked with the form's `stream=true`: a `200` of
+/// `text/event-stream` before it generates; a generation's error is its first event, then
+/// `[DONE]` (speech_to_text.py, `_speech_to_text_stream_generator`).
+const TRANSCRIPTION_ERROR: &[u8] = b"data: {\"error\": {\"message\": \"Internal server error\", \"type\": \"InternalServerError\", \"param\": null, \"code\": 500}}\n\ndata: [DONE]\n\n";
+const TRANSCRIPTION_CHUNK: &[u8] =
+    b"data: {\"id\":\"transcribe-1\",\"object\":\"transcription.chunk\",\"choices\":[{\"delta\":{\"content\":\" Hello\"}}]}\n\n";
+
+/// Uploads `body`, answered `200` of `content_type` whose body opens with `first`.
+fn upload_streamed(bench: &Bench, body: &[u8], content_type: &str, first: &[u8]) {
+    let form_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", form_type.as_str())];
+    let (mut stream, _) = bench.upload_in_chunks(&headers, body, 8_192);
+    bench.host.properties.borrow_mut().insert("upstream\0address".into(), WHISPER.as_bytes().to_vec());
+    bench.host.set_response(&[(":status", "200"), ("content-type", content_type), ("x-served", WHISPER)], first);
+    stream.on_response_headers(&bench.host, false);
+    stream.on_response_body(&bench.host, first.len(), true);
+    stream.on_log(&bench.host);
+}
+
+#[test]
+fn a_streamed_transcription_that_opens_with_a_server_error_is_its_pods_failure() {
+    let bench = Bench::new(
+        r#"{"outlier_detection": {"consecutive_failures": 2, "base_ejection_ms": 1000},
+            "models": {"served_endpoint_header": "x-served"}}"#,
+    );
+    publish_models(&bench, &POOL);
+    let body = form(&[("model", b"whisper"), ("stream", b"true"), ("file", &vec![7u8; 20_000])]);
+    // A stream that opens with its first words, and a whole answer (JSON, or the text formats'
+    // text/plain) whose text reads like an error event, are the pod's successes.
+    let event_stream = "text/event-stream; charset=utf-8";
+    upload_streamed(&bench, &body, event_stream, TRANSCRIPTION_CHUNK);
+    upload_streamed(&bench, &body, "text/plain; charset=utf-8", TRANSCRIPTION_ERROR);
+    assert_eq!(bench.stat("wasm_epp.streams_failed"), 0);
+    upload_streamed(&bench, &body, event_stream, TRANSCRIPTION_ERROR);
+    upload_streamed(&bench, &body, event_stream, TRANSCRIPTION_ERROR);
+    assert_eq!(bench.stat("wasm_epp.streams_failed"), 2);
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 2);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{WHISPER}")), 1, "two failures in a row");
+}
