@@ -2,7 +2,9 @@
 //! detection counts one that cannot as its pod's failure. A pod (or a broken proxy in front of
 //! it) answering `200` with an HTML page, or any text no OpenAI or Anthropic client can read,
 //! failed the request as surely as with a 5xx; counted a success, it cleared the pod's record,
-//! and a pod that fails fast looks idle and drew the pool's traffic.
+//! and a pod that fails fast looks idle and drew the pool's traffic. Only a `POST`'s answer is
+//! judged (the caller's part): vLLM's CORS middleware answers a browser's `OPTIONS` preflight
+//! itself, on any path, `200` and `text/plain`.
 
 use picker::request::Endpoint;
 

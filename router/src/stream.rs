@@ -46,6 +46,10 @@ pub enum Step {
 pub struct RequestStream {
     worker: Rc<Worker>,
     endpoint: Endpoint,
+    /// A `POST`: the one method an inference endpoint answers as such, so the only one whose
+    /// 2xx is judged by its content type (a browser's `OPTIONS` preflight is answered `200`
+    /// `text/plain` by vLLM's CORS middleware, on any path).
+    posted: bool,
     /// The pod this request was sent to, once routed (its in-flight count is released at the end).
     routed_to: Option<PodAddress>,
     /// Answered locally or routed: later body chunks just pass.
@@ -147,6 +151,7 @@ impl RequestStream {
         Self {
             worker,
             endpoint: Endpoint::Other,
+            posted: false,
             routed_to: None,
             decided: false,
             sheddable: false,
@@ -237,6 +242,7 @@ impl RequestStream {
         self.session = crate::protocol::session_value(&headers, config).map(|id| session_key(trim_bytes(id)));
         self.subset = crate::protocol::subset_hint(host, &headers, config);
         self.endpoint = Endpoint::from_path(path);
+        self.posted = headers.get_text(":method") == Some("POST");
         if self.endpoint == Endpoint::Other {
             // `GET /v1/responses/{id}` (a background request's polling, a retrieval) and its
             // `cancel` and `input_items`: only the pod that stored the response has it.

@@ -631,6 +631,26 @@ fn a_pod_answering_200_with_a_page_no_openai_client_reads_is_passed_over() {
 }
 
 #[test]
+fn a_cors_preflight_answered_as_text_is_no_failure_of_the_pod() {
+    // vLLM's CORS middleware (Starlette's) answers a browser's preflight itself, on any path:
+    // `200`, `text/plain`, "OK". The content type says nothing of an inference answer there:
+    // counted failures, a browser client's preflights ejected the pods it reached.
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    let preflight = [
+        (":method", "OPTIONS"),
+        (":path", "/v1/chat/completions"),
+        ("origin", "https://chat.example"),
+        ("access-control-request-method", "POST"),
+    ];
+    for _ in 0..6 {
+        answered_as(&bench, &preflight, "", Some("text/plain; charset=utf-8"));
+    }
+    assert_eq!((bench.stat("wasm_epp.answers_foreign"), bench.stat("wasm_epp.pod_attempts_failed")), (0, 0));
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 0);
+}
+
+#[test]
 fn a_whole_answer_is_not_read_for_an_error_event() {
     let bench = Bench::new(QUICK);
     bench.publish(1, &THREE_PODS);

@@ -170,6 +170,7 @@ impl RequestStream {
         // A 2xx of an inference endpoint is judged by its content type too (one more header
         // lookup, on that path alone: see `answer_type`).
         let foreign = status.and_then(|s| s.first()) == Some(&b'2')
+            && self.posted
             && self.endpoint.generates()
             && crate::answer_type::foreign_answer(
                 self.endpoint,
