@@ -104,7 +104,8 @@ WARNED = {
     "istio-wasmplugin": "WARNING: istio.wasmPlugin.enabled: Istio's WasmPlugin cannot set",
 }
 
-# Value sets rendered for their NOTES alone (not written to OUT), each with its warning.
+# Value sets rendered for their NOTES alone (not written to OUT), each with its warning (None:
+# it must have none).
 NOTES_ONLY = {
     "an idle timeout for all-streamed traffic": (
         {"poolRoute": {"idleTimeout": "120s"}},
@@ -114,6 +115,8 @@ NOTES_ONLY = {
         {"poolRoute": {"timeout": "1800s", "idleTimeout": "1859s"}}, "set idleTimeout to at least 1860s"),
     "an idle timeout for all-streamed traffic on Istio": (
         {"mode": "istio", "poolRoute": {"idleTimeout": "300s"}}, "WARNING: poolRoute.idleTimeout (300s)"),
+    # Envoy reads a route's idle_timeout of 0 as none at all: no answer is cut, nothing to warn of.
+    "the idle timeout off": ({"poolRoute": {"idleTimeout": "0s"}}, None),
 }
 
 # Values the chart must refuse (values.schema.json, or the templates' own checks).
