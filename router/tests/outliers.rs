@@ -558,6 +558,28 @@ fn an_error_event_split_across_body_chunks_fails_the_pod() {
     }
 }
 
+#[test]
+fn a_chat_stream_opening_reads_alike_however_its_chunks_cut_it() {
+    // The router's read of an opening (its first 64 bytes, then up to 4 KiB, the event a chunk
+    // ends in kept for the next) at every cut of two role chunks and what follows, and byte by
+    // byte: the fuzz target `usage_scan` checks `stream_error::read_opening` alone, unbounded.
+    let token: &[u8] = b"data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"}}]}\n\n";
+    for learning in ["", r#", "learning": {"enabled": true}"#] {
+        for (last, failed) in [(SERVER_ERROR_EVENT, 1), (CLIENT_ERROR_EVENT, 0), (token, 0)] {
+            let whole = [ROLE_CHUNK, ROLE_CHUNK, last].concat();
+            let byte_by_byte: Vec<&[u8]> = whole.chunks(1).collect();
+            let cuts = (1..whole.len()).map(|cut| vec![&whole[..cut], &whole[cut..]]);
+            for (i, chunks) in cuts.chain([byte_by_byte]).enumerate() {
+                let bench = quick_with(learning);
+                bench.publish(1, &THREE_PODS);
+                streamed_chat(&bench, &format!("cut{i}"), 2, &chunks);
+                let cut = chunks.first().map_or(0, |c| c.len());
+                assert_eq!(bench.stat("wasm_epp.streams_failed"), failed, "{learning} cut at {cut}");
+            }
+        }
+    }
+}
+
 /// A streamed completions request's body.
 fn completion_stream(i: usize) -> String {
     format!(r#"{{"model":"m","prompt":"stream{i}","stream":true}}"#)
