@@ -41,8 +41,8 @@ pub enum Outcome {
     /// Send it to `address`; `destination` is the header value (with fallbacks); `explain`
     /// the decision header's value when `debug_decision_header` is on; `prefiller` the
     /// prefill pod when the request is disaggregated (counted in flight until the decode pod
-    /// answers or the prefill's estimated end); with learning on, `dispatch` is what the answer will be compared with;
-    /// `compared` its arm when the comparison is on.
+    /// answers or the prefill's estimated end); with learning on, `dispatch` is what the
+    /// answer will be compared with; `compared` its arm when the comparison is on.
     Routed {
         address: PodAddress,
         destination: String,
