@@ -68,11 +68,11 @@ fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {
 
 /// Notes the answer to a request whose destination header was `list` (the pick, then its
 /// fallbacks): its `:status` and the pod that gave it; `foreign`: a 2xx of a content type no
-/// answer of its endpoint has ([`crate::answer_type`]), failed as a 5xx is. With `open` (a
-/// body is still to come), a pod's success is not noted now but left to [`settle`] at the
-/// answer's end: a pod that answers its headers and then resets every stream would otherwise
-/// clear its record with each header and never be ejected. Returns, when a success was left so, the worker's failure
-/// count now: the success then clears no failure noted after these headers.
+/// answer of its endpoint has ([`crate::answer_type`]), failed as a 5xx is. With `open` (a body
+/// is still to come), a pod's success is not noted now but left to [`settle`] at the answer's
+/// end: a pod that answers its headers and then resets every stream would otherwise clear its
+/// record with each header and never be ejected. Returns, when a success was left so, the
+/// worker's failure count now: the success then clears no failure noted after these headers.
 pub fn note_answer(
     worker: &Worker,
     list: &str,

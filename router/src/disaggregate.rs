@@ -32,14 +32,14 @@ pub struct PdRouting {
     /// The destination's policy: the filter's, with the decode weights.
     pub decode_policy: Policy,
     /// The prefill pod's policy: the prefill weights, runners-up only to compare their work
-    /// (the sidecar takes one address; if it fails, the decode pod prefills itself) and no
-    /// hard prefix affinity: a prefill pod admits every prompt at once (chunked), so its
-    /// queue never fills and "sticky until saturated" would pin each shared prefix to the
-    /// first pod that computed it for good, however busy. The prefix scorer still prefers it;
-    /// load can outweigh it, and then the other prefill pod learns the prefix too. For the same reason no queue is
-    /// full: its requests in flight past those running are mostly prompts already prefilled,
-    /// waiting for their decode pods' answers, and the least-work rule weighs their tokens
-    /// (a filter leaving such a pod out kept it from the comparison).
+    /// (the sidecar takes one address; if it fails, the decode pod prefills itself) and no hard
+    /// prefix affinity: a prefill pod admits every prompt at once (chunked), so its queue never
+    /// fills and "sticky until saturated" would pin each shared prefix to the first pod that
+    /// computed it for good, however busy. The prefix scorer still prefers it; load can
+    /// outweigh it, and then the other prefill pod learns the prefix too. For the same reason
+    /// no queue is full: its requests in flight past those running are mostly prompts already
+    /// prefilled, waiting for their decode pods' answers, and the least-work rule weighs their
+    /// tokens (a filter leaving such a pod out kept it from the comparison).
     pub prefill_policy: Policy,
     pub tables: RefCell<RoleTables>,
 }
