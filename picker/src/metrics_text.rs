@@ -2,9 +2,9 @@
 //!
 //! Engines differ in names (vLLM V1, vLLM's older `gpu_*` names, SGLang, trtllm-serve), and
 //! a vLLM pod with data parallelism emits one series per engine, which we sum (a series given
-//! twice is read once). A pod may lie or break: NaN or negative samples are ignored, never trusted, loads past any engine's
-//! (`+Inf` too) are read at a bound, and a text with none of the load metrics is an error
-//! rather than an idle-looking pod.
+//! twice is read once). A pod may lie or break: NaN or negative samples are ignored, never
+//! trusted, loads past any engine's (`+Inf` too) are read at a bound, and a text with none of
+//! the load metrics is an error rather than an idle-looking pod.
 
 use crate::prometheus_line::{parse_sample, sample_name, Sample};
 
