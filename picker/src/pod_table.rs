@@ -266,7 +266,7 @@ impl PodTable {
     pub fn common_block_size(&self) -> Option<u32> {
         let sizes = || self.pods.iter().filter(|p| p.healthy).filter_map(|p| p.block_size);
         // Boyer-Moore's vote: the one size that can hold a majority, then a count to see it
-        // does (two passes over the pods, no allocation: this runs per request).
+        // does (two passes over the pods, no allocation; a worker counts it once per table).
         let (candidate, _) = sizes().fold((None, 0u32), |(candidate, lead), size| match candidate {
             _ if lead == 0 => (Some(size), 1),
             Some(current) if current == size => (candidate, lead + 1),

@@ -133,7 +133,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // (An empty table routes on the fallback pool, as `picker::route::choose_at` does.)
     let pool_size = table.filter(|t| !t.pods.is_empty()).map_or(worker.fallback_pool.len(), |t| t.pods.len());
     let prefix_config = &worker.config.prefix;
-    let params = prefix_config.hash_params(table.and_then(|t| t.common_block_size()));
+    let params = prefix_config.hash_params(table.and(cache.block_size()));
     let block_tokens = params.block_tokens;
     let mut hashes = Vec::new();
     // Assistant replies' places, for learning's cached-token prediction (no allocation for a

@@ -20,6 +20,9 @@ pub struct TableCache {
     table: Option<PodTable>,
     /// Which pods serve each model, built once per table (decisions look their model up).
     models: ModelIndex,
+    /// The block size prompts are hashed in for this table ([`PodTable::common_block_size`]:
+    /// the healthy pods' majority vote), counted once per table rather than per decision.
+    block_size: Option<u32>,
     /// The models this worker routed lately (which adapters free slots are kept for).
     demand: AdapterDemand,
     /// A table arrived whose pod list the prefix index has not been trimmed to yet.
@@ -80,6 +83,7 @@ impl TableCache {
                 }
                 let now = table.published_at_ms;
                 self.models = ModelIndex::build(&table, &|name| self.demand.wanted(name, now));
+                self.block_size = table.common_block_size();
                 self.table = Some(table);
                 self.model_list = None;
                 self.split = None;
@@ -91,6 +95,12 @@ impl TableCache {
 
     pub fn table(&self) -> Option<&PodTable> {
         self.table.as_ref()
+    }
+
+    /// The current table's block size ([`PodTable::common_block_size`]); `None` without a
+    /// table, or when its pods give none by majority.
+    pub fn block_size(&self) -> Option<u32> {
+        self.block_size
     }
 
     /// The model list of the current table, built by `build` once per table.
