@@ -206,14 +206,21 @@ fn a_form_naming_its_model_twice_alike_goes_on_as_vllm_reads_it() {
     assert_eq!(bench.stat("wasm_epp.upload_model_conflict"), 0);
 }
 
+/// Uploads `body` to the transcriptions endpoint in chunks, its answer to come from the
+/// whisper pod (Envoy's upstream address): the stream, for the answer's hooks.
+fn upload_to_whisper(bench: &Bench, body: &[u8]) -> RequestStream {
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", content_type.as_str())];
+    let (stream, _) = bench.upload_in_chunks(&headers, body, 8_192);
+    bench.host.properties.borrow_mut().insert("upstream\0address".into(), WHISPER.as_bytes().to_vec());
+    stream
+}
+
 /// Uploads `body` in chunks, then answers it as Envoy does: `status` from the pod (named by
 /// the served-endpoint header), or, for `None`, the gateway's own reply, the 400 it sent,
 /// passed through the response hooks (the upstream Envoy had begun sending to still known).
 fn upload_answered(bench: &Bench, body: &[u8], status: Option<&str>) {
-    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
-    let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", content_type.as_str())];
-    let (mut stream, _) = bench.upload_in_chunks(&headers, body, 8_192);
-    bench.host.properties.borrow_mut().insert("upstream\0address".into(), WHISPER.as_bytes().to_vec());
+    let mut stream = upload_to_whisper(bench, body);
     match status {
         Some(status) => {
             bench.host.set_response(&[(":status", status), ("x-gateway-destination-endpoint-served", WHISPER)], b"")
@@ -341,10 +348,7 @@ const TRANSCRIPTION_CHUNK: &[u8] =
 
 /// Uploads `body`, answered `200` of `content_type` whose body opens with `first`.
 fn upload_streamed(bench: &Bench, body: &[u8], content_type: &str, first: &[u8]) {
-    let form_type = format!("multipart/form-data; boundary={BOUNDARY}");
-    let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", form_type.as_str())];
-    let (mut stream, _) = bench.upload_in_chunks(&headers, body, 8_192);
-    bench.host.properties.borrow_mut().insert("upstream\0address".into(), WHISPER.as_bytes().to_vec());
+    let mut stream = upload_to_whisper(bench, body);
     bench.host.set_response(&[(":status", "200"), ("content-type", content_type), ("x-served", WHISPER)], first);
     stream.on_response_headers(&bench.host, false);
     stream.on_response_body(&bench.host, first.len(), true);
