@@ -129,6 +129,19 @@ pub fn note_answer(
 const UPSTREAM_CUT: u64 = 0x10 | 0x40 | 0x80_0000;
 /// The route's stream idle timeout ended it (SI): nothing moved for that long mid-answer.
 const STREAM_IDLE: u64 = 0x1_0000;
+/// The route's `timeout` ended it (UT, `UpstreamRequestTimeout`, bit 2 of Envoy's legacy set):
+/// the whole answer took longer than the route allows. As shipped (600 s, under the route's
+/// idle timeout of `timeout + request_timeout`), this, not SI, ends a hung pod's stream.
+const UPSTREAM_TIMEOUT: u64 = 0x4;
+
+/// Silence before a UT end from which the pod, not the answer's length, ran the route's
+/// timeout out. vLLM sends a stream's events once per decode step (tens of ms); its longest
+/// pauses mid-answer (a preempted sequence waiting to be run again, a grammar compiled for
+/// structured output) last seconds. A minute is far beyond those, far below the shipped
+/// 600 s, and far above the worker clock's lag (one tick: 20 ms by default, 10 s at most). A
+/// stream that waited that long for its first event after its headers counts too: a pod that
+/// starts no output for a minute failed the request as surely as a hung one.
+pub const SILENT_BEFORE_TIMEOUT_MS: u64 = 60_000;
 /// The client cut it: its connection terminated (DC) or it reset the stream (DR).
 const DOWNSTREAM_CUT: u64 = 0x4000 | 0x1000_0000;
 
@@ -142,13 +155,16 @@ const CLIENT_CANNOT_STALL_BELOW: u64 = 1 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unfinished {
     /// The pod: it reset the stream or its connection, broke the protocol, or went silent
-    /// until the stream idle timeout before the answer could have filled Envoy's buffer
-    /// toward a client that stopped reading (a hung engine).
+    /// until the stream idle timeout (or for [`SILENT_BEFORE_TIMEOUT_MS`] before the route's
+    /// timeout) before the answer could have filled Envoy's buffer toward a client that
+    /// stopped reading (a hung engine).
     ByThePod,
-    /// Not to be told: the idle timeout ended an answer long enough that a client that stopped
-    /// reading may have stalled it as much as a hung pod. Neither a failure nor a success.
+    /// Not to be told: the idle timeout (or the route's timeout after a silence) ended an
+    /// answer long enough that a client that stopped reading may have stalled it as much as a
+    /// hung pod. Neither a failure nor a success.
     Unclear,
-    /// The client (it left or reset), or nothing Envoy names.
+    /// The client (it left or reset), the route's timeout ending an answer that was still
+    /// moving (a long answer, not a hung pod), or nothing Envoy names.
     NotByThePod,
 }
 
@@ -165,16 +181,29 @@ impl Unfinished {
     }
 }
 
-/// Who left an answer unfinished, from Envoy's response flags and the answer's bytes that
-/// passed. Read only for an answer that did not end whole (one host call on that rare path).
-pub fn unfinished_by(host: &dyn Host, answer_bytes: u64) -> Unfinished {
+/// What of an unfinished answer had passed when it ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerPassed {
+    /// Its body bytes.
+    pub bytes: u64,
+    /// How long nothing of it had moved (since its headers or its last body chunk).
+    pub silent_ms: u64,
+}
+
+/// Who left an answer unfinished, from Envoy's response flags and what of the answer passed.
+/// Read only for an answer that did not end whole (one host call on that rare path).
+pub fn unfinished_by(host: &dyn Host, passed: AnswerPassed) -> Unfinished {
     let flags = host.property(&["response", "flags"]).ok().flatten();
     let flags = flags.and_then(|bytes| <[u8; 8]>::try_from(bytes.as_slice()).ok()).map(u64::from_le_bytes);
+    // A silence that ran into the route's timeout is judged as one the idle timeout ended.
+    let stalled = |bytes| if bytes < CLIENT_CANNOT_STALL_BELOW { Unfinished::ByThePod } else { Unfinished::Unclear };
     match flags {
         Some(flags) if flags & DOWNSTREAM_CUT != 0 => Unfinished::NotByThePod,
         Some(flags) if flags & UPSTREAM_CUT != 0 => Unfinished::ByThePod,
-        Some(flags) if flags & STREAM_IDLE != 0 && answer_bytes < CLIENT_CANNOT_STALL_BELOW => Unfinished::ByThePod,
-        Some(flags) if flags & STREAM_IDLE != 0 => Unfinished::Unclear,
+        Some(flags) if flags & STREAM_IDLE != 0 => stalled(passed.bytes),
+        Some(flags) if flags & UPSTREAM_TIMEOUT != 0 && passed.silent_ms >= SILENT_BEFORE_TIMEOUT_MS => {
+            stalled(passed.bytes)
+        }
         _ => Unfinished::NotByThePod,
     }
 }
@@ -182,7 +211,8 @@ pub fn unfinished_by(host: &dyn Host, answer_bytes: u64) -> Unfinished {
 /// How an answer that began as a success failed after its headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnswerFailure {
-    /// The pod cut it (reset mid-answer), or went silent until the stream idle timeout.
+    /// The pod cut it (reset mid-answer), or went silent until the stream idle timeout (or
+    /// long before the route's timeout).
     Cut,
     /// A stream that opened with a server's error event ([`crate::stream_error`]).
     ErrorEvent,

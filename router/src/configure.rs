@@ -57,7 +57,9 @@ pub fn configure(host: &dyn Host, size: usize, seed: u64) -> Result<Worker, Conf
         if config.prefix.enabled { "on" } else { "off (sessions and stored responses not followed)" },
         if config.pool_name.is_empty() { String::new() } else { format!(", pool {}", config.pool_name) },
     );
-    Ok(Worker::new(config, pool, vm_id, seed))
+    let worker = Worker::new(config, pool, vm_id, seed);
+    worker.clock_ms.set(host.now_ms());
+    Ok(worker)
 }
 
 /// The tick period when nothing waits: the shorter of the prefix sync interval and, in

@@ -17,7 +17,7 @@ use picker::prefix::session_key;
 use picker::request::{parse_model_only, parse_request, strip_path_prefix, BodyError, Endpoint, InferenceRequest};
 use wasm_epp_host::{HeaderMap, Host};
 
-use crate::attempts::{unfinished_by, Unfinished};
+use crate::attempts::{unfinished_by, AnswerPassed, Unfinished};
 use crate::comparison_stats::Compared;
 use crate::decision_header::DECISION_HEADER;
 use crate::prefill_hold::release_prefill;
@@ -109,6 +109,9 @@ pub struct RequestStream {
     /// The answer's body bytes that passed so far (who left it unfinished: see
     /// [`crate::attempts::unfinished_by`]).
     answer_bytes: u64,
+    /// The worker's clock ([`Worker::clock_ms`]) when the answer last moved: its headers,
+    /// then each body chunk (how long it had been silent when it ended unfinished).
+    answer_moved_ms: u64,
     /// Outlier detection judges the answer's success at its end (a pod may cut it); the
     /// worker's failure count at its headers.
     success_pending: Option<u64>,
@@ -179,6 +182,7 @@ impl RequestStream {
             answered_by: None,
             answer_open: false,
             answer_bytes: 0,
+            answer_moved_ms: 0,
             success_pending: None,
             weight: 1,
             streamed: false,
@@ -509,7 +513,8 @@ impl RequestStream {
         let answer_open = std::mem::take(&mut self.answer_open);
         let judged = self.success_pending.take();
         let unfinished = if answer_open && (judged.is_some() || self.observed.is_some()) {
-            unfinished_by(host, self.answer_bytes)
+            let silent_ms = now.saturating_sub(self.answer_moved_ms);
+            unfinished_by(host, AnswerPassed { bytes: self.answer_bytes, silent_ms })
         } else {
             Unfinished::NotByThePod
         };

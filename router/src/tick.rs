@@ -30,6 +30,7 @@ pub fn heartbeat_fresh(seen_ms: u64, now_ms: u64) -> bool {
 
 pub fn on_tick(worker: &Worker, host: &dyn Host) {
     let span = crate::profile::span(host, Phase::Tick);
+    worker.clock_ms.set(host.now_ms());
     sync(worker, host);
     // After the sync: releases see the table and the other workers' counts just read.
     crate::flow::on_tick(worker, host);

@@ -69,6 +69,10 @@ pub struct Worker {
     /// Pods that left the pool lately: their prefix entries, sessions, learned state and
     /// outlier records are kept for [`picker::departed::GRACE_MS`] (see [`crate::tick`]).
     pub departed: RefCell<picker::departed::Departed<()>>,
+    /// The host's clock as of this worker's last tick (or its start): read on paths that run
+    /// per body chunk, where a host call each would cost more than a tick's lag matters (one
+    /// tick period: `prefix.sync_interval_ms`, 20 ms by default, 10 s at most).
+    pub clock_ms: Cell<u64>,
 }
 
 /// What the comparison needs on every request: the baseline's policy and the arms' stats.
@@ -125,6 +129,7 @@ impl Worker {
             model_list_cut_told: Cell::new(false),
             serving: Cell::new(false),
             flow,
+            clock_ms: Cell::new(0),
         }
     }
 

@@ -380,6 +380,59 @@ fn an_idle_timeout_after_a_long_answer_is_no_verdict_on_the_pod() {
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1, "no success either");
 }
 
+/// A request the pick answers 200, then a chunk of `chunk_bytes` after each of `gaps_ms`
+/// (the worker ticking meanwhile, as Envoy's does), then nothing for `silent_ms`, until the
+/// route's `timeout` ends it (flags UT). The pool's table is republished fresh after it.
+fn timed_out_answer(bench: &Bench, prompt: &str, gaps_ms: &[u64], chunk_bytes: usize, silent_ms: u64) -> String {
+    const UPSTREAM_TIMEOUT: u64 = 0x4;
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &completion(prompt));
+    let pick = answer.destination.unwrap().split(',').next().unwrap().to_owned();
+    bench.host.set_response(&[(":status", "200"), (SERVED, &pick)], b"");
+    stream.on_response_headers(&bench.host, false);
+    bench.host.set_response(&[(":status", "200")], b"data: {\"choices\":[]}\n\n");
+    for gap in gaps_ms {
+        bench.later(*gap);
+        bench.tick();
+        stream.on_response_body(&bench.host, chunk_bytes, false);
+    }
+    bench.later(silent_ms);
+    bench.tick();
+    set_response_flags(bench, UPSTREAM_TIMEOUT);
+    stream.on_log(&bench.host);
+    bench.host.properties.borrow_mut().remove("response\0flags");
+    // (Its metrics as fresh as the clock: picks go by load, as before.)
+    bench.publish(bench.host.clock_ms.get(), &THREE_PODS);
+    bench.tick();
+    pick
+}
+
+#[test]
+fn a_pod_silent_until_the_routes_timeout_is_passed_over_but_a_long_answer_is_not() {
+    // As shipped, the route's 600 s `timeout` (UT) ends a hung pod's stream before its idle
+    // timeout (SI) would. UT also ends answers too long for the route: a stream that kept
+    // moving until then is no failure, even with pauses of half a minute.
+    let bench = Bench::new(QUICK);
+    bench.publish(1, &THREE_PODS);
+    for i in 0..5 {
+        assert_eq!(timed_out_answer(&bench, &format!("long{i}"), &[30_000; 20], 2_000, 10), BROKEN);
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_cut"), 0, "a long answer is no failure");
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 0);
+    // Silent past a mebibyte of answer: a client that stopped reading may have stalled it.
+    for i in 0..5 {
+        assert_eq!(timed_out_answer(&bench, &format!("stalled{i}"), &[100], 2 << 20, 590_000), BROKEN);
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_cut"), 0, "no verdict");
+    // A hung engine: its first chunk, then silence until the route's timeout.
+    for i in 0..3 {
+        assert_eq!(timed_out_answer(&bench, &format!("hung{i}"), &[100], 20, 599_000), BROKEN, "request {i}");
+    }
+    assert_eq!(bench.stat("wasm_epp.answers_cut"), 3);
+    assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 3);
+    assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{BROKEN}")), 1);
+    assert_ne!(cut_answer(&bench, "after", 0), BROKEN, "out of rotation");
+}
+
 /// A streamed request (`headers`, `body`) the pick answers 200 with `chunks`, then ends
 /// whole (`[DONE]` where the endpoint sends it). Returns the pick.
 fn stream_answered(bench: &Bench, headers: &[(&str, &str)], body: &str, chunks: &[&[u8]]) -> String {

@@ -34,6 +34,7 @@ impl RequestStream {
         release_prefill(&self.worker, host, &mut self.prefilling_at);
         let routed = self.sent_to_pod();
         self.answer_open = routed && !end_of_stream;
+        self.answer_moved_ms = self.worker.clock_ms.get();
         let judged = routed && self.worker.config.outlier_detection.enabled;
         // Outlier detection, learning and the response-id watch need the pod that answered:
         // one lookup.
@@ -89,6 +90,10 @@ impl RequestStream {
         let _span = profile::span(host, Phase::ResponseBody);
         self.answer_open &= !end_of_stream;
         self.answer_bytes = self.answer_bytes.saturating_add(chunk_size as u64);
+        if chunk_size > 0 {
+            // The worker's clock, not the host's: no host call per chunk.
+            self.answer_moved_ms = self.worker.clock_ms.get();
+        }
         // One copy of the chunk into the VM serves both watchers.
         let wanted = self.observed.as_ref().is_some_and(Observation::reads_next_chunk) && chunk_size > 0;
         let chunk = wanted.then(|| {
