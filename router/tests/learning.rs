@@ -684,3 +684,35 @@ fn after_the_wall_clock_stepped_back_the_workers_still_share_what_they_learn() {
     let (fast, slow) = (predicted(POOL[0].0), predicted(POOL[1].0));
     assert!(slow > 3.0 * fast, "slow {slow} ms vs fast {fast} ms, from the first worker's answers");
 }
+
+#[test]
+fn a_stream_ending_in_trailers_inside_its_opening_is_judged_as_at_its_last_chunk() {
+    // An HTTP/2 answer may end in trailers, not in a last body chunk. A chat stream's first
+    // chunk: its role chunk, then the start of the next event (`data: {"`, which may still be
+    // an error). Judged at the end as it stands (no error): its first byte is a TTFT sample,
+    // whichever way the stream ended.
+    let role = "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+    let first_chunk = format!("{role}data: {{\"");
+    let chat = [(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")];
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#;
+    for trailers in [false, true] {
+        let bench = Bench::new(LEARNING);
+        bench.publish(1, &POOL);
+        let (mut stream, routed) = bench.request(&chat, body);
+        let pick = routed.destination.unwrap();
+        bench.host.advance(30);
+        // The pick answered: outlier detection judges the stream, so its opening is read.
+        bench.host.set_response(&[(":status", "200"), ("x-gateway-destination-endpoint-served", &pick)], b"");
+        stream.on_response_headers(&bench.host, false);
+        bench.host.set_response(&[(":status", "200")], first_chunk.as_bytes());
+        stream.on_response_body(&bench.host, first_chunk.len(), false);
+        assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "held while the opening is read");
+        if trailers {
+            assert_eq!(stream.on_response_trailers(&bench.host), Step::Continue);
+        } else {
+            stream.on_response_body(&bench.host, 0, true);
+        }
+        stream.on_log(&bench.host);
+        assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 1, "ended in trailers: {trailers}");
+    }
+}

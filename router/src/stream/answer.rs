@@ -109,17 +109,14 @@ impl RequestStream {
         }
         if self.opening_events > 0 {
             let tail = &mut self.opening_tail;
-            let mut opening = None;
-            if chunk_size > 0 {
-                opening = read_opening(host, chunk_size, chunk.as_deref(), &mut self.opening_events, tail);
-            }
-            if end_of_stream && opening.is_none() && !tail.is_empty() {
-                // It ended inside an event of its opening.
-                opening = Some(crate::stream_error::read_cut_opening(&std::mem::take(tail)));
-            }
-            if let Some(opening) = opening {
+            let events = &mut self.opening_events;
+            let opening = (chunk_size > 0).then(|| read_opening(host, chunk_size, chunk.as_deref(), events, tail));
+            if let Some(opening) = opening.flatten() {
                 self.opening_read(opening);
             }
+        }
+        if end_of_stream {
+            self.opening_ended();
         }
         // (A first byte noted while the opening was read is sampled once it is read, even at
         // the stream's empty last chunk.)
@@ -130,6 +127,15 @@ impl RequestStream {
             self.release(host);
         }
         Step::Continue
+    }
+
+    /// The answer ended (its last chunk, or its trailers) while its opening was still read:
+    /// an event of it that a chunk ended in is judged as it stands.
+    fn opening_ended(&mut self) {
+        if self.opening_events > 0 && !self.opening_tail.is_empty() {
+            let tail = std::mem::take(&mut self.opening_tail);
+            self.opening_read(crate::stream_error::read_cut_opening(&tail));
+        }
     }
 
     /// The stream's opening was read: it holds an error event, or not.
@@ -151,6 +157,11 @@ impl RequestStream {
     pub fn on_response_trailers(&mut self, host: &dyn Host) -> Step {
         let _span = profile::span(host, Phase::ResponseBody);
         self.answer_open = false;
+        // Its body ended here, as a last chunk ends it: an opening event it ended in is judged.
+        self.opening_ended();
+        if self.first_byte_ms.is_some() {
+            self.compare_first_byte(host);
+        }
         self.release(host);
         Step::Continue
     }
