@@ -295,3 +295,28 @@ async fn audio_uploads_are_checked_for_their_file_and_model_as_vllm_checks_them(
     }
     assert_eq!(stats(&client, &pod).await["model_not_found"], 2);
 }
+
+#[tokio::test]
+async fn a_transcription_asked_to_stream_streams_and_fails_in_its_stream_as_vllm_does() {
+    let pod = start_pod(|config| config.model = "whisper".into()).await;
+    let client = SimClient::new();
+    let url = format!("{}/v1/audio/transcriptions", pod.base_url());
+    let content_type = [("content-type", "multipart/form-data; boundary=xyz")];
+    let form = audio_form("xyz", &[("file", b"RIFF0000WAVE"), ("model", b"whisper"), ("stream", b"true")]);
+    let send = || client.request_with_headers(Method::POST, &url, &content_type, form.clone());
+    let streamed = send().await.unwrap();
+    assert_eq!(streamed.status, 200, "{}", streamed.body);
+    assert!(streamed.headers["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+    assert!(streamed.body.starts_with("data: {") && streamed.body.contains("\"transcription.chunk\""));
+    assert!(streamed.body.contains("12 bytes") && streamed.body.ends_with("data: [DONE]\n\n"), "{}", streamed.body);
+    // Injected failures: the stream's 200, then its error as the first event, then [DONE].
+    let faults = json!({"fail_fraction": 1.0, "fail_status": 500, "fail_in_stream": true});
+    client.post_json(&format!("{}/sim/faults", pod.base_url()), &faults).await.unwrap();
+    let failed = send().await.unwrap();
+    assert_eq!(failed.status, 200, "{}", failed.body);
+    assert!(failed.body.starts_with("data: {\"error\": {") || failed.body.starts_with("data: {\"error\":{"));
+    assert!(failed.body.contains("\"code\":500") && failed.body.ends_with("data: [DONE]\n\n"), "{}", failed.body);
+    // Not in the stream: the failure's status.
+    client.post_json(&format!("{}/sim/faults", pod.base_url()), &json!({"fail_in_stream": false})).await.unwrap();
+    assert_eq!(send().await.unwrap().status, 500);
+}
