@@ -217,3 +217,30 @@ fn a_form_naming_another_model_after_its_file_is_refused_and_no_pod_serves_it() 
     assert!(released, "a refused upload's count was kept");
     assert_eq!(e2e::hostile::wasm_failures(&cluster.envoy), Vec::<String>::new(), "no Wasm VM failed");
 }
+
+#[test]
+fn a_transcription_stream_opening_with_a_server_error_counts_against_its_pod() {
+    // vLLM streams a transcription asked with the form's `stream=true` as a completion: its
+    // `200` first, so an error while it transcribes is the stream's first event. The plugin
+    // does not read the form's `stream`; an upload answered `text/event-stream` is read so.
+    let cluster = audio_pool_of("upload-stream-errors", "whisper", |_| {});
+    let pods = cluster.pool();
+    let recording = cluster.dir.join("talk.wav");
+    std::fs::write(&recording, vec![b'-'; 10_000]).unwrap_or_else(|e| panic!("{e}"));
+    let stream = ["-F", "stream=true"];
+    let (status, pod, body) = curl_upload(&cluster, &recording, "whisper", &stream);
+    assert_eq!((status, pod.as_str()), (200, pods[1].as_str()), "{body}");
+    assert!(body.starts_with("data: {") && body.contains("transcription.chunk"), "a stream that went well: {body}");
+    let faults = serde_json::json!({"fail_fraction": 1.0, "fail_status": 500, "fail_in_stream": true});
+    cluster.pods[1].set_faults(&faults).unwrap_or_else(|e| panic!("{e}"));
+    for i in 0..3 {
+        let (status, pod, body) = curl_upload(&cluster, &recording, "whisper", &stream);
+        assert_eq!((status, pod.as_str()), (200, pods[1].as_str()), "{i}: {body}");
+        assert!(body.starts_with("data: {\"error\""), "{i}: the error is the stream's first event: {body}");
+    }
+    // Each failed stream once, against the pod that answered it (the only one it went to).
+    cluster.wait_for_stat("wasm_epp_streams_failed", 3.0);
+    assert_eq!(cluster.stat("wasm_epp_streams_failed"), 3.0);
+    assert_eq!(cluster.stat("wasm_epp_pod_attempts_failed"), 3.0, "the whisper pod's three failures, no other");
+    assert_eq!(e2e::hostile::wasm_failures(&cluster.envoy), Vec::<String>::new(), "no Wasm VM failed");
+}
