@@ -7,7 +7,8 @@ use std::borrow::Cow;
 
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-/// Labels read per series at most; vLLM's widest info series has about a dozen.
+/// Labels kept for [`Sample::label`] lookups at most; vLLM's widest info series has about a
+/// dozen. Labels past it are still part of the series' key ([`Sample::series_key`]).
 const MAX_LABELS: usize = 32;
 
 #[derive(Debug, PartialEq)]
@@ -15,6 +16,9 @@ pub struct Sample<'a> {
     pub name: &'a str,
     labels: [(&'a str, &'a str); MAX_LABELS],
     label_count: usize,
+    /// The sum of every label's own hash, those past [`MAX_LABELS`] too: two series that
+    /// differ only in their 33rd label are two series, not a repeat of one.
+    label_set_hash: u64,
     pub value: f64,
 }
 
@@ -34,15 +38,17 @@ impl<'a> Sample<'a> {
 
     /// A key for the series: its name and label set, whatever the labels' order (values as
     /// written, escapes and all). Two samples of one series in one page share it; 64 bits of
-    /// xxh3, so two different series collide about once in 2^64 pairs. No allocation.
+    /// xxh3, so two different series collide about once in 2^64 pairs. Every label counts,
+    /// however many the line has. No allocation.
     pub fn series_key(&self) -> u64 {
-        // A sum of each label's own hash, so the order they were written in does not count.
-        let labels = self.labels.iter().take(self.label_count).fold(0u64, |sum, (key, value)| {
-            let key_hash = xxh3_64(key.as_bytes());
-            sum.wrapping_add(xxh3_64_with_seed(value.as_bytes(), key_hash))
-        });
-        xxh3_64_with_seed(self.name.as_bytes(), labels)
+        xxh3_64_with_seed(self.name.as_bytes(), self.label_set_hash)
     }
+}
+
+/// One label's share of [`Sample::label_set_hash`]: the label sets' hashes are sums of these,
+/// so the order labels were written in does not count, and a value stays with its key.
+fn label_hash(key: &str, value: &str) -> u64 {
+    xxh3_64_with_seed(value.as_bytes(), xxh3_64(key.as_bytes()))
 }
 
 /// Undoes the text format's label escapes; any other backslash is kept as written, as
@@ -83,7 +89,7 @@ pub fn parse_sample(line: &str) -> Option<Sample<'_>> {
     if name.is_empty() {
         return None;
     }
-    let mut sample = Sample { name, labels: [("", ""); MAX_LABELS], label_count: 0, value: 0.0 };
+    let mut sample = Sample { name, labels: [("", ""); MAX_LABELS], label_count: 0, label_set_hash: 0, value: 0.0 };
     let mut rest = line.get(name_end..)?;
     if let Some(after_brace) = rest.strip_prefix('{') {
         rest = parse_labels(after_brace, &mut sample)?;
@@ -105,6 +111,7 @@ fn parse_labels<'a>(mut text: &'a str, sample: &mut Sample<'a>) -> Option<&'a st
         let quoted = text.get(eq + 1..)?.strip_prefix('"')?;
         let close = closing_quote(quoted)?;
         let value = quoted.get(..close)?;
+        sample.label_set_hash = sample.label_set_hash.wrapping_add(label_hash(key, value));
         if let Some(slot) = sample.labels.get_mut(sample.label_count) {
             *slot = (key, value);
             sample.label_count += 1;
@@ -165,6 +172,18 @@ mod tests {
         assert_ne!(key(r#"w{a="1"} 3"#), key(r#"v{a="1"} 3"#));
         assert_ne!(key(r#"w{a="1"} 3"#), key("w 3"));
         assert_ne!(key(r#"w{engine="0"} 3"#), key(r#"w{engine="1"} 3"#));
+    }
+
+    #[test]
+    fn a_series_key_covers_labels_past_the_kept_ones() {
+        let line = |last: &str| {
+            let labels: Vec<String> = (0..MAX_LABELS).map(|i| format!("l{i}=\"v\"")).collect();
+            format!("w{{{},last=\"{last}\"}} 1", labels.join(","))
+        };
+        let (first, second) = (line("a"), line("b"));
+        let key = |line: &str| parse_sample(line).unwrap().series_key();
+        assert_ne!(key(&first), key(&second), "they differ only in the label past the {MAX_LABELS} kept");
+        assert_eq!(parse_sample(&first).unwrap().label("last"), None, "which no lookup reads");
     }
 
     #[test]
