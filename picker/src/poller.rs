@@ -41,6 +41,8 @@ struct PodRecord {
     told_implausible: bool,
     /// [`PodEvent::RepeatedSeries`] was told for this pod.
     told_repeated: bool,
+    /// Its last good page repeated a series ([`PoolPoller::pods_repeating_series`]).
+    repeats_series: bool,
     /// Listed again after it left, not scraped since: out of rotation as a pod that joins.
     rejoined: bool,
 }
@@ -58,6 +60,7 @@ impl PodRecord {
             plain_path: false,
             told_implausible: false,
             told_repeated: false,
+            repeats_series: false,
             rejoined: false,
         }
     }
@@ -415,6 +418,7 @@ impl PoolPoller {
             record.told_implausible = true;
             push_event(&mut self.events, PodEvent::Implausible { address: state.address.clone(), reading });
         }
+        record.repeats_series = metrics.repeated_samples > 0;
         if let Some(metric) = metrics.first_repeated.filter(|_| !record.told_repeated) {
             record.told_repeated = true;
             let event =
@@ -457,6 +461,13 @@ impl PoolPoller {
             self.dirty = true;
         }
         ScrapeOutcome::Failure(reason)
+    }
+
+    /// Pods in the pool whose last good page repeated a series: the warning
+    /// ([`PodEvent::RepeatedSeries`]) comes once per pod, this count says whether it still
+    /// does (back to 0 once its exporter is fixed). At most the pool's size.
+    pub fn pods_repeating_series(&self) -> usize {
+        self.pods.iter().filter(|record| record.repeats_series).count()
     }
 
     /// The changes of pods' standing since the last call, oldest first.

@@ -29,6 +29,9 @@ struct Stats {
     /// Pods naming more models or adapters than their lists keep (`max_names_per_pod`,
     /// `max_models_bytes`): requests for names no pod lists go to them, without affinity.
     pods_names_cut: Gauge,
+    /// Pods whose last good page gave a series twice (a broken exporter; each is warned of
+    /// once): the count stays while they do, where the warning does not.
+    pods_repeating_series: Gauge,
     data_age_ms: Gauge,
     /// The pod events, for alerts (the log says which pod); listed at 0 from the start.
     pods_turned_unhealthy: Counter,
@@ -48,6 +51,7 @@ impl Stats {
             pods_healthy: metrics.gauge("wasm_epp.pods_healthy"),
             pods_total: metrics.gauge("wasm_epp.pods_total"),
             pods_names_cut: metrics.gauge("wasm_epp.pods_names_cut"),
+            pods_repeating_series: metrics.gauge("wasm_epp.pods_repeating_series"),
             data_age_ms: metrics.gauge("wasm_epp.data_age_ms"),
             pods_turned_unhealthy: metrics.announced_counter("wasm_epp.pods_turned_unhealthy"),
             pod_caches_dropped: metrics.announced_counter("wasm_epp.pod_caches_dropped"),
@@ -182,6 +186,7 @@ impl PoolService {
         self.metrics.set(stats.pods_healthy, healthy as u64);
         self.metrics.set(stats.pods_total, table.pods.len() as u64);
         self.metrics.set(stats.pods_names_cut, table.pods.iter().filter(|p| p.names_cut).count() as u64);
+        self.metrics.set(stats.pods_repeating_series, poller.pods_repeating_series() as u64);
         let oldest = table.pods.iter().filter(|p| p.healthy).map(|p| now.saturating_sub(p.last_success_ms)).max();
         self.metrics.set(stats.data_age_ms, oldest.unwrap_or(0));
         if let Some(gauges) = self.pod_gauges.as_mut() {
@@ -407,7 +412,8 @@ fn log_pod_events(poller: &mut PoolPoller, metrics: &Metrics, stats: Option<&Sta
                 PodEvent::NeverHealthy { .. } => None,
                 // Its reading is bounded and used; the warning is the news.
                 PodEvent::Implausible { .. } => None,
-                // Its repeats are skipped; the warning is the news.
+                // Its repeats are skipped; the warning is the news, and the pods still repeating
+                // are a gauge set at each publish (`pods_repeating_series`).
                 PodEvent::RepeatedSeries { .. } => None,
             };
             if let Some(counter) = counter {

@@ -250,6 +250,32 @@ fn a_pod_whose_server_cannot_filter_by_name_is_scraped_at_the_plain_path() {
 }
 
 #[test]
+fn pods_whose_page_repeats_a_series_are_counted_while_they_do() {
+    let host = host();
+    let mut service = service(&host, TWO_PODS);
+    let repeated = format!("{METRICS}vllm:num_requests_waiting{{engine=\"0\",model_name=\"m\"}} 2.0\n");
+    let fixed = std::cell::Cell::new(false);
+    // The first pod's exporter gives a series twice until it is fixed; the second's is true.
+    let page = |call: &wasm_epp_host::mock::Call| {
+        let first = call.headers.contains(&("x-gateway-destination-endpoint".into(), "10.0.0.1:8000".into()));
+        (200, if first && !fixed.get() { repeated.clone() } else { METRICS.to_string() })
+    };
+    let mut answered = 0;
+    for round in 0..3 {
+        service.tick(&host, NOW + round * 100);
+        answer_each(&host, &mut service, &mut answered, page);
+    }
+    service.tick(&host, NOW + 300);
+    assert_eq!(host.metric("wasm_epp.pods_repeating_series"), 1, "still repeating after its one warning");
+    fixed.set(true);
+    answer_each(&host, &mut service, &mut answered, page);
+    service.tick(&host, NOW + 400);
+    answer_each(&host, &mut service, &mut answered, page);
+    service.tick(&host, NOW + 500);
+    assert_eq!(host.metric("wasm_epp.pods_repeating_series"), 0, "fixed");
+}
+
+#[test]
 fn the_relay_drains_worker_batches_into_the_ring() {
     let host = host();
     let mut service = service(&host, TWO_PODS);
