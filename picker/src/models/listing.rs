@@ -20,7 +20,8 @@
 //! A client expects every name, so the list is bounded by its bytes, [`MAX_LIST_BYTES`], not
 //! by a count of names (short names fit more): tens of thousands of names, past what pools
 //! of many pods with hundreds of distinct adapters each name. Names past it are left out,
-//! adapters before bases, and counted in [`ModelList::left_out`], which the router tells
+//! adapters before bases (the list stops at the first name that does not fit, so it is the
+//! whole list's start), and counted in [`ModelList::left_out`], which the router tells
 //! the operator of (a counter and a warning): a client checking its model may miss it.
 
 use std::collections::BTreeMap;
@@ -124,6 +125,13 @@ fn pool_model_list_within(
             entry.push(b',');
         }
         let fields = Entry { id, object: "model", created: created_s, owned_by: OWNED_BY, parent };
+        // The list stops at the first entry that does not fit, though a later, shorter one
+        // might: so what it lists is always the start of the whole list, and an adapter is
+        // listed only when every base model is (its `parent` among them; skipping a long base
+        // would list adapters of a base the list lacks). Filling on would win little: names
+        // are at most 256 bytes, so the room left is under one entry (a few KiB of 4 MiB,
+        // some dozens of names of tens of thousands), found by writing out every name left,
+        // in the pools largest past the bound.
         // Writing into a Vec fails only for a map with non-string keys, which an entry is not.
         if serde_json::to_writer(&mut entry, &fields).is_err() || body.len() + entry.len() + CLOSING.len() > max_bytes {
             break;
@@ -318,5 +326,22 @@ mod tests {
         assert_eq!(small.left_out, ids.len() - 1);
         let none = pool_model_list_within(&table, &[], 0, empty).unwrap();
         assert_eq!((parsed(&none)["data"].as_array().map(Vec::len), none.left_out), (Some(0), ids.len()));
+    }
+
+    #[test]
+    fn the_list_stops_at_the_first_name_that_does_not_fit_so_no_adapter_outlives_a_base() {
+        let long_base = "a".repeat(200);
+        let table = table(vec![pod("10.0.0.1:8000", &["qwen"], &["z"]), pod("10.0.0.2:8000", &[&long_base], &[])]);
+        let whole = pool_model_list(&table, &[], 0).unwrap();
+        let ids: Vec<String> = ids_and_parents(&whole).into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, [long_base.as_str(), "qwen", "z"]);
+        // Room for "qwen" and the adapter "z" after it, not for the long base before them.
+        let one_entry = |id: &str, parent: Option<&str>| {
+            serde_json::to_vec(&Entry { id, object: "model", created: 0, owned_by: OWNED_BY, parent }).unwrap().len()
+        };
+        let room = OPENING.len() + CLOSING.len() + one_entry("qwen", None) + 1 + one_entry("z", Some("qwen"));
+        assert!(room < OPENING.len() + CLOSING.len() + one_entry(&long_base, None));
+        let cut = pool_model_list_within(&table, &[], 0, room).unwrap();
+        assert_eq!((parsed(&cut)["data"].as_array().map(Vec::len), cut.left_out), (Some(0), 3));
     }
 }
