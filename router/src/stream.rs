@@ -140,8 +140,8 @@ pub struct RequestStream {
     /// requests are not uploads and the stream is built for each.
     upload: Option<Box<upload::Upload>>,
     /// The rest of an upload routed by its form's `model`, read for another `model` part as it
-    /// streams through ([`picker::request::ModelWatch`]).
-    model_watch: Option<Box<picker::request::ModelWatch>>,
+    /// streams through ([`picker::request::ModelWatch`]), and whether its pod answered yet.
+    model_watch: Option<Box<upload::UploadWatch>>,
 }
 
 impl RequestStream {

@@ -254,6 +254,39 @@ fn a_refused_upload_is_the_gateways_answer_not_its_pods() {
     assert_eq!(bench.stat(&format!("wasm_epp.pod_ejections.pod.{WHISPER}")), 1, "two failures in a row");
 }
 
+/// Uploads `body` in chunks, its pod sending answer headers of `status` once the first chunk
+/// went on (before it read the whole form): the step of each body call, the gateway's replies.
+fn upload_answered_early(bench: &Bench, body: &[u8], status: &str) -> (Vec<Step>, Vec<u32>) {
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    let headers = [(":method", "POST"), (":path", "/v1/audio/transcriptions"), ("content-type", content_type.as_str())];
+    bench.host.replies.borrow_mut().clear();
+    let (mut stream, steps) = bench.upload_in_chunks_with(&headers, body, 8_192, false, |stream, arrived| {
+        if arrived == 8_192 {
+            bench.host.set_response(&[(":status", status)], b"");
+            assert_eq!(stream.on_response_headers(&bench.host, false), Step::Continue);
+        }
+    });
+    stream.on_log(&bench.host);
+    (steps, bench.host.replies.borrow().iter().map(|reply| reply.status).collect())
+}
+
+#[test]
+fn a_second_model_after_the_pod_refused_the_upload_leaves_the_pods_answer_whole() {
+    let bench = Bench::new("{}");
+    publish_models(&bench, &POOL);
+    let body = form(&[("model", b"whisper"), ("file", &vec![7u8; 50_000]), ("model", b"llama")]);
+    // A pod that wants a key answers 401 before it reads the form: that is the client's answer,
+    // and a 400 sent after it would reset the stream. Counted all the same.
+    let (steps, replies) = upload_answered_early(&bench, &body, "401");
+    assert!(steps.iter().all(|step| *step == Step::Continue), "{steps:?}");
+    assert_eq!((replies, bench.stat("wasm_epp.upload_model_conflict")), (vec![], 1));
+    // A 2xx begun before the pod read the whole form may be the second model's: reset (Envoy
+    // turns a reply after the answer's headers into one).
+    let (steps, replies) = upload_answered_early(&bench, &body, "200");
+    assert_eq!(steps.last(), Some(&Step::Pause), "{steps:?}");
+    assert_eq!((replies, bench.stat("wasm_epp.upload_model_conflict")), (vec![400], 2));
+}
+
 const MODEL_DISPOSITION: &[u8] = b"Content-Disposition: form-data; name=\"model\"";
 
 /// `body` with a part of raw header `lines` (without their line breaks) and `content` added

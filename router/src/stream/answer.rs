@@ -46,14 +46,16 @@ impl RequestStream {
             let _span = profile::span(host, Phase::ObserveHeaders);
             crate::served::answering_pod(host, route_writes_served)
         });
-        // Outlier detection and the comparison both judge the status: one lookup.
-        let status = (judged || self.compared().is_some())
+        // Outlier detection, the comparison and an upload's watch all judge the status: one
+        // lookup.
+        let status = (judged || self.compared().is_some() || self.model_watch.is_some())
             .then(|| {
                 let _span = profile::span(host, Phase::AnswerStatus);
                 host.response_header_value(":status").ok().flatten()
             })
             .flatten();
         self.compare_answer(status.as_deref());
+        self.upload_answered(status.as_deref());
         if routed {
             let _span = profile::span(host, Phase::ServedEndpoint);
             let known = upstream.as_ref().filter(|_| !route_writes_served).and_then(Option::as_deref);

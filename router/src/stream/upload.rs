@@ -17,6 +17,22 @@ use wasm_epp_host::Host;
 use super::{RequestStream, Step};
 use crate::reply::send_error;
 
+/// The rest of an upload that went on, read for another `model` part.
+pub(super) struct UploadWatch {
+    watch: ModelWatch,
+    answer: PodAnswer,
+}
+
+/// How far the pod picked for an upload answered it, as the watch of its form's rest sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PodAnswer {
+    NotYet,
+    /// Headers with a status other than 2xx (a 401, a 413 before reading the whole form).
+    Refused,
+    /// Headers of a 2xx, or of a status that could not be read.
+    Begun,
+}
+
 /// An upload being read for its `model`.
 pub(super) struct Upload {
     scan: FormScan,
@@ -77,7 +93,7 @@ impl RequestStream {
                 let mut watch = ModelWatch::after(&upload.scan, &model, renamed);
                 let after_model = bytes.get(model.value.end.saturating_sub(start)..).unwrap_or_default();
                 let watched = watch.feed(after_model, end_of_stream);
-                self.model_watch = Some(Box::new(watch));
+                self.model_watch = Some(Box::new(UploadWatch { watch, answer: PodAnswer::NotYet }));
                 self.judge_watched(host, watched).unwrap_or(step)
             }
             // Nothing was picked for a model yet: a form that cannot be read goes by load, as
@@ -89,9 +105,9 @@ impl RequestStream {
 
     /// Reads a chunk of an upload that went on, for another `model` part.
     pub(super) fn watch_upload(&mut self, host: &dyn Host, chunk_size: usize, end_of_stream: bool) -> Step {
-        let Some(watch) = self.model_watch.as_mut() else { return Step::Continue };
+        let Some(upload) = self.model_watch.as_mut() else { return Step::Continue };
         let watched = match host.request_body(0, chunk_size) {
-            Ok(chunk) => watch.feed(&chunk, end_of_stream),
+            Ok(chunk) => upload.watch.feed(&chunk, end_of_stream),
             Err(error) => {
                 log::warn!("wasm-epp: cannot read an upload's body: {error}");
                 Watched::Done
@@ -105,14 +121,23 @@ impl RequestStream {
     /// by a last chunk that ends the stream. Still before the pod answers: vLLM reads the
     /// form to its end, and Envoy sends the pod the trailers only when this goes on.
     pub(super) fn end_upload_watch(&mut self, host: &dyn Host) -> Step {
-        let Some(watch) = self.model_watch.as_mut() else { return Step::Continue };
-        let watched = watch.feed(&[], true);
+        let Some(upload) = self.model_watch.as_mut() else { return Step::Continue };
+        let watched = upload.watch.feed(&[], true);
         self.judge_watched(host, watched).unwrap_or(Step::Continue)
+    }
+
+    /// The pod's answer headers came while the rest of its upload still streams (a server may
+    /// answer before it read the whole form: a 401, a 413): `status`, if it could be read.
+    pub(super) fn upload_answered(&mut self, status: Option<&[u8]>) {
+        if let Some(upload) = self.model_watch.as_mut() {
+            let success = status.and_then(|status| status.first()) == Some(&b'2');
+            upload.answer = if status.is_some() && !success { PodAnswer::Refused } else { PodAnswer::Begun };
+        }
     }
 
     /// Refuses the upload when its form names another model than the one it went by (vLLM
     /// would serve that one, on a pod not picked for it): 400, before the pod has the whole form,
-    /// and so before it answers. `None`: it goes on.
+    /// and so, mostly, before it answers. `None`: it goes on.
     fn judge_watched(&mut self, host: &dyn Host, watched: Watched) -> Option<Step> {
         match watched {
             Watched::Fine => None,
@@ -139,9 +164,20 @@ impl RequestStream {
     }
 
     /// Answers an upload that went on 400 with `message`, counted as one naming another model.
+    ///
+    /// Once the pod's answer headers went to the client, no 400 can follow: Envoy resets the
+    /// stream instead. A pod that refused the upload (a 401, a 413 before it read the whole
+    /// form) gave the client its verdict, and a refusal serves no model: it passes untouched,
+    /// still counted. A pod that answers 2xx before it read the whole form reads the form's rest
+    /// while it answers, so the answer may be the second model's, served on a pod not picked
+    /// for it, as a success; the client cannot tell. The reset is the one way left to keep it
+    /// from passing for one (as an unreadable status may be one, it is reset too).
     fn refuse_upload(&mut self, host: &dyn Host, message: &str) -> Option<Step> {
-        self.model_watch = None;
+        let answer = self.model_watch.take().map(|upload| upload.answer);
         self.worker.stats.increment(self.worker.stats.upload_model_conflict);
+        if answer == Some(PodAnswer::Refused) {
+            return None;
+        }
         send_error(host, 400, "invalid_request_error", message);
         // Its pick is given back now (Envoy resets the upstream request as the reply ends it):
         // the response hooks then see the gateway's answer, not the pod's, which outlier

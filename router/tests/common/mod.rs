@@ -160,6 +160,19 @@ impl Bench {
         chunk: usize,
         trailers: bool,
     ) -> (RequestStream, Vec<Step>) {
+        self.upload_in_chunks_with(headers, body, chunk, trailers, |_, _| {})
+    }
+
+    /// [`Self::upload_in_chunks_until`], calling `between(stream, arrived)` after each body
+    /// call (with the bytes arrived so far): the pod's answer may come while the upload streams.
+    pub fn upload_in_chunks_with(
+        &self,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        chunk: usize,
+        trailers: bool,
+        mut between: impl FnMut(&mut RequestStream, usize),
+    ) -> (RequestStream, Vec<Step>) {
         self.host.set_request(headers, body);
         let mut stream = RequestStream::new(self.worker.clone());
         assert_eq!(stream.on_request_headers(&self.host, false), Step::Pause, "held for its form");
@@ -189,6 +202,7 @@ impl Bench {
                 went_on = Some(buffered);
             }
             steps.push(step);
+            between(&mut stream, arrived);
         }
         if trailers {
             steps.push(stream.on_request_trailers(&self.host));
