@@ -25,7 +25,7 @@ use wasm_epp_host::Host;
 use crate::comparison_stats::Compared;
 use crate::decision_header::describe;
 use crate::decision_stats::PickReason;
-use crate::disaggregate::{prefill_pick, DecodeChoice, LocalPrefill};
+use crate::disaggregate::{prefill_pick, served_on_prefill_pods_only, DecodeChoice, LocalPrefill};
 use crate::prefill_hold::Prefill;
 use crate::profile::{self, Phase};
 use crate::stats::OTHER_MODEL;
@@ -165,8 +165,21 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     // Only completions and chat are split (as llm-d's sidecar does; another endpoint's body was
     // read for `model` alone, or is computed on its decode pod alone).
     let split_endpoint = prompt.endpoint.answers_like_completions();
+    // A model only prefill pods list is served whole on one of them, by the filter's policy:
+    // no decode pod to split it for (the gateway's 404 else).
+    let on_prefill_pods = split.as_ref().is_some_and(|roles| {
+        let query = ModelQuery {
+            model: prompt.model,
+            unknown_model: worker.config.models.unknown_model,
+            subset: prompt.subset,
+            index: None,
+            named_elsewhere: false,
+        };
+        served_on_prefill_pods_only(roles, &query)
+    });
     let decode_policy;
     let (route_table, policy) = match (&split, &worker.pd) {
+        (Some(roles), Some(_)) if on_prefill_pods => (Some(roles.prefill), &worker.policy),
         (Some(roles), Some(pd)) => {
             // Only a request that may be split weighs its stickiness against the prefill hop it
             // would skip; another (Responses, Messages) is computed on its decode pod alone, and
@@ -254,7 +267,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             unknown_model: worker.config.models.unknown_model,
             subset: prompt.subset,
             // A role table's positions are not the full table's: its own index.
-            index: Some(split.map_or(cache.models(), |roles| roles.decode_models)),
+            index: Some(split.map_or(cache.models(), |roles| match on_prefill_pods {
+                true => roles.prefill_models,
+                false => roles.decode_models,
+            })),
             named_elsewhere: false,
         },
         learning: learning.as_ref().map(|learner| {
@@ -370,6 +386,13 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     });
     let splittable = prompt.request.filter(|_| split_endpoint);
     let prefill = match (&split, &worker.pd, splittable) {
+        _ if on_prefill_pods => {
+            worker.stats.increment(worker.stats.pd_served_on_prefill_pods);
+            if let Some(explain) = explain.as_mut() {
+                explain.push_str("; pd=served_on_prefill_pod");
+            }
+            None
+        }
         (Some(roles), Some(pd), Some(_)) => {
             let decode = DecodeChoice {
                 prompt_tokens: u64::from(size.tokens),
@@ -520,7 +543,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         match role_tables.as_deref_mut().filter(|_| split_routed) {
             Some(tables) => {
                 cache.note_demand(model, now);
-                tables.note_routed(model, pod);
+                match on_prefill_pods {
+                    true => tables.note_prefilled(model, pod),
+                    false => tables.note_routed(model, pod),
+                }
                 // The prompt's adapter loads on its prefill pod too.
                 if let Some(prefill_pod) = prefill.as_ref().and_then(|p| p.table_index) {
                     tables.note_prefilled(model, prefill_pod);

@@ -18,7 +18,7 @@ use picker::disaggregation::{
     RoleTables,
 };
 use picker::random::TieBreaker;
-use picker::route::{choose, ModelQuery, RoutingView};
+use picker::route::{choose, eligible_positions, ModelQuery, NoRoute, RoutingView};
 use picker::saturation::SaturationLimits;
 use picker::scheduler::Policy;
 use wasm_epp_host::Host;
@@ -71,6 +71,20 @@ impl PdRouting {
         let affinity_threshold = if configured > 0.0 { configured.max(skipping) } else { 0.0 };
         Policy { affinity_threshold, ..self.decode_policy.clone() }
     }
+}
+
+/// Whether the request's model is served by prefill pods alone: one lists it, and no decode
+/// (or both-role) pod serves it or may (as the prefill pick reads a cut pod, a name a pod of
+/// the other role lists is that pod's). llm-d's prefill pods are whole vLLM servers (kv_role
+/// `kv_both`): such a request is served there, aggregated, rather than answered 404. Two map
+/// lookups on the usual path; the decode pods' eligibility only for a name they do not list.
+pub fn served_on_prefill_pods_only(roles: &RoleSplit<'_>, query: &ModelQuery<'_>) -> bool {
+    let Some(model) = query.model else { return false };
+    if roles.decode_models.knows(model) || !roles.prefill_models.knows(model) {
+        return false;
+    }
+    let decode = ModelQuery { index: Some(roles.decode_models), named_elsewhere: true, ..*query };
+    matches!(eligible_positions(roles.decode, &decode), Err(NoRoute::UnknownModel))
 }
 
 /// What the decider needs to know about the chosen decode pod and the prompt.

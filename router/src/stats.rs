@@ -68,6 +68,9 @@ pub struct Stats {
     pub pd_disaggregated: Counter,
     pub pd_decode_only: Counter,
     pub pd_prefill_backed_up: Counter,
+    /// P/D: requests for a model only prefill pods list, served whole on one of them
+    /// (`crate::disaggregate::served_on_prefill_pods_only`) instead of the gateway's 404.
+    pub pd_served_on_prefill_pods: Counter,
     /// How split requests' holds on their prefill pods ended ([`crate::prefill_hold`]): at the
     /// prefill's estimated end (the tick), or first by the request (its answer's headers, its
     /// end, a header that could not be written); and holds left untimed because the worker's
@@ -144,6 +147,7 @@ impl Stats {
             pd_disaggregated: c("wasm_epp.pd_disaggregated"),
             pd_decode_only: c("wasm_epp.pd_decode_only"),
             pd_prefill_backed_up: c("wasm_epp.pd_prefill_backed_up"),
+            pd_served_on_prefill_pods: c("wasm_epp.pd_served_on_prefill_pods"),
             pd_prefill_holds_ended_by_estimate: c("wasm_epp.pd_prefill_holds_ended_by_estimate"),
             pd_prefill_holds_ended_by_request: c("wasm_epp.pd_prefill_holds_ended_by_request"),
             pd_prefill_holds_untimed: c("wasm_epp.pd_prefill_holds_untimed"),

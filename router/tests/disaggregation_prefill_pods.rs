@@ -1,0 +1,93 @@
+//! Prefill/decode disaggregation where the prefill pods are the only ones for a request: a
+//! model no decode pod serves is served whole on a prefill pod (llm-d's prefill pods are full
+//! vLLM servers), and past the prefill pods the scorers rank first, every one is compared by
+//! its work.
+#![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+mod common;
+
+use common::{Bench, COMPLETIONS};
+use picker::address::PodAddress;
+use picker::keys;
+use picker::pod_table::{encode_version, PodState, PodTable};
+use picker::role::PodRole;
+use wasm_epp_host::{Host, SharedStore};
+
+const PREFILLER: &str = "x-prefiller-host-port";
+const DECISION: &str = "x-wasm-epp-decision";
+
+/// One pod of a published table: its role, the models it names, its queue.
+struct Pod(&'static str, PodRole, &'static [&'static str], f64);
+
+fn publish(bench: &Bench, version: u64, pods: &[Pod]) {
+    let now = bench.host.now_ms();
+    let mut table = PodTable { version, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
+    for Pod(address, role, models, waiting) in pods {
+        let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
+        (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, *role);
+        (pod.models, pod.waiting) = (models.iter().map(|m| (*m).to_owned()).collect(), *waiting);
+        table.pods.push(pod);
+    }
+    bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
+    bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
+    bench.heartbeat();
+}
+
+/// About `tokens` tokens of prompt text at the default 4 bytes per token.
+fn long_prompt(tokens: usize, seed: usize) -> String {
+    (0..tokens).map(|i| format!("w{:03}", (i * 7 + seed) % 1000)).collect()
+}
+
+fn body(model: &str, seed: usize) -> String {
+    format!(r#"{{"model":"{model}","prompt":"{}","max_tokens":4}}"#, long_prompt(2000, seed))
+}
+
+#[test]
+fn a_model_only_prefill_pods_list_is_served_whole_on_the_least_busy_of_them() {
+    // Model p is listed by the prefill pods alone. They are full vLLM servers (kv_both): the
+    // request is served there, aggregated, by the filter's scorers, not refused as unknown.
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}, "debug_decision_header": true}"#);
+    publish(
+        &bench,
+        1,
+        &[
+            Pod("10.0.0.1:8000", PodRole::Prefill, &["a", "p"], 6.0),
+            Pod("10.0.0.2:8000", PodRole::Prefill, &["p"], 0.0),
+            Pod("10.0.0.3:8000", PodRole::Decode, &["a"], 0.0),
+        ],
+    );
+    for seed in 0..3 {
+        let (mut stream, answer) = bench.request(&COMPLETIONS, &body("p", seed));
+        assert_eq!(answer.reply, None);
+        let destination = answer.destination.unwrap();
+        assert_eq!(destination.split(',').next(), Some("10.0.0.2:8000"), "the idle prefill pod: {destination}");
+        assert!(!destination.contains("10.0.0.3"), "never the decode pod of another model: {destination}");
+        assert_eq!(bench.host.header(PREFILLER), None, "no split: it prefills itself");
+        bench.host.set_response(&[(":status", "200")], b"");
+        stream.on_response_headers(&bench.host, false);
+        let explain = bench.host.response_header(DECISION).unwrap();
+        assert!(explain.contains("; pd=served_on_prefill_pod"), "{explain}");
+        assert!(!explain.contains("prefill="), "no prefill pick: {explain}");
+        bench.end(&mut stream);
+    }
+    assert_eq!(bench.stat("wasm_epp.pd_served_on_prefill_pods"), 3);
+    assert_eq!(bench.stat("wasm_epp.pd_disaggregated") + bench.stat("wasm_epp.pd_decode_only"), 0);
+    // A model its decode pod lists is split as before.
+    let answer = bench.complete(&COMPLETIONS, &body("a", 9));
+    assert_eq!(answer.destination.as_deref().and_then(|d| d.split(',').next()), Some("10.0.0.3:8000"));
+    assert_eq!(bench.host.header(PREFILLER).as_deref(), Some("10.0.0.1:8000"));
+}
+
+#[test]
+fn a_model_no_pod_of_either_role_lists_is_still_the_gateway_s_404() {
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}}"#);
+    publish(
+        &bench,
+        1,
+        &[Pod("10.0.0.1:8000", PodRole::Prefill, &["p"], 0.0), Pod("10.0.0.2:8000", PodRole::Decode, &["a"], 0.0)],
+    );
+    let answer = bench.complete(&COMPLETIONS, &body("nobody", 1));
+    assert_eq!((answer.reply, answer.destination), (Some(404), None));
+    assert_eq!(bench.stat("wasm_epp.model_unknown"), 1);
+    assert_eq!(bench.stat("wasm_epp.pd_served_on_prefill_pods"), 0);
+}
