@@ -7,6 +7,7 @@
 //! (llm-d's P/D decider). The prefix index is keyed by pod, so each role's pods keep their own
 //! entries: a prefill pod the prompts it computed, a decode pod the blocks transferred to it.
 
+use crate::address::PodAddress;
 use crate::config::PdConfig;
 use crate::models::index::ModelIndex;
 use crate::pod_table::PodTable;
@@ -24,6 +25,10 @@ pub struct RoleTables {
     /// table's would name other pods here (a model's request sent to another model's pod).
     decode_models: ModelIndex,
     prefill_models: ModelIndex,
+    /// The prefill pods' addresses, sorted, with their positions in the prefill table: the
+    /// prefill pick names every pod it compares by position (epoch, prefix index) without a
+    /// walk of the table per pod.
+    prefill_by_address: Vec<(PodAddress, usize)>,
 }
 
 /// Whether `table` splits into roles: at least one prefill pod and one pod that decodes
@@ -39,6 +44,15 @@ pub struct RoleSplit<'a> {
     pub decode_models: &'a ModelIndex,
     pub prefill: &'a PodTable,
     pub prefill_models: &'a ModelIndex,
+    prefill_by_address: &'a [(PodAddress, usize)],
+}
+
+impl RoleSplit<'_> {
+    /// The position of the prefill pod at `address` in the prefill table, if it is one.
+    pub fn prefill_position(&self, address: &PodAddress) -> Option<usize> {
+        let found = self.prefill_by_address.binary_search_by(|(known, _)| known.cmp(address)).ok()?;
+        self.prefill_by_address.get(found).map(|&(_, position)| position)
+    }
 }
 
 impl RoleTables {
@@ -56,6 +70,9 @@ impl RoleTables {
             self.prefill = only(|role| role == PodRole::Prefill);
             self.decode_models = index_of(&self.decode);
             self.prefill_models = index_of(&self.prefill);
+            self.prefill_by_address =
+                self.prefill.pods.iter().enumerate().map(|(i, pod)| (pod.address.clone(), i)).collect();
+            self.prefill_by_address.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             self.version = Some(table.version);
         }
         // Both roles present, as [`splits`] would say of the table.
@@ -64,6 +81,7 @@ impl RoleTables {
             decode_models: &self.decode_models,
             prefill: &self.prefill,
             prefill_models: &self.prefill_models,
+            prefill_by_address: &self.prefill_by_address,
         })
     }
 

@@ -98,9 +98,15 @@ pub struct DecodeChoice {
     pub block_tokens: usize,
 }
 
-/// Most prefill pods the pick compares by work (the scorers' best and their runners-up); a
-/// bound on the per-request loop, far above llm-d's usual handful of prefill pods.
-const PREFILL_PODS_COMPARED: usize = 8;
+/// Most prefill pods the pick compares by work (the scorers' best and their runners-up the
+/// filters kept). 8 missed the least busy pod whenever the scorers ranked it lower (a queue
+/// scraped before its prompts ended, say). Each pod compared costs about 0.15-0.2 µs (its
+/// prefix match, tokens in flight, epoch, its place in the ranking): measured on a 32 KB
+/// prompt (`decision_pd` in bench/cost, one run on a busy 2-core machine), comparing all of
+/// 64 prefill pods instead of 8 took the decision from ~32 to ~40 µs, all of 256 from ~53 to
+/// ~107 µs, 32 of 256 ~58 µs. So every pod of a pool of up to 32 prefill pods (llm-d's run
+/// a handful), the scorers' best 32 in a larger one.
+const PREFILL_PODS_COMPARED: usize = 32;
 
 /// The chosen prefill pod and the prompt's tokens it computes (counted in flight on it).
 #[derive(Debug, Clone, PartialEq)]
@@ -157,29 +163,36 @@ pub fn prefill_pick(
     if route.fail_open {
         return Err(LocalPrefill::NoPrefillPod);
     }
-    let position_of = |address: &PodAddress| prefill_table.pods.iter().position(|pod| pod.address == *address);
-    let epoch_of =
-        |address: &PodAddress| position_of(address).and_then(|i| prefill_table.pods.get(i)).map_or(0, |pod| pod.epoch);
+    let epoch_of = |address: &PodAddress| {
+        roles.prefill_position(address).and_then(|i| prefill_table.pods.get(i)).map_or(0, |pod| pod.epoch)
+    };
     // Only runners-up the scheduler's filters kept: one they left out would, say, evict an
     // adapter to load this one, which the prompts of the adapter evicted pay again.
-    let ranked: Vec<(&PodAddress, u32)> = std::iter::once(&route.address)
+    let ranked: Vec<(&str, u32)> = std::iter::once(&route.address)
         .chain(route.fallbacks.iter().take(route.fallbacks_in_field))
         .take(PREFILL_PODS_COMPARED)
-        .map(|address| (address, epoch_of(address)))
+        .map(|address| (address.as_str(), epoch_of(address)))
         .collect();
+    // One pass over the index for all of them, each search starting from the last pod's match.
+    let mut matched = Vec::new();
+    if let Some((index, hashes)) = query {
+        index.matched_blocks_each(hashes, &ranked, &mut matched);
+    }
     let work: Vec<PrefillWork> = ranked
         .iter()
-        .map(|&(address, epoch)| {
-            let matched = query.map_or(0, |(index, hashes)| index.matched_blocks(hashes, address.as_str(), epoch));
+        .enumerate()
+        .map(|(i, &(address, _))| {
+            let matched = matched.get(i).copied().unwrap_or(0);
             let share = if decode.hashed_blocks > 0 { matched as f64 / decode.hashed_blocks as f64 } else { 0.0 };
             PrefillWork {
-                tokens_ahead: u64::from(tokens_in_flight(address.as_str())),
+                tokens_ahead: u64::from(tokens_in_flight(address)),
                 uncached_tokens: uncached_tokens(prompt_tokens, decode.hashed_blocks, share, decode.block_tokens),
             }
         })
         .collect();
     let best = least_prefill_work(&work).unwrap_or(0);
-    let (Some(&(address, epoch)), Some(chosen)) = (ranked.get(best), work.get(best)) else {
+    let address = best.checked_sub(1).map_or(Some(&route.address), |runner_up| route.fallbacks.get(runner_up));
+    let (Some(address), Some(&(_, epoch)), Some(chosen)) = (address, ranked.get(best), work.get(best)) else {
         return Err(LocalPrefill::NoPrefillPod);
     };
     if prefill_pod_backed_up(*chosen, pd.config.max_prefill_tokens_ahead) {
@@ -188,7 +201,7 @@ pub fn prefill_pick(
     Ok(PrefillChoice {
         address: address.clone(),
         epoch,
-        table_index: position_of(address),
+        table_index: roles.prefill_position(address),
         uncached_tokens: u32::try_from(chosen.uncached_tokens).unwrap_or(u32::MAX),
         work: *chosen,
     })

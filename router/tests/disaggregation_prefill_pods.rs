@@ -1,7 +1,7 @@
 //! Prefill/decode disaggregation where the prefill pods are the only ones for a request: a
 //! model no decode pod serves is served whole on a prefill pod (llm-d's prefill pods are full
-//! vLLM servers), and past the prefill pods the scorers rank first, every one is compared by
-//! its work.
+//! vLLM servers), and past the scorers' first eight prefill pods the least busy one is still
+//! found by its work.
 #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
 
 mod common;
@@ -90,4 +90,30 @@ fn a_model_no_pod_of_either_role_lists_is_still_the_gateway_s_404() {
     assert_eq!((answer.reply, answer.destination), (Some(404), None));
     assert_eq!(bench.stat("wasm_epp.model_unknown"), 1);
     assert_eq!(bench.stat("wasm_epp.pd_served_on_prefill_pods"), 0);
+}
+
+#[test]
+fn past_eight_prefill_pods_the_least_busy_one_ranked_last_by_the_scorers_is_found() {
+    // Twelve prefill pods: eleven with one prompt of 5,000 uncached tokens in flight, the
+    // twelfth with none in flight but ten waiting by its last scrape (its queue score ranks it
+    // last). By work it is the least busy: it must be compared, not only the scorers' first
+    // eight.
+    let bench = Bench::new(r#"{"pd": {"threshold_tokens": 1024}}"#);
+    let addresses: Vec<String> = (1..=13).map(|i| format!("10.0.0.{i}:8000")).collect();
+    let leaked: Vec<&'static str> = addresses.iter().map(|a| &*String::leak(a.clone())).collect();
+    let mut pods: Vec<Pod> = leaked.iter().take(11).map(|a| Pod(a, PodRole::Prefill, &[], 0.0)).collect();
+    pods.push(Pod(leaked[11], PodRole::Prefill, &[], 10.0));
+    pods.push(Pod(leaked[12], PodRole::Decode, &[], 0.0));
+    publish(&bench, 1, &pods);
+    {
+        let mut inflight = bench.worker.inflight.borrow_mut();
+        for address in &leaked[..11] {
+            inflight.started(address, 1, bench.host.now_ms());
+            inflight.add_tokens(address, 5000);
+        }
+    }
+    let (mut stream, answer) = bench.request(&COMPLETIONS, &body("m", 1));
+    assert_eq!(answer.reply, None);
+    assert_eq!(bench.host.header(PREFILLER).as_deref(), Some("10.0.0.12:8000"), "the twelfth, idle");
+    bench.end(&mut stream);
 }

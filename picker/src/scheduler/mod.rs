@@ -264,6 +264,33 @@ pub fn weighted_scores(candidates: &[&Candidate<'_>], weights: &ScorerWeights, t
     totals
 }
 
+/// Up to `k` best of `totals` but `chosen`, best first, equals in their order (a NaN last).
+/// By selection for a few, O(n·k) with no allocation per pod (the destination's two
+/// runners-up); past [`SELECTION_MAX`] by a stable sort, O(n log n): P/D's prefill pick ranks
+/// every prefill pod, where selection is O(n²).
+fn top_k(totals: &[f64], chosen: usize, k: usize) -> Vec<(f64, usize)> {
+    let others = totals.iter().copied().enumerate().filter(|&(i, _)| i != chosen);
+    if k > SELECTION_MAX {
+        let last_if_nan = |t: f64| if t.is_nan() { f64::NEG_INFINITY } else { t };
+        let mut all: Vec<(f64, usize)> = others.map(|(i, t)| (last_if_nan(t), i)).collect();
+        all.sort_by(|a, b| b.0.total_cmp(&a.0));
+        all.truncate(k);
+        return all;
+    }
+    let mut best: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
+    for (i, t) in others {
+        let at = best.iter().position(|&(b, _)| t > b).unwrap_or(best.len());
+        if at < k {
+            best.insert(at, (t, i));
+            best.truncate(k);
+        }
+    }
+    best
+}
+
+/// Most runners-up found by selection (see [`top_k`]).
+const SELECTION_MAX: usize = 16;
+
 /// Picks one candidate and up to `policy.fallbacks` runners-up; `None` when there is none.
 pub fn pick(candidates: &[Candidate<'_>], policy: &Policy, random: &mut TieBreaker) -> Option<Decision> {
     pick_placed(candidates, policy, random, None)
@@ -390,22 +417,14 @@ pub fn pick_placed(
         *tied.get(random.below(tied.len()))?
     };
     let index = *eligible_indices.get(chosen)?;
-    // Top-k runners-up by selection and eligibility by mask: O(n·k), not a sort and O(n²).
-    let k = policy.fallbacks;
+    // Top-k runners-up ([`top_k`]) and eligibility by mask. No more than the other
+    // candidates: a policy asking for every pod's runners-up (P/D's prefill pick) allocates
+    // for the pool it has, not the table's bound.
+    let k = policy.fallbacks.min(candidates.len().saturating_sub(1));
     let mut fallbacks: Vec<usize> = Vec::with_capacity(k);
     let mut fallbacks_in_field = 0;
     if k > 0 {
-        let mut best: Vec<(f64, usize)> = Vec::with_capacity(k + 1);
-        for (i, &t) in totals.iter().enumerate() {
-            if i == chosen {
-                continue;
-            }
-            let at = best.iter().position(|&(b, _)| t > b).unwrap_or(best.len());
-            if at < k {
-                best.insert(at, (t, i));
-                best.truncate(k);
-            }
-        }
+        let best = top_k(&totals, chosen, k);
         fallbacks.extend(best.iter().filter_map(|&(_, i)| eligible_indices.get(i).copied()));
         fallbacks_in_field = fallbacks.len();
         // A stored response's pod has no stand-in: another pod would answer 404, hiding the

@@ -260,3 +260,21 @@ fn an_honest_pools_mean_load_is_the_plain_mean_and_only_an_absurd_one_is_bounded
     let expected = (30.0 + 8.0 * 30.0 / 7.0 + 16.0) / 8.0;
     assert!((mean_load_past_one_outlier(lying.iter().copied()) - expected).abs() < 1e-9);
 }
+
+#[test]
+fn many_runners_up_are_ranked_by_a_sort_as_a_few_are_by_selection() {
+    // Ties keep their order and a NaN goes last on both paths, so raising a policy's
+    // fallbacks past the selection bound reorders nothing.
+    let mut totals: Vec<f64> = (0..300).map(|i| f64::from((i * 37 % 11) as u32) / 10.0).collect();
+    totals[17] = f64::NAN;
+    for chosen in [0, 5, 299] {
+        let sorted = top_k(&totals, chosen, 299);
+        assert_eq!(sorted.len(), 299);
+        let selected = top_k(&totals, chosen, SELECTION_MAX);
+        let indices = |ranked: &[(f64, usize)]| ranked.iter().map(|&(_, i)| i).collect::<Vec<_>>();
+        assert_eq!(indices(&sorted[..SELECTION_MAX]), indices(&selected), "chosen {chosen}");
+        assert!(!indices(&sorted).contains(&chosen));
+        assert_eq!(sorted.last().map(|&(_, i)| i), Some(17), "the NaN last");
+        assert!(sorted.windows(2).all(|w| w[0].0 > w[1].0 || (w[0].0 == w[1].0 && w[0].1 < w[1].1)));
+    }
+}

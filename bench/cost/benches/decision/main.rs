@@ -11,6 +11,8 @@
 //! every 32 requests. `step` times each step alone, to show where the time goes. The state is
 //! built by `bench_cost::native`; no step of the pipeline is copied here.
 //!
+//! `decision_pd` is the decision under P/D with 8, 64 and 256 prefill pods (both picks).
+//!
 //! `many_names` is what the pool service's `max_names_per_pod` costs: a table of 64 pods
 //! registering 64 or 512 adapters decoded and indexed by a worker, and a pod's names read by
 //! the pool service per scrape.
@@ -203,6 +205,32 @@ fn bench_models(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), S
     Ok(())
 }
 
+/// P/D's second pick on a pool of many prefill pods: the decision (decode pick, decider,
+/// prefill pick comparing the ranked prefill pods by work) with 8, 64 and 256 prefill pods
+/// beside 8 decode pods, a 32 KB prompt (about 8,000 tokens: always split): what the bound on
+/// prefill pods compared (`PREFILL_PODS_COMPARED` in router/src/disaggregate.rs) costs.
+fn bench_pd(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), String> {
+    let mut group = c.benchmark_group("decision_pd");
+    for prefill_pods in [8, 64, 256] {
+        let case = Case::with_pd(Endpoint::Completions, 32, prefill_pods, 8)?;
+        let id = format!("completions/32KB/{prefill_pods}prefill_8decode");
+        if case.decide().is_none() {
+            return Err(format!("decision_pd {id} chose nothing"));
+        }
+        case.settle_decision();
+        let mut settle = || case.settle_decision();
+        let mut decide = || {
+            black_box(case.decide());
+        };
+        let allocations = allocations_between(&mut settle, &mut decide);
+        group.bench_function(BenchmarkId::from_parameter(&id), |b| time_between(b, &mut settle, &mut decide));
+        case.settle_decision();
+        measured.push(Measured { group: "decision_pd", id, allocations });
+    }
+    group.finish();
+    Ok(())
+}
+
 /// What raising the pool service's `max_names_per_pod` costs (docs/configuration.md): every
 /// worker decodes each published table and builds its model index from it (about 10 times a
 /// second), and the pool service parses each pod's names on every scrape. 64 pods registering
@@ -329,7 +357,8 @@ fn main() {
         .sample_size(30)
         .configure_from_args();
     let mut measured = Vec::new();
-    let outcome = bench_models(&mut criterion, &mut measured)
+    let outcome = bench_pd(&mut criterion, &mut measured)
+        .and_then(|()| bench_models(&mut criterion, &mut measured))
         .and_then(|()| bench_many_names(&mut criterion, &mut measured))
         .and_then(|()| bench_decisions(&mut criterion, &mut measured))
         .and_then(|()| bench_filter_path(&mut criterion, &mut measured))

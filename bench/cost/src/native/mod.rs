@@ -73,6 +73,8 @@ pub struct Case {
     headers: HeaderMap,
     /// The pod the last [`Case::decide`] counted in flight, not yet released.
     unreleased: RefCell<Option<PodAddress>>,
+    /// Its prefill pod under P/D, with the prompt tokens counted on it ([`Case::with_pd`]).
+    unreleased_prefill: RefCell<Option<(PodAddress, u32)>>,
     requests: Cell<u32>,
     /// The model the decision asks for (`None`: any pod; see [`Case::with_adapters`]).
     pub model: Option<String>,
@@ -81,12 +83,17 @@ pub struct Case {
 impl Case {
     /// A `prompt_kb` KB prompt of `endpoint` against `pods` pods, with the filter's defaults.
     pub fn new(endpoint: Endpoint, prompt_kb: usize, pods: usize) -> Result<Self, String> {
+        Self::configured(FILTER_CONFIG, endpoint, prompt_kb, pods)
+    }
+
+    /// [`Case::new`] with the plugin configuration `config`.
+    pub fn configured(config: &str, endpoint: Endpoint, prompt_kb: usize, pods: usize) -> Result<Self, String> {
         let host = MockHost::new();
         // The worker started serving a while ago: its first seconds, when its decisions are
         // linearized (`picker::inflight::SLOT_DISCOVERY_MS`), are over by the benchmark's time.
         host.clock_ms.set(NOW_MS - picker::inflight::SLOT_DISCOVERY_MS);
-        *host.configuration.borrow_mut() = FILTER_CONFIG.as_bytes().to_vec();
-        let worker = configure(&host, FILTER_CONFIG.len(), WORKER_SEED).map_err(|e| e.to_string())?;
+        *host.configuration.borrow_mut() = config.as_bytes().to_vec();
+        let worker = configure(&host, config.len(), WORKER_SEED).map_err(|e| e.to_string())?;
         // What the filter's first HTTP context and the pool service do before requests.
         worker.serving.set(true);
         tick::on_tick(&worker, &host);
@@ -115,6 +122,7 @@ impl Case {
             params,
             headers,
             unreleased: RefCell::new(None),
+            unreleased_prefill: RefCell::new(None),
             requests: Cell::new(0),
             model: None,
         };
@@ -130,6 +138,26 @@ impl Case {
         publish(&case.host, &adapter_table(pods, adapters)?)?;
         tick::on_tick(&case.worker, &case.host);
         case.model = Some(format!("adapter-{}", adapters.saturating_sub(1)));
+        Ok(case)
+    }
+
+    /// [`Case::new`] under P/D (`pd.threshold_tokens` 1024): the first `prefill_pods` pods of
+    /// the table prefill, the other `decode_pods` decode, so a long prompt takes both picks.
+    pub fn with_pd(
+        endpoint: Endpoint,
+        prompt_kb: usize,
+        prefill_pods: usize,
+        decode_pods: usize,
+    ) -> Result<Self, String> {
+        let pods = prefill_pods + decode_pods;
+        let case = Self::configured(r#"{"pd": {"threshold_tokens": 1024}}"#, endpoint, prompt_kb, pods)?;
+        let mut table = pod_table(pods)?;
+        table.version += 1;
+        for (i, pod) in table.pods.iter_mut().enumerate() {
+            pod.role = if i < prefill_pods { picker::role::PodRole::Prefill } else { picker::role::PodRole::Decode };
+        }
+        publish(&case.host, &table)?;
+        tick::on_tick(&case.worker, &case.host);
         Ok(case)
     }
 
@@ -198,8 +226,11 @@ impl Case {
             weight: 1, // as `settle_decision` releases it
             band: None,
         };
-        let Outcome::Routed { address, .. } = decide(&self.worker, &self.host, &prompt) else { return None };
+        let Outcome::Routed { address, prefiller, .. } = decide(&self.worker, &self.host, &prompt) else {
+            return None;
+        };
         self.unreleased.replace(Some(address.clone()));
+        self.unreleased_prefill.replace(prefiller.map(|p| (p.address, p.uncached_tokens)));
         Some(address)
     }
 
@@ -209,6 +240,12 @@ impl Case {
         if let Some(address) = self.unreleased.take() {
             if let Ok(mut inflight) = self.worker.inflight.try_borrow_mut() {
                 inflight.finished(address.as_str(), 1, NOW_MS);
+            }
+        }
+        if let Some((address, tokens)) = self.unreleased_prefill.take() {
+            if let Ok(mut inflight) = self.worker.inflight.try_borrow_mut() {
+                inflight.finished(address.as_str(), 1, NOW_MS);
+                inflight.release_tokens(address.as_str(), tokens);
             }
         }
         self.tick_now_and_then();
