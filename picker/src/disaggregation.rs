@@ -92,6 +92,14 @@ impl RoleTables {
         }
     }
 
+    /// A prompt for adapter `model`, which no prefill pod lists, went to prefill table pod `pod`
+    /// to be loaded into a free slot (see `ModelIndex::note_loading`).
+    pub fn note_adapter_loading(&mut self, model: &str, pod: usize) {
+        if let Ok(pod) = u32::try_from(pod) {
+            self.prefill_models.note_loading(model, pod);
+        }
+    }
+
     /// A prompt for `model` went to prefill table pod `pod`: its adapter loads there too, and
     /// until the next scrape says so the next prefill picks must see it resident and its slot
     /// taken, as the decode picks do ([`Self::note_routed`]).

@@ -548,8 +548,10 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
                     false => tables.note_routed(model, pod),
                 }
                 // The prompt's adapter loads on its prefill pod too.
-                if let Some(prefill_pod) = prefill.as_ref().and_then(|p| p.table_index) {
-                    tables.note_prefilled(model, prefill_pod);
+                match prefill.as_ref().map(|p| (p.table_index, p.loads_adapter)) {
+                    Some((Some(prefill_pod), true)) => tables.note_adapter_loading(model, prefill_pod),
+                    Some((Some(prefill_pod), false)) => tables.note_prefilled(model, prefill_pod),
+                    _ => {}
                 }
             }
             None => cache.note_routed(model, pod, now),

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 
 use picker::address::PodAddress;
-use picker::config::PdConfig;
+use picker::config::{PdConfig, UnknownModelPolicy};
 use picker::disaggregation::{
     least_prefill_work, prefill_pod_backed_up, share_skipping_prefill, uncached_tokens, PrefillWork, RoleSplit,
     RoleTables,
@@ -118,6 +118,8 @@ pub struct PrefillChoice {
     pub uncached_tokens: u32,
     /// What it computes before the prompt's KV is ready: what the prefill's end is estimated by.
     pub work: PrefillWork,
+    /// It lists not the request's adapter, and loads it into a free slot ([`adapter_slots`]).
+    pub loads_adapter: bool,
 }
 
 /// Why the decode pod prefills a request itself.
@@ -156,7 +158,20 @@ pub fn prefill_pick(
     // before the decode pod prefills anyway): as the decode pick, cut pods get only names no
     // pod lists.
     let named_elsewhere = view.models.model.is_some_and(|model| roles.decode_models.knows(model));
-    let models = ModelQuery { index: Some(roles.prefill_models), named_elsewhere, ..view.models };
+    let mut models = ModelQuery { index: Some(roles.prefill_models), named_elsewhere, ..view.models };
+    // By load, though, an adapter no prefill pod lists may be loaded where a slot is free:
+    // else its prompts are prefilled on their decode pods for good, and no prefill pod ever
+    // comes to list it.
+    let slots = match view.models.model {
+        Some(model) if named_elsewhere && models.unknown_model == UnknownModelPolicy::RouteByLoad => {
+            adapter_slots(&roles, model, view.models.subset)
+        }
+        _ => Vec::new(),
+    };
+    let loads_adapter = !slots.is_empty();
+    if loads_adapter {
+        models = ModelQuery { model: None, subset: Some(&slots), ..models };
+    }
     let view = RoutingView { table: Some(prefill_table), fallback_pool: &[], models, ..view };
     let route = choose(&view, &pd.prefill_policy, random).map_err(|_| LocalPrefill::NoPrefillPod)?;
     // A prefill pod with no fresh data is a guess; a decode pod prefilling itself is not.
@@ -204,7 +219,36 @@ pub fn prefill_pick(
         table_index: roles.prefill_position(address),
         uncached_tokens: u32::try_from(chosen.uncached_tokens).unwrap_or(u32::MAX),
         work: *chosen,
+        loads_adapter,
     })
+}
+
+/// The prefill pods that may load adapter `adapter`, which decode pods list and no prefill pod
+/// does, without evicting another: serving a base model of a decode pod listing it as an
+/// adapter, with a free adapter slot (`max_lora` reported, more than the adapters on it), in
+/// the gateway's `subset` if it sent one. Only under `route_by_load`, where a pod is presumed
+/// to load a name it does not list; where no slot is free, none (a swap would evict an
+/// adapter another prompt is using, so the decode pod prefills it).
+fn adapter_slots(roles: &RoleSplit<'_>, adapter: &str, subset: Option<&[PodAddress]>) -> Vec<PodAddress> {
+    if roles.prefill_models.knows(adapter) {
+        return Vec::new();
+    }
+    let lists = |pod: &picker::pod_table::PodState| pod.adapter_lists().iter().any(|l| l.iter().any(|n| n == adapter));
+    let listing = roles.decode_models.servers(adapter).unwrap_or_default();
+    let bases: Vec<&str> = listing
+        .iter()
+        .filter_map(|&(i, _)| roles.decode.pods.get(i as usize))
+        .filter(|pod| lists(pod))
+        .filter_map(|pod| pod.models.first().map(String::as_str))
+        .collect();
+    let serves_a_base = |pod: &picker::pod_table::PodState| pod.models.iter().any(|m| bases.contains(&m.as_str()));
+    let in_subset = |pod: &picker::pod_table::PodState| subset.is_none_or(|s| s.contains(&pod.address));
+    let has_slot =
+        |i: usize| u32::try_from(i).ok().and_then(|i| roles.prefill_models.free_slots(i)).is_some_and(|f| f > 0);
+    (roles.prefill.pods.iter().enumerate())
+        .filter(|&(i, pod)| serves_a_base(pod) && in_subset(pod) && has_slot(i))
+        .map(|(_, pod)| pod.address.clone())
+        .collect()
 }
 
 /// Names the prefill pod for the decode pod's sidecar and returns its hold (timed to the

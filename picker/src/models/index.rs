@@ -185,6 +185,24 @@ impl ModelIndex {
         }
     }
 
+    /// A request for adapter `model`, which no pod of this table lists, was sent to table pod
+    /// `pod` to be loaded there (P/D's prefill pods under `route_by_load`, into a free slot):
+    /// until the next scrape the pod holds it and its slot is taken, so the adapter's next
+    /// requests go there and the next cold adapter does not see the slot free. A name some
+    /// pod lists is noted as [`Self::note_routed`] notes it.
+    pub fn note_loading(&mut self, model: &str, pod: u32) {
+        if !self.knows(model) && (pod as usize) < self.free_slots.len() {
+            self.add(model, Entry { pod, on_pod: false, waiting_for_slot: false, adapter: true });
+        }
+        self.note_routed(model, pod);
+    }
+
+    /// Adapter slots free on table pod `pod` (as noted since the scrape); `None` when it does
+    /// not report `max_loras` (or is no pod of the table).
+    pub fn free_slots(&self, pod: u32) -> Option<u32> {
+        self.free_slots.get(pod as usize).copied().filter(|&free| free != u32::MAX)
+    }
+
     /// Pods that name no model.
     pub fn silent(&self) -> &[u32] {
         &self.silent
