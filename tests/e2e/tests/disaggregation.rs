@@ -236,3 +236,31 @@ fn a_prefill_pod_is_free_once_its_prompts_are_prefilled_though_their_whole_answe
     );
     assert_eq!(cluster.envoy.stat("wasm_epp_pd_prefill_backed_up").unwrap_or(0.0), 0.0, "none prefilled locally");
 }
+
+#[test]
+fn a_model_only_prefill_pods_serve_is_served_whole_on_one_of_them() {
+    // The prefill pods serve sim-model, the decode pod other-model alone. A sim-model request
+    // was the gateway's 404; the prefill pods are whole servers, so one of them answers it,
+    // with no split (its decode pod would not know the model).
+    let decode_args = [&FAST[..], &["--model", "other-model"]].concat();
+    let pd = json!({"threshold_tokens": 512});
+    let cluster = PdCluster::start_apart("pd-prefill-only", (2, &FAST), (1, &decode_args), pd);
+    let prefill: Vec<String> = cluster.prefill.iter().map(Pod::address).collect();
+    let post = |model: &str, seed| {
+        let body = json!({"model": model, "prompt": prompt_of_tokens(2000, seed), "max_tokens": 4}).to_string();
+        http::post(&cluster.envoy.url("/v1/completions"), &[], &body, Duration::from_secs(30)).unwrap()
+    };
+    // Once the pool service has read the pods' model lists, the decode pod is known not to
+    // serve sim-model: it must still be answered, on a prefill pod.
+    let known = || cluster.envoy.stat("wasm_epp_pd_served_on_prefill_pods").is_some_and(|n| n >= 1.0);
+    let served_on_prefill = || {
+        let reply = post("sim-model", 1);
+        reply.status == 200 && prefill.contains(&served_by(&reply))
+    };
+    let served = launcher::wait_until(Duration::from_secs(10), || served_on_prefill() && known());
+    assert!(served, "{}", cluster.envoy.log_tail(20));
+    let reply = post("sim-model", 2);
+    assert_eq!((reply.status, prefill.contains(&served_by(&reply))), (200, true));
+    assert_eq!(PdCluster::pd_counter(&cluster.decode, "remote_prefills"), 0, "never split");
+    assert_eq!(post("nobody", 3).status, 404, "a name no pod lists is still the gateway's 404");
+}
