@@ -76,8 +76,9 @@ impl PdRouting {
 /// Whether the request's model is served by prefill pods alone: one lists it, and no decode
 /// (or both-role) pod serves it or may (as the prefill pick reads a cut pod, a name a pod of
 /// the other role lists is that pod's). llm-d's prefill pods are whole vLLM servers (kv_role
-/// `kv_both`): such a request is served there, aggregated, rather than answered 404. Two map
-/// lookups on the usual path; the decode pods' eligibility only for a name they do not list.
+/// `kv_both`): such a request is served there, aggregated, rather than answered 404. One map
+/// lookup for a model a decode pod lists; the decode pods' eligibility only for a name a
+/// prefill pod lists and they do not.
 pub fn served_on_prefill_pods_only(roles: &RoleSplit<'_>, query: &ModelQuery<'_>) -> bool {
     let Some(model) = query.model else { return false };
     if roles.decode_models.knows(model) || !roles.prefill_models.knows(model) {
