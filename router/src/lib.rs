@@ -16,6 +16,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod answer_encoding;
 pub mod answer_type;
 pub mod attempts;
 pub mod comparison_stats;

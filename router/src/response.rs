@@ -188,6 +188,18 @@ impl Observation {
         self.reading
     }
 
+    /// The answer's bytes cannot be read (an encoding the plugin does not inflate, or
+    /// compressed bytes that stopped inflating): nothing more is learned from it, as from an
+    /// answer that did not open as a success. A stream's next chunk is its first token all
+    /// the same, so its prompt's tokens are released there; no TTFT sample (an error event
+    /// may hide in it), no `usage` (the last one was not seen).
+    pub fn stop_reading(&mut self) {
+        self.reading = false;
+        self.learnable = false;
+        self.passed_unread = true;
+        self.held_first_byte = None;
+    }
+
     /// One body chunk is passing; `chunk` is its bytes when [`Self::reads_next_chunk`] asked
     /// for them (the caller copies it once for every watcher).
     ///

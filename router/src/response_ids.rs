@@ -52,6 +52,17 @@ impl ResponseIdWatch {
         self.answered_by = answering.or_else(|| routed_to.cloned());
     }
 
+    /// Whether the answer's next chunk is still to be read for the id.
+    pub fn reading(&self) -> bool {
+        !self.done
+    }
+
+    /// The answer cannot be read (its encoding): no id is noted.
+    pub fn stop(&mut self) {
+        self.done = true;
+        self.head = Vec::new();
+    }
+
     /// A body chunk of the answer's first [`HEAD_BYTES`]: the id found there, if any, becomes
     /// the answering pod's session. `chunk` is the chunk when learning copied it already;
     /// else what the head still lacks is copied here.

@@ -99,6 +99,13 @@ pub struct Stats {
     pub answers_foreign: Counter,
     /// Ejections this worker took over from another worker of its Envoy.
     pub pod_ejections_adopted: Counter,
+    /// Answers a watcher would read that came compressed (`gzip`, `deflate`) and were
+    /// inflated as they passed ([`crate::answer_encoding`]).
+    pub answers_inflated: Counter,
+    /// Answers a watcher would read whose bytes it could not: an encoding not inflated (`br`,
+    /// `zstd`, unknown), or compressed bytes that stopped inflating (corrupt, past the bound).
+    /// Nothing is learned from them, and a stream's opening is not judged.
+    pub answers_encoded_unread: Counter,
     /// How long ago the pool service last wrote its heartbeat, as of this worker's last tick:
     /// the singleton's own gauges are set when it publishes, so they stop where they were
     /// when it dies; this one grows. Every worker of an Envoy sets the same stat to about
@@ -160,6 +167,8 @@ impl Stats {
             streams_failed: c("wasm_epp.streams_failed"),
             answers_foreign: c("wasm_epp.answers_foreign"),
             pod_ejections_adopted: c("wasm_epp.pod_ejections_adopted"),
+            answers_inflated: c("wasm_epp.answers_inflated"),
+            answers_encoded_unread: c("wasm_epp.answers_encoded_unread"),
             service_heartbeat_age_ms: metrics.gauge("wasm_epp.service_heartbeat_age_ms"),
             metrics,
         };

@@ -28,6 +28,7 @@ use crate::response_ids::ResponseIdWatch;
 use crate::worker::Worker;
 
 mod answer;
+mod encoded;
 mod routing;
 mod upload;
 
@@ -136,6 +137,9 @@ pub struct RequestStream {
     first_byte_ms: Option<u64>,
     /// It opened with a server's error event: a failure of the pod that answered.
     failed_in_stream: bool,
+    /// How the answer's bytes reach its watchers: as they come, inflated, or not at all
+    /// (`content-encoding`, looked up when a watcher reads the body).
+    answer_coding: encoded::AnswerCoding,
     /// A `multipart/form-data` upload being read for its `model` ([`upload`]); boxed, as most
     /// requests are not uploads and the stream is built for each.
     upload: Option<Box<upload::Upload>>,
@@ -191,6 +195,7 @@ impl RequestStream {
             opening_tail: Vec::new(),
             first_byte_ms: None,
             failed_in_stream: false,
+            answer_coding: encoded::AnswerCoding::Plain,
             upload: None,
             model_watch: None,
         }

@@ -64,8 +64,9 @@ fn a_responses_stream_holds_its_prompt_tokens_until_its_first_output_event() {
     stream.on_response_headers(&bench.host, false);
     let header_lookups = bench.host.tally.take().get("proxy_get_header_map_value").map_or(0, |c| c.calls);
     // The answering pod is looked up once for learning, the response-id watch and outlier
-    // detection; the status once, and a 2xx's content type once, for outlier detection.
-    assert_eq!(header_lookups, 3, "one lookup of the answering pod, one of the status, one of the type");
+    // detection; the status once, and a 2xx's content type once, for outlier detection; its
+    // `content-encoding` once, for the watchers that read its body.
+    assert_eq!(header_lookups, 4, "one lookup of the answering pod, the status, the type, the encoding");
     chunk(&bench, &mut stream, PREAMBLE, false);
     assert_eq!(bench.worker.inflight.borrow().tokens(&pod), tokens, "the preamble is no token: still prefilling");
     assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0);

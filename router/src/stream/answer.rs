@@ -7,6 +7,7 @@ use std::borrow::Cow;
 
 use wasm_epp_host::Host;
 
+use super::encoded::AnswerCoding;
 use super::{RequestStream, Step};
 use crate::comparison_stats::Compared;
 use crate::decision_header::DECISION_HEADER;
@@ -81,6 +82,7 @@ impl RequestStream {
         let comparing = self.compared.as_ref().is_some_and(|compared| compared.awaiting_first_byte);
         let judged = (self.success_pending.is_some() || comparing) && self.answer_streams(host);
         self.opening_events = if judged { crate::stream_error::opening_events(self.endpoint, self.weight) } else { 0 };
+        self.note_answer_coding(host, end_of_stream);
         if end_of_stream {
             self.release(host);
         }
@@ -96,23 +98,29 @@ impl RequestStream {
             // The worker's clock, not the host's: no host call per chunk.
             self.answer_moved_ms = self.worker.clock_ms.get();
         }
-        // One copy of the chunk into the VM serves both watchers.
-        let wanted = self.observed.as_ref().is_some_and(Observation::reads_next_chunk) && chunk_size > 0;
-        let chunk = wanted.then(|| {
-            let _span = profile::span(host, Phase::ObserveScan);
-            host.response_body(0, chunk_size).unwrap_or_default()
-        });
+        // One copy of the chunk into the VM serves both watchers. A compressed answer's
+        // watchers read its plain bytes: `size` is theirs.
+        let (size, chunk) = if matches!(self.answer_coding, AnswerCoding::Plain) {
+            let wanted = self.observed.as_ref().is_some_and(Observation::reads_next_chunk) && chunk_size > 0;
+            let chunk = wanted.then(|| {
+                let _span = profile::span(host, Phase::ObserveScan);
+                host.response_body(0, chunk_size).unwrap_or_default()
+            });
+            (chunk_size, chunk)
+        } else {
+            self.plain_chunk(host, chunk_size)
+        };
         let opening_unread = self.opening_events > 0;
         if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
-            observed.on_body(&self.worker, host, pod, chunk_size, chunk.as_deref(), opening_unread);
+            observed.on_body(&self.worker, host, pod, size, chunk.as_deref(), opening_unread);
         }
         if let Some(watch) = &mut self.response_id {
-            watch.on_body(&self.worker, host, chunk_size, chunk.as_deref());
+            watch.on_body(&self.worker, host, size, chunk.as_deref());
         }
         if self.opening_events > 0 {
             let tail = &mut self.opening_tail;
             let events = &mut self.opening_events;
-            let opening = (chunk_size > 0).then(|| read_opening(host, chunk_size, chunk.as_deref(), events, tail));
+            let opening = (size > 0).then(|| read_opening(host, size, chunk.as_deref(), events, tail));
             if let Some(opening) = opening.flatten() {
                 self.opening_read(opening);
             }
@@ -141,7 +149,7 @@ impl RequestStream {
     }
 
     /// The stream's opening was read: it holds an error event, or not.
-    fn opening_read(&mut self, opening: crate::stream_error::Opening) {
+    pub(super) fn opening_read(&mut self, opening: crate::stream_error::Opening) {
         use crate::stream_error::Opening;
         self.opening_events = 0;
         self.failed_in_stream = opening == Opening::ServerError;
