@@ -161,7 +161,7 @@ fn a_gzip_stream_that_opens_with_a_server_error_fails_its_pod() {
     assert_eq!(bench.stat("wasm_epp.pod_attempts_failed"), 1);
     assert_eq!(bench.stat("wasm_epp.learning.ttft_samples"), 0, "an error is no first token");
     // A chat stream's error after its role chunk, each flushed in its own chunk.
-    let (mut stream, _) = bench.request(
+    let (stream, _) = bench.request(
         &[(":method", "POST"), (":path", "/v1/chat/completions"), ("content-type", "application/json")],
         r#"{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}"#,
     );
@@ -193,10 +193,9 @@ fn a_brotli_answer_is_counted_unread_and_never_copied() {
     let bench = bench();
     // (Bytes that would read as usage and as an error if they were taken as plain text.)
     let mut copies = 0;
-    for (streamed, encoding, chunks) in [
-        (false, "br", vec![WHOLE.to_vec()]),
-        (true, "zstd", vec![SERVER_ERROR.to_vec(), FIRST_TOKEN.to_vec()]),
-    ] {
+    for (streamed, encoding, chunks) in
+        [(false, "br", vec![WHOLE.to_vec()]), (true, "zstd", vec![SERVER_ERROR.to_vec(), FIRST_TOKEN.to_vec()])]
+    {
         let stream = request(&bench, streamed, encoding);
         bench.host.tally.take();
         answer(&bench, stream, Some(encoding), &chunks);
