@@ -8,7 +8,8 @@
 //! runs between iterations, untimed. `filter_path` is the whole `RequestStream` as Envoy drives
 //! it: headers (client destination headers checked, request held), body read from the host,
 //! decision, destination header written, `on_log` (in-flight release), and the worker's tick
-//! every 32 requests. `step` times each step alone, to show where the time goes. The state is
+//! every 32 requests. `step` times each step alone, to show where the time goes (among them
+//! `observe_answer`: a whole 4 KB answer's `usage` scan, plain and sent gzip). The state is
 //! built by `bench_cost::native`; no step of the pipeline is copied here.
 //!
 //! `decision_pd` is the decision under P/D with 8, 64 and 256 prefill pods (both picks).
@@ -31,10 +32,12 @@ use bench_cost::results::Results;
 use criterion::{BenchmarkId, Criterion};
 use measure::{allocations_between, allocations_of, criterion_median_us, time_between};
 use picker::inflight::WorkerInflight;
+use picker::learn::UsageScanner;
 use picker::pod_table::PodTable;
 use picker::prefix::hash_prompt;
 use picker::random::TieBreaker;
 use picker::request::{parse_request, Endpoint};
+use wasm_epp_router::answer_encoding::{ContentEncoding, Inflater};
 
 const PROMPT_KB: [usize; 4] = [1, 4, 32, 128];
 const POOLS: [usize; 3] = [8, 64, 256];
@@ -163,6 +166,25 @@ fn bench_steps(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), St
             black_box(ticking.sync(store, NOW_MS, 60_000).published);
         });
     }
+    // A whole 4 KB JSON answer's observation: the `usage` scan of the plain answer, and of
+    // the same answer sent gzip (its decoder made, the answer inflated, then scanned).
+    let answer = answer_json(4 * 1024);
+    let gzipped = gzip(&answer);
+    step(&mut group, format!("observe_answer/identity/{}B", answer.len()), &mut || {
+        let mut scanner = UsageScanner::default();
+        scanner.feed(&answer);
+        black_box(scanner.usage());
+    });
+    step(&mut group, format!("observe_answer/gzip/{}B_to_{}B", gzipped.len(), answer.len()), &mut || {
+        let mut scanner = UsageScanner::default();
+        if let Some(mut inflater) = Inflater::new(ContentEncoding::Gzip) {
+            let mut plain = Vec::new();
+            if inflater.inflate(&gzipped, &mut plain).is_ok() {
+                scanner.feed(&plain);
+            }
+        }
+        black_box(scanner.usage());
+    });
     // The singleton's side: one scrape of a vLLM-shaped page, parsed.
     let page = bench_cost::metrics_page::vllm_page(3);
     step(&mut group, format!("metrics_parse/vllm_page_{}B", page.len()), &mut || {
@@ -328,6 +350,31 @@ fn bench_flow_scan(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<()
     }
     group.finish();
     Ok(())
+}
+
+/// A whole completions answer of about `bytes` bytes, its generated text words of a small
+/// vocabulary (compresses ~4:1, as English text does), `usage` last.
+fn answer_json(bytes: usize) -> Vec<u8> {
+    let words = ["the", "model", "answers", "with", "tokens", "of", "text", "and", "cache", "prefix"];
+    let mut text = String::new();
+    let mut seed = 7_u32;
+    while text.len() < bytes.saturating_sub(300) {
+        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+        text.push_str(words.get((seed >> 16) as usize % words.len()).copied().unwrap_or("a"));
+        text.push(' ');
+    }
+    format!(
+        r#"{{"id":"cmpl-1","object":"text_completion","created":1700000000,"model":"m","choices":[{{"index":0,"text":"{text}","logprobs":null,"finish_reason":"length"}}],"usage":{{"prompt_tokens":812,"total_tokens":1836,"completion_tokens":1024,"prompt_tokens_details":{{"cached_tokens":768}}}}}}"#
+    )
+    .into_bytes()
+}
+
+/// `plain` as a gzip member (its CRC is not read by the plugin: zeros).
+fn gzip(plain: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff];
+    bytes.extend(miniz_oxide::deflate::compress_to_vec(plain, 6));
+    bytes.extend([0; 8]);
+    bytes
 }
 
 fn summarise(measured: &[Measured], since: SystemTime) -> Result<(), String> {
