@@ -162,6 +162,10 @@ impl Inflater {
             self.header = bytes.to_vec();
             return Ok(None);
         };
+        if length > MAX_HEADER_BYTES {
+            // (However its chunks split: a header is read past only within the bound.)
+            return Err(Unreadable::Corrupt);
+        }
         self.stage = Stage::Body;
         if joined.is_empty() {
             return Ok(Some(Cow::Borrowed(chunk.get(length..).unwrap_or_default())));
@@ -207,11 +211,13 @@ impl Inflater {
                 Err(MZError::Buf) if input.is_empty() => return Ok(()),
                 Err(_) => return Err(Unreadable::Corrupt),
             }
-            // Input left, or the window still holds output for a full step: go on, as long as
-            // the call moved (each call consumes or writes, else the decoder waits for input).
-            let moved = result.bytes_consumed > 0 || result.bytes_written > 0;
-            if !moved || (input.is_empty() && result.bytes_written < STEP_BYTES) {
-                return Ok(());
+            // Called again until a call gives nothing: with all input taken the decoder may
+            // still hold output (it stops where its 32 KiB window wraps), which must not wait
+            // for a next chunk that may never come (an answer's last bytes carry its `usage`).
+            // A call that neither takes nor gives a byte with input left would loop forever:
+            // such bytes are not read.
+            if result.bytes_written == 0 && (input.is_empty() || result.bytes_consumed == 0) {
+                return if input.is_empty() { Ok(()) } else { Err(Unreadable::Corrupt) };
             }
         }
     }
@@ -305,6 +311,26 @@ mod tests {
     }
 
     #[test]
+    fn output_held_where_the_window_wraps_is_given_with_the_chunk_that_made_it() {
+        // (Found by fuzz/answer_inflate: a chunk whose input ends as the decoder's 32 KiB
+        // window wraps; its last bytes, an answer's `usage`, must not wait for a next chunk.)
+        // The fuzz input (its first bytes say deflate, one cut at 96/256): raw DEFLATE of
+        // 32,769 bytes whose last byte the decoder held at the wrap when cut there.
+        let input = include_bytes!("../../fuzz/corpus/answer_inflate/window_wrap");
+        let compressed = &input[2..];
+        let at = 96 * compressed.len() / 256;
+        let inflated = |chunks: &[&[u8]]| {
+            let mut inflater = Inflater::new(ContentEncoding::Deflate).unwrap();
+            let mut out = Vec::new();
+            chunks.iter().for_each(|chunk| inflater.inflate(chunk, &mut out).unwrap());
+            out
+        };
+        let whole = inflated(&[compressed]);
+        assert_eq!(whole.len(), 32_769);
+        assert!(inflated(&[&compressed[..at], &compressed[at..]]) == whole, "cut at {at}");
+    }
+
+    #[test]
     fn a_gzip_header_with_its_optional_fields_is_read_past() {
         let mut bytes = vec![0x1f, 0x8b, 8, 0x02 | 0x04 | 0x08 | 0x10, 0, 0, 0, 0, 0, 3];
         bytes.extend([3, 0, b'x', b'y', b'z']);
@@ -328,6 +354,10 @@ mod tests {
         assert_eq!(inflate_in(ContentEncoding::Gzip, &reserved, 4), Err(Unreadable::Corrupt));
         let endless_name = [&[0x1f, 0x8b, 8, 0x08, 0, 0, 0, 0, 0, 0][..], &[b'a'; 2000]].concat();
         assert_eq!(inflate_in(ContentEncoding::Gzip, &endless_name, 100), Err(Unreadable::Corrupt));
+        let long_name = [&endless_name[..], b"\0", &compress_to_vec(ANSWER, 6)].concat();
+        for chunk in [1, 100, 4096] {
+            assert_eq!(inflate_in(ContentEncoding::Gzip, &long_name, chunk), Err(Unreadable::Corrupt), "{chunk}");
+        }
         let second_member = [gzip(ANSWER), gzip(ANSWER)].concat();
         assert_eq!(inflate_in(ContentEncoding::Gzip, &second_member, 64), Err(Unreadable::TrailingData));
     }
