@@ -10,7 +10,8 @@
 //! ([`picker::learn::UsageScanner`], a few bytes of state), and passes on unchanged. A stream
 //! is read past its first chunk only while it holds one of its pod's few reading slots,
 //! granted while the worker's chunk budget lasts ([`picker::learn::UsageReaders`]): every
-//! chunk read is a copy into the VM. What is learned:
+//! chunk read is a copy into the VM. A compressed answer's chunks come here inflated, or not
+//! at all (`stream/encoded.rs`). What is learned:
 //! - at a stream's first token, the request's uncached prompt tokens stop counting as in
 //!   flight (the pod has prefilled them) and the elapsed time is a TTFT sample for the pod's
 //!   model. A chat or completions stream's first token is its first body byte; a Responses
