@@ -6,12 +6,13 @@
 
 mod common;
 
-use common::{Bench, COMPLETIONS};
+use common::{completions_with, model_completion, Bench, COMPLETIONS};
 use picker::address::PodAddress;
 use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
 use picker::role::PodRole;
 use wasm_epp_host::{Host, SharedStore};
+use wasm_epp_router::Step;
 
 const PREFILLER: &str = "x-prefiller-host-port";
 const DECISION: &str = "x-wasm-epp-decision";
@@ -116,4 +117,42 @@ fn past_eight_prefill_pods_the_least_busy_one_ranked_last_by_the_scorers_is_foun
     assert_eq!(answer.reply, None);
     assert_eq!(bench.host.header(PREFILLER).as_deref(), Some("10.0.0.12:8000"), "the twelfth, idle");
     bench.end(&mut stream);
+}
+
+#[test]
+fn flow_control_holds_a_model_only_prefill_pods_list_for_their_room_not_the_decode_pods() {
+    // One place per pod. Model p is listed by the prefill pod alone, so its requests go there
+    // whole: that pod's room is theirs, and the decode pod's is another model's.
+    const PREFILL: &str = "10.0.0.1:8000";
+    const DECODE: &str = "10.0.0.2:8000";
+    let bench = Bench::new(
+        r#"{"pd": {"threshold_tokens": 1024}, "fallback_destinations": 0,
+            "flow_control": {"enabled": true, "max_inflight_per_pod": 1, "ttl_ms": 1000}}"#,
+    );
+    publish(&bench, 1, &[Pod(PREFILL, PodRole::Prefill, &["p"], 0.0), Pod(DECODE, PodRole::Decode, &["a"], 0.0)]);
+    let send = |id: u32, model: &str, priority: &str| {
+        let headers = completions_with(&[("x-gateway-inference-priority", priority)]);
+        bench.send_as(&bench.worker, id, &headers, &model_completion(model, id, 1))
+    };
+    let (mut first, step) = send(1, "p", "0");
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(PREFILL)));
+
+    // The prefill pod is full: p's next requests wait for it (they were let through at once,
+    // the decode pod's room read as theirs), in their priorities' order.
+    let (_second, step) = send(2, "p", "0");
+    assert_eq!(step, Step::Pause, "held: its prefill pod is full");
+    let (_critical, step) = send(3, "p", "5");
+    assert_eq!(step, Step::Pause);
+    bench.tick();
+    assert!(bench.resumed().is_empty(), "nothing released past the prefill pod's bound");
+
+    // The decode pod's model goes past them at once, and its place is no room for p.
+    let (mut other, step) = send(4, "a", "0");
+    assert_eq!((step, bench.destination().as_deref()), (Step::Continue, Some(DECODE)));
+    assert!(bench.end(&mut other).is_empty(), "the decode pod's place is no room for p");
+
+    // The prefill pod's place frees: the critical p request goes there first.
+    assert_eq!(bench.end(&mut first), [3]);
+    assert_eq!(bench.destination().as_deref(), Some(PREFILL));
+    assert_eq!(bench.stat("wasm_epp.pd_served_on_prefill_pods"), 2);
 }

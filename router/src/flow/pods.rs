@@ -2,10 +2,11 @@
 //! the static pool, whose pods have no data) with the in-flight counts of every worker.
 
 use picker::config::StaleMetricsPolicy;
+use picker::disaggregation::RoleSplit;
 use picker::inflight::WorkerInflight;
 use picker::models::index::ModelIndex;
 use picker::outliers::{pass_over, PassOver};
-use picker::pod_table::PodTable;
+use picker::pod_table::{PodState, PodTable};
 use wasm_epp_host::Host;
 
 use super::saturation::{pod_saturated, pool_room, PodLoad, PoolRoom};
@@ -17,6 +18,9 @@ use crate::worker::Worker;
 pub struct Shape<'t> {
     pub table: &'t PodTable,
     pub models: &'t ModelIndex,
+    /// Under P/D, both roles' tables (`table` and `models` are then the decode pods'): a
+    /// request for a model only prefill pods list is routed to them, so their room is its own.
+    pub roles: Option<RoleSplit<'t>>,
 }
 
 /// Every pod the requests may go to, before the pool's own rule for the pods out of rotation
@@ -24,7 +28,12 @@ pub struct Shape<'t> {
 /// decision does (a model whose pods are all out of rotation is still routed to them).
 #[derive(Clone, Copy)]
 pub struct AllPods<'p, 'a> {
+    /// The pool's pods (under P/D the decode pods), then, under P/D, the prefill pods (their
+    /// positions the prefill table's), which only requests for a model no decode pod serves
+    /// go to (`crate::disaggregate::served_on_prefill_pods_only`).
     pub pods: &'p [PodLoad<'a>],
+    /// Where the prefill pods start in `pods` (its length when there are none).
+    pub prefill_from: usize,
     /// Whether each is out of rotation (empty: none is).
     pub ejected: &'p [bool],
 }
@@ -46,7 +55,8 @@ pub fn with_pods<R>(
     let mut inflight = worker.inflight.try_borrow_mut().ok()?;
     inflight.refresh_others(host, now);
     // Under P/D requests go to the decode pods (`decision::decide`, when the table has pods of
-    // both roles): the prefill pods' places are no room for them.
+    // both roles): the prefill pods' places are no room for them (but for a model only the
+    // prefill pods list, see below).
     let split = worker.pd.is_some() && table.is_some_and(picker::disaggregation::splits);
     // Which of them a request may go to is read, as the decision reads it, in the decode pods'
     // own table (its positions theirs: the decode pods in table order) and model index.
@@ -56,23 +66,9 @@ pub fn with_pods<R>(
         (true, _, _) => return None,
         _ => None,
     };
+    let load = |(position, pod)| pod_load(position, pod, now, worker.config.stale_after_ms, &inflight);
     let mut all: Vec<PodLoad<'_>> = match table.filter(|t| !t.pods.is_empty()) {
-        Some(table) => table
-            .pods
-            .iter()
-            .filter(|pod| !split || pod.role.decodes())
-            .enumerate()
-            .map(|(position, pod)| PodLoad {
-                address: pod.address.as_str(),
-                position,
-                known: true,
-                healthy: pod.healthy,
-                fresh: pod.fresh_at(now, worker.config.stale_after_ms),
-                waiting: pod.waiting,
-                kv_usage: pod.kv_usage,
-                inflight: inflight.count(pod.address.as_str()),
-            })
-            .collect(),
+        Some(table) => table.pods.iter().filter(|pod| !split || pod.role.decodes()).enumerate().map(load).collect(),
         None => worker
             .fallback_pool
             .iter()
@@ -89,6 +85,12 @@ pub fn with_pods<R>(
             })
             .collect(),
     };
+    // The prefill pods, after the pool's: only requests for a model no decode pod serves go
+    // there, so they are the room of those alone (`super::reach`), never the pool's.
+    let prefill_from = all.len();
+    if let Some(roles) = &roles {
+        all.extend(roles.prefill.pods.iter().enumerate().map(load));
+    }
     // Pods out of rotation for failing requests are no room, by the decision's own rule
     // (`picker::outliers::pass_over`): the room counted is where released requests will go.
     let mut outliers = worker.outliers.try_borrow_mut().ok();
@@ -103,39 +105,63 @@ pub fn with_pods<R>(
     let is_ejected = |i: usize| ejected.get(i).copied().unwrap_or(false);
     let rule = (!ejected.is_empty()).then(|| {
         let usable = |(i, pod): &(usize, &PodLoad<'_>)| pod.healthy && pod.fresh && !is_ejected(*i);
+        let pooled = || all.iter().take(prefill_from);
         pass_over(
-            all.iter().enumerate().any(|pod| usable(&pod)),
-            all.iter().any(|pod| pod.healthy && pod.fresh),
-            all.iter().enumerate().any(|(i, pod)| pod.healthy && !is_ejected(i)),
+            pooled().enumerate().any(|pod| usable(&pod)),
+            pooled().any(|pod| pod.healthy && pod.fresh),
+            pooled().enumerate().any(|(i, pod)| pod.healthy && !is_ejected(i)),
         )
     });
-    if !all.iter().any(|pod| pod.healthy && pod.fresh) {
+    if !all.iter().take(prefill_from).any(|pod| pod.healthy && pod.fresh) {
         // No usable data for any pod (every scrape failing, or the pool service silent):
         // as routing fails open, so does the detector, unless stale data means saturated.
-        for pod in &mut all {
+        // (The prefill pods' requests fail open by their own pods, `super::reach`.)
+        for pod in all.iter_mut().take(prefill_from) {
             fail_open(pod, worker.config.flow_control.stale_metrics);
         }
     }
     // Left out while another pod is counted (the rule's `Unusable` leaves a usable one).
     let leave_out = match rule {
         Some(PassOver::Unusable) => true,
-        Some(PassOver::LeftOut) => (0..all.len()).any(|i| !is_ejected(i)),
+        Some(PassOver::LeftOut) => (0..prefill_from).any(|i| !is_ejected(i)),
         _ => false,
     };
     let mut left_out: Vec<&str> = Vec::new();
     let kept: Vec<PodLoad<'_>>;
+    // The pool's pods, as its room and gauges count them.
+    let pooled = all.get(..prefill_from).unwrap_or_default();
     let pods: &[PodLoad<'_>] = if leave_out {
-        left_out.extend(all.iter().enumerate().filter(|(i, _)| is_ejected(*i)).map(|(_, pod)| pod.address));
-        kept = all.iter().enumerate().filter(|(i, _)| !is_ejected(*i)).map(|(_, pod)| *pod).collect();
+        left_out.extend(pooled.iter().enumerate().filter(|(i, _)| is_ejected(*i)).map(|(_, pod)| pod.address));
+        kept = pooled.iter().enumerate().filter(|(i, _)| !is_ejected(*i)).map(|(_, pod)| *pod).collect();
         &kept
     } else {
-        &all
+        pooled
     };
     let shape = match roles {
-        Some(roles) => Some(Shape { table: roles.decode, models: roles.decode_models }),
-        None => table.filter(|t| !t.pods.is_empty()).map(|table| Shape { table, models: cache.models() }),
+        Some(roles) => Some(Shape { table: roles.decode, models: roles.decode_models, roles: Some(roles) }),
+        None => table.filter(|t| !t.pods.is_empty()).map(|table| Shape { table, models: cache.models(), roles: None }),
     };
-    Some(f(pods, &inflight, &left_out, shape, AllPods { pods: &all, ejected: &ejected }))
+    Some(f(pods, &inflight, &left_out, shape, AllPods { pods: &all, prefill_from, ejected: &ejected }))
+}
+
+/// Table pod `pod`, at `position` of its table, as the saturation detector reads it.
+fn pod_load<'a>(
+    position: usize,
+    pod: &'a PodState,
+    now: u64,
+    stale_after_ms: u64,
+    inflight: &WorkerInflight,
+) -> PodLoad<'a> {
+    PodLoad {
+        address: pod.address.as_str(),
+        position,
+        known: true,
+        healthy: pod.healthy,
+        fresh: pod.fresh_at(now, stale_after_ms),
+        waiting: pod.waiting,
+        kv_usage: pod.kv_usage,
+        inflight: inflight.count(pod.address.as_str()),
+    }
 }
 
 /// A pod read with no usable data, as routing reads it failing open: by its in-flight count

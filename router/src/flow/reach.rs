@@ -8,18 +8,23 @@
 //! free up), so no request after it that may use any of them goes first. Requests whose
 //! pods it does not share go on. With one model (or none read) every request may use every
 //! pod, and this is the pool's room and the release order as before.
+//!
+//! Under P/D a request's pods are decode pods, but for a model only prefill pods list: it is
+//! served whole on one of them (`crate::disaggregate::served_on_prefill_pods_only`), so their
+//! room is the one it waits for, and they keep its turn.
 
 use picker::address::PodAddress;
 use picker::config::{FlowControlConfig, MAX_PRIORITY};
 use picker::flow_share::Claim;
 use picker::inflight::WorkerInflight;
-use picker::route::{eligible_positions, ModelQuery};
+use picker::route::{eligible_positions, ModelQuery, NoRoute};
 use picker::saturation::SaturationLimits;
 
 use picker::outliers::{pass_over, PassOver};
 
 use super::pods::{fail_open, AllPods, Shape};
 use super::saturation::{pod_places, FreePlaces, PodLoad};
+use crate::disaggregate::served_on_prefill_pods_only;
 
 /// Where a request may be sent, as routing reads it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,6 +33,15 @@ pub struct Reach<'a> {
     pub model: Option<&'a str>,
     /// The gateway's subset hint.
     pub subset: Option<&'a [PodAddress]>,
+}
+
+/// Which of the looked pods' tables a position is of.
+#[derive(Clone, Copy)]
+enum Role {
+    /// The pool's (under P/D the decode pods').
+    Pool,
+    /// Under P/D, the prefill pods'.
+    Prefill,
 }
 
 /// What a request's pods have for it.
@@ -81,8 +95,13 @@ pub(super) struct PodRooms<'p, 't> {
     /// Some pod is out of rotation for failing requests.
     any_ejected: bool,
     /// The look's index of each table position, built at the first request for a model
-    /// (`u32::MAX`: not among the pods looked at, such as a prefill pod under P/D).
+    /// (`u32::MAX`: not among the pods looked at).
     by_position: Vec<u32>,
+    /// Where the prefill pods start among the pods looked at ([`AllPods::prefill_from`]).
+    prefill_from: usize,
+    /// As `by_position`, of the prefill table's positions (under P/D, built at the first
+    /// request for a model only prefill pods list).
+    by_prefill_position: Vec<u32>,
     /// Pods a request that could not go keeps its turn on.
     kept: Vec<bool>,
     /// Some pod's turn is kept (else `kept` need not be read).
@@ -128,6 +147,8 @@ impl<'p, 't> PodRooms<'p, 't> {
             pods,
             looked: all.pods,
             by_position: Vec::new(),
+            prefill_from: all.prefill_from,
+            by_prefill_position: Vec::new(),
             any_kept: false,
             open_pods,
             reached: Vec::new(),
@@ -140,31 +161,28 @@ impl<'p, 't> PodRooms<'p, 't> {
         let whole_pool = reach.model.is_none() && reach.subset.is_none();
         self.reached.clear();
         match self.shape.filter(|_| !whole_pool) {
-            // The static pool's pods (no models to tell them apart by), within the hint.
+            // The static pool's pods (no models to tell them apart by), within the hint; or,
+            // for a request for any model, the pool's pods (under P/D the decode pods).
             None => {
                 let looked = self.looked;
                 let in_subset = |i: &usize| {
                     let address = looked.get(*i).map_or("", |pod| pod.address);
                     reach.subset.is_none_or(|subset| subset.iter().any(|hinted| hinted.as_str() == address))
                 };
-                self.reached.extend((0..self.pods.len()).filter(in_subset).filter_map(|i| u32::try_from(i).ok()));
-                if self.reached.is_empty() && !self.pods.is_empty() {
+                let pool = self.pods.len().min(self.prefill_from);
+                self.reached.extend((0..pool).filter(in_subset).filter_map(|i| u32::try_from(i).ok()));
+                if self.reached.is_empty() && pool > 0 {
                     // As the decision: no pod of the pool in its hint (503).
                     return Room::Refused;
                 }
             }
             Some(shape) => {
-                let query = ModelQuery {
-                    model: reach.model,
-                    unknown_model: self.unknown_model,
-                    subset: reach.subset,
-                    index: Some(shape.models),
-                    named_elsewhere: false,
-                };
-                let Ok(eligible) = eligible_positions(shape.table, &query) else { return Room::Refused };
                 let mut reached = std::mem::take(&mut self.reached);
-                self.look_indices(shape, &eligible, &mut reached);
+                let found = self.pods_of(shape, reach, &mut reached);
                 self.reached = reached;
+                if found.is_err() {
+                    return Room::Refused;
+                }
             }
         }
         let fail_open = self.pass_over_ejected();
@@ -183,18 +201,49 @@ impl<'p, 't> PodRooms<'p, 't> {
         })
     }
 
-    /// Adds to `out` the look's index of each table position in `eligible` that is among
-    /// the pods looked at (table order kept). The index of positions is built at first use.
-    fn look_indices(&mut self, shape: Shape<'_>, eligible: &[usize], out: &mut Vec<u32>) {
-        if self.by_position.is_empty() {
-            self.by_position.resize(shape.table.pods.len(), u32::MAX);
-            for (index, pod) in self.looked.iter().enumerate() {
-                if let (Some(slot), Ok(index)) = (self.by_position.get_mut(pod.position), u32::try_from(index)) {
+    /// Adds to `out` the look's index of each pod a request of `reach` is routed among, as
+    /// its decision reads them (table order kept): under P/D the prefill pods for a model
+    /// only they list, else the table's (the decode pods').
+    fn pods_of(&mut self, shape: Shape<'_>, reach: Reach<'_>, out: &mut Vec<u32>) -> Result<(), NoRoute> {
+        let query = ModelQuery {
+            model: reach.model,
+            unknown_model: self.unknown_model,
+            subset: reach.subset,
+            index: Some(shape.models),
+            named_elsewhere: false,
+        };
+        match shape.roles.filter(|roles| served_on_prefill_pods_only(roles, &query)) {
+            Some(roles) => {
+                let query = ModelQuery { index: Some(roles.prefill_models), ..query };
+                let eligible = eligible_positions(roles.prefill, &query)?;
+                self.look_indices(Role::Prefill, roles.prefill.pods.len(), &eligible, out);
+            }
+            None => {
+                let eligible = eligible_positions(shape.table, &query)?;
+                self.look_indices(Role::Pool, shape.table.pods.len(), &eligible, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds to `out` the look's index of each position in `eligible` of `role`'s table (of
+    /// `positions` pods) that is among the pods looked at (table order kept). The index of
+    /// positions is built at first use.
+    fn look_indices(&mut self, role: Role, positions: usize, eligible: &[usize], out: &mut Vec<u32>) {
+        // The role's pods among those looked at, from look index `first`.
+        let (by_position, first, end) = match role {
+            Role::Pool => (&mut self.by_position, 0, self.prefill_from),
+            Role::Prefill => (&mut self.by_prefill_position, self.prefill_from, self.looked.len()),
+        };
+        if by_position.is_empty() {
+            by_position.resize(positions, u32::MAX);
+            for (index, pod) in self.looked.get(first..end).unwrap_or_default().iter().enumerate() {
+                let index = u32::try_from(first.saturating_add(index));
+                if let (Some(slot), Ok(index)) = (by_position.get_mut(pod.position), index) {
                     *slot = index;
                 }
             }
         }
-        let by_position = &self.by_position;
         out.extend(eligible.iter().filter_map(|&p| by_position.get(p).copied().filter(|&i| i != u32::MAX)));
     }
 
@@ -255,20 +304,12 @@ impl<'p, 't> PodRooms<'p, 't> {
     /// the static pool.
     fn pods_of_model(&mut self, model: &str) -> Vec<u32> {
         let Some(shape) = self.shape else { return self.every_pod() };
-        let query = ModelQuery {
-            model: Some(model),
-            unknown_model: self.unknown_model,
-            subset: None,
-            index: Some(shape.models),
-            named_elsewhere: false,
-        };
-        let Ok(eligible) = eligible_positions(shape.table, &query) else {
+        let mut pods = Vec::new();
+        if self.pods_of(shape, Reach { model: Some(model), subset: None }, &mut pods).is_err() {
             // A model this worker's table does not know (the other worker's table may be a
             // poll ahead or behind): every pod, so a higher band is never passed over.
             return self.every_pod();
-        };
-        let mut pods = Vec::new();
-        self.look_indices(shape, &eligible, &mut pods);
+        }
         pods.sort_unstable();
         pods
     }

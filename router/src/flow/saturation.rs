@@ -18,8 +18,8 @@ use picker::scheduler::Candidate;
 #[derive(Debug, Clone, Copy)]
 pub struct PodLoad<'a> {
     pub address: &'a str,
-    /// Its position in the table it was read from (under P/D the decode pods'; in the static
-    /// pool without one).
+    /// Its position in the table it was read from (under P/D its role's, the decode or the
+    /// prefill pods'; in the static pool without one).
     pub position: usize,
     /// The pool service has data for it (a static-pool pod without a table has none).
     pub known: bool,
