@@ -225,31 +225,46 @@ pub fn prefill_pick(
 }
 
 /// The prefill pods that may load adapter `adapter`, which decode pods list and no prefill pod
-/// does, without evicting another: serving a base model of a decode pod listing it as an
-/// adapter, with a free adapter slot (`max_lora` reported, more than the adapters on it), in
-/// the gateway's `subset` if it sent one. Only under `route_by_load`, where a pod is presumed
-/// to load a name it does not list; where no slot is free, none (a swap would evict an
-/// adapter another prompt is using, so the decode pod prefills it).
+/// does, without evicting another: serving its base model, with a free adapter slot
+/// (`max_lora` reported, more than the adapters on it), in the gateway's `subset` if it sent
+/// one. Only under `route_by_load`, where a pod is presumed to load a name it does not list;
+/// where no slot is free, none (a swap would evict an adapter another prompt is using, so the
+/// decode pod prefills it). Its base model is the one base model the decode pods listing it
+/// as an adapter serve; where they name more than one, none (see [`adapter_base`]).
 fn adapter_slots(roles: &RoleSplit<'_>, adapter: &str, subset: Option<&[PodAddress]>) -> Vec<PodAddress> {
     if roles.prefill_models.knows(adapter) {
         return Vec::new();
     }
-    let lists = |pod: &picker::pod_table::PodState| pod.adapter_lists().iter().any(|l| l.iter().any(|n| n == adapter));
-    let listing = roles.decode_models.servers(adapter).unwrap_or_default();
-    let bases: Vec<&str> = listing
-        .iter()
-        .filter_map(|&(i, _)| roles.decode.pods.get(i as usize))
-        .filter(|pod| lists(pod))
-        .filter_map(|pod| pod.models.first().map(String::as_str))
-        .collect();
-    let serves_a_base = |pod: &picker::pod_table::PodState| pod.models.iter().any(|m| bases.contains(&m.as_str()));
+    let Some(base) = adapter_base(roles, adapter) else { return Vec::new() };
+    let serves_base = |pod: &picker::pod_table::PodState| pod.models.iter().any(|m| m == base);
     let in_subset = |pod: &picker::pod_table::PodState| subset.is_none_or(|s| s.contains(&pod.address));
     let has_slot =
         |i: usize| u32::try_from(i).ok().and_then(|i| roles.prefill_models.free_slots(i)).is_some_and(|f| f > 0);
     (roles.prefill.pods.iter().enumerate())
-        .filter(|&(i, pod)| serves_a_base(pod) && in_subset(pod) && has_slot(i))
+        .filter(|&(i, pod)| serves_base(pod) && in_subset(pod) && has_slot(i))
         .map(|(_, pod)| pod.address.clone())
         .collect()
+}
+
+/// The base model of adapter `adapter` as the decode pods listing it tell it: the one base
+/// model they serve, or `None` when they name several (or none). vLLM's `/v1/models` names
+/// each adapter's base (its `parent`), but the pod table keeps only the names, and a pod's
+/// first model is not its adapters' base where it serves several (or two pods hold
+/// same-named adapters of different bases): loaded on the wrong base, the prompt fails, so an
+/// ambiguous adapter stays with its decode pod. (Names of one model served under several
+/// `--served-model-name`s count as several: the names cannot tell them from two models.)
+fn adapter_base<'t>(roles: &RoleSplit<'t>, adapter: &str) -> Option<&'t str> {
+    let lists = |pod: &picker::pod_table::PodState| pod.adapter_lists().iter().any(|l| l.iter().any(|n| n == adapter));
+    let listing = roles.decode_models.servers(adapter).unwrap_or_default();
+    let mut base: Option<&'t str> = None;
+    let pods = listing.iter().filter_map(|&(i, _)| roles.decode.pods.get(i as usize)).filter(|pod| lists(pod));
+    for model in pods.flat_map(|pod| pod.models.iter().map(String::as_str)) {
+        match base {
+            Some(known) if known != model => return None,
+            _ => base = Some(model),
+        }
+    }
+    base
 }
 
 /// Names the prefill pod for the decode pod's sidecar and returns its hold (timed to the

@@ -29,13 +29,22 @@ fn body(model: &str, seed: usize) -> String {
 struct LoraPod(&'static str, PodRole, &'static [&'static str], &'static [&'static str], u32);
 
 fn publish_loras(bench: &Bench, pods: &[LoraPod]) {
+    let based: Vec<_> = pods.iter().map(|pod| (&["base"][..], pod)).collect();
+    publish_based(bench, &based);
+}
+
+/// A pod and the base models it serves.
+type Based<'a> = (&'a [&'a str], &'a LoraPod);
+
+/// As [`publish_loras`], each pod serving the base models given with it.
+fn publish_based(bench: &Bench, pods: &[Based<'_>]) {
     let now = bench.host.now_ms();
     let mut table = PodTable { version: 1, published_at_ms: now, poll_interval_ms: 100, ..PodTable::default() };
     let names = |list: &[&str]| list.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>();
-    for LoraPod(address, role, adapters, running, slots) in pods {
+    for (bases, LoraPod(address, role, adapters, running, slots)) in pods {
         let mut pod = PodState::unknown(&PodAddress::parse(address).unwrap());
         (pod.healthy, pod.kv_usage, pod.last_success_ms, pod.role) = (true, Some(0.1), now, *role);
-        pod.models = vec!["base".to_owned()];
+        pod.models = names(bases);
         (pod.adapters, pod.running_loras, pod.max_loras) = (names(adapters), names(running), *slots);
         table.pods.push(pod);
     }
@@ -94,5 +103,36 @@ fn an_adapter_no_prefill_pod_has_a_slot_for_stays_on_its_decode_pod() {
         assert_eq!(answer.destination.as_deref().and_then(|d| d.split(',').next()), Some("10.0.0.3:8000"));
         assert_eq!(bench.host.header(PREFILLER), None, "{config}");
         assert_eq!(bench.stat("wasm_epp.pd_decode_only"), 1, "{config}");
+    }
+}
+
+#[test]
+fn an_adapter_whose_base_model_the_decode_pods_leave_ambiguous_stays_on_its_decode_pod() {
+    // The prefill pod serves base-a with a slot free. Adapter x's base is not told: the pod
+    // table keeps no adapter's parent, and the decode pods listing x serve two base models,
+    // one pod both or two pods one each. Loaded on base-a while its base is base-b, its
+    // prompt would fail: its decode pod prefills it. With one base model told, it is split.
+    let prefill = LoraPod("10.0.0.1:8000", PodRole::Prefill, &[], &[], 1);
+    let decode_1 = LoraPod("10.0.0.2:8000", PodRole::Decode, &["x"], &["x"], 2);
+    let decode_2 = LoraPod("10.0.0.3:8000", PodRole::Decode, &["x"], &["x"], 2);
+    let (a, b, both): (&[&str], &[&str], &[&str]) = (&["base-a"], &["base-b"], &["base-a", "base-b"]);
+    let cases: [(&[Based<'_>], bool); 3] = [
+        (&[(a, &prefill), (both, &decode_1)], false),
+        (&[(a, &prefill), (a, &decode_1), (b, &decode_2)], false),
+        (&[(a, &prefill), (a, &decode_1), (a, &decode_2)], true),
+    ];
+    for (pods, split) in cases {
+        let bench = Bench::new(BY_LOAD);
+        publish_based(&bench, pods);
+        let answer = bench.complete(&COMPLETIONS, &body("x", 1));
+        assert_eq!(answer.reply, None);
+        let prefiller = bench.host.header(PREFILLER);
+        assert_eq!(
+            prefiller.as_deref(),
+            split.then_some("10.0.0.1:8000"),
+            "{:?}",
+            pods.iter().map(|p| p.0).collect::<Vec<_>>()
+        );
+        assert_eq!(bench.stat("wasm_epp.pd_decode_only"), u64::from(!split));
     }
 }
