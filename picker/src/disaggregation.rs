@@ -29,6 +29,8 @@ pub struct RoleTables {
     /// prefill pick names every pod it compares by position (epoch, prefix index) without a
     /// walk of the table per pod.
     prefill_by_address: Vec<(PodAddress, usize)>,
+    /// Some prefill pod names a model no decode pod does (one it may serve alone).
+    prefill_names_own: bool,
 }
 
 /// Whether `table` splits into roles: at least one prefill pod and one pod that decodes
@@ -45,9 +47,16 @@ pub struct RoleSplit<'a> {
     pub prefill: &'a PodTable,
     pub prefill_models: &'a ModelIndex,
     prefill_by_address: &'a [(PodAddress, usize)],
+    prefill_names_own: bool,
 }
 
 impl RoleSplit<'_> {
+    /// Whether some prefill pod names a model no decode pod names: requests for it may be
+    /// served on prefill pods alone (the router's `disaggregate::served_on_prefill_pods_only`).
+    pub fn prefill_names_own_models(&self) -> bool {
+        self.prefill_names_own
+    }
+
     /// The position of the prefill pod at `address` in the prefill table, if it is one.
     pub fn prefill_position(&self, address: &PodAddress) -> Option<usize> {
         let found = self.prefill_by_address.binary_search_by(|(known, _)| known.cmp(address)).ok()?;
@@ -73,6 +82,7 @@ impl RoleTables {
             self.prefill_by_address =
                 self.prefill.pods.iter().enumerate().map(|(i, pod)| (pod.address.clone(), i)).collect();
             self.prefill_by_address.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            self.prefill_names_own = self.prefill_models.names_any_unknown_to(&self.decode_models);
             self.version = Some(table.version);
         }
         // Both roles present, as [`splits`] would say of the table.
@@ -82,6 +92,7 @@ impl RoleTables {
             prefill: &self.prefill,
             prefill_models: &self.prefill_models,
             prefill_by_address: &self.prefill_by_address,
+            prefill_names_own: self.prefill_names_own,
         })
     }
 
@@ -233,6 +244,10 @@ mod tests {
         assert_eq!((at(roles.decode_models, "a"), at(roles.decode_models, "b")), (vec![0], vec![1]));
         assert_eq!((at(roles.prefill_models, "a"), at(roles.prefill_models, "b")), (vec![0], vec![1]));
         assert_eq!(roles.decode.pods[1].address.as_str(), "10.0.0.3:80");
+        assert!(!roles.prefill_names_own_models(), "every prefill model has decode pods");
+        let mut alone = table.clone();
+        (alone.version, alone.pods[3].models) = (6, vec!["p".to_owned()]);
+        assert!(tables.split(&alone, &index_of).unwrap().prefill_names_own_models(), "p is the prefill pods' alone");
     }
 
     #[test]

@@ -159,6 +159,11 @@ impl ModelIndex {
         self.by_name.contains_key(model)
     }
 
+    /// Whether some name a pod of this index serves is one no pod of `other` does.
+    pub fn names_any_unknown_to(&self, other: &ModelIndex) -> bool {
+        self.by_name.keys().any(|name| !other.knows(name))
+    }
+
     /// Whether some pod serves `model` or may: one names it, one names no model at all, or
     /// one named more than its lists keep. Not so, the name is the gateway's 404.
     pub fn may_be_served(&self, model: &str) -> bool {

@@ -109,6 +109,10 @@ pub(super) struct PodRooms<'p, 't> {
     /// Pods with a free place (as counted, or as counted failing open) whose turn no request
     /// passed over keeps: while there are none, no request after may go.
     open_pods: usize,
+    /// How many pods, first, `open_pods` counts: the pool's, and the prefill pods after them
+    /// only where some model is theirs alone (no other request goes there: idle, as they mostly
+    /// are, they would keep every scan reading the whole queue).
+    open_counted: usize,
     /// The pods of the last request judged, by look index (reused).
     reached: Vec<u32>,
     /// The pods of each claim of another worker's ([`PodRooms::outranked`]), read at first use.
@@ -138,7 +142,9 @@ impl<'p, 't> PodRooms<'p, 't> {
                 }
             })
             .collect();
-        let open_pods = pods.iter().filter(|pod| pod.has_a_place()).count();
+        let prefill_alone = shape.and_then(|shape| shape.roles).is_some_and(|roles| roles.prefill_names_own_models());
+        let open_counted = if prefill_alone { pods.len() } else { all.prefill_from };
+        let open_pods = pods.iter().take(open_counted).filter(|pod| pod.has_a_place()).count();
         Self {
             shape,
             unknown_model,
@@ -151,6 +157,7 @@ impl<'p, 't> PodRooms<'p, 't> {
             by_prefill_position: Vec::new(),
             any_kept: false,
             open_pods,
+            open_counted,
             reached: Vec::new(),
             claimed: Vec::new(),
         }
@@ -342,7 +349,8 @@ impl<'p, 't> PodRooms<'p, 't> {
     pub fn keep_turn(&mut self) {
         for &i in &self.reached {
             if let Some(kept) = self.kept.get_mut(i as usize) {
-                if !*kept && self.pods.get(i as usize).is_some_and(Pod::has_a_place) {
+                let counted = (i as usize) < self.open_counted;
+                if !*kept && counted && self.pods.get(i as usize).is_some_and(Pod::has_a_place) {
                     self.open_pods = self.open_pods.saturating_sub(1);
                 }
                 *kept = true;
