@@ -69,6 +69,10 @@ pub struct ModelQuery<'a> {
     /// pod's, so a pod whose lists were cut is not presumed to serve it, nor is any pod by
     /// load. Pods that name no model still may.
     pub named_elsewhere: bool,
+    /// Pods that answered this worker's requests for `model` with the engine's "model does
+    /// not exist" 404 although they list it (a stale or lying listing): left out of the pods
+    /// naming it while another pod names it; with none other, their 404 is the answer.
+    pub disowned: &'a [PodAddress],
 }
 
 /// Where one request goes, and how the choice was made.
@@ -175,7 +179,7 @@ fn eligible_pods(query: &ModelQuery<'_>, table: &PodTable) -> Result<Vec<(usize,
     // Pods naming the model, else those that name none (tier u8::MAX marks them).
     let named: Vec<(usize, u8)> = serving.iter().copied().filter(|&(_, tier)| tier != u8::MAX).collect();
     if !named.is_empty() {
-        return Ok(named);
+        return Ok(without_disowned(query.disowned, table, named));
     }
     if !serving.is_empty() {
         return Ok(serving.into_iter().map(|(i, _)| (i, 0)).collect());
@@ -199,6 +203,19 @@ fn eligible_pods(query: &ModelQuery<'_>, table: &PodTable) -> Result<Vec<(usize,
         return Err(NoRoute::SubsetEmpty);
     }
     Err(NoRoute::UnknownModel)
+}
+
+/// `named` (the pods naming the request's model) without those that `disowned` it, unless
+/// that leaves none: a pod whose 404 is the only answer to be had gives it.
+fn without_disowned(disowned: &[PodAddress], table: &PodTable, named: Vec<(usize, u8)>) -> Vec<(usize, u8)> {
+    if disowned.is_empty() {
+        return named;
+    }
+    let owned = |i: usize| table.pods.get(i).is_some_and(|pod| !disowned.contains(&pod.address));
+    if !named.iter().any(|&(i, _)| owned(i)) {
+        return named;
+    }
+    named.into_iter().filter(|&(i, _)| owned(i)).collect()
 }
 
 /// What a caller keeps of the routed table's pods in table order (built once per published

@@ -59,6 +59,18 @@ pub fn fallback_that_answered(list: &str, served: Option<&[u8]>) -> Option<PodAd
     }
 }
 
+/// The pod of the destination header's `list` that gave the answer (the pick or a later
+/// address), if the served-endpoint header names one.
+pub fn pod_that_answered(list: &str, served: Option<&[u8]>) -> Option<PodAddress> {
+    let mut addresses = list.split(',').map(str::trim);
+    let pick = addresses.next().filter(|p| !p.is_empty())?;
+    match answerer(pick, addresses, served) {
+        Answerer::ThePick => PodAddress::parse(pick).ok(),
+        Answerer::Fallback(pod) => PodAddress::parse(pod).ok(),
+        Answerer::Unknown => None,
+    }
+}
+
 /// The pod's epoch in the worker's table (0 when it is not there): an ejection ends when it
 /// changes (the engine restarted).
 fn epoch_of(worker: &Worker, pod: &PodAddress) -> u32 {

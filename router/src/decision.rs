@@ -53,6 +53,9 @@ pub enum Outcome {
         compared: Option<Compared>,
         /// Envoy's retries capped at the list (see [`crate::destination::retries_cap`]).
         retries_cap: Option<u32>,
+        /// A pod's 404 to its model would disown it ([`crate::disowned`]): the model is
+        /// listed, another pod may serve it, and the answer's status is read.
+        disownable: bool,
     },
     /// Answer 429: the request is sheddable and every pod is saturated.
     Shed,
@@ -174,6 +177,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
             subset: prompt.subset,
             index: None,
             named_elsewhere: false,
+            disowned: &[],
         };
         served_on_prefill_pods_only(roles, &query)
     });
@@ -241,6 +245,12 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
         outliers.ejected(now, &epoch_of);
     }
     let outliers = outliers.as_deref().ok();
+    // Pods whose 404 disowned the request's model on this worker (none to look up, the
+    // common case, costs one length check).
+    let disowned = match (prompt.model, worker.disowned.try_borrow_mut()) {
+        (Some(model), Ok(mut disowned)) if !disowned.is_empty() => disowned.pods_for(model, now, &epoch_of),
+        _ => Vec::new(),
+    };
     let ejected = outliers.map_or(&[][..], Outliers::ejected_now);
     // Pods that failed since their last success are a retry target of last resort: ask for as
     // many more runners-up as there are, and put them last after the pick.
@@ -272,6 +282,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
                 false => roles.decode_models,
             })),
             named_elsewhere: false,
+            disowned: &disowned,
         },
         learning: learning.as_ref().map(|learner| {
             let typical_ttft_ms = learner.models.typical_ms().unwrap_or(0.0);
@@ -559,7 +570,11 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     }
     // Counted by model only for names the pool's pods report: the body's `model` is the
     // client's to choose, so a pool whose pods name nothing must not grow a series per name.
-    let model_label = prompt.model.map(|model| if cache.models().knows(model) { model } else { OTHER_MODEL });
+    let listed = prompt.model.is_some_and(|model| cache.models().knows(model));
+    let model_label = prompt.model.map(|model| if listed { model } else { OTHER_MODEL });
+    // Its answer may disown the model ([`crate::disowned`]) where its status is read (outlier
+    // detection's) and another pod may serve it.
+    let disownable = listed && may_serve > 1 && worker.config.outlier_detection.enabled;
     drop(prefix);
     drop(role_tables);
     drop(cache);
@@ -583,7 +598,7 @@ pub fn decide(worker: &Worker, host: &dyn Host, prompt: &Prompt<'_>) -> Outcome 
     });
     let destination = destination_value(&address, &fallbacks);
     let retries_cap = crate::destination::retries_cap(1 + fallbacks.len(), wanted_fallbacks, may_serve, pool_size);
-    Outcome::Routed { address, destination, explain, prefiller, dispatch, compared, retries_cap }
+    Outcome::Routed { address, destination, explain, prefiller, dispatch, compared, retries_cap, disownable }
 }
 
 /// After a linearized pick's publish (see `WorkerInflight::confirm_decision`, which this

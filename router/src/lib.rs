@@ -26,6 +26,7 @@ pub mod decision_header;
 pub mod decision_stats;
 pub mod destination;
 pub mod disaggregate;
+pub mod disowned;
 pub mod flow;
 pub mod histogram;
 pub mod learning_share;

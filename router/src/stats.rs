@@ -97,6 +97,9 @@ pub struct Stats {
     /// Of those, 2xx answers of a content type no answer of their endpoint has
     /// ([`crate::answer_type`]).
     pub answers_foreign: Counter,
+    /// 404s of the engine's "model does not exist" from a pod listing the model: the name is
+    /// kept from that pod for a while ([`crate::disowned`]).
+    pub models_disowned: Counter,
     /// Ejections this worker took over from another worker of its Envoy.
     pub pod_ejections_adopted: Counter,
     /// Answers a watcher would read that came compressed (`gzip`, `deflate`) and were
@@ -166,6 +169,7 @@ impl Stats {
             answers_cut: c("wasm_epp.answers_cut"),
             streams_failed: c("wasm_epp.streams_failed"),
             answers_foreign: c("wasm_epp.answers_foreign"),
+            models_disowned: c("wasm_epp.models_disowned"),
             pod_ejections_adopted: c("wasm_epp.pod_ejections_adopted"),
             answers_inflated: c("wasm_epp.answers_inflated"),
             answers_encoded_unread: c("wasm_epp.answers_encoded_unread"),

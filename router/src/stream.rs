@@ -28,6 +28,7 @@ use crate::response_ids::ResponseIdWatch;
 use crate::worker::Worker;
 
 mod answer;
+mod disown;
 mod encoded;
 mod routing;
 mod upload;
@@ -140,6 +141,12 @@ pub struct RequestStream {
     /// How the answer's bytes reach its watchers: as they come, inflated, or not at all
     /// (`content-encoding`, looked up when a watcher reads the body).
     answer_coding: encoded::AnswerCoding,
+    /// The model it was routed as, kept when a pod's 404 to it may disown it (see
+    /// [`crate::disowned`]; a held request's is on its queue entry).
+    disowned_model: Option<String>,
+    /// The pod whose 404 is to be read for the engine's "model does not exist" at its first
+    /// body chunk.
+    not_found_from: Option<PodAddress>,
     /// A `multipart/form-data` upload being read for its `model` ([`upload`]); boxed, as most
     /// requests are not uploads and the stream is built for each.
     upload: Option<Box<upload::Upload>>,
@@ -198,6 +205,8 @@ impl RequestStream {
             answer_coding: encoded::AnswerCoding::Plain,
             upload: None,
             model_watch: None,
+            disowned_model: None,
+            not_found_from: None,
         }
     }
 

@@ -64,6 +64,8 @@ pub struct Worker {
     pub comparison: Option<Comparing>,
     /// Pods this worker saw fail requests, and those it took out of rotation for it.
     pub outliers: RefCell<picker::outliers::Outliers>,
+    /// Names pods listed but answered 404 to ([`crate::disowned`]).
+    pub disowned: RefCell<crate::disowned::Disowned>,
     /// What this worker last told the other workers of its ejections.
     pub ejection_share: crate::outliers_share::EjectionShare,
     /// Pods that left the pool lately: their prefix entries, sessions, learned state and
@@ -96,6 +98,7 @@ impl Worker {
         Self {
             comparison,
             outliers: RefCell::new(picker::outliers::Outliers::new(config.outlier_detection.clone())),
+            disowned: Default::default(),
             ejection_share: Default::default(),
             departed: Default::default(),
             pd: config.pd.as_ref().map(|pd| crate::disaggregate::PdRouting::new(pd, &policy)),

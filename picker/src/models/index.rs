@@ -154,6 +154,11 @@ impl ModelIndex {
         )
     }
 
+    /// Whether table pod `pod` lists `model` (as a base model or an adapter, in any list).
+    pub fn lists(&self, model: &str, pod: u32) -> bool {
+        self.by_name.get(model).is_some_and(|served| served.entries.iter().any(|e| e.pod == pod))
+    }
+
     /// Whether any pod serves `model`.
     pub fn knows(&self, model: &str) -> bool {
         self.by_name.contains_key(model)

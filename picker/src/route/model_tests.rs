@@ -238,3 +238,22 @@ fn a_route_counts_the_pods_that_may_serve_its_request() {
     let route = choose(&view, &Policy { fallbacks: 2, ..Policy::default() }, &mut TieBreaker::new(7)).unwrap();
     assert_eq!((route.address.as_str(), route.fallbacks.len(), route.may_serve), ("10.0.0.3:80", 0, 2));
 }
+
+#[test]
+fn pods_that_disowned_the_model_are_left_out_while_another_names_it() {
+    let liar = PodAddress::parse("10.0.0.1:80").unwrap();
+    let pool = table(vec![
+        pod("10.0.0.1:80", "base", &["x"], &["x"], 0.0),
+        pod("10.0.0.2:80", "base", &["x"], &[], 9.0),
+        pod("10.0.0.3:80", "base", &[], &[], 5.0),
+    ]);
+    assert_eq!(choose_for(&pool, ask("x")).unwrap().address.as_str(), "10.0.0.1:80", "resident and idle");
+    let disowned = [liar.clone()];
+    let query = ModelQuery { disowned: &disowned, ..ask("x") };
+    let route = choose_for(&pool, query).unwrap();
+    assert_eq!(route.address.as_str(), "10.0.0.2:80", "busier, but the one that serves it");
+    assert!(route.fallbacks.is_empty(), "nor a fallback");
+    let both = [liar, PodAddress::parse("10.0.0.2:80").unwrap()];
+    let query = ModelQuery { disowned: &both, ..ask("x") };
+    assert_eq!(choose_for(&pool, query).unwrap().address.as_str(), "10.0.0.1:80", "none other: their 404 stands");
+}

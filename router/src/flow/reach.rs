@@ -218,6 +218,8 @@ impl<'p, 't> PodRooms<'p, 't> {
             subset: reach.subset,
             index: Some(shape.models),
             named_elsewhere: false,
+            // (Flow control counts the room of every pod listing the model.)
+            disowned: &[],
         };
         match shape.roles.filter(|roles| served_on_prefill_pods_only(roles, &query)) {
             Some(roles) => {

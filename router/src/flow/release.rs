@@ -492,7 +492,7 @@ fn release_one(worker: &Worker, host: &dyn Host, left: &Left<Rc<Held>>, now: u64
         band: Some(left.priority),
     };
     match decide(worker, host, &prompt) {
-        Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared, retries_cap } => {
+        Outcome::Routed { address, destination, explain: _, prefiller, dispatch, compared, retries_cap, .. } => {
             // The prefill pod stays in flight until the decode pod answers (or the prefill's
             // estimated end, on the tick): the stream takes it over (`take_release`), so the
             // next picks see its load, released or not.

@@ -66,6 +66,7 @@ impl RequestStream {
             if judged {
                 let _span = profile::span(host, Phase::JudgeAnswer);
                 self.success_pending = self.note_answer(host, status.as_deref(), upstream.as_deref());
+                self.await_not_found(status.as_deref(), upstream.as_deref(), end_of_stream);
             }
             // Learning first: an answer from another pod releases the pick's prompt tokens
             // before the request's count leaves the pick.
@@ -110,6 +111,9 @@ impl RequestStream {
         } else {
             self.plain_chunk(host, chunk_size)
         };
+        if self.not_found_from.is_some() && chunk_size > 0 {
+            self.read_not_found(host, chunk_size);
+        }
         let opening_unread = self.opening_events > 0;
         if let (Some(observed), Some(pod)) = (&mut self.observed, &self.routed_to) {
             observed.on_body(&self.worker, host, pod, size, chunk.as_deref(), opening_unread);
@@ -209,7 +213,7 @@ impl RequestStream {
     }
 
     /// `f` of the destination header written (routed at once, or on release from the queue).
-    fn with_destination<R>(&self, f: impl FnOnce(&str) -> R) -> Option<R> {
+    pub(super) fn with_destination<R>(&self, f: impl FnOnce(&str) -> R) -> Option<R> {
         match (&self.held, &self.destination) {
             (Some(held), _) => Some(f(&held.destination.borrow())),
             (None, Some(destination)) => Some(f(destination)),

@@ -91,8 +91,18 @@ impl RequestStream {
         let stats = &self.worker.stats;
         stats.decisions.observe_us(&stats.metrics, host.now_us().saturating_sub(started_us));
         match outcome {
-            Outcome::Routed { address, destination, explain, prefiller, dispatch, compared, retries_cap } => {
+            Outcome::Routed {
+                address,
+                destination,
+                explain,
+                prefiller,
+                dispatch,
+                compared,
+                retries_cap,
+                disownable,
+            } => {
                 self.explain = explain;
+                self.disowned_model = model.filter(|_| disownable).map(str::to_owned);
                 self.compared = compared;
                 self.prefilling_at = write_prefiller(&self.worker, host, prefiller);
                 self.observed = dispatch.map(|dispatch| Observation::start(&self.worker, dispatch));
