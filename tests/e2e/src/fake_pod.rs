@@ -43,26 +43,44 @@ pub fn whole(content_type: &str, body: &str) -> String {
 /// each request but the scrapes: the answer to write (the connection then serves the next
 /// request), or `None` when the test answered on the connection itself (it is then closed).
 pub fn start(answer: impl Fn(&Request, &mut Connection) -> Option<String> + Send + Sync + 'static) -> String {
+    start_listing(IDLE_METRICS, ONE_MODEL, answer)
+}
+
+/// [`start`] for a pod whose scrapes answer `metrics` and whose `/v1/models` answers `models`
+/// (a pod that lists what it does not serve).
+pub fn start_listing(
+    metrics: &'static str,
+    models: &'static str,
+    answer: impl Fn(&Request, &mut Connection) -> Option<String> + Send + Sync + 'static,
+) -> String {
+    let listing = Listing { metrics, models };
     let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("cannot bind a fake pod: {e}"));
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     let answer = Arc::new(answer);
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             let answer = answer.clone();
-            std::thread::spawn(move || serve(stream, &*answer));
+            std::thread::spawn(move || serve(stream, listing, &*answer));
         }
     });
     address
 }
 
-fn serve(stream: TcpStream, answer: &dyn Fn(&Request, &mut Connection) -> Option<String>) {
+/// What the pod says of itself to the pool service.
+#[derive(Clone, Copy)]
+struct Listing {
+    metrics: &'static str,
+    models: &'static str,
+}
+
+fn serve(stream: TcpStream, listing: Listing, answer: &dyn Fn(&Request, &mut Connection) -> Option<String>) {
     let Ok(reader) = stream.try_clone().map(BufReader::new) else { return };
     let mut connection = Connection { reader, writer: stream };
     while let Some(request) = read_request(&mut connection.reader) {
         let text = if request.line.starts_with("GET /metrics") {
-            whole("text/plain", IDLE_METRICS)
+            whole("text/plain", listing.metrics)
         } else if request.line.starts_with("GET /v1/models") {
-            whole("application/json", ONE_MODEL)
+            whole("application/json", listing.models)
         } else {
             match answer(&request, &mut connection) {
                 Some(text) => text,
