@@ -112,11 +112,10 @@ pub fn note(worker: &Worker, pod: &PodAddress, model: &str, now_ms: u64) {
     let Ok(cache) = worker.table.try_borrow() else { return };
     let Some(table) = cache.table() else { return };
     let Some((position, entry)) = table.pods.iter().enumerate().find(|(_, p)| p.address == *pod) else { return };
-    let listed = u32::try_from(position).is_ok_and(|position| cache.models().lists(model, position));
-    let Ok(mut disowned) = worker.disowned.try_borrow_mut() else { return };
-    if !listed {
+    if !u32::try_from(position).is_ok_and(|position| cache.models().lists(model, position)) {
         return;
     }
+    let Ok(mut disowned) = worker.disowned.try_borrow_mut() else { return };
     worker.stats.increment(worker.stats.models_disowned);
     if disowned.note(pod, model, entry.epoch, now_ms) {
         log::warn!(
