@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod answer_encoding;
+pub mod answer_headers;
 pub mod answer_type;
 pub mod attempts;
 pub mod comparison_stats;

@@ -5,23 +5,25 @@
 
 use wasm_epp_host::Host;
 
+use crate::answer_headers::AnswerHeaders;
+
 /// The header the shipped Envoy configurations have Envoy itself write on the route
 /// (`response_headers_to_add`, `%UPSTREAM_REMOTE_ADDRESS%`, overwriting any the pod sent):
 /// the inference extension's name for the pod that answered.
 pub const ENVOY_SERVED_HEADER: &str = "x-gateway-destination-endpoint-served";
 
-/// The pod that answered: Envoy's own header when the route writes it (one header lookup),
-/// else the `upstream.address` attribute (~5 µs per read in Envoy's V8, docs/performance.md).
+/// The pod that answered: Envoy's own header when the route writes it (one header value of
+/// `headers`), else the `upstream.address` attribute (~5 µs per read in Envoy's V8, docs/performance.md).
 ///
 /// `route_writes_header` false (the plugin names the pod itself, `models.served_endpoint_header`,
 /// which is for Envoy configurations whose route cannot): the attribute alone. A header of
 /// that name is then the pod's own, which nothing overwrites before the plugin reads it, and a
 /// pod naming a neighbour in it had its failures, answers and response ids put on the
 /// neighbour.
-pub fn answering_pod(host: &dyn Host, route_writes_header: bool) -> Option<Vec<u8>> {
-    let header = route_writes_header.then(|| host.response_header_value(ENVOY_SERVED_HEADER));
+pub fn answering_pod(host: &dyn Host, headers: &AnswerHeaders, route_writes_header: bool) -> Option<Vec<u8>> {
+    let header = route_writes_header.then(|| headers.get(ENVOY_SERVED_HEADER)).flatten();
     match header {
-        Some(Ok(Some(address))) if !address.is_empty() => Some(address),
+        Some(address) if !address.is_empty() => Some(address.into_owned()),
         _ => upstream_address(host),
     }
 }
@@ -73,10 +75,18 @@ mod tests {
     fn the_answering_pod_is_envoys_header_when_the_route_writes_it() {
         let host = MockHost::new();
         host.properties.borrow_mut().insert("upstream\0address".into(), b"10.0.0.7:8000".to_vec());
-        assert_eq!(answering_pod(&host, true).as_deref(), Some(&b"10.0.0.7:8000"[..]), "no header: the attribute");
-        host.set_response(&[(ENVOY_SERVED_HEADER, "10.0.0.8:8000")], b"");
-        assert_eq!(answering_pod(&host, true).as_deref(), Some(&b"10.0.0.8:8000"[..]), "the header first");
-        assert_eq!(answering_pod(&MockHost::new(), true), None);
-        assert_eq!(answering_pod(&host, false).as_deref(), Some(&b"10.0.0.7:8000"[..]), "the pod's own: not read");
+        let pod = |host: &MockHost, lookups, route_writes| {
+            answering_pod(host, &AnswerHeaders::read(host, lookups), route_writes)
+        };
+        for lookups in [1, 2] {
+            host.set_response(&[], b"");
+            assert_eq!(pod(&host, lookups, true).as_deref(), Some(&b"10.0.0.7:8000"[..]), "no header: the attribute");
+            host.set_response(&[(ENVOY_SERVED_HEADER, "")], b"");
+            assert_eq!(pod(&host, lookups, true).as_deref(), Some(&b"10.0.0.7:8000"[..]), "empty: the attribute");
+            host.set_response(&[(ENVOY_SERVED_HEADER, "10.0.0.8:8000")], b"");
+            assert_eq!(pod(&host, lookups, true).as_deref(), Some(&b"10.0.0.8:8000"[..]), "the header first");
+            assert_eq!(pod(&MockHost::new(), lookups, true), None);
+            assert_eq!(pod(&host, lookups, false).as_deref(), Some(&b"10.0.0.7:8000"[..]), "the pod's own: not read");
+        }
     }
 }

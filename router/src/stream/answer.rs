@@ -9,6 +9,7 @@ use wasm_epp_host::Host;
 
 use super::encoded::AnswerCoding;
 use super::{RequestStream, Step};
+use crate::answer_headers::AnswerHeaders;
 use crate::comparison_stats::Compared;
 use crate::decision_header::DECISION_HEADER;
 use crate::prefill_hold::release_prefill;
@@ -38,21 +39,25 @@ impl RequestStream {
         self.answer_moved_ms = self.worker.clock_ms.get();
         let judged = routed && self.worker.config.outlier_detection.enabled;
         // Outlier detection, learning and the response-id watch need the pod that answered:
-        // one lookup.
+        // read once.
         let watched = self.observed.as_ref().is_some_and(Observation::watched) || self.response_id.is_some();
         // The plugin writing the served header itself means the route does not (see
         // `served::answering_pod`): the pod is Envoy's attribute then, read once for both.
         let route_writes_served = self.worker.config.models.served_endpoint_header.is_empty();
+        // Outlier detection, the comparison and an upload's watch all judge the status: read
+        // once.
+        let status_read = judged || self.compared().is_some() || self.model_watch.is_some();
+        // (Its copy of the map, when read, is timed in `response_headers` alone.)
+        let headers =
+            AnswerHeaders::read(host, self.answer_header_lookups(judged, watched, status_read, end_of_stream));
         let upstream = (judged || watched).then(|| {
             let _span = profile::span(host, Phase::ObserveHeaders);
-            crate::served::answering_pod(host, route_writes_served)
+            crate::served::answering_pod(host, &headers, route_writes_served)
         });
-        // Outlier detection, the comparison and an upload's watch all judge the status: one
-        // lookup.
-        let status = (judged || self.compared().is_some() || self.model_watch.is_some())
+        let status = status_read
             .then(|| {
                 let _span = profile::span(host, Phase::AnswerStatus);
-                host.response_header_value(":status").ok().flatten()
+                headers.get(":status")
             })
             .flatten();
         self.compare_answer(status.as_deref());
@@ -65,7 +70,7 @@ impl RequestStream {
         if let Some(upstream) = upstream {
             if judged {
                 let _span = profile::span(host, Phase::JudgeAnswer);
-                self.success_pending = self.note_answer(host, status.as_deref(), upstream.as_deref());
+                self.success_pending = self.note_answer(host, &headers, status.as_deref(), upstream.as_deref());
                 self.await_not_found(status.as_deref(), upstream.as_deref(), end_of_stream);
             }
             // Learning first: an answer from another pod releases the pick's prompt tokens
@@ -81,9 +86,9 @@ impl RequestStream {
         // A stream judged a success so far may still fail at its first event: outlier
         // detection (at its end) and the comparison (its first byte) read it.
         let comparing = self.compared.as_ref().is_some_and(|compared| compared.awaiting_first_byte);
-        let judged = (self.success_pending.is_some() || comparing) && self.answer_streams(host);
+        let judged = (self.success_pending.is_some() || comparing) && self.answer_streams(&headers);
         self.opening_events = if judged { crate::stream_error::opening_events(self.endpoint, self.weight) } else { 0 };
-        self.note_answer_coding(host, end_of_stream);
+        self.note_answer_coding(&headers, end_of_stream);
         if end_of_stream {
             self.release(host);
         }
@@ -183,29 +188,43 @@ impl RequestStream {
     /// Whether the answer is a stream whose first event is the first output or an error: one
     /// asked in the body, or a form upload's `text/event-stream` (vLLM's transcription stream
     /// opens as a completion's: an error is its first event, under a `200`; one more header
-    /// lookup, for uploads alone).
-    fn answer_streams(&self, host: &dyn Host) -> bool {
-        self.streamed
-            || (self.form_upload
-                && crate::answer_type::event_stream(
-                    host.response_header_value("content-type").ok().flatten().as_deref(),
-                ))
+    /// value, for uploads alone).
+    fn answer_streams(&self, headers: &AnswerHeaders) -> bool {
+        self.streamed || (self.form_upload && crate::answer_type::event_stream(headers.get("content-type").as_deref()))
+    }
+
+    /// How many of the answer's headers `on_response_headers` is to read (the served header,
+    /// `:status`, a 2xx's `content-type`, `content-encoding`): from four on, one copy of the
+    /// map costs less than the lookups (see `answer_headers`). A guess made before the
+    /// status is known: a 2xx's content type is counted, as most answers are 2xx.
+    fn answer_header_lookups(&self, judged: bool, watched: bool, status_read: bool, end_of_stream: bool) -> usize {
+        let route_writes_served = self.worker.config.models.served_endpoint_header.is_empty();
+        let served = (judged || watched) && route_writes_served;
+        let content_type = judged && self.posted && self.endpoint.generates();
+        // The opening's error event is read when outlier detection or the comparison awaits
+        // a stream's first event; learning and the response-id watch say so themselves.
+        let opening = self.streamed && (judged || self.compared.is_some());
+        let encoding = !end_of_stream && (self.reads_answer() || opening);
+        [served, status_read, content_type, encoding].into_iter().filter(|&read| read).count()
     }
 
     /// Outlier detection learns from the answer to the pods this request was sent to (a
     /// released request's list is on its queue entry).
-    fn note_answer(&self, host: &dyn Host, status: Option<&[u8]>, served: Option<&[u8]>) -> Option<u64> {
+    fn note_answer(
+        &self,
+        host: &dyn Host,
+        headers: &AnswerHeaders,
+        status: Option<&[u8]>,
+        served: Option<&[u8]>,
+    ) -> Option<u64> {
         let now = || host.now_ms();
         let open = self.answer_open;
         // A 2xx of an inference endpoint is judged by its content type too (one more header
-        // lookup, on that path alone: see `answer_type`).
+        // value, on that path alone: see `answer_type`).
         let foreign = status.and_then(|s| s.first()) == Some(&b'2')
             && self.posted
             && self.endpoint.generates()
-            && crate::answer_type::foreign_answer(
-                self.endpoint,
-                host.response_header_value("content-type").ok().flatten().as_deref(),
-            );
+            && crate::answer_type::foreign_answer(self.endpoint, headers.get("content-type").as_deref());
         self.with_destination(|list| {
             crate::attempts::note_answer(&self.worker, list, status, foreign, served, &now, open)
         })

@@ -5,6 +5,7 @@ use wasm_epp_host::Host;
 
 use super::RequestStream;
 use crate::answer_encoding::{ContentEncoding, Inflater};
+use crate::answer_headers::AnswerHeaders;
 use crate::profile::{self, Phase};
 use crate::response::Observation;
 
@@ -30,14 +31,14 @@ impl RequestStream {
             || self.response_id.as_ref().is_some_and(|watch| watch.reading())
     }
 
-    /// At the answer's headers, once its watchers are set: its `content-encoding`, looked up
-    /// only when one of them will read its body (one header lookup; none otherwise). An
-    /// encoding not inflated stops them now: counted, and nothing is misread.
-    pub(super) fn note_answer_coding(&mut self, host: &dyn Host, end_of_stream: bool) {
+    /// At the answer's headers, once its watchers are set: its `content-encoding`, read only
+    /// when one of them will read its body (one header value; none otherwise). An encoding
+    /// not inflated stops them now: counted, and nothing is misread.
+    pub(super) fn note_answer_coding(&mut self, headers: &AnswerHeaders, end_of_stream: bool) {
         if end_of_stream || !self.reads_answer() {
             return;
         }
-        let value = host.response_header_value("content-encoding").ok().flatten();
+        let value = headers.get("content-encoding");
         let encoding = ContentEncoding::from_header(value.as_deref());
         let stats = &self.worker.stats;
         self.answer_coding = match Inflater::new(encoding) {
