@@ -51,22 +51,23 @@ fn answerer<'a>(pick: &str, mut fallbacks: impl Iterator<Item = &'a str>, served
 /// The later address of the destination header's `list` that gave the answer, if one did
 /// (Envoy retried past the pick): the request is in flight there from then on.
 pub fn fallback_that_answered(list: &str, served: Option<&[u8]>) -> Option<PodAddress> {
-    let mut addresses = list.split(',').map(str::trim);
-    let pick = addresses.next().filter(|p| !p.is_empty())?;
-    match answerer(pick, addresses, served) {
-        Answerer::Fallback(pod) => PodAddress::parse(pod).ok(),
-        Answerer::ThePick | Answerer::Unknown => None,
-    }
+    answered_in(list, served).filter(|&(_, pick)| !pick).and_then(|(pod, _)| PodAddress::parse(pod).ok())
 }
 
 /// The pod of the destination header's `list` that gave the answer (the pick or a later
 /// address), if the served-endpoint header names one.
 pub fn pod_that_answered(list: &str, served: Option<&[u8]>) -> Option<PodAddress> {
+    answered_in(list, served).and_then(|(pod, _)| PodAddress::parse(pod).ok())
+}
+
+/// The address of the destination header's `list` that gave the answer, and whether it is
+/// the pick; `None` when the served header names none of them.
+fn answered_in<'a>(list: &'a str, served: Option<&[u8]>) -> Option<(&'a str, bool)> {
     let mut addresses = list.split(',').map(str::trim);
     let pick = addresses.next().filter(|p| !p.is_empty())?;
     match answerer(pick, addresses, served) {
-        Answerer::ThePick => PodAddress::parse(pick).ok(),
-        Answerer::Fallback(pod) => PodAddress::parse(pod).ok(),
+        Answerer::ThePick => Some((pick, true)),
+        Answerer::Fallback(pod) => Some((pod, false)),
         Answerer::Unknown => None,
     }
 }
