@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{completion, Bench, COMPLETIONS};
+use common::{completion, long_prompt, Bench, COMPLETIONS};
 use picker::address::PodAddress;
 use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
@@ -52,11 +52,6 @@ fn pd_pool(bench: &Bench) {
     let prefill = PREFILL_PODS.iter().map(|a| (*a, PodRole::Prefill));
     let decode = DECODE_PODS.iter().map(|a| (*a, PodRole::Decode));
     publish_roles(bench, 1, &prefill.chain(decode).collect::<Vec<_>>());
-}
-
-/// About `tokens` tokens of prompt text at the default 4 bytes per token.
-fn long_prompt(tokens: usize, seed: usize) -> String {
-    (0..tokens).map(|i| format!("w{:03}", (i * 7 + seed) % 1000)).collect()
 }
 
 #[test]

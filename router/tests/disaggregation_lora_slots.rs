@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Bench, COMPLETIONS};
+use common::{long_prompt, Bench, COMPLETIONS};
 use picker::address::PodAddress;
 use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
@@ -14,11 +14,6 @@ use picker::role::PodRole;
 use wasm_epp_host::{Host, SharedStore};
 
 const PREFILLER: &str = "x-prefiller-host-port";
-
-/// About `tokens` tokens of prompt text at the default 4 bytes per token.
-fn long_prompt(tokens: usize, seed: usize) -> String {
-    (0..tokens).map(|i| format!("w{:03}", (i * 7 + seed) % 1000)).collect()
-}
 
 fn body(model: &str, seed: usize) -> String {
     format!(r#"{{"model":"{model}","prompt":"{}","max_tokens":4}}"#, long_prompt(2000, seed))

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Bench, COMPLETIONS};
+use common::{long_prompt, Bench, COMPLETIONS};
 use picker::address::PodAddress;
 use picker::keys;
 use picker::pod_table::{encode_version, PodState, PodTable};
@@ -31,11 +31,6 @@ fn publish(bench: &Bench, version: u64, pods: &[Pod]) {
     bench.host.set(keys::POD_TABLE, &table.encode(), None).unwrap();
     bench.host.set(keys::POD_TABLE_VERSION, &encode_version(version), None).unwrap();
     bench.heartbeat();
-}
-
-/// About `tokens` tokens of prompt text at the default 4 bytes per token.
-fn long_prompt(tokens: usize, seed: usize) -> String {
-    (0..tokens).map(|i| format!("w{:03}", (i * 7 + seed) % 1000)).collect()
 }
 
 /// Sends a long prompt for `model`: its destination and prefill pod.

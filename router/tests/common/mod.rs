@@ -254,6 +254,12 @@ pub fn completions_with<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a s
     all
 }
 
+/// About `tokens` tokens of prompt text at the default 4 bytes per token, its words varied by
+/// `seed` (so two prompts share no prefix unless their seeds match).
+pub fn long_prompt(tokens: usize, seed: usize) -> String {
+    (0..tokens).map(|i| format!("w{:03}", (i * 7 + seed) % 1000)).collect()
+}
+
 pub fn completion(prompt: &str) -> String {
     format!(r#"{{"model":"m","prompt":"{prompt}","max_tokens":4}}"#)
 }
