@@ -48,8 +48,9 @@ impl RequestStream {
         // once.
         let status_read = judged || self.compared().is_some() || self.model_watch.is_some();
         // (Its copy of the map, when read, is timed in `response_headers` alone.)
+        let served_read = (judged || watched) && route_writes_served;
         let headers =
-            AnswerHeaders::read(host, self.answer_header_lookups(judged, watched, status_read, end_of_stream));
+            AnswerHeaders::read(host, self.answer_header_lookups(served_read, judged, status_read, end_of_stream));
         let upstream = (judged || watched).then(|| {
             let _span = profile::span(host, Phase::ObserveHeaders);
             crate::served::answering_pod(host, &headers, route_writes_served)
@@ -196,10 +197,9 @@ impl RequestStream {
     /// How many of the answer's headers `on_response_headers` is to read (the served header,
     /// `:status`, a 2xx's `content-type`, `content-encoding`): from four on, one copy of the
     /// map costs less than the lookups (see `answer_headers`). A guess made before the
-    /// status is known: a 2xx's content type is counted, as most answers are 2xx.
-    fn answer_header_lookups(&self, judged: bool, watched: bool, status_read: bool, end_of_stream: bool) -> usize {
-        let route_writes_served = self.worker.config.models.served_endpoint_header.is_empty();
-        let served = (judged || watched) && route_writes_served;
+    /// status is known: a 2xx's content type is counted, as most answers are 2xx. `served`: the
+    /// served header is read (the route writes it and someone needs the answering pod).
+    fn answer_header_lookups(&self, served: bool, judged: bool, status_read: bool, end_of_stream: bool) -> usize {
         let content_type = judged && self.posted && self.endpoint.generates();
         // The opening's error event is read when outlier detection or the comparison awaits
         // a stream's first event; learning and the response-id watch say so themselves.
