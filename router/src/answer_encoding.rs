@@ -116,11 +116,6 @@ impl Inflater {
         })
     }
 
-    /// Plain bytes inflated so far.
-    pub fn inflated(&self) -> usize {
-        self.inflated
-    }
-
     /// Inflates the answer's next `chunk`, appending its plain bytes to `plain` (none while a
     /// header or a block is incomplete). After an error the decoder is done with: the caller
     /// stops reading the answer.
