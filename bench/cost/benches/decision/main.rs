@@ -57,18 +57,7 @@ fn bench_decisions(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<()
         for kb in PROMPT_KB {
             for pods in POOLS {
                 let case = Case::new(endpoint, kb, pods)?;
-                let id = format!("{endpoint_name}/{kb}KB/{pods}pods");
-                if case.decide().is_none() {
-                    return Err(format!("decision {id} chose nothing"));
-                }
-                let mut settle = || case.settle_decision();
-                let mut decide = || {
-                    black_box(case.decide());
-                };
-                let allocations = allocations_between(&mut settle, &mut decide);
-                group.bench_function(BenchmarkId::from_parameter(&id), |b| time_between(b, &mut settle, &mut decide));
-                case.settle_decision();
-                measured.push(Measured { group: "decision", id, allocations });
+                decision_in(&mut group, "decision", format!("{endpoint_name}/{kb}KB/{pods}pods"), &case, measured)?;
             }
         }
     }
@@ -203,17 +192,7 @@ fn bench_models(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), S
         ("completions/1KB/64pods/32adapters", Case::with_adapters(Endpoint::Completions, 1, 64, 32)?),
     ];
     for (id, case) in cases {
-        if case.decide().is_none() {
-            return Err(format!("decision_models {id} chose nothing"));
-        }
-        let mut settle = || case.settle_decision();
-        let mut decide = || {
-            black_box(case.decide());
-        };
-        let allocations = allocations_between(&mut settle, &mut decide);
-        group.bench_function(BenchmarkId::from_parameter(id), |b| time_between(b, &mut settle, &mut decide));
-        case.settle_decision();
-        measured.push(Measured { group: "decision_models", id: id.to_owned(), allocations });
+        decision_in(&mut group, "decision_models", id.to_owned(), &case, measured)?;
     }
     // Once per published table and worker (about 10 per second), not per decision.
     let table = bench_cost::native::adapter_table(64, 32)?;
@@ -236,18 +215,7 @@ fn bench_pd(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(), Strin
     for prefill_pods in [8, 64, 256] {
         let case = Case::with_pd(Endpoint::Completions, 32, prefill_pods, 8)?;
         let id = format!("completions/32KB/{prefill_pods}prefill_8decode");
-        if case.decide().is_none() {
-            return Err(format!("decision_pd {id} chose nothing"));
-        }
-        case.settle_decision();
-        let mut settle = || case.settle_decision();
-        let mut decide = || {
-            black_box(case.decide());
-        };
-        let allocations = allocations_between(&mut settle, &mut decide);
-        group.bench_function(BenchmarkId::from_parameter(&id), |b| time_between(b, &mut settle, &mut decide));
-        case.settle_decision();
-        measured.push(Measured { group: "decision_pd", id, allocations });
+        decision_in(&mut group, "decision_pd", id, &case, measured)?;
     }
     group.finish();
     Ok(())
@@ -316,6 +284,29 @@ fn bench_many_names(c: &mut Criterion, measured: &mut Vec<Measured>) -> Result<(
         );
     }
     group.finish();
+    Ok(())
+}
+
+/// `case`'s decision timed as `id` in `group`, its in-flight release run between calls,
+/// untimed; after one decision that must route. Its allocations per call go to `measured`.
+fn decision_in(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    group_name: &'static str,
+    id: String,
+    case: &Case,
+    measured: &mut Vec<Measured>,
+) -> Result<(), String> {
+    if case.decide().is_none() {
+        return Err(format!("{group_name} {id} chose nothing"));
+    }
+    let mut settle = || case.settle_decision();
+    let mut decide = || {
+        black_box(case.decide());
+    };
+    let allocations = allocations_between(&mut settle, &mut decide);
+    group.bench_function(BenchmarkId::from_parameter(&id), |b| time_between(b, &mut settle, &mut decide));
+    case.settle_decision();
+    measured.push(Measured { group: group_name, id, allocations });
     Ok(())
 }
 
